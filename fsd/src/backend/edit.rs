@@ -1,0 +1,64 @@
+//! editText: the stale check, literal matching and the atomic write in one critical section under
+//! the target's lock. A missing target is `FS_STALE_VERSION`, guarded or not.
+
+use std::os::fd::AsFd;
+
+use super::resolve::WalkOptions;
+use super::write::{Place, current_file, place_file, same_key};
+use super::{Backend, EditGuard, Mode, Outcome, read, text, version};
+use crate::error::{Failure, FsError};
+
+impl Backend {
+    pub(super) fn edit_text(
+        &self,
+        mode: Mode,
+        path: &str,
+        old: &str,
+        new: &str,
+        replace_all: bool,
+        guard: Option<EditGuard>,
+    ) -> Result<Outcome, Failure> {
+        let options = WalkOptions { follow_final: true, create_parents: false };
+        let resolved = match self.walk(mode, path, options) {
+            Err(Failure { error: FsError::NotFound, path, .. }) => {
+                return Err(Failure::new(FsError::Stale("file no longer exists"), path));
+            }
+            other => other?,
+        };
+        let fail = |e| self.fail(e, &resolved);
+        if resolved.meta.is_none() {
+            return Err(fail(FsError::Stale("file no longer exists")));
+        }
+        self.may_write(mode, resolved.root, &resolved.rel).map_err(fail)?;
+        let target = self.target(&resolved);
+        let _held = self.locks.lock(&[&target.key]);
+
+        let (file, meta) = current_file(&resolved)
+            .map_err(fail)?
+            .ok_or_else(|| fail(FsError::Stale("file no longer exists")))?;
+        // The stale check comes before matching, so a stale edit never reports a match failure
+        // against content the caller has not seen.
+        if let Some(guard) = &guard {
+            same_key(guard.target_key.as_ref(), &target.key).map_err(fail)?;
+            if version::of_file(&file, &meta) != guard.version {
+                return Err(fail(FsError::Stale("file changed on disk since it was read")));
+            }
+        }
+        let bytes =
+            read::read_bounded(&file, meta.size, self.limits.max_editable_bytes).map_err(fail)?;
+        let current = text::decode(&bytes).map_err(fail)?;
+        let (bom, body) = text::split_bom(current);
+        let replaced = text::replace(body, old, new, replace_all).map_err(fail)?;
+        let after = format!("{bom}{}", replaced.text);
+        let parent = resolved.parent.as_ref().ok_or_else(|| fail(FsError::NotRegularFile))?;
+        let (file, new_meta) =
+            place_file(parent.as_fd(), resolved.name(), after.as_bytes(), Place::Replace(&meta))
+                .map_err(fail)?;
+        Ok(Outcome::EditText {
+            target,
+            version: version::of_file(&file, &new_meta),
+            replacements: replaced.count,
+            change: self.change(Some(body), true, Some(&replaced.text)),
+        })
+    }
+}

@@ -1,0 +1,343 @@
+//! The local backend: one request in, one outcome out. The service hands every operation here as
+//! a plain value so that the fences can later run this code in confined worker processes without
+//! the service or the tools changing. Nothing here knows gRPC, models or tools.
+
+mod edit;
+mod locks;
+mod moves;
+mod read;
+pub mod resolve;
+pub mod text;
+mod version;
+mod write;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+pub use locks::TargetLocks;
+pub use read::StreamItem;
+use resolve::{Resolved, Root, WalkOptions};
+
+use crate::error::{Failure, FsError};
+use crate::sys;
+
+/// Prefix of the temporary files of an atomic replace; listDir hides names with it.
+pub const TEMP_PREFIX: &str = ".fsd-tmp-";
+
+/// A call's effective mode, narrowest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Mode {
+    ReadOnly,
+    WorkspaceWrite,
+    DangerFullAccess,
+}
+
+impl Mode {
+    /// The name models and configs use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::ReadOnly => "read-only",
+            Mode::WorkspaceWrite => "workspace-write",
+            Mode::DangerFullAccess => "danger-full-access",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Mode> {
+        match text {
+            "read-only" => Some(Mode::ReadOnly),
+            "workspace-write" => Some(Mode::WorkspaceWrite),
+            "danger-full-access" => Some(Mode::DangerFullAccess),
+            _ => None,
+        }
+    }
+}
+
+/// The backend's bounds; all reported by hello.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_editable_bytes: u64,
+    pub max_read_bytes: u64,
+    pub max_diff_text_bytes: u64,
+    pub max_dir_entries: usize,
+    pub default_chunk_bytes: usize,
+    pub max_chunk_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_editable_bytes: 64 << 20,
+            max_read_bytes: 50 << 20,
+            max_diff_text_bytes: 1 << 20,
+            max_dir_entries: 100_000,
+            default_chunk_bytes: 256 << 10,
+            max_chunk_bytes: 1 << 20,
+        }
+    }
+}
+
+/// A resolved target as replies name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub key: String,
+    pub display: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileType {
+    File,
+    Directory,
+    Other,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Info {
+    pub version: String,
+    pub file_type: FileType,
+    pub size: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteGuard {
+    CreateIfAbsent,
+    ReplaceIfVersion { version: String, target_key: Option<String> },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EditGuard {
+    pub version: String,
+    pub target_key: Option<String>,
+}
+
+/// Before/after text of a change, when within the reply bound.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Change {
+    pub before: Option<String>,
+    pub after: Option<String>,
+    pub omitted: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub raw_name: Vec<u8>,
+    pub file_type: FileType,
+    pub target: Target,
+    pub version: Option<String>,
+    pub size: Option<u64>,
+}
+
+/// One operation, as the service hands it over.
+#[derive(Debug, Clone)]
+pub enum Request {
+    Stat { path: String },
+    ReadText { path: String, max_bytes: u64 },
+    ReadBytes { path: String, max_bytes: u64 },
+    ListDir { path: String },
+    WriteText { path: String, content: String, guard: Option<WriteGuard>, match_style: bool },
+    EditText { path: String, old: String, new: String, replace_all: bool, guard: Option<EditGuard> },
+    MoveFile {
+        source: String,
+        destination: String,
+        source_guard: Option<EditGuard>,
+        destination_guard: Option<WriteGuard>,
+        content: Option<String>,
+    },
+    DeleteFile { path: String, guard: Option<EditGuard> },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOperation {
+    Create,
+    Update,
+}
+
+/// What an operation did.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Stat { target: Target, info: Option<Info> },
+    ReadText { target: Target, version: String, text: String },
+    ReadBytes { target: Target, version: String, data: Vec<u8> },
+    ListDir { target: Target, entries: Vec<DirEntry> },
+    WriteText { target: Target, operation: WriteOperation, version: String, change: Change },
+    EditText { target: Target, version: String, replacements: usize, change: Change },
+    MoveFile {
+        source: Target,
+        destination: Target,
+        destination_version: String,
+        source_change: Change,
+        destination_change: Change,
+        source_removal_error: Option<String>,
+    },
+    DeleteFile { target: Target, change: Change },
+}
+
+/// The roots and policy a backend serves, fixed at startup.
+#[derive(Debug, Clone)]
+pub struct RootSpec {
+    pub path: PathBuf,
+    pub writable: bool,
+}
+
+/// The local backend.
+#[derive(Debug)]
+pub struct Backend {
+    /// Configured roots, then (last) the filesystem root, used only by danger-full-access.
+    roots: Vec<Root>,
+    configured: usize,
+    protected: Vec<OsString>,
+    limits: Limits,
+    locks: TargetLocks,
+}
+
+/// Why the backend could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("root {path}: {source}")]
+    Canonicalize { path: PathBuf, source: std::io::Error },
+    #[error("root {path}: {source}")]
+    Open { path: PathBuf, source: sys::Errno },
+    #[error("root {0} is not a directory")]
+    NotDirectory(PathBuf),
+    #[error("no root configured: pass --writable-root or --readable-root")]
+    NoRoots,
+}
+
+impl Backend {
+    pub fn new(specs: &[RootSpec], protected: &[String], limits: Limits) -> Result<Backend, StartError> {
+        if specs.is_empty() {
+            return Err(StartError::NoRoots);
+        }
+        let mut merged: Vec<RootSpec> = Vec::new();
+        for spec in specs {
+            let path = std::fs::canonicalize(&spec.path)
+                .map_err(|source| StartError::Canonicalize { path: spec.path.clone(), source })?;
+            if !path.is_dir() {
+                return Err(StartError::NotDirectory(path));
+            }
+            // The same directory named twice is writable if either names it so.
+            match merged.iter_mut().find(|m| m.path == path) {
+                Some(m) => m.writable |= spec.writable,
+                None => merged.push(RootSpec { path, writable: spec.writable }),
+            }
+        }
+        let mut roots = Vec::new();
+        for (index, spec) in merged.iter().enumerate() {
+            let fd = sys::open_root(&spec.path)
+                .map_err(|source| StartError::Open { path: spec.path.clone(), source })?;
+            roots.push(Root { id: format!("r{index}"), path: spec.path.clone(), fd, writable: spec.writable });
+        }
+        let configured = roots.len();
+        let slash = PathBuf::from("/");
+        let fd = sys::open_root(&slash).map_err(|source| StartError::Open { path: slash.clone(), source })?;
+        roots.push(Root { id: "host".to_owned(), path: slash, fd, writable: true });
+        Ok(Backend {
+            roots,
+            configured,
+            protected: protected.iter().map(OsString::from).collect(),
+            limits,
+            locks: TargetLocks::default(),
+        })
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// (path, writable) of each configured root.
+    pub fn root_list(&self) -> Vec<(String, bool)> {
+        self.roots[..self.configured]
+            .iter()
+            .map(|r| (resolve::path_string(&r.path), r.writable))
+            .collect()
+    }
+
+    pub fn protected_names(&self) -> Vec<String> {
+        self.protected.iter().map(|p| p.to_string_lossy().into_owned()).collect()
+    }
+
+    /// Runs one operation at the call's effective mode.
+    pub fn handle(&self, mode: Mode, request: Request) -> Result<Outcome, Failure> {
+        match request {
+            Request::Stat { path } => self.stat(mode, &path),
+            Request::ReadText { path, max_bytes } => self.read_text(mode, &path, max_bytes),
+            Request::ReadBytes { path, max_bytes } => self.read_bytes(mode, &path, max_bytes),
+            Request::ListDir { path } => self.list_dir(mode, &path),
+            Request::WriteText { path, content, guard, match_style } => {
+                self.write_text(mode, &path, content, guard, match_style)
+            }
+            Request::EditText { path, old, new, replace_all, guard } => {
+                self.edit_text(mode, &path, &old, &new, replace_all, guard)
+            }
+            Request::MoveFile { source, destination, source_guard, destination_guard, content } => self
+                .move_file(mode, &source, &destination, source_guard, destination_guard, content),
+            Request::DeleteFile { path, guard } => self.delete_file(mode, &path, guard),
+        }
+    }
+
+    /// The roots a mode may reach: danger-full-access adds the filesystem root.
+    fn roots_for(&self, mode: Mode) -> &[Root] {
+        match mode {
+            Mode::DangerFullAccess => &self.roots,
+            _ => &self.roots[..self.configured],
+        }
+    }
+
+    fn walk(&self, mode: Mode, path: &str, options: WalkOptions) -> Result<Resolved, Failure> {
+        let roots = self.roots_for(mode);
+        let may_create = |root: usize, rel: &[OsString]| self.may_write(mode, root, rel);
+        resolve::resolve(roots, path, options, &may_create).map_err(|e| Failure::new(e, path))
+    }
+
+    /// Resolves for reading: links followed, nothing created.
+    fn walk_read(&self, mode: Mode, path: &str) -> Result<Resolved, Failure> {
+        self.walk(mode, path, WalkOptions { follow_final: true, create_parents: false })
+    }
+
+    fn target(&self, resolved: &Resolved) -> Target {
+        Target {
+            key: resolve::target_key(&self.roots, resolved.root, &resolved.rel),
+            display: resolve::display_path(&self.roots, resolved.root, &resolved.rel),
+        }
+    }
+
+    /// Whether `mode` may change `rel` below `root`: the fence as the resolver enforces it.
+    fn may_write(&self, mode: Mode, root: usize, rel: &[OsString]) -> Result<(), FsError> {
+        match mode {
+            Mode::ReadOnly => Err(FsError::Denied("file access denied under read-only mode".into())),
+            Mode::WorkspaceWrite => {
+                if !self.roots[root].writable || root >= self.configured {
+                    return Err(FsError::Denied(
+                        "file access denied under workspace-write mode: not inside a writable root"
+                            .into(),
+                    ));
+                }
+                if let Some(name) = rel.iter().find(|c| self.protected.contains(c)) {
+                    return Err(FsError::Denied(format!(
+                        "file access denied under workspace-write mode: {} is a protected path",
+                        name.to_string_lossy()
+                    )));
+                }
+                Ok(())
+            }
+            Mode::DangerFullAccess => Ok(()),
+        }
+    }
+
+    /// A failure that names the resolved target.
+    fn fail(&self, error: FsError, resolved: &Resolved) -> Failure {
+        let target = self.target(resolved);
+        Failure { error, path: target.display, target_key: Some(target.key) }
+    }
+
+    /// Bounds a before/after pair for the reply.
+    fn change(&self, before: Option<&str>, before_known: bool, after: Option<&str>) -> Change {
+        let bound = self.limits.max_diff_text_bytes as usize;
+        let fits = |t: Option<&str>| t.is_none_or(|t| t.len() <= bound);
+        if before_known && fits(before) && fits(after) {
+            Change { before: before.map(str::to_owned), after: after.map(str::to_owned), omitted: false }
+        } else {
+            Change { before: None, after: None, omitted: true }
+        }
+    }
+}

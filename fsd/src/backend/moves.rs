@@ -1,0 +1,193 @@
+//! moveFile and deleteFile: regular files only, a symlink source refused, guarded like edits,
+//! under the locks of every target they touch.
+
+use std::os::fd::AsFd;
+
+use super::resolve::{Resolved, WalkOptions};
+use super::write::{Place, current_file, place_file, same_key};
+use super::{Backend, Change, EditGuard, Mode, Outcome, WriteGuard, read, text, version};
+use crate::error::{Failure, FsError};
+use crate::sys::{self, Errno, Kind, RenameHow};
+
+impl Backend {
+    /// Resolves a move or delete source: the final link is not followed, and only a regular
+    /// file qualifies.
+    fn walk_source(&self, mode: Mode, path: &str, guarded: bool) -> Result<Resolved, Failure> {
+        let options = WalkOptions { follow_final: false, create_parents: false };
+        let missing = |path: String| {
+            let error = if guarded { FsError::Stale("file no longer exists") } else { FsError::NotFound };
+            Failure::new(error, path)
+        };
+        let resolved = match self.walk(mode, path, options) {
+            Err(Failure { error: FsError::NotFound, path, .. }) => return Err(missing(path)),
+            other => other?,
+        };
+        match resolved.meta {
+            None => Err(self.fail(missing(String::new()).error, &resolved)),
+            Some(meta) if meta.kind != Kind::File => Err(self.fail(FsError::NotRegularFile, &resolved)),
+            Some(_) => Ok(resolved),
+        }
+    }
+
+    /// Checks an edit-style guard against the current file.
+    fn check_source_guard(
+        &self,
+        guard: Option<&EditGuard>,
+        key: &str,
+        file: &std::fs::File,
+        meta: &sys::Meta,
+    ) -> Result<(), FsError> {
+        if let Some(guard) = guard {
+            same_key(guard.target_key.as_ref(), key)?;
+            if version::of_file(file, meta) != guard.version {
+                return Err(FsError::Stale("file changed on disk since it was read"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The text of a file for a removal diff, when bounded and text.
+    fn bounded_text(&self, file: &std::fs::File, meta: &sys::Meta) -> Option<String> {
+        if meta.size > self.limits.max_diff_text_bytes {
+            return None;
+        }
+        let bytes = read::read_bounded(file, meta.size, self.limits.max_diff_text_bytes).ok()?;
+        text::decode(&bytes).ok().map(str::to_owned)
+    }
+
+    pub(super) fn delete_file(&self, mode: Mode, path: &str, guard: Option<EditGuard>) -> Result<Outcome, Failure> {
+        let resolved = self.walk_source(mode, path, guard.is_some())?;
+        let fail = |e| self.fail(e, &resolved);
+        self.may_write(mode, resolved.root, &resolved.rel).map_err(fail)?;
+        let target = self.target(&resolved);
+        let _held = self.locks.lock(&[&target.key]);
+        let missing = if guard.is_some() { FsError::Stale("file no longer exists") } else { FsError::NotFound };
+        let (file, meta) = current_file(&resolved).map_err(fail)?.ok_or_else(|| fail(missing))?;
+        self.check_source_guard(guard.as_ref(), &target.key, &file, &meta).map_err(fail)?;
+        let before = self.bounded_text(&file, &meta);
+        let parent = resolved.parent.as_ref().ok_or_else(|| fail(FsError::NotRegularFile))?;
+        sys::remove(parent.as_fd(), resolved.name()).map_err(|e| fail(FsError::Remove(e)))?;
+        sys::sync_dir(parent.as_fd()).map_err(|e| fail(FsError::Sync(e)))?;
+        let change = match before {
+            Some(before) => Change { before: Some(before), after: None, omitted: false },
+            None => Change { before: None, after: None, omitted: true },
+        };
+        Ok(Outcome::DeleteFile { target, change })
+    }
+
+    pub(super) fn move_file(
+        &self,
+        mode: Mode,
+        source: &str,
+        destination: &str,
+        source_guard: Option<EditGuard>,
+        destination_guard: Option<WriteGuard>,
+        content: Option<String>,
+    ) -> Result<Outcome, Failure> {
+        if let Some(content) = &content {
+            if content.len() as u64 > self.limits.max_editable_bytes {
+                let error = FsError::TooLarge { size: content.len() as u64, limit: self.limits.max_editable_bytes };
+                return Err(Failure::new(error, destination));
+            }
+        }
+        let src = self.walk_source(mode, source, source_guard.is_some())?;
+        self.may_write(mode, src.root, &src.rel).map_err(|e| self.fail(e, &src))?;
+        let create_parents = !matches!(destination_guard, Some(WriteGuard::ReplaceIfVersion { .. }));
+        let dst = self.walk(mode, destination, WalkOptions { follow_final: true, create_parents })?;
+        self.may_write(mode, dst.root, &dst.rel).map_err(|e| self.fail(e, &dst))?;
+        let src_target = self.target(&src);
+        let dst_target = self.target(&dst);
+        if src_target.key == dst_target.key {
+            return Err(self.fail(FsError::Denied("source and destination are the same file".into()), &dst));
+        }
+        let _held = self.locks.lock(&[&src_target.key, &dst_target.key]);
+
+        let src_missing = if source_guard.is_some() { FsError::Stale("file no longer exists") } else { FsError::NotFound };
+        let (src_file, src_meta) = current_file(&src)
+            .map_err(|e| self.fail(e, &src))?
+            .ok_or_else(|| self.fail(src_missing, &src))?;
+        self.check_source_guard(source_guard.as_ref(), &src_target.key, &src_file, &src_meta)
+            .map_err(|e| self.fail(e, &src))?;
+        let existing = current_file(&dst).map_err(|e| self.fail(e, &dst))?;
+        match (&destination_guard, &existing) {
+            (Some(WriteGuard::CreateIfAbsent), Some(_)) => return Err(self.fail(FsError::AlreadyExists, &dst)),
+            (Some(WriteGuard::ReplaceIfVersion { .. }), None) => {
+                return Err(self.fail(FsError::Stale("file no longer exists"), &dst));
+            }
+            (Some(WriteGuard::ReplaceIfVersion { version: expected, target_key }), Some((file, meta))) => {
+                same_key(target_key.as_ref(), &dst_target.key).map_err(|e| self.fail(e, &dst))?;
+                if version::of_file(file, meta) != *expected {
+                    return Err(self.fail(FsError::Stale("file changed on disk since it was read"), &dst));
+                }
+            }
+            _ => {}
+        }
+        let src_text = self.bounded_text(&src_file, &src_meta);
+        let dst_before = existing.as_ref().map(|(f, m)| self.bounded_text(f, m));
+        let src_parent = src.parent.as_ref().ok_or_else(|| self.fail(FsError::NotRegularFile, &src))?;
+        let dst_parent = dst.parent.as_ref().ok_or_else(|| self.fail(FsError::NotRegularFile, &dst))?;
+
+        let mut source_removal_error = None;
+        let after: Option<String>;
+        let how = match (&destination_guard, &existing) {
+            (_, None) if destination_guard.is_some() => RenameHow::NoReplace,
+            _ => RenameHow::Replace,
+        };
+        let renamed = match &content {
+            None => sys::rename(src_parent.as_fd(), src.name(), dst_parent.as_fd(), dst.name(), how),
+            Some(_) => Err(Errno::XDEV),
+        };
+        match renamed {
+            Ok(()) => {
+                after = src_text.clone();
+                sys::sync_dir(dst_parent.as_fd()).map_err(|e| self.fail(FsError::Sync(e), &dst))?;
+                sys::sync_dir(src_parent.as_fd()).map_err(|e| self.fail(FsError::Sync(e), &src))?;
+            }
+            Err(Errno::EXIST) => return Err(self.fail(FsError::AlreadyExists, &dst)),
+            // New content, or another filesystem: write the destination, then remove the source.
+            Err(Errno::XDEV) => {
+                let bytes = match &content {
+                    Some(content) => content.as_bytes().to_vec(),
+                    None => read::read_bounded(&src_file, src_meta.size, self.limits.max_editable_bytes)
+                        .map_err(|e| self.fail(e, &src))?,
+                };
+                let place = match (&existing, destination_guard.is_some()) {
+                    (Some((_, meta)), _) => Place::Replace(meta),
+                    (None, true) => Place::Create,
+                    (None, false) => Place::CreateOrReplace,
+                };
+                place_file(dst_parent.as_fd(), dst.name(), &bytes, place).map_err(|e| self.fail(e, &dst))?;
+                after = String::from_utf8(bytes).ok();
+                match sys::remove(src_parent.as_fd(), src.name()) {
+                    Ok(()) => {
+                        let _ = sys::sync_dir(src_parent.as_fd());
+                    }
+                    Err(errno) => source_removal_error = Some(FsError::Remove(errno).to_string()),
+                }
+            }
+            Err(errno) => return Err(self.fail(FsError::Rename(errno), &dst)),
+        }
+        let dst_file_meta = current_file(&dst).map_err(|e| self.fail(e, &dst))?;
+        let destination_version = match dst_file_meta {
+            Some((file, meta)) => version::of_file(&file, &meta),
+            None => return Err(self.fail(FsError::Stale("destination disappeared after the move"), &dst)),
+        };
+        let source_change = match (&source_removal_error, src_text.clone()) {
+            (Some(_), _) => Change::default(),
+            (None, Some(text)) => Change { before: Some(text), after: None, omitted: false },
+            (None, None) => Change { before: None, after: None, omitted: true },
+        };
+        let destination_change = match dst_before {
+            Some(before) => self.change(before.as_deref(), before.is_some(), after.as_deref()),
+            None => self.change(None, true, after.as_deref()),
+        };
+        Ok(Outcome::MoveFile {
+            source: src_target,
+            destination: dst_target,
+            destination_version,
+            source_change,
+            destination_change,
+            source_removal_error,
+        })
+    }
+}

@@ -1,0 +1,256 @@
+//! Reads: stat, readText, readBytes, streamText and listDir. Only regular files are opened for
+//! I/O, always non-blocking and without following a final link, then checked by fstat on the
+//! handle that is read.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+
+use super::resolve::{self, Resolved};
+use super::{Backend, DirEntry, FileType, Info, Mode, Outcome, TEMP_PREFIX, Target, text, version};
+use crate::error::{Failure, FsError};
+use crate::sys::{self, Errno, Kind, Meta};
+
+/// One message of a streamed read.
+#[derive(Debug)]
+pub enum StreamItem {
+    Header { target: Target, version: String, size: u64 },
+    Chunk(Vec<u8>),
+}
+
+fn file_type(kind: Kind) -> FileType {
+    match kind {
+        Kind::File => FileType::File,
+        Kind::Directory => FileType::Directory,
+        Kind::Symlink | Kind::Other => FileType::Other,
+    }
+}
+
+/// Reads at most `limit` bytes; more than that is `FS_TOO_LARGE` (st_size may lie or grow).
+pub(super) fn read_bounded(file: &File, size_hint: u64, limit: u64) -> Result<Vec<u8>, FsError> {
+    let mut buf = Vec::with_capacity(size_hint.min(limit) as usize);
+    file.take(limit + 1).read_to_end(&mut buf).map_err(FsError::Read)?;
+    if buf.len() as u64 > limit {
+        return Err(FsError::TooLarge { size: buf.len() as u64, limit });
+    }
+    Ok(buf)
+}
+
+impl Backend {
+    /// Opens the resolved target as a regular file for reading.
+    pub(super) fn open_regular(&self, resolved: &Resolved) -> Result<(File, Meta), FsError> {
+        let meta = resolved.meta.ok_or(FsError::NotFound)?;
+        if meta.kind != Kind::File {
+            return Err(FsError::NotRegularFile);
+        }
+        let parent = resolved.parent.as_ref().ok_or(FsError::NotRegularFile)?;
+        let file = match sys::open_read(parent.as_fd(), resolved.name()) {
+            Ok(file) => file,
+            Err(Errno::NOENT) => return Err(FsError::NotFound),
+            // The name became a link after the walk: not the file that was resolved.
+            Err(Errno::LOOP) => return Err(FsError::NotRegularFile),
+            Err(errno) => return Err(FsError::Open(errno)),
+        };
+        let meta = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
+        if meta.kind != Kind::File {
+            return Err(FsError::NotRegularFile);
+        }
+        Ok((file, meta))
+    }
+
+    /// The version the daemon reports for a resolved object, as every reply computes it.
+    pub(super) fn version_at(&self, resolved: &Resolved, meta: &Meta) -> String {
+        if meta.kind == Kind::File {
+            if let Ok((file, opened)) = self.open_regular(resolved) {
+                return version::of_file(&file, &opened);
+            }
+        }
+        version::of_meta(meta)
+    }
+
+    pub(super) fn stat(&self, mode: Mode, path: &str) -> Result<Outcome, Failure> {
+        let resolved = match self.walk_read(mode, path) {
+            Ok(r) => r,
+            // A missing parent is still "absent" for stat.
+            Err(Failure { error: FsError::NotFound, path, .. }) => {
+                return Err(Failure::new(FsError::NotFound, path));
+            }
+            Err(f) => return Err(f),
+        };
+        let target = self.target(&resolved);
+        let info = resolved.meta.map(|meta| Info {
+            version: self.version_at(&resolved, &meta),
+            file_type: file_type(meta.kind),
+            size: (meta.kind == Kind::File).then_some(meta.size),
+        });
+        Ok(Outcome::Stat { target, info })
+    }
+
+    pub(super) fn read_text(&self, mode: Mode, path: &str, max_bytes: u64) -> Result<Outcome, Failure> {
+        let limit = match max_bytes {
+            0 => self.limits.max_editable_bytes,
+            n => n.min(self.limits.max_editable_bytes),
+        };
+        let resolved = self.walk_read(mode, path)?;
+        let (file, meta) = self.open_regular(&resolved).map_err(|e| self.fail(e, &resolved))?;
+        if meta.size > limit {
+            return Err(self.fail(FsError::TooLarge { size: meta.size, limit }, &resolved));
+        }
+        let bytes = read_bounded(&file, meta.size, limit).map_err(|e| self.fail(e, &resolved))?;
+        text::decode(&bytes).map_err(|e| self.fail(e, &resolved))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| self.fail(FsError::NotText("file is not valid UTF-8"), &resolved))?;
+        Ok(Outcome::ReadText { target: self.target(&resolved), version: version::of_file(&file, &meta), text })
+    }
+
+    pub(super) fn read_bytes(&self, mode: Mode, path: &str, max_bytes: u64) -> Result<Outcome, Failure> {
+        let limit = match max_bytes {
+            0 => self.limits.max_read_bytes,
+            n => n.min(self.limits.max_read_bytes),
+        };
+        let resolved = self.walk_read(mode, path)?;
+        let (file, meta) = self.open_regular(&resolved).map_err(|e| self.fail(e, &resolved))?;
+        if meta.size > limit {
+            return Err(self.fail(FsError::TooLarge { size: meta.size, limit }, &resolved));
+        }
+        let data = read_bounded(&file, meta.size, limit).map_err(|e| self.fail(e, &resolved))?;
+        Ok(Outcome::ReadBytes { target: self.target(&resolved), version: version::of_file(&file, &meta), data })
+    }
+
+    /// Streams a file in chunks. `sink` returns false when the receiver is gone; the read stops
+    /// there, so memory stays at a few chunks whatever the file's size.
+    pub fn stream_text(
+        &self,
+        mode: Mode,
+        path: &str,
+        chunk_bytes: usize,
+        sink: &mut dyn FnMut(StreamItem) -> bool,
+    ) -> Result<(), Failure> {
+        let chunk = match chunk_bytes {
+            0 => self.limits.default_chunk_bytes,
+            n => n.clamp(4096, self.limits.max_chunk_bytes),
+        };
+        let resolved = self.walk_read(mode, path)?;
+        let (mut file, meta) = self.open_regular(&resolved).map_err(|e| self.fail(e, &resolved))?;
+        let header = StreamItem::Header {
+            target: self.target(&resolved),
+            version: version::of_file(&file, &meta),
+            size: meta.size,
+        };
+        if !sink(header) {
+            return Ok(());
+        }
+        loop {
+            let mut buf = vec![0u8; chunk];
+            let mut filled = 0;
+            while filled < chunk {
+                match file.read(&mut buf[filled..]) {
+                    Ok(0) => break,
+                    Ok(n) => filled += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(self.fail(FsError::Read(e), &resolved)),
+                }
+            }
+            if filled == 0 {
+                return Ok(());
+            }
+            buf.truncate(filled);
+            if !sink(StreamItem::Chunk(buf)) {
+                return Ok(());
+            }
+            if filled < chunk {
+                return Ok(());
+            }
+        }
+    }
+
+    pub(super) fn list_dir(&self, mode: Mode, path: &str) -> Result<Outcome, Failure> {
+        let resolved = self.walk_read(mode, path)?;
+        let meta = resolved.meta.ok_or_else(|| self.fail(FsError::NotFound, &resolved))?;
+        if meta.kind != Kind::Directory {
+            return Err(self.fail(FsError::NotDirectory, &resolved));
+        }
+        let dir = match &resolved.parent {
+            Some(parent) => sys::open_dir_for_listing(parent.as_fd(), resolved.name()),
+            None => sys::open_dir_for_listing(self.roots[resolved.root].fd.as_fd(), OsStr::new("")),
+        }
+        .map_err(|e| self.fail(FsError::List(e), &resolved))?;
+        let listing = dir.try_clone().map_err(|e| {
+            self.fail(FsError::List(Errno::from_io_error(&e).unwrap_or(Errno::IO)), &resolved)
+        })?;
+        let mut names = sys::list_names(listing, self.limits.max_dir_entries).map_err(|e| {
+            let error = match e {
+                Errno::NOSPC => FsError::TooManyEntries(self.limits.max_dir_entries),
+                e => FsError::List(e),
+            };
+            self.fail(error, &resolved)
+        })?;
+        names.retain(|n| !n.as_bytes().starts_with(TEMP_PREFIX.as_bytes()));
+        names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+
+        let target = self.target(&resolved);
+        let mut entries = Vec::with_capacity(names.len());
+        for name in names {
+            let mut rel = resolved.rel.clone();
+            rel.push(name.clone());
+            let child = Target {
+                key: resolve::target_key(&self.roots, resolved.root, &rel),
+                display: resolve::display_path(&self.roots, resolved.root, &rel),
+            };
+            let display_name = resolve::escape_bytes(name.as_bytes());
+            let other = |target: Target| DirEntry {
+                name: display_name.clone(),
+                raw_name: name.as_bytes().to_vec(),
+                file_type: FileType::Other,
+                target,
+                version: None,
+                size: None,
+            };
+            let meta = match sys::meta_at(dir.as_fd(), &name) {
+                Ok(meta) => meta,
+                // Disappeared since the listing: report it as other, without metadata.
+                Err(Errno::NOENT) => {
+                    entries.push(other(child));
+                    continue;
+                }
+                Err(e) => return Err(self.fail(FsError::Metadata(e), &resolved)),
+            };
+            let child_resolved = if meta.kind == Kind::Symlink {
+                // A link is described by what it leads to inside the roots; broken or leading
+                // out, it is "other".
+                match std::str::from_utf8(child.display.as_bytes())
+                    .ok()
+                    .and_then(|p| self.walk_read(mode, p).ok())
+                {
+                    Some(r) if r.meta.is_some() => r,
+                    _ => {
+                        entries.push(other(child));
+                        continue;
+                    }
+                }
+            } else {
+                Resolved {
+                    root: resolved.root,
+                    rel,
+                    parent: dir.try_clone().ok(),
+                    meta: Some(meta),
+                }
+            };
+            let Some(meta) = child_resolved.meta else {
+                entries.push(other(child));
+                continue;
+            };
+            entries.push(DirEntry {
+                name: display_name.clone(),
+                raw_name: name.as_bytes().to_vec(),
+                file_type: file_type(meta.kind),
+                target: self.target(&child_resolved),
+                version: Some(self.version_at(&child_resolved, &meta)),
+                size: (meta.kind == Kind::File).then_some(meta.size),
+            });
+        }
+        Ok(Outcome::ListDir { target, entries })
+    }
+}

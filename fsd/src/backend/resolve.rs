@@ -1,0 +1,310 @@
+//! Path resolution: a component-by-component walk from the opened root directories. Each
+//! component is opened `O_PATH|O_NOFOLLOW`; a symlink is followed by walking its target (relative
+//! or absolute) with a bounded hop count; `..` never climbs above the root it is in. No string is
+//! validated and then handed to the kernel again: every later syscall is relative to the
+//! descriptors this walk returns.
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::FsError;
+use crate::sys::{self, Errno, Kind, Meta};
+
+/// At most this many symlinks are followed in one resolution (the kernel's own limit).
+const MAX_LINK_HOPS: usize = 40;
+/// Request paths longer than this are refused before any syscall.
+pub const MAX_PATH_BYTES: usize = 4096;
+const MAX_COMPONENT_BYTES: usize = 255;
+
+/// A directory tree the daemon serves, opened once at startup.
+#[derive(Debug)]
+pub struct Root {
+    pub id: String,
+    pub path: PathBuf,
+    pub fd: OwnedFd,
+    pub writable: bool,
+}
+
+impl Root {
+    fn components(&self) -> Vec<&OsStr> {
+        components(self.path.as_os_str())
+    }
+}
+
+/// Where a path leads: the parent directory's handle and the final name, with identity.
+#[derive(Debug)]
+pub struct Resolved {
+    pub root: usize,
+    /// Components below the root, the final name included (empty for the root itself).
+    pub rel: Vec<OsString>,
+    /// The parent directory of the final component; `None` when the target is a root.
+    pub parent: Option<OwnedFd>,
+    /// What the final name is now (`None`: absent). Never a symlink when links are followed.
+    pub meta: Option<Meta>,
+}
+
+impl Resolved {
+    /// The final component's name (empty for a root).
+    pub fn name(&self) -> &OsStr {
+        self.rel.last().map(OsString::as_os_str).unwrap_or(OsStr::new(""))
+    }
+}
+
+/// How to treat the final component and missing parents.
+#[derive(Debug, Clone, Copy)]
+pub struct WalkOptions {
+    /// Follow a final symlink (reads and writes through links) or stop at it (delete, move).
+    pub follow_final: bool,
+    /// Create missing parent directories (writes), after `may_create` allows each one.
+    pub create_parents: bool,
+}
+
+/// Splits a path into its normal components, dropping empty ones and `.`.
+pub fn components(path: &OsStr) -> Vec<&OsStr> {
+    path.as_bytes()
+        .split(|&b| b == b'/')
+        .filter(|c| !c.is_empty() && *c != b".")
+        .map(OsStr::from_bytes)
+        .collect()
+}
+
+/// Checks a request path before any syscall.
+pub fn validate(path: &str) -> Result<(), FsError> {
+    if path.is_empty() {
+        return Err(FsError::InvalidPath("path is empty"));
+    }
+    if path.len() > MAX_PATH_BYTES {
+        return Err(FsError::InvalidPath("path is longer than 4096 bytes"));
+    }
+    if path.as_bytes().contains(&0) {
+        return Err(FsError::InvalidPath("path contains a NUL byte"));
+    }
+    if !path.starts_with('/') {
+        return Err(FsError::InvalidPath("path must be absolute"));
+    }
+    if components(OsStr::new(path)).iter().any(|c| c.len() > MAX_COMPONENT_BYTES) {
+        return Err(FsError::InvalidPath("a path component is longer than 255 bytes"));
+    }
+    Ok(())
+}
+
+/// The root with the longest component prefix of `path`, and the remaining components.
+fn pick_root<'p>(roots: &[Root], path: &[&'p OsStr]) -> Option<(usize, Vec<&'p OsStr>)> {
+    let mut best: Option<(usize, usize)> = None;
+    for (index, root) in roots.iter().enumerate() {
+        let prefix = root.components();
+        if prefix.len() <= path.len()
+            && prefix.iter().zip(path).all(|(a, b)| a == b)
+            && best.is_none_or(|(_, len)| prefix.len() > len)
+        {
+            best = Some((index, prefix.len()));
+        }
+    }
+    best.map(|(index, len)| (index, path[len..].to_vec()))
+}
+
+/// The walker's state: the root it is in and the open directories below it.
+struct Walk<'r> {
+    roots: &'r [Root],
+    root: usize,
+    /// `dirs[i]` is the directory `rel[..i]`; `dirs` is one longer than `rel`'s directory part.
+    dirs: Vec<OwnedFd>,
+    rel: Vec<OsString>,
+}
+
+impl<'r> Walk<'r> {
+    fn enter_root(&mut self, root: usize) -> Result<(), FsError> {
+        self.root = root;
+        self.rel.clear();
+        self.dirs.clear();
+        let dup = self.roots[root].fd.try_clone().map_err(|e| FsError::Walk(errno_of(&e)))?;
+        self.dirs.push(dup);
+        Ok(())
+    }
+
+    fn current(&self) -> Result<&OwnedFd, FsError> {
+        self.dirs.last().ok_or(FsError::OutsideRoots)
+    }
+}
+
+fn errno_of(err: &std::io::Error) -> Errno {
+    Errno::from_io_error(err).unwrap_or(Errno::IO)
+}
+
+/// Resolves an absolute request path against the roots.
+///
+/// `may_create(root, rel_of_new_dir)` is asked before each missing parent is created.
+pub fn resolve(
+    roots: &[Root],
+    path: &str,
+    options: WalkOptions,
+    may_create: &dyn Fn(usize, &[OsString]) -> Result<(), FsError>,
+) -> Result<Resolved, FsError> {
+    validate(path)?;
+    let all = components(OsStr::new(path));
+    let (root, rest) = pick_root(roots, &all).ok_or(FsError::OutsideRoots)?;
+    let mut walk = Walk { roots, root, dirs: Vec::new(), rel: Vec::new() };
+    walk.enter_root(root)?;
+
+    let mut queue: std::collections::VecDeque<OsString> =
+        rest.into_iter().map(OsStr::to_os_string).collect();
+    let mut hops = 0usize;
+    let mut last: Option<(OsString, Option<Meta>)> = None;
+
+    while let Some(name) = queue.pop_front() {
+        if name == ".." {
+            if walk.rel.is_empty() {
+                return Err(FsError::OutsideRoots);
+            }
+            walk.rel.pop();
+            walk.dirs.pop();
+            continue;
+        }
+        let is_final = queue.is_empty();
+        let dir = walk.current()?;
+        let handle = match sys::open_component(dir.as_fd(), &name) {
+            Ok(handle) => handle,
+            Err(Errno::NOENT) if is_final => {
+                last = Some((name, None));
+                break;
+            }
+            Err(Errno::NOENT) if options.create_parents => {
+                let mut rel = walk.rel.clone();
+                rel.push(name.clone());
+                may_create(walk.root, &rel)?;
+                match sys::make_dir(dir.as_fd(), &name) {
+                    Ok(()) | Err(Errno::EXIST) => {}
+                    Err(errno) => return Err(FsError::MakeDir(errno)),
+                }
+                sys::open_component(dir.as_fd(), &name).map_err(FsError::Walk)?
+            }
+            Err(Errno::NOENT) => return Err(FsError::NotFound),
+            Err(Errno::NOTDIR) => return Err(FsError::NotDirectory),
+            Err(errno) => return Err(FsError::Walk(errno)),
+        };
+        let meta = sys::meta(handle.as_fd()).map_err(FsError::Metadata)?;
+        match meta.kind {
+            Kind::Symlink if !is_final || options.follow_final => {
+                hops += 1;
+                if hops > MAX_LINK_HOPS {
+                    return Err(FsError::TooManyLinks);
+                }
+                let target = sys::read_link(handle.as_fd()).map_err(FsError::Walk)?;
+                let target_components: Vec<OsString> =
+                    components(&target).into_iter().map(OsStr::to_os_string).collect();
+                if target.as_bytes().starts_with(b"/") {
+                    let borrowed: Vec<&OsStr> =
+                        target_components.iter().map(OsString::as_os_str).collect();
+                    let (next_root, rest) =
+                        pick_root(roots, &borrowed).ok_or(FsError::OutsideRoots)?;
+                    let rest: Vec<OsString> = rest.into_iter().map(OsStr::to_os_string).collect();
+                    walk.enter_root(next_root)?;
+                    for c in rest.into_iter().rev() {
+                        queue.push_front(c);
+                    }
+                } else {
+                    for c in target_components.into_iter().rev() {
+                        queue.push_front(c);
+                    }
+                }
+            }
+            Kind::Directory if !is_final => {
+                walk.rel.push(name);
+                walk.dirs.push(handle);
+            }
+            _ if !is_final => return Err(FsError::NotDirectory),
+            _ => {
+                last = Some((name, Some(meta)));
+                break;
+            }
+        }
+    }
+
+    match last {
+        Some((name, meta)) => {
+            let parent = walk.dirs.pop().ok_or(FsError::OutsideRoots)?;
+            let mut rel = walk.rel;
+            rel.push(name);
+            Ok(Resolved { root: walk.root, rel, parent: Some(parent), meta })
+        }
+        // The path ended on a directory we entered (or on `..`): the target is that directory.
+        None => {
+            let target = walk.dirs.pop().ok_or(FsError::OutsideRoots)?;
+            let meta = sys::meta(target.as_fd()).map_err(FsError::Metadata)?;
+            let parent = walk.dirs.pop();
+            Ok(Resolved { root: walk.root, rel: walk.rel, parent, meta: Some(meta) })
+        }
+    }
+}
+
+/// The opaque key of a resolved target: root id and the path below it.
+pub fn target_key(roots: &[Root], root: usize, rel: &[OsString]) -> String {
+    let mut key = roots[root].id.clone();
+    key.push(':');
+    for (i, c) in rel.iter().enumerate() {
+        if i > 0 {
+            key.push('/');
+        }
+        key.push_str(&c.to_string_lossy());
+    }
+    key
+}
+
+/// The canonical absolute path of a resolved target, for display.
+pub fn display_path(roots: &[Root], root: usize, rel: &[OsString]) -> String {
+    let mut path: PathBuf = roots[root].path.clone();
+    for c in rel {
+        path.push(c);
+    }
+    path_string(&path)
+}
+
+/// A path as text; bytes that are not UTF-8 are escaped as `\xNN` so two names never collide.
+pub fn path_string(path: &Path) -> String {
+    escape_bytes(path.as_os_str().as_bytes())
+}
+
+/// Escapes bytes that are not valid UTF-8 as `\xNN`.
+pub fn escape_bytes(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validate_refuses_bad_input_before_any_syscall() {
+        let check = |path: &str, ok: bool| assert_eq!(validate(path).is_ok(), ok, "{path:?}");
+        check("/ws/a.txt", true);
+        check("", false);
+        check("relative/a.txt", false);
+        check("/ws/a\0b", false);
+        check(&format!("/{}", "a".repeat(256)), false);
+        check(&format!("/{}", "a".repeat(255)), true);
+        check(&format!("/{}", "a/".repeat(2049)), false);
+    }
+
+    #[test]
+    fn components_drop_empty_and_dot() {
+        let got: Vec<_> = components(OsStr::new("//ws/./a//b/../c/")).into_iter().collect();
+        let want: Vec<&OsStr> = ["ws", "a", "b", "..", "c"].into_iter().map(OsStr::new).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn escape_keeps_distinct_invalid_names_distinct() {
+        assert_eq!(escape_bytes(b"caf\xc3\xa9"), "café");
+        assert_eq!(escape_bytes(b"a\xffb"), "a\\xffb");
+        assert_ne!(escape_bytes(b"\xfe"), escape_bytes(b"\xff"));
+    }
+}

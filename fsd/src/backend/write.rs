@@ -1,0 +1,231 @@
+//! Whole-file writes and the atomic replace every mutation uses: a temporary file with a random
+//! name in the target's own directory, written, owner and mode kept, fsynced, renamed over the
+//! target, the directory fsynced. A replace swaps with `RENAME_EXCHANGE` and checks that what it
+//! swapped out is the file it checked, so an editor's save in between is never lost.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsFd, BorrowedFd};
+
+use super::resolve::{Resolved, WalkOptions};
+use super::{Backend, Mode, Outcome, WriteGuard, WriteOperation, text, version};
+use crate::error::{Failure, FsError};
+use crate::sys::{self, Errno, Kind, Meta, RenameHow};
+
+/// Mode bits of files the daemon creates.
+const NEW_FILE_MODE: u32 = 0o644;
+/// How much of a large existing file is read to learn its BOM and line-ending style.
+const STYLE_PROBE_BYTES: u64 = 64 << 10;
+
+/// How the new file takes its place.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Place<'a> {
+    /// Only if nothing is there (`RENAME_NOREPLACE`): a guarded creation.
+    Create,
+    /// Whatever is there (an unguarded write of an absent target).
+    CreateOrReplace,
+    /// Exactly the file described by this metadata, keeping its owner and mode.
+    Replace(&'a Meta),
+}
+
+/// Removes the temporary name on every early return.
+struct TempName<'a> {
+    dir: BorrowedFd<'a>,
+    name: OsString,
+    armed: bool,
+}
+
+impl Drop for TempName<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Err(errno) = sys::remove(self.dir, &self.name) {
+                tracing::warn!(name = ?self.name, %errno, "could not remove a temporary file");
+            }
+        }
+    }
+}
+
+/// Writes `content` as the file `name` in `dir` atomically. Returns the new file and its
+/// metadata taken after the final rename.
+pub(super) fn place_file(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    content: &[u8],
+    place: Place<'_>,
+) -> Result<(File, Meta), FsError> {
+    let temp_name = sys::temp_name().map_err(FsError::CreateTemp)?;
+    let mut file = sys::create_exclusive(dir, &temp_name).map_err(FsError::CreateTemp)?;
+    let mut temp = TempName { dir, name: temp_name, armed: true };
+    file.write_all(content).map_err(FsError::WriteTemp)?;
+    match place {
+        Place::Replace(old) => {
+            let (uid, gid) = sys::effective_ids();
+            if (old.uid, old.gid) != (uid, gid) {
+                sys::set_owner(&file, old.uid, old.gid).map_err(FsError::KeepOwner)?;
+            }
+            // After chown, which clears set-id bits; those are not carried over on purpose.
+            sys::set_mode(&file, old.mode & 0o777).map_err(FsError::SetMode)?;
+        }
+        Place::Create | Place::CreateOrReplace => {
+            sys::set_mode(&file, NEW_FILE_MODE).map_err(FsError::SetMode)?;
+        }
+    }
+    sys::sync(file.as_fd()).map_err(FsError::Sync)?;
+    match place {
+        Place::Create => match sys::rename(dir, &temp.name, dir, name, RenameHow::NoReplace) {
+            Ok(()) => temp.armed = false,
+            Err(Errno::EXIST) => return Err(FsError::AlreadyExists),
+            Err(errno) => return Err(FsError::Rename(errno)),
+        },
+        Place::CreateOrReplace => {
+            sys::rename(dir, &temp.name, dir, name, RenameHow::Replace).map_err(FsError::Rename)?;
+            temp.armed = false;
+        }
+        Place::Replace(old) => match sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange) {
+            Ok(()) => {
+                // The temporary name now holds whatever was at `name` a moment ago.
+                let swapped = sys::meta_at(dir, &temp.name);
+                if !swapped.as_ref().is_ok_and(|m| m.same_content(old)) {
+                    if let Err(errno) = sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange) {
+                        // Both names hold someone's content now; delete neither.
+                        temp.armed = false;
+                        return Err(FsError::Rename(errno));
+                    }
+                    return Err(FsError::Stale("file changed on disk while it was being written"));
+                }
+                // Still armed: dropping `temp` removes the old file.
+            }
+            // The filesystem cannot exchange: the per-target lock still orders fsd's own writers.
+            Err(Errno::INVAL | Errno::OPNOTSUPP) => {
+                sys::rename(dir, &temp.name, dir, name, RenameHow::Replace).map_err(FsError::Rename)?;
+                temp.armed = false;
+            }
+            Err(errno) => return Err(FsError::Rename(errno)),
+        },
+    }
+    drop(temp);
+    sys::sync_dir(dir).map_err(FsError::Sync)?;
+    let meta = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
+    Ok((file, meta))
+}
+
+/// The current regular file at a resolved name, re-checked under the target lock.
+pub(super) fn current_file(resolved: &Resolved) -> Result<Option<(File, Meta)>, FsError> {
+    let Some(parent) = resolved.parent.as_ref() else {
+        return Err(FsError::NotRegularFile);
+    };
+    match sys::meta_at(parent.as_fd(), resolved.name()) {
+        Err(Errno::NOENT) => return Ok(None),
+        Err(errno) => return Err(FsError::Metadata(errno)),
+        // Replaced by a link since the walk: not the file the caller resolved.
+        Ok(m) if m.kind == Kind::Symlink => {
+            return Err(FsError::Stale("file was replaced by a symbolic link"));
+        }
+        Ok(m) if m.kind != Kind::File => return Err(FsError::NotRegularFile),
+        Ok(_) => {}
+    }
+    let file = match sys::open_read(parent.as_fd(), resolved.name()) {
+        Ok(file) => file,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(errno) => return Err(FsError::Open(errno)),
+    };
+    let meta = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
+    if meta.kind != Kind::File {
+        return Err(FsError::NotRegularFile);
+    }
+    Ok(Some((file, meta)))
+}
+
+/// Checks a target key a guard names against the resolved one.
+pub(super) fn same_key(expected: Option<&String>, actual: &str) -> Result<(), FsError> {
+    match expected {
+        Some(key) if !key.is_empty() && key != actual => {
+            Err(FsError::Stale("path now resolves to a different file than the one that was read"))
+        }
+        _ => Ok(()),
+    }
+}
+
+impl Backend {
+    pub(super) fn write_text(
+        &self,
+        mode: Mode,
+        path: &str,
+        content: String,
+        guard: Option<WriteGuard>,
+        match_style: bool,
+    ) -> Result<Outcome, Failure> {
+        if content.len() as u64 > self.limits.max_editable_bytes {
+            let error = FsError::TooLarge { size: content.len() as u64, limit: self.limits.max_editable_bytes };
+            return Err(Failure::new(error, path));
+        }
+        // A replace of a file that must already exist never creates directories for it.
+        let create_parents = !matches!(guard, Some(WriteGuard::ReplaceIfVersion { .. }));
+        let resolved = match self.walk(mode, path, WalkOptions { follow_final: true, create_parents }) {
+            Err(Failure { error: FsError::NotFound, path, .. }) if !create_parents => {
+                return Err(Failure::new(FsError::Stale("file no longer exists"), path));
+            }
+            other => other?,
+        };
+        self.may_write(mode, resolved.root, &resolved.rel).map_err(|e| self.fail(e, &resolved))?;
+        let target = self.target(&resolved);
+        let _held = self.locks.lock(&[&target.key]);
+        let fail = |e| self.fail(e, &resolved);
+
+        let existing = current_file(&resolved).map_err(fail)?;
+        match (&guard, &existing) {
+            (Some(WriteGuard::CreateIfAbsent), Some(_)) => return Err(fail(FsError::AlreadyExists)),
+            (Some(WriteGuard::ReplaceIfVersion { .. }), None) => {
+                return Err(fail(FsError::Stale("file no longer exists")));
+            }
+            (Some(WriteGuard::ReplaceIfVersion { version: expected, target_key }), Some((file, meta))) => {
+                same_key(target_key.as_ref(), &target.key).map_err(fail)?;
+                if version::of_file(file, meta) != *expected {
+                    return Err(fail(FsError::Stale("file changed on disk since it was read")));
+                }
+            }
+            _ => {}
+        }
+
+        let parent = resolved.parent.as_ref().ok_or_else(|| fail(FsError::NotRegularFile))?;
+        let (operation, version, change) = match existing {
+            None => {
+                let place = if guard.is_some() { Place::Create } else { Place::CreateOrReplace };
+                let (file, meta) =
+                    place_file(parent.as_fd(), resolved.name(), content.as_bytes(), place).map_err(fail)?;
+                let change = self.change(None, true, Some(&content));
+                (WriteOperation::Create, version::of_file(&file, &meta), change)
+            }
+            Some((old_file, old_meta)) => {
+                let whole = old_meta.size <= self.limits.max_diff_text_bytes;
+                let probe = if whole { self.limits.max_diff_text_bytes } else { STYLE_PROBE_BYTES };
+                let old_bytes = read_prefix(&old_file, probe).map_err(fail)?;
+                let old_text = if whole { text::decode(&old_bytes).ok() } else { None };
+                let new_content = if match_style {
+                    let (bom, ending) = text::style_of(&old_bytes);
+                    text::apply_style(bom, ending, &content)
+                } else {
+                    content
+                };
+                let (file, meta) = place_file(
+                    parent.as_fd(),
+                    resolved.name(),
+                    new_content.as_bytes(),
+                    Place::Replace(&old_meta),
+                )
+                .map_err(fail)?;
+                let change = self.change(old_text, old_text.is_some(), Some(&new_content));
+                (WriteOperation::Update, version::of_file(&file, &meta), change)
+            }
+        };
+        Ok(Outcome::WriteText { target, operation, version, change })
+    }
+}
+
+/// The first `limit` bytes of a file (all of it when smaller).
+fn read_prefix(file: &File, limit: u64) -> Result<Vec<u8>, FsError> {
+    let mut buf = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(file, limit), &mut buf).map_err(FsError::Read)?;
+    Ok(buf)
+}

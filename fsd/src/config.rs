@@ -1,0 +1,270 @@
+//! The daemon's configuration: a TOML file (snake_case keys) overridden by flags. Roots and modes
+//! come only from here, never from a request.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::backend::{Limits, Mode, RootSpec};
+
+/// Where the daemon listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    Unix(PathBuf),
+    Tcp(std::net::SocketAddr),
+}
+
+impl Listen {
+    /// Parses `unix:PATH` or `tcp:HOST:PORT`.
+    pub fn parse(text: &str) -> Result<Listen, ConfigError> {
+        if let Some(path) = text.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err(ConfigError::Listen(text.to_owned(), "empty socket path"));
+            }
+            return Ok(Listen::Unix(PathBuf::from(path)));
+        }
+        if let Some(addr) = text.strip_prefix("tcp:") {
+            let addr: std::net::SocketAddr =
+                addr.parse().map_err(|_| ConfigError::Listen(text.to_owned(), "expected tcp:IP:PORT"))?;
+            if !addr.ip().is_loopback() {
+                return Err(ConfigError::Listen(
+                    text.to_owned(),
+                    "a non-loopback TCP listener needs TLS, which this build does not offer yet",
+                ));
+            }
+            return Ok(Listen::Tcp(addr));
+        }
+        Err(ConfigError::Listen(text.to_owned(), "expected unix:PATH or tcp:IP:PORT"))
+    }
+}
+
+impl std::fmt::Display for Listen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Listen::Unix(path) => write!(f, "unix:{}", path.display()),
+            Listen::Tcp(addr) => write!(f, "tcp:{addr}"),
+        }
+    }
+}
+
+/// How far the daemon trusts a client's claim that a wider mode was approved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Escalation {
+    Deny,
+    Client,
+}
+
+impl Escalation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Escalation::Deny => "deny",
+            Escalation::Client => "client",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
+/// The file form: every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    pub listen: Option<Vec<String>>,
+    pub writable_roots: Option<Vec<PathBuf>>,
+    pub readable_roots: Option<Vec<PathBuf>>,
+    pub protected_names: Option<Vec<String>>,
+    pub default_mode: Option<String>,
+    pub max_mode: Option<String>,
+    pub escalation: Option<String>,
+    pub log_format: Option<String>,
+    pub max_message_bytes: Option<u64>,
+    pub max_editable_file_bytes: Option<u64>,
+    pub max_read_bytes: Option<u64>,
+    pub max_diff_text_bytes: Option<u64>,
+    pub max_dir_entries: Option<usize>,
+}
+
+/// What the flags say; each set flag overrides the file.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub listen: Vec<String>,
+    pub writable_roots: Vec<PathBuf>,
+    pub readable_roots: Vec<PathBuf>,
+    pub log_format: Option<String>,
+    pub default_mode: Option<String>,
+}
+
+/// The resolved configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: Vec<Listen>,
+    pub roots: Vec<RootSpec>,
+    pub protected_names: Vec<String>,
+    pub default_mode: Mode,
+    pub max_mode: Mode,
+    pub escalation: Escalation,
+    pub log_format: LogFormat,
+    pub max_message_bytes: u64,
+    pub limits: Limits,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {0}: {1}")]
+    Read(PathBuf, #[source] std::io::Error),
+    #[error("invalid config {0}: {1}")]
+    Parse(PathBuf, #[source] toml::de::Error),
+    #[error("invalid listen address {0:?}: {1}")]
+    Listen(String, &'static str),
+    #[error("invalid {key} {value:?}: expected read-only, workspace-write or danger-full-access")]
+    Mode { key: &'static str, value: String },
+    #[error("invalid escalation {0:?}: expected \"deny\" or \"client\" (\"signed\" is not in this build)")]
+    Escalation(String),
+    #[error("invalid log_format {0:?}: expected human or json")]
+    LogFormat(String),
+    #[error("no listen address: pass --listen unix:PATH or tcp:127.0.0.1:PORT")]
+    NoListen,
+    #[error("no root: pass --writable-root DIR or --readable-root DIR")]
+    NoRoots,
+    #[error("default_mode {default} is wider than max_mode {max}")]
+    DefaultAboveMax { default: &'static str, max: &'static str },
+    #[error("max_message_bytes {message} must exceed max_editable_file_bytes {editable}")]
+    MessageTooSmall { message: u64, editable: u64 },
+}
+
+fn mode(key: &'static str, value: Option<String>, default: Mode) -> Result<Mode, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(v) => Mode::parse(&v).ok_or(ConfigError::Mode { key, value: v }),
+    }
+}
+
+impl Config {
+    /// Loads the file (if any) and applies the flags.
+    pub fn load(file: Option<&Path>, flags: Overrides) -> Result<Config, ConfigError> {
+        let parsed = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.to_owned(), e))?;
+                toml::from_str(&text).map_err(|e| ConfigError::Parse(path.to_owned(), e))?
+            }
+            None => ConfigFile::default(),
+        };
+        Config::resolve(parsed, flags)
+    }
+
+    pub fn resolve(file: ConfigFile, flags: Overrides) -> Result<Config, ConfigError> {
+        let listen_text = if flags.listen.is_empty() { file.listen.unwrap_or_default() } else { flags.listen };
+        let listen = listen_text.iter().map(|l| Listen::parse(l)).collect::<Result<Vec<_>, _>>()?;
+        if listen.is_empty() {
+            return Err(ConfigError::NoListen);
+        }
+        let roots_given = !flags.writable_roots.is_empty() || !flags.readable_roots.is_empty();
+        let (writable, readable) = if roots_given {
+            (flags.writable_roots, flags.readable_roots)
+        } else {
+            (file.writable_roots.unwrap_or_default(), file.readable_roots.unwrap_or_default())
+        };
+        let mut roots: Vec<RootSpec> =
+            writable.into_iter().map(|path| RootSpec { path, writable: true }).collect();
+        roots.extend(readable.into_iter().map(|path| RootSpec { path, writable: false }));
+        if roots.is_empty() {
+            return Err(ConfigError::NoRoots);
+        }
+        let default_mode = mode("default_mode", flags.default_mode.or(file.default_mode), Mode::WorkspaceWrite)?;
+        let max_mode = mode("max_mode", file.max_mode, default_mode)?;
+        if default_mode > max_mode {
+            return Err(ConfigError::DefaultAboveMax { default: default_mode.as_str(), max: max_mode.as_str() });
+        }
+        let escalation = match file.escalation.as_deref() {
+            None | Some("deny") => Escalation::Deny,
+            Some("client") => Escalation::Client,
+            Some(other) => return Err(ConfigError::Escalation(other.to_owned())),
+        };
+        let log_format = match flags.log_format.or(file.log_format).as_deref() {
+            None | Some("human") => LogFormat::Human,
+            Some("json") => LogFormat::Json,
+            Some(other) => return Err(ConfigError::LogFormat(other.to_owned())),
+        };
+        let defaults = Limits::default();
+        let limits = Limits {
+            max_editable_bytes: file.max_editable_file_bytes.unwrap_or(defaults.max_editable_bytes),
+            max_read_bytes: file.max_read_bytes.unwrap_or(defaults.max_read_bytes),
+            max_diff_text_bytes: file.max_diff_text_bytes.unwrap_or(defaults.max_diff_text_bytes),
+            max_dir_entries: file.max_dir_entries.unwrap_or(defaults.max_dir_entries),
+            ..defaults
+        };
+        let max_message_bytes = file.max_message_bytes.unwrap_or(80 << 20);
+        // A unary write carries the whole file plus framing: the cap must leave room for it.
+        let needed = limits.max_editable_bytes.max(limits.max_read_bytes) + (1 << 20);
+        if max_message_bytes < needed {
+            return Err(ConfigError::MessageTooSmall { message: max_message_bytes, editable: limits.max_editable_bytes });
+        }
+        Ok(Config {
+            listen,
+            roots,
+            protected_names: file.protected_names.unwrap_or_else(|| vec![".git".to_owned()]),
+            default_mode,
+            max_mode,
+            escalation,
+            log_format,
+            max_message_bytes,
+            limits,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(toml_text: &str, flags: Overrides, expected: Result<&str, &str>) {
+        let file: ConfigFile = match toml::from_str(toml_text) {
+            Ok(f) => f,
+            Err(e) => {
+                let want = expected.err().unwrap_or("a valid config");
+                assert!(e.to_string().contains(want), "{e} does not contain {want}");
+                return;
+            }
+        };
+        let got = Config::resolve(file, flags).map(|c| {
+            format!(
+                "{} {:?} {} {}",
+                c.listen.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+                c.roots.iter().map(|r| (r.path.display().to_string(), r.writable)).collect::<Vec<_>>(),
+                c.default_mode.as_str(),
+                c.escalation.as_str()
+            )
+        });
+        assert_eq!(got.map_err(|e| e.to_string()), expected.map(str::to_owned).map_err(str::to_owned));
+    }
+
+    fn flags(listen: &[&str], writable: &[&str]) -> Overrides {
+        Overrides {
+            listen: listen.iter().map(|s| (*s).to_owned()).collect(),
+            writable_roots: writable.iter().map(PathBuf::from).collect(),
+            ..Overrides::default()
+        }
+    }
+
+    #[test]
+    fn config_table() {
+        check("", flags(&["unix:/s"], &["/ws"]), Ok("unix:/s [(\"/ws\", true)] workspace-write deny"));
+        check(
+            "listen = [\"tcp:127.0.0.1:7000\"]\nreadable_roots = [\"/r\"]\ndefault_mode = \"read-only\"",
+            Overrides::default(),
+            Ok("tcp:127.0.0.1:7000 [(\"/r\", false)] read-only deny"),
+        );
+        // Flags override the file.
+        check("writable_roots = [\"/a\"]", flags(&["unix:/s"], &["/b"]), Ok("unix:/s [(\"/b\", true)] workspace-write deny"));
+        check("", flags(&["tcp:0.0.0.0:1"], &["/ws"]), Err("invalid listen address \"tcp:0.0.0.0:1\": a non-loopback TCP listener needs TLS, which this build does not offer yet"));
+        check("", flags(&[], &["/ws"]), Err("no listen address: pass --listen unix:PATH or tcp:127.0.0.1:PORT"));
+        check("", flags(&["unix:/s"], &[]), Err("no root: pass --writable-root DIR or --readable-root DIR"));
+        check("escalation = \"signed\"", flags(&["unix:/s"], &["/ws"]), Err("invalid escalation \"signed\": expected \"deny\" or \"client\" (\"signed\" is not in this build)"));
+        check("default_mode = \"danger-full-access\"\nmax_mode = \"read-only\"", flags(&["unix:/s"], &["/ws"]), Err("default_mode danger-full-access is wider than max_mode read-only"));
+        check("bogus = 1", flags(&["unix:/s"], &["/ws"]), Err("unknown field `bogus`"));
+    }
+}

@@ -1,0 +1,174 @@
+//! The backend's errors: one variant per failing step, errno kept, and the one function that maps
+//! them to stable wire codes.
+
+use fsd_proto::{ErrorCode, WireError};
+
+use crate::sys::Errno;
+
+/// Why a backend operation failed. Errno travels untouched until [`FsError::code`].
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    #[error("{0}")]
+    InvalidPath(&'static str),
+    #[error("path resolves outside every root of this daemon")]
+    OutsideRoots,
+    #[error("{0}")]
+    Denied(String),
+    #[error("not found")]
+    NotFound,
+    #[error("a path component is not a directory")]
+    NotDirectory,
+    #[error("not a regular file")]
+    NotRegularFile,
+    #[error("too many levels of symbolic links")]
+    TooManyLinks,
+    #[error("{0}")]
+    NotText(&'static str),
+    #[error("file is {size} bytes, over the limit of {limit} bytes")]
+    TooLarge { size: u64, limit: u64 },
+    #[error("{0}")]
+    Stale(&'static str),
+    #[error("file already exists")]
+    AlreadyExists,
+    #[error("String to replace not found in file.")]
+    EditNotFound,
+    #[error("Found {0} matches of the string to replace")]
+    AmbiguousEdit(usize),
+    #[error("directory has more than {0} entries")]
+    TooManyEntries(usize),
+    #[error("cannot keep the replaced file's owner: {0}")]
+    KeepOwner(#[source] Errno),
+    #[error("cannot resolve path: {0}")]
+    Walk(#[source] Errno),
+    #[error("cannot create parent directory: {0}")]
+    MakeDir(#[source] Errno),
+    #[error("cannot open file: {0}")]
+    Open(#[source] Errno),
+    #[error("cannot read file metadata: {0}")]
+    Metadata(#[source] Errno),
+    #[error("cannot read file: {0}")]
+    Read(#[source] std::io::Error),
+    #[error("cannot list directory: {0}")]
+    List(#[source] Errno),
+    #[error("cannot create temporary file: {0}")]
+    CreateTemp(#[source] Errno),
+    #[error("cannot write temporary file: {0}")]
+    WriteTemp(#[source] std::io::Error),
+    #[error("cannot set file mode: {0}")]
+    SetMode(#[source] Errno),
+    #[error("cannot sync: {0}")]
+    Sync(#[source] Errno),
+    #[error("cannot rename into place: {0}")]
+    Rename(#[source] Errno),
+    #[error("cannot remove file: {0}")]
+    Remove(#[source] Errno),
+    #[error("the call was cancelled")]
+    Aborted,
+}
+
+fn io_errno(err: &std::io::Error) -> Option<Errno> {
+    err.raw_os_error().map(Errno::from_raw_os_error)
+}
+
+fn from_errno(errno: Errno) -> ErrorCode {
+    match errno {
+        Errno::NOENT => ErrorCode::NotFound,
+        Errno::NOTDIR => ErrorCode::NotDirectory,
+        Errno::ACCESS | Errno::PERM | Errno::ROFS => ErrorCode::PermissionDenied,
+        Errno::NOSPC | Errno::DQUOT | Errno::FBIG => ErrorCode::NoSpace,
+        Errno::NAMETOOLONG => ErrorCode::InvalidPath,
+        Errno::LOOP => ErrorCode::InvalidPath,
+        Errno::ISDIR | Errno::NXIO => ErrorCode::NotRegularFile,
+        _ => ErrorCode::IoError,
+    }
+}
+
+impl FsError {
+    /// The stable code: the one place errno becomes a wire code. Refusals the daemon decided
+    /// itself (outside roots, mode, protected path) are classified by what it knows, not errno.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            FsError::InvalidPath(_) | FsError::TooManyLinks => ErrorCode::InvalidPath,
+            FsError::OutsideRoots | FsError::Denied(_) => ErrorCode::SandboxDenied,
+            FsError::NotFound => ErrorCode::NotFound,
+            FsError::NotDirectory => ErrorCode::NotDirectory,
+            FsError::NotRegularFile => ErrorCode::NotRegularFile,
+            FsError::NotText(_) => ErrorCode::NotText,
+            FsError::TooLarge { .. } | FsError::TooManyEntries(_) => ErrorCode::TooLarge,
+            FsError::Stale(_) => ErrorCode::StaleVersion,
+            FsError::AlreadyExists => ErrorCode::NotObserved,
+            FsError::EditNotFound => ErrorCode::EditNotFound,
+            FsError::AmbiguousEdit(_) => ErrorCode::AmbiguousEdit,
+            FsError::KeepOwner(_) => ErrorCode::PermissionDenied,
+            FsError::Aborted => ErrorCode::Aborted,
+            FsError::Walk(e)
+            | FsError::MakeDir(e)
+            | FsError::Open(e)
+            | FsError::Metadata(e)
+            | FsError::List(e)
+            | FsError::CreateTemp(e)
+            | FsError::SetMode(e)
+            | FsError::Sync(e)
+            | FsError::Rename(e)
+            | FsError::Remove(e) => from_errno(*e),
+            FsError::Read(e) | FsError::WriteTemp(e) => match io_errno(e) {
+                Some(errno) => from_errno(errno),
+                None => ErrorCode::IoError,
+            },
+        }
+    }
+}
+
+/// A failure with the place it happened, ready for the wire.
+#[derive(Debug)]
+pub struct Failure {
+    pub error: FsError,
+    /// The display path: resolved where resolution got that far, else the request's path.
+    pub path: String,
+    pub target_key: Option<String>,
+}
+
+impl Failure {
+    pub fn new(error: FsError, path: impl Into<String>) -> Failure {
+        Failure { error, path: path.into(), target_key: None }
+    }
+
+    pub fn into_wire(self) -> WireError {
+        let code = self.error.code();
+        let mut wire = WireError::new(code, self.path, self.error.to_string());
+        if let Some(key) = self.target_key {
+            wire = wire.with("target_key", key);
+        }
+        match self.error {
+            FsError::TooLarge { size, limit } => {
+                wire = wire.with("size", size.to_string()).with("limit", limit.to_string());
+            }
+            FsError::AmbiguousEdit(count) => wire = wire.with("count", count.to_string()),
+            _ => {}
+        }
+        wire
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(error: FsError, expected: ErrorCode) {
+        assert_eq!(error.code(), expected, "{error:?}");
+    }
+
+    #[test]
+    fn errno_and_decisions_map_to_codes() {
+        check(FsError::Open(Errno::NOENT), ErrorCode::NotFound);
+        check(FsError::Open(Errno::ACCESS), ErrorCode::PermissionDenied);
+        check(FsError::Rename(Errno::NOSPC), ErrorCode::NoSpace);
+        check(FsError::Walk(Errno::NOTDIR), ErrorCode::NotDirectory);
+        check(FsError::Read(std::io::Error::from_raw_os_error(5)), ErrorCode::IoError);
+        check(FsError::OutsideRoots, ErrorCode::SandboxDenied);
+        check(FsError::Denied("x".into()), ErrorCode::SandboxDenied);
+        check(FsError::AlreadyExists, ErrorCode::NotObserved);
+        check(FsError::TooLarge { size: 2, limit: 1 }, ErrorCode::TooLarge);
+        check(FsError::KeepOwner(Errno::PERM), ErrorCode::PermissionDenied);
+    }
+}

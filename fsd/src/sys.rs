@@ -1,0 +1,289 @@
+//! The syscall layer: every filesystem syscall fsd makes goes through a function here, and all of
+//! fsd's `unsafe` lives here. Everything is descriptor-relative: no function takes a path string
+//! that the kernel would resolve across more than one component.
+#![allow(unsafe_code)]
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::Path;
+
+use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, StatxFlags};
+pub use rustix::io::Errno;
+
+/// What kind of object a name refers to, without following a final symlink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    File,
+    Directory,
+    Symlink,
+    Other,
+}
+
+/// The metadata fsd uses: identity, type, size, times, owner and mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meta {
+    pub kind: Kind,
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub mtime: (i64, u32),
+    pub ctime: (i64, u32),
+    pub btime: (i64, u32),
+}
+
+impl Meta {
+    /// Same inode and same content-relevant metadata (ctime aside, which a rename changes).
+    pub fn same_content(&self, other: &Meta) -> bool {
+        self.dev == other.dev
+            && self.ino == other.ino
+            && self.size == other.size
+            && self.mtime == other.mtime
+    }
+}
+
+fn kind_of(mode: u32) -> Kind {
+    match mode & 0o170000 {
+        0o100000 => Kind::File,
+        0o040000 => Kind::Directory,
+        0o120000 => Kind::Symlink,
+        _ => Kind::Other,
+    }
+}
+
+/// statx on a descriptor (AT_EMPTY_PATH), including birth time where the filesystem has it.
+pub fn meta(fd: BorrowedFd<'_>) -> Result<Meta, Errno> {
+    let st = rustix::fs::statx(
+        fd,
+        "",
+        AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
+        StatxFlags::BASIC_STATS | StatxFlags::BTIME,
+    )?;
+    Ok(from_statx(&st))
+}
+
+/// statx of one name in a directory, without following a final symlink.
+pub fn meta_at(dir: BorrowedFd<'_>, name: &OsStr) -> Result<Meta, Errno> {
+    let st = rustix::fs::statx(
+        dir,
+        name,
+        AtFlags::SYMLINK_NOFOLLOW,
+        StatxFlags::BASIC_STATS | StatxFlags::BTIME,
+    )?;
+    Ok(from_statx(&st))
+}
+
+fn from_statx(st: &rustix::fs::Statx) -> Meta {
+    let mode = u32::from(st.stx_mode);
+    let btime = if st.stx_mask & StatxFlags::BTIME.bits() != 0 {
+        (st.stx_btime.tv_sec, st.stx_btime.tv_nsec)
+    } else {
+        (0, 0)
+    };
+    Meta {
+        kind: kind_of(mode),
+        dev: (u64::from(st.stx_dev_major) << 32) | u64::from(st.stx_dev_minor),
+        ino: st.stx_ino,
+        size: st.stx_size,
+        mode,
+        uid: st.stx_uid,
+        gid: st.stx_gid,
+        mtime: (st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec),
+        ctime: (st.stx_ctime.tv_sec, st.stx_ctime.tv_nsec),
+        btime,
+    }
+}
+
+/// The inode generation (FS_IOC_GETVERSION) where the filesystem keeps one; 0 elsewhere.
+/// It tells a reused inode number apart from the file that had it before.
+pub fn generation(file: &File) -> u64 {
+    const FS_IOC_GETVERSION: rustix::ioctl::Opcode = rustix::ioctl::opcode::read::<libc::c_long>(b'v', 1);
+    // SAFETY: FS_IOC_GETVERSION is `_IOR('v', 1, long)`: it writes exactly one `long` through
+    // the pointer the Getter provides, which is what `Getter<_, c_long>` allocates, and `file`
+    // is an open descriptor for the duration of the call.
+    match unsafe {
+        let getter = rustix::ioctl::Getter::<FS_IOC_GETVERSION, libc::c_long>::new();
+        rustix::ioctl::ioctl(file, getter)
+    } {
+        Ok(generation) => generation as u64,
+        Err(_) => 0,
+    }
+}
+
+/// Opens a directory by absolute path at startup (roots only) as an `O_PATH` descriptor.
+pub fn open_root(path: &Path) -> Result<OwnedFd, Errno> {
+    rustix::fs::open(
+        path,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// Opens one component beneath `dir` as an `O_PATH` handle without following it.
+pub fn open_component(dir: BorrowedFd<'_>, name: &OsStr) -> Result<OwnedFd, Errno> {
+    debug_assert!(!name.as_bytes().contains(&b'/'));
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// The target of a symlink held as an `O_PATH` handle.
+pub fn read_link(link: BorrowedFd<'_>) -> Result<OsString, Errno> {
+    let target = rustix::fs::readlinkat(link, "", Vec::new())?;
+    Ok(OsString::from_vec(target.into_bytes()))
+}
+
+/// Creates one directory beneath `dir`.
+pub fn make_dir(dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), Errno> {
+    rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o755))
+}
+
+/// Opens a name for reading without blocking (FIFOs, devices) and without following a link.
+pub fn open_read(dir: BorrowedFd<'_>, name: &OsStr) -> Result<File, Errno> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOFOLLOW | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    Ok(File::from(fd))
+}
+
+/// Opens a directory beneath `dir` for listing (`name` empty: `dir` itself).
+pub fn open_dir_for_listing(dir: BorrowedFd<'_>, name: &OsStr) -> Result<OwnedFd, Errno> {
+    let name: &OsStr = if name.is_empty() { OsStr::new(".") } else { name };
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// The names in a directory, without `.` and `..`.
+pub fn list_names(dir: OwnedFd, limit: usize) -> Result<Vec<OsString>, Errno> {
+    let mut names = Vec::new();
+    for entry in rustix::fs::Dir::new(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        if names.len() >= limit {
+            return Err(Errno::NOSPC);
+        }
+        names.push(OsString::from_vec(name.to_vec()));
+    }
+    Ok(names)
+}
+
+/// Creates a new file that must not exist, never through a link.
+pub fn create_exclusive(dir: BorrowedFd<'_>, name: &OsStr) -> Result<File, Errno> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )?;
+    Ok(File::from(fd))
+}
+
+/// Sets owner and group on an open file (keeps the replaced file's owner).
+pub fn set_owner(file: &File, uid: u32, gid: u32) -> Result<(), Errno> {
+    let (uid, gid) = (rustix::fs::Uid::from_raw(uid), rustix::fs::Gid::from_raw(gid));
+    rustix::fs::fchown(file, Some(uid), Some(gid))
+}
+
+/// Sets permission bits on an open file.
+pub fn set_mode(file: &File, mode: u32) -> Result<(), Errno> {
+    rustix::fs::fchmod(file, Mode::from_raw_mode(mode))
+}
+
+/// fsync on a descriptor.
+pub fn sync(fd: BorrowedFd<'_>) -> Result<(), Errno> {
+    rustix::fs::fsync(fd)
+}
+
+/// fsync of a directory held as an `O_PATH` handle (fsync needs a real open).
+pub fn sync_dir(dir: BorrowedFd<'_>) -> Result<(), Errno> {
+    let fd = rustix::fs::openat(
+        dir,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    rustix::fs::fsync(&fd)
+}
+
+/// How a rename treats an existing destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenameHow {
+    Replace,
+    NoReplace,
+    Exchange,
+}
+
+/// renameat2 between two directory handles.
+pub fn rename(
+    from_dir: BorrowedFd<'_>,
+    from: &OsStr,
+    to_dir: BorrowedFd<'_>,
+    to: &OsStr,
+    how: RenameHow,
+) -> Result<(), Errno> {
+    let flags = match how {
+        RenameHow::Replace => RenameFlags::empty(),
+        RenameHow::NoReplace => RenameFlags::NOREPLACE,
+        RenameHow::Exchange => RenameFlags::EXCHANGE,
+    };
+    rustix::fs::renameat_with(from_dir, from, to_dir, to, flags)
+}
+
+/// Removes a non-directory name.
+pub fn remove(dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), Errno> {
+    rustix::fs::unlinkat(dir, name, AtFlags::empty())
+}
+
+/// The effective uid and gid of this process.
+pub fn effective_ids() -> (u32, u32) {
+    (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw())
+}
+
+/// A random name for a temporary file: 128 bits, so it cannot be predicted or pre-planted.
+pub fn temp_name() -> Result<OsString, Errno> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|_| Errno::IO)?;
+    let mut name = String::from(crate::backend::TEMP_PREFIX);
+    for b in bytes {
+        name.push_str(&format!("{b:02x}"));
+    }
+    Ok(OsString::from(name))
+}
+
+/// Borrows any descriptor-like value.
+pub fn borrow<F: AsFd>(fd: &F) -> BorrowedFd<'_> {
+    fd.as_fd()
+}
+
+/// The Landlock ABI version the running kernel offers; 0 when it has none.
+pub fn landlock_abi() -> u32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a null attribute pointer, size 0 and the VERSION flag, the syscall only
+    // returns the ABI number (or an error); it reads and writes no memory.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u32::try_from(abi).unwrap_or(0)
+}

@@ -1,0 +1,137 @@
+//! Stable error codes and their one encoding on the wire: a gRPC status whose
+//! `google.rpc.ErrorInfo` detail carries the code as `reason`, `fsd` as `domain`, and the path.
+
+use std::collections::HashMap;
+
+use tonic_types::{ErrorDetails, StatusExt};
+
+/// The `ErrorInfo.domain` of every fsd error.
+pub const DOMAIN: &str = "fsd";
+
+macro_rules! codes {
+    ($($variant:ident => $text:literal, $grpc:ident;)*) => {
+        /// A stable, machine-readable failure code. Clients branch on this, never on message text.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum ErrorCode { $($variant,)* }
+
+        impl ErrorCode {
+            /// Every code, in declaration order.
+            pub const ALL: &[ErrorCode] = &[$(ErrorCode::$variant,)*];
+
+            /// The code's wire spelling, e.g. `FS_NOT_FOUND`.
+            pub fn as_str(self) -> &'static str {
+                match self { $(ErrorCode::$variant => $text,)* }
+            }
+
+            /// Parses a wire spelling.
+            pub fn parse(text: &str) -> Option<ErrorCode> {
+                match text { $($text => Some(ErrorCode::$variant),)* _ => None }
+            }
+
+            /// The gRPC status code that carries it, so generic gRPC clients still branch sensibly.
+            pub fn grpc_code(self) -> tonic::Code {
+                match self { $(ErrorCode::$variant => tonic::Code::$grpc,)* }
+            }
+        }
+    };
+}
+
+codes! {
+    NotFound => "FS_NOT_FOUND", NotFound;
+    NotDirectory => "FS_NOT_DIRECTORY", FailedPrecondition;
+    NotText => "FS_NOT_TEXT", FailedPrecondition;
+    NotRegularFile => "FS_NOT_REGULAR_FILE", FailedPrecondition;
+    PermissionDenied => "FS_PERMISSION_DENIED", PermissionDenied;
+    SandboxDenied => "FS_SANDBOX_DENIED", PermissionDenied;
+    IoError => "FS_IO_ERROR", Internal;
+    StaleVersion => "FS_STALE_VERSION", Aborted;
+    NotObserved => "FS_NOT_OBSERVED", FailedPrecondition;
+    AmbiguousEdit => "FS_AMBIGUOUS_EDIT", FailedPrecondition;
+    EditNotFound => "FS_EDIT_NOT_FOUND", FailedPrecondition;
+    Aborted => "FS_ABORTED", Cancelled;
+    TooLarge => "FS_TOO_LARGE", ResourceExhausted;
+    NoSpace => "FS_NO_SPACE", ResourceExhausted;
+    InvalidPath => "FS_INVALID_PATH", InvalidArgument;
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A decoded fsd error: what crosses the wire, independent of tonic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WireError {
+    pub code: ErrorCode,
+    /// A human-readable reason without the path repeated in a parseable form.
+    pub message: String,
+    /// The path the daemon was working on (display form).
+    pub path: String,
+    /// Further metadata: `target_key`, `size`, `mode`, `count`.
+    pub metadata: HashMap<String, String>,
+}
+
+impl WireError {
+    pub fn new(code: ErrorCode, path: impl Into<String>, message: impl Into<String>) -> WireError {
+        WireError { code, message: message.into(), path: path.into(), metadata: HashMap::new() }
+    }
+
+    #[must_use]
+    pub fn with(mut self, key: &str, value: impl Into<String>) -> WireError {
+        self.metadata.insert(key.to_owned(), value.into());
+        self
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.metadata.get(key).map(String::as_str)
+    }
+
+    /// Encodes into a status with an `ErrorInfo` detail.
+    pub fn into_status(self) -> tonic::Status {
+        let mut metadata = self.metadata;
+        metadata.insert("path".to_owned(), self.path);
+        let details = ErrorDetails::with_error_info(self.code.as_str(), DOMAIN, metadata);
+        tonic::Status::with_error_details(self.code.grpc_code(), self.message, details)
+    }
+
+    /// Decodes a status; `None` when it carries no fsd `ErrorInfo` (a transport failure, say).
+    pub fn from_status(status: &tonic::Status) -> Option<WireError> {
+        let info = status.get_details_error_info()?;
+        if info.domain != DOMAIN {
+            return None;
+        }
+        let code = ErrorCode::parse(&info.reason)?;
+        let mut metadata = info.metadata;
+        let path = metadata.remove("path").unwrap_or_default();
+        Some(WireError { code, message: status.message().to_owned(), path, metadata })
+    }
+}
+
+impl std::fmt::Display for WireError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for WireError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_round_trips_through_a_status() {
+        for &code in ErrorCode::ALL {
+            let sent = WireError::new(code, "/ws/a.txt", "reason").with("target_key", "r0:a.txt");
+            let status = sent.clone().into_status();
+            assert_eq!(status.code(), code.grpc_code());
+            assert_eq!(WireError::from_status(&status), Some(sent));
+        }
+    }
+
+    #[test]
+    fn a_status_without_detail_is_not_an_fsd_error() {
+        assert_eq!(WireError::from_status(&tonic::Status::unavailable("gone")), None);
+    }
+}

@@ -1,0 +1,16 @@
+//! The `fsd.v1` wire contract: generated message and service types, plus the stable error codes
+//! and their mapping to and from `tonic::Status` with a `google.rpc.ErrorInfo` detail.
+#![forbid(unsafe_code)]
+
+mod code;
+
+pub use code::{ErrorCode, WireError};
+
+/// Generated types of package `fsd.v1`.
+#[allow(clippy::all, missing_docs)]
+pub mod v1 {
+    tonic::include_proto!("fsd.v1");
+}
+
+/// The protocol version `hello` reports; bumped only on an incompatible wire change.
+pub const PROTOCOL_VERSION: u32 = 1;
