@@ -1,1 +1,17 @@
-//! x
+//! fsd-tool-client: the model-facing file tools (read, write, edit, ...) over an fsd daemon.
+//! Faces: this library (`Tools`, `Session`), the `fsd-tools` CLI, and (later) an MCP server.
+//! Only this crate produces text a model reads.
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod config;
+pub mod connect;
+pub mod embedded;
+pub mod failure;
+pub mod jsonl;
+pub mod tools;
+pub mod window;
+
+pub use config::ClientConfig;
+pub use failure::ToolError;
+pub use tools::{Block, Session, ToolResult, Tools};

@@ -1,0 +1,186 @@
+//! The `fsd-tools` command line: `schemas`, `guidance`, `call` and `session`, as CONTRACT fixes
+//! them. Exit codes: 0 success, 1 a tool error, 2 usage or an unreachable daemon.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use serde_json::Value;
+
+use crate::config::ClientConfig;
+use crate::connect::{self, Endpoint};
+use crate::embedded::EmbeddedDaemon;
+use crate::jsonl;
+use crate::tools::{Session, Tools};
+
+#[derive(Debug, Parser)]
+#[command(name = "fsd-tools", version, about = "Model-facing file tools over an fsd daemon")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the JSON schemas of the visible tools.
+    Schemas {
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+    /// Print the guidance paragraphs of the visible tools.
+    Guidance {
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+    /// Run one tool call and print its model-facing text.
+    Call {
+        /// The tool name (read, write, edit, ...).
+        tool: String,
+        /// The arguments: JSON, @FILE, or - for stdin.
+        args: String,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+    /// Run tool calls from JSON lines on stdin, one result line each.
+    Session {
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+struct TargetArgs {
+    /// The daemon: unix:PATH or tcp:HOST:PORT.
+    #[arg(long, value_name = "ADDR", conflicts_with = "root")]
+    endpoint: Option<String>,
+    /// Start a private fsd for DIR (the embedded default).
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// The session's working directory for relative paths (default: this process's).
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
+    /// Client configuration (TOML, camelCase keys).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The fsd binary for --root (default: beside fsd-tools, else on PATH).
+    #[arg(long, value_name = "PATH")]
+    fsd_bin: Option<PathBuf>,
+}
+
+/// A usage or connection failure: printed, exit 2.
+#[derive(Debug)]
+struct Fatal(String);
+
+impl<E: std::fmt::Display> From<E> for Fatal {
+    fn from(e: E) -> Fatal {
+        Fatal(e.to_string())
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("fsd-tools: cannot start the async runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(Fatal(message)) => {
+            eprintln!("fsd-tools: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn load_config(path: Option<&PathBuf>, one_shot: bool) -> Result<ClientConfig, Fatal> {
+    let Some(path) = path else {
+        // `call` is one-shot: nothing was read before it, so the policy is off unless asked for.
+        return Ok(ClientConfig { observation_policy: !one_shot, ..ClientConfig::default() });
+    };
+    let mut config = ClientConfig::load(path)?;
+    if one_shot {
+        let text = std::fs::read_to_string(path)?;
+        let explicit = toml::from_str::<toml::Table>(&text).ok().is_some_and(|t| t.contains_key("observationPolicy"));
+        if !explicit {
+            config.observation_policy = false;
+        }
+    }
+    Ok(config)
+}
+
+/// A session and, for --root, the private daemon it talks to (dropped after the session).
+struct Connected {
+    session: Session,
+    _daemon: Option<EmbeddedDaemon>,
+}
+
+async fn open(target: &TargetArgs, config: ClientConfig) -> Result<Connected, Fatal> {
+    let (endpoint, daemon) = match (&target.endpoint, &target.root) {
+        (Some(e), None) => (Endpoint::parse(e)?, None),
+        (None, Some(root)) => {
+            let daemon = EmbeddedDaemon::start(root, target.fsd_bin.as_deref())?;
+            (daemon.endpoint(), Some(daemon))
+        }
+        _ => return Err(Fatal("pass --endpoint unix:PATH|tcp:HOST:PORT or --root DIR".into())),
+    };
+    let (client, hello) = connect::connect(&endpoint).await?;
+    let cwd = match &target.cwd {
+        Some(cwd) => std::path::absolute(cwd)?,
+        None => std::env::current_dir()?,
+    };
+    Ok(Connected { session: Session::new(Tools::new(config), client, hello, cwd), _daemon: daemon })
+}
+
+fn read_args(args: &str) -> Result<Value, Fatal> {
+    let text = if args == "-" {
+        std::io::read_to_string(std::io::stdin())?
+    } else if let Some(file) = args.strip_prefix('@') {
+        std::fs::read_to_string(file).map_err(|e| Fatal(format!("cannot read {file}: {e}")))?
+    } else {
+        args.to_owned()
+    };
+    serde_json::from_str(&text).map_err(|e| Fatal(format!("arguments are not valid JSON: {e}")))
+}
+
+async fn run(cli: Cli) -> Result<ExitCode, Fatal> {
+    match cli.command {
+        Command::Schemas { config } => {
+            let tools = Tools::new(load_config(config.as_ref(), false)?);
+            println!("{}", serde_json::to_string_pretty(&tools.schemas())?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Guidance { config } => {
+            let tools = Tools::new(load_config(config.as_ref(), false)?);
+            println!("{}", tools.guidance());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Call { tool, args, target } => {
+            let args = read_args(&args)?;
+            let config = load_config(target.config.as_ref(), true)?;
+            let mut connected = open(&target, config).await?;
+            let result = connected.session.call(&tool, args).await;
+            println!("{}", result.text());
+            Ok(if result.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })
+        }
+        Command::Session { target } => {
+            let config = load_config(target.config.as_ref(), false)?;
+            let mut connected = open(&target, config).await?;
+            let stdin = std::io::stdin();
+            let mut out = std::io::stdout().lock();
+            for line in stdin.lock().lines() {
+                let line = line?;
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let reply = jsonl::handle_line(&mut connected.session, &line).await;
+                writeln!(out, "{reply}")?;
+                out.flush()?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! The client configuration: the seed's keys in camelCase, read from TOML (`--config FILE`).
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Which tools are visible and how they behave. Defaults are the seeds'.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ClientConfig {
+    pub read: bool,
+    pub write: bool,
+    pub edit: bool,
+    pub read_image: bool,
+    pub apply_patch: bool,
+    pub str_replace_editor: bool,
+    pub read_limit: u64,
+    pub read_max_line_length: u64,
+    pub read_max_bytes: u64,
+    pub read_stream_min_size: u64,
+    pub observation_policy: bool,
+    pub max_output_chars: u64,
+    pub description: Option<String>,
+    pub attachment_store: Option<PathBuf>,
+    pub model: Option<String>,
+    pub image_input: bool,
+    pub max_image_bytes: Option<u64>,
+    pub max_image_pixels: Option<u64>,
+    pub max_image_dimension: Option<u64>,
+}
+
+impl Default for ClientConfig {
+    fn default() -> ClientConfig {
+        ClientConfig {
+            read: true,
+            write: true,
+            edit: true,
+            read_image: true,
+            apply_patch: false,
+            str_replace_editor: false,
+            read_limit: 2000,
+            read_max_line_length: 2000,
+            read_max_bytes: 51200,
+            read_stream_min_size: 10 * 1024 * 1024,
+            observation_policy: true,
+            max_output_chars: 16000,
+            description: None,
+            attachment_store: None,
+            model: None,
+            image_input: false,
+            max_image_bytes: None,
+            max_image_pixels: None,
+            max_image_dimension: None,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {0}: {1}")]
+    Read(PathBuf, #[source] std::io::Error),
+    #[error("invalid config {0}: {1}")]
+    Parse(PathBuf, #[source] toml::de::Error),
+    #[error("invalid config: {0} must be at least 1")]
+    Zero(&'static str),
+}
+
+impl ClientConfig {
+    /// Reads a config file; keys it does not set keep their defaults.
+    pub fn load(path: &Path) -> Result<ClientConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.to_owned(), e))?;
+        let config: ClientConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse(path.to_owned(), e))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Read caps stay validated even while read is disabled (the seed).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (name, value) in [
+            ("readLimit", self.read_limit),
+            ("readMaxLineLength", self.read_max_line_length),
+            ("readMaxBytes", self.read_max_bytes),
+            ("readStreamMinSize", self.read_stream_min_size),
+            ("maxOutputChars", self.max_output_chars),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Zero(name));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_seeds() {
+        let c = ClientConfig::default();
+        assert_eq!((c.read_limit, c.read_max_line_length, c.read_max_bytes, c.read_stream_min_size), (2000, 2000, 51200, 10485760));
+        assert!(c.read && c.write && c.edit && c.read_image && !c.apply_patch && c.observation_policy);
+    }
+
+    #[test]
+    fn keys_are_camel_case_and_unknown_keys_refused() {
+        let c: ClientConfig = toml::from_str("applyPatch = true\nreadLimit = 5\nobservationPolicy = false").unwrap_or_default();
+        assert!(c.apply_patch && !c.observation_policy);
+        assert_eq!(c.read_limit, 5);
+        assert!(toml::from_str::<ClientConfig>("read_limit = 5").is_err());
+    }
+}

@@ -1,0 +1,66 @@
+//! The `fsd-tools session` protocol: one JSON request per line in, one result per line out.
+
+use base64::Engine;
+use serde_json::{Map, Value, json};
+
+use crate::failure::ToolError;
+use crate::tools::{Block, Session, ToolResult};
+
+/// A result as a JSON line object.
+pub fn result_json(id: Value, result: &ToolResult) -> Value {
+    let content: Vec<Value> = result
+        .content
+        .iter()
+        .map(|block| match block {
+            Block::Text(text) => json!({"type": "text", "text": text}),
+            Block::Image { mime_type, data } => json!({
+                "type": "image",
+                "mime_type": mime_type,
+                "data": base64::engine::general_purpose::STANDARD.encode(data),
+            }),
+        })
+        .collect();
+    json!({
+        "id": id,
+        "is_error": result.is_error,
+        "code": result.code,
+        "text": result.text(),
+        "content": content,
+        "meta": Value::Object(result.meta.clone()),
+    })
+}
+
+fn invalid(id: Value, message: &str) -> Value {
+    result_json(id, &ToolResult::error(ToolError::new("INVALID_REQUEST", message)))
+}
+
+/// Handles one input line.
+pub async fn handle_line(session: &mut Session, line: &str) -> Value {
+    let request: Value = match serde_json::from_str(line) {
+        Ok(v) => v,
+        Err(e) => return invalid(Value::Null, &format!("request is not valid JSON: {e}")),
+    };
+    let Some(object) = request.as_object() else {
+        return invalid(Value::Null, "request must be a JSON object");
+    };
+    let id = object.get("id").cloned().unwrap_or(Value::Null);
+    if let Some(cwd) = object.get("cwd") {
+        let Some(cwd) = cwd.as_str() else {
+            return invalid(id, "cwd must be a string");
+        };
+        return match session.set_cwd(cwd.into()) {
+            Ok(()) => {
+                let mut meta = Map::new();
+                meta.insert("cwd".into(), json!(cwd));
+                result_json(id, &ToolResult { is_error: false, code: None, content: vec![], meta })
+            }
+            Err(e) => result_json(id, &ToolResult::error(e)),
+        };
+    }
+    let Some(tool) = object.get("tool").and_then(Value::as_str) else {
+        return invalid(id, "request needs \"tool\" (a string) or \"cwd\"");
+    };
+    let args = object.get("args").cloned().unwrap_or_else(|| json!({}));
+    let result = session.call(tool, args).await;
+    result_json(id, &result)
+}

@@ -1,0 +1,77 @@
+//! The edit tool: literal replacement with the stale check before matching, inside the daemon's
+//! one critical section; texts for no match and several matches are the ones models know.
+
+use fsd_policy::EditRefusal;
+use fsd_proto::{ErrorCode, WireError, v1};
+use serde_json::{Map, Value, json};
+
+use super::{Session, ToolResult, args, diff_meta};
+use crate::failure::ToolError;
+
+pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, ToolError> {
+    let map = args::object(args, &["file_path", "old_string", "new_string", "replace_all"])?;
+    let file_path = args::non_empty(map, "file_path")?;
+    let old_string = args::non_empty(map, "old_string")?;
+    let new_string = args::string(map, "new_string")?;
+    let replace_all = args::boolean(map, "replace_all")?.unwrap_or(false);
+    if old_string == new_string {
+        return Err(ToolError::invalid_args("old_string and new_string must differ"));
+    }
+    let path = session.absolute(&file_path);
+    let guard = if session.policy_on() {
+        let key = session.key_of(&path).cloned();
+        match session.observations.edit_intent(key.as_ref()) {
+            Ok(version) => Some(v1::EditGuard { version: version.0, target_key: key.map(|k| k.0).unwrap_or_default() }),
+            Err(EditRefusal::NotObserved) => return Err(ToolError::not_observed(&path)),
+            // A re-read confirmed absence: say so instead of repeating the stale remedy.
+            Err(EditRefusal::ObservedAbsent) => {
+                return Err(ToolError::new(ErrorCode::NotFound.as_str(), format!("cannot modify \"{path}\": not found")));
+            }
+        }
+    } else {
+        None
+    };
+    let request = v1::EditTextRequest {
+        context: session.context(),
+        path: path.clone(),
+        old_string: old_string.clone(),
+        new_string,
+        replace_all,
+        guard,
+    };
+    let reply = match session.client.edit_text(request).await {
+        Ok(reply) => reply.into_inner(),
+        Err(status) => return Err(edit_error(&path, &old_string, &status)),
+    };
+    let target = reply.target.unwrap_or_default();
+    session.record_present(&[&path], &target, &reply.version);
+    let text = if replace_all {
+        format!("The file {} has been updated. All occurrences were successfully replaced.", target.display_path)
+    } else {
+        format!("The file {} has been updated successfully.", target.display_path)
+    };
+    let mut meta = Map::new();
+    meta.insert("replacements".into(), json!(reply.replacements));
+    meta.insert("affectedPaths".into(), json!([target.display_path]));
+    meta.insert("diffs".into(), json!([diff_meta(&target.display_path, reply.change.as_ref())]));
+    Ok(ToolResult::text_ok(text, meta))
+}
+
+fn edit_error(path: &str, old_string: &str, status: &tonic::Status) -> ToolError {
+    match WireError::from_status(status) {
+        Some(wire) if wire.code == ErrorCode::EditNotFound => ToolError::new(
+            wire.code.as_str(),
+            format!("String to replace not found in file.\nString: {old_string}"),
+        ),
+        Some(wire) if wire.code == ErrorCode::AmbiguousEdit => {
+            let count = wire.get("count").unwrap_or("several");
+            ToolError::new(
+                wire.code.as_str(),
+                format!(
+                    "Found {count} matches of the string to replace, but replace_all is false. To replace all occurrences, set replace_all to true. To replace only one occurrence, please provide more context to uniquely identify the instance.\nString: {old_string}"
+                ),
+            )
+        }
+        _ => ToolError::from_mutation(path, status),
+    }
+}

@@ -1,0 +1,224 @@
+//! The model-facing tools: which are visible, their schemas and guidance, and a session that runs
+//! them against one daemon with its own observations.
+
+mod args;
+mod edit;
+mod read;
+mod schema;
+mod write;
+
+use std::collections::HashMap;
+use std::path::{Component, Path, PathBuf};
+
+use fsd_policy::{Observations, TargetKey, Version};
+use fsd_proto::v1::{self, fsd_client::FsdClient};
+use serde_json::{Map, Value, json};
+use tonic::transport::Channel;
+
+use crate::config::ClientConfig;
+use crate::failure::ToolError;
+
+pub use schema::guidance_for;
+
+/// One block of a tool result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Block {
+    Text(String),
+    Image { mime_type: String, data: Vec<u8> },
+}
+
+/// A finished tool call: what the model reads, and what callers branch on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    pub is_error: bool,
+    pub code: Option<String>,
+    pub content: Vec<Block>,
+    pub meta: Map<String, Value>,
+}
+
+impl ToolResult {
+    pub fn text_ok(text: String, meta: Map<String, Value>) -> ToolResult {
+        ToolResult { is_error: false, code: None, content: vec![Block::Text(text)], meta }
+    }
+
+    pub fn error(error: ToolError) -> ToolResult {
+        ToolResult { is_error: true, code: Some(error.code.clone()), content: vec![Block::Text(error.text())], meta: Map::new() }
+    }
+
+    /// The concatenated text blocks.
+    pub fn text(&self) -> String {
+        self.content
+            .iter()
+            .filter_map(|b| match b {
+                Block::Text(t) => Some(t.as_str()),
+                Block::Image { .. } => None,
+            })
+            .collect()
+    }
+}
+
+/// The tool set a configuration makes visible.
+#[derive(Debug, Clone)]
+pub struct Tools {
+    config: ClientConfig,
+}
+
+impl Tools {
+    pub fn new(config: ClientConfig) -> Tools {
+        Tools { config }
+    }
+
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    /// Visible tool names, in schema order.
+    pub fn visible(&self) -> Vec<&'static str> {
+        let c = &self.config;
+        [("read", c.read), ("write", c.write), ("edit", c.edit)]
+            .into_iter()
+            .filter(|(_, on)| *on)
+            .map(|(name, _)| name)
+            .collect()
+    }
+
+    /// The JSON schemas of the visible tools: `[{name, description, input_schema}]`.
+    pub fn schemas(&self) -> Vec<Value> {
+        self.visible().into_iter().filter_map(schema::schema).collect()
+    }
+
+    /// The guidance paragraphs of the visible tools, joined by blank lines.
+    pub fn guidance(&self) -> String {
+        guidance_for(&self.visible())
+    }
+}
+
+/// A session: one owner of observations, one working directory, one daemon connection.
+#[derive(Debug)]
+pub struct Session {
+    tools: Tools,
+    client: FsdClient<Channel>,
+    hello: v1::HelloReply,
+    cwd: PathBuf,
+    session_id: String,
+    calls: u64,
+    observations: Observations,
+    /// What each absolute path the session used resolved to, so the policy can name targets
+    /// without a round trip. A stale entry is harmless: the daemon re-checks key and version.
+    keys: HashMap<String, TargetKey>,
+}
+
+impl Session {
+    pub fn new(tools: Tools, client: FsdClient<Channel>, hello: v1::HelloReply, cwd: PathBuf) -> Session {
+        let session_id = format!("s-{}-{}", std::process::id(), unique_suffix());
+        Session { tools, client, hello, cwd, session_id, calls: 0, observations: Observations::new(), keys: HashMap::new() }
+    }
+
+    pub fn tools(&self) -> &Tools {
+        &self.tools
+    }
+
+    pub fn hello(&self) -> &v1::HelloReply {
+        &self.hello
+    }
+
+    pub fn cwd(&self) -> &Path {
+        &self.cwd
+    }
+
+    /// Changes the working directory for later calls; roots and permissions do not change.
+    pub fn set_cwd(&mut self, cwd: PathBuf) -> Result<(), ToolError> {
+        if !cwd.is_absolute() {
+            return Err(ToolError::invalid_args("cwd must be an absolute path"));
+        }
+        self.cwd = cwd;
+        Ok(())
+    }
+
+    /// Runs a tool by name with JSON arguments.
+    pub async fn call(&mut self, name: &str, args: Value) -> ToolResult {
+        if !self.tools.visible().contains(&name) {
+            return ToolResult::error(ToolError::new("UNKNOWN_TOOL", format!("unknown tool \"{name}\"")));
+        }
+        self.calls += 1;
+        let outcome = match name {
+            "read" => read::run(self, &args).await,
+            "write" => write::run(self, &args).await,
+            "edit" => edit::run(self, &args).await,
+            _ => Err(ToolError::new("UNKNOWN_TOOL", format!("unknown tool \"{name}\""))),
+        };
+        outcome.unwrap_or_else(ToolResult::error)
+    }
+
+    fn context(&self) -> Option<v1::CallContext> {
+        Some(v1::CallContext {
+            session_id: self.session_id.clone(),
+            call_id: format!("{}-{}", self.session_id, self.calls),
+            mode: v1::Mode::Unspecified as i32,
+            escalation: None,
+        })
+    }
+
+    /// A path as the model gave it, made absolute against the session's cwd.
+    fn absolute(&self, path: &str) -> String {
+        let joined = if path.starts_with('/') { PathBuf::from(path) } else { self.cwd.join(path) };
+        // Only `.` and repeated slashes go: `..` is for the daemon to resolve, after links.
+        let mut clean = PathBuf::new();
+        for c in joined.components() {
+            match c {
+                Component::CurDir => {}
+                other => clean.push(other.as_os_str()),
+            }
+        }
+        clean.to_string_lossy().into_owned()
+    }
+
+    fn policy_on(&self) -> bool {
+        self.tools.config.observation_policy
+    }
+
+    /// Remembers what a path resolved to.
+    fn learn(&mut self, paths: &[&str], key: &str) {
+        for p in paths {
+            self.keys.insert((*p).to_owned(), TargetKey(key.to_owned()));
+        }
+    }
+
+    fn key_of(&self, path: &str) -> Option<&TargetKey> {
+        self.keys.get(path)
+    }
+
+    fn record_present(&mut self, paths: &[&str], target: &v1::Target, version: &str) {
+        self.learn(paths, &target.target_key);
+        self.learn(&[&target.display_path], &target.target_key);
+        self.observations.record_present(TargetKey(target.target_key.clone()), Version(version.to_owned()));
+    }
+
+    fn record_absent(&mut self, path: &str, key: Option<&str>) {
+        if let Some(key) = key {
+            self.learn(&[path], key);
+            self.observations.record_absent(TargetKey(key.to_owned()));
+        }
+    }
+}
+
+fn unique_suffix() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+}
+
+/// Diff metadata for a change, bounded by what the daemon returned.
+fn diff_meta(path: &str, change: Option<&v1::TextChange>) -> Value {
+    match change {
+        Some(v1::TextChange { before: Some(before), after: Some(after), omitted: false }) => {
+            // Diff cards show LF text; the file's own endings stay on disk.
+            let (before, after) = (before.replace("\r\n", "\n"), after.replace("\r\n", "\n"));
+            let unified = similar::TextDiff::from_lines(before.as_str(), after.as_str())
+                .unified_diff()
+                .context_radius(3)
+                .header(path, path)
+                .to_string();
+            json!({ "path": path, "oldText": before, "newText": after, "diff": unified })
+        }
+        _ => json!({ "path": path, "omitted": true }),
+    }
+}

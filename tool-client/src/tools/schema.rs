@@ -1,0 +1,101 @@
+//! Tool schemas (snake_case fields, `file_path` first) and the guidance paragraphs, rendered only
+//! for visible tools.
+
+use serde_json::{Value, json};
+
+const READ_GUIDANCE: &str = "Use the read tool — not shell commands like cat — to inspect text files. Use offset and limit to continue reading large files.";
+const WRITE_GUIDANCE: &str = "Read an existing file before overwriting it with write (the default fs-observation-policy requires it)";
+const WRITE_GUIDANCE_EDIT: &str = " and prefer edit for targeted changes";
+const EDIT_GUIDANCE: &str = "Read a file before editing it (the default fs-observation-policy requires it), unless you just created or edited it in this session.";
+
+/// The guidance for a set of visible tools, in tool order, blank-line separated.
+pub fn guidance_for(visible: &[&str]) -> String {
+    let mut parts = Vec::new();
+    if visible.contains(&"read") {
+        parts.push(READ_GUIDANCE.to_owned());
+    }
+    if visible.contains(&"write") {
+        let edit = if visible.contains(&"edit") { WRITE_GUIDANCE_EDIT } else { "" };
+        parts.push(format!("{WRITE_GUIDANCE}{edit}."));
+    }
+    if visible.contains(&"edit") {
+        parts.push(EDIT_GUIDANCE.to_owned());
+    }
+    parts.join("\n\n")
+}
+
+/// The schema of one tool.
+pub fn schema(name: &str) -> Option<Value> {
+    let value = match name {
+        "read" => json!({
+            "name": "read",
+            "description": "Read a UTF-8 text file. Returns numbered lines (`<line>: <text>`) in a <content> envelope whose footer says whether the file continues and which offset to read next. Directories and binary files are refused.",
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "file_path": {"type": "string", "description": "The file to read: an absolute path, or a path relative to the session's working directory."},
+                    "offset": {"type": "integer", "minimum": 1, "description": "The 1-based line number to start reading from. Defaults to 1."},
+                    "limit": {"type": "integer", "minimum": 1, "description": "How many lines to read. Defaults to, and may not exceed, the configured maximum (2000 by default)."}
+                },
+                "required": ["file_path"],
+                "additionalProperties": false
+            }
+        }),
+        "write" => json!({
+            "name": "write",
+            "description": "Create a file, or replace the whole content of an existing one, atomically. Overwriting an existing file requires a prior read of it at its current version; creating a new file does not. Missing parent directories are created.",
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "file_path": {"type": "string", "description": "The file to write: an absolute path, or a path relative to the session's working directory. Emit file_path before content."},
+                    "content": {"type": "string", "description": "The complete new content of the file."}
+                },
+                "required": ["file_path", "content"],
+                "additionalProperties": false
+            }
+        }),
+        "edit" => json!({
+            "name": "edit",
+            "description": "Replace an exact, literal string in a file. old_string must occur exactly once unless replace_all is true. Requires a prior read of the file at its current version, unless this session just created or edited it.",
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "file_path": {"type": "string", "description": "The file to edit: an absolute path, or a path relative to the session's working directory. Emit file_path before old_string and new_string."},
+                    "old_string": {"type": "string", "description": "The exact text to replace, including whitespace and indentation."},
+                    "new_string": {"type": "string", "description": "The replacement text; must differ from old_string."},
+                    "replace_all": {"type": "boolean", "description": "Replace every occurrence of old_string instead of exactly one. Defaults to false."}
+                },
+                "required": ["file_path", "old_string", "new_string"],
+                "additionalProperties": false
+            }
+        }),
+        _ => return None,
+    };
+    Some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(visible: &[&str], expected: &str) {
+        assert_eq!(guidance_for(visible), expected, "{visible:?}");
+    }
+
+    #[test]
+    fn guidance_follows_visible_tools() {
+        check(&["read", "write", "edit"], "Use the read tool — not shell commands like cat — to inspect text files. Use offset and limit to continue reading large files.\n\nRead an existing file before overwriting it with write (the default fs-observation-policy requires it) and prefer edit for targeted changes.\n\nRead a file before editing it (the default fs-observation-policy requires it), unless you just created or edited it in this session.");
+        check(&["write"], "Read an existing file before overwriting it with write (the default fs-observation-policy requires it).");
+        check(&["edit"], "Read a file before editing it (the default fs-observation-policy requires it), unless you just created or edited it in this session.");
+        check(&[], "");
+    }
+
+    #[test]
+    fn file_path_comes_first() {
+        for name in ["read", "write", "edit"] {
+            let s = schema(name).unwrap_or_default();
+            let first = s["input_schema"]["properties"].as_object().and_then(|p| p.keys().next().cloned());
+            assert_eq!(first.as_deref(), Some("file_path"), "{name}");
+        }
+    }
+}
