@@ -134,6 +134,7 @@ fn file_type(t: backend::FileType) -> i32 {
         backend::FileType::File => v1::FileType::File as i32,
         backend::FileType::Directory => v1::FileType::Directory as i32,
         backend::FileType::Other => v1::FileType::Other as i32,
+        backend::FileType::Symlink => v1::FileType::Symlink as i32,
     }
 }
 
@@ -205,7 +206,7 @@ impl Fsd for FsdService {
     async fn stat(&self, request: Request<v1::StatRequest>) -> Result<Response<v1::StatReply>, Status> {
         let r = request.into_inner();
         let mode = self.mode(r.context.as_ref(), &r.path)?;
-        match self.run(mode, backend::Request::Stat { path: r.path }).await? {
+        match self.run(mode, backend::Request::Stat { path: r.path, no_follow: r.no_follow }).await? {
             Outcome::Stat { target: t, info } => Ok(Response::new(v1::StatReply {
                 target: target(t),
                 info: info.map(|i| v1::FsInfo { version: i.version, r#type: file_type(i.file_type), size: i.size }),

@@ -88,6 +88,7 @@ pub enum FileType {
     File,
     Directory,
     Other,
+    Symlink,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,7 +131,7 @@ pub struct DirEntry {
 /// One operation, as the service hands it over.
 #[derive(Debug, Clone)]
 pub enum Request {
-    Stat { path: String },
+    Stat { path: String, no_follow: bool },
     ReadText { path: String, max_bytes: u64 },
     ReadBytes { path: String, max_bytes: u64 },
     ListDir { path: String },
@@ -259,7 +260,7 @@ impl Backend {
     /// Runs one operation at the call's effective mode.
     pub fn handle(&self, mode: Mode, request: Request) -> Result<Outcome, Failure> {
         match request {
-            Request::Stat { path } => self.stat(mode, &path),
+            Request::Stat { path, no_follow } => self.stat(mode, &path, no_follow),
             Request::ReadText { path, max_bytes } => self.read_text(mode, &path, max_bytes),
             Request::ReadBytes { path, max_bytes } => self.read_bytes(mode, &path, max_bytes),
             Request::ListDir { path } => self.list_dir(mode, &path),

@@ -8,7 +8,7 @@ use std::io::Read;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 
-use super::resolve::{self, Resolved};
+use super::resolve::{self, Resolved, WalkOptions};
 use super::{Backend, DirEntry, FileType, Info, Mode, Outcome, TEMP_PREFIX, Target, text, version};
 use crate::error::{Failure, FsError};
 use crate::sys::{self, Errno, Kind, Meta};
@@ -24,7 +24,8 @@ fn file_type(kind: Kind) -> FileType {
     match kind {
         Kind::File => FileType::File,
         Kind::Directory => FileType::Directory,
-        Kind::Symlink | Kind::Other => FileType::Other,
+        Kind::Symlink => FileType::Symlink,
+        Kind::Other => FileType::Other,
     }
 }
 
@@ -70,12 +71,14 @@ impl Backend {
         version::of_meta(meta)
     }
 
-    pub(super) fn stat(&self, mode: Mode, path: &str) -> Result<Outcome, Failure> {
-        let resolved = match self.walk_read(mode, path) {
+    pub(super) fn stat(&self, mode: Mode, path: &str, no_follow: bool) -> Result<Outcome, Failure> {
+        let options = WalkOptions { follow_final: !no_follow, create_parents: false };
+        let resolved = match self.walk(mode, path, options) {
             Ok(r) => r,
-            // A missing parent is still "absent" for stat.
-            Err(Failure { error: FsError::NotFound, path, .. }) => {
-                return Err(Failure::new(FsError::NotFound, path));
+            // A missing parent directory means the target is absent, not an error.
+            Err(Failure { error: FsError::NotFound | FsError::NotDirectory, path, .. }) => {
+                let target = Target { key: String::new(), display: path };
+                return Ok(Outcome::Stat { target, info: None });
             }
             Err(f) => return Err(f),
         };

@@ -3,6 +3,7 @@
 
 mod args;
 mod edit;
+mod patch;
 mod read;
 mod schema;
 mod write;
@@ -75,7 +76,7 @@ impl Tools {
     /// Visible tool names, in schema order.
     pub fn visible(&self) -> Vec<&'static str> {
         let c = &self.config;
-        [("read", c.read), ("write", c.write), ("edit", c.edit)]
+        [("read", c.read), ("write", c.write), ("edit", c.edit), ("apply_patch", c.apply_patch)]
             .into_iter()
             .filter(|(_, on)| *on)
             .map(|(name, _)| name)
@@ -145,6 +146,7 @@ impl Session {
             "read" => read::run(self, &args).await,
             "write" => write::run(self, &args).await,
             "edit" => edit::run(self, &args).await,
+            "apply_patch" => patch::run(self, &args).await,
             _ => Err(ToolError::new("UNKNOWN_TOOL", format!("unknown tool \"{name}\""))),
         };
         outcome.unwrap_or_else(ToolResult::error)

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 const READ_GUIDANCE: &str = "Use the read tool — not shell commands like cat — to inspect text files. Use offset and limit to continue reading large files.";
 const WRITE_GUIDANCE: &str = "Read an existing file before overwriting it with write (the default fs-observation-policy requires it)";
 const WRITE_GUIDANCE_EDIT: &str = " and prefer edit for targeted changes";
+const PATCH_GUIDANCE: &str = "Prefer apply_patch over separate edit calls for changes across files or separated regions. Read a file before updating, deleting, or moving it (the default fs-observation-policy requires it), unless you just created or edited it in this session. The whole patch is checked first (syntax, hunk matching, missing files) and a rejected patch changes nothing; once applying starts, operations run in order, stop at the first failure, and are not rolled back, so re-read affected files before retrying when needed.";
 const EDIT_GUIDANCE: &str = "Read a file before editing it (the default fs-observation-policy requires it), unless you just created or edited it in this session.";
 
 /// The guidance for a set of visible tools, in tool order, blank-line separated.
@@ -20,6 +21,9 @@ pub fn guidance_for(visible: &[&str]) -> String {
     }
     if visible.contains(&"edit") {
         parts.push(EDIT_GUIDANCE.to_owned());
+    }
+    if visible.contains(&"apply_patch") {
+        parts.push(PATCH_GUIDANCE.to_owned());
     }
     parts.join("\n\n")
 }
@@ -66,6 +70,18 @@ pub fn schema(name: &str) -> Option<Value> {
                     "replace_all": {"type": "boolean", "description": "Replace every occurrence of old_string instead of exactly one. Defaults to false."}
                 },
                 "required": ["file_path", "old_string", "new_string"],
+                "additionalProperties": false
+            }
+        }),
+        "apply_patch" => json!({
+            "name": "apply_patch",
+            "description": "Apply a patch in the Codex format to add, update, delete or move files. The input starts with *** Begin Patch and ends with *** End Patch; each file section starts with *** Add File: <path>, *** Update File: <path> (optionally followed by *** Move to: <path>) or *** Delete File: <path>. Update sections contain @@ chunks of context lines (prefixed with a space), removed lines (-) and added lines (+). Paths are relative to the session's working directory. The whole patch is checked before anything is written.",
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "input": {"type": "string", "description": "The entire patch text, from *** Begin Patch to *** End Patch."}
+                },
+                "required": ["input"],
                 "additionalProperties": false
             }
         }),

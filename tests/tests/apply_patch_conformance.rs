@@ -1,0 +1,176 @@
+//! The 24 Codex apply_patch scenarios through the real daemon and the real tool, run as
+//! `../shared/conformance/README.md` says: once with the policy off, once with it on after the
+//! session read every input file; the final tree must equal `expected/` byte for byte, except
+//! where the seed rules otherwise (005, 015).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use common::*;
+use serde_json::json;
+
+fn fixtures() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance/apply_patch");
+    assert!(dir.is_dir(), "conformance data missing at {}: the shared/ folder must sit beside the checkout", dir.display());
+    dir
+}
+
+/// Every file and directory below `root`: relative path -> Some(bytes) or None for a directory.
+fn tree(root: &Path) -> BTreeMap<String, Option<Vec<u8>>> {
+    let mut out = BTreeMap::new();
+    if !root.exists() {
+        return out;
+    }
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            let rel = path.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            if entry.file_type().unwrap().is_dir() {
+                out.insert(rel, None);
+                stack.push(path);
+            } else {
+                out.insert(rel, Some(std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for (rel, content) in tree(from) {
+        match content {
+            None => std::fs::create_dir_all(to.join(rel)).unwrap(),
+            Some(bytes) => {
+                let dst = to.join(rel);
+                std::fs::create_dir_all(dst.parent().unwrap()).unwrap();
+                std::fs::write(dst, bytes).unwrap();
+            }
+        }
+    }
+}
+
+/// What the seed says the tree must be afterwards, when it differs from `expected/`.
+fn expected_tree(scenario: &Path, name: &str) -> BTreeMap<String, Option<Vec<u8>>> {
+    match name {
+        // Rejected in preflight: nothing is written, and 015 has no input.
+        "015_failure_after_partial_success_leaves_changes" => tree(&scenario.join("input")),
+        _ => tree(&scenario.join("expected")),
+    }
+}
+
+#[test]
+fn every_scenario_with_the_policy_off_and_on() {
+    let d = Daemon::start();
+    let mut scenarios: Vec<PathBuf> = std::fs::read_dir(fixtures()).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
+    scenarios.sort();
+    // 24 numbers; 020 is used twice upstream.
+    assert_eq!(scenarios.len(), 25, "the conformance set has 25 scenario directories");
+    let mut failures = Vec::new();
+    for policy in [false, true] {
+        for scenario in &scenarios {
+            let name = scenario.file_name().unwrap().to_string_lossy().into_owned();
+            let cwd = d.root.join(format!("{}-{name}", if policy { "on" } else { "off" }));
+            copy_tree(&scenario.join("input"), &cwd);
+            let config = format!("applyPatch = true\nobservationPolicy = {policy}\n");
+            let path = d.dir.path().join("client.toml");
+            std::fs::write(&path, config).unwrap();
+            let mut s = ToolSession::start(&d.endpoint(), &cwd, Some(&path));
+            if policy {
+                for (rel, content) in tree(&cwd) {
+                    if content.is_some() {
+                        let r = s.read(&rel);
+                        assert!(!r.is_error(), "{name}: reading {rel}: {}", r.json);
+                    }
+                }
+            }
+            let patch = std::fs::read_to_string(scenario.join("patch.txt")).unwrap();
+            let reply = s.call("apply_patch", json!({"input": patch}));
+            let got = tree(&cwd);
+            let want = expected_tree(scenario, &name);
+            if got != want {
+                failures.push(format!("{name} (policy {policy}): tree differs\n  got  {:?}\n  want {:?}\n  reply {}", got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), reply.text()));
+                for (k, v) in &want {
+                    if got.get(k) != Some(v) {
+                        failures.push(format!("    {k}: got {:?} want {:?}", got.get(k).map(|b| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned())), v.as_ref().map(|b| String::from_utf8_lossy(b).into_owned())));
+                    }
+                }
+            }
+            if name == "005_rejects_empty_patch" {
+                assert_eq!(reply.text(), "Success. No operations in patch.");
+                assert!(!reply.is_error());
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn reports_match_the_seed() {
+    let d = Daemon::start();
+    d.write("a.txt", "one\ntwo\n");
+    d.write("old.txt", "gone\n");
+    let mut s = d.session_with_config("applyPatch = true\n");
+    // Not read: the whole patch is refused and nothing changes.
+    let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-one\n+ONE\n*** Delete File: old.txt\n*** Add File: new.txt\n+n\n*** Update File: missing.txt\n@@\n-x\n+y\n*** End Patch";
+    let r = s.call("apply_patch", json!({"input": patch}));
+    err(&r, "FS_NOT_OBSERVED", "Error: Patch rejected before any change (3 problems):\n- operation 1 (update a.txt, patch line 2): cannot modify \"a.txt\": file has not been read — read the file, then retry\n- operation 2 (delete old.txt, patch line 6): cannot modify \"old.txt\": file has not been read — read the file, then retry\n- operation 4 (update missing.txt, patch line 9): cannot read \"missing.txt\": not found");
+    assert!(!d.path("new.txt").exists());
+    assert_eq!(d.read("a.txt"), b"one\ntwo\n");
+    // Read, then the same patch without the missing file succeeds, grouped A/M/D.
+    s.read("a.txt");
+    s.read("old.txt");
+    let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-one\n+ONE\n*** Delete File: old.txt\n*** Add File: new.txt\n+n\n*** End Patch";
+    ok(&s.call("apply_patch", json!({"input": patch})), "Success. Updated the following files:\nA new.txt\nM a.txt\nD old.txt");
+    assert_eq!(d.read("a.txt"), b"ONE\ntwo\n");
+    assert_eq!(d.read("new.txt"), b"n\n");
+    assert!(!d.path("old.txt").exists());
+    // A created file can be updated at once (this session wrote it); a move reports M <dest>.
+    let patch = "*** Begin Patch\n*** Update File: new.txt\n*** Move to: moved/new.txt\n@@\n-n\n+m\n*** End Patch";
+    ok(&s.call("apply_patch", json!({"input": patch})), "Success. Updated the following files:\nM moved/new.txt");
+    assert_eq!(d.read("moved/new.txt"), b"m\n");
+    // Syntax errors keep the parser's message.
+    let r = s.call("apply_patch", json!({"input": "*** Begin Patch\n*** Frobnicate File: x\n*** End Patch"}));
+    err(&r, "PATCH_SYNTAX", "Error: Invalid patch hunk on line 2: '*** Frobnicate File: x' is not a valid hunk header. Valid hunk headers: '*** Add File: {path}', '*** Delete File: {path}', '*** Update File: {path}'");
+    let r = s.call("apply_patch", json!({"input": "hello"}));
+    err(&r, "PATCH_SYNTAX", "Error: Invalid patch: The first line of the patch must be '*** Begin Patch'");
+}
+
+#[test]
+fn a_stopped_commit_reports_completed_failed_and_not_executed() {
+    let d = Daemon::start();
+    d.write("a.txt", "a\n");
+    d.write(".git/config", "x\n");
+    let mut s = d.session_with_config("applyPatch = true\nobservationPolicy = false\n");
+    // The fence refuses the second operation at commit (containment is not simulated).
+    let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-a\n+b\n*** Update File: .git/config\n@@\n-x\n+y\n*** Add File: c.txt\n+c\n*** End Patch";
+    let r = s.call("apply_patch", json!({"input": patch}));
+    ok(&r, "Patch stopped after 1 of 3 operations.\nCompleted:\nM a.txt\nFailed:\n- operation 2 (update .git/config, patch line 6): cannot modify \".git/config\": file access denied under workspace-write mode: .git is a protected path [sandbox: file access denied under workspace-write mode]\nNot executed:\n- operation 3 (add c.txt)");
+    assert_eq!(r.meta()["stopped"], json!(true));
+    assert_eq!(d.read("a.txt"), b"b\n");
+    assert_eq!(d.read(".git/config"), b"x\n");
+    assert!(!d.path("c.txt").exists());
+}
+
+#[test]
+fn a_patch_touching_200_files() {
+    let d = Daemon::start();
+    let mut patch = String::from("*** Begin Patch\n");
+    for i in 0..200 {
+        d.write(&format!("f/{i}.txt"), format!("line {i}\n"));
+        patch.push_str(&format!("*** Update File: f/{i}.txt\n@@\n-line {i}\n+LINE {i}\n"));
+    }
+    patch.push_str("*** End Patch");
+    let mut s = d.session_with_config("applyPatch = true\nobservationPolicy = false\n");
+    let r = s.call("apply_patch", json!({"input": patch}));
+    assert!(!r.is_error(), "{}", r.json);
+    assert!(r.text().starts_with("Success. Updated the following files:\nM f/0.txt\n"));
+    for i in 0..200 {
+        assert_eq!(d.read(&format!("f/{i}.txt")), format!("LINE {i}\n").as_bytes());
+    }
+}

@@ -1,0 +1,272 @@
+//! Shared harness of the end-to-end tests: starts the real `fsd` binary on a real Unix socket in
+//! a temporary directory, and drives the real tools through `fsd-tools session` (JSON lines) or
+//! the library. Everything is torn down when the values drop.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+pub mod rpc;
+
+/// The directory holding the workspace's binaries (`target/<profile>`), found from this test
+/// executable (`target/<profile>/deps/<test>`).
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf();
+    for bin in ["fsd", "fsd-tools"] {
+        assert!(
+            dir.join(bin).is_file(),
+            "{} is missing: build the workspace binaries first (`cargo build --workspace --bins` or `cargo test --workspace`)",
+            dir.join(bin).display()
+        );
+    }
+    dir
+}
+
+pub fn fsd_bin() -> PathBuf {
+    bin_dir().join("fsd")
+}
+
+pub fn tools_bin() -> PathBuf {
+    bin_dir().join("fsd-tools")
+}
+
+/// A running daemon over a temporary workspace.
+pub struct Daemon {
+    pub child: Child,
+    pub socket: PathBuf,
+    pub dir: tempfile::TempDir,
+    /// The writable root (canonical path).
+    pub root: PathBuf,
+}
+
+impl Daemon {
+    /// A daemon with one writable root `<tmp>/ws`.
+    pub fn start() -> Daemon {
+        Daemon::start_with(&[], "")
+    }
+
+    /// A daemon with extra flags and a config file body (empty: none).
+    pub fn start_with(extra: &[&str], config: &str) -> Daemon {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().join("ws");
+        std::fs::create_dir(&root).expect("mkdir ws");
+        let root = std::fs::canonicalize(&root).expect("canonicalize");
+        let socket = dir.path().join("fsd.sock");
+        let mut cmd = Command::new(fsd_bin());
+        cmd.arg("--listen").arg(format!("unix:{}", socket.display())).arg("--writable-root").arg(&root);
+        if !config.is_empty() {
+            let path = dir.path().join("fsd.toml");
+            std::fs::write(&path, config).expect("write config");
+            cmd.arg("--config").arg(path);
+        }
+        cmd.args(extra).env("FSD_LOG", "warn").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
+        let child = cmd.spawn().expect("spawn fsd");
+        let mut daemon = Daemon { child, socket, dir, root };
+        daemon.wait_listening();
+        daemon
+    }
+
+    fn wait_listening(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("fsd exited before listening: {status}");
+            }
+            assert!(Instant::now() < deadline, "fsd did not listen within 20 s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("unix:{}", self.socket.display())
+    }
+
+    /// A path inside the root.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+
+    pub fn write(&self, rel: &str, bytes: impl AsRef<[u8]>) {
+        let p = self.path(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).expect("mkdir -p");
+        }
+        std::fs::write(p, bytes).expect("write fixture");
+    }
+
+    pub fn read(&self, rel: &str) -> Vec<u8> {
+        std::fs::read(self.path(rel)).expect("read back")
+    }
+
+    /// A `fsd-tools session` against this daemon, cwd = the root.
+    pub fn session(&self) -> ToolSession {
+        ToolSession::start(&self.endpoint(), &self.root, None)
+    }
+
+    pub fn session_with_config(&self, config: &str) -> ToolSession {
+        let path = self.dir.path().join(format!("client-{}.toml", rand_suffix()));
+        std::fs::write(&path, config).expect("write client config");
+        ToolSession::start(&self.endpoint(), &self.root, Some(&path))
+    }
+
+    /// Peak resident memory of the daemon (VmHWM), in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("proc status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM")
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).expect("pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("kill");
+        self.child.wait().expect("wait")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rand_suffix() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+}
+
+/// A running `fsd-tools session`: one owner of observations.
+pub struct ToolSession {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    next_id: u64,
+}
+
+/// One result line.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub json: Value,
+}
+
+impl Reply {
+    pub fn text(&self) -> &str {
+        self.json["text"].as_str().unwrap_or("")
+    }
+    pub fn is_error(&self) -> bool {
+        self.json["is_error"].as_bool().expect("is_error")
+    }
+    pub fn code(&self) -> Option<&str> {
+        self.json["code"].as_str()
+    }
+    pub fn meta(&self) -> &Value {
+        &self.json["meta"]
+    }
+}
+
+impl ToolSession {
+    pub fn start(endpoint: &str, cwd: &Path, config: Option<&Path>) -> ToolSession {
+        let mut cmd = Command::new(tools_bin());
+        cmd.arg("session").arg("--endpoint").arg(endpoint).arg("--cwd").arg(cwd);
+        if let Some(config) = config {
+            cmd.arg("--config").arg(config);
+        }
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("spawn fsd-tools");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        ToolSession { child, stdin, stdout, next_id: 0 }
+    }
+
+    /// Sends one raw line and reads one reply line.
+    pub fn raw(&mut self, line: &str) -> Reply {
+        let stdin = self.stdin.as_mut().expect("session open");
+        writeln!(stdin, "{line}").expect("write request");
+        stdin.flush().expect("flush");
+        let mut out = String::new();
+        let n = self.stdout.read_line(&mut out).expect("read reply");
+        assert!(n > 0, "fsd-tools session closed its output");
+        Reply { json: serde_json::from_str(&out).expect("reply is JSON") }
+    }
+
+    /// Calls a tool.
+    pub fn call(&mut self, tool: &str, args: Value) -> Reply {
+        self.next_id += 1;
+        let reply = self.raw(&json!({"id": self.next_id, "tool": tool, "args": args}).to_string());
+        assert_eq!(reply.json["id"], json!(self.next_id), "ids echo in order");
+        reply
+    }
+
+    pub fn read(&mut self, path: &str) -> Reply {
+        self.call("read", json!({"file_path": path}))
+    }
+
+    /// Ends the session (EOF) and returns its exit status.
+    pub fn finish(mut self) -> std::process::ExitStatus {
+        drop(self.stdin.take());
+        self.child.wait().expect("wait fsd-tools")
+    }
+}
+
+impl Drop for ToolSession {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Asserts a reply is a success with exactly this text.
+#[track_caller]
+pub fn ok(reply: &Reply, text: &str) {
+    assert!(!reply.is_error(), "expected success, got {}", reply.json);
+    assert_eq!(reply.text(), text);
+}
+
+/// Asserts a reply is an error with this code and exactly this text.
+#[track_caller]
+pub fn err(reply: &Reply, code: &str, text: &str) {
+    assert!(reply.is_error(), "expected an error, got {}", reply.json);
+    assert_eq!(reply.code(), Some(code), "{}", reply.json);
+    assert_eq!(reply.text(), text);
+}
+
+/// The read envelope for `path` with these body lines and footer.
+pub fn envelope(path: &Path, lines: &[&str], footer: &str) -> String {
+    let mut s = format!("<path>{}</path>\n<type>file</type>\n<content>\n", path.display());
+    for l in lines {
+        s.push_str(l);
+        s.push('\n');
+    }
+    s.push('\n');
+    s.push_str(footer);
+    s.push_str("\n</content>");
+    s
+}
+
+/// Makes a FIFO at `path` (reading one must never block the daemon).
+pub fn mkfifo(path: &Path) {
+    rustix::fs::mkfifoat(rustix::fs::CWD, path, rustix::fs::Mode::from_raw_mode(0o644)).expect("mkfifo");
+}
+
+/// Makes a symbolic link `link` pointing at `target` (absolute or relative, as given).
+pub fn symlink(target: impl AsRef<Path>, link: &Path) {
+    std::os::unix::fs::symlink(target, link).expect("symlink");
+}
+
+/// The error text for a path the model named: `Error: <message>`.
+pub fn error_text(message: impl std::fmt::Display) -> String {
+    format!("Error: {message}")
+}
+
+/// The write tool's five-line envelope.
+pub fn write_envelope(path: &Path, verb: &str) -> String {
+    format!("<path>{}</path>\n<type>file</type>\n<content>\n{verb}\n</content>", path.display())
+}

@@ -1,0 +1,91 @@
+//! The apply_patch tool: parse, preflight the whole patch against simulated state (nothing is
+//! written unless every operation passes), then commit in order through the provider and report
+//! exactly what happened.
+
+mod commit;
+mod preflight;
+mod report;
+
+use serde_json::Value;
+
+use super::{Session, ToolResult, args};
+use crate::failure::ToolError;
+
+/// One operation of the patch, with its paths as written and as resolved against the cwd.
+#[derive(Debug, Clone)]
+struct Planned {
+    /// 1-based position in the patch.
+    index: usize,
+    op: fsd_patch::Op,
+    /// Absolute source path (the file itself for add, update and delete).
+    src: String,
+    /// Absolute destination of a move.
+    dst: Option<String>,
+}
+
+impl Planned {
+    fn kind(&self) -> fsd_patch::OpKind {
+        self.op.kind()
+    }
+
+    /// `update a.txt` or `move a.txt -> b.txt`, as the patch spells the paths.
+    fn describe(&self) -> String {
+        match self.op.move_to() {
+            Some(to) => format!("move {} -> {}", self.op.path(), to),
+            None => format!("{} {}", self.kind().as_str(), self.op.path()),
+        }
+    }
+
+    /// The summary line `A path`, `M dest`, `D path`.
+    fn summary(&self) -> String {
+        format!("{} {}", self.kind().summary_letter(), self.op.target_path())
+    }
+}
+
+/// What preflight decided for one operation: the content to write, and the versions its commit
+/// must find (the compare-and-swap basis, whether or not the policy is on).
+#[derive(Debug, Clone)]
+struct Prepared {
+    planned: Planned,
+    /// New content of the file (add, update) or the move destination; `None` for delete and a
+    /// move without content change.
+    content: Option<String>,
+    /// Text before, when known (for diffs).
+    before: Option<String>,
+    /// Whether the target (or move destination) exists before this operation.
+    target_exists: bool,
+    /// The version the source (the file itself for add/update/delete) has on disk before the
+    /// patch, when no earlier operation touched it: the commit's compare-and-swap basis.
+    src_version: Option<String>,
+    /// The same for a move destination.
+    dst_version: Option<String>,
+}
+
+pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, ToolError> {
+    let map = args::object(args, &["input"])?;
+    let input = args::string(map, "input")?;
+    let patch = match fsd_patch::parse(&input) {
+        Ok(patch) => patch,
+        Err(e) => return Err(report::syntax_error(&e)),
+    };
+    if patch.ops.is_empty() {
+        return Ok(report::empty());
+    }
+    let planned: Vec<Planned> = patch
+        .ops
+        .into_iter()
+        .enumerate()
+        .map(|(i, op)| Planned {
+            index: i + 1,
+            src: session.absolute(op.path()),
+            dst: op.move_to().map(|to| session.absolute(to)),
+            op,
+        })
+        .collect();
+    let prepared = match preflight::run(session, &planned).await {
+        Ok(prepared) => prepared,
+        Err(problems) => return Err(report::rejected(&problems)),
+    };
+    let outcome = commit::run(session, &prepared).await;
+    Ok(report::committed(&prepared, &outcome))
+}

@@ -1,0 +1,275 @@
+//! Preflight: every operation is checked in order against current files and the observation
+//! policy, with the effects of the operations before it simulated. Preflight reads record no
+//! observation. Sandbox containment is not simulated: the daemon decides it at commit.
+
+use std::collections::HashMap;
+
+use fsd_policy::{EditRefusal, TargetKey, WriteGuard};
+use fsd_proto::{ErrorCode, WireError, v1};
+
+use super::{Planned, Prepared};
+use crate::failure::ToolError;
+use crate::tools::Session;
+
+/// A refused operation.
+#[derive(Debug, Clone)]
+pub(super) struct Problem {
+    pub planned: Planned,
+    pub error: ToolError,
+}
+
+/// What preflight believes a path holds at this point of the patch.
+#[derive(Debug, Clone)]
+struct Sim {
+    exists: bool,
+    /// The text, when read.
+    text: Option<String>,
+    /// The version on disk before the patch; `None` once an earlier operation changed it.
+    disk_version: Option<String>,
+    target_key: Option<String>,
+    /// An earlier operation of this patch wrote or removed it: it counts as observed.
+    touched: bool,
+    /// A final symlink (moving or deleting one is refused).
+    symlink: bool,
+    regular: bool,
+}
+
+struct State<'s> {
+    session: &'s mut Session,
+    sims: HashMap<String, Sim>,
+}
+
+impl State<'_> {
+    /// The current simulated state of a path, loading it from the daemon the first time.
+    async fn sim(&mut self, path: &str, spelled: &str, need_text: bool) -> Result<Sim, ToolError> {
+        if let Some(sim) = self.sims.get(path) {
+            if sim.text.is_some() || !need_text || !sim.exists || sim.touched {
+                return Ok(sim.clone());
+            }
+        }
+        let context = self.session.context();
+        let stat = self
+            .session
+            .client
+            .stat(v1::StatRequest { context, path: path.to_owned(), no_follow: true })
+            .await
+            .map_err(|s| ToolError::from_read(spelled, &s))?
+            .into_inner();
+        let mut sim = Sim {
+            exists: stat.info.is_some(),
+            text: None,
+            disk_version: stat.info.as_ref().map(|i| i.version.clone()),
+            target_key: stat.target.as_ref().map(|t| t.target_key.clone()),
+            touched: false,
+            symlink: stat.info.as_ref().is_some_and(|i| i.r#type == v1::FileType::Symlink as i32),
+            regular: stat.info.as_ref().is_some_and(|i| i.r#type == v1::FileType::File as i32),
+        };
+        if sim.exists && (need_text || sim.symlink) {
+            // Read through a link: an update writes through it to its target.
+            let context = self.session.context();
+            let request = v1::ReadTextRequest { context, path: path.to_owned(), max_bytes: 0 };
+            match self.session.client.read_text(request).await {
+                Ok(reply) => {
+                    let reply = reply.into_inner();
+                    sim.text = Some(reply.text);
+                    sim.disk_version = Some(reply.version);
+                    sim.target_key = reply.target.map(|t| t.target_key);
+                    sim.regular = true;
+                }
+                Err(status) => {
+                    let wire = WireError::from_status(&status);
+                    match wire {
+                        Some(w) if !need_text && w.code == ErrorCode::NotRegularFile => sim.regular = false,
+                        Some(w) => return Err(ToolError::from_read_wire(spelled, &w)),
+                        None => return Err(ToolError::unavailable(&status)),
+                    }
+                }
+            }
+        }
+        self.sims.insert(path.to_owned(), sim.clone());
+        Ok(sim)
+    }
+
+    /// The policy check for changing an existing file (update, delete, move source).
+    fn may_modify(&self, sim: &Sim, spelled: &str) -> Result<(), ToolError> {
+        if sim.touched || !self.session.policy_on() {
+            return Ok(());
+        }
+        let key = sim.target_key.clone().map(TargetKey);
+        match self.session.observations.edit_intent(key.as_ref()) {
+            Ok(version) if Some(&version.0) == sim.disk_version.as_ref() => Ok(()),
+            Ok(_) => Err(stale(spelled)),
+            Err(EditRefusal::NotObserved) => Err(ToolError::not_observed(spelled)),
+            Err(EditRefusal::ObservedAbsent) => Err(not_found(spelled)),
+        }
+    }
+
+    /// The policy check for writing a whole file that may exist (add, move destination).
+    fn may_write(&self, sim: &Sim, spelled: &str) -> Result<(), ToolError> {
+        if sim.touched || !sim.exists || !self.session.policy_on() {
+            return Ok(());
+        }
+        let key = sim.target_key.clone().map(TargetKey);
+        match self.session.observations.write_intent(key.as_ref()) {
+            WriteGuard::ReplaceIfVersion(version) if Some(&version.0) == sim.disk_version.as_ref() => Ok(()),
+            WriteGuard::ReplaceIfVersion(_) => Err(stale(spelled)),
+            WriteGuard::CreateIfAbsent => Err(ToolError::not_observed(spelled)),
+        }
+    }
+
+    fn set(&mut self, path: &str, exists: bool, text: Option<String>) {
+        let entry = self.sims.entry(path.to_owned()).or_insert(Sim {
+            exists,
+            text: None,
+            disk_version: None,
+            target_key: None,
+            touched: true,
+            symlink: false,
+            regular: true,
+        });
+        entry.exists = exists;
+        entry.text = text;
+        entry.touched = true;
+        entry.symlink = false;
+        entry.regular = true;
+    }
+}
+
+/// The pre-patch version of a path no earlier operation touched.
+fn basis(sim: &Sim) -> Option<String> {
+    if sim.touched || !sim.exists { None } else { sim.disk_version.clone() }
+}
+
+fn stale(spelled: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::StaleVersion.as_str(),
+        format!("cannot modify \"{spelled}\": file changed on disk since it was read — re-read the file, then retry"),
+    )
+}
+
+fn not_found(spelled: &str) -> ToolError {
+    ToolError::new(ErrorCode::NotFound.as_str(), format!("cannot modify \"{spelled}\": not found"))
+}
+
+fn symlink_source(verb: &str, spelled: &str) -> ToolError {
+    ToolError::new(
+        "PATCH_SYMLINK_SOURCE",
+        format!("cannot {verb} \"{spelled}\": it is a symbolic link; patch the file it points to instead"),
+    )
+}
+
+/// Checks one operation and simulates its effect.
+async fn check(state: &mut State<'_>, planned: &Planned) -> Result<Prepared, ToolError> {
+    let spelled = planned.op.path();
+    match &planned.op {
+        fsd_patch::Op::Add { contents, .. } => {
+            let sim = state.sim(&planned.src, spelled, false).await?;
+            if sim.exists && !sim.touched && !sim.regular && !sim.symlink {
+                return Err(ToolError::new(
+                    ErrorCode::NotRegularFile.as_str(),
+                    format!("cannot write \"{spelled}\": not a regular file"),
+                ));
+            }
+            state.may_write(&sim, spelled)?;
+            let before = if sim.exists { sim.text.clone() } else { None };
+            state.set(&planned.src, true, Some(contents.clone()));
+            Ok(Prepared {
+                planned: planned.clone(),
+                content: Some(contents.clone()),
+                before,
+                target_exists: sim.exists,
+                src_version: basis(&sim),
+                dst_version: None,
+            })
+        }
+        fsd_patch::Op::Delete { .. } => {
+            let sim = state.sim(&planned.src, spelled, true).await.or_else(|e| {
+                // A directory or special file: report it as the delete it is.
+                if e.code == ErrorCode::NotRegularFile.as_str() {
+                    Err(ToolError::new(e.code, format!("cannot delete \"{spelled}\": not a regular file")))
+                } else {
+                    Err(e)
+                }
+            })?;
+            if !sim.exists {
+                return Err(ToolError::new(ErrorCode::NotFound.as_str(), format!("cannot delete \"{spelled}\": not found")));
+            }
+            if sim.symlink && !sim.touched {
+                return Err(symlink_source("delete", spelled));
+            }
+            state.may_modify(&sim, spelled)?;
+            state.set(&planned.src, false, None);
+            Ok(Prepared {
+                planned: planned.clone(),
+                content: None,
+                src_version: basis(&sim),
+                before: sim.text,
+                target_exists: true,
+                dst_version: None,
+            })
+        }
+        fsd_patch::Op::Update { chunks, move_to, .. } => {
+            let sim = state.sim(&planned.src, spelled, true).await?;
+            if !sim.exists {
+                return Err(ToolError::new(ErrorCode::NotFound.as_str(), format!("cannot read \"{spelled}\": not found")));
+            }
+            if move_to.is_some() && sim.symlink && !sim.touched {
+                return Err(symlink_source("move", spelled));
+            }
+            state.may_modify(&sim, spelled)?;
+            let text = sim.text.clone().unwrap_or_default();
+            let new_text = if chunks.is_empty() {
+                text.clone()
+            } else {
+                fsd_patch::apply_chunks(&text, chunks).map_err(|e| {
+                    ToolError::new("PATCH_HUNK_MISMATCH", format!("{} (hunk at patch line {})", e.message, e.chunk_line))
+                })?
+            };
+            let (Some(dst), Some(dst_spelled)) = (&planned.dst, move_to) else {
+                state.set(&planned.src, true, Some(new_text.clone()));
+                return Ok(Prepared {
+                    planned: planned.clone(),
+                    content: Some(new_text),
+                    before: Some(text),
+                    target_exists: true,
+                    src_version: basis(&sim),
+                    dst_version: None,
+                });
+            };
+            let dst_sim = state.sim(dst, dst_spelled, false).await?;
+            if dst_sim.exists && !dst_sim.touched && !dst_sim.regular && !dst_sim.symlink {
+                return Err(ToolError::new(
+                    ErrorCode::NotRegularFile.as_str(),
+                    format!("cannot write \"{dst_spelled}\": not a regular file"),
+                ));
+            }
+            state.may_write(&dst_sim, dst_spelled)?;
+            state.set(&planned.src, false, None);
+            state.set(dst, true, Some(new_text.clone()));
+            let content = (!chunks.is_empty()).then_some(new_text);
+            Ok(Prepared {
+                planned: planned.clone(),
+                content,
+                before: Some(text),
+                target_exists: dst_sim.exists,
+                src_version: basis(&sim),
+                dst_version: basis(&dst_sim),
+            })
+        }
+    }
+}
+
+/// Checks the whole patch; any problem refuses all of it.
+pub(super) async fn run(session: &mut Session, planned: &[Planned]) -> Result<Vec<Prepared>, Vec<Problem>> {
+    let mut state = State { session, sims: HashMap::new() };
+    let mut prepared = Vec::new();
+    let mut problems = Vec::new();
+    for p in planned {
+        // A refused operation has no simulated effect; later ones are still checked.
+        match check(&mut state, p).await {
+            Ok(ok) => prepared.push(ok),
+            Err(error) => problems.push(Problem { planned: p.clone(), error }),
+        }
+    }
+    if problems.is_empty() { Ok(prepared) } else { Err(problems) }
+}
