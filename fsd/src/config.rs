@@ -86,6 +86,14 @@ pub struct ConfigFile {
     pub max_read_bytes: Option<u64>,
     pub max_diff_text_bytes: Option<u64>,
     pub max_dir_entries: Option<usize>,
+    pub landlock: Option<String>,
+    pub workers_per_mode: Option<usize>,
+    pub worker_uid: Option<u32>,
+    pub worker_gid: Option<u32>,
+    pub call_timeout_ms: Option<u64>,
+    pub audit_log: Option<PathBuf>,
+    /// Highest mode per client, keyed by the Unix peer uid (as a string: TOML keys are strings).
+    pub client_max_modes: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// What the flags say; each set flag overrides the file.
@@ -110,6 +118,20 @@ pub struct Config {
     pub log_format: LogFormat,
     pub max_message_bytes: u64,
     pub limits: Limits,
+    pub landlock: LandlockPolicy,
+    pub workers_per_mode: usize,
+    pub worker_uid: u32,
+    pub worker_gid: u32,
+    pub call_timeout: std::time::Duration,
+    pub audit_log: Option<PathBuf>,
+    pub client_max_modes: std::collections::BTreeMap<u32, Mode>,
+}
+
+/// Whether a kernel without the Landlock floor may still serve the confined modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LandlockPolicy {
+    Required,
+    BestEffort,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -132,6 +154,12 @@ pub enum ConfigError {
     NoRoots,
     #[error("default_mode {default} is wider than max_mode {max}")]
     DefaultAboveMax { default: &'static str, max: &'static str },
+    #[error("invalid landlock {0:?}: expected \"required\" or \"best-effort\"")]
+    Landlock(String),
+    #[error("invalid client_max_modes key {0:?}: expected a numeric uid")]
+    ClientUid(String),
+    #[error("workers_per_mode must be between 1 and 64")]
+    Workers,
     #[error("max_message_bytes {message} must exceed max_editable_file_bytes {editable}")]
     MessageTooSmall { message: u64, editable: u64 },
 }
@@ -203,7 +231,29 @@ impl Config {
         if max_message_bytes < needed {
             return Err(ConfigError::MessageTooSmall { message: max_message_bytes, editable: limits.max_editable_bytes });
         }
+        let landlock = match file.landlock.as_deref() {
+            None | Some("required") => LandlockPolicy::Required,
+            Some("best-effort") => LandlockPolicy::BestEffort,
+            Some(other) => return Err(ConfigError::Landlock(other.to_owned())),
+        };
+        let workers_per_mode = file.workers_per_mode.unwrap_or(2);
+        if !(1..=64).contains(&workers_per_mode) {
+            return Err(ConfigError::Workers);
+        }
+        let mut client_max_modes = std::collections::BTreeMap::new();
+        for (uid, value) in file.client_max_modes.unwrap_or_default() {
+            let uid_num: u32 = uid.parse().map_err(|_| ConfigError::ClientUid(uid.clone()))?;
+            client_max_modes.insert(uid_num, mode("client_max_modes", Some(value), max_mode)?);
+        }
+        let (uid, gid) = crate::sys::effective_ids();
         Ok(Config {
+            landlock,
+            workers_per_mode,
+            worker_uid: file.worker_uid.unwrap_or(uid),
+            worker_gid: file.worker_gid.unwrap_or(gid),
+            call_timeout: std::time::Duration::from_millis(file.call_timeout_ms.unwrap_or(30_000).max(1)),
+            audit_log: file.audit_log,
+            client_max_modes,
             listen,
             roots,
             protected_names: file.protected_names.unwrap_or_else(|| vec![".git".to_owned()]),
@@ -266,5 +316,7 @@ mod tests {
         check("escalation = \"signed\"", flags(&["unix:/s"], &["/ws"]), Err("invalid escalation \"signed\": expected \"deny\" or \"client\" (\"signed\" is not in this build)"));
         check("default_mode = \"danger-full-access\"\nmax_mode = \"read-only\"", flags(&["unix:/s"], &["/ws"]), Err("default_mode danger-full-access is wider than max_mode read-only"));
         check("bogus = 1", flags(&["unix:/s"], &["/ws"]), Err("unknown field `bogus`"));
+        check("landlock = \"maybe\"", flags(&["unix:/s"], &["/ws"]), Err("invalid landlock \"maybe\": expected \"required\" or \"best-effort\""));
+        check("[client_max_modes]\nalice = \"read-only\"", flags(&["unix:/s"], &["/ws"]), Err("invalid client_max_modes key \"alice\": expected a numeric uid"));
     }
 }

@@ -1,12 +1,20 @@
 //! fsd: the daemon that owns the disk of one sandbox and serves the `fsd.v1` file service.
 //!
-//! `backend` does the filesystem work (one request in, one outcome out); `service` is the gRPC
-//! edge that maps wire types to backend values; `daemon` wires config, listeners and shutdown.
+//! Processes: the `supervisor` starts the `network` process (gRPC, modes, locks; no filesystem
+//! rights) and per-mode pools of `worker`s, each confined at birth (`confine`), which run the
+//! `backend` (one request in, one outcome out) for the calls `dispatch` routes to them.
 #![deny(unsafe_code)]
 
+pub mod audit;
 pub mod backend;
 pub mod config;
+pub mod confine;
 pub mod daemon;
+pub mod dispatch;
 pub mod error;
+pub mod ipc;
+pub mod network;
 pub mod service;
+pub mod supervisor;
 pub mod sys;
+pub mod worker;

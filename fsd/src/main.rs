@@ -1,12 +1,17 @@
-//! The `fsd` binary: parses flags and runs the daemon.
+//! The `fsd` binary: parses flags and runs the process role it was started as (the supervisor by
+//! default; the network process and workers are re-executions of this binary by the supervisor).
 #![forbid(unsafe_code)]
 
+use std::ffi::OsString;
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use fsd::backend::Mode;
 use fsd::config::{Config, Overrides};
-use fsd::daemon::{self, RunOptions};
+use fsd::daemon::DaemonError;
+use fsd::supervisor::RunOptions;
 
 /// fsd: the file daemon that owns the disk of one sandbox and serves fsd.v1 over gRPC.
 #[derive(Debug, Parser)]
@@ -33,21 +38,69 @@ struct Args {
     /// Exit when stdin reaches EOF and remove the socket directory (used by fsd-tools --root).
     #[arg(long, hide = true)]
     parent_pipe: bool,
+    /// Internal: the process role (supervisor, network, worker).
+    #[arg(long, hide = true, default_value = "supervisor")]
+    role: String,
+    /// Internal: the inherited IPC descriptor of a network process or worker.
+    #[arg(long, hide = true)]
+    ipc_fd: Option<i32>,
+    /// Internal: a worker's mode.
+    #[arg(long, hide = true)]
+    worker_mode: Option<String>,
+}
+
+/// The flags a child gets: the configuration flags only, never the role or the parent pipe.
+fn child_args(args: &Args) -> Vec<OsString> {
+    let mut out: Vec<OsString> = Vec::new();
+    for l in &args.listen {
+        out.extend(["--listen".into(), l.into()]);
+    }
+    for r in &args.writable_root {
+        out.extend(["--writable-root".into(), r.into()]);
+    }
+    for r in &args.readable_root {
+        out.extend(["--readable-root".into(), r.into()]);
+    }
+    if let Some(c) = &args.config {
+        out.extend(["--config".into(), c.into()]);
+    }
+    if let Some(f) = &args.log_format {
+        out.extend(["--log-format".into(), f.into()]);
+    }
+    if let Some(m) = &args.default_mode {
+        out.extend(["--default-mode".into(), m.into()]);
+    }
+    out
+}
+
+fn ipc_socket(args: &Args) -> Result<UnixStream, DaemonError> {
+    let raw = args.ipc_fd.ok_or(DaemonError::Inherited(-1, fsd::sys::Errno::BADF))?;
+    let fd = fsd::sys::ipc::inherited(raw).map_err(|e| DaemonError::Inherited(raw, e))?;
+    Ok(UnixStream::from(fd))
+}
+
+fn run(args: Args) -> Result<(), DaemonError> {
+    let overrides = Overrides {
+        listen: args.listen.clone(),
+        writable_roots: args.writable_root.clone(),
+        readable_roots: args.readable_root.clone(),
+        log_format: args.log_format.clone(),
+        default_mode: args.default_mode.clone(),
+    };
+    let config = Config::load(args.config.as_deref(), overrides)?;
+    match args.role.as_str() {
+        "network" => fsd::network::run(config, ipc_socket(&args)?),
+        "worker" => {
+            fsd::daemon::init_logging(config.log_format);
+            let mode = args.worker_mode.as_deref().and_then(Mode::parse).unwrap_or(Mode::ReadOnly);
+            Ok(fsd::worker::run(&config, mode, ipc_socket(&args)?)?)
+        }
+        _ => fsd::supervisor::run(config, child_args(&args), RunOptions { parent_pipe: args.parent_pipe }),
+    }
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    let overrides = Overrides {
-        listen: args.listen,
-        writable_roots: args.writable_root,
-        readable_roots: args.readable_root,
-        log_format: args.log_format,
-        default_mode: args.default_mode,
-    };
-    let result = Config::load(args.config.as_deref(), overrides)
-        .map_err(daemon::DaemonError::from)
-        .and_then(|config| daemon::run(config, RunOptions { parent_pipe: args.parent_pipe }));
-    match result {
+    match run(Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("fsd: {e}");

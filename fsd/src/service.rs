@@ -2,6 +2,7 @@
 //! resolves each call's effective mode, and turns failures into statuses. Generated proto types
 //! stop here; the backend never sees them.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use fsd_proto::v1::{self, fsd_server::Fsd};
@@ -9,81 +10,177 @@ use fsd_proto::{ErrorCode, WireError};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::backend::{self, Backend, Mode, Outcome, StreamItem};
+use crate::audit::{self, Audit};
+use crate::backend::{self, Limits, Mode, Outcome};
 use crate::config::{Config, Escalation};
-use crate::error::Failure;
+use crate::dispatch::Dispatcher;
 use crate::sys;
 
 /// The service state shared by every connection.
 #[derive(Debug, Clone)]
 pub struct FsdService {
-    backend: Arc<Backend>,
+    dispatcher: Arc<Dispatcher>,
     default_mode: Mode,
     max_mode: Mode,
+    client_max_modes: BTreeMap<u32, Mode>,
     escalation: Escalation,
     max_message_bytes: u64,
+    limits: Limits,
+    roots: Vec<(String, bool)>,
+    protected: Vec<String>,
+    audit: Option<Arc<Audit>>,
 }
 
-impl FsdService {
-    pub fn new(backend: Arc<Backend>, config: &Config) -> FsdService {
-        FsdService {
-            backend,
-            default_mode: config.default_mode,
-            max_mode: config.max_mode,
-            escalation: config.escalation,
-            max_message_bytes: config.max_message_bytes,
+/// Who is calling, as far as the transport tells.
+#[derive(Debug, Clone)]
+struct Caller {
+    uid: Option<u32>,
+    session: String,
+    call: String,
+}
+
+impl Caller {
+    fn of<T>(request: &Request<T>, context: Option<&v1::CallContext>) -> Caller {
+        let uid = request
+            .extensions()
+            .get::<tonic::transport::server::UdsConnectInfo>()
+            .and_then(|info| info.peer_cred)
+            .map(|cred| cred.uid());
+        Caller {
+            uid,
+            session: context.map(|c| c.session_id.clone()).unwrap_or_default(),
+            call: context.map(|c| c.call_id.clone()).unwrap_or_default(),
         }
     }
 
-    /// The mode a call runs at: the daemon's default unless the call asks for another; wider
-    /// than the default only with an escalation the daemon's trust level accepts.
-    fn mode(&self, context: Option<&v1::CallContext>, path: &str) -> Result<Mode, Status> {
+    fn client(&self) -> String {
+        match self.uid {
+            Some(uid) => format!("uid:{uid}"),
+            None => "tcp".to_owned(),
+        }
+    }
+}
+
+impl FsdService {
+    /// `roots`: (canonical path, writable) of each configured root.
+    pub fn new(dispatcher: Arc<Dispatcher>, config: &Config, roots: Vec<(String, bool)>, audit: Option<Arc<Audit>>) -> FsdService {
+        FsdService {
+            dispatcher,
+            default_mode: config.default_mode,
+            max_mode: config.max_mode,
+            client_max_modes: config.client_max_modes.clone(),
+            escalation: config.escalation,
+            max_message_bytes: config.max_message_bytes,
+            limits: config.limits,
+            roots,
+            protected: config.protected_names.clone(),
+            audit,
+        }
+    }
+
+    /// The highest mode this caller may reach.
+    fn max_for(&self, caller: &Caller) -> Mode {
+        caller.uid.and_then(|uid| self.client_max_modes.get(&uid).copied()).unwrap_or(self.max_mode)
+    }
+
+    /// The mode a call runs at: the daemon's default (capped by the caller's maximum) unless the
+    /// call asks for a narrower one; wider only with an escalation the trust level accepts.
+    fn mode(&self, caller: &Caller, context: Option<&v1::CallContext>, path: &str, op: &str) -> Result<Mode, Status> {
+        let max = self.max_for(caller);
+        let base = self.default_mode.min(max);
         let requested = context.map(|c| c.mode()).unwrap_or(v1::Mode::Unspecified);
         let Some(requested) = mode_from_wire(requested) else {
-            return Ok(self.default_mode);
+            return Ok(base);
         };
-        if requested <= self.default_mode {
+        if requested <= base {
             return Ok(requested);
         }
-        let deny = |why: String| {
-            Err(WireError::new(ErrorCode::SandboxDenied, path, why)
-                .with("mode", self.default_mode.as_str())
-                .into_status())
+        let decide = |decision: &str, result: &str| {
+            if let Some(audit) = &self.audit {
+                audit.record(&audit::Entry {
+                    time: audit::now(),
+                    session: &caller.session,
+                    call: &caller.call,
+                    client: caller.client(),
+                    op: &format!("escalate:{op}"),
+                    path,
+                    mode: requested.as_str(),
+                    decision,
+                    result,
+                });
+            }
         };
-        if requested > self.max_mode {
-            return deny(format!(
-                "{} is above this client's maximum mode {}",
-                requested.as_str(),
-                self.max_mode.as_str()
-            ));
+        let deny = |why: String| {
+            decide("refused", ErrorCode::SandboxDenied.as_str());
+            Err(WireError::new(ErrorCode::SandboxDenied, path, why).with("mode", base.as_str()).into_status())
+        };
+        if requested > max {
+            return deny(format!("{} is above this client's maximum mode {}", requested.as_str(), max.as_str()));
         }
         match self.escalation {
             Escalation::Deny => deny(format!("escalation to {} is disabled on this daemon", requested.as_str())),
             Escalation::Client => {
-                let approved = context
-                    .and_then(|c| c.escalation.as_ref())
-                    .and_then(|t| mode_from_wire(t.approved_mode()));
+                let ticket = context.and_then(|c| c.escalation.as_ref());
+                let approved = ticket.and_then(|t| mode_from_wire(t.approved_mode()));
+                let justified = ticket.is_some_and(|t| !t.justification.trim().is_empty());
                 match approved {
-                    Some(approved) if approved >= requested => Ok(requested),
-                    _ => deny(format!("{} needs an approved escalation ticket", requested.as_str())),
+                    Some(approved) if approved >= requested && justified => {
+                        decide("approved", "ok");
+                        Ok(requested)
+                    }
+                    _ => deny(format!("{} needs an approved escalation with a justification", requested.as_str())),
                 }
             }
         }
     }
 
-    /// Runs one backend operation on the blocking pool.
-    async fn run(&self, mode: Mode, request: backend::Request) -> Result<Outcome, Status> {
-        let backend = self.backend.clone();
+    /// Runs one operation in a worker of `mode`, on the blocking pool.
+    async fn run(&self, caller: &Caller, mode: Mode, request: backend::Request) -> Result<Outcome, Status> {
+        let dispatcher = self.dispatcher.clone();
         let op = op_name(&request);
+        let path = request_path(&request).to_owned();
         let started = std::time::Instant::now();
-        let result = tokio::task::spawn_blocking(move || backend.handle(mode, request))
+        let call_path = path.clone();
+        let result = tokio::task::spawn_blocking(move || dispatcher.call(mode, request, &call_path))
             .await
-            .map_err(|e| Status::internal(format!("backend task failed: {e}")))?;
+            .map_err(|e| Status::internal(format!("dispatch task failed: {e}")))?;
         match &result {
             Ok(_) => tracing::debug!(op, mode = mode.as_str(), micros = started.elapsed().as_micros() as u64, "ok"),
-            Err(f) => tracing::info!(op, mode = mode.as_str(), path = %f.path, code = %f.error.code(), error = %f.error, "refused"),
+            Err(w) => tracing::info!(op, mode = mode.as_str(), path = %w.path, code = %w.code, error = %w.message, "refused"),
         }
-        result.map_err(|f| failure_status(f, mode))
+        if let (Some(audit), true) = (&self.audit, is_mutation(op)) {
+            let code = result.as_ref().err().map(|w| w.code.as_str()).unwrap_or("ok");
+            let decision = if code == ErrorCode::SandboxDenied.as_str() { "denied" } else { "allowed" };
+            audit.record(&audit::Entry {
+                time: audit::now(),
+                session: &caller.session,
+                call: &caller.call,
+                client: caller.client(),
+                op,
+                path: &path,
+                mode: mode.as_str(),
+                decision,
+                result: code,
+            });
+        }
+        result.map_err(|w| w.with("mode", mode.as_str()).into_status())
+    }
+}
+
+fn is_mutation(op: &str) -> bool {
+    matches!(op, "writeText" | "editText" | "moveFile" | "deleteFile")
+}
+
+fn request_path(request: &backend::Request) -> &str {
+    match request {
+        backend::Request::Stat { path, .. }
+        | backend::Request::ReadText { path, .. }
+        | backend::Request::ReadBytes { path, .. }
+        | backend::Request::ListDir { path }
+        | backend::Request::WriteText { path, .. }
+        | backend::Request::EditText { path, .. }
+        | backend::Request::DeleteFile { path, .. } => path,
+        backend::Request::MoveFile { source, .. } => source,
     }
 }
 
@@ -98,10 +195,6 @@ fn op_name(request: &backend::Request) -> &'static str {
         backend::Request::MoveFile { .. } => "moveFile",
         backend::Request::DeleteFile { .. } => "deleteFile",
     }
-}
-
-fn failure_status(failure: Failure, mode: Mode) -> Status {
-    failure.into_wire().with("mode", mode.as_str()).into_status()
 }
 
 fn unexpected() -> Status {
@@ -164,23 +257,28 @@ type StreamReply = ReceiverStream<Result<v1::StreamTextReply, Status>>;
 #[tonic::async_trait]
 impl Fsd for FsdService {
     async fn hello(&self, _request: Request<v1::HelloRequest>) -> Result<Response<v1::HelloReply>, Status> {
-        let limits = self.backend.limits();
-        let modes = [Mode::ReadOnly, Mode::WorkspaceWrite, Mode::DangerFullAccess]
-            .into_iter()
-            .map(|mode| v1::ModeStatus {
-                mode: mode_to_wire(mode) as i32,
-                available: mode <= self.max_mode,
-                enforcement: if mode <= self.max_mode { "path-walk" } else { "refused" }.to_owned(),
-                reason: if mode <= self.max_mode {
-                    "confined by the resolver's walk from the root descriptors; kernel (Landlock) \
-                     confinement is not enabled in this build"
-                        .to_owned()
+        let limits = self.limits;
+        let reports = self.dispatcher.report();
+        let modes = reports
+            .iter()
+            .map(|report| {
+                let mode = report.mode;
+                let (available, enforcement, reason) = if mode > self.max_mode {
+                    (false, "refused".to_owned(), format!("above this daemon's max_mode {}", self.max_mode.as_str()))
+                } else if let Some(reason) = &report.unavailable {
+                    (false, "refused".to_owned(), reason.clone())
                 } else {
-                    format!("above this daemon's max_mode {}", self.max_mode.as_str())
-                },
+                    let enforcement = report.enforcement.clone().unwrap_or_else(|| "starting".to_owned());
+                    let reason = match mode {
+                        Mode::DangerFullAccess => "workers keep the daemon's privileges under the seccomp allowlist".to_owned(),
+                        _ => format!("{} worker processes confined at birth (uid, capabilities, no_new_privs, Landlock, seccomp); protected names by the resolver", report.live_workers),
+                    };
+                    (report.live_workers > 0, enforcement, reason)
+                };
+                v1::ModeStatus { mode: mode_to_wire(mode) as i32, available, enforcement, reason }
             })
             .collect();
-        let roots = self.backend.root_list();
+        let roots = &self.roots;
         Ok(Response::new(v1::HelloReply {
             protocol_version: fsd_proto::PROTOCOL_VERSION,
             daemon_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -199,14 +297,15 @@ impl Fsd for FsdService {
             }),
             readable_roots: roots.iter().map(|(p, _)| p.clone()).collect(),
             writable_roots: roots.iter().filter(|(_, w)| *w).map(|(p, _)| p.clone()).collect(),
-            protected_names: self.backend.protected_names(),
+            protected_names: self.protected.clone(),
         }))
     }
 
     async fn stat(&self, request: Request<v1::StatRequest>) -> Result<Response<v1::StatReply>, Status> {
+        let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
-        let mode = self.mode(r.context.as_ref(), &r.path)?;
-        match self.run(mode, backend::Request::Stat { path: r.path, no_follow: r.no_follow }).await? {
+        let mode = self.mode(&caller, r.context.as_ref(), &r.path, "stat")?;
+        match self.run(&caller, mode, backend::Request::Stat { path: r.path, no_follow: r.no_follow }).await? {
             Outcome::Stat { target: t, info } => Ok(Response::new(v1::StatReply {
                 target: target(t),
                 info: info.map(|i| v1::FsInfo { version: i.version, r#type: file_type(i.file_type), size: i.size }),
@@ -216,9 +315,10 @@ impl Fsd for FsdService {
     }
 
     async fn read_text(&self, request: Request<v1::ReadTextRequest>) -> Result<Response<v1::ReadTextReply>, Status> {
+        let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
-        let mode = self.mode(r.context.as_ref(), &r.path)?;
-        match self.run(mode, backend::Request::ReadText { path: r.path, max_bytes: r.max_bytes }).await? {
+        let mode = self.mode(&caller, r.context.as_ref(), &r.path, "readText")?;
+        match self.run(&caller, mode, backend::Request::ReadText { path: r.path, max_bytes: r.max_bytes }).await? {
             Outcome::ReadText { target: t, version, text } => {
                 Ok(Response::new(v1::ReadTextReply { target: target(t), version, text }))
             }
@@ -229,34 +329,51 @@ impl Fsd for FsdService {
     type StreamTextStream = StreamReply;
 
     async fn stream_text(&self, request: Request<v1::StreamTextRequest>) -> Result<Response<StreamReply>, Status> {
+        let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
-        let mode = self.mode(r.context.as_ref(), &r.path)?;
+        let mode = self.mode(&caller, r.context.as_ref(), &r.path, "streamText")?;
         // A few chunks in flight at most: memory stays constant whatever the file's size.
         let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let backend = self.backend.clone();
+        let dispatcher = self.dispatcher.clone();
+        let chunk = match r.chunk_bytes as usize {
+            0 => self.limits.default_chunk_bytes,
+            n => n.clamp(4096, self.limits.max_chunk_bytes),
+        };
         tokio::task::spawn_blocking(move || {
-            let mut sink = |item: StreamItem| {
-                let reply = match item {
-                    StreamItem::Header { target: t, version, size } => v1::StreamTextReply {
-                        item: Some(v1::stream_text_reply::Item::Header(v1::StreamHeader { target: target(t), version, size })),
-                    },
-                    StreamItem::Chunk(bytes) => {
-                        v1::StreamTextReply { item: Some(v1::stream_text_reply::Item::Chunk(bytes.into())) }
-                    }
-                };
+            let (header, file) = match dispatcher.open_stream(mode, &r.path) {
+                Ok(opened) => opened,
+                Err(w) => {
+                    let _ = tx.blocking_send(Err(w.with("mode", mode.as_str()).into_status()));
+                    return;
+                }
+            };
+            let header = v1::StreamTextReply {
+                item: Some(v1::stream_text_reply::Item::Header(v1::StreamHeader {
+                    target: target(header.target),
+                    version: header.version,
+                    size: header.size,
+                })),
+            };
+            if tx.blocking_send(Ok(header)).is_err() {
+                return;
+            }
+            let mut sink = |bytes: Vec<u8>| {
+                let reply = v1::StreamTextReply { item: Some(v1::stream_text_reply::Item::Chunk(bytes.into())) };
                 tx.blocking_send(Ok(reply)).is_ok()
             };
-            if let Err(failure) = backend.stream_text(mode, &r.path, r.chunk_bytes as usize, &mut sink) {
-                let _ = tx.blocking_send(Err(failure_status(failure, mode)));
+            if let Err(e) = backend::pump(file, chunk, &mut sink) {
+                let w = crate::error::Failure::new(e, r.path.clone()).into_wire();
+                let _ = tx.blocking_send(Err(w.with("mode", mode.as_str()).into_status()));
             }
         });
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
     async fn read_bytes(&self, request: Request<v1::ReadBytesRequest>) -> Result<Response<v1::ReadBytesReply>, Status> {
+        let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
-        let mode = self.mode(r.context.as_ref(), &r.path)?;
-        match self.run(mode, backend::Request::ReadBytes { path: r.path, max_bytes: r.max_bytes }).await? {
+        let mode = self.mode(&caller, r.context.as_ref(), &r.path, "readBytes")?;
+        match self.run(&caller, mode, backend::Request::ReadBytes { path: r.path, max_bytes: r.max_bytes }).await? {
             Outcome::ReadBytes { target: t, version, data } => {
                 Ok(Response::new(v1::ReadBytesReply { target: target(t), version, data: data.into() }))
             }
@@ -265,9 +382,10 @@ impl Fsd for FsdService {
     }
 
     async fn list_dir(&self, request: Request<v1::ListDirRequest>) -> Result<Response<v1::ListDirReply>, Status> {
+        let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
-        let mode = self.mode(r.context.as_ref(), &r.path)?;
-        match self.run(mode, backend::Request::ListDir { path: r.path }).await? {
+        let mode = self.mode(&caller, r.context.as_ref(), &r.path, "listDir")?;
+        match self.run(&caller, mode, backend::Request::ListDir { path: r.path }).await? {
             Outcome::ListDir { target: t, entries } => Ok(Response::new(v1::ListDirReply {
                 target: target(t),
                 entries: entries
@@ -287,15 +405,16 @@ impl Fsd for FsdService {
     }
 
     async fn write_text(&self, request: Request<v1::WriteTextRequest>) -> Result<Response<v1::WriteTextReply>, Status> {
+        let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
-        let mode = self.mode(r.context.as_ref(), &r.path)?;
+        let mode = self.mode(&caller, r.context.as_ref(), &r.path, "writeText")?;
         let req = backend::Request::WriteText {
             path: r.path,
             content: r.content,
             guard: write_guard(r.guard),
             match_style: r.match_existing_style,
         };
-        match self.run(mode, req).await? {
+        match self.run(&caller, mode, req).await? {
             Outcome::WriteText { target: t, operation, version, change: c } => Ok(Response::new(v1::WriteTextReply {
                 target: target(t),
                 operation: match operation {
@@ -310,8 +429,9 @@ impl Fsd for FsdService {
     }
 
     async fn edit_text(&self, request: Request<v1::EditTextRequest>) -> Result<Response<v1::EditTextReply>, Status> {
+        let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
-        let mode = self.mode(r.context.as_ref(), &r.path)?;
+        let mode = self.mode(&caller, r.context.as_ref(), &r.path, "editText")?;
         let req = backend::Request::EditText {
             path: r.path,
             old: r.old_string,
@@ -319,7 +439,7 @@ impl Fsd for FsdService {
             replace_all: r.replace_all,
             guard: edit_guard(r.guard),
         };
-        match self.run(mode, req).await? {
+        match self.run(&caller, mode, req).await? {
             Outcome::EditText { target: t, version, replacements, change: c } => Ok(Response::new(v1::EditTextReply {
                 target: target(t),
                 version,
@@ -331,8 +451,9 @@ impl Fsd for FsdService {
     }
 
     async fn move_file(&self, request: Request<v1::MoveFileRequest>) -> Result<Response<v1::MoveFileReply>, Status> {
+        let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
-        let mode = self.mode(r.context.as_ref(), &r.source)?;
+        let mode = self.mode(&caller, r.context.as_ref(), &r.source, "moveFile")?;
         let req = backend::Request::MoveFile {
             source: r.source,
             destination: r.destination,
@@ -340,7 +461,7 @@ impl Fsd for FsdService {
             destination_guard: write_guard(r.destination_guard),
             content: r.content,
         };
-        match self.run(mode, req).await? {
+        match self.run(&caller, mode, req).await? {
             Outcome::MoveFile { source, destination, destination_version, source_change, destination_change, source_removal_error } => {
                 Ok(Response::new(v1::MoveFileReply {
                     source: target(source),
@@ -357,9 +478,10 @@ impl Fsd for FsdService {
     }
 
     async fn delete_file(&self, request: Request<v1::DeleteFileRequest>) -> Result<Response<v1::DeleteFileReply>, Status> {
+        let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
-        let mode = self.mode(r.context.as_ref(), &r.path)?;
-        match self.run(mode, backend::Request::DeleteFile { path: r.path, guard: edit_guard(r.guard) }).await? {
+        let mode = self.mode(&caller, r.context.as_ref(), &r.path, "deleteFile")?;
+        match self.run(&caller, mode, backend::Request::DeleteFile { path: r.path, guard: edit_guard(r.guard) }).await? {
             Outcome::DeleteFile { target: t, change: c } => {
                 Ok(Response::new(v1::DeleteFileReply { target: target(t), change: change(c) }))
             }

@@ -62,7 +62,10 @@ fn windows_and_footers() {
             json!({"file_path": "five.txt", "offset": 4, "limit": 2}),
             text(&d, "five.txt", &["4: d", "5: e"], "(End of file - total 5 lines)"),
         ),
-        (json!({"file_path": "five.txt", "offset": 5}), text(&d, "five.txt", &["5: e"], "(End of file - total 5 lines)")),
+        (
+            json!({"file_path": "five.txt", "offset": 5}),
+            text(&d, "five.txt", &["5: e"], "(End of file - total 5 lines)"),
+        ),
         (
             json!({"file_path": "five.txt", "offset": 6}),
             Want::Error(
@@ -76,26 +79,44 @@ fn windows_and_footers() {
             text(&d, "five.txt", &["3: c"], "(Showing lines 3-3 of 5. Use offset=4 to continue.)"),
         ),
         // A last line without a newline still counts; a lone newline is one empty line.
-        (json!({"file_path": "noeol.txt"}), text(&d, "noeol.txt", &["1: a", "2: b"], "(End of file - total 2 lines)")),
-        (json!({"file_path": "newline.txt"}), text(&d, "newline.txt", &["1: "], "(End of file - total 1 lines)")),
+        (
+            json!({"file_path": "noeol.txt"}),
+            text(&d, "noeol.txt", &["1: a", "2: b"], "(End of file - total 2 lines)"),
+        ),
+        (
+            json!({"file_path": "newline.txt"}),
+            text(&d, "newline.txt", &["1: "], "(End of file - total 1 lines)"),
+        ),
         // The empty file: 0 lines, and offset 1 is in range for it.
         (json!({"file_path": "empty.txt"}), text(&d, "empty.txt", &[], "(End of file - total 0 lines)")),
-        (json!({"file_path": "empty.txt", "offset": 1}), text(&d, "empty.txt", &[], "(End of file - total 0 lines)")),
+        (
+            json!({"file_path": "empty.txt", "offset": 1}),
+            text(&d, "empty.txt", &[], "(End of file - total 0 lines)"),
+        ),
         (
             json!({"file_path": "empty.txt", "offset": 2}),
             Want::Error(
                 "INVALID_ARGS",
-                format!("Error: offset 2 is out of range for \"{}\" (0 lines)", d.path("empty.txt").display()),
+                format!(
+                    "Error: offset 2 is out of range for \"{}\" (0 lines)",
+                    d.path("empty.txt").display()
+                ),
             ),
         ),
         // A CR before LF belongs to the ending and is not shown; a lone CR is line text.
-        (json!({"file_path": "crlf.txt"}), text(&d, "crlf.txt", &["1: a", "2: b"], "(End of file - total 2 lines)")),
+        (
+            json!({"file_path": "crlf.txt"}),
+            text(&d, "crlf.txt", &["1: a", "2: b"], "(End of file - total 2 lines)"),
+        ),
         (
             json!({"file_path": "lone-cr.txt"}),
             text(&d, "lone-cr.txt", &["1: x\ry", "2: z"], "(End of file - total 2 lines)"),
         ),
         // A leading BOM is hidden; one later in the file is text.
-        (json!({"file_path": "bom.txt"}), text(&d, "bom.txt", &["1: hello", "2: world"], "(End of file - total 2 lines)")),
+        (
+            json!({"file_path": "bom.txt"}),
+            text(&d, "bom.txt", &["1: hello", "2: world"], "(End of file - total 2 lines)"),
+        ),
         (
             json!({"file_path": "bom-crlf.txt"}),
             text(&d, "bom-crlf.txt", &["1: one", "2: two"], "(End of file - total 2 lines)"),
@@ -137,10 +158,18 @@ fn long_lines_are_truncated_by_characters() {
             text(&d, "long.txt", &[&trunc(&a2000), "2: short"], "(End of file - total 2 lines)"),
         ),
         // Characters, not bytes: 2000 two-byte characters are kept.
-        (json!({"file_path": "wide.txt"}), text(&d, "wide.txt", &[&trunc(&e2000)], "(End of file - total 1 lines)")),
+        (
+            json!({"file_path": "wide.txt"}),
+            text(&d, "wide.txt", &[&trunc(&e2000)], "(End of file - total 1 lines)"),
+        ),
         (
             json!({"file_path": "long-crlf.txt"}),
-            text(&d, "long-crlf.txt", &[&trunc(&"b".repeat(2000)), "2: next"], "(End of file - total 2 lines)"),
+            text(
+                &d,
+                "long-crlf.txt",
+                &[&trunc(&"b".repeat(2000)), "2: next"],
+                "(End of file - total 2 lines)",
+            ),
         ),
     ];
     for (args, want) in cases {
@@ -157,7 +186,8 @@ fn the_byte_cap_ends_the_window_with_the_capped_footer() {
     d.write("600.txt", body(600));
     d.write("512.txt", body(512));
     d.write("513.txt", body(513));
-    let numbered = |from: usize, to: usize| (from..=to).map(|n| format!("{n}: {}", line(n))).collect::<Vec<_>>();
+    let numbered =
+        |from: usize, to: usize| (from..=to).map(|n| format!("{n}: {}", line(n))).collect::<Vec<_>>();
     let mut s = d.session();
     let want = |rel: &str, from: usize, to: usize, footer: &str| {
         let lines = numbered(from, to);
@@ -169,7 +199,10 @@ fn the_byte_cap_ends_the_window_with_the_capped_footer() {
             json!({"file_path": "600.txt"}),
             want("600.txt", 1, 512, "(Output capped. Showing lines 1-512. Use offset=513 to continue.)"),
         ),
-        (json!({"file_path": "600.txt", "offset": 513}), want("600.txt", 513, 600, "(End of file - total 600 lines)")),
+        (
+            json!({"file_path": "600.txt", "offset": 513}),
+            want("600.txt", 513, 600, "(End of file - total 600 lines)"),
+        ),
         (
             json!({"file_path": "600.txt", "offset": 50}),
             want("600.txt", 50, 561, "(Output capped. Showing lines 50-561. Use offset=562 to continue.)"),
@@ -207,7 +240,10 @@ fn refusals_have_the_seed_texts() {
     let not_text = |rel: &str| {
         Want::Error(
             "FS_NOT_TEXT",
-            format!("Error: cannot read \"{}\": the file is not UTF-8 text (it has invalid UTF-8 or NUL bytes)", p(rel)),
+            format!(
+                "Error: cannot read \"{}\": the file is not UTF-8 text (it has invalid UTF-8 or NUL bytes)",
+                p(rel)
+            ),
         )
     };
     let bad_path = || Want::Error("INVALID_ARGS", "Error: file_path must be a non-empty string".to_owned());
@@ -226,20 +262,32 @@ fn refusals_have_the_seed_texts() {
         ),
         (
             json!({"file_path": "no/such/dir.txt"}),
-            Want::Error("FS_NOT_FOUND", format!("Error: cannot read \"{}\": not found", p("no/such/dir.txt"))),
+            Want::Error(
+                "FS_NOT_FOUND",
+                format!("Error: cannot read \"{}\": not found", p("no/such/dir.txt")),
+            ),
         ),
         (
             json!({"file_path": "dir"}),
-            Want::Error("FS_NOT_REGULAR_FILE", format!("Error: cannot read \"{}\": not a regular file", p("dir"))),
+            Want::Error(
+                "FS_NOT_REGULAR_FILE",
+                format!("Error: cannot read \"{}\": not a regular file", p("dir")),
+            ),
         ),
         (
             json!({"file_path": d.root.display().to_string()}),
-            Want::Error("FS_NOT_REGULAR_FILE", format!("Error: cannot read \"{}\": not a regular file", d.root.display())),
+            Want::Error(
+                "FS_NOT_REGULAR_FILE",
+                format!("Error: cannot read \"{}\": not a regular file", d.root.display()),
+            ),
         ),
         // A FIFO is refused without opening it, so the call cannot hang.
         (
             json!({"file_path": "fifo"}),
-            Want::Error("FS_NOT_REGULAR_FILE", format!("Error: cannot read \"{}\": not a regular file", p("fifo"))),
+            Want::Error(
+                "FS_NOT_REGULAR_FILE",
+                format!("Error: cannot read \"{}\": not a regular file", p("fifo")),
+            ),
         ),
         (json!({"file_path": "bad-utf8.txt"}), not_text("bad-utf8.txt")),
         (json!({"file_path": "nul.txt"}), not_text("nul.txt")),
@@ -272,7 +320,12 @@ fn a_client_config_lowers_the_caps() {
         // readLimit is the default limit: 3 lines of 5 bytes fit in 20 bytes.
         (
             json!({"file_path": "five.txt"}),
-            text(&d, "five.txt", &["1: aaaaa", "2: aaaaa", "3: aaaaa"], "(Showing lines 1-3 of 10. Use offset=4 to continue.)"),
+            text(
+                &d,
+                "five.txt",
+                &["1: aaaaa", "2: aaaaa", "3: aaaaa"],
+                "(Showing lines 1-3 of 10. Use offset=4 to continue.)",
+            ),
         ),
         (
             json!({"file_path": "five.txt", "offset": 9}),
@@ -281,7 +334,12 @@ fn a_client_config_lowers_the_caps() {
         // Two 8-byte lines fit in 20 bytes, a third does not.
         (
             json!({"file_path": "eight.txt"}),
-            text(&d, "eight.txt", &["1: bbbbbbbb", "2: bbbbbbbb"], "(Output capped. Showing lines 1-2. Use offset=3 to continue.)"),
+            text(
+                &d,
+                "eight.txt",
+                &["1: bbbbbbbb", "2: bbbbbbbb"],
+                "(Output capped. Showing lines 1-2. Use offset=3 to continue.)",
+            ),
         ),
         (
             json!({"file_path": "eight.txt", "offset": 3, "limit": 1}),
@@ -294,7 +352,12 @@ fn a_client_config_lowers_the_caps() {
         ),
         (
             json!({"file_path": "five.txt", "limit": 3}),
-            text(&d, "five.txt", &["1: aaaaa", "2: aaaaa", "3: aaaaa"], "(Showing lines 1-3 of 10. Use offset=4 to continue.)"),
+            text(
+                &d,
+                "five.txt",
+                &["1: aaaaa", "2: aaaaa", "3: aaaaa"],
+                "(Showing lines 1-3 of 10. Use offset=4 to continue.)",
+            ),
         ),
     ];
     for (args, want) in cases {
@@ -305,6 +368,11 @@ fn a_client_config_lowers_the_caps() {
     check(
         &mut s,
         json!({"file_path": "long.txt"}),
-        text(&d, "long.txt", &["1: abcde... (line truncated to 5 chars)", "2: xyz"], "(End of file - total 2 lines)"),
+        text(
+            &d,
+            "long.txt",
+            &["1: abcde... (line truncated to 5 chars)", "2: xyz"],
+            "(End of file - total 2 lines)",
+        ),
     );
 }

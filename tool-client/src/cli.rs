@@ -1,5 +1,5 @@
-//! The `fsd-tools` command line: `schemas`, `guidance`, `call` and `session`, as CONTRACT fixes
-//! them. Exit codes: 0 success, 1 a tool error, 2 usage or an unreachable daemon.
+//! The `fsd-tools` command line: `schemas`, `guidance`, `call`, `session` and `mcp`, as CONTRACT
+//! fixes them. Exit codes: 0 success, 1 a tool error, 2 usage or an unreachable daemon.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -47,6 +47,11 @@ enum Command {
         #[command(flatten)]
         target: TargetArgs,
     },
+    /// Serve the tools as an MCP server over stdio (one session per process).
+    Mcp {
+        #[command(flatten)]
+        target: TargetArgs,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -87,7 +92,13 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match runtime.block_on(run(cli)) {
+    let mut daemon = None;
+    let result = runtime.block_on(run(cli, &mut daemon));
+    // Connections close with the runtime; only then is the private daemon told to stop, so its
+    // graceful shutdown finds no client still attached.
+    drop(runtime);
+    drop(daemon);
+    match result {
         Ok(code) => code,
         Err(Fatal(message)) => {
             eprintln!("fsd-tools: {message}");
@@ -112,18 +123,16 @@ fn load_config(path: Option<&PathBuf>, one_shot: bool) -> Result<ClientConfig, F
     Ok(config)
 }
 
-/// A session and, for --root, the private daemon it talks to (dropped after the session).
-struct Connected {
-    session: Session,
-    _daemon: Option<EmbeddedDaemon>,
-}
-
-async fn open(target: &TargetArgs, config: ClientConfig) -> Result<Connected, Fatal> {
-    let (endpoint, daemon) = match (&target.endpoint, &target.root) {
-        (Some(e), None) => (Endpoint::parse(e)?, None),
+/// Connects a session; for --root, `daemon` receives the private daemon, which the caller stops
+/// after the session's connections are gone.
+async fn open(target: &TargetArgs, config: ClientConfig, daemon: &mut Option<EmbeddedDaemon>) -> Result<Session, Fatal> {
+    let endpoint = match (&target.endpoint, &target.root) {
+        (Some(e), None) => Endpoint::parse(e)?,
         (None, Some(root)) => {
-            let daemon = EmbeddedDaemon::start(root, target.fsd_bin.as_deref())?;
-            (daemon.endpoint(), Some(daemon))
+            let started = EmbeddedDaemon::start(root, target.fsd_bin.as_deref())?;
+            let endpoint = started.endpoint();
+            *daemon = Some(started);
+            endpoint
         }
         _ => return Err(Fatal("pass --endpoint unix:PATH|tcp:HOST:PORT or --root DIR".into())),
     };
@@ -132,7 +141,7 @@ async fn open(target: &TargetArgs, config: ClientConfig) -> Result<Connected, Fa
         Some(cwd) => std::path::absolute(cwd)?,
         None => std::env::current_dir()?,
     };
-    Ok(Connected { session: Session::new(Tools::new(config), client, hello, cwd), _daemon: daemon })
+    Ok(Session::new(Tools::new(config), client, hello, cwd))
 }
 
 fn read_args(args: &str) -> Result<Value, Fatal> {
@@ -146,7 +155,7 @@ fn read_args(args: &str) -> Result<Value, Fatal> {
     serde_json::from_str(&text).map_err(|e| Fatal(format!("arguments are not valid JSON: {e}")))
 }
 
-async fn run(cli: Cli) -> Result<ExitCode, Fatal> {
+async fn run(cli: Cli, daemon: &mut Option<EmbeddedDaemon>) -> Result<ExitCode, Fatal> {
     match cli.command {
         Command::Schemas { config } => {
             let tools = Tools::new(load_config(config.as_ref(), false)?);
@@ -161,14 +170,14 @@ async fn run(cli: Cli) -> Result<ExitCode, Fatal> {
         Command::Call { tool, args, target } => {
             let args = read_args(&args)?;
             let config = load_config(target.config.as_ref(), true)?;
-            let mut connected = open(&target, config).await?;
-            let result = connected.session.call(&tool, args).await;
+            let mut session = open(&target, config, daemon).await?;
+            let result = session.call(&tool, args).await;
             println!("{}", result.text());
             Ok(if result.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })
         }
         Command::Session { target } => {
             let config = load_config(target.config.as_ref(), false)?;
-            let mut connected = open(&target, config).await?;
+            let mut session = open(&target, config, daemon).await?;
             let stdin = std::io::stdin();
             let mut out = std::io::stdout().lock();
             for line in stdin.lock().lines() {
@@ -176,10 +185,19 @@ async fn run(cli: Cli) -> Result<ExitCode, Fatal> {
                 if line.trim().is_empty() {
                     continue;
                 }
-                let reply = jsonl::handle_line(&mut connected.session, &line).await;
+                let reply = jsonl::handle_line(&mut session, &line).await;
                 writeln!(out, "{reply}")?;
                 out.flush()?;
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Mcp { mut target } => {
+            let config = load_config(target.config.as_ref(), false)?;
+            if target.cwd.is_none() {
+                target.cwd = Some(crate::mcp::default_cwd(target.root.as_deref())?);
+            }
+            let session = open(&target, config, daemon).await?;
+            crate::mcp::McpServer::new(session).serve_stdio().await?;
             Ok(ExitCode::SUCCESS)
         }
     }

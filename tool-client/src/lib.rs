@@ -3,12 +3,14 @@
 //! Only this crate produces text a model reads.
 #![forbid(unsafe_code)]
 
+pub mod attachments;
 pub mod cli;
 pub mod config;
 pub mod connect;
 pub mod embedded;
 pub mod failure;
 pub mod jsonl;
+pub mod mcp;
 pub mod tools;
 pub mod window;
 

@@ -31,7 +31,7 @@ impl Backend {
         }
         self.may_write(mode, resolved.root, &resolved.rel).map_err(fail)?;
         let target = self.target(&resolved);
-        let _held = self.locks.lock(&[&target.key]);
+        let _held = self.lock(&[&target.key], &resolved)?;
 
         let (file, meta) = current_file(&resolved)
             .map_err(fail)?

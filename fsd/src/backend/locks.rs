@@ -4,6 +4,30 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
+/// Where a backend takes its per-target locks: in this process, or from the process that routes
+/// calls (a worker asks over its IPC and the router releases when the call's reply arrives).
+pub trait Locking: Send + Sync + std::fmt::Debug {
+    /// Blocks until every key is held for the rest of the current call.
+    fn lock(&self, keys: &[&str]) -> Result<Guard, crate::error::FsError>;
+}
+
+/// Keeps a call's locks; dropping it releases them (a remote guard is released by the router).
+#[derive(Debug)]
+pub struct Guard(#[allow(dead_code)] Option<Held>);
+
+impl Guard {
+    /// A guard whose release the lock owner handles elsewhere.
+    pub fn remote() -> Guard {
+        Guard(None)
+    }
+}
+
+impl Locking for TargetLocks {
+    fn lock(&self, keys: &[&str]) -> Result<Guard, crate::error::FsError> {
+        Ok(Guard(Some(TargetLocks::lock(self, keys))))
+    }
+}
+
 /// The set of target keys currently held.
 #[derive(Debug, Default, Clone)]
 pub struct TargetLocks {

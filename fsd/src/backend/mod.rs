@@ -12,10 +12,13 @@ mod version;
 mod write;
 
 use std::ffi::OsString;
+
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-pub use locks::TargetLocks;
-pub use read::StreamItem;
+pub use locks::{Guard, Locking, TargetLocks};
+use std::sync::Arc;
+pub use read::{StreamHeader, pump};
 use resolve::{Resolved, Root, WalkOptions};
 
 use crate::error::{Failure, FsError};
@@ -25,7 +28,7 @@ use crate::sys;
 pub const TEMP_PREFIX: &str = ".fsd-tmp-";
 
 /// A call's effective mode, narrowest first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Mode {
     ReadOnly,
     WorkspaceWrite,
@@ -77,13 +80,13 @@ impl Default for Limits {
 }
 
 /// A resolved target as replies name it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Target {
     pub key: String,
     pub display: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum FileType {
     File,
     Directory,
@@ -91,34 +94,34 @@ pub enum FileType {
     Symlink,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Info {
     pub version: String,
     pub file_type: FileType,
     pub size: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WriteGuard {
     CreateIfAbsent,
     ReplaceIfVersion { version: String, target_key: Option<String> },
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EditGuard {
     pub version: String,
     pub target_key: Option<String>,
 }
 
 /// Before/after text of a change, when within the reply bound.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Change {
     pub before: Option<String>,
     pub after: Option<String>,
     pub omitted: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DirEntry {
     pub name: String,
     pub raw_name: Vec<u8>,
@@ -129,7 +132,7 @@ pub struct DirEntry {
 }
 
 /// One operation, as the service hands it over.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Request {
     Stat { path: String, no_follow: bool },
     ReadText { path: String, max_bytes: u64 },
@@ -147,14 +150,14 @@ pub enum Request {
     DeleteFile { path: String, guard: Option<EditGuard> },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WriteOperation {
     Create,
     Update,
 }
 
 /// What an operation did.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Outcome {
     Stat { target: Target, info: Option<Info> },
     ReadText { target: Target, version: String, text: String },
@@ -188,7 +191,7 @@ pub struct Backend {
     configured: usize,
     protected: Vec<OsString>,
     limits: Limits,
-    locks: TargetLocks,
+    locks: Arc<dyn Locking>,
 }
 
 /// Why the backend could not start.
@@ -205,7 +208,12 @@ pub enum StartError {
 }
 
 impl Backend {
-    pub fn new(specs: &[RootSpec], protected: &[String], limits: Limits) -> Result<Backend, StartError> {
+    pub fn new(
+        specs: &[RootSpec],
+        protected: &[String],
+        limits: Limits,
+        locks: Arc<dyn Locking>,
+    ) -> Result<Backend, StartError> {
         if specs.is_empty() {
             return Err(StartError::NoRoots);
         }
@@ -237,7 +245,7 @@ impl Backend {
             configured,
             protected: protected.iter().map(OsString::from).collect(),
             limits,
-            locks: TargetLocks::default(),
+            locks,
         })
     }
 
@@ -323,6 +331,11 @@ impl Backend {
             }
             Mode::DangerFullAccess => Ok(()),
         }
+    }
+
+    /// Takes the per-target locks of a mutation.
+    fn lock(&self, keys: &[&str], resolved: &Resolved) -> Result<Guard, Failure> {
+        self.locks.lock(keys).map_err(|e| self.fail(e, resolved))
     }
 
     /// A failure that names the resolved target.

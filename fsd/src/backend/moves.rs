@@ -60,7 +60,7 @@ impl Backend {
         let fail = |e| self.fail(e, &resolved);
         self.may_write(mode, resolved.root, &resolved.rel).map_err(fail)?;
         let target = self.target(&resolved);
-        let _held = self.locks.lock(&[&target.key]);
+        let _held = self.lock(&[&target.key], &resolved)?;
         let missing = if guard.is_some() { FsError::Stale("file no longer exists") } else { FsError::NotFound };
         let (file, meta) = current_file(&resolved).map_err(fail)?.ok_or_else(|| fail(missing))?;
         self.check_source_guard(guard.as_ref(), &target.key, &file, &meta).map_err(fail)?;
@@ -100,7 +100,7 @@ impl Backend {
         if src_target.key == dst_target.key {
             return Err(self.fail(FsError::Denied("source and destination are the same file".into()), &dst));
         }
-        let _held = self.locks.lock(&[&src_target.key, &dst_target.key]);
+        let _held = self.lock(&[&src_target.key, &dst_target.key], &dst)?;
 
         let src_missing = if source_guard.is_some() { FsError::Stale("file no longer exists") } else { FsError::NotFound };
         let (src_file, src_meta) = current_file(&src)

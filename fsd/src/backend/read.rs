@@ -13,11 +13,36 @@ use super::{Backend, DirEntry, FileType, Info, Mode, Outcome, TEMP_PREFIX, Targe
 use crate::error::{Failure, FsError};
 use crate::sys::{self, Errno, Kind, Meta};
 
-/// One message of a streamed read.
-#[derive(Debug)]
-pub enum StreamItem {
-    Header { target: Target, version: String, size: u64 },
-    Chunk(Vec<u8>),
+/// The first message of a streamed read.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StreamHeader {
+    pub target: Target,
+    pub version: String,
+    pub size: u64,
+}
+
+/// Reads an open file to its end in chunks of `chunk` bytes. `sink` returns false when the
+/// receiver is gone; the read stops there, so memory stays at a few chunks whatever the size.
+pub fn pump(mut file: File, chunk: usize, sink: &mut dyn FnMut(Vec<u8>) -> bool) -> Result<(), FsError> {
+    loop {
+        let mut buf = vec![0u8; chunk];
+        let mut filled = 0;
+        while filled < chunk {
+            match file.read(&mut buf[filled..]) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(FsError::Read(e)),
+            }
+        }
+        if filled == 0 {
+            return Ok(());
+        }
+        buf.truncate(filled);
+        if !sink(buf) || filled < chunk {
+            return Ok(());
+        }
+    }
 }
 
 fn file_type(kind: Kind) -> FileType {
@@ -122,50 +147,21 @@ impl Backend {
         Ok(Outcome::ReadBytes { target: self.target(&resolved), version: version::of_file(&file, &meta), data })
     }
 
-    /// Streams a file in chunks. `sink` returns false when the receiver is gone; the read stops
-    /// there, so memory stays at a few chunks whatever the file's size.
-    pub fn stream_text(
-        &self,
-        mode: Mode,
-        path: &str,
-        chunk_bytes: usize,
-        sink: &mut dyn FnMut(StreamItem) -> bool,
-    ) -> Result<(), Failure> {
-        let chunk = match chunk_bytes {
+    /// Opens a file for a streamed read: the header and the open handle. The handle can cross
+    /// to another process (SCM_RIGHTS), which then reads it with [`pump`] without any rights of
+    /// its own.
+    pub fn open_stream(&self, mode: Mode, path: &str) -> Result<(StreamHeader, File), Failure> {
+        let resolved = self.walk_read(mode, path)?;
+        let (file, meta) = self.open_regular(&resolved).map_err(|e| self.fail(e, &resolved))?;
+        let header = StreamHeader { target: self.target(&resolved), version: version::of_file(&file, &meta), size: meta.size };
+        Ok((header, file))
+    }
+
+    /// The chunk size for a requested one (0: the default), within the limits.
+    pub fn chunk_size(&self, requested: usize) -> usize {
+        match requested {
             0 => self.limits.default_chunk_bytes,
             n => n.clamp(4096, self.limits.max_chunk_bytes),
-        };
-        let resolved = self.walk_read(mode, path)?;
-        let (mut file, meta) = self.open_regular(&resolved).map_err(|e| self.fail(e, &resolved))?;
-        let header = StreamItem::Header {
-            target: self.target(&resolved),
-            version: version::of_file(&file, &meta),
-            size: meta.size,
-        };
-        if !sink(header) {
-            return Ok(());
-        }
-        loop {
-            let mut buf = vec![0u8; chunk];
-            let mut filled = 0;
-            while filled < chunk {
-                match file.read(&mut buf[filled..]) {
-                    Ok(0) => break,
-                    Ok(n) => filled += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(self.fail(FsError::Read(e), &resolved)),
-                }
-            }
-            if filled == 0 {
-                return Ok(());
-            }
-            buf.truncate(filled);
-            if !sink(StreamItem::Chunk(buf)) {
-                return Ok(());
-            }
-            if filled < chunk {
-                return Ok(());
-            }
         }
     }
 

@@ -170,7 +170,7 @@ impl Backend {
         };
         self.may_write(mode, resolved.root, &resolved.rel).map_err(|e| self.fail(e, &resolved))?;
         let target = self.target(&resolved);
-        let _held = self.locks.lock(&[&target.key]);
+        let _held = self.lock(&[&target.key], &resolved)?;
         let fail = |e| self.fail(e, &resolved);
 
         let existing = current_file(&resolved).map_err(fail)?;

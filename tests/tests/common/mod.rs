@@ -64,7 +64,11 @@ impl Daemon {
             std::fs::write(&path, config).expect("write config");
             cmd.arg("--config").arg(path);
         }
-        cmd.args(extra).env("FSD_LOG", "warn").stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
+        cmd.args(extra)
+            .env("FSD_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
         let child = cmd.spawn().expect("spawn fsd");
         let mut daemon = Daemon { child, socket, dir, root };
         daemon.wait_listening();
@@ -116,7 +120,8 @@ impl Daemon {
 
     /// Peak resident memory of the daemon (VmHWM), in KiB.
     pub fn peak_rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("proc status");
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("proc status");
         status
             .lines()
             .find_map(|l| l.strip_prefix("VmHWM:"))
@@ -179,7 +184,12 @@ impl ToolSession {
         if let Some(config) = config {
             cmd.arg("--config").arg(config);
         }
-        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("spawn fsd-tools");
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn fsd-tools");
         let stdin = child.stdin.take();
         let stdout = BufReader::new(child.stdout.take().expect("stdout"));
         ToolSession { child, stdin, stdout, next_id: 0 }

@@ -24,7 +24,8 @@ pub fn p(path: &Path) -> String {
 impl Rpc {
     pub fn connect(d: &Daemon) -> Rpc {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-        let (client, hello) = rt.block_on(connect::connect(&Endpoint::Unix(d.socket.clone()))).expect("connect to fsd");
+        let (client, hello) =
+            rt.block_on(connect::connect(&Endpoint::Unix(d.socket.clone()))).expect("connect to fsd");
         Rpc { rt, client, hello }
     }
 
@@ -87,5 +88,6 @@ impl Rpc {
 /// The fsd error a status carries (panics when it carries none).
 #[track_caller]
 pub fn wire(status: &tonic::Status) -> fsd_proto::WireError {
-    fsd_proto::WireError::from_status(status).unwrap_or_else(|| panic!("status without an fsd ErrorInfo: {status:?}"))
+    fsd_proto::WireError::from_status(status)
+        .unwrap_or_else(|| panic!("status without an fsd ErrorInfo: {status:?}"))
 }

@@ -3,6 +3,8 @@
 
 mod args;
 mod edit;
+mod editor;
+mod image;
 mod patch;
 mod read;
 mod schema;
@@ -76,7 +78,16 @@ impl Tools {
     /// Visible tool names, in schema order.
     pub fn visible(&self) -> Vec<&'static str> {
         let c = &self.config;
-        [("read", c.read), ("write", c.write), ("edit", c.edit), ("apply_patch", c.apply_patch)]
+        // read_image needs durable storage for its blocks: without a store it is not offered.
+        let read_image = c.read_image && c.attachment_store.is_some();
+        [
+            ("read", c.read),
+            ("read_image", read_image),
+            ("write", c.write),
+            ("edit", c.edit),
+            ("apply_patch", c.apply_patch),
+            ("str_replace_editor", c.str_replace_editor),
+        ]
             .into_iter()
             .filter(|(_, on)| *on)
             .map(|(name, _)| name)
@@ -85,7 +96,7 @@ impl Tools {
 
     /// The JSON schemas of the visible tools: `[{name, description, input_schema}]`.
     pub fn schemas(&self) -> Vec<Value> {
-        self.visible().into_iter().filter_map(schema::schema).collect()
+        self.visible().into_iter().filter_map(|name| schema::schema_for(name, &self.config)).collect()
     }
 
     /// The guidance paragraphs of the visible tools, joined by blank lines.
@@ -147,6 +158,8 @@ impl Session {
             "write" => write::run(self, &args).await,
             "edit" => edit::run(self, &args).await,
             "apply_patch" => patch::run(self, &args).await,
+            "read_image" => image::run(self, &args).await,
+            "str_replace_editor" => editor::run(self, &args).await,
             _ => Err(ToolError::new("UNKNOWN_TOOL", format!("unknown tool \"{name}\""))),
         };
         outcome.unwrap_or_else(ToolResult::error)

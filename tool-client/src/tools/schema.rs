@@ -28,6 +28,15 @@ pub fn guidance_for(visible: &[&str]) -> String {
     parts.join("\n\n")
 }
 
+/// The schema of one tool as a configuration shows it (the editor's description is configurable).
+/// Neither read_image nor str_replace_editor contributes guidance: their seeds quote none.
+pub fn schema_for(name: &str, config: &crate::config::ClientConfig) -> Option<Value> {
+    match name {
+        "str_replace_editor" => Some(super::editor::schema(config.description.as_deref())),
+        _ => schema(name),
+    }
+}
+
 /// The schema of one tool.
 pub fn schema(name: &str) -> Option<Value> {
     let value = match name {
@@ -85,6 +94,8 @@ pub fn schema(name: &str) -> Option<Value> {
                 "additionalProperties": false
             }
         }),
+        "read_image" => super::image::schema(),
+        "str_replace_editor" => super::editor::schema(None),
         _ => return None,
     };
     Some(value)

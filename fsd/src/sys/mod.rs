@@ -3,6 +3,9 @@
 //! that the kernel would resolve across more than one component.
 #![allow(unsafe_code)]
 
+pub mod confine;
+pub mod ipc;
+
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};

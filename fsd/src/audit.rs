@@ -1,0 +1,77 @@
+//! The audit log: one JSON line per mutation and per escalation decision (time, session, client,
+//! operation, path, mode, decision, result). Never file contents. Opened before confinement; the
+//! network process keeps only the descriptor.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Mutex, PoisonError};
+
+use serde::Serialize;
+
+#[derive(Debug)]
+pub struct Audit {
+    file: Mutex<File>,
+}
+
+/// One audit record.
+#[derive(Debug, Serialize)]
+pub struct Entry<'a> {
+    pub time: String,
+    pub session: &'a str,
+    pub call: &'a str,
+    /// The peer uid on a Unix socket, else the transport's identity.
+    pub client: String,
+    pub op: &'a str,
+    pub path: &'a str,
+    pub mode: &'a str,
+    /// "allowed", "denied", or for escalations "approved"/"refused".
+    pub decision: &'a str,
+    /// "ok" or the stable error code.
+    pub result: &'a str,
+}
+
+impl Audit {
+    pub fn open(path: &Path) -> std::io::Result<Audit> {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(Audit { file: Mutex::new(file) })
+    }
+
+    pub fn record(&self, entry: &Entry<'_>) {
+        let Ok(mut line) = serde_json::to_vec(entry) else { return };
+        line.push(b'\n');
+        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Err(e) = file.write_all(&line) {
+            tracing::error!(error = %e, "cannot write the audit log");
+        }
+    }
+}
+
+/// Seconds and nanoseconds since the epoch, as RFC 3339-like UTC text without a time zone table.
+pub fn now() -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = now.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (h, m, s) = (rem / 3600, (rem % 3600) / 60, rem % 60);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(mo <= 2);
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{m:02}:{s:02}.{:06}Z", now.subsec_micros())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn timestamps_look_like_rfc3339() {
+        let t = super::now();
+        assert_eq!(t.len(), "2026-11-29T20:00:00.000000Z".len(), "{t}");
+        assert!(t.starts_with("20") && t.ends_with('Z'), "{t}");
+    }
+}

@@ -1,0 +1,85 @@
+//! Confinement at birth, one linear function per process role. Each step narrows what the
+//! process can do; a step that fails stops the process before it serves anything.
+
+use std::path::PathBuf;
+
+use rustix::thread::CapabilitySet;
+
+use crate::backend::Mode;
+use crate::config::{Config, LandlockPolicy};
+use crate::sys::confine::{self as step, ConfineError, Enforcement, Grant};
+
+/// How a process ended up confined, for hello and the logs.
+#[derive(Debug, Clone)]
+pub struct Confinement {
+    pub landlock: Enforcement,
+}
+
+impl Confinement {
+    pub fn describe(&self) -> &'static str {
+        match self.landlock {
+            Enforcement::Full => "landlock",
+            Enforcement::Partial => "landlock (partial: some newer rights unsupported)",
+            Enforcement::None => "none (best-effort: the kernel lacks Landlock)",
+        }
+    }
+}
+
+/// The Landlock grants of a mode: beneath every root, read; beneath writable roots under
+/// workspace-write, the write set too; danger-full-access writes anywhere the daemon may.
+fn grants(config: &Config, mode: Mode) -> Vec<(PathBuf, Grant)> {
+    match mode {
+        Mode::ReadOnly => config.roots.iter().map(|r| (r.path.clone(), Grant::Read)).collect(),
+        Mode::WorkspaceWrite => config
+            .roots
+            .iter()
+            .map(|r| (r.path.clone(), if r.writable { Grant::Write } else { Grant::Read }))
+            .collect(),
+        Mode::DangerFullAccess => vec![(PathBuf::from("/"), Grant::Write)],
+    }
+}
+
+/// Confines a worker of `mode`. Called once, single-threaded, after it opened its root
+/// descriptors and IPC socket and before it reads its first request.
+pub fn worker(config: &Config, mode: Mode) -> Result<Confinement, ConfineError> {
+    let keep = if mode == Mode::DangerFullAccess {
+        None
+    } else if config.worker_uid == 0 {
+        // Root keeps only what keeping owners and modes of replaced files needs; Landlock still
+        // confines root.
+        Some(step::worker_capabilities())
+    } else {
+        Some(CapabilitySet::empty())
+    };
+    // 1. The bounding set first, while CAP_SETPCAP is still held: no exec regains the rest.
+    if let Some(keep) = keep {
+        step::drop_bounding_set(keep)?;
+    }
+    // 2. The configured identity (default: the daemon's own). Leaving root clears the
+    //    capability sets by itself.
+    step::switch_ids(config.worker_uid, config.worker_gid, false)?;
+    // 3. Capabilities: the allowed few (or none).
+    if let Some(keep) = keep {
+        step::set_capabilities(keep)?;
+    }
+    // 4. No exec can ever gain privileges again (also required by Landlock and seccomp).
+    step::no_new_privs()?;
+    // 5. Landlock: every right the ABI knows is handled; only the mode's are granted.
+    let required = config.landlock == LandlockPolicy::Required && mode != Mode::DangerFullAccess;
+    let landlock = step::landlock(&grants(config, mode), required)?;
+    // 6. Seccomp last: the allowlist of descriptor-relative calls.
+    step::seccomp_worker()?;
+    Ok(Confinement { landlock })
+}
+
+/// Confines the network process after it bound its listeners: no filesystem rights at all, no
+/// capabilities. Must run before any thread starts (Landlock binds the calling thread and the
+/// threads it creates later).
+pub fn network(config: &Config) -> Result<Confinement, ConfineError> {
+    step::drop_bounding_set(CapabilitySet::empty())?;
+    step::set_capabilities(CapabilitySet::empty())?;
+    step::no_new_privs()?;
+    let required = config.landlock == LandlockPolicy::Required;
+    let landlock = step::landlock(&[], required)?;
+    Ok(Confinement { landlock })
+}

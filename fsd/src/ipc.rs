@@ -1,0 +1,112 @@
+//! The messages between fsd's processes: the network process and its workers (calls, locks,
+//! replies, streamed-read descriptors), and the supervisor and the network process (new workers,
+//! kill requests). Encoded with postcard in the length-prefixed frames of `sys::ipc`.
+
+use std::collections::HashMap;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+use fsd_proto::{ErrorCode, WireError};
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{Mode, Outcome, Request, StreamHeader};
+use crate::error::Failure;
+use crate::sys::ipc::{self as raw, RecvError};
+
+/// A failure as it crosses a process boundary: already classified to a stable code.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Remote {
+    pub code: String,
+    pub message: String,
+    pub path: String,
+    pub metadata: Vec<(String, String)>,
+}
+
+impl From<Failure> for Remote {
+    fn from(failure: Failure) -> Remote {
+        let wire = failure.into_wire();
+        let mut metadata: Vec<(String, String)> = wire.metadata.into_iter().collect();
+        metadata.sort();
+        Remote { code: wire.code.as_str().to_owned(), message: wire.message, path: wire.path, metadata }
+    }
+}
+
+impl Remote {
+    pub fn into_wire(self) -> WireError {
+        let code = ErrorCode::parse(&self.code).unwrap_or(ErrorCode::IoError);
+        let metadata: HashMap<String, String> = self.metadata.into_iter().collect();
+        WireError { code, message: self.message, path: self.path, metadata }
+    }
+}
+
+/// Network process → worker.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ToWorker {
+    Call(Request),
+    /// Open a file for a streamed read; the reply carries the open descriptor.
+    OpenStream { path: String },
+    /// The locks the worker asked for are held.
+    LockGranted,
+    /// Test hook (cargo feature `fault-injection`): open a path with a plain `open(2)` that
+    /// bypasses the resolver, so only the kernel can refuse it.
+    #[cfg(feature = "fault-injection")]
+    RawOpen { path: String, write: bool },
+}
+
+/// Worker → network process.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum FromWorker {
+    /// Sent once, after confinement: how the fence is enforced.
+    Ready { mode: Mode, enforcement: String },
+    /// Take these per-target locks for the current call.
+    Lock { keys: Vec<String> },
+    Reply(Result<Outcome, Remote>),
+    /// The header of a streamed read; the frame carries the file's descriptor.
+    Stream(Result<StreamHeader, Remote>),
+    #[cfg(feature = "fault-injection")]
+    RawOpened(Result<(), String>),
+}
+
+/// Supervisor → network process.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Control {
+    /// A new worker for `mode`; the frame carries the network end of its socket.
+    Worker { mode: Mode, pid: u32 },
+    /// No worker will serve `mode`: why.
+    Unavailable { mode: Mode, reason: String },
+}
+
+/// Network process → supervisor.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ControlRequest {
+    /// This worker overran its call's deadline: kill and replace it.
+    Kill { pid: u32 },
+}
+
+/// Why a message could not be exchanged.
+#[derive(Debug, thiserror::Error)]
+pub enum IpcError {
+    #[error("peer closed the connection")]
+    Closed,
+    #[error("deadline passed")]
+    TimedOut,
+    #[error("i/o: {0}")]
+    Io(#[source] std::io::Error),
+    #[error("bad message: {0}")]
+    Decode(#[source] postcard::Error),
+}
+
+pub fn send<T: Serialize>(socket: &UnixStream, message: &T, fd: Option<BorrowedFd<'_>>) -> Result<(), IpcError> {
+    let bytes = postcard::to_stdvec(message).map_err(IpcError::Decode)?;
+    raw::send_frame(socket, &bytes, fd).map_err(IpcError::Io)
+}
+
+pub fn recv<T: for<'de> Deserialize<'de>>(socket: &UnixStream) -> Result<(T, Option<OwnedFd>), IpcError> {
+    let (bytes, fd) = raw::recv_frame(socket).map_err(|e| match e {
+        RecvError::Closed => IpcError::Closed,
+        RecvError::TimedOut => IpcError::TimedOut,
+        RecvError::Io(e) => IpcError::Io(e),
+    })?;
+    let message = postcard::from_bytes(&bytes).map_err(IpcError::Decode)?;
+    Ok((message, fd))
+}

@@ -1,0 +1,199 @@
+//! The network process: binds the listeners, opens the audit log, then confines itself to no
+//! filesystem rights at all before any thread starts; serves gRPC and routes every call to a
+//! worker of the call's mode.
+
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fsd_proto::v1::fsd_server::FsdServer;
+use tokio::sync::watch;
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+
+use crate::audit::Audit;
+use crate::config::{Config, Listen};
+use crate::daemon::DaemonError;
+use crate::dispatch::Dispatcher;
+use crate::ipc::{self, Control, IpcError};
+use crate::service::FsdService;
+
+/// How long in-flight calls may take to finish once shutdown starts.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+enum Bound {
+    Unix(std::os::unix::net::UnixListener, String),
+    Tcp(std::net::TcpListener, String),
+}
+
+fn bind(listen: &Listen) -> Result<Bound, DaemonError> {
+    let name = listen.to_string();
+    let bind_err = |source| DaemonError::Bind { listen: name.clone(), source };
+    match listen {
+        Listen::Unix(path) => {
+            crate::daemon::clear_stale_socket(path)?;
+            let listener = std::os::unix::net::UnixListener::bind(path).map_err(bind_err)?;
+            crate::daemon::set_socket_mode(path).map_err(bind_err)?;
+            listener.set_nonblocking(true).map_err(bind_err)?;
+            Ok(Bound::Unix(listener, name))
+        }
+        Listen::Tcp(addr) => {
+            let listener = std::net::TcpListener::bind(addr).map_err(bind_err)?;
+            listener.set_nonblocking(true).map_err(bind_err)?;
+            Ok(Bound::Tcp(listener, name))
+        }
+    }
+}
+
+pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
+    crate::daemon::init_logging(config.log_format);
+    // Everything that needs the filesystem happens before confinement.
+    let bound = config.listen.iter().map(bind).collect::<Result<Vec<_>, _>>()?;
+    let audit = match &config.audit_log {
+        Some(path) => Some(Arc::new(
+            Audit::open(path).map_err(|source| DaemonError::Audit { path: path.clone(), source })?,
+        )),
+        None => None,
+    };
+    let roots = config
+        .roots
+        .iter()
+        .map(|r| {
+            let path = std::fs::canonicalize(&r.path).unwrap_or_else(|_| r.path.clone());
+            (crate::backend::resolve::path_string(&path), r.writable)
+        })
+        .collect::<Vec<_>>();
+    let control_reader = control.try_clone().map_err(DaemonError::Runtime)?;
+
+    let confinement = crate::confine::network(&config).map_err(DaemonError::Confine)?;
+    tracing::info!(fence = confinement.describe(), "network process confined: no filesystem rights");
+
+    let dispatcher = Arc::new(Dispatcher::new(config.call_timeout, control));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let supervisor_gone = stop_tx.clone();
+    {
+        let dispatcher = dispatcher.clone();
+        std::thread::Builder::new()
+            .name("fsd-control".into())
+            .spawn(move || serve_control(&dispatcher, &control_reader, &supervisor_gone))
+            .map_err(DaemonError::Runtime)?;
+    }
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("fsd-net")
+        .build()
+        .map_err(DaemonError::Runtime)?;
+    let service = FsdService::new(dispatcher, &config, roots, audit);
+    runtime.block_on(serve(config, service, bound, stop_tx, stop_rx))
+}
+
+/// Registers the workers the supervisor starts, until the supervisor goes away.
+fn serve_control(dispatcher: &Arc<Dispatcher>, control: &UnixStream, stop: &watch::Sender<bool>) {
+    loop {
+        match ipc::recv::<Control>(control) {
+            Ok((Control::Worker { mode, pid }, Some(fd))) => {
+                let dispatcher = dispatcher.clone();
+                let socket = UnixStream::from(fd);
+                // Waiting for the worker's ready message must not hold up the next one.
+                let spawned = std::thread::Builder::new()
+                    .name("fsd-register".into())
+                    .spawn(move || dispatcher.add_worker(mode, pid, socket));
+                if let Err(e) = spawned {
+                    tracing::error!(error = %e, "cannot register a worker");
+                }
+            }
+            Ok((Control::Worker { pid, .. }, None)) => tracing::error!(pid, "worker announced without its socket"),
+            Ok((Control::Unavailable { mode, reason }, _)) => {
+                tracing::error!(mode = mode.as_str(), %reason, "mode unavailable");
+                dispatcher.mark_unavailable(mode, reason);
+            }
+            Err(IpcError::Closed) => {
+                tracing::info!("supervisor gone: shutting down");
+                let _ = stop.send(true);
+                return;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "control channel failed: shutting down");
+                let _ = stop.send(true);
+                return;
+            }
+        }
+    }
+}
+
+async fn serve(
+    config: Config,
+    service: FsdService,
+    bound: Vec<Bound>,
+    stop_tx: watch::Sender<bool>,
+    stop_rx: watch::Receiver<bool>,
+) -> Result<(), DaemonError> {
+    let mut servers = tokio::task::JoinSet::new();
+    for listener in bound {
+        let max = config.max_message_bytes as usize;
+        let svc = FsdServer::new(service.clone()).max_decoding_message_size(max).max_encoding_message_size(max);
+        // Large windows and frames: tonic's defaults cost streaming several times over here.
+        let router = tonic::transport::Server::builder()
+            .initial_stream_window_size(16 << 20)
+            .initial_connection_window_size(32 << 20)
+            .max_frame_size((1 << 20) - 1)
+            .tcp_nodelay(true)
+            .max_concurrent_streams(256)
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+            .add_service(svc);
+        let mut stop = stop_rx.clone();
+        let shutdown = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        match listener {
+            Bound::Unix(std_listener, name) => {
+                let listener = tokio::net::UnixListener::from_std(std_listener)
+                    .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+                tracing::info!(listen = %name, "listening");
+                servers.spawn(async move {
+                    let result = router.serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown).await;
+                    result.map_err(|source| DaemonError::Serve { listen: name, source })
+                });
+            }
+            Bound::Tcp(std_listener, name) => {
+                let listener = tokio::net::TcpListener::from_std(std_listener)
+                    .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+                tracing::info!(listen = %name, "listening");
+                servers.spawn(async move {
+                    let result = router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown).await;
+                    result.map_err(|source| DaemonError::Serve { listen: name, source })
+                });
+            }
+        }
+    }
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(DaemonError::Signal)?;
+    let mut stopped = stop_rx.clone();
+    let mut failure = None;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: finishing in-flight calls"),
+        _ = sigterm.recv() => tracing::info!("SIGTERM: finishing in-flight calls"),
+        _ = stopped.wait_for(|s| *s) => {}
+        Some(done) = servers.join_next() => {
+            if let Ok(Err(e)) = done { failure = Some(e); }
+        }
+    }
+    let _ = stop_tx.send(true);
+    // In-flight calls get a grace period; a client that keeps an idle connection open does not
+    // hold the daemon up past it.
+    let drain = async {
+        while let Some(done) = servers.join_next().await {
+            if let Ok(Err(e)) = done {
+                failure.get_or_insert(e);
+            }
+        }
+    };
+    if tokio::time::timeout(SHUTDOWN_GRACE, drain).await.is_err() {
+        tracing::warn!("connections still open after the grace period; closing them");
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}

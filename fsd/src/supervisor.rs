@@ -1,0 +1,285 @@
+//! The supervisor: the small privileged process that starts everything else by re-exec (the
+//! network process and per-mode pools of workers), replaces workers that die, kills the ones the
+//! network process reports hung, and on shutdown stops the network process first (in-flight
+//! calls finish), then the workers, then removes the socket files.
+
+use std::ffi::OsString;
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinSet;
+
+use crate::backend::Mode;
+use crate::config::{Config, LandlockPolicy, Listen};
+use crate::daemon::{DaemonError, init_logging};
+use crate::ipc::{self, Control, ControlRequest};
+use crate::sys;
+
+/// How this process was started (not configuration).
+#[derive(Debug, Default, Clone)]
+pub struct RunOptions {
+    /// Exit when standard input reaches EOF, and remove the socket's directory at exit: the
+    /// embedded mode, where the parent holds the other end of that pipe.
+    pub parent_pipe: bool,
+}
+
+/// Which child a wait belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Network,
+    Worker(Mode),
+}
+
+/// A worker dying this soon after its start counts toward giving up on its mode.
+const QUICK_DEATH: Duration = Duration::from_secs(2);
+const MAX_QUICK_DEATHS: u32 = 5;
+
+struct Supervisor {
+    config: Config,
+    exe: PathBuf,
+    args: Vec<OsString>,
+    control: UnixStream,
+    children: JoinSet<(Role, u32, Instant, std::io::Result<ExitStatus>)>,
+    quick_deaths: std::collections::HashMap<Mode, u32>,
+    given_up: Vec<Mode>,
+    /// Children started and not yet reaped.
+    alive: std::collections::HashSet<u32>,
+}
+
+impl Supervisor {
+    /// Starts one child of this binary with `inherit` as its IPC descriptor.
+    fn spawn(&mut self, role: Role, inherit: &UnixStream) -> Result<u32, DaemonError> {
+        let fd = std::os::fd::AsRawFd::as_raw_fd(inherit);
+        let mut command = tokio::process::Command::new(&self.exe);
+        command.args(&self.args).arg("--ipc-fd").arg(fd.to_string());
+        match role {
+            Role::Network => command.arg("--role").arg("network"),
+            Role::Worker(mode) => command.arg("--role").arg("worker").arg("--worker-mode").arg(mode.as_str()),
+        };
+        // Own process group: a terminal's Ctrl-C reaches only the supervisor, which then stops
+        // the others in order.
+        command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit()).process_group(0);
+        let name = format!("{role:?}");
+        let spawn_err = |source| DaemonError::Spawn { role: name.clone(), source };
+        // Single-threaded: nothing else can spawn while the descriptor is inheritable.
+        sys::ipc::set_inheritable(inherit.as_fd(), true).map_err(|e| spawn_err(e.into()))?;
+        let spawned = command.spawn();
+        sys::ipc::set_inheritable(inherit.as_fd(), false).map_err(|e| spawn_err(e.into()))?;
+        let mut child = spawned.map_err(spawn_err)?;
+        let pid = child.id().unwrap_or(0);
+        let started = Instant::now();
+        self.alive.insert(pid);
+        self.children.spawn(async move { (role, pid, started, child.wait().await) });
+        Ok(pid)
+    }
+
+    fn spawn_worker(&mut self, mode: Mode) -> Result<(), DaemonError> {
+        let (ours, theirs) = sys::ipc::pair().map_err(|e| DaemonError::Runtime(e.into()))?;
+        let pid = self.spawn(Role::Worker(mode), &theirs)?;
+        drop(theirs);
+        ipc::send(&self.control, &Control::Worker { mode, pid }, Some(ours.as_fd()))?;
+        Ok(())
+    }
+
+    fn give_up(&mut self, mode: Mode, reason: String) -> Result<(), DaemonError> {
+        tracing::error!(mode = mode.as_str(), %reason, "not serving this mode");
+        self.given_up.push(mode);
+        ipc::send(&self.control, &Control::Unavailable { mode, reason }, None)?;
+        Ok(())
+    }
+
+    /// A worker died: replace it, unless its mode keeps dying at birth.
+    fn replace(&mut self, mode: Mode, started: Instant, status: &str) -> Result<(), DaemonError> {
+        if self.given_up.contains(&mode) {
+            return Ok(());
+        }
+        let quick = started.elapsed() < QUICK_DEATH;
+        let count = self.quick_deaths.entry(mode).or_insert(0);
+        *count = if quick { *count + 1 } else { 0 };
+        if *count >= MAX_QUICK_DEATHS {
+            return self.give_up(mode, format!("workers keep exiting at start ({status}); see the daemon log"));
+        }
+        self.spawn_worker(mode)
+    }
+}
+
+/// The modes any client of this daemon may reach.
+fn served_modes(config: &Config) -> Vec<Mode> {
+    let highest = config.client_max_modes.values().copied().chain([config.max_mode]).max().unwrap_or(config.max_mode);
+    [Mode::ReadOnly, Mode::WorkspaceWrite, Mode::DangerFullAccess].into_iter().filter(|m| *m <= highest).collect()
+}
+
+pub fn run(config: Config, args: Vec<OsString>, options: RunOptions) -> Result<(), DaemonError> {
+    init_logging(config.log_format);
+    let exe = std::env::current_exe().map_err(DaemonError::Runtime)?;
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(DaemonError::Runtime)?;
+    runtime.block_on(supervise(config, exe, args, options))
+}
+
+async fn supervise(config: Config, exe: PathBuf, args: Vec<OsString>, options: RunOptions) -> Result<(), DaemonError> {
+    let (control, network_end) = sys::ipc::pair().map_err(|e| DaemonError::Runtime(e.into()))?;
+    let requests = control.try_clone().map_err(DaemonError::Runtime)?;
+    let sockets: Vec<PathBuf> = config
+        .listen
+        .iter()
+        .filter_map(|l| match l {
+            Listen::Unix(path) => Some(path.clone()),
+            Listen::Tcp(_) => None,
+        })
+        .collect();
+    let mut sup = Supervisor {
+        config,
+        exe,
+        args,
+        control,
+        children: JoinSet::new(),
+        quick_deaths: Default::default(),
+        given_up: Vec::new(),
+        alive: Default::default(),
+    };
+    let network_pid = sup.spawn(Role::Network, &network_end)?;
+    drop(network_end);
+
+    let abi = sys::landlock_abi();
+    let floor = sys::confine::LANDLOCK_FLOOR;
+    for mode in served_modes(&sup.config) {
+        if mode != Mode::DangerFullAccess && abi < floor {
+            let reason = format!("the kernel offers Landlock ABI {abi}; the fence needs ABI {floor}");
+            if sup.config.landlock == LandlockPolicy::Required {
+                sup.give_up(mode, reason)?;
+                continue;
+            }
+            tracing::warn!(mode = mode.as_str(), %reason, "SERVING WITHOUT A KERNEL FENCE (landlock = \"best-effort\")");
+        }
+        for _ in 0..sup.config.workers_per_mode {
+            sup.spawn_worker(mode)?;
+        }
+    }
+    tracing::info!(
+        roots = ?sup.config.roots.iter().map(|r| (r.path.display().to_string(), r.writable)).collect::<Vec<_>>(),
+        default_mode = sup.config.default_mode.as_str(),
+        landlock_abi = abi,
+        "fsd {} serving",
+        env!("CARGO_PKG_VERSION")
+    );
+
+    // Kill requests from the network process arrive on a plain thread (the socket is blocking).
+    let (kill_tx, mut kill_rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::Builder::new()
+        .name("fsd-kill-requests".into())
+        .spawn(move || {
+            while let Ok((ControlRequest::Kill { pid }, _)) = ipc::recv::<ControlRequest>(&requests) {
+                if kill_tx.send(pid).is_err() {
+                    return;
+                }
+            }
+        })
+        .map_err(DaemonError::Runtime)?;
+
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(DaemonError::Signal)?;
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).map_err(DaemonError::Signal)?;
+    let parent_gone = async {
+        if options.parent_pipe {
+            wait_for_stdin_eof().await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::pin!(parent_gone);
+    let mut outcome = Ok(());
+    let mut network_alive = true;
+    loop {
+        tokio::select! {
+            _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); break; }
+            _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); break; }
+            _ = &mut parent_gone => { tracing::info!("parent pipe closed: stopping"); break; }
+            Some(pid) = kill_rx.recv() => {
+                if let Err(e) = sys::ipc::signal(pid, true) {
+                    tracing::warn!(pid, error = %e, "cannot kill worker");
+                }
+            }
+            Some(done) = sup.children.join_next() => {
+                let Ok((role, pid, started, status)) = done else { continue };
+                sup.alive.remove(&pid);
+                let status_text = match &status { Ok(s) => s.to_string(), Err(e) => e.to_string() };
+                match role {
+                    Role::Network => {
+                        network_alive = false;
+                        tracing::error!(pid, status = %status_text, "network process exited");
+                        if let Ok(status) = status {
+                            if !status.success() {
+                                outcome = Err(DaemonError::NetworkExited(status));
+                            }
+                        }
+                        break;
+                    }
+                    Role::Worker(mode) => {
+                        tracing::warn!(pid, mode = mode.as_str(), status = %status_text, "worker exited; replacing it");
+                        if let Err(e) = sup.replace(mode, started, &status_text) {
+                            tracing::error!(error = %e, "cannot replace worker");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    // The network process first: it finishes in-flight calls, then its worker sockets close and
+    // the workers exit on their own.
+    if network_alive {
+        let _ = sys::ipc::signal(network_pid, false);
+    }
+    let deadline = tokio::time::sleep(Duration::from_secs(30));
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            next = sup.children.join_next() => match next {
+                None => break,
+                Some(Ok((_, pid, _, _))) if { sup.alive.remove(&pid); false } => {}
+                Some(Ok((Role::Network, _, _, Ok(status)))) if !status.success() && outcome.is_ok() => {
+                    // SIGTERM'd cleanly exits 0; anything else is worth reporting.
+                    outcome = Err(DaemonError::NetworkExited(status));
+                }
+                Some(_) => {}
+            },
+            _ = &mut deadline => {
+                tracing::warn!("children did not stop in time; killing them");
+                for pid in &sup.alive {
+                    let _ = sys::ipc::signal(*pid, true);
+                }
+                sup.children.abort_all();
+                break;
+            }
+        }
+    }
+    for path in &sockets {
+        if let Err(e) = std::fs::remove_file(path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(path = %path.display(), error = %e, "could not remove socket");
+            }
+        }
+        if options.parent_pipe {
+            if let Some(dir) = path.parent() {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+    }
+    tracing::info!("stopped");
+    outcome
+}
+
+/// Resolves when standard input reaches EOF (or fails).
+async fn wait_for_stdin_eof() {
+    use tokio::io::AsyncReadExt;
+    let mut stdin = tokio::io::stdin();
+    let mut buf = [0u8; 256];
+    loop {
+        match stdin.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}

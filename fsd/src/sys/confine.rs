@@ -1,0 +1,260 @@
+//! Confinement primitives: user and group ids, capabilities, no_new_privs, Landlock rulesets and
+//! the seccomp allowlist. The order they run in is decided by `crate::confine`, one linear
+//! function per process role; this file only knows how to do each step.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use landlock::{
+    ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetStatus, Scope,
+};
+use rustix::thread::{CapabilitySet, CapabilitySets};
+use seccompiler::{
+    SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule, TargetArch,
+};
+
+/// Why a confinement step failed; a process that cannot confine itself does not serve.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfineError {
+    #[error("cannot change group ids: {0}")]
+    Groups(#[source] rustix::io::Errno),
+    #[error("cannot change user id: {0}")]
+    User(#[source] rustix::io::Errno),
+    #[error("cannot set capabilities: {0}")]
+    Capabilities(#[source] rustix::io::Errno),
+    #[error("cannot set no_new_privs: {0}")]
+    NoNewPrivs(#[source] rustix::io::Errno),
+    #[error("landlock: {0}")]
+    Landlock(String),
+    #[error("landlock ruleset not enforced: the kernel lacks ABI {0} or Landlock is disabled")]
+    LandlockNotEnforced(u32),
+    #[error("seccomp: {0}")]
+    Seccomp(String),
+}
+
+/// Drops supplementary groups and switches real, effective and saved ids. Keeps capabilities
+/// across a switch away from root only if `keep_caps`, so the next step can choose them.
+pub fn switch_ids(uid: u32, gid: u32, keep_caps: bool) -> Result<(), ConfineError> {
+    let (euid, egid) = super::effective_ids();
+    if (euid, egid) == (uid, gid) {
+        return Ok(());
+    }
+    if keep_caps {
+        rustix::thread::set_keep_capabilities(true).map_err(ConfineError::Capabilities)?;
+    }
+    rustix::thread::set_thread_groups(&[]).map_err(ConfineError::Groups)?;
+    let gid = rustix::fs::Gid::from_raw(gid);
+    rustix::thread::set_thread_res_gid(gid, gid, gid).map_err(ConfineError::Groups)?;
+    let uid = rustix::fs::Uid::from_raw(uid);
+    rustix::thread::set_thread_res_uid(uid, uid, uid).map_err(ConfineError::User)?;
+    Ok(())
+}
+
+/// The capabilities a confined root worker keeps: enough to keep owners and modes of files it
+/// replaces, nothing that changes the system.
+pub fn worker_capabilities() -> CapabilitySet {
+    CapabilitySet::CHOWN | CapabilitySet::FOWNER | CapabilitySet::DAC_OVERRIDE
+}
+
+/// Removes every capability but `keep` from the bounding set, so no exec can regain them.
+/// Without CAP_SETPCAP (an unprivileged daemon) there is nothing to regain: the kernel refuses
+/// and the step is moot.
+pub fn drop_bounding_set(keep: CapabilitySet) -> Result<(), ConfineError> {
+    let current = rustix::thread::capabilities(None).map_err(ConfineError::Capabilities)?;
+    if !current.effective.contains(CapabilitySet::SETPCAP) {
+        return Ok(());
+    }
+    for bit in CapabilitySet::all().iter() {
+        if !keep.contains(bit) {
+            match rustix::thread::remove_capability_from_bounding_set(bit) {
+                // A capability this kernel does not know is already absent.
+                Ok(()) | Err(rustix::io::Errno::INVAL) => {}
+                Err(e) => return Err(ConfineError::Capabilities(e)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Keeps exactly `keep` (of what is still permitted) in the effective and permitted sets, none
+/// inheritable.
+pub fn set_capabilities(keep: CapabilitySet) -> Result<(), ConfineError> {
+    let current = rustix::thread::capabilities(None).map_err(ConfineError::Capabilities)?;
+    let keep = keep & current.permitted;
+    let sets = CapabilitySets { effective: keep, permitted: keep, inheritable: CapabilitySet::empty() };
+    rustix::thread::set_capabilities(None, sets).map_err(ConfineError::Capabilities)
+}
+
+pub fn no_new_privs() -> Result<(), ConfineError> {
+    rustix::thread::set_no_new_privs(true).map_err(ConfineError::NoNewPrivs)
+}
+
+/// Landlock rights a grant gives beneath a directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    Read,
+    /// Read, write, truncate, make regular files and directories, remove them, and refer
+    /// (rename across directories). Never symlinks, devices, FIFOs, sockets or execute.
+    Write,
+}
+
+fn rights(grant: Grant) -> BitFlags<AccessFs> {
+    let read = AccessFs::ReadFile | AccessFs::ReadDir;
+    match grant {
+        Grant::Read => read,
+        Grant::Write => {
+            read | AccessFs::WriteFile
+                | AccessFs::Truncate
+                | AccessFs::MakeReg
+                | AccessFs::MakeDir
+                | AccessFs::RemoveFile
+                | AccessFs::RemoveDir
+                | AccessFs::Refer
+        }
+    }
+}
+
+/// The ABI below which a fence is not a fence: ABI 3 adds TRUNCATE (before it, `O_TRUNC` on a
+/// read-only path is unrestricted) and ABI 2 adds REFER.
+pub const LANDLOCK_FLOOR: u32 = 3;
+
+/// How a Landlock ruleset ended up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enforcement {
+    Full,
+    Partial,
+    None,
+}
+
+/// Restricts this (single-threaded) process to `grants`: every filesystem right the running
+/// ABI knows is handled, so anything not granted is denied. The floor rights are a hard
+/// requirement when `required`; newer rights and scopes are best effort.
+pub fn landlock(grants: &[(PathBuf, Grant)], required: bool) -> Result<Enforcement, ConfineError> {
+    let err = |e: &dyn std::fmt::Display| ConfineError::Landlock(e.to_string());
+    let floor = if required { CompatLevel::HardRequirement } else { CompatLevel::BestEffort };
+    let ruleset = Ruleset::default()
+        .set_compatibility(floor)
+        .handle_access(AccessFs::from_all(ABI::V3))
+        .map_err(|e| err(&e))?
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::from_all(ABI::V6))
+        .map_err(|e| err(&e))?
+        .scope(Scope::from_all(ABI::V6))
+        .map_err(|e| err(&e))?;
+    let mut created = ruleset.create().map_err(|e| err(&e))?;
+    for (path, grant) in grants {
+        let fd = PathFd::new(path).map_err(|e| err(&e))?;
+        created = created.add_rule(PathBeneath::new(fd, rights(*grant))).map_err(|e| err(&e))?;
+    }
+    let status = created.restrict_self().map_err(|e| err(&e))?;
+    let enforcement = match status.ruleset {
+        RulesetStatus::FullyEnforced => Enforcement::Full,
+        RulesetStatus::PartiallyEnforced => Enforcement::Partial,
+        RulesetStatus::NotEnforced => Enforcement::None,
+    };
+    if required && enforcement == Enforcement::None {
+        return Err(ConfineError::LandlockNotEnforced(LANDLOCK_FLOOR));
+    }
+    Ok(enforcement)
+}
+
+/// The system calls a worker makes: descriptor-relative file operations, memory, its IPC
+/// socket, time and exit. Everything else fails with EPERM.
+const WORKER_SYSCALLS: &[i64] = &[
+    libc::SYS_read,
+    libc::SYS_write,
+    libc::SYS_readv,
+    libc::SYS_writev,
+    libc::SYS_pread64,
+    libc::SYS_pwrite64,
+    libc::SYS_lseek,
+    libc::SYS_close,
+    libc::SYS_openat,
+    libc::SYS_openat2,
+    libc::SYS_fstat,
+    libc::SYS_newfstatat,
+    libc::SYS_statx,
+    libc::SYS_fsync,
+    libc::SYS_fdatasync,
+    libc::SYS_fchmod,
+    libc::SYS_fchown,
+    libc::SYS_renameat2,
+    libc::SYS_renameat,
+    libc::SYS_unlinkat,
+    libc::SYS_mkdirat,
+    libc::SYS_getdents64,
+    libc::SYS_readlinkat,
+    libc::SYS_fcntl,
+    libc::SYS_dup,
+    libc::SYS_recvmsg,
+    libc::SYS_sendmsg,
+    libc::SYS_recvfrom,
+    libc::SYS_sendto,
+    libc::SYS_mmap,
+    libc::SYS_munmap,
+    libc::SYS_mremap,
+    libc::SYS_mprotect,
+    libc::SYS_brk,
+    libc::SYS_madvise,
+    libc::SYS_futex,
+    libc::SYS_rt_sigprocmask,
+    libc::SYS_rt_sigaction,
+    libc::SYS_rt_sigreturn,
+    libc::SYS_sigaltstack,
+    libc::SYS_sched_yield,
+    libc::SYS_getrandom,
+    libc::SYS_clock_gettime,
+    libc::SYS_clock_nanosleep,
+    libc::SYS_nanosleep,
+    libc::SYS_getpid,
+    libc::SYS_gettid,
+    libc::SYS_tgkill,
+    libc::SYS_getuid,
+    libc::SYS_geteuid,
+    libc::SYS_getgid,
+    libc::SYS_getegid,
+    libc::SYS_poll,
+    libc::SYS_ppoll,
+    libc::SYS_restart_syscall,
+    libc::SYS_exit,
+    libc::SYS_exit_group,
+];
+
+/// `FS_IOC_GETVERSION`, the only ioctl a worker makes.
+const FS_IOC_GETVERSION: u64 = 0x8008_7601;
+
+fn arch() -> Result<TargetArch, ConfineError> {
+    std::env::consts::ARCH.try_into().map_err(|e: seccompiler::BackendError| ConfineError::Seccomp(e.to_string()))
+}
+
+/// Loads the worker's allowlist, then a second filter that answers clone3 with ENOSYS, so a
+/// library that starts a thread falls back to clone instead of failing outright.
+pub fn seccomp_worker() -> Result<(), ConfineError> {
+    let err = |e: &dyn std::fmt::Display| ConfineError::Seccomp(e.to_string());
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = WORKER_SYSCALLS.iter().map(|&nr| (nr, vec![])).collect();
+    let ioctl = SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, FS_IOC_GETVERSION)
+        .map_err(|e| err(&e))?;
+    rules.insert(libc::SYS_ioctl, vec![SeccompRule::new(vec![ioctl]).map_err(|e| err(&e))?]);
+    // Loading the second filter below takes prctl(PR_SET_NO_NEW_PRIVS) and seccomp(2); both can
+    // only narrow what the worker may do.
+    let nnp = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, libc::PR_SET_NO_NEW_PRIVS as u64)
+        .map_err(|e| err(&e))?;
+    rules.insert(libc::SYS_prctl, vec![SeccompRule::new(vec![nnp]).map_err(|e| err(&e))?]);
+    rules.insert(libc::SYS_seccomp, vec![]);
+    let allow = SeccompFilter::new(rules, SeccompAction::Errno(libc::EPERM as u32), SeccompAction::Allow, arch()?)
+        .map_err(|e| err(&e))?;
+    let program: seccompiler::BpfProgram = allow.try_into().map_err(|e: seccompiler::BackendError| err(&e))?;
+    seccompiler::apply_filter(&program).map_err(|e| err(&e))?;
+
+    let clone3: BTreeMap<i64, Vec<SeccompRule>> = [(libc::SYS_clone3, vec![])].into_iter().collect();
+    let enosys = SeccompFilter::new(clone3, SeccompAction::Allow, SeccompAction::Errno(libc::ENOSYS as u32), arch()?)
+        .map_err(|e| err(&e))?;
+    let program: seccompiler::BpfProgram = enosys.try_into().map_err(|e: seccompiler::BackendError| err(&e))?;
+    seccompiler::apply_filter(&program).map_err(|e| err(&e))
+}
+
+/// The running kernel's Landlock ABI as a number (0: none).
+pub fn landlock_abi() -> u32 {
+    super::landlock_abi()
+}

@@ -1,0 +1,155 @@
+//! Process plumbing: socket pairs between the supervisor, the network process and the workers,
+//! length-prefixed frames that may carry descriptors (SCM_RIGHTS), receive deadlines, descriptor
+//! inheritance across exec, and signals.
+
+use std::io::{IoSlice, IoSliceMut, Read, Write};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use rustix::io::FdFlags;
+use rustix::net::{
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, SocketFlags, SocketType,
+};
+
+pub use rustix::io::Errno;
+
+/// Frames larger than this are refused: the largest message is a 64 MiB file plus framing.
+pub const MAX_FRAME: usize = 96 << 20;
+const HEADER: usize = 5;
+
+/// A connected pair of stream sockets, close-on-exec.
+pub fn pair() -> Result<(UnixStream, UnixStream), Errno> {
+    let (a, b) =
+        rustix::net::socketpair(AddressFamily::UNIX, SocketType::STREAM, SocketFlags::CLOEXEC, None)?;
+    Ok((UnixStream::from(a), UnixStream::from(b)))
+}
+
+/// Marks a descriptor to survive (or not) the next exec. The supervisor is single-threaded, so
+/// clearing the flag just before spawning cannot leak the descriptor into another child.
+pub fn set_inheritable(fd: BorrowedFd<'_>, inheritable: bool) -> Result<(), Errno> {
+    let flags = if inheritable { FdFlags::empty() } else { FdFlags::CLOEXEC };
+    rustix::io::fcntl_setfd(fd, flags)
+}
+
+/// Takes ownership of a descriptor inherited across exec, named by number on the command line.
+pub fn inherited(raw: RawFd) -> Result<OwnedFd, Errno> {
+    // Checks that the number names an open descriptor before claiming it.
+    // SAFETY: `raw` was passed by our supervisor as the one descriptor it left open for this
+    // process, and nothing else in this process owns it yet; F_GETFD below fails on a closed
+    // number before anything else uses the descriptor.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    match rustix::io::fcntl_getfd(&fd) {
+        Ok(_) => {
+            rustix::io::fcntl_setfd(&fd, FdFlags::CLOEXEC)?;
+            Ok(fd)
+        }
+        Err(e) => {
+            // Not ours after all: do not close whatever that number is.
+            std::mem::forget(fd);
+            Err(e)
+        }
+    }
+}
+
+/// Bounds how long a receive may block (`None`: forever).
+pub fn set_receive_deadline(socket: &UnixStream, timeout: Option<Duration>) -> Result<(), Errno> {
+    rustix::net::sockopt::set_socket_timeout(socket, rustix::net::sockopt::Timeout::Recv, timeout)
+}
+
+/// Sends one frame, with an optional descriptor attached to its first byte.
+pub fn send_frame(socket: &UnixStream, payload: &[u8], fd: Option<BorrowedFd<'_>>) -> std::io::Result<()> {
+    if payload.len() > MAX_FRAME {
+        return Err(std::io::Error::other("frame too large"));
+    }
+    let mut header = [0u8; HEADER];
+    header[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    header[4] = u8::from(fd.is_some());
+    let fds: Vec<BorrowedFd<'_>> = fd.into_iter().collect();
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(std::io::Error::other("cannot attach descriptor"));
+    }
+    let iov = [IoSlice::new(&header), IoSlice::new(payload)];
+    let sent = loop {
+        match rustix::net::sendmsg(socket, &iov, &mut control, SendFlags::NOSIGNAL) {
+            Ok(n) => break n,
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    // The descriptor went with the first bytes; the rest is plain stream data.
+    let mut writer = socket;
+    writer.write_all(&header[sent.min(HEADER)..])?;
+    writer.write_all(&payload[sent.saturating_sub(HEADER)..])?;
+    Ok(())
+}
+
+/// Why a frame could not be received.
+#[derive(Debug)]
+pub enum RecvError {
+    /// The peer closed the socket between frames.
+    Closed,
+    /// The receive deadline passed.
+    TimedOut,
+    Io(std::io::Error),
+}
+
+/// Receives one frame and the descriptor sent with it, if any.
+pub fn recv_frame(socket: &UnixStream) -> Result<(Vec<u8>, Option<OwnedFd>), RecvError> {
+    let mut header = [0u8; HEADER];
+    let mut got = 0;
+    let mut fd = None;
+    while got < HEADER {
+        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let mut iov = [IoSliceMut::new(&mut header[got..])];
+        let received = match rustix::net::recvmsg(socket, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC) {
+            Ok(r) => r,
+            Err(Errno::INTR) => continue,
+            Err(Errno::AGAIN) => return Err(RecvError::TimedOut),
+            Err(e) => return Err(RecvError::Io(e.into())),
+        };
+        for message in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(fds) = message {
+                for received_fd in fds {
+                    fd.get_or_insert(received_fd);
+                }
+            }
+        }
+        if received.bytes == 0 {
+            return Err(if got == 0 {
+                RecvError::Closed
+            } else {
+                RecvError::Io(std::io::ErrorKind::UnexpectedEof.into())
+            });
+        }
+        got += received.bytes;
+    }
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    if len > MAX_FRAME {
+        return Err(RecvError::Io(std::io::Error::other("frame too large")));
+    }
+    let mut payload = vec![0u8; len];
+    let mut reader = socket;
+    reader.read_exact(&mut payload).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => RecvError::TimedOut,
+        _ => RecvError::Io(e),
+    })?;
+    Ok((payload, fd))
+}
+
+/// Sends a signal to a process we started.
+pub fn signal(pid: u32, kill: bool) -> Result<(), Errno> {
+    let pid = rustix::process::Pid::from_raw(pid as i32).ok_or(Errno::SRCH)?;
+    let signal = if kill { rustix::process::Signal::KILL } else { rustix::process::Signal::TERM };
+    rustix::process::kill_process(pid, signal)
+}
+
+/// Borrows the socket's descriptor.
+pub fn fd_of(socket: &UnixStream) -> BorrowedFd<'_> {
+    socket.as_fd()
+}

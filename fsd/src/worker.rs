@@ -1,0 +1,100 @@
+//! A worker process: opens its roots, confines itself for one mode, then serves calls from the
+//! network process over its socket, one at a time, making every filesystem syscall of them.
+
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+
+use crate::backend::{Backend, Guard, Locking, Mode};
+use crate::config::Config;
+use crate::error::FsError;
+use crate::ipc::{self, FromWorker, IpcError, Remote, ToWorker};
+
+/// Why a worker stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Start(#[from] crate::backend::StartError),
+    #[error("confinement failed: {0}")]
+    Confine(#[from] crate::sys::confine::ConfineError),
+    #[error("ipc: {0}")]
+    Ipc(#[from] IpcError),
+    #[error("cannot duplicate the ipc socket: {0}")]
+    Socket(#[source] std::io::Error),
+}
+
+/// Locks taken from the network process: ask, wait for the grant; released there when the
+/// call's reply arrives.
+#[derive(Debug)]
+struct RemoteLocks {
+    socket: UnixStream,
+}
+
+impl Locking for RemoteLocks {
+    fn lock(&self, keys: &[&str]) -> Result<Guard, FsError> {
+        let lost = || FsError::Aborted;
+        let keys = keys.iter().map(|k| (*k).to_owned()).collect();
+        ipc::send(&self.socket, &FromWorker::Lock { keys }, None).map_err(|_| lost())?;
+        match ipc::recv::<ToWorker>(&self.socket) {
+            Ok((ToWorker::LockGranted, _)) => Ok(Guard::remote()),
+            _ => Err(lost()),
+        }
+    }
+}
+
+pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), WorkerError> {
+    let locks = RemoteLocks { socket: socket.try_clone().map_err(WorkerError::Socket)? };
+    let backend = Backend::new(&config.roots, &config.protected_names, config.limits, Arc::new(locks))?;
+    let confinement = crate::confine::worker(config, mode)?;
+    tracing::debug!(mode = mode.as_str(), fence = confinement.describe(), "worker ready");
+    ipc::send(&socket, &FromWorker::Ready { mode, enforcement: confinement.describe().to_owned() }, None)?;
+    loop {
+        let message = match ipc::recv::<ToWorker>(&socket) {
+            Ok((message, _)) => message,
+            // The network process is gone: so is our reason to exist.
+            Err(IpcError::Closed) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        match message {
+            ToWorker::Call(request) => {
+                #[cfg(feature = "fault-injection")]
+                hang_if_asked(&request);
+                let reply = backend.handle(mode, request).map_err(Remote::from);
+                ipc::send(&socket, &FromWorker::Reply(reply), None)?;
+            }
+            ToWorker::OpenStream { path } => match backend.open_stream(mode, &path) {
+                Ok((header, file)) => ipc::send(&socket, &FromWorker::Stream(Ok(header)), Some(file.as_fd()))?,
+                Err(failure) => ipc::send(&socket, &FromWorker::Stream(Err(failure.into())), None)?,
+            },
+            // A grant with no request pending: the router lost track; nothing to do.
+            ToWorker::LockGranted => {}
+            #[cfg(feature = "fault-injection")]
+            ToWorker::RawOpen { path, write } => {
+                let result = std::fs::OpenOptions::new()
+                    .read(!write)
+                    .write(write)
+                    .create(write)
+                    .truncate(false)
+                    .open(&path)
+                    .map(drop)
+                    .map_err(|e| e.to_string());
+                ipc::send(&socket, &FromWorker::RawOpened(result), None)?;
+            }
+        }
+    }
+}
+
+/// Test hook: a call on a path named `fsd-fault-hang` never returns, as a worker stuck on a
+/// dead NFS server would.
+#[cfg(feature = "fault-injection")]
+fn hang_if_asked(request: &crate::backend::Request) {
+    let path = match request {
+        crate::backend::Request::Stat { path, .. } | crate::backend::Request::ReadText { path, .. } => path,
+        _ => return,
+    };
+    if path.ends_with("/fsd-fault-hang") {
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
+    }
+}

@@ -1,0 +1,152 @@
+//! The daemon's and the CLI's lifecycle: SIGTERM exits 0 and removes the socket; `fsd-tools call`
+//! exit codes (0 success, 1 tool error, 2 usage or unreachable daemon); the embedded daemon of
+//! `--root` serves the call and leaves no socket directory behind.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use common::*;
+
+#[test]
+fn sigterm_exits_zero_and_removes_the_socket() {
+    let mut d = Daemon::start();
+    assert!(d.socket.exists());
+    // A session that has finished its work does not keep the daemon from stopping.
+    d.write("a.txt", "a\n");
+    let mut s = d.session();
+    assert!(!s.read("a.txt").is_error());
+    assert!(s.finish().success());
+    let status = d.terminate();
+    assert_eq!(status.code(), Some(0), "{status}");
+    assert!(!d.socket.exists(), "the socket file is removed");
+}
+
+/// Runs `fsd-tools` with these arguments, stdin closed, TMPDIR set to `tmp`.
+fn tools(args: &[&str], tmp: &Path) -> Output {
+    Command::new(tools_bin())
+        .args(args)
+        .env("TMPDIR", tmp)
+        .env("FSD_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fsd-tools")
+}
+
+#[test]
+fn call_exit_codes() {
+    let d = Daemon::start();
+    d.write("a.txt", "alpha\n");
+    let tmp = tempfile::tempdir().unwrap();
+    let endpoint = d.endpoint();
+    let root = d.root.display().to_string();
+    let missing_socket = format!("unix:{}", d.dir.path().join("nobody.sock").display());
+    let p = d.path("a.txt");
+    // (arguments, exit code, exact stdout or None when only the code matters)
+    let cases: Vec<(Vec<&str>, i32, Option<String>)> = vec![
+        (
+            vec!["call", "read", r#"{"file_path": "a.txt"}"#, "--endpoint", &endpoint, "--cwd", &root],
+            0,
+            Some(format!("{}\n", envelope(&p, &["1: alpha"], "(End of file - total 1 lines)"))),
+        ),
+        (
+            vec!["call", "read", r#"{"file_path": "nope.txt"}"#, "--endpoint", &endpoint, "--cwd", &root],
+            1,
+            Some(format!("Error: cannot read \"{}\": not found\n", d.path("nope.txt").display())),
+        ),
+        (
+            vec![
+                "call",
+                "read",
+                r#"{"file_path": "a.txt", "limit": 5000}"#,
+                "--endpoint",
+                &endpoint,
+                "--cwd",
+                &root,
+            ],
+            1,
+            Some("Error: limit must be less than or equal to 2000\n".to_owned()),
+        ),
+        // An unreachable daemon, a missing endpoint, bad JSON, an unknown endpoint form: usage.
+        (
+            vec!["call", "read", r#"{"file_path": "a.txt"}"#, "--endpoint", &missing_socket, "--cwd", &root],
+            2,
+            Some(String::new()),
+        ),
+        (vec!["call", "read", r#"{"file_path": "a.txt"}"#, "--cwd", &root], 2, Some(String::new())),
+        (vec!["call", "read", "{not json", "--endpoint", &endpoint, "--cwd", &root], 2, Some(String::new())),
+        (
+            vec!["call", "read", r#"{"file_path": "a.txt"}"#, "--endpoint", "carrier-pigeon", "--cwd", &root],
+            2,
+            Some(String::new()),
+        ),
+    ];
+    for (args, code, stdout) in cases {
+        let out = tools(&args, tmp.path());
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "fsd-tools {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if let Some(stdout) = stdout {
+            assert_eq!(String::from_utf8(out.stdout).unwrap(), stdout, "fsd-tools {args:?}");
+        }
+    }
+    // `call` is one-shot: its policy is off, so a write needs no read.
+    let out = tools(
+        &[
+            "call",
+            "write",
+            r#"{"file_path": "a.txt", "content": "beta\n"}"#,
+            "--endpoint",
+            &endpoint,
+            "--cwd",
+            &root,
+        ],
+        tmp.path(),
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), format!("{}\n", write_envelope(&p, "Updated file")));
+    assert_eq!(d.read("a.txt"), b"beta\n");
+}
+
+#[test]
+fn call_with_root_runs_an_embedded_daemon_and_cleans_up() {
+    let ws = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(ws.path()).unwrap();
+    std::fs::write(root.join("a.txt"), "alpha\nbeta\n").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let root_arg = root.display().to_string();
+    let out = Command::new(tools_bin())
+        .args([
+            "call",
+            "read",
+            r#"{"file_path": "a.txt", "offset": 2}"#,
+            "--root",
+            &root_arg,
+            "--cwd",
+            &root_arg,
+        ])
+        .env("TMPDIR", tmp.path())
+        // The embedded daemon inherits this, so its own account of how it stopped is on stderr.
+        .env("FSD_LOG", "info")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run fsd-tools");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("{}\n", envelope(&root.join("a.txt"), &["2: beta"], "(End of file - total 2 lines)"))
+    );
+    // No socket directory (nor anything else) is left in the temporary directory.
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    // The daemon stopped by itself when the pipe closed (CONTRACT), rather than being killed by
+    // the client's fallback after its grace period.
+    assert!(stderr.contains("parent pipe closed"), "the daemon saw the pipe close: {stderr}");
+    assert!(stderr.contains("stopped"), "the embedded daemon did not stop by itself: {stderr}");
+}

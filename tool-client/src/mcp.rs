@@ -1,0 +1,246 @@
+//! The MCP server face: `fsd-tools mcp` serves the visible tools over stdio with rmcp, one
+//! `Session` (one owner of observations) per process.
+//!
+//! Mapping, fixed here and pinned by `tests/tests/mcp.rs`:
+//! - tools/list: `Tools::schemas()` plus truthful annotations; the instructions are
+//!   `Tools::guidance()`.
+//! - tools/call: text blocks stay text blocks, images become image blocks (base64 + mimeType).
+//!   Every tool failure, argument mistakes included, is a result with `isError: true`, never a
+//!   JSON-RPC error. The stable code and the tool's metadata ride in the result's `_meta` as
+//!   `fsd/code` (a string, or null on success) and `fsd/meta` (an object), never in
+//!   `structuredContent`: some clients show structured content to the model instead of the text,
+//!   and the model must read the envelope.
+//! - An unknown tool name is a JSON-RPC error `-32602` (`Unknown tool: NAME`), as the MCP spec
+//!   asks: the client asked for something the server never listed, not a tool that failed.
+//! - `notifications/cancelled`: rmcp cancels the request's token and drops whatever the handler
+//!   returns afterwards; the handler drops the call's future, which stops it at its next await
+//!   (a gRPC call in flight is abandoned, so its effect is unknown, like `FS_ABORTED`). No
+//!   response is sent for the cancelled id.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use base64::Engine;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject,
+    ListToolsResult, MetaObject, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
+};
+use rmcp::service::{RequestContext, RoleServer, ServerInitializeError};
+use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use serde_json::{Map, Value, json};
+use tokio::sync::Mutex;
+
+use crate::tools::{Block, Session, ToolResult};
+
+/// The `_meta` key of the stable code (`FS_*`, `INVALID_ARGS`, …; null on success).
+pub const META_CODE: &str = "fsd/code";
+/// The `_meta` key of the tool's metadata (`affectedPaths`, `diffs`, …).
+pub const META_META: &str = "fsd/meta";
+
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    /// Boxed: rmcp's error is large and this one travels only up to `main`.
+    #[error("MCP initialization failed: {0}")]
+    Initialize(#[from] Box<ServerInitializeError>),
+    #[error("the MCP service task failed: {0}")]
+    Join(#[from] tokio::task::JoinError),
+}
+
+/// The MCP server: the tool list, fixed for the process, and the one session calls run in.
+#[derive(Debug, Clone)]
+pub struct McpServer {
+    tools: Arc<Vec<Tool>>,
+    visible: Arc<Vec<&'static str>>,
+    instructions: String,
+    /// Calls take turns on the session (observations are per session and calls run in order);
+    /// a cancelled call releases it when its future is dropped.
+    session: Arc<Mutex<Session>>,
+}
+
+impl McpServer {
+    pub fn new(session: Session) -> McpServer {
+        let tools = session.tools();
+        let listed = tools.schemas().iter().filter_map(tool_of).collect();
+        McpServer {
+            tools: Arc::new(listed),
+            visible: Arc::new(tools.visible()),
+            instructions: tools.guidance(),
+            session: Arc::new(Mutex::new(session)),
+        }
+    }
+
+    /// The tools as tools/list shows them.
+    pub fn tools(&self) -> &[Tool] {
+        &self.tools
+    }
+
+    /// Serves MCP on this process's stdin and stdout until the client closes stdin.
+    pub async fn serve_stdio(self) -> Result<(), McpError> {
+        let running = self.serve(rmcp::transport::stdio()).await.map_err(Box::new)?;
+        running.waiting().await?;
+        Ok(())
+    }
+
+    async fn call(&self, name: String, args: Value) -> ToolResult {
+        let mut session = self.session.lock().await;
+        session.call(&name, args).await
+    }
+}
+
+/// The working directory of an MCP session when `--cwd` is absent. MCP clients start servers
+/// from wherever they like (Claude Desktop from `/`), so with `--root` the process cwd is kept
+/// only when it lies inside the root; otherwise relative paths resolve against the root.
+pub fn default_cwd(root: Option<&Path>) -> std::io::Result<PathBuf> {
+    let here = std::env::current_dir()?;
+    let Some(root) = root else {
+        return Ok(here);
+    };
+    let root = std::fs::canonicalize(root)?;
+    let inside = std::fs::canonicalize(&here).is_ok_and(|h| h.starts_with(&root));
+    Ok(if inside { here } else { root })
+}
+
+/// One tools/list entry from a `Tools::schemas()` entry.
+fn tool_of(schema: &Value) -> Option<Tool> {
+    let name = schema.get("name")?.as_str()?.to_owned();
+    let description = schema.get("description").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let input_schema: JsonObject = schema.get("input_schema")?.as_object()?.clone();
+    let annotations = annotations(&name);
+    Some(Tool::new(name, description, input_schema).with_annotations(annotations))
+}
+
+/// What each tool does to the filesystem. None of them reaches beyond the daemon's roots, so
+/// none is open-world. Read-only tools record observations in the session, not on disk.
+pub fn annotations(name: &str) -> ToolAnnotations {
+    let (title, read_only, idempotent) = match name {
+        "read" => ("Read file", true, true),
+        "read_image" => ("Read image", true, true),
+        // Writing the same content again leaves the same file.
+        "write" => ("Write file", false, true),
+        // A second identical edit fails or edits again (new_string may contain old_string).
+        "edit" => ("Edit file", false, false),
+        "apply_patch" => ("Apply patch", false, false),
+        "str_replace_editor" => ("View and edit files", false, false),
+        // A tool this table does not know yet is described by the safest claims.
+        _ => ("", false, false),
+    };
+    let base = if title.is_empty() { ToolAnnotations::new() } else { ToolAnnotations::with_title(title) };
+    base.read_only(read_only).destructive(!read_only).idempotent(idempotent).open_world(false)
+}
+
+/// A finished tool call as an MCP result.
+pub fn call_result(result: ToolResult) -> CallToolResult {
+    let content = result
+        .content
+        .into_iter()
+        .map(|block| match block {
+            Block::Text(text) => ContentBlock::text(text),
+            Block::Image { mime_type, data } => {
+                ContentBlock::image(base64::engine::general_purpose::STANDARD.encode(data), mime_type)
+            }
+        })
+        .collect();
+    let mut meta = Map::new();
+    meta.insert(META_CODE.to_owned(), json!(result.code));
+    meta.insert(META_META.to_owned(), Value::Object(result.meta));
+    let call =
+        if result.is_error { CallToolResult::error(content) } else { CallToolResult::success(content) };
+    call.with_meta(Some(MetaObject(meta)))
+}
+
+impl ServerHandler for McpServer {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        info.server_info =
+            Implementation::new("fsd-tools", env!("CARGO_PKG_VERSION")).with_title("fsd file tools");
+        if !self.instructions.is_empty() {
+            info = info.with_instructions(self.instructions.clone());
+        }
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name.to_string();
+        if !self.visible.iter().any(|v| *v == name) {
+            return Err(ErrorData::invalid_params(
+                format!("Unknown tool: {name}"),
+                Some(json!({"fsd/code": "UNKNOWN_TOOL"})),
+            ));
+        }
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        tokio::select! {
+            // Checked first so a call cancelled while it waited for the session never starts.
+            biased;
+            () = std::future::pending::<()>() => { let _ = &context;
+                // rmcp has forgotten this id, so nothing here reaches the client.
+                Err(ErrorData::internal_error("cancelled", None))
+            }
+            result = self.call(name, args) => Ok(call_result(result).into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use crate::failure::ToolError;
+
+    #[test]
+    fn annotations_are_truthful() {
+        let read = annotations("read");
+        assert_eq!(read.read_only_hint, Some(true));
+        assert_eq!(read.open_world_hint, Some(false));
+        for name in ["write", "edit", "apply_patch", "str_replace_editor", "something_new"] {
+            let a = annotations(name);
+            assert_eq!(a.read_only_hint, Some(false), "{name}");
+            assert_eq!(a.destructive_hint, Some(true), "{name}");
+        }
+        assert_eq!(annotations("write").idempotent_hint, Some(true));
+        assert_eq!(annotations("edit").idempotent_hint, Some(false));
+    }
+
+    #[test]
+    fn failures_carry_code_and_meta_in_meta_only() {
+        let r =
+            call_result(ToolResult::error(ToolError::invalid_args("file_path must be a non-empty string")));
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["isError"], json!(true));
+        assert_eq!(
+            v["content"],
+            json!([{"type": "text", "text": "Error: file_path must be a non-empty string"}])
+        );
+        assert_eq!(v["_meta"], json!({"fsd/code": "INVALID_ARGS", "fsd/meta": {}}));
+        assert!(v.get("structuredContent").is_none());
+    }
+
+    #[test]
+    fn images_become_image_blocks() {
+        let result = ToolResult {
+            is_error: false,
+            code: None,
+            content: vec![
+                Block::Text("t".into()),
+                Block::Image { mime_type: "image/png".into(), data: vec![1, 2, 3] },
+            ],
+            meta: Map::new(),
+        };
+        let v = serde_json::to_value(call_result(result)).unwrap();
+        assert_eq!(v["content"][1], json!({"type": "image", "data": "AQID", "mimeType": "image/png"}));
+        assert_eq!(v["_meta"]["fsd/code"], Value::Null);
+    }
+}

@@ -1,0 +1,235 @@
+//! The editor's mutations. create always goes through guarded creation (createIfAbsent), so an
+//! existing path, even one a concurrent create just made, is `FS_ALREADY_EXISTS`. str_replace and
+//! insert re-read the file first: the read names the target for the policy, gives the match lines
+//! for the error texts and the snippet, and its version is the compare-and-swap basis when the
+//! policy is off. With the policy on, the guard is the observed version, and a re-read at another
+//! version is stale before any matching (as the daemon orders it). The re-read itself is not an
+//! observation: only view (or another read) authorizes a mutation.
+
+use fsd_policy::{EditRefusal, TargetKey};
+use fsd_proto::{ErrorCode, WireError, v1};
+use serde_json::{Map, Value, json};
+
+use super::lines::{self, FILE_CLIPPED};
+use super::{Session, ToolResult, is_directory, not_found};
+use crate::failure::{STALE_REMEDY, ToolError};
+use crate::tools::diff_meta;
+
+/// The file as the re-read saw it.
+struct Current {
+    target: v1::Target,
+    version: String,
+    text: String,
+}
+
+pub async fn create(session: &mut Session, path: &str, file_text: String) -> Result<ToolResult, ToolError> {
+    let guard = v1::WriteGuard { kind: Some(v1::write_guard::Kind::CreateIfAbsent(v1::CreateIfAbsent {})) };
+    let request = v1::WriteTextRequest {
+        context: session.context(),
+        path: path.to_owned(),
+        content: file_text,
+        guard: Some(guard),
+        match_existing_style: false,
+    };
+    let reply = match session.client.write_text(request).await {
+        Ok(reply) => reply.into_inner(),
+        Err(status) => {
+            return Err(match WireError::from_status(&status).map(|w| w.code) {
+                // The daemon answers createIfAbsent on an existing file (or a directory there)
+                // with these; for create they mean the path is taken.
+                Some(ErrorCode::NotObserved | ErrorCode::NotRegularFile) => ToolError::new(
+                    "FS_ALREADY_EXISTS",
+                    format!("File already exists at: {path}. Cannot overwrite files using command `create`."),
+                ),
+                _ => ToolError::from_mutation(path, &status),
+            });
+        }
+    };
+    let target = reply.target.unwrap_or_default();
+    session.record_present(&[path], &target, &reply.version);
+    let display = target.display_path;
+    // The diff card of a creation starts from empty text.
+    let change = reply.change.map(|c| v1::TextChange { before: Some(c.before.unwrap_or_default()), ..c });
+    let mut meta = Map::new();
+    meta.insert("operation".into(), json!("create"));
+    meta.insert("affectedPaths".into(), json!([display]));
+    meta.insert("diffs".into(), json!([diff_meta(&display, change.as_ref())]));
+    Ok(ToolResult::text_ok(format!("File created successfully at: {display}"), meta))
+}
+
+/// Re-reads the file, mapping a miss to recorded absence and a directory to the view-only text.
+async fn reread(session: &mut Session, path: &str) -> Result<Current, ToolError> {
+    let request = v1::ReadTextRequest { context: session.context(), path: path.to_owned(), max_bytes: 0 };
+    let status = match session.client.read_text(request).await {
+        Ok(reply) => {
+            let reply = reply.into_inner();
+            return Ok(Current {
+                target: reply.target.unwrap_or_default(),
+                version: reply.version,
+                text: reply.text,
+            });
+        }
+        Err(status) => status,
+    };
+    let Some(wire) = WireError::from_status(&status) else {
+        return Err(ToolError::unavailable(&status));
+    };
+    match wire.code {
+        ErrorCode::NotFound => {
+            session.record_absent(path, wire.get("target_key"));
+            Err(not_found(path))
+        }
+        ErrorCode::NotRegularFile => {
+            let request =
+                v1::StatRequest { context: session.context(), path: path.to_owned(), no_follow: false };
+            let dir =
+                session.client.stat(request).await.ok().and_then(|r| r.into_inner().info).map(|i| i.r#type)
+                    == Some(v1::FileType::Directory as i32);
+            Err(if dir { is_directory(path) } else { ToolError::from_mutation(path, &status) })
+        }
+        _ => Err(ToolError::from_mutation(path, &status)),
+    }
+}
+
+/// The guard version: the observed one (policy on; a different current version is stale), or the
+/// re-read one (policy off).
+fn basis(session: &Session, path: &str, current: &Current) -> Result<String, ToolError> {
+    if !session.policy_on() {
+        return Ok(current.version.clone());
+    }
+    let key = TargetKey(current.target.target_key.clone());
+    match session.observations.edit_intent(Some(&key)) {
+        Ok(version) if version.0 == current.version => Ok(version.0),
+        Ok(_) => Err(ToolError::new(
+            ErrorCode::StaleVersion.as_str(),
+            format!("cannot modify \"{path}\": file changed on disk since it was read{STALE_REMEDY}"),
+        )),
+        // Absence was observed but the file is here now: this session has not read it.
+        Err(EditRefusal::NotObserved | EditRefusal::ObservedAbsent) => Err(ToolError::not_observed(path)),
+    }
+}
+
+/// The success text: a `cat -n` snippet of lines `from..=to` (clamped) of the new LF text.
+fn snippet(session: &Session, head: &str, new_text: &str, from: usize, to: usize, tail: &str) -> String {
+    let all = lines::lines(new_text);
+    let to = to.min(all.len());
+    let shown = if from > to { &all[..0] } else { &all[from - 1..to] };
+    let numbered = lines::number(shown, from);
+    let max = session.tools.config.max_output_chars as usize;
+    let numbered = lines::clip(&numbered, max, FILE_CLIPPED).map(|c| format!("{c}\n")).unwrap_or(numbered);
+    format!("{head}\n{numbered}{tail}")
+}
+
+fn mutation_meta(display: &str, change: Option<&v1::TextChange>) -> Map<String, Value> {
+    let mut meta = Map::new();
+    meta.insert("operation".into(), json!("update"));
+    meta.insert("affectedPaths".into(), json!([display]));
+    meta.insert("diffs".into(), json!([diff_meta(display, change)]));
+    meta
+}
+
+pub async fn str_replace(
+    session: &mut Session,
+    path: &str,
+    old: &str,
+    new: &str,
+) -> Result<ToolResult, ToolError> {
+    let current = reread(session, path).await?;
+    let version = basis(session, path, &current)?;
+    let (_, body) = lines::split_bom(&current.text);
+    let text = lines::lf(body);
+    let (old_lf, new_lf) = (lines::lf(old), lines::lf(new));
+    let starts = lines::match_starts(&text, &old_lf);
+    let at = match starts.as_slice() {
+        [at] => *at,
+        [] => {
+            return Err(ToolError::new(
+                ErrorCode::EditNotFound.as_str(),
+                format!("No replacement was performed, old_str `{old}` did not appear verbatim in {path}."),
+            ));
+        }
+        _ => {
+            let found = lines::start_lines(&text, &starts);
+            let list = found.iter().map(usize::to_string).collect::<Vec<_>>().join(", ");
+            return Err(ToolError::new(
+                ErrorCode::AmbiguousEdit.as_str(),
+                format!(
+                    "No replacement was performed. Multiple occurrences of old_str `{old}` in lines [{list}]. Please ensure it is unique."
+                ),
+            ));
+        }
+    };
+    // The daemon matches and writes under the target lock; the guard makes it the text read here.
+    let request = v1::EditTextRequest {
+        context: session.context(),
+        path: path.to_owned(),
+        old_string: old.to_owned(),
+        new_string: new.to_owned(),
+        replace_all: false,
+        guard: Some(v1::EditGuard { version, target_key: current.target.target_key.clone() }),
+    };
+    let reply =
+        session.client.edit_text(request).await.map_err(|s| ToolError::from_mutation(path, &s))?.into_inner();
+    let target = reply.target.unwrap_or_default();
+    session.record_present(&[path], &target, &reply.version);
+    let display = target.display_path;
+    let after = format!("{}{new_lf}{}", &text[..at], &text[at + old_lf.len()..]);
+    let line = lines::line_of(&text, at);
+    let added = new_lf.matches('\n').count();
+    let head = format!(
+        "The file {display} has been edited. Here's the result of running `cat -n` on a snippet of {display}:"
+    );
+    let tail = "Review the changes and make sure they are as expected. Edit the file again if necessary.";
+    let out = snippet(session, &head, &after, line.saturating_sub(4).max(1), line + 4 + added, tail);
+    let mut meta = mutation_meta(&display, reply.change.as_ref());
+    meta.insert("replacements".into(), json!(reply.replacements));
+    Ok(ToolResult::text_ok(out, meta))
+}
+
+pub async fn insert(
+    session: &mut Session,
+    path: &str,
+    after: i64,
+    text: &str,
+) -> Result<ToolResult, ToolError> {
+    let current = reread(session, path).await?;
+    let version = basis(session, path, &current)?;
+    let (bom, body) = lines::split_bom(&current.text);
+    let range_error = |n: usize| {
+        ToolError::invalid_args(format!(
+            "Invalid `insert_line` parameter: {after}. It should be within the range of lines of the file: [0, {n}]"
+        ))
+    };
+    let at = usize::try_from(after).map_err(|_| range_error(lines::count_lines(body)))?;
+    let new_body = lines::insert(body, at, text).map_err(range_error)?;
+    let request = v1::WriteTextRequest {
+        context: session.context(),
+        path: path.to_owned(),
+        content: format!("{bom}{new_body}"),
+        guard: Some(v1::WriteGuard {
+            kind: Some(v1::write_guard::Kind::ReplaceIfVersion(v1::ReplaceIfVersion {
+                version,
+                target_key: current.target.target_key.clone(),
+            })),
+        }),
+        // The content already carries the file's BOM and endings.
+        match_existing_style: false,
+    };
+    let reply = session
+        .client
+        .write_text(request)
+        .await
+        .map_err(|s| ToolError::from_mutation(path, &s))?
+        .into_inner();
+    let target = reply.target.unwrap_or_default();
+    session.record_present(&[path], &target, &reply.version);
+    let display = target.display_path;
+    let inserted = lines::lf(text).matches('\n').count() + 1;
+    let head = format!(
+        "The file {display} has been edited. Here's the result of running `cat -n` on a snippet of the edited file:"
+    );
+    let tail = "Review the changes and make sure they are as expected (correct indentation, no duplicate lines, etc). Edit the file again if necessary.";
+    let out =
+        snippet(session, &head, &lines::lf(&new_body), at.saturating_sub(3).max(1), at + inserted + 4, tail);
+    Ok(ToolResult::text_ok(out, mutation_meta(&display, reply.change.as_ref())))
+}
