@@ -13,6 +13,7 @@ if ! .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.versio
 fi
 export FSD_TEST_PYTHON="$PWD/.venv/bin/python"
 
-# The end-to-end tests start target/debug/fsd and target/debug/fsd-tools.
-cargo build --workspace --bins --locked
+# The end-to-end tests start target/debug/fsd and target/debug/fsd-tools; the debug build of
+# fsd carries the test-only hooks (cargo feature fault-injection, never in a release build).
+cargo build --workspace --bins --locked --features fsd/fault-injection
 cargo test --workspace --locked --no-fail-fast

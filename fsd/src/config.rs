@@ -172,6 +172,12 @@ fn mode(key: &'static str, value: Option<String>, default: Mode) -> Result<Mode,
 }
 
 impl Config {
+    /// The modes any client of this daemon may reach: each gets a worker pool.
+    pub fn served_modes(&self) -> Vec<Mode> {
+        let highest = self.client_max_modes.values().copied().chain([self.max_mode]).max().unwrap_or(self.max_mode);
+        [Mode::ReadOnly, Mode::WorkspaceWrite, Mode::DangerFullAccess].into_iter().filter(|m| *m <= highest).collect()
+    }
+
     /// Loads the file (if any) and applies the flags.
     pub fn load(file: Option<&Path>, flags: Overrides) -> Result<Config, ConfigError> {
         let parsed = match file {

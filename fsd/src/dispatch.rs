@@ -113,6 +113,24 @@ impl Dispatcher {
         pool.ready.notify_all();
     }
 
+    /// Waits until every mode in `modes` has a live worker or was given up, so the first call
+    /// and the first hello see the pools as they will be.
+    pub fn wait_ready(&self, modes: &[Mode], timeout: Duration) {
+        let deadline = std::time::Instant::now() + timeout;
+        for &mode in modes {
+            let pool = self.pool(mode);
+            let mut state = pool.state();
+            while state.live == 0 && state.unavailable.is_none() {
+                let now = std::time::Instant::now();
+                if now >= deadline {
+                    tracing::warn!(mode = mode.as_str(), "no worker ready yet; serving anyway");
+                    break;
+                }
+                state = pool.ready.wait_timeout(state, deadline - now).unwrap_or_else(PoisonError::into_inner).0;
+            }
+        }
+    }
+
     pub fn report(&self) -> Vec<ModeReport> {
         [Mode::ReadOnly, Mode::WorkspaceWrite, Mode::DangerFullAccess]
             .into_iter()

@@ -51,6 +51,9 @@ pub enum ToWorker {
     /// bypasses the resolver, so only the kernel can refuse it.
     #[cfg(feature = "fault-injection")]
     RawOpen { path: String, write: bool },
+    /// Test hook: chmod by path, which the seccomp allowlist must refuse.
+    #[cfg(feature = "fault-injection")]
+    RawChmod { path: String },
 }
 
 /// Worker → network process.

@@ -305,6 +305,14 @@ impl Fsd for FsdService {
         let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
         let mode = self.mode(&caller, r.context.as_ref(), &r.path, "stat")?;
+        #[cfg(feature = "fault-injection")]
+        if let Some(dir) = r.path.strip_suffix("/fsd-fault-network-open") {
+            // Test hook: the network process itself tries to list a root; its fence must refuse.
+            return match std::fs::read_dir(dir) {
+                Ok(_) => Err(Status::internal("the network process could list a root")),
+                Err(e) => Err(Status::permission_denied(format!("network process: {e}"))),
+            };
+        }
         match self.run(&caller, mode, backend::Request::Stat { path: r.path, no_follow: r.no_follow }).await? {
             Outcome::Stat { target: t, info } => Ok(Response::new(v1::StatReply {
                 target: target(t),

@@ -106,12 +106,6 @@ impl Supervisor {
     }
 }
 
-/// The modes any client of this daemon may reach.
-fn served_modes(config: &Config) -> Vec<Mode> {
-    let highest = config.client_max_modes.values().copied().chain([config.max_mode]).max().unwrap_or(config.max_mode);
-    [Mode::ReadOnly, Mode::WorkspaceWrite, Mode::DangerFullAccess].into_iter().filter(|m| *m <= highest).collect()
-}
-
 pub fn run(config: Config, args: Vec<OsString>, options: RunOptions) -> Result<(), DaemonError> {
     init_logging(config.log_format);
     let exe = std::env::current_exe().map_err(DaemonError::Runtime)?;
@@ -145,7 +139,7 @@ async fn supervise(config: Config, exe: PathBuf, args: Vec<OsString>, options: R
 
     let abi = sys::landlock_abi();
     let floor = sys::confine::LANDLOCK_FLOOR;
-    for mode in served_modes(&sup.config) {
+    for mode in sup.config.served_modes() {
         if mode != Mode::DangerFullAccess && abi < floor {
             let reason = format!("the kernel offers Landlock ABI {abi}; the fence needs ABI {floor}");
             if sup.config.landlock == LandlockPolicy::Required {

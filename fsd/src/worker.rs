@@ -80,6 +80,13 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
                     .map_err(|e| e.to_string());
                 ipc::send(&socket, &FromWorker::RawOpened(result), None)?;
             }
+            #[cfg(feature = "fault-injection")]
+            ToWorker::RawChmod { path } => {
+                use std::os::unix::fs::PermissionsExt;
+                let result = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777))
+                    .map_err(|e| e.to_string());
+                ipc::send(&socket, &FromWorker::RawOpened(result), None)?;
+            }
         }
     }
 }

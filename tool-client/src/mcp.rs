@@ -184,7 +184,7 @@ impl ServerHandler for McpServer {
         tokio::select! {
             // Checked first so a call cancelled while it waited for the session never starts.
             biased;
-            () = std::future::pending::<()>() => { let _ = &context;
+            () = context.ct.cancelled() => {
                 // rmcp has forgotten this id, so nothing here reaches the client.
                 Err(ErrorData::internal_error("cancelled", None))
             }

@@ -294,6 +294,18 @@ impl Backend {
 
     fn walk(&self, mode: Mode, path: &str, options: WalkOptions) -> Result<Resolved, Failure> {
         let roots = self.roots_for(mode);
+        // A write into a protected directory would be refused after creating the directories
+        // on its way; refuse it before anything is created. The resolved check still follows.
+        if options.create_parents && mode == Mode::WorkspaceWrite {
+            let named = resolve::components(std::ffi::OsStr::new(path));
+            if let Some(name) = named.iter().find(|c| self.protected.iter().any(|p| p == *c)) {
+                let why = format!(
+                    "file access denied under workspace-write mode: {} is a protected path",
+                    name.to_string_lossy()
+                );
+                return Err(Failure::new(FsError::Denied(why), path));
+            }
+        }
         let may_create = |root: usize, rel: &[OsString]| self.may_write(mode, root, rel);
         resolve::resolve(roots, path, options, &may_create).map_err(|e| Failure::new(e, path))
     }

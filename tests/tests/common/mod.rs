@@ -118,15 +118,28 @@ impl Daemon {
         ToolSession::start(&self.endpoint(), &self.root, Some(&path))
     }
 
-    /// Peak resident memory of the daemon (VmHWM), in KiB.
+    /// Peak resident memory of the daemon, in KiB: VmHWM summed over the daemon process and all
+    /// its descendants (the supervisor, the network process and the workers), an upper bound of
+    /// the whole daemon's peak.
     pub fn peak_rss_kib(&self) -> u64 {
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).expect("proc status");
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmHWM")
+        let mut total = 0;
+        let mut pending = vec![self.child.id()];
+        while let Some(pid) = pending.pop() {
+            // A process may exit between listing and reading: it then counts for nothing.
+            let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
+            total += status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                .unwrap_or(0);
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { continue };
+            for task in tasks.flatten() {
+                let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+                pending.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+            }
+        }
+        assert!(total > 0, "no VmHWM for the daemon (pid {})", self.child.id());
+        total
     }
 
     /// Sends SIGTERM and waits for the exit status.

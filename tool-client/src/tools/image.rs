@@ -302,9 +302,45 @@ fn decoder<'a>(bytes: &'a [u8], format: Format) -> Result<(Box<dyn ImageDecoder 
             let animated = d.has_animation();
             (Box::new(d), animated)
         }
-        // Whether a GIF has more frames does not matter: it is always re-encoded.
-        Format::Gif => (Box::new(GifDecoder::new(cursor).map_err(bad)?), false),
+        Format::Gif => (Box::new(GifDecoder::new(cursor).map_err(bad)?), gif_frames(bytes) > 1),
     })
+}
+
+/// Counts a GIF's image descriptors, up to two, by walking its blocks without decoding pixels
+/// (only to say "first frame": every GIF is re-encoded anyway). A damaged stream counts what it
+/// reached.
+fn gif_frames(bytes: &[u8]) -> usize {
+    let table = |flags: u8| if flags & 0x80 != 0 { 3usize << ((flags & 7) + 1) } else { 0 };
+    let skip_blocks = |mut pos: usize| -> Option<usize> {
+        loop {
+            let n = usize::from(*bytes.get(pos)?);
+            pos += 1 + n;
+            if n == 0 {
+                return Some(pos);
+            }
+        }
+    };
+    let Some(&flags) = bytes.get(10) else { return 0 };
+    let mut pos = 13 + table(flags);
+    let mut frames = 0;
+    while frames < 2 {
+        match bytes.get(pos) {
+            Some(0x21) => match skip_blocks(pos + 2) {
+                Some(next) => pos = next,
+                None => break,
+            },
+            Some(0x2c) => {
+                frames += 1;
+                let Some(&flags) = bytes.get(pos + 9) else { break };
+                match skip_blocks(pos + 10 + table(flags) + 1) {
+                    Some(next) => pos = next,
+                    None => break,
+                }
+            }
+            _ => break,
+        }
+    }
+    frames
 }
 
 fn is_16_bit(color: ColorType) -> bool {
@@ -457,7 +493,7 @@ fn describe(n: &Normalized) -> String {
     if n.from_16_bit {
         notes.push("converted from 16 bits per channel".to_owned());
     }
-    if n.animated || n.source_format == Format::Gif && !n.original {
+    if n.animated {
         notes.push("first frame".to_owned());
     }
     let notes = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join("; ")) };

@@ -1,0 +1,301 @@
+//! The mode fences, proven against the real processes: the kernel refuses what our resolver is
+//! bypassed for, the network process holds no filesystem rights, workers run with no_new_privs,
+//! seccomp and few capabilities, links and moves cannot leave the roots, protected paths stay
+//! read-only, read-only mode refuses every mutation, and a hung worker costs only its own call.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use common::rpc::{Rpc, p};
+use common::*;
+use fsd::backend::Request;
+use fsd::ipc::{FromWorker, ToWorker};
+use fsd_proto::{ErrorCode, WireError, v1};
+use serde_json::json;
+
+/// A worker started by hand with a socket we hold: requests go "straight to the worker over its
+/// IPC", past the network process and its resolver checks.
+struct Worker {
+    child: Child,
+    socket: UnixStream,
+}
+
+impl Worker {
+    fn start(mode: &str, root: &Path) -> Worker {
+        let (ours, theirs) = fsd::sys::ipc::pair().unwrap();
+        fsd::sys::ipc::set_inheritable(theirs.as_fd(), true).unwrap();
+        let child = Command::new(fsd_bin())
+            .args(["--role", "worker", "--worker-mode", mode, "--listen", "unix:/nonexistent/fsd.sock"])
+            .arg("--ipc-fd")
+            .arg(theirs.as_raw_fd().to_string())
+            .arg("--writable-root")
+            .arg(root)
+            .env("FSD_LOG", "warn")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        drop(theirs);
+        let (ready, _) = fsd::ipc::recv::<FromWorker>(&ours).unwrap();
+        assert!(matches!(ready, FromWorker::Ready { enforcement, .. } if enforcement == "landlock"), "worker not confined");
+        Worker { child, socket: ours }
+    }
+
+    fn ask(&self, message: &ToWorker) -> FromWorker {
+        fsd::ipc::send(&self.socket, message, None).unwrap();
+        fsd::ipc::recv::<FromWorker>(&self.socket).unwrap().0
+    }
+
+    fn raw(&self, message: ToWorker) -> Result<(), String> {
+        match self.ask(&message) {
+            FromWorker::RawOpened(result) => result,
+            other => panic!("unexpected reply {other:?}"),
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_kernel_refuses_what_the_resolver_is_bypassed_for() {
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret.txt");
+    std::fs::write(&secret, "secret\n").unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let inside = root.path().join("inside.txt");
+    std::fs::write(&inside, "inside\n").unwrap();
+    let w = Worker::start("workspace-write", root.path());
+
+    // Control: the same raw open inside the root works, so a refusal below is the fence.
+    assert_eq!(w.raw(ToWorker::RawOpen { path: p(&inside), write: true }), Ok(()));
+    let check = |path: &Path, write: bool| {
+        let got = w.raw(ToWorker::RawOpen { path: p(path), write });
+        assert!(got.as_ref().is_err_and(|e| e.contains("Permission denied")), "{path:?} write={write}: {got:?}");
+    };
+    check(&secret, false);
+    check(&secret, true);
+    check(&outside.path().join("new.txt"), true);
+    check(Path::new("/etc/passwd"), false);
+    assert!(!outside.path().join("new.txt").exists());
+    // Metadata by path is not a Landlock right, so seccomp refuses chmod outright, even inside.
+    let chmod = w.raw(ToWorker::RawChmod { path: p(&inside) });
+    assert!(chmod.as_ref().is_err_and(|e| e.contains("Operation not permitted")), "{chmod:?}");
+
+    // Through the normal request path, our own resolver refuses first, with the stable code.
+    match w.ask(&ToWorker::Call(Request::Stat { path: p(&secret), no_follow: false })) {
+        FromWorker::Reply(Err(remote)) => assert_eq!(remote.code, "FS_SANDBOX_DENIED"),
+        other => panic!("unexpected reply {other:?}"),
+    }
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "secret\n");
+}
+
+#[test]
+fn a_read_only_worker_cannot_write_even_inside_its_root() {
+    let root = tempfile::tempdir().unwrap();
+    let inside = root.path().join("inside.txt");
+    std::fs::write(&inside, "inside\n").unwrap();
+    let w = Worker::start("read-only", root.path());
+    assert_eq!(w.raw(ToWorker::RawOpen { path: p(&inside), write: false }), Ok(()));
+    let got = w.raw(ToWorker::RawOpen { path: p(&inside), write: true });
+    assert!(got.as_ref().is_err_and(|e| e.contains("Permission denied")), "{got:?}");
+    let request = Request::WriteText { path: p(&inside), content: "x".into(), guard: None, match_style: false };
+    match w.ask(&ToWorker::Call(request)) {
+        FromWorker::Reply(Err(remote)) => assert_eq!(remote.code, "FS_SANDBOX_DENIED"),
+        other => panic!("unexpected reply {other:?}"),
+    }
+    assert_eq!(std::fs::read_to_string(&inside).unwrap(), "inside\n");
+}
+
+/// The daemon's child processes whose command line contains `role`.
+fn children_with_role(daemon_pid: u32, role: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let ppid: Option<u32> = stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().nth(1)).and_then(|s| s.parse().ok());
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if ppid == Some(daemon_pid) && cmdline.contains(&format!("--role {role}")) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+fn status_field(pid: u32, field: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status.lines().find_map(|l| l.strip_prefix(&format!("{field}:"))).unwrap().trim().to_owned()
+}
+
+#[test]
+fn processes_run_with_the_privileges_the_contract_allows() {
+    let d = Daemon::start();
+    let workers = children_with_role(d.child.id(), "worker");
+    assert_eq!(workers.len(), 4, "two workers for each of read-only and workspace-write");
+    let root = rustix::process::geteuid().is_root();
+    // CAP_CHOWN | CAP_DAC_OVERRIDE | CAP_FOWNER for a root worker; nothing otherwise.
+    let caps = if root { "000000000000000b" } else { "0000000000000000" };
+    for pid in workers {
+        assert_eq!(status_field(pid, "NoNewPrivs"), "1", "worker {pid}");
+        assert_eq!(status_field(pid, "Seccomp"), "2", "worker {pid}");
+        assert_eq!(status_field(pid, "CapEff"), caps, "worker {pid}");
+        assert_eq!(status_field(pid, "CapPrm"), caps, "worker {pid}");
+        if root {
+            assert_eq!(status_field(pid, "CapBnd"), caps, "worker {pid}");
+        }
+    }
+    let network = children_with_role(d.child.id(), "network");
+    assert_eq!(network.len(), 1);
+    assert_eq!(status_field(network[0], "NoNewPrivs"), "1");
+    assert_eq!(status_field(network[0], "CapEff"), "0000000000000000");
+}
+
+#[test]
+fn the_network_process_holds_no_filesystem_rights() {
+    let d = Daemon::start();
+    d.write("a.txt", "a\n");
+    let mut rpc = Rpc::connect(&d);
+    let status = rpc.stat(&d.root.join("fsd-fault-network-open")).unwrap_err();
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    assert!(status.message().contains("Permission denied"), "{status:?}");
+    // The same root is served through the workers.
+    assert!(rpc.stat(&d.path("a.txt")).unwrap().info.is_some());
+}
+
+#[test]
+fn hello_reports_the_abi_the_walls_and_the_trust_level() {
+    let d = Daemon::start();
+    let rpc = Rpc::connect(&d);
+    let h = &rpc.hello;
+    assert_eq!(h.landlock_abi, fsd::sys::landlock_abi());
+    assert!(h.landlock_abi >= 3, "this machine has Landlock ABI {}; the tests need at least 3", h.landlock_abi);
+    assert_eq!(h.escalation, "deny");
+    assert_eq!(h.protected_names, vec![".git".to_owned()]);
+    let modes: Vec<(i32, bool, &str)> = h.modes.iter().map(|m| (m.mode, m.available, m.enforcement.as_str())).collect();
+    assert_eq!(
+        modes,
+        vec![
+            (v1::Mode::ReadOnly as i32, true, "landlock"),
+            (v1::Mode::WorkspaceWrite as i32, true, "landlock"),
+            (v1::Mode::DangerFullAccess as i32, false, "refused"),
+        ]
+    );
+    assert_eq!(h.writable_roots, vec![p(&d.root)]);
+}
+
+#[test]
+fn links_and_moves_cannot_leave_the_roots() {
+    let d = Daemon::start();
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("target.txt");
+    std::fs::write(&target, "outside\n").unwrap();
+    // A hard link inside the root to an outside file: the atomic replace writes a new inode
+    // inside the root; the outside file keeps its content.
+    std::fs::hard_link(&target, d.path("hard.txt")).unwrap();
+    let mut s = d.session();
+    assert!(!s.read("hard.txt").is_error());
+    let r = s.call("write", json!({"file_path": "hard.txt", "content": "inside\n"}));
+    assert!(!r.is_error(), "{}", r.json);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "outside\n");
+    assert_eq!(d.read("hard.txt"), b"inside\n");
+    // A dangling link whose target lies outside cannot create it.
+    std::os::unix::fs::symlink(outside.path().join("created.txt"), d.path("dangling.txt")).unwrap();
+    let r = s.call("write", json!({"file_path": "dangling.txt", "content": "x"}));
+    assert_eq!(r.code(), Some("FS_SANDBOX_DENIED"), "{}", r.json);
+    assert!(!outside.path().join("created.txt").exists());
+    // A move whose destination lies outside is refused, and the source stays.
+    d.write("m.txt", "m\n");
+    let mut rpc = Rpc::connect(&d);
+    let request = v1::MoveFileRequest {
+        source: p(&d.path("m.txt")),
+        destination: p(&outside.path().join("m.txt")),
+        ..Default::default()
+    };
+    let status = rpc.rt.block_on(rpc.client.move_file(request)).unwrap_err();
+    assert_eq!(WireError::from_status(&status).map(|w| w.code), Some(ErrorCode::SandboxDenied));
+    assert!(d.path("m.txt").exists());
+    assert!(!outside.path().join("m.txt").exists());
+}
+
+#[test]
+fn protected_paths_stay_read_only_at_any_depth_and_through_links() {
+    let d = Daemon::start();
+    d.write(".git/config", "[core]\n");
+    d.write("sub/deep/.git/hooks/pre-commit", "#!/bin/sh\n");
+    std::os::unix::fs::symlink(d.path(".git/config"), d.path("innocent.txt")).unwrap();
+    let mut s = d.session_with_config("observationPolicy = false\n");
+    let denied = "[sandbox: file access denied under workspace-write mode]";
+    for (tool, args) in [
+        ("write", json!({"file_path": ".git/config", "content": "x"})),
+        ("write", json!({"file_path": ".git/hooks/new", "content": "x"})),
+        ("write", json!({"file_path": "sub/deep/.git/hooks/pre-commit", "content": "x"})),
+        ("write", json!({"file_path": "sub/new/.git/x", "content": "x"})),
+        ("edit", json!({"file_path": "innocent.txt", "old_string": "core", "new_string": "evil"})),
+        ("write", json!({"file_path": "innocent.txt", "content": "x"})),
+    ] {
+        let r = s.call(tool, args.clone());
+        assert_eq!(r.code(), Some("FS_SANDBOX_DENIED"), "{tool} {args}: {}", r.json);
+        assert!(r.text().ends_with(denied), "{}", r.text());
+    }
+    assert_eq!(d.read(".git/config"), b"[core]\n");
+    assert!(!d.path(".git/hooks/new").exists());
+    assert!(!d.path("sub/new").exists(), "no directory is created on the way to a refusal");
+    // Reading stays allowed.
+    assert!(!s.read(".git/config").is_error());
+}
+
+#[test]
+fn read_only_mode_refuses_every_mutation() {
+    let d = Daemon::start_with(&["--default-mode", "read-only"], "");
+    d.write("a.txt", "a\n");
+    let mut s = d.session_with_config("applyPatch = true\n");
+    assert!(!s.read("a.txt").is_error());
+    let marker = "[sandbox: file access denied under read-only mode]";
+    for (tool, args) in [
+        ("write", json!({"file_path": "a.txt", "content": "b\n"})),
+        ("write", json!({"file_path": "new.txt", "content": "b\n"})),
+        ("edit", json!({"file_path": "a.txt", "old_string": "a", "new_string": "b"})),
+        ("apply_patch", json!({"input": "*** Begin Patch\n*** Delete File: a.txt\n*** End Patch"})),
+    ] {
+        let r = s.call(tool, args.clone());
+        assert!(r.text().contains(marker), "{tool}: {}", r.json);
+    }
+    assert_eq!(d.read("a.txt"), b"a\n");
+    assert!(!d.path("new.txt").exists());
+}
+
+#[test]
+fn a_hung_worker_is_killed_and_only_its_call_fails() {
+    let d = Daemon::start_with(&[], "call_timeout_ms = 1500\n");
+    d.write("a.txt", "a\n");
+    let mut s = d.session();
+    // The first answered call means the pools are up.
+    assert!(!s.read("a.txt").is_error());
+    let before = children_with_role(d.child.id(), "worker");
+    assert_eq!(before.len(), 4);
+    let r = s.read("fsd-fault-hang");
+    assert_eq!(r.code(), Some("FS_ABORTED"), "{}", r.json);
+    assert!(r.text().contains("exceeded its deadline"), "{}", r.text());
+    // The next calls succeed, and the supervisor replaced the killed worker.
+    for _ in 0..4 {
+        assert!(!s.read("a.txt").is_error());
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let now = children_with_role(d.child.id(), "worker");
+        if now.len() == before.len() && now != before {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "worker not replaced: {before:?} -> {now:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
