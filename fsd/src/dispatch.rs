@@ -113,14 +113,14 @@ impl Dispatcher {
         pool.ready.notify_all();
     }
 
-    /// Waits until every mode in `modes` has a live worker or was given up, so the first call
+    /// Waits until every mode in `modes` has its `workers` or was given up, so the first call
     /// and the first hello see the pools as they will be.
-    pub fn wait_ready(&self, modes: &[Mode], timeout: Duration) {
+    pub fn wait_ready(&self, modes: &[Mode], workers: usize, timeout: Duration) {
         let deadline = std::time::Instant::now() + timeout;
         for &mode in modes {
             let pool = self.pool(mode);
             let mut state = pool.state();
-            while state.live == 0 && state.unavailable.is_none() {
+            while state.live < workers && state.unavailable.is_none() {
                 let now = std::time::Instant::now();
                 if now >= deadline {
                     tracing::warn!(mode = mode.as_str(), "no worker ready yet; serving anyway");

@@ -83,7 +83,7 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         .thread_name("fsd-net")
         .build()
         .map_err(DaemonError::Runtime)?;
-    dispatcher.wait_ready(&config.served_modes(), Duration::from_secs(10));
+    dispatcher.wait_ready(&config.served_modes(), config.workers_per_mode, Duration::from_secs(10));
     let service = FsdService::new(dispatcher, &config, roots, audit);
     runtime.block_on(serve(config, service, bound, stop_tx, stop_rx))
 }

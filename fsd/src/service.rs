@@ -256,15 +256,19 @@ type StreamReply = ReceiverStream<Result<v1::StreamTextReply, Status>>;
 
 #[tonic::async_trait]
 impl Fsd for FsdService {
-    async fn hello(&self, _request: Request<v1::HelloRequest>) -> Result<Response<v1::HelloReply>, Status> {
+    async fn hello(&self, request: Request<v1::HelloRequest>) -> Result<Response<v1::HelloReply>, Status> {
+        // The modes this caller may reach, not the daemon's global ones.
+        let caller = Caller::of(&request, None);
+        let max_mode = self.max_for(&caller);
+        let default_mode = self.default_mode.min(max_mode);
         let limits = self.limits;
         let reports = self.dispatcher.report();
         let modes = reports
             .iter()
             .map(|report| {
                 let mode = report.mode;
-                let (available, enforcement, reason) = if mode > self.max_mode {
-                    (false, "refused".to_owned(), format!("above this daemon's max_mode {}", self.max_mode.as_str()))
+                let (available, enforcement, reason) = if mode > max_mode {
+                    (false, "refused".to_owned(), format!("above this client's maximum mode {}", max_mode.as_str()))
                 } else if let Some(reason) = &report.unavailable {
                     (false, "refused".to_owned(), reason.clone())
                 } else {
@@ -284,8 +288,8 @@ impl Fsd for FsdService {
             daemon_version: env!("CARGO_PKG_VERSION").to_owned(),
             landlock_abi: sys::landlock_abi(),
             modes,
-            default_mode: mode_to_wire(self.default_mode) as i32,
-            max_mode: mode_to_wire(self.max_mode) as i32,
+            default_mode: mode_to_wire(default_mode) as i32,
+            max_mode: mode_to_wire(max_mode) as i32,
             escalation: self.escalation.as_str().to_owned(),
             limits: Some(v1::Limits {
                 max_message_bytes: self.max_message_bytes,

@@ -139,6 +139,8 @@ fn status_field(pid: u32, field: &str) -> String {
 #[test]
 fn processes_run_with_the_privileges_the_contract_allows() {
     let d = Daemon::start();
+    // Serving starts once the pools are up.
+    let _ = Rpc::connect(&d);
     let workers = children_with_role(d.child.id(), "worker");
     assert_eq!(workers.len(), 4, "two workers for each of read-only and workspace-write");
     let root = rustix::process::geteuid().is_root();

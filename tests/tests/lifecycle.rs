@@ -19,9 +19,18 @@ fn sigterm_exits_zero_and_removes_the_socket() {
     let mut s = d.session();
     assert!(!s.read("a.txt").is_error());
     assert!(s.finish().success());
+    let processes = d.pids();
     let status = d.terminate();
     assert_eq!(status.code(), Some(0), "{status}");
     assert!(!d.socket.exists(), "the socket file is removed");
+    // No process of the daemon outlives it (a zombie awaiting its reaper counts as gone).
+    let fsd = fsd_bin();
+    for pid in processes {
+        let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) else { continue };
+        let state = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let zombie = state.lines().any(|l| l.starts_with("State:") && l.contains('Z'));
+        assert!(exe != fsd || zombie, "daemon process {pid} still runs after the daemon exited: {state}");
+    }
 }
 
 /// Runs `fsd-tools` with these arguments, stdin closed, TMPDIR set to `tmp`.

@@ -289,3 +289,25 @@ fn edit_text_on_a_missing_target_is_stale() {
     assert_eq!(reply.replacements, 1);
     assert_eq!(d.read("a.txt"), b"beta delta\n");
 }
+
+#[test]
+fn an_unchanged_files_version_is_the_same_from_every_call() {
+    let d = Daemon::start();
+    d.write("a.txt", "alpha\n");
+    let path = d.path("a.txt");
+    let mut rpc = Rpc::connect(&d);
+    let mut versions = std::collections::BTreeSet::new();
+    // Many calls, so that every worker serving them answers at least once.
+    for _ in 0..20 {
+        versions.insert(rpc.version(&path));
+        versions.insert(rpc.read_text(&path, 0).expect("readText").version);
+        let listing = rpc.list_dir(&d.root).expect("listDir");
+        versions.insert(listing.entries[0].version.clone().expect("listed version"));
+    }
+    assert_eq!(versions.len(), 1, "one unchanged file, several versions: {versions:#?}");
+    // And a guarded edit at that version succeeds, whichever worker checks it.
+    let version = versions.into_iter().next().unwrap();
+    let guard = Some(v1::EditGuard { version, ..Default::default() });
+    rpc.edit_text(&path, "alpha", "beta", guard).expect("guarded edit at the current version");
+    assert_eq!(d.read("a.txt"), b"beta\n");
+}

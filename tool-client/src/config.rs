@@ -27,6 +27,10 @@ pub struct ClientConfig {
     pub max_image_bytes: Option<u64>,
     pub max_image_pixels: Option<u64>,
     pub max_image_dimension: Option<u64>,
+    /// Escalation approver: a rule file (TOML `[[rule]]` mode/path/decision), or a prompt on
+    /// the controlling terminal. Neither: every escalation is refused.
+    pub escalation_rules: Option<PathBuf>,
+    pub escalation_prompt: bool,
 }
 
 impl Default for ClientConfig {
@@ -51,6 +55,8 @@ impl Default for ClientConfig {
             max_image_bytes: None,
             max_image_pixels: None,
             max_image_dimension: None,
+            escalation_rules: None,
+            escalation_prompt: false,
         }
     }
 }
@@ -61,6 +67,8 @@ pub enum ConfigError {
     Read(PathBuf, #[source] std::io::Error),
     #[error("invalid config {0}: {1}")]
     Parse(PathBuf, #[source] toml::de::Error),
+    #[error(transparent)]
+    Approver(#[from] crate::approver::ApproverError),
     #[error("invalid config: {0} must be at least 1")]
     Zero(&'static str),
 }
@@ -71,6 +79,8 @@ impl ClientConfig {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.to_owned(), e))?;
         let config: ClientConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse(path.to_owned(), e))?;
         config.validate()?;
+        crate::approver::Approver::from_config(config.escalation_rules.as_deref(), config.escalation_prompt)
+            .map_err(ConfigError::Approver)?;
         Ok(config)
     }
 

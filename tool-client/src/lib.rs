@@ -1,9 +1,10 @@
 //! fsd-tool-client: the model-facing file tools (read, write, edit, ...) over an fsd daemon.
-//! Faces: this library (`Tools`, `Session`), the `fsd-tools` CLI, and (later) an MCP server.
+//! Faces: this library (`Tools`, `Session`), the `fsd-tools` CLI, and the MCP server (`mcp`).
 //! Only this crate produces text a model reads.
 #![forbid(unsafe_code)]
 
 pub mod attachments;
+pub mod approver;
 pub mod cli;
 pub mod config;
 pub mod connect;

@@ -93,10 +93,10 @@ impl McpServer {
 /// only when it lies inside the root; otherwise relative paths resolve against the root.
 pub fn default_cwd(root: Option<&Path>) -> std::io::Result<PathBuf> {
     let here = std::env::current_dir()?;
-    let Some(root) = root else {
+    // A root that does not resolve is reported by the embedded daemon's start, with its path.
+    let Some(root) = root.and_then(|r| std::fs::canonicalize(r).ok()) else {
         return Ok(here);
     };
-    let root = std::fs::canonicalize(root)?;
     let inside = std::fs::canonicalize(&here).is_ok_and(|h| h.starts_with(&root));
     Ok(if inside { here } else { root })
 }
@@ -115,6 +115,7 @@ fn tool_of(schema: &Value) -> Option<Tool> {
 pub fn annotations(name: &str) -> ToolAnnotations {
     let (title, read_only, idempotent) = match name {
         "read" => ("Read file", true, true),
+        // It also saves the image in the client's own attachment store, never under a root.
         "read_image" => ("Read image", true, true),
         // Writing the same content again leaves the same file.
         "write" => ("Write file", false, true),

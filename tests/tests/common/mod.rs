@@ -118,13 +118,27 @@ impl Daemon {
         ToolSession::start(&self.endpoint(), &self.root, Some(&path))
     }
 
-    /// Peak resident memory of the daemon, in KiB: VmHWM summed over the daemon process and all
-    /// its descendants (the supervisor, the network process and the workers), an upper bound of
-    /// the whole daemon's peak.
-    pub fn peak_rss_kib(&self) -> u64 {
-        let mut total = 0;
+    /// The daemon's process and all its descendants (the supervisor, the network process and
+    /// the workers), as they are now.
+    pub fn pids(&self) -> Vec<u32> {
+        let mut out = Vec::new();
         let mut pending = vec![self.child.id()];
         while let Some(pid) = pending.pop() {
+            out.push(pid);
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { continue };
+            for task in tasks.flatten() {
+                let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+                pending.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+            }
+        }
+        out
+    }
+
+    /// Peak resident memory of the daemon, in KiB: VmHWM summed over the daemon's process and all
+    /// its descendants, an upper bound of the whole daemon's peak.
+    pub fn peak_rss_kib(&self) -> u64 {
+        let mut total = 0;
+        for pid in self.pids() {
             // A process may exit between listing and reading: it then counts for nothing.
             let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
             total += status
@@ -132,11 +146,6 @@ impl Daemon {
                 .find_map(|l| l.strip_prefix("VmHWM:"))
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
                 .unwrap_or(0);
-            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { continue };
-            for task in tasks.flatten() {
-                let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-                pending.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
-            }
         }
         assert!(total > 0, "no VmHWM for the daemon (pid {})", self.child.id());
         total
@@ -282,11 +291,6 @@ pub fn mkfifo(path: &Path) {
 /// Makes a symbolic link `link` pointing at `target` (absolute or relative, as given).
 pub fn symlink(target: impl AsRef<Path>, link: &Path) {
     std::os::unix::fs::symlink(target, link).expect("symlink");
-}
-
-/// The error text for a path the model named: `Error: <message>`.
-pub fn error_text(message: impl std::fmt::Display) -> String {
-    format!("Error: {message}")
 }
 
 /// The write tool's five-line envelope.

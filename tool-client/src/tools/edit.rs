@@ -5,11 +5,12 @@ use fsd_policy::EditRefusal;
 use fsd_proto::{ErrorCode, WireError, v1};
 use serde_json::{Map, Value, json};
 
-use super::{Session, ToolResult, args, diff_meta};
+use super::{Session, ToolResult, args, diff_meta, escalation};
 use crate::failure::ToolError;
 
 pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, ToolError> {
-    let map = args::object(args, &["file_path", "old_string", "new_string", "replace_all"])?;
+    let allowed = session.allowed_args(&["file_path", "old_string", "new_string", "replace_all"]);
+    let map = args::object(args, &allowed)?;
     let file_path = args::non_empty(map, "file_path")?;
     let old_string = args::non_empty(map, "old_string")?;
     let new_string = args::string(map, "new_string")?;
@@ -18,6 +19,7 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
         return Err(ToolError::invalid_args("old_string and new_string must differ"));
     }
     let path = session.absolute(&file_path);
+    escalation::resolve(session, map, "edit", &[path.clone()])?;
     let guard = if session.policy_on() {
         let key = session.key_of(&path).cloned();
         match session.observations.edit_intent(key.as_ref()) {

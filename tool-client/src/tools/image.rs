@@ -296,6 +296,7 @@ fn decoder<'a>(bytes: &'a [u8], format: Format) -> Result<(Box<dyn ImageDecoder 
             let animated = d.is_apng().map_err(bad)?;
             (Box::new(d), animated)
         }
+        Format::Jpeg if !jpeg_complete(bytes) => return Err(Refusal::Undecodable),
         Format::Jpeg => (Box::new(JpegDecoder::new(cursor).map_err(bad)?), false),
         Format::WebP => {
             let d = WebPDecoder::new(cursor).map_err(bad)?;
@@ -341,6 +342,34 @@ fn gif_frames(bytes: &[u8]) -> usize {
         }
     }
     frames
+}
+
+/// Whether a JPEG's scan data ends with the end-of-image marker. The JPEG decoder fills a cut-off
+/// scan with grey instead of failing, and a truncated file kept as it is could be refused by the
+/// model's API; so the markers are walked to the first start-of-scan (skipping segments such as an
+/// EXIF thumbnail, which holds its own markers) and an EOI must follow it. Entropy-coded data
+/// cannot contain `FF D9` (a data `FF` is stuffed as `FF 00`); trailers after EOI are allowed.
+fn jpeg_complete(bytes: &[u8]) -> bool {
+    let mut pos = 2;
+    loop {
+        if bytes.get(pos) != Some(&0xff) {
+            return false;
+        }
+        while bytes.get(pos) == Some(&0xff) {
+            pos += 1;
+        }
+        let Some(&marker) = bytes.get(pos) else { return false };
+        pos += 1;
+        match marker {
+            0xda => return bytes[pos.min(bytes.len())..].windows(2).any(|w| w == [0xff, 0xd9]),
+            0xd9 => return false,
+            0x01 | 0xd0..=0xd7 => {}
+            _ => {
+                let (Some(&hi), Some(&lo)) = (bytes.get(pos), bytes.get(pos + 1)) else { return false };
+                pos += usize::from(u16::from_be_bytes([hi, lo]));
+            }
+        }
+    }
 }
 
 fn is_16_bit(color: ColorType) -> bool {

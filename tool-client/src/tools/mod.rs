@@ -3,6 +3,7 @@
 
 mod args;
 mod edit;
+mod escalation;
 mod editor;
 mod image;
 mod patch;
@@ -18,6 +19,7 @@ use fsd_proto::v1::{self, fsd_client::FsdClient};
 use serde_json::{Map, Value, json};
 use tonic::transport::Channel;
 
+use crate::approver::Approver;
 use crate::config::ClientConfig;
 use crate::failure::ToolError;
 
@@ -64,11 +66,13 @@ impl ToolResult {
 #[derive(Debug, Clone)]
 pub struct Tools {
     config: ClientConfig,
+    /// The mutating tools carry the escalation fields (set from the daemon's hello).
+    escalation: bool,
 }
 
 impl Tools {
     pub fn new(config: ClientConfig) -> Tools {
-        Tools { config }
+        Tools { config, escalation: false }
     }
 
     pub fn config(&self) -> &ClientConfig {
@@ -96,7 +100,16 @@ impl Tools {
 
     /// The JSON schemas of the visible tools: `[{name, description, input_schema}]`.
     pub fn schemas(&self) -> Vec<Value> {
-        self.visible().into_iter().filter_map(|name| schema::schema_for(name, &self.config)).collect()
+        self.visible()
+            .into_iter()
+            .filter_map(|name| {
+                let mut schema = schema::schema_for(name, &self.config)?;
+                if self.escalation && matches!(name, "write" | "edit" | "apply_patch" | "str_replace_editor") {
+                    escalation::extend_schema(&mut schema);
+                }
+                Some(schema)
+            })
+            .collect()
     }
 
     /// The guidance paragraphs of the visible tools, joined by blank lines.
@@ -118,12 +131,40 @@ pub struct Session {
     /// What each absolute path the session used resolved to, so the policy can name targets
     /// without a round trip. A stale entry is harmless: the daemon re-checks key and version.
     keys: HashMap<String, TargetKey>,
+    /// Set while the daemon accepts client-approved escalation to a wider mode.
+    escalation: Option<escalation::Offer>,
+    approver: Approver,
+    /// The mode and ticket of the call in progress, when it asked for another mode.
+    call_mode: Option<(v1::Mode, Option<v1::EscalationTicket>)>,
 }
 
 impl Session {
-    pub fn new(tools: Tools, client: FsdClient<Channel>, hello: v1::HelloReply, cwd: PathBuf) -> Session {
+    pub fn new(mut tools: Tools, client: FsdClient<Channel>, hello: v1::HelloReply, cwd: PathBuf) -> Session {
         let session_id = format!("s-{}-{}", std::process::id(), unique_suffix());
-        Session { tools, client, hello, cwd, session_id, calls: 0, observations: Observations::new(), keys: HashMap::new() }
+        let offer = escalation::Offer::from_hello(&hello);
+        tools.escalation = offer.is_some();
+        let config = &tools.config;
+        let approver = match Approver::from_config(config.escalation_rules.as_deref(), config.escalation_prompt) {
+            Ok(approver) => approver,
+            Err(e) => {
+                // ClientConfig::load already checked the file; it changed since.
+                tracing::error!(error = %e, "escalation rules unreadable; refusing every escalation");
+                Approver::None
+            }
+        };
+        Session {
+            tools,
+            client,
+            hello,
+            cwd,
+            session_id,
+            calls: 0,
+            observations: Observations::new(),
+            keys: HashMap::new(),
+            escalation: offer,
+            approver,
+            call_mode: None,
+        }
     }
 
     pub fn tools(&self) -> &Tools {
@@ -153,6 +194,7 @@ impl Session {
             return ToolResult::error(ToolError::new("UNKNOWN_TOOL", format!("unknown tool \"{name}\"")));
         }
         self.calls += 1;
+        self.call_mode = None;
         let outcome = match name {
             "read" => read::run(self, &args).await,
             "write" => write::run(self, &args).await,
@@ -162,15 +204,37 @@ impl Session {
             "str_replace_editor" => editor::run(self, &args).await,
             _ => Err(ToolError::new("UNKNOWN_TOOL", format!("unknown tool \"{name}\""))),
         };
-        outcome.unwrap_or_else(ToolResult::error)
+        // A wider mode applies to one call only.
+        self.call_mode = None;
+        let mutating = matches!(name, "write" | "edit" | "apply_patch" | "str_replace_editor");
+        outcome.unwrap_or_else(|mut error| {
+            if let (true, Some(offer)) = (mutating && error.code == "FS_SANDBOX_DENIED", &self.escalation) {
+                error.message.push_str(&escalation::hint(offer));
+            }
+            ToolResult::error(error)
+        })
+    }
+
+    /// The argument names a mutating tool accepts: its own, plus the escalation fields while
+    /// they are advertised.
+    fn allowed_args(&self, own: &[&'static str]) -> Vec<&'static str> {
+        let mut names = own.to_vec();
+        if self.escalation.is_some() {
+            names.extend([escalation::MODE_FIELD, escalation::REASON_FIELD]);
+        }
+        names
     }
 
     fn context(&self) -> Option<v1::CallContext> {
+        let (mode, ticket) = match &self.call_mode {
+            Some((mode, ticket)) => (*mode as i32, ticket.clone()),
+            None => (v1::Mode::Unspecified as i32, None),
+        };
         Some(v1::CallContext {
             session_id: self.session_id.clone(),
             call_id: format!("{}-{}", self.session_id, self.calls),
-            mode: v1::Mode::Unspecified as i32,
-            escalation: None,
+            mode,
+            escalation: ticket,
         })
     }
 

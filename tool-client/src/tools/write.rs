@@ -5,14 +5,16 @@ use fsd_policy::WriteGuard;
 use fsd_proto::v1;
 use serde_json::{Map, Value, json};
 
-use super::{Session, ToolResult, args, diff_meta};
+use super::{Session, ToolResult, args, diff_meta, escalation};
 use crate::failure::ToolError;
 
 pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, ToolError> {
-    let map = args::object(args, &["file_path", "content"])?;
+    let allowed = session.allowed_args(&["file_path", "content"]);
+    let map = args::object(args, &allowed)?;
     let file_path = args::non_empty(map, "file_path")?;
     let content = args::string(map, "content")?;
     let path = session.absolute(&file_path);
+    escalation::resolve(session, map, "write", &[path.clone()])?;
     let guard = if session.policy_on() {
         let key = session.key_of(&path).cloned();
         let kind = match session.observations.write_intent(key.as_ref()) {

@@ -62,7 +62,8 @@ struct Prepared {
 }
 
 pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, ToolError> {
-    let map = args::object(args, &["input"])?;
+    let allowed = session.allowed_args(&["input"]);
+    let map = args::object(args, &allowed)?;
     let input = args::string(map, "input")?;
     let patch = match fsd_patch::parse(&input) {
         Ok(patch) => patch,
@@ -82,6 +83,9 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
             op,
         })
         .collect();
+    let mut paths: Vec<String> = planned.iter().map(|p| p.src.clone()).collect();
+    paths.extend(planned.iter().filter_map(|p| p.dst.clone()));
+    super::escalation::resolve(session, map, "apply_patch", &paths)?;
     let prepared = match preflight::run(session, &planned).await {
         Ok(prepared) => prepared,
         Err(problems) => return Err(report::rejected(&problems)),
