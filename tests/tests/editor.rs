@@ -774,3 +774,50 @@ fn schema_visibility_and_description() {
     // The editor adds no guidance section.
     assert_eq!(guidance(ON), guidance(""));
 }
+
+#[test]
+fn large_files_stream_to_the_same_views() {
+    let d = Daemon::start();
+    d.write("five.txt", "one\ntwo\nthree\nfour\nfive\n");
+    d.write("crlf.txt", "\u{feff}a\r\n\tb\r\nc");
+    d.write("empty.txt", "");
+    d.write("bin.txt", "ok\n\0\n");
+    let lines: Vec<String> = (1..=3000).map(|i| format!("line {i}")).collect();
+    d.write("long.txt", lines.join("\n") + "\n");
+    let mut small = d.session_with_config(ON);
+    // Every file here is at or above readStreamMinSize for this session.
+    let mut streaming = d.session_with_config(&format!("{ON}readStreamMinSize = 1\n"));
+    let v =
+        |rel: &str, range: Value| json!({"command": "view", "path": s(&d.path(rel)), "view_range": range});
+    for args in [
+        v("five.txt", Value::Null),
+        v("five.txt", json!([2, 4])),
+        v("five.txt", json!([5, -1])),
+        v("five.txt", json!([0, 2])),
+        v("five.txt", json!([6, -1])),
+        v("five.txt", json!([2, 6])),
+        v("five.txt", json!([3, 1])),
+        v("crlf.txt", Value::Null),
+        v("empty.txt", Value::Null),
+        v("empty.txt", json!([1, -1])),
+        v("bin.txt", Value::Null),
+        v("long.txt", Value::Null),
+        v("long.txt", json!([1500, 1502])),
+        v("long.txt", json!([2999, -1])),
+        v("long.txt", json!([2999, 3001])),
+    ] {
+        let a = small.call("str_replace_editor", args.clone());
+        let b = streaming.call("str_replace_editor", args.clone());
+        assert_eq!((a.text(), a.code()), (b.text(), b.code()), "{args}");
+    }
+    let bin = d.path("bin.txt");
+    let reply = streaming.call("str_replace_editor", view(&bin));
+    assert_eq!(reply.code(), Some("FS_NOT_TEXT"), "{}", reply.json);
+    // A streamed view counts as a read.
+    let five = d.path("five.txt");
+    check(
+        &mut streaming,
+        json!({"command": "str_replace", "path": s(&five), "old_str": "two", "new_str": "2"}),
+        replaced(&five, 1, &["one", "2", "three", "four", "five"]),
+    );
+}

@@ -104,17 +104,16 @@ fn from_statx(st: &rustix::fs::Statx) -> Meta {
 /// The inode generation (FS_IOC_GETVERSION) where the filesystem keeps one; 0 elsewhere.
 /// It tells a reused inode number apart from the file that had it before.
 pub fn generation(file: &File) -> u64 {
-    const FS_IOC_GETVERSION: rustix::ioctl::Opcode = rustix::ioctl::opcode::read::<libc::c_long>(b'v', 1);
-    // SAFETY: FS_IOC_GETVERSION is `_IOR('v', 1, long)`: it writes exactly one `long` through
-    // the pointer the Getter provides, which is what `Getter<_, c_long>` allocates, and `file`
-    // is an open descriptor for the duration of the call.
-    match unsafe {
-        let getter = rustix::ioctl::Getter::<FS_IOC_GETVERSION, libc::c_long>::new();
-        rustix::ioctl::ioctl(file, getter)
-    } {
-        Ok(generation) => generation as u64,
-        Err(_) => 0,
-    }
+    use std::os::fd::AsRawFd;
+    // The request number encodes a `long`, but filesystems keep a 32-bit generation and write
+    // only an `int` (ext4: `put_user(i_generation, (int __user *)arg)`). A zeroed `long` is big
+    // enough either way, and its low 32 bits are the generation.
+    const FS_IOC_GETVERSION: libc::c_ulong = 0x8008_7601;
+    let mut value: libc::c_long = 0;
+    // SAFETY: the kernel writes at most `sizeof(long)` bytes through the pointer, which points
+    // at a live, initialised `c_long`; `file` stays open for the whole call.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), FS_IOC_GETVERSION, &mut value) };
+    if rc == 0 { u64::from(value as u32) } else { 0 }
 }
 
 /// Opens a directory by absolute path at startup (roots only) as an `O_PATH` descriptor.

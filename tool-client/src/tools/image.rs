@@ -713,6 +713,35 @@ mod tests {
     }
 
     #[test]
+    fn jpeg_needs_its_end_marker_after_the_scan() {
+        let jpeg =
+            encode(&DynamicImage::ImageRgb8(ImageBuffer::from_pixel(8, 8, Rgb([9, 9, 9]))), Format::Jpeg)
+                .unwrap();
+        assert!(jpeg_complete(&jpeg));
+        assert!(!jpeg_complete(&jpeg[..jpeg.len() - 2]));
+        // An APP1 segment holding a whole thumbnail (with its own SOS and EOI) proves nothing
+        // about the main image's scan.
+        let thumb = [0xff, 0xd8, 0xff, 0xda, 0x00, 0x02, 0x11, 0xff, 0xd9];
+        let mut with_thumb = vec![0xff, 0xd8, 0xff, 0xe1, 0x00, (thumb.len() + 2) as u8];
+        with_thumb.extend_from_slice(&thumb);
+        with_thumb.extend_from_slice(&jpeg[2..]);
+        assert!(jpeg_complete(&with_thumb));
+        assert!(!jpeg_complete(&with_thumb[..with_thumb.len() - 2]));
+    }
+
+    #[test]
+    fn gif_frames_are_counted_without_decoding() {
+        let frame = |c: u8| image::Frame::new(ImageBuffer::from_pixel(3, 2, Rgba([c, 0, 0, 255])));
+        let mut two = Vec::new();
+        image::codecs::gif::GifEncoder::new(&mut two).encode_frames(vec![frame(1), frame(200)]).unwrap();
+        assert_eq!(gif_frames(&two), 2);
+        let mut one = Vec::new();
+        image::codecs::gif::GifEncoder::new(&mut one).encode_frames(vec![frame(1)]).unwrap();
+        assert_eq!(gif_frames(&one), 1);
+        assert_eq!(gif_frames(b"GIF89a"), 0);
+    }
+
+    #[test]
     fn fit_keeps_aspect() {
         assert_eq!(fit(4000, 3000, 2000), (2000, 1500));
         assert_eq!(fit(10, 10, 2000), (10, 10));

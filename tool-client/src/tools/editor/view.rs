@@ -1,12 +1,15 @@
-//! `view`: one stat for type routing (a miss records confirmed absence), then a file as `cat -n`
-//! numbered lines or a directory as a two-level listing. A file view counts as a read.
+//! `view`: one stat for type and size routing (a miss records confirmed absence), then a file as
+//! `cat -n` numbered lines or a directory as a two-level listing. A file view counts as a read.
+//! Files at or above readStreamMinSize are streamed with constant memory, like read's.
 
+use fsd_proto::v1::stream_text_reply::Item;
 use fsd_proto::{ErrorCode, WireError, v1};
 use serde_json::{Map, json};
 
 use super::lines::{self, DIR_CLIPPED, FILE_CLIPPED};
 use super::{Session, ToolResult, not_found};
 use crate::failure::ToolError;
+use crate::window::{WindowBuilder, WindowSpec};
 
 /// Entries a directory view leaves out: hidden ones, dependencies and Python caches.
 fn excluded(name: &str) -> bool {
@@ -34,65 +37,164 @@ pub async fn run(
         }
         return directory(session, path, &target.display_path).await;
     }
-    file(session, path, range).await
+    file(session, path, info.size, range).await
 }
 
-async fn file(session: &mut Session, path: &str, range: Option<(i64, i64)>) -> Result<ToolResult, ToolError> {
-    let request = v1::ReadTextRequest { context: session.context(), path: path.to_owned(), max_bytes: 0 };
+/// The lines a file view shows, and what is known of the whole file.
+struct Shown {
+    target: v1::Target,
+    version: String,
+    /// The first line number and the texts from there (for a stream, only the range's lines).
+    first: usize,
+    lines: Vec<String>,
+    /// The file's line count; unknown when a stream stopped once the view was past the clip.
+    total: Option<usize>,
+}
+
+fn read_error(session: &mut Session, path: &str, status: &tonic::Status) -> ToolError {
+    match WireError::from_status(status) {
+        Some(wire) if wire.code == ErrorCode::NotFound => {
+            session.record_absent(path, wire.get("target_key"));
+            not_found(path)
+        }
+        Some(wire) => ToolError::from_read_wire(path, &wire),
+        None => ToolError::unavailable(status),
+    }
+}
+
+/// A file below readStreamMinSize: one readText, the whole text.
+async fn whole(session: &mut Session, path: &str) -> Result<Option<Shown>, ToolError> {
+    let request = v1::ReadTextRequest {
+        context: session.context(),
+        path: path.to_owned(),
+        max_bytes: session.tools.config.read_stream_min_size.saturating_sub(1).max(1),
+    };
     let reply = match session.client.read_text(request).await {
         Ok(reply) => reply.into_inner(),
         Err(status) => {
-            return Err(match WireError::from_status(&status) {
-                Some(wire) if wire.code == ErrorCode::NotFound => {
-                    session.record_absent(path, wire.get("target_key"));
-                    not_found(path)
-                }
-                Some(wire) => ToolError::from_read_wire(path, &wire),
-                None => ToolError::unavailable(&status),
-            });
+            return match WireError::from_status(&status) {
+                Some(wire) if wire.code == ErrorCode::TooLarge => Ok(None),
+                _ => Err(read_error(session, path, &status)),
+            };
         }
     };
-    let target = reply.target.unwrap_or_default();
     let (_, body) = lines::split_bom(&reply.text);
     let text = lines::lf(body);
-    let all = lines::lines(&text);
-    let n = all.len();
-    let (first, shown) = match range {
-        None => (1, &all[..]),
-        Some((start, end)) => {
+    let all: Vec<String> = lines::lines(&text).into_iter().map(str::to_owned).collect();
+    let total = Some(all.len());
+    Ok(Some(Shown {
+        target: reply.target.unwrap_or_default(),
+        version: reply.version,
+        first: 1,
+        lines: all,
+        total,
+    }))
+}
+
+/// A large file: streamed through the read tool's window builder with constant memory. Only the
+/// requested lines are kept, and the stream stops once they are past what the clip would keep.
+async fn streamed(session: &mut Session, path: &str, range: Option<(i64, i64)>) -> Result<Shown, ToolError> {
+    let max = session.tools.config.max_output_chars;
+    let (offset, limit) = match range {
+        Some((start, end)) if start >= 1 && end >= start => (start as u64, (end - start + 1) as u64),
+        Some((start, _)) if start >= 1 => (start as u64, u64::MAX),
+        _ => (1, u64::MAX),
+    };
+    // Kept bytes beyond 4x the clip are surely clipped: stop there.
+    let spec = WindowSpec { offset, limit, max_line_chars: max, max_bytes: max.saturating_mul(4) };
+    let request = v1::StreamTextRequest { context: session.context(), path: path.to_owned(), chunk_bytes: 0 };
+    let not_text =
+        |path: &str| ToolError::from_read_wire(path, &WireError::new(ErrorCode::NotText, path, "not text"));
+    let mut stream = match session.client.stream_text(request).await {
+        Ok(reply) => reply.into_inner(),
+        Err(status) => return Err(read_error(session, path, &status)),
+    };
+    let mut header = None;
+    let mut builder = WindowBuilder::new(spec);
+    loop {
+        let message = match stream.message().await {
+            Ok(Some(message)) => message,
+            Ok(None) => break,
+            Err(status) => return Err(read_error(session, path, &status)),
+        };
+        match message.item {
+            Some(Item::Header(h)) => header = Some((h.target.unwrap_or_default(), h.version)),
+            Some(Item::Chunk(bytes)) => {
+                builder.feed(&bytes).map_err(|_| not_text(path))?;
+                if builder.done_early() {
+                    break;
+                }
+            }
+            None => {}
+        }
+    }
+    drop(stream);
+    let (target, version) = header.ok_or_else(|| {
+        ToolError::new("FS_IO_ERROR", format!("cannot read \"{path}\": the stream ended without a header"))
+    })?;
+    let window = builder.finish().map_err(|_| not_text(path))?;
+    let total = window.total.map(|t| t as usize);
+    let lines = window.lines.into_iter().map(|l| l.text).collect();
+    Ok(Shown { target, version, first: offset as usize, lines, total })
+}
+
+async fn file(
+    session: &mut Session,
+    path: &str,
+    size: Option<u64>,
+    range: Option<(i64, i64)>,
+) -> Result<ToolResult, ToolError> {
+    let large = size.is_none_or(|s| s >= session.tools.config.read_stream_min_size);
+    let shown = match if large { None } else { whole(session, path).await? } {
+        Some(shown) => shown,
+        None => streamed(session, path, range).await?,
+    };
+    let (first, texts): (usize, Vec<&str>) = match (range, shown.total) {
+        (None, _) => (shown.first, shown.lines.iter().map(String::as_str).collect()),
+        (Some((start, end)), total) => {
             let r = format!("[{start}, {end}]");
+            // A stream that stopped early has lines, so its start is in range, and its output is
+            // clipped anyway; only a complete count can put the end out of range.
+            let n = total.unwrap_or(usize::MAX);
             // The empty file has no line 1, but `[1, -1]` still shows it (as read's offset 1).
             if start < 1 || start as u64 > n.max(1) as u64 {
                 return Err(ToolError::invalid_args(format!(
                     "Invalid `view_range`: {r}. Its first element `{start}` should be within the range of lines of the file: [1, {n}]"
                 )));
             }
-            let last = if end == -1 {
-                n
-            } else if end < start {
+            if end != -1 && end < start {
                 return Err(ToolError::invalid_args(format!(
                     "Invalid `view_range`: {r}. Its second element `{end}` should be larger or equal than its first `{start}`"
                 )));
-            } else if end as u64 > n as u64 {
+            }
+            if end != -1 && end as u64 > n as u64 {
                 return Err(ToolError::invalid_args(format!(
                     "Invalid `view_range`: {r}. Its second element `{end}` should be less than or equal to the number of lines in the file: `{n}`"
                 )));
-            } else {
-                end as usize
-            };
+            }
             let start = start as usize;
-            (start, if start > last { &all[..0] } else { &all[start - 1..last] })
+            let last = if end == -1 { usize::MAX } else { end as usize };
+            let texts = shown
+                .lines
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| (start..=last).contains(&(shown.first + i)))
+                .map(|(_, t)| t.as_str())
+                .collect();
+            (start, texts)
         }
     };
-    session.record_present(&[path], &target, &reply.version);
-    let display = &target.display_path;
+    session.record_present(&[path], &shown.target, &shown.version);
+    let display = &shown.target.display_path;
     let rendered =
-        format!("Here's the result of running `cat -n` on {display}:\n{}", lines::number(shown, first));
+        format!("Here's the result of running `cat -n` on {display}:\n{}", lines::number(&texts, first));
     let max = session.tools.config.max_output_chars as usize;
     let clipped = lines::clip(&rendered, max, FILE_CLIPPED);
     let mut meta = Map::new();
     meta.insert("path".into(), json!(display));
-    meta.insert("totalLines".into(), json!(n));
+    if let Some(total) = shown.total {
+        meta.insert("totalLines".into(), json!(total));
+    }
     meta.insert("clipped".into(), json!(clipped.is_some()));
     Ok(ToolResult::text_ok(clipped.unwrap_or(rendered), meta))
 }
