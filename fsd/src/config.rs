@@ -52,6 +52,7 @@ impl std::fmt::Display for Listen {
 pub enum Escalation {
     Deny,
     Client,
+    Signed,
 }
 
 impl Escalation {
@@ -59,6 +60,7 @@ impl Escalation {
         match self {
             Escalation::Deny => "deny",
             Escalation::Client => "client",
+            Escalation::Signed => "signed",
         }
     }
 }
@@ -80,6 +82,10 @@ pub struct ConfigFile {
     pub default_mode: Option<String>,
     pub max_mode: Option<String>,
     pub escalation: Option<String>,
+    /// Ed25519 public key of the approver (64 hex digits), for `escalation = "signed"`.
+    pub approver_public_key: Option<String>,
+    /// How long a described escalation may be used (seconds, default 120).
+    pub escalation_ttl_secs: Option<u64>,
     pub log_format: Option<String>,
     pub max_message_bytes: Option<u64>,
     pub max_editable_file_bytes: Option<u64>,
@@ -115,6 +121,8 @@ pub struct Config {
     pub default_mode: Mode,
     pub max_mode: Mode,
     pub escalation: Escalation,
+    pub approver_public_key: Option<String>,
+    pub escalation_ttl: std::time::Duration,
     pub log_format: LogFormat,
     pub max_message_bytes: u64,
     pub limits: Limits,
@@ -144,8 +152,12 @@ pub enum ConfigError {
     Listen(String, &'static str),
     #[error("invalid {key} {value:?}: expected read-only, workspace-write or danger-full-access")]
     Mode { key: &'static str, value: String },
-    #[error("invalid escalation {0:?}: expected \"deny\" or \"client\" (\"signed\" is not in this build)")]
+    #[error("invalid escalation {0:?}: expected \"deny\", \"client\" or \"signed\"")]
     Escalation(String),
+    #[error("escalation = \"signed\" needs approver_public_key (64 hex digits)")]
+    NoApproverKey,
+    #[error("invalid {0}")]
+    ApproverKey(String),
     #[error("invalid log_format {0:?}: expected human or json")]
     LogFormat(String),
     #[error("no listen address: pass --listen unix:PATH or tcp:127.0.0.1:PORT")]
@@ -216,8 +228,14 @@ impl Config {
         let escalation = match file.escalation.as_deref() {
             None | Some("deny") => Escalation::Deny,
             Some("client") => Escalation::Client,
+            Some("signed") => Escalation::Signed,
             Some(other) => return Err(ConfigError::Escalation(other.to_owned())),
         };
+        if escalation == Escalation::Signed {
+            let key = file.approver_public_key.as_deref().ok_or(ConfigError::NoApproverKey)?;
+            crate::escalation::Escalations::new(key, std::time::Duration::from_secs(1))
+                .map_err(ConfigError::ApproverKey)?;
+        }
         let log_format = match flags.log_format.or(file.log_format).as_deref() {
             None | Some("human") => LogFormat::Human,
             Some("json") => LogFormat::Json,
@@ -266,6 +284,8 @@ impl Config {
             default_mode,
             max_mode,
             escalation,
+            approver_public_key: file.approver_public_key.clone(),
+            escalation_ttl: std::time::Duration::from_secs(file.escalation_ttl_secs.unwrap_or(120).max(1)),
             log_format,
             max_message_bytes,
             limits,
@@ -319,7 +339,8 @@ mod tests {
         check("", flags(&["tcp:0.0.0.0:1"], &["/ws"]), Err("invalid listen address \"tcp:0.0.0.0:1\": a non-loopback TCP listener needs TLS, which this build does not offer yet"));
         check("", flags(&[], &["/ws"]), Err("no listen address: pass --listen unix:PATH or tcp:127.0.0.1:PORT"));
         check("", flags(&["unix:/s"], &[]), Err("no root: pass --writable-root DIR or --readable-root DIR"));
-        check("escalation = \"signed\"", flags(&["unix:/s"], &["/ws"]), Err("invalid escalation \"signed\": expected \"deny\" or \"client\" (\"signed\" is not in this build)"));
+        check("escalation = \"signed\"", flags(&["unix:/s"], &["/ws"]), Err("escalation = \"signed\" needs approver_public_key (64 hex digits)"));
+        check("escalation = \"maybe\"", flags(&["unix:/s"], &["/ws"]), Err("invalid escalation \"maybe\": expected \"deny\", \"client\" or \"signed\""));
         check("default_mode = \"danger-full-access\"\nmax_mode = \"read-only\"", flags(&["unix:/s"], &["/ws"]), Err("default_mode danger-full-access is wider than max_mode read-only"));
         check("bogus = 1", flags(&["unix:/s"], &["/ws"]), Err("unknown field `bogus`"));
         check("landlock = \"maybe\"", flags(&["unix:/s"], &["/ws"]), Err("invalid landlock \"maybe\": expected \"required\" or \"best-effort\""));

@@ -254,13 +254,13 @@ impl Dispatcher {
     /// the descriptor the worker opened under its fence.
     pub fn open_stream(&self, mode: Mode, path: &str) -> Result<(StreamHeader, File), WireError> {
         let message = ToWorker::OpenStream { path: path.to_owned() };
-        let result = self.exchange(mode, path, &message, |reply, fd| match reply {
+        
+        self.exchange(mode, path, &message, |reply, fd| match reply {
             FromWorker::Stream(Ok(header)) => Some(fd.map(|fd| (header, File::from(fd))).ok_or_else(|| {
                 failure(ErrorCode::IoError, path, "the worker sent no descriptor")
             })),
             FromWorker::Stream(Err(remote)) => Some(Err(remote.into_wire())),
             _ => None,
-        })?;
-        result
+        })?
     }
 }

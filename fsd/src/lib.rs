@@ -12,6 +12,7 @@ pub mod confine;
 pub mod daemon;
 pub mod dispatch;
 pub mod error;
+pub mod escalation;
 pub mod ipc;
 pub mod network;
 pub mod service;

@@ -14,6 +14,7 @@ use crate::audit::{self, Audit};
 use crate::backend::{self, Limits, Mode, Outcome};
 use crate::config::{Config, Escalation};
 use crate::dispatch::Dispatcher;
+use crate::escalation::{CanonicalOp, Describe, Escalations};
 use crate::sys;
 
 /// The service state shared by every connection.
@@ -29,6 +30,14 @@ pub struct FsdService {
     roots: Vec<(String, bool)>,
     protected: Vec<String>,
     audit: Option<Arc<Audit>>,
+    escalations: Option<Arc<Escalations>>,
+}
+
+/// The mode a call runs at, and the signed ticket it must redeem first (signed trust only).
+#[derive(Debug, Clone)]
+struct Grant {
+    mode: Mode,
+    ticket: Option<v1::EscalationTicket>,
 }
 
 /// Who is calling, as far as the transport tells.
@@ -74,6 +83,10 @@ impl FsdService {
             limits: config.limits,
             roots,
             protected: config.protected_names.clone(),
+            escalations: match (config.escalation, &config.approver_public_key) {
+                (Escalation::Signed, Some(key)) => Escalations::new(key, config.escalation_ttl).ok().map(Arc::new),
+                _ => None,
+            },
             audit,
         }
     }
@@ -85,15 +98,16 @@ impl FsdService {
 
     /// The mode a call runs at: the daemon's default (capped by the caller's maximum) unless the
     /// call asks for a narrower one; wider only with an escalation the trust level accepts.
-    fn mode(&self, caller: &Caller, context: Option<&v1::CallContext>, path: &str, op: &str) -> Result<Mode, Status> {
+    fn mode(&self, caller: &Caller, context: Option<&v1::CallContext>, path: &str, op: &str) -> Result<Grant, Status> {
+        let plain = |mode| Ok(Grant { mode, ticket: None });
         let max = self.max_for(caller);
         let base = self.default_mode.min(max);
         let requested = context.map(|c| c.mode()).unwrap_or(v1::Mode::Unspecified);
         let Some(requested) = mode_from_wire(requested) else {
-            return Ok(base);
+            return plain(base);
         };
         if requested <= base {
-            return Ok(requested);
+            return plain(requested);
         }
         let decide = |decision: &str, result: &str| {
             if let Some(audit) = &self.audit {
@@ -126,16 +140,117 @@ impl FsdService {
                 match approved {
                     Some(approved) if approved >= requested && justified => {
                         decide("approved", "ok");
-                        Ok(requested)
+                        plain(requested)
                     }
                     _ => deny(format!("{} needs an approved escalation with a justification", requested.as_str())),
                 }
             }
+            // The signature is checked against the re-canonicalised call in `run`.
+            Escalation::Signed => match context.and_then(|c| c.escalation.clone()) {
+                Some(ticket) if !ticket.signature.is_empty() => Ok(Grant { mode: requested, ticket: Some(ticket) }),
+                _ => deny(format!("{} needs a signed escalation ticket", requested.as_str())),
+            },
         }
     }
 
+    /// The daemon's own canonical form of a call: its paths resolved in a worker of `mode`.
+    async fn canonical(&self, mode: Mode, op: &str, path: &str, follow: bool) -> Result<(String, String, Option<String>), Status> {
+        let request = backend::Request::Stat { path: path.to_owned(), no_follow: !follow };
+        match self.dispatch(mode, request).await.map_err(|w| w.into_status())? {
+            Outcome::Stat { target, info } => Ok((target.key, target.display, info.map(|i| i.version))),
+            _ => Err(Status::internal(format!("{op}: unexpected outcome"))),
+        }
+    }
+
+    /// Describes one call as an approver would have seen it.
+    async fn canonical_op(&self, mode: Mode, request: &backend::Request) -> Result<CanonicalOp, Status> {
+        use sha2::Digest;
+        let (op, path, follow, digest, destination) = match request {
+            backend::Request::WriteText { path, content, .. } => {
+                ("writeText", path, true, sha2::Sha256::digest(content.as_bytes()).to_vec(), None)
+            }
+            backend::Request::EditText { path, old, new, replace_all, .. } => {
+                ("editText", path, true, edit_digest(old, new, *replace_all), None)
+            }
+            backend::Request::DeleteFile { path, .. } => ("deleteFile", path, false, Vec::new(), None),
+            backend::Request::MoveFile { source, destination, content, .. } => {
+                let digest = content.as_ref().map(|c| sha2::Sha256::digest(c.as_bytes()).to_vec()).unwrap_or_default();
+                ("moveFile", source, false, digest, Some(destination))
+            }
+            backend::Request::Stat { path, .. }
+            | backend::Request::ReadText { path, .. }
+            | backend::Request::ReadBytes { path, .. }
+            | backend::Request::ListDir { path } => ("read", path, true, Vec::new(), None),
+        };
+        let (target_key, display, version) = self.canonical(mode, op, path, follow).await?;
+        let destination = match destination {
+            Some(dst) => {
+                let (key, display, _) = self.canonical(mode, op, dst, true).await?;
+                Some((key, display))
+            }
+            None => None,
+        };
+        Ok(CanonicalOp { op: op.to_owned(), target_key, display, version, destination, content_sha256: digest })
+    }
+
+    /// Redeems a signed ticket for this call, or refuses it (audited either way).
+    async fn redeem(&self, caller: &Caller, grant: &Grant, request: &backend::Request) -> Result<(), Status> {
+        let Some(ticket) = &grant.ticket else { return Ok(()) };
+        let path = request_path(request).to_owned();
+        let refuse = |why: String| {
+            self.audit_escalation(caller, op_name(request), &path, grant.mode, "refused", ErrorCode::SandboxDenied.as_str());
+            WireError::new(ErrorCode::SandboxDenied, &path, why).with("mode", self.default_mode.as_str()).into_status()
+        };
+        let Some(escalations) = &self.escalations else {
+            return Err(refuse("this daemon does not take signed escalations".into()));
+        };
+        if grant.mode > self.max_for(caller) {
+            return Err(refuse(format!("{} is above this client's maximum mode", grant.mode.as_str())));
+        }
+        let call = self.canonical_op(grant.mode, request).await?;
+        let result = if call.op == "read" {
+            escalations.check_read(&ticket.escalation_id, &ticket.nonce, &ticket.signature, &caller.session, &caller.client(), grant.mode, &call.target_key)
+        } else {
+            escalations.redeem(&ticket.escalation_id, &ticket.nonce, &ticket.signature, &caller.session, &caller.client(), grant.mode, &call)
+        };
+        match result {
+            Ok(()) => {
+                self.audit_escalation(caller, op_name(request), &path, grant.mode, "approved", "ok");
+                Ok(())
+            }
+            Err(e) => Err(refuse(format!("escalation ticket refused: {e}"))),
+        }
+    }
+
+    fn audit_escalation(&self, caller: &Caller, op: &str, path: &str, mode: Mode, decision: &str, result: &str) {
+        if let Some(audit) = &self.audit {
+            audit.record(&audit::Entry {
+                time: audit::now(),
+                session: &caller.session,
+                call: &caller.call,
+                client: caller.client(),
+                op: &format!("escalate:{op}"),
+                path,
+                mode: mode.as_str(),
+                decision,
+                result,
+            });
+        }
+    }
+
+    /// One backend operation on the blocking pool.
+    async fn dispatch(&self, mode: Mode, request: backend::Request) -> Result<Outcome, WireError> {
+        let dispatcher = self.dispatcher.clone();
+        let path = request_path(&request).to_owned();
+        tokio::task::spawn_blocking(move || dispatcher.call(mode, request, &path))
+            .await
+            .unwrap_or_else(|e| Err(WireError::new(ErrorCode::IoError, "", format!("dispatch task failed: {e}"))))
+    }
+
     /// Runs one operation in a worker of `mode`, on the blocking pool.
-    async fn run(&self, caller: &Caller, mode: Mode, request: backend::Request) -> Result<Outcome, Status> {
+    async fn run(&self, caller: &Caller, grant: Grant, request: backend::Request) -> Result<Outcome, Status> {
+        self.redeem(caller, &grant, &request).await?;
+        let mode = grant.mode;
         let dispatcher = self.dispatcher.clone();
         let op = op_name(&request);
         let path = request_path(&request).to_owned();
@@ -165,6 +280,18 @@ impl FsdService {
         }
         result.map_err(|w| w.with("mode", mode.as_str()).into_status())
     }
+}
+
+/// The digest an editText approval binds: old, new and the replace-all flag.
+pub fn edit_digest(old: &str, new: &str, replace_all: bool) -> Vec<u8> {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(old.as_bytes());
+    hasher.update([0]);
+    hasher.update(new.as_bytes());
+    hasher.update([0]);
+    hasher.update(if replace_all { b"1" } else { b"0" });
+    hasher.finalize().to_vec()
 }
 
 fn is_mutation(op: &str) -> bool {
@@ -308,7 +435,7 @@ impl Fsd for FsdService {
     async fn stat(&self, request: Request<v1::StatRequest>) -> Result<Response<v1::StatReply>, Status> {
         let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
-        let mode = self.mode(&caller, r.context.as_ref(), &r.path, "stat")?;
+        let grant = self.mode(&caller, r.context.as_ref(), &r.path, "stat")?;
         #[cfg(feature = "fault-injection")]
         if let Some(dir) = r.path.strip_suffix("/fsd-fault-network-open") {
             // Test hook: the network process itself tries to list a root; its fence must refuse.
@@ -317,7 +444,7 @@ impl Fsd for FsdService {
                 Err(e) => Err(Status::permission_denied(format!("network process: {e}"))),
             };
         }
-        match self.run(&caller, mode, backend::Request::Stat { path: r.path, no_follow: r.no_follow }).await? {
+        match self.run(&caller, grant, backend::Request::Stat { path: r.path, no_follow: r.no_follow }).await? {
             Outcome::Stat { target: t, info } => Ok(Response::new(v1::StatReply {
                 target: target(t),
                 info: info.map(|i| v1::FsInfo { version: i.version, r#type: file_type(i.file_type), size: i.size }),
@@ -329,8 +456,8 @@ impl Fsd for FsdService {
     async fn read_text(&self, request: Request<v1::ReadTextRequest>) -> Result<Response<v1::ReadTextReply>, Status> {
         let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
-        let mode = self.mode(&caller, r.context.as_ref(), &r.path, "readText")?;
-        match self.run(&caller, mode, backend::Request::ReadText { path: r.path, max_bytes: r.max_bytes }).await? {
+        let grant = self.mode(&caller, r.context.as_ref(), &r.path, "readText")?;
+        match self.run(&caller, grant, backend::Request::ReadText { path: r.path, max_bytes: r.max_bytes }).await? {
             Outcome::ReadText { target: t, version, text } => {
                 Ok(Response::new(v1::ReadTextReply { target: target(t), version, text }))
             }
@@ -343,7 +470,10 @@ impl Fsd for FsdService {
     async fn stream_text(&self, request: Request<v1::StreamTextRequest>) -> Result<Response<StreamReply>, Status> {
         let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
-        let mode = self.mode(&caller, r.context.as_ref(), &r.path, "streamText")?;
+        let grant = self.mode(&caller, r.context.as_ref(), &r.path, "streamText")?;
+        let probe = backend::Request::ReadText { path: r.path.clone(), max_bytes: 0 };
+        self.redeem(&caller, &grant, &probe).await?;
+        let mode = grant.mode;
         // A few chunks in flight at most: memory stays constant whatever the file's size.
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         let dispatcher = self.dispatcher.clone();
@@ -384,8 +514,8 @@ impl Fsd for FsdService {
     async fn read_bytes(&self, request: Request<v1::ReadBytesRequest>) -> Result<Response<v1::ReadBytesReply>, Status> {
         let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
-        let mode = self.mode(&caller, r.context.as_ref(), &r.path, "readBytes")?;
-        match self.run(&caller, mode, backend::Request::ReadBytes { path: r.path, max_bytes: r.max_bytes }).await? {
+        let grant = self.mode(&caller, r.context.as_ref(), &r.path, "readBytes")?;
+        match self.run(&caller, grant, backend::Request::ReadBytes { path: r.path, max_bytes: r.max_bytes }).await? {
             Outcome::ReadBytes { target: t, version, data } => {
                 Ok(Response::new(v1::ReadBytesReply { target: target(t), version, data: data.into() }))
             }
@@ -396,8 +526,8 @@ impl Fsd for FsdService {
     async fn list_dir(&self, request: Request<v1::ListDirRequest>) -> Result<Response<v1::ListDirReply>, Status> {
         let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
-        let mode = self.mode(&caller, r.context.as_ref(), &r.path, "listDir")?;
-        match self.run(&caller, mode, backend::Request::ListDir { path: r.path }).await? {
+        let grant = self.mode(&caller, r.context.as_ref(), &r.path, "listDir")?;
+        match self.run(&caller, grant, backend::Request::ListDir { path: r.path }).await? {
             Outcome::ListDir { target: t, entries } => Ok(Response::new(v1::ListDirReply {
                 target: target(t),
                 entries: entries
@@ -419,14 +549,14 @@ impl Fsd for FsdService {
     async fn write_text(&self, request: Request<v1::WriteTextRequest>) -> Result<Response<v1::WriteTextReply>, Status> {
         let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
-        let mode = self.mode(&caller, r.context.as_ref(), &r.path, "writeText")?;
+        let grant = self.mode(&caller, r.context.as_ref(), &r.path, "writeText")?;
         let req = backend::Request::WriteText {
             path: r.path,
             content: r.content,
             guard: write_guard(r.guard),
             match_style: r.match_existing_style,
         };
-        match self.run(&caller, mode, req).await? {
+        match self.run(&caller, grant, req).await? {
             Outcome::WriteText { target: t, operation, version, change: c } => Ok(Response::new(v1::WriteTextReply {
                 target: target(t),
                 operation: match operation {
@@ -443,7 +573,7 @@ impl Fsd for FsdService {
     async fn edit_text(&self, request: Request<v1::EditTextRequest>) -> Result<Response<v1::EditTextReply>, Status> {
         let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
-        let mode = self.mode(&caller, r.context.as_ref(), &r.path, "editText")?;
+        let grant = self.mode(&caller, r.context.as_ref(), &r.path, "editText")?;
         let req = backend::Request::EditText {
             path: r.path,
             old: r.old_string,
@@ -451,7 +581,7 @@ impl Fsd for FsdService {
             replace_all: r.replace_all,
             guard: edit_guard(r.guard),
         };
-        match self.run(&caller, mode, req).await? {
+        match self.run(&caller, grant, req).await? {
             Outcome::EditText { target: t, version, replacements, change: c } => Ok(Response::new(v1::EditTextReply {
                 target: target(t),
                 version,
@@ -465,7 +595,7 @@ impl Fsd for FsdService {
     async fn move_file(&self, request: Request<v1::MoveFileRequest>) -> Result<Response<v1::MoveFileReply>, Status> {
         let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
-        let mode = self.mode(&caller, r.context.as_ref(), &r.source, "moveFile")?;
+        let grant = self.mode(&caller, r.context.as_ref(), &r.source, "moveFile")?;
         let req = backend::Request::MoveFile {
             source: r.source,
             destination: r.destination,
@@ -473,7 +603,7 @@ impl Fsd for FsdService {
             destination_guard: write_guard(r.destination_guard),
             content: r.content,
         };
-        match self.run(&caller, mode, req).await? {
+        match self.run(&caller, grant, req).await? {
             Outcome::MoveFile { source, destination, destination_version, source_change, destination_change, source_removal_error } => {
                 Ok(Response::new(v1::MoveFileReply {
                     source: target(source),
@@ -492,12 +622,91 @@ impl Fsd for FsdService {
     async fn delete_file(&self, request: Request<v1::DeleteFileRequest>) -> Result<Response<v1::DeleteFileReply>, Status> {
         let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
-        let mode = self.mode(&caller, r.context.as_ref(), &r.path, "deleteFile")?;
-        match self.run(&caller, mode, backend::Request::DeleteFile { path: r.path, guard: edit_guard(r.guard) }).await? {
+        let grant = self.mode(&caller, r.context.as_ref(), &r.path, "deleteFile")?;
+        match self.run(&caller, grant, backend::Request::DeleteFile { path: r.path, guard: edit_guard(r.guard) }).await? {
             Outcome::DeleteFile { target: t, change: c } => {
                 Ok(Response::new(v1::DeleteFileReply { target: target(t), change: change(c) }))
             }
             _ => Err(unexpected()),
         }
+    }
+
+    async fn request_escalation(
+        &self,
+        request: Request<v1::EscalationRequest>,
+    ) -> Result<Response<v1::EscalationDescription>, Status> {
+        let caller = Caller::of(&request, request.get_ref().context.as_ref());
+        let r = request.into_inner();
+        let first = r.ops.first().map(|o| o.path.clone()).unwrap_or_default();
+        let refuse = |why: String| {
+            WireError::new(ErrorCode::SandboxDenied, &first, why).with("mode", self.default_mode.as_str()).into_status()
+        };
+        let Some(escalations) = &self.escalations else {
+            return Err(refuse("this daemon does not take signed escalations".into()));
+        };
+        let max = self.max_for(&caller);
+        let base = self.default_mode.min(max);
+        let requested = mode_from_wire(r.requested_mode()).ok_or_else(|| refuse("no mode requested".into()))?;
+        if requested <= base {
+            return Err(refuse(format!("{} needs no escalation", requested.as_str())));
+        }
+        if requested > max {
+            self.audit_escalation(&caller, "describe", &first, requested, "refused", ErrorCode::SandboxDenied.as_str());
+            return Err(refuse(format!("{} is above this client's maximum mode {}", requested.as_str(), max.as_str())));
+        }
+        if r.ops.is_empty() || r.ops.len() > 10_000 {
+            return Err(Status::invalid_argument("an escalation lists between 1 and 10000 calls"));
+        }
+        let mut ops = Vec::with_capacity(r.ops.len());
+        for op in &r.ops {
+            let (follow, destination) = match op.op.as_str() {
+                "writeText" | "editText" => (true, None),
+                "deleteFile" => (false, None),
+                "moveFile" => (false, Some(op.destination.as_str())),
+                other => return Err(Status::invalid_argument(format!("cannot escalate operation {other:?}"))),
+            };
+            let (target_key, display, version) = self.canonical(requested, &op.op, &op.path, follow).await?;
+            let destination = match destination {
+                Some(dst) => {
+                    let (key, display, _) = self.canonical(requested, &op.op, dst, true).await?;
+                    Some((key, display))
+                }
+                None => None,
+            };
+            ops.push(CanonicalOp {
+                op: op.op.clone(),
+                target_key,
+                display,
+                version,
+                destination,
+                content_sha256: op.content_sha256.to_vec(),
+            });
+        }
+        let described = escalations.describe(Describe {
+            session: &caller.session,
+            client: &caller.client(),
+            mode: requested,
+            justification: &r.justification,
+            ops,
+        });
+        self.audit_escalation(&caller, "describe", &first, requested, "pending", "ok");
+        Ok(Response::new(v1::EscalationDescription {
+            escalation_id: described.id,
+            nonce: described.nonce.into(),
+            description: described.text,
+            expires_unix: i64::try_from(described.expires).unwrap_or(i64::MAX),
+        }))
+    }
+
+    async fn release_escalation(
+        &self,
+        request: Request<v1::ReleaseEscalationRequest>,
+    ) -> Result<Response<v1::ReleaseEscalationReply>, Status> {
+        let caller = Caller::of(&request, request.get_ref().context.as_ref());
+        let r = request.into_inner();
+        if let Some(escalations) = &self.escalations {
+            escalations.release(&r.escalation_id, &caller.session);
+        }
+        Ok(Response::new(v1::ReleaseEscalationReply {}))
     }
 }

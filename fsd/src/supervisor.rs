@@ -203,11 +203,10 @@ async fn supervise(config: Config, exe: PathBuf, args: Vec<OsString>, options: R
                     Role::Network => {
                         network_alive = false;
                         tracing::error!(pid, status = %status_text, "network process exited");
-                        if let Ok(status) = status {
-                            if !status.success() {
+                        if let Ok(status) = status
+                            && !status.success() {
                                 outcome = Err(DaemonError::NetworkExited(status));
                             }
-                        }
                         break;
                     }
                     Role::Worker(mode) => {
@@ -250,16 +249,14 @@ async fn supervise(config: Config, exe: PathBuf, args: Vec<OsString>, options: R
         }
     }
     for path in &sockets {
-        if let Err(e) = std::fs::remove_file(path) {
-            if e.kind() != std::io::ErrorKind::NotFound {
+        if let Err(e) = std::fs::remove_file(path)
+            && e.kind() != std::io::ErrorKind::NotFound {
                 tracing::warn!(path = %path.display(), error = %e, "could not remove socket");
             }
-        }
-        if options.parent_pipe {
-            if let Some(dir) = path.parent() {
+        if options.parent_pipe
+            && let Some(dir) = path.parent() {
                 let _ = std::fs::remove_dir(dir);
             }
-        }
     }
     tracing::info!("stopped");
     outcome

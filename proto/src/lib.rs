@@ -12,5 +12,8 @@ pub mod v1 {
     tonic::include_proto!("fsd.v1");
 }
 
+/// The encoded `google.protobuf.FileDescriptorSet` of `fsd/v1/fsd.proto`, for server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fsd_descriptor.bin"));
+
 /// The protocol version `hello` reports; bumped only on an incompatible wire change.
 pub const PROTOCOL_VERSION: u32 = 1;

@@ -31,6 +31,10 @@ pub struct ClientConfig {
     /// the controlling terminal. Neither: every escalation is refused.
     pub escalation_rules: Option<PathBuf>,
     pub escalation_prompt: bool,
+    /// For `signed` daemons: the approver program and its arguments (for example
+    /// `["fsd-approver", "sign", "--key", "/etc/fsd/approver.key"]`); it reads the daemon's
+    /// description on stdin and prints the signature on approval.
+    pub approver_command: Option<Vec<String>>,
 }
 
 impl Default for ClientConfig {
@@ -57,6 +61,7 @@ impl Default for ClientConfig {
             max_image_dimension: None,
             escalation_rules: None,
             escalation_prompt: false,
+            approver_command: None,
         }
     }
 }

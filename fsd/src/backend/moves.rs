@@ -84,12 +84,11 @@ impl Backend {
         destination_guard: Option<WriteGuard>,
         content: Option<String>,
     ) -> Result<Outcome, Failure> {
-        if let Some(content) = &content {
-            if content.len() as u64 > self.limits.max_editable_bytes {
+        if let Some(content) = &content
+            && content.len() as u64 > self.limits.max_editable_bytes {
                 let error = FsError::TooLarge { size: content.len() as u64, limit: self.limits.max_editable_bytes };
                 return Err(Failure::new(error, destination));
             }
-        }
         let src = self.walk_source(mode, source, source_guard.is_some())?;
         self.may_write(mode, src.root, &src.rel).map_err(|e| self.fail(e, &src))?;
         let create_parents = !matches!(destination_guard, Some(WriteGuard::ReplaceIfVersion { .. }));

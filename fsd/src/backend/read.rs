@@ -88,11 +88,10 @@ impl Backend {
 
     /// The version the daemon reports for a resolved object, as every reply computes it.
     pub(super) fn version_at(&self, resolved: &Resolved, meta: &Meta) -> String {
-        if meta.kind == Kind::File {
-            if let Ok((file, opened)) = self.open_regular(resolved) {
+        if meta.kind == Kind::File
+            && let Ok((file, opened)) = self.open_regular(resolved) {
                 return version::of_file(&file, &opened);
             }
-        }
         version::of_meta(meta)
     }
 

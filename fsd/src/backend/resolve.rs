@@ -33,6 +33,9 @@ impl Root {
     }
 }
 
+/// Asked before a missing parent directory is created: may `mode` create `rel` below `root`?
+pub type MayCreate<'a> = &'a dyn Fn(usize, &[OsString]) -> Result<(), FsError>;
+
 /// Where a path leads: the parent directory's handle and the final name, with identity.
 #[derive(Debug)]
 pub struct Resolved {
@@ -140,7 +143,7 @@ pub fn resolve(
     roots: &[Root],
     path: &str,
     options: WalkOptions,
-    may_create: &dyn Fn(usize, &[OsString]) -> Result<(), FsError>,
+    may_create: MayCreate<'_>,
 ) -> Result<Resolved, FsError> {
     validate(path)?;
     let all = components(OsStr::new(path));

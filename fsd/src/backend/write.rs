@@ -38,11 +38,10 @@ struct TempName<'a> {
 
 impl Drop for TempName<'_> {
     fn drop(&mut self) {
-        if self.armed {
-            if let Err(errno) = sys::remove(self.dir, &self.name) {
+        if self.armed
+            && let Err(errno) = sys::remove(self.dir, &self.name) {
                 tracing::warn!(name = ?self.name, %errno, "could not remove a temporary file");
             }
-        }
     }
 }
 

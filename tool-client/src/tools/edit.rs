@@ -19,7 +19,7 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
         return Err(ToolError::invalid_args("old_string and new_string must differ"));
     }
     let path = session.absolute(&file_path);
-    escalation::resolve(session, map, "edit", &[path.clone()])?;
+    escalation::resolve(session, map, "edit", &[escalation::PlannedCall::edit(&path, &old_string, &new_string, replace_all)]).await?;
     let guard = if session.policy_on() {
         let key = session.key_of(&path).cloned();
         match session.observations.edit_intent(key.as_ref()) {

@@ -83,9 +83,70 @@ pub fn hint(offer: &Offer) -> String {
     )
 }
 
-/// Applies the seed's rules to a call's fields and, for a wider mode, asks the approver.
-/// Sets the session's mode and ticket for this one call.
-pub fn resolve(session: &mut Session, map: &Map<String, Value>, tool: &str, paths: &[String]) -> Result<(), ToolError> {
+/// One call a tool will make at the wider mode, for the daemon to describe (signed trust).
+#[derive(Debug, Clone)]
+pub struct PlannedCall {
+    pub op: &'static str,
+    pub path: String,
+    pub destination: Option<String>,
+    /// Empty: the content is not bound (apply_patch, planned before its content is known).
+    pub content_sha256: Vec<u8>,
+}
+
+impl PlannedCall {
+    pub fn write(path: &str, content: &str) -> PlannedCall {
+        use sha2::Digest;
+        PlannedCall { op: "writeText", path: path.to_owned(), destination: None, content_sha256: sha2::Sha256::digest(content.as_bytes()).to_vec() }
+    }
+
+    /// The digest the daemon computes for an editText call: old, NUL, new, NUL, "1"/"0".
+    pub fn edit(path: &str, old: &str, new: &str, replace_all: bool) -> PlannedCall {
+        use sha2::Digest;
+        let mut hasher = sha2::Sha256::new();
+        hasher.update(old.as_bytes());
+        hasher.update([0]);
+        hasher.update(new.as_bytes());
+        hasher.update([0]);
+        hasher.update(if replace_all { b"1" } else { b"0" });
+        PlannedCall { op: "editText", path: path.to_owned(), destination: None, content_sha256: hasher.finalize().to_vec() }
+    }
+
+    pub fn unbound(op: &'static str, path: &str, destination: Option<&str>) -> PlannedCall {
+        PlannedCall { op, path: path.to_owned(), destination: destination.map(str::to_owned), content_sha256: Vec::new() }
+    }
+}
+
+/// Runs the configured approver command on the daemon's description; its stdout is the
+/// signature (hex) when it approves (exit 0).
+async fn run_approver(command: &[String], description: &str) -> Result<Option<Vec<u8>>, ToolError> {
+    use tokio::io::AsyncWriteExt;
+    let failed = |why: String| ToolError::new("FS_SANDBOX_DENIED", format!("the approver could not be run: {why}"));
+    let (program, args) = command.split_first().ok_or_else(|| failed("approverCommand is empty".into()))?;
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .map_err(|e| failed(format!("{program}: {e}")))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(description.as_bytes()).await.map_err(|e| failed(e.to_string()))?;
+    }
+    let output = child.wait_with_output().await.map_err(|e| failed(e.to_string()))?;
+    if !output.status.success() {
+        return Ok(None);
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    hex::decode(text.trim()).map(Some).map_err(|_| failed("it printed no signature".into()))
+}
+
+/// Applies the seed's rules to a call's fields and, for a wider mode, obtains approval: from
+/// the client's approver (`client` trust), or a signature over the daemon's own description of
+/// `calls` (`signed` trust). Sets the session's mode and ticket for this one tool call.
+pub async fn resolve(session: &mut Session, map: &Map<String, Value>, tool: &str, calls: &[PlannedCall]) -> Result<(), ToolError> {
+    let mut paths: Vec<String> = calls.iter().map(|c| c.path.clone()).collect();
+    paths.extend(calls.iter().filter_map(|c| c.destination.clone()));
+    let paths = &paths[..];
     session.call_mode = None;
     let Some(offer) = session.escalation.clone() else { return Ok(()) };
     let requested = match map.get(MODE_FIELD) {
@@ -119,15 +180,57 @@ pub fn resolve(session: &mut Session, map: &Map<String, Value>, tool: &str, path
         return Ok(());
     }
     let name = mode_name(requested as i32);
-    let approved = session.approver.decide(&Ask { tool, paths, mode: name, justification: &reason });
-    if !approved {
-        return Err(ToolError::new(
+    let denied = || {
+        ToolError::new(
             "FS_SANDBOX_DENIED",
             format!(
                 "escalation to {name} was not approved [sandbox: file access denied under {} mode]",
                 mode_name(offer.effective as i32)
             ),
-        ));
+        )
+    };
+    if session.hello.escalation == "signed" {
+        let request = v1::EscalationRequest {
+            context: session.context(),
+            requested_mode: requested as i32,
+            justification: reason.clone(),
+            ops: calls
+                .iter()
+                .map(|c| v1::EscalatedOp {
+                    op: c.op.to_owned(),
+                    path: c.path.clone(),
+                    destination: c.destination.clone().unwrap_or_default(),
+                    content_sha256: c.content_sha256.clone().into(),
+                })
+                .collect(),
+        };
+        let first = paths.first().cloned().unwrap_or_default();
+        let described = session
+            .client
+            .request_escalation(request)
+            .await
+            .map_err(|s| ToolError::from_mutation(&first, &s))?
+            .into_inner();
+        let command = session.tools.config.approver_command.clone().unwrap_or_default();
+        if command.is_empty() {
+            return Err(denied());
+        }
+        let Some(signature) = run_approver(&command, &described.description).await? else {
+            return Err(denied());
+        };
+        let ticket = v1::EscalationTicket {
+            approved_mode: requested as i32,
+            justification: reason,
+            escalation_id: described.escalation_id,
+            nonce: described.nonce,
+            signature: signature.into(),
+        };
+        session.call_mode = Some((requested, Some(ticket)));
+        return Ok(());
+    }
+    let approved = session.approver.decide(&Ask { tool, paths, mode: name, justification: &reason });
+    if !approved {
+        return Err(denied());
     }
     let ticket = v1::EscalationTicket { approved_mode: requested as i32, justification: reason, ..Default::default() };
     session.call_mode = Some((requested, Some(ticket)));

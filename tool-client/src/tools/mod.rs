@@ -204,8 +204,13 @@ impl Session {
             "str_replace_editor" => editor::run(self, &args).await,
             _ => Err(ToolError::new("UNKNOWN_TOOL", format!("unknown tool \"{name}\""))),
         };
-        // A wider mode applies to one call only.
-        self.call_mode = None;
+        // A wider mode applies to one call only; a signed escalation is spent when the call ends.
+        if let Some((_, Some(ticket))) = self.call_mode.take() {
+            if !ticket.escalation_id.is_empty() {
+                let request = v1::ReleaseEscalationRequest { context: self.context(), escalation_id: ticket.escalation_id };
+                let _ = self.client.release_escalation(request).await;
+            }
+        }
         let mutating = matches!(name, "write" | "edit" | "apply_patch" | "str_replace_editor");
         outcome.unwrap_or_else(|mut error| {
             if let (true, Some(offer)) = (mutating && error.code == "FS_SANDBOX_DENIED", &self.escalation) {

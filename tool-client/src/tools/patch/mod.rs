@@ -8,6 +8,7 @@ mod report;
 
 use serde_json::Value;
 
+use super::escalation::PlannedCall;
 use super::{Session, ToolResult, args};
 use crate::failure::ToolError;
 
@@ -83,9 +84,15 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
             op,
         })
         .collect();
-    let mut paths: Vec<String> = planned.iter().map(|p| p.src.clone()).collect();
-    paths.extend(planned.iter().filter_map(|p| p.dst.clone()));
-    super::escalation::resolve(session, map, "apply_patch", &paths)?;
+    let calls: Vec<PlannedCall> = planned
+        .iter()
+        .map(|p| match (&p.op, &p.dst) {
+            (fsd_patch::Op::Delete { .. }, _) => PlannedCall::unbound("deleteFile", &p.src, None),
+            (fsd_patch::Op::Update { .. }, Some(dst)) => PlannedCall::unbound("moveFile", &p.src, Some(dst)),
+            _ => PlannedCall::unbound("writeText", &p.src, None),
+        })
+        .collect();
+    super::escalation::resolve(session, map, "apply_patch", &calls).await?;
     let prepared = match preflight::run(session, &planned).await {
         Ok(prepared) => prepared,
         Err(problems) => return Err(report::rejected(&problems)),

@@ -42,10 +42,8 @@ struct State<'s> {
 impl State<'_> {
     /// The current simulated state of a path, loading it from the daemon the first time.
     async fn sim(&mut self, path: &str, spelled: &str, need_text: bool) -> Result<Sim, ToolError> {
-        if let Some(sim) = self.sims.get(path) {
-            if sim.text.is_some() || !need_text || !sim.exists || sim.touched {
-                return Ok(sim.clone());
-            }
+        if let Some(sim) = self.sims.get(path).filter(|s| s.text.is_some() || !need_text || !s.exists || s.touched) {
+            return Ok(sim.clone());
         }
         let context = self.session.context();
         let stat = self
@@ -183,12 +181,12 @@ async fn check(state: &mut State<'_>, planned: &Planned) -> Result<Prepared, Too
             })
         }
         fsd_patch::Op::Delete { .. } => {
-            let sim = state.sim(&planned.src, spelled, true).await.or_else(|e| {
+            let sim = state.sim(&planned.src, spelled, true).await.map_err(|e| {
                 // A directory or special file: report it as the delete it is.
                 if e.code == ErrorCode::NotRegularFile.as_str() {
-                    Err(ToolError::new(e.code, format!("cannot delete \"{spelled}\": not a regular file")))
+                    ToolError::new(e.code, format!("cannot delete \"{spelled}\": not a regular file"))
                 } else {
-                    Err(e)
+                    e
                 }
             })?;
             if !sim.exists {

@@ -1,0 +1,126 @@
+//! Rule files for unattended approval: `[[rule]]` entries with a mode (or `*`), a path glob and
+//! a decision. Every operation's path (and a move's destination) must be allowed by the first
+//! rule that matches it; anything unmatched is denied.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::ApproverError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    Allow,
+    Deny,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    pub mode: String,
+    pub path: String,
+    pub decision: Decision,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rules {
+    #[serde(default)]
+    pub rule: Vec<Rule>,
+}
+
+impl Rules {
+    pub fn load(path: &Path) -> Result<Rules, ApproverError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ApproverError::Io(path.to_owned(), e))?;
+        toml::from_str(&text).map_err(|e| ApproverError::Rules(path.to_owned(), e))
+    }
+}
+
+/// `**` any run of characters, `*` any run without `/`, `?` one character other than `/`.
+pub fn glob(pattern: &str, path: &str) -> bool {
+    fn go(p: &[char], s: &[char]) -> bool {
+        match p {
+            [] => s.is_empty(),
+            ['*', '*', rest @ ..] => (0..=s.len()).any(|i| go(rest, &s[i..])),
+            ['*', rest @ ..] => (0..=s.len()).take_while(|&i| i == 0 || s[i - 1] != '/').any(|i| go(rest, &s[i..])),
+            ['?', rest @ ..] => s.first().is_some_and(|&c| c != '/') && go(rest, &s[1..]),
+            [c, rest @ ..] => s.first() == Some(c) && go(rest, &s[1..]),
+        }
+    }
+    let p: Vec<char> = pattern.chars().collect();
+    let s: Vec<char> = path.chars().collect();
+    go(&p, &s)
+}
+
+/// Decides a daemon description (`mode: …`, `op N: <op> <path>`, `  destination: <path> (…)`).
+pub fn decide(rules: &Rules, description: &str) -> Decision {
+    let mode = description.lines().find_map(|l| l.strip_prefix("mode: ")).unwrap_or("");
+    let mut paths = Vec::new();
+    for line in description.lines() {
+        if let Some(rest) = line.strip_prefix("op ") {
+            // "N: writeText /path"
+            if let Some(path) = rest.split_once(": ").and_then(|(_, op)| op.split_once(' ')).map(|(_, p)| p) {
+                paths.push(path.to_owned());
+            }
+        } else if let Some(rest) = line.strip_prefix("  destination: ") {
+            if let Some((path, _)) = rest.rsplit_once(" (") {
+                paths.push(path.to_owned());
+            }
+        }
+    }
+    if mode.is_empty() || paths.is_empty() {
+        return Decision::Deny;
+    }
+    let allowed = paths.iter().all(|path| {
+        rules
+            .rule
+            .iter()
+            .find(|r| (r.mode == "*" || r.mode == mode) && glob(&r.path, path))
+            .is_some_and(|r| r.decision == Decision::Allow)
+    });
+    if allowed { Decision::Allow } else { Decision::Deny }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules() -> Rules {
+        Rules {
+            rule: vec![
+                Rule { mode: "*".into(), path: "/srv/secret/**".into(), decision: Decision::Deny },
+                Rule { mode: "danger-full-access".into(), path: "/srv/**".into(), decision: Decision::Allow },
+            ],
+        }
+    }
+
+    fn description(mode: &str, ops: &[&str]) -> String {
+        let mut text = format!("fsd escalation v1\nid: x\nmode: {mode}\n");
+        for (i, op) in ops.iter().enumerate() {
+            text.push_str(&format!("op {}: {op}\n  target: host:x\n", i + 1));
+        }
+        text
+    }
+
+    #[test]
+    fn every_path_must_be_allowed_by_its_first_matching_rule() {
+        let check = |mode: &str, ops: &[&str], want: Decision| {
+            assert_eq!(decide(&rules(), &description(mode, ops)), want, "{mode} {ops:?}");
+        };
+        check("danger-full-access", &["writeText /srv/a.txt"], Decision::Allow);
+        check("danger-full-access", &["writeText /srv/a.txt", "deleteFile /srv/secret/k"], Decision::Deny);
+        check("workspace-write", &["writeText /srv/a.txt"], Decision::Deny);
+        check("danger-full-access", &["writeText /etc/passwd"], Decision::Deny);
+        check("danger-full-access", &[], Decision::Deny);
+        let moved = "fsd escalation v1\nmode: danger-full-access\nop 1: moveFile /srv/a\n  destination: /etc/b (host:etc/b)\n";
+        assert_eq!(decide(&rules(), moved), Decision::Deny);
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob("/srv/**", "/srv/a/b"));
+        assert!(!glob("/srv/*", "/srv/a/b"));
+        assert!(glob("/srv/?.txt", "/srv/a.txt"));
+    }
+}
