@@ -63,10 +63,8 @@ pub fn decide(rules: &Rules, description: &str) -> Decision {
             if let Some(path) = rest.split_once(": ").and_then(|(_, op)| op.split_once(' ')).map(|(_, p)| p) {
                 paths.push(path.to_owned());
             }
-        } else if let Some(rest) = line.strip_prefix("  destination: ") {
-            if let Some((path, _)) = rest.rsplit_once(" (") {
-                paths.push(path.to_owned());
-            }
+        } else if let Some((path, _)) = line.strip_prefix("  destination: ").and_then(|rest| rest.rsplit_once(" (")) {
+            paths.push(path.to_owned());
         }
     }
     if mode.is_empty() || paths.is_empty() {

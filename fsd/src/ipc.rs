@@ -51,9 +51,9 @@ pub enum ToWorker {
     /// bypasses the resolver, so only the kernel can refuse it.
     #[cfg(feature = "fault-injection")]
     RawOpen { path: String, write: bool },
-    /// Test hook: chmod by path, which the seccomp allowlist must refuse.
+    /// Test hook: chmod and chown by path, which the seccomp allowlist must both refuse.
     #[cfg(feature = "fault-injection")]
-    RawChmod { path: String },
+    RawMetadata { path: String },
 }
 
 /// Worker → network process.

@@ -13,9 +13,15 @@ use fsd::config::{Config, Overrides};
 use fsd::daemon::DaemonError;
 use fsd::supervisor::RunOptions;
 
+/// The version line; a build with the test-only hooks says so, so tests can insist on it.
+#[cfg(feature = "fault-injection")]
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (fault-injection)");
+#[cfg(not(feature = "fault-injection"))]
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
 /// fsd: the file daemon that owns the disk of one sandbox and serves fsd.v1 over gRPC.
 #[derive(Debug, Parser)]
-#[command(name = "fsd", version)]
+#[command(name = "fsd", version = VERSION)]
 struct Args {
     /// Where to listen: unix:PATH or tcp:127.0.0.1:PORT (repeatable).
     #[arg(long, value_name = "ADDR")]

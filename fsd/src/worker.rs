@@ -81,10 +81,15 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
                 ipc::send(&socket, &FromWorker::RawOpened(result), None)?;
             }
             #[cfg(feature = "fault-injection")]
-            ToWorker::RawChmod { path } => {
+            ToWorker::RawMetadata { path } => {
                 use std::os::unix::fs::PermissionsExt;
-                let result = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777))
-                    .map_err(|e| e.to_string());
+                let chmod = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777));
+                let chown = std::os::unix::fs::chown(&path, Some(0), Some(0));
+                let result = match (chmod, chown) {
+                    (Err(a), Err(b)) => Err(format!("chmod: {a}; chown: {b}")),
+                    (Ok(()), _) => Err("chmod by path succeeded".to_owned()),
+                    (_, Ok(())) => Err("chown by path succeeded".to_owned()),
+                };
                 ipc::send(&socket, &FromWorker::RawOpened(result), None)?;
             }
         }

@@ -612,12 +612,14 @@ fn policy_off_still_edits_on_what_it_re_read() {
     );
 }
 
+/// (initial, insert_line, text, file after, snippet's first line, snippet)
+type InsertCase = (&'static str, i64, &'static str, &'static str, usize, &'static [&'static str]);
+
 #[test]
 fn insert_boundaries() {
     let d = Daemon::start();
     let mut sess = d.session_with_config(ON);
-    // (initial, insert_line, text, file after, snippet's first line, snippet)
-    let cases: &[(&str, i64, &str, &str, usize, &[&str])] = &[
+    let cases: &[InsertCase] = &[
         ("a\nb\n", 0, "X", "X\na\nb\n", 1, &["X", "a", "b"]),
         ("a\nb\n", 1, "X", "a\nX\nb\n", 1, &["a", "X", "b"]),
         ("a\nb\n", 2, "X", "a\nb\nX\n", 1, &["a", "b", "X"]),
@@ -820,4 +822,39 @@ fn large_files_stream_to_the_same_views() {
         json!({"command": "str_replace", "path": s(&five), "old_str": "two", "new_str": "2"}),
         replaced(&five, 1, &["one", "2", "three", "four", "five"]),
     );
+}
+
+#[test]
+fn escalation_covers_the_re_read_and_the_mutation() {
+    let outside = tempfile::tempdir().unwrap();
+    let outside_dir = std::fs::canonicalize(outside.path()).unwrap();
+    let d = Daemon::start_with(&[], "escalation = \"client\"\nmax_mode = \"danger-full-access\"\n");
+    let rules = outside_dir.join("rules.toml");
+    std::fs::write(
+        &rules,
+        format!(
+            "[[rule]]\nmode = \"danger-full-access\"\npath = \"{}/**\"\ndecision = \"allow\"\n",
+            outside_dir.display()
+        ),
+    )
+    .unwrap();
+    let mut sess = d.session_with_config(&format!("{ON}escalationRules = \"{}\"\n", rules.display()));
+    let f = outside_dir.join("x.txt");
+    let with = |mut args: Value| {
+        args["sandbox_permissions"] = json!("danger-full-access");
+        args["justification"] = json!("the user asked for this file");
+        args
+    };
+    let create = json!({"command": "create", "path": s(&f), "file_text": "a\n"});
+    let denied = sess.call("str_replace_editor", create.clone());
+    assert_eq!(denied.code(), Some("FS_SANDBOX_DENIED"), "{}", denied.json);
+    assert!(!f.exists());
+    check(&mut sess, with(create), text(format!("File created successfully at: {}", f.display())));
+    // str_replace and insert re-read outside the roots too: the approval covers the whole call.
+    let sr = json!({"command": "str_replace", "path": s(&f), "old_str": "a", "new_str": "b"});
+    assert_eq!(sess.call("str_replace_editor", sr.clone()).code(), Some("FS_SANDBOX_DENIED"));
+    check(&mut sess, with(sr), replaced(&f, 1, &["b"]));
+    let ins = json!({"command": "insert", "path": s(&f), "insert_line": 1, "new_str": "c"});
+    check(&mut sess, with(ins), inserted(&f, 1, &["b", "c"]));
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "b\nc\n");
 }

@@ -544,3 +544,28 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     }
     out
 }
+
+#[test]
+fn exif_orientation_is_applied() {
+    use image::ImageEncoder;
+    let d = Daemon::start();
+    let store = d.dir.path().join("store");
+    // A 4x2 JPEG whose EXIF says "rotate 90° clockwise to view" (orientation 6).
+    let tiff: Vec<u8> =
+        [&b"MM\0\x2a\0\0\0\x08"[..], &[0, 1], &[0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, 6, 0, 0], &[0, 0, 0, 0]]
+            .concat();
+    let mut jpeg = Vec::new();
+    let mut encoder = image::codecs::jpeg::JpegEncoder::new(&mut jpeg);
+    encoder.set_exif_metadata(tiff).unwrap();
+    encoder.write_image(rgb(4, 2).as_bytes(), 4, 2, image::ExtendedColorType::Rgb8).unwrap();
+    d.write("turned.jpg", &jpeg);
+    let mut s = d.session_with_config(&config(&store));
+    let p = d.path("turned.jpg");
+    let reply = read_image(&mut s, &p);
+    let n = reply.meta()["bytes"].as_u64().unwrap();
+    // Re-encoded upright (the output carries no orientation to apply twice).
+    let data = check_ok(&reply, &p, &format!("image/jpeg, 2x4 pixels, {n} bytes"), "image/jpeg");
+    let decoded = image::load_from_memory(&data).unwrap();
+    assert_eq!((decoded.width(), decoded.height()), (2, 4));
+    assert_eq!(reply.meta()["source"]["unchanged"], json!(false));
+}

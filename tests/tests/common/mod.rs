@@ -24,6 +24,14 @@ pub fn bin_dir() -> PathBuf {
             dir.join(bin).display()
         );
     }
+    // The fence and reliability tests use test-only hooks compiled into the daemon; a binary
+    // built without them (a plain `cargo build`) would fail those tests confusingly.
+    let version =
+        std::process::Command::new(dir.join("fsd")).arg("--version").output().expect("fsd --version");
+    assert!(
+        String::from_utf8_lossy(&version.stdout).contains("(fault-injection)"),
+        "target/debug/fsd was built without the test hooks: run `bash scripts/test.sh` (or `cargo build --workspace --bins --features fsd/fault-injection`) first"
+    );
     dir
 }
 

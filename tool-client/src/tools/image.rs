@@ -12,8 +12,8 @@
 //! |-------|--------|
 //! | PNG, 8-bit, still, upright, within budget | the original bytes |
 //! | PNG otherwise (16-bit, APNG, EXIF-rotated, over budget) | PNG, 8 bits per channel, first frame |
-//! | JPEG within budget and upright | the original bytes |
-//! | JPEG otherwise | JPEG, quality 85 |
+//! | JPEG, 8-bit gray or YCbCr, upright, within budget | the original bytes |
+//! | JPEG otherwise (CMYK, 12-bit, EXIF-rotated, over budget) | JPEG, quality 85 |
 //! | WebP, still, upright, within budget | the original bytes |
 //! | WebP otherwise | PNG when it has alpha, else JPEG (the codec set has no lossy WebP encoder) |
 //! | GIF (any) | PNG of the first frame (an animation shows only its first frame anyway) |
@@ -286,24 +286,42 @@ fn admit(bytes: &[u8], declared: &Declared) -> Result<Format, Refusal> {
     }
 }
 
-/// A decoder for one admitted format, boxed so the steps below are format-independent.
-fn decoder<'a>(bytes: &'a [u8], format: Format) -> Result<(Box<dyn ImageDecoder + 'a>, bool), Refusal> {
+/// An opened source: a decoder boxed so the steps below are format-independent, and what the
+/// container says beyond pixels.
+struct Opened<'a> {
+    decoder: Box<dyn ImageDecoder + 'a>,
+    animated: bool,
+    /// A form that may be passed on unchanged when it fits the budget.
+    plain: bool,
+}
+
+fn opened<'a>(decoder: Box<dyn ImageDecoder + 'a>, animated: bool, plain: bool) -> Opened<'a> {
+    Opened { decoder, animated, plain }
+}
+
+fn open(bytes: &[u8], format: Format) -> Result<Opened<'_>, Refusal> {
     let cursor = Cursor::new(bytes);
     let bad = |_| Refusal::Undecodable;
     Ok(match format {
         Format::Png => {
             let d = PngDecoder::new(cursor).map_err(bad)?;
             let animated = d.is_apng().map_err(bad)?;
-            (Box::new(d), animated)
+            opened(Box::new(d), animated, true)
         }
-        Format::Jpeg if !jpeg_complete(bytes) => return Err(Refusal::Undecodable),
-        Format::Jpeg => (Box::new(JpegDecoder::new(cursor).map_err(bad)?), false),
+        Format::Jpeg => {
+            let markers = jpeg_markers(bytes);
+            if !markers.complete {
+                return Err(Refusal::Undecodable);
+            }
+            opened(Box::new(JpegDecoder::new(cursor).map_err(bad)?), false, markers.plain)
+        }
         Format::WebP => {
             let d = WebPDecoder::new(cursor).map_err(bad)?;
             let animated = d.has_animation();
-            (Box::new(d), animated)
+            opened(Box::new(d), animated, true)
         }
-        Format::Gif => (Box::new(GifDecoder::new(cursor).map_err(bad)?), gif_frames(bytes) > 1),
+        // GIF is always re-encoded (see the table above).
+        Format::Gif => opened(Box::new(GifDecoder::new(cursor).map_err(bad)?), gif_frames(bytes) > 1, false),
     })
 }
 
@@ -344,28 +362,49 @@ fn gif_frames(bytes: &[u8]) -> usize {
     frames
 }
 
-/// Whether a JPEG's scan data ends with the end-of-image marker. The JPEG decoder fills a cut-off
-/// scan with grey instead of failing, and a truncated file kept as it is could be refused by the
-/// model's API; so the markers are walked to the first start-of-scan (skipping segments such as an
-/// EXIF thumbnail, which holds its own markers) and an EOI must follow it. Entropy-coded data
-/// cannot contain `FF D9` (a data `FF` is stuffed as `FF 00`); trailers after EOI are allowed.
-fn jpeg_complete(bytes: &[u8]) -> bool {
+/// What the markers of a JPEG say, read without decoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct JpegMarkers {
+    /// The scan data ends with the end-of-image marker.
+    complete: bool,
+    /// 8-bit samples in 1 or 3 components: what every consumer decodes. CMYK and 12-bit JPEGs are
+    /// re-encoded rather than passed on.
+    plain: bool,
+}
+
+/// Walks a JPEG's markers to the first start-of-scan (skipping segments such as an EXIF
+/// thumbnail, which holds its own markers) and looks for an EOI after it. The JPEG decoder fills a
+/// cut-off scan with grey instead of failing, and a truncated file kept as it is could be refused
+/// by the model's API. Entropy-coded data cannot contain `FF D9` (a data `FF` is stuffed as
+/// `FF 00`); trailers after EOI are allowed.
+fn jpeg_markers(bytes: &[u8]) -> JpegMarkers {
+    let mut plain = false;
     let mut pos = 2;
+    let incomplete = |plain| JpegMarkers { complete: false, plain };
     loop {
         if bytes.get(pos) != Some(&0xff) {
-            return false;
+            return incomplete(plain);
         }
         while bytes.get(pos) == Some(&0xff) {
             pos += 1;
         }
-        let Some(&marker) = bytes.get(pos) else { return false };
+        let Some(&marker) = bytes.get(pos) else { return incomplete(plain) };
         pos += 1;
         match marker {
-            0xda => return bytes[pos.min(bytes.len())..].windows(2).any(|w| w == [0xff, 0xd9]),
-            0xd9 => return false,
+            0xda => {
+                let complete = bytes[pos.min(bytes.len())..].windows(2).any(|w| w == [0xff, 0xd9]);
+                return JpegMarkers { complete, plain };
+            }
+            0xd9 => return incomplete(plain),
             0x01 | 0xd0..=0xd7 => {}
             _ => {
-                let (Some(&hi), Some(&lo)) = (bytes.get(pos), bytes.get(pos + 1)) else { return false };
+                let (Some(&hi), Some(&lo)) = (bytes.get(pos), bytes.get(pos + 1)) else {
+                    return incomplete(plain);
+                };
+                // Start of frame (not DHT C4, JPG C8, DAC CC): precision, height, width, components.
+                if matches!(marker, 0xc0..=0xcf) && !matches!(marker, 0xc4 | 0xc8 | 0xcc) {
+                    plain = bytes.get(pos + 2) == Some(&8) && matches!(bytes.get(pos + 7), Some(1 | 3));
+                }
                 pos += usize::from(u16::from_be_bytes([hi, lo]));
             }
         }
@@ -431,7 +470,7 @@ fn to_8_bit(image: DynamicImage) -> DynamicImage {
 pub fn normalize(bytes: &[u8], declared: &Declared, caps: &Caps) -> Result<Normalized, Refusal> {
     let source_format = admit(bytes, declared)?;
     // Header only: the decoders read dimensions without allocating pixels.
-    let (mut decoder, animated) = decoder(bytes, source_format)?;
+    let Opened { mut decoder, animated, plain } = open(bytes, source_format)?;
     let (width, height) = decoder.dimensions();
     if u64::from(width) > caps.max_dimension || u64::from(height) > caps.max_dimension {
         return Err(Refusal::DimensionTooLarge { width, height, cap: caps.max_dimension });
@@ -454,21 +493,19 @@ pub fn normalize(bytes: &[u8], declared: &Declared, caps: &Caps) -> Result<Norma
     let source_16 = is_16_bit(decoder.color_type());
     let mut image = DynamicImage::from_decoder(decoder).map_err(|_| Refusal::Undecodable)?;
     image.apply_orientation(orientation);
+    // The source as it is meant to be seen: a quarter turn swaps its sides.
+    let (upright_w, upright_h) = (image.width(), image.height());
 
     let fits = width.max(height) <= caps.long_edge && bytes.len() <= caps.budget_bytes;
-    let keep = fits
-        && !animated
-        && !source_16
-        && orientation == Orientation::NoTransforms
-        && source_format != Format::Gif;
+    let keep = fits && plain && !animated && !source_16 && orientation == Orientation::NoTransforms;
     let done = |data: Vec<u8>, format: Format, w: u32, h: u32, original: bool| Normalized {
         data,
         format,
         width: w,
         height: h,
         source_format,
-        source_width: width,
-        source_height: height,
+        source_width: upright_w,
+        source_height: upright_h,
         original,
         animated,
         from_16_bit: source_16,
@@ -717,16 +754,21 @@ mod tests {
         let jpeg =
             encode(&DynamicImage::ImageRgb8(ImageBuffer::from_pixel(8, 8, Rgb([9, 9, 9]))), Format::Jpeg)
                 .unwrap();
-        assert!(jpeg_complete(&jpeg));
-        assert!(!jpeg_complete(&jpeg[..jpeg.len() - 2]));
+        assert_eq!(jpeg_markers(&jpeg), JpegMarkers { complete: true, plain: true });
+        // The same frame header claiming 4 components (CMYK) is not plain.
+        let sof = jpeg.windows(2).position(|w| w == [0xff, 0xc0]).unwrap();
+        let mut cmyk = jpeg.clone();
+        cmyk[sof + 9] = 4;
+        assert_eq!(jpeg_markers(&cmyk), JpegMarkers { complete: true, plain: false });
+        assert!(!jpeg_markers(&jpeg[..jpeg.len() - 2]).complete);
         // An APP1 segment holding a whole thumbnail (with its own SOS and EOI) proves nothing
         // about the main image's scan.
         let thumb = [0xff, 0xd8, 0xff, 0xda, 0x00, 0x02, 0x11, 0xff, 0xd9];
         let mut with_thumb = vec![0xff, 0xd8, 0xff, 0xe1, 0x00, (thumb.len() + 2) as u8];
         with_thumb.extend_from_slice(&thumb);
         with_thumb.extend_from_slice(&jpeg[2..]);
-        assert!(jpeg_complete(&with_thumb));
-        assert!(!jpeg_complete(&with_thumb[..with_thumb.len() - 2]));
+        assert!(jpeg_markers(&with_thumb).complete);
+        assert!(!jpeg_markers(&with_thumb[..with_thumb.len() - 2]).complete);
     }
 
     #[test]
@@ -739,6 +781,24 @@ mod tests {
         image::codecs::gif::GifEncoder::new(&mut one).encode_frames(vec![frame(1)]).unwrap();
         assert_eq!(gif_frames(&one), 1);
         assert_eq!(gif_frames(b"GIF89a"), 0);
+    }
+
+    #[test]
+    fn refusals_render_the_seed_texts() {
+        let at = |r: Refusal| r.at("/ws/x").text();
+        assert_eq!(
+            at(Refusal::Conversion16),
+            "Error: cannot read \"/ws/x\": the 16-bit PNG could not be converted to the normalized 8-bit sRGB form; convert it to an 8-bit PNG/JPEG/WebP and retry"
+        );
+        assert_eq!(Refusal::Conversion16.code(), "IMAGE_CONVERSION_FAILED");
+        assert_eq!(
+            at(Refusal::SignatureMismatch(Format::WebP)),
+            "Error: cannot read \"/ws/x\": the file signature claims WebP, but the bytes decode as a different image format; the file may be corrupt"
+        );
+        assert_eq!(
+            at(Refusal::OverBudget(BUDGET_BYTES)),
+            "Error: cannot read \"/ws/x\": the image could not be reduced to the 4194304-byte normalized budget"
+        );
     }
 
     #[test]

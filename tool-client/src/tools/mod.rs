@@ -15,9 +15,8 @@ use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 
 use fsd_policy::{Observations, TargetKey, Version};
-use fsd_proto::v1::{self, fsd_client::FsdClient};
+use fsd_proto::v1;
 use serde_json::{Map, Value, json};
-use tonic::transport::Channel;
 
 use crate::approver::Approver;
 use crate::config::ClientConfig;
@@ -122,7 +121,7 @@ impl Tools {
 #[derive(Debug)]
 pub struct Session {
     tools: Tools,
-    client: FsdClient<Channel>,
+    client: crate::connect::SessionClient,
     hello: v1::HelloReply,
     cwd: PathBuf,
     session_id: String,
@@ -139,7 +138,7 @@ pub struct Session {
 }
 
 impl Session {
-    pub fn new(mut tools: Tools, client: FsdClient<Channel>, hello: v1::HelloReply, cwd: PathBuf) -> Session {
+    pub fn new(mut tools: Tools, client: impl Into<crate::connect::SessionClient>, hello: v1::HelloReply, cwd: PathBuf) -> Session {
         let session_id = format!("s-{}-{}", std::process::id(), unique_suffix());
         let offer = escalation::Offer::from_hello(&hello);
         tools.escalation = offer.is_some();
@@ -154,7 +153,7 @@ impl Session {
         };
         Session {
             tools,
-            client,
+            client: client.into(),
             hello,
             cwd,
             session_id,
@@ -205,13 +204,13 @@ impl Session {
             _ => Err(ToolError::new("UNKNOWN_TOOL", format!("unknown tool \"{name}\""))),
         };
         // A wider mode applies to one call only; a signed escalation is spent when the call ends.
-        if let Some((_, Some(ticket))) = self.call_mode.take() {
-            if !ticket.escalation_id.is_empty() {
-                let request = v1::ReleaseEscalationRequest { context: self.context(), escalation_id: ticket.escalation_id };
-                let _ = self.client.release_escalation(request).await;
-            }
+        if let Some((_, Some(ticket))) = self.call_mode.take().filter(|(_, t)| t.as_ref().is_some_and(|t| !t.escalation_id.is_empty())) {
+            let request = v1::ReleaseEscalationRequest { context: self.context(), escalation_id: ticket.escalation_id };
+            let _ = self.client.release_escalation(request).await;
         }
-        let mutating = matches!(name, "write" | "edit" | "apply_patch" | "str_replace_editor");
+        // The hint offers a retry only where the fields exist: mutations, not an editor view.
+        let mutating = matches!(name, "write" | "edit" | "apply_patch")
+            || (name == "str_replace_editor" && args.get("command").and_then(Value::as_str) != Some("view"));
         outcome.unwrap_or_else(|mut error| {
             if let (true, Some(offer)) = (mutating && error.code == "FS_SANDBOX_DENIED", &self.escalation) {
                 error.message.push_str(&escalation::hint(offer));

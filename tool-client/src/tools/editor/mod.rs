@@ -115,9 +115,15 @@ fn parse_range(value: Option<&Value>) -> Result<Option<(i64, i64)>, ToolError> {
 
 /// Checks the arguments the schema cannot: the command, an absolute path, and the fields the
 /// command needs. Fields it does not use are ignored, so `null` placeholders are harmless.
-fn parse(session: &Session, args: &Value) -> Result<(Command, String), ToolError> {
+/// Escalation fields (`sandbox_permissions`, `justification`), accepted while advertised, are
+/// left to `escalation::resolve` at each mutation.
+fn parse<'a>(
+    session: &Session,
+    args: &'a Value,
+) -> Result<(Command, String, &'a Map<String, Value>), ToolError> {
     let map = args.as_object().ok_or_else(|| ToolError::invalid_args("arguments must be a JSON object"))?;
-    if let Some(unknown) = map.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+    let allowed = session.allowed_args(FIELDS);
+    if let Some(unknown) = map.keys().find(|k| !allowed.contains(&k.as_str())) {
         return Err(ToolError::invalid_args(format!("unknown argument \"{unknown}\"")));
     }
     let command = match map.get("command") {
@@ -193,17 +199,18 @@ fn parse(session: &Session, args: &Value) -> Result<(Command, String), ToolError
             Command::Insert { after, text }
         }
     };
-    Ok((parsed, session.absolute(&path)))
+    Ok((parsed, session.absolute(&path), map))
 }
 
 pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, ToolError> {
-    let (command, path) = parse(session, args)?;
+    let (command, path, map) = parse(session, args)?;
     let name = command.name();
+    // view reads at the session's mode; escalation applies to the mutating call only.
     let mut result = match command {
         Command::View { range } => view::run(session, &path, range).await?,
-        Command::Create { file_text } => mutate::create(session, &path, file_text).await?,
-        Command::StrReplace { old, new } => mutate::str_replace(session, &path, &old, &new).await?,
-        Command::Insert { after, text } => mutate::insert(session, &path, after, &text).await?,
+        Command::Create { file_text } => mutate::create(session, map, &path, file_text).await?,
+        Command::StrReplace { old, new } => mutate::str_replace(session, map, &path, &old, &new).await?,
+        Command::Insert { after, text } => mutate::insert(session, map, &path, after, &text).await?,
     };
     result.meta.insert("command".into(), json!(name));
     Ok(result)

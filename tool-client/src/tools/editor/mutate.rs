@@ -4,11 +4,15 @@
 //! for the error texts and the snippet, and its version is the compare-and-swap basis when the
 //! policy is off. With the policy on, the guard is the observed version, and a re-read at another
 //! version is stale before any matching (as the daemon orders it). The re-read itself is not an
-//! observation: only view (or another read) authorizes a mutation.
+//! observation: only view (or another read) authorizes a mutation. A requested wider mode
+//! (`sandbox_permissions`) is resolved first and covers the whole call: the re-read of the
+//! approved target (a signed ticket admits reads of the targets it names) and the one mutation.
 
 use fsd_policy::{EditRefusal, TargetKey};
 use fsd_proto::{ErrorCode, WireError, v1};
 use serde_json::{Map, Value, json};
+
+use crate::tools::escalation::{self, PlannedCall};
 
 use super::lines::{self, FILE_CLIPPED};
 use super::{Session, ToolResult, is_directory, not_found};
@@ -22,7 +26,13 @@ struct Current {
     text: String,
 }
 
-pub async fn create(session: &mut Session, path: &str, file_text: String) -> Result<ToolResult, ToolError> {
+pub async fn create(
+    session: &mut Session,
+    args: &Map<String, Value>,
+    path: &str,
+    file_text: String,
+) -> Result<ToolResult, ToolError> {
+    escalation::resolve(session, args, "str_replace_editor", &[PlannedCall::write(path, &file_text)]).await?;
     let guard = v1::WriteGuard { kind: Some(v1::write_guard::Kind::CreateIfAbsent(v1::CreateIfAbsent {})) };
     let request = v1::WriteTextRequest {
         context: session.context(),
@@ -130,10 +140,13 @@ fn mutation_meta(display: &str, change: Option<&v1::TextChange>) -> Map<String, 
 
 pub async fn str_replace(
     session: &mut Session,
+    args: &Map<String, Value>,
     path: &str,
     old: &str,
     new: &str,
 ) -> Result<ToolResult, ToolError> {
+    escalation::resolve(session, args, "str_replace_editor", &[PlannedCall::edit(path, old, new, false)])
+        .await?;
     let current = reread(session, path).await?;
     let version = basis(session, path, &current)?;
     let (_, body) = lines::split_bom(&current.text);
@@ -188,10 +201,19 @@ pub async fn str_replace(
 
 pub async fn insert(
     session: &mut Session,
+    args: &Map<String, Value>,
     path: &str,
     after: i64,
     text: &str,
 ) -> Result<ToolResult, ToolError> {
+    // The content depends on what the re-read finds, so a signed approval cannot bind it.
+    escalation::resolve(
+        session,
+        args,
+        "str_replace_editor",
+        &[PlannedCall::unbound("writeText", path, None)],
+    )
+    .await?;
     let current = reread(session, path).await?;
     let version = basis(session, path, &current)?;
     let (bom, body) = lines::split_bom(&current.text);
@@ -202,10 +224,11 @@ pub async fn insert(
     };
     let at = usize::try_from(after).map_err(|_| range_error(lines::count_lines(body)))?;
     let new_body = lines::insert(body, at, text).map_err(range_error)?;
+    let content = format!("{bom}{new_body}");
     let request = v1::WriteTextRequest {
         context: session.context(),
         path: path.to_owned(),
-        content: format!("{bom}{new_body}"),
+        content,
         guard: Some(v1::WriteGuard {
             kind: Some(v1::write_guard::Kind::ReplaceIfVersion(v1::ReplaceIfVersion {
                 version,
