@@ -5,7 +5,8 @@ use prost::Message;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=fsd/v1/fsd.proto");
-    let fds = protox::compile(["fsd/v1/fsd.proto"], ["."])?;
+    println!("cargo:rerun-if-changed=fsd/v1/approver.proto");
+    let fds = protox::compile(["fsd/v1/fsd.proto", "fsd/v1/approver.proto"], ["."])?;
     // Reflection answers from this exact set, so a grpcurl-style client sees what was compiled.
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(out.join("fsd_descriptor.bin"), fds.encode_to_vec())?;

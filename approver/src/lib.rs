@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod rules;
+mod serve;
 
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
@@ -29,6 +30,17 @@ enum Command {
     Keygen {
         #[arg(long, value_name = "DIR")]
         dir: PathBuf,
+    },
+    /// Serve approvals over gRPC (fsd.approver.v1) so the key lives away from the agent.
+    Serve {
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+        /// unix:PATH or tcp:HOST:PORT.
+        #[arg(long, value_name = "ADDR")]
+        listen: String,
+        /// Decide by these rules; without them each request is asked on this terminal.
+        #[arg(long, value_name = "FILE")]
+        rules: Option<PathBuf>,
     },
     /// Read a description on stdin; print its signature (hex) on approval (exit 0), else exit 1.
     Sign {
@@ -54,6 +66,10 @@ pub enum ApproverError {
     Stdin(#[source] std::io::Error),
     #[error("cannot ask on the terminal: {0}")]
     Tty(#[source] std::io::Error),
+    #[error("invalid listen address {0:?}: expected unix:PATH or tcp:HOST:PORT")]
+    Listen(String),
+    #[error("cannot serve: {0}")]
+    Serve(String),
 }
 
 /// Writes a new key pair; the public key is also returned (hex).
@@ -89,8 +105,13 @@ pub fn load_key(path: &Path) -> Result<SigningKey, ApproverError> {
 }
 
 /// Signs exactly the description's bytes.
+pub fn signature(key: &SigningKey, description: &str) -> [u8; 64] {
+    key.sign(description.as_bytes()).to_bytes()
+}
+
+/// The signature as hex, as `sign` prints it.
 pub fn sign(key: &SigningKey, description: &str) -> String {
-    hex::encode(key.sign(description.as_bytes()).to_bytes())
+    hex::encode(signature(key, description))
 }
 
 /// Escapes anything a terminal could interpret; the daemon already escaped paths, this is the
@@ -102,7 +123,7 @@ fn printable(text: &str) -> String {
 }
 
 /// Shows the description on the controlling terminal and asks.
-fn ask(description: &str) -> Result<bool, ApproverError> {
+pub(crate) fn ask(description: &str) -> Result<bool, ApproverError> {
     let tty = std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty").map_err(ApproverError::Tty)?;
     let mut out = &tty;
     writeln!(out, "An fsd client asks to run these calls at a wider mode:\n").map_err(ApproverError::Tty)?;
@@ -119,6 +140,12 @@ fn run(cli: Cli) -> Result<bool, ApproverError> {
         Command::Keygen { dir } => {
             let public = keygen(&dir)?;
             println!("{public}");
+            Ok(true)
+        }
+        Command::Serve { key, listen, rules } => {
+            let key = load_key(&key)?;
+            let rules = rules.map(|path| Rules::load(&path)).transpose()?;
+            serve::run(key, &listen, rules)?;
             Ok(true)
         }
         Command::Sign { key, rules } => {

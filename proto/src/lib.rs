@@ -15,5 +15,11 @@ pub mod v1 {
 /// The encoded `google.protobuf.FileDescriptorSet` of `fsd/v1/fsd.proto`, for server reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/fsd_descriptor.bin"));
 
+/// Generated types of package `fsd.approver.v1`: the network face of `fsd-approver`.
+#[allow(clippy::all, missing_docs)]
+pub mod approver {
+    tonic::include_proto!("fsd.approver.v1");
+}
+
 /// The protocol version `hello` reports; bumped only on an incompatible wire change.
 pub const PROTOCOL_VERSION: u32 = 1;

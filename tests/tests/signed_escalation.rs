@@ -290,3 +290,45 @@ sys.exit(os.waitstatus_to_exitcode(status))
     let no = run("n");
     assert_eq!(no.status.code(), Some(1), "{}", String::from_utf8_lossy(&no.stdout));
 }
+
+#[test]
+fn the_approver_can_be_a_service_and_patches_are_approved_as_a_whole() {
+    let s = Signed::start("");
+    let socket = s.keys.path().join("approver.sock");
+    let mut approver = Command::new(approver_bin())
+        .args(["serve", "--key"])
+        .arg(s.key())
+        .arg("--listen")
+        .arg(format!("unix:{}", socket.display()))
+        .arg("--rules")
+        .arg(s.keys.path().join("allow.toml"))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(std::time::Instant::now() < deadline, "fsd-approver serve did not listen");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let config = format!("applyPatch = true\napproverEndpoint = \"unix:{}\"\n", socket.display());
+    let mut t = s.d.session_with_config(&config);
+    let target = s.outside.path().join("served.txt");
+    let r = t.call("write", json!({"file_path": p(&target), "content": "served\n", "sandbox_permissions": "danger-full-access", "justification": "the user asked"}));
+    assert!(!r.is_error(), "{}", r.json);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "served\n");
+    // A patch outside the root: one description lists every operation; reads, the update and
+    // the new file all run on the one ticket, which is spent when the patch finishes.
+    let patch = format!(
+        "*** Begin Patch\n*** Add File: {new}\n+new\n*** Delete File: {old}\n*** End Patch",
+        new = p(&s.outside.path().join("added.txt")),
+        old = p(&target),
+    );
+    let r = t.call("apply_patch", json!({"input": patch, "sandbox_permissions": "danger-full-access", "justification": "the user asked"}));
+    let text = r.text().to_owned();
+    let _ = approver.kill();
+    let _ = approver.wait();
+    assert!(!r.is_error(), "{}", r.json);
+    assert!(text.starts_with("Success. Updated the following files:"), "{text}");
+    assert_eq!(std::fs::read_to_string(s.outside.path().join("added.txt")).unwrap(), "new\n");
+    assert!(!target.exists());
+}

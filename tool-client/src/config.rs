@@ -35,6 +35,9 @@ pub struct ClientConfig {
     /// `["fsd-approver", "sign", "--key", "/etc/fsd/approver.key"]`); it reads the daemon's
     /// description on stdin and prints the signature on approval.
     pub approver_command: Option<Vec<String>>,
+    /// For `signed` daemons: an `fsd-approver serve` endpoint (`unix:PATH` or `tcp:HOST:PORT`),
+    /// used instead of `approverCommand`.
+    pub approver_endpoint: Option<String>,
 }
 
 impl Default for ClientConfig {
@@ -62,6 +65,7 @@ impl Default for ClientConfig {
             escalation_rules: None,
             escalation_prompt: false,
             approver_command: None,
+            approver_endpoint: None,
         }
     }
 }

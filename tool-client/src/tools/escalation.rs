@@ -140,6 +140,20 @@ async fn run_approver(command: &[String], description: &str) -> Result<Option<Ve
     hex::decode(text.trim()).map(Some).map_err(|_| failed("it printed no signature".into()))
 }
 
+/// Asks an `fsd-approver serve` endpoint; `None` when it refuses.
+async fn ask_approver_service(endpoint: &str, description: &str) -> Result<Option<Vec<u8>>, ToolError> {
+    use fsd_proto::approver::{ApproveRequest, approver_client::ApproverClient};
+    let failed = |why: String| ToolError::new("FS_SANDBOX_DENIED", format!("the approver could not be reached: {why}"));
+    let endpoint = crate::connect::Endpoint::parse(endpoint).map_err(|e| failed(e.to_string()))?;
+    let channel = crate::connect::channel(&endpoint).await.map_err(|e| failed(e.to_string()))?;
+    let reply = ApproverClient::new(channel)
+        .approve(ApproveRequest { description: description.to_owned() })
+        .await
+        .map_err(|s| failed(s.message().to_owned()))?
+        .into_inner();
+    Ok(reply.approved.then(|| reply.signature.to_vec()))
+}
+
 /// Applies the seed's rules to a call's fields and, for a wider mode, obtains approval: from
 /// the client's approver (`client` trust), or a signature over the daemon's own description of
 /// `calls` (`signed` trust). Sets the session's mode and ticket for this one tool call.
@@ -211,11 +225,13 @@ pub async fn resolve(session: &mut Session, map: &Map<String, Value>, tool: &str
             .await
             .map_err(|s| ToolError::from_mutation(&first, &s))?
             .into_inner();
-        let command = session.tools.config.approver_command.clone().unwrap_or_default();
-        if command.is_empty() {
-            return Err(denied());
-        }
-        let Some(signature) = run_approver(&command, &described.description).await? else {
+        let config = &session.tools.config;
+        let signature = match (&config.approver_endpoint, &config.approver_command) {
+            (Some(endpoint), _) => ask_approver_service(endpoint, &described.description).await?,
+            (None, Some(command)) if !command.is_empty() => run_approver(command, &described.description).await?,
+            _ => None,
+        };
+        let Some(signature) = signature else {
             return Err(denied());
         };
         let ticket = v1::EscalationTicket {
