@@ -10,8 +10,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Reflection answers from this exact set, so a grpcurl-style client sees what was compiled.
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(out.join("fsd_descriptor.bin"), fds.encode_to_vec())?;
-    tonic_prost_build::configure()
-        .bytes(".")
-        .compile_fds(fds)?;
+    tonic_prost_build::configure().bytes(".").compile_fds(fds)?;
     Ok(())
 }

@@ -13,6 +13,24 @@ if ! .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.versio
 fi
 export FSD_TEST_PYTHON="$PWD/.venv/bin/python"
 
+# The third-party client test (tests/python/third_party.py) uses grpcio and its companions,
+# pinned, in the same venv; reinstalled only when a pin changes.
+GRPC_PINS=(grpcio==1.85.1 grpcio-tools==1.85.1 grpcio-status==1.85.1 grpcio-health-checking==1.85.1
+    grpcio-reflection==1.85.1 protobuf==7.36.2 googleapis-common-protos==1.76.0)
+if ! .venv/bin/python -c "
+import importlib.metadata as m, sys
+sys.exit(any(m.version(n) != v for n, v in (p.split('==') for p in sys.argv[1:])))" "${GRPC_PINS[@]}" 2>/dev/null; then
+    .venv/bin/pip install --quiet --disable-pip-version-check "${GRPC_PINS[@]}"
+fi
+
+# The two-host fleet test builds network namespaces with iproute2's `ip`. Without it (or without
+# the privilege) that test fails and says why; it never skips.
+if ! command -v ip >/dev/null 2>&1 && [ ! -x /usr/sbin/ip ] && [ ! -x /sbin/ip ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get install -y -q iproute2 || { apt-get update -q && apt-get install -y -q iproute2; }; } >/dev/null \
+        || echo "scripts/test.sh: cannot install iproute2; the fleet test will fail" >&2
+fi
+
 # The end-to-end tests start target/debug/fsd and target/debug/fsd-tools; the debug build of
 # fsd carries the test-only hooks (cargo feature fault-injection, never in a release build).
 cargo build --workspace --bins --locked --features fsd/fault-injection

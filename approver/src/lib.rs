@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use ed25519_dalek::{Signer, SigningKey};
 
-pub use rules::{Decision, Rule, Rules, decide};
+pub use rules::{Decision, Rule, Rules, allows, decide, glob};
 
 #[derive(Debug, Parser)]
 #[command(name = "fsd-approver", version, about = "Approves fsd escalations by signing the daemon's description")]

@@ -67,17 +67,22 @@ pub fn decide(rules: &Rules, description: &str) -> Decision {
             paths.push(path.to_owned());
         }
     }
-    if mode.is_empty() || paths.is_empty() {
+    if mode.is_empty() {
         return Decision::Deny;
     }
-    let allowed = paths.iter().all(|path| {
-        rules
-            .rule
-            .iter()
-            .find(|r| (r.mode == "*" || r.mode == mode) && glob(&r.path, path))
-            .is_some_and(|r| r.decision == Decision::Allow)
-    });
-    if allowed { Decision::Allow } else { Decision::Deny }
+    if allows(rules, mode, &paths) { Decision::Allow } else { Decision::Deny }
+}
+
+/// Whether every path (at least one) is allowed at `mode` by the first rule that matches it.
+pub fn allows(rules: &Rules, mode: &str, paths: &[String]) -> bool {
+    !paths.is_empty()
+        && paths.iter().all(|path| {
+            rules
+                .rule
+                .iter()
+                .find(|r| (r.mode == "*" || r.mode == mode) && glob(&r.path, path))
+                .is_some_and(|r| r.decision == Decision::Allow)
+        })
 }
 
 #[cfg(test)]

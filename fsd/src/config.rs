@@ -26,12 +26,7 @@ impl Listen {
         if let Some(addr) = text.strip_prefix("tcp:") {
             let addr: std::net::SocketAddr =
                 addr.parse().map_err(|_| ConfigError::Listen(text.to_owned(), "expected tcp:IP:PORT"))?;
-            if !addr.ip().is_loopback() {
-                return Err(ConfigError::Listen(
-                    text.to_owned(),
-                    "a non-loopback TCP listener needs TLS, which this build does not offer yet",
-                ));
-            }
+            // Whether a non-loopback address is allowed depends on TLS: checked in `resolve`.
             return Ok(Listen::Tcp(addr));
         }
         Err(ConfigError::Listen(text.to_owned(), "expected unix:PATH or tcp:IP:PORT"))
@@ -98,8 +93,55 @@ pub struct ConfigFile {
     pub worker_gid: Option<u32>,
     pub call_timeout_ms: Option<u64>,
     pub audit_log: Option<PathBuf>,
-    /// Highest mode per client, keyed by the Unix peer uid (as a string: TOML keys are strings).
+    /// Highest mode per client, keyed by identity: `uid:1000` (or a bare `1000`, the Unix peer
+    /// uid), `cert:NAME` (a verified client certificate's SAN or CN), `token:NAME`.
     pub client_max_modes: Option<std::collections::BTreeMap<String, String>>,
+    /// TLS for every `tcp:` listener: the PEM certificate chain and private key.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    /// PEM bundle of the CAs whose client certificates are accepted (mutual TLS).
+    pub tls_client_ca: Option<PathBuf>,
+    /// `"required"` (the default with `tls_client_ca`) or `"optional"` (then a bearer token
+    /// stands in for a missing certificate).
+    pub tls_client_cert: Option<String>,
+    /// Bearer tokens (accepted only over TLS), by name.
+    pub tokens: Option<std::collections::BTreeMap<String, TokenFile>>,
+    /// A plaintext listener that serves only `grpc.health.v1` (for orchestrator probes).
+    pub health_listen: Option<String>,
+    /// Connection limits of TCP listeners.
+    pub max_connections: Option<usize>,
+    pub max_concurrent_streams: Option<u32>,
+    pub max_calls_per_connection: Option<usize>,
+    pub keepalive_interval_ms: Option<u64>,
+    pub keepalive_timeout_ms: Option<u64>,
+    pub handshake_timeout_ms: Option<u64>,
+    pub idle_timeout_ms: Option<u64>,
+}
+
+/// One bearer token: the hex SHA-256 of the token (never the token), and optionally the client
+/// certificate name it is bound to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenFile {
+    pub sha256: String,
+    pub cert: Option<String>,
+}
+
+/// Connection limits (HTTP/2 and TCP) of the daemon's listeners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transport {
+    /// Open connections per TCP listener; more are closed at accept.
+    pub max_connections: usize,
+    /// HTTP/2 streams a connection may have open at once.
+    pub max_concurrent_streams: u32,
+    /// Calls of one connection served at once; the rest wait their turn.
+    pub max_calls_per_connection: usize,
+    pub keepalive_interval: std::time::Duration,
+    pub keepalive_timeout: std::time::Duration,
+    /// A TLS handshake not finished within this is dropped.
+    pub handshake_timeout: std::time::Duration,
+    /// A TCP connection without a call for this long is closed.
+    pub idle_timeout: std::time::Duration,
 }
 
 /// What the flags say; each set flag overrides the file.
@@ -132,7 +174,12 @@ pub struct Config {
     pub worker_gid: u32,
     pub call_timeout: std::time::Duration,
     pub audit_log: Option<PathBuf>,
-    pub client_max_modes: std::collections::BTreeMap<u32, Mode>,
+    pub client_max_modes: std::collections::BTreeMap<crate::identity::ClientKey, Mode>,
+    /// TLS for every `tcp:` listener, when configured.
+    pub tls: Option<crate::tls::TlsConfig>,
+    pub tokens: Vec<crate::identity::TokenEntry>,
+    pub health_listen: Option<std::net::SocketAddr>,
+    pub transport: Transport,
 }
 
 /// Whether a kernel without the Landlock floor may still serve the confined modes.
@@ -168,8 +215,20 @@ pub enum ConfigError {
     DefaultAboveMax { default: &'static str, max: &'static str },
     #[error("invalid landlock {0:?}: expected \"required\" or \"best-effort\"")]
     Landlock(String),
-    #[error("invalid client_max_modes key {0:?}: expected a numeric uid")]
+    #[error("invalid client_max_modes key {0:?}: expected uid:UID (or a bare uid), cert:NAME or token:NAME")]
     ClientUid(String),
+    #[error(
+        "listener {0} is not on loopback: a non-loopback TCP listener needs TLS (set tls_cert and tls_key)"
+    )]
+    NeedsTls(String),
+    #[error("invalid TLS settings: {0}")]
+    Tls(&'static str),
+    #[error("invalid token {0:?}: {1}")]
+    Token(String, &'static str),
+    #[error("invalid health_listen {0:?}: expected tcp:IP:PORT")]
+    HealthListen(String),
+    #[error("invalid {0}: must be at least 1")]
+    Transport(&'static str),
     #[error("workers_per_mode must be between 1 and 64")]
     Workers,
     #[error("max_message_bytes {message} must exceed max_editable_file_bytes {editable}")]
@@ -265,9 +324,42 @@ impl Config {
             return Err(ConfigError::Workers);
         }
         let mut client_max_modes = std::collections::BTreeMap::new();
-        for (uid, value) in file.client_max_modes.unwrap_or_default() {
-            let uid_num: u32 = uid.parse().map_err(|_| ConfigError::ClientUid(uid.clone()))?;
-            client_max_modes.insert(uid_num, mode("client_max_modes", Some(value), max_mode)?);
+        for (key, value) in file.client_max_modes.unwrap_or_default() {
+            let client =
+                crate::identity::ClientKey::parse(&key).ok_or_else(|| ConfigError::ClientUid(key.clone()))?;
+            client_max_modes.insert(client, mode("client_max_modes", Some(value), max_mode)?);
+        }
+        let fleet = fleet_settings(
+            &listen,
+            FleetFile {
+                tls_cert: file.tls_cert,
+                tls_key: file.tls_key,
+                tls_client_ca: file.tls_client_ca,
+                tls_client_cert: file.tls_client_cert,
+                tokens: file.tokens,
+                health_listen: file.health_listen,
+            },
+        )?;
+        let ms = |value: Option<u64>, default: u64| {
+            std::time::Duration::from_millis(value.unwrap_or(default).max(1))
+        };
+        let transport = Transport {
+            max_connections: file.max_connections.unwrap_or(256),
+            max_concurrent_streams: file.max_concurrent_streams.unwrap_or(256),
+            max_calls_per_connection: file.max_calls_per_connection.unwrap_or(64),
+            keepalive_interval: ms(file.keepalive_interval_ms, 30_000),
+            keepalive_timeout: ms(file.keepalive_timeout_ms, 20_000),
+            handshake_timeout: ms(file.handshake_timeout_ms, 10_000),
+            idle_timeout: ms(file.idle_timeout_ms, 300_000),
+        };
+        if transport.max_connections == 0 {
+            return Err(ConfigError::Transport("max_connections"));
+        }
+        if transport.max_concurrent_streams == 0 {
+            return Err(ConfigError::Transport("max_concurrent_streams"));
+        }
+        if transport.max_calls_per_connection == 0 {
+            return Err(ConfigError::Transport("max_calls_per_connection"));
         }
         let (uid, gid) = crate::sys::effective_ids();
         Ok(Config {
@@ -278,6 +370,10 @@ impl Config {
             call_timeout: std::time::Duration::from_millis(file.call_timeout_ms.unwrap_or(30_000).max(1)),
             audit_log: file.audit_log,
             client_max_modes,
+            tls: fleet.tls,
+            tokens: fleet.tokens,
+            health_listen: fleet.health_listen,
+            transport,
             listen,
             roots,
             protected_names: file.protected_names.unwrap_or_else(|| vec![".git".to_owned()]),
@@ -291,6 +387,82 @@ impl Config {
             limits,
         })
     }
+}
+
+/// The fleet keys of the file, resolved together: they constrain one another.
+struct FleetFile {
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_client_ca: Option<PathBuf>,
+    tls_client_cert: Option<String>,
+    tokens: Option<std::collections::BTreeMap<String, TokenFile>>,
+    health_listen: Option<String>,
+}
+
+struct Fleet {
+    tls: Option<crate::tls::TlsConfig>,
+    tokens: Vec<crate::identity::TokenEntry>,
+    health_listen: Option<std::net::SocketAddr>,
+}
+
+fn fleet_settings(listen: &[Listen], file: FleetFile) -> Result<Fleet, ConfigError> {
+    use crate::tls::{ClientCerts, TlsConfig};
+    let mut tokens = Vec::new();
+    for (name, token) in file.tokens.unwrap_or_default() {
+        let sha256 = crate::identity::parse_sha256(&token.sha256).ok_or(ConfigError::Token(
+            name.clone(),
+            "sha256 must be 64 hex digits (sha256sum of the token)",
+        ))?;
+        if token.cert.as_deref().is_some_and(str::is_empty) {
+            return Err(ConfigError::Token(name, "cert must name a client certificate"));
+        }
+        tokens.push(crate::identity::TokenEntry { name, sha256, cert: token.cert });
+    }
+    let tls = match (file.tls_cert, file.tls_key) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => {
+            let client_certs = match (file.tls_client_ca.is_some(), file.tls_client_cert.as_deref()) {
+                (false, None) => ClientCerts::None,
+                (false, Some(_)) => return Err(ConfigError::Tls("tls_client_cert needs tls_client_ca")),
+                (true, None | Some("required")) => ClientCerts::Required,
+                (true, Some("optional")) => ClientCerts::Optional,
+                (true, Some(_)) => {
+                    return Err(ConfigError::Tls("tls_client_cert must be \"required\" or \"optional\""));
+                }
+            };
+            if client_certs != ClientCerts::Required && tokens.is_empty() {
+                // Otherwise a client without a certificate could never authenticate.
+                return Err(ConfigError::Tls(
+                    "without required client certificates (tls_client_ca), configure tokens",
+                ));
+            }
+            Some(TlsConfig { cert, key, client_ca: file.tls_client_ca.clone(), client_certs })
+        }
+        _ => return Err(ConfigError::Tls("tls_cert and tls_key go together")),
+    };
+    if tls.is_none() && (file.tls_client_ca.is_some() || file.tls_client_cert.is_some()) {
+        return Err(ConfigError::Tls("tls_client_ca needs tls_cert and tls_key"));
+    }
+    if tls.is_none() && !tokens.is_empty() {
+        return Err(ConfigError::Tls("bearer tokens are accepted only over TLS: set tls_cert and tls_key"));
+    }
+    for l in listen {
+        if let Listen::Tcp(addr) = l
+            && !addr.ip().is_loopback()
+            && tls.is_none()
+        {
+            return Err(ConfigError::NeedsTls(l.to_string()));
+        }
+    }
+    let health_listen = match file.health_listen {
+        None => None,
+        Some(text) => Some(
+            text.strip_prefix("tcp:")
+                .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+                .ok_or(ConfigError::HealthListen(text))?,
+        ),
+    };
+    Ok(Fleet { tls, tokens, health_listen })
 }
 
 #[cfg(test)]
@@ -336,7 +508,7 @@ mod tests {
         );
         // Flags override the file.
         check("writable_roots = [\"/a\"]", flags(&["unix:/s"], &["/b"]), Ok("unix:/s [(\"/b\", true)] workspace-write deny"));
-        check("", flags(&["tcp:0.0.0.0:1"], &["/ws"]), Err("invalid listen address \"tcp:0.0.0.0:1\": a non-loopback TCP listener needs TLS, which this build does not offer yet"));
+        check("", flags(&["tcp:0.0.0.0:1"], &["/ws"]), Err("listener tcp:0.0.0.0:1 is not on loopback: a non-loopback TCP listener needs TLS (set tls_cert and tls_key)"));
         check("", flags(&[], &["/ws"]), Err("no listen address: pass --listen unix:PATH or tcp:127.0.0.1:PORT"));
         check("", flags(&["unix:/s"], &[]), Err("no root: pass --writable-root DIR or --readable-root DIR"));
         check("escalation = \"signed\"", flags(&["unix:/s"], &["/ws"]), Err("escalation = \"signed\" needs approver_public_key (64 hex digits)"));
@@ -344,6 +516,69 @@ mod tests {
         check("default_mode = \"danger-full-access\"\nmax_mode = \"read-only\"", flags(&["unix:/s"], &["/ws"]), Err("default_mode danger-full-access is wider than max_mode read-only"));
         check("bogus = 1", flags(&["unix:/s"], &["/ws"]), Err("unknown field `bogus`"));
         check("landlock = \"maybe\"", flags(&["unix:/s"], &["/ws"]), Err("invalid landlock \"maybe\": expected \"required\" or \"best-effort\""));
-        check("[client_max_modes]\nalice = \"read-only\"", flags(&["unix:/s"], &["/ws"]), Err("invalid client_max_modes key \"alice\": expected a numeric uid"));
+        check("[client_max_modes]\nalice = \"read-only\"", flags(&["unix:/s"], &["/ws"]), Err("invalid client_max_modes key \"alice\": expected uid:UID (or a bare uid), cert:NAME or token:NAME"));
+    }
+
+    /// TLS, tokens and identity keys: what a fleet daemon's config may and may not say.
+    #[test]
+    fn fleet_config_table() {
+        let hash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+        let tls = "tls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\n";
+        let fleet = |text: &str| -> Result<Config, String> {
+            let file: ConfigFile = toml::from_str(text).map_err(|e| e.to_string())?;
+            Config::resolve(file, flags(&[], &["/ws"])).map_err(|e| e.to_string())
+        };
+        let listen = "listen = [\"tcp:10.99.0.1:7443\"]\n";
+        // TLS with required client certificates may listen beyond loopback.
+        let ok = fleet(&format!("{listen}{tls}tls_client_ca = \"/ca.pem\""))
+            .map(|c| c.tls.map(|t| t.client_certs));
+        assert_eq!(ok, Ok(Some(crate::tls::ClientCerts::Required)));
+        // Server-only TLS needs tokens, or nobody could authenticate.
+        assert_eq!(
+            fleet(&format!("{listen}{tls}")).err().as_deref(),
+            Some(
+                "invalid TLS settings: without required client certificates (tls_client_ca), configure tokens"
+            )
+        );
+        let with_token = fleet(&format!("{listen}{tls}[tokens.ci]\nsha256 = \"{hash}\"\ncert = \"agent-a\""));
+        assert_eq!(
+            with_token.map(|c| (c.tokens[0].name.clone(), c.tokens[0].cert.clone())),
+            Ok(("ci".into(), Some("agent-a".into())))
+        );
+        assert_eq!(
+            fleet(&format!("{listen}{tls}[tokens.ci]\nsha256 = \"abc\"")).err().as_deref(),
+            Some("invalid token \"ci\": sha256 must be 64 hex digits (sha256sum of the token)")
+        );
+        assert_eq!(
+            fleet(&format!("listen = [\"tcp:127.0.0.1:1\"]\n[tokens.ci]\nsha256 = \"{hash}\""))
+                .err()
+                .as_deref(),
+            Some("invalid TLS settings: bearer tokens are accepted only over TLS: set tls_cert and tls_key")
+        );
+        assert_eq!(
+            fleet(&format!("{listen}tls_cert = \"/c.pem\"")).err().as_deref(),
+            Some("invalid TLS settings: tls_cert and tls_key go together")
+        );
+        assert_eq!(
+            fleet(&format!("{listen}{tls}tls_client_ca = \"/ca.pem\"\ntls_client_cert = \"sometimes\""))
+                .err()
+                .as_deref(),
+            Some("invalid TLS settings: tls_client_cert must be \"required\" or \"optional\"")
+        );
+        assert_eq!(
+            fleet("listen = [\"unix:/s\"]\nhealth_listen = \"0.0.0.0:8081\"").err().as_deref(),
+            Some("invalid health_listen \"0.0.0.0:8081\": expected tcp:IP:PORT")
+        );
+        // Identity keys: bare uids keep working beside the new forms.
+        let keys = fleet("listen = [\"unix:/s\"]\nmax_mode = \"danger-full-access\"\n[client_max_modes]\n1000 = \"read-only\"\n\"uid:1001\" = \"workspace-write\"\n\"cert:agent-a\" = \"read-only\"\n\"token:ci\" = \"danger-full-access\"")
+            .map(|c| c.client_max_modes.iter().map(|(k, m)| format!("{k}={}", m.as_str())).collect::<Vec<_>>().join(" "));
+        assert_eq!(
+            keys.as_deref(),
+            Ok(
+                "uid:1000=read-only uid:1001=workspace-write cert:agent-a=read-only token:ci=danger-full-access"
+            )
+        );
+        let limits = fleet("listen = [\"unix:/s\"]\nmax_concurrent_streams = 0").err();
+        assert_eq!(limits.as_deref(), Some("invalid max_concurrent_streams: must be at least 1"));
     }
 }

@@ -37,6 +37,10 @@ pub enum DaemonError {
     Serve { listen: String, source: tonic::transport::Error },
     #[error("the network process exited: {0}")]
     NetworkExited(std::process::ExitStatus),
+    #[error("TLS setup failed: {0}")]
+    Tls(#[from] crate::tls::TlsError),
+    #[error("server reflection setup failed: {0}")]
+    Reflection(String),
 }
 
 pub fn init_logging(format: LogFormat) {

@@ -96,6 +96,17 @@ pub fn escape(text: &str) -> String {
         .collect()
 }
 
+/// A ticket as a call presents it, with who presents it.
+#[derive(Debug, Clone, Copy)]
+pub struct Ticket<'a> {
+    pub id: &'a str,
+    pub nonce: &'a [u8],
+    pub signature: &'a [u8],
+    pub session: &'a str,
+    pub client: &'a str,
+    pub mode: Mode,
+}
+
 /// The request the client made, to be described.
 #[derive(Debug)]
 pub struct Describe<'a> {
@@ -167,72 +178,48 @@ impl Escalations {
         Described { id, nonce, text, expires }
     }
 
-    /// Checks a ticket for one call and spends that call's approval.
-    #[allow(clippy::too_many_arguments)]
-    pub fn redeem(
-        &self,
-        id: &str,
-        nonce: &[u8],
-        signature: &[u8],
-        session: &str,
-        client: &str,
-        mode: Mode,
-        call: &CanonicalOp,
-    ) -> Result<(), TicketError> {
-        let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        let pending = table.get_mut(id).ok_or(TicketError::Unknown)?;
-        if pending.nonce != nonce {
+    /// The checks every use of a ticket passes: nonce, expiry, caller, mode, signature.
+    fn verify(&self, pending: &Pending, ticket: &Ticket<'_>) -> Result<(), TicketError> {
+        if pending.nonce != ticket.nonce {
             return Err(TicketError::Unknown);
         }
         if pending.expires <= now() {
-            table.remove(id);
             return Err(TicketError::Expired);
         }
-        if pending.session != session || pending.client != client {
+        if pending.session != ticket.session || pending.client != ticket.client {
             return Err(TicketError::WrongCaller);
         }
-        if pending.mode != mode {
+        if pending.mode != ticket.mode {
             return Err(TicketError::WrongMode);
         }
-        let signature = Signature::from_slice(signature).map_err(|_| TicketError::BadSignature)?;
-        self.key.verify(pending.description.as_bytes(), &signature).map_err(|_| TicketError::BadSignature)?;
+        let signature = Signature::from_slice(ticket.signature).map_err(|_| TicketError::BadSignature)?;
+        self.key.verify(pending.description.as_bytes(), &signature).map_err(|_| TicketError::BadSignature)
+    }
+
+    /// Checks a ticket for one call and spends that call's approval.
+    pub fn redeem(&self, ticket: &Ticket<'_>, call: &CanonicalOp) -> Result<(), TicketError> {
+        let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let pending = table.get_mut(ticket.id).ok_or(TicketError::Unknown)?;
+        if let Err(e) = self.verify(pending, ticket) {
+            if e == TicketError::Expired {
+                table.remove(ticket.id);
+            }
+            return Err(e);
+        }
         let slot = pending.ops.iter_mut().find(|(op, used)| !used && op.admits(call)).ok_or(TicketError::Mismatch)?;
         slot.1 = true;
         if pending.ops.iter().all(|(_, used)| *used) {
-            table.remove(id);
+            table.remove(ticket.id);
         }
         Ok(())
     }
 
     /// Checks a ticket for a read of one of the approved targets (an apply_patch preflight);
     /// reads spend nothing.
-    #[allow(clippy::too_many_arguments)]
-    pub fn check_read(
-        &self,
-        id: &str,
-        nonce: &[u8],
-        signature: &[u8],
-        session: &str,
-        client: &str,
-        mode: Mode,
-        target_key: &str,
-    ) -> Result<(), TicketError> {
+    pub fn check_read(&self, ticket: &Ticket<'_>, target_key: &str) -> Result<(), TicketError> {
         let table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        let pending = table.get(id).ok_or(TicketError::Unknown)?;
-        if pending.nonce != nonce {
-            return Err(TicketError::Unknown);
-        }
-        if pending.expires <= now() {
-            return Err(TicketError::Expired);
-        }
-        if pending.session != session || pending.client != client {
-            return Err(TicketError::WrongCaller);
-        }
-        if pending.mode != mode {
-            return Err(TicketError::WrongMode);
-        }
-        let signature = Signature::from_slice(signature).map_err(|_| TicketError::BadSignature)?;
-        self.key.verify(pending.description.as_bytes(), &signature).map_err(|_| TicketError::BadSignature)?;
+        let pending = table.get(ticket.id).ok_or(TicketError::Unknown)?;
+        self.verify(pending, ticket)?;
         let approved = pending.ops.iter().any(|(op, _)| {
             op.target_key == target_key || op.destination.as_ref().is_some_and(|(key, _)| key == target_key)
         });
@@ -284,7 +271,8 @@ mod tests {
         assert!(d.text.contains("justification: needed\\u{202e}\n"), "{}", d.text);
         let sig = signing.sign(d.text.as_bytes()).to_bytes();
         let redeem = |call: &CanonicalOp, session: &str, mode: Mode, sig: &[u8]| {
-            esc.redeem(&d.id, &d.nonce, sig, session, "uid:0", mode, call)
+            let ticket = Ticket { id: &d.id, nonce: &d.nonce, signature: sig, session, client: "uid:0", mode };
+            esc.redeem(&ticket, call)
         };
         let forged = SigningKey::from_bytes(&[8u8; 32]).sign(d.text.as_bytes()).to_bytes();
         assert_eq!(redeem(&op("etc/x"), "s1", Mode::DangerFullAccess, &forged), Err(TicketError::BadSignature));

@@ -129,7 +129,11 @@ pub fn token_sha256_hex(token: &str) -> String {
 
 /// Checks an `authorization` header value against the configured tokens. Every entry is compared
 /// in constant time, so the time taken does not tell how close a guess came.
-pub fn verify_bearer(header: &str, tokens: &[TokenEntry], cert_names: &[String]) -> Result<String, TokenError> {
+pub fn verify_bearer(
+    header: &str,
+    tokens: &[TokenEntry],
+    cert_names: &[String],
+) -> Result<String, TokenError> {
     let token = header
         .strip_prefix("Bearer ")
         .or_else(|| header.strip_prefix("bearer "))

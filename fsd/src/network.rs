@@ -1,5 +1,6 @@
-//! The network process: binds the listeners, opens the audit log, then confines itself to no
-//! filesystem rights at all before any thread starts; serves gRPC and routes every call to a
+//! The network process: binds the listeners, opens the audit log, reads the TLS files, then
+//! confines itself to no filesystem rights at all before any thread starts; serves gRPC (fsd.v1,
+//! grpc.health.v1 and server reflection, behind the identity edge) and routes every call to a
 //! worker of the call's mode.
 
 use std::os::unix::net::UnixStream;
@@ -8,12 +9,13 @@ use std::time::Duration;
 
 use fsd_proto::v1::fsd_server::FsdServer;
 use tokio::sync::watch;
-use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::audit::Audit;
 use crate::config::{Config, Listen};
 use crate::daemon::DaemonError;
 use crate::dispatch::Dispatcher;
+use crate::edge::{Edge, TcpLimits};
 use crate::ipc::{self, Control, IpcError};
 use crate::service::FsdService;
 
@@ -63,6 +65,21 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         })
         .collect::<Vec<_>>();
     let control_reader = control.try_clone().map_err(DaemonError::Runtime)?;
+    // The TLS files are read now: after confinement this process cannot open them.
+    let tls = match &config.tls {
+        Some(tls) => Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(tls)?)),
+        None => None,
+    };
+    let health_listener = match config.health_listen {
+        Some(addr) => {
+            let listener = std::net::TcpListener::bind(addr)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .map_err(|source| DaemonError::Bind { listen: format!("health tcp:{addr}"), source })?;
+            Some(listener)
+        }
+        None => None,
+    };
+    let instance = instance_id()?;
 
     let confinement = crate::confine::network(&config).map_err(DaemonError::Confine)?;
     tracing::info!(fence = confinement.describe(), "network process confined: no filesystem rights");
@@ -85,7 +102,27 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         .map_err(DaemonError::Runtime)?;
     dispatcher.wait_ready(&config.served_modes(), config.workers_per_mode, Duration::from_secs(10));
     let service = FsdService::new(dispatcher, &config, roots, audit);
-    runtime.block_on(serve(config, service, bound, stop_tx, stop_rx))
+    let edge = Edge::new(&instance, config.tokens.clone())
+        .map_err(|e| DaemonError::Runtime(std::io::Error::other(e)))?;
+    tracing::info!(instance = %instance, "daemon instance");
+    let listeners = Listeners { bound, tls, health: health_listener, edge };
+    runtime.block_on(serve(config, service, listeners, stop_tx, stop_rx))
+}
+
+/// A random id of this network process's life: clients pin it, so a restarted daemon refuses
+/// the sessions of the one before instead of serving them as if nothing happened.
+fn instance_id() -> Result<String, DaemonError> {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).map_err(|e| DaemonError::Runtime(std::io::Error::other(e.to_string())))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// What `serve` serves on.
+struct Listeners {
+    bound: Vec<Bound>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    health: Option<std::net::TcpListener>,
+    edge: Edge,
 }
 
 /// Registers the workers the supervisor starts, until the supervisor goes away.
@@ -125,24 +162,55 @@ fn serve_control(dispatcher: &Arc<Dispatcher>, control: &UnixStream, stop: &watc
 async fn serve(
     config: Config,
     service: FsdService,
-    bound: Vec<Bound>,
+    listeners: Listeners,
     stop_tx: watch::Sender<bool>,
     stop_rx: watch::Receiver<bool>,
 ) -> Result<(), DaemonError> {
+    let Listeners { bound, tls, health, edge } = listeners;
+    // Standard health: "" and "fsd.v1.Fsd" are SERVING while this process serves calls.
+    let (reporter, health_service) = tonic_health::server::health_reporter();
+    reporter.set_serving::<FsdServer<FsdService>>().await;
+    // Reflection answers from the descriptor set the service was compiled from.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(fsd_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1().map_err(|e| DaemonError::Reflection(e.to_string()))?;
+    let reflection_v1alpha =
+        reflection().build_v1alpha().map_err(|e| DaemonError::Reflection(e.to_string()))?;
+    let transport = config.transport;
+    let tcp_limits = TcpLimits {
+        handshake_timeout: transport.handshake_timeout,
+        idle_timeout: transport.idle_timeout,
+        max_connections: transport.max_connections,
+        tcp_keepalive: transport.keepalive_interval,
+    };
     let mut servers = tokio::task::JoinSet::new();
     for listener in bound {
         let max = config.max_message_bytes as usize;
-        let svc = FsdServer::new(service.clone()).max_decoding_message_size(max).max_encoding_message_size(max);
-        // Large windows and frames: tonic's defaults cost streaming several times over here.
+        let svc =
+            FsdServer::new(service.clone()).max_decoding_message_size(max).max_encoding_message_size(max);
+        // Request compression is never accepted (no `accept_compressed`, no codec compiled in):
+        // a compressed request is refused before it is inflated.
         let router = tonic::transport::Server::builder()
+            // Large windows and frames: tonic's defaults cost streaming several times over here.
             .initial_stream_window_size(16 << 20)
             .initial_connection_window_size(32 << 20)
             .max_frame_size((1 << 20) - 1)
-            .tcp_nodelay(true)
-            .max_concurrent_streams(256)
-            .http2_keepalive_interval(Some(Duration::from_secs(30)))
-            .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-            .add_service(svc);
+            // Explicit limits, not library defaults (tonic's `None` would lift hyper's).
+            .max_concurrent_streams(transport.max_concurrent_streams)
+            .concurrency_limit_per_connection(transport.max_calls_per_connection)
+            .http2_keepalive_interval(Some(transport.keepalive_interval))
+            .http2_keepalive_timeout(Some(transport.keepalive_timeout))
+            .http2_max_header_list_size(16 << 10)
+            .http2_max_pending_accept_reset_streams(Some(20))
+            .http2_max_local_error_reset_streams(Some(1024))
+            .layer(edge.clone())
+            .add_service(svc)
+            .add_service(health_service.clone())
+            .add_service(reflection_v1.clone())
+            .add_service(reflection_v1alpha.clone());
         let mut stop = stop_rx.clone();
         let shutdown = async move {
             let _ = stop.wait_for(|s| *s).await;
@@ -160,13 +228,41 @@ async fn serve(
             Bound::Tcp(std_listener, name) => {
                 let listener = tokio::net::TcpListener::from_std(std_listener)
                     .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
-                tracing::info!(listen = %name, "listening");
+                tracing::info!(listen = %name, tls = tls.is_some(), "listening");
+                let incoming = crate::edge::incoming(listener, tls.clone(), tcp_limits, stop_rx.clone());
                 servers.spawn(async move {
-                    let result = router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown).await;
+                    let result = router.serve_with_incoming_shutdown(incoming, shutdown).await;
                     result.map_err(|source| DaemonError::Serve { listen: name, source })
                 });
             }
         }
+    }
+    if let Some(std_listener) = health {
+        let name =
+            std_listener.local_addr().map(|a| format!("health tcp:{a}")).unwrap_or_else(|_| "health".into());
+        let listener = tokio::net::TcpListener::from_std(std_listener)
+            .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+        tracing::info!(listen = %name, "listening (grpc.health.v1 only, plaintext)");
+        // Health only: no fsd.v1, no reflection, nothing that needs a credential.
+        let router = tonic::transport::Server::builder()
+            .max_concurrent_streams(16)
+            .concurrency_limit_per_connection(4)
+            .http2_max_header_list_size(8 << 10)
+            .add_service(health_service.clone());
+        let incoming = crate::edge::incoming(
+            listener,
+            None,
+            TcpLimits { max_connections: 64, ..tcp_limits },
+            stop_rx.clone(),
+        );
+        let mut stop = stop_rx.clone();
+        servers.spawn(async move {
+            let shutdown = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            let result = router.serve_with_incoming_shutdown(incoming, shutdown).await;
+            result.map_err(|source| DaemonError::Serve { listen: name, source })
+        });
     }
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(DaemonError::Signal)?;
@@ -180,6 +276,8 @@ async fn serve(
             if let Ok(Err(e)) = done { failure = Some(e); }
         }
     }
+    reporter.set_not_serving::<FsdServer<FsdService>>().await;
+    reporter.set_service_status("", tonic_health::ServingStatus::NotServing).await;
     let _ = stop_tx.send(true);
     // In-flight calls get a grace period; a client that keeps an idle connection open does not
     // hold the daemon up past it.

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use fsd_proto::v1::{self, fsd_server::Fsd};
-use fsd_proto::{ErrorCode, WireError};
+use fsd_proto::{ErrorCode, WireError, digest};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
@@ -14,7 +14,7 @@ use crate::audit::{self, Audit};
 use crate::backend::{self, Limits, Mode, Outcome};
 use crate::config::{Config, Escalation};
 use crate::dispatch::Dispatcher;
-use crate::escalation::{CanonicalOp, Describe, Escalations};
+use crate::escalation::{CanonicalOp, Describe, Escalations, Ticket};
 use crate::sys;
 
 /// The service state shared by every connection.
@@ -23,7 +23,7 @@ pub struct FsdService {
     dispatcher: Arc<Dispatcher>,
     default_mode: Mode,
     max_mode: Mode,
-    client_max_modes: BTreeMap<u32, Mode>,
+    client_max_modes: BTreeMap<crate::identity::ClientKey, Mode>,
     escalation: Escalation,
     max_message_bytes: u64,
     limits: Limits,
@@ -43,30 +43,26 @@ struct Grant {
 /// Who is calling, as far as the transport tells.
 #[derive(Debug, Clone)]
 struct Caller {
-    uid: Option<u32>,
+    identity: crate::identity::Identity,
     session: String,
     call: String,
 }
 
 impl Caller {
     fn of<T>(request: &Request<T>, context: Option<&v1::CallContext>) -> Caller {
-        let uid = request
-            .extensions()
-            .get::<tonic::transport::server::UdsConnectInfo>()
-            .and_then(|info| info.peer_cred)
-            .map(|cred| cred.uid());
+        // The edge layer (`crate::edge`) authenticated the connection and the call before any
+        // service sees it; without it (a service used directly) the caller is anonymous.
+        let identity = request.extensions().get::<crate::identity::Identity>().cloned().unwrap_or_default();
         Caller {
-            uid,
+            identity,
             session: context.map(|c| c.session_id.clone()).unwrap_or_default(),
             call: context.map(|c| c.call_id.clone()).unwrap_or_default(),
         }
     }
 
+    /// `uid:1000`, `cert:NAME`, `token:NAME` or `tcp` (anonymous loopback TCP).
     fn client(&self) -> String {
-        match self.uid {
-            Some(uid) => format!("uid:{uid}"),
-            None => "tcp".to_owned(),
-        }
+        self.identity.label()
     }
 }
 
@@ -93,7 +89,7 @@ impl FsdService {
 
     /// The highest mode this caller may reach.
     fn max_for(&self, caller: &Caller) -> Mode {
-        caller.uid.and_then(|uid| self.client_max_modes.get(&uid).copied()).unwrap_or(self.max_mode)
+        caller.identity.max_mode(&self.client_max_modes).unwrap_or(self.max_mode)
     }
 
     /// The mode a call runs at: the daemon's default (capped by the caller's maximum) unless the
@@ -164,17 +160,16 @@ impl FsdService {
 
     /// Describes one call as an approver would have seen it.
     async fn canonical_op(&self, mode: Mode, request: &backend::Request) -> Result<CanonicalOp, Status> {
-        use sha2::Digest;
         let (op, path, follow, digest, destination) = match request {
             backend::Request::WriteText { path, content, .. } => {
-                ("writeText", path, true, sha2::Sha256::digest(content.as_bytes()).to_vec(), None)
+                ("writeText", path, true, digest::content(content.as_bytes()), None)
             }
             backend::Request::EditText { path, old, new, replace_all, .. } => {
-                ("editText", path, true, edit_digest(old, new, *replace_all), None)
+                ("editText", path, true, digest::edit(old, new, *replace_all), None)
             }
             backend::Request::DeleteFile { path, .. } => ("deleteFile", path, false, Vec::new(), None),
             backend::Request::MoveFile { source, destination, content, .. } => {
-                let digest = content.as_ref().map(|c| sha2::Sha256::digest(c.as_bytes()).to_vec()).unwrap_or_default();
+                let digest = content.as_ref().map(|c| digest::content(c.as_bytes())).unwrap_or_default();
                 ("moveFile", source, false, digest, Some(destination))
             }
             backend::Request::Stat { path, .. }
@@ -208,10 +203,19 @@ impl FsdService {
             return Err(refuse(format!("{} is above this client's maximum mode", grant.mode.as_str())));
         }
         let call = self.canonical_op(grant.mode, request).await?;
+        let client = caller.client();
+        let presented = Ticket {
+            id: &ticket.escalation_id,
+            nonce: &ticket.nonce,
+            signature: &ticket.signature,
+            session: &caller.session,
+            client: &client,
+            mode: grant.mode,
+        };
         let result = if call.op == "read" {
-            escalations.check_read(&ticket.escalation_id, &ticket.nonce, &ticket.signature, &caller.session, &caller.client(), grant.mode, &call.target_key)
+            escalations.check_read(&presented, &call.target_key)
         } else {
-            escalations.redeem(&ticket.escalation_id, &ticket.nonce, &ticket.signature, &caller.session, &caller.client(), grant.mode, &call)
+            escalations.redeem(&presented, &call)
         };
         match result {
             Ok(()) => {
@@ -280,18 +284,6 @@ impl FsdService {
         }
         result.map_err(|w| w.with("mode", mode.as_str()).into_status())
     }
-}
-
-/// The digest an editText approval binds: old, new and the replace-all flag.
-pub fn edit_digest(old: &str, new: &str, replace_all: bool) -> Vec<u8> {
-    use sha2::Digest;
-    let mut hasher = sha2::Sha256::new();
-    hasher.update(old.as_bytes());
-    hasher.update([0]);
-    hasher.update(new.as_bytes());
-    hasher.update([0]);
-    hasher.update(if replace_all { b"1" } else { b"0" });
-    hasher.finalize().to_vec()
 }
 
 fn is_mutation(op: &str) -> bool {

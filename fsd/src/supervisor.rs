@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 
 use crate::backend::Mode;
+use crate::backend::journal;
 use crate::config::{Config, LandlockPolicy, Listen};
 use crate::daemon::{DaemonError, init_logging};
 use crate::ipc::{self, Control, ControlRequest};
@@ -62,6 +63,8 @@ impl Supervisor {
         // Own process group: a terminal's Ctrl-C reaches only the supervisor, which then stops
         // the others in order.
         command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit()).process_group(0);
+        // Workers tag their temporary-file journal entries with this daemon's instance.
+        command.env(journal::INSTANCE_ENV, journal::instance());
         let name = format!("{role:?}");
         let spawn_err = |source| DaemonError::Spawn { role: name.clone(), source };
         // Single-threaded: nothing else can spawn while the descriptor is inheritable.
@@ -134,6 +137,9 @@ async fn supervise(config: Config, exe: PathBuf, args: Vec<OsString>, options: R
         given_up: Vec::new(),
         alive: Default::default(),
     };
+    // Before any worker exists: remove the temporary files a killed daemon left (backend::journal).
+    let roots: Vec<PathBuf> = sup.config.roots.iter().map(|r| r.path.clone()).collect();
+    let sweeper = journal::Sweeper::start(&roots);
     let network_pid = sup.spawn(Role::Network, &network_end)?;
     drop(network_end);
 
@@ -211,6 +217,7 @@ async fn supervise(config: Config, exe: PathBuf, args: Vec<OsString>, options: R
                     }
                     Role::Worker(mode) => {
                         tracing::warn!(pid, mode = mode.as_str(), status = %status_text, "worker exited; replacing it");
+                        sweeper.worker_died(pid);
                         if let Err(e) = sup.replace(mode, started, &status_text) {
                             tracing::error!(error = %e, "cannot replace worker");
                         }

@@ -58,7 +58,10 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
         match message {
             ToWorker::Call(request) => {
                 #[cfg(feature = "fault-injection")]
-                hang_if_asked(&request);
+                if let Some(failure) = fault(&request) {
+                    ipc::send(&socket, &FromWorker::Reply(Err(failure)), None)?;
+                    continue;
+                }
                 let reply = backend.handle(mode, request).map_err(Remote::from);
                 ipc::send(&socket, &FromWorker::Reply(reply), None)?;
             }
@@ -96,17 +99,22 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
     }
 }
 
-/// Test hook: a call on a path named `fsd-fault-hang` never returns, as a worker stuck on a
-/// dead NFS server would.
+/// Test hooks on the final path component: `fsd-fault-hang` makes a stat or read never
+/// return, as a worker stuck on a dead NFS server would; `fsd-fault-hang-write` does the same
+/// for a write; `fsd-fault-io-error` fails a write with EIO before touching the disk.
 #[cfg(feature = "fault-injection")]
-fn hang_if_asked(request: &crate::backend::Request) {
-    let path = match request {
-        crate::backend::Request::Stat { path, .. } | crate::backend::Request::ReadText { path, .. } => path,
-        _ => return,
+fn fault(request: &crate::backend::Request) -> Option<Remote> {
+    use crate::backend::Request;
+    let hang = || loop {
+        std::thread::sleep(std::time::Duration::from_secs(3600));
     };
-    if path.ends_with("/fsd-fault-hang") {
-        loop {
-            std::thread::sleep(std::time::Duration::from_secs(3600));
+    match request {
+        Request::Stat { path, .. } | Request::ReadText { path, .. } if path.ends_with("/fsd-fault-hang") => hang(),
+        Request::WriteText { path, .. } if path.ends_with("/fsd-fault-hang-write") => hang(),
+        Request::WriteText { path, .. } if path.ends_with("/fsd-fault-io-error") => {
+            let error = crate::error::FsError::Rename(crate::sys::Errno::IO);
+            Some(crate::error::Failure::new(error, path.clone()).into())
         }
+        _ => None,
     }
 }

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod code;
+pub mod digest;
 
 pub use code::{ErrorCode, WireError};
 

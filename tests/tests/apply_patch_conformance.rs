@@ -174,3 +174,23 @@ fn a_patch_touching_200_files() {
         assert_eq!(d.read(&format!("f/{i}.txt")), format!("LINE {i}\n").as_bytes());
     }
 }
+
+#[test]
+fn an_unknown_outcome_and_a_known_failure_mid_commit() {
+    // The worker hangs on this write; the daemon kills it at the deadline, so nobody knows
+    // whether the file changed: the report says so and ends with the re-read remedy.
+    let d = Daemon::start_with(&[], "call_timeout_ms = 1500\n");
+    let mut s = d.session_with_config("applyPatch = true\n");
+    let patch = "*** Begin Patch\n*** Add File: a.txt\n+a\n*** Add File: fsd-fault-hang-write\n+x\n*** Add File: c.txt\n+c\n*** End Patch";
+    let r = s.call("apply_patch", json!({"input": patch}));
+    ok(&r, "Patch stopped after 1 of 3 operations.\nCompleted:\nA a.txt\nOutcome unknown:\n- operation 2 (add fsd-fault-hang-write, patch line 4): cannot modify \"fsd-fault-hang-write\": the call exceeded its deadline and its worker was killed; the outcome is unknown — re-read the file, then retry\nNot executed:\n- operation 3 (add c.txt)");
+    assert_eq!(r.meta()["operations"][1]["status"], json!("unknown"));
+    assert!(d.path("a.txt").exists() && !d.path("c.txt").exists());
+
+    // An I/O error whose target is provably unchanged is a known failure.
+    let patch = "*** Begin Patch\n*** Add File: b.txt\n+b\n*** Add File: fsd-fault-io-error\n+x\n*** End Patch";
+    let r = s.call("apply_patch", json!({"input": patch}));
+    ok(&r, "Patch stopped after 1 of 2 operations.\nCompleted:\nA b.txt\nFailed:\n- operation 2 (add fsd-fault-io-error, patch line 4): cannot modify \"fsd-fault-io-error\": cannot rename into place: Input/output error (os error 5)");
+    assert_eq!(r.meta()["operations"][1]["status"], json!("failed"));
+    assert!(!d.path("fsd-fault-io-error").exists());
+}

@@ -4,50 +4,22 @@
 //! not against a compromised client.
 
 use std::io::{BufRead, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use serde::Deserialize;
-
-/// One rule: a mode (or `*`) and a path glob (`*` within a component, `**` across).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Rule {
-    pub mode: String,
-    pub path: String,
-    pub decision: Decision,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Decision {
-    Allow,
-    Deny,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RuleFile {
-    #[serde(default)]
-    rule: Vec<Rule>,
-}
+use fsd_approver::Rules;
 
 /// Who approves a wider mode.
 #[derive(Debug, Clone)]
 pub enum Approver {
     /// Nobody: every escalation is refused.
     None,
-    Rules(Vec<Rule>),
+    Rules(Rules),
     /// Ask on /dev/tty.
     Prompt,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ApproverError {
-    #[error("cannot read escalation rules {0}: {1}")]
-    Read(PathBuf, #[source] std::io::Error),
-    #[error("invalid escalation rules {0}: {1}")]
-    Parse(PathBuf, #[source] toml::de::Error),
-}
+/// An unreadable or invalid rule file.
+pub type ApproverError = fsd_approver::ApproverError;
 
 /// One escalation to decide.
 #[derive(Debug)]
@@ -61,11 +33,7 @@ pub struct Ask<'a> {
 impl Approver {
     pub fn from_config(rules: Option<&Path>, prompt: bool) -> Result<Approver, ApproverError> {
         match (rules, prompt) {
-            (Some(path), _) => {
-                let text = std::fs::read_to_string(path).map_err(|e| ApproverError::Read(path.to_owned(), e))?;
-                let file: RuleFile = toml::from_str(&text).map_err(|e| ApproverError::Parse(path.to_owned(), e))?;
-                Ok(Approver::Rules(file.rule))
-            }
+            (Some(path), _) => Ok(Approver::Rules(Rules::load(path)?)),
             (None, true) => Ok(Approver::Prompt),
             (None, false) => Ok(Approver::None),
         }
@@ -75,12 +43,7 @@ impl Approver {
     pub fn decide(&self, ask: &Ask<'_>) -> bool {
         match self {
             Approver::None => false,
-            Approver::Rules(rules) => ask.paths.iter().all(|path| {
-                rules
-                    .iter()
-                    .find(|r| (r.mode == "*" || r.mode == ask.mode) && glob(&r.path, path))
-                    .is_some_and(|r| r.decision == Decision::Allow)
-            }),
+            Approver::Rules(rules) => fsd_approver::allows(rules, ask.mode, ask.paths),
             Approver::Prompt => prompt(ask).unwrap_or(false),
         }
     }
@@ -114,45 +77,19 @@ fn prompt(ask: &Ask<'_>) -> std::io::Result<bool> {
     Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "Yes"))
 }
 
-/// Matches a path against a glob: `**` any run of characters, `*` any run without `/`, `?` one
-/// character other than `/`.
-pub fn glob(pattern: &str, path: &str) -> bool {
-    fn go(p: &[char], s: &[char]) -> bool {
-        match p {
-            [] => s.is_empty(),
-            ['*', '*', rest @ ..] => (0..=s.len()).any(|i| go(rest, &s[i..])),
-            ['*', rest @ ..] => (0..=s.len()).take_while(|&i| i == 0 || s[i - 1] != '/').any(|i| go(rest, &s[i..])),
-            ['?', rest @ ..] => s.first().is_some_and(|&c| c != '/') && go(rest, &s[1..]),
-            [c, rest @ ..] => s.first() == Some(c) && go(rest, &s[1..]),
-        }
-    }
-    let p: Vec<char> = pattern.chars().collect();
-    let s: Vec<char> = path.chars().collect();
-    go(&p, &s)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn globs() {
-        let check = |p: &str, s: &str, want: bool| assert_eq!(glob(p, s), want, "{p} vs {s}");
-        check("/etc/hosts", "/etc/hosts", true);
-        check("/etc/*", "/etc/hosts", true);
-        check("/etc/*", "/etc/ssh/config", false);
-        check("/etc/**", "/etc/ssh/config", true);
-        check("/tmp/**/x.txt", "/tmp/a/b/x.txt", true);
-        check("/tmp/?.txt", "/tmp/a.txt", true);
-        check("/tmp/?.txt", "/tmp/ab.txt", false);
-    }
-
-    #[test]
     fn first_matching_rule_wins_and_no_match_denies() {
-        let rules = vec![
-            Rule { mode: "*".into(), path: "/secret/**".into(), decision: Decision::Deny },
-            Rule { mode: "danger-full-access".into(), path: "/**".into(), decision: Decision::Allow },
-        ];
+        use fsd_approver::{Decision, Rule};
+        let rules = Rules {
+            rule: vec![
+                Rule { mode: "*".into(), path: "/secret/**".into(), decision: Decision::Deny },
+                Rule { mode: "danger-full-access".into(), path: "/**".into(), decision: Decision::Allow },
+            ],
+        };
         let approver = Approver::Rules(rules);
         let ask = |path: &str, mode: &str| {
             let paths = vec![path.to_owned()];

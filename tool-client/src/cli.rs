@@ -1,7 +1,7 @@
 //! The `fsd-tools` command line: `schemas`, `guidance`, `call`, `session` and `mcp`, as CONTRACT
 //! fixes them. Exit codes: 0 success, 1 a tool error, 2 usage or an unreachable daemon.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -57,8 +57,14 @@ enum Command {
 #[derive(Debug, Args)]
 struct TargetArgs {
     /// The daemon: unix:PATH or tcp:HOST:PORT.
-    #[arg(long, value_name = "ADDR", conflicts_with = "root")]
+    #[arg(long, value_name = "ADDR", conflicts_with_all = ["root", "target"])]
     endpoint: Option<String>,
+    /// A daemon of the fleet file, by name (its endpoint and credentials come from the file).
+    #[arg(long, value_name = "NAME", conflicts_with = "root")]
+    target: Option<String>,
+    /// The fleet file for --target (default: $FSD_FLEET, else ~/.config/fsd/fleet.toml).
+    #[arg(long, value_name = "FILE", requires = "target")]
+    fleet: Option<PathBuf>,
     /// Start a private fsd for DIR (the embedded default).
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
@@ -126,6 +132,12 @@ fn load_config(path: Option<&PathBuf>, one_shot: bool) -> Result<ClientConfig, F
 /// Connects a session; for --root, `daemon` receives the private daemon, which the caller stops
 /// after the session's connections are gone.
 async fn open(target: &TargetArgs, config: ClientConfig, daemon: &mut Option<EmbeddedDaemon>) -> Result<Session, Fatal> {
+    if let Some(name) = &target.target {
+        let fleet = crate::fleet::Fleet::load(target.fleet.as_deref())?;
+        let cwd = target.cwd.as_deref().map(std::path::absolute).transpose()?;
+        let (session, _link) = fleet.target(name)?.session(config, cwd.as_deref()).await?;
+        return Ok(session);
+    }
     let endpoint = match (&target.endpoint, &target.root) {
         (Some(e), None) => Endpoint::parse(e)?,
         (None, Some(root)) => {
@@ -134,14 +146,24 @@ async fn open(target: &TargetArgs, config: ClientConfig, daemon: &mut Option<Emb
             *daemon = Some(started);
             endpoint
         }
-        _ => return Err(Fatal("pass --endpoint unix:PATH|tcp:HOST:PORT or --root DIR".into())),
+        _ => {
+            return Err(Fatal("pass --endpoint unix:PATH|tcp:HOST:PORT, --target NAME or --root DIR".into()));
+        }
     };
-    let (client, hello) = connect::connect(&endpoint).await?;
+    // A Link: one reused connection, reconnected with backoff, pinned to the daemon instance.
+    let (client, hello, _link) = connect::open(&endpoint, &connect::Credentials::default()).await?;
     let cwd = match &target.cwd {
         Some(cwd) => std::path::absolute(cwd)?,
         None => std::env::current_dir()?,
     };
     Ok(Session::new(Tools::new(config), client, hello, cwd))
+}
+
+/// Standard input as lines read off the runtime's thread: while a session waits for its next
+/// line, its connections still answer HTTP/2 pings and see a daemon's GOAWAY.
+fn stdin_lines() -> tokio::io::Lines<tokio::io::BufReader<tokio::io::Stdin>> {
+    use tokio::io::AsyncBufReadExt;
+    tokio::io::BufReader::new(tokio::io::stdin()).lines()
 }
 
 fn read_args(args: &str) -> Result<Value, Fatal> {
@@ -175,13 +197,31 @@ async fn run(cli: Cli, daemon: &mut Option<EmbeddedDaemon>) -> Result<ExitCode, 
             println!("{}", result.text());
             Ok(if result.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })
         }
+        Command::Session { target } if target.target.is_some() => {
+            // A fleet session: lines may name any target of the fleet file.
+            let config = load_config(target.config.as_ref(), false)?;
+            let fleet = crate::fleet::Fleet::load(target.fleet.as_deref())?;
+            let cwd = target.cwd.as_deref().map(std::path::absolute).transpose()?;
+            let name = target.target.as_deref().unwrap_or_default();
+            let mut session = crate::fleet::FleetSession::open(fleet, config, name, cwd).await?;
+            let mut lines = stdin_lines();
+            let mut out = std::io::stdout().lock();
+            while let Some(line) = lines.next_line().await? {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let reply = session.handle_line(&line).await;
+                writeln!(out, "{reply}")?;
+                out.flush()?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Session { target } => {
             let config = load_config(target.config.as_ref(), false)?;
             let mut session = open(&target, config, daemon).await?;
-            let stdin = std::io::stdin();
+            let mut lines = stdin_lines();
             let mut out = std::io::stdout().lock();
-            for line in stdin.lock().lines() {
-                let line = line?;
+            while let Some(line) = lines.next_line().await? {
                 if line.trim().is_empty() {
                     continue;
                 }

@@ -1,15 +1,34 @@
-//! Reaching a daemon: parse an endpoint, open a tuned HTTP/2 channel over a Unix socket or TCP,
-//! and say hello.
+//! Reaching a daemon: parse an endpoint, open a tuned HTTP/2 channel over a Unix socket or TCP
+//! (TLS with a client certificate and/or a bearer token for fleets), and say hello.
+//!
+//! A session's channel is a `Link`: one connection reused for every call, re-established with
+//! backoff when it drops, carrying the bearer token, and pinned to the daemon instance that
+//! answered hello. A daemon that restarted refuses the pinned calls with UNAVAILABLE, so a
+//! restart is a clear error, never a call silently served by a daemon that never saw the session.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use fsd_proto::v1::{self, fsd_client::FsdClient};
 use hyper_util::rt::TokioIo;
-use tonic::transport::{Channel, Endpoint as TonicEndpoint};
+use tonic::body::Body;
+use tonic::codegen::http;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint as TonicEndpoint, Identity};
 
 /// The largest message either side sends: the daemon's default cap.
 pub const MAX_MESSAGE_BYTES: usize = 80 << 20;
+
+/// The header the daemon names its instance in (see `fsd::edge`).
+pub const INSTANCE_HEADER: &str = "fsd-instance";
+
+/// How long a dropped connection is retried (with backoff) before the call fails.
+const RECONNECT_BUDGET: Duration = Duration::from_secs(8);
+const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
 /// Where a daemon listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +45,15 @@ pub enum ConnectError {
     Connect { endpoint: String, source: tonic::transport::Error },
     #[error("the daemon at {endpoint} did not answer hello: {status}")]
     Hello { endpoint: String, status: tonic::Status },
+    #[error(
+        "the daemon at {endpoint} closed the TLS connection before answering hello: it refused this client's \
+         certificate or requires one (check cert and key, and the daemon's tls_client_ca) ({status})"
+    )]
+    Handshake { endpoint: String, status: tonic::Status },
+    #[error("refusing to connect to {endpoint}: {reason}")]
+    Insecure { endpoint: String, reason: &'static str },
+    #[error("invalid bearer token for {endpoint}: it must be printable ASCII")]
+    Token { endpoint: String },
 }
 
 impl Endpoint {
@@ -38,6 +66,18 @@ impl Endpoint {
         }
         Err(ConnectError::Parse(text.to_owned()))
     }
+
+    /// Whether the endpoint is a loopback address (or a Unix socket): plaintext stays on the host.
+    pub fn is_local(&self) -> bool {
+        match self {
+            Endpoint::Unix(_) => true,
+            Endpoint::Tcp(addr) => {
+                let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(addr);
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+            }
+        }
+    }
 }
 
 impl std::fmt::Display for Endpoint {
@@ -49,20 +89,56 @@ impl std::fmt::Display for Endpoint {
     }
 }
 
-/// Opens a channel; large windows because tonic's defaults cost streaming several times over.
-pub async fn channel(endpoint: &Endpoint) -> Result<Channel, ConnectError> {
+/// TLS material for one daemon, already read from its files.
+#[derive(Clone)]
+pub struct TlsCredentials {
+    /// PEM bundle of the CAs that sign the daemon's certificate.
+    pub ca_pem: Vec<u8>,
+    /// PEM certificate chain and key of this client (mutual TLS).
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+    /// The name the daemon's certificate must carry (default: the endpoint's host).
+    pub server_name: Option<String>,
+}
+
+/// How this client proves who it is to one daemon.
+#[derive(Clone, Default)]
+pub struct Credentials {
+    pub tls: Option<TlsCredentials>,
+    /// Sent as `authorization: Bearer <token>`; only ever over TLS.
+    pub token: Option<String>,
+}
+
+// Never print a key or a token.
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("tls", &self.tls.as_ref().map(|t| (t.identity.is_some(), t.server_name.clone())))
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// The tuned endpoint every channel starts from; large windows because tonic's defaults cost
+/// streaming several times over.
+fn tonic_endpoint(endpoint: &Endpoint, tls: bool) -> Result<TonicEndpoint, ConnectError> {
     let uri = match endpoint {
         Endpoint::Unix(_) => "http://fsd.local".to_owned(),
+        Endpoint::Tcp(addr) if tls => format!("https://{addr}"),
         Endpoint::Tcp(addr) => format!("http://{addr}"),
     };
-    let tonic_endpoint = TonicEndpoint::from_shared(uri)
+    Ok(TonicEndpoint::from_shared(uri)
         .map_err(|source| ConnectError::Connect { endpoint: endpoint.to_string(), source })?
         .initial_stream_window_size(16 << 20)
         .initial_connection_window_size(32 << 20)
         .tcp_nodelay(true)
         .connect_timeout(Duration::from_secs(10))
         .http2_keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_timeout(Duration::from_secs(20));
+        .keep_alive_timeout(Duration::from_secs(20)))
+}
+
+/// Opens a channel; large windows because tonic's defaults cost streaming several times over.
+pub async fn channel(endpoint: &Endpoint) -> Result<Channel, ConnectError> {
+    let tonic_endpoint = tonic_endpoint(endpoint, false)?;
     let connected = match endpoint {
         Endpoint::Unix(path) => {
             let path = path.clone();
@@ -96,17 +172,337 @@ pub async fn connect(endpoint: &Endpoint) -> Result<(FsdClient<Channel>, v1::Hel
     Ok((client, hello))
 }
 
+/// What one link knows about its daemon, shared by every clone of the link.
+#[derive(Debug, Default)]
+struct LinkInner {
+    /// The instance that answered first (hello); every later call names it.
+    instance: OnceLock<http::HeaderValue>,
+    /// A reply came from another instance: the daemon restarted under this session.
+    restarted: AtomicBool,
+    connected_once: AtomicBool,
+    connections: AtomicU64,
+}
+
+/// A handle on a link's state, for the session that owns it.
+#[derive(Debug, Clone, Default)]
+pub struct LinkState(Arc<LinkInner>);
+
+impl LinkState {
+    /// Whether the daemon answered as another instance than the one the session began with.
+    pub fn restarted(&self) -> bool {
+        self.0.restarted.load(Ordering::Acquire)
+    }
+
+    /// The daemon instance this link is pinned to.
+    pub fn instance(&self) -> Option<String> {
+        self.0.instance.get().and_then(|v| v.to_str().ok()).map(str::to_owned)
+    }
+
+    /// Connections opened so far (1 while the first one lasts).
+    pub fn connections(&self) -> u64 {
+        self.0.connections.load(Ordering::Acquire)
+    }
+
+    fn observe(&self, headers: &http::HeaderMap) {
+        let Some(seen) = headers.get(INSTANCE_HEADER) else { return };
+        let pinned = self.0.instance.get_or_init(|| seen.clone());
+        if pinned != seen {
+            self.0.restarted.store(true, Ordering::Release);
+        }
+    }
+
+    /// Opens a socket: once for the first connection (an absent daemon fails fast), with
+    /// exponential backoff for a reconnection (a daemon restarting or a network blip).
+    async fn open<T, F, Fut>(&self, mut attempt: F) -> std::io::Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = std::io::Result<T>>,
+    {
+        let budget =
+            if self.0.connected_once.load(Ordering::Acquire) { RECONNECT_BUDGET } else { Duration::ZERO };
+        let deadline = Instant::now() + budget;
+        let mut delay = BACKOFF_FIRST;
+        loop {
+            match attempt().await {
+                Ok(socket) => {
+                    self.0.connected_once.store(true, Ordering::Release);
+                    self.0.connections.fetch_add(1, Ordering::AcqRel);
+                    return Ok(socket);
+                }
+                Err(e) if Instant::now() + delay < deadline => {
+                    tracing::debug!(error = %e, delay_ms = delay.as_millis() as u64, "reconnecting");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(BACKOFF_MAX);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// The channel of a session: adds the bearer token and the pinned instance to every call and
+/// watches the instance of every reply.
+#[derive(Debug, Clone)]
+pub struct Link {
+    channel: Channel,
+    token: Option<http::HeaderValue>,
+    state: LinkState,
+}
+
+type BoxFuture<T, E> = Pin<Box<dyn std::future::Future<Output = Result<T, E>> + Send>>;
+
+impl tower::Service<http::Request<Body>> for Link {
+    type Response = http::Response<Body>;
+    type Error = tonic::transport::Error;
+    type Future = BoxFuture<http::Response<Body>, tonic::transport::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        tower::Service::poll_ready(&mut self.channel, cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
+        if let Some(token) = &self.token {
+            request.headers_mut().insert(http::header::AUTHORIZATION, token.clone());
+        }
+        if let Some(instance) = self.state.0.instance.get() {
+            request.headers_mut().insert(INSTANCE_HEADER, instance.clone());
+        }
+        let future = tower::Service::call(&mut self.channel, request);
+        let state = self.state.clone();
+        Box::pin(async move {
+            let response = future.await?;
+            state.observe(response.headers());
+            Ok(response)
+        })
+    }
+}
+
+/// Opens a `Link` to `endpoint` with `credentials`, without saying hello.
+pub async fn link(endpoint: &Endpoint, credentials: &Credentials) -> Result<(Link, LinkState), ConnectError> {
+    let name = endpoint.to_string();
+    if credentials.token.is_some() && credentials.tls.is_none() {
+        return Err(ConnectError::Insecure {
+            endpoint: name,
+            reason: "a bearer token is sent only over TLS (set ca)",
+        });
+    }
+    if credentials.tls.is_none() && !endpoint.is_local() {
+        return Err(ConnectError::Insecure {
+            endpoint: name,
+            reason: "plaintext leaves this host: a remote daemon needs TLS (set ca)",
+        });
+    }
+    let token = match &credentials.token {
+        Some(token) => {
+            let mut value = http::HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| ConnectError::Token { endpoint: name.clone() })?;
+            value.set_sensitive(true);
+            Some(value)
+        }
+        None => None,
+    };
+    let mut tonic_endpoint = tonic_endpoint(endpoint, credentials.tls.is_some())?;
+    if let Some(tls) = &credentials.tls {
+        if matches!(endpoint, Endpoint::Unix(_)) {
+            return Err(ConnectError::Insecure { endpoint: name, reason: "TLS is for tcp: endpoints" });
+        }
+        let mut config = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(&tls.ca_pem))
+            .timeout(Duration::from_secs(10));
+        if let Some((cert, key)) = &tls.identity {
+            config = config.identity(Identity::from_pem(cert, key));
+        }
+        if let Some(server_name) = &tls.server_name {
+            config = config.domain_name(server_name.clone());
+        }
+        tonic_endpoint = tonic_endpoint
+            .tls_config(config)
+            .map_err(|source| ConnectError::Connect { endpoint: name.clone(), source })?;
+    }
+    let state = LinkState::default();
+    let connected = match endpoint {
+        Endpoint::Unix(path) => {
+            let (path, state) = (path.clone(), state.clone());
+            tonic_endpoint
+                .connect_with_connector(tower::service_fn(move |_| {
+                    let (path, state) = (path.clone(), state.clone());
+                    async move {
+                        let socket = state.open(|| tokio::net::UnixStream::connect(path.clone())).await?;
+                        Ok::<_, std::io::Error>(TokioIo::new(socket))
+                    }
+                }))
+                .await
+        }
+        Endpoint::Tcp(addr) => {
+            let (addr, state) = (addr.clone(), state.clone());
+            tonic_endpoint
+                .connect_with_connector(tower::service_fn(move |_| {
+                    let (addr, state) = (addr.clone(), state.clone());
+                    async move {
+                        let socket = state.open(|| tokio::net::TcpStream::connect(addr.clone())).await?;
+                        socket.set_nodelay(true)?;
+                        Ok::<_, std::io::Error>(TokioIo::new(socket))
+                    }
+                }))
+                .await
+        }
+    };
+    let channel = connected.map_err(|source| ConnectError::Connect { endpoint: name, source })?;
+    Ok((Link { channel, token, state: state.clone() }, state))
+}
+
+/// Connects a session's client: a `Link` with the message caps, after a hello that pins the
+/// daemon instance.
+pub async fn open(
+    endpoint: &Endpoint,
+    credentials: &Credentials,
+) -> Result<(SessionClient, v1::HelloReply, LinkState), ConnectError> {
+    let (link, state) = link(endpoint, credentials).await?;
+    let mut client = FsdClient::new(link)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let hello = client.hello(v1::HelloRequest { context: None }).await.map_err(|status| {
+        let endpoint = endpoint.to_string();
+        // In TLS 1.3 a refused client certificate surfaces as a connection closed under the
+        // first call, with no HTTP answer at all: say what that most likely means.
+        let unanswered =
+            matches!(status.code(), tonic::Code::Cancelled | tonic::Code::Unavailable | tonic::Code::Unknown)
+                && status.metadata().is_empty();
+        if credentials.tls.is_some() && unanswered && state.instance().is_none() {
+            ConnectError::Handshake { endpoint, status }
+        } else {
+            ConnectError::Hello { endpoint, status }
+        }
+    })?;
+    Ok((SessionClient::Linked(client), hello.into_inner(), state))
+}
+
+/// The client a `Session` calls through: a plain channel (`connect`) or a `Link` (`open`).
+#[derive(Debug, Clone)]
+pub enum SessionClient {
+    Plain(FsdClient<Channel>),
+    Linked(FsdClient<Link>),
+}
+
+impl From<FsdClient<Channel>> for SessionClient {
+    fn from(client: FsdClient<Channel>) -> SessionClient {
+        SessionClient::Plain(client)
+    }
+}
+
+impl From<FsdClient<Link>> for SessionClient {
+    fn from(client: FsdClient<Link>) -> SessionClient {
+        SessionClient::Linked(client)
+    }
+}
+
+/// The generated client's methods, for either kind of channel.
+macro_rules! delegate {
+    ($($method:ident($request:ty) -> $reply:ty;)*) => {
+        impl SessionClient {
+            $(
+                pub async fn $method(
+                    &mut self,
+                    request: impl tonic::IntoRequest<$request>,
+                ) -> Result<tonic::Response<$reply>, tonic::Status> {
+                    match self {
+                        SessionClient::Plain(client) => client.$method(request).await,
+                        SessionClient::Linked(client) => client.$method(request).await,
+                    }
+                }
+            )*
+        }
+    };
+}
+
+delegate! {
+    hello(v1::HelloRequest) -> v1::HelloReply;
+    stat(v1::StatRequest) -> v1::StatReply;
+    read_text(v1::ReadTextRequest) -> v1::ReadTextReply;
+    stream_text(v1::StreamTextRequest) -> tonic::Streaming<v1::StreamTextReply>;
+    read_bytes(v1::ReadBytesRequest) -> v1::ReadBytesReply;
+    list_dir(v1::ListDirRequest) -> v1::ListDirReply;
+    write_text(v1::WriteTextRequest) -> v1::WriteTextReply;
+    edit_text(v1::EditTextRequest) -> v1::EditTextReply;
+    move_file(v1::MoveFileRequest) -> v1::MoveFileReply;
+    delete_file(v1::DeleteFileRequest) -> v1::DeleteFileReply;
+    request_escalation(v1::EscalationRequest) -> v1::EscalationDescription;
+    release_escalation(v1::ReleaseEscalationRequest) -> v1::ReleaseEscalationReply;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn endpoints_parse() {
-        let check = |text: &str, want: Option<Endpoint>| assert_eq!(Endpoint::parse(text).ok(), want, "{text}");
+        let check =
+            |text: &str, want: Option<Endpoint>| assert_eq!(Endpoint::parse(text).ok(), want, "{text}");
         check("unix:/run/fsd.sock", Some(Endpoint::Unix("/run/fsd.sock".into())));
         check("tcp:127.0.0.1:7000", Some(Endpoint::Tcp("127.0.0.1:7000".into())));
         check("unix:", None);
         check("tcp:7000", None);
         check("/run/fsd.sock", None);
+    }
+
+    #[test]
+    fn only_loopback_is_local() {
+        for (text, local) in [
+            ("unix:/s", true),
+            ("tcp:127.0.0.1:1", true),
+            ("tcp:[::1]:1", true),
+            ("tcp:localhost:1", true),
+            ("tcp:10.99.0.1:1", false),
+            ("tcp:fsd.example:1", false),
+        ] {
+            assert_eq!(Endpoint::parse(text).map(|e| e.is_local()).ok(), Some(local), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_reply_from_another_instance_marks_a_restart() {
+        let state = LinkState::default();
+        let headers = |v: &str| {
+            let mut h = http::HeaderMap::new();
+            h.insert(
+                INSTANCE_HEADER,
+                http::HeaderValue::from_str(v).unwrap_or(http::HeaderValue::from_static("x")),
+            );
+            h
+        };
+        state.observe(&http::HeaderMap::new());
+        assert_eq!(state.instance(), None);
+        state.observe(&headers("aaaa"));
+        state.observe(&headers("aaaa"));
+        assert!(!state.restarted());
+        assert_eq!(state.instance().as_deref(), Some("aaaa"));
+        state.observe(&headers("bbbb"));
+        assert!(state.restarted());
+        assert_eq!(state.instance().as_deref(), Some("aaaa"));
+    }
+
+    #[tokio::test]
+    async fn reconnection_backs_off_but_a_first_connection_fails_fast() {
+        let state = LinkState::default();
+        let started = Instant::now();
+        let failed: std::io::Result<()> =
+            state.open(|| async { Err(std::io::Error::other("refused")) }).await;
+        assert!(failed.is_err());
+        assert!(started.elapsed() < Duration::from_millis(100));
+        assert!(state.open(|| async { Ok(()) }).await.is_ok());
+        // Now a reconnection: the third attempt succeeds after 100 + 200 ms of backoff.
+        let mut attempts = 0;
+        let started = Instant::now();
+        let result = state
+            .open(|| {
+                attempts += 1;
+                let ok = attempts >= 3;
+                async move { if ok { Ok(()) } else { Err(std::io::Error::other("refused")) } }
+            })
+            .await;
+        assert!(result.is_ok());
+        assert_eq!(attempts, 3);
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        assert_eq!(state.connections(), 2);
     }
 }

@@ -10,6 +10,7 @@ pub mod config;
 pub mod connect;
 pub mod embedded;
 pub mod failure;
+pub mod fleet;
 pub mod jsonl;
 pub mod mcp;
 pub mod tools;

@@ -52,7 +52,7 @@ impl Backend {
         let after = format!("{bom}{}", replaced.text);
         let parent = resolved.parent.as_ref().ok_or_else(|| fail(FsError::NotRegularFile))?;
         let (file, new_meta) =
-            place_file(parent.as_fd(), resolved.name(), after.as_bytes(), Place::Replace(&meta))
+            place_file(parent.as_fd(), resolved.name(), after.as_bytes(), Place::Replace(&meta), self.journal_scope(&resolved))
                 .map_err(fail)?;
         Ok(Outcome::EditText {
             target,

@@ -3,6 +3,7 @@
 //! the service or the tools changing. Nothing here knows gRPC, models or tools.
 
 mod edit;
+pub mod journal;
 mod locks;
 mod moves;
 mod read;
@@ -192,6 +193,8 @@ pub struct Backend {
     protected: Vec<OsString>,
     limits: Limits,
     locks: Arc<dyn Locking>,
+    /// Where temporary files are recorded until their names are gone (see `journal`).
+    journal: journal::Journal,
 }
 
 /// Why the backend could not start.
@@ -237,6 +240,7 @@ impl Backend {
             roots.push(Root { id: format!("r{index}"), path: spec.path.clone(), fd, writable: spec.writable });
         }
         let configured = roots.len();
+        let journal = journal::Journal::open(&merged.iter().map(|m| m.path.clone()).collect::<Vec<_>>());
         let slash = PathBuf::from("/");
         let fd = sys::open_root(&slash).map_err(|source| StartError::Open { path: slash.clone(), source })?;
         roots.push(Root { id: "host".to_owned(), path: slash, fd, writable: true });
@@ -246,7 +250,14 @@ impl Backend {
             protected: protected.iter().map(OsString::from).collect(),
             limits,
             locks,
+            journal,
         })
+    }
+
+    /// The journal scope of a resolved target's directory (none outside the configured roots).
+    fn journal_scope(&self, resolved: &Resolved) -> journal::Scope<'_> {
+        let dir = &resolved.rel[..resolved.rel.len().saturating_sub(1)];
+        self.journal.scope(resolved.root, dir)
     }
 
     pub fn limits(&self) -> Limits {

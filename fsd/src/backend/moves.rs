@@ -155,7 +155,7 @@ impl Backend {
                     (None, true) => Place::Create,
                     (None, false) => Place::CreateOrReplace,
                 };
-                place_file(dst_parent.as_fd(), dst.name(), &bytes, place).map_err(|e| self.fail(e, &dst))?;
+                place_file(dst_parent.as_fd(), dst.name(), &bytes, place, self.journal_scope(&dst)).map_err(|e| self.fail(e, &dst))?;
                 after = String::from_utf8(bytes).ok();
                 match sys::remove(src_parent.as_fd(), src.name()) {
                     Ok(()) => {

@@ -8,6 +8,7 @@ use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd};
 
+use super::journal::{Entry, Scope};
 use super::resolve::{Resolved, WalkOptions};
 use super::{Backend, Mode, Outcome, WriteGuard, WriteOperation, text, version};
 use crate::error::{Failure, FsError};
@@ -29,33 +30,59 @@ pub(super) enum Place<'a> {
     Replace(&'a Meta),
 }
 
-/// Removes the temporary name on every early return.
+/// Removes the temporary name on every early return, then drops its journal entry (kept when
+/// the name could not be removed, so a later sweep still can).
 struct TempName<'a> {
     dir: BorrowedFd<'a>,
     name: OsString,
     armed: bool,
+    entry: Option<Entry<'a>>,
 }
 
 impl Drop for TempName<'_> {
     fn drop(&mut self) {
         if self.armed
-            && let Err(errno) = sys::remove(self.dir, &self.name) {
-                tracing::warn!(name = ?self.name, %errno, "could not remove a temporary file");
-            }
+            && let Err(errno) = sys::remove(self.dir, &self.name)
+        {
+            tracing::warn!(name = ?self.name, %errno, "could not remove a temporary file");
+            return;
+        }
+        if let Some(entry) = self.entry.take() {
+            entry.end();
+        }
     }
 }
 
-/// Writes `content` as the file `name` in `dir` atomically. Returns the new file and its
-/// metadata taken after the final rename.
-pub(super) fn place_file(
-    dir: BorrowedFd<'_>,
+/// Writes `content` as the file `name` in `dir` atomically, the temporary file journaled in
+/// `journal` while it has a name. Returns the new file and its metadata taken after the final
+/// rename.
+pub(super) fn place_file<'a>(
+    dir: BorrowedFd<'a>,
     name: &OsStr,
     content: &[u8],
     place: Place<'_>,
+    journal: Scope<'a>,
 ) -> Result<(File, Meta), FsError> {
     let temp_name = sys::temp_name().map_err(FsError::CreateTemp)?;
-    let mut file = sys::create_exclusive(dir, &temp_name).map_err(FsError::CreateTemp)?;
-    let mut temp = TempName { dir, name: temp_name, armed: true };
+    let mut entry = journal.begin(&temp_name);
+    let mut file = match sys::create_exclusive(dir, &temp_name) {
+        Ok(file) => file,
+        Err(errno) => {
+            entry.end();
+            return Err(FsError::CreateTemp(errno));
+        }
+    };
+    // The identity before any byte: a sweep removes a file of an entry without one only if
+    // empty. A replace also names the file it swaps out, which sits at the temporary name from
+    // the exchange until it is removed.
+    if let Ok(meta) = sys::meta(file.as_fd()) {
+        let replaced = match place {
+            Place::Replace(old) => Some(old),
+            Place::Create | Place::CreateOrReplace => None,
+        };
+        entry.identify(&meta, replaced);
+    }
+    let mut temp = TempName { dir, name: temp_name, armed: true, entry: Some(entry) };
     file.write_all(content).map_err(FsError::WriteTemp)?;
     match place {
         Place::Replace(old) => {
@@ -192,7 +219,8 @@ impl Backend {
             None => {
                 let place = if guard.is_some() { Place::Create } else { Place::CreateOrReplace };
                 let (file, meta) =
-                    place_file(parent.as_fd(), resolved.name(), content.as_bytes(), place).map_err(fail)?;
+                    place_file(parent.as_fd(), resolved.name(), content.as_bytes(), place, self.journal_scope(&resolved))
+                        .map_err(fail)?;
                 let change = self.change(None, true, Some(&content));
                 (WriteOperation::Create, version::of_file(&file, &meta), change)
             }
@@ -212,6 +240,7 @@ impl Backend {
                     resolved.name(),
                     new_content.as_bytes(),
                     Place::Replace(&old_meta),
+                    self.journal_scope(&resolved),
                 )
                 .map_err(fail)?;
                 let change = self.change(old_text, old_text.is_some(), Some(&new_content));

@@ -179,6 +179,10 @@ const WORKER_SYSCALLS: &[i64] = &[
     libc::SYS_fdatasync,
     libc::SYS_fchmod,
     libc::SYS_fchown,
+    // The temporary-file journal on the roots (backend::journal), on descriptors only, as
+    // fchmod and fchown: a worker can reach no xattr a path would name.
+    libc::SYS_fsetxattr,
+    libc::SYS_fremovexattr,
     libc::SYS_renameat2,
     libc::SYS_renameat,
     libc::SYS_unlinkat,

@@ -253,6 +253,47 @@ pub fn remove(dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), Errno> {
     rustix::fs::unlinkat(dir, name, AtFlags::empty())
 }
 
+/// Opens a directory by absolute path for its extended attributes and `flock` (the roots, for
+/// the temporary-file journal; at startup only).
+pub fn open_dir(path: &Path) -> Result<OwnedFd, Errno> {
+    rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
+}
+
+/// Sets an extended attribute on an open descriptor (fsetxattr).
+pub fn set_xattr(fd: BorrowedFd<'_>, name: &OsStr, value: &[u8]) -> Result<(), Errno> {
+    rustix::fs::fsetxattr(fd, name, value, rustix::fs::XattrFlags::empty())
+}
+
+/// Reads an extended attribute of an open descriptor (at most 64 KiB, the kernel's limit).
+pub fn get_xattr(fd: BorrowedFd<'_>, name: &OsStr) -> Result<Vec<u8>, Errno> {
+    let mut buf = vec![0u8; 64 << 10];
+    let n = rustix::fs::fgetxattr(fd, name, &mut buf[..])?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// The extended attribute names of an open descriptor.
+pub fn list_xattrs(fd: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
+    let mut buf = vec![0u8; 64 << 10];
+    let n = rustix::fs::flistxattr(fd, &mut buf[..])?;
+    Ok(buf[..n].split(|&b| b == 0).filter(|n| !n.is_empty()).map(|n| OsString::from_vec(n.to_vec())).collect())
+}
+
+/// Removes an extended attribute of an open descriptor (fremovexattr).
+pub fn remove_xattr(fd: BorrowedFd<'_>, name: &OsStr) -> Result<(), Errno> {
+    rustix::fs::fremovexattr(fd, name)
+}
+
+/// Takes an exclusive `flock` without waiting: `WOULDBLOCK` while anyone else holds one.
+pub fn try_lock_exclusive(fd: BorrowedFd<'_>) -> Result<(), Errno> {
+    rustix::fs::flock(fd, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+}
+
+/// Takes (or turns an exclusive lock into) a shared `flock`, waiting for an exclusive holder.
+pub fn lock_shared(fd: BorrowedFd<'_>) -> Result<(), Errno> {
+    rustix::fs::flock(fd, rustix::fs::FlockOperation::LockShared)
+}
+
 /// The effective uid and gid of this process.
 pub fn effective_ids() -> (u32, u32) {
     (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw())

@@ -95,20 +95,13 @@ pub struct PlannedCall {
 
 impl PlannedCall {
     pub fn write(path: &str, content: &str) -> PlannedCall {
-        use sha2::Digest;
-        PlannedCall { op: "writeText", path: path.to_owned(), destination: None, content_sha256: sha2::Sha256::digest(content.as_bytes()).to_vec() }
+        let content_sha256 = fsd_proto::digest::content(content.as_bytes());
+        PlannedCall { op: "writeText", path: path.to_owned(), destination: None, content_sha256 }
     }
 
-    /// The digest the daemon computes for an editText call: old, NUL, new, NUL, "1"/"0".
     pub fn edit(path: &str, old: &str, new: &str, replace_all: bool) -> PlannedCall {
-        use sha2::Digest;
-        let mut hasher = sha2::Sha256::new();
-        hasher.update(old.as_bytes());
-        hasher.update([0]);
-        hasher.update(new.as_bytes());
-        hasher.update([0]);
-        hasher.update(if replace_all { b"1" } else { b"0" });
-        PlannedCall { op: "editText", path: path.to_owned(), destination: None, content_sha256: hasher.finalize().to_vec() }
+        let content_sha256 = fsd_proto::digest::edit(old, new, replace_all);
+        PlannedCall { op: "editText", path: path.to_owned(), destination: None, content_sha256 }
     }
 
     pub fn unbound(op: &'static str, path: &str, destination: Option<&str>) -> PlannedCall {

@@ -138,7 +138,12 @@ pub struct Session {
 }
 
 impl Session {
-    pub fn new(mut tools: Tools, client: impl Into<crate::connect::SessionClient>, hello: v1::HelloReply, cwd: PathBuf) -> Session {
+    pub fn new(
+        mut tools: Tools,
+        client: impl Into<crate::connect::SessionClient>,
+        hello: v1::HelloReply,
+        cwd: PathBuf,
+    ) -> Session {
         let session_id = format!("s-{}-{}", std::process::id(), unique_suffix());
         let offer = escalation::Offer::from_hello(&hello);
         tools.escalation = offer.is_some();

@@ -1,0 +1,257 @@
+//! Throughput with 64 calls in flight on one connection: stat and readText RPCs, and the read
+//! tool (64 sessions sharing the connection), against the bare tonic echo at 64 in flight with
+//! the same payload sizes. Each figure counts calls completed in a fixed window after a warm-up.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use fsd_proto::v1::{self, fsd_client::FsdClient};
+use fsd_tool_client::connect;
+use fsd_tool_client::{ClientConfig, Session, Tools};
+use prost::Message;
+use serde_json::json;
+use tonic::transport::Channel;
+
+use crate::echo::{self, Payloads, Shape};
+use crate::fixtures;
+use crate::procs::{Server, Transport};
+use crate::report::Section;
+use crate::stats::PerRun;
+use crate::{Common, Res};
+
+const IN_FLIGHT: usize = 64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Load {
+    Stat,
+    ReadText,
+    ReadTool,
+}
+
+impl Load {
+    const ALL: [Load; 3] = [Load::Stat, Load::ReadText, Load::ReadTool];
+
+    fn label(self) -> &'static str {
+        match self {
+            Load::Stat => "**stat** (RPC)",
+            Load::ReadText => "readText 4 KiB (RPC)",
+            Load::ReadTool => "read tool, 4 KiB (64 sessions)",
+        }
+    }
+}
+
+/// Counts the calls that finish inside [start + warm, start + warm + window).
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    from: Instant,
+    to: Instant,
+}
+
+impl Window {
+    fn new(warm: Duration, window: Duration) -> Window {
+        let from = Instant::now() + warm;
+        Window { from, to: from + window }
+    }
+
+    fn rate(&self, count: u64) -> f64 {
+        count as f64 / (self.to - self.from).as_secs_f64()
+    }
+}
+
+/// Runs `IN_FLIGHT` loops of `call` until the window closes; calls per second inside it.
+async fn drive<F, Fut>(window: Window, mut make: impl FnMut(usize) -> F) -> Res<f64>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Res<()>> + Send,
+{
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..IN_FLIGHT {
+        let mut call = make(i);
+        tasks.spawn(async move {
+            let mut counted = 0u64;
+            loop {
+                call().await?;
+                let now = Instant::now();
+                if now >= window.to {
+                    return Ok::<u64, crate::Error>(counted);
+                }
+                if now >= window.from {
+                    counted += 1;
+                }
+            }
+        });
+    }
+    let mut total = 0;
+    while let Some(done) = tasks.join_next().await {
+        total += done??;
+    }
+    Ok(window.rate(total))
+}
+
+fn stat_request(path: &str) -> v1::StatRequest {
+    v1::StatRequest { context: None, path: path.to_owned(), no_follow: false }
+}
+
+fn read_request(path: &str) -> v1::ReadTextRequest {
+    v1::ReadTextRequest { context: None, path: path.to_owned(), max_bytes: 10 << 20 }
+}
+
+async fn fsd_rate(load: Load, client: &FsdClient<Channel>, hello: &v1::HelloReply, path: &str, root: &Path, window: Window) -> Res<f64> {
+    match load {
+        Load::Stat => {
+            drive(window, |_| {
+                let client = client.clone();
+                let path = path.to_owned();
+                move || {
+                    let mut client = client.clone();
+                    let request = stat_request(&path);
+                    async move {
+                        client.stat(request).await?;
+                        Ok(())
+                    }
+                }
+            })
+            .await
+        }
+        Load::ReadText => {
+            drive(window, |_| {
+                let client = client.clone();
+                let path = path.to_owned();
+                move || {
+                    let mut client = client.clone();
+                    let request = read_request(&path);
+                    async move {
+                        client.read_text(request).await?;
+                        Ok(())
+                    }
+                }
+            })
+            .await
+        }
+        Load::ReadTool => {
+            let mut tasks = tokio::task::JoinSet::new();
+            for _ in 0..IN_FLIGHT {
+                let mut session = Session::new(Tools::new(ClientConfig::default()), client.clone(), hello.clone(), root.to_owned());
+                let path = path.to_owned();
+                tasks.spawn(async move {
+                    let mut counted = 0u64;
+                    loop {
+                        let result = session.call("read", json!({ "file_path": path })).await;
+                        if result.is_error {
+                            return Err::<u64, crate::Error>(result.text().into());
+                        }
+                        let now = Instant::now();
+                        if now >= window.to {
+                            return Ok(counted);
+                        }
+                        if now >= window.from {
+                            counted += 1;
+                        }
+                    }
+                });
+            }
+            let mut total = 0;
+            while let Some(done) = tasks.join_next().await {
+                total += done??;
+            }
+            Ok(window.rate(total))
+        }
+    }
+}
+
+async fn echo_rate(endpoint: &fsd_tool_client::connect::Endpoint, shape: Shape, window: Window) -> Res<f64> {
+    let client = echo::client(endpoint).await?;
+    let payloads = Payloads::new();
+    drive(window, |_| {
+        let client = client.clone();
+        let payloads = payloads.clone();
+        move || {
+            let mut client = client.clone();
+            let payloads = payloads.clone();
+            async move { payloads.call(&mut client, &[shape]).await }
+        }
+    })
+    .await
+}
+
+pub fn run(common: &Common) -> Res<Section> {
+    let dir = tempfile::Builder::new().prefix("fsd-bench-conc-").tempdir_in("/tmp")?;
+    let root = dir.path().join("ws");
+    std::fs::create_dir(&root)?;
+    let root = std::fs::canonicalize(&root)?;
+    let file = root.join("f4k.txt");
+    std::fs::write(&file, fixtures::four_k())?;
+    let path = file.to_string_lossy().into_owned();
+    let fsd = Server::fsd(&common.bin_dir()?, &root)?;
+    let echo_server = Server::echo()?;
+    let rt = crate::client_runtime()?;
+    let (warm, window) = if common.quick {
+        (Duration::from_millis(100), Duration::from_millis(300))
+    } else {
+        (Duration::from_millis(300), Duration::from_millis(1500))
+    };
+
+    let mut rows: Vec<(Transport, Load, PerRun, PerRun)> = Vec::new();
+    for transport in Transport::ALL {
+        for load in Load::ALL {
+            rows.push((transport, load, PerRun::default(), PerRun::default()));
+        }
+    }
+    for run in 0..common.runs {
+        eprintln!("  64 in flight: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
+        for (transport, load, fsd_rates, echo_rates) in rows.iter_mut() {
+            let endpoint = fsd.endpoint(*transport);
+            let echo_endpoint = echo_server.endpoint(*transport);
+            let (fsd_rate_now, echo_rate_now) = rt.block_on(async {
+                // A fresh connection per figure, as a fresh client would have.
+                let (client, hello) = connect::connect(&endpoint).await?;
+                let shape = match load {
+                    Load::Stat => {
+                        let reply = client.clone().stat(stat_request(&path)).await?.into_inner();
+                        Shape { request: stat_request(&path).encoded_len(), reply: reply.encoded_len() }
+                    }
+                    Load::ReadText | Load::ReadTool => {
+                        let reply = client.clone().read_text(read_request(&path)).await?.into_inner();
+                        Shape { request: read_request(&path).encoded_len(), reply: reply.encoded_len() }
+                    }
+                };
+                let f = fsd_rate(*load, &client, &hello, &path, &root, Window::new(warm, window)).await?;
+                let e = echo_rate(&echo_endpoint, shape, Window::new(warm, window)).await?;
+                Ok::<_, crate::Error>((f, e))
+            })?;
+            fsd_rates.push(fsd_rate_now);
+            echo_rates.push(echo_rate_now);
+        }
+    }
+
+    let mut section = Section::default();
+    let mut md = String::from("### 64 calls in flight on one connection\n\n");
+    md.push_str(&format!(
+        "Calls completed per second in a {:.1} s window after {:.1} s of warm-up, one connection, \
+         {IN_FLIGHT} concurrent callers on the client's current-thread runtime; baseline: the bare tonic echo \
+         with the same request/reply sizes, in the same run.\n\n",
+        window.as_secs_f64(),
+        warm.as_secs_f64()
+    ));
+    md.push_str("| transport | call | fsd calls/s | bare tonic echo calls/s | fsd ÷ echo |\n|---|---|---|---|---|\n");
+    for (transport, load, fsd_rates, echo_rates) in &rows {
+        let ratio = fsd_rates.ratio(echo_rates);
+        md.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            transport.name(),
+            load.label(),
+            fsd_rates.with_unit("/s"),
+            echo_rates.with_unit("/s"),
+            ratio.percent()
+        ));
+        if *load == Load::Stat {
+            section.verdict(
+                format!("64-in-flight stat ≥ 70% of bare tonic ({})", transport.name()),
+                ratio.percent(),
+                ratio.median() >= 0.7,
+            );
+        }
+    }
+    section.markdown = md;
+    Ok(section)
+}

@@ -1,0 +1,186 @@
+//! `fsd-bench`: measures the release `fsd` and its tools against floors measured in the same run
+//! (a bare tonic echo with fsd's transport settings, the same file operation done locally) and
+//! against the MCP reference filesystem server. Every figure is a median of runs with its spread;
+//! nothing here asserts a time. `scripts/bench.sh` builds and runs it all and writes BENCHMARKS.md.
+
+mod concurrent;
+mod echo;
+mod fixtures;
+mod local;
+mod mcp;
+mod patchscale;
+mod percall;
+mod procs;
+mod report;
+mod stats;
+mod stream;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Every failure of a benchmark: it stops the run with a message, never with a panic.
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
+pub type Res<T> = Result<T, Error>;
+
+#[derive(Debug, Parser)]
+#[command(name = "fsd-bench", about = "Benchmarks of fsd against its floors and the MCP reference server")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct Common {
+    /// Runs per figure; each figure is the median of the per-run values.
+    #[arg(long, default_value_t = 5)]
+    pub runs: usize,
+    /// Where `fsd` and `fsd-tools` are (default: beside this binary, i.e. target/release).
+    #[arg(long)]
+    pub bin_dir: Option<PathBuf>,
+    /// Fewer samples per run: for checking the harness, not for figures.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+impl Common {
+    pub fn bin_dir(&self) -> Res<PathBuf> {
+        match &self.bin_dir {
+            Some(dir) => Ok(dir.clone()),
+            None => {
+                let exe = std::env::current_exe()?;
+                Ok(exe.parent().ok_or("the bench binary has no directory")?.to_path_buf())
+            }
+        }
+    }
+
+    /// A sample count, cut down in quick mode.
+    pub fn n(&self, full: usize) -> usize {
+        if self.quick { (full / 10).max(5) } else { full }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Every benchmark, in order; optionally writes the tables into a Markdown file.
+    All {
+        #[command(flatten)]
+        common: Common,
+        /// The MCP reference server's entry point (`…/server-filesystem/dist/index.js`).
+        #[arg(long)]
+        mcp_peer: PathBuf,
+        /// Size of the streamed file, in MiB.
+        #[arg(long, default_value_t = 1024)]
+        stream_mib: u64,
+        /// Replace the generated block of this Markdown file with the results.
+        #[arg(long)]
+        markdown: Option<PathBuf>,
+        /// The command line to record beside the results.
+        #[arg(long, default_value = "")]
+        command_line: String,
+        /// The date to record beside the results.
+        #[arg(long, default_value = "")]
+        date: String,
+    },
+    /// Per-call latency of stat, read, write, edit and apply_patch, Unix socket and TCP.
+    Percall {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Throughput with 64 calls in flight on one connection.
+    Concurrent {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// streamText of a large file: MB/s and the daemon's peak RSS.
+    Stream {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, default_value_t = 1024)]
+        stream_mib: u64,
+    },
+    /// apply_patch with 1, 10, 100 and 1000 files.
+    Patch {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// `fsd-tools mcp` against the MCP reference filesystem server, one raw JSON-RPC client.
+    Mcp {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long)]
+        mcp_peer: PathBuf,
+    },
+    /// The bare tonic echo server (started by the benchmarks themselves).
+    #[command(hide = true)]
+    EchoServer {
+        #[arg(long, required = true)]
+        listen: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fsd-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The client side runs on a current-thread runtime, as `fsd-tools` does. Each benchmark makes
+/// its own after starting its servers, so the runtime (and every connection it drives) is gone
+/// before the servers are told to stop: a daemon would otherwise wait out its shutdown grace.
+pub fn client_runtime() -> Res<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+}
+
+fn run(command: Command) -> Res<()> {
+    match command {
+        Command::EchoServer { listen } => echo::serve(&listen),
+        Command::Percall { common } => {
+            println!("{}", percall::run(&common)?);
+            Ok(())
+        }
+        Command::Concurrent { common } => {
+            println!("{}", concurrent::run(&common)?);
+            Ok(())
+        }
+        Command::Stream { common, stream_mib } => {
+            println!("{}", stream::run(&common, stream_mib)?);
+            Ok(())
+        }
+        Command::Patch { common } => {
+            println!("{}", patchscale::run(&common)?);
+            Ok(())
+        }
+        Command::Mcp { common, mcp_peer } => {
+            println!("{}", mcp::run(&common, &mcp_peer)?);
+            Ok(())
+        }
+        Command::All { common, mcp_peer, stream_mib, markdown, command_line, date } => {
+            let mut doc = report::Document::new(&command_line, &date, &common);
+            let step = |name: &str| eprintln!("fsd-bench: {name} ({})", report::loadavg());
+            step("per call");
+            doc.push(percall::run(&common)?);
+            step("64 in flight");
+            doc.push(concurrent::run(&common)?);
+            step("streaming");
+            doc.push(stream::run(&common, stream_mib)?);
+            step("apply_patch scaling");
+            doc.push(patchscale::run(&common)?);
+            step("MCP side by side");
+            doc.push(mcp::run(&common, &mcp_peer)?);
+            let text = doc.finish();
+            println!("{text}");
+            if let Some(path) = markdown {
+                report::splice(&path, &text)?;
+                eprintln!("fsd-bench: wrote {}", path.display());
+            }
+            Ok(())
+        }
+    }
+}

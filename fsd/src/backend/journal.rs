@@ -1,0 +1,305 @@
+//! The temporary-file journal, and the sweep that removes what a killed worker left.
+//!
+//! An atomic replace has a name on disk for a while (`.fsd-tmp-<128-bit hex>`: the new content
+//! before its rename, the old content after a `RENAME_EXCHANGE`). A SIGKILL in that window
+//! leaves the name behind. Removing files by that name pattern alone would be a "delete user
+//! files that look like ours" primitive, so the daemon removes only what it can show it made:
+//!
+//! - Before it creates a temporary file, a worker records it as an extended attribute on the
+//!   root directory the file is below: `user.fsd.tmp.<hex>` (the temporary name's random part),
+//!   valued with the owner (daemon instance and worker pid), the directory below the root, and,
+//!   once the file exists, its identity (device, inode, birth time) and, for a replace, the
+//!   identity of the file the exchange will put at that name. The attribute is removed once the
+//!   name is gone again. Nothing is written into the tree itself; `git status` and
+//!   listings see nothing.
+//! - The supervisor sweeps: at start-up every entry of every root, but only when it can take an
+//!   exclusive `flock` on the root (no other daemon serves it; each daemon holds a shared lock for
+//!   its lifetime), and after it reaps a dead worker the entries of that worker. An entry's file
+//!   is removed only if it is a regular file at that name whose identity is one the entry names, or,
+//!   for an entry recorded before the file's identity was known, an empty file (nothing was
+//!   written into it yet). The directory is reached from the root descriptor one component at a
+//!   time, never through a symbolic link. The entry is then dropped either way.
+//! - Where the attribute cannot be written (a filesystem without user extended attributes, a
+//!   root the worker may not change, no space for the attribute) the write goes on unjournaled:
+//!   such a temporary file is still removed on every error path, only not after a SIGKILL.
+//!   Writes outside the configured roots (danger-full-access) are never journaled.
+//!
+//! The journal covers process death, not power loss: the attributes are not fsynced.
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::TEMP_PREFIX;
+use crate::sys::{self, Errno, Kind, Meta};
+
+/// The extended attribute names of journal entries start with this.
+pub const ENTRY_PREFIX: &str = "user.fsd.tmp.";
+/// The environment variable that hands the supervisor's instance id to its children.
+pub const INSTANCE_ENV: &str = "FSD_JOURNAL_INSTANCE";
+const FORMAT: &str = "fsd-journal-1";
+
+/// This daemon's instance id: random in the supervisor, inherited by its children.
+pub fn instance() -> &'static str {
+    static INSTANCE: OnceLock<String> = OnceLock::new();
+    INSTANCE.get_or_init(|| match std::env::var(INSTANCE_ENV) {
+        Ok(id) if !id.is_empty() => id,
+        _ => {
+            let mut bytes = [0u8; 16];
+            // Without randomness the id is still unique enough among live daemons: the pid.
+            if getrandom::fill(&mut bytes).is_err() {
+                return format!("pid{}", std::process::id());
+            }
+            bytes.iter().map(|b| format!("{b:02x}")).collect()
+        }
+    })
+}
+
+fn warn_once(errno: Errno) {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    if !WARNED.swap(true, Ordering::Relaxed) {
+        tracing::warn!(%errno, "cannot journal temporary files on a root; one left by a killed worker would stay");
+    }
+}
+
+/// A worker's journal: a descriptor per configured root it may write entries on.
+#[derive(Debug)]
+pub struct Journal {
+    roots: Vec<Option<OwnedFd>>,
+    owner: String,
+}
+
+impl Journal {
+    /// Opens each configured root (canonical paths, in backend order) before confinement.
+    pub fn open(roots: &[PathBuf]) -> Journal {
+        let roots = roots.iter().map(|path| sys::open_dir(path).ok()).collect();
+        Journal { roots, owner: format!("{} {}", instance(), std::process::id()) }
+    }
+
+    /// Where the temporary files of a target in `rel_dir` below root `root` are journaled.
+    pub(super) fn scope<'a>(&'a self, root: usize, rel_dir: &[OsString]) -> Scope<'a> {
+        let fd = self.roots.get(root).and_then(Option::as_ref).map(AsFd::as_fd);
+        let dir = rel_dir.iter().map(|c| c.as_bytes()).collect::<Vec<_>>().join(&b'/');
+        Scope { fd, owner: &self.owner, dir }
+    }
+}
+
+/// The journal of one target directory.
+#[derive(Debug)]
+pub(super) struct Scope<'a> {
+    fd: Option<BorrowedFd<'a>>,
+    owner: &'a str,
+    dir: Vec<u8>,
+}
+
+impl<'a> Scope<'a> {
+    /// Records a temporary name before the file is created.
+    pub(super) fn begin(self, temp: &OsStr) -> Entry<'a> {
+        let key = temp.as_bytes().strip_prefix(TEMP_PREFIX.as_bytes()).map(|hex| {
+            let mut key = ENTRY_PREFIX.as_bytes().to_vec();
+            key.extend_from_slice(hex);
+            OsString::from_vec(key)
+        });
+        let mut entry = Entry { fd: self.fd, key, owner: self.owner, dir: self.dir, written: false };
+        entry.record(None);
+        entry
+    }
+}
+
+/// One journaled temporary file; `end` drops the record once the name is gone.
+#[derive(Debug)]
+pub(super) struct Entry<'a> {
+    fd: Option<BorrowedFd<'a>>,
+    key: Option<OsString>,
+    owner: &'a str,
+    dir: Vec<u8>,
+    written: bool,
+}
+
+impl Entry<'_> {
+    fn record(&mut self, identity: Option<String>) {
+        let (Some(fd), Some(key)) = (self.fd, &self.key) else { return };
+        let identity = identity.unwrap_or_else(|| "-".to_owned());
+        let mut value = format!("{FORMAT}\n{}\n{identity}\n", self.owner).into_bytes();
+        value.extend_from_slice(&self.dir);
+        match sys::set_xattr(fd, key, &value) {
+            Ok(()) => self.written = true,
+            Err(errno) => {
+                tracing::debug!(%errno, "temporary file not journaled");
+                warn_once(errno);
+            }
+        }
+    }
+
+    /// Adds the created file's identity, before anything is written into it, and that of the
+    /// file a replace will swap out to the temporary name.
+    pub(super) fn identify(&mut self, created: &Meta, replaced: Option<&Meta>) {
+        if self.written {
+            let mut identity = identity_of(created);
+            if let Some(replaced) = replaced {
+                identity.push(',');
+                identity.push_str(&identity_of(replaced));
+            }
+            self.record(Some(identity));
+        }
+    }
+
+    /// The temporary name is gone (renamed into place or removed), or deliberately left to
+    /// someone else's content: the sweep must never touch it.
+    pub(super) fn end(self) {
+        if let (true, Some(fd), Some(key)) = (self.written, self.fd, &self.key)
+            && let Err(errno) = sys::remove_xattr(fd, key)
+        {
+            tracing::warn!(%errno, "cannot drop a journal entry");
+        }
+    }
+}
+
+fn identity_of(meta: &Meta) -> String {
+    format!("{}:{}:{}.{}", meta.dev, meta.ino, meta.btime.0, meta.btime.1)
+}
+
+/// What a sweep did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SweepReport {
+    pub entries: usize,
+    pub removed: usize,
+}
+
+/// The supervisor's side: the roots, each held with a shared lock for the daemon's lifetime.
+#[derive(Debug)]
+pub struct Sweeper {
+    roots: Vec<(PathBuf, OwnedFd)>,
+}
+
+impl Sweeper {
+    /// Opens and locks every root; sweeps the roots no other daemon serves.
+    pub fn start(roots: &[PathBuf]) -> Sweeper {
+        let mut held = Vec::new();
+        for path in roots {
+            let Ok(path) = std::fs::canonicalize(path) else { continue };
+            let Ok(fd) = sys::open_dir(&path) else { continue };
+            match sys::try_lock_exclusive(fd.as_fd()) {
+                Ok(()) => {
+                    let report = sweep_root(fd.as_fd(), |_| true);
+                    if report.entries > 0 {
+                        tracing::info!(root = %path.display(), entries = report.entries, removed = report.removed, "swept temporary files left by a previous run");
+                    }
+                }
+                Err(errno) => {
+                    tracing::info!(root = %path.display(), %errno, "another daemon serves this root; its temporary files are its own: no start-up sweep");
+                }
+            }
+            if let Err(errno) = sys::lock_shared(fd.as_fd()) {
+                tracing::warn!(root = %path.display(), %errno, "cannot hold the root's shared lock");
+            }
+            held.push((path, fd));
+        }
+        Sweeper { roots: held }
+    }
+
+    /// A worker died: removes what it left (it can no longer be writing).
+    pub fn worker_died(&self, pid: u32) {
+        let owner = format!("{} {pid}", instance());
+        for (path, fd) in &self.roots {
+            let report = sweep_root(fd.as_fd(), |o| o == owner);
+            if report.removed > 0 {
+                tracing::info!(root = %path.display(), pid, removed = report.removed, "removed temporary files of a dead worker");
+            }
+        }
+    }
+}
+
+/// One parsed entry.
+struct Record<'v> {
+    owner: &'v str,
+    identity: Option<&'v str>,
+    dir: &'v [u8],
+}
+
+fn parse(value: &[u8]) -> Option<Record<'_>> {
+    let mut parts = value.splitn(4, |&b| b == b'\n');
+    if parts.next()? != FORMAT.as_bytes() {
+        return None;
+    }
+    let owner = std::str::from_utf8(parts.next()?).ok()?;
+    let identity = std::str::from_utf8(parts.next()?).ok()?;
+    let dir = parts.next()?;
+    Some(Record { owner, identity: (identity != "-").then_some(identity), dir })
+}
+
+/// Sweeps the entries of one root whose owner `matches`.
+fn sweep_root(root: BorrowedFd<'_>, matches: impl Fn(&str) -> bool) -> SweepReport {
+    let mut report = SweepReport::default();
+    let Ok(names) = sys::list_xattrs(root) else { return report };
+    for key in names.iter().filter(|n| n.as_bytes().starts_with(ENTRY_PREFIX.as_bytes())) {
+        let Ok(value) = sys::get_xattr(root, key) else { continue };
+        let record = parse(&value);
+        // A value this version cannot read has no owner: only a start-up sweep drops it.
+        if !matches(record.as_ref().map_or("", |r| r.owner)) {
+            continue;
+        }
+        report.entries += 1;
+        if let Some(record) = record
+            && remove_if_ours(root, key, &record)
+        {
+            report.removed += 1;
+        }
+        if let Err(errno) = sys::remove_xattr(root, key) {
+            tracing::warn!(%errno, "cannot drop a journal entry");
+        }
+    }
+    report
+}
+
+/// Removes the entry's temporary file if it is the one the entry describes.
+fn remove_if_ours(root: BorrowedFd<'_>, key: &OsStr, record: &Record<'_>) -> bool {
+    let Some(hex) = key.as_bytes().strip_prefix(ENTRY_PREFIX.as_bytes()) else { return false };
+    if hex.len() != 32 || !hex.iter().all(u8::is_ascii_hexdigit) {
+        return false;
+    }
+    let mut name = TEMP_PREFIX.as_bytes().to_vec();
+    name.extend_from_slice(hex);
+    let name = OsString::from_vec(name);
+    let mut dir: Option<OwnedFd> = None;
+    for component in record.dir.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
+        if component == b"." || component == b".." {
+            return false;
+        }
+        let parent = dir.as_ref().map_or(root, AsFd::as_fd);
+        let Ok(next) = sys::open_component(parent, OsStr::from_bytes(component)) else { return false };
+        if !sys::meta(next.as_fd()).is_ok_and(|m| m.kind == Kind::Directory) {
+            return false;
+        }
+        dir = Some(next);
+    }
+    let dir = dir.as_ref().map_or(root, AsFd::as_fd);
+    let Ok(meta) = sys::meta_at(dir, &name) else { return false };
+    let ours = meta.kind == Kind::File
+        && match record.identity {
+            Some(identities) => identities.split(',').any(|i| i == identity_of(&meta)),
+            None => meta.size == 0,
+        };
+    ours && sys::remove(dir, &name).is_ok()
+}
+
+#[cfg(test)]
+#[allow(clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_round_trip_and_foreign_values_do_not_parse() {
+        let value = b"fsd-journal-1\nabc 42\n1:2:3.4\nsub/dir";
+        let record = parse(value).expect("parses");
+        assert_eq!((record.owner, record.identity, record.dir), ("abc 42", Some("1:2:3.4"), &b"sub/dir"[..]));
+        let record = parse(b"fsd-journal-1\nabc 42\n-\n").expect("parses");
+        assert_eq!((record.identity, record.dir), (None, &b""[..]));
+        for foreign in [&b""[..], b"fsd-journal-0\na\n-\n", b"something else"] {
+            assert!(parse(foreign).is_none(), "{foreign:?}");
+        }
+    }
+}

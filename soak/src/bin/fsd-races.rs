@@ -1,0 +1,58 @@
+//! `fsd-races`: the long form of the lost-updates run. Rounds of many `fsd-tools session`
+//! processes racing guarded edits and writes on shared files, until `--duration` has passed.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use fsd_soak::daemon::Bins;
+use fsd_soak::races::{self, RaceOptions};
+
+#[derive(Debug, Parser)]
+#[command(name = "fsd-races")]
+struct Args {
+    /// Keep starting rounds until this long has passed (e.g. 90s, 30m, 2h).
+    #[arg(long, default_value = "10m", value_parser = fsd_soak::util::parse_duration)]
+    duration: std::time::Duration,
+    /// Concurrent sessions (each an fsd-tools session process).
+    #[arg(long, default_value_t = 64)]
+    sessions: usize,
+    /// Attempts of each session on each shared file per round.
+    #[arg(long, default_value_t = 6)]
+    attempts: usize,
+    /// Directory holding fsd and fsd-tools (default: beside this binary).
+    #[arg(long)]
+    bin_dir: Option<std::path::PathBuf>,
+    /// One line per round.
+    #[arg(long)]
+    verbose: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let bins = match args.bin_dir.as_deref().map_or_else(Bins::locate, Bins::in_dir) {
+        Ok(bins) => bins,
+        Err(e) => {
+            eprintln!("fsd-races: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let options = RaceOptions {
+        sessions: args.sessions,
+        attempts: args.attempts,
+        duration: args.duration,
+        verbose: args.verbose,
+    };
+    match races::run(&bins, &options) {
+        Ok(report) => {
+            println!("{report}");
+            for v in &report.violations {
+                println!("VIOLATION: {v}");
+            }
+            if report.violations.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+        }
+        Err(e) => {
+            eprintln!("fsd-races: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! The reliability suite's workloads against a real `fsd` process tree: crash safety under
+//! SIGKILL (`crash`), no lost updates between racing sessions (`races`), and a mixed-load soak
+//! that watches memory and descriptors (`soak`). The CI short forms in
+//! `tests/tests/reliability_*.rs` and the long-run binaries (`fsd-crash`, `fsd-races`,
+//! `fsd-soak`, each with `--duration`) call the same functions; docs/reliability.md says how.
+#![forbid(unsafe_code)]
+
+pub mod crash;
+pub mod daemon;
+pub mod races;
+pub mod session;
+pub mod soak;
+pub mod tree;
+pub mod util;
+
+pub use util::{Error, Result, Rng};
