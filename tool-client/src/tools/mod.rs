@@ -294,17 +294,26 @@ fn unique_suffix() -> u128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
 }
 
+/// A unified diff for a diff card. Line diffs are quadratic in the worst case, so the diff gets a
+/// deadline and falls back to a coarser (still correct) result past it.
+pub(crate) fn unified_diff(path: &str, old: &str, new: &str) -> String {
+    similar::TextDiff::configure()
+        .algorithm(similar::Algorithm::Myers)
+        .timeout(std::time::Duration::from_millis(100))
+        .diff_lines(old, new)
+        .unified_diff()
+        .context_radius(3)
+        .header(path, path)
+        .to_string()
+}
+
 /// Diff metadata for a change, bounded by what the daemon returned.
 fn diff_meta(path: &str, change: Option<&v1::TextChange>) -> Value {
     match change {
         Some(v1::TextChange { before: Some(before), after: Some(after), omitted: false }) => {
             // Diff cards show LF text; the file's own endings stay on disk.
             let (before, after) = (before.replace("\r\n", "\n"), after.replace("\r\n", "\n"));
-            let unified = similar::TextDiff::from_lines(before.as_str(), after.as_str())
-                .unified_diff()
-                .context_radius(3)
-                .header(path, path)
-                .to_string();
+            let unified = unified_diff(path, &before, &after);
             json!({ "path": path, "oldText": before, "newText": after, "diff": unified })
         }
         _ => json!({ "path": path, "omitted": true }),

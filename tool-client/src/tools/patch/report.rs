@@ -67,9 +67,7 @@ fn bounded(text: &str) -> bool {
 fn diffs(p: &Prepared, display: &(String, Option<String>)) -> Vec<Value> {
     let lf = |t: &str| t.replace("\r\n", "\n");
     let diff = |path: &str, old: &str, new: &str| {
-        let unified =
-            similar::TextDiff::from_lines(old, new).unified_diff().context_radius(3).header(path, path).to_string();
-        json!({"path": path, "oldText": old, "newText": new, "diff": unified})
+        json!({"path": path, "oldText": old, "newText": new, "diff": crate::tools::unified_diff(path, old, new)})
     };
     let before = p.before.as_deref().filter(|t| bounded(t)).map(lf);
     match (&p.planned.op, before) {
