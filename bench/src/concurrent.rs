@@ -59,13 +59,22 @@ impl Window {
 }
 
 /// Runs `IN_FLIGHT` loops of `call` until the window closes; calls per second inside it.
-async fn drive<F, Fut>(window: Window, mut make: impl FnMut(usize) -> F) -> Res<f64>
+async fn drive<F, Fut>(window: Window, make: impl FnMut(usize) -> F) -> Res<f64>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Res<()>> + Send,
+{
+    drive_n(IN_FLIGHT, window, make).await
+}
+
+/// `drive` with `in_flight` loops.
+async fn drive_n<F, Fut>(in_flight: usize, window: Window, mut make: impl FnMut(usize) -> F) -> Res<f64>
 where
     F: FnMut() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = Res<()>> + Send,
 {
     let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..IN_FLIGHT {
+    for i in 0..in_flight {
         let mut call = make(i);
         tasks.spawn(async move {
             let mut counted = 0u64;
@@ -254,4 +263,57 @@ pub fn run(common: &Common) -> Res<Section> {
     }
     section.markdown = md;
     Ok(section)
+}
+
+/// For profiling (`perf record -a` around it): one load against fsd or the echo server for a
+/// while, with `in_flight` callers; prints calls per second.
+pub fn probe(common: &Common, stat: bool, echo_only: bool, in_flight: usize, seconds: f64, tcp: bool) -> Res<String> {
+    let dir = tempfile::Builder::new().prefix("fsd-bench-probe-").tempdir_in("/tmp")?;
+    let root = dir.path().join("ws");
+    std::fs::create_dir(&root)?;
+    let root = std::fs::canonicalize(&root)?;
+    let file = root.join("f4k.txt");
+    std::fs::write(&file, fixtures::four_k())?;
+    let path = file.to_string_lossy().into_owned();
+    let transport = if tcp { Transport::Tcp } else { Transport::Unix };
+    let server = if echo_only { Server::echo()? } else { Server::fsd(&common.bin_dir()?, &root)? };
+    let rt = crate::client_runtime()?;
+    let window = Window::new(Duration::from_millis(200), Duration::from_secs_f64(seconds));
+    let rate = rt.block_on(async {
+        let endpoint = server.endpoint(transport);
+        if echo_only {
+            let shape = if stat { Shape { request: 112, reply: 160 } } else { Shape { request: 117, reply: 4252 } };
+            let client = echo::client(&endpoint).await?;
+            let payloads = Payloads::new();
+            return drive_n(in_flight, window, |_| {
+                let client = client.clone();
+                let payloads = payloads.clone();
+                move || {
+                    let mut client = client.clone();
+                    let payloads = payloads.clone();
+                    async move { payloads.call(&mut client, &[shape]).await }
+                }
+            })
+            .await;
+        }
+        let (client, _) = connect::connect(&endpoint).await?;
+        drive_n(in_flight, window, |_| {
+            let client = client.clone();
+            let path = path.clone();
+            move || {
+                let mut client = client.clone();
+                let (s, r) = (stat_request(&path), read_request(&path));
+                async move {
+                    if stat {
+                        client.stat(s).await?;
+                    } else {
+                        client.read_text(r).await?;
+                    }
+                    Ok(())
+                }
+            }
+        })
+        .await
+    })?;
+    Ok(format!("{rate:.0} calls/s ({:.1} µs per call per caller)", in_flight as f64 * 1e6 / rate))
 }

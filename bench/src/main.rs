@@ -112,6 +112,24 @@ enum Command {
         #[arg(long)]
         mcp_peer: PathBuf,
     },
+    /// One load for a while, for profiling under `perf record -a`.
+    #[command(hide = true)]
+    Probe {
+        #[command(flatten)]
+        common: Common,
+        /// readText instead of stat.
+        #[arg(long)]
+        read: bool,
+        /// Against the bare echo server instead of fsd.
+        #[arg(long)]
+        echo: bool,
+        #[arg(long, default_value_t = 1)]
+        in_flight: usize,
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        #[arg(long)]
+        tcp: bool,
+    },
     /// The bare tonic echo server (started by the benchmarks themselves).
     #[command(hide = true)]
     EchoServer {
@@ -141,6 +159,10 @@ pub fn client_runtime() -> Res<tokio::runtime::Runtime> {
 fn run(command: Command) -> Res<()> {
     match command {
         Command::EchoServer { listen } => echo::serve(&listen),
+        Command::Probe { common, read, echo, in_flight, seconds, tcp } => {
+            println!("{}", concurrent::probe(&common, !read, echo, in_flight, seconds, tcp)?);
+            Ok(())
+        }
         Command::Percall { common } => {
             println!("{}", percall::run(&common)?);
             Ok(())

@@ -94,6 +94,9 @@ fn run(args: Args) -> Result<(), DaemonError> {
         default_mode: args.default_mode.clone(),
     };
     let config = Config::load(args.config.as_deref(), overrides)?;
+    if args.role != "supervisor" {
+        fsd::sys::ipc::die_with_parent().map_err(|e| DaemonError::Inherited(-1, e))?;
+    }
     match args.role.as_str() {
         "network" => fsd::network::run(config, ipc_socket(&args)?),
         "worker" => {

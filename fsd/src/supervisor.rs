@@ -95,11 +95,14 @@ impl Supervisor {
     }
 
     /// A worker died: replace it, unless its mode keeps dying at birth.
-    fn replace(&mut self, mode: Mode, started: Instant, status: &str) -> Result<(), DaemonError> {
+    /// `failed_itself`: the worker exited with an error of its own (a confinement step failed),
+    /// as opposed to being killed (a hung call, an operator, the OOM killer), which says nothing
+    /// about the next worker.
+    fn replace(&mut self, mode: Mode, started: Instant, failed_itself: bool, status: &str) -> Result<(), DaemonError> {
         if self.given_up.contains(&mode) {
             return Ok(());
         }
-        let quick = started.elapsed() < QUICK_DEATH;
+        let quick = failed_itself && started.elapsed() < QUICK_DEATH;
         let count = self.quick_deaths.entry(mode).or_insert(0);
         *count = if quick { *count + 1 } else { 0 };
         if *count >= MAX_QUICK_DEATHS {
@@ -218,7 +221,8 @@ async fn supervise(config: Config, exe: PathBuf, args: Vec<OsString>, options: R
                     Role::Worker(mode) => {
                         tracing::warn!(pid, mode = mode.as_str(), status = %status_text, "worker exited; replacing it");
                         sweeper.worker_died(pid);
-                        if let Err(e) = sup.replace(mode, started, &status_text) {
+                        let failed_itself = status.as_ref().is_ok_and(|s| s.code().is_some_and(|c| c != 0));
+                        if let Err(e) = sup.replace(mode, started, failed_itself, &status_text) {
                             tracing::error!(error = %e, "cannot replace worker");
                         }
                     }

@@ -233,7 +233,8 @@ async fn run(cli: Cli, daemon: &mut Option<EmbeddedDaemon>) -> Result<ExitCode, 
         }
         Command::Mcp { mut target } => {
             let config = load_config(target.config.as_ref(), false)?;
-            if target.cwd.is_none() {
+            // A fleet target's directory is on its host: the fleet file says it, not this process.
+            if target.cwd.is_none() && target.target.is_none() {
                 target.cwd = Some(crate::mcp::default_cwd(target.root.as_deref())?);
             }
             let session = open(&target, config, daemon).await?;

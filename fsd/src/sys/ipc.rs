@@ -149,6 +149,17 @@ pub fn signal(pid: u32, kill: bool) -> Result<(), Errno> {
     rustix::process::kill_process(pid, signal)
 }
 
+/// Asks the kernel to SIGKILL this process when its parent (the supervisor) dies, so no worker
+/// or network process outlives a killed supervisor and keeps writing behind its successor.
+pub fn die_with_parent() -> Result<(), Errno> {
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+    // The parent may have died before the request took effect: then we were re-parented.
+    if rustix::process::getppid().is_none_or(|p| p.as_raw_nonzero().get() == 1) {
+        return Err(Errno::SRCH);
+    }
+    Ok(())
+}
+
 /// Borrows the socket's descriptor.
 pub fn fd_of(socket: &UnixStream) -> BorrowedFd<'_> {
     socket.as_fd()
