@@ -18,7 +18,11 @@ use ed25519_dalek::{Signer, SigningKey};
 pub use rules::{Decision, Rule, Rules, allows, decide, glob};
 
 #[derive(Debug, Parser)]
-#[command(name = "fsd-approver", version, about = "Approves fsd escalations by signing the daemon's description")]
+#[command(
+    name = "fsd-approver",
+    version,
+    about = "Approves fsd escalations by signing the daemon's description"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -118,13 +122,20 @@ pub fn sign(key: &SigningKey, description: &str) -> String {
 /// second wall against a description that tries to rewrite the screen.
 fn printable(text: &str) -> String {
     text.chars()
-        .map(|c| if c == '\n' || c.is_ascii_graphic() || c == ' ' { c.to_string() } else { c.escape_unicode().to_string() })
+        .map(|c| {
+            if c == '\n' || c.is_ascii_graphic() || c == ' ' {
+                c.to_string()
+            } else {
+                c.escape_unicode().to_string()
+            }
+        })
         .collect()
 }
 
 /// Shows the description on the controlling terminal and asks.
 pub(crate) fn ask(description: &str) -> Result<bool, ApproverError> {
-    let tty = std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty").map_err(ApproverError::Tty)?;
+    let tty =
+        std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty").map_err(ApproverError::Tty)?;
     let mut out = &tty;
     writeln!(out, "An fsd client asks to run these calls at a wider mode:\n").map_err(ApproverError::Tty)?;
     writeln!(out, "{}", printable(description)).map_err(ApproverError::Tty)?;

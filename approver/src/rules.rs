@@ -43,7 +43,9 @@ pub fn glob(pattern: &str, path: &str) -> bool {
         match p {
             [] => s.is_empty(),
             ['*', '*', rest @ ..] => (0..=s.len()).any(|i| go(rest, &s[i..])),
-            ['*', rest @ ..] => (0..=s.len()).take_while(|&i| i == 0 || s[i - 1] != '/').any(|i| go(rest, &s[i..])),
+            ['*', rest @ ..] => {
+                (0..=s.len()).take_while(|&i| i == 0 || s[i - 1] != '/').any(|i| go(rest, &s[i..]))
+            }
             ['?', rest @ ..] => s.first().is_some_and(|&c| c != '/') && go(rest, &s[1..]),
             [c, rest @ ..] => s.first() == Some(c) && go(rest, &s[1..]),
         }
@@ -63,7 +65,9 @@ pub fn decide(rules: &Rules, description: &str) -> Decision {
             if let Some(path) = rest.split_once(": ").and_then(|(_, op)| op.split_once(' ')).map(|(_, p)| p) {
                 paths.push(path.to_owned());
             }
-        } else if let Some((path, _)) = line.strip_prefix("  destination: ").and_then(|rest| rest.rsplit_once(" (")) {
+        } else if let Some((path, _)) =
+            line.strip_prefix("  destination: ").and_then(|rest| rest.rsplit_once(" ("))
+        {
             paths.push(path.to_owned());
         }
     }

@@ -26,7 +26,11 @@ impl Approver for Service {
     async fn approve(&self, request: Request<ApproveRequest>) -> Result<Response<ApproveReply>, Status> {
         let description = request.into_inner().description;
         if !description.starts_with("fsd escalation v1\n") {
-            return Ok(Response::new(ApproveReply { approved: false, signature: Default::default(), reason: "not an fsd escalation description".into() }));
+            return Ok(Response::new(ApproveReply {
+                approved: false,
+                signature: Default::default(),
+                reason: "not an fsd escalation description".into(),
+            }));
         }
         let _turn = self.turn.lock().await;
         let approved = match &self.rules {
@@ -63,14 +67,22 @@ pub fn run(key: SigningKey, listen: &str, rules: Option<Rules>) -> Result<(), Ap
         let serve_err = |e: tonic::transport::Error| ApproverError::Serve(e.to_string());
         if let Some(path) = listen.strip_prefix("unix:") {
             let _ = std::fs::remove_file(path);
-            let listener = tokio::net::UnixListener::bind(path).map_err(|e| ApproverError::Serve(e.to_string()))?;
+            let listener =
+                tokio::net::UnixListener::bind(path).map_err(|e| ApproverError::Serve(e.to_string()))?;
             eprintln!("fsd-approver: listening on {listen}");
-            router.serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown).await.map_err(serve_err)?;
+            router
+                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+                .await
+                .map_err(serve_err)?;
             let _ = std::fs::remove_file(path);
         } else if let Some(addr) = listen.strip_prefix("tcp:") {
-            let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| ApproverError::Serve(e.to_string()))?;
+            let listener =
+                tokio::net::TcpListener::bind(addr).await.map_err(|e| ApproverError::Serve(e.to_string()))?;
             eprintln!("fsd-approver: listening on {listen}");
-            router.serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown).await.map_err(serve_err)?;
+            router
+                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+                .await
+                .map_err(serve_err)?;
         } else {
             return Err(ApproverError::Listen(listen.to_owned()));
         }

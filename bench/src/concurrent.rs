@@ -105,7 +105,14 @@ fn read_request(path: &str) -> v1::ReadTextRequest {
     v1::ReadTextRequest { context: None, path: path.to_owned(), max_bytes: 10 << 20 }
 }
 
-async fn fsd_rate(load: Load, client: &FsdClient<Channel>, hello: &v1::HelloReply, path: &str, root: &Path, window: Window) -> Res<f64> {
+async fn fsd_rate(
+    load: Load,
+    client: &FsdClient<Channel>,
+    hello: &v1::HelloReply,
+    path: &str,
+    root: &Path,
+    window: Window,
+) -> Res<f64> {
     match load {
         Load::Stat => {
             drive(window, |_| {
@@ -140,7 +147,12 @@ async fn fsd_rate(load: Load, client: &FsdClient<Channel>, hello: &v1::HelloRepl
         Load::ReadTool => {
             let mut tasks = tokio::task::JoinSet::new();
             for _ in 0..IN_FLIGHT {
-                let mut session = Session::new(Tools::new(ClientConfig::default()), client.clone(), hello.clone(), root.to_owned());
+                let mut session = Session::new(
+                    Tools::new(ClientConfig::default()),
+                    client.clone(),
+                    hello.clone(),
+                    root.to_owned(),
+                );
                 let path = path.to_owned();
                 tasks.spawn(async move {
                     let mut counted = 0u64;
@@ -242,7 +254,9 @@ pub fn run(common: &Common) -> Res<Section> {
         window.as_secs_f64(),
         warm.as_secs_f64()
     ));
-    md.push_str("| transport | call | fsd calls/s | bare tonic echo calls/s | fsd ÷ echo |\n|---|---|---|---|---|\n");
+    md.push_str(
+        "| transport | call | fsd calls/s | bare tonic echo calls/s | fsd ÷ echo |\n|---|---|---|---|---|\n",
+    );
     for (transport, load, fsd_rates, echo_rates) in &rows {
         let ratio = fsd_rates.ratio(echo_rates);
         md.push_str(&format!(
@@ -267,7 +281,14 @@ pub fn run(common: &Common) -> Res<Section> {
 
 /// For profiling (`perf record -a` around it): one load against fsd or the echo server for a
 /// while, with `in_flight` callers; prints calls per second.
-pub fn probe(common: &Common, stat: bool, echo_only: bool, in_flight: usize, seconds: f64, tcp: bool) -> Res<String> {
+pub fn probe(
+    common: &Common,
+    stat: bool,
+    echo_only: bool,
+    in_flight: usize,
+    seconds: f64,
+    tcp: bool,
+) -> Res<String> {
     let dir = tempfile::Builder::new().prefix("fsd-bench-probe-").tempdir_in("/tmp")?;
     let root = dir.path().join("ws");
     std::fs::create_dir(&root)?;
@@ -282,7 +303,8 @@ pub fn probe(common: &Common, stat: bool, echo_only: bool, in_flight: usize, sec
     let rate = rt.block_on(async {
         let endpoint = server.endpoint(transport);
         if echo_only {
-            let shape = if stat { Shape { request: 112, reply: 160 } } else { Shape { request: 117, reply: 4252 } };
+            let shape =
+                if stat { Shape { request: 112, reply: 160 } } else { Shape { request: 117, reply: 4252 } };
             let client = echo::client(&endpoint).await?;
             let payloads = Payloads::new();
             return drive_n(in_flight, window, |_| {

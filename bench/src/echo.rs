@@ -41,7 +41,10 @@ impl Echo for EchoService {
 
     type StreamStream = ReceiverStream<Result<pb::Chunk, Status>>;
 
-    async fn stream(&self, request: Request<pb::StreamRequest>) -> Result<Response<Self::StreamStream>, Status> {
+    async fn stream(
+        &self,
+        request: Request<pb::StreamRequest>,
+    ) -> Result<Response<Self::StreamStream>, Status> {
         let r = request.into_inner();
         let chunk = (r.chunk_bytes as usize).clamp(1, self.buffer.len());
         let total = r.total_bytes;
@@ -115,7 +118,11 @@ pub fn serve(listen: &[String]) -> Res<()> {
     })?;
     let runtime = match std::env::var("ECHO_RT").as_deref() {
         Ok("ct") => tokio::runtime::Builder::new_current_thread().enable_all().build()?,
-        Ok("1") => tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().thread_name("echo-net").build()?,
+        Ok("1") => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .thread_name("echo-net")
+            .build()?,
         _ => tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("echo-net").build()?,
     };
     runtime.block_on(async move {

@@ -151,8 +151,12 @@ fn once(peer: &mut Peer, side: Side, op: Op, dir: &Path, i: usize) -> Option<Res
         // fsd's model-facing tools have no stat; its daemon's stat RPC is in the per-call table.
         (Side::Fsd, Op::Stat) => return None,
         (Side::Reference, Op::Stat) => peer.call("get_file_info", json!({ "path": file("f4k.txt") })),
-        (Side::Fsd, Op::Write) => peer.call("write", json!({ "file_path": file("w4k.txt"), "content": content })),
-        (Side::Reference, Op::Write) => peer.call("write_file", json!({ "path": file("w4k.txt"), "content": content })),
+        (Side::Fsd, Op::Write) => {
+            peer.call("write", json!({ "file_path": file("w4k.txt"), "content": content }))
+        }
+        (Side::Reference, Op::Write) => {
+            peer.call("write_file", json!({ "path": file("w4k.txt"), "content": content }))
+        }
     })
 }
 
@@ -193,7 +197,9 @@ struct Series {
 
 pub fn run(common: &Common, peer_script: &Path) -> Res<Section> {
     if !peer_script.is_file() {
-        return Err(format!("{} is missing: run scripts/bench.sh, which installs it", peer_script.display()).into());
+        return Err(
+            format!("{} is missing: run scripts/bench.sh, which installs it", peer_script.display()).into()
+        );
     }
     // Absolute: the server runs with its data directory as its cwd.
     let peer_script = std::fs::canonicalize(peer_script)?;
@@ -214,7 +220,9 @@ pub fn run(common: &Common, peer_script: &Path) -> Res<Section> {
         fsd.call("read", json!({ "file_path": ours.join("w4k.txt").to_string_lossy() }))?;
         for (o, op) in Op::ALL.into_iter().enumerate() {
             for (s, (peer, side, dir)) in
-                [(&mut fsd, Side::Fsd, &ours), (&mut reference, Side::Reference, &theirs)].into_iter().enumerate()
+                [(&mut fsd, Side::Fsd, &ours), (&mut reference, Side::Reference, &theirs)]
+                    .into_iter()
+                    .enumerate()
             {
                 if let Some(samples) = time(peer, side, op, dir, op.samples(common))? {
                     series[o][s].p50.push(samples.p50());
@@ -254,7 +262,11 @@ pub fn run(common: &Common, peer_script: &Path) -> Res<Section> {
             ratio_text
         ));
         match op {
-            Op::Read => section.verdict("through MCP, read p50 ≤ 0.5× the reference server's", ratio.times(), ratio.median() <= 0.5),
+            Op::Read => section.verdict(
+                "through MCP, read p50 ≤ 0.5× the reference server's",
+                ratio.times(),
+                ratio.median() <= 0.5,
+            ),
             Op::Write => section.verdict(
                 "through MCP, durable write p50 ≤ 1.0× the reference server's (non-durable) write",
                 ratio.times(),

@@ -137,7 +137,10 @@ async fn shapes(client: &mut FsdClient<Channel>, root: &Path) -> Res<Shapes> {
     let reply = client.read_text(request).await?.into_inner();
     let read = shape(len, reply.encoded_len());
     let guard = |version: String, key: String| v1::WriteGuard {
-        kind: Some(v1::write_guard::Kind::ReplaceIfVersion(v1::ReplaceIfVersion { version, target_key: key })),
+        kind: Some(v1::write_guard::Kind::ReplaceIfVersion(v1::ReplaceIfVersion {
+            version,
+            target_key: key,
+        })),
     };
     let key = reply.target.map(|t| t.target_key).unwrap_or_default();
 
@@ -170,12 +173,14 @@ async fn shapes(client: &mut FsdClient<Channel>, root: &Path) -> Res<Shapes> {
 async fn fsd_once(op: Op, conn: &mut Conn, read_path: &str) -> Res<()> {
     let result = match op {
         Op::Stat => {
-            let request = v1::StatRequest { context: context(), path: read_path.to_owned(), no_follow: false };
+            let request =
+                v1::StatRequest { context: context(), path: read_path.to_owned(), no_follow: false };
             let reply = conn.client.stat(request).await?.into_inner();
             return if reply.info.is_some() { Ok(()) } else { Err("stat found no file".into()) };
         }
         Op::ReadText => {
-            let request = v1::ReadTextRequest { context: context(), path: read_path.to_owned(), max_bytes: 10 << 20 };
+            let request =
+                v1::ReadTextRequest { context: context(), path: read_path.to_owned(), max_bytes: 10 << 20 };
             let reply = conn.client.read_text(request).await?.into_inner();
             return if reply.text.len() == 4096 { Ok(()) } else { Err("readText: wrong size".into()) };
         }
@@ -310,7 +315,8 @@ pub fn run(common: &Common) -> Res<Section> {
         None => return Err("no connection".into()),
     };
 
-    let mut rows: Vec<Vec<Row>> = conns.iter().map(|_| Op::ALL.iter().map(|_| Row::default()).collect()).collect();
+    let mut rows: Vec<Vec<Row>> =
+        conns.iter().map(|_| Op::ALL.iter().map(|_| Row::default()).collect()).collect();
     for run in 0..common.runs {
         eprintln!("  per call: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
         for (c, conn) in conns.iter_mut().enumerate() {

@@ -135,7 +135,8 @@ impl Server {
 /// A `kB` field of /proc/PID/status; 0 when the process is gone.
 fn status_kib(pid: u32, field: &str) -> u64 {
     let mut text = String::new();
-    let read = std::fs::File::open(format!("/proc/{pid}/status")).and_then(|mut f| f.read_to_string(&mut text));
+    let read =
+        std::fs::File::open(format!("/proc/{pid}/status")).and_then(|mut f| f.read_to_string(&mut text));
     if read.is_err() {
         return 0;
     }

@@ -94,8 +94,10 @@ pub fn run(common: &Common, mib: u64) -> Res<Section> {
     let (idle_kib, _) = fsd.peak_rss_kib();
 
     let mut chunk = 0usize;
-    let mut rows: Vec<(Transport, PerRun, PerRun, PerRun)> =
-        Transport::ALL.iter().map(|t| (*t, PerRun::default(), PerRun::default(), PerRun::default())).collect();
+    let mut rows: Vec<(Transport, PerRun, PerRun, PerRun)> = Transport::ALL
+        .iter()
+        .map(|t| (*t, PerRun::default(), PerRun::default(), PerRun::default()))
+        .collect();
     let mut local = PerRun::default();
     for run in 0..common.runs {
         eprintln!("  streaming: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
@@ -141,7 +143,10 @@ pub fn run(common: &Common, mib: u64) -> Res<Section> {
             fsd_rates.ratio(&local).percent(),
         ));
         section.verdict(
-            format!("streaming ≥ 80% of bare tonic streaming ({}, vs the in-memory stream)", transport.name()),
+            format!(
+                "streaming ≥ 80% of bare tonic streaming ({}, vs the in-memory stream)",
+                transport.name()
+            ),
             vs_mem.percent(),
             vs_mem.median() >= 0.8,
         );

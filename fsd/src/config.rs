@@ -245,15 +245,20 @@ fn mode(key: &'static str, value: Option<String>, default: Mode) -> Result<Mode,
 impl Config {
     /// The modes any client of this daemon may reach: each gets a worker pool.
     pub fn served_modes(&self) -> Vec<Mode> {
-        let highest = self.client_max_modes.values().copied().chain([self.max_mode]).max().unwrap_or(self.max_mode);
-        [Mode::ReadOnly, Mode::WorkspaceWrite, Mode::DangerFullAccess].into_iter().filter(|m| *m <= highest).collect()
+        let highest =
+            self.client_max_modes.values().copied().chain([self.max_mode]).max().unwrap_or(self.max_mode);
+        [Mode::ReadOnly, Mode::WorkspaceWrite, Mode::DangerFullAccess]
+            .into_iter()
+            .filter(|m| *m <= highest)
+            .collect()
     }
 
     /// Loads the file (if any) and applies the flags.
     pub fn load(file: Option<&Path>, flags: Overrides) -> Result<Config, ConfigError> {
         let parsed = match file {
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.to_owned(), e))?;
+                let text =
+                    std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.to_owned(), e))?;
                 toml::from_str(&text).map_err(|e| ConfigError::Parse(path.to_owned(), e))?
             }
             None => ConfigFile::default(),
@@ -262,7 +267,8 @@ impl Config {
     }
 
     pub fn resolve(file: ConfigFile, flags: Overrides) -> Result<Config, ConfigError> {
-        let listen_text = if flags.listen.is_empty() { file.listen.unwrap_or_default() } else { flags.listen };
+        let listen_text =
+            if flags.listen.is_empty() { file.listen.unwrap_or_default() } else { flags.listen };
         let listen = listen_text.iter().map(|l| Listen::parse(l)).collect::<Result<Vec<_>, _>>()?;
         if listen.is_empty() {
             return Err(ConfigError::NoListen);
@@ -279,10 +285,14 @@ impl Config {
         if roots.is_empty() {
             return Err(ConfigError::NoRoots);
         }
-        let default_mode = mode("default_mode", flags.default_mode.or(file.default_mode), Mode::WorkspaceWrite)?;
+        let default_mode =
+            mode("default_mode", flags.default_mode.or(file.default_mode), Mode::WorkspaceWrite)?;
         let max_mode = mode("max_mode", file.max_mode, default_mode)?;
         if default_mode > max_mode {
-            return Err(ConfigError::DefaultAboveMax { default: default_mode.as_str(), max: max_mode.as_str() });
+            return Err(ConfigError::DefaultAboveMax {
+                default: default_mode.as_str(),
+                max: max_mode.as_str(),
+            });
         }
         let escalation = match file.escalation.as_deref() {
             None | Some("deny") => Escalation::Deny,
@@ -312,7 +322,10 @@ impl Config {
         // A unary write carries the whole file plus framing: the cap must leave room for it.
         let needed = limits.max_editable_bytes.max(limits.max_read_bytes) + (1 << 20);
         if max_message_bytes < needed {
-            return Err(ConfigError::MessageTooSmall { message: max_message_bytes, editable: limits.max_editable_bytes });
+            return Err(ConfigError::MessageTooSmall {
+                message: max_message_bytes,
+                editable: limits.max_editable_bytes,
+            });
         }
         let landlock = match file.landlock.as_deref() {
             None | Some("required") => LandlockPolicy::Required,
@@ -507,16 +520,52 @@ mod tests {
             Ok("tcp:127.0.0.1:7000 [(\"/r\", false)] read-only deny"),
         );
         // Flags override the file.
-        check("writable_roots = [\"/a\"]", flags(&["unix:/s"], &["/b"]), Ok("unix:/s [(\"/b\", true)] workspace-write deny"));
-        check("", flags(&["tcp:0.0.0.0:1"], &["/ws"]), Err("listener tcp:0.0.0.0:1 is not on loopback: a non-loopback TCP listener needs TLS (set tls_cert and tls_key)"));
-        check("", flags(&[], &["/ws"]), Err("no listen address: pass --listen unix:PATH or tcp:127.0.0.1:PORT"));
+        check(
+            "writable_roots = [\"/a\"]",
+            flags(&["unix:/s"], &["/b"]),
+            Ok("unix:/s [(\"/b\", true)] workspace-write deny"),
+        );
+        check(
+            "",
+            flags(&["tcp:0.0.0.0:1"], &["/ws"]),
+            Err(
+                "listener tcp:0.0.0.0:1 is not on loopback: a non-loopback TCP listener needs TLS (set tls_cert and tls_key)",
+            ),
+        );
+        check(
+            "",
+            flags(&[], &["/ws"]),
+            Err("no listen address: pass --listen unix:PATH or tcp:127.0.0.1:PORT"),
+        );
         check("", flags(&["unix:/s"], &[]), Err("no root: pass --writable-root DIR or --readable-root DIR"));
-        check("escalation = \"signed\"", flags(&["unix:/s"], &["/ws"]), Err("escalation = \"signed\" needs approver_public_key (64 hex digits)"));
-        check("escalation = \"maybe\"", flags(&["unix:/s"], &["/ws"]), Err("invalid escalation \"maybe\": expected \"deny\", \"client\" or \"signed\""));
-        check("default_mode = \"danger-full-access\"\nmax_mode = \"read-only\"", flags(&["unix:/s"], &["/ws"]), Err("default_mode danger-full-access is wider than max_mode read-only"));
+        check(
+            "escalation = \"signed\"",
+            flags(&["unix:/s"], &["/ws"]),
+            Err("escalation = \"signed\" needs approver_public_key (64 hex digits)"),
+        );
+        check(
+            "escalation = \"maybe\"",
+            flags(&["unix:/s"], &["/ws"]),
+            Err("invalid escalation \"maybe\": expected \"deny\", \"client\" or \"signed\""),
+        );
+        check(
+            "default_mode = \"danger-full-access\"\nmax_mode = \"read-only\"",
+            flags(&["unix:/s"], &["/ws"]),
+            Err("default_mode danger-full-access is wider than max_mode read-only"),
+        );
         check("bogus = 1", flags(&["unix:/s"], &["/ws"]), Err("unknown field `bogus`"));
-        check("landlock = \"maybe\"", flags(&["unix:/s"], &["/ws"]), Err("invalid landlock \"maybe\": expected \"required\" or \"best-effort\""));
-        check("[client_max_modes]\nalice = \"read-only\"", flags(&["unix:/s"], &["/ws"]), Err("invalid client_max_modes key \"alice\": expected uid:UID (or a bare uid), cert:NAME or token:NAME"));
+        check(
+            "landlock = \"maybe\"",
+            flags(&["unix:/s"], &["/ws"]),
+            Err("invalid landlock \"maybe\": expected \"required\" or \"best-effort\""),
+        );
+        check(
+            "[client_max_modes]\nalice = \"read-only\"",
+            flags(&["unix:/s"], &["/ws"]),
+            Err(
+                "invalid client_max_modes key \"alice\": expected uid:UID (or a bare uid), cert:NAME or token:NAME",
+            ),
+        );
     }
 
     /// TLS, tokens and identity keys: what a fleet daemon's config may and may not say.

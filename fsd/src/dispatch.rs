@@ -126,7 +126,8 @@ impl Dispatcher {
                     tracing::warn!(mode = mode.as_str(), "no worker ready yet; serving anyway");
                     break;
                 }
-                state = pool.ready.wait_timeout(state, deadline - now).unwrap_or_else(PoisonError::into_inner).0;
+                state =
+                    pool.ready.wait_timeout(state, deadline - now).unwrap_or_else(PoisonError::into_inner).0;
             }
         }
     }
@@ -168,7 +169,11 @@ impl Dispatcher {
             }
             let now = std::time::Instant::now();
             if now >= deadline {
-                return Err(failure(ErrorCode::Aborted, path, "no worker became free before the call's deadline"));
+                return Err(failure(
+                    ErrorCode::Aborted,
+                    path,
+                    "no worker became free before the call's deadline",
+                ));
             }
             state = pool.ready.wait_timeout(state, deadline - now).unwrap_or_else(PoisonError::into_inner).0;
         }
@@ -232,7 +237,11 @@ impl Dispatcher {
                     None => return Err(lost(conn, "the worker sent an unexpected message")),
                 },
                 Err(IpcError::TimedOut) => {
-                    tracing::error!(pid = conn.pid, mode = mode.as_str(), "call overran its deadline; killing the worker");
+                    tracing::error!(
+                        pid = conn.pid,
+                        mode = mode.as_str(),
+                        "call overran its deadline; killing the worker"
+                    );
                     return Err(lost(conn, "the call exceeded its deadline and its worker was killed"));
                 }
                 Err(e) => return Err(lost(conn, &format!("the worker died ({e})"))),
@@ -254,11 +263,12 @@ impl Dispatcher {
     /// the descriptor the worker opened under its fence.
     pub fn open_stream(&self, mode: Mode, path: &str) -> Result<(StreamHeader, File), WireError> {
         let message = ToWorker::OpenStream { path: path.to_owned() };
-        
+
         self.exchange(mode, path, &message, |reply, fd| match reply {
-            FromWorker::Stream(Ok(header)) => Some(fd.map(|fd| (header, File::from(fd))).ok_or_else(|| {
-                failure(ErrorCode::IoError, path, "the worker sent no descriptor")
-            })),
+            FromWorker::Stream(Ok(header)) => Some(
+                fd.map(|fd| (header, File::from(fd)))
+                    .ok_or_else(|| failure(ErrorCode::IoError, path, "the worker sent no descriptor")),
+            ),
             FromWorker::Stream(Err(remote)) => Some(Err(remote.into_wire())),
             _ => None,
         })?

@@ -92,7 +92,9 @@ fn random_hex(bytes: usize) -> String {
 /// non-ASCII characters become `\u{…}`.
 pub fn escape(text: &str) -> String {
     text.chars()
-        .map(|c| if c.is_ascii_graphic() || c == ' ' { c.to_string() } else { c.escape_unicode().to_string() })
+        .map(
+            |c| if c.is_ascii_graphic() || c == ' ' { c.to_string() } else { c.escape_unicode().to_string() },
+        )
         .collect()
 }
 
@@ -129,9 +131,11 @@ pub struct Described {
 impl Escalations {
     /// `public_key`: the approver's Ed25519 public key, 32 bytes as hex.
     pub fn new(public_key: &str, ttl: Duration) -> Result<Escalations, String> {
-        let bytes = hex::decode(public_key.trim()).map_err(|e| format!("approver_public_key is not hex: {e}"))?;
-        let bytes: [u8; 32] =
-            bytes.try_into().map_err(|_| "approver_public_key must be 32 bytes (64 hex digits)".to_owned())?;
+        let bytes =
+            hex::decode(public_key.trim()).map_err(|e| format!("approver_public_key is not hex: {e}"))?;
+        let bytes: [u8; 32] = bytes
+            .try_into()
+            .map_err(|_| "approver_public_key must be 32 bytes (64 hex digits)".to_owned())?;
         let key = VerifyingKey::from_bytes(&bytes).map_err(|e| format!("approver_public_key: {e}"))?;
         Ok(Escalations { key, ttl, pending: Mutex::new(HashMap::new()) })
     }
@@ -206,7 +210,11 @@ impl Escalations {
             }
             return Err(e);
         }
-        let slot = pending.ops.iter_mut().find(|(op, used)| !used && op.admits(call)).ok_or(TicketError::Mismatch)?;
+        let slot = pending
+            .ops
+            .iter_mut()
+            .find(|(op, used)| !used && op.admits(call))
+            .ok_or(TicketError::Mismatch)?;
         slot.1 = true;
         if pending.ops.iter().all(|(_, used)| *used) {
             table.remove(ticket.id);
@@ -271,11 +279,15 @@ mod tests {
         assert!(d.text.contains("justification: needed\\u{202e}\n"), "{}", d.text);
         let sig = signing.sign(d.text.as_bytes()).to_bytes();
         let redeem = |call: &CanonicalOp, session: &str, mode: Mode, sig: &[u8]| {
-            let ticket = Ticket { id: &d.id, nonce: &d.nonce, signature: sig, session, client: "uid:0", mode };
+            let ticket =
+                Ticket { id: &d.id, nonce: &d.nonce, signature: sig, session, client: "uid:0", mode };
             esc.redeem(&ticket, call)
         };
         let forged = SigningKey::from_bytes(&[8u8; 32]).sign(d.text.as_bytes()).to_bytes();
-        assert_eq!(redeem(&op("etc/x"), "s1", Mode::DangerFullAccess, &forged), Err(TicketError::BadSignature));
+        assert_eq!(
+            redeem(&op("etc/x"), "s1", Mode::DangerFullAccess, &forged),
+            Err(TicketError::BadSignature)
+        );
         assert_eq!(redeem(&op("etc/y"), "s1", Mode::DangerFullAccess, &sig), Err(TicketError::Mismatch));
         assert_eq!(redeem(&op("etc/x"), "s2", Mode::DangerFullAccess, &sig), Err(TicketError::WrongCaller));
         assert_eq!(redeem(&op("etc/x"), "s1", Mode::WorkspaceWrite, &sig), Err(TicketError::WrongMode));

@@ -44,25 +44,37 @@ impl Remote {
 pub enum ToWorker {
     Call(Request),
     /// Open a file for a streamed read; the reply carries the open descriptor.
-    OpenStream { path: String },
+    OpenStream {
+        path: String,
+    },
     /// The locks the worker asked for are held.
     LockGranted,
     /// Test hook (cargo feature `fault-injection`): open a path with a plain `open(2)` that
     /// bypasses the resolver, so only the kernel can refuse it.
     #[cfg(feature = "fault-injection")]
-    RawOpen { path: String, write: bool },
+    RawOpen {
+        path: String,
+        write: bool,
+    },
     /// Test hook: chmod and chown by path, which the seccomp allowlist must both refuse.
     #[cfg(feature = "fault-injection")]
-    RawMetadata { path: String },
+    RawMetadata {
+        path: String,
+    },
 }
 
 /// Worker → network process.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum FromWorker {
     /// Sent once, after confinement: how the fence is enforced.
-    Ready { mode: Mode, enforcement: String },
+    Ready {
+        mode: Mode,
+        enforcement: String,
+    },
     /// Take these per-target locks for the current call.
-    Lock { keys: Vec<String> },
+    Lock {
+        keys: Vec<String>,
+    },
     Reply(Result<Outcome, Remote>),
     /// The header of a streamed read; the frame carries the file's descriptor.
     Stream(Result<StreamHeader, Remote>),
@@ -99,7 +111,11 @@ pub enum IpcError {
     Decode(#[source] postcard::Error),
 }
 
-pub fn send<T: Serialize>(socket: &UnixStream, message: &T, fd: Option<BorrowedFd<'_>>) -> Result<(), IpcError> {
+pub fn send<T: Serialize>(
+    socket: &UnixStream,
+    message: &T,
+    fd: Option<BorrowedFd<'_>>,
+) -> Result<(), IpcError> {
     let bytes = postcard::to_stdvec(message).map_err(IpcError::Decode)?;
     raw::send_frame(socket, &bytes, fd).map_err(IpcError::Io)
 }

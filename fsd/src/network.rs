@@ -140,7 +140,9 @@ fn serve_control(dispatcher: &Arc<Dispatcher>, control: &UnixStream, stop: &watc
                     tracing::error!(error = %e, "cannot register a worker");
                 }
             }
-            Ok((Control::Worker { pid, .. }, None)) => tracing::error!(pid, "worker announced without its socket"),
+            Ok((Control::Worker { pid, .. }, None)) => {
+                tracing::error!(pid, "worker announced without its socket")
+            }
             Ok((Control::Unavailable { mode, reason }, _)) => {
                 tracing::error!(mode = mode.as_str(), %reason, "mode unavailable");
                 dispatcher.mark_unavailable(mode, reason);
@@ -221,7 +223,9 @@ async fn serve(
                     .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
                 tracing::info!(listen = %name, "listening");
                 servers.spawn(async move {
-                    let result = router.serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown).await;
+                    let result = router
+                        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+                        .await;
                     result.map_err(|source| DaemonError::Serve { listen: name, source })
                 });
             }

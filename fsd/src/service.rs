@@ -68,7 +68,12 @@ impl Caller {
 
 impl FsdService {
     /// `roots`: (canonical path, writable) of each configured root.
-    pub fn new(dispatcher: Arc<Dispatcher>, config: &Config, roots: Vec<(String, bool)>, audit: Option<Arc<Audit>>) -> FsdService {
+    pub fn new(
+        dispatcher: Arc<Dispatcher>,
+        config: &Config,
+        roots: Vec<(String, bool)>,
+        audit: Option<Arc<Audit>>,
+    ) -> FsdService {
         FsdService {
             dispatcher,
             default_mode: config.default_mode,
@@ -80,7 +85,9 @@ impl FsdService {
             roots,
             protected: config.protected_names.clone(),
             escalations: match (config.escalation, &config.approver_public_key) {
-                (Escalation::Signed, Some(key)) => Escalations::new(key, config.escalation_ttl).ok().map(Arc::new),
+                (Escalation::Signed, Some(key)) => {
+                    Escalations::new(key, config.escalation_ttl).ok().map(Arc::new)
+                }
                 _ => None,
             },
             audit,
@@ -94,7 +101,13 @@ impl FsdService {
 
     /// The mode a call runs at: the daemon's default (capped by the caller's maximum) unless the
     /// call asks for a narrower one; wider only with an escalation the trust level accepts.
-    fn mode(&self, caller: &Caller, context: Option<&v1::CallContext>, path: &str, op: &str) -> Result<Grant, Status> {
+    fn mode(
+        &self,
+        caller: &Caller,
+        context: Option<&v1::CallContext>,
+        path: &str,
+        op: &str,
+    ) -> Result<Grant, Status> {
         let plain = |mode| Ok(Grant { mode, ticket: None });
         let max = self.max_for(caller);
         let base = self.default_mode.min(max);
@@ -125,10 +138,16 @@ impl FsdService {
             Err(WireError::new(ErrorCode::SandboxDenied, path, why).with("mode", base.as_str()).into_status())
         };
         if requested > max {
-            return deny(format!("{} is above this client's maximum mode {}", requested.as_str(), max.as_str()));
+            return deny(format!(
+                "{} is above this client's maximum mode {}",
+                requested.as_str(),
+                max.as_str()
+            ));
         }
         match self.escalation {
-            Escalation::Deny => deny(format!("escalation to {} is disabled on this daemon", requested.as_str())),
+            Escalation::Deny => {
+                deny(format!("escalation to {} is disabled on this daemon", requested.as_str()))
+            }
             Escalation::Client => {
                 let ticket = context.and_then(|c| c.escalation.as_ref());
                 let approved = ticket.and_then(|t| mode_from_wire(t.approved_mode()));
@@ -138,19 +157,30 @@ impl FsdService {
                         decide("approved", "ok");
                         plain(requested)
                     }
-                    _ => deny(format!("{} needs an approved escalation with a justification", requested.as_str())),
+                    _ => deny(format!(
+                        "{} needs an approved escalation with a justification",
+                        requested.as_str()
+                    )),
                 }
             }
             // The signature is checked against the re-canonicalised call in `run`.
             Escalation::Signed => match context.and_then(|c| c.escalation.clone()) {
-                Some(ticket) if !ticket.signature.is_empty() => Ok(Grant { mode: requested, ticket: Some(ticket) }),
+                Some(ticket) if !ticket.signature.is_empty() => {
+                    Ok(Grant { mode: requested, ticket: Some(ticket) })
+                }
                 _ => deny(format!("{} needs a signed escalation ticket", requested.as_str())),
             },
         }
     }
 
     /// The daemon's own canonical form of a call: its paths resolved in a worker of `mode`.
-    async fn canonical(&self, mode: Mode, op: &str, path: &str, follow: bool) -> Result<(String, String, Option<String>), Status> {
+    async fn canonical(
+        &self,
+        mode: Mode,
+        op: &str,
+        path: &str,
+        follow: bool,
+    ) -> Result<(String, String, Option<String>), Status> {
         let request = backend::Request::Stat { path: path.to_owned(), no_follow: !follow };
         match self.dispatch(mode, request).await.map_err(|w| w.into_status())? {
             Outcome::Stat { target, info } => Ok((target.key, target.display, info.map(|i| i.version))),
@@ -185,7 +215,14 @@ impl FsdService {
             }
             None => None,
         };
-        Ok(CanonicalOp { op: op.to_owned(), target_key, display, version, destination, content_sha256: digest })
+        Ok(CanonicalOp {
+            op: op.to_owned(),
+            target_key,
+            display,
+            version,
+            destination,
+            content_sha256: digest,
+        })
     }
 
     /// Redeems a signed ticket for this call, or refuses it (audited either way).
@@ -193,8 +230,17 @@ impl FsdService {
         let Some(ticket) = &grant.ticket else { return Ok(()) };
         let path = request_path(request).to_owned();
         let refuse = |why: String| {
-            self.audit_escalation(caller, op_name(request), &path, grant.mode, "refused", ErrorCode::SandboxDenied.as_str());
-            WireError::new(ErrorCode::SandboxDenied, &path, why).with("mode", self.default_mode.as_str()).into_status()
+            self.audit_escalation(
+                caller,
+                op_name(request),
+                &path,
+                grant.mode,
+                "refused",
+                ErrorCode::SandboxDenied.as_str(),
+            );
+            WireError::new(ErrorCode::SandboxDenied, &path, why)
+                .with("mode", self.default_mode.as_str())
+                .into_status()
         };
         let Some(escalations) = &self.escalations else {
             return Err(refuse("this daemon does not take signed escalations".into()));
@@ -226,7 +272,15 @@ impl FsdService {
         }
     }
 
-    fn audit_escalation(&self, caller: &Caller, op: &str, path: &str, mode: Mode, decision: &str, result: &str) {
+    fn audit_escalation(
+        &self,
+        caller: &Caller,
+        op: &str,
+        path: &str,
+        mode: Mode,
+        decision: &str,
+        result: &str,
+    ) {
         if let Some(audit) = &self.audit {
             audit.record(&audit::Entry {
                 time: audit::now(),
@@ -246,9 +300,9 @@ impl FsdService {
     async fn dispatch(&self, mode: Mode, request: backend::Request) -> Result<Outcome, WireError> {
         let dispatcher = self.dispatcher.clone();
         let path = request_path(&request).to_owned();
-        tokio::task::spawn_blocking(move || dispatcher.call(mode, request, &path))
-            .await
-            .unwrap_or_else(|e| Err(WireError::new(ErrorCode::IoError, "", format!("dispatch task failed: {e}"))))
+        tokio::task::spawn_blocking(move || dispatcher.call(mode, request, &path)).await.unwrap_or_else(|e| {
+            Err(WireError::new(ErrorCode::IoError, "", format!("dispatch task failed: {e}")))
+        })
     }
 
     /// Runs one operation in a worker of `mode`, on the blocking pool.
@@ -264,8 +318,12 @@ impl FsdService {
             .await
             .map_err(|e| Status::internal(format!("dispatch task failed: {e}")))?;
         match &result {
-            Ok(_) => tracing::debug!(op, mode = mode.as_str(), micros = started.elapsed().as_micros() as u64, "ok"),
-            Err(w) => tracing::info!(op, mode = mode.as_str(), path = %w.path, code = %w.code, error = %w.message, "refused"),
+            Ok(_) => {
+                tracing::debug!(op, mode = mode.as_str(), micros = started.elapsed().as_micros() as u64, "ok")
+            }
+            Err(w) => {
+                tracing::info!(op, mode = mode.as_str(), path = %w.path, code = %w.code, error = %w.message, "refused")
+            }
         }
         if let (Some(audit), true) = (&self.audit, is_mutation(op)) {
             let code = result.as_ref().err().map(|w| w.code.as_str()).unwrap_or("ok");
@@ -436,20 +494,33 @@ impl Fsd for FsdService {
                 Err(e) => Err(Status::permission_denied(format!("network process: {e}"))),
             };
         }
-        match self.run(&caller, grant, backend::Request::Stat { path: r.path, no_follow: r.no_follow }).await? {
+        match self
+            .run(&caller, grant, backend::Request::Stat { path: r.path, no_follow: r.no_follow })
+            .await?
+        {
             Outcome::Stat { target: t, info } => Ok(Response::new(v1::StatReply {
                 target: target(t),
-                info: info.map(|i| v1::FsInfo { version: i.version, r#type: file_type(i.file_type), size: i.size }),
+                info: info.map(|i| v1::FsInfo {
+                    version: i.version,
+                    r#type: file_type(i.file_type),
+                    size: i.size,
+                }),
             })),
             _ => Err(unexpected()),
         }
     }
 
-    async fn read_text(&self, request: Request<v1::ReadTextRequest>) -> Result<Response<v1::ReadTextReply>, Status> {
+    async fn read_text(
+        &self,
+        request: Request<v1::ReadTextRequest>,
+    ) -> Result<Response<v1::ReadTextReply>, Status> {
         let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
         let grant = self.mode(&caller, r.context.as_ref(), &r.path, "readText")?;
-        match self.run(&caller, grant, backend::Request::ReadText { path: r.path, max_bytes: r.max_bytes }).await? {
+        match self
+            .run(&caller, grant, backend::Request::ReadText { path: r.path, max_bytes: r.max_bytes })
+            .await?
+        {
             Outcome::ReadText { target: t, version, text } => {
                 Ok(Response::new(v1::ReadTextReply { target: target(t), version, text }))
             }
@@ -459,7 +530,10 @@ impl Fsd for FsdService {
 
     type StreamTextStream = StreamReply;
 
-    async fn stream_text(&self, request: Request<v1::StreamTextRequest>) -> Result<Response<StreamReply>, Status> {
+    async fn stream_text(
+        &self,
+        request: Request<v1::StreamTextRequest>,
+    ) -> Result<Response<StreamReply>, Status> {
         let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
         let grant = self.mode(&caller, r.context.as_ref(), &r.path, "streamText")?;
@@ -492,7 +566,8 @@ impl Fsd for FsdService {
                 return;
             }
             let mut sink = |bytes: Vec<u8>| {
-                let reply = v1::StreamTextReply { item: Some(v1::stream_text_reply::Item::Chunk(bytes.into())) };
+                let reply =
+                    v1::StreamTextReply { item: Some(v1::stream_text_reply::Item::Chunk(bytes.into())) };
                 tx.blocking_send(Ok(reply)).is_ok()
             };
             if let Err(e) = backend::pump(file, chunk, &mut sink) {
@@ -503,11 +578,17 @@ impl Fsd for FsdService {
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
-    async fn read_bytes(&self, request: Request<v1::ReadBytesRequest>) -> Result<Response<v1::ReadBytesReply>, Status> {
+    async fn read_bytes(
+        &self,
+        request: Request<v1::ReadBytesRequest>,
+    ) -> Result<Response<v1::ReadBytesReply>, Status> {
         let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
         let grant = self.mode(&caller, r.context.as_ref(), &r.path, "readBytes")?;
-        match self.run(&caller, grant, backend::Request::ReadBytes { path: r.path, max_bytes: r.max_bytes }).await? {
+        match self
+            .run(&caller, grant, backend::Request::ReadBytes { path: r.path, max_bytes: r.max_bytes })
+            .await?
+        {
             Outcome::ReadBytes { target: t, version, data } => {
                 Ok(Response::new(v1::ReadBytesReply { target: target(t), version, data: data.into() }))
             }
@@ -515,7 +596,10 @@ impl Fsd for FsdService {
         }
     }
 
-    async fn list_dir(&self, request: Request<v1::ListDirRequest>) -> Result<Response<v1::ListDirReply>, Status> {
+    async fn list_dir(
+        &self,
+        request: Request<v1::ListDirRequest>,
+    ) -> Result<Response<v1::ListDirReply>, Status> {
         let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
         let grant = self.mode(&caller, r.context.as_ref(), &r.path, "listDir")?;
@@ -538,7 +622,10 @@ impl Fsd for FsdService {
         }
     }
 
-    async fn write_text(&self, request: Request<v1::WriteTextRequest>) -> Result<Response<v1::WriteTextReply>, Status> {
+    async fn write_text(
+        &self,
+        request: Request<v1::WriteTextRequest>,
+    ) -> Result<Response<v1::WriteTextReply>, Status> {
         let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
         let grant = self.mode(&caller, r.context.as_ref(), &r.path, "writeText")?;
@@ -549,20 +636,25 @@ impl Fsd for FsdService {
             match_style: r.match_existing_style,
         };
         match self.run(&caller, grant, req).await? {
-            Outcome::WriteText { target: t, operation, version, change: c } => Ok(Response::new(v1::WriteTextReply {
-                target: target(t),
-                operation: match operation {
-                    backend::WriteOperation::Create => v1::WriteOperation::Create as i32,
-                    backend::WriteOperation::Update => v1::WriteOperation::Update as i32,
-                },
-                version,
-                change: change(c),
-            })),
+            Outcome::WriteText { target: t, operation, version, change: c } => {
+                Ok(Response::new(v1::WriteTextReply {
+                    target: target(t),
+                    operation: match operation {
+                        backend::WriteOperation::Create => v1::WriteOperation::Create as i32,
+                        backend::WriteOperation::Update => v1::WriteOperation::Update as i32,
+                    },
+                    version,
+                    change: change(c),
+                }))
+            }
             _ => Err(unexpected()),
         }
     }
 
-    async fn edit_text(&self, request: Request<v1::EditTextRequest>) -> Result<Response<v1::EditTextReply>, Status> {
+    async fn edit_text(
+        &self,
+        request: Request<v1::EditTextRequest>,
+    ) -> Result<Response<v1::EditTextReply>, Status> {
         let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
         let grant = self.mode(&caller, r.context.as_ref(), &r.path, "editText")?;
@@ -574,17 +666,22 @@ impl Fsd for FsdService {
             guard: edit_guard(r.guard),
         };
         match self.run(&caller, grant, req).await? {
-            Outcome::EditText { target: t, version, replacements, change: c } => Ok(Response::new(v1::EditTextReply {
-                target: target(t),
-                version,
-                replacements: u32::try_from(replacements).unwrap_or(u32::MAX),
-                change: change(c),
-            })),
+            Outcome::EditText { target: t, version, replacements, change: c } => {
+                Ok(Response::new(v1::EditTextReply {
+                    target: target(t),
+                    version,
+                    replacements: u32::try_from(replacements).unwrap_or(u32::MAX),
+                    change: change(c),
+                }))
+            }
             _ => Err(unexpected()),
         }
     }
 
-    async fn move_file(&self, request: Request<v1::MoveFileRequest>) -> Result<Response<v1::MoveFileReply>, Status> {
+    async fn move_file(
+        &self,
+        request: Request<v1::MoveFileRequest>,
+    ) -> Result<Response<v1::MoveFileReply>, Status> {
         let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
         let grant = self.mode(&caller, r.context.as_ref(), &r.source, "moveFile")?;
@@ -596,26 +693,37 @@ impl Fsd for FsdService {
             content: r.content,
         };
         match self.run(&caller, grant, req).await? {
-            Outcome::MoveFile { source, destination, destination_version, source_change, destination_change, source_removal_error } => {
-                Ok(Response::new(v1::MoveFileReply {
-                    source: target(source),
-                    destination: target(destination),
-                    destination_version,
-                    source_change: change(source_change),
-                    destination_change: change(destination_change),
-                    source_remains: source_removal_error.is_some(),
-                    source_removal_error: source_removal_error.unwrap_or_default(),
-                }))
-            }
+            Outcome::MoveFile {
+                source,
+                destination,
+                destination_version,
+                source_change,
+                destination_change,
+                source_removal_error,
+            } => Ok(Response::new(v1::MoveFileReply {
+                source: target(source),
+                destination: target(destination),
+                destination_version,
+                source_change: change(source_change),
+                destination_change: change(destination_change),
+                source_remains: source_removal_error.is_some(),
+                source_removal_error: source_removal_error.unwrap_or_default(),
+            })),
             _ => Err(unexpected()),
         }
     }
 
-    async fn delete_file(&self, request: Request<v1::DeleteFileRequest>) -> Result<Response<v1::DeleteFileReply>, Status> {
+    async fn delete_file(
+        &self,
+        request: Request<v1::DeleteFileRequest>,
+    ) -> Result<Response<v1::DeleteFileReply>, Status> {
         let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let r = request.into_inner();
         let grant = self.mode(&caller, r.context.as_ref(), &r.path, "deleteFile")?;
-        match self.run(&caller, grant, backend::Request::DeleteFile { path: r.path, guard: edit_guard(r.guard) }).await? {
+        match self
+            .run(&caller, grant, backend::Request::DeleteFile { path: r.path, guard: edit_guard(r.guard) })
+            .await?
+        {
             Outcome::DeleteFile { target: t, change: c } => {
                 Ok(Response::new(v1::DeleteFileReply { target: target(t), change: change(c) }))
             }
@@ -631,20 +739,34 @@ impl Fsd for FsdService {
         let r = request.into_inner();
         let first = r.ops.first().map(|o| o.path.clone()).unwrap_or_default();
         let refuse = |why: String| {
-            WireError::new(ErrorCode::SandboxDenied, &first, why).with("mode", self.default_mode.as_str()).into_status()
+            WireError::new(ErrorCode::SandboxDenied, &first, why)
+                .with("mode", self.default_mode.as_str())
+                .into_status()
         };
         let Some(escalations) = &self.escalations else {
             return Err(refuse("this daemon does not take signed escalations".into()));
         };
         let max = self.max_for(&caller);
         let base = self.default_mode.min(max);
-        let requested = mode_from_wire(r.requested_mode()).ok_or_else(|| refuse("no mode requested".into()))?;
+        let requested =
+            mode_from_wire(r.requested_mode()).ok_or_else(|| refuse("no mode requested".into()))?;
         if requested <= base {
             return Err(refuse(format!("{} needs no escalation", requested.as_str())));
         }
         if requested > max {
-            self.audit_escalation(&caller, "describe", &first, requested, "refused", ErrorCode::SandboxDenied.as_str());
-            return Err(refuse(format!("{} is above this client's maximum mode {}", requested.as_str(), max.as_str())));
+            self.audit_escalation(
+                &caller,
+                "describe",
+                &first,
+                requested,
+                "refused",
+                ErrorCode::SandboxDenied.as_str(),
+            );
+            return Err(refuse(format!(
+                "{} is above this client's maximum mode {}",
+                requested.as_str(),
+                max.as_str()
+            )));
         }
         if r.ops.is_empty() || r.ops.len() > 10_000 {
             return Err(Status::invalid_argument("an escalation lists between 1 and 10000 calls"));
@@ -655,7 +777,9 @@ impl Fsd for FsdService {
                 "writeText" | "editText" => (true, None),
                 "deleteFile" => (false, None),
                 "moveFile" => (false, Some(op.destination.as_str())),
-                other => return Err(Status::invalid_argument(format!("cannot escalate operation {other:?}"))),
+                other => {
+                    return Err(Status::invalid_argument(format!("cannot escalate operation {other:?}")));
+                }
             };
             let (target_key, display, version) = self.canonical(requested, &op.op, &op.path, follow).await?;
             let destination = match destination {

@@ -98,7 +98,13 @@ impl Supervisor {
     /// `failed_itself`: the worker exited with an error of its own (a confinement step failed),
     /// as opposed to being killed (a hung call, an operator, the OOM killer), which says nothing
     /// about the next worker.
-    fn replace(&mut self, mode: Mode, started: Instant, failed_itself: bool, status: &str) -> Result<(), DaemonError> {
+    fn replace(
+        &mut self,
+        mode: Mode,
+        started: Instant,
+        failed_itself: bool,
+        status: &str,
+    ) -> Result<(), DaemonError> {
         if self.given_up.contains(&mode) {
             return Ok(());
         }
@@ -106,7 +112,8 @@ impl Supervisor {
         let count = self.quick_deaths.entry(mode).or_insert(0);
         *count = if quick { *count + 1 } else { 0 };
         if *count >= MAX_QUICK_DEATHS {
-            return self.give_up(mode, format!("workers keep exiting at start ({status}); see the daemon log"));
+            return self
+                .give_up(mode, format!("workers keep exiting at start ({status}); see the daemon log"));
         }
         self.spawn_worker(mode)
     }
@@ -115,11 +122,17 @@ impl Supervisor {
 pub fn run(config: Config, args: Vec<OsString>, options: RunOptions) -> Result<(), DaemonError> {
     init_logging(config.log_format);
     let exe = std::env::current_exe().map_err(DaemonError::Runtime)?;
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(DaemonError::Runtime)?;
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(DaemonError::Runtime)?;
     runtime.block_on(supervise(config, exe, args, options))
 }
 
-async fn supervise(config: Config, exe: PathBuf, args: Vec<OsString>, options: RunOptions) -> Result<(), DaemonError> {
+async fn supervise(
+    config: Config,
+    exe: PathBuf,
+    args: Vec<OsString>,
+    options: RunOptions,
+) -> Result<(), DaemonError> {
     let (control, network_end) = sys::ipc::pair().map_err(|e| DaemonError::Runtime(e.into()))?;
     let requests = control.try_clone().map_err(DaemonError::Runtime)?;
     let sockets: Vec<PathBuf> = config
@@ -182,8 +195,10 @@ async fn supervise(config: Config, exe: PathBuf, args: Vec<OsString>, options: R
         })
         .map_err(DaemonError::Runtime)?;
 
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(DaemonError::Signal)?;
-    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).map_err(DaemonError::Signal)?;
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(DaemonError::Signal)?;
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(DaemonError::Signal)?;
     let parent_gone = async {
         if options.parent_pipe {
             wait_for_stdin_eof().await;
@@ -261,13 +276,15 @@ async fn supervise(config: Config, exe: PathBuf, args: Vec<OsString>, options: R
     }
     for path in &sockets {
         if let Err(e) = std::fs::remove_file(path)
-            && e.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(path = %path.display(), error = %e, "could not remove socket");
-            }
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %path.display(), error = %e, "could not remove socket");
+        }
         if options.parent_pipe
-            && let Some(dir) = path.parent() {
-                let _ = std::fs::remove_dir(dir);
-            }
+            && let Some(dir) = path.parent()
+        {
+            let _ = std::fs::remove_dir(dir);
+        }
     }
     tracing::info!("stopped");
     outcome

@@ -66,7 +66,9 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
                 ipc::send(&socket, &FromWorker::Reply(reply), None)?;
             }
             ToWorker::OpenStream { path } => match backend.open_stream(mode, &path) {
-                Ok((header, file)) => ipc::send(&socket, &FromWorker::Stream(Ok(header)), Some(file.as_fd()))?,
+                Ok((header, file)) => {
+                    ipc::send(&socket, &FromWorker::Stream(Ok(header)), Some(file.as_fd()))?
+                }
                 Err(failure) => ipc::send(&socket, &FromWorker::Stream(Err(failure.into())), None)?,
             },
             // A grant with no request pending: the router lost track; nothing to do.
@@ -109,7 +111,9 @@ fn fault(request: &crate::backend::Request) -> Option<Remote> {
         std::thread::sleep(std::time::Duration::from_secs(3600));
     };
     match request {
-        Request::Stat { path, .. } | Request::ReadText { path, .. } if path.ends_with("/fsd-fault-hang") => hang(),
+        Request::Stat { path, .. } | Request::ReadText { path, .. } if path.ends_with("/fsd-fault-hang") => {
+            hang()
+        }
         Request::WriteText { path, .. } if path.ends_with("/fsd-fault-hang-write") => hang(),
         Request::WriteText { path, .. } if path.ends_with("/fsd-fault-io-error") => {
             let error = crate::error::FsError::Rename(crate::sys::Errno::IO);

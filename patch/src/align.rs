@@ -16,13 +16,7 @@ pub(crate) fn align(old: &[String], new: &[String]) -> Vec<Option<usize>> {
     let mut out = vec![None; new.len()];
     let prefix = old.iter().zip(new).take_while(|(o, n)| o == n).count();
     let max_suffix = old.len().min(new.len()) - prefix;
-    let suffix = old
-        .iter()
-        .rev()
-        .zip(new.iter().rev())
-        .take(max_suffix)
-        .take_while(|(o, n)| o == n)
-        .count();
+    let suffix = old.iter().rev().zip(new.iter().rev()).take(max_suffix).take_while(|(o, n)| o == n).count();
     for (i, slot) in out.iter_mut().enumerate().take(prefix) {
         *slot = Some(i);
     }
@@ -86,16 +80,8 @@ mod tests {
         check(&[], &[], &[]);
         check(&[], &["x"], &[None]);
         check(&["x"], &[], &[]);
-        check(
-            &["a", "b", "c"],
-            &["a", "B", "c"],
-            &[Some(0), None, Some(2)],
-        );
-        check(
-            &["one", "two"],
-            &["ONE", "two", "between"],
-            &[None, Some(1), None],
-        );
+        check(&["a", "b", "c"], &["a", "B", "c"], &[Some(0), None, Some(2)]);
+        check(&["one", "two"], &["ONE", "two", "between"], &[None, Some(1), None]);
         check(
             &["a", "x", "m", "y", "z"],
             &["a", "X", "m", "Y", "z"],
@@ -108,14 +94,9 @@ mod tests {
 
     #[test]
     fn huge_middles_are_replaced_wholesale() {
-        let old: Vec<String> = (0..2000)
-            .map(|i| format!("o{i}"))
-            .chain(["k".into()])
-            .collect();
-        let new: Vec<String> = ["k".to_string()]
-            .into_iter()
-            .chain((0..2000).map(|i| format!("n{i}")))
-            .collect();
+        let old: Vec<String> = (0..2000).map(|i| format!("o{i}")).chain(["k".into()]).collect();
+        let new: Vec<String> =
+            ["k".to_string()].into_iter().chain((0..2000).map(|i| format!("n{i}"))).collect();
         assert!(align(&old, &new).iter().all(Option::is_none));
     }
 }

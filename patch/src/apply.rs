@@ -34,10 +34,7 @@ impl HunkError {
     pub fn codex_message(&self, path: &str) -> String {
         match &self.kind {
             HunkErrorKind::ExpectedLines { lines } => {
-                format!(
-                    "Failed to find expected lines in {path}:\n{}",
-                    lines.join("\n")
-                )
+                format!("Failed to find expected lines in {path}:\n{}", lines.join("\n"))
             }
             HunkErrorKind::Context { context } => {
                 format!("Failed to find context '{context}' in {path}")
@@ -84,11 +81,7 @@ pub fn apply_chunks(original: &str, chunks: &[Chunk]) -> Result<String, HunkErro
         if let Some(added) = pure_addition(chunk) {
             // Codex puts every pure addition at the end of the file, even under `@@ context`
             // (openai/codex#30946); inserting after the context is what the model asked for.
-            let at = if chunk.context.is_some() && !chunk.end_of_file {
-                cursor
-            } else {
-                texts.len()
-            };
+            let at = if chunk.context.is_some() && !chunk.end_of_file { cursor } else { texts.len() };
             edits.push(Edit {
                 chunk_line: chunk.line,
                 start: at,
@@ -108,12 +101,7 @@ pub fn apply_chunks(original: &str, chunks: &[Chunk]) -> Result<String, HunkErro
                 None => Piece::New(line),
             })
             .collect();
-        edits.push(Edit {
-            chunk_line: chunk.line,
-            start: at,
-            old_len: old.len(),
-            pieces,
-        });
+        edits.push(Edit { chunk_line: chunk.line, start: at, old_len: old.len(), pieces });
         cursor = at + old.len();
     }
     render(&text, edits, original.len())
@@ -169,18 +157,12 @@ fn context_error(texts: &[&str], chunk: &Chunk, context: &str, cursor: usize) ->
     HunkError {
         message: format!("failed to find context '{context}'{hint}"),
         chunk_line: chunk.line,
-        kind: HunkErrorKind::Context {
-            context: context.to_string(),
-        },
+        kind: HunkErrorKind::Context { context: context.to_string() },
     }
 }
 
 fn expected_lines_error(texts: &[&str], chunk: &Chunk, cursor: usize) -> HunkError {
-    let where_ = if chunk.end_of_file {
-        " at the end of the file"
-    } else {
-        ""
-    };
+    let where_ = if chunk.end_of_file { " at the end of the file" } else { "" };
     // Say where the lines are when they exist but were out of reach, the usual reason a model
     // cannot see why its hunk "does not match".
     let hint = match locate(texts, &unanchored(chunk), 0) {
@@ -192,14 +174,9 @@ fn expected_lines_error(texts: &[&str], chunk: &Chunk, cursor: usize) -> HunkErr
         _ => String::new(),
     };
     HunkError {
-        message: format!(
-            "failed to find expected lines{where_}{hint}:\n{}",
-            chunk.old_lines.join("\n")
-        ),
+        message: format!("failed to find expected lines{where_}{hint}:\n{}", chunk.old_lines.join("\n")),
         chunk_line: chunk.line,
-        kind: HunkErrorKind::ExpectedLines {
-            lines: chunk.old_lines.clone(),
-        },
+        kind: HunkErrorKind::ExpectedLines { lines: chunk.old_lines.clone() },
     }
 }
 
@@ -213,11 +190,7 @@ fn unanchored(chunk: &Chunk) -> Chunk {
     }
 }
 
-fn render(
-    text: &FileText<'_>,
-    mut edits: Vec<Edit<'_>>,
-    capacity: usize,
-) -> Result<String, HunkError> {
+fn render(text: &FileText<'_>, mut edits: Vec<Edit<'_>>, capacity: usize) -> Result<String, HunkError> {
     // Stable: insertions at the same line keep patch order.
     edits.sort_by_key(|e| e.start);
     let mut out = String::with_capacity(capacity);
@@ -226,11 +199,7 @@ fn render(
     }
     let mut push = |line: &str, ending: &str| {
         out.push_str(line);
-        out.push_str(if ending.is_empty() {
-            text.preferred
-        } else {
-            ending
-        });
+        out.push_str(if ending.is_empty() { text.preferred } else { ending });
     };
     let keep = |i: usize| (text.lines[i].text, text.lines[i].ending);
     let mut pos = 0;
@@ -276,10 +245,7 @@ mod tests {
     /// Chunks of a patch whose single operation updates some file; `body` is what follows the
     /// `*** Update File:` line.
     fn chunks_of(body: &str) -> Vec<Chunk> {
-        let patch = parse(&format!(
-            "*** Begin Patch\n*** Update File: f\n{body}\n*** End Patch\n"
-        ))
-        .unwrap();
+        let patch = parse(&format!("*** Begin Patch\n*** Update File: f\n{body}\n*** End Patch\n")).unwrap();
         match patch.ops.into_iter().next() {
             Some(Op::Update { chunks, .. }) => chunks,
             other => panic!("not an update: {other:?}"),
@@ -321,11 +287,7 @@ mod tests {
             ),
             ("a\nb", "@@\n-a\n+A", "A\nb\n"),
             // Conformance 021: deletion only.
-            (
-                "line1\nline2\nline3\n",
-                "@@\n line1\n-line2\n line3",
-                "line1\nline3\n",
-            ),
+            ("line1\nline2\nline3\n", "@@\n line1\n-line2\n line3", "line1\nline3\n"),
             // Conformance 022: End of File anchors at the tail.
             (
                 "first\nsecond\n",
@@ -395,22 +357,14 @@ mod tests {
             // is written as in the patch.
             ("ctx   \nold  \n", "@@\n ctx\n-old\n+new", "ctx   \nnew\n"),
             // Indentation drift.
-            (
-                "    if x:\n        y()\n",
-                "@@\n if x:\n-    y()\n+    z()",
-                "    if x:\n    z()\n",
-            ),
+            ("    if x:\n        y()\n", "@@\n if x:\n-    y()\n+    z()", "    if x:\n    z()\n"),
             // Unicode punctuation: ASCII in the patch finds the typographic file text.
             (
                 "import asyncio  # local import \u{2013} avoids top\u{2011}level dep\n",
                 "@@\n-import asyncio  # local import - avoids top-level dep\n+import asyncio  # fixed",
                 "import asyncio  # fixed\n",
             ),
-            (
-                "say \u{201C}hi\u{201D}\u{00A0}now\n",
-                "@@\n-say \"hi\" now\n+x",
-                "x\n",
-            ),
+            ("say \u{201C}hi\u{201D}\u{00A0}now\n", "@@\n-say \"hi\" now\n+x", "x\n"),
         ];
         for (original, body, expected) in cases {
             check(original, body, expected);
@@ -420,8 +374,7 @@ mod tests {
     #[test]
     fn contexts_and_additions() {
         let two_blocks = "fn a() {\n    body\n}\nfn b() {\n    body\n}\n";
-        let classes =
-            "class A:\n    def f():\n        pass\nclass B:\n    def f():\n        pass\n";
+        let classes = "class A:\n    def f():\n        pass\nclass B:\n    def f():\n        pass\n";
         let cases: &[(&str, &str, &str)] = &[
             // Conformance 016: a bare pure addition goes to the end.
             (
@@ -437,11 +390,7 @@ mod tests {
             ("a\n\nb\n", "@@\n+x\n", "a\n\nb\nx\n"),
             ("a\n\nb\n", "@@ b\n+x\n\n", "a\n\nb\nx\n"),
             // A pure addition then a removal: the addition still lands at the end.
-            (
-                "line1\nline2\nline3\n",
-                "@@\n+added\n@@\n-line2\n+two",
-                "line1\ntwo\nline3\nadded\n",
-            ),
+            ("line1\nline2\nline3\n", "@@\n+added\n@@\n-line2\n+two", "line1\ntwo\nline3\nadded\n"),
             // The context picks the second of two identical blocks.
             (
                 two_blocks,
@@ -485,28 +434,15 @@ mod tests {
         // When the file has the blank line, it is matched and kept.
         check("a\nb\n\nc\n", "@@\n-b\n+B\n", "a\nB\n\nc\n");
         // A blank line in the middle is real context: `b, "", d` is not in `a b c d`.
-        check_err(
-            "a\nb\nc\nd\n",
-            "@@\n-b\n+B\n\n-d\n+D",
-            "failed to find expected lines:\nb\n\nd",
-            3,
-        );
+        check_err("a\nb\nc\nd\n", "@@\n-b\n+B\n\n-d\n+D", "failed to find expected lines:\nb\n\nd", 3);
         // Removing a blank line that does not exist fails rather than matching anywhere.
         check_err("a\nb\n", "@@\n-\n+x", "failed to find expected lines:\n", 3);
     }
 
     #[test]
     fn bom() {
-        check(
-            "\u{feff}first\nsecond\n",
-            "@@\n-first\n+FIRST",
-            "\u{feff}FIRST\nsecond\n",
-        );
-        check(
-            "\u{feff}a\r\nb\r\n",
-            "@@\n a\n+x",
-            "\u{feff}a\r\nx\r\nb\r\n",
-        );
+        check("\u{feff}first\nsecond\n", "@@\n-first\n+FIRST", "\u{feff}FIRST\nsecond\n");
+        check("\u{feff}a\r\nb\r\n", "@@\n a\n+x", "\u{feff}a\r\nx\r\nb\r\n");
         check("\u{feff}only\n", "@@\n-only", "\u{feff}");
         check("\u{feff}", "@@\n+x", "\u{feff}x\n");
     }
@@ -515,19 +451,9 @@ mod tests {
     fn errors() {
         let cases: &[(&str, &str, &str, usize)] = &[
             // Conformance 006.
-            (
-                "line1\nline2\n",
-                "@@\n-missing\n+changed",
-                "failed to find expected lines:\nmissing",
-                3,
-            ),
+            ("line1\nline2\n", "@@\n-missing\n+changed", "failed to find expected lines:\nmissing", 3),
             ("a\nb\n", "@@ nope\n-a", "failed to find context 'nope'", 3),
-            (
-                "a\nb\n",
-                "@@\n-a\n+A\n@@ zzz\n-b",
-                "failed to find context 'zzz'",
-                6,
-            ),
+            ("a\nb\n", "@@\n-a\n+A\n@@ zzz\n-b", "failed to find context 'zzz'", 6),
             // Out of order: the hint says where the lines are.
             (
                 "a\nb\nc\n",
@@ -566,12 +492,7 @@ mod tests {
             // An empty file has nothing to match.
             ("", "@@\n-a", "failed to find expected lines:\na", 3),
             // The quoted lines include a trailing blank context line.
-            (
-                "a\n",
-                "@@\n-zz\n",
-                "failed to find expected lines:\nzz\n",
-                3,
-            ),
+            ("a\n", "@@\n-zz\n", "failed to find expected lines:\nzz\n", 3),
         ];
         for (original, body, message, line) in cases {
             check_err(original, body, message, *line);
@@ -581,21 +502,10 @@ mod tests {
     #[test]
     fn codex_wording_with_path() {
         let e = apply_chunks("a\n", &chunks_of("@@\n-x\n-y")).unwrap_err();
-        assert_eq!(
-            e.kind,
-            HunkErrorKind::ExpectedLines {
-                lines: vec!["x".into(), "y".into()]
-            }
-        );
-        assert_eq!(
-            e.codex_message("/w/f.txt"),
-            "Failed to find expected lines in /w/f.txt:\nx\ny"
-        );
+        assert_eq!(e.kind, HunkErrorKind::ExpectedLines { lines: vec!["x".into(), "y".into()] });
+        assert_eq!(e.codex_message("/w/f.txt"), "Failed to find expected lines in /w/f.txt:\nx\ny");
         let e = apply_chunks("a\n", &chunks_of("@@ ctx\n-a")).unwrap_err();
-        assert_eq!(
-            e.codex_message("/w/f.txt"),
-            "Failed to find context 'ctx' in /w/f.txt"
-        );
+        assert_eq!(e.codex_message("/w/f.txt"), "Failed to find context 'ctx' in /w/f.txt");
         assert_eq!(e.to_string(), "failed to find context 'ctx'");
     }
 

@@ -28,28 +28,18 @@ pub(crate) fn split(original: &str) -> FileText<'_> {
     let mut lines = Vec::new();
     while !rest.is_empty() {
         let Some(at) = rest.find(['\r', '\n']) else {
-            lines.push(FileLine {
-                text: rest,
-                ending: "",
-            });
+            lines.push(FileLine { text: rest, ending: "" });
             break;
         };
         let len = if rest[at..].starts_with("\r\n") { 2 } else { 1 };
-        lines.push(FileLine {
-            text: &rest[..at],
-            ending: &rest[at..at + len],
-        });
+        lines.push(FileLine { text: &rest[..at], ending: &rest[at..at + len] });
         rest = &rest[at + len..];
     }
     let preferred = match lines.first() {
         Some(first) if !first.ending.is_empty() => first.ending,
         _ => "\n",
     };
-    FileText {
-        bom,
-        lines,
-        preferred,
-    }
+    FileText { bom, lines, preferred }
 }
 
 #[cfg(test)]
@@ -75,12 +65,7 @@ mod tests {
         check(
             "one\r\ntwo\rthree\nfour\r\n",
             false,
-            &[
-                ("one", "\r\n"),
-                ("two", "\r"),
-                ("three", "\n"),
-                ("four", "\r\n"),
-            ],
+            &[("one", "\r\n"), ("two", "\r"), ("three", "\n"), ("four", "\r\n")],
             "\r\n",
         );
         // `\n\r` is LF then a lone CR, not one ending.
@@ -88,11 +73,6 @@ mod tests {
         check("\u{feff}x\r\ny", true, &[("x", "\r\n"), ("y", "")], "\r\n");
         check("\u{feff}", true, &[], "\n");
         // Only a leading BOM is special.
-        check(
-            "a\n\u{feff}b\n",
-            false,
-            &[("a", "\n"), ("\u{feff}b", "\n")],
-            "\n",
-        );
+        check("a\n\u{feff}b\n", false, &[("a", "\n"), ("\u{feff}b", "\n")], "\n");
     }
 }

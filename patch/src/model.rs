@@ -95,9 +95,7 @@ impl Op {
             Op::Add { .. } => OpKind::Add,
             Op::Delete { .. } => OpKind::Delete,
             Op::Update { move_to: None, .. } => OpKind::Update,
-            Op::Update {
-                move_to: Some(_), ..
-            } => OpKind::Move,
+            Op::Update { move_to: Some(_), .. } => OpKind::Move,
         }
     }
 

@@ -29,10 +29,7 @@ pub struct ParseError {
 
 impl ParseError {
     fn new(message: impl Into<String>, line: usize) -> Self {
-        ParseError {
-            message: message.into(),
-            line,
-        }
+        ParseError { message: message.into(), line }
     }
 }
 
@@ -59,17 +56,10 @@ pub fn parse(input: &str) -> Result<Patch, ParseError> {
         }
         if let Some(path) = header_path(text, ADD_FILE) {
             let (contents, next) = parse_add_lines(body, i + 1);
-            ops.push(Op::Add {
-                path: path.to_string(),
-                contents,
-                line: line.no,
-            });
+            ops.push(Op::Add { path: path.to_string(), contents, line: line.no });
             i = next;
         } else if let Some(path) = header_path(text, DELETE_FILE) {
-            ops.push(Op::Delete {
-                path: path.to_string(),
-                line: line.no,
-            });
+            ops.push(Op::Delete { path: path.to_string(), line: line.no });
             i += 1;
         } else if let Some(path) = header_path(text, UPDATE_FILE) {
             let (op, next) = parse_update(body, i, path)?;
@@ -99,10 +89,7 @@ fn split_lines(input: &str) -> Vec<Line<'_>> {
     pieces
         .into_iter()
         .enumerate()
-        .map(|(idx, text)| Line {
-            no: idx + 1,
-            text: text.strip_suffix('\r').unwrap_or(text),
-        })
+        .map(|(idx, text)| Line { no: idx + 1, text: text.strip_suffix('\r').unwrap_or(text) })
         .collect()
 }
 
@@ -145,14 +132,8 @@ fn check_boundaries<'a, 'b>(
 
 /// Whole-text `trim()` in Codex, done on lines so that line numbers survive.
 fn trim_blank<'a, 'b>(lines: &'b [Line<'a>]) -> &'b [Line<'a>] {
-    let start = lines
-        .iter()
-        .position(|l| !l.text.trim().is_empty())
-        .unwrap_or(lines.len());
-    let end = lines
-        .iter()
-        .rposition(|l| !l.text.trim().is_empty())
-        .map_or(start, |p| p + 1);
+    let start = lines.iter().position(|l| !l.text.trim().is_empty()).unwrap_or(lines.len());
+    let end = lines.iter().rposition(|l| !l.text.trim().is_empty()).map_or(start, |p| p + 1);
     &lines[start..end]
 }
 
@@ -205,14 +186,7 @@ struct OpenChunk {
 
 impl OpenChunk {
     fn new(context: Option<String>, line: usize) -> Self {
-        OpenChunk {
-            chunk: Chunk {
-                context,
-                line,
-                ..Chunk::default()
-            },
-            lines: 0,
-        }
+        OpenChunk { chunk: Chunk { context, line, ..Chunk::default() }, lines: 0 }
     }
 
     fn push(&mut self, text: &str) {
@@ -248,10 +222,7 @@ fn unexpected_line(text: &str, no: usize) -> ParseError {
 }
 
 fn expected_marker(text: &str, no: usize) -> ParseError {
-    ParseError::new(
-        format!("Expected update hunk to start with a @@ context marker, got: '{text}'"),
-        no,
-    )
+    ParseError::new(format!("Expected update hunk to start with a @@ context marker, got: '{text}'"), no)
 }
 
 /// Parses `*** Update File:` at `body[start]` and its chunks; returns the op and the index of
@@ -273,9 +244,7 @@ fn parse_update(body: &[Line<'_>], start: usize, path: &str) -> Result<(Op, usiz
         {
             if move_to.is_some() {
                 return Err(ParseError::new(
-                    format!(
-                        "Update file hunk for path '{path}' has more than one '*** Move to:' line"
-                    ),
+                    format!("Update file hunk for path '{path}' has more than one '*** Move to:' line"),
                     no,
                 ));
             }
@@ -334,17 +303,9 @@ fn parse_update(body: &[Line<'_>], start: usize, path: &str) -> Result<(Op, usiz
         chunks.push(o.chunk);
     }
     if chunks.is_empty() {
-        return Err(ParseError::new(
-            format!("Update file hunk for path '{path}' is empty"),
-            header_no,
-        ));
+        return Err(ParseError::new(format!("Update file hunk for path '{path}' is empty"), header_no));
     }
-    let op = Op::Update {
-        path: path.to_string(),
-        move_to,
-        chunks,
-        line: header_no,
-    };
+    let op = Op::Update { path: path.to_string(), move_to, chunks, line: header_no };
     Ok((op, i))
 }
 
@@ -413,27 +374,15 @@ mod tests {
     }
 
     fn update(path: &str, move_to: Option<&str>, chunks: Vec<Chunk>, line: usize) -> Op {
-        Op::Update {
-            path: path.to_string(),
-            move_to: move_to.map(str::to_string),
-            chunks,
-            line,
-        }
+        Op::Update { path: path.to_string(), move_to: move_to.map(str::to_string), chunks, line }
     }
 
     fn add(path: &str, contents: &str, line: usize) -> Op {
-        Op::Add {
-            path: path.to_string(),
-            contents: contents.to_string(),
-            line,
-        }
+        Op::Add { path: path.to_string(), contents: contents.to_string(), line }
     }
 
     fn delete(path: &str, line: usize) -> Op {
-        Op::Delete {
-            path: path.to_string(),
-            line,
-        }
+        Op::Delete { path: path.to_string(), line }
     }
 
     fn check(input: &str, expected: Vec<Op>) {
@@ -463,22 +412,11 @@ mod tests {
                 "*** Begin Patch\n*** Add File: a.txt\n+one\n+\n+three\n*** End Patch\n",
                 vec![add("a.txt", "one\n\nthree\n", 2)],
             ),
-            (
-                "*** Begin Patch\n*** Add File: empty.txt\n*** End Patch\n",
-                vec![add("empty.txt", "", 2)],
-            ),
-            (
-                "*** Begin Patch\n*** Delete File: gone.txt\n*** End Patch\n",
-                vec![delete("gone.txt", 2)],
-            ),
+            ("*** Begin Patch\n*** Add File: empty.txt\n*** End Patch\n", vec![add("empty.txt", "", 2)]),
+            ("*** Begin Patch\n*** Delete File: gone.txt\n*** End Patch\n", vec![delete("gone.txt", 2)]),
             (
                 "*** Begin Patch\n*** Update File: a\n@@\n-x\n+y\n*** End Patch\n",
-                vec![update(
-                    "a",
-                    None,
-                    vec![chunk(None, &["x"], &["y"], false, 3)],
-                    2,
-                )],
+                vec![update("a", None, vec![chunk(None, &["x"], &["y"], false, 3)], 2)],
             ),
             (
                 "*** Begin Patch\n*** Update File: a\n*** Move to: b/c\n@@ fn main() {\n \
@@ -486,13 +424,7 @@ mod tests {
                 vec![update(
                     "a",
                     Some("b/c"),
-                    vec![chunk(
-                        Some("fn main() {"),
-                        &["keep", "x"],
-                        &["keep", "y"],
-                        true,
-                        4,
-                    )],
+                    vec![chunk(Some("fn main() {"), &["keep", "x"], &["keep", "y"], true, 4)],
                     2,
                 )],
             ),
@@ -503,12 +435,7 @@ mod tests {
                 vec![
                     add("n.txt", "c\n", 2),
                     delete("d.txt", 4),
-                    update(
-                        "m.txt",
-                        None,
-                        vec![chunk(None, &["l2"], &["ch"], false, 6)],
-                        5,
-                    ),
+                    update("m.txt", None, vec![chunk(None, &["l2"], &["ch"], false, 6)], 5),
                     add("z", "z\n", 9),
                 ],
             ),
@@ -528,24 +455,12 @@ mod tests {
         let p = |body: &str| format!("*** Begin Patch\n*** Update File: f\n{body}*** End Patch\n");
         let cases: Vec<(String, Vec<Chunk>)> = vec![
             // First chunk without `@@`.
-            (
-                p(" a\n-b\n+c\n"),
-                vec![chunk(None, &["a", "b"], &["a", "c"], false, 3)],
-            ),
+            (p(" a\n-b\n+c\n"), vec![chunk(None, &["a", "b"], &["a", "c"], false, 3)]),
             // Empty line inside a chunk is empty context; so is a whitespace-only line.
-            (
-                p("@@\n-b\n+B\n\n-d\n+D\n"),
-                vec![chunk(None, &["b", "", "d"], &["B", "", "D"], false, 3)],
-            ),
-            (
-                p("@@\n a\n\t\n a\n"),
-                vec![chunk(None, &["a", "", "a"], &["a", "", "a"], false, 3)],
-            ),
+            (p("@@\n-b\n+B\n\n-d\n+D\n"), vec![chunk(None, &["b", "", "d"], &["B", "", "D"], false, 3)]),
+            (p("@@\n a\n\t\n a\n"), vec![chunk(None, &["a", "", "a"], &["a", "", "a"], false, 3)]),
             // A space-only line keeps what follows its prefix.
-            (
-                p("@@\n   \n"),
-                vec![chunk(None, &["  "], &["  "], false, 3)],
-            ),
+            (p("@@\n   \n"), vec![chunk(None, &["  "], &["  "], false, 3)]),
             // Several chunks; the second with a context.
             (
                 p("@@\n-a\n+b\n@@ def f():\n-c\n+d\n"),
@@ -556,10 +471,7 @@ mod tests {
             ),
             // Trailing whitespace after `@@` means no context; inner spaces of a context stay.
             (p("@@   \n-a\n"), vec![chunk(None, &["a"], &[], false, 3)]),
-            (
-                p("@@  indented ctx  \n-a\n"),
-                vec![chunk(Some(" indented ctx"), &["a"], &[], false, 3)],
-            ),
+            (p("@@  indented ctx  \n-a\n"), vec![chunk(Some(" indented ctx"), &["a"], &[], false, 3)]),
             // Chained headers narrow the search: the first becomes a context-only chunk.
             (
                 p("@@ class A\n@@ def f():\n-x\n+y\n"),
@@ -569,53 +481,26 @@ mod tests {
                 ],
             ),
             // A bare `@@` directly followed by another header is dropped.
-            (
-                p("@@\n@@ ctx\n-x\n"),
-                vec![chunk(Some("ctx"), &["x"], &[], false, 4)],
-            ),
+            (p("@@\n@@ ctx\n-x\n"), vec![chunk(Some("ctx"), &["x"], &[], false, 4)]),
             // Unified-diff headers: the numbers go, git's function line stays as context.
-            (
-                p("@@ -1,3 +1,4 @@\n-x\n"),
-                vec![chunk(None, &["x"], &[], false, 3)],
-            ),
-            (
-                p("@@ -12 +12,2 @@ fn main() {\n-x\n"),
-                vec![chunk(Some("fn main() {"), &["x"], &[], false, 3)],
-            ),
+            (p("@@ -1,3 +1,4 @@\n-x\n"), vec![chunk(None, &["x"], &[], false, 3)]),
+            (p("@@ -12 +12,2 @@ fn main() {\n-x\n"), vec![chunk(Some("fn main() {"), &["x"], &[], false, 3)]),
             // Not a unified header: kept as written.
-            (
-                p("@@ -12 foo\n-x\n"),
-                vec![chunk(Some("-12 foo"), &["x"], &[], false, 3)],
-            ),
+            (p("@@ -12 foo\n-x\n"), vec![chunk(Some("-12 foo"), &["x"], &[], false, 3)]),
             // Blank lines after `*** End of File` are skipped; the next chunk has its `@@`.
             (
                 p("@@\n-a\n*** End of File\n\n@@\n-b\n"),
-                vec![
-                    chunk(None, &["a"], &[], true, 3),
-                    chunk(None, &["b"], &[], false, 7),
-                ],
+                vec![chunk(None, &["a"], &[], true, 3), chunk(None, &["b"], &[], false, 7)],
             ),
             // Blank lines before the first chunk are skipped; trailing ones are context.
-            (
-                p("\n@@\n-a\n\n"),
-                vec![chunk(None, &["a", ""], &[""], false, 4)],
-            ),
+            (p("\n@@\n-a\n\n"), vec![chunk(None, &["a", ""], &[""], false, 4)]),
             // An indented header inside an update is a context line.
             (
                 p("@@\n *** Update File: b\n-x\n"),
-                vec![chunk(
-                    None,
-                    &["*** Update File: b", "x"],
-                    &["*** Update File: b"],
-                    false,
-                    3,
-                )],
+                vec![chunk(None, &["*** Update File: b", "x"], &["*** Update File: b"], false, 3)],
             ),
             // `-old\r\r` in a CRLF patch keeps one `\r`.
-            (
-                p("@@\r\n-old\r\r\n"),
-                vec![chunk(None, &["old\r"], &[], false, 3)],
-            ),
+            (p("@@\r\n-old\r\r\n"), vec![chunk(None, &["old\r"], &[], false, 3)]),
         ];
         for (input, expected) in cases {
             check(&input, vec![update("f", None, expected, 2)]);
@@ -624,75 +509,30 @@ mod tests {
 
     #[test]
     fn leniencies() {
-        let one = || {
-            vec![update(
-                "f",
-                None,
-                vec![chunk(None, &["a"], &["b"], false, 3)],
-                2,
-            )]
-        };
-        let shifted = |by: usize| {
-            vec![update(
-                "f",
-                None,
-                vec![chunk(None, &["a"], &["b"], false, 3 + by)],
-                2 + by,
-            )]
-        };
+        let one = || vec![update("f", None, vec![chunk(None, &["a"], &["b"], false, 3)], 2)];
+        let shifted =
+            |by: usize| vec![update("f", None, vec![chunk(None, &["a"], &["b"], false, 3 + by)], 2 + by)];
         let cases: Vec<(&str, Vec<Op>)> = vec![
             // Conformance 018 and 020: padded boundary markers.
-            (
-                " *** Begin Patch\n*** Update File: f\n@@\n-a\n+b\n*** End Patch \n",
-                one(),
-            ),
-            (
-                "*** Begin Patch \n*** Update File: f\n@@\n-a\n+b\n *** End Patch\n",
-                one(),
-            ),
+            (" *** Begin Patch\n*** Update File: f\n@@\n-a\n+b\n*** End Patch \n", one()),
+            ("*** Begin Patch \n*** Update File: f\n@@\n-a\n+b\n *** End Patch\n", one()),
             // Conformance 017: padded operation header.
-            (
-                "*** Begin Patch\n  *** Update File: f\n@@\n-a\n+b\n*** End Patch\n",
-                one(),
-            ),
+            ("*** Begin Patch\n  *** Update File: f\n@@\n-a\n+b\n*** End Patch\n", one()),
             // Padded `*** End of File` and a padded `*** Move to:` are recognised.
             (
                 "*** Begin Patch\n*** Update File: f\n  *** Move to: g  \n@@\n-a\n*** End of File  \n*** End Patch",
-                vec![update(
-                    "f",
-                    Some("g"),
-                    vec![chunk(None, &["a"], &[], true, 4)],
-                    2,
-                )],
+                vec![update("f", Some("g"), vec![chunk(None, &["a"], &[], true, 4)], 2)],
             ),
             // No space after the colon.
-            (
-                "*** Begin Patch\n*** Update File:f\n@@\n-a\n+b\n*** End Patch",
-                one(),
-            ),
+            ("*** Begin Patch\n*** Update File:f\n@@\n-a\n+b\n*** End Patch", one()),
             // CRLF patch text.
-            (
-                "*** Begin Patch\r\n*** Update File: f\r\n@@\r\n-a\r\n+b\r\n*** End Patch\r\n",
-                one(),
-            ),
+            ("*** Begin Patch\r\n*** Update File: f\r\n@@\r\n-a\r\n+b\r\n*** End Patch\r\n", one()),
             // Whole-text trim: blank lines around the patch; numbers still count them.
-            (
-                "\n\n*** Begin Patch\n*** Update File: f\n@@\n-a\n+b\n*** End Patch\n\n  \n",
-                shifted(2),
-            ),
+            ("\n\n*** Begin Patch\n*** Update File: f\n@@\n-a\n+b\n*** End Patch\n\n  \n", shifted(2)),
             // Heredoc wrappers, as Codex's lenient mode.
-            (
-                "<<'EOF'\n*** Begin Patch\n*** Update File: f\n@@\n-a\n+b\n*** End Patch\nEOF\n",
-                shifted(1),
-            ),
-            (
-                "<<EOF\n*** Begin Patch\n*** Update File: f\n@@\n-a\n+b\n*** End Patch\nEOF",
-                shifted(1),
-            ),
-            (
-                "<<\"EOF\"\n*** Begin Patch\n*** Update File: f\n@@\n-a\n+b\n*** End Patch\nEOF\n",
-                shifted(1),
-            ),
+            ("<<'EOF'\n*** Begin Patch\n*** Update File: f\n@@\n-a\n+b\n*** End Patch\nEOF\n", shifted(1)),
+            ("<<EOF\n*** Begin Patch\n*** Update File: f\n@@\n-a\n+b\n*** End Patch\nEOF", shifted(1)),
+            ("<<\"EOF\"\n*** Begin Patch\n*** Update File: f\n@@\n-a\n+b\n*** End Patch\nEOF\n", shifted(1)),
             // Blank lines inside the heredoc around the markers.
             (
                 "<<'EOF'\n\n*** Begin Patch\n*** Update File: f\n@@\n-a\n+b\n*** End Patch\n\nEOF\n",
@@ -704,15 +544,9 @@ mod tests {
                 vec![delete("a", 3), delete("b", 6)],
             ),
             // A leading BOM on the patch text.
-            (
-                "\u{feff}*** Begin Patch\n*** Update File: f\n@@\n-a\n+b\n*** End Patch\n",
-                one(),
-            ),
+            ("\u{feff}*** Begin Patch\n*** Update File: f\n@@\n-a\n+b\n*** End Patch\n", one()),
             // A repeated End marker.
-            (
-                "*** Begin Patch\n*** Update File: f\n@@\n-a\n+b\n*** End Patch\n*** End Patch\n",
-                one(),
-            ),
+            ("*** Begin Patch\n*** Update File: f\n@@\n-a\n+b\n*** End Patch\n*** End Patch\n", one()),
             // A blank line between `+` lines of an add is an empty line; trailing blanks are not.
             (
                 "*** Begin Patch\n*** Add File: a\n+x\n\n+y\n\n*** Delete File: b\n*** End Patch",
@@ -742,39 +576,19 @@ mod tests {
             ("bad\n*** End Patch\n", FIRST_LINE_MSG.into(), 1),
             ("\n\n{\"input\": \"x\"}\n", FIRST_LINE_MSG.into(), 3),
             ("*** Begin Patch\n", LAST_LINE_MSG.into(), 1),
-            (
-                "*** Begin Patch\n*** Delete File: a\n",
-                LAST_LINE_MSG.into(),
-                2,
-            ),
-            (
-                "*** Begin Patch\n*** End Patch\ntrailing\n",
-                LAST_LINE_MSG.into(),
-                3,
-            ),
+            ("*** Begin Patch\n*** Delete File: a\n", LAST_LINE_MSG.into(), 2),
+            ("*** Begin Patch\n*** End Patch\ntrailing\n", LAST_LINE_MSG.into(), 3),
             (
                 "*** Begin Patch\n*** Delete File: a\n*** End Patch\nmore\n*** End Patch",
                 LAST_LINE_MSG.into(),
                 4,
             ),
             // Heredoc: mismatched quotes and too-short wrappers keep the original error.
-            (
-                "<<\"EOF'\n*** Begin Patch\n*** End Patch\nEOF\n",
-                FIRST_LINE_MSG.into(),
-                1,
-            ),
+            ("<<\"EOF'\n*** Begin Patch\n*** End Patch\nEOF\n", FIRST_LINE_MSG.into(), 1),
             ("<<'EOF'\n*** Begin Patch\nEOF\n", FIRST_LINE_MSG.into(), 1),
             // A heredoc whose inside is wrong reports the inside.
-            (
-                "<<'EOF'\n*** Begin Patch\n*** Delete File: a\nEOF\n",
-                LAST_LINE_MSG.into(),
-                3,
-            ),
-            (
-                "<<'EOF'\nnope\n*** End Patch\nEOF\n",
-                FIRST_LINE_MSG.into(),
-                2,
-            ),
+            ("<<'EOF'\n*** Begin Patch\n*** Delete File: a\nEOF\n", LAST_LINE_MSG.into(), 3),
+            ("<<'EOF'\nnope\n*** End Patch\nEOF\n", FIRST_LINE_MSG.into(), 2),
             // Conformance 013.
             (
                 "*** Begin Patch\n*** Frobnicate File: foo\n*** End Patch\n",
@@ -820,21 +634,13 @@ mod tests {
                 2,
             ),
             // `@@` with nothing after it.
-            (
-                "*** Begin Patch\n*** Update File: a\n@@\n*** End Patch\n",
-                EMPTY_HUNK_MSG.into(),
-                3,
-            ),
+            ("*** Begin Patch\n*** Update File: a\n@@\n*** End Patch\n", EMPTY_HUNK_MSG.into(), 3),
             (
                 "*** Begin Patch\n*** Update File: a\n@@ ctx\n*** End of File\n*** End Patch\n",
                 EMPTY_HUNK_MSG.into(),
                 3,
             ),
-            (
-                "*** Begin Patch\n*** Update File: a\n@@ a\n@@ b\n*** End Patch\n",
-                EMPTY_HUNK_MSG.into(),
-                4,
-            ),
+            ("*** Begin Patch\n*** Update File: a\n@@ a\n@@ b\n*** End Patch\n", EMPTY_HUNK_MSG.into(), 4),
             (
                 "*** Begin Patch\n*** Update File: a\n*** End of File\n*** End Patch\n",
                 EMPTY_HUNK_MSG.into(),
@@ -846,21 +652,9 @@ mod tests {
                 6,
             ),
             // Bad line prefixes.
-            (
-                "*** Begin Patch\n*** Update File: a\n@@\nbad\n*** End Patch\n",
-                unexpected("bad"),
-                4,
-            ),
-            (
-                "*** Begin Patch\n*** Update File: a\nbad\n*** End Patch\n",
-                unexpected("bad"),
-                3,
-            ),
-            (
-                "*** Begin Patch\n*** Update File: a\n@@\n-old\nbad\n*** End Patch\n",
-                expected_at("bad"),
-                5,
-            ),
+            ("*** Begin Patch\n*** Update File: a\n@@\nbad\n*** End Patch\n", unexpected("bad"), 4),
+            ("*** Begin Patch\n*** Update File: a\nbad\n*** End Patch\n", unexpected("bad"), 3),
+            ("*** Begin Patch\n*** Update File: a\n@@\n-old\nbad\n*** End Patch\n", expected_at("bad"), 5),
             (
                 "*** Begin Patch\n*** Update File: a\n@@\n-old\n*** End of File\n-x\n*** End Patch\n",
                 expected_at("-x"),
@@ -899,13 +693,7 @@ mod tests {
             .ops
             .iter()
             .map(|op| {
-                (
-                    op.kind().as_str(),
-                    op.kind().summary_letter(),
-                    op.path(),
-                    op.target_path(),
-                    op.line(),
-                )
+                (op.kind().as_str(), op.kind().summary_letter(), op.path(), op.target_path(), op.line())
             })
             .collect();
         assert_eq!(

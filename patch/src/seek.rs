@@ -10,12 +10,7 @@ const PASSES: [LineEq; 4] = [
     |file, patch| file == patch,
     |file, patch| file.trim_end() == patch.trim_end(),
     |file, patch| file.trim() == patch.trim(),
-    |file, patch| {
-        file.trim()
-            .chars()
-            .map(fold_punctuation)
-            .eq(patch.trim().chars().map(fold_punctuation))
-    },
+    |file, patch| file.trim().chars().map(fold_punctuation).eq(patch.trim().chars().map(fold_punctuation)),
 ];
 
 /// Maps the typographic characters models and editors swap in for ASCII ones (the same set as
@@ -33,12 +28,7 @@ fn fold_punctuation(c: char) -> char {
 /// Index of the first file line where `pattern` matches, scanning from `start`. With `eof`, only
 /// the position that puts the pattern's last line on the file's last line is tried. An empty
 /// pattern matches at `start`.
-pub(crate) fn seek<S: AsRef<str>>(
-    lines: &[&str],
-    pattern: &[S],
-    start: usize,
-    eof: bool,
-) -> Option<usize> {
+pub(crate) fn seek<S: AsRef<str>>(lines: &[&str], pattern: &[S], start: usize, eof: bool) -> Option<usize> {
     if pattern.is_empty() {
         return Some(start);
     }
@@ -48,12 +38,7 @@ pub(crate) fn seek<S: AsRef<str>>(
         return None;
     }
     PASSES.iter().find_map(|eq| {
-        (first..=last).find(|&pos| {
-            pattern
-                .iter()
-                .zip(&lines[pos..])
-                .all(|(p, l)| eq(l, p.as_ref()))
-        })
+        (first..=last).find(|&pos| pattern.iter().zip(&lines[pos..]).all(|(p, l)| eq(l, p.as_ref())))
     })
 }
 
@@ -91,13 +76,7 @@ mod tests {
         check(&["        return 1"], &["return 1"], 0, false, Some(0));
         // Typographic punctuation both ways.
         check(&["a \u{2013} b"], &["a - b"], 0, false, Some(0));
-        check(
-            &["say \"hi\" it's"],
-            &["say \u{201C}hi\u{201D} it\u{2019}s"],
-            0,
-            false,
-            Some(0),
-        );
+        check(&["say \"hi\" it's"], &["say \u{201C}hi\u{201D} it\u{2019}s"], 0, false, Some(0));
         check(&["a\u{00A0}b\u{3000}c"], &["a b c"], 0, false, Some(0));
         check(&["top\u{2011}level"], &["top-level"], 0, false, Some(0));
         // Inner whitespace still counts.

@@ -45,10 +45,7 @@ const SCENARIOS: &[(&str, Outcome)] = &[
     ("013_rejects_invalid_hunk_header", Outcome::ParseFails),
     ("014_update_file_appends_trailing_newline", Outcome::Applies),
     // Seed: refused in preflight, so `created.txt` is not left behind as in Codex's CLI.
-    (
-        "015_failure_after_partial_success_leaves_changes",
-        Outcome::Refused,
-    ),
+    ("015_failure_after_partial_success_leaves_changes", Outcome::Refused),
     ("016_pure_addition_update_chunk", Outcome::Applies),
     ("017_whitespace_padded_hunk_header", Outcome::Applies),
     ("018_whitespace_padded_patch_markers", Outcome::Applies),
@@ -70,18 +67,13 @@ fn fixture_root() -> PathBuf {
 
 fn read_tree(dir: &Path) -> Tree {
     fn walk(base: &Path, dir: &Path, tree: &mut Tree) {
-        let entries =
-            std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()));
+        let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()));
         for entry in entries {
             let path = entry.unwrap().path();
             if path.is_dir() {
                 walk(base, &path, tree);
             } else {
-                let rel = path
-                    .strip_prefix(base)
-                    .unwrap()
-                    .to_string_lossy()
-                    .into_owned();
+                let rel = path.strip_prefix(base).unwrap().to_string_lossy().into_owned();
                 tree.insert(rel, std::fs::read(&path).unwrap());
             }
         }
@@ -114,20 +106,13 @@ fn simulate(tree: &Tree, ops: &[Op]) -> Result<Tree, String> {
                     return Err(format!("delete {path}: not a file"));
                 }
             }
-            Op::Update {
-                path,
-                move_to,
-                chunks,
-                ..
-            } => {
+            Op::Update { path, move_to, chunks, .. } => {
                 let Some(bytes) = next.get(path) else {
                     return Err(format!("update {path}: missing"));
                 };
-                let text =
-                    String::from_utf8(bytes.clone()).map_err(|e| format!("update {path}: {e}"))?;
-                let updated = apply_chunks(&text, chunks).map_err(|e| {
-                    format!("update {path}, chunk at patch line {}: {e}", e.chunk_line)
-                })?;
+                let text = String::from_utf8(bytes.clone()).map_err(|e| format!("update {path}: {e}"))?;
+                let updated = apply_chunks(&text, chunks)
+                    .map_err(|e| format!("update {path}, chunk at patch line {}: {e}", e.chunk_line))?;
                 if let Some(dest) = move_to {
                     next.remove(path);
                     next.insert(dest.clone(), updated.into_bytes());
@@ -141,10 +126,7 @@ fn simulate(tree: &Tree, ops: &[Op]) -> Result<Tree, String> {
 }
 
 fn show(tree: &Tree) -> String {
-    tree.iter()
-        .map(|(k, v)| format!("{k}: {:?}", String::from_utf8_lossy(v)))
-        .collect::<Vec<_>>()
-        .join("\n")
+    tree.iter().map(|(k, v)| format!("{k}: {:?}", String::from_utf8_lossy(v))).collect::<Vec<_>>().join("\n")
 }
 
 #[test]
@@ -164,10 +146,7 @@ fn codex_scenarios() {
         .collect();
     on_disk.sort();
     let listed: Vec<String> = SCENARIOS.iter().map(|(n, _)| n.to_string()).collect();
-    assert_eq!(
-        on_disk, listed,
-        "the fixture's scenario directories differ from this test's table"
-    );
+    assert_eq!(on_disk, listed, "the fixture's scenario directories differ from this test's table");
 
     let mut failures = Vec::new();
     for &(name, outcome) in SCENARIOS {
@@ -203,12 +182,7 @@ fn codex_scenarios() {
             Ok(_) => {}
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} scenario(s) failed:\n{}",
-        failures.len(),
-        failures.join("\n\n")
-    );
+    assert!(failures.is_empty(), "{} scenario(s) failed:\n{}", failures.len(), failures.join("\n\n"));
 }
 
 /// The scenarios that only update existing files, compared directly: the bytes `apply_chunks`
@@ -216,11 +190,7 @@ fn codex_scenarios() {
 #[test]
 fn update_only_scenarios_byte_exact() {
     let root = fixture_root();
-    assert!(
-        root.is_dir(),
-        "conformance fixtures not found at {}",
-        root.display()
-    );
+    assert!(root.is_dir(), "conformance fixtures not found at {}", root.display());
     let mut covered = Vec::new();
     for &(name, _) in SCENARIOS {
         let dir = root.join(name);
@@ -230,10 +200,7 @@ fn update_only_scenarios_byte_exact() {
         let input = read_tree(&dir.join("input"));
         let expected = read_tree(&dir.join("expected"));
         let all_updates = !patch.ops.is_empty()
-            && patch
-                .ops
-                .iter()
-                .all(|op| matches!(op, Op::Update { .. }) && input.contains_key(op.path()));
+            && patch.ops.iter().all(|op| matches!(op, Op::Update { .. }) && input.contains_key(op.path()));
         if !all_updates {
             continue;
         }

@@ -10,10 +10,7 @@ struct Lcg(u64);
 
 impl Lcg {
     fn below(&mut self, n: usize) -> usize {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
+        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
         ((self.0 >> 33) as usize) % n
     }
 
@@ -53,32 +50,10 @@ const PATCH_LINES: &[&str] = &[
     "*** Frob",
 ];
 
-const BODY_LINES: &[&str] = &[
-    "@@",
-    "@@ a",
-    "-a",
-    "-b",
-    "+b",
-    "+",
-    " a",
-    " b",
-    "",
-    "*** End of File",
-    "-a\u{2013}",
-];
+const BODY_LINES: &[&str] =
+    &["@@", "@@ a", "-a", "-b", "+b", "+", " a", " b", "", "*** End of File", "-a\u{2013}"];
 
-const FILE_PIECES: &[&str] = &[
-    "a",
-    "b",
-    "",
-    "é",
-    "\r",
-    "\n",
-    "\r\n",
-    "a\u{2013}",
-    " a ",
-    "\u{feff}",
-];
+const FILE_PIECES: &[&str] = &["a", "b", "", "é", "\r", "\n", "\r\n", "a\u{2013}", " a ", "\u{feff}"];
 
 #[test]
 fn random_inputs_never_panic() {
@@ -105,10 +80,7 @@ fn random_inputs_never_panic() {
             continue;
         };
         for op in &parsed.ops {
-            assert!(
-                op.line() >= 1 && op.line() <= lines.len(),
-                "op line out of range in {patch:?}"
-            );
+            assert!(op.line() >= 1 && op.line() <= lines.len(), "op line out of range in {patch:?}");
             if let Op::Add { contents, .. } = op {
                 assert!(contents.is_empty() || contents.ends_with('\n'));
             }
@@ -126,8 +98,5 @@ fn random_inputs_never_panic() {
             }
         }
     }
-    assert!(
-        applied > 100,
-        "the generator rarely produced applicable patches ({applied})"
-    );
+    assert!(applied > 100, "the generator rarely produced applicable patches ({applied})");
 }

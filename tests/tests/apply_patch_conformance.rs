@@ -14,7 +14,11 @@ use serde_json::json;
 
 fn fixtures() -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance/apply_patch");
-    assert!(dir.is_dir(), "conformance data missing at {}: the shared/ folder must sit beside the checkout", dir.display());
+    assert!(
+        dir.is_dir(),
+        "conformance data missing at {}: the shared/ folder must sit beside the checkout",
+        dir.display()
+    );
     dir
 }
 
@@ -67,7 +71,8 @@ fn expected_tree(scenario: &Path, name: &str) -> BTreeMap<String, Option<Vec<u8>
 #[test]
 fn every_scenario_with_the_policy_off_and_on() {
     let d = Daemon::start();
-    let mut scenarios: Vec<PathBuf> = std::fs::read_dir(fixtures()).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
+    let mut scenarios: Vec<PathBuf> =
+        std::fs::read_dir(fixtures()).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
     scenarios.sort();
     // 24 numbers; 020 is used twice upstream.
     assert_eq!(scenarios.len(), 25, "the conformance set has 25 scenario directories");
@@ -94,10 +99,19 @@ fn every_scenario_with_the_policy_off_and_on() {
             let got = tree(&cwd);
             let want = expected_tree(scenario, &name);
             if got != want {
-                failures.push(format!("{name} (policy {policy}): tree differs\n  got  {:?}\n  want {:?}\n  reply {}", got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), reply.text()));
+                failures.push(format!(
+                    "{name} (policy {policy}): tree differs\n  got  {:?}\n  want {:?}\n  reply {}",
+                    got.keys().collect::<Vec<_>>(),
+                    want.keys().collect::<Vec<_>>(),
+                    reply.text()
+                ));
                 for (k, v) in &want {
                     if got.get(k) != Some(v) {
-                        failures.push(format!("    {k}: got {:?} want {:?}", got.get(k).map(|b| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned())), v.as_ref().map(|b| String::from_utf8_lossy(b).into_owned())));
+                        failures.push(format!(
+                            "    {k}: got {:?} want {:?}",
+                            got.get(k).map(|b| b.as_ref().map(|b| String::from_utf8_lossy(b).into_owned())),
+                            v.as_ref().map(|b| String::from_utf8_lossy(b).into_owned())
+                        ));
                     }
                 }
             }
@@ -119,24 +133,39 @@ fn reports_match_the_seed() {
     // Not read: the whole patch is refused and nothing changes.
     let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-one\n+ONE\n*** Delete File: old.txt\n*** Add File: new.txt\n+n\n*** Update File: missing.txt\n@@\n-x\n+y\n*** End Patch";
     let r = s.call("apply_patch", json!({"input": patch}));
-    err(&r, "FS_NOT_OBSERVED", "Error: Patch rejected before any change (3 problems):\n- operation 1 (update a.txt, patch line 2): cannot modify \"a.txt\": file has not been read — read the file, then retry\n- operation 2 (delete old.txt, patch line 6): cannot modify \"old.txt\": file has not been read — read the file, then retry\n- operation 4 (update missing.txt, patch line 9): cannot read \"missing.txt\": not found");
+    err(
+        &r,
+        "FS_NOT_OBSERVED",
+        "Error: Patch rejected before any change (3 problems):\n- operation 1 (update a.txt, patch line 2): cannot modify \"a.txt\": file has not been read — read the file, then retry\n- operation 2 (delete old.txt, patch line 6): cannot modify \"old.txt\": file has not been read — read the file, then retry\n- operation 4 (update missing.txt, patch line 9): cannot read \"missing.txt\": not found",
+    );
     assert!(!d.path("new.txt").exists());
     assert_eq!(d.read("a.txt"), b"one\ntwo\n");
     // Read, then the same patch without the missing file succeeds, grouped A/M/D.
     s.read("a.txt");
     s.read("old.txt");
     let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-one\n+ONE\n*** Delete File: old.txt\n*** Add File: new.txt\n+n\n*** End Patch";
-    ok(&s.call("apply_patch", json!({"input": patch})), "Success. Updated the following files:\nA new.txt\nM a.txt\nD old.txt");
+    ok(
+        &s.call("apply_patch", json!({"input": patch})),
+        "Success. Updated the following files:\nA new.txt\nM a.txt\nD old.txt",
+    );
     assert_eq!(d.read("a.txt"), b"ONE\ntwo\n");
     assert_eq!(d.read("new.txt"), b"n\n");
     assert!(!d.path("old.txt").exists());
     // A created file can be updated at once (this session wrote it); a move reports M <dest>.
-    let patch = "*** Begin Patch\n*** Update File: new.txt\n*** Move to: moved/new.txt\n@@\n-n\n+m\n*** End Patch";
-    ok(&s.call("apply_patch", json!({"input": patch})), "Success. Updated the following files:\nM moved/new.txt");
+    let patch =
+        "*** Begin Patch\n*** Update File: new.txt\n*** Move to: moved/new.txt\n@@\n-n\n+m\n*** End Patch";
+    ok(
+        &s.call("apply_patch", json!({"input": patch})),
+        "Success. Updated the following files:\nM moved/new.txt",
+    );
     assert_eq!(d.read("moved/new.txt"), b"m\n");
     // Syntax errors keep the parser's message.
     let r = s.call("apply_patch", json!({"input": "*** Begin Patch\n*** Frobnicate File: x\n*** End Patch"}));
-    err(&r, "PATCH_SYNTAX", "Error: Invalid patch hunk on line 2: '*** Frobnicate File: x' is not a valid hunk header. Valid hunk headers: '*** Add File: {path}', '*** Delete File: {path}', '*** Update File: {path}'");
+    err(
+        &r,
+        "PATCH_SYNTAX",
+        "Error: Invalid patch hunk on line 2: '*** Frobnicate File: x' is not a valid hunk header. Valid hunk headers: '*** Add File: {path}', '*** Delete File: {path}', '*** Update File: {path}'",
+    );
     let r = s.call("apply_patch", json!({"input": "hello"}));
     err(&r, "PATCH_SYNTAX", "Error: Invalid patch: The first line of the patch must be '*** Begin Patch'");
 }
@@ -150,7 +179,10 @@ fn a_stopped_commit_reports_completed_failed_and_not_executed() {
     // The fence refuses the second operation at commit (containment is not simulated).
     let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-a\n+b\n*** Update File: .git/config\n@@\n-x\n+y\n*** Add File: c.txt\n+c\n*** End Patch";
     let r = s.call("apply_patch", json!({"input": patch}));
-    ok(&r, "Patch stopped after 1 of 3 operations.\nCompleted:\nM a.txt\nFailed:\n- operation 2 (update .git/config, patch line 6): cannot modify \".git/config\": file access denied under workspace-write mode: .git is a protected path [sandbox: file access denied under workspace-write mode]\nNot executed:\n- operation 3 (add c.txt)");
+    ok(
+        &r,
+        "Patch stopped after 1 of 3 operations.\nCompleted:\nM a.txt\nFailed:\n- operation 2 (update .git/config, patch line 6): cannot modify \".git/config\": file access denied under workspace-write mode: .git is a protected path [sandbox: file access denied under workspace-write mode]\nNot executed:\n- operation 3 (add c.txt)",
+    );
     assert_eq!(r.meta()["stopped"], json!(true));
     assert_eq!(d.read("a.txt"), b"b\n");
     assert_eq!(d.read(".git/config"), b"x\n");
@@ -183,14 +215,21 @@ fn an_unknown_outcome_and_a_known_failure_mid_commit() {
     let mut s = d.session_with_config("applyPatch = true\n");
     let patch = "*** Begin Patch\n*** Add File: a.txt\n+a\n*** Add File: fsd-fault-hang-write\n+x\n*** Add File: c.txt\n+c\n*** End Patch";
     let r = s.call("apply_patch", json!({"input": patch}));
-    ok(&r, "Patch stopped after 1 of 3 operations.\nCompleted:\nA a.txt\nOutcome unknown:\n- operation 2 (add fsd-fault-hang-write, patch line 4): cannot modify \"fsd-fault-hang-write\": the call exceeded its deadline and its worker was killed; the outcome is unknown — re-read the file, then retry\nNot executed:\n- operation 3 (add c.txt)");
+    ok(
+        &r,
+        "Patch stopped after 1 of 3 operations.\nCompleted:\nA a.txt\nOutcome unknown:\n- operation 2 (add fsd-fault-hang-write, patch line 4): cannot modify \"fsd-fault-hang-write\": the call exceeded its deadline and its worker was killed; the outcome is unknown — re-read the file, then retry\nNot executed:\n- operation 3 (add c.txt)",
+    );
     assert_eq!(r.meta()["operations"][1]["status"], json!("unknown"));
     assert!(d.path("a.txt").exists() && !d.path("c.txt").exists());
 
     // An I/O error whose target is provably unchanged is a known failure.
-    let patch = "*** Begin Patch\n*** Add File: b.txt\n+b\n*** Add File: fsd-fault-io-error\n+x\n*** End Patch";
+    let patch =
+        "*** Begin Patch\n*** Add File: b.txt\n+b\n*** Add File: fsd-fault-io-error\n+x\n*** End Patch";
     let r = s.call("apply_patch", json!({"input": patch}));
-    ok(&r, "Patch stopped after 1 of 2 operations.\nCompleted:\nA b.txt\nFailed:\n- operation 2 (add fsd-fault-io-error, patch line 4): cannot modify \"fsd-fault-io-error\": cannot rename into place: Input/output error (os error 5)");
+    ok(
+        &r,
+        "Patch stopped after 1 of 2 operations.\nCompleted:\nA b.txt\nFailed:\n- operation 2 (add fsd-fault-io-error, patch line 4): cannot modify \"fsd-fault-io-error\": cannot rename into place: Input/output error (os error 5)",
+    );
     assert_eq!(r.meta()["operations"][1]["status"], json!("failed"));
     assert!(!d.path("fsd-fault-io-error").exists());
 }

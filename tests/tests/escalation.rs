@@ -77,16 +77,27 @@ fn an_approved_escalation_runs_once_and_is_audited() {
     assert!(!target.exists());
     // The seed's argument rules.
     let r = write(&mut t, json!({"sandbox_permissions": "danger-full-access", "justification": "  "}));
-    err(&r, "INVALID_ARGS", "Error: justification must be a non-empty reason when sandbox_permissions differs from the current mode (workspace-write)");
+    err(
+        &r,
+        "INVALID_ARGS",
+        "Error: justification must be a non-empty reason when sandbox_permissions differs from the current mode (workspace-write)",
+    );
     let r = write(&mut t, json!({"justification": "because"}));
     err(&r, "INVALID_ARGS", "Error: justification was given without sandbox_permissions");
     let r = write(&mut t, json!({"sandbox_permissions": "root"}));
-    err(&r, "INVALID_ARGS", "Error: sandbox_permissions must be one of read-only, workspace-write, danger-full-access");
+    err(
+        &r,
+        "INVALID_ARGS",
+        "Error: sandbox_permissions must be one of read-only, workspace-write, danger-full-access",
+    );
     // Repeating the current mode needs no reason and changes nothing.
     let r = write(&mut t, json!({"sandbox_permissions": "workspace-write", "justification": ""}));
     assert_eq!(r.code(), Some("FS_SANDBOX_DENIED"));
     // Approved: this one call runs at the wider mode.
-    let r = write(&mut t, json!({"sandbox_permissions": "danger-full-access", "justification": "the user asked for it"}));
+    let r = write(
+        &mut t,
+        json!({"sandbox_permissions": "danger-full-access", "justification": "the user asked for it"}),
+    );
     assert!(!r.is_error(), "{}", r.json);
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "approved\n");
     // The next call is back at the default mode.
@@ -96,8 +107,18 @@ fn an_approved_escalation_runs_once_and_is_audited() {
     // Both the decision and the mutation are in the audit log, without file contents.
     let audit = std::fs::read_to_string(&s.audit).unwrap();
     let lines: Vec<serde_json::Value> = audit.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert!(lines.iter().any(|l| l["op"] == "escalate:writeText" && l["decision"] == "approved" && l["mode"] == "danger-full-access"), "{audit}");
-    assert!(lines.iter().any(|l| l["op"] == "writeText" && l["mode"] == "danger-full-access" && l["result"] == "ok"), "{audit}");
+    assert!(
+        lines.iter().any(|l| l["op"] == "escalate:writeText"
+            && l["decision"] == "approved"
+            && l["mode"] == "danger-full-access"),
+        "{audit}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["op"] == "writeText" && l["mode"] == "danger-full-access" && l["result"] == "ok"),
+        "{audit}"
+    );
     assert!(lines.iter().any(|l| l["op"] == "writeText" && l["decision"] == "denied"), "{audit}");
     assert!(!audit.contains("approved\\n"), "the audit log holds no contents");
 }

@@ -41,7 +41,10 @@ impl Worker {
             .unwrap();
         drop(theirs);
         let (ready, _) = fsd::ipc::recv::<FromWorker>(&ours).unwrap();
-        assert!(matches!(ready, FromWorker::Ready { enforcement, .. } if enforcement == "landlock"), "worker not confined");
+        assert!(
+            matches!(ready, FromWorker::Ready { enforcement, .. } if enforcement == "landlock"),
+            "worker not confined"
+        );
         Worker { child, socket: ours }
     }
 
@@ -79,7 +82,10 @@ fn the_kernel_refuses_what_the_resolver_is_bypassed_for() {
     assert_eq!(w.raw(ToWorker::RawOpen { path: p(&inside), write: true }), Ok(()));
     let check = |path: &Path, write: bool| {
         let got = w.raw(ToWorker::RawOpen { path: p(path), write });
-        assert!(got.as_ref().is_err_and(|e| e.contains("Permission denied")), "{path:?} write={write}: {got:?}");
+        assert!(
+            got.as_ref().is_err_and(|e| e.contains("Permission denied")),
+            "{path:?} write={write}: {got:?}"
+        );
     };
     check(&secret, false);
     check(&secret, true);
@@ -91,7 +97,8 @@ fn the_kernel_refuses_what_the_resolver_is_bypassed_for() {
     let metadata = w.raw(ToWorker::RawMetadata { path: p(&inside) });
     assert_eq!(
         metadata,
-        Err("chmod: Operation not permitted (os error 1); chown: Operation not permitted (os error 1)".to_owned())
+        Err("chmod: Operation not permitted (os error 1); chown: Operation not permitted (os error 1)"
+            .to_owned())
     );
 
     // Through the normal request path, our own resolver refuses first, with the stable code.
@@ -111,7 +118,8 @@ fn a_read_only_worker_cannot_write_even_inside_its_root() {
     assert_eq!(w.raw(ToWorker::RawOpen { path: p(&inside), write: false }), Ok(()));
     let got = w.raw(ToWorker::RawOpen { path: p(&inside), write: true });
     assert!(got.as_ref().is_err_and(|e| e.contains("Permission denied")), "{got:?}");
-    let request = Request::WriteText { path: p(&inside), content: "x".into(), guard: None, match_style: false };
+    let request =
+        Request::WriteText { path: p(&inside), content: "x".into(), guard: None, match_style: false };
     match w.ask(&ToWorker::Call(request)) {
         FromWorker::Reply(Err(remote)) => assert_eq!(remote.code, "FS_SANDBOX_DENIED"),
         other => panic!("unexpected reply {other:?}"),
@@ -125,7 +133,11 @@ fn children_with_role(daemon_pid: u32, role: &str) -> Vec<u32> {
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-        let ppid: Option<u32> = stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().nth(1)).and_then(|s| s.parse().ok());
+        let ppid: Option<u32> = stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().nth(1))
+            .and_then(|s| s.parse().ok());
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
         if ppid == Some(daemon_pid) && cmdline.contains(&format!("--role {role}")) {
@@ -183,10 +195,15 @@ fn hello_reports_the_abi_the_walls_and_the_trust_level() {
     let rpc = Rpc::connect(&d);
     let h = &rpc.hello;
     assert_eq!(h.landlock_abi, fsd::sys::landlock_abi());
-    assert!(h.landlock_abi >= 3, "this machine has Landlock ABI {}; the tests need at least 3", h.landlock_abi);
+    assert!(
+        h.landlock_abi >= 3,
+        "this machine has Landlock ABI {}; the tests need at least 3",
+        h.landlock_abi
+    );
     assert_eq!(h.escalation, "deny");
     assert_eq!(h.protected_names, vec![".git".to_owned()]);
-    let modes: Vec<(i32, bool, &str)> = h.modes.iter().map(|m| (m.mode, m.available, m.enforcement.as_str())).collect();
+    let modes: Vec<(i32, bool, &str)> =
+        h.modes.iter().map(|m| (m.mode, m.available, m.enforcement.as_str())).collect();
     assert_eq!(
         modes,
         vec![

@@ -40,8 +40,16 @@ impl Signed {
             public.trim(),
             audit.display()
         );
-        std::fs::write(keys.path().join("allow.toml"), "[[rule]]\nmode = \"*\"\npath = \"/**\"\ndecision = \"allow\"\n").unwrap();
-        std::fs::write(keys.path().join("deny.toml"), "[[rule]]\nmode = \"*\"\npath = \"/**\"\ndecision = \"deny\"\n").unwrap();
+        std::fs::write(
+            keys.path().join("allow.toml"),
+            "[[rule]]\nmode = \"*\"\npath = \"/**\"\ndecision = \"allow\"\n",
+        )
+        .unwrap();
+        std::fs::write(
+            keys.path().join("deny.toml"),
+            "[[rule]]\nmode = \"*\"\npath = \"/**\"\ndecision = \"deny\"\n",
+        )
+        .unwrap();
         Signed { d: Daemon::start_with(&[], &config), keys, outside, audit }
     }
 
@@ -51,7 +59,8 @@ impl Signed {
 
     /// A tool session whose approver applies `rules` (allow.toml or deny.toml).
     fn session(&self, rules: &str) -> ToolSession {
-        let command = json!([approver_bin(), "sign", "--key", self.key(), "--rules", self.keys.path().join(rules)]);
+        let command =
+            json!([approver_bin(), "sign", "--key", self.key(), "--rules", self.keys.path().join(rules)]);
         self.d.session_with_config(&format!("approverCommand = {command}\n"))
     }
 
@@ -73,7 +82,11 @@ impl Signed {
     }
 
     fn audit(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(&self.audit).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+        std::fs::read_to_string(&self.audit)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
     }
 }
 
@@ -105,7 +118,11 @@ fn ticket(s: &Signed, rpc: &mut Rpc, op: &str, path: &Path, content: &str) -> v1
             op: op.into(),
             path: p(path),
             destination: String::new(),
-            content_sha256: if op == "writeText" { sha256(content.as_bytes()).into() } else { Default::default() },
+            content_sha256: if op == "writeText" {
+                sha256(content.as_bytes()).into()
+            } else {
+                Default::default()
+            },
         }],
     };
     let described = rpc.rt.block_on(rpc.client.request_escalation(request)).unwrap().into_inner();
@@ -121,7 +138,13 @@ fn ticket(s: &Signed, rpc: &mut Rpc, op: &str, path: &Path, content: &str) -> v1
     }
 }
 
-fn write(rpc: &mut Rpc, session: &str, path: &Path, content: &str, ticket: v1::EscalationTicket) -> Result<(), WireError> {
+fn write(
+    rpc: &mut Rpc,
+    session: &str,
+    path: &Path,
+    content: &str,
+    ticket: v1::EscalationTicket,
+) -> Result<(), WireError> {
     let request = v1::WriteTextRequest {
         context: context(session, Some(ticket)),
         path: p(path),
@@ -150,7 +173,10 @@ fn the_tools_get_a_signature_and_use_it_once() {
     assert!(!other.exists());
     let audit = s.audit();
     assert!(audit.iter().any(|l| l["op"] == "escalate:describe" && l["decision"] == "pending"), "{audit:?}");
-    assert!(audit.iter().any(|l| l["op"] == "escalate:writeText" && l["decision"] == "approved"), "{audit:?}");
+    assert!(
+        audit.iter().any(|l| l["op"] == "escalate:writeText" && l["decision"] == "approved"),
+        "{audit:?}"
+    );
 }
 
 #[test]
@@ -163,20 +189,32 @@ fn a_ticket_is_refused_for_anything_but_the_approved_call() {
     let cases: Vec<(&str, Variant, &str)> = vec![
         ("replay", |_| ("s1", "ok\n", false), "unknown or already spent escalation"),
         ("another path", |_| ("s1", "ok\n", true), "this call differs from every call the approver signed"),
-        ("other content", |_| ("s1", "evil\n", false), "this call differs from every call the approver signed"),
+        (
+            "other content",
+            |_| ("s1", "evil\n", false),
+            "this call differs from every call the approver signed",
+        ),
         ("another session", |_| ("s2", "ok\n", false), "the escalation belongs to another session or client"),
-        ("forged signature", |t| {
-            let mut sig = t.signature.to_vec();
-            sig[0] ^= 1;
-            t.signature = sig.into();
-            ("s1", "ok\n", false)
-        }, "the escalation ticket is not signed by the configured approver"),
-        ("another nonce", |t| {
-            let mut nonce = t.nonce.to_vec();
-            nonce[0] ^= 1;
-            t.nonce = nonce.into();
-            ("s1", "ok\n", false)
-        }, "unknown or already spent escalation"),
+        (
+            "forged signature",
+            |t| {
+                let mut sig = t.signature.to_vec();
+                sig[0] ^= 1;
+                t.signature = sig.into();
+                ("s1", "ok\n", false)
+            },
+            "the escalation ticket is not signed by the configured approver",
+        ),
+        (
+            "another nonce",
+            |t| {
+                let mut nonce = t.nonce.to_vec();
+                nonce[0] ^= 1;
+                t.nonce = nonce.into();
+                ("s1", "ok\n", false)
+            },
+            "unknown or already spent escalation",
+        ),
     ];
     for (name, variant, want) in cases {
         let mut tk = ticket(&s, &mut rpc, "writeText", &target, "ok\n");
@@ -196,7 +234,10 @@ fn a_ticket_is_refused_for_anything_but_the_approved_call() {
     let tk = ticket(&s, &mut rpc, "writeText", &target, "ok\n");
     let request = v1::DeleteFileRequest { context: context("s1", Some(tk)), path: p(&target), guard: None };
     let status = rpc.rt.block_on(rpc.client.delete_file(request)).unwrap_err();
-    assert_eq!(WireError::from_status(&status).unwrap().message, "escalation ticket refused: this call differs from every call the approver signed");
+    assert_eq!(
+        WireError::from_status(&status).unwrap().message,
+        "escalation ticket refused: this call differs from every call the approver signed"
+    );
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep\n");
     assert!(s.audit().iter().any(|l| l["op"] == "escalate:writeText" && l["decision"] == "refused"));
 }
@@ -225,10 +266,18 @@ fn a_target_swapped_for_a_symlink_after_approval_is_refused() {
     std::fs::remove_file(&target).unwrap();
     std::os::unix::fs::symlink(&victim, &target).unwrap();
     let err = write(&mut rpc, "s1", &target, "new\n", tk).unwrap_err();
-    assert_eq!(err.message, "escalation ticket refused: this call differs from every call the approver signed");
+    assert_eq!(
+        err.message,
+        "escalation ticket refused: this call differs from every call the approver signed"
+    );
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "victim\n");
     let audit = s.audit();
-    assert!(audit.iter().any(|l| l["op"] == "escalate:writeText" && l["decision"] == "refused" && l["path"] == p(&target)), "{audit:?}");
+    assert!(
+        audit.iter().any(|l| l["op"] == "escalate:writeText"
+            && l["decision"] == "refused"
+            && l["path"] == p(&target)),
+        "{audit:?}"
+    );
 }
 
 #[test]
@@ -240,10 +289,17 @@ fn above_the_clients_maximum_nothing_is_described() {
         context: context("s1", None),
         requested_mode: v1::Mode::DangerFullAccess as i32,
         justification: "why".into(),
-        ops: vec![v1::EscalatedOp { op: "writeText".into(), path: p(&s.outside.path().join("x")), ..Default::default() }],
+        ops: vec![v1::EscalatedOp {
+            op: "writeText".into(),
+            path: p(&s.outside.path().join("x")),
+            ..Default::default()
+        }],
     };
     let status = rpc.rt.block_on(rpc.client.request_escalation(request)).unwrap_err();
-    assert_eq!(WireError::from_status(&status).unwrap().message, "danger-full-access is above this client's maximum mode workspace-write");
+    assert_eq!(
+        WireError::from_status(&status).unwrap().message,
+        "danger-full-access is above this client's maximum mode workspace-write"
+    );
 }
 
 #[test]
@@ -281,7 +337,14 @@ sys.stdout.write(out.decode(errors="replace"))
 sys.exit(os.waitstatus_to_exitcode(status))
 "#;
     let run = |answer: &str| {
-        Command::new("python3").arg("-c").arg(script).arg(s.key()).arg(answer).arg(approver_bin()).output().unwrap()
+        Command::new("python3")
+            .arg("-c")
+            .arg(script)
+            .arg(s.key())
+            .arg(answer)
+            .arg(approver_bin())
+            .output()
+            .unwrap()
     };
     let yes = run("y");
     let shown = String::from_utf8_lossy(&yes.stdout).into_owned();

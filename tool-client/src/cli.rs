@@ -121,7 +121,8 @@ fn load_config(path: Option<&PathBuf>, one_shot: bool) -> Result<ClientConfig, F
     let mut config = ClientConfig::load(path)?;
     if one_shot {
         let text = std::fs::read_to_string(path)?;
-        let explicit = toml::from_str::<toml::Table>(&text).ok().is_some_and(|t| t.contains_key("observationPolicy"));
+        let explicit =
+            toml::from_str::<toml::Table>(&text).ok().is_some_and(|t| t.contains_key("observationPolicy"));
         if !explicit {
             config.observation_policy = false;
         }
@@ -131,7 +132,11 @@ fn load_config(path: Option<&PathBuf>, one_shot: bool) -> Result<ClientConfig, F
 
 /// Connects a session; for --root, `daemon` receives the private daemon, which the caller stops
 /// after the session's connections are gone.
-async fn open(target: &TargetArgs, config: ClientConfig, daemon: &mut Option<EmbeddedDaemon>) -> Result<Session, Fatal> {
+async fn open(
+    target: &TargetArgs,
+    config: ClientConfig,
+    daemon: &mut Option<EmbeddedDaemon>,
+) -> Result<Session, Fatal> {
     if let Some(name) = &target.target {
         let fleet = crate::fleet::Fleet::load(target.fleet.as_deref())?;
         let cwd = target.cwd.as_deref().map(std::path::absolute).transpose()?;

@@ -86,7 +86,8 @@ impl ClientConfig {
     /// Reads a config file; keys it does not set keep their defaults.
     pub fn load(path: &Path) -> Result<ClientConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.to_owned(), e))?;
-        let config: ClientConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse(path.to_owned(), e))?;
+        let config: ClientConfig =
+            toml::from_str(&text).map_err(|e| ConfigError::Parse(path.to_owned(), e))?;
         config.validate()?;
         crate::approver::Approver::from_config(config.escalation_rules.as_deref(), config.escalation_prompt)
             .map_err(ConfigError::Approver)?;
@@ -117,13 +118,17 @@ mod tests {
     #[test]
     fn defaults_are_the_seeds() {
         let c = ClientConfig::default();
-        assert_eq!((c.read_limit, c.read_max_line_length, c.read_max_bytes, c.read_stream_min_size), (2000, 2000, 51200, 10485760));
+        assert_eq!(
+            (c.read_limit, c.read_max_line_length, c.read_max_bytes, c.read_stream_min_size),
+            (2000, 2000, 51200, 10485760)
+        );
         assert!(c.read && c.write && c.edit && c.read_image && !c.apply_patch && c.observation_policy);
     }
 
     #[test]
     fn keys_are_camel_case_and_unknown_keys_refused() {
-        let c: ClientConfig = toml::from_str("applyPatch = true\nreadLimit = 5\nobservationPolicy = false").unwrap_or_default();
+        let c: ClientConfig =
+            toml::from_str("applyPatch = true\nreadLimit = 5\nobservationPolicy = false").unwrap_or_default();
         assert!(c.apply_patch && !c.observation_policy);
         assert_eq!(c.read_limit, 5);
         assert!(toml::from_str::<ClientConfig>("read_limit = 5").is_err());

@@ -52,7 +52,9 @@ impl ToolError {
             ErrorCode::NotRegularFile => {
                 ToolError::new(wire.code.as_str(), format!("cannot modify \"{path}\": not a regular file"))
             }
-            ErrorCode::NotFound => ToolError::new(wire.code.as_str(), format!("cannot modify \"{path}\": not found")),
+            ErrorCode::NotFound => {
+                ToolError::new(wire.code.as_str(), format!("cannot modify \"{path}\": not found"))
+            }
             _ => ToolError::new(wire.code.as_str(), format!("cannot modify \"{path}\": {}", wire.message)),
         }
     }
@@ -69,10 +71,14 @@ impl ToolError {
         let code = wire.code.as_str();
         match wire.code {
             ErrorCode::NotFound => ToolError::new(code, format!("cannot read \"{path}\": not found")),
-            ErrorCode::NotRegularFile => ToolError::new(code, format!("cannot read \"{path}\": not a regular file")),
+            ErrorCode::NotRegularFile => {
+                ToolError::new(code, format!("cannot read \"{path}\": not a regular file"))
+            }
             ErrorCode::NotText => ToolError::new(
                 code,
-                format!("cannot read \"{path}\": the file is not UTF-8 text (it has invalid UTF-8 or NUL bytes)"),
+                format!(
+                    "cannot read \"{path}\": the file is not UTF-8 text (it has invalid UTF-8 or NUL bytes)"
+                ),
             ),
             ErrorCode::SandboxDenied => sandbox_denied("read", path, wire),
             _ => ToolError::new(code, format!("cannot read \"{path}\": {}", wire.message)),
@@ -99,18 +105,44 @@ mod tests {
     use super::*;
 
     fn check(status: tonic::Status, read: bool, expected: &str) {
-        let got = if read { ToolError::from_read("/ws/a.txt", &status) } else { ToolError::from_mutation("/ws/a.txt", &status) };
+        let got = if read {
+            ToolError::from_read("/ws/a.txt", &status)
+        } else {
+            ToolError::from_mutation("/ws/a.txt", &status)
+        };
         assert_eq!(got.text(), expected);
     }
 
     #[test]
     fn provider_codes_render_as_the_seed_says() {
-        let wire = |code, msg: &str| WireError::new(code, "/ws/a.txt", msg).with("mode", "workspace-write").into_status();
-        check(wire(ErrorCode::NotObserved, "file already exists"), false, "Error: cannot modify \"/ws/a.txt\": file has not been read — read the file, then retry");
-        check(wire(ErrorCode::StaleVersion, "file changed on disk since it was read"), false, "Error: cannot modify \"/ws/a.txt\": file changed on disk since it was read — re-read the file, then retry");
+        let wire = |code, msg: &str| {
+            WireError::new(code, "/ws/a.txt", msg).with("mode", "workspace-write").into_status()
+        };
+        check(
+            wire(ErrorCode::NotObserved, "file already exists"),
+            false,
+            "Error: cannot modify \"/ws/a.txt\": file has not been read — read the file, then retry",
+        );
+        check(
+            wire(ErrorCode::StaleVersion, "file changed on disk since it was read"),
+            false,
+            "Error: cannot modify \"/ws/a.txt\": file changed on disk since it was read — re-read the file, then retry",
+        );
         check(wire(ErrorCode::NotFound, "not found"), true, "Error: cannot read \"/ws/a.txt\": not found");
-        check(wire(ErrorCode::NotRegularFile, "not a regular file"), true, "Error: cannot read \"/ws/a.txt\": not a regular file");
-        check(wire(ErrorCode::SandboxDenied, "path resolves outside every root of this daemon"), false, "Error: cannot modify \"/ws/a.txt\": path resolves outside every root of this daemon [sandbox: file access denied under workspace-write mode]");
-        check(tonic::Status::unavailable("connection reset"), true, "Error: the file service is unavailable: connection reset");
+        check(
+            wire(ErrorCode::NotRegularFile, "not a regular file"),
+            true,
+            "Error: cannot read \"/ws/a.txt\": not a regular file",
+        );
+        check(
+            wire(ErrorCode::SandboxDenied, "path resolves outside every root of this daemon"),
+            false,
+            "Error: cannot modify \"/ws/a.txt\": path resolves outside every root of this daemon [sandbox: file access denied under workspace-write mode]",
+        );
+        check(
+            tonic::Status::unavailable("connection reset"),
+            true,
+            "Error: the file service is unavailable: connection reset",
+        );
     }
 }

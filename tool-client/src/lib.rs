@@ -3,8 +3,8 @@
 //! Only this crate produces text a model reads.
 #![forbid(unsafe_code)]
 
-pub mod attachments;
 pub mod approver;
+pub mod attachments;
 pub mod cli;
 pub mod config;
 pub mod connect;

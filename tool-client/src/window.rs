@@ -59,7 +59,8 @@ pub struct WindowBuilder {
 impl WindowBuilder {
     pub fn new(spec: WindowSpec) -> WindowBuilder {
         // Enough bytes for max_line_chars characters of up to 4 bytes, a BOM and a CR.
-        let keep = usize::try_from(spec.max_line_chars.saturating_mul(4).saturating_add(8)).unwrap_or(usize::MAX);
+        let keep =
+            usize::try_from(spec.max_line_chars.saturating_mul(4).saturating_add(8)).unwrap_or(usize::MAX);
         WindowBuilder {
             spec,
             line_no: 1,
@@ -279,16 +280,30 @@ mod tests {
         check(b"a\nb", spec(1, 10), Ok(&e("1: a\n2: b\n\n(End of file - total 2 lines)")));
         check(b"", spec(1, 10), Ok(&e("\n(End of file - total 0 lines)")));
         check(b"\n", spec(1, 10), Ok(&e("1: \n\n(End of file - total 1 lines)")));
-        check(b"a\nb\nc\n", spec(2, 1), Ok(&e("2: b\n\n(Showing lines 2-2 of 3. Use offset=3 to continue.)")));
+        check(
+            b"a\nb\nc\n",
+            spec(2, 1),
+            Ok(&e("2: b\n\n(Showing lines 2-2 of 3. Use offset=3 to continue.)")),
+        );
         // CRLF endings are not shown; a lone CR is line text.
         check(b"a\r\nb\rc\r\n", spec(1, 10), Ok(&e("1: a\n2: b\rc\n\n(End of file - total 2 lines)")));
         // BOM hidden.
         check("\u{feff}x\n".as_bytes(), spec(1, 10), Ok(&e("1: x\n\n(End of file - total 1 lines)")));
         // Long line truncated by characters, not bytes.
-        check("ééééééééééééé\n".as_bytes(), spec(1, 10), Ok(&e("1: éééééééééé... (line truncated to 10 chars)\n\n(End of file - total 1 lines)")));
+        check(
+            "ééééééééééééé\n".as_bytes(),
+            spec(1, 10),
+            Ok(&e("1: éééééééééé... (line truncated to 10 chars)\n\n(End of file - total 1 lines)")),
+        );
         // Byte cap: 40 bytes of kept text; each line here is 9 bytes.
         let many = b"123456789\n123456789\n123456789\n123456789\n123456789\n123456789\n";
-        check(many, spec(1, 10), Ok(&e("1: 123456789\n2: 123456789\n3: 123456789\n4: 123456789\n\n(Output capped. Showing lines 1-4. Use offset=5 to continue.)")));
+        check(
+            many,
+            spec(1, 10),
+            Ok(&e(
+                "1: 123456789\n2: 123456789\n3: 123456789\n4: 123456789\n\n(Output capped. Showing lines 1-4. Use offset=5 to continue.)",
+            )),
+        );
         check(b"a\0b", spec(1, 10), Err(NotText::Nul));
         check(b"a\xffb\n", spec(1, 10), Err(NotText::InvalidUtf8));
         check(b"ok\n\xe2\x82", spec(1, 10), Err(NotText::InvalidUtf8));

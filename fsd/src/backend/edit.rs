@@ -44,16 +44,20 @@ impl Backend {
                 return Err(fail(FsError::Stale("file changed on disk since it was read")));
             }
         }
-        let bytes =
-            read::read_bounded(&file, meta.size, self.limits.max_editable_bytes).map_err(fail)?;
+        let bytes = read::read_bounded(&file, meta.size, self.limits.max_editable_bytes).map_err(fail)?;
         let current = text::decode(&bytes).map_err(fail)?;
         let (bom, body) = text::split_bom(current);
         let replaced = text::replace(body, old, new, replace_all).map_err(fail)?;
         let after = format!("{bom}{}", replaced.text);
         let parent = resolved.parent.as_ref().ok_or_else(|| fail(FsError::NotRegularFile))?;
-        let (file, new_meta) =
-            place_file(parent.as_fd(), resolved.name(), after.as_bytes(), Place::Replace(&meta), self.journal_scope(&resolved))
-                .map_err(fail)?;
+        let (file, new_meta) = place_file(
+            parent.as_fd(),
+            resolved.name(),
+            after.as_bytes(),
+            Place::Replace(&meta),
+            self.journal_scope(&resolved),
+        )
+        .map_err(fail)?;
         Ok(Outcome::EditText {
             target,
             version: version::of_file(&file, &new_meta),

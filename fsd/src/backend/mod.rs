@@ -18,9 +18,9 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 pub use locks::{Guard, Locking, TargetLocks};
-use std::sync::Arc;
 pub use read::{StreamHeader, pump};
 use resolve::{Resolved, Root, WalkOptions};
+use std::sync::Arc;
 
 use crate::error::{Failure, FsError};
 use crate::sys;
@@ -135,12 +135,34 @@ pub struct DirEntry {
 /// One operation, as the service hands it over.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Request {
-    Stat { path: String, no_follow: bool },
-    ReadText { path: String, max_bytes: u64 },
-    ReadBytes { path: String, max_bytes: u64 },
-    ListDir { path: String },
-    WriteText { path: String, content: String, guard: Option<WriteGuard>, match_style: bool },
-    EditText { path: String, old: String, new: String, replace_all: bool, guard: Option<EditGuard> },
+    Stat {
+        path: String,
+        no_follow: bool,
+    },
+    ReadText {
+        path: String,
+        max_bytes: u64,
+    },
+    ReadBytes {
+        path: String,
+        max_bytes: u64,
+    },
+    ListDir {
+        path: String,
+    },
+    WriteText {
+        path: String,
+        content: String,
+        guard: Option<WriteGuard>,
+        match_style: bool,
+    },
+    EditText {
+        path: String,
+        old: String,
+        new: String,
+        replace_all: bool,
+        guard: Option<EditGuard>,
+    },
     MoveFile {
         source: String,
         destination: String,
@@ -148,7 +170,10 @@ pub enum Request {
         destination_guard: Option<WriteGuard>,
         content: Option<String>,
     },
-    DeleteFile { path: String, guard: Option<EditGuard> },
+    DeleteFile {
+        path: String,
+        guard: Option<EditGuard>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -160,12 +185,36 @@ pub enum WriteOperation {
 /// What an operation did.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Outcome {
-    Stat { target: Target, info: Option<Info> },
-    ReadText { target: Target, version: String, text: String },
-    ReadBytes { target: Target, version: String, data: Vec<u8> },
-    ListDir { target: Target, entries: Vec<DirEntry> },
-    WriteText { target: Target, operation: WriteOperation, version: String, change: Change },
-    EditText { target: Target, version: String, replacements: usize, change: Change },
+    Stat {
+        target: Target,
+        info: Option<Info>,
+    },
+    ReadText {
+        target: Target,
+        version: String,
+        text: String,
+    },
+    ReadBytes {
+        target: Target,
+        version: String,
+        data: Vec<u8>,
+    },
+    ListDir {
+        target: Target,
+        entries: Vec<DirEntry>,
+    },
+    WriteText {
+        target: Target,
+        operation: WriteOperation,
+        version: String,
+        change: Change,
+    },
+    EditText {
+        target: Target,
+        version: String,
+        replacements: usize,
+        change: Change,
+    },
     MoveFile {
         source: Target,
         destination: Target,
@@ -174,7 +223,10 @@ pub enum Outcome {
         destination_change: Change,
         source_removal_error: Option<String>,
     },
-    DeleteFile { target: Target, change: Change },
+    DeleteFile {
+        target: Target,
+        change: Change,
+    },
 }
 
 /// The roots and policy a backend serves, fixed at startup.
@@ -237,7 +289,12 @@ impl Backend {
         for (index, spec) in merged.iter().enumerate() {
             let fd = sys::open_root(&spec.path)
                 .map_err(|source| StartError::Open { path: spec.path.clone(), source })?;
-            roots.push(Root { id: format!("r{index}"), path: spec.path.clone(), fd, writable: spec.writable });
+            roots.push(Root {
+                id: format!("r{index}"),
+                path: spec.path.clone(),
+                fd,
+                writable: spec.writable,
+            });
         }
         let configured = roots.len();
         let journal = journal::Journal::open(&merged.iter().map(|m| m.path.clone()).collect::<Vec<_>>());
@@ -266,10 +323,7 @@ impl Backend {
 
     /// (path, writable) of each configured root.
     pub fn root_list(&self) -> Vec<(String, bool)> {
-        self.roots[..self.configured]
-            .iter()
-            .map(|r| (resolve::path_string(&r.path), r.writable))
-            .collect()
+        self.roots[..self.configured].iter().map(|r| (resolve::path_string(&r.path), r.writable)).collect()
     }
 
     pub fn protected_names(&self) -> Vec<String> {
@@ -289,8 +343,9 @@ impl Backend {
             Request::EditText { path, old, new, replace_all, guard } => {
                 self.edit_text(mode, &path, &old, &new, replace_all, guard)
             }
-            Request::MoveFile { source, destination, source_guard, destination_guard, content } => self
-                .move_file(mode, &source, &destination, source_guard, destination_guard, content),
+            Request::MoveFile { source, destination, source_guard, destination_guard, content } => {
+                self.move_file(mode, &source, &destination, source_guard, destination_guard, content)
+            }
             Request::DeleteFile { path, guard } => self.delete_file(mode, &path, guard),
         }
     }
@@ -340,8 +395,7 @@ impl Backend {
             Mode::WorkspaceWrite => {
                 if !self.roots[root].writable || root >= self.configured {
                     return Err(FsError::Denied(
-                        "file access denied under workspace-write mode: not inside a writable root"
-                            .into(),
+                        "file access denied under workspace-write mode: not inside a writable root".into(),
                     ));
                 }
                 if let Some(name) = rel.iter().find(|c| self.protected.contains(c)) {

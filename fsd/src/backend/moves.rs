@@ -55,13 +55,19 @@ impl Backend {
         text::decode(&bytes).ok().map(str::to_owned)
     }
 
-    pub(super) fn delete_file(&self, mode: Mode, path: &str, guard: Option<EditGuard>) -> Result<Outcome, Failure> {
+    pub(super) fn delete_file(
+        &self,
+        mode: Mode,
+        path: &str,
+        guard: Option<EditGuard>,
+    ) -> Result<Outcome, Failure> {
         let resolved = self.walk_source(mode, path, guard.is_some())?;
         let fail = |e| self.fail(e, &resolved);
         self.may_write(mode, resolved.root, &resolved.rel).map_err(fail)?;
         let target = self.target(&resolved);
         let _held = self.lock(&[&target.key], &resolved)?;
-        let missing = if guard.is_some() { FsError::Stale("file no longer exists") } else { FsError::NotFound };
+        let missing =
+            if guard.is_some() { FsError::Stale("file no longer exists") } else { FsError::NotFound };
         let (file, meta) = current_file(&resolved).map_err(fail)?.ok_or_else(|| fail(missing))?;
         self.check_source_guard(guard.as_ref(), &target.key, &file, &meta).map_err(fail)?;
         let before = self.bounded_text(&file, &meta);
@@ -85,10 +91,12 @@ impl Backend {
         content: Option<String>,
     ) -> Result<Outcome, Failure> {
         if let Some(content) = &content
-            && content.len() as u64 > self.limits.max_editable_bytes {
-                let error = FsError::TooLarge { size: content.len() as u64, limit: self.limits.max_editable_bytes };
-                return Err(Failure::new(error, destination));
-            }
+            && content.len() as u64 > self.limits.max_editable_bytes
+        {
+            let error =
+                FsError::TooLarge { size: content.len() as u64, limit: self.limits.max_editable_bytes };
+            return Err(Failure::new(error, destination));
+        }
         let src = self.walk_source(mode, source, source_guard.is_some())?;
         self.may_write(mode, src.root, &src.rel).map_err(|e| self.fail(e, &src))?;
         let create_parents = !matches!(destination_guard, Some(WriteGuard::ReplaceIfVersion { .. }));
@@ -101,7 +109,8 @@ impl Backend {
         }
         let _held = self.lock(&[&src_target.key, &dst_target.key], &dst)?;
 
-        let src_missing = if source_guard.is_some() { FsError::Stale("file no longer exists") } else { FsError::NotFound };
+        let src_missing =
+            if source_guard.is_some() { FsError::Stale("file no longer exists") } else { FsError::NotFound };
         let (src_file, src_meta) = current_file(&src)
             .map_err(|e| self.fail(e, &src))?
             .ok_or_else(|| self.fail(src_missing, &src))?;
@@ -109,7 +118,9 @@ impl Backend {
             .map_err(|e| self.fail(e, &src))?;
         let existing = current_file(&dst).map_err(|e| self.fail(e, &dst))?;
         match (&destination_guard, &existing) {
-            (Some(WriteGuard::CreateIfAbsent), Some(_)) => return Err(self.fail(FsError::AlreadyExists, &dst)),
+            (Some(WriteGuard::CreateIfAbsent), Some(_)) => {
+                return Err(self.fail(FsError::AlreadyExists, &dst));
+            }
             (Some(WriteGuard::ReplaceIfVersion { .. }), None) => {
                 return Err(self.fail(FsError::Stale("file no longer exists"), &dst));
             }
@@ -155,7 +166,8 @@ impl Backend {
                     (None, true) => Place::Create,
                     (None, false) => Place::CreateOrReplace,
                 };
-                place_file(dst_parent.as_fd(), dst.name(), &bytes, place, self.journal_scope(&dst)).map_err(|e| self.fail(e, &dst))?;
+                place_file(dst_parent.as_fd(), dst.name(), &bytes, place, self.journal_scope(&dst))
+                    .map_err(|e| self.fail(e, &dst))?;
                 after = String::from_utf8(bytes).ok();
                 match sys::remove(src_parent.as_fd(), src.name()) {
                     Ok(()) => {

@@ -89,9 +89,10 @@ impl Backend {
     /// The version the daemon reports for a resolved object, as every reply computes it.
     pub(super) fn version_at(&self, resolved: &Resolved, meta: &Meta) -> String {
         if meta.kind == Kind::File
-            && let Ok((file, opened)) = self.open_regular(resolved) {
-                return version::of_file(&file, &opened);
-            }
+            && let Ok((file, opened)) = self.open_regular(resolved)
+        {
+            return version::of_file(&file, &opened);
+        }
         version::of_meta(meta)
     }
 
@@ -129,7 +130,11 @@ impl Backend {
         text::decode(&bytes).map_err(|e| self.fail(e, &resolved))?;
         let text = String::from_utf8(bytes)
             .map_err(|_| self.fail(FsError::NotText("file is not valid UTF-8"), &resolved))?;
-        Ok(Outcome::ReadText { target: self.target(&resolved), version: version::of_file(&file, &meta), text })
+        Ok(Outcome::ReadText {
+            target: self.target(&resolved),
+            version: version::of_file(&file, &meta),
+            text,
+        })
     }
 
     pub(super) fn read_bytes(&self, mode: Mode, path: &str, max_bytes: u64) -> Result<Outcome, Failure> {
@@ -143,7 +148,11 @@ impl Backend {
             return Err(self.fail(FsError::TooLarge { size: meta.size, limit }, &resolved));
         }
         let data = read_bounded(&file, meta.size, limit).map_err(|e| self.fail(e, &resolved))?;
-        Ok(Outcome::ReadBytes { target: self.target(&resolved), version: version::of_file(&file, &meta), data })
+        Ok(Outcome::ReadBytes {
+            target: self.target(&resolved),
+            version: version::of_file(&file, &meta),
+            data,
+        })
     }
 
     /// Opens a file for a streamed read: the header and the open handle. The handle can cross
@@ -152,7 +161,11 @@ impl Backend {
     pub fn open_stream(&self, mode: Mode, path: &str) -> Result<(StreamHeader, File), Failure> {
         let resolved = self.walk_read(mode, path)?;
         let (file, meta) = self.open_regular(&resolved).map_err(|e| self.fail(e, &resolved))?;
-        let header = StreamHeader { target: self.target(&resolved), version: version::of_file(&file, &meta), size: meta.size };
+        let header = StreamHeader {
+            target: self.target(&resolved),
+            version: version::of_file(&file, &meta),
+            size: meta.size,
+        };
         Ok((header, file))
     }
 
@@ -229,12 +242,7 @@ impl Backend {
                     }
                 }
             } else {
-                Resolved {
-                    root: resolved.root,
-                    rel,
-                    parent: dir.try_clone().ok(),
-                    meta: Some(meta),
-                }
+                Resolved { root: resolved.root, rel, parent: dir.try_clone().ok(), meta: Some(meta) }
             };
             let Some(meta) = child_resolved.meta else {
                 entries.push(other(child));

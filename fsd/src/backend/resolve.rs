@@ -151,8 +151,7 @@ pub fn resolve(
     let mut walk = Walk { roots, root, dirs: Vec::new(), rel: Vec::new() };
     walk.enter_root(root)?;
 
-    let mut queue: std::collections::VecDeque<OsString> =
-        rest.into_iter().map(OsStr::to_os_string).collect();
+    let mut queue: std::collections::VecDeque<OsString> = rest.into_iter().map(OsStr::to_os_string).collect();
     let mut hops = 0usize;
     let mut last: Option<(OsString, Option<Meta>)> = None;
 
@@ -198,10 +197,8 @@ pub fn resolve(
                 let target_components: Vec<OsString> =
                     components(&target).into_iter().map(OsStr::to_os_string).collect();
                 if target.as_bytes().starts_with(b"/") {
-                    let borrowed: Vec<&OsStr> =
-                        target_components.iter().map(OsString::as_os_str).collect();
-                    let (next_root, rest) =
-                        pick_root(roots, &borrowed).ok_or(FsError::OutsideRoots)?;
+                    let borrowed: Vec<&OsStr> = target_components.iter().map(OsString::as_os_str).collect();
+                    let (next_root, rest) = pick_root(roots, &borrowed).ok_or(FsError::OutsideRoots)?;
                     let rest: Vec<OsString> = rest.into_iter().map(OsStr::to_os_string).collect();
                     walk.enter_root(next_root)?;
                     for c in rest.into_iter().rev() {

@@ -11,8 +11,7 @@ pub fn decode(bytes: &[u8]) -> Result<&str, FsError> {
     if bytes.contains(&0) {
         return Err(FsError::NotText("file contains a NUL byte; it is not a text file"));
     }
-    std::str::from_utf8(bytes)
-        .map_err(|_| FsError::NotText("file is not valid UTF-8; it is not a text file"))
+    std::str::from_utf8(bytes).map_err(|_| FsError::NotText("file is not valid UTF-8; it is not a text file"))
 }
 
 /// Splits a leading BOM off.

@@ -20,15 +20,6 @@ pub fn of_meta(meta: &Meta) -> String {
 fn token(m: &Meta, generation: u64) -> String {
     format!(
         "v1.{:x}.{:x}.{:x}.{:x}.{:x}.{:x}.{:x}.{:x}.{:x}.{:x}",
-        m.dev,
-        m.ino,
-        generation,
-        m.btime.0,
-        m.btime.1,
-        m.size,
-        m.mtime.0,
-        m.mtime.1,
-        m.ctime.0,
-        m.ctime.1
+        m.dev, m.ino, generation, m.btime.0, m.btime.1, m.size, m.mtime.0, m.mtime.1, m.ctime.0, m.ctime.1
     )
 }

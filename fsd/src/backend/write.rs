@@ -183,7 +183,8 @@ impl Backend {
         match_style: bool,
     ) -> Result<Outcome, Failure> {
         if content.len() as u64 > self.limits.max_editable_bytes {
-            let error = FsError::TooLarge { size: content.len() as u64, limit: self.limits.max_editable_bytes };
+            let error =
+                FsError::TooLarge { size: content.len() as u64, limit: self.limits.max_editable_bytes };
             return Err(Failure::new(error, path));
         }
         // A replace of a file that must already exist never creates directories for it.
@@ -218,9 +219,14 @@ impl Backend {
         let (operation, version, change) = match existing {
             None => {
                 let place = if guard.is_some() { Place::Create } else { Place::CreateOrReplace };
-                let (file, meta) =
-                    place_file(parent.as_fd(), resolved.name(), content.as_bytes(), place, self.journal_scope(&resolved))
-                        .map_err(fail)?;
+                let (file, meta) = place_file(
+                    parent.as_fd(),
+                    resolved.name(),
+                    content.as_bytes(),
+                    place,
+                    self.journal_scope(&resolved),
+                )
+                .map_err(fail)?;
                 let change = self.change(None, true, Some(&content));
                 (WriteOperation::Create, version::of_file(&file, &meta), change)
             }

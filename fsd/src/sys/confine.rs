@@ -229,7 +229,9 @@ const WORKER_SYSCALLS: &[i64] = &[
 const FS_IOC_GETVERSION: u64 = 0x8008_7601;
 
 fn arch() -> Result<TargetArch, ConfineError> {
-    std::env::consts::ARCH.try_into().map_err(|e: seccompiler::BackendError| ConfineError::Seccomp(e.to_string()))
+    std::env::consts::ARCH
+        .try_into()
+        .map_err(|e: seccompiler::BackendError| ConfineError::Seccomp(e.to_string()))
 }
 
 /// Loads the worker's allowlist, then a second filter that answers clone3 with ENOSYS, so a
@@ -242,19 +244,24 @@ pub fn seccomp_worker() -> Result<(), ConfineError> {
     rules.insert(libc::SYS_ioctl, vec![SeccompRule::new(vec![ioctl]).map_err(|e| err(&e))?]);
     // Loading the second filter below takes prctl(PR_SET_NO_NEW_PRIVS) and seccomp(2); both can
     // only narrow what the worker may do.
-    let nnp = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, libc::PR_SET_NO_NEW_PRIVS as u64)
-        .map_err(|e| err(&e))?;
+    let nnp =
+        SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, libc::PR_SET_NO_NEW_PRIVS as u64)
+            .map_err(|e| err(&e))?;
     rules.insert(libc::SYS_prctl, vec![SeccompRule::new(vec![nnp]).map_err(|e| err(&e))?]);
     rules.insert(libc::SYS_seccomp, vec![]);
-    let allow = SeccompFilter::new(rules, SeccompAction::Errno(libc::EPERM as u32), SeccompAction::Allow, arch()?)
-        .map_err(|e| err(&e))?;
-    let program: seccompiler::BpfProgram = allow.try_into().map_err(|e: seccompiler::BackendError| err(&e))?;
+    let allow =
+        SeccompFilter::new(rules, SeccompAction::Errno(libc::EPERM as u32), SeccompAction::Allow, arch()?)
+            .map_err(|e| err(&e))?;
+    let program: seccompiler::BpfProgram =
+        allow.try_into().map_err(|e: seccompiler::BackendError| err(&e))?;
     seccompiler::apply_filter(&program).map_err(|e| err(&e))?;
 
     let clone3: BTreeMap<i64, Vec<SeccompRule>> = [(libc::SYS_clone3, vec![])].into_iter().collect();
-    let enosys = SeccompFilter::new(clone3, SeccompAction::Allow, SeccompAction::Errno(libc::ENOSYS as u32), arch()?)
-        .map_err(|e| err(&e))?;
-    let program: seccompiler::BpfProgram = enosys.try_into().map_err(|e: seccompiler::BackendError| err(&e))?;
+    let enosys =
+        SeccompFilter::new(clone3, SeccompAction::Allow, SeccompAction::Errno(libc::ENOSYS as u32), arch()?)
+            .map_err(|e| err(&e))?;
+    let program: seccompiler::BpfProgram =
+        enosys.try_into().map_err(|e: seccompiler::BackendError| err(&e))?;
     seccompiler::apply_filter(&program).map_err(|e| err(&e))
 }
 

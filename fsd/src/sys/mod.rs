@@ -42,10 +42,7 @@ pub struct Meta {
 impl Meta {
     /// Same inode and same content-relevant metadata (ctime aside, which a rename changes).
     pub fn same_content(&self, other: &Meta) -> bool {
-        self.dev == other.dev
-            && self.ino == other.ino
-            && self.size == other.size
-            && self.mtime == other.mtime
+        self.dev == other.dev && self.ino == other.ino && self.size == other.size && self.mtime == other.mtime
     }
 }
 
@@ -71,12 +68,8 @@ pub fn meta(fd: BorrowedFd<'_>) -> Result<Meta, Errno> {
 
 /// statx of one name in a directory, without following a final symlink.
 pub fn meta_at(dir: BorrowedFd<'_>, name: &OsStr) -> Result<Meta, Errno> {
-    let st = rustix::fs::statx(
-        dir,
-        name,
-        AtFlags::SYMLINK_NOFOLLOW,
-        StatxFlags::BASIC_STATS | StatxFlags::BTIME,
-    )?;
+    let st =
+        rustix::fs::statx(dir, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::BASIC_STATS | StatxFlags::BTIME)?;
     Ok(from_statx(&st))
 }
 
@@ -118,22 +111,13 @@ pub fn generation(file: &File) -> u64 {
 
 /// Opens a directory by absolute path at startup (roots only) as an `O_PATH` descriptor.
 pub fn open_root(path: &Path) -> Result<OwnedFd, Errno> {
-    rustix::fs::open(
-        path,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
+    rustix::fs::open(path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
 }
 
 /// Opens one component beneath `dir` as an `O_PATH` handle without following it.
 pub fn open_component(dir: BorrowedFd<'_>, name: &OsStr) -> Result<OwnedFd, Errno> {
     debug_assert!(!name.as_bytes().contains(&b'/'));
-    rustix::fs::openat(
-        dir,
-        name,
-        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
+    rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
 }
 
 /// The target of a symlink held as an `O_PATH` handle.
@@ -215,12 +199,8 @@ pub fn sync(fd: BorrowedFd<'_>) -> Result<(), Errno> {
 
 /// fsync of a directory held as an `O_PATH` handle (fsync needs a real open).
 pub fn sync_dir(dir: BorrowedFd<'_>) -> Result<(), Errno> {
-    let fd = rustix::fs::openat(
-        dir,
-        ".",
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
+    let fd =
+        rustix::fs::openat(dir, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
     rustix::fs::fsync(&fd)
 }
 
@@ -276,7 +256,11 @@ pub fn get_xattr(fd: BorrowedFd<'_>, name: &OsStr) -> Result<Vec<u8>, Errno> {
 pub fn list_xattrs(fd: BorrowedFd<'_>) -> Result<Vec<OsString>, Errno> {
     let mut buf = vec![0u8; 64 << 10];
     let n = rustix::fs::flistxattr(fd, &mut buf[..])?;
-    Ok(buf[..n].split(|&b| b == 0).filter(|n| !n.is_empty()).map(|n| OsString::from_vec(n.to_vec())).collect())
+    Ok(buf[..n]
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| OsString::from_vec(n.to_vec()))
+        .collect())
 }
 
 /// Removes an extended attribute of an open descriptor (fremovexattr).

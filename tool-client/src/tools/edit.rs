@@ -19,15 +19,26 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
         return Err(ToolError::invalid_args("old_string and new_string must differ"));
     }
     let path = session.absolute(&file_path);
-    escalation::resolve(session, map, "edit", &[escalation::PlannedCall::edit(&path, &old_string, &new_string, replace_all)]).await?;
+    escalation::resolve(
+        session,
+        map,
+        "edit",
+        &[escalation::PlannedCall::edit(&path, &old_string, &new_string, replace_all)],
+    )
+    .await?;
     let guard = if session.policy_on() {
         let key = session.key_of(&path).cloned();
         match session.observations.edit_intent(key.as_ref()) {
-            Ok(version) => Some(v1::EditGuard { version: version.0, target_key: key.map(|k| k.0).unwrap_or_default() }),
+            Ok(version) => {
+                Some(v1::EditGuard { version: version.0, target_key: key.map(|k| k.0).unwrap_or_default() })
+            }
             Err(EditRefusal::NotObserved) => return Err(ToolError::not_observed(&path)),
             // A re-read confirmed absence: say so instead of repeating the stale remedy.
             Err(EditRefusal::ObservedAbsent) => {
-                return Err(ToolError::new(ErrorCode::NotFound.as_str(), format!("cannot modify \"{path}\": not found")));
+                return Err(ToolError::new(
+                    ErrorCode::NotFound.as_str(),
+                    format!("cannot modify \"{path}\": not found"),
+                ));
             }
         }
     } else {
@@ -48,7 +59,10 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
     let target = reply.target.unwrap_or_default();
     session.record_present(&[&path], &target, &reply.version);
     let text = if replace_all {
-        format!("The file {} has been updated. All occurrences were successfully replaced.", target.display_path)
+        format!(
+            "The file {} has been updated. All occurrences were successfully replaced.",
+            target.display_path
+        )
     } else {
         format!("The file {} has been updated successfully.", target.display_path)
     };

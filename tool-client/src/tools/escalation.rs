@@ -105,7 +105,12 @@ impl PlannedCall {
     }
 
     pub fn unbound(op: &'static str, path: &str, destination: Option<&str>) -> PlannedCall {
-        PlannedCall { op, path: path.to_owned(), destination: destination.map(str::to_owned), content_sha256: Vec::new() }
+        PlannedCall {
+            op,
+            path: path.to_owned(),
+            destination: destination.map(str::to_owned),
+            content_sha256: Vec::new(),
+        }
     }
 }
 
@@ -113,7 +118,8 @@ impl PlannedCall {
 /// signature (hex) when it approves (exit 0).
 async fn run_approver(command: &[String], description: &str) -> Result<Option<Vec<u8>>, ToolError> {
     use tokio::io::AsyncWriteExt;
-    let failed = |why: String| ToolError::new("FS_SANDBOX_DENIED", format!("the approver could not be run: {why}"));
+    let failed =
+        |why: String| ToolError::new("FS_SANDBOX_DENIED", format!("the approver could not be run: {why}"));
     let (program, args) = command.split_first().ok_or_else(|| failed("approverCommand is empty".into()))?;
     let mut child = tokio::process::Command::new(program)
         .args(args)
@@ -136,7 +142,9 @@ async fn run_approver(command: &[String], description: &str) -> Result<Option<Ve
 /// Asks an `fsd-approver serve` endpoint; `None` when it refuses.
 async fn ask_approver_service(endpoint: &str, description: &str) -> Result<Option<Vec<u8>>, ToolError> {
     use fsd_proto::approver::{ApproveRequest, approver_client::ApproverClient};
-    let failed = |why: String| ToolError::new("FS_SANDBOX_DENIED", format!("the approver could not be reached: {why}"));
+    let failed = |why: String| {
+        ToolError::new("FS_SANDBOX_DENIED", format!("the approver could not be reached: {why}"))
+    };
     let endpoint = crate::connect::Endpoint::parse(endpoint).map_err(|e| failed(e.to_string()))?;
     let channel = crate::connect::channel(&endpoint).await.map_err(|e| failed(e.to_string()))?;
     let reply = ApproverClient::new(channel)
@@ -150,7 +158,12 @@ async fn ask_approver_service(endpoint: &str, description: &str) -> Result<Optio
 /// Applies the seed's rules to a call's fields and, for a wider mode, obtains approval: from
 /// the client's approver (`client` trust), or a signature over the daemon's own description of
 /// `calls` (`signed` trust). Sets the session's mode and ticket for this one tool call.
-pub async fn resolve(session: &mut Session, map: &Map<String, Value>, tool: &str, calls: &[PlannedCall]) -> Result<(), ToolError> {
+pub async fn resolve(
+    session: &mut Session,
+    map: &Map<String, Value>,
+    tool: &str,
+    calls: &[PlannedCall],
+) -> Result<(), ToolError> {
     let mut paths: Vec<String> = calls.iter().map(|c| c.path.clone()).collect();
     paths.extend(calls.iter().filter_map(|c| c.destination.clone()));
     let paths = &paths[..];
@@ -221,7 +234,9 @@ pub async fn resolve(session: &mut Session, map: &Map<String, Value>, tool: &str
         let config = &session.tools.config;
         let signature = match (&config.approver_endpoint, &config.approver_command) {
             (Some(endpoint), _) => ask_approver_service(endpoint, &described.description).await?,
-            (None, Some(command)) if !command.is_empty() => run_approver(command, &described.description).await?,
+            (None, Some(command)) if !command.is_empty() => {
+                run_approver(command, &described.description).await?
+            }
             _ => None,
         };
         let Some(signature) = signature else {
@@ -241,7 +256,8 @@ pub async fn resolve(session: &mut Session, map: &Map<String, Value>, tool: &str
     if !approved {
         return Err(denied());
     }
-    let ticket = v1::EscalationTicket { approved_mode: requested as i32, justification: reason, ..Default::default() };
+    let ticket =
+        v1::EscalationTicket { approved_mode: requested as i32, justification: reason, ..Default::default() };
     session.call_mode = Some((requested, Some(ticket)));
     Ok(())
 }

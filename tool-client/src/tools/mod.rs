@@ -3,8 +3,8 @@
 
 mod args;
 mod edit;
-mod escalation;
 mod editor;
+mod escalation;
 mod image;
 mod patch;
 mod read;
@@ -46,7 +46,12 @@ impl ToolResult {
     }
 
     pub fn error(error: ToolError) -> ToolResult {
-        ToolResult { is_error: true, code: Some(error.code.clone()), content: vec![Block::Text(error.text())], meta: Map::new() }
+        ToolResult {
+            is_error: true,
+            code: Some(error.code.clone()),
+            content: vec![Block::Text(error.text())],
+            meta: Map::new(),
+        }
     }
 
     /// The concatenated text blocks.
@@ -91,10 +96,10 @@ impl Tools {
             ("apply_patch", c.apply_patch),
             ("str_replace_editor", c.str_replace_editor),
         ]
-            .into_iter()
-            .filter(|(_, on)| *on)
-            .map(|(name, _)| name)
-            .collect()
+        .into_iter()
+        .filter(|(_, on)| *on)
+        .map(|(name, _)| name)
+        .collect()
     }
 
     /// The JSON schemas of the visible tools: `[{name, description, input_schema}]`.
@@ -103,7 +108,8 @@ impl Tools {
             .into_iter()
             .filter_map(|name| {
                 let mut schema = schema::schema_for(name, &self.config)?;
-                if self.escalation && matches!(name, "write" | "edit" | "apply_patch" | "str_replace_editor") {
+                if self.escalation && matches!(name, "write" | "edit" | "apply_patch" | "str_replace_editor")
+                {
                     escalation::extend_schema(&mut schema);
                 }
                 Some(schema)
@@ -148,14 +154,15 @@ impl Session {
         let offer = escalation::Offer::from_hello(&hello);
         tools.escalation = offer.is_some();
         let config = &tools.config;
-        let approver = match Approver::from_config(config.escalation_rules.as_deref(), config.escalation_prompt) {
-            Ok(approver) => approver,
-            Err(e) => {
-                // ClientConfig::load already checked the file; it changed since.
-                tracing::error!(error = %e, "escalation rules unreadable; refusing every escalation");
-                Approver::None
-            }
-        };
+        let approver =
+            match Approver::from_config(config.escalation_rules.as_deref(), config.escalation_prompt) {
+                Ok(approver) => approver,
+                Err(e) => {
+                    // ClientConfig::load already checked the file; it changed since.
+                    tracing::error!(error = %e, "escalation rules unreadable; refusing every escalation");
+                    Approver::None
+                }
+            };
         Session {
             tools,
             client: client.into(),
@@ -209,8 +216,11 @@ impl Session {
             _ => Err(ToolError::new("UNKNOWN_TOOL", format!("unknown tool \"{name}\""))),
         };
         // A wider mode applies to one call only; a signed escalation is spent when the call ends.
-        if let Some((_, Some(ticket))) = self.call_mode.take().filter(|(_, t)| t.as_ref().is_some_and(|t| !t.escalation_id.is_empty())) {
-            let request = v1::ReleaseEscalationRequest { context: self.context(), escalation_id: ticket.escalation_id };
+        if let Some((_, Some(ticket))) =
+            self.call_mode.take().filter(|(_, t)| t.as_ref().is_some_and(|t| !t.escalation_id.is_empty()))
+        {
+            let request =
+                v1::ReleaseEscalationRequest { context: self.context(), escalation_id: ticket.escalation_id };
             let _ = self.client.release_escalation(request).await;
         }
         // The hint offers a retry only where the fields exist: mutations, not an editor view.

@@ -23,7 +23,12 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
     if limit > max_limit {
         return Err(ToolError::invalid_args(format!("limit must be less than or equal to {max_limit}")));
     }
-    let spec = WindowSpec { offset, limit, max_line_chars: config.read_max_line_length, max_bytes: config.read_max_bytes };
+    let spec = WindowSpec {
+        offset,
+        limit,
+        max_line_chars: config.read_max_line_length,
+        max_bytes: config.read_max_bytes,
+    };
     let path = session.absolute(&file_path);
 
     // Files at or above readStreamMinSize stream; the daemon says FS_TOO_LARGE for those.
@@ -55,7 +60,9 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
     if let Some(total) = window.total {
         let empty_ok = offset == 1 && total == 0;
         if offset > total && !empty_ok {
-            return Err(ToolError::invalid_args(format!("offset {offset} is out of range for \"{path}\" ({total} lines)")));
+            return Err(ToolError::invalid_args(format!(
+                "offset {offset} is out of range for \"{path}\" ({total} lines)"
+            )));
         }
     }
     session.record_present(&[&path], &target, &version);
@@ -74,9 +81,14 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
 }
 
 /// Streams a large file through the window builder, stopping as soon as the window is complete.
-async fn stream(session: &mut Session, path: &str, spec: WindowSpec) -> Result<(v1::Target, String, Window), ToolError> {
+async fn stream(
+    session: &mut Session,
+    path: &str,
+    spec: WindowSpec,
+) -> Result<(v1::Target, String, Window), ToolError> {
     let request = v1::StreamTextRequest { context: session.context(), path: path.to_owned(), chunk_bytes: 0 };
-    let mut stream = session.client.stream_text(request).await.map_err(|s| ToolError::from_read(path, &s))?.into_inner();
+    let mut stream =
+        session.client.stream_text(request).await.map_err(|s| ToolError::from_read(path, &s))?.into_inner();
     let mut header = None;
     let mut builder = WindowBuilder::new(spec);
     loop {
@@ -98,7 +110,9 @@ async fn stream(session: &mut Session, path: &str, spec: WindowSpec) -> Result<(
         }
     }
     drop(stream);
-    let (target, version) = header.ok_or_else(|| ToolError::new("FS_IO_ERROR", format!("cannot read \"{path}\": the stream ended without a header")))?;
+    let (target, version) = header.ok_or_else(|| {
+        ToolError::new("FS_IO_ERROR", format!("cannot read \"{path}\": the stream ended without a header"))
+    })?;
     let window = builder.finish().map_err(|_| not_text(path))?;
     Ok((target, version, window))
 }

@@ -4,7 +4,8 @@
 use serde_json::{Value, json};
 
 const READ_GUIDANCE: &str = "Use the read tool — not shell commands like cat — to inspect text files. Use offset and limit to continue reading large files.";
-const WRITE_GUIDANCE: &str = "Read an existing file before overwriting it with write (the default fs-observation-policy requires it)";
+const WRITE_GUIDANCE: &str =
+    "Read an existing file before overwriting it with write (the default fs-observation-policy requires it)";
 const WRITE_GUIDANCE_EDIT: &str = " and prefer edit for targeted changes";
 const PATCH_GUIDANCE: &str = "Prefer apply_patch over separate edit calls for changes across files or separated regions. Read a file before updating, deleting, or moving it (the default fs-observation-policy requires it), unless you just created or edited it in this session. The whole patch is checked first (syntax, hunk matching, missing files) and a rejected patch changes nothing; once applying starts, operations run in order, stop at the first failure, and are not rolled back, so re-read affected files before retrying when needed.";
 const EDIT_GUIDANCE: &str = "Read a file before editing it (the default fs-observation-policy requires it), unless you just created or edited it in this session.";
@@ -111,9 +112,18 @@ mod tests {
 
     #[test]
     fn guidance_follows_visible_tools() {
-        check(&["read", "write", "edit"], "Use the read tool — not shell commands like cat — to inspect text files. Use offset and limit to continue reading large files.\n\nRead an existing file before overwriting it with write (the default fs-observation-policy requires it) and prefer edit for targeted changes.\n\nRead a file before editing it (the default fs-observation-policy requires it), unless you just created or edited it in this session.");
-        check(&["write"], "Read an existing file before overwriting it with write (the default fs-observation-policy requires it).");
-        check(&["edit"], "Read a file before editing it (the default fs-observation-policy requires it), unless you just created or edited it in this session.");
+        check(
+            &["read", "write", "edit"],
+            "Use the read tool — not shell commands like cat — to inspect text files. Use offset and limit to continue reading large files.\n\nRead an existing file before overwriting it with write (the default fs-observation-policy requires it) and prefer edit for targeted changes.\n\nRead a file before editing it (the default fs-observation-policy requires it), unless you just created or edited it in this session.",
+        );
+        check(
+            &["write"],
+            "Read an existing file before overwriting it with write (the default fs-observation-policy requires it).",
+        );
+        check(
+            &["edit"],
+            "Read a file before editing it (the default fs-observation-policy requires it), unless you just created or edited it in this session.",
+        );
         check(&[], "");
     }
 

@@ -19,22 +19,36 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
         let key = session.key_of(&path).cloned();
         let kind = match session.observations.write_intent(key.as_ref()) {
             WriteGuard::CreateIfAbsent => v1::write_guard::Kind::CreateIfAbsent(v1::CreateIfAbsent {}),
-            WriteGuard::ReplaceIfVersion(version) => v1::write_guard::Kind::ReplaceIfVersion(v1::ReplaceIfVersion {
-                version: version.0,
-                target_key: key.map(|k| k.0).unwrap_or_default(),
-            }),
+            WriteGuard::ReplaceIfVersion(version) => {
+                v1::write_guard::Kind::ReplaceIfVersion(v1::ReplaceIfVersion {
+                    version: version.0,
+                    target_key: key.map(|k| k.0).unwrap_or_default(),
+                })
+            }
         };
         Some(v1::WriteGuard { kind: Some(kind) })
     } else {
         None
     };
-    let request = v1::WriteTextRequest { context: session.context(), path: path.clone(), content, guard, match_existing_style: true };
-    let reply = session.client.write_text(request).await.map_err(|s| ToolError::from_mutation(&path, &s))?.into_inner();
+    let request = v1::WriteTextRequest {
+        context: session.context(),
+        path: path.clone(),
+        content,
+        guard,
+        match_existing_style: true,
+    };
+    let reply = session
+        .client
+        .write_text(request)
+        .await
+        .map_err(|s| ToolError::from_mutation(&path, &s))?
+        .into_inner();
     let target = reply.target.unwrap_or_default();
     session.record_present(&[&path], &target, &reply.version);
     let created = reply.operation == v1::WriteOperation::Create as i32;
     let verb = if created { "Created file" } else { "Updated file" };
-    let text = format!("<path>{}</path>\n<type>file</type>\n<content>\n{verb}\n</content>", target.display_path);
+    let text =
+        format!("<path>{}</path>\n<type>file</type>\n<content>\n{verb}\n</content>", target.display_path);
     let mut meta = Map::new();
     meta.insert("operation".into(), json!(if created { "create" } else { "update" }));
     meta.insert("affectedPaths".into(), json!([target.display_path]));

@@ -16,9 +16,14 @@ use crate::tools::Session;
 pub(super) enum Status {
     Completed,
     /// Refused or failed with the target known unchanged; `detail` is a second report line.
-    Failed { error: ToolError, detail: Option<String> },
+    Failed {
+        error: ToolError,
+        detail: Option<String>,
+    },
     /// The target may or may not have changed.
-    Unknown { error: ToolError },
+    Unknown {
+        error: ToolError,
+    },
     NotExecuted,
 }
 
@@ -38,9 +43,10 @@ enum Expect {
 
 fn write_guard(expect: Option<&Expect>) -> v1::WriteGuard {
     let kind = match expect {
-        Some(Expect::Version(v)) => {
-            v1::write_guard::Kind::ReplaceIfVersion(v1::ReplaceIfVersion { version: v.clone(), target_key: String::new() })
-        }
+        Some(Expect::Version(v)) => v1::write_guard::Kind::ReplaceIfVersion(v1::ReplaceIfVersion {
+            version: v.clone(),
+            target_key: String::new(),
+        }),
         Some(Expect::Absent) | None => v1::write_guard::Kind::CreateIfAbsent(v1::CreateIfAbsent {}),
     };
     v1::WriteGuard { kind: Some(kind) }
@@ -55,14 +61,25 @@ fn edit_guard(expect: Option<&Expect>) -> Option<v1::EditGuard> {
 
 /// Classifies a failed call: an I/O failure whose target is provably unchanged is "failed";
 /// any doubt (a cancelled request, a vanished daemon, a changed target) is "unknown".
-async fn classify(session: &mut Session, path: &str, spelled: &str, expect: Option<&Expect>, status: &tonic::Status) -> Status {
+async fn classify(
+    session: &mut Session,
+    path: &str,
+    spelled: &str,
+    expect: Option<&Expect>,
+    status: &tonic::Status,
+) -> Status {
     let error = ToolError::from_mutation(spelled, status);
     match WireError::from_status(status).map(|w| w.code) {
         Some(ErrorCode::IoError) => {
             let context = session.context();
-            let fresh = session.client.stat(v1::StatRequest { context, path: path.to_owned(), no_follow: false }).await;
+            let fresh = session
+                .client
+                .stat(v1::StatRequest { context, path: path.to_owned(), no_follow: false })
+                .await;
             let unchanged = match (fresh, expect) {
-                (Ok(reply), Some(Expect::Version(v))) => reply.into_inner().info.is_some_and(|i| &i.version == v),
+                (Ok(reply), Some(Expect::Version(v))) => {
+                    reply.into_inner().info.is_some_and(|i| &i.version == v)
+                }
                 (Ok(reply), Some(Expect::Absent) | None) => reply.into_inner().info.is_none(),
                 (Err(_), _) => false,
             };
@@ -108,11 +125,18 @@ pub(super) async fn run(session: &mut Session, prepared: &[Prepared]) -> Outcome
                         expect.insert(src.clone(), Expect::Version(reply.version));
                         (Status::Completed, (target.display_path, None))
                     }
-                    Err(s) => (classify(session, &src, &spelled, src_expect.as_ref(), &s).await, (src.clone(), None)),
+                    Err(s) => (
+                        classify(session, &src, &spelled, src_expect.as_ref(), &s).await,
+                        (src.clone(), None),
+                    ),
                 }
             }
             (fsd_patch::Op::Delete { .. }, _) => {
-                let request = v1::DeleteFileRequest { context: session.context(), path: src.clone(), guard: edit_guard(src_expect.as_ref()) };
+                let request = v1::DeleteFileRequest {
+                    context: session.context(),
+                    path: src.clone(),
+                    guard: edit_guard(src_expect.as_ref()),
+                };
                 match session.client.delete_file(request).await {
                     Ok(reply) => {
                         let target = reply.into_inner().target.unwrap_or_default();
@@ -121,7 +145,10 @@ pub(super) async fn run(session: &mut Session, prepared: &[Prepared]) -> Outcome
                         expect.insert(src.clone(), Expect::Absent);
                         (Status::Completed, (target.display_path, None))
                     }
-                    Err(s) => (classify(session, &src, &spelled, src_expect.as_ref(), &s).await, (src.clone(), None)),
+                    Err(s) => (
+                        classify(session, &src, &spelled, src_expect.as_ref(), &s).await,
+                        (src.clone(), None),
+                    ),
                 }
             }
             (fsd_patch::Op::Update { move_to: Some(to), .. }, Some(dst)) => {
@@ -146,9 +173,15 @@ pub(super) async fn run(session: &mut Session, prepared: &[Prepared]) -> Outcome
                         session.record_present(&[dst], &destination, &reply.destination_version);
                         expect.insert(dst.clone(), Expect::Version(reply.destination_version));
                         if reply.source_remains {
-                            let error = ToolError::new(ErrorCode::IoError.as_str(), format!("source removal failed: {}", reply.source_removal_error));
+                            let error = ToolError::new(
+                                ErrorCode::IoError.as_str(),
+                                format!("source removal failed: {}", reply.source_removal_error),
+                            );
                             let detail = format!("destination {to} was written; source {spelled} remains");
-                            (Status::Failed { error, detail: Some(detail) }, (source.display_path, Some(destination.display_path)))
+                            (
+                                Status::Failed { error, detail: Some(detail) },
+                                (source.display_path, Some(destination.display_path)),
+                            )
                         } else {
                             session.learn(&[&src, &source.display_path], &source.target_key);
                             session.observations.record_absent(TargetKey(source.target_key.clone()));
@@ -156,7 +189,10 @@ pub(super) async fn run(session: &mut Session, prepared: &[Prepared]) -> Outcome
                             (Status::Completed, (source.display_path, Some(destination.display_path)))
                         }
                     }
-                    Err(s) => (classify(session, &src, &spelled, src_expect.as_ref(), &s).await, (src.clone(), Some(dst.clone()))),
+                    Err(s) => (
+                        classify(session, &src, &spelled, src_expect.as_ref(), &s).await,
+                        (src.clone(), Some(dst.clone())),
+                    ),
                 }
             }
             (fsd_patch::Op::Update { move_to: Some(_), .. }, None) => {

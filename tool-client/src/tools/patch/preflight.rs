@@ -42,7 +42,9 @@ struct State<'s> {
 impl State<'_> {
     /// The current simulated state of a path, loading it from the daemon the first time.
     async fn sim(&mut self, path: &str, spelled: &str, need_text: bool) -> Result<Sim, ToolError> {
-        if let Some(sim) = self.sims.get(path).filter(|s| s.text.is_some() || !need_text || !s.exists || s.touched) {
+        if let Some(sim) =
+            self.sims.get(path).filter(|s| s.text.is_some() || !need_text || !s.exists || s.touched)
+        {
             return Ok(sim.clone());
         }
         let context = self.session.context();
@@ -141,7 +143,9 @@ fn basis(sim: &Sim) -> Option<String> {
 fn stale(spelled: &str) -> ToolError {
     ToolError::new(
         ErrorCode::StaleVersion.as_str(),
-        format!("cannot modify \"{spelled}\": file changed on disk since it was read — re-read the file, then retry"),
+        format!(
+            "cannot modify \"{spelled}\": file changed on disk since it was read — re-read the file, then retry"
+        ),
     )
 }
 
@@ -190,7 +194,10 @@ async fn check(state: &mut State<'_>, planned: &Planned) -> Result<Prepared, Too
                 }
             })?;
             if !sim.exists {
-                return Err(ToolError::new(ErrorCode::NotFound.as_str(), format!("cannot delete \"{spelled}\": not found")));
+                return Err(ToolError::new(
+                    ErrorCode::NotFound.as_str(),
+                    format!("cannot delete \"{spelled}\": not found"),
+                ));
             }
             if sim.symlink && !sim.touched {
                 return Err(symlink_source("delete", spelled));
@@ -209,7 +216,10 @@ async fn check(state: &mut State<'_>, planned: &Planned) -> Result<Prepared, Too
         fsd_patch::Op::Update { chunks, move_to, .. } => {
             let sim = state.sim(&planned.src, spelled, true).await?;
             if !sim.exists {
-                return Err(ToolError::new(ErrorCode::NotFound.as_str(), format!("cannot read \"{spelled}\": not found")));
+                return Err(ToolError::new(
+                    ErrorCode::NotFound.as_str(),
+                    format!("cannot read \"{spelled}\": not found"),
+                ));
             }
             if move_to.is_some() && sim.symlink && !sim.touched {
                 return Err(symlink_source("move", spelled));
@@ -220,7 +230,10 @@ async fn check(state: &mut State<'_>, planned: &Planned) -> Result<Prepared, Too
                 text.clone()
             } else {
                 fsd_patch::apply_chunks(&text, chunks).map_err(|e| {
-                    ToolError::new("PATCH_HUNK_MISMATCH", format!("{} (hunk at patch line {})", e.message, e.chunk_line))
+                    ToolError::new(
+                        "PATCH_HUNK_MISMATCH",
+                        format!("{} (hunk at patch line {})", e.message, e.chunk_line),
+                    )
                 })?
             };
             let (Some(dst), Some(dst_spelled)) = (&planned.dst, move_to) else {

@@ -66,17 +66,19 @@ fn bounded(text: &str) -> bool {
 /// The diff metadata of one completed operation (LF text; creations store none).
 fn diffs(p: &Prepared, display: &(String, Option<String>)) -> Vec<Value> {
     let lf = |t: &str| t.replace("\r\n", "\n");
-    let diff = |path: &str, old: &str, new: &str| {
-        json!({"path": path, "oldText": old, "newText": new, "diff": crate::tools::unified_diff(path, old, new)})
-    };
+    let diff = |path: &str, old: &str, new: &str| json!({"path": path, "oldText": old, "newText": new, "diff": crate::tools::unified_diff(path, old, new)});
     let before = p.before.as_deref().filter(|t| bounded(t)).map(lf);
     match (&p.planned.op, before) {
         (fsd_patch::Op::Add { .. }, _) => vec![],
-        (fsd_patch::Op::Delete { .. }, Some(old)) => vec![json!({"path": display.0, "oldText": old, "newText": ""})],
-        (fsd_patch::Op::Update { move_to: None, .. }, Some(old)) => match p.content.as_deref().filter(|t| bounded(t)) {
-            Some(new) => vec![diff(&display.0, &old, &lf(new))],
-            None => vec![],
-        },
+        (fsd_patch::Op::Delete { .. }, Some(old)) => {
+            vec![json!({"path": display.0, "oldText": old, "newText": ""})]
+        }
+        (fsd_patch::Op::Update { move_to: None, .. }, Some(old)) => {
+            match p.content.as_deref().filter(|t| bounded(t)) {
+                Some(new) => vec![diff(&display.0, &old, &lf(new))],
+                None => vec![],
+            }
+        }
         (fsd_patch::Op::Update { move_to: Some(_), .. }, Some(old)) => {
             let new = p.content.as_deref().map(lf).unwrap_or_else(|| old.clone());
             let dst = display.1.clone().unwrap_or_default();
@@ -110,7 +112,12 @@ pub(super) fn committed(prepared: &[Prepared], outcome: &Outcome) -> ToolResult 
     let text = if !stopped {
         let mut lines = vec!["Success. Updated the following files:".to_owned()];
         for letter in ['A', 'M', 'D'] {
-            lines.extend(completed.iter().filter(|p| p.planned.kind().summary_letter() == letter).map(|p| p.planned.summary()));
+            lines.extend(
+                completed
+                    .iter()
+                    .filter(|p| p.planned.kind().summary_letter() == letter)
+                    .map(|p| p.planned.summary()),
+            );
         }
         lines.join("\n")
     } else {
