@@ -116,15 +116,7 @@ pub fn serve(listen: &[String]) -> Res<()> {
         while matches!(std::io::stdin().read(&mut sink), Ok(n) if n > 0) {}
         std::process::exit(0);
     })?;
-    let runtime = match std::env::var("ECHO_RT").as_deref() {
-        Ok("ct") => tokio::runtime::Builder::new_current_thread().enable_all().build()?,
-        Ok("1") => tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .thread_name("echo-net")
-            .build()?,
-        _ => tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("echo-net").build()?,
-    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("echo-net").build()?;
     runtime.block_on(async move {
         let service = EchoService { buffer: Bytes::from(vec![b'x'; REPLY_BUFFER]) };
         let mut servers = tokio::task::JoinSet::new();

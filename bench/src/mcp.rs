@@ -143,7 +143,7 @@ enum Side {
 /// One call of `op` on `side`; None when that side has no such tool.
 fn once(peer: &mut Peer, side: Side, op: Op, dir: &Path, i: usize) -> Option<Res<()>> {
     let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
-    let content = if i % 2 == 0 { fixtures::four_k_b() } else { fixtures::four_k() };
+    let content = if i.is_multiple_of(2) { fixtures::four_k_b() } else { fixtures::four_k() };
     Some(match (side, op) {
         (_, Op::Ping) => peer.request("ping", json!({})).map(drop),
         (Side::Fsd, Op::Read) => peer.call("read", json!({ "file_path": file("f4k.txt") })),

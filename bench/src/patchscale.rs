@@ -55,7 +55,8 @@ pub fn run(common: &Common) -> Res<Section> {
     })?;
 
     let apply = |session: &mut Session, g: usize, flips: &mut [u64]| -> Res<f64> {
-        let (from, to) = if flips[g] % 2 == 0 { ("marker-A", "marker-B") } else { ("marker-B", "marker-A") };
+        let (from, to) =
+            if flips[g].is_multiple_of(2) { ("marker-A", "marker-B") } else { ("marker-B", "marker-A") };
         flips[g] += 1;
         let input = fixtures::patch(&groups[g], from, to);
         let started = Instant::now();

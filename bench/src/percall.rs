@@ -111,7 +111,7 @@ struct Row {
 
 /// The markers of a flip: odd counts go back.
 fn markers(count: u64) -> (&'static str, &'static str) {
-    if count % 2 == 0 { ("marker-A", "marker-B") } else { ("marker-B", "marker-A") }
+    if count.is_multiple_of(2) { ("marker-A", "marker-B") } else { ("marker-B", "marker-A") }
 }
 
 fn context() -> Option<v1::CallContext> {
@@ -187,7 +187,8 @@ async fn fsd_once(op: Op, conn: &mut Conn, read_path: &str) -> Res<()> {
         Op::Read => conn.session.call("read", json!({ "file_path": read_path })).await,
         Op::Write => {
             conn.flips[0] += 1;
-            let content = if conn.flips[0] % 2 == 0 { fixtures::four_k() } else { fixtures::four_k_b() };
+            let content =
+                if conn.flips[0].is_multiple_of(2) { fixtures::four_k() } else { fixtures::four_k_b() };
             conn.session.call("write", json!({ "file_path": conn.write_file, "content": content })).await
         }
         Op::Edit => {
