@@ -233,3 +233,43 @@ fn an_unknown_outcome_and_a_known_failure_mid_commit() {
     assert_eq!(r.meta()["operations"][1]["status"], json!("failed"));
     assert!(!d.path("fsd-fault-io-error").exists());
 }
+
+#[test]
+fn symlink_sources_and_fenced_moves() {
+    // A move whose source the fence will not let go (a read-only root): refused at commit with
+    // the sandbox marker, and the destination is never written.
+    let ro = tempfile::tempdir().unwrap();
+    let ro_root = std::fs::canonicalize(ro.path()).unwrap();
+    std::fs::write(ro_root.join("src.txt"), "keep\n").unwrap();
+    let d = Daemon::start_with(&["--readable-root", ro_root.to_str().unwrap()], "");
+    d.write("a.txt", "a\n");
+    std::os::unix::fs::symlink(d.path("a.txt"), d.path("link.txt")).unwrap();
+    let mut s = d.session_with_config("applyPatch = true\n");
+    assert!(!s.read("a.txt").is_error());
+    assert!(!s.read("link.txt").is_error());
+    // Deleting or moving a symlink is refused in preflight with its own code.
+    let r =
+        s.call("apply_patch", json!({"input": "*** Begin Patch\n*** Delete File: link.txt\n*** End Patch"}));
+    err(
+        &r,
+        "PATCH_SYMLINK_SOURCE",
+        "Error: Patch rejected before any change (1 problems):\n- operation 1 (delete link.txt, patch line 2): cannot delete \"link.txt\": it is a symbolic link; patch the file it points to instead",
+    );
+    assert!(d.path("link.txt").exists());
+    let src = ro_root.join("src.txt");
+    assert!(!s.read(src.to_str().unwrap()).is_error());
+    let patch = format!(
+        "*** Begin Patch\n*** Update File: {}\n*** Move to: moved.txt\n@@\n-keep\n+kept\n*** End Patch",
+        src.display()
+    );
+    let r = s.call("apply_patch", json!({"input": patch}));
+    assert!(!r.is_error(), "{}", r.json);
+    assert!(
+        r.text().starts_with("Patch stopped after 0 of 1 operations.\nFailed:\n- operation 1 (move "),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().ends_with("[sandbox: file access denied under workspace-write mode]"), "{}", r.text());
+    assert_eq!(std::fs::read_to_string(&src).unwrap(), "keep\n");
+    assert!(!d.path("moved.txt").exists());
+}
