@@ -25,6 +25,13 @@ pub struct CanonicalOp {
     pub content_sha256: Vec<u8>,
 }
 
+/// What an approver is shown besides the canonical fields: a diff the daemon made. Not part of
+/// what a call is compared against (the digest is).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Preview {
+    pub lines: Vec<String>,
+}
+
 impl CanonicalOp {
     /// Whether `call` is this approved call. An approval without a content digest (the
     /// operations of an apply_patch, described before their content is known) binds the
@@ -116,7 +123,7 @@ pub struct Describe<'a> {
     pub client: &'a str,
     pub mode: Mode,
     pub justification: &'a str,
-    pub ops: Vec<CanonicalOp>,
+    pub ops: Vec<(CanonicalOp, Preview)>,
 }
 
 /// A description ready for the approver.
@@ -153,7 +160,7 @@ impl Escalations {
             request.mode.as_str(),
             escape(request.justification),
         );
-        for (i, op) in request.ops.iter().enumerate() {
+        for (i, (op, preview)) in request.ops.iter().enumerate() {
             text.push_str(&format!("op {}: {} {}\n", i + 1, op.op, escape(&op.display)));
             text.push_str(&format!("  target: {}\n", escape(&op.target_key)));
             text.push_str(&format!("  current: {}\n", op.version.as_deref().unwrap_or("absent")));
@@ -163,6 +170,12 @@ impl Escalations {
             if !op.content_sha256.is_empty() {
                 text.push_str(&format!("  content-sha256: {}\n", hex::encode(&op.content_sha256)));
             }
+            if !preview.lines.is_empty() {
+                text.push_str("  diff:\n");
+                for line in &preview.lines {
+                    text.push_str(&format!("    {}\n", escape(line)));
+                }
+            }
         }
         let pending = Pending {
             nonce: nonce.clone(),
@@ -171,7 +184,7 @@ impl Escalations {
             client: request.client.to_owned(),
             mode: request.mode,
             expires,
-            ops: request.ops.into_iter().map(|op| (op, false)).collect(),
+            ops: request.ops.into_iter().map(|(op, _)| (op, false)).collect(),
         };
         let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         // Expired entries go whenever a new one arrives: the table stays bounded by the rate of
@@ -268,7 +281,7 @@ mod tests {
             client: "uid:0",
             mode: Mode::DangerFullAccess,
             justification: "needed\u{202e}",
-            ops: vec![op("etc/x")],
+            ops: vec![(op("etc/x"), Preview { lines: vec!["+new\u{202e}".into()] })],
         });
         (signing, esc, described)
     }
@@ -277,6 +290,7 @@ mod tests {
     fn a_ticket_is_good_once_for_the_approved_call_only() {
         let (signing, esc, d) = setup();
         assert!(d.text.contains("justification: needed\\u{202e}\n"), "{}", d.text);
+        assert!(d.text.contains("  diff:\n    +new\\u{202e}\n"), "{}", d.text);
         let sig = signing.sign(d.text.as_bytes()).to_bytes();
         let redeem = |call: &CanonicalOp, session: &str, mode: Mode, sig: &[u8]| {
             let ticket =

@@ -14,7 +14,7 @@ use crate::audit::{self, Audit};
 use crate::backend::{self, Limits, Mode, Outcome};
 use crate::config::{Config, Escalation};
 use crate::dispatch::Dispatcher;
-use crate::escalation::{CanonicalOp, Describe, Escalations, Ticket};
+use crate::escalation::{CanonicalOp, Describe, Escalations, Preview, Ticket};
 use crate::sys;
 
 /// The service state shared by every connection.
@@ -223,6 +223,56 @@ impl FsdService {
             destination,
             content_sha256: digest,
         })
+    }
+
+    /// The digest an approval binds and the diff its approver sees. When the client sent the
+    /// change itself, both come from the daemon: the digest of what was sent, and a diff
+    /// against the file as a worker of the requested mode reads it now.
+    async fn preview(&self, mode: Mode, op: &v1::EscalatedOp, exists: bool) -> (Vec<u8>, Preview) {
+        const MAX_PREVIEW_LINES: usize = 200;
+        let bounded = |mut lines: Vec<String>| {
+            if lines.len() > MAX_PREVIEW_LINES {
+                let more = lines.len() - MAX_PREVIEW_LINES;
+                lines.truncate(MAX_PREVIEW_LINES);
+                lines.push(format!("… {more} more diff lines not shown"));
+            }
+            Preview { lines }
+        };
+        match (op.op.as_str(), &op.content, &op.old_string, &op.new_string) {
+            ("writeText", Some(content), _, _) => {
+                let current = if exists {
+                    let request = backend::Request::ReadText { path: op.path.clone(), max_bytes: 1 << 20 };
+                    match self.dispatch(mode, request).await {
+                        Ok(Outcome::ReadText { text, .. }) => Some(text),
+                        _ => None,
+                    }
+                } else {
+                    Some(String::new())
+                };
+                let lines = match current {
+                    Some(old) => similar::TextDiff::configure()
+                        .timeout(std::time::Duration::from_millis(100))
+                        .diff_lines(old.as_str(), content.as_str())
+                        .unified_diff()
+                        .context_radius(2)
+                        .to_string()
+                        .lines()
+                        .map(str::to_owned)
+                        .collect(),
+                    None => vec!["(the current content is not text or too large to show)".to_owned()],
+                };
+                (digest::content(content.as_bytes()), bounded(lines))
+            }
+            ("editText", _, Some(old), Some(new)) => {
+                let mut lines: Vec<String> = old.lines().map(|l| format!("-{l}")).collect();
+                lines.extend(new.lines().map(|l| format!("+{l}")));
+                if op.replace_all {
+                    lines.insert(0, "(every occurrence)".to_owned());
+                }
+                (digest::edit(old, new, op.replace_all), bounded(lines))
+            }
+            _ => (op.content_sha256.to_vec(), Preview::default()),
+        }
     }
 
     /// Redeems a signed ticket for this call, or refuses it (audited either way).
@@ -789,14 +839,11 @@ impl Fsd for FsdService {
                 }
                 None => None,
             };
-            ops.push(CanonicalOp {
-                op: op.op.clone(),
-                target_key,
-                display,
-                version,
-                destination,
-                content_sha256: op.content_sha256.to_vec(),
-            });
+            let (content_sha256, preview) = self.preview(requested, op, version.is_some()).await;
+            ops.push((
+                CanonicalOp { op: op.op.clone(), target_key, display, version, destination, content_sha256 },
+                preview,
+            ));
         }
         let described = escalations.describe(Describe {
             session: &caller.session,

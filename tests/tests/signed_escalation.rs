@@ -123,6 +123,7 @@ fn ticket(s: &Signed, rpc: &mut Rpc, op: &str, path: &Path, content: &str) -> v1
             } else {
                 Default::default()
             },
+            ..Default::default()
         }],
     };
     let described = rpc.rt.block_on(rpc.client.request_escalation(request)).unwrap().into_inner();
@@ -352,6 +353,62 @@ sys.exit(os.waitstatus_to_exitcode(status))
     assert!(shown.contains("op 1: writeText /tmp/x"), "the person saw the description: {shown}");
     let no = run("n");
     assert_eq!(no.status.code(), Some(1), "{}", String::from_utf8_lossy(&no.stdout));
+}
+
+#[test]
+fn the_approver_sees_a_diff_the_daemon_made() {
+    let s = Signed::start("");
+    let mut rpc = Rpc::connect(&s.d);
+    let target = s.outside.path().join("diffed.txt");
+    std::fs::write(&target, "one\ntwo\n").unwrap();
+    let request = v1::EscalationRequest {
+        context: context("s1", None),
+        requested_mode: v1::Mode::DangerFullAccess as i32,
+        justification: "fix".into(),
+        ops: vec![
+            v1::EscalatedOp {
+                op: "writeText".into(),
+                path: p(&target),
+                // A lying digest is ignored when the content itself is sent.
+                content_sha256: vec![0u8; 32].into(),
+                content: Some("one\nTWO\u{202e}\n".into()),
+                ..Default::default()
+            },
+            v1::EscalatedOp {
+                op: "editText".into(),
+                path: p(&target),
+                old_string: Some("one".into()),
+                new_string: Some("uno".into()),
+                ..Default::default()
+            },
+        ],
+    };
+    let described = rpc.rt.block_on(rpc.client.request_escalation(request)).unwrap().into_inner();
+    let text = &described.description;
+    assert!(text.contains("  diff:\n"), "{text}");
+    assert!(text.contains("    -two\n    +TWO\\u{202e}\n"), "the daemon's own diff, escaped: {text}");
+    assert!(text.contains("    -one\n    +uno\n"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "  content-sha256: {}\n",
+            hex_encode(&sha256("one\nTWO\u{202e}\n".as_bytes()))
+        )),
+        "{text}"
+    );
+    // The signed ticket admits exactly that content.
+    let signature = s.sign(text);
+    let tk = v1::EscalationTicket {
+        approved_mode: v1::Mode::DangerFullAccess as i32,
+        justification: "fix".into(),
+        escalation_id: described.escalation_id,
+        nonce: described.nonce,
+        signature: signature.into(),
+    };
+    assert!(write(&mut rpc, "s1", &target, "one\nTWO\u{202e}\n", tk).is_ok());
+}
+
+fn hex_encode(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[test]

@@ -91,17 +91,28 @@ pub struct PlannedCall {
     pub destination: Option<String>,
     /// Empty: the content is not bound (apply_patch, planned before its content is known).
     pub content_sha256: Vec<u8>,
+    /// The change itself, sent so the daemon shows the approver its own diff.
+    pub change: Option<Change>,
+}
+
+/// A write's new content or an edit's replacement.
+#[derive(Debug, Clone)]
+pub enum Change {
+    Content(String),
+    Replace { old: String, new: String, all: bool },
 }
 
 impl PlannedCall {
     pub fn write(path: &str, content: &str) -> PlannedCall {
         let content_sha256 = fsd_proto::digest::content(content.as_bytes());
-        PlannedCall { op: "writeText", path: path.to_owned(), destination: None, content_sha256 }
+        let change = Some(Change::Content(content.to_owned()));
+        PlannedCall { op: "writeText", path: path.to_owned(), destination: None, content_sha256, change }
     }
 
     pub fn edit(path: &str, old: &str, new: &str, replace_all: bool) -> PlannedCall {
         let content_sha256 = fsd_proto::digest::edit(old, new, replace_all);
-        PlannedCall { op: "editText", path: path.to_owned(), destination: None, content_sha256 }
+        let change = Some(Change::Replace { old: old.to_owned(), new: new.to_owned(), all: replace_all });
+        PlannedCall { op: "editText", path: path.to_owned(), destination: None, content_sha256, change }
     }
 
     pub fn unbound(op: &'static str, path: &str, destination: Option<&str>) -> PlannedCall {
@@ -110,6 +121,7 @@ impl PlannedCall {
             path: path.to_owned(),
             destination: destination.map(str::to_owned),
             content_sha256: Vec::new(),
+            change: None,
         }
     }
 }
@@ -216,11 +228,24 @@ pub async fn resolve(
             justification: reason.clone(),
             ops: calls
                 .iter()
-                .map(|c| v1::EscalatedOp {
-                    op: c.op.to_owned(),
-                    path: c.path.clone(),
-                    destination: c.destination.clone().unwrap_or_default(),
-                    content_sha256: c.content_sha256.clone().into(),
+                .map(|c| {
+                    let (content, old_string, new_string, replace_all) = match &c.change {
+                        Some(Change::Content(content)) => (Some(content.clone()), None, None, false),
+                        Some(Change::Replace { old, new, all }) => {
+                            (None, Some(old.clone()), Some(new.clone()), *all)
+                        }
+                        None => (None, None, None, false),
+                    };
+                    v1::EscalatedOp {
+                        op: c.op.to_owned(),
+                        path: c.path.clone(),
+                        destination: c.destination.clone().unwrap_or_default(),
+                        content_sha256: c.content_sha256.clone().into(),
+                        content,
+                        old_string,
+                        new_string,
+                        replace_all,
+                    }
                 })
                 .collect(),
         };
