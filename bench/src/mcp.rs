@@ -160,22 +160,36 @@ fn once(peer: &mut Peer, side: Side, op: Op, dir: &Path, i: usize) -> Option<Res
     })
 }
 
-fn time(peer: &mut Peer, side: Side, op: Op, dir: &Path, n: usize) -> Res<Option<Samples>> {
-    for i in 0..n / 5 {
-        match once(peer, side, op, dir, i) {
-            None => return Ok(None),
-            Some(result) => result?,
+/// Both sides' samples of `op`, one call of each per round (after `n / 5` unmeasured rounds),
+/// so both see the same machine; None for a side without the tool.
+fn time_both(
+    fsd: &mut Peer,
+    reference: &mut Peer,
+    op: Op,
+    dirs: [&Path; 2],
+    n: usize,
+) -> Res<[Option<Samples>; 2]> {
+    let mut out = [Some(Samples::with_capacity(n)), Some(Samples::with_capacity(n))];
+    let warm = n / 5;
+    for i in 0..warm + n {
+        for (s, (peer, side)) in
+            [(&mut *fsd, Side::Fsd), (&mut *reference, Side::Reference)].into_iter().enumerate()
+        {
+            if out[s].is_none() {
+                continue;
+            }
+            let started = Instant::now();
+            match once(peer, side, op, dirs[s], i) {
+                None => out[s] = None,
+                Some(result) => result?,
+            }
+            let elapsed = started.elapsed();
+            if let (Some(samples), true) = (out[s].as_mut(), i >= warm) {
+                samples.push(elapsed);
+            }
         }
     }
-    let mut samples = Samples::with_capacity(n);
-    for i in 0..n {
-        let started = Instant::now();
-        if let Some(result) = once(peer, side, op, dir, i) {
-            result?;
-        }
-        samples.push(started.elapsed());
-    }
-    Ok(Some(samples))
+    Ok(out)
 }
 
 fn data_dir(parent: &Path, name: &str) -> Res<PathBuf> {
@@ -219,12 +233,9 @@ pub fn run(common: &Common, peer_script: &Path) -> Res<Section> {
         // The observation policy is on: fsd's session reads the file it will overwrite.
         fsd.call("read", json!({ "file_path": ours.join("w4k.txt").to_string_lossy() }))?;
         for (o, op) in Op::ALL.into_iter().enumerate() {
-            for (s, (peer, side, dir)) in
-                [(&mut fsd, Side::Fsd, &ours), (&mut reference, Side::Reference, &theirs)]
-                    .into_iter()
-                    .enumerate()
-            {
-                if let Some(samples) = time(peer, side, op, dir, op.samples(common))? {
+            let both = time_both(&mut fsd, &mut reference, op, [&ours, &theirs], op.samples(common))?;
+            for (s, samples) in both.into_iter().enumerate() {
+                if let Some(samples) = samples {
                     series[o][s].p50.push(samples.p50());
                     series[o][s].p99.push(samples.p99());
                     series[o][s].present = true;
@@ -237,7 +248,7 @@ pub fn run(common: &Common, peer_script: &Path) -> Res<Section> {
     let mut md = String::from("### MCP over stdio: `fsd-tools mcp` vs the reference filesystem server\n\n");
     md.push_str(&format!(
         "One raw JSON-RPC client (this bench: one JSON line per message, blocking pipes, protocol {PROTOCOL}), \
-         both servers started fresh in each run, {} warm-up calls then sequential round trips per operation. \
+         both servers started fresh in each run, {} warm-up rounds then sequential round trips per operation, alternating one call to each server per round so both see the same machine. \
          fsd: `fsd-tools mcp --root DIR` (its private daemon, workers and all; tools read / write, \
          observation policy on). Reference: `@modelcontextprotocol/server-filesystem` (version in \
          bench/package.json) on Node {}; tools read_text_file / get_file_info / write_file. \

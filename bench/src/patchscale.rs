@@ -72,16 +72,19 @@ pub fn run(common: &Common) -> Res<Section> {
         apply(&mut session, g, &mut flips)?;
     }
     let mut per_file: Vec<PerRun> = SIZES.iter().map(|_| PerRun::default()).collect();
-    let mut floor = PerRun::default();
+    let mut floors: Vec<PerRun> = SIZES.iter().map(|_| PerRun::default()).collect();
     for run in 0..common.runs {
         eprintln!("  apply_patch scaling: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
-        let samples = local.time(common.n(200), |l, i| {
-            let (from, to) = if i % 2 == 0 { ("marker-A", "marker-B") } else { ("marker-B", "marker-A") };
-            l.patch(from, to)
-        })?;
-        floor.push(samples.p50());
         for (g, series) in per_file.iter_mut().enumerate() {
             series.push(apply(&mut session, g, &mut flips)?);
+            // The local floor right after each patch, so both see the same disk (fsync latency
+            // here follows other processes' writeback).
+            let samples = local.time(common.n(SIZES[g].clamp(20, 100)), |l, i| {
+                let (from, to) =
+                    if i.is_multiple_of(2) { ("marker-A", "marker-B") } else { ("marker-B", "marker-A") };
+                l.patch(from, to)
+            })?;
+            floors[g].push(samples.p50());
         }
     }
 
@@ -90,23 +93,27 @@ pub fn run(common: &Common) -> Res<Section> {
         "One patch updating N files of 4 KiB, one hunk each, through one session on the Unix socket \
          (the tool stats, reads and writes each file: 3 RPCs and one durable replace per file). Time \
          per file = the patch's wall time ÷ N. Baselines from the same run: the 1-file patch, and the \
-         local per-file floor (stat + read + durable atomic replace, p50).\n\n",
+         local per-file floor (stat + read + durable atomic replace, p50 of up to 100 local operations \
+         run right after the patch).\n\n",
     );
-    md.push_str("| files | time per file | ÷ 1-file patch | ÷ local floor per file |\n|---|---|---|---|\n");
+    md.push_str("| files | time per file | local floor per file (measured right after) | ÷ 1-file patch | ÷ local floor |\n|---|---|---|---|---|\n");
     let one = per_file[0].clone();
-    for (n, series) in SIZES.iter().zip(&per_file) {
+    for ((n, series), floor) in SIZES.iter().zip(&per_file).zip(&floors) {
         md.push_str(&format!(
-            "| {n} | {} | {} | {} |\n",
+            "| {n} | {} | {} | {} | {} |\n",
             series.micros(),
+            floor.micros(),
             series.ratio(&one).times(),
-            series.ratio(&floor).times()
+            series.ratio(floor).times()
         ));
     }
-    md.push_str(&format!("\nLocal floor per file: {}.\n", floor.micros()));
-    let flat = per_file[3].ratio(&one);
+    // Judged against the local floor measured beside each patch, so a slow disk during one
+    // size does not pass for a cost that grows with the patch. 1.5× is this bench's reading of
+    // "flat"; the issue gives no number.
+    let flat = per_file[3].ratio(&floors[3]).ratio(&per_file[0].ratio(&floors[0]));
     let mut section = Section::default();
     section.verdict(
-        "apply_patch time per file stays flat from 1 to 1000 files (1000-file ÷ 1-file ≤ 1.5×)",
+        "apply_patch per-file cost stays flat, 1 → 1000 files ((1000-file ÷ its local floor) ÷ (1-file ÷ its local floor) ≤ 1.5×)",
         flat.times(),
         flat.median() <= 1.5,
     );

@@ -210,45 +210,53 @@ async fn fsd_once(op: Op, conn: &mut Conn, read_path: &str) -> Res<()> {
     Ok(())
 }
 
-async fn time_fsd(op: Op, conn: &mut Conn, read_path: &str, n: usize) -> Res<Samples> {
-    for _ in 0..n / 10 {
-        fsd_once(op, conn, read_path).await?;
-    }
-    let mut samples = Samples::with_capacity(n);
-    for _ in 0..n {
-        let started = Instant::now();
-        fsd_once(op, conn, read_path).await?;
-        samples.push(started.elapsed());
-    }
-    Ok(samples)
-}
-
-async fn time_echo(conn: &mut Conn, payloads: &Payloads, shapes: &[Shape], n: usize) -> Res<Samples> {
-    for _ in 0..n / 10 {
-        payloads.call(&mut conn.echo, shapes).await?;
-    }
-    let mut samples = Samples::with_capacity(n);
-    for _ in 0..n {
-        let started = Instant::now();
-        payloads.call(&mut conn.echo, shapes).await?;
-        samples.push(started.elapsed());
-    }
-    Ok(samples)
-}
-
-fn time_local(op: Op, local: &mut Local, n: usize) -> Res<Samples> {
-    let a = fixtures::four_k();
-    let b = fixtures::four_k_b();
-    local.time(n, |l, i| {
-        let (from, to) = markers(i as u64);
-        match op {
-            Op::Stat => l.stat(),
-            Op::ReadText | Op::Read => l.read().map(drop),
-            Op::Write => l.replace(if i % 2 == 0 { b.as_bytes() } else { a.as_bytes() }),
-            Op::Edit => l.edit(from, to),
-            Op::Patch => l.patch(from, to),
+/// One local operation of `op` (sample `i`).
+fn local_once(op: Op, local: &mut Local, i: u64) -> Res<()> {
+    let (from, to) = markers(i);
+    match op {
+        Op::Stat => local.stat(),
+        Op::ReadText | Op::Read => local.read().map(drop),
+        Op::Write => {
+            let content = if i.is_multiple_of(2) { fixtures::four_k_b() } else { fixtures::four_k() };
+            local.replace(content.as_bytes())
         }
-    })
+        Op::Edit => local.edit(from, to),
+        Op::Patch => local.patch(from, to),
+    }
+}
+
+/// `n` samples each of the fsd call, its RPC floor and its I/O floor, interleaved one by one
+/// (after `n / 10` unmeasured rounds): the three series see the same machine, which matters
+/// most for fsync, whose latency on this shared ext4 follows other processes' writeback.
+async fn time_op(
+    op: Op,
+    conn: &mut Conn,
+    local: &mut Local,
+    payloads: &Payloads,
+    shapes: &[Shape],
+    read_path: &str,
+    n: usize,
+) -> Res<(Samples, Samples, Samples)> {
+    let (mut fsd, mut rpc, mut io) =
+        (Samples::with_capacity(n), Samples::with_capacity(n), Samples::with_capacity(n));
+    let warm = n / 10;
+    for i in 0..warm + n {
+        let started = Instant::now();
+        fsd_once(op, conn, read_path).await?;
+        let fsd_time = started.elapsed();
+        let started = Instant::now();
+        payloads.call(&mut conn.echo, shapes).await?;
+        let rpc_time = started.elapsed();
+        let started = Instant::now();
+        local_once(op, local, i as u64)?;
+        let io_time = started.elapsed();
+        if i >= warm {
+            fsd.push(fsd_time);
+            rpc.push(rpc_time);
+            io.push(io_time);
+        }
+    }
+    Ok((fsd, rpc, io))
 }
 
 /// The fixtures: the root with the read file and one write, edit and patch target per
@@ -323,10 +331,9 @@ pub fn run(common: &Common) -> Res<Section> {
         for (c, conn) in conns.iter_mut().enumerate() {
             for (o, op) in Op::ALL.into_iter().enumerate() {
                 let n = op.samples(common);
-                // The three figures of a row back to back, so they see the same machine.
-                let fsd_samples = rt.block_on(time_fsd(op, conn, &read_path, n))?;
-                let rpc = rt.block_on(time_echo(conn, &payloads, &op.shapes(&shapes), common.n(2000)))?;
-                let io = time_local(op, &mut local, n)?;
+                let shapes = op.shapes(&shapes);
+                let (fsd_samples, rpc, io) =
+                    rt.block_on(time_op(op, conn, &mut local, &payloads, &shapes, &read_path, n))?;
                 let row = &mut rows[c][o];
                 row.fsd_p50.push(fsd_samples.p50());
                 row.fsd_p99.push(fsd_samples.p99());
@@ -342,7 +349,7 @@ fn render(conns: &[Conn], rows: &[Vec<Row>], shapes: &Shapes) -> Section {
     let mut section = Section::default();
     let mut md = String::from("### Per call, one client, one call at a time\n\n");
     md.push_str(&format!(
-        "p50 of each run's samples, median [min–max] over runs; ratios are per run, then the median. \
+        "p50 of each run's samples, median [min–max] over runs; ratios are per run, then the median. In each run the fsd call, its RPC floor and its I/O floor are sampled in turn, one of each per round, so all three see the same machine. \
          RPC floor: bare tonic echo calls with the request/reply sizes of the fsd RPCs the call makes \
          (stat {}/{} B, readText {}/{} B, writeText {}/{} B, editText {}/{} B; apply_patch = stat + readText + writeText). \
          I/O floor: the same file operation done locally with std on the same filesystem.\n\n",

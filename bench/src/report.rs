@@ -72,7 +72,7 @@ impl Document {
         let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
         head.push_str(&format!(
-            "Machine: {cpus} CPUs, Linux {}; {} runs per figure{}; load average at start: {}  \n",
+            "Machine: {cpus} CPUs, Linux {}; {} runs per figure{}; at start: {}  \n",
             kernel.trim(),
             common.runs,
             if common.quick { " (QUICK MODE: too few samples for figures)" } else { "" },
@@ -87,7 +87,7 @@ impl Document {
 
     pub fn finish(self) -> String {
         let mut out = self.head;
-        out.push_str(&format!("Load average at end: {}\n\n", loadavg()));
+        out.push_str(&format!("At end: {}\n\n", loadavg()));
         let verdicts: Vec<Verdict> = self.sections.iter().flat_map(|s| s.verdicts.iter().cloned()).collect();
         out.push_str("### Targets (issue 9)\n\n");
         out.push_str(&verdict_table(&verdicts));
@@ -99,10 +99,20 @@ impl Document {
     }
 }
 
-/// The 1, 5 and 15 minute load averages: other work on this 2-CPU machine shows here.
+/// The 1, 5 and 15 minute load averages and the CPU and I/O pressure (PSI, share of the last
+/// 60 s in which some task waited): other work on this 2-CPU machine shows here.
 pub fn loadavg() -> String {
     let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    text.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    let load = text.split_whitespace().take(3).collect::<Vec<_>>().join(" ");
+    let pressure = |what: &str| {
+        let text = std::fs::read_to_string(format!("/proc/pressure/{what}")).unwrap_or_default();
+        text.lines()
+            .find(|l| l.starts_with("some"))
+            .and_then(|l| l.split_whitespace().find_map(|f| f.strip_prefix("avg60=")))
+            .map(|v| format!(", {what} pressure {v}%"))
+            .unwrap_or_default()
+    };
+    format!("load {load}{}{}", pressure("cpu"), pressure("io"))
 }
 
 /// Replaces the text between the markers (or appends the markers and the text).
