@@ -5,6 +5,7 @@
 //! `fsd-soak`, each with `--duration`) call the same functions; docs/reliability.md says how.
 #![forbid(unsafe_code)]
 
+pub mod cli;
 pub mod crash;
 pub mod daemon;
 pub mod races;

@@ -6,7 +6,6 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use fsd_soak::crash::{self, CrashOptions};
-use fsd_soak::daemon::Bins;
 
 #[derive(Debug, Parser)]
 #[command(name = "fsd-crash")]
@@ -44,13 +43,6 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let bins = match args.bin_dir.as_deref().map_or_else(Bins::locate, Bins::in_dir) {
-        Ok(bins) => bins,
-        Err(e) => {
-            eprintln!("fsd-crash: {e}");
-            return ExitCode::from(2);
-        }
-    };
     let options = CrashOptions {
         duration: args.duration,
         clients: args.clients,
@@ -63,17 +55,5 @@ fn main() -> ExitCode {
         verbose: args.verbose,
         ..CrashOptions::default()
     };
-    match crash::run(&bins, &options) {
-        Ok(report) => {
-            println!("{report}");
-            for v in &report.violations {
-                println!("VIOLATION: {v}");
-            }
-            if report.violations.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
-        }
-        Err(e) => {
-            eprintln!("fsd-crash: {e}");
-            ExitCode::from(2)
-        }
-    }
+    fsd_soak::cli::run("fsd-crash", args.bin_dir.as_deref(), |bins| crash::run(bins, &options))
 }

@@ -4,7 +4,6 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use fsd_soak::daemon::Bins;
 use fsd_soak::races::{self, RaceOptions};
 
 #[derive(Debug, Parser)]
@@ -29,30 +28,11 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let bins = match args.bin_dir.as_deref().map_or_else(Bins::locate, Bins::in_dir) {
-        Ok(bins) => bins,
-        Err(e) => {
-            eprintln!("fsd-races: {e}");
-            return ExitCode::from(2);
-        }
-    };
     let options = RaceOptions {
         sessions: args.sessions,
         attempts: args.attempts,
         duration: args.duration,
         verbose: args.verbose,
     };
-    match races::run(&bins, &options) {
-        Ok(report) => {
-            println!("{report}");
-            for v in &report.violations {
-                println!("VIOLATION: {v}");
-            }
-            if report.violations.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
-        }
-        Err(e) => {
-            eprintln!("fsd-races: {e}");
-            ExitCode::from(2)
-        }
-    }
+    fsd_soak::cli::run("fsd-races", args.bin_dir.as_deref(), |bins| races::run(bins, &options))
 }

@@ -5,7 +5,6 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use fsd_soak::daemon::Bins;
 use fsd_soak::soak::{self, SoakOptions};
 
 #[derive(Debug, Parser)]
@@ -38,13 +37,6 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let bins = match args.bin_dir.as_deref().map_or_else(Bins::locate, Bins::in_dir) {
-        Ok(bins) => bins,
-        Err(e) => {
-            eprintln!("fsd-soak: {e}");
-            return ExitCode::from(2);
-        }
-    };
     let options = SoakOptions {
         duration: args.duration,
         sessions: args.sessions,
@@ -54,17 +46,5 @@ fn main() -> ExitCode {
         fd_slack: args.fd_slack,
         verbose: args.verbose,
     };
-    match soak::run(&bins, &options) {
-        Ok(report) => {
-            println!("{report}");
-            for v in &report.violations {
-                println!("VIOLATION: {v}");
-            }
-            if report.violations.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
-        }
-        Err(e) => {
-            eprintln!("fsd-soak: {e}");
-            ExitCode::from(2)
-        }
-    }
+    fsd_soak::cli::run("fsd-soak", args.bin_dir.as_deref(), |bins| soak::run(bins, &options))
 }
