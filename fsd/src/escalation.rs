@@ -10,11 +10,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use ed25519_dalek::{Signature, Verifier, VerifyingKey};
 
 use crate::backend::Mode;
+use crate::op::Op;
 
 /// One approved call, as the daemon resolved it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CanonicalOp {
-    pub op: String,
+    pub op: Op,
     /// Target key and display path of the (source) target.
     pub target_key: String,
     pub display: String,
@@ -161,7 +162,7 @@ impl Escalations {
             escape(request.justification),
         );
         for (i, (op, preview)) in request.ops.iter().enumerate() {
-            text.push_str(&format!("op {}: {} {}\n", i + 1, op.op, escape(&op.display)));
+            text.push_str(&format!("op {}: {} {}\n", i + 1, op.op.name(), escape(&op.display)));
             text.push_str(&format!("  target: {}\n", escape(&op.target_key)));
             text.push_str(&format!("  current: {}\n", op.version.as_deref().unwrap_or("absent")));
             if let Some((key, display)) = &op.destination {
@@ -263,7 +264,7 @@ mod tests {
 
     fn op(path: &str) -> CanonicalOp {
         CanonicalOp {
-            op: "writeText".into(),
+            op: Op::WriteText,
             target_key: format!("host:{path}"),
             display: format!("/{path}"),
             version: None,

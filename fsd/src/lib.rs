@@ -17,6 +17,7 @@ pub mod escalation;
 pub mod identity;
 pub mod ipc;
 pub mod network;
+pub mod op;
 pub mod service;
 pub mod supervisor;
 pub mod sys;

@@ -1,0 +1,275 @@
+//! Grants: who is calling, the mode a call runs at (the default, a narrower one it asks for, or
+//! a wider one its escalation earns under the daemon's trust level), the redemption of signed
+//! tickets, and the audit records of all of it, built in one place.
+
+use fsd_proto::v1;
+use fsd_proto::{ErrorCode, WireError, digest};
+use tonic::{Request, Status};
+
+use super::FsdService;
+use super::wire::mode_from_wire;
+use crate::audit;
+use crate::backend::{self, Mode, Outcome};
+use crate::config::Escalation;
+use crate::escalation::{CanonicalOp, Ticket};
+use crate::identity::Identity;
+use crate::op::Op;
+
+/// The mode a call runs at, and the signed ticket it must redeem first (signed trust only).
+#[derive(Debug, Clone)]
+pub(super) struct Grant {
+    pub mode: Mode,
+    pub ticket: Option<v1::EscalationTicket>,
+}
+
+/// Who is calling, as far as the transport tells.
+#[derive(Debug, Clone)]
+pub(super) struct Caller {
+    pub identity: Identity,
+    pub session: String,
+    pub call: String,
+}
+
+impl Caller {
+    pub fn of<T>(request: &Request<T>, context: Option<&v1::CallContext>) -> Caller {
+        // The edge layer (`crate::edge`) authenticated the connection and the call before any
+        // service sees it; without it (a service used directly) the caller is anonymous.
+        let identity = request.extensions().get::<Identity>().cloned().unwrap_or_default();
+        Caller {
+            identity,
+            session: context.map(|c| c.session_id.clone()).unwrap_or_default(),
+            call: context.map(|c| c.call_id.clone()).unwrap_or_default(),
+        }
+    }
+
+    /// `uid:1000`, `cert:NAME`, `token:NAME` or `tcp` (anonymous loopback TCP).
+    pub fn client(&self) -> String {
+        self.identity.label()
+    }
+}
+
+/// What an audit record is about: a call, or a step of an escalation (`escalate:OP`).
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Step {
+    Call(Op),
+    Escalate(Op),
+}
+
+/// How an audited step ended.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Decision {
+    Allowed,
+    Denied,
+    Approved,
+    Refused,
+    Pending,
+}
+
+impl Decision {
+    fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allowed => "allowed",
+            Decision::Denied => "denied",
+            Decision::Approved => "approved",
+            Decision::Refused => "refused",
+            Decision::Pending => "pending",
+        }
+    }
+}
+
+impl FsdService {
+    /// The highest mode this caller may reach.
+    pub(super) fn max_for(&self, caller: &Caller) -> Mode {
+        caller.identity.max_mode(&self.client_max_modes).unwrap_or(self.max_mode)
+    }
+
+    /// Writes one audit record.
+    pub(super) fn audit(
+        &self,
+        caller: &Caller,
+        step: Step,
+        path: &str,
+        mode: Mode,
+        decision: Decision,
+        result: &str,
+    ) {
+        let Some(log) = &self.audit else { return };
+        let op = match step {
+            Step::Call(op) => op.name().to_owned(),
+            Step::Escalate(op) => format!("escalate:{}", op.name()),
+        };
+        log.record(&audit::Entry {
+            time: audit::now(),
+            session: &caller.session,
+            call: &caller.call,
+            client: caller.client(),
+            op: &op,
+            path,
+            mode: mode.as_str(),
+            decision: decision.as_str(),
+            result,
+        });
+    }
+
+    /// The mode a call runs at: the daemon's default (capped by the caller's maximum) unless the
+    /// call asks for a narrower one; wider only with an escalation the trust level accepts.
+    pub(super) fn mode(
+        &self,
+        caller: &Caller,
+        context: Option<&v1::CallContext>,
+        path: &str,
+        op: Op,
+    ) -> Result<Grant, Status> {
+        let plain = |mode| Ok(Grant { mode, ticket: None });
+        let max = self.max_for(caller);
+        let base = self.default_mode.min(max);
+        let requested = context.map(|c| c.mode()).unwrap_or(v1::Mode::Unspecified);
+        let Some(requested) = mode_from_wire(requested) else {
+            return plain(base);
+        };
+        if requested <= base {
+            return plain(requested);
+        }
+        let deny = |why: String| {
+            self.audit(
+                caller,
+                Step::Escalate(op),
+                path,
+                requested,
+                Decision::Refused,
+                ErrorCode::SandboxDenied.as_str(),
+            );
+            Err(WireError::new(ErrorCode::SandboxDenied, path, why).with("mode", base.as_str()).into_status())
+        };
+        if requested > max {
+            return deny(format!(
+                "{} is above this client's maximum mode {}",
+                requested.as_str(),
+                max.as_str()
+            ));
+        }
+        match self.escalation {
+            Escalation::Deny => {
+                deny(format!("escalation to {} is disabled on this daemon", requested.as_str()))
+            }
+            Escalation::Client => {
+                let ticket = context.and_then(|c| c.escalation.as_ref());
+                let approved = ticket.and_then(|t| mode_from_wire(t.approved_mode()));
+                let justified = ticket.is_some_and(|t| !t.justification.trim().is_empty());
+                match approved {
+                    Some(approved) if approved >= requested && justified => {
+                        self.audit(caller, Step::Escalate(op), path, requested, Decision::Approved, "ok");
+                        plain(requested)
+                    }
+                    _ => deny(format!(
+                        "{} needs an approved escalation with a justification",
+                        requested.as_str()
+                    )),
+                }
+            }
+            // The signature is checked against the re-canonicalised call in `redeem`.
+            Escalation::Signed => match context.and_then(|c| c.escalation.clone()) {
+                Some(ticket) if !ticket.signature.is_empty() => {
+                    Ok(Grant { mode: requested, ticket: Some(ticket) })
+                }
+                _ => deny(format!("{} needs a signed escalation ticket", requested.as_str())),
+            },
+        }
+    }
+
+    /// The daemon's own canonical form of a path: resolved in a worker of `mode`.
+    pub(super) async fn canonical(
+        &self,
+        mode: Mode,
+        op: Op,
+        path: &str,
+        follow: bool,
+    ) -> Result<(String, String, Option<String>), Status> {
+        let request = backend::Request::Stat { path: path.to_owned(), no_follow: !follow };
+        match self.dispatch(mode, request).await.map_err(|w| w.into_status())? {
+            Outcome::Stat { target, info } => Ok((target.key, target.display, info.map(|i| i.version))),
+            _ => Err(Status::internal(format!("{}: unexpected outcome", op.name()))),
+        }
+    }
+
+    /// Describes one call as an approver would have seen it.
+    async fn canonical_op(&self, mode: Mode, request: &backend::Request) -> Result<CanonicalOp, Status> {
+        let op = match request.op() {
+            op if op.is_mutation() => op,
+            _ => Op::Read,
+        };
+        let (digest, destination) = match request {
+            backend::Request::WriteText { content, .. } => (digest::content(content.as_bytes()), None),
+            backend::Request::EditText { old, new, replace_all, .. } => {
+                (digest::edit(old, new, *replace_all), None)
+            }
+            backend::Request::MoveFile { destination, content, .. } => {
+                let digest = content.as_ref().map(|c| digest::content(c.as_bytes())).unwrap_or_default();
+                (digest, Some(destination))
+            }
+            _ => (Vec::new(), None),
+        };
+        let follow = request.op().follows_link();
+        let (target_key, display, version) = self.canonical(mode, op, request.path(), follow).await?;
+        let destination = match destination {
+            Some(dst) => {
+                let (key, display, _) = self.canonical(mode, op, dst, true).await?;
+                Some((key, display))
+            }
+            None => None,
+        };
+        Ok(CanonicalOp { op, target_key, display, version, destination, content_sha256: digest })
+    }
+
+    /// Redeems a signed ticket for this call, or refuses it (audited either way).
+    pub(super) async fn redeem(
+        &self,
+        caller: &Caller,
+        grant: &Grant,
+        request: &backend::Request,
+    ) -> Result<(), Status> {
+        let Some(ticket) = &grant.ticket else { return Ok(()) };
+        let path = request.path();
+        let refuse = |why: String| {
+            self.audit(
+                caller,
+                Step::Escalate(request.op()),
+                path,
+                grant.mode,
+                Decision::Refused,
+                ErrorCode::SandboxDenied.as_str(),
+            );
+            WireError::new(ErrorCode::SandboxDenied, path, why)
+                .with("mode", self.default_mode.as_str())
+                .into_status()
+        };
+        let Some(escalations) = &self.escalations else {
+            return Err(refuse("this daemon does not take signed escalations".into()));
+        };
+        if grant.mode > self.max_for(caller) {
+            return Err(refuse(format!("{} is above this client's maximum mode", grant.mode.as_str())));
+        }
+        let call = self.canonical_op(grant.mode, request).await?;
+        let client = caller.client();
+        let presented = Ticket {
+            id: &ticket.escalation_id,
+            nonce: &ticket.nonce,
+            signature: &ticket.signature,
+            session: &caller.session,
+            client: &client,
+            mode: grant.mode,
+        };
+        let result = if call.op == Op::Read {
+            escalations.check_read(&presented, &call.target_key)
+        } else {
+            escalations.redeem(&presented, &call)
+        };
+        match result {
+            Ok(()) => {
+                self.audit(caller, Step::Escalate(request.op()), path, grant.mode, Decision::Approved, "ok");
+                Ok(())
+            }
+            Err(e) => Err(refuse(format!("escalation ticket refused: {e}"))),
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! The gRPC edge: every `fsd.v1` handler is one call of [`FsdService::unary`] (or the stream),
+//! which resolves the caller's grant, runs the backend request in a worker of that mode and
+//! converts the outcome. Generated proto types stop here; the backend never sees them.
+//!
+//! `wire` converts messages, `grant` decides modes and redeems tickets, `escalate` describes
+//! escalations, `hello` reports what is served.
+
+mod escalate;
+mod grant;
+mod hello;
+mod wire;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use fsd_proto::v1::{self, fsd_server::Fsd};
+use fsd_proto::{ErrorCode, WireError};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::backend::{self, Limits, Mode, Outcome};
+use crate::config::{Config, Escalation};
+use crate::dispatch::Dispatcher;
+use crate::escalation::Escalations;
+use crate::op::Op;
+use grant::{Caller, Decision, Grant, Step};
+use wire::Called;
+pub use wire::{mode_from_wire, mode_to_wire};
+
+/// The service state shared by every connection.
+#[derive(Debug, Clone)]
+pub struct FsdService {
+    dispatcher: Arc<Dispatcher>,
+    default_mode: Mode,
+    max_mode: Mode,
+    client_max_modes: BTreeMap<crate::identity::ClientKey, Mode>,
+    escalation: Escalation,
+    max_message_bytes: u64,
+    limits: Limits,
+    roots: Vec<(String, bool)>,
+    protected: Vec<String>,
+    audit: Option<Arc<crate::audit::Audit>>,
+    escalations: Option<Arc<Escalations>>,
+}
+
+impl FsdService {
+    /// `roots`: (canonical path, writable) of each configured root.
+    pub fn new(
+        dispatcher: Arc<Dispatcher>,
+        config: &Config,
+        roots: Vec<(String, bool)>,
+        audit: Option<Arc<crate::audit::Audit>>,
+    ) -> FsdService {
+        FsdService {
+            dispatcher,
+            default_mode: config.default_mode,
+            max_mode: config.max_mode,
+            client_max_modes: config.client_max_modes.clone(),
+            escalation: config.escalation,
+            max_message_bytes: config.max_message_bytes,
+            limits: config.limits,
+            roots,
+            protected: config.protected_names.clone(),
+            escalations: match (config.escalation, &config.approver_public_key) {
+                (Escalation::Signed, Some(key)) => {
+                    Escalations::new(key, config.escalation_ttl).ok().map(Arc::new)
+                }
+                _ => None,
+            },
+            audit,
+        }
+    }
+
+    /// One backend operation on the blocking pool.
+    async fn dispatch(&self, mode: Mode, request: backend::Request) -> Result<Outcome, WireError> {
+        let dispatcher = self.dispatcher.clone();
+        let path = request.path().to_owned();
+        tokio::task::spawn_blocking(move || dispatcher.call(mode, request, &path)).await.unwrap_or_else(|e| {
+            Err(WireError::new(ErrorCode::IoError, "", format!("dispatch task failed: {e}")))
+        })
+    }
+
+    /// Runs one operation in a worker of the granted mode (after redeeming its ticket), logs
+    /// and audits it.
+    async fn run(&self, caller: &Caller, grant: Grant, request: backend::Request) -> Result<Outcome, Status> {
+        self.redeem(caller, &grant, &request).await?;
+        let mode = grant.mode;
+        let op = request.op();
+        let path = request.path().to_owned();
+        let started = std::time::Instant::now();
+        let dispatcher = self.dispatcher.clone();
+        let call_path = path.clone();
+        let result = tokio::task::spawn_blocking(move || dispatcher.call(mode, request, &call_path))
+            .await
+            .map_err(|e| Status::internal(format!("dispatch task failed: {e}")))?;
+        match &result {
+            Ok(_) => {
+                tracing::debug!(
+                    op = op.name(),
+                    mode = mode.as_str(),
+                    micros = started.elapsed().as_micros() as u64,
+                    "ok"
+                )
+            }
+            Err(w) => {
+                tracing::info!(op = op.name(), mode = mode.as_str(), path = %w.path, code = %w.code, error = %w.message, "refused")
+            }
+        }
+        if op.is_mutation() {
+            let code = result.as_ref().err().map(|w| w.code.as_str()).unwrap_or("ok");
+            let decision =
+                if code == ErrorCode::SandboxDenied.as_str() { Decision::Denied } else { Decision::Allowed };
+            self.audit(caller, Step::Call(op), &path, mode, decision, code);
+        }
+        result.map_err(|w| w.with("mode", mode.as_str()).into_status())
+    }
+
+    /// Every unary operation: grant, run, convert.
+    async fn unary<T: Called, R>(
+        &self,
+        request: Request<T>,
+        into: impl FnOnce(T) -> backend::Request,
+        reply: impl FnOnce(Outcome) -> Option<R>,
+    ) -> Result<Response<R>, Status> {
+        let caller = Caller::of(&request, request.get_ref().context());
+        let message = request.into_inner();
+        let context = message.context().cloned();
+        let call = into(message);
+        let grant = self.mode(&caller, context.as_ref(), call.path(), call.op())?;
+        let outcome = self.run(&caller, grant, call).await?;
+        reply(outcome).map(Response::new).ok_or_else(unexpected)
+    }
+}
+
+fn unexpected() -> Status {
+    Status::internal("backend returned an outcome of another operation")
+}
+
+type StreamReply = ReceiverStream<Result<v1::StreamTextReply, Status>>;
+
+#[tonic::async_trait]
+impl Fsd for FsdService {
+    async fn hello(&self, request: Request<v1::HelloRequest>) -> Result<Response<v1::HelloReply>, Status> {
+        Ok(self.hello_reply(&request))
+    }
+
+    async fn stat(&self, request: Request<v1::StatRequest>) -> Result<Response<v1::StatReply>, Status> {
+        #[cfg(feature = "fault-injection")]
+        if let Some(dir) = request.get_ref().path.strip_suffix("/fsd-fault-network-open") {
+            // Test hook: the network process itself tries to list a root; its fence must refuse.
+            return match std::fs::read_dir(dir) {
+                Ok(_) => Err(Status::internal("the network process could list a root")),
+                Err(e) => Err(Status::permission_denied(format!("network process: {e}"))),
+            };
+        }
+        self.unary(request, wire::stat, wire::stat_reply).await
+    }
+
+    async fn read_text(
+        &self,
+        request: Request<v1::ReadTextRequest>,
+    ) -> Result<Response<v1::ReadTextReply>, Status> {
+        self.unary(request, wire::read_text, wire::read_text_reply).await
+    }
+
+    type StreamTextStream = StreamReply;
+
+    async fn stream_text(
+        &self,
+        request: Request<v1::StreamTextRequest>,
+    ) -> Result<Response<StreamReply>, Status> {
+        let caller = Caller::of(&request, request.get_ref().context());
+        let r = request.into_inner();
+        let grant = self.mode(&caller, r.context.as_ref(), &r.path, Op::StreamText)?;
+        let probe = backend::Request::ReadText { path: r.path.clone(), max_bytes: 0 };
+        self.redeem(&caller, &grant, &probe).await?;
+        let mode = grant.mode;
+        // A few chunks in flight at most: memory stays constant whatever the file's size.
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let dispatcher = self.dispatcher.clone();
+        let chunk = match r.chunk_bytes as usize {
+            0 => self.limits.default_chunk_bytes,
+            n => n.clamp(4096, self.limits.max_chunk_bytes),
+        };
+        tokio::task::spawn_blocking(move || {
+            let (header, file) = match dispatcher.open_stream(mode, &r.path) {
+                Ok(opened) => opened,
+                Err(w) => {
+                    let _ = tx.blocking_send(Err(w.with("mode", mode.as_str()).into_status()));
+                    return;
+                }
+            };
+            if tx.blocking_send(Ok(wire::stream_header(header))).is_err() {
+                return;
+            }
+            let mut sink = |bytes: Vec<u8>| tx.blocking_send(Ok(wire::stream_chunk(bytes))).is_ok();
+            if let Err(e) = backend::pump(file, chunk, &mut sink) {
+                let w = crate::error::Failure::new(e, r.path.clone()).into_wire();
+                let _ = tx.blocking_send(Err(w.with("mode", mode.as_str()).into_status()));
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    async fn read_bytes(
+        &self,
+        request: Request<v1::ReadBytesRequest>,
+    ) -> Result<Response<v1::ReadBytesReply>, Status> {
+        self.unary(request, wire::read_bytes, wire::read_bytes_reply).await
+    }
+
+    async fn list_dir(
+        &self,
+        request: Request<v1::ListDirRequest>,
+    ) -> Result<Response<v1::ListDirReply>, Status> {
+        self.unary(request, wire::list_dir, wire::list_dir_reply).await
+    }
+
+    async fn write_text(
+        &self,
+        request: Request<v1::WriteTextRequest>,
+    ) -> Result<Response<v1::WriteTextReply>, Status> {
+        self.unary(request, wire::write_text, wire::write_text_reply).await
+    }
+
+    async fn edit_text(
+        &self,
+        request: Request<v1::EditTextRequest>,
+    ) -> Result<Response<v1::EditTextReply>, Status> {
+        self.unary(request, wire::edit_text, wire::edit_text_reply).await
+    }
+
+    async fn move_file(
+        &self,
+        request: Request<v1::MoveFileRequest>,
+    ) -> Result<Response<v1::MoveFileReply>, Status> {
+        self.unary(request, wire::move_file, wire::move_file_reply).await
+    }
+
+    async fn delete_file(
+        &self,
+        request: Request<v1::DeleteFileRequest>,
+    ) -> Result<Response<v1::DeleteFileReply>, Status> {
+        self.unary(request, wire::delete_file, wire::delete_file_reply).await
+    }
+
+    async fn request_escalation(
+        &self,
+        request: Request<v1::EscalationRequest>,
+    ) -> Result<Response<v1::EscalationDescription>, Status> {
+        self.describe(request).await
+    }
+
+    async fn release_escalation(
+        &self,
+        request: Request<v1::ReleaseEscalationRequest>,
+    ) -> Result<Response<v1::ReleaseEscalationReply>, Status> {
+        self.release(request);
+        Ok(Response::new(v1::ReleaseEscalationReply {}))
+    }
+}

@@ -1,0 +1,236 @@
+//! Conversions between `fsd.v1` messages and the backend's own types, in both directions. The
+//! only place besides the handlers that names generated types.
+
+use fsd_proto::v1;
+
+use crate::backend::{self, Mode, Outcome};
+
+/// A request message that carries the common call context.
+pub(super) trait Called {
+    fn context(&self) -> Option<&v1::CallContext>;
+}
+
+macro_rules! called {
+    ($($message:ty),* $(,)?) => {
+        $(impl Called for $message {
+            fn context(&self) -> Option<&v1::CallContext> {
+                self.context.as_ref()
+            }
+        })*
+    };
+}
+
+called!(
+    v1::StatRequest,
+    v1::ReadTextRequest,
+    v1::StreamTextRequest,
+    v1::ReadBytesRequest,
+    v1::ListDirRequest,
+    v1::WriteTextRequest,
+    v1::EditTextRequest,
+    v1::MoveFileRequest,
+    v1::DeleteFileRequest,
+    v1::EscalationRequest,
+    v1::ReleaseEscalationRequest,
+);
+
+pub fn mode_from_wire(mode: v1::Mode) -> Option<Mode> {
+    match mode {
+        v1::Mode::Unspecified => None,
+        v1::Mode::ReadOnly => Some(Mode::ReadOnly),
+        v1::Mode::WorkspaceWrite => Some(Mode::WorkspaceWrite),
+        v1::Mode::DangerFullAccess => Some(Mode::DangerFullAccess),
+    }
+}
+
+pub fn mode_to_wire(mode: Mode) -> v1::Mode {
+    match mode {
+        Mode::ReadOnly => v1::Mode::ReadOnly,
+        Mode::WorkspaceWrite => v1::Mode::WorkspaceWrite,
+        Mode::DangerFullAccess => v1::Mode::DangerFullAccess,
+    }
+}
+
+pub(super) fn target(t: backend::Target) -> Option<v1::Target> {
+    Some(v1::Target { target_key: t.key, display_path: t.display })
+}
+
+fn file_type(t: backend::FileType) -> i32 {
+    match t {
+        backend::FileType::File => v1::FileType::File as i32,
+        backend::FileType::Directory => v1::FileType::Directory as i32,
+        backend::FileType::Other => v1::FileType::Other as i32,
+        backend::FileType::Symlink => v1::FileType::Symlink as i32,
+    }
+}
+
+fn change(c: backend::Change) -> Option<v1::TextChange> {
+    Some(v1::TextChange { before: c.before, after: c.after, omitted: c.omitted })
+}
+
+fn write_guard(g: Option<v1::WriteGuard>) -> Option<backend::WriteGuard> {
+    match g?.kind? {
+        v1::write_guard::Kind::CreateIfAbsent(_) => Some(backend::WriteGuard::CreateIfAbsent),
+        v1::write_guard::Kind::ReplaceIfVersion(r) => Some(backend::WriteGuard::ReplaceIfVersion {
+            version: r.version,
+            target_key: (!r.target_key.is_empty()).then_some(r.target_key),
+        }),
+    }
+}
+
+fn edit_guard(g: Option<v1::EditGuard>) -> Option<backend::EditGuard> {
+    g.map(|g| backend::EditGuard {
+        version: g.version,
+        target_key: (!g.target_key.is_empty()).then_some(g.target_key),
+    })
+}
+
+pub(super) fn stat(r: v1::StatRequest) -> backend::Request {
+    backend::Request::Stat { path: r.path, no_follow: r.no_follow }
+}
+
+pub(super) fn read_text(r: v1::ReadTextRequest) -> backend::Request {
+    backend::Request::ReadText { path: r.path, max_bytes: r.max_bytes }
+}
+
+pub(super) fn read_bytes(r: v1::ReadBytesRequest) -> backend::Request {
+    backend::Request::ReadBytes { path: r.path, max_bytes: r.max_bytes }
+}
+
+pub(super) fn list_dir(r: v1::ListDirRequest) -> backend::Request {
+    backend::Request::ListDir { path: r.path }
+}
+
+pub(super) fn write_text(r: v1::WriteTextRequest) -> backend::Request {
+    backend::Request::WriteText {
+        path: r.path,
+        content: r.content,
+        guard: write_guard(r.guard),
+        match_style: r.match_existing_style,
+    }
+}
+
+pub(super) fn edit_text(r: v1::EditTextRequest) -> backend::Request {
+    backend::Request::EditText {
+        path: r.path,
+        old: r.old_string,
+        new: r.new_string,
+        replace_all: r.replace_all,
+        guard: edit_guard(r.guard),
+    }
+}
+
+pub(super) fn move_file(r: v1::MoveFileRequest) -> backend::Request {
+    backend::Request::MoveFile {
+        source: r.source,
+        destination: r.destination,
+        source_guard: edit_guard(r.source_guard),
+        destination_guard: write_guard(r.destination_guard),
+        content: r.content,
+    }
+}
+
+pub(super) fn delete_file(r: v1::DeleteFileRequest) -> backend::Request {
+    backend::Request::DeleteFile { path: r.path, guard: edit_guard(r.guard) }
+}
+
+pub(super) fn stat_reply(outcome: Outcome) -> Option<v1::StatReply> {
+    let Outcome::Stat { target: t, info } = outcome else { return None };
+    Some(v1::StatReply {
+        target: target(t),
+        info: info.map(|i| v1::FsInfo { version: i.version, r#type: file_type(i.file_type), size: i.size }),
+    })
+}
+
+pub(super) fn read_text_reply(outcome: Outcome) -> Option<v1::ReadTextReply> {
+    let Outcome::ReadText { target: t, version, text } = outcome else { return None };
+    Some(v1::ReadTextReply { target: target(t), version, text })
+}
+
+pub(super) fn read_bytes_reply(outcome: Outcome) -> Option<v1::ReadBytesReply> {
+    let Outcome::ReadBytes { target: t, version, data } = outcome else { return None };
+    Some(v1::ReadBytesReply { target: target(t), version, data: data.into() })
+}
+
+pub(super) fn list_dir_reply(outcome: Outcome) -> Option<v1::ListDirReply> {
+    let Outcome::ListDir { target: t, entries } = outcome else { return None };
+    Some(v1::ListDirReply {
+        target: target(t),
+        entries: entries
+            .into_iter()
+            .map(|e| v1::DirEntry {
+                name: e.name,
+                raw_name: e.raw_name.into(),
+                r#type: file_type(e.file_type),
+                target: target(e.target),
+                version: e.version,
+                size: e.size,
+            })
+            .collect(),
+    })
+}
+
+pub(super) fn write_text_reply(outcome: Outcome) -> Option<v1::WriteTextReply> {
+    let Outcome::WriteText { target: t, operation, version, change: c } = outcome else { return None };
+    Some(v1::WriteTextReply {
+        target: target(t),
+        operation: match operation {
+            backend::WriteOperation::Create => v1::WriteOperation::Create as i32,
+            backend::WriteOperation::Update => v1::WriteOperation::Update as i32,
+        },
+        version,
+        change: change(c),
+    })
+}
+
+pub(super) fn edit_text_reply(outcome: Outcome) -> Option<v1::EditTextReply> {
+    let Outcome::EditText { target: t, version, replacements, change: c } = outcome else { return None };
+    Some(v1::EditTextReply {
+        target: target(t),
+        version,
+        replacements: u32::try_from(replacements).unwrap_or(u32::MAX),
+        change: change(c),
+    })
+}
+
+pub(super) fn move_file_reply(outcome: Outcome) -> Option<v1::MoveFileReply> {
+    let Outcome::MoveFile {
+        source,
+        destination,
+        destination_version,
+        source_change,
+        destination_change,
+        source_removal_error,
+    } = outcome
+    else {
+        return None;
+    };
+    Some(v1::MoveFileReply {
+        source: target(source),
+        destination: target(destination),
+        destination_version,
+        source_change: change(source_change),
+        destination_change: change(destination_change),
+        source_remains: source_removal_error.is_some(),
+        source_removal_error: source_removal_error.unwrap_or_default(),
+    })
+}
+
+pub(super) fn delete_file_reply(outcome: Outcome) -> Option<v1::DeleteFileReply> {
+    let Outcome::DeleteFile { target: t, change: c } = outcome else { return None };
+    Some(v1::DeleteFileReply { target: target(t), change: change(c) })
+}
+
+pub(super) fn stream_header(header: backend::StreamHeader) -> v1::StreamTextReply {
+    v1::StreamTextReply {
+        item: Some(v1::stream_text_reply::Item::Header(v1::StreamHeader {
+            target: target(header.target),
+            version: header.version,
+            size: header.size,
+        })),
+    }
+}
+
+pub(super) fn stream_chunk(bytes: Vec<u8>) -> v1::StreamTextReply {
+    v1::StreamTextReply { item: Some(v1::stream_text_reply::Item::Chunk(bytes.into())) }
+}
