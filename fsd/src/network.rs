@@ -234,6 +234,9 @@ async fn serve(
         idle_timeout: transport.idle_timeout,
         max_connections: transport.max_connections,
         tcp_keepalive: transport.keepalive_interval,
+        max_handshakes: transport.max_handshakes,
+        max_handshakes_per_source: transport.max_handshakes_per_source,
+        unauthenticated_idle: transport.unauthenticated_idle,
     };
     let mut servers = tokio::task::JoinSet::new();
     for listener in bound {
