@@ -2,7 +2,6 @@
 //! `../shared/conformance/README.md` says: once with the policy off, once with it on after the
 //! session read every input file; the final tree must equal `expected/` byte for byte, except
 //! where the seed rules otherwise (005, 015).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

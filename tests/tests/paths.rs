@@ -2,7 +2,6 @@
 //! `..` escapes, symlinks (absolute, relative, in a middle component) leading out, links inside
 //! the root, and the protected `.git` directory. Every refusal is FS_SANDBOX_DENIED with the
 //! seed's marker, and nothing outside the root is ever written.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

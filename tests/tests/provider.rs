@@ -1,7 +1,6 @@
 //! The provider (fsd.v1 over gRPC, no tools in between): listDir order and metadata, stat of
 //! absent targets, readText's cap, and the guards of writeText and editText, with errors read
 //! from the `google.rpc.ErrorInfo` detail through `WireError::from_status`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

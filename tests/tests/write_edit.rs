@@ -1,7 +1,6 @@
 //! The write and edit tools through the real daemon: their success texts, the read-before-write
 //! policy (not observed, stale, confirmed absence), atomic replace fidelity (mode bits, line
 //! endings, BOM, symlinks written through) and distinct versions.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
