@@ -40,7 +40,7 @@ impl Backend {
         // against content the caller has not seen.
         if let Some(guard) = &guard {
             same_key(guard.target_key.as_ref(), &target.key).map_err(fail)?;
-            if version::of_file(&file, &meta) != guard.version {
+            if !version::holds(&guard.version, &file, &meta).map_err(fail)? {
                 return Err(fail(FsError::Stale("file changed on disk since it was read")));
             }
         }
@@ -60,7 +60,7 @@ impl Backend {
         .map_err(fail)?;
         Ok(Outcome::EditText {
             target,
-            version: version::of_file(&file, &new_meta),
+            version: version::of_content(&file, &new_meta, after.as_bytes()),
             replacements: replaced.count,
             change: self.change(Some(body), true, Some(&replaced.text)),
         })

@@ -39,7 +39,7 @@ impl Backend {
     ) -> Result<(), FsError> {
         if let Some(guard) = guard {
             same_key(guard.target_key.as_ref(), key)?;
-            if version::of_file(file, meta) != guard.version {
+            if !version::holds(&guard.version, file, meta)? {
                 return Err(FsError::Stale("file changed on disk since it was read"));
             }
         }
@@ -126,7 +126,7 @@ impl Backend {
             }
             (Some(WriteGuard::ReplaceIfVersion { version: expected, target_key }), Some((file, meta))) => {
                 same_key(target_key.as_ref(), &dst_target.key).map_err(|e| self.fail(e, &dst))?;
-                if version::of_file(file, meta) != *expected {
+                if !version::holds(expected, file, meta).map_err(|e| self.fail(e, &dst))? {
                     return Err(self.fail(FsError::Stale("file changed on disk since it was read"), &dst));
                 }
             }

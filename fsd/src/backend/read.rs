@@ -23,7 +23,20 @@ pub struct StreamHeader {
 
 /// Reads an open file to its end in chunks of `chunk` bytes. `sink` returns false when the
 /// receiver is gone; the read stops there, so memory stays at a few chunks whatever the size.
-pub fn pump(mut file: File, chunk: usize, sink: &mut dyn FnMut(Vec<u8>) -> bool) -> Result<(), FsError> {
+/// The chunks are hashed as they pass: having reached the end, it returns the version `header`
+/// completed with the digest of every byte sent (a stream cut short has none).
+pub fn pump(
+    mut file: File,
+    header: &StreamHeader,
+    chunk: usize,
+    sink: &mut dyn FnMut(Vec<u8>) -> bool,
+) -> Result<Option<String>, FsError> {
+    let mut hasher = blake3::Hasher::new();
+    let mut sent = 0u64;
+    let whole = |hasher: &blake3::Hasher, sent: u64| {
+        // A length other than the one opened means the file changed while it was sent.
+        (sent == header.size).then(|| version::with_digest(header.version.clone(), sent, &hasher.finalize()))
+    };
     loop {
         let mut buf = vec![0u8; chunk];
         let mut filled = 0;
@@ -36,11 +49,16 @@ pub fn pump(mut file: File, chunk: usize, sink: &mut dyn FnMut(Vec<u8>) -> bool)
             }
         }
         if filled == 0 {
-            return Ok(());
+            return Ok(whole(&hasher, sent));
         }
         buf.truncate(filled);
-        if !sink(buf) || filled < chunk {
-            return Ok(());
+        hasher.update(&buf);
+        sent += filled as u64;
+        if !sink(buf) {
+            return Ok(None);
+        }
+        if filled < chunk {
+            return Ok(whole(&hasher, sent));
         }
     }
 }
@@ -128,13 +146,11 @@ impl Backend {
         }
         let bytes = read_bounded(&file, meta.size, limit).map_err(|e| self.fail(e, &resolved))?;
         text::decode(&bytes).map_err(|e| self.fail(e, &resolved))?;
+        // The digest is of the bytes just read, so no second read; the model saw exactly these.
+        let version = version::of_content(&file, &meta, &bytes);
         let text = String::from_utf8(bytes)
             .map_err(|_| self.fail(FsError::NotText("file is not valid UTF-8"), &resolved))?;
-        Ok(Outcome::ReadText {
-            target: self.target(&resolved),
-            version: version::of_file(&file, &meta),
-            text,
-        })
+        Ok(Outcome::ReadText { target: self.target(&resolved), version, text })
     }
 
     pub(super) fn read_bytes(&self, mode: Mode, path: &str, max_bytes: u64) -> Result<Outcome, Failure> {
@@ -148,11 +164,8 @@ impl Backend {
             return Err(self.fail(FsError::TooLarge { size: meta.size, limit }, &resolved));
         }
         let data = read_bounded(&file, meta.size, limit).map_err(|e| self.fail(e, &resolved))?;
-        Ok(Outcome::ReadBytes {
-            target: self.target(&resolved),
-            version: version::of_file(&file, &meta),
-            data,
-        })
+        let version = version::of_content(&file, &meta, &data);
+        Ok(Outcome::ReadBytes { target: self.target(&resolved), version, data })
     }
 
     /// Opens a file for a streamed read: the header and the open handle. The handle can cross

@@ -208,7 +208,7 @@ impl Backend {
             }
             (Some(WriteGuard::ReplaceIfVersion { version: expected, target_key }), Some((file, meta))) => {
                 same_key(target_key.as_ref(), &target.key).map_err(fail)?;
-                if version::of_file(file, meta) != *expected {
+                if !version::holds(expected, file, meta).map_err(fail)? {
                     return Err(fail(FsError::Stale("file changed on disk since it was read")));
                 }
             }
@@ -228,7 +228,7 @@ impl Backend {
                 )
                 .map_err(fail)?;
                 let change = self.change(None, true, Some(&content));
-                (WriteOperation::Create, version::of_file(&file, &meta), change)
+                (WriteOperation::Create, version::of_content(&file, &meta, content.as_bytes()), change)
             }
             Some((old_file, old_meta)) => {
                 let whole = old_meta.size <= self.limits.max_diff_text_bytes;
@@ -250,7 +250,8 @@ impl Backend {
                 )
                 .map_err(fail)?;
                 let change = self.change(old_text, old_text.is_some(), Some(&new_content));
-                (WriteOperation::Update, version::of_file(&file, &meta), change)
+                let version = version::of_content(&file, &meta, new_content.as_bytes());
+                (WriteOperation::Update, version, change)
             }
         };
         Ok(Outcome::WriteText { target, operation, version, change })

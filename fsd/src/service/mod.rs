@@ -190,13 +190,19 @@ impl Fsd for FsdService {
                     return;
                 }
             };
-            if tx.blocking_send(Ok(wire::stream_header(header))).is_err() {
+            if tx.blocking_send(Ok(wire::stream_header(header.clone()))).is_err() {
                 return;
             }
             let mut sink = |bytes: Vec<u8>| tx.blocking_send(Ok(wire::stream_chunk(bytes))).is_ok();
-            if let Err(e) = backend::pump(file, chunk, &mut sink) {
-                let w = crate::error::Failure::new(e, r.path.clone()).into_wire();
-                let _ = tx.blocking_send(Err(w.with("mode", mode.as_str()).into_status()));
+            match backend::pump(file, &header, chunk, &mut sink) {
+                Ok(Some(version)) => {
+                    let _ = tx.blocking_send(Ok(wire::stream_trailer(version)));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    let w = crate::error::Failure::new(e, r.path.clone()).into_wire();
+                    let _ = tx.blocking_send(Err(w.with("mode", mode.as_str()).into_status()));
+                }
             }
         });
         Ok(Response::new(ReceiverStream::new(rx)))

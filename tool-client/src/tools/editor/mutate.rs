@@ -101,15 +101,16 @@ async fn reread(session: &mut Session, path: &str) -> Result<Current, ToolError>
     }
 }
 
-/// The guard version: the observed one (policy on; a different current version is stale), or the
-/// re-read one (policy off).
+/// The guard version: the re-read one, when the policy is off or the re-read shows the observed
+/// state (same metadata, or same bytes: a `touch` is not stale); else the call is stale. The
+/// re-read version is the exact basis of the text the mutation is computed from.
 fn basis(session: &Session, path: &str, current: &Current) -> Result<String, ToolError> {
     if !session.policy_on() {
         return Ok(current.version.clone());
     }
     let key = TargetKey(current.target.target_key.clone());
     match session.observations.edit_intent(Some(&key)) {
-        Ok(version) if version.0 == current.version => Ok(version.0),
+        Ok(version) if fsd_proto::version::same(&version.0, &current.version) => Ok(current.version.clone()),
         Ok(_) => Err(ToolError::new(
             ErrorCode::StaleVersion.as_str(),
             format!("cannot modify \"{path}\": file changed on disk since it was read{STALE_REMEDY}"),
