@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 const MARKER: &str = "[sandbox: file access denied under workspace-write mode]";
 const OUTSIDE: &str = "path resolves outside every root of this daemon";
-const PROTECTED: &str = "file access denied under workspace-write mode: .git is a protected path";
+const PROTECTED: &str = ".git is a protected path";
 
 /// Every file and directory below `dir` with its content (None for directories and links).
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {

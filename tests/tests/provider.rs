@@ -276,7 +276,7 @@ fn edit_text_on_a_missing_target_is_stale() {
         let e = rpc.edit_text(&d.path(rel), "alpha", "beta", g).expect_err("missing target");
         let e = wire(&e);
         assert_eq!(e.code, ErrorCode::StaleVersion, "{rel} guarded={guarded}: {e}");
-        assert_eq!(e.message, "file no longer exists", "{rel} guarded={guarded}");
+        assert_eq!(e.get("reason"), Some("gone"), "{rel} guarded={guarded}");
         assert!(!d.path(rel).exists());
     }
     // A stale guard is checked before matching.

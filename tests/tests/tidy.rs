@@ -1,6 +1,7 @@
 //! The invariants ARCHITECTURE states that a grep can check, checked over the whole workspace:
 //! every `.rs` file opens with a `//!` line; generated `fsd.v1` types appear only in the edge
-//! modules; `unsafe` appears only in `fsd::sys`. Each rule is also run on planted violations, so
+//! modules; `unsafe` appears only in `fsd::sys`; the daemon writes none of the sentences the tools
+//! render for the model. Each rule is also run on planted violations, so
 //! a rule that silently stopped matching fails here too.
 
 use std::path::{Path, PathBuf};
@@ -14,6 +15,8 @@ enum Rule {
     ProtoOutsideEdge,
     /// `unsafe` outside `fsd::sys`.
     UnsafeOutsideSys,
+    /// A phrase of a model-facing text in the daemon.
+    ModelTextInDaemon,
 }
 
 #[derive(Debug)]
@@ -35,6 +38,26 @@ const PROTO_EDGES: &[&str] = &[
     "tool-client/src/connect.rs",
     "tool-client/src/tools/",
 ];
+
+/// Phrases of the texts the tools render (remedies, the seed's marker and hint, the edit tool's
+/// wording, the stale and denial reasons): the daemon sends codes and metadata, so none of them
+/// belongs in `fsd/src`.
+const MODEL_PHRASES: &[&str] = &[
+    "re-read",
+    "then retry",
+    "retry it now",
+    "String to replace",
+    "matches of the string",
+    "since it was read",
+    "sandbox_permissions",
+    "[sandbox:",
+    "file access denied under",
+    "is a protected path",
+    "no longer exists",
+];
+
+/// The daemon's sources.
+const DAEMON: &str = "fsd/src/";
 
 /// Where `unsafe` may appear.
 const UNSAFE_HOME: &str = "fsd/src/sys/";
@@ -85,6 +108,9 @@ fn check_source(rel: &str, source: &str) -> Vec<Violation> {
         }
         if !rel.starts_with(UNSAFE_HOME) && has_word(code, &unsafe_word()) {
             push(index + 1, Rule::UnsafeOutsideSys);
+        }
+        if rel.starts_with(DAEMON) && MODEL_PHRASES.iter().any(|p| code.contains(p)) {
+            push(index + 1, Rule::ModelTextInDaemon);
         }
     }
     found
@@ -170,6 +196,23 @@ fn each_rule_catches_a_planted_violation() {
     check("tool-client/src/a.rs", &format!("//! X.\n{u} fn f() {{}}\n"), &[(2, Rule::UnsafeOutsideSys)]);
     check("fsd/src/sys/mod.rs", &format!("//! X.\nfn f() {{ {u} {{ g() }} }}\n"), &[]);
     check("fsd/src/main.rs", &format!("//! X.\n#![deny({u}_code)]\n"), &[]);
+    check(
+        "fsd/src/error.rs",
+        "//! X.\n#[error(\"String to replace not found in file.\")]\nEditNotFound,\n",
+        &[(2, Rule::ModelTextInDaemon)],
+    );
+    check(
+        "fsd/src/backend/mod.rs",
+        "//! X.\nlet why = \"file access denied under workspace-write mode: .git is a protected path\";\n",
+        &[(2, Rule::ModelTextInDaemon)],
+    );
+    // The tools write them; a comment in the daemon may quote them.
+    check(
+        "tool-client/src/failure.rs",
+        "//! X.\nconst R: &str = \" — re-read the file, then retry\";\n",
+        &[],
+    );
+    check("fsd/src/error.rs", "//! X.\n// The tools add \"re-read the file\".\n", &[]);
 }
 
 #[test]
@@ -185,12 +228,14 @@ fn the_tree_walk_reports_planted_files() {
     write("policy/src/lib.rs", "fn f() {}\n");
     write("tool-client/src/tools/window.rs", "//! X.\nuse fsd_proto::v1;\n");
     write("tool-client/src/window.rs", "//! X.\nuse fsd_proto::v1;\n");
+    write("fsd/src/backend/edit.rs", "//! X.\nconst S: &str = \"file changed on disk since it was read\";\n");
     write("target/debug/build/out.rs", "no doc and v1::Target\n");
     write(".hidden/x.rs", "no doc\n");
     let got: Vec<(String, usize, Rule)> =
         check_tree(dir.path()).into_iter().map(|v| (v.file, v.line, v.rule)).collect();
     let expected = vec![
         ("fsd/src/backend/bad.rs".to_owned(), 2, Rule::UnsafeOutsideSys),
+        ("fsd/src/backend/edit.rs".to_owned(), 2, Rule::ModelTextInDaemon),
         ("policy/src/lib.rs".to_owned(), 1, Rule::ModuleDoc),
         ("tool-client/src/window.rs".to_owned(), 2, Rule::ProtoOutsideEdge),
     ];

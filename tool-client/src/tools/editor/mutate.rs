@@ -16,7 +16,7 @@ use crate::tools::escalation::{self, PlannedCall};
 
 use super::lines::{self, FILE_CLIPPED};
 use super::{Session, ToolResult, is_directory, not_found};
-use crate::failure::{STALE_REMEDY, ToolError};
+use crate::failure::ToolError;
 use crate::tools::diff_meta;
 
 /// The file as the re-read saw it.
@@ -111,10 +111,7 @@ fn basis(session: &Session, path: &str, current: &Current) -> Result<String, Too
     let key = TargetKey(current.target.target_key.clone());
     match session.observations.edit_intent(Some(&key)) {
         Ok(version) if fsd_proto::version::same(&version.0, &current.version) => Ok(current.version.clone()),
-        Ok(_) => Err(ToolError::new(
-            ErrorCode::StaleVersion.as_str(),
-            format!("cannot modify \"{path}\": file changed on disk since it was read{STALE_REMEDY}"),
-        )),
+        Ok(_) => Err(ToolError::stale(path)),
         // Absence was observed but the file is here now: this session has not read it.
         Err(EditRefusal::NotObserved | EditRefusal::ObservedAbsent) => Err(ToolError::not_observed(path)),
     }

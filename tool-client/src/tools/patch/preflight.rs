@@ -163,12 +163,7 @@ fn basis(sim: &Sim) -> Option<String> {
 }
 
 fn stale(spelled: &str) -> ToolError {
-    ToolError::new(
-        ErrorCode::StaleVersion.as_str(),
-        format!(
-            "cannot modify \"{spelled}\": file changed on disk since it was read — re-read the file, then retry"
-        ),
-    )
+    ToolError::stale(spelled)
 }
 
 fn not_found(spelled: &str) -> ToolError {
