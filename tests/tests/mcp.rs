@@ -99,7 +99,6 @@ fn the_mcp_server_serves_its_pipes_without_a_blocking_pool() {
         assert!(text.contains("alpha"), "{reply}");
     }
     let threads = std::fs::read_dir(format!("/proc/{}/task", child.id())).unwrap().count();
-    drop((send, receive));
     // EOF on stdin ends the session.
     drop(stdin);
     let _ = child.wait();
