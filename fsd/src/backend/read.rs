@@ -23,20 +23,7 @@ pub struct StreamHeader {
 
 /// Reads an open file to its end in chunks of `chunk` bytes. `sink` returns false when the
 /// receiver is gone; the read stops there, so memory stays at a few chunks whatever the size.
-/// The chunks are hashed as they pass: having reached the end, it returns the version `header`
-/// completed with the digest of every byte sent (a stream cut short has none).
-pub fn pump(
-    mut file: File,
-    header: &StreamHeader,
-    chunk: usize,
-    sink: &mut dyn FnMut(Vec<u8>) -> bool,
-) -> Result<Option<String>, FsError> {
-    let mut hasher = blake3::Hasher::new();
-    let mut sent = 0u64;
-    let whole = |hasher: &blake3::Hasher, sent: u64| {
-        // A length other than the one opened means the file changed while it was sent.
-        (sent == header.size).then(|| version::with_digest(header.version.clone(), sent, &hasher.finalize()))
-    };
+pub fn pump(mut file: File, chunk: usize, sink: &mut dyn FnMut(Vec<u8>) -> bool) -> Result<(), FsError> {
     loop {
         let mut buf = vec![0u8; chunk];
         let mut filled = 0;
@@ -49,16 +36,11 @@ pub fn pump(
             }
         }
         if filled == 0 {
-            return Ok(whole(&hasher, sent));
+            return Ok(());
         }
         buf.truncate(filled);
-        hasher.update(&buf);
-        sent += filled as u64;
-        if !sink(buf) {
-            return Ok(None);
-        }
-        if filled < chunk {
-            return Ok(whole(&hasher, sent));
+        if !sink(buf) || filled < chunk {
+            return Ok(());
         }
     }
 }
