@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use rustix::thread::CapabilitySet;
 
 use crate::backend::Mode;
-use crate::config::{Config, LandlockPolicy};
+use crate::config::{Config, LandlockPolicy, WorkerIdentity};
 use crate::sys::confine::{self as step, ConfineError, Enforcement, Grant};
 
 /// How a process ended up confined, for hello and the logs.
@@ -41,23 +41,27 @@ fn grants(config: &Config, mode: Mode) -> Vec<(PathBuf, Grant)> {
 
 /// Confines a worker of `mode`. Called once, single-threaded, after it opened its root
 /// descriptors and IPC socket and before it reads its first request.
-pub fn worker(config: &Config, mode: Mode) -> Result<Confinement, ConfineError> {
+pub fn worker(config: &Config, mode: Mode, identity: WorkerIdentity) -> Result<Confinement, ConfineError> {
     let keep = if mode == Mode::DangerFullAccess {
         None
-    } else if config.worker_uid == 0 {
-        // Root keeps only what keeping owners and modes of replaced files needs; Landlock still
-        // confines root.
+    } else if identity.root_capabilities {
+        // A root worker the operator asked for keeps only what keeping owners and modes of
+        // replaced files needs; Landlock still confines root.
         Some(step::worker_capabilities())
     } else {
+        // Whoever the worker runs as (uid 0 included, when root owns the workspace), it has no
+        // capability: it can do to the workspace what its owner could, nothing more.
         Some(CapabilitySet::empty())
     };
     // 1. The bounding set first, while CAP_SETPCAP is still held: no exec regains the rest.
     if let Some(keep) = keep {
         step::drop_bounding_set(keep)?;
     }
-    // 2. The configured identity (default: the daemon's own). Leaving root clears the
-    //    capability sets by itself.
-    step::switch_ids(config.worker_uid, config.worker_gid, false)?;
+    // 2. The worker identity (see `Config::worker_identity`); danger-full-access keeps the
+    //    daemon's. Leaving root clears the capability sets by itself.
+    if mode != Mode::DangerFullAccess {
+        step::switch_ids(identity.uid, identity.gid, false)?;
+    }
     // 3. Capabilities: the allowed few (or none).
     if let Some(keep) = keep {
         step::set_capabilities(keep)?;

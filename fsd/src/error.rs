@@ -130,7 +130,9 @@ pub struct Failure {
 
 impl Failure {
     pub fn new(error: FsError, path: impl Into<String>) -> Failure {
-        Failure { error, path: path.into(), target_key: None }
+        // A request path as the client sent it may hold raw control characters; replies and
+        // logs carry it defanged (display paths are escaped already and pass unchanged).
+        Failure { error, path: fsd_proto::names::sanitize(&path.into()), target_key: None }
     }
 
     pub fn into_wire(self) -> WireError {

@@ -13,6 +13,7 @@ mod version;
 mod write;
 
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -236,6 +237,17 @@ pub struct RootSpec {
     pub writable: bool,
 }
 
+/// What the walk refuses beyond the roots, from the config.
+#[derive(Debug, Clone, Copy)]
+pub struct Fence<'a> {
+    /// Names read-only under workspace-write wherever they appear below a root.
+    pub protected: &'a [String],
+    /// Mounts below a root the walk may enter (`allow_submounts`).
+    pub submounts: &'a [PathBuf],
+    /// Whether a backslash may appear in a name (`allow_backslash`).
+    pub allow_backslash: bool,
+}
+
 /// The local backend.
 #[derive(Debug)]
 pub struct Backend {
@@ -243,6 +255,7 @@ pub struct Backend {
     roots: Vec<Root>,
     configured: usize,
     protected: Vec<OsString>,
+    allow_backslash: bool,
     limits: Limits,
     locks: Arc<dyn Locking>,
     /// Where temporary files are recorded until their names are gone (see `journal`).
@@ -260,12 +273,14 @@ pub enum StartError {
     NotDirectory(PathBuf),
     #[error("no root configured: pass --writable-root or --readable-root")]
     NoRoots,
+    #[error("allow_submounts {path}: {source}")]
+    Submount { path: PathBuf, source: sys::Errno },
 }
 
 impl Backend {
     pub fn new(
         specs: &[RootSpec],
-        protected: &[String],
+        fence: &Fence<'_>,
         limits: Limits,
         locks: Arc<dyn Locking>,
     ) -> Result<Backend, StartError> {
@@ -285,26 +300,38 @@ impl Backend {
                 None => merged.push(RootSpec { path, writable: spec.writable }),
             }
         }
+        let mut allowed = Vec::new();
+        for path in fence.submounts {
+            let mount = sys::open_root(path)
+                .and_then(|fd| sys::meta(sys::borrow(&fd)))
+                .map_err(|source| StartError::Submount { path: path.clone(), source })?
+                .mount;
+            allowed.push(mount);
+        }
         let mut roots = Vec::new();
         for (index, spec) in merged.iter().enumerate() {
-            let fd = sys::open_root(&spec.path)
-                .map_err(|source| StartError::Open { path: spec.path.clone(), source })?;
+            let open = |source| StartError::Open { path: spec.path.clone(), source };
+            let fd = sys::open_root(&spec.path).map_err(open)?;
+            let own = sys::meta(sys::borrow(&fd)).map_err(open)?.mount;
+            let mounts = std::iter::once(own).chain(allowed.iter().copied()).collect();
             roots.push(Root {
                 id: format!("r{index}"),
                 path: spec.path.clone(),
                 fd,
                 writable: spec.writable,
+                mounts: Some(mounts),
             });
         }
         let configured = roots.len();
         let journal = journal::Journal::open(&merged.iter().map(|m| m.path.clone()).collect::<Vec<_>>());
         let slash = PathBuf::from("/");
         let fd = sys::open_root(&slash).map_err(|source| StartError::Open { path: slash.clone(), source })?;
-        roots.push(Root { id: "host".to_owned(), path: slash, fd, writable: true });
+        roots.push(Root { id: "host".to_owned(), path: slash, fd, writable: true, mounts: None });
         Ok(Backend {
             roots,
             configured,
-            protected: protected.iter().map(OsString::from).collect(),
+            protected: fence.protected.iter().map(OsString::from).collect(),
+            allow_backslash: fence.allow_backslash,
             limits,
             locks,
             journal,
@@ -363,17 +390,18 @@ impl Backend {
         // A write into a protected directory would be refused after creating the directories
         // on its way; refuse it before anything is created. The resolved check still follows.
         if options.create_parents && mode == Mode::WorkspaceWrite {
-            let named = resolve::components(std::ffi::OsStr::new(path));
-            if let Some(name) = named.iter().find(|c| self.protected.iter().any(|p| p == *c)) {
+            let named = resolve::raw_components(path, self.allow_backslash).unwrap_or_default();
+            if let Some(name) = named.iter().find(|c| self.protected.contains(c)) {
                 let why = format!(
                     "file access denied under workspace-write mode: {} is a protected path",
-                    name.to_string_lossy()
+                    resolve::escape_bytes(name.as_bytes())
                 );
                 return Err(Failure::new(FsError::Denied(why), path));
             }
         }
         let may_create = |root: usize, rel: &[OsString]| self.may_write(mode, root, rel);
-        resolve::resolve(roots, path, options, &may_create).map_err(|e| Failure::new(e, path))
+        resolve::resolve(roots, path, self.allow_backslash, options, &may_create)
+            .map_err(|e| Failure::new(e, path))
     }
 
     /// Resolves for reading: links followed, nothing created.
@@ -401,7 +429,7 @@ impl Backend {
                 if let Some(name) = rel.iter().find(|c| self.protected.contains(c)) {
                     return Err(FsError::Denied(format!(
                         "file access denied under workspace-write mode: {} is a protected path",
-                        name.to_string_lossy()
+                        resolve::escape_bytes(name.as_bytes())
                     )));
                 }
                 Ok(())

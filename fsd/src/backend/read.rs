@@ -228,6 +228,11 @@ impl Backend {
                 }
                 Err(e) => return Err(self.fail(FsError::Metadata(e), &resolved)),
             };
+            // A mount point the walk may not enter is shown, and nothing of what it shows.
+            if !self.roots[resolved.root].may_enter(meta.mount) {
+                entries.push(DirEntry { file_type: file_type(meta.kind), ..other(child) });
+                continue;
+            }
             let child_resolved = if meta.kind == Kind::Symlink {
                 // A link is described by what it leads to inside the roots; broken or leading
                 // out, it is "other".

@@ -83,7 +83,11 @@ pub(super) fn place_file<'a>(
         entry.identify(&meta, replaced);
     }
     let mut temp = TempName { dir, name: temp_name, armed: true, entry: Some(entry) };
-    file.write_all(content).map_err(FsError::WriteTemp)?;
+    file.write_all(content).map_err(|e| match (e.raw_os_error(), sys::file_size_limit()) {
+        // Past RLIMIT_FSIZE: the file is too large for this worker, not a disk failure.
+        (Some(libc::EFBIG), Some(limit)) => FsError::TooLarge { size: content.len() as u64, limit },
+        _ => FsError::WriteTemp(e),
+    })?;
     match place {
         Place::Replace(old) => {
             let (uid, gid) = sys::effective_ids();

@@ -1,0 +1,226 @@
+//! The fence against the next layer of tricks: the default worker identity (the workspace's
+//! owner, no capabilities), resource limits (RLIMIT_FSIZE), and paths that mean something else
+//! on another system (trailing slashes, drive letters, backslashes). Several tests change
+//! owners or limits, so they need root (and fail saying so without it).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::rpc::Rpc;
+use common::*;
+use serde_json::json;
+
+fn need_root() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "these tests change file owners and worker identities: run them as root"
+    );
+}
+
+/// The daemon's worker processes.
+fn workers(d: &Daemon) -> Vec<u32> {
+    let _ = Rpc::connect(d);
+    let pids: Vec<u32> = d
+        .pids()
+        .into_iter()
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline)
+                .replace('\0', " ")
+                .contains("--role worker --worker-mode workspace-write")
+        })
+        .collect();
+    assert!(!pids.is_empty(), "no workspace-write worker");
+    pids
+}
+
+fn status_field(pid: u32, field: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let value = status.lines().find_map(|l| l.strip_prefix(&format!("{field}:"))).unwrap();
+    value.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn chown(path: &Path, uid: u32, gid: u32) {
+    std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+}
+
+/// A file of another user inside the workspace.
+fn foreign_file(root: &Path, name: &str, mode: u32) {
+    let path = root.join(name);
+    std::fs::write(&path, "theirs\n").unwrap();
+    chown(&path, 4242, 4242);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+fn workers_take_the_workspace_owner_and_no_capabilities_by_default() {
+    need_root();
+    let prepare = |root: &Path| {
+        // The workers run as 1000 and must still reach the root's descriptor, opened before.
+        std::fs::set_permissions(root.parent().unwrap(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        chown(root, 1000, 1000);
+        foreign_file(root, "theirs.txt", 0o644);
+        foreign_file(root, "private.txt", 0o600);
+    };
+    let d = Daemon::start_custom(&[], &prepare, &[], "");
+    for pid in workers(&d) {
+        assert_eq!(status_field(pid, "Uid"), "1000 1000 1000 1000", "worker {pid}");
+        assert_eq!(status_field(pid, "Gid"), "1000 1000 1000 1000", "worker {pid}");
+        assert_eq!(status_field(pid, "CapEff"), "0000000000000000", "worker {pid}");
+        assert_eq!(status_field(pid, "CapPrm"), "0000000000000000", "worker {pid}");
+    }
+    let mut s = d.session();
+    let read = s.read("private.txt");
+    assert_eq!(read.code(), Some("FS_PERMISSION_DENIED"), "{}", read.json);
+    assert!(!read.text().contains("theirs"), "{}", read.json);
+    let read = s.read("theirs.txt");
+    assert!(!read.is_error(), "{}", read.json);
+    let write = s.call("write", json!({"file_path": "theirs.txt", "content": "mine\n"}));
+    assert_eq!(write.code(), Some("FS_PERMISSION_DENIED"), "{}", write.json);
+    assert_eq!(d.read("theirs.txt"), b"theirs\n");
+    assert_eq!(std::fs::metadata(d.path("theirs.txt")).unwrap().uid(), 4242);
+    // What the owner may do still works, and new files belong to the owner.
+    let write = s.call("write", json!({"file_path": "new.txt", "content": "new\n"}));
+    assert!(!write.is_error(), "{}", write.json);
+    assert_eq!(std::fs::metadata(d.path("new.txt")).unwrap().uid(), 1000);
+}
+
+#[test]
+fn a_root_owned_workspace_gets_root_workers_without_capabilities() {
+    need_root();
+    let d = Daemon::start_custom(&[], &|root| foreign_file(root, "theirs.txt", 0o600), &[], "");
+    for pid in workers(&d) {
+        assert_eq!(status_field(pid, "CapEff"), "0000000000000000", "worker {pid}");
+        assert_eq!(status_field(pid, "CapBnd"), "0000000000000000", "worker {pid}");
+    }
+    let mut s = d.session();
+    let read = s.read("theirs.txt");
+    assert_eq!(read.code(), Some("FS_PERMISSION_DENIED"), "{}", read.json);
+}
+
+#[test]
+fn root_workers_only_when_worker_uid_is_zero() {
+    need_root();
+    let d =
+        Daemon::start_custom(&[], &|root| foreign_file(root, "theirs.txt", 0o644), &[], "worker_uid = 0\n");
+    for pid in workers(&d) {
+        assert_eq!(status_field(pid, "Uid"), "0 0 0 0", "worker {pid}");
+        // CAP_CHOWN | CAP_DAC_OVERRIDE | CAP_FOWNER.
+        assert_eq!(status_field(pid, "CapEff"), "000000000000000b", "worker {pid}");
+    }
+    let mut s = d.session();
+    assert!(!s.read("theirs.txt").is_error());
+    let write = s.call("write", json!({"file_path": "theirs.txt", "content": "mine\n"}));
+    assert!(!write.is_error(), "{}", write.json);
+    assert_eq!(std::fs::metadata(d.path("theirs.txt")).unwrap().uid(), 4242, "the owner is kept");
+}
+
+#[test]
+fn writable_roots_of_different_owners_refuse_to_start() {
+    need_root();
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir(&a).unwrap();
+    std::fs::create_dir(&b).unwrap();
+    chown(&b, 1000, 1000);
+    let mut child = Command::new(fsd_bin())
+        .arg("--listen")
+        .arg(format!("unix:{}", dir.path().join("fsd.sock").display()))
+        .arg("--writable-root")
+        .arg(&a)
+        .arg("--writable-root")
+        .arg(&b)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("fsd started with writable roots of different owners");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(!status.success());
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(
+        stderr.contains("the writable roots have different owners (0:0, 1000:1000)")
+            && stderr.contains("set worker_uid and worker_gid"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_write_past_rlimit_fsize_is_too_large_and_leaves_nothing_behind() {
+    let d = Daemon::start_custom(&["prlimit", "--fsize=1048576", "--"], &|_| {}, &[], "");
+    d.write("big.txt", "original\n");
+    let before = workers(&d);
+    let mut s = d.session();
+    assert!(!s.read("big.txt").is_error());
+    let content = "x".repeat(2 << 20);
+    let write = s.call("write", json!({"file_path": "big.txt", "content": content}));
+    assert_eq!(write.code(), Some("FS_TOO_LARGE"), "{}", write.json);
+    assert!(write.text().contains("1048576"), "the reply names the limit: {}", write.json);
+    assert_eq!(d.read("big.txt"), b"original\n");
+    let names: Vec<String> = std::fs::read_dir(&d.root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["big.txt"], "no temporary file remains");
+    // The worker lived through it.
+    let mut after = workers(&d);
+    after.sort();
+    let mut before = before;
+    before.sort();
+    assert_eq!(before, after, "a worker died");
+    let write = s.call("write", json!({"file_path": "small.txt", "content": "small\n"}));
+    assert!(!write.is_error(), "{}", write.json);
+}
+
+#[test]
+fn windows_paths_and_trailing_slashes_are_invalid_paths() {
+    let d = Daemon::start();
+    d.write("t.txt", "t\n");
+    let mut s = d.session();
+    for path in ["new.txt/", "C:\\Users\\x.txt", "..\\..\\etc\\passwd", "C:/Users/x.txt", "sub\\x.txt"] {
+        let write = s.call("write", json!({"file_path": path, "content": "x\n"}));
+        assert_eq!(write.code(), Some("FS_INVALID_PATH"), "{path}: {}", write.json);
+    }
+    assert!(s.read("t.txt").text().contains("1: t"));
+    let write = s.call("write", json!({"file_path": "t.txt/", "content": "x\n"}));
+    assert_eq!(write.code(), Some("FS_INVALID_PATH"), "{}", write.json);
+    let read = s.read("t.txt/");
+    assert_eq!(read.code(), Some("FS_INVALID_PATH"), "{}", read.json);
+    let names: Vec<String> = std::fs::read_dir(&d.root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["t.txt"]);
+    assert_eq!(d.read("t.txt"), b"t\n");
+    // A directory with a trailing slash is still a directory.
+    std::fs::create_dir(d.path("dir")).unwrap();
+    let mut rpc = Rpc::connect(&d);
+    assert!(rpc.list_dir(&d.root.join("dir/")).is_ok());
+    let status = rpc.write_text(Path::new(&format!("{}/t.txt/", d.root.display())), "x", None).unwrap_err();
+    assert_eq!(common::rpc::wire(&status).code, fsd_proto::ErrorCode::InvalidPath, "{status:?}");
+}
+
+#[test]
+fn allow_backslash_lets_backslashes_through() {
+    let d = Daemon::start_with(&[], "allow_backslash = true\n");
+    let mut s = d.session();
+    let write = s.call("write", json!({"file_path": "a\\b.txt", "content": "x\n"}));
+    assert!(!write.is_error(), "{}", write.json);
+    assert_eq!(d.read("a\\b.txt"), b"x\n");
+}
