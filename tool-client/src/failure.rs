@@ -26,6 +26,7 @@ impl ToolError {
 
     /// The policy or the provider found no prior observation: one text whatever the source.
     pub fn not_observed(path: &str) -> ToolError {
+        let path = &shown(path);
         ToolError::new(
             ErrorCode::NotObserved.as_str(),
             format!("cannot modify \"{path}\": file has not been read — read the file, then retry"),
@@ -39,6 +40,7 @@ impl ToolError {
 
     /// Maps a provider failure of a mutation on `path` to the model's text.
     pub fn from_mutation(path: &str, status: &tonic::Status) -> ToolError {
+        let path = &shown(path);
         let Some(wire) = WireError::from_status(status) else {
             return ToolError::unavailable(status);
         };
@@ -68,6 +70,7 @@ impl ToolError {
     }
 
     pub fn from_read_wire(path: &str, wire: &WireError) -> ToolError {
+        let path = &shown(path);
         let code = wire.code.as_str();
         match wire.code {
             ErrorCode::NotFound => ToolError::new(code, format!("cannot read \"{path}\": not found")),
@@ -89,6 +92,12 @@ impl ToolError {
     pub fn text(&self) -> String {
         format!("Error: {}", self.message)
     }
+}
+
+/// A path as the model gave it, for an error text: a raw control, bidi or zero-width character
+/// in it is escaped (`fsd_proto::names`), escapes it already holds are left as they are.
+fn shown(path: &str) -> String {
+    fsd_proto::names::sanitize(path)
 }
 
 /// A refusal by the mode fence, with the seed's marker.
