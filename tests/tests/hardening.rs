@@ -224,3 +224,42 @@ fn allow_backslash_lets_backslashes_through() {
     assert!(!write.is_error(), "{}", write.json);
     assert_eq!(d.read("a\\b.txt"), b"x\n");
 }
+
+#[test]
+fn a_file_truncated_while_it_streams_is_not_passed_off_as_the_file() {
+    let d = Daemon::start();
+    d.write("big.txt", "0123456789abcde\n".repeat(20 << 16));
+    let mut rpc = Rpc::connect(&d);
+    let request = fsd_proto::v1::StreamTextRequest {
+        path: common::rpc::p(&d.path("big.txt")),
+        chunk_bytes: 4096,
+        ..Default::default()
+    };
+    let mut stream = rpc.rt.block_on(rpc.client.stream_text(request)).unwrap().into_inner();
+    let mut items = 0;
+    let mut outcome = None;
+    while let Some(item) = rpc.rt.block_on(stream.message()).transpose() {
+        match item {
+            Ok(_) => {
+                items += 1;
+                if items == 2 {
+                    // The header and a first chunk are in: cut the file to 1 MiB under the read.
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(d.path("big.txt"))
+                        .unwrap()
+                        .set_len(1 << 20)
+                        .unwrap();
+                }
+            }
+            Err(status) => {
+                outcome = Some(status);
+                break;
+            }
+        }
+    }
+    let status = outcome.expect("the stream ended as if it had read the whole file");
+    let w = common::rpc::wire(&status);
+    assert_eq!(w.code, fsd_proto::ErrorCode::StaleVersion, "{status:?}");
+    assert_eq!(w.message, "file changed while it was read");
+}

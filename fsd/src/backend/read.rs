@@ -21,28 +21,55 @@ pub struct StreamHeader {
     pub size: u64,
 }
 
-/// Reads an open file to its end in chunks of `chunk` bytes. `sink` returns false when the
-/// receiver is gone; the read stops there, so memory stays at a few chunks whatever the size.
+/// What a read answers when the file it reads is not the file it opened any more.
+const CHANGED: &str = "file changed while it was read";
+
+/// Whether the file still is what it was when it was opened: same size, same mtime and ctime.
+fn unchanged(file: &File, at_open: &Meta) -> Result<(), FsError> {
+    let now = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
+    if now.size != at_open.size || now.mtime != at_open.mtime || now.ctime != at_open.ctime {
+        return Err(FsError::Stale(CHANGED));
+    }
+    Ok(())
+}
+
+/// Streams an open file in chunks of `chunk` bytes, exactly as many bytes as its size when the
+/// stream began: a file that grows, never ends (a size-0 procfs or FUSE file that keeps
+/// answering) or is truncated or rewritten while it is read fails with `FS_STALE_VERSION`
+/// ("changed while it was read") instead of passing for the whole file. `sink` returns false
+/// when the receiver is gone; the read stops there, so memory stays at a few chunks.
 pub fn pump(mut file: File, chunk: usize, sink: &mut dyn FnMut(Vec<u8>) -> bool) -> Result<(), FsError> {
-    loop {
-        let mut buf = vec![0u8; chunk];
+    let at_open = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
+    let mut left = at_open.size;
+    while left > 0 {
+        let want = chunk.min(usize::try_from(left).unwrap_or(usize::MAX));
+        let mut buf = vec![0u8; want];
         let mut filled = 0;
-        while filled < chunk {
+        while filled < want {
             match file.read(&mut buf[filled..]) {
-                Ok(0) => break,
+                // Shorter than its size: truncated (or rewritten) under the read.
+                Ok(0) => return Err(FsError::Stale(CHANGED)),
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(FsError::Read(e)),
             }
         }
-        if filled == 0 {
-            return Ok(());
-        }
-        buf.truncate(filled);
-        if !sink(buf) || filled < chunk {
+        left -= filled as u64;
+        if !sink(buf) {
             return Ok(());
         }
     }
+    // Anything past the size seen at the start: the file grew or lies about its size.
+    let mut probe = [0u8; 1];
+    loop {
+        match file.read(&mut probe) {
+            Ok(0) => break,
+            Ok(_) => return Err(FsError::Stale(CHANGED)),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(FsError::Read(e)),
+        }
+    }
+    unchanged(&file, &at_open)
 }
 
 fn file_type(kind: Kind) -> FileType {
@@ -54,13 +81,25 @@ fn file_type(kind: Kind) -> FileType {
     }
 }
 
-/// Reads at most `limit` bytes; more than that is `FS_TOO_LARGE` (st_size may lie or grow).
-pub(super) fn read_bounded(file: &File, size_hint: u64, limit: u64) -> Result<Vec<u8>, FsError> {
-    let mut buf = Vec::with_capacity(size_hint.min(limit) as usize);
-    file.take(limit + 1).read_to_end(&mut buf).map_err(FsError::Read)?;
-    if buf.len() as u64 > limit {
-        return Err(FsError::TooLarge { size: buf.len() as u64, limit });
+/// Reads the whole file as it was at open (`at_open`), at most `limit` bytes. A file that
+/// reports size 0 (procfs, some FUSE files) is read up to the limit: more is `FS_TOO_LARGE`. A
+/// file whose bytes or metadata no longer match its size at open (truncated, grown, rewritten
+/// under the read) is `FS_STALE_VERSION`, never a short or mixed read passed off as the file.
+pub(super) fn read_bounded(file: &File, at_open: &Meta, limit: u64) -> Result<Vec<u8>, FsError> {
+    if at_open.size > limit {
+        return Err(FsError::TooLarge { size: at_open.size, limit });
     }
+    let cap = if at_open.size == 0 { limit } else { at_open.size };
+    let mut buf = Vec::with_capacity(usize::try_from(cap.min(1 << 20)).unwrap_or(0));
+    file.take(cap + 1).read_to_end(&mut buf).map_err(FsError::Read)?;
+    if at_open.size == 0 {
+        if buf.len() as u64 > limit {
+            return Err(FsError::TooLarge { size: buf.len() as u64, limit });
+        }
+    } else if buf.len() as u64 != at_open.size {
+        return Err(FsError::Stale(CHANGED));
+    }
+    unchanged(file, at_open)?;
     Ok(buf)
 }
 
@@ -126,7 +165,7 @@ impl Backend {
         if meta.size > limit {
             return Err(self.fail(FsError::TooLarge { size: meta.size, limit }, &resolved));
         }
-        let bytes = read_bounded(&file, meta.size, limit).map_err(|e| self.fail(e, &resolved))?;
+        let bytes = read_bounded(&file, &meta, limit).map_err(|e| self.fail(e, &resolved))?;
         text::decode(&bytes).map_err(|e| self.fail(e, &resolved))?;
         let text = String::from_utf8(bytes)
             .map_err(|_| self.fail(FsError::NotText("file is not valid UTF-8"), &resolved))?;
@@ -147,7 +186,7 @@ impl Backend {
         if meta.size > limit {
             return Err(self.fail(FsError::TooLarge { size: meta.size, limit }, &resolved));
         }
-        let data = read_bounded(&file, meta.size, limit).map_err(|e| self.fail(e, &resolved))?;
+        let data = read_bounded(&file, &meta, limit).map_err(|e| self.fail(e, &resolved))?;
         Ok(Outcome::ReadBytes {
             target: self.target(&resolved),
             version: version::of_file(&file, &meta),
@@ -263,5 +302,90 @@ impl Backend {
             });
         }
         Ok(Outcome::ListDir { target, entries })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// A file with `size` bytes, opened, and its metadata at open.
+    fn opened(dir: &std::path::Path, size: usize) -> (std::path::PathBuf, File, Meta) {
+        let path = dir.join("f");
+        std::fs::write(&path, vec![b'a'; size]).unwrap();
+        let file = File::open(&path).unwrap();
+        let meta = sys::meta(file.as_fd()).unwrap();
+        (path, file, meta)
+    }
+
+    #[test]
+    fn a_read_of_a_file_that_changed_under_it_is_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        let stale = |r: Result<Vec<u8>, FsError>| matches!(r, Err(FsError::Stale(CHANGED)));
+
+        let (_, file, meta) = opened(dir.path(), 1000);
+        assert_eq!(read_bounded(&file, &meta, 1 << 20).unwrap().len(), 1000);
+
+        let (path, file, meta) = opened(dir.path(), 1000);
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(10).unwrap();
+        assert!(stale(read_bounded(&file, &meta, 1 << 20)), "truncated");
+
+        let (path, file, meta) = opened(dir.path(), 1000);
+        std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"more").unwrap();
+        assert!(stale(read_bounded(&file, &meta, 1 << 20)), "grown");
+
+        let (path, file, meta) = opened(dir.path(), 1000);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().write_all(b"b").unwrap();
+        assert!(stale(read_bounded(&file, &meta, 1 << 20)), "rewritten in place, same size");
+
+        let (_, file, meta) = opened(dir.path(), 1000);
+        assert!(matches!(read_bounded(&file, &meta, 999), Err(FsError::TooLarge { size: 1000, limit: 999 })));
+    }
+
+    #[test]
+    fn a_size_zero_file_is_read_up_to_the_limit() {
+        // /proc files report size 0 and have content: read, but never past the limit.
+        let file = File::open("/proc/self/status").unwrap();
+        let meta = sys::meta(file.as_fd()).unwrap();
+        assert_eq!(meta.size, 0);
+        assert!(!read_bounded(&file, &meta, 1 << 20).unwrap().is_empty());
+        let file = File::open("/proc/self/status").unwrap();
+        assert!(matches!(read_bounded(&file, &meta, 16), Err(FsError::TooLarge { limit: 16, .. })));
+    }
+
+    #[test]
+    fn a_stream_stops_at_the_size_at_its_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, file, _) = opened(dir.path(), 10_000);
+        let mut got = 0;
+        pump(file, 4096, &mut |b| {
+            got += b.len();
+            true
+        })
+        .unwrap();
+        assert_eq!(got, 10_000);
+
+        // A size-0 file that keeps answering: the stream ends at once, as a changed file.
+        let file = File::open("/proc/self/status").unwrap();
+        let mut got = 0;
+        let r = pump(file, 4096, &mut |b| {
+            got += b.len();
+            true
+        });
+        assert!(matches!(r, Err(FsError::Stale(CHANGED))), "{r:?}");
+        assert_eq!(got, 0);
+
+        let (path, file, _) = opened(dir.path(), 100_000);
+        let mut first = true;
+        let r = pump(file, 4096, &mut |_| {
+            if first {
+                std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(5000).unwrap();
+                first = false;
+            }
+            true
+        });
+        assert!(matches!(r, Err(FsError::Stale(CHANGED))), "{r:?}");
     }
 }
