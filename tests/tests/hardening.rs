@@ -66,7 +66,7 @@ fn workers_take_the_workspace_owner_and_no_capabilities_by_default() {
         foreign_file(root, "theirs.txt", 0o644);
         foreign_file(root, "private.txt", 0o600);
     };
-    let d = Daemon::start_custom(&[], &prepare, &[], "");
+    let d = Daemon::start_custom(&[], &prepare, &[], "", &[]);
     for pid in workers(&d) {
         assert_eq!(status_field(pid, "Uid"), "1000 1000 1000 1000", "worker {pid}");
         assert_eq!(status_field(pid, "Gid"), "1000 1000 1000 1000", "worker {pid}");
@@ -92,7 +92,7 @@ fn workers_take_the_workspace_owner_and_no_capabilities_by_default() {
 #[test]
 fn a_root_owned_workspace_gets_root_workers_without_capabilities() {
     need_root();
-    let d = Daemon::start_custom(&[], &|root| foreign_file(root, "theirs.txt", 0o600), &[], "");
+    let d = Daemon::start_custom(&[], &|root| foreign_file(root, "theirs.txt", 0o600), &[], "", &[]);
     for pid in workers(&d) {
         assert_eq!(status_field(pid, "CapEff"), "0000000000000000", "worker {pid}");
         assert_eq!(status_field(pid, "CapBnd"), "0000000000000000", "worker {pid}");
@@ -105,8 +105,13 @@ fn a_root_owned_workspace_gets_root_workers_without_capabilities() {
 #[test]
 fn root_workers_only_when_worker_uid_is_zero() {
     need_root();
-    let d =
-        Daemon::start_custom(&[], &|root| foreign_file(root, "theirs.txt", 0o644), &[], "worker_uid = 0\n");
+    let d = Daemon::start_custom(
+        &[],
+        &|root| foreign_file(root, "theirs.txt", 0o644),
+        &[],
+        "worker_uid = 0\n",
+        &[],
+    );
     for pid in workers(&d) {
         assert_eq!(status_field(pid, "Uid"), "0 0 0 0", "worker {pid}");
         // CAP_CHOWN | CAP_DAC_OVERRIDE | CAP_FOWNER.
@@ -163,7 +168,7 @@ fn writable_roots_of_different_owners_refuse_to_start() {
 
 #[test]
 fn a_write_past_rlimit_fsize_is_too_large_and_leaves_nothing_behind() {
-    let d = Daemon::start_custom(&["prlimit", "--fsize=1048576", "--"], &|_| {}, &[], "");
+    let d = Daemon::start_custom(&["prlimit", "--fsize=1048576", "--"], &|_| {}, &[], "", &[]);
     d.write("big.txt", "original\n");
     let before = workers(&d);
     let mut s = d.session();

@@ -60,12 +60,24 @@ impl Daemon {
 
     /// A daemon with extra flags and a config file body (empty: none).
     pub fn start_with(extra: &[&str], config: &str) -> Daemon {
-        Daemon::start_custom(&[], &|_| {}, extra, config)
+        Daemon::start_with_env(extra, config, &[])
+    }
+
+    /// A daemon with extra flags, a config file body and extra environment (test hooks).
+    pub fn start_with_env(extra: &[&str], config: &str, env: &[(&str, &str)]) -> Daemon {
+        Daemon::start_custom(&[], &|_| {}, extra, config, env)
     }
 
     /// A daemon started through `wrapper` (a command that execs the rest, e.g. `prlimit ...`),
-    /// after `prepare` ran on the (canonical) root, with extra flags and a config file body.
-    pub fn start_custom(wrapper: &[&str], prepare: &dyn Fn(&Path), extra: &[&str], config: &str) -> Daemon {
+    /// after `prepare` ran on the (canonical) root, with extra flags, a config file body and
+    /// extra environment.
+    pub fn start_custom(
+        wrapper: &[&str],
+        prepare: &dyn Fn(&Path),
+        extra: &[&str],
+        config: &str,
+        env: &[(&str, &str)],
+    ) -> Daemon {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().join("ws");
         std::fs::create_dir(&root).expect("mkdir ws");
@@ -87,6 +99,7 @@ impl Daemon {
             cmd.arg("--config").arg(path);
         }
         cmd.args(extra)
+            .envs(env.iter().copied())
             .env("FSD_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
