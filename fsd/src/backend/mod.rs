@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 pub use locks::{Guard, Locking, TargetLocks};
-pub use read::{StreamHeader, pump};
+pub use read::{CHANGED, StreamHeader, unchanged};
 use resolve::{Resolved, Root, WalkOptions};
 use std::sync::Arc;
 

@@ -22,54 +22,15 @@ pub struct StreamHeader {
 }
 
 /// What a read answers when the file it reads is not the file it opened any more.
-const CHANGED: &str = "file changed while it was read";
+pub const CHANGED: &str = "file changed while it was read";
 
 /// Whether the file still is what it was when it was opened: same size, same mtime and ctime.
-fn unchanged(file: &File, at_open: &Meta) -> Result<(), FsError> {
+pub fn unchanged(file: &File, at_open: &Meta) -> Result<(), FsError> {
     let now = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
     if now.size != at_open.size || now.mtime != at_open.mtime || now.ctime != at_open.ctime {
         return Err(FsError::Stale(CHANGED));
     }
     Ok(())
-}
-
-/// Streams an open file in chunks of `chunk` bytes, exactly as many bytes as its size when the
-/// stream began: a file that grows, never ends (a size-0 procfs or FUSE file that keeps
-/// answering) or is truncated or rewritten while it is read fails with `FS_STALE_VERSION`
-/// ("changed while it was read") instead of passing for the whole file. `sink` returns false
-/// when the receiver is gone; the read stops there, so memory stays at a few chunks.
-pub fn pump(mut file: File, chunk: usize, sink: &mut dyn FnMut(Vec<u8>) -> bool) -> Result<(), FsError> {
-    let at_open = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
-    let mut left = at_open.size;
-    while left > 0 {
-        let want = chunk.min(usize::try_from(left).unwrap_or(usize::MAX));
-        let mut buf = vec![0u8; want];
-        let mut filled = 0;
-        while filled < want {
-            match file.read(&mut buf[filled..]) {
-                // Shorter than its size: truncated (or rewritten) under the read.
-                Ok(0) => return Err(FsError::Stale(CHANGED)),
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(FsError::Read(e)),
-            }
-        }
-        left -= filled as u64;
-        if !sink(buf) {
-            return Ok(());
-        }
-    }
-    // Anything past the size seen at the start: the file grew or lies about its size.
-    let mut probe = [0u8; 1];
-    loop {
-        match file.read(&mut probe) {
-            Ok(0) => break,
-            Ok(_) => return Err(FsError::Stale(CHANGED)),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(FsError::Read(e)),
-        }
-    }
-    unchanged(&file, &at_open)
 }
 
 fn file_type(kind: Kind) -> FileType {
@@ -354,39 +315,5 @@ mod tests {
         assert!(!read_bounded(&file, &meta, 1 << 20).unwrap().is_empty());
         let file = File::open("/proc/self/status").unwrap();
         assert!(matches!(read_bounded(&file, &meta, 16), Err(FsError::TooLarge { limit: 16, .. })));
-    }
-
-    #[test]
-    fn a_stream_stops_at_the_size_at_its_start() {
-        let dir = tempfile::tempdir().unwrap();
-        let (_, file, _) = opened(dir.path(), 10_000);
-        let mut got = 0;
-        pump(file, 4096, &mut |b| {
-            got += b.len();
-            true
-        })
-        .unwrap();
-        assert_eq!(got, 10_000);
-
-        // A size-0 file that keeps answering: the stream ends at once, as a changed file.
-        let file = File::open("/proc/self/status").unwrap();
-        let mut got = 0;
-        let r = pump(file, 4096, &mut |b| {
-            got += b.len();
-            true
-        });
-        assert!(matches!(r, Err(FsError::Stale(CHANGED))), "{r:?}");
-        assert_eq!(got, 0);
-
-        let (path, file, _) = opened(dir.path(), 100_000);
-        let mut first = true;
-        let r = pump(file, 4096, &mut |_| {
-            if first {
-                std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(5000).unwrap();
-                first = false;
-            }
-            true
-        });
-        assert!(matches!(r, Err(FsError::Stale(CHANGED))), "{r:?}");
     }
 }

@@ -225,6 +225,10 @@ impl Fsd for FsdService {
                 Err(stream::Ended::Read(e)) => {
                     crate::error::Failure::new(crate::error::FsError::Read(e), r.path.clone()).into_wire()
                 }
+                Err(stream::Ended::Changed) => {
+                    let error = crate::error::FsError::Stale(backend::CHANGED);
+                    crate::error::Failure::new(error, r.path.clone()).into_wire()
+                }
             };
             let _ = cancel_tx.send(Err(error.with("mode", mode.as_str()).into_status()));
         });
