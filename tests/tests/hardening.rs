@@ -268,3 +268,67 @@ fn a_file_truncated_while_it_streams_is_not_passed_off_as_the_file() {
     assert_eq!(w.code, fsd_proto::ErrorCode::StaleVersion, "{status:?}");
     assert_eq!(w.message, "file changed while it was read");
 }
+
+/// A git directory by what it is: HEAD, objects/ and refs/.
+fn git_dir(dir: &Path) {
+    std::fs::create_dir_all(dir.join("objects")).unwrap();
+    std::fs::create_dir_all(dir.join("refs/heads")).unwrap();
+    std::fs::create_dir_all(dir.join("hooks")).unwrap();
+    std::fs::write(dir.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::write(dir.join("config"), "[core]\n").unwrap();
+}
+
+#[test]
+fn git_directories_are_protected_by_what_they_are_not_by_name() {
+    let d = Daemon::start();
+    // `.git` renamed by a shell, a bare repository, a linked worktree's git directory.
+    git_dir(&d.path("proj/g2"));
+    git_dir(&d.path("bare"));
+    std::fs::create_dir_all(d.path("wt-gitdir")).unwrap();
+    std::fs::write(d.path("wt-gitdir/HEAD"), "ref: refs/heads/x\n").unwrap();
+    std::fs::write(d.path("wt-gitdir/commondir"), "../bare\n").unwrap();
+    d.write("proj/a.txt", "a\n");
+    let mut s = d.session();
+    for path in [
+        "proj/g2/hooks/pre-commit",
+        "proj/g2/config",
+        "bare/config",
+        "bare/hooks/new/post-checkout",
+        "wt-gitdir/config",
+    ] {
+        let write = s.call("write", json!({"file_path": path, "content": "#!/bin/sh\n"}));
+        assert_eq!(write.code(), Some("FS_SANDBOX_DENIED"), "{path}: {}", write.json);
+        assert!(write.text().contains("is a git directory (protected)"), "{path}: {}", write.json);
+    }
+    assert_eq!(std::fs::read(d.path("proj/g2/config")).unwrap(), b"[core]\n");
+    assert!(!d.path("proj/g2/hooks/pre-commit").exists());
+    assert!(!d.path("bare/hooks/new").exists(), "a directory was created inside a git directory");
+    // A link into it is caught on the resolved components.
+    symlink(d.path("proj/g2/config"), &d.path("innocent"));
+    assert!(!s.read("innocent").is_error());
+    let write = s.call("write", json!({"file_path": "innocent", "content": "[core]\nfsmonitor = x\n"}));
+    assert_eq!(write.code(), Some("FS_SANDBOX_DENIED"), "{}", write.json);
+    // Moves into and out of it are refused.
+    let mut rpc = Rpc::connect(&d);
+    for (from, to) in [("proj/a.txt", "proj/g2/hooks/pre-commit"), ("proj/g2/config", "proj/stolen")] {
+        let request = fsd_proto::v1::MoveFileRequest {
+            source: common::rpc::p(&d.path(from)),
+            destination: common::rpc::p(&d.path(to)),
+            ..Default::default()
+        };
+        let status = rpc.rt.block_on(rpc.client.move_file(request)).unwrap_err();
+        assert_eq!(
+            common::rpc::wire(&status).code,
+            fsd_proto::ErrorCode::SandboxDenied,
+            "{from}: {status:?}"
+        );
+    }
+    assert!(d.path("proj/a.txt").exists() && d.path("proj/g2/config").exists());
+    // Beside it, writes work; a directory with only some of the markers is not a git directory.
+    std::fs::create_dir_all(d.path("notgit/objects")).unwrap();
+    std::fs::write(d.path("notgit/HEAD"), "x\n").unwrap();
+    for path in ["proj/b.txt", "notgit/c.txt"] {
+        let write = s.call("write", json!({"file_path": path, "content": "ok\n"}));
+        assert!(!write.is_error(), "{path}: {}", write.json);
+    }
+}

@@ -432,10 +432,44 @@ impl Backend {
                         resolve::escape_bytes(name.as_bytes())
                     )));
                 }
+                if let Some(depth) = self.git_dir_above(root, rel)? {
+                    return Err(FsError::Denied(format!(
+                        "file access denied under workspace-write mode: {} is a git directory (protected)",
+                        resolve::display_path(&self.roots, root, &rel[..depth])
+                    )));
+                }
                 Ok(())
             }
             Mode::DangerFullAccess => Ok(()),
         }
+    }
+
+    /// The depth of the first git directory among the directories holding `rel` below `root`
+    /// (0: the root itself), found by what it is, not by its name: a `.git` renamed by a shell,
+    /// a bare repository, the target of a `.git` file's `gitdir:`. Writing its `config` or hooks
+    /// would run code on the next git command. The walk opens the resolved components again,
+    /// none of which is a link.
+    fn git_dir_above(&self, root: usize, rel: &[OsString]) -> Result<Option<usize>, FsError> {
+        let Some(dirs) = rel.len().checked_sub(1) else { return Ok(None) };
+        let mut dir = self.roots[root]
+            .fd
+            .try_clone()
+            .map_err(|e| FsError::Walk(sys::Errno::from_io_error(&e).unwrap_or(sys::Errno::IO)))?;
+        for depth in 0..=dirs {
+            if is_git_dir(&dir) {
+                return Ok(Some(depth));
+            }
+            if depth == dirs {
+                break;
+            }
+            dir = match sys::open_component(sys::borrow(&dir), &rel[depth]) {
+                Ok(next) => next,
+                // Not there yet (a parent about to be created): nothing below it to protect.
+                Err(sys::Errno::NOENT) => return Ok(None),
+                Err(errno) => return Err(FsError::Walk(errno)),
+            };
+        }
+        Ok(None)
     }
 
     /// Takes the per-target locks of a mutation.
@@ -459,4 +493,15 @@ impl Backend {
             Change { before: None, after: None, omitted: true }
         }
     }
+}
+
+/// A git directory: `HEAD` beside `objects/` and `refs/` (a repository, bare or not), or beside
+/// `commondir` (a linked worktree's git directory).
+fn is_git_dir(dir: &std::os::fd::OwnedFd) -> bool {
+    let kind = |name: &str| sys::meta_at(sys::borrow(dir), std::ffi::OsStr::new(name)).ok().map(|m| m.kind);
+    if kind("HEAD") != Some(sys::Kind::File) {
+        return false;
+    }
+    let is_dir = |name: &str| kind(name) == Some(sys::Kind::Directory);
+    (is_dir("objects") && is_dir("refs")) || kind("commondir") == Some(sys::Kind::File)
 }
