@@ -455,21 +455,18 @@ impl Backend {
             .fd
             .try_clone()
             .map_err(|e| FsError::Walk(sys::Errno::from_io_error(&e).unwrap_or(sys::Errno::IO)))?;
-        for depth in 0..=dirs {
+        for (depth, name) in rel[..dirs].iter().enumerate() {
             if is_git_dir(&dir) {
                 return Ok(Some(depth));
             }
-            if depth == dirs {
-                break;
-            }
-            dir = match sys::open_component(sys::borrow(&dir), &rel[depth]) {
+            dir = match sys::open_component(sys::borrow(&dir), name) {
                 Ok(next) => next,
                 // Not there yet (a parent about to be created): nothing below it to protect.
                 Err(sys::Errno::NOENT) => return Ok(None),
                 Err(errno) => return Err(FsError::Walk(errno)),
             };
         }
-        Ok(None)
+        Ok(is_git_dir(&dir).then_some(dirs))
     }
 
     /// Takes the per-target locks of a mutation.
