@@ -332,3 +332,47 @@ fn git_directories_are_protected_by_what_they_are_not_by_name() {
         assert!(!write.is_error(), "{path}: {}", write.json);
     }
 }
+
+#[test]
+fn apply_patch_asks_the_daemon_before_writing_anything() {
+    let readable = tempfile::tempdir().unwrap();
+    let readable = std::fs::canonicalize(readable.path()).unwrap();
+    std::fs::write(readable.join("r.txt"), "r\n").unwrap();
+    let d = Daemon::start_with(&["--readable-root", readable.to_str().unwrap()], "");
+    d.write("a.txt", "one\n");
+    std::fs::create_dir_all(d.path(".git/hooks")).unwrap();
+    git_dir(&d.path("g2"));
+    let mut s = d.session_with_config("applyPatch = true\n");
+    assert!(!s.read("a.txt").is_error());
+    let update = "*** Update File: a.txt\n@@\n-one\n+two\n";
+    let denied = [
+        "*** Add File: .git/hooks/pre-commit\n+#!/bin/sh\n".to_owned(),
+        "*** Add File: g2/hooks/pre-commit\n+#!/bin/sh\n".to_owned(),
+        format!("*** Add File: {}/new.txt\n+x\n", readable.display()),
+        "*** Update File: a.txt\n*** Move to: g2/config\n@@\n-one\n+two\n".to_owned(),
+    ];
+    for op in &denied {
+        let patch = format!("*** Begin Patch\n{update}{op}*** End Patch\n");
+        let reply = s.call("apply_patch", json!({"input": patch}));
+        assert!(reply.is_error(), "{op}: {}", reply.json);
+        assert_eq!(reply.code(), Some("FS_SANDBOX_DENIED"), "{op}: {}", reply.json);
+        assert!(
+            reply.text().starts_with("Error: Patch rejected before any change"),
+            "{op}: {}",
+            reply.text()
+        );
+        assert_eq!(d.read("a.txt"), b"one\n", "{op}: the valid update was written");
+    }
+    assert!(!d.path(".git/hooks/pre-commit").exists() && !readable.join("new.txt").exists());
+
+    // A read-only call refuses the whole patch the same way.
+    let d = Daemon::start_with(&["--default-mode", "read-only"], "");
+    d.write("a.txt", "one\n");
+    let mut s = d.session_with_config("applyPatch = true\n");
+    assert!(!s.read("a.txt").is_error());
+    let patch = format!("*** Begin Patch\n{update}*** Add File: b.txt\n+b\n*** End Patch\n");
+    let reply = s.call("apply_patch", json!({"input": patch}));
+    assert_eq!(reply.code(), Some("FS_SANDBOX_DENIED"), "{}", reply.json);
+    assert_eq!(d.read("a.txt"), b"one\n");
+    assert!(!d.path("b.txt").exists());
+}

@@ -140,6 +140,11 @@ pub enum Request {
         path: String,
         no_follow: bool,
     },
+    /// A stat that also checks that the mode may write the target, writing nothing.
+    CheckWrite {
+        path: String,
+        no_follow: bool,
+    },
     ReadText {
         path: String,
         max_bytes: u64,
@@ -361,6 +366,7 @@ impl Backend {
     pub fn handle(&self, mode: Mode, request: Request) -> Result<Outcome, Failure> {
         match request {
             Request::Stat { path, no_follow } => self.stat(mode, &path, no_follow),
+            Request::CheckWrite { path, no_follow } => self.check_write(mode, &path, no_follow),
             Request::ReadText { path, max_bytes } => self.read_text(mode, &path, max_bytes),
             Request::ReadBytes { path, max_bytes } => self.read_bytes(mode, &path, max_bytes),
             Request::ListDir { path } => self.list_dir(mode, &path),
@@ -442,6 +448,44 @@ impl Backend {
             }
             Mode::DangerFullAccess => Ok(()),
         }
+    }
+
+    /// Whether `mode` may write `path` (the fence, not the guards): resolved as far as it
+    /// exists, nothing created; the missing rest is checked as the names it would create (no
+    /// links among them, since they do not exist). Answers the stat of the target.
+    fn check_write(&self, mode: Mode, path: &str, no_follow: bool) -> Result<Outcome, Failure> {
+        let options = WalkOptions { follow_final: !no_follow, create_parents: false };
+        match self.walk(mode, path, options) {
+            Ok(resolved) => {
+                self.may_write(mode, resolved.root, &resolved.rel).map_err(|e| self.fail(e, &resolved))?;
+            }
+            Err(Failure { error: FsError::NotFound, .. }) => {
+                let raw =
+                    resolve::raw_components(path, self.allow_backslash).map_err(|e| Failure::new(e, path))?;
+                let mut missing = Vec::new();
+                let mut known = raw;
+                let found = loop {
+                    let Some(last) = known.pop() else { break None };
+                    missing.push(last);
+                    let prefix: Vec<String> =
+                        known.iter().map(|c| resolve::escape_bytes(c.as_bytes())).collect();
+                    let ancestor = format!("/{}", prefix.join("/"));
+                    if let Ok(resolved) = self.walk(mode, &ancestor, options) {
+                        break Some(resolved);
+                    }
+                };
+                if let Some(resolved) = found
+                    && !missing.iter().any(|c| c == "..")
+                {
+                    let mut rel = resolved.rel.clone();
+                    rel.extend(missing.into_iter().rev());
+                    let target = Resolved { root: resolved.root, rel, parent: None, meta: None };
+                    self.may_write(mode, target.root, &target.rel).map_err(|e| self.fail(e, &target))?;
+                }
+            }
+            Err(f) => return Err(f),
+        }
+        self.stat(mode, path, no_follow)
     }
 
     /// The depth of the first git directory among the directories holding `rel` below `root`
