@@ -87,3 +87,35 @@ pub fn network(config: &Config) -> Result<Confinement, ConfineError> {
     let landlock = step::landlock(&[], required)?;
     Ok(Confinement { landlock })
 }
+
+/// Why the kernel does not protect the fence against links, if it does not: with
+/// `fs.protected_hardlinks = 0` anyone may hard-link a file they cannot write (a root-only file)
+/// into the workspace, where a write through fsd would reach it; with
+/// `fs.protected_symlinks = 0` a link planted in a sticky directory is followed for anyone.
+pub fn missing_link_protection() -> Option<String> {
+    let dir = sysctl_dir();
+    let off: Vec<String> = ["protected_hardlinks", "protected_symlinks"]
+        .into_iter()
+        .filter(|name| {
+            // Unreadable counts as off: the precondition is not known to hold.
+            std::fs::read_to_string(dir.join(name)).map_or(true, |v| v.trim() == "0")
+        })
+        .map(|name| format!("fs.{name} = 0"))
+        .collect();
+    (!off.is_empty()).then(|| {
+        format!(
+            "the kernel does not protect links ({}); set it to 1 (sysctl -w) to serve this mode",
+            off.join(", ")
+        )
+    })
+}
+
+/// Where the `fs.*` sysctls are read; the test build may point elsewhere
+/// (`FSD_FAULT_SYSCTL_FS_DIR`) so a test can show both outcomes without changing the machine.
+fn sysctl_dir() -> PathBuf {
+    #[cfg(feature = "fault-injection")]
+    if let Some(dir) = std::env::var_os("FSD_FAULT_SYSCTL_FS_DIR") {
+        return PathBuf::from(dir);
+    }
+    PathBuf::from("/proc/sys/fs")
+}

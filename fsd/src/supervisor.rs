@@ -178,6 +178,15 @@ async fn supervise(
             }
             tracing::warn!(mode = mode.as_str(), %reason, "SERVING WITHOUT A KERNEL FENCE (landlock = \"best-effort\")");
         }
+        if mode != Mode::DangerFullAccess
+            && let Some(reason) = crate::confine::missing_link_protection()
+        {
+            if sup.config.landlock == LandlockPolicy::Required {
+                sup.give_up(mode, reason)?;
+                continue;
+            }
+            tracing::warn!(mode = mode.as_str(), %reason, "SERVING WITHOUT THE KERNEL'S LINK PROTECTION (landlock = \"best-effort\")");
+        }
         for _ in 0..sup.config.workers_per_mode {
             sup.spawn_worker(mode)?;
         }

@@ -376,3 +376,44 @@ fn apply_patch_asks_the_daemon_before_writing_anything() {
     assert_eq!(d.read("a.txt"), b"one\n");
     assert!(!d.path("b.txt").exists());
 }
+
+/// A stand-in for /proc/sys/fs with these two values.
+fn sysctls(hardlinks: &str, symlinks: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("protected_hardlinks"), format!("{hardlinks}\n")).unwrap();
+    std::fs::write(dir.path().join("protected_symlinks"), format!("{symlinks}\n")).unwrap();
+    dir
+}
+
+fn mode_status(rpc: &Rpc, mode: fsd_proto::v1::Mode) -> fsd_proto::v1::ModeStatus {
+    rpc.hello.modes.iter().find(|m| m.mode == mode as i32).cloned().unwrap()
+}
+
+#[test]
+fn confined_modes_need_the_kernels_link_protection() {
+    use fsd_proto::v1::Mode;
+    let off = sysctls("0", "1");
+    let env = [("FSD_FAULT_SYSCTL_FS_DIR", off.path().to_str().unwrap())];
+    let d = Daemon::start_with_env(&[], "", &env);
+    let rpc = Rpc::connect(&d);
+    for mode in [Mode::ReadOnly, Mode::WorkspaceWrite] {
+        let status = mode_status(&rpc, mode);
+        assert!(!status.available, "{status:?}");
+        assert!(status.reason.contains("fs.protected_hardlinks = 0"), "{status:?}");
+    }
+    d.write("a.txt", "a\n");
+    let mut s = d.session();
+    assert!(s.read("a.txt").is_error(), "a confined mode served without link protection");
+
+    // best-effort serves, with a warning in the log.
+    let d = Daemon::start_with_env(&[], "landlock = \"best-effort\"\n", &env);
+    d.write("a.txt", "a\n");
+    let mut s = d.session();
+    assert!(!s.read("a.txt").is_error());
+
+    // Both on: served as usual.
+    let on = sysctls("1", "1");
+    let d = Daemon::start_with_env(&[], "", &[("FSD_FAULT_SYSCTL_FS_DIR", on.path().to_str().unwrap())]);
+    let rpc = Rpc::connect(&d);
+    assert!(mode_status(&rpc, Mode::WorkspaceWrite).available);
+}
