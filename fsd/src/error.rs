@@ -38,6 +38,8 @@ pub enum FsError {
     TooManyEntries(usize),
     #[error("cannot keep the replaced file's owner: {0}")]
     KeepOwner(#[source] Errno),
+    #[error("cannot keep the replaced file's ACL or extended attributes: {0}")]
+    KeepAttributes(#[source] Errno),
     #[error("cannot resolve path: {0}")]
     Walk(#[source] Errno),
     #[error("cannot create parent directory: {0}")]
@@ -99,7 +101,7 @@ impl FsError {
             FsError::AlreadyExists => ErrorCode::NotObserved,
             FsError::EditNotFound => ErrorCode::EditNotFound,
             FsError::AmbiguousEdit(_) => ErrorCode::AmbiguousEdit,
-            FsError::KeepOwner(_) => ErrorCode::PermissionDenied,
+            FsError::KeepOwner(_) | FsError::KeepAttributes(_) => ErrorCode::PermissionDenied,
             FsError::Aborted => ErrorCode::Aborted,
             FsError::Walk(e)
             | FsError::MakeDir(e)

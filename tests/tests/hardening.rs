@@ -417,3 +417,46 @@ fn confined_modes_need_the_kernels_link_protection() {
     let rpc = Rpc::connect(&d);
     assert!(mode_status(&rpc, Mode::WorkspaceWrite).available);
 }
+
+/// A POSIX ACL in its xattr form: the owner rw, user 4242 rw, the owning group only r, mask rw.
+fn narrow_group_acl() -> Vec<u8> {
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (0x01u16, 6u16, u32::MAX),
+        (0x02, 6, 4242),
+        (0x04, 4, u32::MAX),
+        (0x10, 6, u32::MAX),
+        (0x20, 0, u32::MAX),
+    ] {
+        acl.extend(tag.to_le_bytes());
+        acl.extend(perm.to_le_bytes());
+        acl.extend(id.to_le_bytes());
+    }
+    acl
+}
+
+#[test]
+fn a_replace_keeps_the_acl_and_user_attributes() {
+    use rustix::fs::{XattrFlags, getxattr, setxattr};
+    let d = Daemon::start();
+    d.write("shared.txt", "v1\n");
+    let path = d.path("shared.txt");
+    let acl = narrow_group_acl();
+    setxattr(&path, "system.posix_acl_access", &acl, XattrFlags::empty())
+        .expect("this filesystem takes POSIX ACLs");
+    setxattr(&path, "user.origin", b"kept", XattrFlags::empty()).expect("this filesystem takes user xattrs");
+    let mode_before = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    let mut s = d.session();
+    assert!(!s.read("shared.txt").is_error());
+    let write = s.call("write", json!({"file_path": "shared.txt", "content": "v2\n"}));
+    assert!(!write.is_error(), "{}", write.json);
+    let edit = s.call("edit", json!({"file_path": "shared.txt", "old_string": "v2", "new_string": "v3"}));
+    assert!(!edit.is_error(), "{}", edit.json);
+    assert_eq!(d.read("shared.txt"), b"v3\n");
+    let mut buf = vec![0u8; 256];
+    let n = getxattr(&path, "system.posix_acl_access", &mut buf).expect("the ACL survived the replace");
+    assert_eq!(&buf[..n], acl.as_slice(), "the group entry is still narrower than the mask");
+    let n = getxattr(&path, "user.origin", &mut buf).expect("the user attribute survived the replace");
+    assert_eq!(&buf[..n], b"kept");
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, mode_before);
+}
