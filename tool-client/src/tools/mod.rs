@@ -259,6 +259,12 @@ impl Session {
 
     /// A path as the model gave it, made absolute against the session's cwd.
     fn absolute(&self, path: &str) -> String {
+        // A Windows path (`C:\\Users\\x.txt`, `C:/x`) goes to the daemon as given, which refuses
+        // it as FS_INVALID_PATH, instead of becoming a literal name below the cwd.
+        let bytes = path.as_bytes();
+        if bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':' {
+            return path.to_owned();
+        }
         let joined = if path.starts_with('/') { PathBuf::from(path) } else { self.cwd.join(path) };
         // Only `.` and repeated slashes go: `..` is for the daemon to resolve, after links.
         let mut clean = PathBuf::new();
@@ -268,7 +274,12 @@ impl Session {
                 other => clean.push(other.as_os_str()),
             }
         }
-        clean.to_string_lossy().into_owned()
+        let mut clean = clean.to_string_lossy().into_owned();
+        // A trailing slash says "a directory": the daemon refuses it on a file, so keep it.
+        if path.ends_with('/') && !clean.ends_with('/') {
+            clean.push('/');
+        }
+        clean
     }
 
     fn policy_on(&self) -> bool {
