@@ -1,7 +1,6 @@
 //! The MCP server face end to end: `fsd-tools mcp --root` (the embedded daemon) driven by the
 //! official MCP Python SDK through `tests/mcp/client.py`. The interpreter is the venv that
 //! `scripts/test.sh` builds; its path comes in `FSD_TEST_PYTHON`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -196,8 +196,6 @@ impl ServerHandler for McpServer {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-
     use super::*;
     use crate::failure::ToolError;
 
