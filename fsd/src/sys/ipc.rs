@@ -160,6 +160,31 @@ pub fn die_with_parent() -> Result<(), Errno> {
     Ok(())
 }
 
+/// The process that listens on the socket `stream` is connected to: a Unix socket's peer
+/// credentials name the process that called listen().
+pub fn listener_pid(stream: &UnixStream) -> Option<u32> {
+    let peer = rustix::net::sockopt::socket_peercred(stream).ok()?;
+    u32::try_from(peer.pid.as_raw_pid()).ok()
+}
+
+/// Whether process `pid` is on its way out: gone, its main thread a zombie (a killed
+/// multi-threaded process shows that while its other threads still exit, still holding its
+/// descriptors), or marked exiting (the kernel's PF_EXITING in `/proc/<pid>/stat`). A process
+/// whose state cannot be read (another user's under `hidepid`) counts as alive.
+pub fn exiting(pid: u32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat,
+        Err(e) => return e.kind() == std::io::ErrorKind::NotFound,
+    };
+    // After the parenthesised name: state, ppid, pgrp, session, tty_nr, tpgid, flags, ...
+    let Some((_, rest)) = stat.rsplit_once(')') else { return false };
+    let mut fields = rest.split_whitespace();
+    let state = fields.next().unwrap_or_default();
+    let flags = fields.nth(5).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    matches!(state, "Z" | "X" | "x") || flags & PF_EXITING != 0
+}
+
 /// Borrows the socket's descriptor.
 pub fn fd_of(socket: &UnixStream) -> BorrowedFd<'_> {
     socket.as_fd()
