@@ -172,12 +172,16 @@ pub fn listener_pid(stream: &UnixStream) -> Option<u32> {
 /// descriptors), or marked exiting (the kernel's PF_EXITING in `/proc/<pid>/stat`). A process
 /// whose state cannot be read (another user's under `hidepid`) counts as alive.
 pub fn exiting(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat_says_exiting(&stat),
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    }
+}
+
+/// Reads a `/proc/<pid>/stat` line: after the parenthesised name come state, ppid, pgrp,
+/// session, tty_nr, tpgid, flags, ...
+fn stat_says_exiting(stat: &str) -> bool {
     const PF_EXITING: u64 = 0x4;
-    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat,
-        Err(e) => return e.kind() == std::io::ErrorKind::NotFound,
-    };
-    // After the parenthesised name: state, ppid, pgrp, session, tty_nr, tpgid, flags, ...
     let Some((_, rest)) = stat.rsplit_once(')') else { return false };
     let mut fields = rest.split_whitespace();
     let state = fields.next().unwrap_or_default();
@@ -188,4 +192,25 @@ pub fn exiting(pid: u32) -> bool {
 /// Borrows the socket's descriptor.
 pub fn fd_of(socket: &UnixStream) -> BorrowedFd<'_> {
     socket.as_fd()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(stat: &str, expected: bool) {
+        assert_eq!(stat_says_exiting(stat), expected, "{stat}");
+    }
+
+    #[test]
+    fn stat_lines_of_exiting_processes() {
+        // A serving process; a name with spaces and parentheses; a zombie main thread; a process
+        // marked PF_EXITING (0x40800c) while its main thread still runs; an unreadable line.
+        check("4242 (fsd) S 4241 4241 1 0 -1 4194560 900 0 0 0", false);
+        check("4242 (a) b (c) S 4241 4241 1 0 -1 4194560 900 0 0 0", false);
+        check("4242 (fsd) Z 4241 4241 1 0 -1 4227084 900 0 0 0", true);
+        check("4242 (fsd) R 4241 4241 1 0 -1 4227084 900 0 0 0", true);
+        check("4242 (fsd) X 1 4241 1 0 -1 4194560 900 0 0 0", true);
+        check("garbage", false);
+    }
 }
