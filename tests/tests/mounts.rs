@@ -3,7 +3,6 @@
 //! on the mounted filesystem, a listing shows the mount point but never descends, and only the
 //! mounts the operator names in `allow_submounts` are entered. The tests mount, so they need
 //! root (and fail saying so without it).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
