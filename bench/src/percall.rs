@@ -424,9 +424,9 @@ fn render(conns: &[Conn], rows: &[Vec<Row>], shapes: &Shapes) -> Section {
             ));
             match op {
                 Op::Read => section.verdict(
-                    format!("read tool ≤ 1.5× the bare unary RPC ({})", conn.transport.name()),
+                    format!("read tool ≤ 1.3× the bare unary RPC ({})", conn.transport.name()),
                     vs_rpc.times(),
-                    vs_rpc.median() <= 1.5,
+                    vs_rpc.median() <= 1.3,
                 ),
                 Op::Write => section.verdict(
                     format!(

@@ -169,11 +169,11 @@ pub fn run(common: &Common, mib: u64) -> Res<Section> {
         ));
         section.verdict(
             format!(
-                "streaming ≥ 80% of bare tonic streaming ({}, vs the in-memory stream)",
+                "streaming ≥ 85% of bare tonic streaming ({}, vs the in-memory stream)",
                 transport.name()
             ),
             vs_mem.percent(),
-            vs_mem.median() >= 0.8,
+            vs_mem.median() >= 0.85,
         );
     }
     // Time hashing ÷ time streaming = stream rate ÷ hash rate: the share of the stream's time the

@@ -9,7 +9,7 @@ mod moves;
 mod read;
 pub mod resolve;
 pub mod text;
-pub mod version;
+mod version;
 mod write;
 
 use std::ffi::OsString;
@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 pub use locks::{Guard, Locking, TargetLocks};
-pub use read::{StreamHeader, pump};
+pub use read::{StreamDigest, StreamHeader};
 use resolve::{Resolved, Root, WalkOptions};
 use std::sync::Arc;
 
