@@ -68,7 +68,7 @@ const JPEG_QUALITY: u8 = 85;
 
 pub fn schema() -> Value {
     json!({
-        "name": "read_image",
+        "name": super::Tool::ReadImage.name(),
         "description": "Read a PNG, JPEG, WebP or GIF image file and see it. The file extension must match the image format; a file without an extension is identified from its content. Large images are downscaled automatically (at most 2000 px on the long edge and 4 MiB), so there is no need to make a thumbnail first; an animation shows its first frame.",
         "input_schema": {
             "type": "object",
