@@ -1,16 +1,16 @@
 //! Tool schemas (snake_case fields, `file_path` first) and the guidance paragraphs, rendered only
-//! for visible tools.
+//! for visible tools. The model-facing descriptions and guidance are data files in `text/`,
+//! included at build time (one line each; the trailing newline is dropped).
 
 use serde_json::{Value, json};
 
 use super::Tool;
 
-const READ_GUIDANCE: &str = "Use the read tool — not shell commands like cat — to inspect text files. Use offset and limit to continue reading large files.";
-const WRITE_GUIDANCE: &str =
-    "Read an existing file before overwriting it with write (the default fs-observation-policy requires it)";
-const WRITE_GUIDANCE_EDIT: &str = " and prefer edit for targeted changes";
-const PATCH_GUIDANCE: &str = "Prefer apply_patch over separate edit calls for changes across files or separated regions. Read a file before updating, deleting, or moving it (the default fs-observation-policy requires it), unless you just created or edited it in this session. The whole patch is checked first (syntax, hunk matching, missing files) and a rejected patch changes nothing; once applying starts, operations run in order, stop at the first failure, and are not rolled back, so re-read affected files before retrying when needed.";
-const EDIT_GUIDANCE: &str = "Read a file before editing it (the default fs-observation-policy requires it), unless you just created or edited it in this session.";
+const READ_GUIDANCE: &str = include_str!("text/read.guidance.txt").trim_ascii_end();
+const WRITE_GUIDANCE: &str = include_str!("text/write.guidance.txt").trim_ascii_end();
+const WRITE_GUIDANCE_EDIT: &str = include_str!("text/write.guidance-edit.txt").trim_ascii_end();
+const PATCH_GUIDANCE: &str = include_str!("text/apply_patch.guidance.txt").trim_ascii_end();
+const EDIT_GUIDANCE: &str = include_str!("text/edit.guidance.txt").trim_ascii_end();
 
 /// The guidance for a set of visible tools, in tool order, blank-line separated.
 pub fn guidance_for(visible: &[Tool]) -> String {
@@ -45,7 +45,7 @@ pub fn schema(tool: Tool) -> Value {
     match tool {
         Tool::Read => json!({
             "name": Tool::Read.name(),
-            "description": "Read a UTF-8 text file. Returns numbered lines (`<line>: <text>`) in a <content> envelope whose footer says whether the file continues and which offset to read next. Directories and binary files are refused.",
+            "description": include_str!("text/read.description.txt").trim_ascii_end(),
             "input_schema": {
                 "type": "object",
                 "properties": {
@@ -59,7 +59,7 @@ pub fn schema(tool: Tool) -> Value {
         }),
         Tool::Write => json!({
             "name": Tool::Write.name(),
-            "description": "Create a file, or replace the whole content of an existing one, atomically. Overwriting an existing file requires a prior read of it at its current version; creating a new file does not. Missing parent directories are created.",
+            "description": include_str!("text/write.description.txt").trim_ascii_end(),
             "input_schema": {
                 "type": "object",
                 "properties": {
@@ -72,7 +72,7 @@ pub fn schema(tool: Tool) -> Value {
         }),
         Tool::Edit => json!({
             "name": Tool::Edit.name(),
-            "description": "Replace an exact, literal string in a file. old_string must occur exactly once unless replace_all is true. Requires a prior read of the file at its current version, unless this session just created or edited it.",
+            "description": include_str!("text/edit.description.txt").trim_ascii_end(),
             "input_schema": {
                 "type": "object",
                 "properties": {
@@ -87,7 +87,7 @@ pub fn schema(tool: Tool) -> Value {
         }),
         Tool::ApplyPatch => json!({
             "name": Tool::ApplyPatch.name(),
-            "description": "Apply a patch in the Codex format to add, update, delete or move files. The input starts with *** Begin Patch and ends with *** End Patch; each file section starts with *** Add File: <path>, *** Update File: <path> (optionally followed by *** Move to: <path>) or *** Delete File: <path>. Update sections contain @@ chunks of context lines (prefixed with a space), removed lines (-) and added lines (+). Paths are relative to the session's working directory. The whole patch is checked before anything is written.",
+            "description": include_str!("text/apply_patch.description.txt").trim_ascii_end(),
             "input_schema": {
                 "type": "object",
                 "properties": {
