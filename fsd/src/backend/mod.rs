@@ -9,7 +9,7 @@ mod moves;
 mod read;
 pub mod resolve;
 pub mod text;
-pub mod version;
+mod version;
 mod write;
 
 use std::ffi::OsString;
