@@ -54,7 +54,8 @@ fn the_fields_are_advertised_only_when_a_wider_mode_is_offered() {
     let s = setup("");
     let props = advertised(&s.d, "write");
     assert_eq!(props, ["file_path", "content", "sandbox_permissions", "justification"]);
-    assert!(advertised(&s.d, "read").iter().all(|p| p != "sandbox_permissions"), "read never escalates");
+    // An approved read is how a file outside the roots gets observed before an approved edit.
+    assert_eq!(advertised(&s.d, "read"), ["file_path", "offset", "limit", "sandbox_permissions", "justification"]);
     let deny = Daemon::start();
     assert_eq!(advertised(&deny, "write"), ["file_path", "content"]);
     assert_eq!(advertised(&deny, "edit"), ["file_path", "old_string", "new_string", "replace_all"]);
@@ -130,14 +131,22 @@ fn a_refused_escalation_writes_nothing() {
     let target = s.outside.path().join("denied/x.txt");
     let mut t = s.d.session_with_config(&format!("escalationRules = \"{}\"\n", s.rules.display()));
     let r = t.call("write", json!({"file_path": p(&target), "content": "x", "sandbox_permissions": "danger-full-access", "justification": "please"}));
-    assert_eq!(r.code(), Some("FS_SANDBOX_DENIED"));
-    assert!(r.text().starts_with("Error: escalation to danger-full-access was not approved [sandbox: file access denied under workspace-write mode]"), "{}", r.text());
+    // Refused: by whom, nothing changed, and no suggestion to send the same request again.
+    err(
+        &r,
+        "FS_SANDBOX_DENIED",
+        "Error: escalation to danger-full-access was refused by this client's escalation rules; nothing was changed. Do not retry this call with sandbox_permissions; continue under workspace-write mode or ask the user. [sandbox: file access denied under workspace-write mode]",
+    );
     assert!(!target.exists());
-    // No approver configured at all: refused as well.
+    // No approver configured at all: refused as well, and said so.
     let mut none = s.d.session();
     let other = s.outside.path().join("y.txt");
     let r = none.call("write", json!({"file_path": p(&other), "content": "x", "sandbox_permissions": "danger-full-access", "justification": "please"}));
-    assert_eq!(r.code(), Some("FS_SANDBOX_DENIED"));
+    err(
+        &r,
+        "FS_SANDBOX_DENIED",
+        "Error: escalation to danger-full-access was refused: no approver is configured for this client; nothing was changed. Do not retry this call with sandbox_permissions; continue under workspace-write mode or ask the user. [sandbox: file access denied under workspace-write mode]",
+    );
     assert!(!other.exists());
 }
 

@@ -21,6 +21,32 @@ pub enum Approver {
 /// An unreadable or invalid rule file.
 pub type ApproverError = fsd_approver::ApproverError;
 
+/// Who refused an escalation, for the model's text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusedBy {
+    /// The daemon's approver's rule file (signed trust).
+    ApproverRules,
+    /// The person at the daemon's approver (signed trust).
+    ApproverPerson,
+    /// Nobody decided: the daemon's approver could not be reached.
+    Unreachable,
+    /// This client's rule file.
+    ClientRules,
+    /// The user, asked by this client (terminal or MCP host).
+    User,
+    /// This client has no approver configured.
+    NoApprover,
+    /// The MCP host cannot ask the user (no elicitation support).
+    NoElicitation,
+}
+
+/// What the client's approver decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Approved,
+    Refused { by: RefusedBy, reason: String },
+}
+
 /// One escalation to decide.
 #[derive(Debug)]
 pub struct Ask<'a> {
@@ -41,10 +67,23 @@ impl Approver {
 
     /// Whether `ask` is approved. Every path must be allowed.
     pub fn decide(&self, ask: &Ask<'_>) -> bool {
+        self.verdict(ask) == Verdict::Approved
+    }
+
+    /// The decision on `ask`, with who refused it.
+    pub fn verdict(&self, ask: &Ask<'_>) -> Verdict {
+        let refused = |by| Verdict::Refused { by, reason: String::new() };
         match self {
-            Approver::None => false,
-            Approver::Rules(rules) => fsd_approver::allows(rules, ask.mode, ask.paths),
-            Approver::Prompt => prompt(ask).unwrap_or(false),
+            Approver::None => refused(RefusedBy::NoApprover),
+            Approver::Rules(rules) if fsd_approver::allows(rules, ask.mode, ask.paths) => Verdict::Approved,
+            Approver::Rules(_) => refused(RefusedBy::ClientRules),
+            Approver::Prompt => match prompt(ask) {
+                Ok(true) => Verdict::Approved,
+                Ok(false) => refused(RefusedBy::User),
+                Err(e) => {
+                    Verdict::Refused { by: RefusedBy::User, reason: format!("no terminal to ask on: {e}") }
+                }
+            },
         }
     }
 }

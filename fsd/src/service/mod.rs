@@ -41,6 +41,10 @@ pub struct FsdService {
     protected: Vec<String>,
     audit: Option<Arc<crate::audit::Audit>>,
     escalations: Option<Arc<Escalations>>,
+    /// Where the daemon asks its approver (signed trust).
+    approver_endpoint: Option<crate::escalation::ApproverEndpoint>,
+    /// What each caller has been approved to read or change.
+    known: Arc<crate::escalation::Known>,
 }
 
 impl FsdService {
@@ -63,10 +67,14 @@ impl FsdService {
             protected: config.protected_names.clone(),
             escalations: match (config.escalation, &config.approver_public_key) {
                 (Escalation::Signed, Some(key)) => {
-                    Escalations::new(key, config.escalation_ttl).ok().map(Arc::new)
+                    Escalations::new(key, config.escalation_ttl, config.max_pending_escalations)
+                        .ok()
+                        .map(Arc::new)
                 }
                 _ => None,
             },
+            approver_endpoint: config.approver_endpoint.clone(),
+            known: Arc::default(),
             audit,
         }
     }

@@ -108,7 +108,8 @@ impl Tools {
             .into_iter()
             .filter_map(|name| {
                 let mut schema = schema::schema_for(name, &self.config)?;
-                if self.escalation && matches!(name, "write" | "edit" | "apply_patch" | "str_replace_editor")
+                if self.escalation
+                    && matches!(name, "read" | "write" | "edit" | "apply_patch" | "str_replace_editor")
                 {
                     escalation::extend_schema(&mut schema);
                 }
@@ -141,6 +142,8 @@ pub struct Session {
     approver: Approver,
     /// The mode and ticket of the call in progress, when it asked for another mode.
     call_mode: Option<(v1::Mode, Option<v1::EscalationTicket>)>,
+    /// The call in progress asked for a wider mode: its refusals carry no retry hint.
+    escalation_asked: bool,
 }
 
 impl Session {
@@ -175,6 +178,7 @@ impl Session {
             escalation: offer,
             approver,
             call_mode: None,
+            escalation_asked: false,
         }
     }
 
@@ -206,6 +210,7 @@ impl Session {
         }
         self.calls += 1;
         self.call_mode = None;
+        self.escalation_asked = false;
         let outcome = match name {
             "read" => read::run(self, &args).await,
             "write" => write::run(self, &args).await,
@@ -223,12 +228,33 @@ impl Session {
                 v1::ReleaseEscalationRequest { context: self.context(), escalation_id: ticket.escalation_id };
             let _ = self.client.release_escalation(request).await;
         }
-        // The hint offers a retry only where the fields exist: mutations, not an editor view.
-        let mutating = matches!(name, "write" | "edit" | "apply_patch")
-            || (name == "str_replace_editor" && args.get("command").and_then(Value::as_str) != Some("view"));
+        // The hint offers a retry only where the fields exist (read and the mutations, not an
+        // editor view), only for a call that did not just ask, and only the mode it needs.
+        let viewing =
+            name == "str_replace_editor" && args.get("command").and_then(Value::as_str) == Some("view");
+        let writing = matches!(name, "write" | "edit" | "apply_patch" | "str_replace_editor");
+        let path = args
+            .get("file_path")
+            .or_else(|| args.get("path"))
+            .and_then(Value::as_str)
+            .map(|p| self.absolute(p));
         outcome.unwrap_or_else(|mut error| {
-            if let (true, Some(offer)) = (mutating && error.code == "FS_SANDBOX_DENIED", &self.escalation) {
-                error.message.push_str(&escalation::hint(offer));
+            let denied = error.code == "FS_SANDBOX_DENIED" && !viewing && !self.escalation_asked;
+            if let (true, Some(offer)) = (denied, &self.escalation) {
+                let needed = match &path {
+                    Some(path) => escalation::needed(offer, &self.hello, path, writing),
+                    // apply_patch: the mode that covers every path the patch names.
+                    None => {
+                        let input = args.get("input").and_then(Value::as_str).unwrap_or("");
+                        let modes: Vec<Option<v1::Mode>> = patch_paths(input)
+                            .map(|p| escalation::needed(offer, &self.hello, &self.absolute(p), true))
+                            .collect();
+                        modes.iter().copied().max().flatten()
+                    }
+                };
+                if let Some(mode) = needed {
+                    error.message.push_str(&escalation::hint(mode));
+                }
             }
             ToolResult::error(error)
         })
@@ -242,6 +268,11 @@ impl Session {
             names.extend([escalation::MODE_FIELD, escalation::REASON_FIELD]);
         }
         names
+    }
+
+    /// The client's own approver on one escalation (`client` trust).
+    async fn decide(&mut self, ask: &crate::approver::Ask<'_>) -> crate::approver::Verdict {
+        self.approver.verdict(ask)
     }
 
     fn context(&self) -> Option<v1::CallContext> {
@@ -298,6 +329,17 @@ impl Session {
             self.observations.record_absent(TargetKey(key.to_owned()));
         }
     }
+}
+
+/// The paths a patch names (`*** Add File: P`, `*** Update File: P`, `*** Delete File: P`,
+/// `*** Move to: P`), for the hint only; the patch parser decides what the patch does.
+fn patch_paths(input: &str) -> impl Iterator<Item = &str> {
+    input.lines().filter_map(|line| {
+        ["*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: "]
+            .iter()
+            .find_map(|prefix| line.strip_prefix(prefix))
+            .map(str::trim)
+    })
 }
 
 fn unique_suffix() -> u128 {
