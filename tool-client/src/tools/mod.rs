@@ -144,6 +144,8 @@ pub struct Session {
     call_mode: Option<(v1::Mode, Option<v1::EscalationTicket>)>,
     /// The call in progress asked for a wider mode: its refusals carry no retry hint.
     escalation_asked: bool,
+    /// Where a prompt goes when there is no terminal (the MCP client, by elicitation).
+    host: Option<std::sync::Arc<dyn crate::approver::Host>>,
 }
 
 impl Session {
@@ -179,6 +181,7 @@ impl Session {
             approver,
             call_mode: None,
             escalation_asked: false,
+            host: None,
         }
     }
 
@@ -270,9 +273,24 @@ impl Session {
         names
     }
 
+    /// Sends prompts to this host instead of the terminal (the MCP face, per call).
+    pub fn set_host(&mut self, host: Option<std::sync::Arc<dyn crate::approver::Host>>) {
+        self.host = host;
+    }
+
     /// The client's own approver on one escalation (`client` trust).
     async fn decide(&mut self, ask: &crate::approver::Ask<'_>) -> crate::approver::Verdict {
-        self.approver.verdict(ask)
+        use crate::approver::{HostAnswer, RefusedBy, Verdict};
+        match (&self.approver, &self.host) {
+            (Approver::Prompt, Some(host)) => match host.ask(crate::approver::message(ask)).await {
+                HostAnswer::Approved => Verdict::Approved,
+                HostAnswer::Refused(reason) => Verdict::Refused { by: RefusedBy::User, reason },
+                HostAnswer::Unsupported => {
+                    Verdict::Refused { by: RefusedBy::NoElicitation, reason: String::new() }
+                }
+            },
+            (approver, _) => approver.verdict(ask),
+        }
     }
 
     fn context(&self) -> Option<v1::CallContext> {
