@@ -56,6 +56,8 @@ impl CanonicalOp {
 struct Pending {
     nonce: Vec<u8>,
     description: String,
+    /// SHA-256 of `description` (hex), for audit records.
+    digest: String,
     /// The approver's signature over `description`, verified when it arrived.
     signature: Option<Vec<u8>>,
     session: String,
@@ -291,6 +293,7 @@ impl Escalations {
         let pending = Pending {
             nonce: nonce.clone(),
             description: text.clone(),
+            digest: digest.clone(),
             signature: None,
             session: request.session.to_owned(),
             client: request.client.to_owned(),
@@ -345,6 +348,22 @@ impl Escalations {
         let signature = pending.signature.as_deref().ok_or(TicketError::NotApproved)?;
         let signature = Signature::from_slice(signature).map_err(|_| TicketError::BadSignature)?;
         self.key.verify(pending.description.as_bytes(), &signature).map_err(|_| TicketError::BadSignature)
+    }
+
+    /// The digest of a pending escalation's description, for audit records.
+    pub fn digest_of(&self, id: &str) -> Option<String> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner).get(id).map(|p| p.digest.clone())
+    }
+
+    /// Whether a valid ticket's approved calls name `path` as the caller gave it.
+    pub fn names(&self, ticket: &Ticket<'_>, path: &str) -> bool {
+        let table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        table.get(ticket.id).is_some_and(|p| {
+            self.verify(p, ticket).is_ok()
+                && p.ops.iter().any(|(op, _)| {
+                    op.display == path || op.destination.as_ref().is_some_and(|(_, d)| d == path)
+                })
+        })
     }
 
     /// Checks a ticket without looking at the call: known, approved, this caller, this mode.

@@ -477,6 +477,22 @@ fn a_ticket_is_refused_for_anything_but_the_approved_call() {
         let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", path)]).unwrap());
         assert_eq!(read(&mut rpc, "s1", path, Some(tk)).unwrap_err().code, ErrorCode::NotFound);
     }
+    // A good ticket for one target says nothing about any other: the same refusal whatever
+    // the other path is (a file, a directory, absent, under a missing directory).
+    std::fs::write(s.outside.path().join("other.txt"), "x").unwrap();
+    std::fs::create_dir(s.outside.path().join("dir")).unwrap();
+    let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &target)]).unwrap());
+    for other in ["other.txt", "dir", "absent", "no/such/dir/file"] {
+        let err = read(&mut rpc, "s1", &s.outside.path().join(other), Some(tk.clone())).unwrap_err();
+        assert_eq!(
+            (err.code, err.message.as_str()),
+            (
+                ErrorCode::SandboxDenied,
+                "escalation ticket refused: this call differs from every call the approver signed"
+            ),
+            "{other}"
+        );
+    }
     type Variant = fn(&mut v1::EscalationTicket) -> (&'static str, &'static str, bool);
     let cases: Vec<(&str, Variant, &str)> = vec![
         ("replay", |_| ("s1", "ok\n", false), "unknown or already spent escalation"),
@@ -749,6 +765,14 @@ fn a_patch_outside_the_roots_is_approved_as_a_whole() {
     );
     let mut args = json!({"input": patch});
     args.as_object_mut().unwrap().extend(esc.as_object().unwrap().clone());
+    // Changed since it was read: the patch is refused before the approver sees it.
+    std::fs::write(&old, "changed\n").unwrap();
+    let r = t.call("apply_patch", args.clone());
+    assert_eq!(r.code(), Some("FS_STALE_VERSION"), "{}", r.json);
+    assert_eq!(jsonl(&keys.log()).len(), 2, "only the two reads reached the approver");
+    let mut again = json!({"file_path": p(&old)});
+    again.as_object_mut().unwrap().extend(esc.as_object().unwrap().clone());
+    assert!(!t.call("read", again).is_error());
     let r = t.call("apply_patch", args);
     assert!(!r.is_error(), "{}", r.json);
     assert!(r.text().starts_with("Success. Updated the following files:"), "{}", r.text());

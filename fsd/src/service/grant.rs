@@ -11,7 +11,7 @@ use super::wire::mode_from_wire;
 use crate::audit;
 use crate::backend::{self, Mode, Outcome};
 use crate::config::Escalation;
-use crate::escalation::{CanonicalOp, Ticket};
+use crate::escalation::{CanonicalOp, Ticket, TicketError};
 use crate::identity::Identity;
 use crate::op::Op;
 
@@ -113,7 +113,7 @@ impl FsdService {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn audit_record(
+    pub(super) fn audit_record(
         &self,
         caller: &Caller,
         step: Step,
@@ -261,14 +261,16 @@ impl FsdService {
     ) -> Result<(), Status> {
         let Some(ticket) = &grant.ticket else { return Ok(()) };
         let path = request.path();
+        let digest = self.escalations.as_ref().and_then(|e| e.digest_of(&ticket.escalation_id));
         let refuse = |why: String| {
-            self.audit(
+            self.audit_record(
                 caller,
                 Step::Escalate(request.op()),
                 path,
                 grant.mode,
                 Decision::Refused,
                 ErrorCode::SandboxDenied.as_str(),
+                digest.as_deref(),
             );
             WireError::new(ErrorCode::SandboxDenied, path, why)
                 .with("mode", self.default_mode.as_str())
@@ -293,7 +295,13 @@ impl FsdService {
         if let Err(e) = escalations.check(&presented) {
             return Err(refuse(format!("escalation ticket refused: {e}")));
         }
-        let call = self.canonical_op(grant.mode, request).await?;
+        let call = match self.canonical_op(grant.mode, request).await {
+            Ok(call) => call,
+            // A path the approver saw (one that did not resolve when described): its own error.
+            // Any other path: the same refusal whatever is there.
+            Err(status) if escalations.names(&presented, path) => return Err(status),
+            Err(_) => return Err(refuse(format!("escalation ticket refused: {}", TicketError::Mismatch))),
+        };
         let result = if call.op == Op::Read {
             escalations.check_read(&presented, &call.target_key)
         } else {
@@ -301,7 +309,16 @@ impl FsdService {
         };
         match result {
             Ok(()) => {
-                self.audit(caller, Step::Escalate(request.op()), path, grant.mode, Decision::Approved, "ok");
+                let step = Step::Escalate(request.op());
+                self.audit_record(
+                    caller,
+                    step,
+                    path,
+                    grant.mode,
+                    Decision::Approved,
+                    "ok",
+                    digest.as_deref(),
+                );
                 Ok(())
             }
             Err(e) => Err(refuse(format!("escalation ticket refused: {e}"))),
