@@ -60,6 +60,9 @@ struct Pending {
     digest: String,
     /// The approver's signature over `description`, verified when it arrived.
     signature: Option<Vec<u8>>,
+    /// The client's pending-escalation budget, held until the escalation is spent, refused,
+    /// released or expired.
+    _permit: Option<crate::budget::Permit>,
     session: String,
     client: String,
     mode: Mode,
@@ -94,12 +97,6 @@ impl std::fmt::Display for ApproverEndpoint {
             ApproverEndpoint::Tcp(addr) => write!(f, "tcp:{addr}"),
         }
     }
-}
-
-/// A client has as many escalations pending as it may; the oldest expires in `retry_after_ms`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Busy {
-    pub retry_after_ms: u64,
 }
 
 /// The targets each caller (session and client) has been approved to read or change: what
@@ -172,8 +169,6 @@ pub enum TicketError {
 pub struct Escalations {
     key: VerifyingKey,
     ttl: Duration,
-    /// Per client identity: escalations asked or approved and not yet spent or expired.
-    max_pending: usize,
     pending: Mutex<HashMap<String, Pending>>,
 }
 
@@ -232,14 +227,14 @@ pub struct Described {
 
 impl Escalations {
     /// `public_key`: the approver's Ed25519 public key, 32 bytes as hex.
-    pub fn new(public_key: &str, ttl: Duration, max_pending: usize) -> Result<Escalations, String> {
+    pub fn new(public_key: &str, ttl: Duration) -> Result<Escalations, String> {
         let bytes =
             hex::decode(public_key.trim()).map_err(|e| format!("approver_public_key is not hex: {e}"))?;
         let bytes: [u8; 32] = bytes
             .try_into()
             .map_err(|_| "approver_public_key must be 32 bytes (64 hex digits)".to_owned())?;
         let key = VerifyingKey::from_bytes(&bytes).map_err(|e| format!("approver_public_key: {e}"))?;
-        Ok(Escalations { key, ttl, max_pending: max_pending.max(1), pending: Mutex::new(HashMap::new()) })
+        Ok(Escalations { key, ttl, pending: Mutex::new(HashMap::new()) })
     }
 
     /// How long an approver has to decide.
@@ -247,20 +242,16 @@ impl Escalations {
         self.ttl
     }
 
-    /// Stores a pending escalation and returns its canonical description, unless the client
-    /// already has as many pending as it may.
-    pub fn describe(&self, request: Describe<'_>) -> Result<Described, Busy> {
+    /// Forgets expired escalations, giving their budgets back.
+    pub fn purge(&self) {
         let t = now();
-        {
-            let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-            table.retain(|_, p| p.expires > t);
-            let mine: Vec<u64> =
-                table.values().filter(|p| p.client == request.client).map(|p| p.expires).collect();
-            if mine.len() >= self.max_pending {
-                let oldest = mine.iter().min().copied().unwrap_or(t + 1);
-                return Err(Busy { retry_after_ms: oldest.saturating_sub(t).max(1) * 1000 });
-            }
-        }
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner).retain(|_, p| p.expires > t);
+    }
+
+    /// Stores a pending escalation (holding the client's budget `permit`) and returns its
+    /// canonical description.
+    pub fn describe(&self, request: Describe<'_>, permit: Option<crate::budget::Permit>) -> Described {
+        self.purge();
         let id = random_hex(16);
         let nonce_hex = random_hex(16);
         let nonce = hex::decode(&nonce_hex).unwrap_or_default();
@@ -295,6 +286,7 @@ impl Escalations {
             description: text.clone(),
             digest: digest.clone(),
             signature: None,
+            _permit: permit,
             session: request.session.to_owned(),
             client: request.client.to_owned(),
             mode: request.mode,
@@ -303,7 +295,7 @@ impl Escalations {
         };
         let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         table.insert(id.clone(), pending);
-        Ok(Described { id, nonce, text, expires, digest })
+        Described { id, nonce, text, expires, digest }
     }
 
     /// Records the approver's signature, after checking it is the configured key's over exactly
@@ -432,28 +424,29 @@ mod tests {
         }
     }
 
-    fn describe(esc: &Escalations, client: &str) -> Result<Described, Busy> {
-        esc.describe(Describe {
+    fn describe(esc: &Escalations, client: &str, permit: Option<crate::budget::Permit>) -> Described {
+        let ops = vec![(op("etc/x"), Preview { lines: vec!["+new\u{202e}".into()] })];
+        let request = Describe {
             session: "s1",
             client,
             mode: Mode::DangerFullAccess,
             justification: "needed\u{202e}",
-            ops: vec![(op("etc/x"), Preview { lines: vec!["+new\u{202e}".into()] })],
-        })
+            ops,
+        };
+        esc.describe(request, permit)
     }
 
-    fn setup(max_pending: usize) -> (SigningKey, Escalations) {
+    fn setup(ttl: u64) -> (SigningKey, Escalations) {
         let signing = SigningKey::from_bytes(&[7u8; 32]);
         let public = hex::encode(signing.verifying_key().to_bytes());
-        let esc =
-            Escalations::new(&public, Duration::from_secs(60), max_pending).unwrap_or_else(|e| panic!("{e}"));
+        let esc = Escalations::new(&public, Duration::from_secs(ttl)).unwrap_or_else(|e| panic!("{e}"));
         (signing, esc)
     }
 
     #[test]
     fn a_ticket_is_good_once_for_the_approved_call_only() {
-        let (signing, esc) = setup(4);
-        let d = describe(&esc, "uid:0").unwrap_or_else(|e| panic!("{e:?}"));
+        let (signing, esc) = setup(60);
+        let d = describe(&esc, "uid:0", None);
         assert!(d.text.contains("justification: needed\\u{202e}\n"), "{}", d.text);
         assert!(d.text.contains("  diff:\n    +new\\u{202e}\n"), "{}", d.text);
         assert_eq!(d.digest, hex::encode(fsd_proto::digest::content(d.text.as_bytes())));
@@ -475,8 +468,8 @@ mod tests {
 
     #[test]
     fn a_signature_by_another_key_refuses_the_escalation() {
-        let (_, esc) = setup(4);
-        let d = describe(&esc, "uid:0").unwrap_or_else(|e| panic!("{e:?}"));
+        let (_, esc) = setup(60);
+        let d = describe(&esc, "uid:0", None);
         let forged = SigningKey::from_bytes(&[8u8; 32]).sign(d.text.as_bytes()).to_bytes();
         assert_eq!(esc.approve(&d.id, &forged), Err(TicketError::BadSignature));
         let ticket = Ticket {
@@ -490,16 +483,23 @@ mod tests {
     }
 
     #[test]
-    fn pending_escalations_are_capped_per_client() {
-        let (_, esc) = setup(2);
-        let first = describe(&esc, "uid:1").unwrap_or_else(|e| panic!("{e:?}"));
-        assert!(describe(&esc, "uid:1").is_ok());
-        let Err(busy) = describe(&esc, "uid:1") else { panic!("a third pending escalation was accepted") };
-        assert!(busy.retry_after_ms > 0 && busy.retry_after_ms <= 60_000, "{busy:?}");
-        // Another identity has its own budget; a refusal frees a slot.
-        assert!(describe(&esc, "uid:2").is_ok());
+    fn an_escalation_holds_its_clients_budget_until_it_is_decided_or_expires() {
+        use crate::budget::{Budgets, Limits};
+        use crate::identity::Identity;
+        let budgets = Budgets::new(Limits { pending_escalations: 1, ..Limits::default() });
+        let who = Identity { uid: Some(1), ..Identity::default() };
+        let (_, esc) = setup(60);
+        let first = describe(&esc, "uid:1", budgets.escalation(&who).ok());
+        assert!(budgets.escalation(&who).is_err(), "the pending escalation holds the budget");
         esc.refuse(&first.id);
-        assert!(describe(&esc, "uid:1").is_ok());
+        let permit = budgets.escalation(&who);
+        assert!(permit.is_ok(), "a refusal gives it back");
+        drop(permit);
+        let (_, short) = setup(1);
+        describe(&short, "uid:1", budgets.escalation(&who).ok());
+        std::thread::sleep(Duration::from_millis(2100));
+        short.purge();
+        assert!(budgets.escalation(&who).is_ok(), "an expired escalation gives it back");
     }
 
     #[test]

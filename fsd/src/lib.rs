@@ -8,6 +8,7 @@
 pub mod approver;
 pub mod audit;
 pub mod backend;
+pub mod budget;
 pub mod config;
 pub mod confine;
 pub mod daemon;
@@ -15,6 +16,7 @@ pub mod dispatch;
 pub mod edge;
 pub mod error;
 pub mod escalation;
+pub mod hung;
 pub mod identity;
 pub mod ipc;
 pub mod network;

@@ -468,7 +468,7 @@ fn a_compromised_client_learns_nothing_outside_its_grant() {
 fn a_ticket_is_refused_for_anything_but_the_approved_call() {
     let keys = Keys::new();
     let _approver = Approver::serve(&keys, &keys.rules("allow"));
-    let s = Signed::start(&keys, "max_pending_escalations = 64\n");
+    let s = Signed::start(&keys, "[budgets]\npending_escalations = 64\n");
     let mut rpc = Rpc::connect(&s.d);
     let target = s.outside.path().join("t.txt");
     let elsewhere = s.outside.path().join("elsewhere.txt");
@@ -603,7 +603,7 @@ fn above_the_clients_maximum_nothing_is_described() {
 fn pending_escalations_are_capped_per_client() {
     let keys = Keys::new();
     let _approver = Approver::serve(&keys, &keys.rules("allow"));
-    let s = Signed::start(&keys, "max_pending_escalations = 2\n");
+    let s = Signed::start(&keys, "[budgets]\npending_escalations = 2\n");
     let mut rpc = Rpc::connect(&s.d);
     let path = s.outside.path().join("x");
     for _ in 0..2 {
@@ -611,6 +611,7 @@ fn pending_escalations_are_capped_per_client() {
     }
     let err = ask(&mut rpc, "s1", vec![op("readText", &path)]).unwrap_err();
     assert_eq!(err.code, ErrorCode::RateLimited);
+    assert_eq!(err.metadata["budget"], "pending_escalations");
     let after: u64 = err.metadata["retry_after_ms"].parse().unwrap();
     assert!(after > 0 && after <= 120_000, "{after}");
     assert!(s.audit().iter().any(|l| l["decision"] == "refused" && l["result"] == "FS_RATE_LIMITED"));
@@ -622,7 +623,7 @@ fn pending_escalations_are_capped_per_client() {
     );
     assert_eq!(r.code(), Some("FS_RATE_LIMITED"), "{}", r.json);
     assert!(
-        r.text().starts_with("Error: too many escalation requests are waiting for a decision; retry after "),
+        r.text().starts_with(&format!("Error: cannot read \"{}\": the file service is limiting this client's calls (nothing was done) — wait ", p(&path))),
         "{}",
         r.text()
     );

@@ -299,32 +299,24 @@ impl FsdService {
                 std::iter::once(op.target_key.clone()).chain(op.destination.clone().map(|d| d.0))
             })
             .collect();
-        let described = match escalations.describe(Describe {
+        // The pending-escalation budget: held until this escalation is spent, refused or expired.
+        escalations.purge();
+        let permit = match self.budgets.escalation(&caller.identity) {
+            Ok(permit) => permit,
+            Err(refusal) => {
+                let code = ErrorCode::RateLimited.as_str();
+                self.audit(&caller, Step::Escalate(Op::Describe), &first, requested, Decision::Refused, code);
+                return Err(refusal.into_wire(&first).into_status());
+            }
+        };
+        let request = Describe {
             session: &caller.session,
             client: &client,
             mode: requested,
             justification: &r.justification,
             ops,
-        }) {
-            Ok(described) => described,
-            Err(busy) => {
-                self.audit(
-                    &caller,
-                    Step::Escalate(Op::Describe),
-                    &first,
-                    requested,
-                    Decision::Refused,
-                    ErrorCode::RateLimited.as_str(),
-                );
-                return Err(WireError::new(
-                    ErrorCode::RateLimited,
-                    &first,
-                    "too many escalations pending for this client",
-                )
-                .with("retry_after_ms", busy.retry_after_ms.to_string())
-                .into_status());
-            }
         };
+        let described = escalations.describe(request, Some(permit));
         let audit = |decision: Decision, result: &str| {
             self.audit_digest(&caller, &first, requested, decision, result, &described.digest);
         };

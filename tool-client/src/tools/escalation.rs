@@ -246,13 +246,6 @@ fn checked(call: &PlannedCall, status: &tonic::Status) -> ToolError {
     {
         return read_first(&call.path, mode);
     }
-    if wire.code == ErrorCode::RateLimited {
-        let after = wire.get("retry_after_ms").unwrap_or("some");
-        return ToolError::new(
-            wire.code.as_str(),
-            format!("too many escalation requests are waiting for a decision; retry after {after} ms"),
-        );
-    }
     match (&call.change, wire.code) {
         (Some(Change::Replace { old, .. }), ErrorCode::EditNotFound | ErrorCode::AmbiguousEdit) => {
             super::edit::edit_error(&call.path, old, status)
