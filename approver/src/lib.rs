@@ -8,7 +8,7 @@
 mod rules;
 mod serve;
 
-use std::io::{BufRead, Read, Write};
+use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -55,14 +55,6 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         log: Option<PathBuf>,
     },
-    /// Read a description on stdin; print its signature (hex) on approval (exit 0), else exit 1.
-    Sign {
-        #[arg(long, value_name = "FILE")]
-        key: PathBuf,
-        /// Decide by these rules instead of asking on the terminal.
-        #[arg(long, value_name = "FILE")]
-        rules: Option<PathBuf>,
-    },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -75,8 +67,6 @@ pub enum ApproverError {
     Random,
     #[error("invalid rules {0}: {1}")]
     Rules(PathBuf, #[source] toml::de::Error),
-    #[error("cannot read the description: {0}")]
-    Stdin(#[source] std::io::Error),
     #[error("cannot ask on the terminal: {0}")]
     Tty(#[source] std::io::Error),
     #[error("invalid listen address {0:?}: expected unix:PATH or tcp:HOST:PORT")]
@@ -180,11 +170,6 @@ pub fn signature(key: &SigningKey, description: &str) -> [u8; 64] {
     key.sign(description.as_bytes()).to_bytes()
 }
 
-/// The signature as hex, as `sign` prints it.
-pub fn sign(key: &SigningKey, description: &str) -> String {
-    hex::encode(signature(key, description))
-}
-
 /// Escapes anything a terminal could interpret; the daemon already escaped paths, this is the
 /// second wall against a description that tries to rewrite the screen.
 fn printable(text: &str) -> String {
@@ -241,24 +226,6 @@ fn run(cli: Cli) -> Result<bool, ApproverError> {
             let socket = serve::Socket::parse(&socket_mode, socket_group.as_deref())?;
             serve::run(serve::Options { key, listen, rules, socket, log })?;
             Ok(true)
-        }
-        Command::Sign { key, rules } => {
-            let key = load_key(&key)?;
-            let mut description = String::new();
-            std::io::stdin().read_to_string(&mut description).map_err(ApproverError::Stdin)?;
-            let approved = match rules {
-                Some(path) => {
-                    let rules = Rules::load(&path)?;
-                    decide(&rules, &description) == Decision::Allow
-                }
-                None => ask(&description)?.0,
-            };
-            if approved {
-                println!("{}", sign(&key, &description));
-            } else {
-                eprintln!("fsd-approver: denied");
-            }
-            Ok(approved)
         }
     }
 }

@@ -151,6 +151,18 @@ fn a_refused_escalation_writes_nothing() {
         "Error: escalation to danger-full-access was refused: no approver is configured for this client; nothing was changed. Do not retry this call with sandbox_permissions; continue under workspace-write mode or ask the user. [sandbox: file access denied under workspace-write mode]",
     );
     assert!(!other.exists());
+    // Each refusal is one audit record, as the client reported it.
+    let audit = audit_lines(&s.audit);
+    let refused = |by: &str, path: &std::path::Path| {
+        audit.iter().any(|l| {
+            l["op"] == "escalate:describe"
+                && l["decision"] == "refused"
+                && l["result"] == by
+                && l["path"] == p(path)
+        })
+    };
+    assert!(refused("client:rules", &target), "{audit:?}");
+    assert!(refused("client:none", &other), "{audit:?}");
 }
 
 #[test]
@@ -362,6 +374,10 @@ print(json.dumps({"replies": replies, "transcript": transcript.decode(errors="re
         transcript.matches("[y/N] ").count(),
         2,
         "asked for the read and the last edit only: {transcript}"
+    );
+    assert!(
+        audit_lines(&s.audit).iter().any(|l| l["decision"] == "refused" && l["result"] == "client:person"),
+        "the person's refusal is audited"
     );
     assert!(transcript.contains(&format!("path: {}", p(&target))), "{transcript}");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "hello\n");

@@ -694,8 +694,10 @@ while True:
     if not data:
         break
     out += data
-    with open(out_path, "wb") as f:
+    # Replaced whole, so the test never reads a half-written transcript when it stops us.
+    with open(out_path + ".tmp", "wb") as f:
         f.write(out)
+    os.replace(out_path + ".tmp", out_path)
     for prompt in (b"Approve? [y/N] ", b"shown to the agent): "):
         if out.endswith(prompt) and answers:
             os.write(fd, answers.pop(0).encode() + b"\n")

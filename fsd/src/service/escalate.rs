@@ -370,8 +370,19 @@ impl FsdService {
 
     pub(super) fn release(&self, request: Request<v1::ReleaseEscalationRequest>) {
         let caller = Caller::of(&request, request.get_ref().context());
+        let r = request.get_ref();
         if let Some(escalations) = &self.escalations {
-            escalations.release(&request.get_ref().escalation_id, &caller.session);
+            escalations.release(&r.escalation_id, &caller.session);
+        }
+        // A refusal by the client's own approver: audited as the client reports it.
+        if let (Escalation::Client, Some(refusal)) = (self.escalation, &r.client_refusal) {
+            let by = match refusal.decided_by() {
+                v1::Decider::Person => "client:person",
+                v1::Decider::ClientRules => "client:rules",
+                _ => "client:none",
+            };
+            let mode = mode_from_wire(refusal.requested_mode()).unwrap_or(self.default_mode);
+            self.audit(&caller, Step::Escalate(Op::Describe), &refusal.path, mode, Decision::Refused, by);
         }
     }
 }

@@ -331,7 +331,26 @@ pub async fn resolve(
                     justification: reason,
                     ..Default::default()
                 },
-                Verdict::Refused { by, reason } => return Err(refused(by, name, effective, &reason)),
+                Verdict::Refused { by, reason } => {
+                    // For the daemon's audit log: every decision is one record.
+                    let decided_by = match by {
+                        RefusedBy::ClientRules => v1::Decider::ClientRules,
+                        RefusedBy::User => v1::Decider::Person,
+                        _ => v1::Decider::Unreachable,
+                    };
+                    let report = v1::ReleaseEscalationRequest {
+                        context: session.context(),
+                        escalation_id: String::new(),
+                        client_refusal: Some(v1::ClientRefusal {
+                            decided_by: decided_by as i32,
+                            requested_mode: requested as i32,
+                            path: paths.first().cloned().unwrap_or_default(),
+                            reason: reason.clone(),
+                        }),
+                    };
+                    let _ = session.client.release_escalation(report).await;
+                    return Err(refused(by, name, effective, &reason));
+                }
             }
         }
         _ if decision.approved && !decision.escalation_id.is_empty() => v1::EscalationTicket {

@@ -227,8 +227,11 @@ impl Session {
         if let Some((_, Some(ticket))) =
             self.call_mode.take().filter(|(_, t)| t.as_ref().is_some_and(|t| !t.escalation_id.is_empty()))
         {
-            let request =
-                v1::ReleaseEscalationRequest { context: self.context(), escalation_id: ticket.escalation_id };
+            let request = v1::ReleaseEscalationRequest {
+                context: self.context(),
+                escalation_id: ticket.escalation_id,
+                client_refusal: None,
+            };
             let _ = self.client.release_escalation(request).await;
         }
         // The hint offers a retry only where the fields exist (read and the mutations, not an
