@@ -216,7 +216,8 @@ impl Failure {
             FsError::OutsideRoots => wire = wire.with("reason", "outside_roots"),
             FsError::Denied(denial) => {
                 wire = wire.with("reason", denial.as_str());
-                if let Denial::Protected(name) | Denial::GitDirectory(name) | Denial::Submount(name) = denial {
+                if let Denial::Protected(name) | Denial::GitDirectory(name) | Denial::Submount(name) = denial
+                {
                     wire = wire.with("name", name);
                 }
             }

@@ -302,7 +302,8 @@ mod tests {
     #[test]
     fn a_read_of_a_file_that_changed_under_it_is_stale() {
         let dir = tempfile::tempdir().unwrap();
-        let stale = |r: Result<Vec<u8>, FsError>| matches!(r, Err(FsError::Stale(StaleReason::ChangedWhileRead)));
+        let stale =
+            |r: Result<Vec<u8>, FsError>| matches!(r, Err(FsError::Stale(StaleReason::ChangedWhileRead)));
 
         let (_, file, meta) = opened(dir.path(), 1000);
         assert_eq!(read_bounded(&file, &meta, 1 << 20).unwrap().len(), 1000);

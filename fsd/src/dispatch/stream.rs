@@ -199,10 +199,7 @@ mod tests {
         };
         let version =
             pump(&readers, file, &header, 4096, Duration::from_secs(5), &tx, |b| b).await.expect("pump");
-        assert!(
-            version.starts_with('v'),
-            "a stream that reached the end carries a digest"
-        );
+        assert!(version.starts_with('v'), "a stream that reached the end carries a digest");
         drop(tx);
         let mut got = Vec::new();
         let mut sizes = Vec::new();

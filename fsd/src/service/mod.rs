@@ -41,6 +41,10 @@ pub struct FsdService {
     protected: Vec<String>,
     audit: Option<Arc<crate::audit::Audit>>,
     escalations: Option<Arc<Escalations>>,
+    /// Where the daemon asks its approver (signed trust).
+    approver_endpoint: Option<crate::escalation::ApproverEndpoint>,
+    /// What each caller has been approved to read or change.
+    known: Arc<crate::escalation::Known>,
     /// Per-identity budgets; other parts of the service (escalation requests) draw on them too.
     budgets: Arc<Budgets>,
     /// A stream whose reader reads nothing for this long is cancelled.
@@ -71,6 +75,8 @@ impl FsdService {
                 }
                 _ => None,
             },
+            approver_endpoint: config.approver_endpoint.clone(),
+            known: Arc::default(),
             audit,
             budgets: Arc::new(Budgets::new(config.budgets)),
             stream_idle: config.stream_idle_timeout,

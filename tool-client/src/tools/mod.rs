@@ -113,7 +113,8 @@ impl Tools {
             .into_iter()
             .map(|tool| {
                 let mut schema = schema::schema_for(tool, &self.config);
-                if self.escalation && tool.may_mutate() {
+                // read carries the fields too: an approved read lets an approved edit follow.
+                if self.escalation && (tool.may_mutate() || tool == Tool::Read) {
                     escalation::extend_schema(&mut schema);
                 }
                 schema
@@ -145,6 +146,10 @@ pub struct Session {
     approver: Approver,
     /// The mode and ticket of the call in progress, when it asked for another mode.
     call_mode: Option<(v1::Mode, Option<v1::EscalationTicket>)>,
+    /// The call in progress asked for a wider mode: its refusals carry no retry hint.
+    escalation_asked: bool,
+    /// Where a prompt goes when there is no terminal (the MCP client, by elicitation).
+    host: Option<std::sync::Arc<dyn crate::approver::Host>>,
 }
 
 impl Session {
@@ -179,6 +184,8 @@ impl Session {
             escalation: offer,
             approver,
             call_mode: None,
+            escalation_asked: false,
+            host: None,
         }
     }
 
@@ -210,6 +217,7 @@ impl Session {
         };
         self.calls += 1;
         self.call_mode = None;
+        self.escalation_asked = false;
         let outcome = match tool {
             Tool::Read => read::run(self, &args).await,
             Tool::Write => write::run(self, &args).await,
@@ -222,15 +230,39 @@ impl Session {
         if let Some((_, Some(ticket))) =
             self.call_mode.take().filter(|(_, t)| t.as_ref().is_some_and(|t| !t.escalation_id.is_empty()))
         {
-            let request =
-                v1::ReleaseEscalationRequest { context: self.context(), escalation_id: ticket.escalation_id };
+            let request = v1::ReleaseEscalationRequest {
+                context: self.context(),
+                escalation_id: ticket.escalation_id,
+                client_refusal: None,
+            };
             let _ = self.client.release_escalation(request).await;
         }
-        // The hint offers a retry only where the fields exist: mutations, not an editor view.
-        let mutating = tool.mutates(&args);
+        // The hint offers a retry only where the fields exist (read and the mutations, not an
+        // editor view), only for a call that did not just ask, and only the mode it needs.
+        let viewing = tool == Tool::StrReplaceEditor && !tool.mutates(&args);
+        let writing = tool.may_mutate();
+        let path = args
+            .get("file_path")
+            .or_else(|| args.get("path"))
+            .and_then(Value::as_str)
+            .map(|p| self.absolute(p));
         outcome.unwrap_or_else(|mut error| {
-            if let (true, Some(offer)) = (mutating && error.code == "FS_SANDBOX_DENIED", &self.escalation) {
-                error.message.push_str(&escalation::hint(offer));
+            let denied = error.code == "FS_SANDBOX_DENIED" && !viewing && !self.escalation_asked;
+            if let (true, Some(offer)) = (denied, &self.escalation) {
+                let needed = match &path {
+                    Some(path) => escalation::needed(offer, &self.hello, path, writing),
+                    // apply_patch: the mode that covers every path the patch names.
+                    None => {
+                        let input = args.get("input").and_then(Value::as_str).unwrap_or("");
+                        let modes: Vec<Option<v1::Mode>> = patch_paths(input)
+                            .map(|p| escalation::needed(offer, &self.hello, &self.absolute(p), true))
+                            .collect();
+                        modes.iter().copied().max().flatten()
+                    }
+                };
+                if let Some(mode) = needed {
+                    error.message.push_str(&escalation::hint(mode));
+                }
             }
             ToolResult::error(error)
         })
@@ -244,6 +276,26 @@ impl Session {
             names.extend([escalation::MODE_FIELD, escalation::REASON_FIELD]);
         }
         names
+    }
+
+    /// Sends prompts to this host instead of the terminal (the MCP face, per call).
+    pub fn set_host(&mut self, host: Option<std::sync::Arc<dyn crate::approver::Host>>) {
+        self.host = host;
+    }
+
+    /// The client's own approver on one escalation (`client` trust).
+    async fn decide(&mut self, ask: &crate::approver::Ask<'_>) -> crate::approver::Verdict {
+        use crate::approver::{HostAnswer, RefusedBy, Verdict};
+        match (&self.approver, &self.host) {
+            (Approver::Prompt, Some(host)) => match host.ask(crate::approver::message(ask)).await {
+                HostAnswer::Approved => Verdict::Approved,
+                HostAnswer::Refused(reason) => Verdict::Refused { by: RefusedBy::User, reason },
+                HostAnswer::Unsupported => {
+                    Verdict::Refused { by: RefusedBy::NoElicitation, reason: String::new() }
+                }
+            },
+            (approver, _) => approver.verdict(ask),
+        }
     }
 
     fn context(&self) -> Option<v1::CallContext> {
@@ -311,6 +363,17 @@ impl Session {
             self.observations.record_absent(TargetKey(key.to_owned()));
         }
     }
+}
+
+/// The paths a patch names (`*** Add File: P`, `*** Update File: P`, `*** Delete File: P`,
+/// `*** Move to: P`), for the hint only; the patch parser decides what the patch does.
+fn patch_paths(input: &str) -> impl Iterator<Item = &str> {
+    input.lines().filter_map(|line| {
+        ["*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: "]
+            .iter()
+            .find_map(|prefix| line.strip_prefix(prefix))
+            .map(str::trim)
+    })
 }
 
 fn unique_suffix() -> u128 {
