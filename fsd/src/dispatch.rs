@@ -201,6 +201,7 @@ impl Dispatcher {
         mode: Mode,
         path: &str,
         message: &ToWorker,
+        fd: Option<std::os::fd::BorrowedFd<'_>>,
         mut done: impl FnMut(FromWorker, Option<std::os::fd::OwnedFd>) -> Option<T>,
     ) -> Result<T, WireError> {
         let conn = self.checkout(mode, path)?;
@@ -210,7 +211,7 @@ impl Dispatcher {
             self.discard(mode, conn);
             failure(code, path, &message)
         };
-        if let Err(e) = ipc::send(&conn.socket, message, None) {
+        if let Err(e) = ipc::send(&conn.socket, message, fd) {
             return Err(lost(conn, &format!("the worker could not take the call ({e})")));
         }
         let mut held = None;
@@ -228,6 +229,8 @@ impl Dispatcher {
                         return Err(lost(conn, "the worker went away while waiting for a lock"));
                     }
                 }
+                // A streamed write in progress: the deadline restarts.
+                Ok((FromWorker::Progress { .. }, _)) => {}
                 Ok((reply, fd)) => match done(reply, fd) {
                     Some(result) => {
                         drop(held);
@@ -252,11 +255,31 @@ impl Dispatcher {
     /// Runs one operation in a worker of `mode`.
     pub fn call(&self, mode: Mode, request: Request, path: &str) -> Result<Outcome, WireError> {
         let message = ToWorker::Call(request);
-        self.exchange(mode, path, &message, |reply, _| match reply {
+        self.exchange(mode, path, &message, None, |reply, _| match reply {
             FromWorker::Reply(result) => Some(result),
             _ => None,
         })?
         .map_err(|remote| remote.into_wire())
+    }
+
+    /// Runs one operation whose body arrives on `body` (the read end of a pipe), in a worker
+    /// of `mode`.
+    pub fn call_with_body(
+        &self,
+        mode: Mode,
+        request: Request,
+        path: &str,
+        body: std::os::fd::OwnedFd,
+    ) -> Result<Outcome, WireError> {
+        use std::os::fd::AsFd;
+        let message = ToWorker::Call(request);
+        let result = self.exchange(mode, path, &message, Some(body.as_fd()), |reply, _| match reply {
+            FromWorker::Reply(result) => Some(result),
+            _ => None,
+        });
+        // Our copy of the read end closes now: the sender sees EPIPE once the worker is done.
+        drop(body);
+        result?.map_err(|remote| remote.into_wire())
     }
 
     /// Opens a file for a streamed read in a worker of `mode`; the read itself happens here, on
@@ -264,7 +287,7 @@ impl Dispatcher {
     pub fn open_stream(&self, mode: Mode, path: &str) -> Result<(StreamHeader, File), WireError> {
         let message = ToWorker::OpenStream { path: path.to_owned() };
 
-        self.exchange(mode, path, &message, |reply, fd| match reply {
+        self.exchange(mode, path, &message, None, |reply, fd| match reply {
             FromWorker::Stream(Ok(header)) => Some(
                 fd.map(|fd| (header, File::from(fd)))
                     .ok_or_else(|| failure(ErrorCode::IoError, path, "the worker sent no descriptor")),

@@ -294,7 +294,7 @@ impl Edge {
     }
 
     /// Establishes the caller's identity, or says why the request is refused.
-    fn admit<B>(&self, request: &http::Request<B>) -> Result<Identity, tonic::Status> {
+    pub fn admit<B>(&self, request: &http::Request<B>) -> Result<Identity, tonic::Status> {
         if let Some(pinned) = request.headers().get(INSTANCE_HEADER)
             && pinned != self.instance
         {

@@ -64,6 +64,16 @@ pub enum FsError {
     Remove(#[source] Errno),
     #[error("the call was cancelled")]
     Aborted,
+    #[error("directory is not empty")]
+    NotEmpty,
+    #[error("the upload ended before its last byte")]
+    Truncated,
+    #[error("removed {removed} entries, then: {source}")]
+    Partial {
+        removed: u64,
+        #[source]
+        source: Box<FsError>,
+    },
 }
 
 fn io_errno(err: &std::io::Error) -> Option<Errno> {
@@ -79,6 +89,7 @@ fn from_errno(errno: Errno) -> ErrorCode {
         Errno::NAMETOOLONG => ErrorCode::InvalidPath,
         Errno::LOOP => ErrorCode::InvalidPath,
         Errno::ISDIR | Errno::NXIO => ErrorCode::NotRegularFile,
+        Errno::NOTEMPTY => ErrorCode::NotEmpty,
         _ => ErrorCode::IoError,
     }
 }
@@ -100,7 +111,9 @@ impl FsError {
             FsError::EditNotFound => ErrorCode::EditNotFound,
             FsError::AmbiguousEdit(_) => ErrorCode::AmbiguousEdit,
             FsError::KeepOwner(_) => ErrorCode::PermissionDenied,
-            FsError::Aborted => ErrorCode::Aborted,
+            FsError::Aborted | FsError::Truncated => ErrorCode::Aborted,
+            FsError::NotEmpty => ErrorCode::NotEmpty,
+            FsError::Partial { source, .. } => source.code(),
             FsError::Walk(e)
             | FsError::MakeDir(e)
             | FsError::Open(e)
@@ -144,6 +157,7 @@ impl Failure {
                 wire = wire.with("size", size.to_string()).with("limit", limit.to_string());
             }
             FsError::AmbiguousEdit(count) => wire = wire.with("count", count.to_string()),
+            FsError::Partial { removed, .. } => wire = wire.with("removed", removed.to_string()),
             _ => {}
         }
         wire

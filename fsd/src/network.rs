@@ -25,24 +25,31 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 enum Bound {
     Unix(std::os::unix::net::UnixListener, String),
     Tcp(std::net::TcpListener, String),
+    /// The REST face and gRPC-Web (`crate::rest`).
+    HttpUnix(std::os::unix::net::UnixListener, String),
+    Http(std::net::TcpListener, String),
 }
 
 fn bind(listen: &Listen) -> Result<Bound, DaemonError> {
     let name = listen.to_string();
     let bind_err = |source| DaemonError::Bind { listen: name.clone(), source };
+    let unix = |path: &std::path::Path| -> Result<std::os::unix::net::UnixListener, DaemonError> {
+        crate::daemon::clear_stale_socket(path)?;
+        let listener = std::os::unix::net::UnixListener::bind(path).map_err(bind_err)?;
+        crate::daemon::set_socket_mode(path).map_err(bind_err)?;
+        listener.set_nonblocking(true).map_err(bind_err)?;
+        Ok(listener)
+    };
+    let tcp = |addr: &std::net::SocketAddr| -> Result<std::net::TcpListener, DaemonError> {
+        let listener = std::net::TcpListener::bind(addr).map_err(bind_err)?;
+        listener.set_nonblocking(true).map_err(bind_err)?;
+        Ok(listener)
+    };
     match listen {
-        Listen::Unix(path) => {
-            crate::daemon::clear_stale_socket(path)?;
-            let listener = std::os::unix::net::UnixListener::bind(path).map_err(bind_err)?;
-            crate::daemon::set_socket_mode(path).map_err(bind_err)?;
-            listener.set_nonblocking(true).map_err(bind_err)?;
-            Ok(Bound::Unix(listener, name))
-        }
-        Listen::Tcp(addr) => {
-            let listener = std::net::TcpListener::bind(addr).map_err(bind_err)?;
-            listener.set_nonblocking(true).map_err(bind_err)?;
-            Ok(Bound::Tcp(listener, name))
-        }
+        Listen::Unix(path) => Ok(Bound::Unix(unix(path)?, name)),
+        Listen::Tcp(addr) => Ok(Bound::Tcp(tcp(addr)?, name)),
+        Listen::HttpUnix(path) => Ok(Bound::HttpUnix(unix(path)?, name)),
+        Listen::Http(addr) => Ok(Bound::Http(tcp(addr)?, name)),
     }
 }
 
@@ -80,6 +87,8 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         None => None,
     };
     let instance = instance_id()?;
+    // What /v1/metadata may serve, chosen by the config alone.
+    let metadata = config.rest.metadata(std::env::vars());
 
     let confinement = crate::confine::network(&config).map_err(DaemonError::Confine)?;
     tracing::info!(fence = confinement.describe(), "network process confined: no filesystem rights");
@@ -105,7 +114,7 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
     let edge = Edge::new(&instance, config.tokens.clone())
         .map_err(|e| DaemonError::Runtime(std::io::Error::other(e)))?;
     tracing::info!(instance = %instance, "daemon instance");
-    let listeners = Listeners { bound, tls, health: health_listener, edge };
+    let listeners = Listeners { bound, tls, health: health_listener, edge, metadata };
     runtime.block_on(serve(config, service, listeners, stop_tx, stop_rx))
 }
 
@@ -123,6 +132,7 @@ struct Listeners {
     tls: Option<tokio_rustls::TlsAcceptor>,
     health: Option<std::net::TcpListener>,
     edge: Edge,
+    metadata: std::collections::BTreeMap<String, String>,
 }
 
 /// Registers the workers the supervisor starts, until the supervisor goes away.
@@ -168,7 +178,7 @@ async fn serve(
     stop_tx: watch::Sender<bool>,
     stop_rx: watch::Receiver<bool>,
 ) -> Result<(), DaemonError> {
-    let Listeners { bound, tls, health, edge } = listeners;
+    let Listeners { bound, tls, health, edge, metadata } = listeners;
     // Standard health: "" and "fsd.v1.Fsd" are SERVING while this process serves calls.
     let (reporter, health_service) = tonic_health::server::health_reporter();
     reporter.set_serving::<FsdServer<FsdService>>().await;
@@ -189,6 +199,18 @@ async fn serve(
         tcp_keepalive: transport.keepalive_interval,
     };
     let mut servers = tokio::task::JoinSet::new();
+    let face = std::sync::Arc::new(crate::rest::Face {
+        service: service.clone(),
+        edge: edge.clone(),
+        root: crate::backend::resolve::path_string(&config.rest.root),
+        max_upload: config.limits.max_upload_bytes,
+        chunk: config.limits.default_chunk_bytes,
+        modes: config.served_modes(),
+        started: std::time::Instant::now(),
+        metadata,
+        stopping: stop_rx.clone(),
+        grpc: None,
+    });
     for listener in bound {
         let max = config.max_message_bytes as usize;
         let svc =
@@ -218,6 +240,27 @@ async fn serve(
             let _ = stop.wait_for(|s| *s).await;
         };
         match listener {
+            Bound::HttpUnix(std_listener, name) => {
+                let listener = tokio::net::UnixListener::from_std(std_listener)
+                    .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+                tracing::info!(listen = %name, "listening (REST, gRPC-Web)");
+                let (face, stop) = (face.clone(), stop_rx.clone());
+                servers.spawn(async move {
+                    crate::rest::serve_unix(listener, face, stop).await;
+                    Ok(())
+                });
+            }
+            Bound::Http(std_listener, name) => {
+                let listener = tokio::net::TcpListener::from_std(std_listener)
+                    .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+                tracing::info!(listen = %name, tls = tls.is_some(), "listening (REST, gRPC-Web)");
+                let incoming = crate::edge::incoming(listener, tls.clone(), tcp_limits, stop_rx.clone());
+                let (face, stop) = (face.clone(), stop_rx.clone());
+                servers.spawn(async move {
+                    crate::rest::serve_tcp(incoming, face, stop).await;
+                    Ok(())
+                });
+            }
             Bound::Unix(std_listener, name) => {
                 let listener = tokio::net::UnixListener::from_std(std_listener)
                     .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;

@@ -139,8 +139,8 @@ async fn supervise(
         .listen
         .iter()
         .filter_map(|l| match l {
-            Listen::Unix(path) => Some(path.clone()),
-            Listen::Tcp(_) => None,
+            Listen::Unix(path) | Listen::HttpUnix(path) => Some(path.clone()),
+            Listen::Tcp(_) | Listen::Http(_) => None,
         })
         .collect();
     let mut sup = Supervisor {

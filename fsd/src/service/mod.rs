@@ -8,6 +8,7 @@
 mod escalate;
 mod grant;
 mod hello;
+mod plain;
 mod wire;
 
 use std::collections::BTreeMap;
@@ -24,6 +25,7 @@ use crate::dispatch::Dispatcher;
 use crate::escalation::Escalations;
 use crate::op::Op;
 use grant::{Caller, Decision, Grant, Step};
+pub use plain::{BodySink, SinkClosed};
 use wire::Called;
 pub use wire::{mode_from_wire, mode_to_wire};
 
