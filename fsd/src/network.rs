@@ -199,6 +199,23 @@ async fn serve(
         tcp_keepalive: transport.keepalive_interval,
     };
     let mut servers = tokio::task::JoinSet::new();
+    // The HTTP listeners also carry fsd.v1, health and reflection: gRPC-Web (HTTP/1.1, through
+    // reverse proxies) translated to gRPC, behind the same edge as the gRPC listeners.
+    let grpc = {
+        let max = config.max_message_bytes as usize;
+        let svc =
+            FsdServer::new(service.clone()).max_decoding_message_size(max).max_encoding_message_size(max);
+        let routes = tonic::service::Routes::new(svc)
+            .add_service(health_service.clone())
+            .add_service(reflection_v1.clone())
+            .add_service(reflection_v1alpha.clone())
+            .prepare();
+        let stack = tower::ServiceBuilder::new()
+            .layer(tonic_web::GrpcWebLayer::new())
+            .layer(edge.clone())
+            .service(routes);
+        tower::util::BoxCloneSyncService::new(stack)
+    };
     let face = std::sync::Arc::new(crate::rest::Face {
         service: service.clone(),
         edge: edge.clone(),
@@ -209,7 +226,7 @@ async fn serve(
         started: std::time::Instant::now(),
         metadata,
         stopping: stop_rx.clone(),
-        grpc: None,
+        grpc: Some(grpc),
     });
     for listener in bound {
         let max = config.max_message_bytes as usize;
