@@ -34,6 +34,14 @@ if ! command -v ip >/dev/null 2>&1 && [ ! -x /usr/sbin/ip ] && [ ! -x /sbin/ip ]
         || echo "scripts/test.sh: cannot install iproute2; the fleet test will fail" >&2
 fi
 
+# The router test (tests/tests/router.rs) puts Debian's nginx, as an HTTP/1.1 reverse proxy like
+# the agent-sandbox router, between fsd-tools and fsd. Without it that test fails and says why.
+if [ ! -x /usr/sbin/nginx ] && ! command -v nginx >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get install -y -q nginx-light || { apt-get update -q && apt-get install -y -q nginx-light; }; } >/dev/null \
+        || echo "scripts/test.sh: cannot install nginx; the router test will fail" >&2
+fi
+
 # The end-to-end tests start target/debug/fsd and target/debug/fsd-tools; the debug build of
 # fsd carries the test-only hooks (cargo feature fault-injection, never in a release build).
 cargo build --workspace --bins --locked --features fsd/fault-injection

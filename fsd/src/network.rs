@@ -73,9 +73,18 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         .collect::<Vec<_>>();
     let control_reader = control.try_clone().map_err(DaemonError::Runtime)?;
     // The TLS files are read now: after confinement this process cannot open them.
-    let tls = match &config.tls {
-        Some(tls) => Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(tls)?)),
-        None => None,
+    let (tls, tls_http) = match &config.tls {
+        Some(tls) => {
+            let grpc = crate::tls::server_config(tls)?;
+            // The HTTP listeners also serve HTTP/1.1 (REST, gRPC-Web through proxies).
+            let mut http = (*grpc).clone();
+            http.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            (
+                Some(tokio_rustls::TlsAcceptor::from(grpc)),
+                Some(tokio_rustls::TlsAcceptor::from(Arc::new(http))),
+            )
+        }
+        None => (None, None),
     };
     let health_listener = match config.health_listen {
         Some(addr) => {
@@ -114,7 +123,7 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
     let edge = Edge::new(&instance, config.tokens.clone())
         .map_err(|e| DaemonError::Runtime(std::io::Error::other(e)))?;
     tracing::info!(instance = %instance, "daemon instance");
-    let listeners = Listeners { bound, tls, health: health_listener, edge, metadata };
+    let listeners = Listeners { bound, tls, tls_http, health: health_listener, edge, metadata };
     runtime.block_on(serve(config, service, listeners, stop_tx, stop_rx))
 }
 
@@ -130,6 +139,7 @@ fn instance_id() -> Result<String, DaemonError> {
 struct Listeners {
     bound: Vec<Bound>,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    tls_http: Option<tokio_rustls::TlsAcceptor>,
     health: Option<std::net::TcpListener>,
     edge: Edge,
     metadata: std::collections::BTreeMap<String, String>,
@@ -178,7 +188,7 @@ async fn serve(
     stop_tx: watch::Sender<bool>,
     stop_rx: watch::Receiver<bool>,
 ) -> Result<(), DaemonError> {
-    let Listeners { bound, tls, health, edge, metadata } = listeners;
+    let Listeners { bound, tls, tls_http, health, edge, metadata } = listeners;
     // Standard health: "" and "fsd.v1.Fsd" are SERVING while this process serves calls.
     let (reporter, health_service) = tonic_health::server::health_reporter();
     reporter.set_serving::<FsdServer<FsdService>>().await;
@@ -271,7 +281,7 @@ async fn serve(
                 let listener = tokio::net::TcpListener::from_std(std_listener)
                     .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
                 tracing::info!(listen = %name, tls = tls.is_some(), "listening (REST, gRPC-Web)");
-                let incoming = crate::edge::incoming(listener, tls.clone(), tcp_limits, stop_rx.clone());
+                let incoming = crate::edge::incoming(listener, tls_http.clone(), tcp_limits, stop_rx.clone());
                 let (face, stop) = (face.clone(), stop_rx.clone());
                 servers.spawn(async move {
                     crate::rest::serve_tcp(incoming, face, stop).await;
