@@ -18,6 +18,10 @@ use crate::dispatch::Dispatcher;
 use crate::edge::{Edge, TcpLimits};
 use crate::ipc::{self, Control, IpcError};
 use crate::service::FsdService;
+use crate::sys::ipc::AsyncFrames;
+
+/// Threads that read the files of streamed reads, shared by every stream.
+const STREAM_READERS: usize = 4;
 
 /// How long in-flight calls may take to finish once shutdown starts.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -102,29 +106,29 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
     let confinement = crate::confine::network(&config).map_err(DaemonError::Confine)?;
     tracing::info!(fence = confinement.describe(), "network process confined: no filesystem rights");
 
-    let dispatcher = Arc::new(Dispatcher::new(config.call_timeout, control));
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let supervisor_gone = stop_tx.clone();
-    {
-        let dispatcher = dispatcher.clone();
-        std::thread::Builder::new()
-            .name("fsd-control".into())
-            .spawn(move || serve_control(&dispatcher, &control_reader, &supervisor_gone))
-            .map_err(DaemonError::Runtime)?;
-    }
-
+    let readers = crate::dispatch::stream::Readers::start(STREAM_READERS).map_err(DaemonError::Runtime)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("fsd-net")
         .build()
         .map_err(DaemonError::Runtime)?;
-    dispatcher.wait_ready(&config.served_modes(), config.workers_per_mode, Duration::from_secs(10));
-    let service = FsdService::new(dispatcher, &config, roots, audit);
-    let edge = Edge::new(&instance, config.tokens.clone())
-        .map_err(|e| DaemonError::Runtime(std::io::Error::other(e)))?;
-    tracing::info!(instance = %instance, "daemon instance");
-    let listeners = Listeners { bound, tls, tls_http, health: health_listener, edge, metadata };
-    runtime.block_on(serve(config, service, listeners, stop_tx, stop_rx))
+    runtime.block_on(async move {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (kill_tx, kill_rx) = tokio::sync::mpsc::unbounded_channel();
+        let dispatcher =
+            Arc::new(Dispatcher::new(config.call_timeout, config.max_queued_calls, kill_tx, readers));
+        let reader = AsyncFrames::new(control_reader).map_err(DaemonError::Runtime)?;
+        let writer = AsyncFrames::new(control).map_err(DaemonError::Runtime)?;
+        tokio::spawn(serve_control(dispatcher.clone(), reader, stop_tx.clone()));
+        tokio::spawn(send_control(writer, kill_rx));
+        dispatcher.wait_ready(&config.served_modes(), config.workers_per_mode, Duration::from_secs(10)).await;
+        let service = FsdService::new(dispatcher.clone(), &config, roots, audit);
+        let edge = Edge::new(&instance, config.tokens.clone())
+            .map_err(|e| DaemonError::Runtime(std::io::Error::other(e)))?;
+        tracing::info!(instance = %instance, "daemon instance");
+        let listeners = Listeners { bound, tls, tls_http, health: health_listener, edge, metadata };
+        serve(config, service, dispatcher, listeners, stop_tx, stop_rx).await
+    })
 }
 
 /// A random id of this network process's life: clients pin it, so a restarted daemon refuses
@@ -146,19 +150,14 @@ struct Listeners {
 }
 
 /// Registers the workers the supervisor starts, until the supervisor goes away.
-fn serve_control(dispatcher: &Arc<Dispatcher>, control: &UnixStream, stop: &watch::Sender<bool>) {
+async fn serve_control(dispatcher: Arc<Dispatcher>, mut control: AsyncFrames, stop: watch::Sender<bool>) {
     loop {
-        match ipc::recv::<Control>(control) {
+        match ipc::recv_async::<Control>(&mut control).await {
             Ok((Control::Worker { mode, pid }, Some(fd))) => {
                 let dispatcher = dispatcher.clone();
                 let socket = UnixStream::from(fd);
                 // Waiting for the worker's ready message must not hold up the next one.
-                let spawned = std::thread::Builder::new()
-                    .name("fsd-register".into())
-                    .spawn(move || dispatcher.add_worker(mode, pid, socket));
-                if let Err(e) = spawned {
-                    tracing::error!(error = %e, "cannot register a worker");
-                }
+                tokio::spawn(async move { dispatcher.add_worker(mode, pid, socket).await });
             }
             Ok((Control::Worker { pid, .. }, None)) => {
                 tracing::error!(pid, "worker announced without its socket")
@@ -166,6 +165,14 @@ fn serve_control(dispatcher: &Arc<Dispatcher>, control: &UnixStream, stop: &watc
             Ok((Control::Unavailable { mode, reason }, _)) => {
                 tracing::error!(mode = mode.as_str(), %reason, "mode unavailable");
                 dispatcher.mark_unavailable(mode, reason);
+            }
+            Ok((Control::Stuck { mode, abandoned }, _)) => {
+                tracing::error!(mode = mode.as_str(), abandoned, "mode stopped: its workers are stuck");
+                dispatcher.mark_stuck(mode, abandoned);
+            }
+            Ok((Control::Available { mode }, _)) => {
+                tracing::info!(mode = mode.as_str(), "mode available again");
+                dispatcher.mark_available(mode);
             }
             Err(IpcError::Closed) => {
                 tracing::info!("supervisor gone: shutting down");
@@ -181,9 +188,48 @@ fn serve_control(dispatcher: &Arc<Dispatcher>, control: &UnixStream, stop: &watc
     }
 }
 
+/// Sends the dispatcher's requests (kill a hung worker) to the supervisor.
+async fn send_control(
+    control: AsyncFrames,
+    mut requests: tokio::sync::mpsc::UnboundedReceiver<ipc::ControlRequest>,
+) {
+    while let Some(request) = requests.recv().await {
+        if let Err(e) = ipc::send_async(&control, &request, None).await {
+            tracing::error!(error = %e, "cannot reach the supervisor");
+            return;
+        }
+    }
+}
+
+/// Keeps grpc.health.v1 per mode (`fsd.v1.Fsd/<mode>`) true: NOT_SERVING while the mode is
+/// unavailable (given up, or too many hung workers abandoned).
+async fn report_modes(
+    dispatcher: Arc<Dispatcher>,
+    modes: Vec<crate::backend::Mode>,
+    reporter: tonic_health::server::HealthReporter,
+) {
+    loop {
+        let changed = dispatcher.changed();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        for report in dispatcher.report() {
+            if !modes.contains(&report.mode) {
+                continue;
+            }
+            let status = match report.unavailable {
+                None => tonic_health::ServingStatus::Serving,
+                Some(_) => tonic_health::ServingStatus::NotServing,
+            };
+            reporter.set_service_status(format!("fsd.v1.Fsd/{}", report.mode.as_str()), status).await;
+        }
+        changed.await;
+    }
+}
+
 async fn serve(
     config: Config,
     service: FsdService,
+    dispatcher: Arc<Dispatcher>,
     listeners: Listeners,
     stop_tx: watch::Sender<bool>,
     stop_rx: watch::Receiver<bool>,
@@ -192,6 +238,7 @@ async fn serve(
     // Standard health: "" and "fsd.v1.Fsd" are SERVING while this process serves calls.
     let (reporter, health_service) = tonic_health::server::health_reporter();
     reporter.set_serving::<FsdServer<FsdService>>().await;
+    let modes_task = tokio::spawn(report_modes(dispatcher, config.served_modes(), reporter.clone()));
     // Reflection answers from the descriptor set the service was compiled from.
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -207,6 +254,9 @@ async fn serve(
         idle_timeout: transport.idle_timeout,
         max_connections: transport.max_connections,
         tcp_keepalive: transport.keepalive_interval,
+        max_handshakes: transport.max_handshakes,
+        max_handshakes_per_source: transport.max_handshakes_per_source,
+        unauthenticated_idle: transport.unauthenticated_idle,
     };
     let mut servers = tokio::task::JoinSet::new();
     // The HTTP listeners also carry fsd.v1, health and reflection: gRPC-Web (HTTP/1.1, through
@@ -350,6 +400,7 @@ async fn serve(
             if let Ok(Err(e)) = done { failure = Some(e); }
         }
     }
+    modes_task.abort();
     reporter.set_not_serving::<FsdServer<FsdService>>().await;
     reporter.set_service_status("", tonic_health::ServingStatus::NotServing).await;
     let _ = stop_tx.send(true);

@@ -53,6 +53,7 @@ codes! {
     NoSpace => "FS_NO_SPACE", ResourceExhausted;
     InvalidPath => "FS_INVALID_PATH", InvalidArgument;
     NotEmpty => "FS_NOT_EMPTY", FailedPrecondition;
+    RateLimited => "FS_RATE_LIMITED", ResourceExhausted;
 }
 
 impl std::fmt::Display for ErrorCode {

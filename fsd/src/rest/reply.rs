@@ -15,11 +15,13 @@ pub struct RestError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// `Retry-After` of a refusal over budget, in whole seconds.
+    pub retry_after: Option<u64>,
 }
 
 impl RestError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> RestError {
-        RestError { status, code, message: message.into() }
+        RestError { status, code, message: message.into(), retry_after: None }
     }
 
     pub fn invalid(message: impl Into<String>) -> RestError {
@@ -30,7 +32,10 @@ impl RestError {
     /// reasons: they never carry file content.
     pub fn from_wire(wire: &WireError) -> RestError {
         let (status, code) = status_of(wire.code);
-        RestError::new(status, code, wire.message.clone())
+        let mut error = RestError::new(status, code, wire.message.clone());
+        let retry_ms = wire.get("retry_after_ms").and_then(|ms| ms.parse::<u64>().ok());
+        error.retry_after = retry_ms.map(|ms| ms.div_ceil(1000).max(1));
+        error
     }
 
     pub fn into_response(self) -> Response<Body> {
@@ -39,7 +44,11 @@ impl RestError {
             code: &'a str,
             message: &'a str,
         }
-        json(self.status, &Error { code: self.code, message: &self.message })
+        let mut response = json(self.status, &Error { code: self.code, message: &self.message });
+        if let Some(seconds) = self.retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from(seconds));
+        }
+        response
     }
 }
 
@@ -63,6 +72,7 @@ pub fn status_of(code: ErrorCode) -> (StatusCode, &'static str) {
         ErrorCode::NoSpace => (StatusCode::INSUFFICIENT_STORAGE, "NO_SPACE"),
         ErrorCode::Aborted => (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE"),
         ErrorCode::IoError => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL"),
+        ErrorCode::RateLimited => (StatusCode::TOO_MANY_REQUESTS, "FS_RATE_LIMITED"),
     }
 }
 
@@ -213,5 +223,6 @@ mod tests {
         check(ErrorCode::NoSpace, 507, "NO_SPACE");
         check(ErrorCode::Aborted, 503, "UNAVAILABLE");
         check(ErrorCode::IoError, 500, "INTERNAL");
+        check(ErrorCode::RateLimited, 429, "FS_RATE_LIMITED");
     }
 }

@@ -87,8 +87,11 @@ impl FsdService {
     pub async fn call_as(&self, identity: Identity, request: backend::Request) -> Result<Outcome, WireError> {
         let caller = Self::plain_caller(identity);
         let (op, path) = (request.op(), request.path().to_owned());
+        // Over budget: refused before anything else happens, so nothing is touched.
+        let _in_flight = self.budgets.call(&caller.identity).map_err(|r| r.into_wire(&path))?;
         let mode = self.plain_mode(&caller, &path, op)?;
-        let result = self.dispatch(mode, request).await.map_err(|w| w.with("mode", mode.as_str()));
+        let result = self.dispatcher.call(mode, &caller.client(), request).await;
+        let result = result.map_err(|w| w.with("mode", mode.as_str()));
         self.plain_done(&caller, op, &path, mode, &result);
         result
     }
@@ -100,18 +103,15 @@ impl FsdService {
         path: &str,
     ) -> Result<(StreamHeader, File), WireError> {
         let caller = Self::plain_caller(identity);
+        let _in_flight = self.budgets.call(&caller.identity).map_err(|r| r.into_wire(path))?;
         let mode = self.plain_mode(&caller, path, crate::op::Op::StreamText)?;
-        let dispatcher = self.dispatcher.clone();
-        let owned = path.to_owned();
-        tokio::task::spawn_blocking(move || dispatcher.open_stream(mode, &owned))
-            .await
-            .unwrap_or_else(|e| Err(internal(path, format!("dispatch task failed: {e}"))))
-            .map_err(|w| w.with("mode", mode.as_str()))
+        let opened = self.dispatcher.open_stream(mode, &caller.client(), path).await;
+        opened.map_err(|w| w.with("mode", mode.as_str()))
     }
 
     /// A streamed write (`Request::WriteBytes`): `feed` passes the body into the sink while a
-    /// worker writes it; it finishes the sink when the body is complete.
-    /// Returns what `feed` returned and the outcome.
+    /// worker writes it; it finishes the sink when the body is complete. Returns what `feed`
+    /// returned (`None` when the call was refused before it began) and the outcome.
     pub async fn write_stream_as<F, Fut, T>(
         &self,
         identity: Identity,
@@ -124,27 +124,17 @@ impl FsdService {
     {
         let caller = Self::plain_caller(identity);
         let (op, path) = (request.op(), request.path().to_owned());
+        let _in_flight = match self.budgets.call(&caller.identity) {
+            Ok(permit) => permit,
+            Err(r) => return (None, Err(r.into_wire(&path))),
+        };
+        if let Err(r) = self.budgets.may_create(&caller.identity) {
+            return (None, Err(r.into_wire(&path)));
+        }
         let mode = match self.plain_mode(&caller, &path, op) {
             Ok(mode) => mode,
             Err(w) => return (None, Err(w)),
         };
-        let (fed, result) = self.write_stream_at(mode, request, feed).await;
-        self.plain_done(&caller, op, &path, mode, &result);
-        (fed, result)
-    }
-
-    /// The streamed write itself, at a granted mode.
-    async fn write_stream_at<F, Fut, T>(
-        &self,
-        mode: Mode,
-        request: backend::Request,
-        feed: F,
-    ) -> (Option<T>, Result<Outcome, WireError>)
-    where
-        F: FnOnce(BodySink) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        let path = request.path().to_owned();
         let (read, write) = match crate::sys::pipe() {
             Ok(pair) => pair,
             Err(e) => return (None, Err(internal(&path, format!("cannot make a pipe: {e}")))),
@@ -153,15 +143,15 @@ impl FsdService {
             Ok(pipe) => pipe,
             Err(e) => return (None, Err(internal(&path, format!("cannot use the pipe: {e}")))),
         };
-        let dispatcher = self.dispatcher.clone();
-        let call_path = path.clone();
-        let worker =
-            tokio::task::spawn_blocking(move || dispatcher.call_with_body(mode, request, &call_path, read));
-        let fed = feed(BodySink { pipe, sent: 0 }).await;
-        let result = worker
-            .await
-            .unwrap_or_else(|e| Err(internal(&path, format!("dispatch task failed: {e}"))))
-            .map_err(|w| w.with("mode", mode.as_str()));
+        // The body flows while the worker writes it: both futures are polled together.
+        let client = caller.client();
+        let worker = self.dispatcher.call_with_body(mode, &client, request, read);
+        let (fed, result) = tokio::join!(feed(BodySink { pipe, sent: 0 }), worker);
+        let result = result.map_err(|w| w.with("mode", mode.as_str()));
+        if let Ok(Outcome::WriteBytes { operation: backend::WriteOperation::Create, .. }) = &result {
+            self.budgets.created(&caller.identity);
+        }
+        self.plain_done(&caller, op, &path, mode, &result);
         (Some(fed), result)
     }
 
