@@ -40,7 +40,8 @@ pub const FORWARDED_AUTHORIZATION: &str = "x-fsd-authorization";
 
 /// Methods that answer without a client credential on a TLS listener (the handshake still
 /// applies): orchestrators probe health without the application's tokens.
-const OPEN_METHODS: &[&str] = &["/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"];
+/// `/v1/health` is the REST face's probe (kubelet `httpGet` over HTTPS sends no credential).
+const OPEN_METHODS: &[&str] = &["/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch", "/v1/health"];
 
 /// Limits of one TCP listener.
 #[derive(Debug, Clone, Copy)]

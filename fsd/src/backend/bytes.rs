@@ -14,9 +14,10 @@ use super::{Backend, EditGuard, Mode, Outcome, WriteGuard, WriteOperation, versi
 use crate::error::{Failure, FsError};
 use crate::sys::{self, Errno, Kind};
 
-/// A worker reports progress this often while a body streams in, so a long upload is not
-/// mistaken for a hung worker.
+/// A worker reports progress this often (bytes, or time with any byte) while a body streams in,
+/// so a long or slow upload is not mistaken for a hung worker; one that stalls still is.
 pub const PROGRESS_BYTES: u64 = 8 << 20;
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// The largest frame the network process sends.
 pub const MAX_FRAME: usize = 1 << 20;
 
@@ -36,6 +37,7 @@ pub fn copy_frames(
     let mut buf = vec![0u8; MAX_FRAME];
     let mut total = 0u64;
     let mut reported = 0u64;
+    let mut reported_at = std::time::Instant::now();
     loop {
         let mut header = [0u8; 4];
         read_exact(body, &mut header)?;
@@ -52,8 +54,9 @@ pub fn copy_frames(
         }
         read_exact(body, &mut buf[..len])?;
         out.write_all(&buf[..len]).map_err(FsError::WriteTemp)?;
-        if total - reported >= PROGRESS_BYTES {
+        if total - reported >= PROGRESS_BYTES || reported_at.elapsed() >= PROGRESS_EVERY {
             reported = total;
+            reported_at = std::time::Instant::now();
             progress(total);
         }
     }
