@@ -414,3 +414,99 @@ fn health_is_ok_while_serving_and_503_during_shutdown() {
     let status = daemon.child.wait().unwrap();
     assert!(status.success(), "fsd exited with {status}");
 }
+
+/// Property: whatever the tree's shape and however its directories are swapped for links to the
+/// outside while it is being removed, a recursive DELETE never touches a file outside the root.
+#[test]
+fn a_tree_delete_racing_renames_and_links_never_touches_the_outside() {
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let daemon = RestDaemon::start("", &[]);
+    let outside = outside_fixture(daemon.dir.path());
+    std::fs::create_dir(outside.join("sub")).unwrap();
+    std::fs::write(outside.join("sub/deep"), "deep\n").unwrap();
+    let snapshot = |dir: &Path| {
+        let mut all = Vec::new();
+        let mut pending = vec![dir.to_owned()];
+        while let Some(d) = pending.pop() {
+            for entry in std::fs::read_dir(&d).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    pending.push(path.clone());
+                    all.push((path, None));
+                } else {
+                    all.push((path.clone(), Some(std::fs::read(&path).unwrap())));
+                }
+            }
+        }
+        all.sort();
+        all
+    };
+    let before = snapshot(&outside);
+    let config = Config { cases: 12, failure_persistence: None, ..Config::default() };
+    let mut runner = TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    let counter = std::sync::atomic::AtomicU32::new(0);
+    let strategy = (1usize..4, 1usize..4, 1usize..6);
+    runner
+        .run(&strategy, |(depth, width, files)| {
+            let case = counter.fetch_add(1, Ordering::Relaxed) + 1;
+            let top = daemon.path(&format!("tree{case}"));
+            let mut dirs = vec![top.clone()];
+            let mut frontier = vec![top.clone()];
+            for _ in 0..depth {
+                let mut next = Vec::new();
+                for d in &frontier {
+                    for w in 0..width {
+                        let child = d.join(format!("d{w}"));
+                        next.push(child.clone());
+                        dirs.push(child);
+                    }
+                }
+                frontier = next;
+            }
+            for d in &dirs {
+                std::fs::create_dir_all(d).unwrap();
+                for f in 0..files {
+                    std::fs::write(d.join(format!("f{f}")), "x").unwrap();
+                }
+            }
+            // The racer swaps every inner directory for a link to the outside and back.
+            let stop = Arc::new(AtomicBool::new(false));
+            let racer = {
+                let (stop, inner, outside) = (stop.clone(), dirs[1..].to_vec(), outside.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        for d in &inner {
+                            let moved = d.with_extension("moved");
+                            if std::fs::rename(d, &moved).is_ok() {
+                                let _ = std::os::unix::fs::symlink(&outside, d);
+                                std::thread::yield_now();
+                                let _ = std::fs::remove_file(d);
+                                let _ = std::fs::rename(&moved, d);
+                            }
+                        }
+                    }
+                })
+            };
+            let answer =
+                http(daemon.port, "DELETE", &format!("/v1/files/tree{case}?recursive=true"), &[], b"");
+            stop.store(true, Ordering::Relaxed);
+            racer.join().unwrap();
+            println!(
+                "case {case}: depth {depth} width {width} files {files}: {} {}",
+                answer.status,
+                String::from_utf8_lossy(&answer.body)
+            );
+            if answer.status != 204 {
+                // Refused or cut short by the race: an error body, never a crossing.
+                let body = answer.json();
+                assert!(body["code"].as_str().is_some(), "{answer:?}");
+            }
+            assert_eq!(snapshot(&outside), before, "case {case}: the outside changed ({answer:?})");
+            let _ = std::fs::remove_dir_all(&top);
+            Ok(())
+        })
+        .unwrap();
+}
