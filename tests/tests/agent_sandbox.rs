@@ -510,3 +510,69 @@ fn a_tree_delete_racing_renames_and_links_never_touches_the_outside() {
         })
         .unwrap();
 }
+
+/// The byte write and the removal the REST face uses are fsd.v1 calls too (WriteBytes, a client
+/// stream; Remove), on the gRPC socket of the same daemon.
+#[test]
+fn write_bytes_and_remove_are_grpc_calls_too() {
+    use fsd_proto::v1::{self, write_bytes_request::Item};
+    let daemon = RestDaemon::start("", &[]);
+    let endpoint = fsd_tool_client::connect::Endpoint::Unix(daemon.dir.path().join("fsd.sock"));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let (mut client, _) = fsd_tool_client::connect::connect(&endpoint).await.unwrap();
+        let path = daemon.path("bin/data.bin").display().to_string();
+        let chunk: Vec<u8> = (0..=255u8).cycle().take(1 << 20).collect();
+        let header =
+            v1::WriteBytesHeader { context: None, path: path.clone(), guard: None, mode: Some(0o600) };
+        let mut messages = vec![v1::WriteBytesRequest { item: Some(Item::Header(header)) }];
+        messages
+            .extend((0..12).map(|_| v1::WriteBytesRequest { item: Some(Item::Chunk(chunk.clone().into())) }));
+        let reply = client.write_bytes(tokio_stream::iter(messages)).await.unwrap().into_inner();
+        assert_eq!(reply.size, 12 << 20);
+        assert_eq!(reply.operation, v1::WriteOperation::Create as i32);
+        let on_disk = std::fs::read(daemon.path("bin/data.bin")).unwrap();
+        assert_eq!(on_disk.len(), 12 << 20);
+        assert!(on_disk.chunks(1 << 20).all(|c| c == chunk.as_slice()));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(daemon.path("bin/data.bin")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let stat = client
+            .stat(v1::StatRequest { context: None, path: path.clone(), no_follow: false })
+            .await
+            .unwrap();
+        assert_eq!(
+            stat.into_inner().info.unwrap().version,
+            reply.version,
+            "the reply's version is the file's"
+        );
+
+        // A stale guard replaces nothing.
+        let guard = v1::WriteGuard {
+            kind: Some(v1::write_guard::Kind::ReplaceIfVersion(v1::ReplaceIfVersion {
+                version: "v1.stale".into(),
+                target_key: String::new(),
+            })),
+        };
+        let header =
+            v1::WriteBytesHeader { context: None, path: path.clone(), guard: Some(guard), mode: None };
+        let messages = vec![
+            v1::WriteBytesRequest { item: Some(Item::Header(header)) },
+            v1::WriteBytesRequest { item: Some(Item::Chunk(b"other".to_vec().into())) },
+        ];
+        let status = client.write_bytes(tokio_stream::iter(messages)).await.unwrap_err();
+        let wire = fsd_proto::WireError::from_status(&status).unwrap();
+        assert_eq!(wire.code, fsd_proto::ErrorCode::StaleVersion, "{status:?}");
+        assert_eq!(std::fs::read(daemon.path("bin/data.bin")).unwrap().len(), 12 << 20);
+
+        // Remove: a non-empty directory needs recursive.
+        let dir = daemon.path("bin").display().to_string();
+        let remove =
+            |recursive| v1::RemoveRequest { context: None, path: dir.clone(), recursive, guard: None };
+        let status = client.remove(remove(false)).await.unwrap_err();
+        assert_eq!(fsd_proto::WireError::from_status(&status).unwrap().code, fsd_proto::ErrorCode::NotEmpty);
+        let reply = client.remove(remove(true)).await.unwrap().into_inner();
+        assert_eq!(reply.removed, 2);
+        assert!(!daemon.path("bin").exists());
+    });
+}

@@ -5,6 +5,7 @@
 //! `wire` converts messages, `grant` decides modes and redeems tickets, `escalate` describes
 //! escalations, `hello` reports what is served.
 
+mod bytes;
 mod escalate;
 mod grant;
 mod hello;
@@ -273,6 +274,17 @@ impl Fsd for FsdService {
         request: Request<v1::DeleteFileRequest>,
     ) -> Result<Response<v1::DeleteFileReply>, Status> {
         self.unary(request, wire::delete_file, wire::delete_file_reply).await
+    }
+
+    async fn write_bytes(
+        &self,
+        request: Request<tonic::Streaming<v1::WriteBytesRequest>>,
+    ) -> Result<Response<v1::WriteBytesReply>, Status> {
+        self.write_bytes_call(request).await
+    }
+
+    async fn remove(&self, request: Request<v1::RemoveRequest>) -> Result<Response<v1::RemoveReply>, Status> {
+        self.unary(request, wire::remove, wire::remove_reply).await
     }
 
     async fn request_escalation(

@@ -135,6 +135,23 @@ impl FsdService {
             Ok(mode) => mode,
             Err(w) => return (None, Err(w)),
         };
+        self.stream_write(&caller, mode, request, feed).await
+    }
+
+    /// The streamed write itself, at a granted mode: the body flows into a pipe while a worker
+    /// writes it; logged and audited like every mutation.
+    pub(super) async fn stream_write<F, Fut, T>(
+        &self,
+        caller: &Caller,
+        mode: Mode,
+        request: backend::Request,
+        feed: F,
+    ) -> (Option<T>, Result<Outcome, WireError>)
+    where
+        F: FnOnce(BodySink) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let (op, path) = (request.op(), request.path().to_owned());
         let (read, write) = match crate::sys::pipe() {
             Ok(pair) => pair,
             Err(e) => return (None, Err(internal(&path, format!("cannot make a pipe: {e}")))),
@@ -151,7 +168,7 @@ impl FsdService {
         if let Ok(Outcome::WriteBytes { operation: backend::WriteOperation::Create, .. }) = &result {
             self.budgets.created(&caller.identity);
         }
-        self.plain_done(&caller, op, &path, mode, &result);
+        self.plain_done(caller, op, &path, mode, &result);
         (Some(fed), result)
     }
 
