@@ -11,7 +11,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use super::resolve::WalkOptions;
 use super::write::{Place, current_file, place_file_with, same_key};
 use super::{Backend, EditGuard, Mode, Outcome, WriteGuard, WriteOperation, version};
-use crate::error::{Failure, FsError};
+use crate::error::{Denial, Failure, FsError, StaleReason};
 use crate::sys::{self, Errno, Kind};
 
 /// A worker reports progress this often (bytes, or time with any byte) while a body streams in,
@@ -27,11 +27,13 @@ pub fn frame_header(len: usize) -> [u8; 4] {
     (len as u32).to_le_bytes()
 }
 
-/// Copies a framed body into `out`, refusing more than `limit` bytes. Returns the byte count.
+/// Copies a framed body into `out`, refusing more than `limit` bytes, hashing what passes (the
+/// digest of the file's content version). Returns the byte count.
 pub fn copy_frames(
     body: &mut impl Read,
     out: &mut impl Write,
     limit: u64,
+    hasher: &mut blake3::Hasher,
     progress: &mut dyn FnMut(u64),
 ) -> Result<u64, FsError> {
     let mut buf = vec![0u8; MAX_FRAME];
@@ -54,6 +56,7 @@ pub fn copy_frames(
         }
         read_exact(body, &mut buf[..len])?;
         out.write_all(&buf[..len]).map_err(FsError::WriteTemp)?;
+        hasher.update(&buf[..len]);
         if total - reported >= PROGRESS_BYTES || reported_at.elapsed() >= PROGRESS_EVERY {
             reported = total;
             reported_at = std::time::Instant::now();
@@ -83,7 +86,7 @@ impl Backend {
         let create_parents = !matches!(guard, Some(WriteGuard::ReplaceIfVersion { .. }));
         let resolved = match self.walk(mode, path, WalkOptions { follow_final: true, create_parents }) {
             Err(Failure { error: FsError::NotFound, path, .. }) if !create_parents => {
-                return Err(Failure::new(FsError::Stale("file no longer exists"), path));
+                return Err(Failure::new(FsError::Stale(StaleReason::Gone), path));
             }
             other => other?,
         };
@@ -97,12 +100,12 @@ impl Backend {
         match (&guard, &existing) {
             (Some(WriteGuard::CreateIfAbsent), Some(_)) => return Err(fail(FsError::AlreadyExists)),
             (Some(WriteGuard::ReplaceIfVersion { .. }), None) => {
-                return Err(fail(FsError::Stale("file no longer exists")));
+                return Err(fail(FsError::Stale(StaleReason::Gone)));
             }
             (Some(WriteGuard::ReplaceIfVersion { version: expected, target_key }), Some((file, meta))) => {
                 same_key(target_key.as_ref(), &target.key).map_err(fail)?;
-                if version::of_file(file, meta) != *expected {
-                    return Err(fail(FsError::Stale("file changed on disk since it was read")));
+                if !version::holds(expected, file, meta).map_err(fail)? {
+                    return Err(fail(FsError::Stale(StaleReason::Changed)));
                 }
             }
             _ => {}
@@ -115,9 +118,10 @@ impl Backend {
         };
         let limit = self.limits.max_upload_bytes;
         let mut size = 0u64;
+        let mut hasher = blake3::Hasher::new();
         let mut body = std::io::BufReader::with_capacity(MAX_FRAME + 4, body);
         let mut fill = |file: &mut File| {
-            size = copy_frames(&mut body, file, limit, progress)?;
+            size = copy_frames(&mut body, file, limit, &mut hasher, progress)?;
             Ok(())
         };
         let (file, meta) = place_file_with(
@@ -129,7 +133,9 @@ impl Backend {
             self.journal_scope(&resolved),
         )
         .map_err(fail)?;
-        Ok(Outcome::WriteBytes { target, operation, version: version::of_file(&file, &meta), size })
+        // Every byte passed through here: the version carries their digest.
+        let version = version::with_digest(version::of_file(&file, &meta), size, &hasher.finalize());
+        Ok(Outcome::WriteBytes { target, operation, version, size })
     }
 
     pub(super) fn remove(
@@ -143,7 +149,7 @@ impl Backend {
         let fail = |e| self.fail(e, &resolved);
         let walked = resolved.meta.ok_or_else(|| fail(FsError::NotFound))?;
         let Some(parent) = resolved.parent.as_ref() else {
-            return Err(fail(FsError::Denied("a root cannot be removed".into())));
+            return Err(fail(FsError::Denied(Denial::Root)));
         };
         self.may_write(mode, resolved.root, &resolved.rel).map_err(fail)?;
         let target = self.target(&resolved);
@@ -156,19 +162,19 @@ impl Backend {
             Err(errno) => return Err(fail(FsError::Metadata(errno))),
         };
         if (now.dev, now.ino) != (walked.dev, walked.ino) {
-            return Err(fail(FsError::Stale("path now names a different object than it did")));
+            return Err(fail(FsError::Stale(StaleReason::OtherFile)));
         }
         if let Some(guard) = &guard {
             same_key(guard.target_key.as_ref(), &target.key).map_err(fail)?;
-            let current = match now.kind {
+            let holds = match now.kind {
                 Kind::File => match current_file(&resolved).map_err(fail)? {
-                    Some((file, meta)) => version::of_file(&file, &meta),
-                    None => return Err(fail(FsError::Stale("file no longer exists"))),
+                    Some((file, meta)) => version::holds(&guard.version, &file, &meta).map_err(fail)?,
+                    None => return Err(fail(FsError::Stale(StaleReason::Gone))),
                 },
-                _ => version::of_meta(&now),
+                _ => version::of_meta(&now) == guard.version,
             };
-            if current != guard.version {
-                return Err(fail(FsError::Stale("changed on disk since it was read")));
+            if !holds {
+                return Err(fail(FsError::Stale(StaleReason::Changed)));
             }
         }
         let removed = if now.kind == Kind::Directory {
@@ -232,10 +238,7 @@ impl Tree<'_> {
         let dir = sys::open_dir_for_listing(parent, name).map_err(FsError::Walk)?;
         let meta = sys::meta(dir.as_fd()).map_err(FsError::Metadata)?;
         if meta.dev != self.dev || sys::is_mount_root(dir.as_fd()).ok().flatten() == Some(true) {
-            return Err(FsError::Denied(format!(
-                "{} is a mount point: fsd never removes across mounts",
-                name.to_string_lossy()
-            )));
+            return Err(FsError::Denied(Denial::Mount(name.to_string_lossy().into_owned())));
         }
         let listing =
             dir.try_clone().map_err(|e| FsError::List(Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;
@@ -291,7 +294,8 @@ mod tests {
 
     fn check(input: Vec<u8>, limit: u64, expected: Result<&[u8], &str>) {
         let mut out = Vec::new();
-        let got = copy_frames(&mut input.as_slice(), &mut out, limit, &mut |_| {});
+        let got =
+            copy_frames(&mut input.as_slice(), &mut out, limit, &mut blake3::Hasher::new(), &mut |_| {});
         match (got, expected) {
             (Ok(n), Ok(want)) => {
                 assert_eq!(out, want);

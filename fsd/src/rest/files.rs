@@ -30,7 +30,10 @@ pub(super) fn daemon_path(root: &str, raw: &str) -> Result<String, RestError> {
     Ok(if rel.is_empty() { root.to_owned() } else { format!("{}/{rel}", root.trim_end_matches('/')) })
 }
 
+/// The ETag of a version: its metadata part, which GET and HEAD know before any byte is read,
+/// so a PUT's ETag and the next GET's agree.
 fn etag(version: &str) -> header::HeaderValue {
+    let (version, _) = fsd_proto::version::split(version);
     header::HeaderValue::from_str(&format!("\"{version}\""))
         .unwrap_or(header::HeaderValue::from_static("\"\""))
 }
