@@ -10,7 +10,7 @@ mod moves;
 mod read;
 pub mod resolve;
 pub mod text;
-mod version;
+pub mod version;
 mod write;
 
 use std::ffi::OsString;

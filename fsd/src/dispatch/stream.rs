@@ -170,7 +170,6 @@ impl<T> tokio_stream::Stream for Replies<T> {
 }
 
 #[cfg(test)]
-#[allow(clippy::expect_used)]
 mod tests {
     use super::*;
     use std::io::Write;
