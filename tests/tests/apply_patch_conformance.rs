@@ -2,7 +2,6 @@
 //! `../shared/conformance/README.md` says: once with the policy off, once with it on after the
 //! session read every input file; the final tree must equal `expected/` byte for byte, except
 //! where the seed rules otherwise (005, 015).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -181,7 +180,7 @@ fn a_stopped_commit_reports_completed_failed_and_not_executed() {
     let r = s.call("apply_patch", json!({"input": patch}));
     ok(
         &r,
-        "Patch stopped after 1 of 3 operations.\nCompleted:\nM a.txt\nFailed:\n- operation 2 (update .git/config, patch line 6): cannot modify \".git/config\": file access denied under workspace-write mode: .git is a protected path [sandbox: file access denied under workspace-write mode]\nNot executed:\n- operation 3 (add c.txt)",
+        "Patch stopped after 1 of 3 operations.\nCompleted:\nM a.txt\nFailed:\n- operation 2 (update .git/config, patch line 6): cannot modify \".git/config\": .git is a protected path [sandbox: file access denied under workspace-write mode]\nNot executed:\n- operation 3 (add c.txt)",
     );
     assert_eq!(r.meta()["stopped"], json!(true));
     assert_eq!(d.read("a.txt"), b"b\n");

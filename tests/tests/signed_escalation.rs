@@ -3,7 +3,6 @@
 //! approval is good once, for that session, that path, that content, that operation, before it
 //! expires; a compromised client speaking raw gRPC learns neither content nor existence of
 //! anything outside its grant; every decision is audited with the description's digest.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -9,7 +9,7 @@ mod moves;
 mod read;
 pub mod resolve;
 pub mod text;
-mod version;
+pub mod version;
 mod write;
 
 use std::ffi::OsString;
@@ -18,11 +18,11 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 pub use locks::{Guard, Locking, TargetLocks};
-pub use read::{StreamHeader, pump};
+pub use read::{StreamDigest, StreamHeader};
 use resolve::{Resolved, Root, WalkOptions};
 use std::sync::Arc;
 
-use crate::error::{Failure, FsError};
+use crate::error::{Denial, Failure, FsError};
 use crate::sys;
 
 /// Prefix of the temporary files of an atomic replace; listDir hides names with it.
@@ -365,11 +365,8 @@ impl Backend {
         if options.create_parents && mode == Mode::WorkspaceWrite {
             let named = resolve::components(std::ffi::OsStr::new(path));
             if let Some(name) = named.iter().find(|c| self.protected.iter().any(|p| p == *c)) {
-                let why = format!(
-                    "file access denied under workspace-write mode: {} is a protected path",
-                    name.to_string_lossy()
-                );
-                return Err(Failure::new(FsError::Denied(why), path));
+                let denial = Denial::Protected(name.to_string_lossy().into_owned());
+                return Err(Failure::new(FsError::Denied(denial), path));
             }
         }
         let may_create = |root: usize, rel: &[OsString]| self.may_write(mode, root, rel);
@@ -391,18 +388,13 @@ impl Backend {
     /// Whether `mode` may change `rel` below `root`: the fence as the resolver enforces it.
     fn may_write(&self, mode: Mode, root: usize, rel: &[OsString]) -> Result<(), FsError> {
         match mode {
-            Mode::ReadOnly => Err(FsError::Denied("file access denied under read-only mode".into())),
+            Mode::ReadOnly => Err(FsError::Denied(Denial::ReadOnly)),
             Mode::WorkspaceWrite => {
                 if !self.roots[root].writable || root >= self.configured {
-                    return Err(FsError::Denied(
-                        "file access denied under workspace-write mode: not inside a writable root".into(),
-                    ));
+                    return Err(FsError::Denied(Denial::NotWritableRoot));
                 }
                 if let Some(name) = rel.iter().find(|c| self.protected.contains(c)) {
-                    return Err(FsError::Denied(format!(
-                        "file access denied under workspace-write mode: {} is a protected path",
-                        name.to_string_lossy()
-                    )));
+                    return Err(FsError::Denied(Denial::Protected(name.to_string_lossy().into_owned())));
                 }
                 Ok(())
             }

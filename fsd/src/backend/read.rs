@@ -21,27 +21,30 @@ pub struct StreamHeader {
     pub size: u64,
 }
 
-/// Reads an open file to its end in chunks of `chunk` bytes. `sink` returns false when the
-/// receiver is gone; the read stops there, so memory stays at a few chunks whatever the size.
-pub fn pump(mut file: File, chunk: usize, sink: &mut dyn FnMut(Vec<u8>) -> bool) -> Result<(), FsError> {
-    loop {
-        let mut buf = vec![0u8; chunk];
-        let mut filled = 0;
-        while filled < chunk {
-            match file.read(&mut buf[filled..]) {
-                Ok(0) => break,
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(FsError::Read(e)),
-            }
-        }
-        if filled == 0 {
-            return Ok(());
-        }
-        buf.truncate(filled);
-        if !sink(buf) || filled < chunk {
-            return Ok(());
-        }
+/// Hashes a streamed file's chunks as they pass, so that a stream that reached the end yields a
+/// version with a digest without a second read.
+#[derive(Debug, Default)]
+pub struct StreamDigest {
+    hasher: blake3::Hasher,
+    sent: u64,
+}
+
+impl StreamDigest {
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.hasher.update(bytes);
+        self.sent += bytes.len() as u64;
+    }
+
+    /// Bytes hashed so far: the offset of the next chunk.
+    pub fn sent(&self) -> u64 {
+        self.sent
+    }
+
+    /// The header's version completed with the digest; `None` when the length sent differs
+    /// from the one opened (the file changed while it was sent).
+    pub fn finish(&self, header: &StreamHeader) -> Option<String> {
+        (self.sent == header.size)
+            .then(|| version::with_digest(header.version.clone(), self.sent, &self.hasher.finalize()))
     }
 }
 
@@ -128,13 +131,11 @@ impl Backend {
         }
         let bytes = read_bounded(&file, meta.size, limit).map_err(|e| self.fail(e, &resolved))?;
         text::decode(&bytes).map_err(|e| self.fail(e, &resolved))?;
+        // The digest is of the bytes just read, so no second read; the model saw exactly these.
+        let version = version::of_content(&file, &meta, &bytes);
         let text = String::from_utf8(bytes)
             .map_err(|_| self.fail(FsError::NotText("file is not valid UTF-8"), &resolved))?;
-        Ok(Outcome::ReadText {
-            target: self.target(&resolved),
-            version: version::of_file(&file, &meta),
-            text,
-        })
+        Ok(Outcome::ReadText { target: self.target(&resolved), version, text })
     }
 
     pub(super) fn read_bytes(&self, mode: Mode, path: &str, max_bytes: u64) -> Result<Outcome, Failure> {
@@ -148,11 +149,8 @@ impl Backend {
             return Err(self.fail(FsError::TooLarge { size: meta.size, limit }, &resolved));
         }
         let data = read_bounded(&file, meta.size, limit).map_err(|e| self.fail(e, &resolved))?;
-        Ok(Outcome::ReadBytes {
-            target: self.target(&resolved),
-            version: version::of_file(&file, &meta),
-            data,
-        })
+        let version = version::of_content(&file, &meta, &data);
+        Ok(Outcome::ReadBytes { target: self.target(&resolved), version, data })
     }
 
     /// Opens a file for a streamed read: the header and the open handle. The handle can cross

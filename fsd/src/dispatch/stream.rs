@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::backend::{StreamDigest, StreamHeader};
+
 /// One chunk to read.
 struct Job {
     file: Arc<File>,
@@ -95,27 +97,30 @@ pub enum Ended {
 }
 
 /// Sends `file` in chunks of `chunk` bytes into `tx`, converting each with `wrap`; gives up
-/// when a chunk waits longer than `idle` for room (the reader stopped reading).
+/// when a chunk waits longer than `idle` for room (the reader stopped reading). The chunks are
+/// hashed as they pass: having reached the end, it returns the version `header` completed with
+/// the digest of every byte sent (`None` when the length differs from the one opened).
 pub async fn pump<T>(
     readers: &Readers,
     file: File,
+    header: &StreamHeader,
     chunk: usize,
     idle: Duration,
     tx: &mpsc::Sender<T>,
     wrap: impl Fn(Vec<u8>) -> T,
-) -> Result<(), Ended> {
+) -> Result<Option<String>, Ended> {
     let file = Arc::new(file);
-    let mut offset = 0u64;
+    let mut digest = StreamDigest::default();
     loop {
-        let bytes = readers.read(file.clone(), offset, chunk).await.map_err(Ended::Read)?;
+        let bytes = readers.read(file.clone(), digest.sent(), chunk).await.map_err(Ended::Read)?;
         if bytes.is_empty() {
-            return Ok(());
+            return Ok(digest.finish(header));
         }
         let last = bytes.len() < chunk;
-        offset += bytes.len() as u64;
+        digest.update(&bytes);
         send(tx, wrap(bytes), idle).await?;
         if last {
-            return Ok(());
+            return Ok(digest.finish(header));
         }
     }
 }
@@ -165,7 +170,6 @@ impl<T> tokio_stream::Stream for Replies<T> {
 }
 
 #[cfg(test)]
-#[allow(clippy::expect_used)]
 mod tests {
     use super::*;
     use std::io::Write;
@@ -178,7 +182,17 @@ mod tests {
         let data: Vec<u8> = (0..10_000u32).map(|n| (n % 251) as u8).collect();
         file.write_all(&data).expect("write");
         let (tx, mut rx) = mpsc::channel(64);
-        pump(&readers, file, 4096, Duration::from_secs(5), &tx, |b| b).await.expect("pump");
+        let header = StreamHeader {
+            target: crate::backend::Target { key: "k".into(), display: "d".into() },
+            version: "v".into(),
+            size: data.len() as u64,
+        };
+        let version =
+            pump(&readers, file, &header, 4096, Duration::from_secs(5), &tx, |b| b).await.expect("pump");
+        assert!(
+            version.is_some_and(|v| v.starts_with('v')),
+            "a stream that reached the end carries a digest"
+        );
         drop(tx);
         let mut got = Vec::new();
         let mut sizes = Vec::new();
@@ -198,7 +212,12 @@ mod tests {
         let (tx, rx) = mpsc::channel(1);
         let (cancel_tx, cancel_rx) = oneshot::channel();
         let mut replies = Replies::new(rx, cancel_rx);
-        let ended = pump(&readers, file, 4096, Duration::from_millis(100), &tx, |b| b.len()).await;
+        let header = StreamHeader {
+            target: crate::backend::Target { key: "k".into(), display: "d".into() },
+            version: "v".into(),
+            size: 64 << 10,
+        };
+        let ended = pump(&readers, file, &header, 4096, Duration::from_millis(100), &tx, |b| b.len()).await;
         assert!(matches!(ended, Err(Ended::Idle)), "{ended:?}");
         assert!(cancel_tx.send(0).is_ok());
         drop(tx);

@@ -18,7 +18,7 @@ use super::wire::{self, Called, mode_from_wire};
 use crate::approver::{self, Answer};
 use crate::backend::{self, Mode, Outcome, WriteGuard, text};
 use crate::config::Escalation;
-use crate::error::{Failure, FsError};
+use crate::error::{Failure, FsError, StaleReason};
 use crate::escalation::{CanonicalOp, Describe, Preview, escape};
 use crate::op::Op;
 
@@ -67,10 +67,10 @@ impl FsdService {
                     target_key: None,
                 };
                 let Some(current) = self.current(mode, &wire.path).await.map_err(|w| w.into_status())? else {
-                    return Err(fail(FsError::Stale("file no longer exists")));
+                    return Err(fail(FsError::Stale(StaleReason::Gone)));
                 };
-                if wire.edit_guard.is_some() && current.version != edit.version {
-                    return Err(fail(FsError::Stale("file changed on disk since it was read")));
+                if wire.edit_guard.is_some() && !fsd_proto::version::same(&edit.version, &current.version) {
+                    return Err(fail(FsError::Stale(StaleReason::Changed)));
                 }
                 if let (Some(body), Some(old), Some(new)) =
                     (&current.text, &wire.old_string, &wire.new_string)
@@ -85,12 +85,12 @@ impl FsdService {
                 match (wire::write_guard(wire.write_guard.clone()), current) {
                     (Some(WriteGuard::CreateIfAbsent), Some(_)) => Err(fail(FsError::AlreadyExists)),
                     (Some(WriteGuard::ReplaceIfVersion { .. }), None) => {
-                        Err(fail(FsError::Stale("file no longer exists")))
+                        Err(fail(FsError::Stale(StaleReason::Gone)))
                     }
                     (Some(WriteGuard::ReplaceIfVersion { version, .. }), Some(current))
-                        if current.version != version =>
+                        if !fsd_proto::version::same(&version, &current.version) =>
                     {
-                        Err(fail(FsError::Stale("file changed on disk since it was read")))
+                        Err(fail(FsError::Stale(StaleReason::Changed)))
                     }
                     _ => Ok(()),
                 }
@@ -99,9 +99,11 @@ impl FsdService {
                 let Some(guard) = &wire.edit_guard else { return Ok(()) };
                 let stat = backend::Request::Stat { path: wire.path.clone(), no_follow: true };
                 match self.dispatch(mode, stat).await.map_err(|w| w.into_status())? {
-                    Outcome::Stat { info: None, .. } => Err(fail(FsError::Stale("file no longer exists"))),
-                    Outcome::Stat { info: Some(info), .. } if info.version != guard.version => {
-                        Err(fail(FsError::Stale("file changed on disk since it was read")))
+                    Outcome::Stat { info: None, .. } => Err(fail(FsError::Stale(StaleReason::Gone))),
+                    Outcome::Stat { info: Some(info), .. }
+                        if !fsd_proto::version::same(&guard.version, &info.version) =>
+                    {
+                        Err(fail(FsError::Stale(StaleReason::Changed)))
                     }
                     _ => Ok(()),
                 }
