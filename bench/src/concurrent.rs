@@ -98,7 +98,7 @@ where
 }
 
 fn stat_request(path: &str) -> v1::StatRequest {
-    v1::StatRequest { context: None, path: path.to_owned(), no_follow: false }
+    v1::StatRequest { context: None, path: path.to_owned(), no_follow: false, check_write: false }
 }
 
 fn read_request(path: &str) -> v1::ReadTextRequest {

@@ -22,6 +22,8 @@ pub enum StaleReason {
     ChangedWhileWriting,
     /// A move's destination vanished right after the move.
     DestinationGone,
+    /// The file was truncated, grew or was rewritten while it was read.
+    ChangedWhileRead,
 }
 
 impl StaleReason {
@@ -33,6 +35,7 @@ impl StaleReason {
             StaleReason::OtherFile => "other_file",
             StaleReason::ChangedWhileWriting => "changed_while_writing",
             StaleReason::DestinationGone => "destination_gone",
+            StaleReason::ChangedWhileRead => "changed_while_read",
         }
     }
 }
@@ -49,6 +52,12 @@ pub enum Denial {
     Protected(String),
     /// A move whose source and destination are one file.
     SameFile,
+    /// A path component is a git directory found by what it is, whatever its name (metadata
+    /// `name`: its display path).
+    GitDirectory(String),
+    /// A path component is a mount point below the root that `allow_submounts` does not name
+    /// (metadata `name`: its display path).
+    Submount(String),
 }
 
 impl Denial {
@@ -58,6 +67,8 @@ impl Denial {
             Denial::NotWritableRoot => "not_writable_root",
             Denial::Protected(_) => "protected",
             Denial::SameFile => "same_file",
+            Denial::GitDirectory(_) => "git_directory",
+            Denial::Submount(_) => "submount",
         }
     }
 }
@@ -95,6 +106,8 @@ pub enum FsError {
     TooManyEntries(usize),
     #[error("cannot keep the replaced file's owner: {0}")]
     KeepOwner(#[source] Errno),
+    #[error("cannot keep the replaced file's ACL or extended attributes: {0}")]
+    KeepAttributes(#[source] Errno),
     #[error("cannot resolve path: {0}")]
     Walk(#[source] Errno),
     #[error("cannot create parent directory: {0}")]
@@ -156,7 +169,7 @@ impl FsError {
             FsError::AlreadyExists => ErrorCode::NotObserved,
             FsError::EditNotFound => ErrorCode::EditNotFound,
             FsError::AmbiguousEdit(_) => ErrorCode::AmbiguousEdit,
-            FsError::KeepOwner(_) => ErrorCode::PermissionDenied,
+            FsError::KeepOwner(_) | FsError::KeepAttributes(_) => ErrorCode::PermissionDenied,
             FsError::Aborted => ErrorCode::Aborted,
             FsError::Walk(e)
             | FsError::MakeDir(e)
@@ -187,7 +200,9 @@ pub struct Failure {
 
 impl Failure {
     pub fn new(error: FsError, path: impl Into<String>) -> Failure {
-        Failure { error, path: path.into(), target_key: None }
+        // A request path as the client sent it may hold raw control characters; replies and
+        // logs carry it defanged (display paths are escaped already and pass unchanged).
+        Failure { error, path: fsd_proto::names::sanitize(&path.into()), target_key: None }
     }
 
     pub fn into_wire(self) -> WireError {
@@ -201,7 +216,8 @@ impl Failure {
             FsError::OutsideRoots => wire = wire.with("reason", "outside_roots"),
             FsError::Denied(denial) => {
                 wire = wire.with("reason", denial.as_str());
-                if let Denial::Protected(name) = denial {
+                if let Denial::Protected(name) | Denial::GitDirectory(name) | Denial::Submount(name) = denial
+                {
                     wire = wire.with("name", name);
                 }
             }

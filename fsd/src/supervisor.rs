@@ -136,6 +136,9 @@ async fn supervise(
     args: Vec<OsString>,
     options: RunOptions,
 ) -> Result<(), DaemonError> {
+    // Refuse to start, with the reason, when the workers' identity cannot be decided (writable
+    // roots of different owners); every worker would fail the same way at birth.
+    let identity = config.worker_identity()?;
     let (control, network_end) = sys::ipc::pair().map_err(|e| DaemonError::Runtime(e.into()))?;
     let requests = control.try_clone().map_err(DaemonError::Runtime)?;
     let sockets: Vec<PathBuf> = config
@@ -175,6 +178,15 @@ async fn supervise(
             }
             tracing::warn!(mode = mode.as_str(), %reason, "SERVING WITHOUT A KERNEL FENCE (landlock = \"best-effort\")");
         }
+        if mode != Mode::DangerFullAccess
+            && let Some(reason) = crate::confine::missing_link_protection()
+        {
+            if sup.config.landlock == LandlockPolicy::Required {
+                sup.give_up(mode, reason)?;
+                continue;
+            }
+            tracing::warn!(mode = mode.as_str(), %reason, "SERVING WITHOUT THE KERNEL'S LINK PROTECTION (landlock = \"best-effort\")");
+        }
         for _ in 0..sup.config.workers_per_mode {
             sup.spawn_worker(mode)?;
         }
@@ -183,6 +195,8 @@ async fn supervise(
         roots = ?sup.config.roots.iter().map(|r| (r.path.display().to_string(), r.writable)).collect::<Vec<_>>(),
         default_mode = sup.config.default_mode.as_str(),
         landlock_abi = abi,
+        worker_uid = identity.uid,
+        worker_gid = identity.gid,
         "fsd {} serving",
         env!("CARGO_PKG_VERSION")
     );

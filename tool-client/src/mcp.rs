@@ -189,18 +189,10 @@ fn tool_of(schema: &Value) -> Option<Tool> {
 /// What each tool does to the filesystem. None of them reaches beyond the daemon's roots, so
 /// none is open-world. Read-only tools record observations in the session, not on disk.
 pub fn annotations(name: &str) -> ToolAnnotations {
-    let (title, read_only, idempotent) = match name {
-        "read" => ("Read file", true, true),
-        // It also saves the image in the client's own attachment store, never under a root.
-        "read_image" => ("Read image", true, true),
-        // Writing the same content again leaves the same file.
-        "write" => ("Write file", false, true),
-        // A second identical edit fails or edits again (new_string may contain old_string).
-        "edit" => ("Edit file", false, false),
-        "apply_patch" => ("Apply patch", false, false),
-        "str_replace_editor" => ("View and edit files", false, false),
+    let (title, read_only, idempotent) = match crate::tools::Tool::parse(name) {
+        Some(tool) => (tool.title(), tool.read_only(), tool.idempotent()),
         // A tool this table does not know yet is described by the safest claims.
-        _ => ("", false, false),
+        None => ("", false, false),
     };
     let base = if title.is_empty() { ToolAnnotations::new() } else { ToolAnnotations::with_title(title) };
     base.read_only(read_only).destructive(!read_only).idempotent(idempotent).open_world(false)

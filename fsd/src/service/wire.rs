@@ -86,6 +86,9 @@ pub(super) fn edit_guard(g: Option<v1::EditGuard>) -> Option<backend::EditGuard>
 }
 
 pub(super) fn stat(r: v1::StatRequest) -> backend::Request {
+    if r.check_write {
+        return backend::Request::CheckWrite { path: r.path, no_follow: r.no_follow };
+    }
     backend::Request::Stat { path: r.path, no_follow: r.no_follow }
 }
 
