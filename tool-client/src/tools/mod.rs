@@ -113,7 +113,7 @@ impl Tools {
             .into_iter()
             .map(|tool| {
                 let mut schema = schema::schema_for(tool, &self.config);
-                // read too: an approved read is how a file outside the roots gets observed.
+                // read carries the fields too: an approved read lets an approved edit follow.
                 if self.escalation && (tool.may_mutate() || tool == Tool::Read) {
                     escalation::extend_schema(&mut schema);
                 }
