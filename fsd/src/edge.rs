@@ -319,7 +319,8 @@ impl Edge {
                 // A token sent in clear text is compromised: refuse loudly rather than use it.
                 return Err(tonic::Status::unauthenticated("bearer tokens are accepted only over TLS"));
             }
-            return Ok(Identity::default());
+            // Plaintext TCP is loopback only (config refuses more): an identity of its own.
+            return Ok(Identity { tcp: true, ..Identity::default() });
         }
         let token = match header {
             None => None,
@@ -342,7 +343,7 @@ impl Edge {
                 "this daemon needs a client certificate or a bearer token (authorization: Bearer <token>)",
             ));
         }
-        Ok(Identity { uid: None, cert_names: peer.cert_names.as_ref().clone(), token })
+        Ok(Identity { uid: None, cert_names: peer.cert_names.as_ref().clone(), token, tcp: false })
     }
 }
 

@@ -18,6 +18,7 @@ pub mod identity;
 pub mod ipc;
 pub mod network;
 pub mod op;
+pub mod preflight;
 pub mod service;
 pub mod supervisor;
 pub mod sys;

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use fsd::backend::Mode;
-use fsd::config::{Config, Overrides};
+use fsd::config::{Config, LogFormat, Overrides};
 use fsd::daemon::DaemonError;
 use fsd::supervisor::RunOptions;
 
@@ -85,7 +85,36 @@ fn ipc_socket(args: &Args) -> Result<UnixStream, DaemonError> {
     Ok(UnixStream::from(fd))
 }
 
-fn run(args: Args) -> Result<(), DaemonError> {
+fn run(args: Args, config: Config) -> Result<(), DaemonError> {
+    if args.role != "supervisor" {
+        fsd::sys::ipc::die_with_parent().map_err(|e| DaemonError::Inherited(-1, e))?;
+    }
+    match args.role.as_str() {
+        "network" => fsd::network::run(config, ipc_socket(&args)?),
+        "worker" => {
+            let mode = args.worker_mode.as_deref().and_then(Mode::parse).unwrap_or(Mode::ReadOnly);
+            // Test hook: workers of this mode fail at start, as with a fence step the kernel
+            // refuses, so the supervisor gives the mode up while the daemon runs.
+            #[cfg(feature = "fault-injection")]
+            if std::env::var("FSD_FAULT_WORKER_FAILS").is_ok_and(|m| m == mode.as_str()) {
+                return Err(DaemonError::Runtime(std::io::Error::other(
+                    "fault injection: this worker fails at start",
+                )));
+            }
+            Ok(fsd::worker::run(&config, mode, ipc_socket(&args)?)?)
+        }
+        _ => fsd::supervisor::run(config, child_args(&args), RunOptions { parent_pipe: args.parent_pipe }),
+    }
+}
+
+/// Reports why the process stops, as one log line in the configured format, and exits 2.
+fn fatal(error: &dyn std::fmt::Display) -> ExitCode {
+    tracing::error!("{error}");
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
     let overrides = Overrides {
         listen: args.listen.clone(),
         writable_roots: args.writable_root.clone(),
@@ -93,27 +122,23 @@ fn run(args: Args) -> Result<(), DaemonError> {
         log_format: args.log_format.clone(),
         default_mode: args.default_mode.clone(),
     };
-    let config = Config::load(args.config.as_deref(), overrides)?;
-    if args.role != "supervisor" {
-        fsd::sys::ipc::die_with_parent().map_err(|e| DaemonError::Inherited(-1, e))?;
-    }
-    match args.role.as_str() {
-        "network" => fsd::network::run(config, ipc_socket(&args)?),
-        "worker" => {
-            fsd::daemon::init_logging(config.log_format);
-            let mode = args.worker_mode.as_deref().and_then(Mode::parse).unwrap_or(Mode::ReadOnly);
-            Ok(fsd::worker::run(&config, mode, ipc_socket(&args)?)?)
-        }
-        _ => fsd::supervisor::run(config, child_args(&args), RunOptions { parent_pipe: args.parent_pipe }),
-    }
-}
-
-fn main() -> ExitCode {
-    match run(Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
+    let config = match Config::load(args.config.as_deref(), overrides) {
+        Ok(config) => config,
         Err(e) => {
-            eprintln!("fsd: {e}");
-            ExitCode::from(2)
+            // The file may be what failed: the flag is the only word on the format.
+            let format =
+                if args.log_format.as_deref() == Some("json") { LogFormat::Json } else { LogFormat::Human };
+            let _ = fsd::daemon::init_logging(format);
+            return fatal(&e);
         }
+    };
+    if let Err(e) = fsd::daemon::init_logging(config.log_format) {
+        return fatal(&e);
+    }
+    match run(args, config) {
+        Ok(()) => ExitCode::SUCCESS,
+        // A child told the supervisor, which reports it once.
+        Err(DaemonError::Reported) => ExitCode::from(2),
+        Err(e) => fatal(&e),
     }
 }

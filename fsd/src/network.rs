@@ -3,6 +3,7 @@
 //! grpc.health.v1 and server reflection, behind the identity edge) and routes every call to a
 //! worker of the call's mode.
 
+use std::collections::BTreeSet;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,15 +13,13 @@ use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::audit::Audit;
+use crate::backend::Mode;
 use crate::config::{Config, Listen};
 use crate::daemon::DaemonError;
 use crate::dispatch::Dispatcher;
 use crate::edge::{Edge, TcpLimits};
-use crate::ipc::{self, Control, IpcError};
+use crate::ipc::{self, Control, ControlRequest, IpcError};
 use crate::service::FsdService;
-
-/// How long in-flight calls may take to finish once shutdown starts.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 enum Bound {
     Unix(std::os::unix::net::UnixListener, String),
@@ -47,8 +46,71 @@ fn bind(listen: &Listen) -> Result<Bound, DaemonError> {
 }
 
 pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
-    crate::daemon::init_logging(config.log_format);
-    // Everything that needs the filesystem happens before confinement.
+    let started = match start(&config, &control) {
+        Ok(started) => started,
+        Err(e) => {
+            // The supervisor reports it, once; this process says nothing more.
+            if ipc::send(&control, &ControlRequest::StartFailed { reason: e.to_string() }, None).is_ok() {
+                return Err(DaemonError::Reported);
+            }
+            return Err(e);
+        }
+    };
+    ipc::send(&control, &ControlRequest::Listening, None)?;
+    let Started { listeners, audit, roots, control_reader } = started;
+
+    let dispatcher = Arc::new(Dispatcher::new(config.call_timeout, control));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (unavailable_tx, unavailable_rx) = watch::channel(BTreeSet::new());
+    let supervisor_gone = stop_tx.clone();
+    {
+        let dispatcher = dispatcher.clone();
+        std::thread::Builder::new()
+            .name("fsd-control".into())
+            .spawn(move || serve_control(&dispatcher, &control_reader, &supervisor_gone, &unavailable_tx))
+            .map_err(DaemonError::Runtime)?;
+    }
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("fsd-net")
+        .build()
+        .map_err(DaemonError::Runtime)?;
+    // The stop signals are ours from now on, also while the workers come up.
+    let signals = {
+        let _entered = runtime.enter();
+        use tokio::signal::unix::{SignalKind, signal};
+        Signals {
+            term: signal(SignalKind::terminate()).map_err(DaemonError::Signal)?,
+            int: signal(SignalKind::interrupt()).map_err(DaemonError::Signal)?,
+        }
+    };
+    dispatcher.wait_ready(&config.served_modes(), config.workers_per_mode, Duration::from_secs(10));
+    let service = FsdService::new(dispatcher, &config, roots, audit);
+    let health = Health { modes: config.served_modes(), unavailable: unavailable_rx };
+    let served = runtime.block_on(serve(config, service, listeners, health, signals, (stop_tx, stop_rx)));
+    // Calls still blocked on a stuck worker must not hold the exit: the supervisor kills that
+    // worker once this process is gone.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    served
+}
+
+/// SIGTERM and SIGINT, registered before the workers are waited for.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+/// What the network process holds once its start-up steps succeeded.
+struct Started {
+    listeners: Listeners,
+    audit: Option<Arc<Audit>>,
+    roots: Vec<(String, bool)>,
+    control_reader: UnixStream,
+}
+
+/// Every step that needs the filesystem or may fail on the configuration, then confinement.
+fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> {
     let bound = config.listen.iter().map(bind).collect::<Result<Vec<_>, _>>()?;
     let audit = match &config.audit_log {
         Some(path) => Some(Arc::new(
@@ -80,33 +142,14 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         None => None,
     };
     let instance = instance_id()?;
-
-    let confinement = crate::confine::network(&config).map_err(DaemonError::Confine)?;
-    tracing::info!(fence = confinement.describe(), "network process confined: no filesystem rights");
-
-    let dispatcher = Arc::new(Dispatcher::new(config.call_timeout, control));
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let supervisor_gone = stop_tx.clone();
-    {
-        let dispatcher = dispatcher.clone();
-        std::thread::Builder::new()
-            .name("fsd-control".into())
-            .spawn(move || serve_control(&dispatcher, &control_reader, &supervisor_gone))
-            .map_err(DaemonError::Runtime)?;
-    }
-
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("fsd-net")
-        .build()
-        .map_err(DaemonError::Runtime)?;
-    dispatcher.wait_ready(&config.served_modes(), config.workers_per_mode, Duration::from_secs(10));
-    let service = FsdService::new(dispatcher, &config, roots, audit);
     let edge = Edge::new(&instance, config.tokens.clone())
         .map_err(|e| DaemonError::Runtime(std::io::Error::other(e)))?;
+
+    let confinement = crate::confine::network(config).map_err(DaemonError::Confine)?;
+    tracing::info!(fence = confinement.describe(), "network process confined: no filesystem rights");
     tracing::info!(instance = %instance, "daemon instance");
     let listeners = Listeners { bound, tls, health: health_listener, edge };
-    runtime.block_on(serve(config, service, listeners, stop_tx, stop_rx))
+    Ok(Started { listeners, audit, roots, control_reader })
 }
 
 /// A random id of this network process's life: clients pin it, so a restarted daemon refuses
@@ -126,7 +169,12 @@ struct Listeners {
 }
 
 /// Registers the workers the supervisor starts, until the supervisor goes away.
-fn serve_control(dispatcher: &Arc<Dispatcher>, control: &UnixStream, stop: &watch::Sender<bool>) {
+fn serve_control(
+    dispatcher: &Arc<Dispatcher>,
+    control: &UnixStream,
+    stop: &watch::Sender<bool>,
+    unavailable: &watch::Sender<BTreeSet<Mode>>,
+) {
     loop {
         match ipc::recv::<Control>(control) {
             Ok((Control::Worker { mode, pid }, Some(fd))) => {
@@ -146,6 +194,9 @@ fn serve_control(dispatcher: &Arc<Dispatcher>, control: &UnixStream, stop: &watc
             Ok((Control::Unavailable { mode, reason }, _)) => {
                 tracing::error!(mode = mode.as_str(), %reason, "mode unavailable");
                 dispatcher.mark_unavailable(mode, reason);
+                unavailable.send_modify(|modes| {
+                    modes.insert(mode);
+                });
             }
             Err(IpcError::Closed) => {
                 tracing::info!("supervisor gone: shutting down");
@@ -161,22 +212,74 @@ fn serve_control(dispatcher: &Arc<Dispatcher>, control: &UnixStream, stop: &watc
     }
 }
 
+/// The modes health reports on, and the ones the supervisor gave up on.
+struct Health {
+    modes: Vec<Mode>,
+    unavailable: watch::Receiver<BTreeSet<Mode>>,
+}
+
+/// The health service name of one mode: `fsd.v1.Fsd/<mode>`.
+pub fn mode_health_name(mode: Mode) -> String {
+    format!("{}/{}", <FsdServer<FsdService> as tonic::server::NamedService>::NAME, mode.as_str())
+}
+
+/// Health statuses for the modes served and those given up: each mode's own name, and the
+/// overall ("") and `fsd.v1.Fsd` names, SERVING only while every served mode is.
+fn health_statuses(modes: &[Mode], unavailable: &BTreeSet<Mode>) -> Vec<(String, bool)> {
+    let all = modes.iter().all(|m| !unavailable.contains(m));
+    let fsd = <FsdServer<FsdService> as tonic::server::NamedService>::NAME;
+    let mut out = vec![(String::new(), all), (fsd.to_owned(), all)];
+    out.extend(modes.iter().map(|m| (mode_health_name(*m), !unavailable.contains(m))));
+    out
+}
+
+async fn report_health(reporter: &tonic_health::server::HealthReporter, statuses: Vec<(String, bool)>) {
+    for (name, serving) in statuses {
+        let status = if serving {
+            tonic_health::ServingStatus::Serving
+        } else {
+            tonic_health::ServingStatus::NotServing
+        };
+        reporter.set_service_status(name, status).await;
+    }
+}
+
 async fn serve(
     config: Config,
     service: FsdService,
     listeners: Listeners,
-    stop_tx: watch::Sender<bool>,
-    stop_rx: watch::Receiver<bool>,
+    health: Health,
+    mut signals: Signals,
+    (stop_tx, stop_rx): (watch::Sender<bool>, watch::Receiver<bool>),
 ) -> Result<(), DaemonError> {
-    let Listeners { bound, tls, health, edge } = listeners;
-    // Standard health: "" and "fsd.v1.Fsd" are SERVING while this process serves calls.
+    let Listeners { bound, tls, health: health_listener, edge } = listeners;
     let (reporter, health_service) = tonic_health::server::health_reporter();
-    reporter.set_serving::<FsdServer<FsdService>>().await;
-    // Reflection answers from the descriptor set the service was compiled from.
+    let Health { modes, mut unavailable } = health;
+    report_health(&reporter, health_statuses(&modes, &unavailable.borrow_and_update())).await;
+    {
+        // A mode the supervisor gives up on later turns its names (and the overall) NOT_SERVING.
+        let (reporter, modes, mut stop) = (reporter.clone(), modes.clone(), stop_rx.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    changed = unavailable.changed() => if changed.is_err() { return },
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+                let statuses = health_statuses(&modes, &unavailable.borrow_and_update());
+                report_health(&reporter, statuses).await;
+            }
+        });
+    }
+    // Reflection answers from the descriptor sets the services were compiled from, and lists
+    // only the services this listener serves (the descriptor set also holds fsd.approver.v1).
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(fsd_proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .with_service_name(<FsdServer<FsdService> as tonic::server::NamedService>::NAME)
+            .with_service_name("grpc.health.v1.Health")
+            .with_service_name("grpc.reflection.v1.ServerReflection")
+            .with_service_name("grpc.reflection.v1alpha.ServerReflection")
     };
     let reflection_v1 = reflection().build_v1().map_err(|e| DaemonError::Reflection(e.to_string()))?;
     let reflection_v1alpha =
@@ -232,7 +335,24 @@ async fn serve(
             Bound::Tcp(std_listener, name) => {
                 let listener = tokio::net::TcpListener::from_std(std_listener)
                     .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
-                tracing::info!(listen = %name, tls = tls.is_some(), "listening");
+                if tls.is_some() {
+                    tracing::info!(listen = %name, tls = true, "listening");
+                } else {
+                    // Any local user (and any container sharing this network namespace) can
+                    // connect here: its clients are one identity, `tcp`, capped at this mode.
+                    let max = config
+                        .client_max_modes
+                        .get(&crate::identity::ClientKey::Tcp)
+                        .copied()
+                        .unwrap_or(crate::identity::TCP_DEFAULT_MAX);
+                    tracing::warn!(
+                        listen = %name,
+                        tls = false,
+                        identity = "tcp",
+                        max_mode = max.as_str(),
+                        "listening on plaintext loopback TCP: every local user may connect (client_max_modes key \"tcp\")"
+                    );
+                }
                 let incoming = crate::edge::incoming(listener, tls.clone(), tcp_limits, stop_rx.clone());
                 servers.spawn(async move {
                     let result = router.serve_with_incoming_shutdown(incoming, shutdown).await;
@@ -241,7 +361,7 @@ async fn serve(
             }
         }
     }
-    if let Some(std_listener) = health {
+    if let Some(std_listener) = health_listener {
         let name =
             std_listener.local_addr().map(|a| format!("health tcp:{a}")).unwrap_or_else(|_| "health".into());
         let listener = tokio::net::TcpListener::from_std(std_listener)
@@ -268,23 +388,21 @@ async fn serve(
             result.map_err(|source| DaemonError::Serve { listen: name, source })
         });
     }
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(DaemonError::Signal)?;
     let mut stopped = stop_rx.clone();
     let mut failure = None;
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: finishing in-flight calls"),
-        _ = sigterm.recv() => tracing::info!("SIGTERM: finishing in-flight calls"),
+        _ = signals.int.recv() => tracing::info!("SIGINT: finishing in-flight calls"),
+        _ = signals.term.recv() => tracing::info!("SIGTERM: finishing in-flight calls"),
         _ = stopped.wait_for(|s| *s) => {}
         Some(done) = servers.join_next() => {
             if let Ok(Err(e)) = done { failure = Some(e); }
         }
     }
-    reporter.set_not_serving::<FsdServer<FsdService>>().await;
-    reporter.set_service_status("", tonic_health::ServingStatus::NotServing).await;
+    let stopping = health_statuses(&modes, &BTreeSet::new()).into_iter().map(|(name, _)| (name, false));
+    report_health(&reporter, stopping.collect()).await;
     let _ = stop_tx.send(true);
-    // In-flight calls get a grace period; a client that keeps an idle connection open does not
-    // hold the daemon up past it.
+    // In-flight calls get most of the grace (the supervisor needs the rest to stop the
+    // workers); a client that keeps an idle connection open does not hold the daemon up past it.
     let drain = async {
         while let Some(done) = servers.join_next().await {
             if let Ok(Err(e)) = done {
@@ -292,11 +410,17 @@ async fn serve(
             }
         }
     };
-    if tokio::time::timeout(SHUTDOWN_GRACE, drain).await.is_err() {
+    if tokio::time::timeout(drain_budget(config.shutdown_grace), drain).await.is_err() {
         tracing::warn!("connections still open after the grace period; closing them");
     }
     match failure {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// The network process's share of `shutdown_grace`: all but a fifth (at most a second), which
+/// the supervisor keeps for stopping the workers.
+fn drain_budget(grace: Duration) -> Duration {
+    grace.saturating_sub((grace / 5).min(Duration::from_secs(1)))
 }
