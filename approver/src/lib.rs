@@ -150,7 +150,8 @@ fn run(cli: Cli) -> Result<bool, ApproverError> {
     match cli.command {
         Command::Keygen { dir } => {
             let public = keygen(&dir)?;
-            println!("{public}");
+            // The key files are written; a closed stdout only loses this copy of the public key.
+            let _ = writeln!(std::io::stdout(), "{public}");
             Ok(true)
         }
         Command::Serve { key, listen, rules } => {
@@ -171,11 +172,12 @@ fn run(cli: Cli) -> Result<bool, ApproverError> {
                 None => ask(&description)?,
             };
             if approved {
-                println!("{}", sign(&key, &description));
-            } else {
-                eprintln!("fsd-approver: denied");
+                // A signature nobody received approves nothing: exit 1, as for a denial.
+                let mut out = std::io::stdout();
+                return Ok(writeln!(out, "{}", sign(&key, &description)).and_then(|()| out.flush()).is_ok());
             }
-            Ok(approved)
+            let _ = writeln!(std::io::stderr(), "fsd-approver: denied");
+            Ok(false)
         }
     }
 }
@@ -185,7 +187,7 @@ pub fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
-            eprintln!("fsd-approver: {e}");
+            let _ = writeln!(std::io::stderr(), "fsd-approver: {e}");
             ExitCode::from(2)
         }
     }

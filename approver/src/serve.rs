@@ -69,7 +69,10 @@ pub fn run(key: SigningKey, listen: &str, rules: Option<Rules>) -> Result<(), Ap
             let _ = std::fs::remove_file(path);
             let listener =
                 tokio::net::UnixListener::bind(path).map_err(|e| ApproverError::Serve(e.to_string()))?;
-            eprintln!("fsd-approver: listening on {listen}");
+            {
+                use std::io::Write as _;
+                let _ = writeln!(std::io::stderr(), "fsd-approver: listening on {listen}");
+            }
             router
                 .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
                 .await
@@ -78,7 +81,10 @@ pub fn run(key: SigningKey, listen: &str, rules: Option<Rules>) -> Result<(), Ap
         } else if let Some(addr) = listen.strip_prefix("tcp:") {
             let listener =
                 tokio::net::TcpListener::bind(addr).await.map_err(|e| ApproverError::Serve(e.to_string()))?;
-            eprintln!("fsd-approver: listening on {listen}");
+            {
+                use std::io::Write as _;
+                let _ = writeln!(std::io::stderr(), "fsd-approver: listening on {listen}");
+            }
             router
                 .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
                 .await

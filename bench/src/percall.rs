@@ -327,7 +327,7 @@ pub fn run(common: &Common) -> Res<Section> {
     let mut rows: Vec<Vec<Row>> =
         conns.iter().map(|_| Op::ALL.iter().map(|_| Row::default()).collect()).collect();
     for run in 0..common.runs {
-        eprintln!("  per call: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
+        note!("  per call: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
         for (c, conn) in conns.iter_mut().enumerate() {
             for (o, op) in Op::ALL.into_iter().enumerate() {
                 let n = op.samples(common);

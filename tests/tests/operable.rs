@@ -323,3 +323,103 @@ fn json_logs_are_json_on_every_line_with_json_field_values() {
     assert_eq!(root["fields"]["writable"], json!(true), "a boolean, not a debug string");
     assert!(lines.iter().any(|l| l["fields"]["message"] == json!("stopped")), "{stderr}");
 }
+
+/// `fsd-tools call read` against `endpoint` (as `uid` when given): exit code and stderr.
+fn call_against(endpoint: &str, uid: Option<u32>) -> (Option<i32>, String) {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(common::tools_bin());
+    cmd.args(["call", "read", r#"{"file_path": "/x"}"#, "--endpoint", endpoint]).current_dir("/");
+    if let Some(uid) = uid {
+        cmd.uid(uid).gid(uid);
+    }
+    let out = cmd.output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).trim_end().to_owned())
+}
+
+#[test]
+fn client_errors_name_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.sock");
+    let stale = dir.path().join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let cases = [
+        (
+            format!("unix:{}", missing.display()),
+            format!(
+                "fsd-tools: no daemon at unix:{0}: the socket {0} does not exist (is fsd running with --listen unix:{0}?)",
+                missing.display()
+            ),
+        ),
+        (
+            format!("unix:{}", stale.display()),
+            format!(
+                "fsd-tools: no daemon at unix:{0}: nothing listens on the socket {0} (the daemon stopped)",
+                stale.display()
+            ),
+        ),
+        (
+            format!("tcp:127.0.0.1:{port}"),
+            format!(
+                "fsd-tools: no daemon at tcp:127.0.0.1:{port}: the connection was refused (nothing listens on that port)"
+            ),
+        ),
+    ];
+    for (endpoint, want) in cases {
+        let (code, stderr) = call_against(&endpoint, None);
+        assert_eq!((code, stderr.as_str()), (Some(2), want.as_str()), "{endpoint}");
+    }
+
+    // A socket this user may not open: whose it is, and who asks.
+    let daemon = common::Daemon::start();
+    let endpoint = daemon.endpoint();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(daemon.dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let (code, stderr) = call_against(&endpoint, Some(65534));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(
+        stderr,
+        format!(
+            "fsd-tools: permission denied on the socket of {endpoint}: this user (nobody (uid 65534)) may not search a directory above {}",
+            daemon.socket.display()
+        )
+    );
+    std::fs::set_permissions(daemon.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (code, stderr) = call_against(&endpoint, Some(65534));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(
+        stderr,
+        format!(
+            "fsd-tools: permission denied on the socket of {endpoint}: it belongs to root (uid 0) and group root (gid 0) \
+             (mode 0660) and this user (nobody (uid 65534)) is neither; add this user to the group, or run as the owner"
+        )
+    );
+}
+
+#[test]
+fn doctor_says_what_the_daemon_serves_and_checks_a_client_config() {
+    let daemon = common::Daemon::start();
+    let config = daemon.dir.path().join("client.toml");
+    std::fs::write(&config, "escalationPrompt = true\n").unwrap();
+    let out = Command::new(common::tools_bin())
+        .args(["doctor", &daemon.endpoint(), "--config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], format!("daemon at {}", daemon.endpoint()));
+    assert!(lines[1].starts_with("  version 0.1.0 (protocol "), "{text}");
+    assert_eq!(lines[2], format!("  root {} (writable)", daemon.root.display()));
+    assert!(
+        text.contains("  default mode workspace-write, highest mode for this client workspace-write\n"),
+        "{text}"
+    );
+    assert!(text.contains("  mode workspace-write: served, fence "), "{text}");
+    assert!(text.contains("  mode danger-full-access: NOT served"), "{text}");
+    assert!(text.contains("  escalation: deny (no call runs above the default mode)\n"), "{text}");
+    assert!(
+        text.contains("  warning: an approver is configured, but the daemon denies every escalation"),
+        "{text}"
+    );
+}
