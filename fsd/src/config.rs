@@ -119,6 +119,71 @@ pub struct ConfigFile {
     pub keepalive_timeout_ms: Option<u64>,
     pub handshake_timeout_ms: Option<u64>,
     pub idle_timeout_ms: Option<u64>,
+    /// TLS handshakes in progress per TCP listener, and per source address.
+    pub max_handshakes: Option<usize>,
+    pub max_handshakes_per_source: Option<usize>,
+    /// A TCP connection that has not completed an authenticated call by then is closed.
+    pub unauthenticated_idle_ms: Option<u64>,
+    /// A streamed read whose reader reads nothing for this long is cancelled.
+    pub stream_idle_timeout_ms: Option<u64>,
+    /// Calls that may wait for a worker of one mode; more are refused with FS_RATE_LIMITED.
+    pub max_queued_calls: Option<usize>,
+    /// Workers that overran a deadline and could not be killed, kept before the mode stops.
+    pub max_abandoned_workers: Option<usize>,
+    /// Per-identity budgets.
+    pub budgets: Option<BudgetsFile>,
+}
+
+/// The `[budgets]` section: what one client identity may hold or use per second.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetsFile {
+    pub calls_in_flight: Option<usize>,
+    pub open_streams: Option<usize>,
+    pub calls_per_second: Option<f64>,
+    pub call_burst: Option<f64>,
+    pub new_files_per_second: Option<f64>,
+    pub new_file_burst: Option<f64>,
+    pub pending_escalations: Option<usize>,
+}
+
+impl BudgetsFile {
+    fn resolve(self) -> Result<crate::budget::Limits, ConfigError> {
+        let d = crate::budget::Limits::default();
+        let count = |v: Option<usize>, d: usize, key| match v.unwrap_or(d) {
+            0 => Err(ConfigError::Budget(key)),
+            n => Ok(n),
+        };
+        let rate = |v: Option<f64>, d: f64, key| match v.unwrap_or(d) {
+            r if r.is_finite() && r > 0.0 => Ok(r),
+            _ => Err(ConfigError::Budget(key)),
+        };
+        let limits = crate::budget::Limits {
+            calls_in_flight: count(self.calls_in_flight, d.calls_in_flight, "calls_in_flight")?,
+            open_streams: count(self.open_streams, d.open_streams, "open_streams")?,
+            calls_per_second: rate(self.calls_per_second, d.calls_per_second, "calls_per_second")?,
+            call_burst: rate(self.call_burst, d.call_burst, "call_burst")?,
+            new_files_per_second: rate(
+                self.new_files_per_second,
+                d.new_files_per_second,
+                "new_files_per_second",
+            )?,
+            new_file_burst: rate(self.new_file_burst, d.new_file_burst, "new_file_burst")?,
+            pending_escalations: count(
+                self.pending_escalations,
+                d.pending_escalations,
+                "pending_escalations",
+            )?,
+        };
+        // A bucket that can never hold one token refuses everything.
+        if limits.call_burst < 1.0 {
+            return Err(ConfigError::Budget("call_burst"));
+        }
+        if limits.new_file_burst < 1.0 {
+            return Err(ConfigError::Budget("new_file_burst"));
+        }
+        Ok(limits)
+    }
 }
 
 /// One bearer token: the hex SHA-256 of the token (never the token), and optionally the client
@@ -145,6 +210,11 @@ pub struct Transport {
     pub handshake_timeout: std::time::Duration,
     /// A TCP connection without a call for this long is closed.
     pub idle_timeout: std::time::Duration,
+    /// TLS handshakes in progress at once per listener, and per source address.
+    pub max_handshakes: usize,
+    pub max_handshakes_per_source: usize,
+    /// A TCP connection without a completed authenticated call after this long is closed.
+    pub unauthenticated_idle: std::time::Duration,
 }
 
 /// What the flags say; each set flag overrides the file.
@@ -185,6 +255,10 @@ pub struct Config {
     pub tokens: Vec<crate::identity::TokenEntry>,
     pub health_listen: Option<std::net::SocketAddr>,
     pub transport: Transport,
+    pub budgets: crate::budget::Limits,
+    pub stream_idle_timeout: std::time::Duration,
+    pub max_queued_calls: usize,
+    pub max_abandoned_workers: usize,
 }
 
 /// Whether a kernel without the Landlock floor may still serve the confined modes.
@@ -236,6 +310,8 @@ pub enum ConfigError {
     HealthListen(String),
     #[error("invalid {0}: must be at least 1")]
     Transport(&'static str),
+    #[error("invalid budgets.{0}: must be a positive number (bursts at least 1)")]
+    Budget(&'static str),
     #[error("workers_per_mode must be between 1 and 64")]
     Workers,
     #[error("max_message_bytes {message} must exceed max_editable_file_bytes {editable}")]
@@ -371,7 +447,21 @@ impl Config {
             keepalive_timeout: ms(file.keepalive_timeout_ms, 20_000),
             handshake_timeout: ms(file.handshake_timeout_ms, 10_000),
             idle_timeout: ms(file.idle_timeout_ms, 300_000),
+            max_handshakes: file.max_handshakes.unwrap_or(256),
+            max_handshakes_per_source: file.max_handshakes_per_source.unwrap_or(16),
+            unauthenticated_idle: ms(file.unauthenticated_idle_ms, 10_000),
         };
+        if transport.max_handshakes == 0 {
+            return Err(ConfigError::Transport("max_handshakes"));
+        }
+        if transport.max_handshakes_per_source == 0 {
+            return Err(ConfigError::Transport("max_handshakes_per_source"));
+        }
+        let max_queued_calls = file.max_queued_calls.unwrap_or(4096);
+        if max_queued_calls == 0 {
+            return Err(ConfigError::Transport("max_queued_calls"));
+        }
+        let budgets = file.budgets.unwrap_or_default().resolve()?;
         if transport.max_connections == 0 {
             return Err(ConfigError::Transport("max_connections"));
         }
@@ -395,6 +485,10 @@ impl Config {
             tokens: fleet.tokens,
             health_listen: fleet.health_listen,
             transport,
+            budgets,
+            stream_idle_timeout: ms(file.stream_idle_timeout_ms, 30_000),
+            max_queued_calls,
+            max_abandoned_workers: file.max_abandoned_workers.unwrap_or(8),
             listen,
             roots,
             protected_names: file.protected_names.unwrap_or_else(|| vec![".git".to_owned()]),

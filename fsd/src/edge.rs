@@ -1,15 +1,20 @@
 //! The connection edge of the network process: accepting TCP connections (TLS handshakes with a
-//! deadline, a connection cap, keepalive, an idle timeout) and, for every request on any
+//! deadline and their own caps, overall and per source address; a connection slot taken only
+//! once the handshake is done; keepalive; an idle timeout; and a shorter one for connections
+//! that never complete an authenticated call, which also yield their slot to a newcomer when
+//! the listener is full) and, for every request on any
 //! listener, establishing who is calling (`Identity`) before a service sees it. It also pins the
 //! daemon instance: a client that began its session with another instance of this daemon (it
 //! restarted) is told so with UNAVAILABLE instead of being served by a daemon that never saw its
 //! session.
 
+use std::collections::{HashMap, VecDeque};
 use std::io;
+use std::net::IpAddr;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -40,16 +45,57 @@ pub struct TcpLimits {
     pub idle_timeout: Duration,
     pub max_connections: usize,
     pub tcp_keepalive: Duration,
+    pub max_handshakes: usize,
+    pub max_handshakes_per_source: usize,
+    pub unauthenticated_idle: Duration,
 }
 
-/// Requests in flight on one connection and when the last one ended, for the idle timeout.
+/// How long a newcomer waits for the slot an evicted unauthenticated connection gives back.
+const EVICTION_WAIT: Duration = Duration::from_secs(2);
+
+/// Requests in flight on one connection and when the last one ended, for the idle timeout;
+/// whether it has been authenticated, and the means to close it when it has not.
 #[derive(Debug)]
 struct ConnState {
     in_flight: AtomicUsize,
     last_active: Mutex<Instant>,
+    opened: Instant,
+    /// Set by the first call the edge admitted with a credential.
+    authenticated: AtomicBool,
+    /// Set when a newcomer needs this (unauthenticated) connection's slot.
+    evicted: AtomicBool,
+    /// Wakes the connection's pending read, so an eviction takes effect at once.
+    reader: Mutex<Option<std::task::Waker>>,
 }
 
 impl ConnState {
+    fn new() -> ConnState {
+        let now = Instant::now();
+        ConnState {
+            in_flight: AtomicUsize::new(0),
+            last_active: Mutex::new(now),
+            opened: now,
+            authenticated: AtomicBool::new(false),
+            evicted: AtomicBool::new(false),
+            reader: Mutex::new(None),
+        }
+    }
+
+    fn authenticated(&self) -> bool {
+        self.authenticated.load(Ordering::Acquire)
+    }
+
+    /// Closes the connection if it is still unauthenticated; whether it was.
+    fn evict(&self) -> bool {
+        if self.authenticated() || self.evicted.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        if let Some(waker) = self.reader.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            waker.wake();
+        }
+        true
+    }
+
     fn touch(&self) {
         *self.last_active.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
     }
@@ -101,6 +147,7 @@ pub struct Conn {
     stream: Stream,
     info: PeerInfo,
     idle_timeout: Duration,
+    unauthenticated_idle: Duration,
     idle_timer: Pin<Box<tokio::time::Sleep>>,
     /// Held for the connection's life: the listener's connection cap.
     _slot: tokio::sync::OwnedSemaphorePermit,
@@ -117,16 +164,34 @@ impl Connected for Conn {
 impl Conn {
     /// Fails the connection once it has carried no request for the idle timeout. Keepalive pings
     /// do not count: an open connection that asks nothing is closed and may simply reconnect.
+    ///
+    /// A connection without an authenticated call is closed after the (shorter)
+    /// `unauthenticated_idle`, or at once when evicted for a newcomer.
     fn poll_idle(&mut self, cx: &mut Context<'_>) -> Result<(), io::Error> {
+        let state = self.info.state.clone();
+        if !state.authenticated() {
+            if state.evicted.load(Ordering::Acquire) {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "evicted: no authenticated call"));
+            }
+            *state.reader.lock().unwrap_or_else(PoisonError::into_inner) = Some(cx.waker().clone());
+        }
         while self.idle_timer.as_mut().poll(cx).is_ready() {
             let now = Instant::now();
-            match self.info.state.idle_since() {
+            let mut next = match state.idle_since() {
                 Some(since) if now.duration_since(since) >= self.idle_timeout => {
                     return Err(io::Error::new(io::ErrorKind::TimedOut, "connection idle"));
                 }
-                Some(since) => self.idle_timer.as_mut().reset((since + self.idle_timeout).into()),
-                None => self.idle_timer.as_mut().reset((now + self.idle_timeout).into()),
+                Some(since) => since + self.idle_timeout,
+                None => now + self.idle_timeout,
+            };
+            if !state.authenticated() {
+                let deadline = state.opened + self.unauthenticated_idle;
+                if now >= deadline {
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, "no authenticated call"));
+                }
+                next = next.min(deadline);
             }
+            self.idle_timer.as_mut().reset(next.into());
         }
         Ok(())
     }
@@ -199,9 +264,70 @@ fn set_keepalive(stream: &TcpStream, idle: Duration) -> io::Result<()> {
     socket2::SockRef::from(stream).set_tcp_keepalive(&keepalive)
 }
 
+/// Handshakes in progress per source address.
+#[derive(Debug, Default)]
+struct Sources(Mutex<HashMap<IpAddr, usize>>);
+
+/// One handshake's place in the per-source count.
+struct SourceSlot {
+    sources: Arc<Sources>,
+    ip: IpAddr,
+}
+
+impl Sources {
+    fn take(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<SourceSlot> {
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = map.entry(ip).or_insert(0);
+        if *count >= max {
+            return None;
+        }
+        *count += 1;
+        Some(SourceSlot { sources: self.clone(), ip })
+    }
+}
+
+impl Drop for SourceSlot {
+    fn drop(&mut self) {
+        let mut map = self.sources.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = map.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                map.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// The listener's connections that have not authenticated yet, oldest first: the ones a
+/// newcomer may take a slot from when the listener is full.
+#[derive(Debug, Default)]
+struct Unauthenticated(Mutex<VecDeque<Weak<ConnState>>>);
+
+impl Unauthenticated {
+    fn push(&self, state: &Arc<ConnState>) {
+        let mut list = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        // Keeps the list as short as the connections that can still be evicted.
+        list.retain(|w| w.upgrade().is_some_and(|s| !s.authenticated()));
+        list.push_back(Arc::downgrade(state));
+    }
+
+    /// Evicts the oldest connection still unauthenticated; whether there was one.
+    fn evict_oldest(&self) -> bool {
+        let mut list = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        while let Some(weak) = list.pop_front() {
+            if weak.upgrade().is_some_and(|s| s.evict()) {
+                return true;
+            }
+        }
+        false
+    }
+}
+
 /// Accepts connections on `listener` until `stop`, negotiating TLS when `tls` is set, and yields
-/// them to the server. A handshake runs in its own task under a deadline, so a slow or hostile
-/// peer never holds up the accept loop; connections beyond the cap are closed at once.
+/// them to the server. A handshake runs in its own task under a deadline, capped overall and per
+/// source address, so half-open or slow peers never hold up the accept loop or take connection
+/// slots; a connection takes its slot only once its handshake is done. When the listener is
+/// full, a newcomer takes the slot of the oldest connection that never authenticated.
 pub fn incoming(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
@@ -210,6 +336,9 @@ pub fn incoming(
 ) -> ReceiverStream<Result<Conn, io::Error>> {
     let (tx, rx) = mpsc::channel(64);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let handshakes = Arc::new(Semaphore::new(limits.max_handshakes));
+    let sources = Arc::new(Sources::default());
+    let unauthenticated = Arc::new(Unauthenticated::default());
     tokio::spawn(async move {
         loop {
             let accepted = tokio::select! {
@@ -225,16 +354,20 @@ pub fn incoming(
                     continue;
                 }
             };
-            let Ok(slot) = slots.clone().try_acquire_owned() else {
-                tracing::warn!(%remote, max = limits.max_connections, "connection cap reached; closing the new connection");
+            let Ok(handshake) = handshakes.clone().try_acquire_owned() else {
+                tracing::warn!(%remote, max = limits.max_handshakes, "handshake cap reached; closing the new connection");
+                continue;
+            };
+            let Some(source) = sources.take(remote.ip(), limits.max_handshakes_per_source) else {
+                tracing::info!(%remote, max = limits.max_handshakes_per_source, "too many handshakes from this address; closing the new connection");
                 continue;
             };
             let _ = stream.set_nodelay(true);
             if let Err(e) = set_keepalive(&stream, limits.tcp_keepalive) {
                 tracing::debug!(error = %e, "cannot set TCP keepalive");
             }
-            let tx = tx.clone();
-            let tls = tls.clone();
+            let (tx, tls, slots, unauthenticated) =
+                (tx.clone(), tls.clone(), slots.clone(), unauthenticated.clone());
             tokio::spawn(async move {
                 let (stream, cert_names) = match tls {
                     None => (Stream::Plain(stream), Vec::new()),
@@ -261,16 +394,33 @@ pub fn incoming(
                         }
                     }
                 };
+                drop((handshake, source));
+                let slot = match slots.clone().try_acquire_owned() {
+                    Ok(slot) => slot,
+                    Err(_) if unauthenticated.evict_oldest() => {
+                        match tokio::time::timeout(EVICTION_WAIT, slots.acquire_owned()).await {
+                            Ok(Ok(slot)) => slot,
+                            _ => {
+                                tracing::warn!(%remote, "connection cap reached; closing the new connection");
+                                return;
+                            }
+                        }
+                    }
+                    Err(_) => {
+                        tracing::warn!(%remote, max = limits.max_connections, "connection cap reached; closing the new connection");
+                        return;
+                    }
+                };
                 let tls = matches!(stream, Stream::Tls(_));
-                let state = Arc::new(ConnState {
-                    in_flight: AtomicUsize::new(0),
-                    last_active: Mutex::new(Instant::now()),
-                });
+                let state = Arc::new(ConnState::new());
+                unauthenticated.push(&state);
+                let first_timer = limits.idle_timeout.min(limits.unauthenticated_idle);
                 let conn = Conn {
                     stream,
                     info: PeerInfo { remote: Some(remote), tls, cert_names: Arc::new(cert_names), state },
                     idle_timeout: limits.idle_timeout,
-                    idle_timer: Box::pin(tokio::time::sleep(limits.idle_timeout)),
+                    unauthenticated_idle: limits.unauthenticated_idle,
+                    idle_timer: Box::pin(tokio::time::sleep(first_timer)),
                     _slot: slot,
                 };
                 let _ = tx.send(Ok(conn)).await;
@@ -387,7 +537,16 @@ where
                 return Box::pin(std::future::ready(Ok(response)));
             }
         };
-        let in_flight = request.extensions().get::<PeerInfo>().map(|peer| InFlight::begin(&peer.state));
+        let open = OPEN_METHODS.contains(&request.uri().path());
+        let peer = request.extensions().get::<PeerInfo>().map(|peer| peer.state.clone());
+        if let Some(state) = &peer
+            && !open
+        {
+            // An admitted call with a credential (or on a loopback plaintext listener, where the
+            // listener itself is the credential): this connection is no longer a stranger's.
+            state.authenticated.store(true, Ordering::Release);
+        }
+        let in_flight = peer.as_ref().map(InFlight::begin);
         request.extensions_mut().insert(identity);
         // The service that was polled ready is the one that must be called.
         let clone = self.inner.clone();

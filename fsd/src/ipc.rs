@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::{Mode, Outcome, Request, StreamHeader};
 use crate::error::Failure;
-use crate::sys::ipc::{self as raw, RecvError};
+use crate::sys::ipc::{self as raw, AsyncFrames, RecvError};
 
 /// A failure as it crosses a process boundary: already classified to a stable code.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -87,8 +87,12 @@ pub enum FromWorker {
 pub enum Control {
     /// A new worker for `mode`; the frame carries the network end of its socket.
     Worker { mode: Mode, pid: u32 },
-    /// No worker will serve `mode`: why.
+    /// No worker will serve `mode` (or none until abandoned workers exit): why.
     Unavailable { mode: Mode, reason: String },
+    /// Too many workers of `mode` are stuck where no kill reaches them: calls fail fast.
+    Stuck { mode: Mode, abandoned: usize },
+    /// `mode` is served again: enough abandoned workers finally exited.
+    Available { mode: Mode },
 }
 
 /// Network process → supervisor.
@@ -126,11 +130,34 @@ pub fn send<T: Serialize>(
 }
 
 pub fn recv<T: for<'de> Deserialize<'de>>(socket: &UnixStream) -> Result<(T, Option<OwnedFd>), IpcError> {
-    let (bytes, fd) = raw::recv_frame(socket).map_err(|e| match e {
+    let (bytes, fd) = raw::recv_frame(socket).map_err(recv_error)?;
+    let message = postcard::from_bytes(&bytes).map_err(IpcError::Decode)?;
+    Ok((message, fd))
+}
+
+fn recv_error(e: RecvError) -> IpcError {
+    match e {
         RecvError::Closed => IpcError::Closed,
         RecvError::TimedOut => IpcError::TimedOut,
         RecvError::Io(e) => IpcError::Io(e),
-    })?;
-    let message = postcard::from_bytes(&bytes).map_err(IpcError::Decode)?;
+    }
+}
+
+/// [`send`] on the network process's runtime.
+pub async fn send_async<T: Serialize>(
+    frames: &AsyncFrames,
+    message: &T,
+    fd: Option<BorrowedFd<'_>>,
+) -> Result<(), IpcError> {
+    let bytes = postcard::to_stdvec(message).map_err(IpcError::Decode)?;
+    frames.send(&bytes, fd).await.map_err(IpcError::Io)
+}
+
+/// [`recv`] on the network process's runtime; decodes straight from the receive buffer.
+pub async fn recv_async<T: for<'de> Deserialize<'de>>(
+    frames: &mut AsyncFrames,
+) -> Result<(T, Option<OwnedFd>), IpcError> {
+    let (bytes, fd) = frames.recv().await.map_err(recv_error)?;
+    let message = postcard::from_bytes(bytes).map_err(IpcError::Decode)?;
     Ok((message, fd))
 }

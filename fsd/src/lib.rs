@@ -7,6 +7,7 @@
 
 pub mod audit;
 pub mod backend;
+pub mod budget;
 pub mod config;
 pub mod confine;
 pub mod daemon;
@@ -14,6 +15,7 @@ pub mod dispatch;
 pub mod edge;
 pub mod error;
 pub mod escalation;
+pub mod hung;
 pub mod identity;
 pub mod ipc;
 pub mod network;

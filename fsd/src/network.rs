@@ -3,7 +3,6 @@
 //! grpc.health.v1 and server reflection, behind the identity edge) and routes every call to a
 //! worker of the call's mode.
 
-use std::collections::BTreeSet;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,13 +12,16 @@ use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::audit::Audit;
-use crate::backend::Mode;
 use crate::config::{Config, Listen};
 use crate::daemon::DaemonError;
 use crate::dispatch::Dispatcher;
 use crate::edge::{Edge, TcpLimits};
 use crate::ipc::{self, Control, ControlRequest, IpcError};
 use crate::service::FsdService;
+use crate::sys::ipc::AsyncFrames;
+
+/// Threads that read the files of streamed reads, shared by every stream.
+const STREAM_READERS: usize = 4;
 
 enum Bound {
     Unix(std::os::unix::net::UnixListener, String),
@@ -59,37 +61,28 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
     ipc::send(&control, &ControlRequest::Listening, None)?;
     let Started { listeners, audit, roots, control_reader } = started;
 
-    let dispatcher = Arc::new(Dispatcher::new(config.call_timeout, control));
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let (unavailable_tx, unavailable_rx) = watch::channel(BTreeSet::new());
-    let supervisor_gone = stop_tx.clone();
-    {
-        let dispatcher = dispatcher.clone();
-        std::thread::Builder::new()
-            .name("fsd-control".into())
-            .spawn(move || serve_control(&dispatcher, &control_reader, &supervisor_gone, &unavailable_tx))
-            .map_err(DaemonError::Runtime)?;
-    }
-
+    let readers = crate::dispatch::stream::Readers::start(STREAM_READERS).map_err(DaemonError::Runtime)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("fsd-net")
         .build()
         .map_err(DaemonError::Runtime)?;
-    // The stop signals are ours from now on, also while the workers come up.
-    let signals = {
-        let _entered = runtime.enter();
-        use tokio::signal::unix::{SignalKind, signal};
-        Signals {
-            term: signal(SignalKind::terminate()).map_err(DaemonError::Signal)?,
-            int: signal(SignalKind::interrupt()).map_err(DaemonError::Signal)?,
-        }
-    };
-    dispatcher.wait_ready(&config.served_modes(), config.workers_per_mode, Duration::from_secs(10));
-    let service = FsdService::new(dispatcher, &config, roots, audit);
-    let health = Health { modes: config.served_modes(), unavailable: unavailable_rx };
-    let served = runtime.block_on(serve(config, service, listeners, health, signals, (stop_tx, stop_rx)));
-    // Calls still blocked on a stuck worker must not hold the exit: the supervisor kills that
+    let served = runtime.block_on(async move {
+        // The stop signals are ours from now on, also while the workers come up.
+        let signals = Signals::register()?;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (kill_tx, kill_rx) = tokio::sync::mpsc::unbounded_channel();
+        let dispatcher =
+            Arc::new(Dispatcher::new(config.call_timeout, config.max_queued_calls, kill_tx, readers));
+        let reader = AsyncFrames::new(control_reader).map_err(DaemonError::Runtime)?;
+        let writer = AsyncFrames::new(control).map_err(DaemonError::Runtime)?;
+        tokio::spawn(serve_control(dispatcher.clone(), reader, stop_tx.clone()));
+        tokio::spawn(send_control(writer, kill_rx));
+        dispatcher.wait_ready(&config.served_modes(), config.workers_per_mode, Duration::from_secs(10)).await;
+        let service = FsdService::new(dispatcher.clone(), &config, roots, audit);
+        serve(config, service, dispatcher, listeners, signals, (stop_tx, stop_rx)).await
+    });
+    // Calls still waiting on a stuck worker must not hold the exit: the supervisor kills that
     // worker once this process is gone.
     runtime.shutdown_timeout(Duration::from_millis(100));
     served
@@ -99,6 +92,16 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
 struct Signals {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn register() -> Result<Signals, DaemonError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).map_err(DaemonError::Signal)?,
+            int: signal(SignalKind::interrupt()).map_err(DaemonError::Signal)?,
+        })
+    }
 }
 
 /// What the network process holds once its start-up steps succeeded.
@@ -169,24 +172,14 @@ struct Listeners {
 }
 
 /// Registers the workers the supervisor starts, until the supervisor goes away.
-fn serve_control(
-    dispatcher: &Arc<Dispatcher>,
-    control: &UnixStream,
-    stop: &watch::Sender<bool>,
-    unavailable: &watch::Sender<BTreeSet<Mode>>,
-) {
+async fn serve_control(dispatcher: Arc<Dispatcher>, mut control: AsyncFrames, stop: watch::Sender<bool>) {
     loop {
-        match ipc::recv::<Control>(control) {
+        match ipc::recv_async::<Control>(&mut control).await {
             Ok((Control::Worker { mode, pid }, Some(fd))) => {
                 let dispatcher = dispatcher.clone();
                 let socket = UnixStream::from(fd);
                 // Waiting for the worker's ready message must not hold up the next one.
-                let spawned = std::thread::Builder::new()
-                    .name("fsd-register".into())
-                    .spawn(move || dispatcher.add_worker(mode, pid, socket));
-                if let Err(e) = spawned {
-                    tracing::error!(error = %e, "cannot register a worker");
-                }
+                tokio::spawn(async move { dispatcher.add_worker(mode, pid, socket).await });
             }
             Ok((Control::Worker { pid, .. }, None)) => {
                 tracing::error!(pid, "worker announced without its socket")
@@ -194,9 +187,14 @@ fn serve_control(
             Ok((Control::Unavailable { mode, reason }, _)) => {
                 tracing::error!(mode = mode.as_str(), %reason, "mode unavailable");
                 dispatcher.mark_unavailable(mode, reason);
-                unavailable.send_modify(|modes| {
-                    modes.insert(mode);
-                });
+            }
+            Ok((Control::Stuck { mode, abandoned }, _)) => {
+                tracing::error!(mode = mode.as_str(), abandoned, "mode stopped: its workers are stuck");
+                dispatcher.mark_stuck(mode, abandoned);
+            }
+            Ok((Control::Available { mode }, _)) => {
+                tracing::info!(mode = mode.as_str(), "mode available again");
+                dispatcher.mark_available(mode);
             }
             Err(IpcError::Closed) => {
                 tracing::info!("supervisor gone: shutting down");
@@ -212,24 +210,31 @@ fn serve_control(
     }
 }
 
-/// The modes health reports on, and the ones the supervisor gave up on.
-struct Health {
-    modes: Vec<Mode>,
-    unavailable: watch::Receiver<BTreeSet<Mode>>,
+/// Sends the dispatcher's requests (kill a hung worker) to the supervisor.
+async fn send_control(
+    control: AsyncFrames,
+    mut requests: tokio::sync::mpsc::UnboundedReceiver<ipc::ControlRequest>,
+) {
+    while let Some(request) = requests.recv().await {
+        if let Err(e) = ipc::send_async(&control, &request, None).await {
+            tracing::error!(error = %e, "cannot reach the supervisor");
+            return;
+        }
+    }
 }
 
 /// The health service name of one mode: `fsd.v1.Fsd/<mode>`.
-pub fn mode_health_name(mode: Mode) -> String {
+pub fn mode_health_name(mode: crate::backend::Mode) -> String {
     format!("{}/{}", <FsdServer<FsdService> as tonic::server::NamedService>::NAME, mode.as_str())
 }
 
-/// Health statuses for the modes served and those given up: each mode's own name, and the
-/// overall ("") and `fsd.v1.Fsd` names, SERVING only while every served mode is.
-fn health_statuses(modes: &[Mode], unavailable: &BTreeSet<Mode>) -> Vec<(String, bool)> {
-    let all = modes.iter().all(|m| !unavailable.contains(m));
+/// Health statuses from the modes' states: each mode's own name, and the overall ("") and
+/// `fsd.v1.Fsd` names, SERVING only while every served mode is.
+fn health_statuses(modes: &[(crate::backend::Mode, bool)]) -> Vec<(String, bool)> {
+    let all = modes.iter().all(|(_, serving)| *serving);
     let fsd = <FsdServer<FsdService> as tonic::server::NamedService>::NAME;
     let mut out = vec![(String::new(), all), (fsd.to_owned(), all)];
-    out.extend(modes.iter().map(|m| (mode_health_name(*m), !unavailable.contains(m))));
+    out.extend(modes.iter().map(|(mode, serving)| (mode_health_name(*mode), *serving)));
     out
 }
 
@@ -244,34 +249,44 @@ async fn report_health(reporter: &tonic_health::server::HealthReporter, statuses
     }
 }
 
+/// Keeps grpc.health.v1 true: `fsd.v1.Fsd/<mode>` NOT_SERVING while the mode is unavailable
+/// (given up, or too many hung workers abandoned), and `""` and `fsd.v1.Fsd` NOT_SERVING while
+/// any served mode is.
+async fn report_modes(
+    dispatcher: Arc<Dispatcher>,
+    modes: Vec<crate::backend::Mode>,
+    reporter: tonic_health::server::HealthReporter,
+) {
+    loop {
+        let changed = dispatcher.changed();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        let states: Vec<_> = dispatcher
+            .report()
+            .into_iter()
+            .filter(|r| modes.contains(&r.mode))
+            .map(|r| (r.mode, r.unavailable.is_none()))
+            .collect();
+        report_health(&reporter, health_statuses(&states)).await;
+        changed.await;
+    }
+}
+
 async fn serve(
     config: Config,
     service: FsdService,
+    dispatcher: Arc<Dispatcher>,
     listeners: Listeners,
-    health: Health,
     mut signals: Signals,
     (stop_tx, stop_rx): (watch::Sender<bool>, watch::Receiver<bool>),
 ) -> Result<(), DaemonError> {
-    let Listeners { bound, tls, health: health_listener, edge } = listeners;
+    let Listeners { bound, tls, health, edge } = listeners;
+    // Standard health: "" and "fsd.v1.Fsd" for the daemon, "fsd.v1.Fsd/<mode>" per mode.
     let (reporter, health_service) = tonic_health::server::health_reporter();
-    let Health { modes, mut unavailable } = health;
-    report_health(&reporter, health_statuses(&modes, &unavailable.borrow_and_update())).await;
-    {
-        // A mode the supervisor gives up on later turns its names (and the overall) NOT_SERVING.
-        let (reporter, modes, mut stop) = (reporter.clone(), modes.clone(), stop_rx.clone());
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    changed = unavailable.changed() => if changed.is_err() { return },
-                    _ = stop.wait_for(|s| *s) => return,
-                }
-                let statuses = health_statuses(&modes, &unavailable.borrow_and_update());
-                report_health(&reporter, statuses).await;
-            }
-        });
-    }
+    let served_modes = config.served_modes();
+    let modes_task = tokio::spawn(report_modes(dispatcher, served_modes.clone(), reporter.clone()));
     // Reflection answers from the descriptor sets the services were compiled from, and lists
-    // only the services this listener serves (the descriptor set also holds fsd.approver.v1).
+    // only the services a listener serves (the descriptor set also holds fsd.approver.v1).
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(fsd_proto::FILE_DESCRIPTOR_SET)
@@ -290,6 +305,9 @@ async fn serve(
         idle_timeout: transport.idle_timeout,
         max_connections: transport.max_connections,
         tcp_keepalive: transport.keepalive_interval,
+        max_handshakes: transport.max_handshakes,
+        max_handshakes_per_source: transport.max_handshakes_per_source,
+        unauthenticated_idle: transport.unauthenticated_idle,
     };
     let mut servers = tokio::task::JoinSet::new();
     for listener in bound {
@@ -361,7 +379,7 @@ async fn serve(
             }
         }
     }
-    if let Some(std_listener) = health_listener {
+    if let Some(std_listener) = health {
         let name =
             std_listener.local_addr().map(|a| format!("health tcp:{a}")).unwrap_or_else(|_| "health".into());
         let listener = tokio::net::TcpListener::from_std(std_listener)
@@ -398,8 +416,9 @@ async fn serve(
             if let Ok(Err(e)) = done { failure = Some(e); }
         }
     }
-    let stopping = health_statuses(&modes, &BTreeSet::new()).into_iter().map(|(name, _)| (name, false));
-    report_health(&reporter, stopping.collect()).await;
+    modes_task.abort();
+    let stopping: Vec<_> = served_modes.iter().map(|m| (*m, false)).collect();
+    report_health(&reporter, health_statuses(&stopping)).await;
     let _ = stop_tx.send(true);
     // In-flight calls get most of the grace (the supervisor needs the rest to stop the
     // workers); a client that keeps an idle connection open does not hold the daemon up past it.

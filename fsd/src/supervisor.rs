@@ -52,6 +52,8 @@ struct Supervisor {
     given_up: Vec<Mode>,
     /// Children started and not yet reaped.
     alive: std::collections::HashSet<u32>,
+    /// Workers killed for overrunning a deadline, and the ones that would not die.
+    hung: crate::hung::HungWorkers,
 }
 
 impl Supervisor {
@@ -87,6 +89,7 @@ impl Supervisor {
         let (ours, theirs) = sys::ipc::pair().map_err(|e| DaemonError::Runtime(e.into()))?;
         let pid = self.spawn(Role::Worker(mode), &theirs)?;
         drop(theirs);
+        self.hung.started(pid, mode);
         ipc::send(&self.control, &Control::Worker { mode, pid }, Some(ours.as_fd()))?;
         Ok(())
     }
@@ -190,6 +193,7 @@ async fn supervise(
             Listen::Tcp(_) => None,
         })
         .collect();
+    let config_max_abandoned = config.max_abandoned_workers;
     let mut sup = Supervisor {
         config,
         exe,
@@ -199,6 +203,7 @@ async fn supervise(
         quick_deaths: Default::default(),
         given_up: Vec::new(),
         alive: Default::default(),
+        hung: crate::hung::HungWorkers::new(config_max_abandoned, crate::hung::KILL_GRACE),
     };
     // Before any worker exists: remove the temporary files a killed daemon left (backend::journal).
     let roots: Vec<PathBuf> = sup.config.roots.iter().map(|r| r.path.clone()).collect();
@@ -291,8 +296,30 @@ async fn supervise(
             _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); break; }
             _ = &mut parent_gone => { tracing::info!("parent pipe closed: stopping"); break; }
             Some(pid) = kill_rx.recv() => {
-                if let Err(e) = sys::ipc::signal(pid, true) {
+                if unkillable_hook() {
+                    tracing::warn!(pid, "test hook: treating the worker as unkillable");
+                } else if let Err(e) = sys::ipc::signal(pid, true) {
                     tracing::warn!(pid, error = %e, "cannot kill worker");
+                }
+                sup.hung.killed(pid);
+            }
+            pid = sup.hung.next_check() => {
+                let alive = sup.alive.contains(&pid);
+                match sup.hung.overdue(pid, alive) {
+                    None => {}
+                    Some(crate::hung::Overdue::Replace(mode)) => {
+                        tracing::error!(pid, mode = mode.as_str(), "worker survived its kill (stuck in the kernel); abandoned and replaced");
+                        if let Err(e) = sup.spawn_worker(mode) {
+                            tracing::error!(error = %e, "cannot replace an abandoned worker");
+                        }
+                    }
+                    Some(crate::hung::Overdue::Stop { mode, abandoned }) => {
+                        tracing::error!(pid, mode = mode.as_str(), abandoned, "too many abandoned workers: mode stopped until they exit");
+                        let stuck = ipc::Control::Stuck { mode, abandoned };
+                        if let Err(e) = ipc::send(&sup.control, &stuck, None) {
+                            tracing::error!(error = %e, "cannot tell the network process");
+                        }
+                    }
                 }
             }
             Some(done) = sup.children.join_next() => {
@@ -309,19 +336,41 @@ async fn supervise(
                             }
                         break;
                     }
-                    Role::Worker(mode) => {
+                    Role::Worker(mode) => match sup.hung.exited(pid) {
+                        crate::hung::Exited::Abandoned => {
+                            tracing::warn!(pid, mode = mode.as_str(), "an abandoned worker finally exited");
+                            sweeper.worker_died(pid);
+                        }
+                        crate::hung::Exited::Recovered { mode, owed } => {
+                            tracing::warn!(pid, mode = mode.as_str(), "an abandoned worker exited; serving the mode again");
+                            sweeper.worker_died(pid);
+                            for _ in 0..owed {
+                                if let Err(e) = sup.spawn_worker(mode) {
+                                    tracing::error!(error = %e, "cannot start a worker");
+                                }
+                            }
+                            if let Err(e) = ipc::send(&sup.control, &Control::Available { mode }, None) {
+                                tracing::error!(error = %e, "cannot tell the network process");
+                            }
+                        }
+                        crate::hung::Exited::Ordinary => {
                         tracing::warn!(pid, mode = mode.as_str(), status = %status_text, "worker exited; replacing it");
                         sweeper.worker_died(pid);
                         let failed_itself = status.as_ref().is_ok_and(|s| s.code().is_some_and(|c| c != 0));
                         if let Err(e) = sup.replace(mode, started, failed_itself, &status_text) {
                             tracing::error!(error = %e, "cannot replace worker");
                         }
-                    }
+                        }
+                    },
                 }
             }
         }
     }
 
+    // Abandoned workers will not exit on their own: kill them again, now for good.
+    for pid in sup.hung.abandoned() {
+        let _ = sys::ipc::signal(pid, true);
+    }
     // The network process first: it finishes in-flight calls (within its share of the grace),
     // then its worker sockets close and the workers exit on their own. The whole stop is
     // bounded by `shutdown_grace`: whatever is left then (a worker stuck in a syscall) is killed.
@@ -349,6 +398,13 @@ async fn supervise(
     }
     tracing::info!("stopped");
     outcome
+}
+
+/// Test hook (cargo feature `fault-injection`, `FSD_FAULT_UNKILLABLE_WORKERS=1`): kill requests
+/// for hung workers are not carried out, as if each worker were stuck where no signal reaches.
+fn unkillable_hook() -> bool {
+    cfg!(feature = "fault-injection")
+        && std::env::var_os("FSD_FAULT_UNKILLABLE_WORKERS").is_some_and(|v| v == "1")
 }
 
 /// Resolves when standard input reaches EOF (or fails).

@@ -58,6 +58,7 @@ impl ToolError {
                 format!("cannot modify \"{path}\": {}{STALE_REMEDY}", wire.message),
             ),
             ErrorCode::SandboxDenied => sandbox_denied("modify", path, &wire),
+            ErrorCode::RateLimited => rate_limited("modify", path, &wire),
             ErrorCode::NotRegularFile => {
                 ToolError::new(wire.code.as_str(), format!("cannot modify \"{path}\": not a regular file"))
             }
@@ -90,6 +91,7 @@ impl ToolError {
                 ),
             ),
             ErrorCode::SandboxDenied => sandbox_denied("read", path, wire),
+            ErrorCode::RateLimited => rate_limited("read", path, wire),
             _ => ToolError::new(code, format!("cannot read \"{path}\": {}", wire.message)),
         }
     }
@@ -106,6 +108,18 @@ fn sandbox_denied(verb: &str, path: &str, wire: &WireError) -> ToolError {
     ToolError::new(
         ErrorCode::SandboxDenied.as_str(),
         format!("cannot {verb} \"{path}\": {} [sandbox: file access denied under {mode} mode]", wire.message),
+    )
+}
+
+/// A per-client budget of the daemon is spent: nothing was done; the daemon says how long to
+/// wait. The model is told to wait and retry, not that the file is at fault.
+fn rate_limited(verb: &str, path: &str, wire: &WireError) -> ToolError {
+    let wait = wire.get("retry_after_ms").and_then(|v| v.parse::<u64>().ok()).unwrap_or(1000);
+    ToolError::new(
+        ErrorCode::RateLimited.as_str(),
+        format!(
+            "cannot {verb} \"{path}\": the file service is limiting this client's calls (nothing was done) — wait {wait} ms, then retry"
+        ),
     )
 }
 
@@ -147,6 +161,22 @@ mod tests {
             wire(ErrorCode::SandboxDenied, "path resolves outside every root of this daemon"),
             false,
             "Error: cannot modify \"/ws/a.txt\": path resolves outside every root of this daemon [sandbox: file access denied under workspace-write mode]",
+        );
+        let limited = |budget: &str, ms: &str| {
+            WireError::new(ErrorCode::RateLimited, "/ws/a.txt", "the caller's budget is spent")
+                .with("retry_after_ms", ms)
+                .with("budget", budget)
+                .into_status()
+        };
+        check(
+            limited("calls_per_second", "250"),
+            true,
+            "Error: cannot read \"/ws/a.txt\": the file service is limiting this client's calls (nothing was done) — wait 250 ms, then retry",
+        );
+        check(
+            limited("new_files_per_second", "1"),
+            false,
+            "Error: cannot modify \"/ws/a.txt\": the file service is limiting this client's calls (nothing was done) — wait 1 ms, then retry",
         );
         check(
             tonic::Status::unavailable("connection reset"),

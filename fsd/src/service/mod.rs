@@ -15,12 +15,12 @@ use std::sync::Arc;
 
 use fsd_proto::v1::{self, fsd_server::Fsd};
 use fsd_proto::{ErrorCode, WireError};
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::backend::{self, Limits, Mode, Outcome};
+use crate::backend::{self, Limits, Mode, Outcome, WriteOperation};
+use crate::budget::Budgets;
 use crate::config::{Config, Escalation};
-use crate::dispatch::Dispatcher;
+use crate::dispatch::{Dispatcher, stream};
 use crate::escalation::Escalations;
 use crate::op::Op;
 use grant::{Caller, Decision, Grant, Step};
@@ -41,6 +41,10 @@ pub struct FsdService {
     protected: Vec<String>,
     audit: Option<Arc<crate::audit::Audit>>,
     escalations: Option<Arc<Escalations>>,
+    /// Per-identity budgets; other parts of the service (escalation requests) draw on them too.
+    budgets: Arc<Budgets>,
+    /// A stream whose reader reads nothing for this long is cancelled.
+    stream_idle: std::time::Duration,
 }
 
 impl FsdService {
@@ -68,16 +72,20 @@ impl FsdService {
                 _ => None,
             },
             audit,
+            budgets: Arc::new(Budgets::new(config.budgets)),
+            stream_idle: config.stream_idle_timeout,
         }
     }
 
-    /// One backend operation on the blocking pool.
+    /// The per-identity budgets, for callers that hold one (a pending escalation request).
+    pub fn budgets(&self) -> &Arc<Budgets> {
+        &self.budgets
+    }
+
+    /// One backend operation the service makes for itself (checks before a grant), queued as
+    /// the daemon's own identity.
     async fn dispatch(&self, mode: Mode, request: backend::Request) -> Result<Outcome, WireError> {
-        let dispatcher = self.dispatcher.clone();
-        let path = request.path().to_owned();
-        tokio::task::spawn_blocking(move || dispatcher.call(mode, request, &path)).await.unwrap_or_else(|e| {
-            Err(WireError::new(ErrorCode::IoError, "", format!("dispatch task failed: {e}")))
-        })
+        self.dispatcher.call(mode, "daemon", request).await
     }
 
     /// Runs one operation in a worker of the granted mode (after redeeming its ticket), logs
@@ -88,11 +96,13 @@ impl FsdService {
         let op = request.op();
         let path = request.path().to_owned();
         let started = std::time::Instant::now();
-        let dispatcher = self.dispatcher.clone();
-        let call_path = path.clone();
-        let result = tokio::task::spawn_blocking(move || dispatcher.call(mode, request, &call_path))
-            .await
-            .map_err(|e| Status::internal(format!("dispatch task failed: {e}")))?;
+        if matches!(op, Op::WriteText | Op::MoveFile) {
+            self.budgets.may_create(&caller.identity).map_err(|r| r.into_wire(&path).into_status())?;
+        }
+        let result = self.dispatcher.call(mode, &caller.client(), request).await;
+        if let Ok(Outcome::WriteText { operation: WriteOperation::Create, .. }) = &result {
+            self.budgets.created(&caller.identity);
+        }
         match &result {
             Ok(_) => {
                 tracing::debug!(
@@ -126,6 +136,9 @@ impl FsdService {
         let message = request.into_inner();
         let context = message.context().cloned();
         let call = into(message);
+        // Over budget: refused before anything else happens, so nothing is touched.
+        let _in_flight =
+            self.budgets.call(&caller.identity).map_err(|r| r.into_wire(call.path()).into_status())?;
         let grant = self.mode(&caller, context.as_ref(), call.path(), call.op())?;
         let outcome = self.run(&caller, grant, call).await?;
         reply(outcome).map(Response::new).ok_or_else(unexpected)
@@ -136,7 +149,7 @@ fn unexpected() -> Status {
     Status::internal("backend returned an outcome of another operation")
 }
 
-type StreamReply = ReceiverStream<Result<v1::StreamTextReply, Status>>;
+type StreamReply = stream::Replies<Result<v1::StreamTextReply, Status>>;
 
 #[tonic::async_trait]
 impl Fsd for FsdService {
@@ -171,35 +184,51 @@ impl Fsd for FsdService {
     ) -> Result<Response<StreamReply>, Status> {
         let caller = Caller::of(&request, request.get_ref().context());
         let r = request.into_inner();
+        let refused = |r: crate::budget::Refusal, path: &str| r.into_wire(path).into_status();
+        let call_permit = self.budgets.call(&caller.identity).map_err(|e| refused(e, &r.path))?;
+        let stream_permit = self.budgets.stream(&caller.identity).map_err(|e| refused(e, &r.path))?;
         let grant = self.mode(&caller, r.context.as_ref(), &r.path, Op::StreamText)?;
         let probe = backend::Request::ReadText { path: r.path.clone(), max_bytes: 0 };
         self.redeem(&caller, &grant, &probe).await?;
         let mode = grant.mode;
+        let (header, file) = self
+            .dispatcher
+            .open_stream(mode, &caller.client(), &r.path)
+            .await
+            .map_err(|w| w.with("mode", mode.as_str()).into_status())?;
+        drop(call_permit);
         // A few chunks in flight at most: memory stays constant whatever the file's size.
         let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let dispatcher = self.dispatcher.clone();
+        let (cancel_tx, cancel_rx) = tokio::sync::oneshot::channel();
         let chunk = match r.chunk_bytes as usize {
             0 => self.limits.default_chunk_bytes,
             n => n.clamp(4096, self.limits.max_chunk_bytes),
         };
-        tokio::task::spawn_blocking(move || {
-            let (header, file) = match dispatcher.open_stream(mode, &r.path) {
-                Ok(opened) => opened,
-                Err(w) => {
-                    let _ = tx.blocking_send(Err(w.with("mode", mode.as_str()).into_status()));
-                    return;
+        let dispatcher = self.dispatcher.clone();
+        let idle = self.stream_idle;
+        // A task, not a thread: it waits on the shared reader pool and on the reader's demand.
+        tokio::spawn(async move {
+            let _open = stream_permit;
+            let mut ended = stream::send(&tx, Ok(wire::stream_header(header)), idle).await;
+            if ended.is_ok() {
+                let wrap = |bytes| Ok(wire::stream_chunk(bytes));
+                ended = stream::pump(dispatcher.readers(), file, chunk, idle, &tx, wrap).await;
+            }
+            let error = match ended {
+                Ok(()) | Err(stream::Ended::Gone) => return,
+                Err(stream::Ended::Idle) => {
+                    tracing::info!(path = %r.path, idle_ms = idle.as_millis() as u64, "stream not read; cancelled");
+                    let message =
+                        format!("the stream was not read for {} ms and was cancelled", idle.as_millis());
+                    WireError::new(ErrorCode::Aborted, &r.path, message)
+                }
+                Err(stream::Ended::Read(e)) => {
+                    crate::error::Failure::new(crate::error::FsError::Read(e), r.path.clone()).into_wire()
                 }
             };
-            if tx.blocking_send(Ok(wire::stream_header(header))).is_err() {
-                return;
-            }
-            let mut sink = |bytes: Vec<u8>| tx.blocking_send(Ok(wire::stream_chunk(bytes))).is_ok();
-            if let Err(e) = backend::pump(file, chunk, &mut sink) {
-                let w = crate::error::Failure::new(e, r.path.clone()).into_wire();
-                let _ = tx.blocking_send(Err(w.with("mode", mode.as_str()).into_status()));
-            }
+            let _ = cancel_tx.send(Err(error.with("mode", mode.as_str()).into_status()));
         });
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(Response::new(stream::Replies::new(rx, cancel_rx)))
     }
 
     async fn read_bytes(

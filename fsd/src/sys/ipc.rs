@@ -164,3 +164,160 @@ pub fn die_with_parent() -> Result<(), Errno> {
 pub fn fd_of(socket: &UnixStream) -> BorrowedFd<'_> {
     socket.as_fd()
 }
+
+/// Descriptors one receive may carry: the kernel stops a stream read after the first message
+/// with descriptors, and every frame carries at most one.
+const MAX_FDS_PER_READ: usize = 4;
+/// What one receive asks for when no frame is half-read: small frames arrive in one syscall.
+const READ_AHEAD: usize = 64 << 10;
+
+/// The non-blocking side of a frame socket, on the tokio runtime: the network process talks to
+/// its workers and its supervisor with it, so no call waits on a thread. Frames are those of
+/// [`send_frame`]/[`recv_frame`], so the blocking peer needs no change.
+#[derive(Debug)]
+pub struct AsyncFrames {
+    io: tokio::net::UnixStream,
+    /// Bytes received and not yet handed out; `start..filled` is unread.
+    buf: Vec<u8>,
+    start: usize,
+    filled: usize,
+    /// Bytes of the last frame handed out, dropped at the next receive.
+    consumed: usize,
+    /// Descriptors received, in the order of the frames that carry them.
+    fds: std::collections::VecDeque<OwnedFd>,
+}
+
+impl AsyncFrames {
+    /// Takes a connected socket; it becomes non-blocking. Must run inside a tokio runtime.
+    pub fn new(socket: UnixStream) -> std::io::Result<AsyncFrames> {
+        socket.set_nonblocking(true)?;
+        let io = tokio::net::UnixStream::from_std(socket)?;
+        Ok(AsyncFrames { io, buf: Vec::new(), start: 0, filled: 0, consumed: 0, fds: Default::default() })
+    }
+
+    /// Sends one frame, with an optional descriptor attached to its first byte.
+    pub async fn send(&self, payload: &[u8], fd: Option<BorrowedFd<'_>>) -> std::io::Result<()> {
+        if payload.len() > MAX_FRAME {
+            return Err(std::io::Error::other("frame too large"));
+        }
+        let mut header = [0u8; HEADER];
+        header[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        header[4] = u8::from(fd.is_some());
+        let total = HEADER + payload.len();
+        let mut sent = 0;
+        while sent < total {
+            let attach = if sent == 0 { fd } else { None };
+            let n = self
+                .io
+                .async_io(tokio::io::Interest::WRITABLE, || {
+                    let fds: Vec<BorrowedFd<'_>> = attach.into_iter().collect();
+                    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(1))];
+                    let mut control = SendAncillaryBuffer::new(&mut space);
+                    if !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+                        return Err(std::io::Error::other("cannot attach descriptor"));
+                    }
+                    let head = &header[sent.min(HEADER)..];
+                    let body = &payload[sent.saturating_sub(HEADER)..];
+                    let iov = [IoSlice::new(head), IoSlice::new(body)];
+                    loop {
+                        match rustix::net::sendmsg(&self.io, &iov, &mut control, SendFlags::NOSIGNAL) {
+                            Ok(n) => return Ok(n),
+                            Err(Errno::INTR) => continue,
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                })
+                .await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            sent += n;
+        }
+        Ok(())
+    }
+
+    /// Receives one frame: its payload (valid until the next receive) and its descriptor.
+    pub async fn recv(&mut self) -> Result<(&[u8], Option<OwnedFd>), RecvError> {
+        self.start += std::mem::take(&mut self.consumed);
+        loop {
+            let available = self.filled - self.start;
+            if available >= HEADER {
+                let h = &self.buf[self.start..self.start + HEADER];
+                let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
+                let has_fd = h[4] != 0;
+                if len > MAX_FRAME {
+                    return Err(RecvError::Io(std::io::Error::other("frame too large")));
+                }
+                if available >= HEADER + len {
+                    let fd = if has_fd {
+                        Some(self.fds.pop_front().ok_or_else(|| {
+                            RecvError::Io(std::io::Error::other("frame announced a descriptor it lacks"))
+                        })?)
+                    } else {
+                        None
+                    };
+                    self.consumed = HEADER + len;
+                    let body = self.start + HEADER;
+                    return Ok((&self.buf[body..body + len], fd));
+                }
+                self.make_room(HEADER + len);
+            } else {
+                self.make_room(HEADER);
+            }
+            self.fill().await?;
+        }
+    }
+
+    /// Makes the buffer able to hold `frame` bytes from `start`, moving the unread bytes to the
+    /// front, and gives back memory a large frame took once it is read.
+    fn make_room(&mut self, frame: usize) {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.filled, 0);
+            self.filled -= self.start;
+            self.start = 0;
+        }
+        let want = frame.max(READ_AHEAD);
+        if self.buf.len() < want {
+            self.buf.resize(want, 0);
+        } else if self.buf.len() > READ_AHEAD && want == READ_AHEAD && self.filled <= READ_AHEAD {
+            self.buf.truncate(READ_AHEAD);
+            self.buf.shrink_to(READ_AHEAD);
+        }
+    }
+
+    /// One receive into the free part of the buffer.
+    async fn fill(&mut self) -> Result<(), RecvError> {
+        let (io, buf, filled, fds) = (&self.io, &mut self.buf, self.filled, &mut self.fds);
+        let received = io
+            .async_io(tokio::io::Interest::READABLE, || {
+                let mut space =
+                    [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS_PER_READ))];
+                let mut control = RecvAncillaryBuffer::new(&mut space);
+                let mut iov = [IoSliceMut::new(&mut buf[filled..])];
+                let received = loop {
+                    match rustix::net::recvmsg(io, &mut iov, &mut control, RecvFlags::CMSG_CLOEXEC) {
+                        Ok(r) => break r,
+                        Err(Errno::INTR) => continue,
+                        Err(e) => return Err(std::io::Error::from(e)),
+                    }
+                };
+                for message in control.drain() {
+                    if let RecvAncillaryMessage::ScmRights(received_fds) = message {
+                        fds.extend(received_fds);
+                    }
+                }
+                Ok(received.bytes)
+            })
+            .await
+            .map_err(RecvError::Io)?;
+        if received == 0 {
+            return Err(if self.filled == self.start {
+                RecvError::Closed
+            } else {
+                RecvError::Io(std::io::ErrorKind::UnexpectedEof.into())
+            });
+        }
+        self.filled += received;
+        Ok(())
+    }
+}

@@ -60,6 +60,11 @@ impl Daemon {
 
     /// A daemon with extra flags and a config file body (empty: none).
     pub fn start_with(extra: &[&str], config: &str) -> Daemon {
+        Daemon::start_with_env(extra, config, &[])
+    }
+
+    /// A daemon with extra flags, a config file body and extra environment (test hooks).
+    pub fn start_with_env(extra: &[&str], config: &str, env: &[(&str, &str)]) -> Daemon {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().join("ws");
         std::fs::create_dir(&root).expect("mkdir ws");
@@ -73,6 +78,7 @@ impl Daemon {
             cmd.arg("--config").arg(path);
         }
         cmd.args(extra)
+            .envs(env.iter().copied())
             .env("FSD_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -1,0 +1,115 @@
+//! The fair queue in front of one mode's workers: calls wait per client identity, and a worker
+//! that comes free goes to the next identity in turn, so one busy client cannot push another's
+//! call to the back of a long queue. Pure bookkeeping; the pool holds it under its lock.
+
+use std::collections::{HashMap, VecDeque};
+
+/// Waiters of type `W`, one FIFO per identity, served round-robin across identities.
+#[derive(Debug)]
+pub struct FairQueue<W> {
+    by_identity: HashMap<String, VecDeque<W>>,
+    /// Identities with waiters, in serving order.
+    turn: VecDeque<String>,
+    len: usize,
+}
+
+impl<W> Default for FairQueue<W> {
+    fn default() -> FairQueue<W> {
+        FairQueue { by_identity: HashMap::new(), turn: VecDeque::new(), len: 0 }
+    }
+}
+
+impl<W> FairQueue<W> {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn push(&mut self, identity: &str, waiter: W) {
+        match self.by_identity.get_mut(identity) {
+            Some(queue) => queue.push_back(waiter),
+            None => {
+                self.by_identity.insert(identity.to_owned(), VecDeque::from([waiter]));
+                self.turn.push_back(identity.to_owned());
+            }
+        }
+        self.len += 1;
+    }
+
+    /// The oldest waiter of the identity whose turn it is; that identity goes to the back.
+    pub fn pop(&mut self) -> Option<W> {
+        let identity = self.turn.pop_front()?;
+        let queue = self.by_identity.get_mut(&identity)?;
+        let waiter = queue.pop_front();
+        if queue.is_empty() {
+            self.by_identity.remove(&identity);
+        } else {
+            self.turn.push_back(identity);
+        }
+        if waiter.is_some() {
+            self.len -= 1;
+        }
+        waiter
+    }
+
+    /// Drops the waiters `keep` rejects (callers that gave up).
+    pub fn retain(&mut self, mut keep: impl FnMut(&W) -> bool) {
+        for queue in self.by_identity.values_mut() {
+            queue.retain(&mut keep);
+        }
+        self.by_identity.retain(|_, q| !q.is_empty());
+        let by_identity = &self.by_identity;
+        self.turn.retain(|identity| by_identity.contains_key(identity));
+        self.len = self.by_identity.values().map(VecDeque::len).sum();
+    }
+
+    /// Takes every waiter out (the mode stopped being served).
+    pub fn drain(&mut self) -> Vec<W> {
+        self.turn.clear();
+        self.len = 0;
+        self.by_identity.drain().flat_map(|(_, q)| q).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(pushes: &[(&str, u32)], expected: &[u32]) {
+        let mut queue = FairQueue::default();
+        for (identity, n) in pushes {
+            queue.push(identity, *n);
+        }
+        let mut got = Vec::new();
+        while let Some(n) = queue.pop() {
+            got.push(n);
+        }
+        assert_eq!(got, expected);
+        assert_eq!(queue.len(), 0);
+    }
+
+    #[test]
+    fn identities_take_turns() {
+        // alice queued five calls before bob's one: bob's is served second, not sixth.
+        check(
+            &[("alice", 1), ("alice", 2), ("alice", 3), ("alice", 4), ("alice", 5), ("bob", 9)],
+            &[1, 9, 2, 3, 4, 5],
+        );
+        check(&[("a", 1), ("b", 2), ("a", 3), ("b", 4), ("c", 5)], &[1, 2, 5, 3, 4]);
+        check(&[], &[]);
+    }
+
+    #[test]
+    fn retain_and_drain_keep_the_count() {
+        let mut queue = FairQueue::default();
+        for n in 0..6 {
+            queue.push(if n % 2 == 0 { "a" } else { "b" }, n);
+        }
+        queue.retain(|n| *n != 1 && *n != 3 && *n != 5);
+        assert_eq!(queue.len(), 3);
+        assert_eq!(queue.pop(), Some(0));
+        assert_eq!(queue.pop(), Some(2));
+        assert_eq!(queue.drain(), vec![4]);
+        assert_eq!(queue.pop(), None);
+        assert_eq!(queue.len(), 0);
+    }
+}

@@ -1,0 +1,236 @@
+//! Fair to every client: per-identity budgets refuse a call over budget with FS_RATE_LIMITED and
+//! `retry_after_ms` before it touches anything; a flood from one identity (a TLS client
+//! certificate) leaves another's calls answered; a streamed read whose reader stops reading is
+//! cancelled after `stream_idle_timeout_ms` and frees its stream slot. Checked by outcome, never
+//! by timing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod pki;
+
+use std::time::{Duration, Instant};
+
+use common::Daemon;
+use common::rpc::{self, Rpc};
+use fsd_proto::ErrorCode;
+use fsd_proto::v1;
+use fsd_tool_client::connect::{self, Credentials, Endpoint, TlsCredentials};
+
+/// The wait a FS_RATE_LIMITED refusal asks for.
+#[track_caller]
+fn rate_limited(status: &tonic::Status) -> Duration {
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    let wire = rpc::wire(status);
+    assert_eq!(wire.code, ErrorCode::RateLimited, "{wire:?}");
+    let ms: u64 = wire.get("retry_after_ms").expect("retry_after_ms").parse().expect("a number");
+    assert!(ms >= 1, "{wire:?}");
+    Duration::from_millis(ms)
+}
+
+#[test]
+fn a_call_over_budget_is_refused_with_a_retry_time_and_touches_nothing() {
+    // Burst 3, then one call every 2 s: the fourth call in a row is over budget.
+    let d = Daemon::start_with(&[], "[budgets]\ncalls_per_second = 0.5\ncall_burst = 3\n");
+    d.write("a.txt", "a\n");
+    let mut r = Rpc::connect(&d);
+    for _ in 0..3 {
+        r.stat(&d.path("a.txt")).unwrap();
+    }
+    let status = r.write_text(&d.path("new.txt"), "never\n", None).unwrap_err();
+    let wait = rate_limited(&status);
+    assert!(wait > Duration::from_millis(500) && wait <= Duration::from_secs(2), "{wait:?}");
+    assert_eq!(rpc::wire(&status).get("budget"), Some("calls_per_second"));
+    assert!(!d.path("new.txt").exists(), "a refused call wrote nothing");
+    // Waiting as told is enough.
+    std::thread::sleep(wait);
+    r.write_text(&d.path("new.txt"), "now\n", None).unwrap();
+    assert_eq!(d.read("new.txt"), b"now\n");
+}
+
+#[test]
+fn new_files_over_budget_are_refused_and_nothing_is_created() {
+    let d = Daemon::start_with(&[], "[budgets]\nnew_files_per_second = 0.1\nnew_file_burst = 2\n");
+    let mut r = Rpc::connect(&d);
+    r.write_text(&d.path("one.txt"), "1\n", None).unwrap();
+    r.write_text(&d.path("two.txt"), "2\n", None).unwrap();
+    let status = r.write_text(&d.path("three.txt"), "3\n", None).unwrap_err();
+    rate_limited(&status);
+    assert_eq!(rpc::wire(&status).get("budget"), Some("new_files_per_second"));
+    assert!(!d.path("three.txt").exists());
+    // Reads are not new files.
+    r.read_text(&d.path("one.txt"), 1 << 20).unwrap();
+}
+
+#[test]
+fn the_tools_tell_the_model_to_wait_and_retry() {
+    let d = Daemon::start_with(&[], "[budgets]\ncalls_per_second = 0.2\ncall_burst = 2\n");
+    d.write("a.txt", "a\n");
+    let mut s = d.session();
+    let mut refused = None;
+    for _ in 0..5 {
+        let reply = s.read("a.txt");
+        if reply.is_error() {
+            refused = Some(reply);
+            break;
+        }
+    }
+    let reply = refused.expect("the budget refused a read");
+    assert_eq!(reply.code(), Some("FS_RATE_LIMITED"), "{}", reply.json);
+    let text = reply.text();
+    let prefix = format!(
+        "Error: cannot read \"{}\": the file service is limiting this client's calls (nothing was done) — wait ",
+        d.path("a.txt").display()
+    );
+    let rest = text.strip_prefix(&prefix).unwrap_or_else(|| panic!("{text}"));
+    let ms = rest.strip_suffix(" ms, then retry").unwrap_or_else(|| panic!("{text}"));
+    assert!(ms.parse::<u64>().is_ok_and(|ms| ms > 0 && ms <= 5000), "{text}");
+}
+
+/// A TLS daemon on loopback, and clients for certificate identities.
+struct Fleet {
+    daemon: Daemon,
+    ca: pki::Ca,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Fleet {
+    fn start(extra_config: &str) -> Fleet {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = pki::Ca::new(dir.path(), "ca");
+        let server = ca.server("fsd", &["fsd.test"], &["127.0.0.1".parse().unwrap()]);
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let config = format!(
+            "tls_cert = {:?}\ntls_key = {:?}\ntls_client_ca = {:?}\n{extra_config}",
+            server.cert, server.key, ca.cert
+        );
+        let daemon = Daemon::start_with(&["--listen", &format!("tcp:127.0.0.1:{port}")], &config);
+        Fleet { daemon, ca, port, dir }
+    }
+
+    async fn client(&self, name: &str) -> connect::SessionClient {
+        let pair = self.ca.client(name, name);
+        let credentials = Credentials {
+            tls: Some(TlsCredentials {
+                ca_pem: std::fs::read(&self.ca.cert).unwrap(),
+                identity: Some((std::fs::read(&pair.cert).unwrap(), std::fs::read(&pair.key).unwrap())),
+                server_name: Some("fsd.test".into()),
+            }),
+            token: None,
+        };
+        let endpoint = Endpoint::Tcp(format!("127.0.0.1:{}", self.port));
+        connect::open(&endpoint, &credentials).await.unwrap().0
+    }
+}
+
+#[test]
+fn a_flood_from_one_identity_leaves_another_identity_served() {
+    let fleet = Fleet::start(
+        "workers_per_mode = 1\nmax_concurrent_streams = 1024\nmax_calls_per_connection = 1024\n\
+         [budgets]\ncalls_in_flight = 16\n",
+    );
+    let _ = &fleet.dir;
+    fleet.daemon.write("a.txt", "a\n");
+    let path = fleet.daemon.path("a.txt").display().to_string();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let alice = fleet.client("alice").await;
+        let mut bob = fleet.client("bob").await;
+        let stat = || v1::StatRequest { path: path.clone(), ..Default::default() };
+        // alice: 4 waves of 400 concurrent stats.
+        let flood = {
+            let (alice, stat) = (alice.clone(), stat());
+            tokio::spawn(async move {
+                let (mut ok, mut limited) = (0u32, 0u32);
+                for _ in 0..4 {
+                    let calls: Vec<_> = (0..400)
+                        .map(|_| {
+                            let (mut c, r) = (alice.clone(), stat.clone());
+                            tokio::spawn(async move { c.stat(r).await })
+                        })
+                        .collect();
+                    for call in calls {
+                        match call.await.unwrap() {
+                            Ok(_) => ok += 1,
+                            Err(status) => {
+                                rate_limited(&status);
+                                limited += 1;
+                            }
+                        }
+                    }
+                }
+                (ok, limited)
+            })
+        };
+        // bob, meanwhile: every call answered.
+        let mut bob_ok = 0;
+        let started = Instant::now();
+        while !flood.is_finished() || bob_ok < 20 {
+            bob.stat(stat()).await.unwrap_or_else(|s| panic!("bob was refused during alice's flood: {s:?}"));
+            bob_ok += 1;
+            assert!(started.elapsed() < Duration::from_secs(120), "the flood did not end");
+        }
+        let (ok, limited) = flood.await.unwrap();
+        assert!(limited > 0, "alice's flood met her calls_in_flight budget ({ok} answered)");
+        assert!(ok > 0, "alice was still served within her budget");
+        assert!(bob_ok >= 20);
+    });
+}
+
+#[test]
+fn a_stream_that_is_not_read_is_cancelled_after_the_idle_timeout_and_frees_its_slot() {
+    let d = Daemon::start_with(&[], "stream_idle_timeout_ms = 400\n[budgets]\nopen_streams = 1\n");
+    // Larger than every window and buffer between the daemon's reader and this client.
+    let big = vec![b'x'; 96 << 20];
+    d.write("big.txt", &big);
+    let path = d.path("big.txt").display().to_string();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let (mut client, _) = connect::connect(&Endpoint::Unix(d.socket.clone())).await.unwrap();
+        let request =
+            || v1::StreamTextRequest { path: path.clone(), chunk_bytes: 1 << 20, ..Default::default() };
+        let mut stalled = client.stream_text(request()).await.unwrap().into_inner();
+        let first = stalled.message().await.unwrap().expect("the header");
+        assert!(matches!(first.item, Some(v1::stream_text_reply::Item::Header(_))));
+        // The one stream this identity may hold is taken.
+        let status = client.clone().stream_text(request()).await.unwrap_err();
+        rate_limited(&status);
+        assert_eq!(rpc::wire(&status).get("budget"), Some("open_streams"));
+        // Not reading: the daemon cancels the stream and the slot comes back.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut second = loop {
+            match client.clone().stream_text(request()).await {
+                Ok(stream) => break stream.into_inner(),
+                Err(status) => {
+                    rate_limited(&status);
+                    assert!(Instant::now() < deadline, "the stalled stream never freed its slot");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+        // The stalled stream ends with the cancellation, never as if the file were complete.
+        let mut received = 0usize;
+        let ended = loop {
+            match stalled.message().await {
+                Ok(Some(v1::StreamTextReply { item: Some(v1::stream_text_reply::Item::Chunk(bytes)) })) => {
+                    received += bytes.len()
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => panic!("the cancelled stream ended cleanly after {received} bytes"),
+                Err(status) => break status,
+            }
+        };
+        assert!(received < big.len());
+        let wire = rpc::wire(&ended);
+        assert_eq!(wire.code, ErrorCode::Aborted, "{wire:?}");
+        assert!(wire.message.contains("not read for 400 ms"), "{wire:?}");
+        // The second stream, read promptly, delivers the whole file.
+        let mut total = 0usize;
+        while let Some(message) = second.message().await.unwrap() {
+            if let Some(v1::stream_text_reply::Item::Chunk(bytes)) = message.item {
+                total += bytes.len();
+            }
+        }
+        assert_eq!(total, big.len());
+    });
+}

@@ -1,0 +1,92 @@
+//! A worker stuck where no kill reaches it (uninterruptible sleep in a dead FUSE or NFS server)
+//! is abandoned: its slot gets a fresh worker at once and the mode keeps serving; past
+//! `max_abandoned_workers` the mode reports NOT_SERVING in health and its calls fail fast. The
+//! test hook `FSD_FAULT_UNKILLABLE_WORKERS=1` (fault-injection builds) makes the supervisor
+//! treat every worker it is asked to kill as unkillable; `fsd-fault-hang` makes a read hang.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Daemon;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+
+/// The workers the daemon's supervisor started, as they are now.
+fn workers(daemon: &Daemon) -> Vec<u32> {
+    let supervisor = daemon.child.id();
+    let mut pids: Vec<u32> = daemon
+        .pids()
+        .into_iter()
+        .filter(|&pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let ppid = stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().nth(1));
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            ppid == Some(&supervisor.to_string()) && String::from_utf8_lossy(&cmdline).contains("worker")
+        })
+        .collect();
+    pids.sort();
+    pids
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn health(daemon: &Daemon, service: &str) -> ServingStatus {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let endpoint = fsd_tool_client::connect::Endpoint::Unix(daemon.socket.clone());
+        let channel = fsd_tool_client::connect::channel(&endpoint).await.unwrap();
+        let reply = HealthClient::new(channel)
+            .check(HealthCheckRequest { service: service.to_owned() })
+            .await
+            .unwrap()
+            .into_inner();
+        ServingStatus::try_from(reply.status).unwrap()
+    })
+}
+
+#[test]
+fn an_unkillable_worker_is_abandoned_and_replaced_and_past_the_cap_the_mode_stops() {
+    let d = Daemon::start_with_env(
+        &[],
+        "call_timeout_ms = 800\nworkers_per_mode = 1\nmax_abandoned_workers = 1\nmax_mode = \"workspace-write\"\n",
+        &[("FSD_FAULT_UNKILLABLE_WORKERS", "1")],
+    );
+    d.write("a.txt", "a\n");
+    let mut s = d.session();
+    assert!(!s.read("a.txt").is_error());
+    let before = workers(&d);
+    assert_eq!(before.len(), 2, "one worker per mode: {before:?}");
+    assert_eq!(health(&d, "fsd.v1.Fsd/workspace-write"), ServingStatus::Serving);
+
+    // The first hung call: its worker survives the kill, is abandoned, and a fresh one serves.
+    let r = s.read("fsd-fault-hang");
+    assert_eq!(r.code(), Some("FS_ABORTED"), "{}", r.json);
+    wait_for("a replacement worker runs beside the abandoned one", || workers(&d).len() == 3);
+    for _ in 0..3 {
+        let r = s.read("a.txt");
+        assert!(!r.is_error(), "the mode keeps serving: {}", r.json);
+    }
+    assert_eq!(health(&d, "fsd.v1.Fsd/workspace-write"), ServingStatus::Serving);
+
+    // The second one is past the cap of one abandoned worker: the mode stops, loudly and fast.
+    let r = s.read("fsd-fault-hang");
+    assert_eq!(r.code(), Some("FS_ABORTED"), "{}", r.json);
+    wait_for("the mode reports NOT_SERVING", || {
+        health(&d, "fsd.v1.Fsd/workspace-write") == ServingStatus::NotServing
+    });
+    // FS_IO_ERROR at once, not FS_ABORTED after waiting a deadline for a worker.
+    let r = s.read("a.txt");
+    assert_eq!(r.code(), Some("FS_IO_ERROR"), "{}", r.json);
+    assert!(r.text().contains("stuck"), "{}", r.text());
+    // Other modes are not affected.
+    assert_eq!(health(&d, "fsd.v1.Fsd/read-only"), ServingStatus::Serving);
+    assert_eq!(workers(&d).len(), 3, "no replacement past the cap: {:?}", workers(&d));
+}
