@@ -481,7 +481,7 @@ impl Edge {
                 match identity::verify_bearer(text, &self.tokens, &peer.cert_names) {
                     Ok(name) => Some(name),
                     Err(e) => {
-                        tracing::info!(remote = ?peer.remote, certificate = ?peer.cert_names.first(), reason = %e, "refused a bearer token");
+                        tracing::info!(remote = peer.remote.map(|r| r.to_string()), certificate = peer.cert_names.first().map(String::as_str), reason = %e, "refused a bearer token");
                         return Err(tonic::Status::unauthenticated(e.to_string()));
                     }
                 }

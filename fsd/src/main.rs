@@ -41,6 +41,12 @@ struct Args {
     /// The mode calls run at unless they ask for a narrower one.
     #[arg(long, value_name = "MODE")]
     default_mode: Option<String>,
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) and exit.
+    #[arg(long, value_name = "SHELL", value_enum, exclusive = true)]
+    completions: Option<clap_complete::Shell>,
+    /// Print the man page (roff) and exit.
+    #[arg(long, exclusive = true)]
+    man: bool,
     /// Exit when stdin reaches EOF and remove the socket directory (used by fsd-tools --root).
     #[arg(long, hide = true)]
     parent_pipe: bool,
@@ -113,8 +119,29 @@ fn fatal(error: &dyn std::fmt::Display) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// `--completions SHELL` and `--man`: generated from these very flags. A closed stdout is quiet.
+fn print_generated(args: &Args) -> Option<ExitCode> {
+    use std::io::Write;
+    let mut text = Vec::new();
+    if let Some(shell) = args.completions {
+        clap_complete::generate(shell, &mut <Args as clap::CommandFactory>::command(), "fsd", &mut text);
+    } else if args.man {
+        if let Err(e) = clap_mangen::Man::new(<Args as clap::CommandFactory>::command()).render(&mut text) {
+            let _ = writeln!(std::io::stderr(), "fsd: cannot render the man page: {e}");
+            return Some(ExitCode::from(2));
+        }
+    } else {
+        return None;
+    }
+    let _ = std::io::stdout().write_all(&text);
+    Some(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(code) = print_generated(&args) {
+        return code;
+    }
     let overrides = Overrides {
         listen: args.listen.clone(),
         writable_roots: args.writable_root.clone(),

@@ -41,6 +41,8 @@ fn closed_standard_output_or_error_ends_every_binary_quietly() {
         ("fsd-tools", &["--help"], 0),
         ("fsd", &["--help"], 0),
         ("fsd", &["--version"], 0),
+        ("fsd", &["--completions", "zsh"], 0),
+        ("fsd", &["--man"], 0),
         ("fsd-approver", &["keygen", "--dir", keys], 0),
         ("fsd-approver", &["--help"], 0),
         ("fsd-bench", &["--help"], 0),
