@@ -58,7 +58,6 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
             return Err(e);
         }
     };
-    ipc::send(&control, &ControlRequest::Listening, None)?;
     let Started { listeners, audit, roots, control_reader } = started;
 
     let readers = crate::dispatch::stream::Readers::start(STREAM_READERS).map_err(DaemonError::Runtime)?;
@@ -67,9 +66,14 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         .thread_name("fsd-net")
         .build()
         .map_err(DaemonError::Runtime)?;
+    // The stop signals are ours before the supervisor hears `Listening` (and may forward a
+    // SIGTERM), and while the workers come up.
+    let signals = {
+        let _entered = runtime.enter();
+        Signals::register()?
+    };
+    ipc::send(&control, &ControlRequest::Listening, None)?;
     let served = runtime.block_on(async move {
-        // The stop signals are ours from now on, also while the workers come up.
-        let signals = Signals::register()?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let (kill_tx, kill_rx) = tokio::sync::mpsc::unbounded_channel();
         let dispatcher =
