@@ -250,7 +250,9 @@ fn sigterm_with_a_stuck_worker_stops_within_the_shutdown_grace() {
 
 /// `hello` over a client that connects to `endpoint`.
 fn hello_over(rt: &tokio::runtime::Runtime, endpoint: &Endpoint) -> v1::HelloReply {
-    rt.block_on(connect::connect(endpoint)).map(|(_, hello)| hello).expect("hello")
+    rt.block_on(connect::connect(endpoint))
+        .map(|(_, hello)| hello)
+        .unwrap_or_else(|e| panic!("hello over {endpoint}: {e}"))
 }
 
 #[test]
