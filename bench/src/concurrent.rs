@@ -98,7 +98,7 @@ where
 }
 
 fn stat_request(path: &str) -> v1::StatRequest {
-    v1::StatRequest { context: None, path: path.to_owned(), no_follow: false }
+    v1::StatRequest { context: None, path: path.to_owned(), no_follow: false, check_write: false }
 }
 
 fn read_request(path: &str) -> v1::ReadTextRequest {
@@ -269,9 +269,9 @@ pub fn run(common: &Common) -> Res<Section> {
         ));
         if *load == Load::Stat {
             section.verdict(
-                format!("64-in-flight stat ≥ 70% of bare tonic ({})", transport.name()),
+                format!("64-in-flight stat ≥ 80% of bare tonic ({})", transport.name()),
                 ratio.percent(),
-                ratio.median() >= 0.7,
+                ratio.median() >= 0.8,
             );
         }
     }

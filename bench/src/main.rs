@@ -27,6 +27,7 @@ mod echo;
 mod fixtures;
 mod local;
 mod mcp;
+mod neighbour;
 mod patchscale;
 mod percall;
 mod procs;
@@ -131,6 +132,11 @@ enum Command {
         #[arg(long)]
         mcp_peer: PathBuf,
     },
+    /// One identity's stalled streams, idle connections and stat flood beside another's reads.
+    Neighbour {
+        #[command(flatten)]
+        common: Common,
+    },
     /// One load for a while, for profiling under `perf record -a`.
     #[command(hide = true)]
     Probe {
@@ -198,6 +204,10 @@ fn run(command: Command) -> Res<()> {
             say!("{}", patchscale::run(&common)?);
             Ok(())
         }
+        Command::Neighbour { common } => {
+            println!("{}", neighbour::run(&common)?);
+            Ok(())
+        }
         Command::Mcp { common, mcp_peer } => {
             say!("{}", mcp::run(&common, &mcp_peer)?);
             Ok(())
@@ -215,6 +225,8 @@ fn run(command: Command) -> Res<()> {
             doc.push(patchscale::run(&common)?);
             step("MCP side by side");
             doc.push(mcp::run(&common, &mcp_peer)?);
+            step("noisy neighbour");
+            doc.push(neighbour::run(&common)?);
             let text = doc.finish();
             say!("{text}");
             if let Some(path) = markdown {

@@ -74,6 +74,10 @@ pub struct ConfigFile {
     pub writable_roots: Option<Vec<PathBuf>>,
     pub readable_roots: Option<Vec<PathBuf>>,
     pub protected_names: Option<Vec<String>>,
+    /// Mounts below a root that resolution may enter (any other mount below a root is refused).
+    pub allow_submounts: Option<Vec<PathBuf>>,
+    /// Accept `\\` in path names (refused by default: a Windows path would become a literal name).
+    pub allow_backslash: Option<bool>,
     pub default_mode: Option<String>,
     pub max_mode: Option<String>,
     pub escalation: Option<String>,
@@ -233,6 +237,8 @@ pub struct Config {
     pub listen: Vec<Listen>,
     pub roots: Vec<RootSpec>,
     pub protected_names: Vec<String>,
+    pub allow_submounts: Vec<PathBuf>,
+    pub allow_backslash: bool,
     pub default_mode: Mode,
     pub max_mode: Mode,
     pub escalation: Escalation,
@@ -243,8 +249,9 @@ pub struct Config {
     pub limits: Limits,
     pub landlock: LandlockPolicy,
     pub workers_per_mode: usize,
-    pub worker_uid: u32,
-    pub worker_gid: u32,
+    /// As configured; [`Config::worker_identity`] decides the default.
+    pub worker_uid: Option<u32>,
+    pub worker_gid: Option<u32>,
     pub call_timeout: std::time::Duration,
     /// The whole of a graceful stop: in-flight calls finish within it, then what is left is killed.
     pub shutdown_grace: std::time::Duration,
@@ -316,6 +323,22 @@ pub enum ConfigError {
     Workers,
     #[error("max_message_bytes {message} must exceed max_editable_file_bytes {editable}")]
     MessageTooSmall { message: u64, editable: u64 },
+    #[error("cannot read the owner of root {0}: {1}")]
+    RootOwner(PathBuf, #[source] std::io::Error),
+    #[error(
+        "the writable roots have different owners ({0}); workers take the owner's uid and gid: set worker_uid and worker_gid"
+    )]
+    RootOwners(String),
+}
+
+/// Who the confined workers run as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerIdentity {
+    pub uid: u32,
+    pub gid: u32,
+    /// A root worker the operator asked for (`worker_uid = 0`): keeps the few capabilities
+    /// that keeping owners and modes of replaced files needs. Every other worker has none.
+    pub root_capabilities: bool,
 }
 
 fn mode(key: &'static str, value: Option<String>, default: Mode) -> Result<Mode, ConfigError> {
@@ -326,6 +349,43 @@ fn mode(key: &'static str, value: Option<String>, default: Mode) -> Result<Mode,
 }
 
 impl Config {
+    /// The workers' identity. Configured: as configured (the group defaults to the daemon's).
+    /// Unset under a root daemon: the owner of the writable roots (of the roots, when none is
+    /// writable), so the agent can do no more than the workspace's owner could; a root worker
+    /// only on an explicit `worker_uid = 0`. Unset otherwise: the daemon's own ids.
+    pub fn worker_identity(&self) -> Result<WorkerIdentity, ConfigError> {
+        use std::os::unix::fs::MetadataExt;
+        let (uid, gid) = crate::sys::effective_ids();
+        if let Some(worker_uid) = self.worker_uid {
+            let gid = self.worker_gid.unwrap_or(gid);
+            return Ok(WorkerIdentity { uid: worker_uid, gid, root_capabilities: worker_uid == 0 });
+        }
+        if uid != 0 {
+            return Ok(WorkerIdentity { uid, gid: self.worker_gid.unwrap_or(gid), root_capabilities: false });
+        }
+        let writable: Vec<&RootSpec> = self.roots.iter().filter(|r| r.writable).collect();
+        let owners_of = if writable.is_empty() { self.roots.iter().collect() } else { writable };
+        let mut owners = std::collections::BTreeSet::new();
+        for root in owners_of {
+            let meta =
+                std::fs::metadata(&root.path).map_err(|e| ConfigError::RootOwner(root.path.clone(), e))?;
+            owners.insert((meta.uid(), meta.gid()));
+        }
+        match owners.len() {
+            1 => {
+                let (uid, owner_gid) = owners.into_iter().next().unwrap_or((uid, gid));
+                Ok(WorkerIdentity {
+                    uid,
+                    gid: self.worker_gid.unwrap_or(owner_gid),
+                    root_capabilities: false,
+                })
+            }
+            _ => Err(ConfigError::RootOwners(
+                owners.iter().map(|(u, g)| format!("{u}:{g}")).collect::<Vec<_>>().join(", "),
+            )),
+        }
+    }
+
     /// The modes any client of this daemon may reach: each gets a worker pool.
     pub fn served_modes(&self) -> Vec<Mode> {
         let highest =
@@ -471,12 +531,11 @@ impl Config {
         if transport.max_calls_per_connection == 0 {
             return Err(ConfigError::Transport("max_calls_per_connection"));
         }
-        let (uid, gid) = crate::sys::effective_ids();
         Ok(Config {
             landlock,
             workers_per_mode,
-            worker_uid: file.worker_uid.unwrap_or(uid),
-            worker_gid: file.worker_gid.unwrap_or(gid),
+            worker_uid: file.worker_uid,
+            worker_gid: file.worker_gid,
             call_timeout: std::time::Duration::from_millis(file.call_timeout_ms.unwrap_or(30_000).max(1)),
             shutdown_grace: std::time::Duration::from_millis(file.shutdown_grace_ms.unwrap_or(10_000).max(1)),
             audit_log: file.audit_log,
@@ -492,6 +551,8 @@ impl Config {
             listen,
             roots,
             protected_names: file.protected_names.unwrap_or_else(|| vec![".git".to_owned()]),
+            allow_submounts: file.allow_submounts.unwrap_or_default(),
+            allow_backslash: file.allow_backslash.unwrap_or(false),
             default_mode,
             max_mode,
             escalation,

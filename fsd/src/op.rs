@@ -63,7 +63,7 @@ impl Op {
 impl Request {
     pub fn op(&self) -> Op {
         match self {
-            Request::Stat { .. } => Op::Stat,
+            Request::Stat { .. } | Request::CheckWrite { .. } => Op::Stat,
             Request::ReadText { .. } => Op::ReadText,
             Request::ReadBytes { .. } => Op::ReadBytes,
             Request::ListDir { .. } => Op::ListDir,
@@ -78,6 +78,7 @@ impl Request {
     pub fn path(&self) -> &str {
         match self {
             Request::Stat { path, .. }
+            | Request::CheckWrite { path, .. }
             | Request::ReadText { path, .. }
             | Request::ReadBytes { path, .. }
             | Request::ListDir { path }

@@ -38,7 +38,12 @@ pub fn check(config: &Config) -> Result<(), PreflightError> {
             check_socket_dir(listen, path)?;
         }
     }
-    check_ids(config.worker_uid, config.worker_gid)
+    // An identity that cannot be decided (roots of different owners) is the supervisor's own
+    // start-up error; one that can be decided must be one this process can take.
+    match config.worker_identity() {
+        Ok(identity) => check_ids(identity.uid, identity.gid),
+        Err(_) => Ok(()),
+    }
 }
 
 fn check_root(path: &Path, kind: &'static str) -> Result<(), PreflightError> {

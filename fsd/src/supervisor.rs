@@ -178,6 +178,9 @@ async fn supervise(
     args: Vec<OsString>,
     options: RunOptions,
 ) -> Result<(), DaemonError> {
+    // Refuse to start, with the reason, when the workers' identity cannot be decided (writable
+    // roots of different owners); every worker would fail the same way at birth.
+    let identity = config.worker_identity()?;
     // Before any child: a SIGTERM as soon as the socket answers is a stop, not a killed daemon.
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(DaemonError::Signal)?;
@@ -249,6 +252,15 @@ async fn supervise(
             }
             tracing::warn!(mode = mode.as_str(), %reason, "SERVING WITHOUT A KERNEL FENCE (landlock = \"best-effort\")");
         }
+        if mode != Mode::DangerFullAccess
+            && let Some(reason) = crate::confine::missing_link_protection()
+        {
+            if sup.config.landlock == LandlockPolicy::Required {
+                sup.give_up(mode, reason)?;
+                continue;
+            }
+            tracing::warn!(mode = mode.as_str(), %reason, "SERVING WITHOUT THE KERNEL'S LINK PROTECTION (landlock = \"best-effort\")");
+        }
         for _ in 0..sup.config.workers_per_mode {
             sup.spawn_worker(mode)?;
         }
@@ -261,6 +273,8 @@ async fn supervise(
         default_mode = sup.config.default_mode.as_str(),
         max_mode = sup.config.max_mode.as_str(),
         landlock_abi = abi,
+        worker_uid = identity.uid,
+        worker_gid = identity.gid,
         "fsd {} serving",
         env!("CARGO_PKG_VERSION")
     );

@@ -4,6 +4,8 @@
 
 mod code;
 pub mod digest;
+pub mod names;
+pub mod version;
 
 pub use code::{ErrorCode, WireError};
 

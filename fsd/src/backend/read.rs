@@ -10,7 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use super::resolve::{self, Resolved, WalkOptions};
 use super::{Backend, DirEntry, FileType, Info, Mode, Outcome, TEMP_PREFIX, Target, text, version};
-use crate::error::{Failure, FsError};
+use crate::error::{Failure, FsError, StaleReason};
 use crate::sys::{self, Errno, Kind, Meta};
 
 /// The first message of a streamed read.
@@ -21,28 +21,40 @@ pub struct StreamHeader {
     pub size: u64,
 }
 
-/// Reads an open file to its end in chunks of `chunk` bytes. `sink` returns false when the
-/// receiver is gone; the read stops there, so memory stays at a few chunks whatever the size.
-pub fn pump(mut file: File, chunk: usize, sink: &mut dyn FnMut(Vec<u8>) -> bool) -> Result<(), FsError> {
-    loop {
-        let mut buf = vec![0u8; chunk];
-        let mut filled = 0;
-        while filled < chunk {
-            match file.read(&mut buf[filled..]) {
-                Ok(0) => break,
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(FsError::Read(e)),
-            }
-        }
-        if filled == 0 {
-            return Ok(());
-        }
-        buf.truncate(filled);
-        if !sink(buf) || filled < chunk {
-            return Ok(());
-        }
+/// Hashes a streamed file's chunks as they pass, so that a stream that reached the end yields a
+/// version with a digest without a second read.
+#[derive(Debug, Default)]
+pub struct StreamDigest {
+    hasher: blake3::Hasher,
+    sent: u64,
+}
+
+impl StreamDigest {
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.hasher.update(bytes);
+        self.sent += bytes.len() as u64;
     }
+
+    /// Bytes hashed so far: the offset of the next chunk.
+    pub fn sent(&self) -> u64 {
+        self.sent
+    }
+
+    /// The header's version completed with the digest; `None` when the length sent differs
+    /// from the one opened (the file changed while it was sent).
+    pub fn finish(&self, header: &StreamHeader) -> Option<String> {
+        (self.sent == header.size)
+            .then(|| version::with_digest(header.version.clone(), self.sent, &self.hasher.finalize()))
+    }
+}
+
+/// Whether the file still is what it was when it was opened: same size, same mtime and ctime.
+pub fn unchanged(file: &File, at_open: &Meta) -> Result<(), FsError> {
+    let now = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
+    if now.size != at_open.size || now.mtime != at_open.mtime || now.ctime != at_open.ctime {
+        return Err(FsError::Stale(StaleReason::ChangedWhileRead));
+    }
+    Ok(())
 }
 
 fn file_type(kind: Kind) -> FileType {
@@ -54,13 +66,25 @@ fn file_type(kind: Kind) -> FileType {
     }
 }
 
-/// Reads at most `limit` bytes; more than that is `FS_TOO_LARGE` (st_size may lie or grow).
-pub(super) fn read_bounded(file: &File, size_hint: u64, limit: u64) -> Result<Vec<u8>, FsError> {
-    let mut buf = Vec::with_capacity(size_hint.min(limit) as usize);
-    file.take(limit + 1).read_to_end(&mut buf).map_err(FsError::Read)?;
-    if buf.len() as u64 > limit {
-        return Err(FsError::TooLarge { size: buf.len() as u64, limit });
+/// Reads the whole file as it was at open (`at_open`), at most `limit` bytes. A file that
+/// reports size 0 (procfs, some FUSE files) is read up to the limit: more is `FS_TOO_LARGE`. A
+/// file whose bytes or metadata no longer match its size at open (truncated, grown, rewritten
+/// under the read) is `FS_STALE_VERSION`, never a short or mixed read passed off as the file.
+pub(super) fn read_bounded(file: &File, at_open: &Meta, limit: u64) -> Result<Vec<u8>, FsError> {
+    if at_open.size > limit {
+        return Err(FsError::TooLarge { size: at_open.size, limit });
     }
+    let cap = if at_open.size == 0 { limit } else { at_open.size };
+    let mut buf = Vec::with_capacity(usize::try_from(cap.min(1 << 20)).unwrap_or(0));
+    file.take(cap + 1).read_to_end(&mut buf).map_err(FsError::Read)?;
+    if at_open.size == 0 {
+        if buf.len() as u64 > limit {
+            return Err(FsError::TooLarge { size: buf.len() as u64, limit });
+        }
+    } else if buf.len() as u64 != at_open.size {
+        return Err(FsError::Stale(StaleReason::ChangedWhileRead));
+    }
+    unchanged(file, at_open)?;
     Ok(buf)
 }
 
@@ -126,15 +150,13 @@ impl Backend {
         if meta.size > limit {
             return Err(self.fail(FsError::TooLarge { size: meta.size, limit }, &resolved));
         }
-        let bytes = read_bounded(&file, meta.size, limit).map_err(|e| self.fail(e, &resolved))?;
+        let bytes = read_bounded(&file, &meta, limit).map_err(|e| self.fail(e, &resolved))?;
         text::decode(&bytes).map_err(|e| self.fail(e, &resolved))?;
+        // The digest is of the bytes just read, so no second read; the model saw exactly these.
+        let version = version::of_content(&file, &meta, &bytes);
         let text = String::from_utf8(bytes)
             .map_err(|_| self.fail(FsError::NotText("file is not valid UTF-8"), &resolved))?;
-        Ok(Outcome::ReadText {
-            target: self.target(&resolved),
-            version: version::of_file(&file, &meta),
-            text,
-        })
+        Ok(Outcome::ReadText { target: self.target(&resolved), version, text })
     }
 
     pub(super) fn read_bytes(&self, mode: Mode, path: &str, max_bytes: u64) -> Result<Outcome, Failure> {
@@ -147,12 +169,9 @@ impl Backend {
         if meta.size > limit {
             return Err(self.fail(FsError::TooLarge { size: meta.size, limit }, &resolved));
         }
-        let data = read_bounded(&file, meta.size, limit).map_err(|e| self.fail(e, &resolved))?;
-        Ok(Outcome::ReadBytes {
-            target: self.target(&resolved),
-            version: version::of_file(&file, &meta),
-            data,
-        })
+        let data = read_bounded(&file, &meta, limit).map_err(|e| self.fail(e, &resolved))?;
+        let version = version::of_content(&file, &meta, &data);
+        Ok(Outcome::ReadBytes { target: self.target(&resolved), version, data })
     }
 
     /// Opens a file for a streamed read: the header and the open handle. The handle can cross
@@ -228,6 +247,11 @@ impl Backend {
                 }
                 Err(e) => return Err(self.fail(FsError::Metadata(e), &resolved)),
             };
+            // A mount point the walk may not enter is shown, and nothing of what it shows.
+            if !self.roots[resolved.root].may_enter(meta.mount) {
+                entries.push(DirEntry { file_type: file_type(meta.kind), ..other(child) });
+                continue;
+            }
             let child_resolved = if meta.kind == Kind::Symlink {
                 // A link is described by what it leads to inside the roots; broken or leading
                 // out, it is "other".
@@ -258,5 +282,57 @@ impl Backend {
             });
         }
         Ok(Outcome::ListDir { target, entries })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// A file with `size` bytes, opened, and its metadata at open.
+    fn opened(dir: &std::path::Path, size: usize) -> (std::path::PathBuf, File, Meta) {
+        let path = dir.join("f");
+        std::fs::write(&path, vec![b'a'; size]).unwrap();
+        let file = File::open(&path).unwrap();
+        let meta = sys::meta(file.as_fd()).unwrap();
+        (path, file, meta)
+    }
+
+    #[test]
+    fn a_read_of_a_file_that_changed_under_it_is_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        let stale =
+            |r: Result<Vec<u8>, FsError>| matches!(r, Err(FsError::Stale(StaleReason::ChangedWhileRead)));
+
+        let (_, file, meta) = opened(dir.path(), 1000);
+        assert_eq!(read_bounded(&file, &meta, 1 << 20).unwrap().len(), 1000);
+
+        let (path, file, meta) = opened(dir.path(), 1000);
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(10).unwrap();
+        assert!(stale(read_bounded(&file, &meta, 1 << 20)), "truncated");
+
+        let (path, file, meta) = opened(dir.path(), 1000);
+        std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"more").unwrap();
+        assert!(stale(read_bounded(&file, &meta, 1 << 20)), "grown");
+
+        let (path, file, meta) = opened(dir.path(), 1000);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().write_all(b"b").unwrap();
+        assert!(stale(read_bounded(&file, &meta, 1 << 20)), "rewritten in place, same size");
+
+        let (_, file, meta) = opened(dir.path(), 1000);
+        assert!(matches!(read_bounded(&file, &meta, 999), Err(FsError::TooLarge { size: 1000, limit: 999 })));
+    }
+
+    #[test]
+    fn a_size_zero_file_is_read_up_to_the_limit() {
+        // /proc files report size 0 and have content: read, but never past the limit.
+        let file = File::open("/proc/self/status").unwrap();
+        let meta = sys::meta(file.as_fd()).unwrap();
+        assert_eq!(meta.size, 0);
+        assert!(!read_bounded(&file, &meta, 1 << 20).unwrap().is_empty());
+        let file = File::open("/proc/self/status").unwrap();
+        assert!(matches!(read_bounded(&file, &meta, 16), Err(FsError::TooLarge { limit: 16, .. })));
     }
 }

@@ -11,7 +11,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use super::journal::{Entry, Scope};
 use super::resolve::{Resolved, WalkOptions};
 use super::{Backend, Mode, Outcome, WriteGuard, WriteOperation, text, version};
-use crate::error::{Failure, FsError};
+use crate::error::{Failure, FsError, StaleReason};
 use crate::sys::{self, Errno, Kind, Meta, RenameHow};
 
 /// Mode bits of files the daemon creates.
@@ -83,7 +83,11 @@ pub(super) fn place_file<'a>(
         entry.identify(&meta, replaced);
     }
     let mut temp = TempName { dir, name: temp_name, armed: true, entry: Some(entry) };
-    file.write_all(content).map_err(FsError::WriteTemp)?;
+    file.write_all(content).map_err(|e| match (e.raw_os_error(), sys::file_size_limit()) {
+        // Past RLIMIT_FSIZE: the file is too large for this worker, not a disk failure.
+        (Some(libc::EFBIG), Some(limit)) => FsError::TooLarge { size: content.len() as u64, limit },
+        _ => FsError::WriteTemp(e),
+    })?;
     match place {
         Place::Replace(old) => {
             let (uid, gid) = sys::effective_ids();
@@ -92,6 +96,7 @@ pub(super) fn place_file<'a>(
             }
             // After chown, which clears set-id bits; those are not carried over on purpose.
             sys::set_mode(&file, old.mode & 0o777).map_err(FsError::SetMode)?;
+            keep_attributes(dir, name, old, &file)?;
         }
         Place::Create | Place::CreateOrReplace => {
             sys::set_mode(&file, NEW_FILE_MODE).map_err(FsError::SetMode)?;
@@ -118,7 +123,7 @@ pub(super) fn place_file<'a>(
                         temp.armed = false;
                         return Err(FsError::Rename(errno));
                     }
-                    return Err(FsError::Stale("file changed on disk while it was being written"));
+                    return Err(FsError::Stale(StaleReason::ChangedWhileWriting));
                 }
                 // Still armed: dropping `temp` removes the old file.
             }
@@ -136,6 +141,48 @@ pub(super) fn place_file<'a>(
     Ok((file, meta))
 }
 
+/// Copies the replaced file's POSIX ACL, `user.*` and `security.*` attributes to its
+/// replacement. Without the ACL the mode's group bits (the old mask) would become the group's
+/// access, wider than a narrower group entry: an ACL or user attribute that cannot be kept
+/// refuses the write. A `security.*` attribute the worker may not set (a file capability, an
+/// LSM label) is left behind: losing it never widens access.
+fn keep_attributes(dir: BorrowedFd<'_>, name: &OsStr, old: &Meta, new: &File) -> Result<(), FsError> {
+    use std::os::unix::ffi::OsStrExt;
+    let replaced = match sys::open_read(dir, name) {
+        Ok(file) => file,
+        Err(Errno::NOENT) => return Err(FsError::Stale(StaleReason::Gone)),
+        Err(errno) => return Err(FsError::KeepAttributes(errno)),
+    };
+    let now = sys::meta(replaced.as_fd()).map_err(FsError::Metadata)?;
+    if (now.dev, now.ino) != (old.dev, old.ino) {
+        return Err(FsError::Stale(StaleReason::ChangedWhileWriting));
+    }
+    let names = match sys::list_xattrs(replaced.as_fd()) {
+        Ok(names) => names,
+        // No extended attributes on this filesystem: nothing to keep.
+        Err(Errno::NOTSUP) => return Ok(()),
+        Err(errno) => return Err(FsError::KeepAttributes(errno)),
+    };
+    for attr in names {
+        let bytes = attr.as_bytes();
+        let must_keep = bytes == b"system.posix_acl_access" || bytes.starts_with(b"user.");
+        if !must_keep && !bytes.starts_with(b"security.") {
+            continue;
+        }
+        let value = match sys::get_xattr(replaced.as_fd(), &attr) {
+            Ok(value) => value,
+            Err(Errno::NODATA) => continue,
+            Err(errno) => return Err(FsError::KeepAttributes(errno)),
+        };
+        match sys::set_xattr(new.as_fd(), &attr, &value) {
+            Ok(()) => {}
+            Err(_) if !must_keep => {}
+            Err(errno) => return Err(FsError::KeepAttributes(errno)),
+        }
+    }
+    Ok(())
+}
+
 /// The current regular file at a resolved name, re-checked under the target lock.
 pub(super) fn current_file(resolved: &Resolved) -> Result<Option<(File, Meta)>, FsError> {
     let Some(parent) = resolved.parent.as_ref() else {
@@ -146,7 +193,7 @@ pub(super) fn current_file(resolved: &Resolved) -> Result<Option<(File, Meta)>, 
         Err(errno) => return Err(FsError::Metadata(errno)),
         // Replaced by a link since the walk: not the file the caller resolved.
         Ok(m) if m.kind == Kind::Symlink => {
-            return Err(FsError::Stale("file was replaced by a symbolic link"));
+            return Err(FsError::Stale(StaleReason::Symlink));
         }
         Ok(m) if m.kind != Kind::File => return Err(FsError::NotRegularFile),
         Ok(_) => {}
@@ -166,9 +213,7 @@ pub(super) fn current_file(resolved: &Resolved) -> Result<Option<(File, Meta)>, 
 /// Checks a target key a guard names against the resolved one.
 pub(super) fn same_key(expected: Option<&String>, actual: &str) -> Result<(), FsError> {
     match expected {
-        Some(key) if !key.is_empty() && key != actual => {
-            Err(FsError::Stale("path now resolves to a different file than the one that was read"))
-        }
+        Some(key) if !key.is_empty() && key != actual => Err(FsError::Stale(StaleReason::OtherFile)),
         _ => Ok(()),
     }
 }
@@ -191,7 +236,7 @@ impl Backend {
         let create_parents = !matches!(guard, Some(WriteGuard::ReplaceIfVersion { .. }));
         let resolved = match self.walk(mode, path, WalkOptions { follow_final: true, create_parents }) {
             Err(Failure { error: FsError::NotFound, path, .. }) if !create_parents => {
-                return Err(Failure::new(FsError::Stale("file no longer exists"), path));
+                return Err(Failure::new(FsError::Stale(StaleReason::Gone), path));
             }
             other => other?,
         };
@@ -204,12 +249,12 @@ impl Backend {
         match (&guard, &existing) {
             (Some(WriteGuard::CreateIfAbsent), Some(_)) => return Err(fail(FsError::AlreadyExists)),
             (Some(WriteGuard::ReplaceIfVersion { .. }), None) => {
-                return Err(fail(FsError::Stale("file no longer exists")));
+                return Err(fail(FsError::Stale(StaleReason::Gone)));
             }
             (Some(WriteGuard::ReplaceIfVersion { version: expected, target_key }), Some((file, meta))) => {
                 same_key(target_key.as_ref(), &target.key).map_err(fail)?;
-                if version::of_file(file, meta) != *expected {
-                    return Err(fail(FsError::Stale("file changed on disk since it was read")));
+                if !version::holds(expected, file, meta).map_err(fail)? {
+                    return Err(fail(FsError::Stale(StaleReason::Changed)));
                 }
             }
             _ => {}
@@ -228,7 +273,7 @@ impl Backend {
                 )
                 .map_err(fail)?;
                 let change = self.change(None, true, Some(&content));
-                (WriteOperation::Create, version::of_file(&file, &meta), change)
+                (WriteOperation::Create, version::of_content(&file, &meta, content.as_bytes()), change)
             }
             Some((old_file, old_meta)) => {
                 let whole = old_meta.size <= self.limits.max_diff_text_bytes;
@@ -250,7 +295,8 @@ impl Backend {
                 )
                 .map_err(fail)?;
                 let change = self.change(old_text, old_text.is_some(), Some(&new_content));
-                (WriteOperation::Update, version::of_file(&file, &meta), change)
+                let version = version::of_content(&file, &meta, new_content.as_bytes());
+                (WriteOperation::Update, version, change)
             }
         };
         Ok(Outcome::WriteText { target, operation, version, change })

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::backend::{StreamDigest, StreamHeader};
+
 /// One chunk to read.
 struct Job {
     file: Arc<File>,
@@ -92,32 +94,45 @@ pub enum Ended {
     Gone,
     /// Reading the file failed.
     Read(std::io::Error),
+    /// The file was truncated, grew or was rewritten while it was read (or it reports a size
+    /// it does not have): what was sent is not the file.
+    Changed,
 }
 
 /// Sends `file` in chunks of `chunk` bytes into `tx`, converting each with `wrap`; gives up
-/// when a chunk waits longer than `idle` for room (the reader stopped reading).
+/// when a chunk waits longer than `idle` for room (the reader stopped reading). Sends exactly
+/// the file's size at the start: a file that ends early, has bytes past that size (a size-0
+/// procfs or FUSE file that never ends) or whose metadata changed by the end is
+/// [`Ended::Changed`], never a stream that passes for the whole file. The chunks are hashed as
+/// they pass: having sent the whole file, it returns the version `header` completed with the
+/// digest of every byte sent.
 pub async fn pump<T>(
     readers: &Readers,
     file: File,
+    header: &StreamHeader,
     chunk: usize,
     idle: Duration,
     tx: &mpsc::Sender<T>,
     wrap: impl Fn(Vec<u8>) -> T,
-) -> Result<(), Ended> {
+) -> Result<String, Ended> {
+    use std::os::fd::AsFd;
+    let at_open = crate::sys::meta(file.as_fd()).map_err(|e| Ended::Read(e.into()))?;
     let file = Arc::new(file);
-    let mut offset = 0u64;
-    loop {
-        let bytes = readers.read(file.clone(), offset, chunk).await.map_err(Ended::Read)?;
-        if bytes.is_empty() {
-            return Ok(());
+    let mut digest = StreamDigest::default();
+    while digest.sent() < at_open.size {
+        let want = chunk.min(usize::try_from(at_open.size - digest.sent()).unwrap_or(usize::MAX));
+        let bytes = readers.read(file.clone(), digest.sent(), want).await.map_err(Ended::Read)?;
+        if bytes.len() < want {
+            return Err(Ended::Changed);
         }
-        let last = bytes.len() < chunk;
-        offset += bytes.len() as u64;
+        digest.update(&bytes);
         send(tx, wrap(bytes), idle).await?;
-        if last {
-            return Ok(());
-        }
     }
+    if !readers.read(file.clone(), digest.sent(), 1).await.map_err(Ended::Read)?.is_empty() {
+        return Err(Ended::Changed);
+    }
+    crate::backend::unchanged(&file, &at_open).map_err(|_| Ended::Changed)?;
+    digest.finish(header).ok_or(Ended::Changed)
 }
 
 /// Sends one item, waiting for room at most `idle`.
@@ -165,7 +180,6 @@ impl<T> tokio_stream::Stream for Replies<T> {
 }
 
 #[cfg(test)]
-#[allow(clippy::expect_used)]
 mod tests {
     use super::*;
     use std::io::Write;
@@ -178,7 +192,14 @@ mod tests {
         let data: Vec<u8> = (0..10_000u32).map(|n| (n % 251) as u8).collect();
         file.write_all(&data).expect("write");
         let (tx, mut rx) = mpsc::channel(64);
-        pump(&readers, file, 4096, Duration::from_secs(5), &tx, |b| b).await.expect("pump");
+        let header = StreamHeader {
+            target: crate::backend::Target { key: "k".into(), display: "d".into() },
+            version: "v".into(),
+            size: data.len() as u64,
+        };
+        let version =
+            pump(&readers, file, &header, 4096, Duration::from_secs(5), &tx, |b| b).await.expect("pump");
+        assert!(version.starts_with('v'), "a stream that reached the end carries a digest");
         drop(tx);
         let mut got = Vec::new();
         let mut sizes = Vec::new();
@@ -191,6 +212,48 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_file_that_is_not_its_size_is_a_changed_stream() {
+        let readers = Readers::start(1).expect("readers");
+        // /proc files report size 0 and keep answering: nothing is sent, the stream fails.
+        let file = File::open("/proc/self/status").expect("procfs");
+        let (tx, mut rx) = mpsc::channel(64);
+        let header = StreamHeader {
+            target: crate::backend::Target { key: "k".into(), display: "d".into() },
+            version: "v".into(),
+            size: 0,
+        };
+        let ended = pump(&readers, file, &header, 4096, Duration::from_secs(5), &tx, |b| b).await;
+        assert!(matches!(ended, Err(Ended::Changed)), "{ended:?}");
+        drop(tx);
+        assert!(rx.recv().await.is_none());
+
+        let mut file = tempfile::tempfile().expect("tempfile");
+        file.write_all(&[1u8; 100_000]).expect("write");
+        let cut = file.try_clone().expect("clone");
+        let (tx, mut rx) = mpsc::channel(64);
+        let first = std::sync::atomic::AtomicBool::new(true);
+        let wrap = |b: Vec<u8>| {
+            if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                cut.set_len(5000).expect("truncate");
+            }
+            b.len()
+        };
+        let header = StreamHeader {
+            target: crate::backend::Target { key: "k".into(), display: "d".into() },
+            version: "v".into(),
+            size: 100_000,
+        };
+        let ended = pump(&readers, file, &header, 4096, Duration::from_secs(5), &tx, wrap).await;
+        assert!(matches!(ended, Err(Ended::Changed)), "{ended:?}");
+        drop(tx);
+        let mut sent = 0;
+        while let Some(n) = rx.recv().await {
+            sent += n;
+        }
+        assert!(sent < 100_000, "{sent}");
+    }
+
+    #[tokio::test]
     async fn a_reader_that_stops_reading_cancels_the_stream() {
         let readers = Readers::start(1).expect("readers");
         let mut file = tempfile::tempfile().expect("tempfile");
@@ -198,7 +261,12 @@ mod tests {
         let (tx, rx) = mpsc::channel(1);
         let (cancel_tx, cancel_rx) = oneshot::channel();
         let mut replies = Replies::new(rx, cancel_rx);
-        let ended = pump(&readers, file, 4096, Duration::from_millis(100), &tx, |b| b.len()).await;
+        let header = StreamHeader {
+            target: crate::backend::Target { key: "k".into(), display: "d".into() },
+            version: "v".into(),
+            size: 64 << 10,
+        };
+        let ended = pump(&readers, file, &header, 4096, Duration::from_millis(100), &tx, |b| b.len()).await;
         assert!(matches!(ended, Err(Ended::Idle)), "{ended:?}");
         assert!(cancel_tx.send(0).is_ok());
         drop(tx);

@@ -86,6 +86,9 @@ fn edit_guard(g: Option<v1::EditGuard>) -> Option<backend::EditGuard> {
 }
 
 pub(super) fn stat(r: v1::StatRequest) -> backend::Request {
+    if r.check_write {
+        return backend::Request::CheckWrite { path: r.path, no_follow: r.no_follow };
+    }
     backend::Request::Stat { path: r.path, no_follow: r.no_follow }
 }
 
@@ -229,6 +232,10 @@ pub(super) fn stream_header(header: backend::StreamHeader) -> v1::StreamTextRepl
             size: header.size,
         })),
     }
+}
+
+pub(super) fn stream_trailer(version: String) -> v1::StreamTextReply {
+    v1::StreamTextReply { item: Some(v1::stream_text_reply::Item::Trailer(v1::StreamTrailer { version })) }
 }
 
 pub(super) fn stream_chunk(bytes: Vec<u8>) -> v1::StreamTextReply {

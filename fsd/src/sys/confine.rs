@@ -198,6 +198,9 @@ const WORKER_SYSCALLS: &[i64] = &[
     // fchmod and fchown: a worker can reach no xattr a path would name.
     libc::SYS_fsetxattr,
     libc::SYS_fremovexattr,
+    // Keeping a replaced file's ACL and user attributes (backend::write), descriptors only.
+    libc::SYS_fgetxattr,
+    libc::SYS_flistxattr,
     libc::SYS_renameat2,
     libc::SYS_renameat,
     libc::SYS_unlinkat,

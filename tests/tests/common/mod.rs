@@ -1,7 +1,7 @@
 //! Shared harness of the end-to-end tests: starts the real `fsd` binary on a real Unix socket in
 //! a temporary directory, and drives the real tools through `fsd-tools session` (JSON lines) or
 //! the library. Everything is torn down when the values drop.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -65,12 +65,33 @@ impl Daemon {
 
     /// A daemon with extra flags, a config file body and extra environment (test hooks).
     pub fn start_with_env(extra: &[&str], config: &str, env: &[(&str, &str)]) -> Daemon {
+        Daemon::start_custom(&[], &|_| {}, extra, config, env)
+    }
+
+    /// A daemon started through `wrapper` (a command that execs the rest, e.g. `prlimit ...`),
+    /// after `prepare` ran on the (canonical) root, with extra flags, a config file body and
+    /// extra environment.
+    pub fn start_custom(
+        wrapper: &[&str],
+        prepare: &dyn Fn(&Path),
+        extra: &[&str],
+        config: &str,
+        env: &[(&str, &str)],
+    ) -> Daemon {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().join("ws");
         std::fs::create_dir(&root).expect("mkdir ws");
         let root = std::fs::canonicalize(&root).expect("canonicalize");
+        prepare(&root);
         let socket = dir.path().join("fsd.sock");
-        let mut cmd = Command::new(fsd_bin());
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(fsd_bin());
+                cmd
+            }
+            None => Command::new(fsd_bin()),
+        };
         cmd.arg("--listen").arg(format!("unix:{}", socket.display())).arg("--writable-root").arg(&root);
         if !config.is_empty() {
             let path = dir.path().join("fsd.toml");

@@ -9,6 +9,7 @@ mod image;
 mod patch;
 mod read;
 mod schema;
+mod tool;
 mod write;
 
 use std::collections::HashMap;
@@ -23,6 +24,7 @@ use crate::config::ClientConfig;
 use crate::failure::ToolError;
 
 pub use schema::guidance_for;
+pub use tool::Tool;
 
 /// One block of a tool result.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,43 +85,45 @@ impl Tools {
         &self.config
     }
 
+    /// The visible tools, in schema order.
+    pub fn visible_tools(&self) -> Vec<Tool> {
+        let c = &self.config;
+        Tool::ALL
+            .into_iter()
+            .filter(|tool| match tool {
+                Tool::Read => c.read,
+                // read_image needs durable storage for its blocks: without a store it is not offered.
+                Tool::ReadImage => c.read_image && c.attachment_store.is_some(),
+                Tool::Write => c.write,
+                Tool::Edit => c.edit,
+                Tool::ApplyPatch => c.apply_patch,
+                Tool::StrReplaceEditor => c.str_replace_editor,
+            })
+            .collect()
+    }
+
     /// Visible tool names, in schema order.
     pub fn visible(&self) -> Vec<&'static str> {
-        let c = &self.config;
-        // read_image needs durable storage for its blocks: without a store it is not offered.
-        let read_image = c.read_image && c.attachment_store.is_some();
-        [
-            ("read", c.read),
-            ("read_image", read_image),
-            ("write", c.write),
-            ("edit", c.edit),
-            ("apply_patch", c.apply_patch),
-            ("str_replace_editor", c.str_replace_editor),
-        ]
-        .into_iter()
-        .filter(|(_, on)| *on)
-        .map(|(name, _)| name)
-        .collect()
+        self.visible_tools().into_iter().map(Tool::name).collect()
     }
 
     /// The JSON schemas of the visible tools: `[{name, description, input_schema}]`.
     pub fn schemas(&self) -> Vec<Value> {
-        self.visible()
+        self.visible_tools()
             .into_iter()
-            .filter_map(|name| {
-                let mut schema = schema::schema_for(name, &self.config)?;
-                if self.escalation && matches!(name, "write" | "edit" | "apply_patch" | "str_replace_editor")
-                {
+            .map(|tool| {
+                let mut schema = schema::schema_for(tool, &self.config);
+                if self.escalation && tool.may_mutate() {
                     escalation::extend_schema(&mut schema);
                 }
-                Some(schema)
+                schema
             })
             .collect()
     }
 
     /// The guidance paragraphs of the visible tools, joined by blank lines.
     pub fn guidance(&self) -> String {
-        guidance_for(&self.visible())
+        guidance_for(&self.visible_tools())
     }
 }
 
@@ -201,19 +205,18 @@ impl Session {
 
     /// Runs a tool by name with JSON arguments.
     pub async fn call(&mut self, name: &str, args: Value) -> ToolResult {
-        if !self.tools.visible().contains(&name) {
+        let Some(tool) = Tool::parse(name).filter(|t| self.tools.visible_tools().contains(t)) else {
             return ToolResult::error(ToolError::new("UNKNOWN_TOOL", format!("unknown tool \"{name}\"")));
-        }
+        };
         self.calls += 1;
         self.call_mode = None;
-        let outcome = match name {
-            "read" => read::run(self, &args).await,
-            "write" => write::run(self, &args).await,
-            "edit" => edit::run(self, &args).await,
-            "apply_patch" => patch::run(self, &args).await,
-            "read_image" => image::run(self, &args).await,
-            "str_replace_editor" => editor::run(self, &args).await,
-            _ => Err(ToolError::new("UNKNOWN_TOOL", format!("unknown tool \"{name}\""))),
+        let outcome = match tool {
+            Tool::Read => read::run(self, &args).await,
+            Tool::Write => write::run(self, &args).await,
+            Tool::Edit => edit::run(self, &args).await,
+            Tool::ApplyPatch => patch::run(self, &args).await,
+            Tool::ReadImage => image::run(self, &args).await,
+            Tool::StrReplaceEditor => editor::run(self, &args).await,
         };
         // The daemon restarted under the session: this call was refused (or, at worst, read
         // from the new instance); the observations describe files the old instance served.
@@ -230,8 +233,7 @@ impl Session {
             let _ = self.client.release_escalation(request).await;
         }
         // The hint offers a retry only where the fields exist: mutations, not an editor view.
-        let mutating = matches!(name, "write" | "edit" | "apply_patch")
-            || (name == "str_replace_editor" && args.get("command").and_then(Value::as_str) != Some("view"));
+        let mutating = tool.mutates(&args);
         outcome.unwrap_or_else(|mut error| {
             if let (true, Some(offer)) = (mutating && error.code == "FS_SANDBOX_DENIED", &self.escalation) {
                 error.message.push_str(&escalation::hint(offer));
@@ -284,6 +286,12 @@ impl Session {
 
     /// A path as the model gave it, made absolute against the session's cwd.
     fn absolute(&self, path: &str) -> String {
+        // A Windows path (`C:\\Users\\x.txt`, `C:/x`) goes to the daemon as given, which refuses
+        // it as FS_INVALID_PATH, instead of becoming a literal name below the cwd.
+        let bytes = path.as_bytes();
+        if bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':' {
+            return path.to_owned();
+        }
         let joined = if path.starts_with('/') { PathBuf::from(path) } else { self.cwd.join(path) };
         // Only `.` and repeated slashes go: `..` is for the daemon to resolve, after links.
         let mut clean = PathBuf::new();
@@ -293,7 +301,12 @@ impl Session {
                 other => clean.push(other.as_os_str()),
             }
         }
-        clean.to_string_lossy().into_owned()
+        let mut clean = clean.to_string_lossy().into_owned();
+        // A trailing slash says "a directory": the daemon refuses it on a file, so keep it.
+        if path.ends_with('/') && !clean.ends_with('/') {
+            clean.push('/');
+        }
+        clean
     }
 
     fn policy_on(&self) -> bool {

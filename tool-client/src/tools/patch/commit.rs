@@ -74,11 +74,16 @@ async fn classify(
             let context = session.context();
             let fresh = session
                 .client
-                .stat(v1::StatRequest { context, path: path.to_owned(), no_follow: false })
+                .stat(v1::StatRequest {
+                    context,
+                    path: path.to_owned(),
+                    no_follow: false,
+                    check_write: false,
+                })
                 .await;
             let unchanged = match (fresh, expect) {
                 (Ok(reply), Some(Expect::Version(v))) => {
-                    reply.into_inner().info.is_some_and(|i| &i.version == v)
+                    reply.into_inner().info.is_some_and(|i| fsd_proto::version::same(&i.version, v))
                 }
                 (Ok(reply), Some(Expect::Absent) | None) => reply.into_inner().info.is_none(),
                 (Err(_), _) => false,

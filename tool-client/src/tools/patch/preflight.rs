@@ -1,11 +1,13 @@
 //! Preflight: every operation is checked in order against current files and the observation
 //! policy, with the effects of the operations before it simulated. Preflight reads record no
-//! observation. Sandbox containment is not simulated: the daemon decides it at commit.
+//! observation. Sandbox containment is not simulated: the daemon is asked for every target
+//! (a stat with `check_write`, which writes nothing), so a patch with one operation the fence
+//! refuses changes nothing.
 
 use std::collections::HashMap;
 
 use fsd_policy::{EditRefusal, TargetKey, WriteGuard};
-use fsd_proto::{ErrorCode, WireError, v1};
+use fsd_proto::{ErrorCode, WireError, v1, version};
 
 use super::{Planned, Prepared};
 use crate::failure::ToolError;
@@ -37,9 +39,25 @@ struct Sim {
 struct State<'s> {
     session: &'s mut Session,
     sims: HashMap<String, Sim>,
+    /// Targets the daemon already said the mode may write, with whether a final link counted.
+    fenced: std::collections::HashSet<(String, bool)>,
 }
 
 impl State<'_> {
+    /// Asks the daemon whether the call's mode may write `path` (roots, mode, protected paths,
+    /// git directories, mounts), writing nothing. `no_follow`: the operation acts on a final
+    /// link itself (delete, move source).
+    async fn fence(&mut self, path: &str, spelled: &str, no_follow: bool) -> Result<(), ToolError> {
+        if self.fenced.contains(&(path.to_owned(), no_follow)) {
+            return Ok(());
+        }
+        let context = self.session.context();
+        let request = v1::StatRequest { context, path: path.to_owned(), no_follow, check_write: true };
+        self.session.client.stat(request).await.map_err(|s| ToolError::from_mutation(spelled, &s))?;
+        self.fenced.insert((path.to_owned(), no_follow));
+        Ok(())
+    }
+
     /// The current simulated state of a path, loading it from the daemon the first time.
     async fn sim(&mut self, path: &str, spelled: &str, need_text: bool) -> Result<Sim, ToolError> {
         if let Some(sim) =
@@ -51,7 +69,7 @@ impl State<'_> {
         let stat = self
             .session
             .client
-            .stat(v1::StatRequest { context, path: path.to_owned(), no_follow: true })
+            .stat(v1::StatRequest { context, path: path.to_owned(), no_follow: true, check_write: false })
             .await
             .map_err(|s| ToolError::from_read(spelled, &s))?
             .into_inner();
@@ -64,7 +82,10 @@ impl State<'_> {
             symlink: stat.info.as_ref().is_some_and(|i| i.r#type == v1::FileType::Symlink as i32),
             regular: stat.info.as_ref().is_some_and(|i| i.r#type == v1::FileType::File as i32),
         };
-        if sim.exists && (need_text || sim.symlink) {
+        // A stat carries no digest: when its metadata differs from the observation's, the bytes
+        // decide (a `touch` is not stale), so read them for the version that has one.
+        let differs = sim.exists && self.observed_differs(&sim);
+        if sim.exists && (need_text || sim.symlink || differs) {
             // Read through a link: an update writes through it to its target.
             let context = self.session.context();
             let request = v1::ReadTextRequest { context, path: path.to_owned(), max_bytes: 0 };
@@ -80,6 +101,9 @@ impl State<'_> {
                     let wire = WireError::from_status(&status);
                     match wire {
                         Some(w) if !need_text && w.code == ErrorCode::NotRegularFile => sim.regular = false,
+                        // Read only for its digest (not text, too large...): the stat's
+                        // version stays, and the daemon's guard decides.
+                        Some(_) if !need_text && !sim.symlink => {}
                         Some(w) => return Err(ToolError::from_read_wire(spelled, &w)),
                         None => return Err(ToolError::unavailable(&status)),
                     }
@@ -90,6 +114,18 @@ impl State<'_> {
         Ok(sim)
     }
 
+    /// Whether the observed version of a path differs from its stat version by metadata.
+    fn observed_differs(&self, sim: &Sim) -> bool {
+        if !self.session.policy_on() {
+            return false;
+        }
+        let key = sim.target_key.clone().map(TargetKey);
+        match (self.session.observations.edit_intent(key.as_ref()), &sim.disk_version) {
+            (Ok(observed), Some(disk)) => !version::same(&observed.0, disk),
+            _ => false,
+        }
+    }
+
     /// The policy check for changing an existing file (update, delete, move source).
     fn may_modify(&self, sim: &Sim, spelled: &str) -> Result<(), ToolError> {
         if sim.touched || !self.session.policy_on() {
@@ -97,7 +133,7 @@ impl State<'_> {
         }
         let key = sim.target_key.clone().map(TargetKey);
         match self.session.observations.edit_intent(key.as_ref()) {
-            Ok(version) if Some(&version.0) == sim.disk_version.as_ref() => Ok(()),
+            Ok(version) if sim.disk_version.as_ref().is_some_and(|d| version::same(&version.0, d)) => Ok(()),
             Ok(_) => Err(stale(spelled)),
             Err(EditRefusal::NotObserved) => Err(ToolError::not_observed(spelled)),
             Err(EditRefusal::ObservedAbsent) => Err(not_found(spelled)),
@@ -111,7 +147,11 @@ impl State<'_> {
         }
         let key = sim.target_key.clone().map(TargetKey);
         match self.session.observations.write_intent(key.as_ref()) {
-            WriteGuard::ReplaceIfVersion(version) if Some(&version.0) == sim.disk_version.as_ref() => Ok(()),
+            WriteGuard::ReplaceIfVersion(version)
+                if sim.disk_version.as_ref().is_some_and(|d| version::same(&version.0, d)) =>
+            {
+                Ok(())
+            }
             WriteGuard::ReplaceIfVersion(_) => Err(stale(spelled)),
             WriteGuard::CreateIfAbsent => Err(ToolError::not_observed(spelled)),
         }
@@ -141,12 +181,7 @@ fn basis(sim: &Sim) -> Option<String> {
 }
 
 fn stale(spelled: &str) -> ToolError {
-    ToolError::new(
-        ErrorCode::StaleVersion.as_str(),
-        format!(
-            "cannot modify \"{spelled}\": file changed on disk since it was read — re-read the file, then retry"
-        ),
-    )
+    ToolError::stale(spelled)
 }
 
 fn not_found(spelled: &str) -> ToolError {
@@ -165,6 +200,7 @@ async fn check(state: &mut State<'_>, planned: &Planned) -> Result<Prepared, Too
     let spelled = planned.op.path();
     match &planned.op {
         fsd_patch::Op::Add { contents, .. } => {
+            state.fence(&planned.src, spelled, false).await?;
             let sim = state.sim(&planned.src, spelled, false).await?;
             if sim.exists && !sim.touched && !sim.regular && !sim.symlink {
                 return Err(ToolError::new(
@@ -185,6 +221,7 @@ async fn check(state: &mut State<'_>, planned: &Planned) -> Result<Prepared, Too
             })
         }
         fsd_patch::Op::Delete { .. } => {
+            state.fence(&planned.src, spelled, true).await?;
             let sim = state.sim(&planned.src, spelled, true).await.map_err(|e| {
                 // A directory or special file: report it as the delete it is.
                 if e.code == ErrorCode::NotRegularFile.as_str() {
@@ -214,6 +251,10 @@ async fn check(state: &mut State<'_>, planned: &Planned) -> Result<Prepared, Too
             })
         }
         fsd_patch::Op::Update { chunks, move_to, .. } => {
+            state.fence(&planned.src, spelled, move_to.is_some()).await?;
+            if let (Some(dst), Some(dst_spelled)) = (&planned.dst, move_to) {
+                state.fence(dst, dst_spelled, false).await?;
+            }
             let sim = state.sim(&planned.src, spelled, true).await?;
             if !sim.exists {
                 return Err(ToolError::new(
@@ -272,7 +313,7 @@ async fn check(state: &mut State<'_>, planned: &Planned) -> Result<Prepared, Too
 
 /// Checks the whole patch; any problem refuses all of it.
 pub(super) async fn run(session: &mut Session, planned: &[Planned]) -> Result<Vec<Prepared>, Vec<Problem>> {
-    let mut state = State { session, sims: HashMap::new() };
+    let mut state = State { session, sims: HashMap::new(), fenced: Default::default() };
     let mut prepared = Vec::new();
     let mut problems = Vec::new();
     for p in planned {
