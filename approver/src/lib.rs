@@ -210,7 +210,8 @@ fn run(cli: Cli) -> Result<bool, ApproverError> {
     match cli.command {
         Command::Keygen { dir } => {
             let public = keygen(&dir)?;
-            println!("{public}");
+            // The key files are written; a closed stdout only loses this copy of the public key.
+            let _ = writeln!(std::io::stdout(), "{public}");
             Ok(true)
         }
         Command::Serve { key, listen, rules, socket_mode, socket_group, log } => {
@@ -235,7 +236,7 @@ pub fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
-            eprintln!("fsd-approver: {e}");
+            let _ = writeln!(std::io::stderr(), "fsd-approver: {e}");
             ExitCode::from(2)
         }
     }

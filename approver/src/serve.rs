@@ -217,7 +217,10 @@ pub fn run(options: Options) -> Result<(), ApproverError> {
             let path = Path::new(path);
             let listener = bind_unix(path, socket)?;
             let _cleanup = Cleanup(path);
-            eprintln!("fsd-approver: listening on {listen}");
+            {
+                use std::io::Write as _;
+                let _ = writeln!(std::io::stderr(), "fsd-approver: listening on {listen}");
+            }
             router
                 .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
                 .await
@@ -225,7 +228,10 @@ pub fn run(options: Options) -> Result<(), ApproverError> {
         } else if let Some(addr) = listen.strip_prefix("tcp:") {
             let listener =
                 tokio::net::TcpListener::bind(addr).await.map_err(|e| ApproverError::Serve(e.to_string()))?;
-            eprintln!("fsd-approver: listening on {listen}");
+            {
+                use std::io::Write as _;
+                let _ = writeln!(std::io::stderr(), "fsd-approver: listening on {listen}");
+            }
             router
                 .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
                 .await

@@ -219,7 +219,7 @@ pub fn run(common: &Common) -> Res<Section> {
         }
     }
     for run in 0..common.runs {
-        eprintln!("  64 in flight: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
+        note!("  64 in flight: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
         for (transport, load, fsd_rates, echo_rates) in rows.iter_mut() {
             let endpoint = fsd.endpoint(*transport);
             let echo_endpoint = echo_server.endpoint(*transport);

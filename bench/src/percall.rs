@@ -336,7 +336,7 @@ pub fn run(common: &Common) -> Res<Section> {
     let mut digest = PerRun::default();
     for run in 0..common.runs {
         digest.push(digest_p50(four_k.as_bytes(), common.n(20_000)));
-        eprintln!("  per call: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
+        note!("  per call: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
         for (c, conn) in conns.iter_mut().enumerate() {
             for (o, op) in Op::ALL.into_iter().enumerate() {
                 let n = op.samples(common);

@@ -118,9 +118,12 @@ pub struct ConfigFile {
     pub worker_uid: Option<u32>,
     pub worker_gid: Option<u32>,
     pub call_timeout_ms: Option<u64>,
+    /// How long SIGTERM may take in total before stuck children are killed (default 10000).
+    pub shutdown_grace_ms: Option<u64>,
     pub audit_log: Option<PathBuf>,
     /// Highest mode per client, keyed by identity: `uid:1000` (or a bare `1000`, the Unix peer
-    /// uid), `cert:NAME` (a verified client certificate's SAN or CN), `token:NAME`.
+    /// uid), `cert:NAME` (a verified client certificate's SAN or CN), `token:NAME`, `tcp` (every
+    /// plaintext loopback TCP client; read-only without an entry).
     pub client_max_modes: Option<std::collections::BTreeMap<String, String>>,
     /// TLS for every `tcp:` listener: the PEM certificate chain and private key.
     pub tls_cert: Option<PathBuf>,
@@ -283,6 +286,8 @@ pub struct Config {
     pub worker_uid: Option<u32>,
     pub worker_gid: Option<u32>,
     pub call_timeout: std::time::Duration,
+    /// The whole of a graceful stop: in-flight calls finish within it, then what is left is killed.
+    pub shutdown_grace: std::time::Duration,
     pub audit_log: Option<PathBuf>,
     pub client_max_modes: std::collections::BTreeMap<crate::identity::ClientKey, Mode>,
     /// TLS for every `tcp:` listener, when configured.
@@ -359,7 +364,9 @@ pub enum ConfigError {
     DefaultAboveMax { default: &'static str, max: &'static str },
     #[error("invalid landlock {0:?}: expected \"required\" or \"best-effort\"")]
     Landlock(String),
-    #[error("invalid client_max_modes key {0:?}: expected uid:UID (or a bare uid), cert:NAME or token:NAME")]
+    #[error(
+        "invalid client_max_modes key {0:?}: expected uid:UID (or a bare uid), cert:NAME, token:NAME or tcp"
+    )]
     ClientUid(String),
     #[error(
         "listener {0} is not on loopback: a non-loopback TCP listener needs TLS (set tls_cert and tls_key)"
@@ -604,6 +611,7 @@ impl Config {
             worker_uid: file.worker_uid,
             worker_gid: file.worker_gid,
             call_timeout: std::time::Duration::from_millis(file.call_timeout_ms.unwrap_or(30_000).max(1)),
+            shutdown_grace: std::time::Duration::from_millis(file.shutdown_grace_ms.unwrap_or(10_000).max(1)),
             audit_log: file.audit_log,
             client_max_modes,
             tls: fleet.tls,
@@ -836,7 +844,7 @@ mod tests {
             "[client_max_modes]\nalice = \"read-only\"",
             flags(&["unix:/s"], &["/ws"]),
             Err(
-                "invalid client_max_modes key \"alice\": expected uid:UID (or a bare uid), cert:NAME or token:NAME",
+                "invalid client_max_modes key \"alice\": expected uid:UID (or a bare uid), cert:NAME, token:NAME or tcp",
             ),
         );
     }

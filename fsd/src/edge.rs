@@ -485,7 +485,8 @@ impl Edge {
                 // A token sent in clear text is compromised: refuse loudly rather than use it.
                 return Err(tonic::Status::unauthenticated("bearer tokens are accepted only over TLS"));
             }
-            return Ok(Identity::default());
+            // Plaintext TCP is loopback only (config refuses more): an identity of its own.
+            return Ok(Identity { tcp: true, ..Identity::default() });
         }
         let token = match header {
             None => None,
@@ -496,7 +497,7 @@ impl Edge {
                 match identity::verify_bearer(text, &self.tokens, &peer.cert_names) {
                     Ok(name) => Some(name),
                     Err(e) => {
-                        tracing::info!(remote = ?peer.remote, certificate = ?peer.cert_names.first(), reason = %e, "refused a bearer token");
+                        tracing::info!(remote = peer.remote.map(|r| r.to_string()), certificate = peer.cert_names.first().map(String::as_str), reason = %e, "refused a bearer token");
                         return Err(tonic::Status::unauthenticated(e.to_string()));
                     }
                 }
@@ -508,7 +509,7 @@ impl Edge {
                 "this daemon needs a client certificate or a bearer token (authorization: Bearer <token>)",
             ));
         }
-        Ok(Identity { uid: None, cert_names: peer.cert_names.as_ref().clone(), token })
+        Ok(Identity { uid: None, cert_names: peer.cert_names.as_ref().clone(), token, tcp: false })
     }
 }
 

@@ -61,7 +61,13 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
     let identity = config.worker_identity()?;
     let confinement = crate::confine::worker(config, mode, identity)?;
     tracing::debug!(mode = mode.as_str(), fence = confinement.describe(), "worker ready");
-    ipc::send(&socket, &FromWorker::Ready { mode, enforcement: confinement.describe().to_owned() }, None)?;
+    let ready = FromWorker::Ready { mode, enforcement: confinement.describe().to_owned() };
+    match ipc::send(&socket, &ready, None) {
+        // The network process stopped before this worker came up (a daemon stopping early):
+        // nothing to serve, nothing to report.
+        Err(IpcError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+        sent => sent?,
+    }
     loop {
         let (message, fd) = match ipc::recv::<ToWorker>(&socket) {
             Ok(received) => received,

@@ -443,7 +443,7 @@ pub fn run(bins: &Bins, options: &CrashOptions) -> Result<CrashReport> {
             settle(file, &mut report);
         }
         if options.verbose {
-            eprintln!("round {}: {}", report.rounds, report);
+            note!("round {}: {}", report.rounds, report);
         }
         if report.violations.len() > 50 {
             break;

@@ -46,6 +46,15 @@ impl ToolError {
     }
 
     /// The daemon went away mid-session.
+    /// The daemon restarted under the session: its observations are gone.
+    pub fn restarted() -> ToolError {
+        ToolError::new(
+            "UNAVAILABLE",
+            "The file service restarted, so earlier reads no longer count. Read files again before you \
+             edit or overwrite them, then retry this call.",
+        )
+    }
+
     pub fn unavailable(status: &tonic::Status) -> ToolError {
         ToolError::new("UNAVAILABLE", format!("the file service is unavailable: {}", status.message()))
     }

@@ -309,7 +309,7 @@ impl Target {
 /// A JSON-lines session over several targets. A line may carry `"target": NAME`; without it the
 /// default target answers. Each target has its own session (observations and cwd), connected on
 /// first use and kept; after the daemon of a target restarted, the call that found out fails
-/// with UNAVAILABLE and the next one starts a fresh session there, which must read files again.
+/// with UNAVAILABLE and the session starts over there (`Session`), so files must be read again.
 #[derive(Debug)]
 pub struct FleetSession {
     fleet: Fleet,
@@ -375,11 +375,6 @@ impl FleetSession {
             Ok((session, _)) => jsonl::handle_line(session, &request.to_string()).await,
             Err(e) => jsonl::result_json(id, &ToolResult::error(e)),
         };
-        if self.sessions.get(&target).is_some_and(|(_, link)| link.restarted()) {
-            // The old session's observations describe a daemon that is gone.
-            tracing::warn!(target = %target, "the daemon restarted; the next call opens a new session");
-            self.sessions.remove(&target);
-        }
         if let Some(meta) = reply.get_mut("meta").and_then(Value::as_object_mut) {
             meta.insert("target".into(), json!(target));
         }

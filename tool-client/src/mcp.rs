@@ -21,7 +21,6 @@
 //!   (a gRPC call in flight is abandoned, so its effect is unknown, like `FS_ABORTED`). No
 //!   response is sent for the cancelled id.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use base64::Engine;
@@ -162,19 +161,6 @@ impl Host for Elicitor {
             }
         })
     }
-}
-
-/// The working directory of an MCP session when `--cwd` is absent. MCP clients start servers
-/// from wherever they like (Claude Desktop from `/`), so with `--root` the process cwd is kept
-/// only when it lies inside the root; otherwise relative paths resolve against the root.
-pub fn default_cwd(root: Option<&Path>) -> std::io::Result<PathBuf> {
-    let here = std::env::current_dir()?;
-    // A root that does not resolve is reported by the embedded daemon's start, with its path.
-    let Some(root) = root.and_then(|r| std::fs::canonicalize(r).ok()) else {
-        return Ok(here);
-    };
-    let inside = std::fs::canonicalize(&here).is_ok_and(|h| h.starts_with(&root));
-    Ok(if inside { here } else { root })
 }
 
 /// One tools/list entry from a `Tools::schemas()` entry.

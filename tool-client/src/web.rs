@@ -148,7 +148,7 @@ pub async fn open(
         .await
         .map_err(|status| ConnectError::Hello { endpoint: name, status })?
         .into_inner();
-    Ok((SessionClient::Web(Box::new(client)), hello, state))
+    Ok((SessionClient::Web(Box::new(client), state.clone()), hello, state))
 }
 
 #[cfg(test)]

@@ -226,6 +226,12 @@ impl Session {
             Tool::ReadImage => image::run(self, &args).await,
             Tool::StrReplaceEditor => editor::run(self, &args).await,
         };
+        // The daemon restarted under the session: this call was refused (or, at worst, read
+        // from the new instance); the observations describe files the old instance served.
+        if self.client.take_restart() {
+            self.restarted().await;
+            return ToolResult::error(ToolError::restarted());
+        }
         // A wider mode applies to one call only; a signed escalation is spent when the call ends.
         if let Some((_, Some(ticket))) =
             self.call_mode.take().filter(|(_, t)| t.as_ref().is_some_and(|t| !t.escalation_id.is_empty()))
@@ -266,6 +272,25 @@ impl Session {
             }
             ToolResult::error(error)
         })
+    }
+
+    /// Starts over against the daemon's new instance: no observation, no learnt target key, and
+    /// the new instance's hello (its roots, modes and escalation offer).
+    async fn restarted(&mut self) {
+        tracing::warn!(session = %self.session_id, "the daemon restarted; earlier reads no longer count");
+        self.observations = Observations::new();
+        self.keys.clear();
+        self.call_mode = None;
+        match self.client.hello(v1::HelloRequest { context: None }).await {
+            Ok(reply) => {
+                let hello = reply.into_inner();
+                self.escalation = escalation::Offer::from_hello(&hello);
+                self.tools.escalation = self.escalation.is_some();
+                self.hello = hello;
+            }
+            // Down again: the next call that reaches it re-pins, and the old hello stands.
+            Err(status) => tracing::warn!(error = %status.message(), "hello after a restart failed"),
+        }
     }
 
     /// The argument names a mutating tool accepts: its own, plus the escalation fields while
