@@ -51,11 +51,11 @@ impl RestDaemon {
             .arg(format!("unix:{}", dir.path().join("fsd.sock").display()))
             .arg("--writable-root")
             .arg(&root);
-        if !config.is_empty() {
-            let path = dir.path().join("fsd.toml");
-            std::fs::write(&path, config).unwrap();
-            cmd.arg("--config").arg(path);
-        }
+        // The REST clients here are plaintext loopback TCP, the `tcp` identity: read-only unless
+        // the config grants more, as the agent-sandbox example's config does for its pod.
+        let path = dir.path().join("fsd.toml");
+        std::fs::write(&path, format!("client_max_modes = {{ tcp = \"workspace-write\" }}\n{config}")).unwrap();
+        cmd.arg("--config").arg(path);
         cmd.envs(env.iter().copied())
             .env("FSD_LOG", "warn")
             .stdin(Stdio::null())

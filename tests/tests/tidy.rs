@@ -39,6 +39,8 @@ const PROTO_EDGES: &[&str] = &[
     // The same channel over gRPC-Web (HTTP/1.1 routers).
     "tool-client/src/web.rs",
     "tool-client/src/tools/",
+    // `fsd-tools doctor` prints the daemon's hello for an operator, field by field.
+    "tool-client/src/doctor.rs",
 ];
 
 /// Phrases of the texts the tools render (remedies, the seed's marker and hint, the edit tool's

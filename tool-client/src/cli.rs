@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
-use fsd_proto::v1;
 use serde_json::Value;
 
 use crate::config::ClientConfig;
@@ -261,7 +260,8 @@ async fn open(
     // A Link: one reused connection, reconnected with backoff, pinned to the daemon instance.
     let credentials = target.web.credentials(&endpoint)?;
     let (client, hello, _link) = connect::open(&endpoint, &credentials).await?;
-    let cwd = session_cwd(target.cwd.as_deref(), &std::env::current_dir()?, &hello)?;
+    let roots: Vec<&str> = hello.writable_roots.iter().chain(&hello.readable_roots).map(String::as_str).collect();
+    let cwd = session_cwd(target.cwd.as_deref(), &std::env::current_dir()?, &roots)?;
     Ok(Session::new(Tools::new(config), client, hello, cwd))
 }
 
@@ -269,13 +269,14 @@ async fn open(
 /// else this process's directory when it lies inside a root of the daemon; else the daemon's
 /// first writable root (or first readable one). An agent host that starts the tools from
 /// elsewhere (`/`, its home) still resolves `src/main.rs` in the workspace.
-pub fn session_cwd(explicit: Option<&Path>, here: &Path, hello: &v1::HelloReply) -> std::io::Result<PathBuf> {
+/// `roots`: the daemon's writable roots, then its readable ones, as hello names them.
+pub fn session_cwd(explicit: Option<&Path>, here: &Path, roots: &[&str]) -> std::io::Result<PathBuf> {
     if let Some(cwd) = explicit {
         return std::path::absolute(cwd);
     }
     // Roots arrive canonical; so must the directory compared with them.
     let here = std::fs::canonicalize(here).unwrap_or_else(|_| here.to_owned());
-    let mut roots = hello.writable_roots.iter().chain(&hello.readable_roots).map(PathBuf::from);
+    let mut roots = roots.iter().map(PathBuf::from);
     if roots.clone().any(|root| here.starts_with(&root)) {
         return Ok(here);
     }
@@ -395,13 +396,10 @@ mod tests {
         for d in [&sub, &other] {
             std::fs::create_dir_all(d).unwrap_or_else(|e| panic!("mkdir: {e}"));
         }
-        let hello = v1::HelloReply {
-            writable_roots: vec![ws.display().to_string()],
-            readable_roots: vec![other.join("ro").display().to_string()],
-            ..Default::default()
-        };
+        let (writable, readable) = (ws.display().to_string(), other.join("ro").display().to_string());
+        let roots = [writable.as_str(), readable.as_str()];
         let check = |explicit: Option<&Path>, here: &Path, expected: &Path| {
-            let got = session_cwd(explicit, here, &hello).unwrap_or_else(|e| panic!("{e}"));
+            let got = session_cwd(explicit, here, &roots).unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(got, expected, "explicit {explicit:?}, here {}", here.display());
         };
         // --cwd always wins.
@@ -412,8 +410,7 @@ mod tests {
         // Outside every root: the first writable root.
         check(None, &other, &ws);
         check(None, Path::new("/"), &ws);
-        let read_only =
-            v1::HelloReply { readable_roots: vec![other.display().to_string()], ..Default::default() };
-        assert_eq!(session_cwd(None, &sub, &read_only).ok(), Some(other.clone()));
+        let read_only = other.display().to_string();
+        assert_eq!(session_cwd(None, &sub, &[read_only.as_str()]).ok(), Some(other.clone()));
     }
 }

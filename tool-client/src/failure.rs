@@ -45,7 +45,6 @@ impl ToolError {
         )
     }
 
-    /// The daemon went away mid-session.
     /// The daemon restarted under the session: its observations are gone.
     pub fn restarted() -> ToolError {
         ToolError::new(
@@ -55,6 +54,7 @@ impl ToolError {
         )
     }
 
+    /// The daemon went away mid-session.
     pub fn unavailable(status: &tonic::Status) -> ToolError {
         ToolError::new("UNAVAILABLE", format!("the file service is unavailable: {}", status.message()))
     }
@@ -107,6 +107,11 @@ impl ToolError {
             ),
             ErrorCode::SandboxDenied => sandbox_denied("read", path, wire),
             ErrorCode::RateLimited => rate_limited("read", path, wire),
+            // A file rewritten in place under the read: nothing was returned; reading again helps.
+            ErrorCode::StaleVersion => ToolError::new(
+                code,
+                format!("cannot read \"{path}\": {} — read it again", stale_reason(wire)),
+            ),
             _ => ToolError::new(code, format!("cannot read \"{path}\": {}", wire.message)),
         }
     }
@@ -250,6 +255,11 @@ mod tests {
             "Error: cannot modify \"/ws/a.txt\": file has not been read — read the file, then retry",
         );
         check(wire(ErrorCode::NotFound, &[]), true, "Error: cannot read \"/ws/a.txt\": not found");
+        check(
+            wire(ErrorCode::StaleVersion, &[("reason", "changed_while_read")]),
+            true,
+            "Error: cannot read \"/ws/a.txt\": file changed while it was read — read it again",
+        );
         check(wire(ErrorCode::NotFound, &[]), false, "Error: cannot modify \"/ws/a.txt\": not found");
         check(
             wire(ErrorCode::NotRegularFile, &[]),

@@ -48,10 +48,12 @@ impl StreamDigest {
     }
 }
 
-/// Whether the file still is what it was when it was opened: same size, same mtime and ctime.
+/// Whether the file's content still is what it was when it was opened: same size and mtime.
+/// Not ctime: an atomic replace renames the old inode away (and removes it), which changes its
+/// ctime while a reader of the old content reads exactly what it opened.
 pub fn unchanged(file: &File, at_open: &Meta) -> Result<(), FsError> {
     let now = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
-    if now.size != at_open.size || now.mtime != at_open.mtime || now.ctime != at_open.ctime {
+    if now.size != at_open.size || now.mtime != at_open.mtime {
         return Err(FsError::Stale(StaleReason::ChangedWhileRead));
     }
     Ok(())
