@@ -269,9 +269,9 @@ pub fn run(common: &Common) -> Res<Section> {
         ));
         if *load == Load::Stat {
             section.verdict(
-                format!("64-in-flight stat ≥ 70% of bare tonic ({})", transport.name()),
+                format!("64-in-flight stat ≥ 80% of bare tonic ({})", transport.name()),
                 ratio.percent(),
-                ratio.median() >= 0.7,
+                ratio.median() >= 0.8,
             );
         }
     }

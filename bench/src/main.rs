@@ -8,6 +8,7 @@ mod echo;
 mod fixtures;
 mod local;
 mod mcp;
+mod neighbour;
 mod patchscale;
 mod percall;
 mod procs;
@@ -112,6 +113,11 @@ enum Command {
         #[arg(long)]
         mcp_peer: PathBuf,
     },
+    /// One identity's stalled streams, idle connections and stat flood beside another's reads.
+    Neighbour {
+        #[command(flatten)]
+        common: Common,
+    },
     /// One load for a while, for profiling under `perf record -a`.
     #[command(hide = true)]
     Probe {
@@ -179,6 +185,10 @@ fn run(command: Command) -> Res<()> {
             println!("{}", patchscale::run(&common)?);
             Ok(())
         }
+        Command::Neighbour { common } => {
+            println!("{}", neighbour::run(&common)?);
+            Ok(())
+        }
         Command::Mcp { common, mcp_peer } => {
             println!("{}", mcp::run(&common, &mcp_peer)?);
             Ok(())
@@ -196,6 +206,8 @@ fn run(command: Command) -> Res<()> {
             doc.push(patchscale::run(&common)?);
             step("MCP side by side");
             doc.push(mcp::run(&common, &mcp_peer)?);
+            step("noisy neighbour");
+            doc.push(neighbour::run(&common)?);
             let text = doc.finish();
             println!("{text}");
             if let Some(path) = markdown {

@@ -133,8 +133,6 @@ pub fn splice(path: &Path, generated: &str) -> Res<()> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
-
     use super::*;
 
     #[test]

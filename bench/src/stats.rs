@@ -87,6 +87,11 @@ impl PerRun {
         format!("{:.0}% [{:.0}–{:.0}]", self.median() * 100.0, self.min() * 100.0, self.max() * 100.0)
     }
 
+    /// `1.2% [0.9–1.5]`: for small shares.
+    pub fn percent_fine(&self) -> String {
+        format!("{:.1}% [{:.1}–{:.1}]", self.median() * 100.0, self.min() * 100.0, self.max() * 100.0)
+    }
+
     /// A value with its unit: `1234 MB/s [1100–1300]`.
     pub fn with_unit(&self, unit: &str) -> String {
         format!("{} {unit} [{}–{}]", sig(self.median()), sig(self.min()), sig(self.max()))

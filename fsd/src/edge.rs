@@ -354,13 +354,19 @@ pub fn incoming(
                     continue;
                 }
             };
-            let Ok(handshake) = handshakes.clone().try_acquire_owned() else {
-                tracing::warn!(%remote, max = limits.max_handshakes, "handshake cap reached; closing the new connection");
-                continue;
-            };
-            let Some(source) = sources.take(remote.ip(), limits.max_handshakes_per_source) else {
-                tracing::info!(%remote, max = limits.max_handshakes_per_source, "too many handshakes from this address; closing the new connection");
-                continue;
+            // Only a TLS listener has handshakes to cap; a plaintext one hands over at once.
+            let (handshake, source) = if tls.is_some() {
+                let Ok(handshake) = handshakes.clone().try_acquire_owned() else {
+                    tracing::warn!(%remote, max = limits.max_handshakes, "handshake cap reached; closing the new connection");
+                    continue;
+                };
+                let Some(source) = sources.take(remote.ip(), limits.max_handshakes_per_source) else {
+                    tracing::info!(%remote, max = limits.max_handshakes_per_source, "too many handshakes from this address; closing the new connection");
+                    continue;
+                };
+                (Some(handshake), Some(source))
+            } else {
+                (None, None)
             };
             let _ = stream.set_nodelay(true);
             if let Err(e) = set_keepalive(&stream, limits.tcp_keepalive) {

@@ -1,9 +1,78 @@
 //! The backend's errors: one variant per failing step, errno kept, and the one function that maps
-//! them to stable wire codes.
+//! them to stable wire codes. Reasons travel as codes and metadata (`reason`, `name`, `count`,
+//! `size`, `limit`), never as sentences: the tools write what the model reads. The messages here
+//! are terse log and generic-client labels.
 
 use fsd_proto::{ErrorCode, WireError};
 
 use crate::sys::Errno;
+
+/// Why a guard no longer holds: the `reason` metadata of `FS_STALE_VERSION`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StaleReason {
+    /// The file's bytes are not the ones the guard names.
+    Changed,
+    /// The guarded file is gone.
+    Gone,
+    /// The name now holds a symbolic link.
+    Symlink,
+    /// The path now resolves to another target key.
+    OtherFile,
+    /// Replaced by someone else between the check and the rename (the replace was undone).
+    ChangedWhileWriting,
+    /// A move's destination vanished right after the move.
+    DestinationGone,
+    /// The file was truncated, grew or was rewritten while it was read (or it reports a size
+    /// it does not have): what was read is not the file.
+    ChangedWhileRead,
+}
+
+impl StaleReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StaleReason::Changed => "changed",
+            StaleReason::Gone => "gone",
+            StaleReason::Symlink => "symlink",
+            StaleReason::OtherFile => "other_file",
+            StaleReason::ChangedWhileWriting => "changed_while_writing",
+            StaleReason::DestinationGone => "destination_gone",
+            StaleReason::ChangedWhileRead => "changed_while_read",
+        }
+    }
+}
+
+/// Why the mode fence refused: the `reason` metadata of `FS_SANDBOX_DENIED` (the mode itself
+/// travels as `mode`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Denial {
+    /// The call's mode writes nothing.
+    ReadOnly,
+    /// The target is not below a writable root.
+    NotWritableRoot,
+    /// A path component is a protected name (metadata `name`).
+    Protected(String),
+    /// A move whose source and destination are one file.
+    SameFile,
+    /// The path crosses into another mount below the root, not in `allow_submounts`
+    /// (metadata `name`: the mount point's display path).
+    Submount(String),
+    /// The target is inside a git directory found by what it is (metadata `name`: the git
+    /// directory's display path).
+    GitDir(String),
+}
+
+impl Denial {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Denial::ReadOnly => "read_only",
+            Denial::NotWritableRoot => "not_writable_root",
+            Denial::Protected(_) => "protected",
+            Denial::SameFile => "same_file",
+            Denial::Submount(_) => "submount",
+            Denial::GitDir(_) => "git_dir",
+        }
+    }
+}
 
 /// Why a backend operation failed. Errno travels untouched until [`FsError::code`].
 #[derive(Debug, thiserror::Error)]
@@ -12,8 +81,8 @@ pub enum FsError {
     InvalidPath(&'static str),
     #[error("path resolves outside every root of this daemon")]
     OutsideRoots,
-    #[error("{0}")]
-    Denied(String),
+    #[error("denied: {}", .0.as_str())]
+    Denied(Denial),
     #[error("not found")]
     NotFound,
     #[error("a path component is not a directory")]
@@ -26,13 +95,13 @@ pub enum FsError {
     NotText(&'static str),
     #[error("file is {size} bytes, over the limit of {limit} bytes")]
     TooLarge { size: u64, limit: u64 },
-    #[error("{0}")]
-    Stale(&'static str),
+    #[error("stale: {}", .0.as_str())]
+    Stale(StaleReason),
     #[error("file already exists")]
     AlreadyExists,
-    #[error("String to replace not found in file.")]
+    #[error("edit: no match")]
     EditNotFound,
-    #[error("Found {0} matches of the string to replace")]
+    #[error("edit: {0} matches")]
     AmbiguousEdit(usize),
     #[error("directory has more than {0} entries")]
     TooManyEntries(usize),
@@ -144,6 +213,14 @@ impl Failure {
             wire = wire.with("target_key", key);
         }
         match self.error {
+            FsError::Stale(reason) => wire = wire.with("reason", reason.as_str()),
+            FsError::OutsideRoots => wire = wire.with("reason", "outside_roots"),
+            FsError::Denied(denial) => {
+                wire = wire.with("reason", denial.as_str());
+                if let Denial::Protected(name) | Denial::Submount(name) | Denial::GitDir(name) = denial {
+                    wire = wire.with("name", name);
+                }
+            }
             FsError::TooLarge { size, limit } => {
                 wire = wire.with("size", size.to_string()).with("limit", limit.to_string());
             }
@@ -186,10 +263,32 @@ mod tests {
         check(FsError::Walk(Errno::NOTDIR), ErrorCode::NotDirectory);
         check(FsError::Read(std::io::Error::from_raw_os_error(5)), ErrorCode::IoError);
         check(FsError::OutsideRoots, ErrorCode::SandboxDenied);
-        check(FsError::Denied("x".into()), ErrorCode::SandboxDenied);
+        check(FsError::Denied(Denial::Protected(".git".into())), ErrorCode::SandboxDenied);
+        check(FsError::Stale(StaleReason::Changed), ErrorCode::StaleVersion);
         check(FsError::AlreadyExists, ErrorCode::NotObserved);
         check(FsError::TooLarge { size: 2, limit: 1 }, ErrorCode::TooLarge);
         check(FsError::KeepOwner(Errno::PERM), ErrorCode::PermissionDenied);
+    }
+
+    fn reasons(error: FsError, expected: &[(&str, &str)]) {
+        let wire = Failure::new(error, "/ws/a").into_wire();
+        for (key, value) in expected {
+            assert_eq!(wire.get(key), Some(*value), "{key} of {wire:?}");
+        }
+    }
+
+    #[test]
+    fn reasons_travel_as_metadata() {
+        reasons(FsError::Stale(StaleReason::Gone), &[("reason", "gone")]);
+        reasons(FsError::Stale(StaleReason::OtherFile), &[("reason", "other_file")]);
+        reasons(
+            FsError::Denied(Denial::Protected(".git".into())),
+            &[("reason", "protected"), ("name", ".git")],
+        );
+        reasons(FsError::Denied(Denial::ReadOnly), &[("reason", "read_only")]);
+        reasons(FsError::OutsideRoots, &[("reason", "outside_roots")]);
+        reasons(FsError::AmbiguousEdit(3), &[("count", "3")]);
+        reasons(FsError::TooLarge { size: 9, limit: 4 }, &[("size", "9"), ("limit", "4")]);
     }
 
     #[test]

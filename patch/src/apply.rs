@@ -236,7 +236,6 @@ fn render(text: &FileText<'_>, mut edits: Vec<Edit<'_>>, capacity: usize) -> Res
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use crate::model::Op;

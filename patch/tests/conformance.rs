@@ -6,7 +6,6 @@
 //! `expected/`, except where the seed overrides Codex (015: nothing is written).
 
 #![forbid(unsafe_code)]
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -69,12 +68,13 @@ fn read_tree(dir: &Path) -> Tree {
     fn walk(base: &Path, dir: &Path, tree: &mut Tree) {
         let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display()));
         for entry in entries {
-            let path = entry.unwrap().path();
+            let path = entry.unwrap_or_else(|e| panic!("read_dir {}: {e}", dir.display())).path();
             if path.is_dir() {
                 walk(base, &path, tree);
             } else {
-                let rel = path.strip_prefix(base).unwrap().to_string_lossy().into_owned();
-                tree.insert(rel, std::fs::read(&path).unwrap());
+                let rel = path.strip_prefix(base).unwrap_or(&path).to_string_lossy().into_owned();
+                let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+                tree.insert(rel, bytes);
             }
         }
     }

@@ -1,7 +1,6 @@
 //! The deployment examples in `deploy/` cannot run here (no systemd, container runtime or
 //! cluster), but their configs must stay valid: every `fsd.toml` loads with the daemon's parser
 //! and `fleet.toml` with the client's, so the examples cannot rot silently.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::PathBuf;
 

@@ -3,7 +3,6 @@
 //! create's guarded creation, str_replace's match errors and snippet, insert boundaries with and
 //! without trailing newlines, CRLF and BOM files), null placeholders, the observation policy, and
 //! the policy-off compare-and-swap path.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -2,7 +2,6 @@
 //! wider mode; the seed's rules on sandbox_permissions and justification; an approved call runs
 //! once at the wider mode and is audited; a refused one writes nothing; the daemon refuses what
 //! is above the client's maximum whatever the client claims.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

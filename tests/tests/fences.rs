@@ -2,7 +2,6 @@
 //! bypassed for, the network process holds no filesystem rights, workers run with no_new_privs,
 //! seccomp and few capabilities, links and moves cannot leave the roots, protected paths stay
 //! read-only, read-only mode refuses every mutation, and a hung worker costs only its own call.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -5,7 +5,6 @@
 //! valid credentials, and a token presented on another client's connection, are refused; the
 //! identity keys the maximum mode; a daemon restart is a clear UNAVAILABLE, never a silent
 //! success. Loopback tests cover the reused connection, the idle timeout and reconnection.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 mod pki;

@@ -266,7 +266,7 @@ fn a_file_truncated_while_it_streams_is_not_passed_off_as_the_file() {
     let status = outcome.expect("the stream ended as if it had read the whole file");
     let w = common::rpc::wire(&status);
     assert_eq!(w.code, fsd_proto::ErrorCode::StaleVersion, "{status:?}");
-    assert_eq!(w.message, "file changed while it was read");
+    assert_eq!(w.get("reason"), Some("changed_while_read"), "{status:?}");
 }
 
 /// A git directory by what it is: HEAD, objects/ and refs/.

@@ -1,7 +1,6 @@
 //! The daemon's and the CLI's lifecycle: SIGTERM exits 0 and removes the socket; `fsd-tools call`
 //! exit codes (0 success, 1 tool error, 2 usage or unreachable daemon); the embedded daemon of
 //! `--root` serves the call and leaves no socket directory behind.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -1,7 +1,6 @@
 //! The MCP server face end to end: `fsd-tools mcp --root` (the embedded daemon) driven by the
 //! official MCP Python SDK through `tests/mcp/client.py`. The interpreter is the venv that
 //! `scripts/test.sh` builds; its path comes in `FSD_TEST_PYTHON`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -50,4 +49,57 @@ fn python_sdk_client_drives_the_mcp_server() {
         .status()
         .unwrap_or_else(|e| panic!("cannot run {} (FSD_TEST_PYTHON): {e}", python.display()));
     assert!(status.success(), "tests/mcp/client.py failed ({status}); its stderr says which check");
+}
+
+/// `fsd-tools mcp` reads and writes its stdio pipes on its own (single-threaded) runtime: after
+/// a session of calls the process still has one thread, so no message went through tokio's
+/// blocking pool (whose threads would linger).
+#[test]
+fn the_mcp_server_serves_its_pipes_without_a_blocking_pool() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+
+    let d = common::Daemon::start();
+    d.write("a.txt", "alpha\n");
+    let mut child = Command::new(common::tools_bin())
+        .arg("mcp")
+        .arg("--endpoint")
+        .arg(d.endpoint())
+        .arg("--cwd")
+        .arg(&d.root)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn fsd-tools mcp");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut send = |message: serde_json::Value| {
+        writeln!(stdin, "{message}").unwrap();
+        stdin.flush().unwrap();
+    };
+    let mut receive = || {
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        serde_json::from_str::<serde_json::Value>(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
+    };
+    send(serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "fsd-test", "version": "1"}}}));
+    let init = receive();
+    assert!(init["result"]["serverInfo"].is_object(), "{init}");
+    send(serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    for id in 1..=5 {
+        send(serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "read", "arguments": {"file_path": "a.txt"}}}));
+        let reply = receive();
+        assert_eq!(reply["id"], id, "{reply}");
+        let text = reply["result"]["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("alpha"), "{reply}");
+    }
+    let threads = std::fs::read_dir(format!("/proc/{}/task", child.id())).unwrap().count();
+    // EOF on stdin ends the session.
+    drop(stdin);
+    let _ = child.wait();
+    assert_eq!(threads, 1, "fsd-tools mcp ran {threads} threads: stdio went through a thread pool");
 }

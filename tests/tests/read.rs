@@ -1,7 +1,6 @@
 //! The read tool through the real daemon: the envelope and its three footers, long-line
 //! truncation, the byte cap, offsets, client caps, and every refusal text (not found, not a
 //! regular file, not text, bad arguments).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -2,7 +2,6 @@
 //! paths, wrong extensions, truncated and damaged files, a 16-bit PNG, an animation, a
 //! decompression-bomb header, images over the budget, the source byte cap, a text-only route, a
 //! FIFO, visibility, and the content-addressed store. Every image is generated here.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -12,7 +12,6 @@
 //!
 //! After each suite nothing outside the root has changed, no daemon process died or was replaced
 //! (a panic would kill a worker), and the daemon's log holds no panic.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 

@@ -3,7 +3,6 @@
 //! daemon restarts on the same root. Every file must hold its last acknowledged content or the
 //! content of the call the kill cut, and no `.fsd-tmp-*` file or journal entry may remain (the
 //! supervisor's start-up and dead-worker sweeps remove them; see docs/reliability.md).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 

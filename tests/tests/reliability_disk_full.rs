@@ -3,7 +3,6 @@
 //! its temporary file, fail with FS_NO_SPACE; the original is intact, no temporary file or
 //! journal entry remains, and the daemon keeps serving: once space is freed the same call
 //! succeeds. Needs root and loop devices, and fails (never skips) without them.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,6 @@
 //! read-then-edit on a shared counter and read-then-write on a shared list. The counter must
 //! equal the number of edits that reported success, the list must hold exactly the items whose
 //! writes reported success, and every losing call must have failed with FS_STALE_VERSION.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use fsd_soak::daemon::Bins;
 use fsd_soak::races::{self, RaceOptions};

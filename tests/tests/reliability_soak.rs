@@ -2,7 +2,6 @@
 //! guarded edits of a shared file, stat, listDir, streamed reads) for 20 s while the daemon's
 //! process tree is sampled. Memory (summed VmRSS) and open descriptors of the last quarter of the
 //! samples must stay within generous bounds of the first quarter's; the numbers are printed.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 

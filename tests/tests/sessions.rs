@@ -1,6 +1,5 @@
 //! Sessions on one daemon: observations never cross sessions, and two sessions racing guarded
 //! edits of one file end with exactly one winner and one stale refusal.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -1,7 +1,6 @@
 //! Signed escalation: an approval is an Ed25519 signature by `fsd-approver` over the daemon's own
 //! description of the call, good once, for that session, that path, that content, that
 //! operation, before it expires; anything else is refused with nothing written, and audited.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -1,5 +1,4 @@
 //! The shortest end-to-end path: a real daemon, a real session, read then edit.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

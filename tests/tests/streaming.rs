@@ -1,7 +1,6 @@
 //! Large files through the read tool: files at or above readStreamMinSize (10 MiB) stream from
 //! the daemon in chunks, with the daemon's memory bounded, long lines cut, the byte cap ending
 //! the stream early, and bad bytes anywhere in what is read refused as FS_NOT_TEXT.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

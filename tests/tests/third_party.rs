@@ -4,7 +4,6 @@
 //! compressed request refused, gets SERVING from a grpcio health stub (also on the plaintext
 //! health-only listener) and lists services through server reflection. The interpreter is the
 //! venv `scripts/test.sh` builds; its path comes in `FSD_TEST_PYTHON`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 mod pki;

@@ -1,6 +1,7 @@
 //! Tool failures and the model-facing error texts: every failure renders as `Error: <message>`
 //! with its stable code kept beside it. The FS_NOT_OBSERVED and FS_STALE_VERSION remedies are
-//! added here and only here.
+//! added here and only here. Stale and sandbox refusals are worded here from the daemon's
+//! `reason` metadata (the daemon sends no sentences), each fact once.
 
 use fsd_proto::{ErrorCode, WireError};
 
@@ -10,6 +11,9 @@ pub struct ToolError {
     pub code: String,
     pub message: String,
 }
+
+/// The stale reason the tools find most: the bytes changed since the read.
+const STALE_CHANGED: &str = "file changed on disk since it was read";
 
 /// The remedy appended to stale-version failures.
 pub const STALE_REMEDY: &str = " — re-read the file, then retry";
@@ -33,6 +37,14 @@ impl ToolError {
         )
     }
 
+    /// The observed version no longer holds, as the tools find it themselves before a call.
+    pub fn stale(path: &str) -> ToolError {
+        ToolError::new(
+            ErrorCode::StaleVersion.as_str(),
+            format!("cannot modify \"{path}\": {}{STALE_REMEDY}", STALE_CHANGED),
+        )
+    }
+
     /// The daemon went away mid-session.
     pub fn unavailable(status: &tonic::Status) -> ToolError {
         ToolError::new("UNAVAILABLE", format!("the file service is unavailable: {}", status.message()))
@@ -48,7 +60,7 @@ impl ToolError {
             ErrorCode::NotObserved => ToolError::not_observed(path),
             ErrorCode::StaleVersion => ToolError::new(
                 wire.code.as_str(),
-                format!("cannot modify \"{path}\": {}{STALE_REMEDY}", wire.message),
+                format!("cannot modify \"{path}\": {}{STALE_REMEDY}", stale_reason(&wire)),
             ),
             ErrorCode::SandboxDenied => sandbox_denied("modify", path, &wire),
             ErrorCode::RateLimited => rate_limited("modify", path, &wire),
@@ -86,6 +98,9 @@ impl ToolError {
             ),
             ErrorCode::SandboxDenied => sandbox_denied("read", path, wire),
             ErrorCode::RateLimited => rate_limited("read", path, wire),
+            ErrorCode::StaleVersion => {
+                ToolError::new(code, format!("cannot read \"{path}\": {}", stale_reason(wire)))
+            }
             _ => ToolError::new(code, format!("cannot read \"{path}\": {}", wire.message)),
         }
     }
@@ -102,13 +117,47 @@ fn shown(path: &str) -> String {
     fsd_proto::names::sanitize(path)
 }
 
-/// A refusal by the mode fence, with the seed's marker.
+/// Why a guard no longer holds, from the daemon's `reason`.
+fn stale_reason(wire: &WireError) -> &'static str {
+    match wire.get("reason") {
+        Some("gone") => "file no longer exists",
+        Some("symlink") => "file was replaced by a symbolic link",
+        Some("other_file") => "path now resolves to a different file than the one that was read",
+        Some("changed_while_writing") => "file changed on disk while it was being written",
+        Some("destination_gone") => "destination disappeared after the move",
+        Some("changed_while_read") => "file changed while it was read",
+        _ => STALE_CHANGED,
+    }
+}
+
+/// A refusal by the mode fence, with the seed's marker. The marker names the mode and the
+/// denial; the words before it add only what it does not say (which protected name, which root).
 fn sandbox_denied(verb: &str, path: &str, wire: &WireError) -> ToolError {
     let mode = wire.get("mode").unwrap_or("workspace-write");
-    ToolError::new(
-        ErrorCode::SandboxDenied.as_str(),
-        format!("cannot {verb} \"{path}\": {} [sandbox: file access denied under {mode} mode]", wire.message),
-    )
+    let fact = match wire.get("reason") {
+        Some("protected") => {
+            Some(format!("{} is a protected path", wire.get("name").unwrap_or("a path component")))
+        }
+        Some("not_writable_root") => Some("not inside a writable root".to_owned()),
+        Some("outside_roots") => Some("path resolves outside every root of this daemon".to_owned()),
+        Some("same_file") => Some("source and destination are the same file".to_owned()),
+        Some("submount") => Some(format!(
+            "{} is another mount below the root (not in allow_submounts)",
+            wire.get("name").unwrap_or("a path component")
+        )),
+        Some("git_dir") => {
+            Some(format!("{} is a git directory (protected)", wire.get("name").unwrap_or("a directory")))
+        }
+        Some("read_only") => None,
+        // Refusals decided outside the backend's fence (escalation, an unserved mode).
+        _ => Some(wire.message.clone()),
+    };
+    let marker = format!("[sandbox: file access denied under {mode} mode]");
+    let message = match fact {
+        Some(fact) => format!("cannot {verb} \"{path}\": {fact} {marker}"),
+        None => format!("cannot {verb} \"{path}\" {marker}"),
+    };
+    ToolError::new(ErrorCode::SandboxDenied.as_str(), message)
 }
 
 /// A per-client budget of the daemon is spent: nothing was done; the daemon says how long to
@@ -136,31 +185,86 @@ mod tests {
         assert_eq!(got.text(), expected);
     }
 
+    /// A daemon error as the daemon sends it: a code, a terse label and metadata.
+    fn wire(code: ErrorCode, meta: &[(&str, &str)]) -> tonic::Status {
+        let mut wire = WireError::new(code, "/ws/a.txt", "label").with("mode", "workspace-write");
+        for (key, value) in meta {
+            wire = wire.with(key, *value);
+        }
+        wire.into_status()
+    }
+
+    /// Every text rendered from a stale or sandbox reason, and the seed's strings, byte-exact.
     #[test]
     fn provider_codes_render_as_the_seed_says() {
-        let wire = |code, msg: &str| {
-            WireError::new(code, "/ws/a.txt", msg).with("mode", "workspace-write").into_status()
+        let m = "Error: cannot modify \"/ws/a.txt\": ";
+        let stale = |reason: &str, words: &str| {
+            check(
+                wire(ErrorCode::StaleVersion, &[("reason", reason)]),
+                false,
+                &format!("{m}{words} — re-read the file, then retry"),
+            );
         };
+        stale("changed", "file changed on disk since it was read");
+        stale("gone", "file no longer exists");
+        stale("symlink", "file was replaced by a symbolic link");
+        stale("other_file", "path now resolves to a different file than the one that was read");
+        stale("changed_while_writing", "file changed on disk while it was being written");
+        stale("destination_gone", "destination disappeared after the move");
+        stale("changed_while_read", "file changed while it was read");
+        stale("a reason from a newer daemon", "file changed on disk since it was read");
+        assert_eq!(
+            ToolError::stale("/ws/a.txt").text(),
+            format!("{m}file changed on disk since it was read — re-read the file, then retry")
+        );
+
+        let marker = "[sandbox: file access denied under workspace-write mode]";
+        let denied = |meta: &[(&str, &str)], read: bool, expected: &str| {
+            check(wire(ErrorCode::SandboxDenied, meta), read, &format!("{expected} {marker}"));
+        };
+        denied(&[("reason", "protected"), ("name", ".git")], false, &format!("{m}.git is a protected path"));
+        denied(&[("reason", "not_writable_root")], false, &format!("{m}not inside a writable root"));
+        denied(
+            &[("reason", "outside_roots")],
+            true,
+            "Error: cannot read \"/ws/a.txt\": path resolves outside every root of this daemon",
+        );
+        denied(&[("reason", "same_file")], false, &format!("{m}source and destination are the same file"));
+        denied(
+            &[("reason", "submount"), ("name", "/ws/host")],
+            false,
+            &format!("{m}/ws/host is another mount below the root (not in allow_submounts)"),
+        );
+        denied(
+            &[("reason", "git_dir"), ("name", "/ws/g2")],
+            false,
+            &format!("{m}/ws/g2 is a git directory (protected)"),
+        );
         check(
-            wire(ErrorCode::NotObserved, "file already exists"),
+            WireError::new(ErrorCode::SandboxDenied, "/ws/a.txt", "label")
+                .with("mode", "read-only")
+                .with("reason", "read_only")
+                .into_status(),
+            false,
+            "Error: cannot modify \"/ws/a.txt\" [sandbox: file access denied under read-only mode]",
+        );
+
+        check(
+            wire(ErrorCode::NotObserved, &[]),
             false,
             "Error: cannot modify \"/ws/a.txt\": file has not been read — read the file, then retry",
         );
+        check(wire(ErrorCode::NotFound, &[]), true, "Error: cannot read \"/ws/a.txt\": not found");
+        check(wire(ErrorCode::NotFound, &[]), false, "Error: cannot modify \"/ws/a.txt\": not found");
         check(
-            wire(ErrorCode::StaleVersion, "file changed on disk since it was read"),
-            false,
-            "Error: cannot modify \"/ws/a.txt\": file changed on disk since it was read — re-read the file, then retry",
-        );
-        check(wire(ErrorCode::NotFound, "not found"), true, "Error: cannot read \"/ws/a.txt\": not found");
-        check(
-            wire(ErrorCode::NotRegularFile, "not a regular file"),
+            wire(ErrorCode::NotRegularFile, &[]),
             true,
             "Error: cannot read \"/ws/a.txt\": not a regular file",
         );
         check(
-            wire(ErrorCode::SandboxDenied, "path resolves outside every root of this daemon"),
-            false,
-            "Error: cannot modify \"/ws/a.txt\": path resolves outside every root of this daemon [sandbox: file access denied under workspace-write mode]",
+            wire(ErrorCode::NotText, &[]),
+            true,
+            "Error: cannot read \"/ws/a.txt\": the file is not UTF-8 text (it has invalid UTF-8 or NUL bytes)",
         );
         let limited = |budget: &str, ms: &str| {
             WireError::new(ErrorCode::RateLimited, "/ws/a.txt", "the caller's budget is spent")
@@ -183,5 +287,25 @@ mod tests {
             true,
             "Error: the file service is unavailable: connection reset",
         );
+    }
+
+    /// No rendered refusal says the same thing twice (the old daemon sentence repeated the
+    /// marker's "file access denied under … mode").
+    #[test]
+    fn no_refusal_states_a_fact_twice() {
+        for reason in [
+            "protected",
+            "not_writable_root",
+            "outside_roots",
+            "same_file",
+            "read_only",
+            "submount",
+            "git_dir",
+        ] {
+            let status = wire(ErrorCode::SandboxDenied, &[("reason", reason), ("name", ".git")]);
+            let text = ToolError::from_mutation("/ws/a.txt", &status).text();
+            assert_eq!(text.matches("file access denied").count(), 1, "{text}");
+            assert_eq!(text.matches("workspace-write").count(), 1, "{text}");
+        }
     }
 }

@@ -77,7 +77,7 @@ impl McpServer {
 
     /// Serves MCP on this process's stdin and stdout until the client closes stdin.
     pub async fn serve_stdio(self) -> Result<(), McpError> {
-        let running = self.serve(rmcp::transport::stdio()).await.map_err(Box::new)?;
+        let running = self.serve((stdio::input(), stdio::output())).await.map_err(Box::new)?;
         running.waiting().await?;
         Ok(())
     }
@@ -196,8 +196,6 @@ impl ServerHandler for McpServer {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
-
     use super::*;
     use crate::failure::ToolError;
 
@@ -243,5 +241,51 @@ mod tests {
         let v = serde_json::to_value(call_result(result)).unwrap();
         assert_eq!(v["content"][1], json!({"type": "image", "data": "AQID", "mimeType": "image/png"}));
         assert_eq!(v["_meta"]["fsd/code"], Value::Null);
+    }
+}
+
+/// Standard input and output without tokio's blocking pool: `tokio::io::stdin()` (and rmcp's
+/// stdio transport) hands every read and write to a pool thread, a hop per message. MCP hosts
+/// start servers on pipes (or socket pairs), which epoll watches like any socket, so the runtime
+/// reads and writes them itself; anything else (a file, a terminal) falls back to tokio's
+/// standard streams.
+mod stdio {
+    use std::os::fd::{AsFd, OwnedFd};
+    use std::pin::Pin;
+
+    use tokio::io::{AsyncRead, AsyncWrite};
+
+    pub type Input = Pin<Box<dyn AsyncRead + Send>>;
+    pub type Output = Pin<Box<dyn AsyncWrite + Send>>;
+
+    /// A non-blocking socket on `fd`, if it is a socket.
+    fn socket(fd: OwnedFd) -> Option<tokio::net::UnixStream> {
+        let socket = std::os::unix::net::UnixStream::from(fd);
+        // getsockname fails on anything that is not a socket.
+        socket.local_addr().ok()?;
+        socket.set_nonblocking(true).ok()?;
+        tokio::net::UnixStream::from_std(socket).ok()
+    }
+
+    pub fn input() -> Input {
+        let dup = || std::io::stdin().as_fd().try_clone_to_owned().ok();
+        if let Some(pipe) = dup().and_then(|fd| tokio::net::unix::pipe::Receiver::from_owned_fd(fd).ok()) {
+            return Box::pin(pipe);
+        }
+        if let Some(socket) = dup().and_then(socket) {
+            return Box::pin(socket);
+        }
+        Box::pin(tokio::io::stdin())
+    }
+
+    pub fn output() -> Output {
+        let dup = || std::io::stdout().as_fd().try_clone_to_owned().ok();
+        if let Some(pipe) = dup().and_then(|fd| tokio::net::unix::pipe::Sender::from_owned_fd(fd).ok()) {
+            return Box::pin(pipe);
+        }
+        if let Some(socket) = dup().and_then(socket) {
+            return Box::pin(socket);
+        }
+        Box::pin(tokio::io::stdout())
     }
 }

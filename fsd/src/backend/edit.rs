@@ -6,7 +6,7 @@ use std::os::fd::AsFd;
 use super::resolve::WalkOptions;
 use super::write::{Place, current_file, place_file, same_key};
 use super::{Backend, EditGuard, Mode, Outcome, read, text, version};
-use crate::error::{Failure, FsError};
+use crate::error::{Failure, FsError, StaleReason};
 
 impl Backend {
     pub(super) fn edit_text(
@@ -21,27 +21,26 @@ impl Backend {
         let options = WalkOptions { follow_final: true, create_parents: false };
         let resolved = match self.walk(mode, path, options) {
             Err(Failure { error: FsError::NotFound, path, .. }) => {
-                return Err(Failure::new(FsError::Stale("file no longer exists"), path));
+                return Err(Failure::new(FsError::Stale(StaleReason::Gone), path));
             }
             other => other?,
         };
         let fail = |e| self.fail(e, &resolved);
         if resolved.meta.is_none() {
-            return Err(fail(FsError::Stale("file no longer exists")));
+            return Err(fail(FsError::Stale(StaleReason::Gone)));
         }
         self.may_write(mode, resolved.root, &resolved.rel).map_err(fail)?;
         let target = self.target(&resolved);
         let _held = self.lock(&[&target.key], &resolved)?;
 
-        let (file, meta) = current_file(&resolved)
-            .map_err(fail)?
-            .ok_or_else(|| fail(FsError::Stale("file no longer exists")))?;
+        let (file, meta) =
+            current_file(&resolved).map_err(fail)?.ok_or_else(|| fail(FsError::Stale(StaleReason::Gone)))?;
         // The stale check comes before matching, so a stale edit never reports a match failure
         // against content the caller has not seen.
         if let Some(guard) = &guard {
             same_key(guard.target_key.as_ref(), &target.key).map_err(fail)?;
-            if version::of_file(&file, &meta) != guard.version {
-                return Err(fail(FsError::Stale("file changed on disk since it was read")));
+            if !version::holds(&guard.version, &file, &meta).map_err(fail)? {
+                return Err(fail(FsError::Stale(StaleReason::Changed)));
             }
         }
         let bytes = read::read_bounded(&file, &meta, self.limits.max_editable_bytes).map_err(fail)?;
@@ -60,7 +59,7 @@ impl Backend {
         .map_err(fail)?;
         Ok(Outcome::EditText {
             target,
-            version: version::of_file(&file, &new_meta),
+            version: version::of_content(&file, &new_meta, after.as_bytes()),
             replacements: replaced.count,
             change: self.change(Some(body), true, Some(&replaced.text)),
         })

@@ -287,7 +287,6 @@ fn remove_if_ours(root: BorrowedFd<'_>, key: &OsStr, record: &Record<'_>) -> boo
 }
 
 #[cfg(test)]
-#[allow(clippy::expect_used)]
 mod tests {
     use super::*;
 

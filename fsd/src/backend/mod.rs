@@ -19,11 +19,11 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 pub use locks::{Guard, Locking, TargetLocks};
-pub use read::{CHANGED, StreamHeader, unchanged};
+pub use read::{StreamDigest, StreamHeader, unchanged};
 use resolve::{Resolved, Root, WalkOptions};
 use std::sync::Arc;
 
-use crate::error::{Failure, FsError};
+use crate::error::{Denial, Failure, FsError};
 use crate::sys;
 
 /// Prefix of the temporary files of an atomic replace; listDir hides names with it.
@@ -398,11 +398,8 @@ impl Backend {
         if options.create_parents && mode == Mode::WorkspaceWrite {
             let named = resolve::raw_components(path, self.allow_backslash).unwrap_or_default();
             if let Some(name) = named.iter().find(|c| self.protected.contains(c)) {
-                let why = format!(
-                    "file access denied under workspace-write mode: {} is a protected path",
-                    resolve::escape_bytes(name.as_bytes())
-                );
-                return Err(Failure::new(FsError::Denied(why), path));
+                let denial = Denial::Protected(resolve::escape_bytes(name.as_bytes()));
+                return Err(Failure::new(FsError::Denied(denial), path));
             }
         }
         let may_create = |root: usize, rel: &[OsString]| self.may_write(mode, root, rel);
@@ -425,24 +422,17 @@ impl Backend {
     /// Whether `mode` may change `rel` below `root`: the fence as the resolver enforces it.
     fn may_write(&self, mode: Mode, root: usize, rel: &[OsString]) -> Result<(), FsError> {
         match mode {
-            Mode::ReadOnly => Err(FsError::Denied("file access denied under read-only mode".into())),
+            Mode::ReadOnly => Err(FsError::Denied(Denial::ReadOnly)),
             Mode::WorkspaceWrite => {
                 if !self.roots[root].writable || root >= self.configured {
-                    return Err(FsError::Denied(
-                        "file access denied under workspace-write mode: not inside a writable root".into(),
-                    ));
+                    return Err(FsError::Denied(Denial::NotWritableRoot));
                 }
                 if let Some(name) = rel.iter().find(|c| self.protected.contains(c)) {
-                    return Err(FsError::Denied(format!(
-                        "file access denied under workspace-write mode: {} is a protected path",
-                        resolve::escape_bytes(name.as_bytes())
-                    )));
+                    return Err(FsError::Denied(Denial::Protected(resolve::escape_bytes(name.as_bytes()))));
                 }
                 if let Some(depth) = self.git_dir_above(root, rel)? {
-                    return Err(FsError::Denied(format!(
-                        "file access denied under workspace-write mode: {} is a git directory (protected)",
-                        resolve::display_path(&self.roots, root, &rel[..depth])
-                    )));
+                    let git_dir = resolve::display_path(&self.roots, root, &rel[..depth]);
+                    return Err(FsError::Denied(Denial::GitDir(git_dir)));
                 }
                 Ok(())
             }

@@ -6,7 +6,7 @@ use std::os::fd::AsFd;
 use super::resolve::{Resolved, WalkOptions};
 use super::write::{Place, current_file, place_file, same_key};
 use super::{Backend, Change, EditGuard, Mode, Outcome, WriteGuard, read, text, version};
-use crate::error::{Failure, FsError};
+use crate::error::{Denial, Failure, FsError, StaleReason};
 use crate::sys::{self, Errno, Kind, RenameHow};
 
 impl Backend {
@@ -15,7 +15,7 @@ impl Backend {
     fn walk_source(&self, mode: Mode, path: &str, guarded: bool) -> Result<Resolved, Failure> {
         let options = WalkOptions { follow_final: false, create_parents: false };
         let missing = |path: String| {
-            let error = if guarded { FsError::Stale("file no longer exists") } else { FsError::NotFound };
+            let error = if guarded { FsError::Stale(StaleReason::Gone) } else { FsError::NotFound };
             Failure::new(error, path)
         };
         let resolved = match self.walk(mode, path, options) {
@@ -39,8 +39,8 @@ impl Backend {
     ) -> Result<(), FsError> {
         if let Some(guard) = guard {
             same_key(guard.target_key.as_ref(), key)?;
-            if version::of_file(file, meta) != guard.version {
-                return Err(FsError::Stale("file changed on disk since it was read"));
+            if !version::holds(&guard.version, file, meta)? {
+                return Err(FsError::Stale(StaleReason::Changed));
             }
         }
         Ok(())
@@ -66,8 +66,7 @@ impl Backend {
         self.may_write(mode, resolved.root, &resolved.rel).map_err(fail)?;
         let target = self.target(&resolved);
         let _held = self.lock(&[&target.key], &resolved)?;
-        let missing =
-            if guard.is_some() { FsError::Stale("file no longer exists") } else { FsError::NotFound };
+        let missing = if guard.is_some() { FsError::Stale(StaleReason::Gone) } else { FsError::NotFound };
         let (file, meta) = current_file(&resolved).map_err(fail)?.ok_or_else(|| fail(missing))?;
         self.check_source_guard(guard.as_ref(), &target.key, &file, &meta).map_err(fail)?;
         let before = self.bounded_text(&file, &meta);
@@ -105,12 +104,12 @@ impl Backend {
         let src_target = self.target(&src);
         let dst_target = self.target(&dst);
         if src_target.key == dst_target.key {
-            return Err(self.fail(FsError::Denied("source and destination are the same file".into()), &dst));
+            return Err(self.fail(FsError::Denied(Denial::SameFile), &dst));
         }
         let _held = self.lock(&[&src_target.key, &dst_target.key], &dst)?;
 
         let src_missing =
-            if source_guard.is_some() { FsError::Stale("file no longer exists") } else { FsError::NotFound };
+            if source_guard.is_some() { FsError::Stale(StaleReason::Gone) } else { FsError::NotFound };
         let (src_file, src_meta) = current_file(&src)
             .map_err(|e| self.fail(e, &src))?
             .ok_or_else(|| self.fail(src_missing, &src))?;
@@ -122,12 +121,12 @@ impl Backend {
                 return Err(self.fail(FsError::AlreadyExists, &dst));
             }
             (Some(WriteGuard::ReplaceIfVersion { .. }), None) => {
-                return Err(self.fail(FsError::Stale("file no longer exists"), &dst));
+                return Err(self.fail(FsError::Stale(StaleReason::Gone), &dst));
             }
             (Some(WriteGuard::ReplaceIfVersion { version: expected, target_key }), Some((file, meta))) => {
                 same_key(target_key.as_ref(), &dst_target.key).map_err(|e| self.fail(e, &dst))?;
-                if version::of_file(file, meta) != *expected {
-                    return Err(self.fail(FsError::Stale("file changed on disk since it was read"), &dst));
+                if !version::holds(expected, file, meta).map_err(|e| self.fail(e, &dst))? {
+                    return Err(self.fail(FsError::Stale(StaleReason::Changed), &dst));
                 }
             }
             _ => {}
@@ -181,7 +180,7 @@ impl Backend {
         let dst_file_meta = current_file(&dst).map_err(|e| self.fail(e, &dst))?;
         let destination_version = match dst_file_meta {
             Some((file, meta)) => version::of_file(&file, &meta),
-            None => return Err(self.fail(FsError::Stale("destination disappeared after the move"), &dst)),
+            None => return Err(self.fail(FsError::Stale(StaleReason::DestinationGone), &dst)),
         };
         let source_change = match (&source_removal_error, src_text.clone()) {
             (Some(_), _) => Change::default(),

@@ -10,7 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use super::resolve::{self, Resolved, WalkOptions};
 use super::{Backend, DirEntry, FileType, Info, Mode, Outcome, TEMP_PREFIX, Target, text, version};
-use crate::error::{Failure, FsError};
+use crate::error::{Failure, FsError, StaleReason};
 use crate::sys::{self, Errno, Kind, Meta};
 
 /// The first message of a streamed read.
@@ -21,16 +21,40 @@ pub struct StreamHeader {
     pub size: u64,
 }
 
-/// What a read answers when the file it reads is not the file it opened any more.
-pub const CHANGED: &str = "file changed while it was read";
-
 /// Whether the file still is what it was when it was opened: same size, same mtime and ctime.
 pub fn unchanged(file: &File, at_open: &Meta) -> Result<(), FsError> {
     let now = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
     if now.size != at_open.size || now.mtime != at_open.mtime || now.ctime != at_open.ctime {
-        return Err(FsError::Stale(CHANGED));
+        return Err(FsError::Stale(StaleReason::ChangedWhileRead));
     }
     Ok(())
+}
+
+/// Hashes a streamed file's chunks as they pass, so that a stream that reached the end yields a
+/// version with a digest without a second read.
+#[derive(Debug, Default)]
+pub struct StreamDigest {
+    hasher: blake3::Hasher,
+    sent: u64,
+}
+
+impl StreamDigest {
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.hasher.update(bytes);
+        self.sent += bytes.len() as u64;
+    }
+
+    /// Bytes hashed so far: the offset of the next chunk.
+    pub fn sent(&self) -> u64 {
+        self.sent
+    }
+
+    /// The header's version completed with the digest; `None` when the length sent differs
+    /// from the one opened (the file changed while it was sent).
+    pub fn finish(&self, header: &StreamHeader) -> Option<String> {
+        (self.sent == header.size)
+            .then(|| version::with_digest(header.version.clone(), self.sent, &self.hasher.finalize()))
+    }
 }
 
 fn file_type(kind: Kind) -> FileType {
@@ -58,7 +82,7 @@ pub(super) fn read_bounded(file: &File, at_open: &Meta, limit: u64) -> Result<Ve
             return Err(FsError::TooLarge { size: buf.len() as u64, limit });
         }
     } else if buf.len() as u64 != at_open.size {
-        return Err(FsError::Stale(CHANGED));
+        return Err(FsError::Stale(StaleReason::ChangedWhileRead));
     }
     unchanged(file, at_open)?;
     Ok(buf)
@@ -128,13 +152,11 @@ impl Backend {
         }
         let bytes = read_bounded(&file, &meta, limit).map_err(|e| self.fail(e, &resolved))?;
         text::decode(&bytes).map_err(|e| self.fail(e, &resolved))?;
+        // The digest is of the bytes just read, so no second read; the model saw exactly these.
+        let version = version::of_content(&file, &meta, &bytes);
         let text = String::from_utf8(bytes)
             .map_err(|_| self.fail(FsError::NotText("file is not valid UTF-8"), &resolved))?;
-        Ok(Outcome::ReadText {
-            target: self.target(&resolved),
-            version: version::of_file(&file, &meta),
-            text,
-        })
+        Ok(Outcome::ReadText { target: self.target(&resolved), version, text })
     }
 
     pub(super) fn read_bytes(&self, mode: Mode, path: &str, max_bytes: u64) -> Result<Outcome, Failure> {
@@ -148,11 +170,8 @@ impl Backend {
             return Err(self.fail(FsError::TooLarge { size: meta.size, limit }, &resolved));
         }
         let data = read_bounded(&file, &meta, limit).map_err(|e| self.fail(e, &resolved))?;
-        Ok(Outcome::ReadBytes {
-            target: self.target(&resolved),
-            version: version::of_file(&file, &meta),
-            data,
-        })
+        let version = version::of_content(&file, &meta, &data);
+        Ok(Outcome::ReadBytes { target: self.target(&resolved), version, data })
     }
 
     /// Opens a file for a streamed read: the header and the open handle. The handle can cross
@@ -284,7 +303,8 @@ mod tests {
     #[test]
     fn a_read_of_a_file_that_changed_under_it_is_stale() {
         let dir = tempfile::tempdir().unwrap();
-        let stale = |r: Result<Vec<u8>, FsError>| matches!(r, Err(FsError::Stale(CHANGED)));
+        let stale =
+            |r: Result<Vec<u8>, FsError>| matches!(r, Err(FsError::Stale(StaleReason::ChangedWhileRead)));
 
         let (_, file, meta) = opened(dir.path(), 1000);
         assert_eq!(read_bounded(&file, &meta, 1 << 20).unwrap().len(), 1000);

@@ -9,7 +9,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::error::FsError;
+use crate::error::{Denial, FsError};
 use crate::sys::{self, Errno, Kind, Meta};
 
 /// At most this many symlinks are followed in one resolution (the kernel's own limit).
@@ -244,10 +244,7 @@ pub fn resolve(
         if !walk.roots[walk.root].may_enter(meta.mount) {
             let mut rel = walk.rel.clone();
             rel.push(name);
-            return Err(FsError::Denied(format!(
-                "file access denied: {} is a mount point below the root (not in allow_submounts)",
-                display_path(roots, walk.root, &rel)
-            )));
+            return Err(FsError::Denied(Denial::Submount(display_path(roots, walk.root, &rel))));
         }
         match meta.kind {
             Kind::Symlink if !is_final || options.follow_final => {

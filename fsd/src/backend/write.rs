@@ -11,7 +11,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use super::journal::{Entry, Scope};
 use super::resolve::{Resolved, WalkOptions};
 use super::{Backend, Mode, Outcome, WriteGuard, WriteOperation, text, version};
-use crate::error::{Failure, FsError};
+use crate::error::{Failure, FsError, StaleReason};
 use crate::sys::{self, Errno, Kind, Meta, RenameHow};
 
 /// Mode bits of files the daemon creates.
@@ -123,7 +123,7 @@ pub(super) fn place_file<'a>(
                         temp.armed = false;
                         return Err(FsError::Rename(errno));
                     }
-                    return Err(FsError::Stale("file changed on disk while it was being written"));
+                    return Err(FsError::Stale(StaleReason::ChangedWhileWriting));
                 }
                 // Still armed: dropping `temp` removes the old file.
             }
@@ -150,12 +150,12 @@ fn keep_attributes(dir: BorrowedFd<'_>, name: &OsStr, old: &Meta, new: &File) ->
     use std::os::unix::ffi::OsStrExt;
     let replaced = match sys::open_read(dir, name) {
         Ok(file) => file,
-        Err(Errno::NOENT) => return Err(FsError::Stale("file no longer exists")),
+        Err(Errno::NOENT) => return Err(FsError::Stale(StaleReason::Gone)),
         Err(errno) => return Err(FsError::KeepAttributes(errno)),
     };
     let now = sys::meta(replaced.as_fd()).map_err(FsError::Metadata)?;
     if (now.dev, now.ino) != (old.dev, old.ino) {
-        return Err(FsError::Stale("file changed on disk while it was being written"));
+        return Err(FsError::Stale(StaleReason::ChangedWhileWriting));
     }
     let names = match sys::list_xattrs(replaced.as_fd()) {
         Ok(names) => names,
@@ -193,7 +193,7 @@ pub(super) fn current_file(resolved: &Resolved) -> Result<Option<(File, Meta)>, 
         Err(errno) => return Err(FsError::Metadata(errno)),
         // Replaced by a link since the walk: not the file the caller resolved.
         Ok(m) if m.kind == Kind::Symlink => {
-            return Err(FsError::Stale("file was replaced by a symbolic link"));
+            return Err(FsError::Stale(StaleReason::Symlink));
         }
         Ok(m) if m.kind != Kind::File => return Err(FsError::NotRegularFile),
         Ok(_) => {}
@@ -213,9 +213,7 @@ pub(super) fn current_file(resolved: &Resolved) -> Result<Option<(File, Meta)>, 
 /// Checks a target key a guard names against the resolved one.
 pub(super) fn same_key(expected: Option<&String>, actual: &str) -> Result<(), FsError> {
     match expected {
-        Some(key) if !key.is_empty() && key != actual => {
-            Err(FsError::Stale("path now resolves to a different file than the one that was read"))
-        }
+        Some(key) if !key.is_empty() && key != actual => Err(FsError::Stale(StaleReason::OtherFile)),
         _ => Ok(()),
     }
 }
@@ -238,7 +236,7 @@ impl Backend {
         let create_parents = !matches!(guard, Some(WriteGuard::ReplaceIfVersion { .. }));
         let resolved = match self.walk(mode, path, WalkOptions { follow_final: true, create_parents }) {
             Err(Failure { error: FsError::NotFound, path, .. }) if !create_parents => {
-                return Err(Failure::new(FsError::Stale("file no longer exists"), path));
+                return Err(Failure::new(FsError::Stale(StaleReason::Gone), path));
             }
             other => other?,
         };
@@ -251,12 +249,12 @@ impl Backend {
         match (&guard, &existing) {
             (Some(WriteGuard::CreateIfAbsent), Some(_)) => return Err(fail(FsError::AlreadyExists)),
             (Some(WriteGuard::ReplaceIfVersion { .. }), None) => {
-                return Err(fail(FsError::Stale("file no longer exists")));
+                return Err(fail(FsError::Stale(StaleReason::Gone)));
             }
             (Some(WriteGuard::ReplaceIfVersion { version: expected, target_key }), Some((file, meta))) => {
                 same_key(target_key.as_ref(), &target.key).map_err(fail)?;
-                if version::of_file(file, meta) != *expected {
-                    return Err(fail(FsError::Stale("file changed on disk since it was read")));
+                if !version::holds(expected, file, meta).map_err(fail)? {
+                    return Err(fail(FsError::Stale(StaleReason::Changed)));
                 }
             }
             _ => {}
@@ -275,7 +273,7 @@ impl Backend {
                 )
                 .map_err(fail)?;
                 let change = self.change(None, true, Some(&content));
-                (WriteOperation::Create, version::of_file(&file, &meta), change)
+                (WriteOperation::Create, version::of_content(&file, &meta, content.as_bytes()), change)
             }
             Some((old_file, old_meta)) => {
                 let whole = old_meta.size <= self.limits.max_diff_text_bytes;
@@ -297,7 +295,8 @@ impl Backend {
                 )
                 .map_err(fail)?;
                 let change = self.change(old_text, old_text.is_some(), Some(&new_content));
-                (WriteOperation::Update, version::of_file(&file, &meta), change)
+                let version = version::of_content(&file, &meta, new_content.as_bytes());
+                (WriteOperation::Update, version, change)
             }
         };
         Ok(Outcome::WriteText { target, operation, version, change })

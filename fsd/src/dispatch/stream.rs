@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::backend::{StreamDigest, StreamHeader};
+
 /// One chunk to read.
 struct Job {
     file: Arc<File>,
@@ -99,34 +101,41 @@ pub enum Ended {
 
 /// Sends `file` in chunks of `chunk` bytes into `tx`, converting each with `wrap`; gives up
 /// when a chunk waits longer than `idle` for room (the reader stopped reading). Sends exactly
-/// the file's size at the start: a file that ends early, has bytes past that size (a size-0
-/// procfs or FUSE file that never ends) or whose metadata changed by the end is
-/// [`Ended::Changed`], never a stream that passes for the whole file.
+/// the file's size at open: a file that ends early, has bytes past that size (a size-0 procfs
+/// or FUSE file that never ends) or whose metadata changed by the end is [`Ended::Changed`],
+/// never a stream that passes for the whole file. The chunks are hashed as they pass: having
+/// reached the end, it returns the version `header` completed with the digest of every byte
+/// sent.
 pub async fn pump<T>(
     readers: &Readers,
     file: File,
+    header: &StreamHeader,
     chunk: usize,
     idle: Duration,
     tx: &mpsc::Sender<T>,
     wrap: impl Fn(Vec<u8>) -> T,
-) -> Result<(), Ended> {
+) -> Result<Option<String>, Ended> {
     use std::os::fd::AsFd;
     let at_open = crate::sys::meta(file.as_fd()).map_err(|e| Ended::Read(e.into()))?;
+    if at_open.size != header.size {
+        return Err(Ended::Changed);
+    }
     let file = Arc::new(file);
-    let mut offset = 0u64;
-    while offset < at_open.size {
-        let want = chunk.min(usize::try_from(at_open.size - offset).unwrap_or(usize::MAX));
-        let bytes = readers.read(file.clone(), offset, want).await.map_err(Ended::Read)?;
+    let mut digest = StreamDigest::default();
+    while digest.sent() < at_open.size {
+        let want = chunk.min(usize::try_from(at_open.size - digest.sent()).unwrap_or(usize::MAX));
+        let bytes = readers.read(file.clone(), digest.sent(), want).await.map_err(Ended::Read)?;
         if bytes.len() < want {
             return Err(Ended::Changed);
         }
-        offset += bytes.len() as u64;
+        digest.update(&bytes);
         send(tx, wrap(bytes), idle).await?;
     }
-    if !readers.read(file.clone(), offset, 1).await.map_err(Ended::Read)?.is_empty() {
+    if !readers.read(file.clone(), digest.sent(), 1).await.map_err(Ended::Read)?.is_empty() {
         return Err(Ended::Changed);
     }
-    crate::backend::unchanged(&file, &at_open).map_err(|_| Ended::Changed)
+    crate::backend::unchanged(&file, &at_open).map_err(|_| Ended::Changed)?;
+    Ok(digest.finish(header))
 }
 
 /// Sends one item, waiting for room at most `idle`.
@@ -187,7 +196,17 @@ mod tests {
         let data: Vec<u8> = (0..10_000u32).map(|n| (n % 251) as u8).collect();
         file.write_all(&data).expect("write");
         let (tx, mut rx) = mpsc::channel(64);
-        pump(&readers, file, 4096, Duration::from_secs(5), &tx, |b| b).await.expect("pump");
+        let header = StreamHeader {
+            target: crate::backend::Target { key: "k".into(), display: "d".into() },
+            version: "v".into(),
+            size: data.len() as u64,
+        };
+        let version =
+            pump(&readers, file, &header, 4096, Duration::from_secs(5), &tx, |b| b).await.expect("pump");
+        assert!(
+            version.is_some_and(|v| v.starts_with('v')),
+            "a stream that reached the end carries a digest"
+        );
         drop(tx);
         let mut got = Vec::new();
         let mut sizes = Vec::new();
@@ -204,8 +223,13 @@ mod tests {
         let readers = Readers::start(1).expect("readers");
         // /proc files report size 0 and keep answering: nothing is sent, the stream fails.
         let file = File::open("/proc/self/status").expect("procfs");
+        let header = |size| StreamHeader {
+            target: crate::backend::Target { key: "k".into(), display: "d".into() },
+            version: "v".into(),
+            size,
+        };
         let (tx, mut rx) = mpsc::channel(64);
-        let ended = pump(&readers, file, 4096, Duration::from_secs(5), &tx, |b| b).await;
+        let ended = pump(&readers, file, &header(0), 4096, Duration::from_secs(5), &tx, |b| b).await;
         assert!(matches!(ended, Err(Ended::Changed)), "{ended:?}");
         drop(tx);
         assert!(rx.recv().await.is_none());
@@ -221,7 +245,7 @@ mod tests {
             }
             b.len()
         };
-        let ended = pump(&readers, file, 4096, Duration::from_secs(5), &tx, wrap).await;
+        let ended = pump(&readers, file, &header(100_000), 4096, Duration::from_secs(5), &tx, wrap).await;
         assert!(matches!(ended, Err(Ended::Changed)), "{ended:?}");
         drop(tx);
         let mut sent = 0;
@@ -239,7 +263,12 @@ mod tests {
         let (tx, rx) = mpsc::channel(1);
         let (cancel_tx, cancel_rx) = oneshot::channel();
         let mut replies = Replies::new(rx, cancel_rx);
-        let ended = pump(&readers, file, 4096, Duration::from_millis(100), &tx, |b| b.len()).await;
+        let header = StreamHeader {
+            target: crate::backend::Target { key: "k".into(), display: "d".into() },
+            version: "v".into(),
+            size: 64 << 10,
+        };
+        let ended = pump(&readers, file, &header, 4096, Duration::from_millis(100), &tx, |b| b.len()).await;
         assert!(matches!(ended, Err(Ended::Idle)), "{ended:?}");
         assert!(cancel_tx.send(0).is_ok());
         drop(tx);

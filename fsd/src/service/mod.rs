@@ -209,13 +209,19 @@ impl Fsd for FsdService {
         // A task, not a thread: it waits on the shared reader pool and on the reader's demand.
         tokio::spawn(async move {
             let _open = stream_permit;
-            let mut ended = stream::send(&tx, Ok(wire::stream_header(header)), idle).await;
+            let mut ended =
+                stream::send(&tx, Ok(wire::stream_header(header.clone())), idle).await.map(|()| None);
             if ended.is_ok() {
                 let wrap = |bytes| Ok(wire::stream_chunk(bytes));
-                ended = stream::pump(dispatcher.readers(), file, chunk, idle, &tx, wrap).await;
+                ended = stream::pump(dispatcher.readers(), file, &header, chunk, idle, &tx, wrap).await;
             }
             let error = match ended {
-                Ok(()) | Err(stream::Ended::Gone) => return,
+                // Having reached the end, the stream's last item is the version with the digest.
+                Ok(Some(version)) => {
+                    let _ = stream::send(&tx, Ok(wire::stream_trailer(version)), idle).await;
+                    return;
+                }
+                Ok(None) | Err(stream::Ended::Gone) => return,
                 Err(stream::Ended::Idle) => {
                     tracing::info!(path = %r.path, idle_ms = idle.as_millis() as u64, "stream not read; cancelled");
                     let message =
@@ -226,7 +232,7 @@ impl Fsd for FsdService {
                     crate::error::Failure::new(crate::error::FsError::Read(e), r.path.clone()).into_wire()
                 }
                 Err(stream::Ended::Changed) => {
-                    let error = crate::error::FsError::Stale(backend::CHANGED);
+                    let error = crate::error::FsError::Stale(crate::error::StaleReason::ChangedWhileRead);
                     crate::error::Failure::new(error, r.path.clone()).into_wire()
                 }
             };

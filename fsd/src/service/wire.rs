@@ -234,6 +234,10 @@ pub(super) fn stream_header(header: backend::StreamHeader) -> v1::StreamTextRepl
     }
 }
 
+pub(super) fn stream_trailer(version: String) -> v1::StreamTextReply {
+    v1::StreamTextReply { item: Some(v1::stream_text_reply::Item::Trailer(v1::StreamTrailer { version })) }
+}
+
 pub(super) fn stream_chunk(bytes: Vec<u8>) -> v1::StreamTextReply {
     v1::StreamTextReply { item: Some(v1::stream_text_reply::Item::Chunk(bytes.into())) }
 }

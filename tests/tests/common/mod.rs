@@ -1,7 +1,7 @@
 //! Shared harness of the end-to-end tests: starts the real `fsd` binary on a real Unix socket in
 //! a temporary directory, and drives the real tools through `fsd-tools session` (JSON lines) or
 //! the library. Everything is torn down when the values drop.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

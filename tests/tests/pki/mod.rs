@@ -1,6 +1,6 @@
 //! A test PKI made with rcgen inside the test: a CA, server certificates (DNS and IP SANs) and
 //! client certificates (identity in the subject CN), written as PEM files.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code)]
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};

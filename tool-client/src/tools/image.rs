@@ -669,7 +669,6 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use image::{ImageBuffer, Rgb, Rgba};

@@ -96,6 +96,12 @@ async fn stream(
         let Some(message) = message else { break };
         match message.item {
             Some(Item::Header(h)) => header = Some((h.target.unwrap_or_default(), h.version)),
+            // Sent only after the last chunk: the version with the digest of everything read.
+            Some(Item::Trailer(t)) => {
+                if let Some((_, version)) = header.as_mut() {
+                    *version = t.version;
+                }
+            }
             Some(Item::Chunk(bytes)) => {
                 builder.feed(&bytes).map_err(|e: NotText| {
                     let _ = e;

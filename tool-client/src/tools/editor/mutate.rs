@@ -16,7 +16,7 @@ use crate::tools::escalation::{self, PlannedCall};
 
 use super::lines::{self, FILE_CLIPPED};
 use super::{Session, ToolResult, is_directory, not_found};
-use crate::failure::{STALE_REMEDY, ToolError};
+use crate::failure::ToolError;
 use crate::tools::diff_meta;
 
 /// The file as the re-read saw it.
@@ -105,19 +105,17 @@ async fn reread(session: &mut Session, path: &str) -> Result<Current, ToolError>
     }
 }
 
-/// The guard version: the observed one (policy on; a different current version is stale), or the
-/// re-read one (policy off).
+/// The guard version: the re-read one, when the policy is off or the re-read shows the observed
+/// state (same metadata, or same bytes: a `touch` is not stale); else the call is stale. The
+/// re-read version is the exact basis of the text the mutation is computed from.
 fn basis(session: &Session, path: &str, current: &Current) -> Result<String, ToolError> {
     if !session.policy_on() {
         return Ok(current.version.clone());
     }
     let key = TargetKey(current.target.target_key.clone());
     match session.observations.edit_intent(Some(&key)) {
-        Ok(version) if version.0 == current.version => Ok(version.0),
-        Ok(_) => Err(ToolError::new(
-            ErrorCode::StaleVersion.as_str(),
-            format!("cannot modify \"{path}\": file changed on disk since it was read{STALE_REMEDY}"),
-        )),
+        Ok(version) if fsd_proto::version::same(&version.0, &current.version) => Ok(current.version.clone()),
+        Ok(_) => Err(ToolError::stale(path)),
         // Absence was observed but the file is here now: this session has not read it.
         Err(EditRefusal::NotObserved | EditRefusal::ObservedAbsent) => Err(ToolError::not_observed(path)),
     }

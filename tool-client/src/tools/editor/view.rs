@@ -124,6 +124,12 @@ async fn streamed(session: &mut Session, path: &str, range: Option<(i64, i64)>) 
         };
         match message.item {
             Some(Item::Header(h)) => header = Some((h.target.unwrap_or_default(), h.version)),
+            // Sent only after the last chunk: the version with the digest of everything read.
+            Some(Item::Trailer(t)) => {
+                if let Some((_, version)) = header.as_mut() {
+                    *version = t.version;
+                }
+            }
             Some(Item::Chunk(bytes)) => {
                 builder.feed(&bytes).map_err(|_| not_text(path))?;
                 if builder.done_early() {

@@ -83,7 +83,7 @@ async fn classify(
                 .await;
             let unchanged = match (fresh, expect) {
                 (Ok(reply), Some(Expect::Version(v))) => {
-                    reply.into_inner().info.is_some_and(|i| &i.version == v)
+                    reply.into_inner().info.is_some_and(|i| fsd_proto::version::same(&i.version, v))
                 }
                 (Ok(reply), Some(Expect::Absent) | None) => reply.into_inner().info.is_none(),
                 (Err(_), _) => false,

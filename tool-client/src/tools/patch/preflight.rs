@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use fsd_policy::{EditRefusal, TargetKey, WriteGuard};
-use fsd_proto::{ErrorCode, WireError, v1};
+use fsd_proto::{ErrorCode, WireError, v1, version};
 
 use super::{Planned, Prepared};
 use crate::failure::ToolError;
@@ -82,7 +82,10 @@ impl State<'_> {
             symlink: stat.info.as_ref().is_some_and(|i| i.r#type == v1::FileType::Symlink as i32),
             regular: stat.info.as_ref().is_some_and(|i| i.r#type == v1::FileType::File as i32),
         };
-        if sim.exists && (need_text || sim.symlink) {
+        // A stat carries no digest: when its metadata differs from the observation's, the bytes
+        // decide (a `touch` is not stale), so read them for the version that has one.
+        let differs = sim.exists && self.observed_differs(&sim);
+        if sim.exists && (need_text || sim.symlink || differs) {
             // Read through a link: an update writes through it to its target.
             let context = self.session.context();
             let request = v1::ReadTextRequest { context, path: path.to_owned(), max_bytes: 0 };
@@ -98,6 +101,9 @@ impl State<'_> {
                     let wire = WireError::from_status(&status);
                     match wire {
                         Some(w) if !need_text && w.code == ErrorCode::NotRegularFile => sim.regular = false,
+                        // Read only for its digest (not text, too large...): the stat's
+                        // version stays, and the daemon's guard decides.
+                        Some(_) if !need_text && !sim.symlink => {}
                         Some(w) => return Err(ToolError::from_read_wire(spelled, &w)),
                         None => return Err(ToolError::unavailable(&status)),
                     }
@@ -108,6 +114,18 @@ impl State<'_> {
         Ok(sim)
     }
 
+    /// Whether the observed version of a path differs from its stat version by metadata.
+    fn observed_differs(&self, sim: &Sim) -> bool {
+        if !self.session.policy_on() {
+            return false;
+        }
+        let key = sim.target_key.clone().map(TargetKey);
+        match (self.session.observations.edit_intent(key.as_ref()), &sim.disk_version) {
+            (Ok(observed), Some(disk)) => !version::same(&observed.0, disk),
+            _ => false,
+        }
+    }
+
     /// The policy check for changing an existing file (update, delete, move source).
     fn may_modify(&self, sim: &Sim, spelled: &str) -> Result<(), ToolError> {
         if sim.touched || !self.session.policy_on() {
@@ -115,7 +133,7 @@ impl State<'_> {
         }
         let key = sim.target_key.clone().map(TargetKey);
         match self.session.observations.edit_intent(key.as_ref()) {
-            Ok(version) if Some(&version.0) == sim.disk_version.as_ref() => Ok(()),
+            Ok(version) if sim.disk_version.as_ref().is_some_and(|d| version::same(&version.0, d)) => Ok(()),
             Ok(_) => Err(stale(spelled)),
             Err(EditRefusal::NotObserved) => Err(ToolError::not_observed(spelled)),
             Err(EditRefusal::ObservedAbsent) => Err(not_found(spelled)),
@@ -129,7 +147,11 @@ impl State<'_> {
         }
         let key = sim.target_key.clone().map(TargetKey);
         match self.session.observations.write_intent(key.as_ref()) {
-            WriteGuard::ReplaceIfVersion(version) if Some(&version.0) == sim.disk_version.as_ref() => Ok(()),
+            WriteGuard::ReplaceIfVersion(version)
+                if sim.disk_version.as_ref().is_some_and(|d| version::same(&version.0, d)) =>
+            {
+                Ok(())
+            }
             WriteGuard::ReplaceIfVersion(_) => Err(stale(spelled)),
             WriteGuard::CreateIfAbsent => Err(ToolError::not_observed(spelled)),
         }
@@ -159,12 +181,7 @@ fn basis(sim: &Sim) -> Option<String> {
 }
 
 fn stale(spelled: &str) -> ToolError {
-    ToolError::new(
-        ErrorCode::StaleVersion.as_str(),
-        format!(
-            "cannot modify \"{spelled}\": file changed on disk since it was read — re-read the file, then retry"
-        ),
-    )
+    ToolError::stale(spelled)
 }
 
 fn not_found(spelled: &str) -> ToolError {

@@ -1,0 +1,207 @@
+//! The noisy neighbour: while one identity (anonymous loopback TCP) holds 1000 stalled
+//! streamText calls (most refused by its `open_streams` budget), 1000 idle connections and a
+//! flood of stats, another identity (the Unix peer uid) reads a 4 KiB file with the read tool.
+//! Its p50 is compared with its unloaded p50 in the same run; the daemon's RSS and thread count
+//! under the load are printed beside.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use fsd_proto::v1;
+use fsd_tool_client::connect::{self, Endpoint};
+use fsd_tool_client::{ClientConfig, Session, Tools};
+use serde_json::json;
+
+use crate::fixtures;
+use crate::procs::{Server, Transport};
+use crate::report::Section;
+use crate::stats::{PerRun, Samples};
+use crate::{Common, Res};
+
+const STALLED_STREAMS: usize = 1000;
+const IDLE_CONNECTIONS: usize = 1000;
+const FLOOD_IN_FLIGHT: usize = 64;
+
+/// What the noisy identity got.
+#[derive(Debug, Default)]
+struct Noise {
+    streams_held: AtomicU64,
+    streams_refused: AtomicU64,
+    idle_open: AtomicU64,
+    stats_ok: AtomicU64,
+    stats_refused: AtomicU64,
+}
+
+/// Threads of a process (0 when it is gone).
+fn threads(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0)
+}
+
+/// The noisy identity's load, until `stop`.
+async fn noise(
+    tcp: Endpoint,
+    addr: String,
+    path: String,
+    big: String,
+    noise: Arc<Noise>,
+    stop: Arc<AtomicBool>,
+) -> Res<()> {
+    let mut idle = Vec::new();
+    for _ in 0..IDLE_CONNECTIONS {
+        if let Ok(stream) = tokio::net::TcpStream::connect(&addr).await {
+            idle.push(stream);
+            noise.idle_open.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    // Stalled streams over a few connections (HTTP/2 caps the streams of one).
+    let mut stalled = Vec::new();
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        clients.push(connect::connect(&tcp).await?.0);
+    }
+    for i in 0..STALLED_STREAMS {
+        let mut client = clients[i % clients.len()].clone();
+        let request = v1::StreamTextRequest { path: big.clone(), chunk_bytes: 1 << 20, ..Default::default() };
+        match client.stream_text(request).await {
+            Ok(stream) => {
+                let mut stream = stream.into_inner();
+                // The header, then never another read.
+                let _ = stream.message().await;
+                stalled.push(stream);
+                noise.streams_held.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                noise.streams_refused.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    let mut flood = Vec::new();
+    for i in 0..FLOOD_IN_FLIGHT {
+        let (mut client, noise, stop, path) =
+            (clients[i % clients.len()].clone(), noise.clone(), stop.clone(), path.clone());
+        flood.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let request = v1::StatRequest { path: path.clone(), ..Default::default() };
+                match client.stat(request).await {
+                    Ok(_) => noise.stats_ok.fetch_add(1, Ordering::Relaxed),
+                    Err(_) => noise.stats_refused.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }));
+    }
+    for task in flood {
+        let _ = task.await;
+    }
+    drop((stalled, idle));
+    Ok(())
+}
+
+async fn victim_reads(session: &mut Session, path: &str, n: usize) -> Res<Samples> {
+    let mut samples = Samples::with_capacity(n);
+    for _ in 0..n {
+        let started = Instant::now();
+        let result = session.call("read", json!({ "file_path": path })).await;
+        samples.push(started.elapsed());
+        if result.is_error {
+            return Err(format!("the victim's read failed: {}", result.text()).into());
+        }
+    }
+    Ok(samples)
+}
+
+pub fn run(common: &Common) -> Res<Section> {
+    let dir = tempfile::Builder::new().prefix("fsd-bench-neighbour-").tempdir_in("/tmp")?;
+    let root = dir.path().join("ws");
+    std::fs::create_dir(&root)?;
+    std::fs::write(root.join("f4k.txt"), fixtures::four_k())?;
+    fixtures::big(&root.join("big.txt"), 64)?;
+    let root = std::fs::canonicalize(&root)?;
+    let read_path = root.join("f4k.txt").to_string_lossy().into_owned();
+    let big_path = root.join("big.txt").to_string_lossy().into_owned();
+    let n = common.n(400);
+    let (mut unloaded, mut loaded, mut ratio) = (PerRun::default(), PerRun::default(), PerRun::default());
+    let mut last = String::new();
+    for run in 0..common.runs {
+        eprintln!("  noisy neighbour: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
+        let fsd = Server::fsd(&common.bin_dir()?, &root)?;
+        let rt = crate::client_runtime()?;
+        let Endpoint::Tcp(addr) = fsd.endpoint(Transport::Tcp) else { return Err("no TCP endpoint".into()) };
+        let mut session = rt.block_on(async {
+            let (client, hello) = connect::connect(&fsd.endpoint(Transport::Unix)).await?;
+            Ok::<_, crate::Error>(Session::new(
+                Tools::new(ClientConfig::default()),
+                client,
+                hello,
+                root.clone(),
+            ))
+        })?;
+        let quiet = rt.block_on(victim_reads(&mut session, &read_path, n))?;
+
+        let stats = Arc::new(Noise::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let noisy_rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+        let load = noisy_rt.spawn(noise(
+            fsd.endpoint(Transport::Tcp),
+            addr,
+            read_path.clone(),
+            big_path.clone(),
+            stats.clone(),
+            stop.clone(),
+        ));
+        // The load is in place once the streams are opened and the flood answers.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while stats.streams_held.load(Ordering::Relaxed) + stats.streams_refused.load(Ordering::Relaxed)
+            < STALLED_STREAMS as u64
+            || stats.stats_ok.load(Ordering::Relaxed) + stats.stats_refused.load(Ordering::Relaxed) < 1000
+        {
+            if Instant::now() > deadline || load.is_finished() {
+                return Err("the noisy load did not start".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let busy = rt.block_on(victim_reads(&mut session, &read_path, n))?;
+        let pids = fsd.pids();
+        let thread_count: u64 = pids.iter().map(|p| threads(*p)).sum();
+        let (rss, procs) = fsd.peak_rss_kib();
+        stop.store(true, Ordering::Relaxed);
+        let _ = noisy_rt.block_on(load);
+        drop(noisy_rt);
+        drop(session);
+        drop(rt);
+        unloaded.push(quiet.p50());
+        loaded.push(busy.p50());
+        ratio.push(busy.p50() / quiet.p50());
+        last = format!(
+            "last run: {} stalled streams held and {} refused (FS_RATE_LIMITED), {} idle connections opened, \
+             {} flood stats answered and {} refused; daemon peak RSS {:.1} MiB over {procs} processes, {thread_count} threads under the load",
+            stats.streams_held.load(Ordering::Relaxed),
+            stats.streams_refused.load(Ordering::Relaxed),
+            stats.idle_open.load(Ordering::Relaxed),
+            stats.stats_ok.load(Ordering::Relaxed),
+            stats.stats_refused.load(Ordering::Relaxed),
+            rss as f64 / 1024.0,
+        );
+        drop(fsd);
+    }
+    let markdown = format!(
+        "### Noisy neighbour\n\n\
+         One identity (anonymous loopback TCP) opens {IDLE_CONNECTIONS} idle connections and {STALLED_STREAMS} streamText calls of a 64 MiB file \
+         that it never reads past the header, then floods stats with {FLOOD_IN_FLIGHT} in flight; meanwhile another identity (the Unix peer uid) \
+         calls the read tool on a 4 KiB file, one call at a time ({n} samples). Default budgets. A fresh daemon per run.\n\n\
+         | victim read p50, unloaded | victim read p50, under the load | loaded ÷ unloaded |\n|---|---|---|\n| {} | {} | {} |\n\n{last}.\n",
+        unloaded.micros(),
+        loaded.micros(),
+        ratio.times(),
+    );
+    let mut section = Section { markdown, ..Section::default() };
+    section.verdict(
+        "noisy neighbour: another identity's read tool p50 ≤ 1.5× its unloaded p50",
+        ratio.times(),
+        ratio.median() <= 1.5,
+    );
+    Ok(section)
+}

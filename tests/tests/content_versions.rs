@@ -1,0 +1,264 @@
+//! Content-aware versions through the real daemon and tools: after a read, a `touch`, a same-bytes
+//! rewrite, a copy-and-rename or a `git checkout` of the same content is not stale, so the next
+//! write, edit, apply_patch or editor call succeeds; a real change is refused and kept; and a
+//! same-content rewriter racing a real change never makes fsd lose the real change.
+
+mod common;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use common::rpc::Rpc;
+use common::*;
+use fsd_proto::version;
+use serde_json::json;
+
+/// A change of the file's metadata but not of its bytes, as outside tools make them.
+#[derive(Debug, Clone, Copy)]
+enum SameBytes {
+    /// `touch`: a new mtime (and so ctime) on the same inode.
+    Touch,
+    /// A formatter or editor saving unchanged text in place.
+    Rewrite,
+    /// A save by copy and rename: a new inode with the same bytes.
+    CopyRename,
+    /// `git checkout -- f` after an outside edit: the committed blob is what was read.
+    GitCheckout,
+}
+
+const ALL: [SameBytes; 4] =
+    [SameBytes::Touch, SameBytes::Rewrite, SameBytes::CopyRename, SameBytes::GitCheckout];
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git is needed for the checkout case and is not installed");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Prepares `rel` with `content` (in a git repository for the checkout case).
+fn prepare(d: &Daemon, how: SameBytes, rel: &str, content: &str) {
+    d.write(rel, content);
+    if let SameBytes::GitCheckout = how {
+        git(&d.root, &["init", "-q"]);
+    }
+}
+
+/// Changes `rel`'s metadata, never its bytes, and proves the metadata did change.
+fn disturb(d: &Daemon, how: SameBytes, rel: &str) {
+    let path = d.path(rel);
+    let before = std::fs::metadata(&path).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    // Timestamps must move even on a coarse clock.
+    std::thread::sleep(Duration::from_millis(20));
+    match how {
+        SameBytes::Touch => {
+            let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            file.set_modified(SystemTime::now()).unwrap();
+        }
+        SameBytes::Rewrite => std::fs::write(&path, &bytes).unwrap(),
+        SameBytes::CopyRename => {
+            let tmp = path.with_extension("swp");
+            std::fs::write(&tmp, &bytes).unwrap();
+            std::fs::rename(&tmp, &path).unwrap();
+        }
+        SameBytes::GitCheckout => {
+            git(&d.root, &["add", rel]);
+            git(&d.root, &["commit", "-q", "--allow-empty", "-m", "what was read"]);
+            std::fs::write(&path, b"someone else's edit\n").unwrap();
+            git(&d.root, &["checkout", "--", rel]);
+        }
+    }
+    let after = std::fs::metadata(&path).unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "{how:?} changed the bytes");
+    use std::os::unix::fs::MetadataExt;
+    assert!(
+        (before.ino(), before.mtime_nsec(), before.ctime_nsec())
+            != (after.ino(), after.mtime_nsec(), after.ctime_nsec()),
+        "{how:?} left the metadata as it was"
+    );
+}
+
+fn stale_text(path: &Path) -> String {
+    format!(
+        "Error: cannot modify \"{}\": file changed on disk since it was read — re-read the file, then retry",
+        path.display()
+    )
+}
+
+#[test]
+fn same_bytes_after_a_read_are_not_stale_for_any_mutating_tool() {
+    let d = Daemon::start();
+    let mut s = d.session_with_config("applyPatch = true\nstrReplaceEditor = true\n");
+    for how in ALL {
+        let rel = format!("{how:?}.txt").to_lowercase();
+        let p = d.path(&rel);
+        prepare(&d, how, &rel, "alpha\nbeta\n");
+
+        // edit
+        assert!(!s.read(&rel).is_error());
+        disturb(&d, how, &rel);
+        let r = s.call("edit", json!({"file_path": rel, "old_string": "alpha", "new_string": "one"}));
+        ok(&r, &format!("The file {} has been updated successfully.", p.display()));
+        assert_eq!(d.read(&rel), b"one\nbeta\n", "{how:?}");
+
+        // write, on the version the edit's reply carried (the daemon wrote those bytes)
+        disturb(&d, how, &rel);
+        let r = s.call("write", json!({"file_path": rel, "content": "two\nbeta\n"}));
+        ok(&r, &write_envelope(&p, "Updated file"));
+        assert_eq!(d.read(&rel), b"two\nbeta\n", "{how:?}");
+
+        // apply_patch
+        assert!(!s.read(&rel).is_error());
+        disturb(&d, how, &rel);
+        let patch =
+            format!("*** Begin Patch\n*** Update File: {rel}\n@@\n-two\n+three\n beta\n*** End Patch");
+        let r = s.call("apply_patch", json!({"input": patch}));
+        ok(&r, &format!("Success. Updated the following files:\nM {rel}"));
+        assert_eq!(d.read(&rel), b"three\nbeta\n", "{how:?}");
+
+        // the editor's str_replace, after a view
+        let view = s.call("str_replace_editor", json!({"command": "view", "path": p.display().to_string()}));
+        assert!(!view.is_error(), "{}", view.json);
+        disturb(&d, how, &rel);
+        let r = s.call(
+            "str_replace_editor",
+            json!({"command": "str_replace", "path": p.display().to_string(), "old_str": "three", "new_str": "four"}),
+        );
+        assert!(!r.is_error(), "{how:?}: {}", r.json);
+        assert_eq!(d.read(&rel), b"four\nbeta\n", "{how:?}");
+
+        // an apply_patch deletion reads no text, yet the bytes still decide
+        assert!(!s.read(&rel).is_error());
+        disturb(&d, how, &rel);
+        let r = s.call(
+            "apply_patch",
+            json!({"input": format!("*** Begin Patch\n*** Delete File: {rel}\n*** End Patch")}),
+        );
+        ok(&r, &format!("Success. Updated the following files:\nD {rel}"));
+        assert!(!p.exists(), "{how:?}");
+    }
+}
+
+#[test]
+fn a_streamed_read_to_the_end_carries_the_digest() {
+    let d = Daemon::start();
+    // Every read streams: the file is over the (lowered) streaming threshold.
+    let mut s = d.session_with_config("readStreamMinSize = 1\n");
+    d.write("big.txt", "alpha\nbeta\n");
+    assert!(!s.read("big.txt").is_error());
+    disturb(&d, SameBytes::Touch, "big.txt");
+    let r = s.call("edit", json!({"file_path": "big.txt", "old_string": "beta", "new_string": "gamma"}));
+    ok(&r, &format!("The file {} has been updated successfully.", d.path("big.txt").display()));
+    assert_eq!(d.read("big.txt"), b"alpha\ngamma\n");
+}
+
+#[test]
+fn a_real_change_is_refused_before_matching_and_kept() {
+    let d = Daemon::start();
+    let mut s = d.session_with_config("applyPatch = true\n");
+    let p = d.path("a.txt");
+    let outside = b"their change\n";
+    d.write("a.txt", "alpha\n");
+
+    assert!(!s.read("a.txt").is_error());
+    d.write("a.txt", outside);
+    // Stale, not "not found": the old string is gone, but the model has not seen why.
+    let r = s.call("edit", json!({"file_path": "a.txt", "old_string": "alpha", "new_string": "one"}));
+    err(&r, "FS_STALE_VERSION", &stale_text(&p));
+    assert_eq!(d.read("a.txt"), outside);
+
+    let r = s.call("write", json!({"file_path": "a.txt", "content": "mine\n"}));
+    err(&r, "FS_STALE_VERSION", &stale_text(&p));
+    assert_eq!(d.read("a.txt"), outside);
+
+    let r = s.call("apply_patch", json!({"input": "*** Begin Patch\n*** Delete File: a.txt\n*** End Patch"}));
+    assert!(r.is_error(), "{}", r.json);
+    assert_eq!(r.code(), Some("FS_STALE_VERSION"), "{}", r.json);
+    assert_eq!(d.read("a.txt"), outside);
+
+    // Same length, same metadata-visible size: only the digest tells them apart.
+    let mut rpc = Rpc::connect(&d);
+    d.write("b.txt", "aaaa\n");
+    let seen = rpc.read_text(&d.path("b.txt"), 0).unwrap().version;
+    std::thread::sleep(Duration::from_millis(20));
+    d.write("b.txt", "bbbb\n");
+    let guard = Some(fsd_proto::v1::EditGuard { version: seen, ..Default::default() });
+    let e = rpc.edit_text(&d.path("b.txt"), "bbbb", "cccc", guard).expect_err("a real change is stale");
+    assert_eq!(common::rpc::wire(&e).code, fsd_proto::ErrorCode::StaleVersion);
+    assert_eq!(d.read("b.txt"), b"bbbb\n");
+}
+
+#[test]
+fn versions_name_their_content_only_when_the_daemon_had_all_of_it() {
+    let d = Daemon::start();
+    let mut rpc = Rpc::connect(&d);
+    d.write("a.txt", "alpha\n");
+    let p = d.path("a.txt");
+    let stat = rpc.version(&p);
+    let read = rpc.read_text(&p, 0).unwrap().version;
+    assert_eq!(version::split(&stat).1, None, "a stat reads no bytes");
+    assert!(version::split(&read).1.is_some(), "a whole read has a digest: {read}");
+    assert_eq!(version::split(&read).0, stat, "and the same metadata part");
+    assert!(version::same(&stat, &read));
+}
+
+/// One trial: the session has read `A`; an outside rewriter keeps saving `A` unchanged, another
+/// outside writer saves `B` once (and the rewriter stops: outside writers order themselves); the
+/// session edits `A` meanwhile. Whatever the interleaving, the file ends as `B`: an edit that
+/// replaced `B` would have lost a real change.
+#[test]
+fn a_same_content_rewrite_racing_a_real_change_never_loses_it() {
+    const A: &[u8] = b"alpha\n";
+    const B: &[u8] = b"bravo\n";
+    let d = Daemon::start();
+    let mut s = d.session();
+    let path = d.path("r.txt");
+    let (mut won, mut stale) = (0, 0);
+    for trial in 0..40u64 {
+        d.write("r.txt", A);
+        assert!(!s.read("r.txt").is_error());
+        let changed = Arc::new(Mutex::new(false));
+        let rewriter = {
+            let (changed, path) = (changed.clone(), path.clone());
+            std::thread::spawn(move || {
+                let tmp = path.with_extension("tmp");
+                for _ in 0..200 {
+                    let done = changed.lock().unwrap();
+                    if *done {
+                        return;
+                    }
+                    std::fs::write(&tmp, A).unwrap();
+                    std::fs::rename(&tmp, &path).unwrap();
+                    drop(done);
+                    std::thread::yield_now();
+                }
+            })
+        };
+        let changer = {
+            let (changed, path) = (changed.clone(), path.clone());
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_micros(200 * (trial % 10)));
+                let mut done = changed.lock().unwrap();
+                std::fs::write(&path, B).unwrap();
+                *done = true;
+            })
+        };
+        std::thread::sleep(Duration::from_micros(150 * (trial % 7)));
+        let r = s.call("edit", json!({"file_path": "r.txt", "old_string": "alpha", "new_string": "mine"}));
+        changer.join().unwrap();
+        rewriter.join().unwrap();
+        match r.code() {
+            None => won += 1,
+            Some("FS_STALE_VERSION") => stale += 1,
+            other => panic!("trial {trial}: unexpected outcome {other:?}: {}", r.json),
+        }
+        assert_eq!(d.read("r.txt"), B, "trial {trial}: the real change was lost ({})", r.json);
+    }
+    eprintln!("{won} edits won the race, {stale} were stale");
+    assert_eq!(won + stale, 40);
+}

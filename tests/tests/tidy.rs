@@ -1,0 +1,243 @@
+//! The invariants ARCHITECTURE states that a grep can check, checked over the whole workspace:
+//! every `.rs` file opens with a `//!` line; generated `fsd.v1` types appear only in the edge
+//! modules; `unsafe` appears only in `fsd::sys`; the daemon writes none of the sentences the tools
+//! render for the model. Each rule is also run on planted violations, so
+//! a rule that silently stopped matching fails here too.
+
+use std::path::{Path, PathBuf};
+
+/// Which invariant a line breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rule {
+    /// The file does not open with a `//!` line.
+    ModuleDoc,
+    /// A generated proto type outside the edge modules.
+    ProtoOutsideEdge,
+    /// `unsafe` outside `fsd::sys`.
+    UnsafeOutsideSys,
+    /// A phrase of a model-facing text in the daemon.
+    ModelTextInDaemon,
+}
+
+#[derive(Debug)]
+struct Violation {
+    file: String,
+    line: usize,
+    rule: Rule,
+}
+
+/// Crates whose inside must not see generated types: the daemon, the tools, the pure crates.
+const PROTO_FREE_CRATES: &[&str] = &["fsd/", "tool-client/", "policy/", "patch/"];
+
+/// The edge modules of those crates, where wire messages become domain types and back.
+const PROTO_EDGES: &[&str] = &[
+    // The daemon's gRPC edge and the server it builds.
+    "fsd/src/service/",
+    "fsd/src/network.rs",
+    // The tools' channel and the tool executors, each of which is a gRPC client today.
+    "tool-client/src/connect.rs",
+    "tool-client/src/tools/",
+];
+
+/// Phrases of the texts the tools render (remedies, the seed's marker and hint, the edit tool's
+/// wording, the stale and denial reasons): the daemon sends codes and metadata, so none of them
+/// belongs in `fsd/src`.
+const MODEL_PHRASES: &[&str] = &[
+    "re-read",
+    "then retry",
+    "retry it now",
+    "String to replace",
+    "matches of the string",
+    "since it was read",
+    "sandbox_permissions",
+    "[sandbox:",
+    "file access denied under",
+    "is a protected path",
+    "no longer exists",
+];
+
+/// The daemon's sources.
+const DAEMON: &str = "fsd/src/";
+
+/// Where `unsafe` may appear.
+const UNSAFE_HOME: &str = "fsd/src/sys/";
+
+/// The code part of a line: `//` comments dropped (good enough for these rules, which look for
+/// tokens that do not occur inside the workspace's string literals).
+fn code_of(line: &str) -> &str {
+    match line.find("//") {
+        Some(at) => &line[..at],
+        None => line,
+    }
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// Whether `word` occurs in `code` as a whole identifier.
+fn has_word(code: &str, word: &str) -> bool {
+    code.match_indices(word).any(|(at, _)| {
+        let before = code[..at].chars().next_back();
+        let after = code[at + word.len()..].chars().next();
+        !before.is_some_and(is_ident) && !after.is_some_and(is_ident)
+    })
+}
+
+/// Whether a line of code names a generated `fsd.v1` type or imports the module.
+fn names_proto(code: &str) -> bool {
+    let path_use =
+        code.match_indices("v1::").any(|(at, _)| !code[..at].chars().next_back().is_some_and(is_ident));
+    let import = code.contains("fsd_proto::") && has_word(code, "v1");
+    path_use || import
+}
+
+/// The violations of one file, `rel` being its path from the workspace root with `/`.
+fn check_source(rel: &str, source: &str) -> Vec<Violation> {
+    let mut found = Vec::new();
+    let mut push = |line: usize, rule: Rule| found.push(Violation { file: rel.to_owned(), line, rule });
+    if !source.starts_with("//!") {
+        push(1, Rule::ModuleDoc);
+    }
+    let proto_free = PROTO_FREE_CRATES.iter().any(|c| rel.starts_with(c))
+        && !PROTO_EDGES.iter().any(|e| rel.starts_with(e));
+    for (index, line) in source.lines().enumerate() {
+        let code = code_of(line);
+        if proto_free && names_proto(code) {
+            push(index + 1, Rule::ProtoOutsideEdge);
+        }
+        if !rel.starts_with(UNSAFE_HOME) && has_word(code, &unsafe_word()) {
+            push(index + 1, Rule::UnsafeOutsideSys);
+        }
+        if rel.starts_with(DAEMON) && MODEL_PHRASES.iter().any(|p| code.contains(p)) {
+            push(index + 1, Rule::ModelTextInDaemon);
+        }
+    }
+    found
+}
+
+/// Every `.rs` file under `root`, skipping build output and hidden directories.
+fn sources(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let kind = entry.file_type().unwrap();
+            if kind.is_dir() {
+                if !(name.starts_with('.') || name == "target" || name == "node_modules") {
+                    stack.push(entry.path());
+                }
+            } else if kind.is_file() && name.ends_with(".rs") {
+                out.push(entry.path());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn check_tree(root: &Path) -> Vec<Violation> {
+    let mut found = Vec::new();
+    for path in sources(root) {
+        let rel = path.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
+        let source = std::fs::read_to_string(&path).unwrap();
+        found.extend(check_source(&rel, &source));
+    }
+    found
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+#[test]
+fn the_workspace_keeps_its_invariants() {
+    let root = workspace_root();
+    assert!(sources(&root).len() > 100, "the walk found too few sources under {}", root.display());
+    let found = check_tree(&root);
+    assert!(found.is_empty(), "invariants broken:\n{found:#?}");
+}
+
+/// The word `unsafe`, spelled so this file does not plant a violation of its own.
+fn unsafe_word() -> String {
+    ["un", "safe"].concat()
+}
+
+fn check(rel: &str, source: &str, expected: &[(usize, Rule)]) {
+    let got: Vec<(usize, Rule)> = check_source(rel, source).iter().map(|v| (v.line, v.rule)).collect();
+    assert_eq!(got, expected, "{rel}:\n{source}");
+}
+
+#[test]
+fn each_rule_catches_a_planted_violation() {
+    let u = unsafe_word();
+    check("fsd/src/backend/ok.rs", "//! Fine.\nfn f() {}\n", &[]);
+    check("fsd/src/backend/nodoc.rs", "// Not a module doc.\nfn f() {}\n", &[(1, Rule::ModuleDoc)]);
+    check("patch/src/empty.rs", "", &[(1, Rule::ModuleDoc)]);
+    check(
+        "tool-client/src/failure.rs",
+        "//! X.\nuse fsd_proto::{ErrorCode, v1};\nfn f(_: fsd_proto::v1::StatRequest) {}\n",
+        &[(2, Rule::ProtoOutsideEdge), (3, Rule::ProtoOutsideEdge)],
+    );
+    check("fsd/src/dispatch.rs", "//! X.\nfn f(r: v1::ReadTextRequest) {}\n", &[(2, Rule::ProtoOutsideEdge)]);
+    // The edges, other crates, comments and look-alike names are fine.
+    check("fsd/src/service/wire.rs", "//! X.\nuse fsd_proto::v1;\nfn f(_: v1::Target) {}\n", &[]);
+    check("tool-client/src/connect.rs", "//! X.\nuse fsd_proto::v1::fsd_client::FsdClient;\n", &[]);
+    check("tests/tests/read.rs", "//! X.\nuse fsd_proto::v1;\n", &[]);
+    check("fsd/src/dispatch.rs", "//! X.\n// v1::Target is the wire's; ours is Target.\nfn pv1() {}\n", &[]);
+    check(
+        "fsd/src/dispatch.rs",
+        &format!("//! X.\nfn f() {{ {u} {{ g() }} }}\n"),
+        &[(2, Rule::UnsafeOutsideSys)],
+    );
+    check("tool-client/src/a.rs", &format!("//! X.\n{u} fn f() {{}}\n"), &[(2, Rule::UnsafeOutsideSys)]);
+    check("fsd/src/sys/mod.rs", &format!("//! X.\nfn f() {{ {u} {{ g() }} }}\n"), &[]);
+    check("fsd/src/main.rs", &format!("//! X.\n#![deny({u}_code)]\n"), &[]);
+    check(
+        "fsd/src/error.rs",
+        "//! X.\n#[error(\"String to replace not found in file.\")]\nEditNotFound,\n",
+        &[(2, Rule::ModelTextInDaemon)],
+    );
+    check(
+        "fsd/src/backend/mod.rs",
+        "//! X.\nlet why = \"file access denied under workspace-write mode: .git is a protected path\";\n",
+        &[(2, Rule::ModelTextInDaemon)],
+    );
+    // The tools write them; a comment in the daemon may quote them.
+    check(
+        "tool-client/src/failure.rs",
+        "//! X.\nconst R: &str = \" — re-read the file, then retry\";\n",
+        &[],
+    );
+    check("fsd/src/error.rs", "//! X.\n// The tools add \"re-read the file\".\n", &[]);
+}
+
+#[test]
+fn the_tree_walk_reports_planted_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |rel: &str, body: &str| {
+        let path = dir.path().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, body).unwrap();
+    };
+    write("fsd/src/lib.rs", "//! Fine.\n");
+    write("fsd/src/backend/bad.rs", &format!("//! X.\nfn f() {{ {} {{ g() }} }}\n", unsafe_word()));
+    write("policy/src/lib.rs", "fn f() {}\n");
+    write("tool-client/src/tools/window.rs", "//! X.\nuse fsd_proto::v1;\n");
+    write("tool-client/src/window.rs", "//! X.\nuse fsd_proto::v1;\n");
+    write("fsd/src/backend/edit.rs", "//! X.\nconst S: &str = \"file changed on disk since it was read\";\n");
+    write("target/debug/build/out.rs", "no doc and v1::Target\n");
+    write(".hidden/x.rs", "no doc\n");
+    let got: Vec<(String, usize, Rule)> =
+        check_tree(dir.path()).into_iter().map(|v| (v.file, v.line, v.rule)).collect();
+    let expected = vec![
+        ("fsd/src/backend/bad.rs".to_owned(), 2, Rule::UnsafeOutsideSys),
+        ("fsd/src/backend/edit.rs".to_owned(), 2, Rule::ModelTextInDaemon),
+        ("policy/src/lib.rs".to_owned(), 1, Rule::ModuleDoc),
+        ("tool-client/src/window.rs".to_owned(), 2, Rule::ProtoOutsideEdge),
+    ];
+    assert_eq!(got, expected);
+}
