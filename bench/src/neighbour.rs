@@ -68,10 +68,9 @@ async fn noise(
         let request = v1::StreamTextRequest { path: big.clone(), chunk_bytes: 1 << 20, ..Default::default() };
         match client.stream_text(request).await {
             Ok(stream) => {
-                let mut stream = stream.into_inner();
-                // The header, then never another read.
-                let _ = stream.message().await;
-                stalled.push(stream);
+                // Never read: not even the header (HTTP/2 flow control would hold it back
+                // behind the other stalled streams of the connection anyway).
+                stalled.push(stream.into_inner());
                 noise.streams_held.fetch_add(1, Ordering::Relaxed);
             }
             Err(_) => {
@@ -158,8 +157,16 @@ pub fn run(common: &Common) -> Res<Section> {
             < STALLED_STREAMS as u64
             || stats.stats_ok.load(Ordering::Relaxed) + stats.stats_refused.load(Ordering::Relaxed) < 1000
         {
-            if Instant::now() > deadline || load.is_finished() {
-                return Err("the noisy load did not start".into());
+            if load.is_finished() {
+                let why = match noisy_rt.block_on(load) {
+                    Ok(Err(e)) => e.to_string(),
+                    Ok(Ok(())) => "it ended".into(),
+                    Err(e) => e.to_string(),
+                };
+                return Err(format!("the noisy load failed: {why}").into());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("the noisy load did not start: {stats:?}").into());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -190,7 +197,7 @@ pub fn run(common: &Common) -> Res<Section> {
     let markdown = format!(
         "### Noisy neighbour\n\n\
          One identity (anonymous loopback TCP) opens {IDLE_CONNECTIONS} idle connections and {STALLED_STREAMS} streamText calls of a 64 MiB file \
-         that it never reads past the header, then floods stats with {FLOOD_IN_FLIGHT} in flight; meanwhile another identity (the Unix peer uid) \
+         that it never reads, then floods stats with {FLOOD_IN_FLIGHT} in flight; meanwhile another identity (the Unix peer uid) \
          calls the read tool on a 4 KiB file, one call at a time ({n} samples). Default budgets. A fresh daemon per run.\n\n\
          | victim read p50, unloaded | victim read p50, under the load | loaded ÷ unloaded |\n|---|---|---|\n| {} | {} | {} |\n\n{last}.\n",
         unloaded.micros(),

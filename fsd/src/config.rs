@@ -85,6 +85,9 @@ pub struct ConfigFile {
     pub approver_public_key: Option<String>,
     /// How long a described escalation may be used (seconds, default 120).
     pub escalation_ttl_secs: Option<u64>,
+    /// Where the daemon asks its approver (`fsd-approver serve`), for `escalation = "signed"`:
+    /// `unix:PATH` or `tcp:HOST:PORT`.
+    pub approver_endpoint: Option<String>,
     pub log_format: Option<String>,
     pub max_message_bytes: Option<u64>,
     pub max_editable_file_bytes: Option<u64>,
@@ -241,6 +244,7 @@ pub struct Config {
     pub escalation: Escalation,
     pub approver_public_key: Option<String>,
     pub escalation_ttl: std::time::Duration,
+    pub approver_endpoint: Option<crate::escalation::ApproverEndpoint>,
     pub log_format: LogFormat,
     pub max_message_bytes: u64,
     pub limits: Limits,
@@ -282,6 +286,12 @@ pub enum ConfigError {
     Mode { key: &'static str, value: String },
     #[error("invalid escalation {0:?}: expected \"deny\", \"client\" or \"signed\"")]
     Escalation(String),
+    #[error(
+        "escalation = \"signed\" needs approver_endpoint (unix:PATH or tcp:HOST:PORT of fsd-approver serve)"
+    )]
+    NoApproverEndpoint,
+    #[error("invalid approver_endpoint {0:?}: expected unix:PATH or tcp:HOST:PORT")]
+    ApproverEndpoint(String),
     #[error("escalation = \"signed\" needs approver_public_key (64 hex digits)")]
     NoApproverKey,
     #[error("invalid {0}")]
@@ -436,10 +446,16 @@ impl Config {
             Some("signed") => Escalation::Signed,
             Some(other) => return Err(ConfigError::Escalation(other.to_owned())),
         };
+        let mut approver_endpoint = None;
         if escalation == Escalation::Signed {
             let key = file.approver_public_key.as_deref().ok_or(ConfigError::NoApproverKey)?;
             crate::escalation::Escalations::new(key, std::time::Duration::from_secs(1))
                 .map_err(ConfigError::ApproverKey)?;
+            let endpoint = file.approver_endpoint.as_deref().ok_or(ConfigError::NoApproverEndpoint)?;
+            approver_endpoint = Some(
+                crate::escalation::ApproverEndpoint::parse(endpoint)
+                    .ok_or_else(|| ConfigError::ApproverEndpoint(endpoint.to_owned()))?,
+            );
         }
         let log_format = match flags.log_format.or(file.log_format).as_deref() {
             None | Some("human") => LogFormat::Human,
@@ -550,6 +566,7 @@ impl Config {
             escalation,
             approver_public_key: file.approver_public_key.clone(),
             escalation_ttl: std::time::Duration::from_secs(file.escalation_ttl_secs.unwrap_or(120).max(1)),
+            approver_endpoint,
             log_format,
             max_message_bytes,
             limits,
@@ -697,6 +714,20 @@ mod tests {
             "escalation = \"signed\"",
             flags(&["unix:/s"], &["/ws"]),
             Err("escalation = \"signed\" needs approver_public_key (64 hex digits)"),
+        );
+        let key =
+            "approver_public_key = \"d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a\"";
+        check(
+            &format!("escalation = \"signed\"\n{key}"),
+            flags(&["unix:/s"], &["/ws"]),
+            Err(
+                "escalation = \"signed\" needs approver_endpoint (unix:PATH or tcp:HOST:PORT of fsd-approver serve)",
+            ),
+        );
+        check(
+            &format!("escalation = \"signed\"\n{key}\napprover_endpoint = \"approver.sock\""),
+            flags(&["unix:/s"], &["/ws"]),
+            Err("invalid approver_endpoint \"approver.sock\": expected unix:PATH or tcp:HOST:PORT"),
         );
         check(
             "escalation = \"maybe\"",

@@ -1,6 +1,7 @@
 //! What the daemon's processes share: the error type, logging, and the Unix socket chores.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::config::{ConfigError, LogFormat};
 
@@ -53,19 +54,44 @@ pub fn init_logging(format: LogFormat) {
     }
 }
 
-/// Removes a stale socket left by a daemon that died; refuses to steal a live one.
+/// How long a starting daemon waits for a predecessor that is still exiting to let go of the
+/// socket. Only a listener whose process is provably on its way out is waited for; a live
+/// daemon's is refused at once.
+const PREDECESSOR_EXIT: Duration = Duration::from_secs(10);
+
+/// Removes a stale socket left by a daemon that died; refuses to steal a live one. A daemon
+/// killed a moment ago (a restart after SIGKILL, a supervisor killed alone) still accepts
+/// connections until the last thread of its network process has exited: that listener is
+/// waited for, not taken for another daemon.
 pub fn clear_stale_socket(path: &Path) -> Result<(), DaemonError> {
     use std::os::unix::fs::FileTypeExt;
-    match std::fs::symlink_metadata(path) {
-        Err(_) => Ok(()),
-        Ok(meta) if meta.file_type().is_socket() => {
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                return Err(DaemonError::SocketInUse(path.to_owned()));
+    let deadline = Instant::now() + PREDECESSOR_EXIT;
+    let mut waited = false;
+    loop {
+        match std::fs::symlink_metadata(path) {
+            Err(_) => return Ok(()),
+            Ok(meta) if !meta.file_type().is_socket() => {
+                return Err(DaemonError::NotASocket(path.to_owned()));
             }
-            std::fs::remove_file(path)
-                .map_err(|source| DaemonError::Bind { listen: path.display().to_string(), source })
+            Ok(_) => {}
         }
-        Ok(_) => Err(DaemonError::NotASocket(path.to_owned())),
+        let Ok(stream) = std::os::unix::net::UnixStream::connect(path) else { break };
+        let listener = crate::sys::ipc::listener_pid(&stream);
+        drop(stream);
+        if !listener.is_some_and(crate::sys::ipc::exiting) || Instant::now() >= deadline {
+            return Err(DaemonError::SocketInUse(path.to_owned()));
+        }
+        if !waited {
+            tracing::info!(path = %path.display(), pid = listener, "the previous daemon is still exiting; waiting for its socket");
+            waited = true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(DaemonError::Bind { listen: path.display().to_string(), source: e })
+        }
+        _ => Ok(()),
     }
 }
 

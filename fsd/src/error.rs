@@ -22,8 +22,7 @@ pub enum StaleReason {
     ChangedWhileWriting,
     /// A move's destination vanished right after the move.
     DestinationGone,
-    /// The file was truncated, grew or was rewritten while it was read (or it reports a size
-    /// it does not have): what was read is not the file.
+    /// The file was truncated, grew or was rewritten while it was read.
     ChangedWhileRead,
 }
 
@@ -53,12 +52,12 @@ pub enum Denial {
     Protected(String),
     /// A move whose source and destination are one file.
     SameFile,
-    /// The path crosses into another mount below the root, not in `allow_submounts`
-    /// (metadata `name`: the mount point's display path).
+    /// A path component is a git directory found by what it is, whatever its name (metadata
+    /// `name`: its display path).
+    GitDirectory(String),
+    /// A path component is a mount point below the root that `allow_submounts` does not name
+    /// (metadata `name`: its display path).
     Submount(String),
-    /// The target is inside a git directory found by what it is (metadata `name`: the git
-    /// directory's display path).
-    GitDir(String),
 }
 
 impl Denial {
@@ -68,8 +67,8 @@ impl Denial {
             Denial::NotWritableRoot => "not_writable_root",
             Denial::Protected(_) => "protected",
             Denial::SameFile => "same_file",
+            Denial::GitDirectory(_) => "git_directory",
             Denial::Submount(_) => "submount",
-            Denial::GitDir(_) => "git_dir",
         }
     }
 }
@@ -217,7 +216,8 @@ impl Failure {
             FsError::OutsideRoots => wire = wire.with("reason", "outside_roots"),
             FsError::Denied(denial) => {
                 wire = wire.with("reason", denial.as_str());
-                if let Denial::Protected(name) | Denial::Submount(name) | Denial::GitDir(name) = denial {
+                if let Denial::Protected(name) | Denial::GitDirectory(name) | Denial::Submount(name) = denial
+                {
                     wire = wire.with("name", name);
                 }
             }

@@ -5,6 +5,7 @@
 //! `backend` (one request in, one outcome out) for the calls `dispatch` routes to them.
 #![deny(unsafe_code)]
 
+pub mod approver;
 pub mod audit;
 pub mod backend;
 pub mod budget;

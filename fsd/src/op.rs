@@ -42,6 +42,7 @@ impl Op {
     /// The operations a client may name in an escalation request.
     pub fn escalatable(name: &str) -> Option<Op> {
         match name {
+            "readText" => Some(Op::ReadText),
             "writeText" => Some(Op::WriteText),
             "editText" => Some(Op::EditText),
             "moveFile" => Some(Op::MoveFile),

@@ -195,7 +195,7 @@ fn render(text: &FileText<'_>, mut edits: Vec<Edit<'_>>, capacity: usize) -> Res
     edits.sort_by_key(|e| e.start);
     let mut out = String::with_capacity(capacity);
     if text.bom {
-        out.push('\u{feff}');
+        out.push_str(fsd_text::BOM);
     }
     let mut push = |line: &str, ending: &str| {
         out.push_str(line);

@@ -21,10 +21,8 @@ pub(crate) struct FileText<'a> {
 }
 
 pub(crate) fn split(original: &str) -> FileText<'_> {
-    let (bom, mut rest) = match original.strip_prefix('\u{feff}') {
-        Some(after) => (true, after),
-        None => (false, original),
-    };
+    let (bom, mut rest) = fsd_text::split_bom(original);
+    let bom = !bom.is_empty();
     let mut lines = Vec::new();
     while !rest.is_empty() {
         let Some(at) = rest.find(['\r', '\n']) else {

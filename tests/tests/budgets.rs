@@ -3,7 +3,6 @@
 //! certificate) leaves another's calls answered; a streamed read whose reader stops reading is
 //! cancelled after `stream_idle_timeout_ms` and frees its stream slot. Checked by outcome, never
 //! by timing.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 mod pki;

@@ -2,7 +2,6 @@
 //! `unauthenticated_idle_ms`; half-open connections (no handshake) never take connection slots
 //! and are capped per source address; when the listener is full of idle strangers, an
 //! authenticated client still connects and calls. Checked by outcome.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 mod pki;

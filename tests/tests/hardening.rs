@@ -2,7 +2,6 @@
 //! owner, no capabilities), resource limits (RLIMIT_FSIZE), and paths that mean something else
 //! on another system (trailing slashes, drive letters, backslashes). Several tests change
 //! owners or limits, so they need root (and fail saying so without it).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

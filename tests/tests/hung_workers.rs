@@ -3,7 +3,6 @@
 //! `max_abandoned_workers` the mode reports NOT_SERVING in health and its calls fail fast. The
 //! test hook `FSD_FAULT_UNKILLABLE_WORKERS=1` (fault-injection builds) makes the supervisor
 //! treat every worker it is asked to kill as unkillable; `fsd-fault-hang` makes a read hang.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -59,7 +59,7 @@ fn a_bind_mount_below_the_root_is_not_followed() {
     assert_eq!(read.code(), Some("FS_SANDBOX_DENIED"), "{}", read.json);
     assert!(!read.text().contains("secret"), "{}", read.json);
     assert!(
-        read.text().contains("/host is another mount below the root (not in allow_submounts)"),
+        read.text().contains("/host is a mount point below the root (not in allow_submounts)"),
         "{}",
         read.json
     );

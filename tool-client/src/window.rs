@@ -171,7 +171,7 @@ impl WindowBuilder {
         };
         if self.at_start {
             self.at_start = false;
-            if let Some(rest) = text.strip_prefix('\u{feff}') {
+            if let Some(rest) = text.strip_prefix(fsd_text::BOM) {
                 text = rest.to_owned();
             }
         }

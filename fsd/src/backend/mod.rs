@@ -437,8 +437,8 @@ impl Backend {
                     return Err(FsError::Denied(Denial::Protected(resolve::escape_bytes(name.as_bytes()))));
                 }
                 if let Some(depth) = self.git_dir_above(root, rel)? {
-                    let git_dir = resolve::display_path(&self.roots, root, &rel[..depth]);
-                    return Err(FsError::Denied(Denial::GitDir(git_dir)));
+                    let shown = resolve::display_path(&self.roots, root, &rel[..depth]);
+                    return Err(FsError::Denied(Denial::GitDirectory(shown)));
                 }
                 Ok(())
             }

@@ -21,15 +21,6 @@ pub struct StreamHeader {
     pub size: u64,
 }
 
-/// Whether the file still is what it was when it was opened: same size, same mtime and ctime.
-pub fn unchanged(file: &File, at_open: &Meta) -> Result<(), FsError> {
-    let now = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
-    if now.size != at_open.size || now.mtime != at_open.mtime || now.ctime != at_open.ctime {
-        return Err(FsError::Stale(StaleReason::ChangedWhileRead));
-    }
-    Ok(())
-}
-
 /// Hashes a streamed file's chunks as they pass, so that a stream that reached the end yields a
 /// version with a digest without a second read.
 #[derive(Debug, Default)]
@@ -55,6 +46,15 @@ impl StreamDigest {
         (self.sent == header.size)
             .then(|| version::with_digest(header.version.clone(), self.sent, &self.hasher.finalize()))
     }
+}
+
+/// Whether the file still is what it was when it was opened: same size, same mtime and ctime.
+pub fn unchanged(file: &File, at_open: &Meta) -> Result<(), FsError> {
+    let now = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
+    if now.size != at_open.size || now.mtime != at_open.mtime || now.ctime != at_open.ctime {
+        return Err(FsError::Stale(StaleReason::ChangedWhileRead));
+    }
+    Ok(())
 }
 
 fn file_type(kind: Kind) -> FileType {
@@ -286,7 +286,6 @@ impl Backend {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::io::Write;

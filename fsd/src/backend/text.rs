@@ -1,205 +1,36 @@
-//! Text fidelity rules shared by the mutations: UTF-8 and NUL checks, the BOM, line-ending
-//! style, and literal replacement that matches LF text against CRLF files while every untouched
-//! byte stays as it was.
+//! The daemon's face of `fsd-text`, the shared text rules: the same functions, with the crate's
+//! reasons mapped to the backend's errors.
 
 use crate::error::FsError;
 
-pub const BOM: &str = "\u{feff}";
+pub use fsd_text::{Replaced, apply_style, split_bom, style_of};
 
 /// Decodes file bytes as text: valid UTF-8 and no NUL byte, else `FS_NOT_TEXT`.
 pub fn decode(bytes: &[u8]) -> Result<&str, FsError> {
-    if bytes.contains(&0) {
-        return Err(FsError::NotText("file contains a NUL byte; it is not a text file"));
-    }
-    std::str::from_utf8(bytes).map_err(|_| FsError::NotText("file is not valid UTF-8; it is not a text file"))
+    fsd_text::decode(bytes).map_err(|e| match e {
+        fsd_text::NotText::Nul => FsError::NotText("file contains a NUL byte"),
+        fsd_text::NotText::InvalidUtf8 => FsError::NotText("file is not valid UTF-8"),
+    })
 }
 
-/// Splits a leading BOM off.
-pub fn split_bom(text: &str) -> (&str, &str) {
-    match text.strip_prefix(BOM) {
-        Some(rest) => (BOM, rest),
-        None => ("", text),
-    }
-}
-
-/// The file's first line ending: `"\r\n"` or `"\n"` (LF when it has none).
-pub fn first_ending(text: &str) -> &'static str {
-    match text.find('\n') {
-        Some(i) if i > 0 && text.as_bytes()[i - 1] == b'\r' => "\r\n",
-        _ => "\n",
-    }
-}
-
-/// Rewrites every bare `\n` (not already after `\r`) as `ending`.
-pub fn with_ending(text: &str, ending: &str) -> String {
-    if ending == "\n" {
-        return text.to_owned();
-    }
-    let mut out = String::with_capacity(text.len() + text.len() / 16);
-    let mut prev = '\0';
-    for c in text.chars() {
-        if c == '\n' && prev != '\r' {
-            out.push_str(ending);
-        } else {
-            out.push(c);
-        }
-        prev = c;
-    }
-    out
-}
-
-/// The BOM and first line ending of existing file bytes (a prefix is enough).
-pub fn style_of(bytes: &[u8]) -> (bool, &'static str) {
-    let bom = bytes.starts_with(BOM.as_bytes());
-    let ending = match bytes.iter().position(|&b| b == b'\n') {
-        Some(i) if i > 0 && bytes[i - 1] == b'\r' => "\r\n",
-        _ => "\n",
-    };
-    (bom, ending)
-}
-
-/// Gives new whole-file content the existing file's style: its BOM and, for bare LF, its first
-/// line ending. Used by the write tool, whose model never saw the `\r` or the BOM.
-pub fn apply_style(bom: bool, ending: &str, new: &str) -> String {
-    let (new_bom, body) = split_bom(new);
-    let prefix = if bom { BOM } else { new_bom };
-    format!("{prefix}{}", with_ending(body, ending))
-}
-
-/// `text` with every `\r\n` read as `\n`, and where each such pair sat (index in the result).
-struct LfView {
-    text: String,
-    /// Sorted indices, in `text`, of the `\n`s that were `\r\n` on disk.
-    crlf_at: Vec<usize>,
-}
-
-impl LfView {
-    fn new(raw: &str) -> LfView {
-        if !raw.contains("\r\n") {
-            return LfView { text: raw.to_owned(), crlf_at: Vec::new() };
-        }
-        let mut text = String::with_capacity(raw.len());
-        let mut crlf_at = Vec::new();
-        let mut rest = raw;
-        while let Some(i) = rest.find("\r\n") {
-            text.push_str(&rest[..i]);
-            crlf_at.push(text.len());
-            text.push('\n');
-            rest = &rest[i + 2..];
-        }
-        text.push_str(rest);
-        LfView { text, crlf_at }
-    }
-
-    /// The raw byte offset of view offset `at`: every `\r` dropped before it counts once.
-    fn raw_start(&self, at: usize) -> usize {
-        at + self.crlf_at.partition_point(|&i| i < at)
-    }
-
-    /// The raw end (exclusive) of a view range ending at `end`: a matched `\n` that was `\r\n`
-    /// takes its `\r` along.
-    fn raw_end(&self, end: usize) -> usize {
-        end + self.crlf_at.partition_point(|&i| i < end)
-    }
-}
-
-/// Reads `\r\n` in model-supplied strings as `\n`, as the view does.
-fn lf(s: &str) -> String {
-    s.replace("\r\n", "\n")
-}
-
-/// The result of a literal replacement.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Replaced {
-    pub text: String,
-    pub count: usize,
-}
-
-/// Replaces `old` with `new` in `body` (no BOM). Exactly one match unless `replace_all`.
-/// Matching sees CRLF as LF; inserted text takes the file's first line ending; bytes outside the
-/// matches are kept exactly.
+/// Replaces `old` with `new` in `body` (no BOM); see [`fsd_text::replace`].
 pub fn replace(body: &str, old: &str, new: &str, replace_all: bool) -> Result<Replaced, FsError> {
-    if old.is_empty() {
-        return Err(FsError::EditNotFound);
-    }
-    let view = LfView::new(body);
-    let old = lf(old);
-    let matches: Vec<usize> = view.text.match_indices(old.as_str()).map(|(i, _)| i).collect();
-    match matches.len() {
-        0 => return Err(FsError::EditNotFound),
-        1 => {}
-        n if !replace_all => return Err(FsError::AmbiguousEdit(n)),
-        _ => {}
-    }
-    let new = with_ending(&lf(new), first_ending(body));
-    let mut out = String::with_capacity(body.len() + matches.len() * new.len());
-    let mut cursor = 0;
-    for &at in &matches {
-        let start = view.raw_start(at);
-        let end = view.raw_end(at + old.len());
-        out.push_str(&body[cursor..start]);
-        out.push_str(&new);
-        cursor = end;
-    }
-    out.push_str(&body[cursor..]);
-    Ok(Replaced { text: out, count: matches.len() })
+    fsd_text::replace(body, old, new, replace_all).map_err(|e| match e {
+        fsd_text::ReplaceError::NotFound => FsError::EditNotFound,
+        fsd_text::ReplaceError::Ambiguous(n) => FsError::AmbiguousEdit(n),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn check(body: &str, old: &str, new: &str, all: bool, expected: Result<&str, &str>) {
-        let got = replace(body, old, new, all);
-        match (got, expected) {
-            (Ok(r), Ok(want)) => assert_eq!(r.text, want, "replace {old:?} in {body:?}"),
-            (Err(e), Err(want)) => assert_eq!(format!("{e:?}"), want, "replace {old:?} in {body:?}"),
-            (got, want) => panic!("replace {old:?} in {body:?}: got {got:?}, want {want:?}"),
-        }
-    }
-
     #[test]
-    fn replacement_table() {
-        check("a\nb\nc\n", "b", "B", false, Ok("a\nB\nc\n"));
-        check("a\nb\nb\n", "b", "B", false, Err("AmbiguousEdit(2)"));
-        check("a\nb\nb\n", "b", "B", true, Ok("a\nB\nB\n"));
-        check("a\nb\n", "x", "y", false, Err("EditNotFound"));
-        // LF text matches a CRLF file; inserted lines take CRLF; other lines keep their bytes.
-        check("a\r\nb\r\nc\r\n", "a\nb\n", "x\ny\nz\n", false, Ok("x\r\ny\r\nz\r\nc\r\n"));
-        check("a\r\nb\r\n", "b", "b2\nb3", false, Ok("a\r\nb2\r\nb3\r\n"));
-        // A CRLF old_string still matches a CRLF file.
-        check("a\r\nb\r\n", "a\r\nb", "q", false, Ok("q\r\n"));
-        // Mixed endings: untouched lines keep theirs; new text takes the first ending.
-        check("a\nb\r\nc\n", "c", "c\nd", false, Ok("a\nb\r\nc\nd\n"));
-        // A lone CR is line text, not an ending.
-        check("a\rb\n", "a\rb", "z", false, Ok("z\n"));
-        check("x", "", "y", false, Err("EditNotFound"));
-    }
-
-    #[test]
-    fn style_follows_the_existing_file() {
-        let check = |existing: &str, new: &str, want: &str| {
-            let (bom, ending) = style_of(existing.as_bytes());
-            assert_eq!(apply_style(bom, ending, new), want, "{existing:?} <- {new:?}");
-        };
-        check("\u{feff}a\r\nb\r\n", "x\ny\n", "\u{feff}x\r\ny\r\n");
-        check("a\nb", "x\r\ny\n", "x\r\ny\n");
-        check("", "x\n", "x\n");
-        check("a\nb\n", "\u{feff}x", "\u{feff}x");
-    }
-
-    #[test]
-    fn decode_refuses_nul_and_invalid_utf8() {
-        assert!(decode(b"ok\n").is_ok());
+    fn the_shared_reasons_become_backend_errors() {
         assert!(matches!(decode(b"a\0b"), Err(FsError::NotText(_))));
         assert!(matches!(decode(b"\xff"), Err(FsError::NotText(_))));
-    }
-
-    #[test]
-    fn first_ending_is_lf_without_any() {
-        assert_eq!(first_ending("abc"), "\n");
-        assert_eq!(first_ending("a\r\nb\n"), "\r\n");
-        assert_eq!(first_ending("a\nb\r\n"), "\n");
-        assert_eq!(first_ending("\r\n"), "\r\n");
+        assert!(matches!(replace("a", "x", "y", false), Err(FsError::EditNotFound)));
+        assert!(matches!(replace("b b", "b", "y", false), Err(FsError::AmbiguousEdit(2))));
+        assert_eq!(replace("a\r\n", "a", "b", false).map(|r| r.text).ok().as_deref(), Some("b\r\n"));
     }
 }

@@ -41,6 +41,10 @@ pub struct FsdService {
     protected: Vec<String>,
     audit: Option<Arc<crate::audit::Audit>>,
     escalations: Option<Arc<Escalations>>,
+    /// Where the daemon asks its approver (signed trust).
+    approver_endpoint: Option<crate::escalation::ApproverEndpoint>,
+    /// What each caller has been approved to read or change.
+    known: Arc<crate::escalation::Known>,
     /// Per-identity budgets; other parts of the service (escalation requests) draw on them too.
     budgets: Arc<Budgets>,
     /// A stream whose reader reads nothing for this long is cancelled.
@@ -71,6 +75,8 @@ impl FsdService {
                 }
                 _ => None,
             },
+            approver_endpoint: config.approver_endpoint.clone(),
+            known: Arc::default(),
             audit,
             budgets: Arc::new(Budgets::new(config.budgets)),
             stream_idle: config.stream_idle_timeout,
@@ -209,19 +215,20 @@ impl Fsd for FsdService {
         // A task, not a thread: it waits on the shared reader pool and on the reader's demand.
         tokio::spawn(async move {
             let _open = stream_permit;
-            let mut ended =
-                stream::send(&tx, Ok(wire::stream_header(header.clone())), idle).await.map(|()| None);
-            if ended.is_ok() {
-                let wrap = |bytes| Ok(wire::stream_chunk(bytes));
-                ended = stream::pump(dispatcher.readers(), file, &header, chunk, idle, &tx, wrap).await;
-            }
+            let ended = match stream::send(&tx, Ok(wire::stream_header(header.clone())), idle).await {
+                Ok(()) => {
+                    let wrap = |bytes| Ok(wire::stream_chunk(bytes));
+                    stream::pump(dispatcher.readers(), file, &header, chunk, idle, &tx, wrap).await
+                }
+                Err(ended) => Err(ended),
+            };
             let error = match ended {
-                // Having reached the end, the stream's last item is the version with the digest.
-                Ok(Some(version)) => {
+                // Having sent the whole file, the stream's last item is the version with the digest.
+                Ok(version) => {
                     let _ = stream::send(&tx, Ok(wire::stream_trailer(version)), idle).await;
                     return;
                 }
-                Ok(None) | Err(stream::Ended::Gone) => return,
+                Err(stream::Ended::Gone) => return,
                 Err(stream::Ended::Idle) => {
                     tracing::info!(path = %r.path, idle_ms = idle.as_millis() as u64, "stream not read; cancelled");
                     let message =

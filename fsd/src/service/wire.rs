@@ -68,7 +68,7 @@ fn change(c: backend::Change) -> Option<v1::TextChange> {
     Some(v1::TextChange { before: c.before, after: c.after, omitted: c.omitted })
 }
 
-fn write_guard(g: Option<v1::WriteGuard>) -> Option<backend::WriteGuard> {
+pub(super) fn write_guard(g: Option<v1::WriteGuard>) -> Option<backend::WriteGuard> {
     match g?.kind? {
         v1::write_guard::Kind::CreateIfAbsent(_) => Some(backend::WriteGuard::CreateIfAbsent),
         v1::write_guard::Kind::ReplaceIfVersion(r) => Some(backend::WriteGuard::ReplaceIfVersion {
@@ -78,7 +78,7 @@ fn write_guard(g: Option<v1::WriteGuard>) -> Option<backend::WriteGuard> {
     }
 }
 
-fn edit_guard(g: Option<v1::EditGuard>) -> Option<backend::EditGuard> {
+pub(super) fn edit_guard(g: Option<v1::EditGuard>) -> Option<backend::EditGuard> {
     g.map(|g| backend::EditGuard {
         version: g.version,
         target_key: (!g.target_key.is_empty()).then_some(g.target_key),

@@ -1,38 +1,16 @@
 //! The editor's text rules, pure and unit-tested: CONTRACT's line model (a line ends at `\n`, so
 //! `a\nb\n` and `a\nb` both have 2 lines and the empty file has 0, with no phantom last line), the
 //! `cat -n` numbering, literal matching that reads CRLF as LF exactly as the daemon's editText
-//! does, line-boundary insertion, and prefix clipping.
+//! does, line-boundary insertion, and prefix clipping. The BOM, ending and line-model rules are
+//! `fsd-text`'s, re-exported here, so the editor and the daemon cannot drift apart.
 
-/// The UTF-8 byte order mark; kept on disk, never shown.
-pub const BOM: &str = "\u{feff}";
+pub use fsd_text::{count_lines, first_ending, lf, lines, split_bom, with_ending};
 
 /// The notice after a clipped file view (the reference implementation's wording).
 pub const FILE_CLIPPED: &str = "<response clipped><NOTE>To save on context only part of this file has been shown to you. You should retry this tool after you have searched inside the file with `grep -n` in order to find the line numbers of what you are looking for.</NOTE>";
 
 /// The notice after a clipped directory view (openhands-aci's directory wording).
 pub const DIR_CLIPPED: &str = "<response clipped><NOTE>Due to the max output limit, only part of this directory has been shown to you. You should use `ls -la` instead to view large directories incrementally.</NOTE>";
-
-/// Splits a leading BOM off: `(bom, body)`.
-pub fn split_bom(text: &str) -> (&str, &str) {
-    match text.strip_prefix(BOM) {
-        Some(body) => (BOM, body),
-        None => ("", text),
-    }
-}
-
-/// The text as the model sees it: every `\r\n` read as `\n` (a lone `\r` stays line text).
-pub fn lf(text: &str) -> String {
-    text.replace("\r\n", "\n")
-}
-
-/// The lines of LF text, without their endings.
-pub fn lines(text: &str) -> Vec<&str> {
-    if text.is_empty() {
-        return Vec::new();
-    }
-    let body = text.strip_suffix('\n').unwrap_or(text);
-    body.split('\n').collect()
-}
 
 /// `cat -n` style: `%6d\t<text>\n` per line, numbered from `first`.
 pub fn number(lines: &[&str], first: usize) -> String {
@@ -67,38 +45,6 @@ pub fn start_lines(text: &str, starts: &[usize]) -> Vec<usize> {
         }
     }
     out
-}
-
-/// The file's first line ending (LF when it has none), as CONTRACT fixes for inserted lines.
-pub fn first_ending(body: &str) -> &'static str {
-    match body.find('\n') {
-        Some(i) if i > 0 && body.as_bytes()[i - 1] == b'\r' => "\r\n",
-        _ => "\n",
-    }
-}
-
-/// `text` with every bare `\n` written as `ending`.
-pub fn with_ending(text: &str, ending: &str) -> String {
-    if ending == "\n" {
-        return text.to_owned();
-    }
-    let mut out = String::with_capacity(text.len() + text.len() / 16);
-    let mut prev = '\0';
-    for c in text.chars() {
-        if c == '\n' && prev != '\r' {
-            out.push_str(ending);
-        } else {
-            out.push(c);
-        }
-        prev = c;
-    }
-    out
-}
-
-/// The number of lines of raw (possibly CRLF) text.
-pub fn count_lines(body: &str) -> usize {
-    let newlines = body.bytes().filter(|&b| b == b'\n').count();
-    newlines + usize::from(!body.is_empty() && !body.ends_with('\n'))
 }
 
 /// Inserts `text` as whole lines after line `after` (0 = the top) of raw `body`.
@@ -219,7 +165,7 @@ mod tests {
         assert_eq!(first_ending("a\r\nb\n"), "\r\n");
         assert_eq!(first_ending("ab"), "\n");
         assert_eq!(with_ending("x\ny\r\nz", "\r\n"), "x\r\ny\r\nz");
-        assert_eq!(split_bom("\u{feff}a"), (BOM, "a"));
+        assert_eq!(split_bom("\u{feff}a"), (fsd_text::BOM, "a"));
         assert_eq!(lf("a\r\nb\rc\n"), "a\nb\rc\n");
     }
 }
