@@ -12,11 +12,25 @@ use crate::backend::{Limits, Mode, RootSpec};
 pub enum Listen {
     Unix(PathBuf),
     Tcp(std::net::SocketAddr),
+    /// The REST face (KEP-539.2 filesystem API) and gRPC-Web, over HTTP/1.1 or HTTP/2.
+    Http(std::net::SocketAddr),
+    HttpUnix(PathBuf),
 }
 
 impl Listen {
-    /// Parses `unix:PATH` or `tcp:HOST:PORT`.
+    /// Parses `unix:PATH`, `tcp:HOST:PORT`, `http:HOST:PORT` or `http+unix:PATH`.
     pub fn parse(text: &str) -> Result<Listen, ConfigError> {
+        if let Some(path) = text.strip_prefix("http+unix:") {
+            if path.is_empty() {
+                return Err(ConfigError::Listen(text.to_owned(), "empty socket path"));
+            }
+            return Ok(Listen::HttpUnix(PathBuf::from(path)));
+        }
+        if let Some(addr) = text.strip_prefix("http:") {
+            let addr: std::net::SocketAddr =
+                addr.parse().map_err(|_| ConfigError::Listen(text.to_owned(), "expected http:IP:PORT"))?;
+            return Ok(Listen::Http(addr));
+        }
         if let Some(path) = text.strip_prefix("unix:") {
             if path.is_empty() {
                 return Err(ConfigError::Listen(text.to_owned(), "empty socket path"));
@@ -29,7 +43,10 @@ impl Listen {
             // Whether a non-loopback address is allowed depends on TLS: checked in `resolve`.
             return Ok(Listen::Tcp(addr));
         }
-        Err(ConfigError::Listen(text.to_owned(), "expected unix:PATH or tcp:IP:PORT"))
+        Err(ConfigError::Listen(
+            text.to_owned(),
+            "expected unix:PATH, tcp:IP:PORT, http:IP:PORT or http+unix:PATH",
+        ))
     }
 }
 
@@ -38,6 +55,8 @@ impl std::fmt::Display for Listen {
         match self {
             Listen::Unix(path) => write!(f, "unix:{}", path.display()),
             Listen::Tcp(addr) => write!(f, "tcp:{addr}"),
+            Listen::Http(addr) => write!(f, "http:{addr}"),
+            Listen::HttpUnix(path) => write!(f, "http+unix:{}", path.display()),
         }
     }
 }
@@ -123,6 +142,16 @@ pub struct ConfigFile {
     pub keepalive_timeout_ms: Option<u64>,
     pub handshake_timeout_ms: Option<u64>,
     pub idle_timeout_ms: Option<u64>,
+    /// The directory the REST face's `/v1/files/{path}` is relative to (a configured root;
+    /// default: the first writable root).
+    pub rest_root: Option<PathBuf>,
+    /// The largest body a REST PUT (or a WriteBytes stream) may carry.
+    pub max_upload_bytes: Option<u64>,
+    /// `/v1/metadata` serves the environment variables with this prefix (default `SANDBOX_`;
+    /// empty: none by prefix)...
+    pub metadata_env_prefix: Option<String>,
+    /// ...and these, by name.
+    pub metadata_env: Option<Vec<String>>,
     /// TLS handshakes in progress per TCP listener, and per source address.
     pub max_handshakes: Option<usize>,
     pub max_handshakes_per_source: Option<usize>,
@@ -265,6 +294,30 @@ pub struct Config {
     pub stream_idle_timeout: std::time::Duration,
     pub max_queued_calls: usize,
     pub max_abandoned_workers: usize,
+    pub rest: Rest,
+}
+
+/// The REST face's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rest {
+    /// The absolute directory request paths are joined to (one of the roots).
+    pub root: PathBuf,
+    pub metadata_env_prefix: String,
+    pub metadata_env: Vec<String>,
+}
+
+impl Rest {
+    /// The environment variables `/v1/metadata` serves: only those the config names.
+    pub fn metadata(
+        &self,
+        vars: impl Iterator<Item = (String, String)>,
+    ) -> std::collections::BTreeMap<String, String> {
+        vars.filter(|(name, _)| {
+            (!self.metadata_env_prefix.is_empty() && name.starts_with(&self.metadata_env_prefix))
+                || self.metadata_env.contains(name)
+        })
+        .collect()
+    }
 }
 
 /// Whether a kernel without the Landlock floor may still serve the confined modes.
@@ -324,6 +377,8 @@ pub enum ConfigError {
     Budget(&'static str),
     #[error("workers_per_mode must be between 1 and 64")]
     Workers,
+    #[error("rest_root {0} is not one of the configured roots")]
+    RestRoot(PathBuf),
     #[error("max_message_bytes {message} must exceed max_editable_file_bytes {editable}")]
     MessageTooSmall { message: u64, editable: u64 },
     #[error("cannot read the owner of root {0}: {1}")]
@@ -468,6 +523,7 @@ impl Config {
             max_read_bytes: file.max_read_bytes.unwrap_or(defaults.max_read_bytes),
             max_diff_text_bytes: file.max_diff_text_bytes.unwrap_or(defaults.max_diff_text_bytes),
             max_dir_entries: file.max_dir_entries.unwrap_or(defaults.max_dir_entries),
+            max_upload_bytes: file.max_upload_bytes.unwrap_or(defaults.max_upload_bytes),
             ..defaults
         };
         let max_message_bytes = file.max_message_bytes.unwrap_or(80 << 20);
@@ -540,7 +596,9 @@ impl Config {
         if transport.max_calls_per_connection == 0 {
             return Err(ConfigError::Transport("max_calls_per_connection"));
         }
+        let rest = rest_settings(&roots, file.rest_root, file.metadata_env_prefix, file.metadata_env)?;
         Ok(Config {
+            rest,
             landlock,
             workers_per_mode,
             worker_uid: file.worker_uid,
@@ -572,6 +630,35 @@ impl Config {
             limits,
         })
     }
+}
+
+/// The REST face's root (one of the roots, canonical) and the metadata it may serve.
+fn rest_settings(
+    roots: &[RootSpec],
+    root: Option<PathBuf>,
+    prefix: Option<String>,
+    names: Option<Vec<String>>,
+) -> Result<Rest, ConfigError> {
+    let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
+    let root = match root {
+        Some(root) => {
+            let wanted = canonical(&root);
+            if !roots.iter().any(|r| canonical(&r.path) == wanted) {
+                return Err(ConfigError::RestRoot(root));
+            }
+            wanted
+        }
+        None => {
+            let first =
+                roots.iter().find(|r| r.writable).or_else(|| roots.first()).ok_or(ConfigError::NoRoots)?;
+            canonical(&first.path)
+        }
+    };
+    Ok(Rest {
+        root,
+        metadata_env_prefix: prefix.unwrap_or_else(|| "SANDBOX_".to_owned()),
+        metadata_env: names.unwrap_or_default(),
+    })
 }
 
 /// The fleet keys of the file, resolved together: they constrain one another.
@@ -632,7 +719,7 @@ fn fleet_settings(listen: &[Listen], file: FleetFile) -> Result<Fleet, ConfigErr
         return Err(ConfigError::Tls("bearer tokens are accepted only over TLS: set tls_cert and tls_key"));
     }
     for l in listen {
-        if let Listen::Tcp(addr) = l
+        if let Listen::Tcp(addr) | Listen::Http(addr) = l
             && !addr.ip().is_loopback()
             && tls.is_none()
         {

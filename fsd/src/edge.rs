@@ -34,9 +34,14 @@ use crate::identity::{self, Identity, TokenEntry};
 /// say which instance its session began with.
 pub const INSTANCE_HEADER: &str = "fsd-instance";
 
+/// The header a bearer token may come in instead of `authorization`, through a router that
+/// strips that one: `x-fsd-authorization: Bearer <token>`.
+pub const FORWARDED_AUTHORIZATION: &str = "x-fsd-authorization";
+
 /// Methods that answer without a client credential on a TLS listener (the handshake still
 /// applies): orchestrators probe health without the application's tokens.
-const OPEN_METHODS: &[&str] = &["/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"];
+/// `/v1/health` is the REST face's probe (kubelet `httpGet` over HTTPS sends no credential).
+const OPEN_METHODS: &[&str] = &["/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch", "/v1/health"];
 
 /// Limits of one TCP listener.
 #[derive(Debug, Clone, Copy)]
@@ -450,7 +455,7 @@ impl Edge {
     }
 
     /// Establishes the caller's identity, or says why the request is refused.
-    fn admit<B>(&self, request: &http::Request<B>) -> Result<Identity, tonic::Status> {
+    pub fn admit<B>(&self, request: &http::Request<B>) -> Result<Identity, tonic::Status> {
         if let Some(pinned) = request.headers().get(INSTANCE_HEADER)
             && pinned != self.instance
         {
@@ -469,7 +474,12 @@ impl Edge {
         let Some(peer) = extensions.get::<PeerInfo>() else {
             return Ok(Identity::default());
         };
-        let header = request.headers().get(http::header::AUTHORIZATION);
+        // Routers such as agent-sandbox's strip `authorization` (they consume it themselves); the
+        // token then travels in a header they forward.
+        let header = request
+            .headers()
+            .get(http::header::AUTHORIZATION)
+            .or_else(|| request.headers().get(FORWARDED_AUTHORIZATION));
         if !peer.tls {
             if header.is_some() {
                 // A token sent in clear text is compromised: refuse loudly rather than use it.

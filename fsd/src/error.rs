@@ -58,6 +58,10 @@ pub enum Denial {
     /// A path component is a mount point below the root that `allow_submounts` does not name
     /// (metadata `name`: its display path).
     Submount(String),
+    /// A removal of a root itself.
+    Root,
+    /// A tree removal that would cross into another mount (metadata `name`).
+    Mount(String),
 }
 
 impl Denial {
@@ -69,6 +73,8 @@ impl Denial {
             Denial::SameFile => "same_file",
             Denial::GitDirectory(_) => "git_directory",
             Denial::Submount(_) => "submount",
+            Denial::Root => "root",
+            Denial::Mount(_) => "mount",
         }
     }
 }
@@ -134,6 +140,16 @@ pub enum FsError {
     Remove(#[source] Errno),
     #[error("the call was cancelled")]
     Aborted,
+    #[error("directory is not empty")]
+    NotEmpty,
+    #[error("the upload ended before its last byte")]
+    Truncated,
+    #[error("removed {removed} entries, then: {source}")]
+    Partial {
+        removed: u64,
+        #[source]
+        source: Box<FsError>,
+    },
 }
 
 fn io_errno(err: &std::io::Error) -> Option<Errno> {
@@ -149,6 +165,7 @@ fn from_errno(errno: Errno) -> ErrorCode {
         Errno::NAMETOOLONG => ErrorCode::InvalidPath,
         Errno::LOOP => ErrorCode::InvalidPath,
         Errno::ISDIR | Errno::NXIO => ErrorCode::NotRegularFile,
+        Errno::NOTEMPTY => ErrorCode::NotEmpty,
         _ => ErrorCode::IoError,
     }
 }
@@ -170,7 +187,9 @@ impl FsError {
             FsError::EditNotFound => ErrorCode::EditNotFound,
             FsError::AmbiguousEdit(_) => ErrorCode::AmbiguousEdit,
             FsError::KeepOwner(_) | FsError::KeepAttributes(_) => ErrorCode::PermissionDenied,
-            FsError::Aborted => ErrorCode::Aborted,
+            FsError::Aborted | FsError::Truncated => ErrorCode::Aborted,
+            FsError::NotEmpty => ErrorCode::NotEmpty,
+            FsError::Partial { source, .. } => source.code(),
             FsError::Walk(e)
             | FsError::MakeDir(e)
             | FsError::Open(e)
@@ -216,7 +235,10 @@ impl Failure {
             FsError::OutsideRoots => wire = wire.with("reason", "outside_roots"),
             FsError::Denied(denial) => {
                 wire = wire.with("reason", denial.as_str());
-                if let Denial::Protected(name) | Denial::GitDirectory(name) | Denial::Submount(name) = denial
+                if let Denial::Protected(name)
+                | Denial::GitDirectory(name)
+                | Denial::Submount(name)
+                | Denial::Mount(name) = denial
                 {
                     wire = wire.with("name", name);
                 }
@@ -225,6 +247,7 @@ impl Failure {
                 wire = wire.with("size", size.to_string()).with("limit", limit.to_string());
             }
             FsError::AmbiguousEdit(count) => wire = wire.with("count", count.to_string()),
+            FsError::Partial { removed, .. } => wire = wire.with("removed", removed.to_string()),
             _ => {}
         }
         wire

@@ -76,6 +76,10 @@ pub enum FromWorker {
         keys: Vec<String>,
     },
     Reply(Result<Outcome, Remote>),
+    /// A streamed write has taken this many bytes so far: the worker is busy, not hung.
+    Progress {
+        bytes: u64,
+    },
     /// The header of a streamed read; the frame carries the file's descriptor.
     Stream(Result<StreamHeader, Remote>),
     #[cfg(feature = "fault-injection")]

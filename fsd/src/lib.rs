@@ -21,6 +21,7 @@ pub mod identity;
 pub mod ipc;
 pub mod network;
 pub mod op;
+pub mod rest;
 pub mod service;
 pub mod supervisor;
 pub mod sys;

@@ -23,7 +23,7 @@ const VERSION: &str = env!("CARGO_PKG_VERSION");
 #[derive(Debug, Parser)]
 #[command(name = "fsd", version = VERSION)]
 struct Args {
-    /// Where to listen: unix:PATH or tcp:127.0.0.1:PORT (repeatable).
+    /// Where to listen: unix:PATH or tcp:127.0.0.1:PORT (gRPC), http:127.0.0.1:PORT or http+unix:PATH (REST and gRPC-Web) (repeatable).
     #[arg(long, value_name = "ADDR")]
     listen: Vec<String>,
     /// A directory the daemon may read and write (repeatable).

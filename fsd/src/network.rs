@@ -29,24 +29,31 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 enum Bound {
     Unix(std::os::unix::net::UnixListener, String),
     Tcp(std::net::TcpListener, String),
+    /// The REST face and gRPC-Web (`crate::rest`).
+    HttpUnix(std::os::unix::net::UnixListener, String),
+    Http(std::net::TcpListener, String),
 }
 
 fn bind(listen: &Listen) -> Result<Bound, DaemonError> {
     let name = listen.to_string();
     let bind_err = |source| DaemonError::Bind { listen: name.clone(), source };
+    let unix = |path: &std::path::Path| -> Result<std::os::unix::net::UnixListener, DaemonError> {
+        crate::daemon::clear_stale_socket(path)?;
+        let listener = std::os::unix::net::UnixListener::bind(path).map_err(bind_err)?;
+        crate::daemon::set_socket_mode(path).map_err(bind_err)?;
+        listener.set_nonblocking(true).map_err(bind_err)?;
+        Ok(listener)
+    };
+    let tcp = |addr: &std::net::SocketAddr| -> Result<std::net::TcpListener, DaemonError> {
+        let listener = std::net::TcpListener::bind(addr).map_err(bind_err)?;
+        listener.set_nonblocking(true).map_err(bind_err)?;
+        Ok(listener)
+    };
     match listen {
-        Listen::Unix(path) => {
-            crate::daemon::clear_stale_socket(path)?;
-            let listener = std::os::unix::net::UnixListener::bind(path).map_err(bind_err)?;
-            crate::daemon::set_socket_mode(path).map_err(bind_err)?;
-            listener.set_nonblocking(true).map_err(bind_err)?;
-            Ok(Bound::Unix(listener, name))
-        }
-        Listen::Tcp(addr) => {
-            let listener = std::net::TcpListener::bind(addr).map_err(bind_err)?;
-            listener.set_nonblocking(true).map_err(bind_err)?;
-            Ok(Bound::Tcp(listener, name))
-        }
+        Listen::Unix(path) => Ok(Bound::Unix(unix(path)?, name)),
+        Listen::Tcp(addr) => Ok(Bound::Tcp(tcp(addr)?, name)),
+        Listen::HttpUnix(path) => Ok(Bound::HttpUnix(unix(path)?, name)),
+        Listen::Http(addr) => Ok(Bound::Http(tcp(addr)?, name)),
     }
 }
 
@@ -70,9 +77,18 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         .collect::<Vec<_>>();
     let control_reader = control.try_clone().map_err(DaemonError::Runtime)?;
     // The TLS files are read now: after confinement this process cannot open them.
-    let tls = match &config.tls {
-        Some(tls) => Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(tls)?)),
-        None => None,
+    let (tls, tls_http) = match &config.tls {
+        Some(tls) => {
+            let grpc = crate::tls::server_config(tls)?;
+            // The HTTP listeners also serve HTTP/1.1 (REST, gRPC-Web through proxies).
+            let mut http = (*grpc).clone();
+            http.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            (
+                Some(tokio_rustls::TlsAcceptor::from(grpc)),
+                Some(tokio_rustls::TlsAcceptor::from(Arc::new(http))),
+            )
+        }
+        None => (None, None),
     };
     let health_listener = match config.health_listen {
         Some(addr) => {
@@ -84,6 +100,8 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         None => None,
     };
     let instance = instance_id()?;
+    // What /v1/metadata may serve, chosen by the config alone.
+    let metadata = config.rest.metadata(std::env::vars());
 
     let confinement = crate::confine::network(&config).map_err(DaemonError::Confine)?;
     tracing::info!(fence = confinement.describe(), "network process confined: no filesystem rights");
@@ -108,7 +126,7 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         let edge = Edge::new(&instance, config.tokens.clone())
             .map_err(|e| DaemonError::Runtime(std::io::Error::other(e)))?;
         tracing::info!(instance = %instance, "daemon instance");
-        let listeners = Listeners { bound, tls, health: health_listener, edge };
+        let listeners = Listeners { bound, tls, tls_http, health: health_listener, edge, metadata };
         serve(config, service, dispatcher, listeners, stop_tx, stop_rx).await
     })
 }
@@ -125,8 +143,10 @@ fn instance_id() -> Result<String, DaemonError> {
 struct Listeners {
     bound: Vec<Bound>,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    tls_http: Option<tokio_rustls::TlsAcceptor>,
     health: Option<std::net::TcpListener>,
     edge: Edge,
+    metadata: std::collections::BTreeMap<String, String>,
 }
 
 /// Registers the workers the supervisor starts, until the supervisor goes away.
@@ -214,7 +234,7 @@ async fn serve(
     stop_tx: watch::Sender<bool>,
     stop_rx: watch::Receiver<bool>,
 ) -> Result<(), DaemonError> {
-    let Listeners { bound, tls, health, edge } = listeners;
+    let Listeners { bound, tls, tls_http, health, edge, metadata } = listeners;
     // Standard health: "" and "fsd.v1.Fsd" are SERVING while this process serves calls.
     let (reporter, health_service) = tonic_health::server::health_reporter();
     reporter.set_serving::<FsdServer<FsdService>>().await;
@@ -239,6 +259,35 @@ async fn serve(
         unauthenticated_idle: transport.unauthenticated_idle,
     };
     let mut servers = tokio::task::JoinSet::new();
+    // The HTTP listeners also carry fsd.v1, health and reflection: gRPC-Web (HTTP/1.1, through
+    // reverse proxies) translated to gRPC, behind the same edge as the gRPC listeners.
+    let grpc = {
+        let max = config.max_message_bytes as usize;
+        let svc =
+            FsdServer::new(service.clone()).max_decoding_message_size(max).max_encoding_message_size(max);
+        let routes = tonic::service::Routes::new(svc)
+            .add_service(health_service.clone())
+            .add_service(reflection_v1.clone())
+            .add_service(reflection_v1alpha.clone())
+            .prepare();
+        let stack = tower::ServiceBuilder::new()
+            .layer(tonic_web::GrpcWebLayer::new())
+            .layer(edge.clone())
+            .service(routes);
+        tower::util::BoxCloneSyncService::new(stack)
+    };
+    let face = std::sync::Arc::new(crate::rest::Face {
+        service: service.clone(),
+        edge: edge.clone(),
+        root: crate::backend::resolve::path_string(&config.rest.root),
+        max_upload: config.limits.max_upload_bytes,
+        chunk: config.limits.default_chunk_bytes,
+        modes: config.served_modes(),
+        started: std::time::Instant::now(),
+        metadata,
+        stopping: stop_rx.clone(),
+        grpc: Some(grpc),
+    });
     for listener in bound {
         let max = config.max_message_bytes as usize;
         let svc =
@@ -268,6 +317,27 @@ async fn serve(
             let _ = stop.wait_for(|s| *s).await;
         };
         match listener {
+            Bound::HttpUnix(std_listener, name) => {
+                let listener = tokio::net::UnixListener::from_std(std_listener)
+                    .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+                tracing::info!(listen = %name, "listening (REST, gRPC-Web)");
+                let (face, stop) = (face.clone(), stop_rx.clone());
+                servers.spawn(async move {
+                    crate::rest::serve_unix(listener, face, stop).await;
+                    Ok(())
+                });
+            }
+            Bound::Http(std_listener, name) => {
+                let listener = tokio::net::TcpListener::from_std(std_listener)
+                    .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+                tracing::info!(listen = %name, tls = tls.is_some(), "listening (REST, gRPC-Web)");
+                let incoming = crate::edge::incoming(listener, tls_http.clone(), tcp_limits, stop_rx.clone());
+                let (face, stop) = (face.clone(), stop_rx.clone());
+                servers.spawn(async move {
+                    crate::rest::serve_tcp(incoming, face, stop).await;
+                    Ok(())
+                });
+            }
             Bound::Unix(std_listener, name) => {
                 let listener = tokio::net::UnixListener::from_std(std_listener)
                     .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;

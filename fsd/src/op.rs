@@ -15,6 +15,8 @@ pub enum Op {
     EditText,
     MoveFile,
     DeleteFile,
+    WriteBytes,
+    Remove,
     /// Any read at an escalated mode: what a read ticket is checked against.
     Read,
     /// RequestEscalation: the daemon describes calls for an approver.
@@ -34,6 +36,8 @@ impl Op {
             Op::EditText => "editText",
             Op::MoveFile => "moveFile",
             Op::DeleteFile => "deleteFile",
+            Op::WriteBytes => "writeBytes",
+            Op::Remove => "remove",
             Op::Read => "read",
             Op::Describe => "describe",
         }
@@ -52,12 +56,15 @@ impl Op {
     }
 
     pub fn is_mutation(self) -> bool {
-        matches!(self, Op::WriteText | Op::EditText | Op::MoveFile | Op::DeleteFile)
+        matches!(
+            self,
+            Op::WriteText | Op::EditText | Op::MoveFile | Op::DeleteFile | Op::WriteBytes | Op::Remove
+        )
     }
 
     /// Whether the (source) path follows a final symlink: moves and deletes act on the link.
     pub fn follows_link(self) -> bool {
-        !matches!(self, Op::MoveFile | Op::DeleteFile)
+        !matches!(self, Op::MoveFile | Op::DeleteFile | Op::Remove)
     }
 }
 
@@ -72,6 +79,8 @@ impl Request {
             Request::EditText { .. } => Op::EditText,
             Request::MoveFile { .. } => Op::MoveFile,
             Request::DeleteFile { .. } => Op::DeleteFile,
+            Request::WriteBytes { .. } => Op::WriteBytes,
+            Request::Remove { .. } => Op::Remove,
         }
     }
 
@@ -85,7 +94,9 @@ impl Request {
             | Request::ListDir { path }
             | Request::WriteText { path, .. }
             | Request::EditText { path, .. }
-            | Request::DeleteFile { path, .. } => path,
+            | Request::DeleteFile { path, .. }
+            | Request::WriteBytes { path, .. }
+            | Request::Remove { path, .. } => path,
             Request::MoveFile { source, .. } => source,
         }
     }

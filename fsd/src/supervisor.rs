@@ -145,8 +145,8 @@ async fn supervise(
         .listen
         .iter()
         .filter_map(|l| match l {
-            Listen::Unix(path) => Some(path.clone()),
-            Listen::Tcp(_) => None,
+            Listen::Unix(path) | Listen::HttpUnix(path) => Some(path.clone()),
+            Listen::Tcp(_) | Listen::Http(_) => None,
         })
         .collect();
     let config_max_abandoned = config.max_abandoned_workers;

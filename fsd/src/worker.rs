@@ -64,13 +64,25 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
     tracing::debug!(mode = mode.as_str(), fence = confinement.describe(), "worker ready");
     ipc::send(&socket, &FromWorker::Ready { mode, enforcement: confinement.describe().to_owned() }, None)?;
     loop {
-        let message = match ipc::recv::<ToWorker>(&socket) {
-            Ok((message, _)) => message,
+        let (message, fd) = match ipc::recv::<ToWorker>(&socket) {
+            Ok(received) => received,
             // The network process is gone: so is our reason to exist.
             Err(IpcError::Closed) => return Ok(()),
             Err(e) => return Err(e.into()),
         };
         match message {
+            ToWorker::Call(crate::backend::Request::WriteBytes { path, mode: file_mode, guard }) => {
+                let reply = match fd {
+                    Some(body) => {
+                        let mut progress = |bytes| {
+                            let _ = ipc::send(&socket, &FromWorker::Progress { bytes }, None);
+                        };
+                        backend.write_bytes(mode, &path, file_mode, guard, body.into(), &mut progress)
+                    }
+                    None => Err(crate::error::Failure::new(FsError::Truncated, path)),
+                };
+                ipc::send(&socket, &FromWorker::Reply(reply.map_err(Remote::from)), None)?;
+            }
             ToWorker::Call(request) => {
                 #[cfg(feature = "fault-injection")]
                 if let Some(failure) = fault(&request) {

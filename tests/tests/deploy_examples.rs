@@ -51,3 +51,30 @@ fn the_unit_and_the_pod_name_the_paths_the_configs_use() {
         assert!(pod.contains(line), "agent-with-fsd.yaml lacks {line:?}");
     }
 }
+
+#[test]
+fn the_agent_sandbox_example_serves_rest_on_the_ports_the_template_names() {
+    let dir = deploy().join("kubernetes/agent-sandbox");
+    let config = fsd::config::Config::load(Some(&dir.join("fsd.toml")), Default::default()).unwrap();
+    let listen: Vec<String> = config.listen.iter().map(ToString::to_string).collect();
+    assert_eq!(listen, ["http:127.0.0.1:8080", "http:0.0.0.0:8443"]);
+    assert_eq!(config.rest.root, PathBuf::from("/workspace"));
+    assert_eq!(config.rest.metadata_env_prefix, "SANDBOX_");
+    assert!(config.tls.is_some() && !config.tokens.is_empty(), "the router's listener needs TLS and a token");
+    let template = std::fs::read_to_string(dir.join("sandbox-template.yaml")).unwrap();
+    for line in [
+        "kind: SandboxTemplate",
+        "apiVersion: extensions.agents.x-k8s.io/v1beta1",
+        "automountServiceAccountToken: false",
+        "runAsNonRoot: true",
+        "path: /v1/health",
+        "scheme: HTTPS",
+        "port: 8443",
+        "name: SANDBOXD_REST_ADDR",
+        "value: 127.0.0.1:8080",
+        "mountPath: /workspace",
+        r#"command: ["fsd-tools", "mcp", "--endpoint", "http://127.0.0.1:8080", "--cwd", "/workspace"]"#,
+    ] {
+        assert!(template.contains(line), "sandbox-template.yaml lacks {line:?}");
+    }
+}

@@ -272,6 +272,9 @@ fn an_existing_file_outside_the_roots_is_read_then_edited_with_the_rule_files_ap
         "{audit:?}"
     );
     assert!(!audit.iter().any(|l| l["op"] == "escalate:editText"), "{audit:?}");
+    // A touch changes the metadata, not the content: the checks, like the write, still hold.
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+    std::fs::File::options().write(true).open(&target).unwrap().set_modified(later).unwrap();
     let r = t.call(
         "edit",
         with(json!({"file_path": p(&target), "old_string": "port = 1", "new_string": "port = 2"})),

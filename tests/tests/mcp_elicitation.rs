@@ -1,7 +1,6 @@
 //! Escalation approval inside an MCP host: with `escalationPrompt = true`, `fsd-tools mcp` asks
 //! the person through the MCP client's elicitation, driven by the official MCP Python SDK
 //! (`tests/mcp/elicitation.py`; the interpreter is the venv in `FSD_TEST_PYTHON`).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -56,9 +56,12 @@ enum Command {
 
 #[derive(Debug, Args)]
 struct TargetArgs {
-    /// The daemon: unix:PATH or tcp:HOST:PORT.
+    /// The daemon: unix:PATH, tcp:HOST:PORT, or http://HOST:PORT (gRPC-Web over HTTP/1.1, to a
+    /// daemon's http: listener or a router in front of it).
     #[arg(long, value_name = "ADDR", conflicts_with_all = ["root", "target"])]
     endpoint: Option<String>,
+    #[command(flatten)]
+    web: WebArgs,
     /// A daemon of the fleet file, by name (its endpoint and credentials come from the file).
     #[arg(long, value_name = "NAME", conflicts_with = "root")]
     target: Option<String>,
@@ -77,6 +80,61 @@ struct TargetArgs {
     /// The fsd binary for --root (default: beside fsd-tools, else on PATH).
     #[arg(long, value_name = "PATH")]
     fsd_bin: Option<PathBuf>,
+}
+
+/// What an `http://` endpoint's calls carry.
+#[derive(Debug, Args)]
+struct WebArgs {
+    /// An extra header on every call, `NAME: VALUE` (http:// endpoints; repeatable).
+    #[arg(long = "header", value_name = "HEADER", requires = "endpoint")]
+    headers: Vec<String>,
+    /// The sandbox behind an agent-sandbox router: sent as X-Sandbox-ID.
+    #[arg(long, value_name = "ID", requires = "endpoint")]
+    sandbox_id: Option<String>,
+    /// X-Sandbox-Namespace (default: the router's, `default`).
+    #[arg(long, value_name = "NS", requires = "sandbox_id")]
+    sandbox_namespace: Option<String>,
+    /// X-Sandbox-Port: the sandbox pod's port of fsd's http: listener.
+    #[arg(long, value_name = "PORT", requires = "sandbox_id")]
+    sandbox_port: Option<u16>,
+    /// An environment variable holding a bearer token, sent as `x-fsd-authorization` (routers
+    /// strip `authorization`); only to a loopback http:// endpoint.
+    #[arg(long, value_name = "VAR", requires = "endpoint")]
+    token_env: Option<String>,
+}
+
+impl WebArgs {
+    fn credentials(&self, endpoint: &Endpoint) -> Result<connect::Credentials, Fatal> {
+        let mut headers = Vec::new();
+        let given = !self.headers.is_empty() || self.sandbox_id.is_some() || self.token_env.is_some();
+        if given && !matches!(endpoint, Endpoint::Web(_)) {
+            return Err(Fatal("--header, --sandbox-id and --token-env need an http:// endpoint".into()));
+        }
+        if let Some(id) = &self.sandbox_id {
+            let route = crate::web::SandboxRoute {
+                id: id.clone(),
+                namespace: self.sandbox_namespace.clone(),
+                port: self.sandbox_port,
+            };
+            headers.extend(route.headers());
+        }
+        for text in &self.headers {
+            headers.push(
+                crate::web::parse_header(text)
+                    .ok_or_else(|| Fatal(format!("invalid --header {text:?}: expected NAME: VALUE")))?,
+            );
+        }
+        let token = match &self.token_env {
+            Some(var) => Some(
+                std::env::var(var)
+                    .map_err(|_| Fatal(format!("--token-env: environment variable {var} is not set")))?
+                    .trim()
+                    .to_owned(),
+            ),
+            None => None,
+        };
+        Ok(connect::Credentials { tls: None, token, headers })
+    }
 }
 
 /// A usage or connection failure: printed, exit 2.
@@ -152,11 +210,15 @@ async fn open(
             endpoint
         }
         _ => {
-            return Err(Fatal("pass --endpoint unix:PATH|tcp:HOST:PORT, --target NAME or --root DIR".into()));
+            return Err(Fatal(
+                "pass --endpoint unix:PATH|tcp:HOST:PORT|http://HOST:PORT, --target NAME or --root DIR"
+                    .into(),
+            ));
         }
     };
     // A Link: one reused connection, reconnected with backoff, pinned to the daemon instance.
-    let (client, hello, _link) = connect::open(&endpoint, &connect::Credentials::default()).await?;
+    let credentials = target.web.credentials(&endpoint)?;
+    let (client, hello, _link) = connect::open(&endpoint, &credentials).await?;
     let cwd = match &target.cwd {
         Some(cwd) => std::path::absolute(cwd)?,
         None => std::env::current_dir()?,

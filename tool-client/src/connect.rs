@@ -35,11 +35,14 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 pub enum Endpoint {
     Unix(PathBuf),
     Tcp(String),
+    /// `http://HOST:PORT`: a daemon's HTTP listener (or a router in front of it), spoken to in
+    /// gRPC-Web over HTTP/1.1 (`crate::web`).
+    Web(String),
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
-    #[error("invalid endpoint {0:?}: expected unix:PATH or tcp:HOST:PORT")]
+    #[error("invalid endpoint {0:?}: expected unix:PATH, tcp:HOST:PORT or http://HOST:PORT")]
     Parse(String),
     #[error("cannot connect to {endpoint}: {source}")]
     Connect { endpoint: String, source: tonic::transport::Error },
@@ -64,6 +67,13 @@ impl Endpoint {
         if let Some(addr) = text.strip_prefix("tcp:").filter(|a| a.contains(':')) {
             return Ok(Endpoint::Tcp(addr.to_owned()));
         }
+        if let Some(addr) = text
+            .strip_prefix("http://")
+            .map(|a| a.trim_end_matches('/'))
+            .filter(|a| a.contains(':') && !a.contains('/'))
+        {
+            return Ok(Endpoint::Web(addr.to_owned()));
+        }
         Err(ConnectError::Parse(text.to_owned()))
     }
 
@@ -71,7 +81,7 @@ impl Endpoint {
     pub fn is_local(&self) -> bool {
         match self {
             Endpoint::Unix(_) => true,
-            Endpoint::Tcp(addr) => {
+            Endpoint::Tcp(addr) | Endpoint::Web(addr) => {
                 let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(addr);
                 let host = host.trim_start_matches('[').trim_end_matches(']');
                 host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
@@ -85,6 +95,7 @@ impl std::fmt::Display for Endpoint {
         match self {
             Endpoint::Unix(path) => write!(f, "unix:{}", path.display()),
             Endpoint::Tcp(addr) => write!(f, "tcp:{addr}"),
+            Endpoint::Web(addr) => write!(f, "http://{addr}"),
         }
     }
 }
@@ -104,8 +115,11 @@ pub struct TlsCredentials {
 #[derive(Clone, Default)]
 pub struct Credentials {
     pub tls: Option<TlsCredentials>,
-    /// Sent as `authorization: Bearer <token>`; only ever over TLS.
+    /// Sent as `authorization: Bearer <token>`; only ever over TLS (or, to an `http://`
+    /// endpoint, as `x-fsd-authorization` and only on loopback).
     pub token: Option<String>,
+    /// Extra headers on every call (`http://` endpoints: a router's `X-Sandbox-ID` and the like).
+    pub headers: Vec<(String, String)>,
 }
 
 // Never print a key or a token.
@@ -124,7 +138,7 @@ fn tonic_endpoint(endpoint: &Endpoint, tls: bool) -> Result<TonicEndpoint, Conne
     let uri = match endpoint {
         Endpoint::Unix(_) => "http://fsd.local".to_owned(),
         Endpoint::Tcp(addr) if tls => format!("https://{addr}"),
-        Endpoint::Tcp(addr) => format!("http://{addr}"),
+        Endpoint::Tcp(addr) | Endpoint::Web(addr) => format!("http://{addr}"),
     };
     Ok(TonicEndpoint::from_shared(uri)
         .map_err(|source| ConnectError::Connect { endpoint: endpoint.to_string(), source })?
@@ -149,7 +163,8 @@ pub async fn channel(endpoint: &Endpoint) -> Result<Channel, ConnectError> {
                 }))
                 .await
         }
-        Endpoint::Tcp(_) => tonic_endpoint.connect().await,
+        // An HTTP listener also speaks plain gRPC (HTTP/2 without TLS).
+        Endpoint::Tcp(_) | Endpoint::Web(_) => tonic_endpoint.connect().await,
     };
     connected.map_err(|source| ConnectError::Connect { endpoint: endpoint.to_string(), source })
 }
@@ -201,6 +216,16 @@ impl LinkState {
     /// Connections opened so far (1 while the first one lasts).
     pub fn connections(&self) -> u64 {
         self.0.connections.load(Ordering::Acquire)
+    }
+
+    /// The pinned instance, to send with a call (the gRPC-Web link's use).
+    pub(crate) fn pinned(&self) -> Option<http::HeaderValue> {
+        self.0.instance.get().cloned()
+    }
+
+    /// Watches a reply's instance (the gRPC-Web link's use).
+    pub(crate) fn note(&self, headers: &http::HeaderMap) {
+        self.observe(headers);
     }
 
     fn observe(&self, headers: &http::HeaderMap) {
@@ -333,7 +358,7 @@ pub async fn link(endpoint: &Endpoint, credentials: &Credentials) -> Result<(Lin
                 }))
                 .await
         }
-        Endpoint::Tcp(addr) => {
+        Endpoint::Tcp(addr) | Endpoint::Web(addr) => {
             let (addr, state) = (addr.clone(), state.clone());
             tonic_endpoint
                 .connect_with_connector(tower::service_fn(move |_| {
@@ -357,6 +382,9 @@ pub async fn open(
     endpoint: &Endpoint,
     credentials: &Credentials,
 ) -> Result<(SessionClient, v1::HelloReply, LinkState), ConnectError> {
+    if let Endpoint::Web(_) = endpoint {
+        return crate::web::open(endpoint, credentials).await;
+    }
     let (link, state) = link(endpoint, credentials).await?;
     let mut client = FsdClient::new(link)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -382,6 +410,8 @@ pub async fn open(
 pub enum SessionClient {
     Plain(FsdClient<Channel>),
     Linked(FsdClient<Link>),
+    /// gRPC-Web over HTTP/1.1 (`http://` endpoints).
+    Web(Box<FsdClient<crate::web::WebLink>>),
 }
 
 impl From<FsdClient<Channel>> for SessionClient {
@@ -408,6 +438,7 @@ macro_rules! delegate {
                     match self {
                         SessionClient::Plain(client) => client.$method(request).await,
                         SessionClient::Linked(client) => client.$method(request).await,
+                        SessionClient::Web(client) => client.$method(request).await,
                     }
                 }
             )*

@@ -14,6 +14,7 @@ pub mod fleet;
 pub mod jsonl;
 pub mod mcp;
 pub mod tools;
+pub mod web;
 pub mod window;
 
 pub use config::ClientConfig;

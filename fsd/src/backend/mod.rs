@@ -2,6 +2,7 @@
 //! a plain value so that the fences can later run this code in confined worker processes without
 //! the service or the tools changing. Nothing here knows gRPC, models or tools.
 
+pub mod bytes;
 mod edit;
 pub mod journal;
 mod locks;
@@ -66,6 +67,8 @@ pub struct Limits {
     pub max_dir_entries: usize,
     pub default_chunk_bytes: usize,
     pub max_chunk_bytes: usize,
+    /// The largest streamed byte write (REST PUT, WriteBytes).
+    pub max_upload_bytes: u64,
 }
 
 impl Default for Limits {
@@ -77,6 +80,7 @@ impl Default for Limits {
             max_dir_entries: 100_000,
             default_chunk_bytes: 256 << 10,
             max_chunk_bytes: 1 << 20,
+            max_upload_bytes: 4 << 30,
         }
     }
 }
@@ -131,6 +135,10 @@ pub struct DirEntry {
     pub target: Target,
     pub version: Option<String>,
     pub size: Option<u64>,
+    /// Modification time (seconds, nanoseconds) and permission bits of what the entry leads
+    /// to, when known.
+    pub modified: Option<(i64, u32)>,
+    pub mode: Option<u32>,
 }
 
 /// One operation, as the service hands it over.
@@ -178,6 +186,20 @@ pub enum Request {
     },
     DeleteFile {
         path: String,
+        guard: Option<EditGuard>,
+    },
+    /// A whole file of raw bytes, any size: the bytes arrive on a pipe that travels with the
+    /// call (see `bytes`), so neither process holds the file in memory.
+    WriteBytes {
+        path: String,
+        /// Permission bits for the file (`None`: new files 0644, replaced files keep theirs).
+        mode: Option<u32>,
+        guard: Option<WriteGuard>,
+    },
+    /// A file, a symlink (not followed), an empty directory or, with `recursive`, a tree.
+    Remove {
+        path: String,
+        recursive: bool,
         guard: Option<EditGuard>,
     },
 }
@@ -232,6 +254,17 @@ pub enum Outcome {
     DeleteFile {
         target: Target,
         change: Change,
+    },
+    WriteBytes {
+        target: Target,
+        operation: WriteOperation,
+        version: String,
+        size: u64,
+    },
+    Remove {
+        target: Target,
+        /// Names removed (a tree counts every entry, itself included).
+        removed: u64,
     },
 }
 
@@ -386,6 +419,11 @@ impl Backend {
                 self.move_file(mode, &source, &destination, source_guard, destination_guard, content)
             }
             Request::DeleteFile { path, guard } => self.delete_file(mode, &path, guard),
+            Request::Remove { path, recursive, guard } => self.remove(mode, &path, recursive, guard),
+            // The bytes travel on a pipe: `write_bytes` is called with it by the worker.
+            Request::WriteBytes { path, .. } => {
+                Err(Failure::new(FsError::WriteTemp(std::io::Error::other("no body was sent")), path))
+            }
         }
     }
 

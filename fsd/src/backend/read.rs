@@ -237,6 +237,8 @@ impl Backend {
                 target,
                 version: None,
                 size: None,
+                modified: None,
+                mode: None,
             };
             let meta = match sys::meta_at(dir.as_fd(), &name) {
                 Ok(meta) => meta,
@@ -279,6 +281,8 @@ impl Backend {
                 target: self.target(&child_resolved),
                 version: Some(self.version_at(&child_resolved, &meta)),
                 size: (meta.kind == Kind::File).then_some(meta.size),
+                modified: Some(meta.mtime),
+                mode: Some(meta.mode & 0o7777),
             });
         }
         Ok(Outcome::ListDir { target, entries })

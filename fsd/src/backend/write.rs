@@ -63,6 +63,30 @@ pub(super) fn place_file<'a>(
     place: Place<'_>,
     journal: Scope<'a>,
 ) -> Result<(File, Meta), FsError> {
+    let mut fill =
+        |file: &mut File| file.write_all(content).map_err(|e| write_failed(e, content.len() as u64));
+    place_file_with(dir, name, &mut fill, place, None, journal)
+}
+
+/// A failed write into a temporary file. Past RLIMIT_FSIZE (EFBIG) the file is too large for
+/// this worker, not a disk failure.
+pub(super) fn write_failed(e: std::io::Error, size: u64) -> FsError {
+    match (e.raw_os_error(), sys::file_size_limit()) {
+        (Some(libc::EFBIG), Some(limit)) => FsError::TooLarge { size, limit },
+        _ => FsError::WriteTemp(e),
+    }
+}
+
+/// [`place_file`] with the content written by `fill` (a stream), and optionally explicit
+/// permission bits instead of the replaced file's (or 0644).
+pub(super) fn place_file_with<'a>(
+    dir: BorrowedFd<'a>,
+    name: &OsStr,
+    fill: &mut dyn FnMut(&mut File) -> Result<(), FsError>,
+    place: Place<'_>,
+    mode: Option<u32>,
+    journal: Scope<'a>,
+) -> Result<(File, Meta), FsError> {
     let temp_name = sys::temp_name().map_err(FsError::CreateTemp)?;
     let mut entry = journal.begin(&temp_name);
     let mut file = match sys::create_exclusive(dir, &temp_name) {
@@ -83,11 +107,7 @@ pub(super) fn place_file<'a>(
         entry.identify(&meta, replaced);
     }
     let mut temp = TempName { dir, name: temp_name, armed: true, entry: Some(entry) };
-    file.write_all(content).map_err(|e| match (e.raw_os_error(), sys::file_size_limit()) {
-        // Past RLIMIT_FSIZE: the file is too large for this worker, not a disk failure.
-        (Some(libc::EFBIG), Some(limit)) => FsError::TooLarge { size: content.len() as u64, limit },
-        _ => FsError::WriteTemp(e),
-    })?;
+    fill(&mut file)?;
     match place {
         Place::Replace(old) => {
             let (uid, gid) = sys::effective_ids();
@@ -95,11 +115,11 @@ pub(super) fn place_file<'a>(
                 sys::set_owner(&file, old.uid, old.gid).map_err(FsError::KeepOwner)?;
             }
             // After chown, which clears set-id bits; those are not carried over on purpose.
-            sys::set_mode(&file, old.mode & 0o777).map_err(FsError::SetMode)?;
+            sys::set_mode(&file, mode.unwrap_or(old.mode) & 0o777).map_err(FsError::SetMode)?;
             keep_attributes(dir, name, old, &file)?;
         }
         Place::Create | Place::CreateOrReplace => {
-            sys::set_mode(&file, NEW_FILE_MODE).map_err(FsError::SetMode)?;
+            sys::set_mode(&file, mode.unwrap_or(NEW_FILE_MODE) & 0o777).map_err(FsError::SetMode)?;
         }
     }
     sys::sync(file.as_fd()).map_err(FsError::Sync)?;

@@ -69,7 +69,7 @@ impl FsdService {
                 let Some(current) = self.current(mode, &wire.path).await.map_err(|w| w.into_status())? else {
                     return Err(fail(FsError::Stale(StaleReason::Gone)));
                 };
-                if wire.edit_guard.is_some() && current.version != edit.version {
+                if wire.edit_guard.is_some() && !fsd_proto::version::same(&edit.version, &current.version) {
                     return Err(fail(FsError::Stale(StaleReason::Changed)));
                 }
                 if let (Some(body), Some(old), Some(new)) =
@@ -88,7 +88,7 @@ impl FsdService {
                         Err(fail(FsError::Stale(StaleReason::Gone)))
                     }
                     (Some(WriteGuard::ReplaceIfVersion { version, .. }), Some(current))
-                        if current.version != version =>
+                        if !fsd_proto::version::same(&version, &current.version) =>
                     {
                         Err(fail(FsError::Stale(StaleReason::Changed)))
                     }
@@ -100,7 +100,9 @@ impl FsdService {
                 let stat = backend::Request::Stat { path: wire.path.clone(), no_follow: true };
                 match self.dispatch(mode, stat).await.map_err(|w| w.into_status())? {
                     Outcome::Stat { info: None, .. } => Err(fail(FsError::Stale(StaleReason::Gone))),
-                    Outcome::Stat { info: Some(info), .. } if info.version != guard.version => {
+                    Outcome::Stat { info: Some(info), .. }
+                        if !fsd_proto::version::same(&guard.version, &info.version) =>
+                    {
                         Err(fail(FsError::Stale(StaleReason::Changed)))
                     }
                     _ => Ok(()),

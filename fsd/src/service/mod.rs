@@ -5,9 +5,11 @@
 //! `wire` converts messages, `grant` decides modes and redeems tickets, `escalate` describes
 //! escalations, `hello` reports what is served.
 
+mod bytes;
 mod escalate;
 mod grant;
 mod hello;
+mod plain;
 mod wire;
 
 use std::collections::BTreeMap;
@@ -24,6 +26,7 @@ use crate::dispatch::{Dispatcher, stream};
 use crate::escalation::Escalations;
 use crate::op::Op;
 use grant::{Caller, Decision, Grant, Step};
+pub use plain::{BodySink, SinkClosed};
 use wire::Called;
 pub use wire::{mode_from_wire, mode_to_wire};
 
@@ -288,6 +291,17 @@ impl Fsd for FsdService {
         request: Request<v1::DeleteFileRequest>,
     ) -> Result<Response<v1::DeleteFileReply>, Status> {
         self.unary(request, wire::delete_file, wire::delete_file_reply).await
+    }
+
+    async fn write_bytes(
+        &self,
+        request: Request<tonic::Streaming<v1::WriteBytesRequest>>,
+    ) -> Result<Response<v1::WriteBytesReply>, Status> {
+        self.write_bytes_call(request).await
+    }
+
+    async fn remove(&self, request: Request<v1::RemoveRequest>) -> Result<Response<v1::RemoveReply>, Status> {
+        self.unary(request, wire::remove, wire::remove_reply).await
     }
 
     async fn request_escalation(

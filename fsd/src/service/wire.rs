@@ -30,6 +30,7 @@ called!(
     v1::EditTextRequest,
     v1::MoveFileRequest,
     v1::DeleteFileRequest,
+    v1::RemoveRequest,
     v1::EscalationRequest,
     v1::ReleaseEscalationRequest,
 );
@@ -135,6 +136,32 @@ pub(super) fn move_file(r: v1::MoveFileRequest) -> backend::Request {
 
 pub(super) fn delete_file(r: v1::DeleteFileRequest) -> backend::Request {
     backend::Request::DeleteFile { path: r.path, guard: edit_guard(r.guard) }
+}
+
+pub(super) fn remove(r: v1::RemoveRequest) -> backend::Request {
+    backend::Request::Remove { path: r.path, recursive: r.recursive, guard: edit_guard(r.guard) }
+}
+
+pub(super) fn write_bytes(h: v1::WriteBytesHeader) -> backend::Request {
+    backend::Request::WriteBytes { path: h.path, mode: h.mode, guard: write_guard(h.guard) }
+}
+
+pub(super) fn remove_reply(outcome: Outcome) -> Option<v1::RemoveReply> {
+    let Outcome::Remove { target: t, removed } = outcome else { return None };
+    Some(v1::RemoveReply { target: target(t), removed })
+}
+
+pub(super) fn write_bytes_reply(outcome: Outcome) -> Option<v1::WriteBytesReply> {
+    let Outcome::WriteBytes { target: t, operation, version, size } = outcome else { return None };
+    Some(v1::WriteBytesReply {
+        target: target(t),
+        operation: match operation {
+            backend::WriteOperation::Create => v1::WriteOperation::Create as i32,
+            backend::WriteOperation::Update => v1::WriteOperation::Update as i32,
+        },
+        version,
+        size,
+    })
 }
 
 pub(super) fn stat_reply(outcome: Outcome) -> Option<v1::StatReply> {

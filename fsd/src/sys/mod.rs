@@ -337,3 +337,27 @@ pub fn landlock_abi() -> u32 {
     };
     u32::try_from(abi).unwrap_or(0)
 }
+
+/// Removes an empty directory beneath `dir` (never follows a link: `unlinkat` does not).
+pub fn remove_dir(dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), Errno> {
+    rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR)
+}
+
+/// Whether an open directory is the root of a mount (`STATX_ATTR_MOUNT_ROOT`); `None` when the
+/// kernel does not report the attribute.
+pub fn is_mount_root(fd: BorrowedFd<'_>) -> Result<Option<bool>, Errno> {
+    use rustix::fs::StatxAttributes;
+    let st = rustix::fs::statx(
+        fd,
+        "",
+        AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW | AtFlags::NO_AUTOMOUNT,
+        StatxFlags::empty(),
+    )?;
+    let known = st.stx_attributes_mask.contains(StatxAttributes::MOUNT_ROOT);
+    Ok(known.then(|| st.stx_attributes.contains(StatxAttributes::MOUNT_ROOT)))
+}
+
+/// A pipe (both ends close-on-exec): the read end carries an upload's bytes to a worker.
+pub fn pipe() -> Result<(OwnedFd, OwnedFd), Errno> {
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+}

@@ -252,6 +252,22 @@ impl ToolSession {
         ToolSession { child, stdin, stdout, next_id: 0 }
     }
 
+    /// A session with these arguments after `session` and these environment variables added.
+    pub fn start_args(args: &[&str], env: &[(&str, &str)]) -> ToolSession {
+        let mut child = Command::new(tools_bin())
+            .arg("session")
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn fsd-tools");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        ToolSession { child, stdin, stdout, next_id: 0 }
+    }
+
     /// Sends one raw line and reads one reply line.
     pub fn raw(&mut self, line: &str) -> Reply {
         let stdin = self.stdin.as_mut().expect("session open");
@@ -259,7 +275,7 @@ impl ToolSession {
         stdin.flush().expect("flush");
         let mut out = String::new();
         let n = self.stdout.read_line(&mut out).expect("read reply");
-        assert!(n > 0, "fsd-tools session closed its output");
+        assert!(n > 0, "fsd-tools session closed its output (its stderr says why)");
         Reply { json: serde_json::from_str(&out).expect("reply is JSON") }
     }
 
