@@ -53,6 +53,7 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
         protected: &config.protected_names,
         submounts: &config.allow_submounts,
         allow_backslash: config.allow_backslash,
+        host_root: mode == Mode::DangerFullAccess,
     };
     let backend = Backend::new(&config.roots, &fence, config.limits, Arc::new(locks))?;
     sys::ignore_file_size_signal().map_err(WorkerError::Signal)?;

@@ -459,3 +459,29 @@ fn a_replace_keeps_the_acl_and_user_attributes() {
     assert_eq!(&buf[..n], b"kept");
     assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, mode_before);
 }
+
+#[test]
+fn confined_workers_hold_no_descriptor_outside_their_roots() {
+    let d = Daemon::start();
+    let _ = Rpc::connect(&d);
+    let confined: Vec<u32> = d
+        .pids()
+        .into_iter()
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            cmdline.contains("--worker-mode read-only") || cmdline.contains("--worker-mode workspace-write")
+        })
+        .collect();
+    assert_eq!(confined.len(), 4, "two workers for each confined mode");
+    for pid in confined {
+        for fd in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap() {
+            let Ok(target) = std::fs::read_link(fd.unwrap().path()) else { continue };
+            // Sockets, pipes and anonymous inodes are not paths, and /dev/null (standard input and
+            // output) is no directory to walk from; every other path is inside the root.
+            if target.is_absolute() && target != Path::new("/dev/null") {
+                assert!(target.starts_with(&d.root), "worker {pid} holds {}", target.display());
+            }
+        }
+    }
+}

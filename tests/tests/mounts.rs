@@ -3,6 +3,7 @@
 //! on the mounted filesystem, a listing shows the mount point but never descends, and only the
 //! mounts the operator names in `allow_submounts` are entered. The tests mount, so they need
 //! root (and fail saying so without it).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -57,6 +58,11 @@ fn a_bind_mount_below_the_root_is_not_followed() {
     assert!(read.is_error(), "{}", read.json);
     assert_eq!(read.code(), Some("FS_SANDBOX_DENIED"), "{}", read.json);
     assert!(!read.text().contains("secret"), "{}", read.json);
+    assert!(
+        read.text().contains("/host is a mount point below the root (not in allow_submounts)"),
+        "{}",
+        read.json
+    );
 
     let write = s.call("write", json!({"file_path": "host/new.txt", "content": "x\n"}));
     assert_eq!(write.code(), Some("FS_SANDBOX_DENIED"), "{}", write.json);

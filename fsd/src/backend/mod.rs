@@ -284,6 +284,9 @@ pub struct Fence<'a> {
     pub submounts: &'a [PathBuf],
     /// Whether a backslash may appear in a name (`allow_backslash`).
     pub allow_backslash: bool,
+    /// Whether to open the filesystem root too (danger-full-access only): a confined worker
+    /// holds no descriptor outside its roots, so only Landlock would stop its use.
+    pub host_root: bool,
 }
 
 /// The local backend.
@@ -362,9 +365,12 @@ impl Backend {
         }
         let configured = roots.len();
         let journal = journal::Journal::open(&merged.iter().map(|m| m.path.clone()).collect::<Vec<_>>());
-        let slash = PathBuf::from("/");
-        let fd = sys::open_root(&slash).map_err(|source| StartError::Open { path: slash.clone(), source })?;
-        roots.push(Root { id: "host".to_owned(), path: slash, fd, writable: true, mounts: None });
+        if fence.host_root {
+            let slash = PathBuf::from("/");
+            let fd =
+                sys::open_root(&slash).map_err(|source| StartError::Open { path: slash.clone(), source })?;
+            roots.push(Root { id: "host".to_owned(), path: slash, fd, writable: true, mounts: None });
+        }
         Ok(Backend {
             roots,
             configured,
