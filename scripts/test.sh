@@ -15,8 +15,11 @@ export FSD_TEST_PYTHON="$PWD/.venv/bin/python"
 
 # The third-party client test (tests/python/third_party.py) uses grpcio and its companions,
 # pinned, in the same venv; reinstalled only when a pin changes.
+# The agent-sandbox test (tests/tests/agent_sandbox.rs) drives the REST face with the real
+# Kubernetes agent-sandbox SDK, pinned with the same check.
 GRPC_PINS=(grpcio==1.85.1 grpcio-tools==1.85.1 grpcio-status==1.85.1 grpcio-health-checking==1.85.1
-    grpcio-reflection==1.85.1 protobuf==7.36.2 googleapis-common-protos==1.76.0)
+    grpcio-reflection==1.85.1 protobuf==7.36.2 googleapis-common-protos==1.76.0
+    k8s-agent-sandbox==1.0.8)
 if ! .venv/bin/python -c "
 import importlib.metadata as m, sys
 sys.exit(any(m.version(n) != v for n, v in (p.split('==') for p in sys.argv[1:])))" "${GRPC_PINS[@]}" 2>/dev/null; then
@@ -29,6 +32,24 @@ if ! command -v ip >/dev/null 2>&1 && [ ! -x /usr/sbin/ip ] && [ ! -x /sbin/ip ]
     export DEBIAN_FRONTEND=noninteractive
     { apt-get install -y -q iproute2 || { apt-get update -q && apt-get install -y -q iproute2; }; } >/dev/null \
         || echo "scripts/test.sh: cannot install iproute2; the fleet test will fail" >&2
+fi
+
+# The daemon serves its confined modes only with the kernel's link protection on
+# (fs.protected_hardlinks and fs.protected_symlinks = 1, every distribution's default). A machine
+# that turned them off gets them back for the run; without the privilege the tests fail and say why.
+for name in protected_hardlinks protected_symlinks; do
+    if [ "$(cat /proc/sys/fs/$name 2>/dev/null)" = 0 ]; then
+        echo 1 2>/dev/null >"/proc/sys/fs/$name" \
+            || echo "scripts/test.sh: cannot set fs.$name = 1; the daemon tests will fail" >&2
+    fi
+done
+
+# The router test (tests/tests/router.rs) puts Debian's nginx, as an HTTP/1.1 reverse proxy like
+# the agent-sandbox router, between fsd-tools and fsd. Without it that test fails and says why.
+if [ ! -x /usr/sbin/nginx ] && ! command -v nginx >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get install -y -q nginx-light || { apt-get update -q && apt-get install -y -q nginx-light; }; } >/dev/null \
+        || echo "scripts/test.sh: cannot install nginx; the router test will fail" >&2
 fi
 
 # The end-to-end tests start target/debug/fsd and target/debug/fsd-tools; the debug build of

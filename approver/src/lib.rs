@@ -1,21 +1,21 @@
 //! fsd-approver: the program that holds the approver's Ed25519 private key, separate from the
-//! agent and its client. It reads the daemon's canonical description of an escalation, decides
-//! (a person at a terminal, or a rule file for unattended fleets) and prints the signature over
-//! exactly those bytes. The daemon has only the public key, so a compromised client cannot
-//! forge an approval.
+//! agent and its client. The daemon sends it its canonical description of an escalation
+//! (`serve`); it decides (a person at a terminal, or a rule file for unattended fleets), logs the
+//! decision and returns the signature over exactly those bytes. The daemon has only the public
+//! key, so a compromised client can neither forge an approval nor read the description.
 #![forbid(unsafe_code)]
 
 mod rules;
 mod serve;
 
-use std::io::{BufRead, Read, Write};
+use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use ed25519_dalek::{Signer, SigningKey};
 
-pub use rules::{Decision, Rule, Rules, allows, decide, glob};
+pub use rules::{Decision, Rule, Rules, allows, decide, explain, glob};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -35,7 +35,7 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         dir: PathBuf,
     },
-    /// Serve approvals over gRPC (fsd.approver.v1) so the key lives away from the agent.
+    /// Serve approvals over gRPC (fsd.approver.v1) to the daemon (its approver_endpoint).
     Serve {
         #[arg(long, value_name = "FILE")]
         key: PathBuf,
@@ -45,14 +45,15 @@ enum Command {
         /// Decide by these rules; without them each request is asked on this terminal.
         #[arg(long, value_name = "FILE")]
         rules: Option<PathBuf>,
-    },
-    /// Read a description on stdin; print its signature (hex) on approval (exit 0), else exit 1.
-    Sign {
+        /// Permissions of the Unix socket (octal), so only the daemon's user or group connects.
+        #[arg(long, value_name = "OCTAL", default_value = "0600")]
+        socket_mode: String,
+        /// Group of the Unix socket (a name from /etc/group or a number).
+        #[arg(long, value_name = "GROUP")]
+        socket_group: Option<String>,
+        /// Append one JSON line per decision here.
         #[arg(long, value_name = "FILE")]
-        key: PathBuf,
-        /// Decide by these rules instead of asking on the terminal.
-        #[arg(long, value_name = "FILE")]
-        rules: Option<PathBuf>,
+        log: Option<PathBuf>,
     },
 }
 
@@ -66,14 +67,22 @@ pub enum ApproverError {
     Random,
     #[error("invalid rules {0}: {1}")]
     Rules(PathBuf, #[source] toml::de::Error),
-    #[error("cannot read the description: {0}")]
-    Stdin(#[source] std::io::Error),
     #[error("cannot ask on the terminal: {0}")]
     Tty(#[source] std::io::Error),
     #[error("invalid listen address {0:?}: expected unix:PATH or tcp:HOST:PORT")]
     Listen(String),
     #[error("cannot serve: {0}")]
     Serve(String),
+    #[error("{0} is the public key: --key takes the private key (approver.key, mode 0600)")]
+    PublicKey(PathBuf),
+    #[error("{0} is readable by other users: a private key must be mode 0600")]
+    OpenKey(PathBuf),
+    #[error("nobody would decide: pass --rules FILE, or run serve on a terminal ({0})")]
+    NoDecider(String),
+    #[error("invalid --socket-mode {0:?}: expected octal such as 0660")]
+    SocketMode(String),
+    #[error("unknown --socket-group {0:?}")]
+    SocketGroup(String),
 }
 
 /// Writes a new key pair; the public key is also returned (hex).
@@ -101,21 +110,64 @@ fn write_private(path: &Path, text: &str) -> Result<(), ApproverError> {
     writeln!(file, "{text}").map_err(|e| ApproverError::Io(path.to_owned(), e))
 }
 
+/// Loads the private key, refusing what is plainly the public one (a `.pub` file, the text
+/// of the `approver.pub` beside it) or a private key others can read.
 pub fn load_key(path: &Path) -> Result<SigningKey, ApproverError> {
+    use std::os::unix::fs::PermissionsExt;
+    if path.extension().is_some_and(|e| e == "pub") {
+        return Err(ApproverError::PublicKey(path.to_owned()));
+    }
     let text = std::fs::read_to_string(path).map_err(|e| ApproverError::Io(path.to_owned(), e))?;
+    let sibling = path.with_file_name("approver.pub");
+    if sibling != path && std::fs::read_to_string(&sibling).is_ok_and(|public| public.trim() == text.trim()) {
+        return Err(ApproverError::PublicKey(path.to_owned()));
+    }
     let bytes = hex::decode(text.trim()).map_err(|_| ApproverError::BadKey(path.to_owned()))?;
     let seed: [u8; 32] = bytes.try_into().map_err(|_| ApproverError::BadKey(path.to_owned()))?;
+    let mode =
+        std::fs::metadata(path).map_err(|e| ApproverError::Io(path.to_owned(), e))?.permissions().mode();
+    if mode & 0o077 != 0 {
+        return Err(ApproverError::OpenKey(path.to_owned()));
+    }
     Ok(SigningKey::from_bytes(&seed))
+}
+
+/// Civil UTC time of a Unix timestamp, `YYYY-MM-DD HH:MM:SS UTC`.
+pub fn utc(secs: u64) -> String {
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (h, m, s) = (rem / 3600, (rem % 3600) / 60, rem % 60);
+    // Days since 1970-01-01 to a proleptic Gregorian date (era-based civil-from-days).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(mo <= 2);
+    format!("{y:04}-{mo:02}-{d:02} {h:02}:{m:02}:{s:02} UTC")
+}
+
+pub(crate) fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// The description as a person reads it: the expiry as a time, not an epoch.
+pub fn for_people(description: &str, now: u64) -> String {
+    description
+        .lines()
+        .map(|line| match line.strip_prefix("expires: ").and_then(|t| t.parse::<u64>().ok()) {
+            Some(at) => format!("expires: {} (in {} s)", utc(at), at.saturating_sub(now)),
+            None => line.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Signs exactly the description's bytes.
 pub fn signature(key: &SigningKey, description: &str) -> [u8; 64] {
     key.sign(description.as_bytes()).to_bytes()
-}
-
-/// The signature as hex, as `sign` prints it.
-pub fn sign(key: &SigningKey, description: &str) -> String {
-    hex::encode(signature(key, description))
 }
 
 /// Escapes anything a terminal could interpret; the daemon already escaped paths, this is the
@@ -132,50 +184,49 @@ fn printable(text: &str) -> String {
         .collect()
 }
 
-/// Shows the description on the controlling terminal and asks.
-pub(crate) fn ask(description: &str) -> Result<bool, ApproverError> {
+/// Shows the description on the controlling terminal and asks; a refusal may carry a reason.
+pub(crate) fn ask(description: &str) -> Result<(bool, String), ApproverError> {
     let tty =
         std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty").map_err(ApproverError::Tty)?;
     let mut out = &tty;
     writeln!(out, "An fsd client asks to run these calls at a wider mode:\n").map_err(ApproverError::Tty)?;
-    writeln!(out, "{}", printable(description)).map_err(ApproverError::Tty)?;
+    writeln!(out, "{}", printable(&for_people(description, now_secs()))).map_err(ApproverError::Tty)?;
     write!(out, "Approve? [y/N] ").map_err(ApproverError::Tty)?;
     out.flush().map_err(ApproverError::Tty)?;
+    let mut reader = std::io::BufReader::new(&tty);
     let mut answer = String::new();
-    std::io::BufReader::new(&tty).read_line(&mut answer).map_err(ApproverError::Tty)?;
-    Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "Yes"))
+    reader.read_line(&mut answer).map_err(ApproverError::Tty)?;
+    if matches!(answer.trim(), "y" | "Y" | "yes" | "Yes") {
+        return Ok((true, String::new()));
+    }
+    write!(out, "Reason (optional, shown to the agent): ").map_err(ApproverError::Tty)?;
+    out.flush().map_err(ApproverError::Tty)?;
+    let mut reason = String::new();
+    reader.read_line(&mut reason).map_err(ApproverError::Tty)?;
+    Ok((false, reason.trim().to_owned()))
 }
 
 fn run(cli: Cli) -> Result<bool, ApproverError> {
     match cli.command {
         Command::Keygen { dir } => {
             let public = keygen(&dir)?;
-            println!("{public}");
+            // The key files are written; a closed stdout only loses this copy of the public key.
+            let _ = writeln!(std::io::stdout(), "{public}");
             Ok(true)
         }
-        Command::Serve { key, listen, rules } => {
+        Command::Serve { key, listen, rules, socket_mode, socket_group, log } => {
             let key = load_key(&key)?;
             let rules = rules.map(|path| Rules::load(&path)).transpose()?;
-            serve::run(key, &listen, rules)?;
-            Ok(true)
-        }
-        Command::Sign { key, rules } => {
-            let key = load_key(&key)?;
-            let mut description = String::new();
-            std::io::stdin().read_to_string(&mut description).map_err(ApproverError::Stdin)?;
-            let approved = match rules {
-                Some(path) => {
-                    let rules = Rules::load(&path)?;
-                    decide(&rules, &description) == Decision::Allow
-                }
-                None => ask(&description)?,
-            };
-            if approved {
-                println!("{}", sign(&key, &description));
-            } else {
-                eprintln!("fsd-approver: denied");
+            if rules.is_none() {
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open("/dev/tty")
+                    .map_err(|e| ApproverError::NoDecider(e.to_string()))?;
             }
-            Ok(approved)
+            let socket = serve::Socket::parse(&socket_mode, socket_group.as_deref())?;
+            serve::run(serve::Options { key, listen, rules, socket, log })?;
+            Ok(true)
         }
     }
 }
@@ -185,7 +236,7 @@ pub fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
-            eprintln!("fsd-approver: {e}");
+            let _ = writeln!(std::io::stderr(), "fsd-approver: {e}");
             ExitCode::from(2)
         }
     }

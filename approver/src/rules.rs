@@ -57,6 +57,11 @@ pub fn glob(pattern: &str, path: &str) -> bool {
 
 /// Decides a daemon description (`mode: …`, `op N: <op> <path>`, `  destination: <path> (…)`).
 pub fn decide(rules: &Rules, description: &str) -> Decision {
+    explain(rules, description).0
+}
+
+/// The decision and why: the first path no rule allows, or which rule refused it.
+pub fn explain(rules: &Rules, description: &str) -> (Decision, String) {
     let mode = description.lines().find_map(|l| l.strip_prefix("mode: ")).unwrap_or("");
     let mut paths = Vec::new();
     for line in description.lines() {
@@ -71,10 +76,27 @@ pub fn decide(rules: &Rules, description: &str) -> Decision {
             paths.push(path.to_owned());
         }
     }
-    if mode.is_empty() {
-        return Decision::Deny;
+    if mode.is_empty() || paths.is_empty() {
+        return (Decision::Deny, "the description names no mode or no path".to_owned());
     }
-    if allows(rules, mode, &paths) { Decision::Allow } else { Decision::Deny }
+    // Reasons name the operation's number, not its path: the daemon's resolved paths are the
+    // approver's to see, and a reason travels back to the client.
+    let mut used = Vec::new();
+    for (i, path) in paths.iter().enumerate() {
+        match first_match(rules, mode, path) {
+            Some((n, r)) if r.decision == Decision::Allow => used.push(format!("rule {}", n + 1)),
+            Some((n, _)) => {
+                return (Decision::Deny, format!("rule {} denies path {} at {mode}", n + 1, i + 1));
+            }
+            None => return (Decision::Deny, format!("no rule allows path {} at {mode}", i + 1)),
+        }
+    }
+    used.dedup();
+    (Decision::Allow, used.join(", "))
+}
+
+fn first_match<'r>(rules: &'r Rules, mode: &str, path: &str) -> Option<(usize, &'r Rule)> {
+    rules.rule.iter().enumerate().find(|(_, r)| (r.mode == "*" || r.mode == mode) && glob(&r.path, path))
 }
 
 /// Whether every path (at least one) is allowed at `mode` by the first rule that matches it.
@@ -122,6 +144,21 @@ mod tests {
         check("danger-full-access", &[], Decision::Deny);
         let moved = "fsd escalation v1\nmode: danger-full-access\nop 1: moveFile /srv/a\n  destination: /etc/b (host:etc/b)\n";
         assert_eq!(decide(&rules(), moved), Decision::Deny);
+    }
+
+    #[test]
+    fn the_reason_names_the_rule_or_the_unmatched_path() {
+        let check = |ops: &[&str], want: (Decision, &str)| {
+            let got = explain(&rules(), &description("danger-full-access", ops));
+            assert_eq!((got.0, got.1.as_str()), want, "{ops:?}");
+        };
+        check(&["writeText /srv/a"], (Decision::Allow, "rule 2"));
+        check(
+            &["writeText /srv/a", "deleteFile /srv/secret/k"],
+            (Decision::Deny, "rule 1 denies path 2 at danger-full-access"),
+        );
+        check(&["writeText /etc/x"], (Decision::Deny, "no rule allows path 1 at danger-full-access"));
+        check(&[], (Decision::Deny, "the description names no mode or no path"));
     }
 
     #[test]

@@ -1,24 +1,111 @@
-//! `fsd-approver serve`: the approver as a small gRPC service (fsd.approver.v1), so the private
-//! key can live on another host or under another user than the agent. Requests are decided one
-//! at a time: by the rule file, or by the person at this terminal.
+//! `fsd-approver serve`: the approver as a small gRPC service (fsd.approver.v1) that the daemon
+//! asks, so the private key can live on another host or under another user than the agent.
+//! Requests are decided one at a time, by the rule file or by the person at this terminal, and
+//! every decision is one JSON line in the decision log.
 
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ed25519_dalek::SigningKey;
 use fsd_proto::approver::approver_server::{Approver, ApproverServer};
-use fsd_proto::approver::{ApproveReply, ApproveRequest};
+use fsd_proto::approver::{ApproveReply, ApproveRequest, Decider};
 use tokio::sync::Mutex;
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tonic::{Request, Response, Status};
 
-use crate::{ApproverError, Decision, Rules, ask, decide, signature};
+use crate::{ApproverError, Decision, Rules, ask, explain, signature};
+
+/// How the Unix socket is made available to the daemon.
+#[derive(Debug, Clone, Copy)]
+pub struct Socket {
+    pub mode: u32,
+    pub gid: Option<u32>,
+}
+
+impl Socket {
+    pub fn parse(mode: &str, group: Option<&str>) -> Result<Socket, ApproverError> {
+        let bad_mode = || ApproverError::SocketMode(mode.to_owned());
+        let parsed = u32::from_str_radix(mode.trim_start_matches("0o"), 8).map_err(|_| bad_mode())?;
+        if parsed > 0o777 {
+            return Err(bad_mode());
+        }
+        let gid = match group {
+            None => None,
+            Some(g) => Some(match g.parse::<u32>() {
+                Ok(gid) => gid,
+                Err(_) => group_id(g).ok_or_else(|| ApproverError::SocketGroup(g.to_owned()))?,
+            }),
+        };
+        Ok(Socket { mode: parsed, gid })
+    }
+}
+
+/// A group's id from /etc/group (`name:x:gid:members`).
+fn group_id(name: &str) -> Option<u32> {
+    let text = std::fs::read_to_string("/etc/group").ok()?;
+    text.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        (fields.next() == Some(name)).then(|| fields.nth(1)?.parse().ok()).flatten()
+    })
+}
+
+#[derive(Debug)]
+pub struct Options {
+    pub key: SigningKey,
+    pub listen: String,
+    pub rules: Option<Rules>,
+    pub socket: Socket,
+    pub log: Option<PathBuf>,
+}
+
+/// One decision as the log keeps it.
+#[derive(Debug, serde::Serialize)]
+struct Logged<'a> {
+    time: String,
+    digest: String,
+    id: &'a str,
+    mode: &'a str,
+    decision: &'a str,
+    by: &'a str,
+    reason: &'a str,
+}
 
 #[derive(Debug)]
 struct Service {
     key: SigningKey,
     rules: Option<Rules>,
+    log: Option<std::sync::Mutex<std::fs::File>>,
     /// One prompt at a time on the terminal.
     turn: Arc<Mutex<()>>,
+}
+
+fn field<'a>(description: &'a str, name: &str) -> &'a str {
+    description.lines().find_map(|l| l.strip_prefix(name)).unwrap_or("")
+}
+
+impl Service {
+    fn record(&self, description: &str, approved: bool, by: Decider, reason: &str) {
+        let Some(log) = &self.log else { return };
+        let entry = Logged {
+            time: crate::utc(crate::now_secs()),
+            digest: hex::encode(fsd_proto::digest::content(description.as_bytes())),
+            id: field(description, "id: "),
+            mode: field(description, "mode: "),
+            decision: if approved { "approved" } else { "refused" },
+            by: match by {
+                Decider::Person => "person",
+                _ => "rules",
+            },
+            reason,
+        };
+        let Ok(mut line) = serde_json::to_vec(&entry) else { return };
+        line.push(b'\n');
+        let mut file = log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Err(e) = file.write_all(&line) {
+            eprintln!("fsd-approver: cannot write the decision log: {e}");
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -30,61 +117,127 @@ impl Approver for Service {
                 approved: false,
                 signature: Default::default(),
                 reason: "not an fsd escalation description".into(),
+                decided_by: Decider::Rules as i32,
             }));
         }
         let _turn = self.turn.lock().await;
-        let approved = match &self.rules {
-            Some(rules) => decide(rules, &description) == Decision::Allow,
+        let (approved, reason, by) = match &self.rules {
+            Some(rules) => {
+                let (decision, why) = explain(rules, &description);
+                (decision == Decision::Allow, why, Decider::Rules)
+            }
             None => {
                 let text = description.clone();
-                tokio::task::spawn_blocking(move || ask(&text))
+                let (approved, reason) = tokio::task::spawn_blocking(move || ask(&text))
                     .await
                     .map_err(|e| Status::internal(e.to_string()))?
-                    .map_err(|e| Status::unavailable(e.to_string()))?
+                    .map_err(|e| Status::unavailable(e.to_string()))?;
+                (approved, reason, Decider::Person)
             }
         };
+        self.record(&description, approved, by, &reason);
         let reply = if approved {
             let bytes = signature(&self.key, &description).to_vec();
-            ApproveReply { approved: true, signature: bytes.into(), reason: String::new() }
+            ApproveReply {
+                approved: true,
+                signature: bytes.into(),
+                reason: String::new(),
+                decided_by: by as i32,
+            }
         } else {
-            ApproveReply { approved: false, signature: Default::default(), reason: "denied".into() }
+            ApproveReply { approved: false, signature: Default::default(), reason, decided_by: by as i32 }
         };
         Ok(Response::new(reply))
     }
 }
 
-pub fn run(key: SigningKey, listen: &str, rules: Option<Rules>) -> Result<(), ApproverError> {
+/// Removes the socket file when serving ends, however it ends.
+struct Cleanup<'a>(&'a Path);
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.0);
+    }
+}
+
+fn bind_unix(path: &Path, socket: Socket) -> Result<tokio::net::UnixListener, ApproverError> {
+    use std::os::unix::fs::PermissionsExt;
+    let failed = |e: std::io::Error| ApproverError::Serve(format!("{}: {e}", path.display()));
+    // Only a stale socket is replaced, never another kind of file.
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        use std::os::unix::fs::FileTypeExt;
+        if !meta.file_type().is_socket() {
+            return Err(ApproverError::Serve(format!("{} exists and is not a socket", path.display())));
+        }
+        std::fs::remove_file(path).map_err(failed)?;
+    }
+    let listener = tokio::net::UnixListener::bind(path).map_err(failed)?;
+    if let Some(gid) = socket.gid {
+        std::os::unix::fs::chown(path, None, Some(gid)).map_err(failed)?;
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(socket.mode)).map_err(failed)?;
+    Ok(listener)
+}
+
+pub fn run(options: Options) -> Result<(), ApproverError> {
+    let Options { key, listen, rules, socket, log } = options;
+    let log = match log {
+        Some(path) => Some(std::sync::Mutex::new(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .map_err(|e| ApproverError::Io(path.clone(), e))?,
+        )),
+        None => None,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| ApproverError::Serve(e.to_string()))?;
     runtime.block_on(async move {
-        let service = ApproverServer::new(Service { key, rules, turn: Arc::new(Mutex::new(())) });
+        let service = ApproverServer::new(Service { key, rules, log, turn: Arc::new(Mutex::new(())) });
         let router = tonic::transport::Server::builder().add_service(service);
         let shutdown = async {
-            let _ = tokio::signal::ctrl_c().await;
+            let term = async {
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(mut term) => {
+                        term.recv().await;
+                    }
+                    Err(_) => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                () = term => {}
+            }
         };
         let serve_err = |e: tonic::transport::Error| ApproverError::Serve(e.to_string());
         if let Some(path) = listen.strip_prefix("unix:") {
-            let _ = std::fs::remove_file(path);
-            let listener =
-                tokio::net::UnixListener::bind(path).map_err(|e| ApproverError::Serve(e.to_string()))?;
-            eprintln!("fsd-approver: listening on {listen}");
+            let path = Path::new(path);
+            let listener = bind_unix(path, socket)?;
+            let _cleanup = Cleanup(path);
+            {
+                use std::io::Write as _;
+                let _ = writeln!(std::io::stderr(), "fsd-approver: listening on {listen}");
+            }
             router
                 .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
                 .await
                 .map_err(serve_err)?;
-            let _ = std::fs::remove_file(path);
         } else if let Some(addr) = listen.strip_prefix("tcp:") {
             let listener =
                 tokio::net::TcpListener::bind(addr).await.map_err(|e| ApproverError::Serve(e.to_string()))?;
-            eprintln!("fsd-approver: listening on {listen}");
+            {
+                use std::io::Write as _;
+                let _ = writeln!(std::io::stderr(), "fsd-approver: listening on {listen}");
+            }
             router
                 .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
                 .await
                 .map_err(serve_err)?;
         } else {
-            return Err(ApproverError::Listen(listen.to_owned()));
+            return Err(ApproverError::Listen(listen.clone()));
         }
         Ok(())
     })

@@ -98,7 +98,7 @@ where
 }
 
 fn stat_request(path: &str) -> v1::StatRequest {
-    v1::StatRequest { context: None, path: path.to_owned(), no_follow: false }
+    v1::StatRequest { context: None, path: path.to_owned(), no_follow: false, check_write: false }
 }
 
 fn read_request(path: &str) -> v1::ReadTextRequest {
@@ -219,7 +219,7 @@ pub fn run(common: &Common) -> Res<Section> {
         }
     }
     for run in 0..common.runs {
-        eprintln!("  64 in flight: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
+        note!("  64 in flight: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
         for (transport, load, fsd_rates, echo_rates) in rows.iter_mut() {
             let endpoint = fsd.endpoint(*transport);
             let echo_endpoint = echo_server.endpoint(*transport);

@@ -107,7 +107,7 @@ pub fn serve(listen: &[String]) -> Res<()> {
     for l in listen {
         match Endpoint::parse(l)? {
             Endpoint::Unix(path) => unix.push(path),
-            Endpoint::Tcp(addr) => tcp.push(addr),
+            Endpoint::Tcp(addr) | Endpoint::Web(addr) => tcp.push(addr),
         }
     }
     // The parent's pipe: EOF means the bench is done (or died).

@@ -3,6 +3,25 @@
 //! against the MCP reference filesystem server. Every figure is a median of runs with its spread;
 //! nothing here asserts a time. `scripts/bench.sh` builds and runs it all and writes BENCHMARKS.md.
 
+/// `println!` for output nobody may read any more: a closed stdout (`| head`) ends the process
+/// quietly, exit 0, instead of panicking.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if writeln!(std::io::stdout(), $($arg)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
+/// `eprintln!` that never panics: a closed stderr loses the line.
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod concurrent;
 mod echo;
 mod fixtures;
@@ -149,7 +168,7 @@ fn main() -> ExitCode {
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("fsd-bench: {e}");
+            note!("fsd-bench: {e}");
             ExitCode::FAILURE
         }
     }
@@ -166,23 +185,23 @@ fn run(command: Command) -> Res<()> {
     match command {
         Command::EchoServer { listen } => echo::serve(&listen),
         Command::Probe { common, read, echo, in_flight, seconds, tcp } => {
-            println!("{}", concurrent::probe(&common, !read, echo, in_flight, seconds, tcp)?);
+            say!("{}", concurrent::probe(&common, !read, echo, in_flight, seconds, tcp)?);
             Ok(())
         }
         Command::Percall { common } => {
-            println!("{}", percall::run(&common)?);
+            say!("{}", percall::run(&common)?);
             Ok(())
         }
         Command::Concurrent { common } => {
-            println!("{}", concurrent::run(&common)?);
+            say!("{}", concurrent::run(&common)?);
             Ok(())
         }
         Command::Stream { common, stream_mib } => {
-            println!("{}", stream::run(&common, stream_mib)?);
+            say!("{}", stream::run(&common, stream_mib)?);
             Ok(())
         }
         Command::Patch { common } => {
-            println!("{}", patchscale::run(&common)?);
+            say!("{}", patchscale::run(&common)?);
             Ok(())
         }
         Command::Neighbour { common } => {
@@ -190,12 +209,12 @@ fn run(command: Command) -> Res<()> {
             Ok(())
         }
         Command::Mcp { common, mcp_peer } => {
-            println!("{}", mcp::run(&common, &mcp_peer)?);
+            say!("{}", mcp::run(&common, &mcp_peer)?);
             Ok(())
         }
         Command::All { common, mcp_peer, stream_mib, markdown, command_line, date } => {
             let mut doc = report::Document::new(&command_line, &date, &common);
-            let step = |name: &str| eprintln!("fsd-bench: {name} ({})", report::loadavg());
+            let step = |name: &str| note!("fsd-bench: {name} ({})", report::loadavg());
             step("per call");
             doc.push(percall::run(&common)?);
             step("64 in flight");
@@ -209,10 +228,10 @@ fn run(command: Command) -> Res<()> {
             step("noisy neighbour");
             doc.push(neighbour::run(&common)?);
             let text = doc.finish();
-            println!("{text}");
+            say!("{text}");
             if let Some(path) = markdown {
                 report::splice(&path, &text)?;
-                eprintln!("fsd-bench: wrote {}", path.display());
+                note!("fsd-bench: wrote {}", path.display());
             }
             Ok(())
         }

@@ -223,7 +223,7 @@ pub fn run(common: &Common, peer_script: &Path) -> Res<Section> {
     let theirs = data_dir(tmp.path(), "reference")?;
     let mut series: Vec<[Series; 2]> = Op::ALL.iter().map(|_| Default::default()).collect();
     for run in 0..common.runs {
-        eprintln!("  MCP: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
+        note!("  MCP: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
         let mut cmd = Command::new(&tools);
         cmd.arg("mcp").arg("--root").arg(&ours).current_dir(&ours).env("FSD_LOG", "warn");
         let mut fsd = Peer::start(cmd)?;

@@ -74,7 +74,7 @@ pub fn run(common: &Common) -> Res<Section> {
     let mut per_file: Vec<PerRun> = SIZES.iter().map(|_| PerRun::default()).collect();
     let mut floors: Vec<PerRun> = SIZES.iter().map(|_| PerRun::default()).collect();
     for run in 0..common.runs {
-        eprintln!("  apply_patch scaling: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
+        note!("  apply_patch scaling: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
         for (g, series) in per_file.iter_mut().enumerate() {
             series.push(apply(&mut session, g, &mut flips)?);
             // The local floor right after each patch, so both see the same disk (fsync latency

@@ -128,7 +128,8 @@ async fn shapes(client: &mut FsdClient<Channel>, root: &Path) -> Res<Shapes> {
     let path = path.to_string_lossy().into_owned();
     let shape = |req: usize, rep: usize| Shape { request: req, reply: rep };
 
-    let request = v1::StatRequest { context: context(), path: path.clone(), no_follow: false };
+    let request =
+        v1::StatRequest { context: context(), path: path.clone(), no_follow: false, check_write: false };
     let len = request.encoded_len();
     let reply = client.stat(request).await?.into_inner();
     let stat = shape(len, reply.encoded_len());
@@ -174,8 +175,12 @@ async fn shapes(client: &mut FsdClient<Channel>, root: &Path) -> Res<Shapes> {
 async fn fsd_once(op: Op, conn: &mut Conn, read_path: &str) -> Res<()> {
     let result = match op {
         Op::Stat => {
-            let request =
-                v1::StatRequest { context: context(), path: read_path.to_owned(), no_follow: false };
+            let request = v1::StatRequest {
+                context: context(),
+                path: read_path.to_owned(),
+                no_follow: false,
+                check_write: false,
+            };
             let reply = conn.client.stat(request).await?.into_inner();
             return if reply.info.is_some() { Ok(()) } else { Err("stat found no file".into()) };
         }
@@ -331,7 +336,7 @@ pub fn run(common: &Common) -> Res<Section> {
     let mut digest = PerRun::default();
     for run in 0..common.runs {
         digest.push(digest_p50(four_k.as_bytes(), common.n(20_000)));
-        eprintln!("  per call: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
+        note!("  per call: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
         for (c, conn) in conns.iter_mut().enumerate() {
             for (o, op) in Op::ALL.into_iter().enumerate() {
                 let n = op.samples(common);

@@ -102,7 +102,7 @@ pub fn run(common: &Common, mib: u64) -> Res<Section> {
     std::fs::create_dir(&root)?;
     let root = std::fs::canonicalize(&root)?;
     let file = root.join("big.txt");
-    eprintln!("  streaming: writing {mib} MiB to {}", file.display());
+    note!("  streaming: writing {mib} MiB to {}", file.display());
     fixtures::big(&file, mib)?;
     let size = mib << 20;
     let path = file.to_string_lossy().into_owned();
@@ -124,7 +124,7 @@ pub fn run(common: &Common, mib: u64) -> Res<Section> {
     let mut local = PerRun::default();
     let mut digest = PerRun::default();
     for run in 0..common.runs {
-        eprintln!("  streaming: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
+        note!("  streaming: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
         for (transport, fsd_rates, mem_rates, file_rates) in rows.iter_mut() {
             let (fsd_rate, largest) = rt.block_on(fsd_stream(&fsd.endpoint(*transport), &path, size))?;
             chunk = chunk.max(largest);

@@ -1,5 +1,5 @@
 //! The audit log: one JSON line per mutation and per escalation decision (time, session, client,
-//! operation, path, mode, decision, result). Never file contents. Opened before confinement; the
+//! operation, path, mode, decision, result, and for approver decisions the description's digest). Never file contents. Opened before confinement; the
 //! network process keeps only the descriptor.
 
 use std::fs::File;
@@ -29,6 +29,9 @@ pub struct Entry<'a> {
     pub decision: &'a str,
     /// "ok" or the stable error code.
     pub result: &'a str,
+    /// For escalation decisions: SHA-256 (hex) of the description the approver decided on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub digest: Option<&'a str>,
 }
 
 impl Audit {

@@ -12,11 +12,25 @@ use crate::backend::{Limits, Mode, RootSpec};
 pub enum Listen {
     Unix(PathBuf),
     Tcp(std::net::SocketAddr),
+    /// The REST face (KEP-539.2 filesystem API) and gRPC-Web, over HTTP/1.1 or HTTP/2.
+    Http(std::net::SocketAddr),
+    HttpUnix(PathBuf),
 }
 
 impl Listen {
-    /// Parses `unix:PATH` or `tcp:HOST:PORT`.
+    /// Parses `unix:PATH`, `tcp:HOST:PORT`, `http:HOST:PORT` or `http+unix:PATH`.
     pub fn parse(text: &str) -> Result<Listen, ConfigError> {
+        if let Some(path) = text.strip_prefix("http+unix:") {
+            if path.is_empty() {
+                return Err(ConfigError::Listen(text.to_owned(), "empty socket path"));
+            }
+            return Ok(Listen::HttpUnix(PathBuf::from(path)));
+        }
+        if let Some(addr) = text.strip_prefix("http:") {
+            let addr: std::net::SocketAddr =
+                addr.parse().map_err(|_| ConfigError::Listen(text.to_owned(), "expected http:IP:PORT"))?;
+            return Ok(Listen::Http(addr));
+        }
         if let Some(path) = text.strip_prefix("unix:") {
             if path.is_empty() {
                 return Err(ConfigError::Listen(text.to_owned(), "empty socket path"));
@@ -29,7 +43,10 @@ impl Listen {
             // Whether a non-loopback address is allowed depends on TLS: checked in `resolve`.
             return Ok(Listen::Tcp(addr));
         }
-        Err(ConfigError::Listen(text.to_owned(), "expected unix:PATH or tcp:IP:PORT"))
+        Err(ConfigError::Listen(
+            text.to_owned(),
+            "expected unix:PATH, tcp:IP:PORT, http:IP:PORT or http+unix:PATH",
+        ))
     }
 }
 
@@ -38,6 +55,8 @@ impl std::fmt::Display for Listen {
         match self {
             Listen::Unix(path) => write!(f, "unix:{}", path.display()),
             Listen::Tcp(addr) => write!(f, "tcp:{addr}"),
+            Listen::Http(addr) => write!(f, "http:{addr}"),
+            Listen::HttpUnix(path) => write!(f, "http+unix:{}", path.display()),
         }
     }
 }
@@ -74,6 +93,10 @@ pub struct ConfigFile {
     pub writable_roots: Option<Vec<PathBuf>>,
     pub readable_roots: Option<Vec<PathBuf>>,
     pub protected_names: Option<Vec<String>>,
+    /// Mounts below a root that resolution may enter (any other mount below a root is refused).
+    pub allow_submounts: Option<Vec<PathBuf>>,
+    /// Accept `\\` in path names (refused by default: a Windows path would become a literal name).
+    pub allow_backslash: Option<bool>,
     pub default_mode: Option<String>,
     pub max_mode: Option<String>,
     pub escalation: Option<String>,
@@ -81,6 +104,9 @@ pub struct ConfigFile {
     pub approver_public_key: Option<String>,
     /// How long a described escalation may be used (seconds, default 120).
     pub escalation_ttl_secs: Option<u64>,
+    /// Where the daemon asks its approver (`fsd-approver serve`), for `escalation = "signed"`:
+    /// `unix:PATH` or `tcp:HOST:PORT`.
+    pub approver_endpoint: Option<String>,
     pub log_format: Option<String>,
     pub max_message_bytes: Option<u64>,
     pub max_editable_file_bytes: Option<u64>,
@@ -92,9 +118,12 @@ pub struct ConfigFile {
     pub worker_uid: Option<u32>,
     pub worker_gid: Option<u32>,
     pub call_timeout_ms: Option<u64>,
+    /// How long SIGTERM may take in total before stuck children are killed (default 10000).
+    pub shutdown_grace_ms: Option<u64>,
     pub audit_log: Option<PathBuf>,
     /// Highest mode per client, keyed by identity: `uid:1000` (or a bare `1000`, the Unix peer
-    /// uid), `cert:NAME` (a verified client certificate's SAN or CN), `token:NAME`.
+    /// uid), `cert:NAME` (a verified client certificate's SAN or CN), `token:NAME`, `tcp` (every
+    /// plaintext loopback TCP client; read-only without an entry).
     pub client_max_modes: Option<std::collections::BTreeMap<String, String>>,
     /// TLS for every `tcp:` listener: the PEM certificate chain and private key.
     pub tls_cert: Option<PathBuf>,
@@ -116,6 +145,16 @@ pub struct ConfigFile {
     pub keepalive_timeout_ms: Option<u64>,
     pub handshake_timeout_ms: Option<u64>,
     pub idle_timeout_ms: Option<u64>,
+    /// The directory the REST face's `/v1/files/{path}` is relative to (a configured root;
+    /// default: the first writable root).
+    pub rest_root: Option<PathBuf>,
+    /// The largest body a REST PUT (or a WriteBytes stream) may carry.
+    pub max_upload_bytes: Option<u64>,
+    /// `/v1/metadata` serves the environment variables with this prefix (default `SANDBOX_`;
+    /// empty: none by prefix)...
+    pub metadata_env_prefix: Option<String>,
+    /// ...and these, by name.
+    pub metadata_env: Option<Vec<String>>,
     /// TLS handshakes in progress per TCP listener, and per source address.
     pub max_handshakes: Option<usize>,
     pub max_handshakes_per_source: Option<usize>,
@@ -230,19 +269,25 @@ pub struct Config {
     pub listen: Vec<Listen>,
     pub roots: Vec<RootSpec>,
     pub protected_names: Vec<String>,
+    pub allow_submounts: Vec<PathBuf>,
+    pub allow_backslash: bool,
     pub default_mode: Mode,
     pub max_mode: Mode,
     pub escalation: Escalation,
     pub approver_public_key: Option<String>,
     pub escalation_ttl: std::time::Duration,
+    pub approver_endpoint: Option<crate::escalation::ApproverEndpoint>,
     pub log_format: LogFormat,
     pub max_message_bytes: u64,
     pub limits: Limits,
     pub landlock: LandlockPolicy,
     pub workers_per_mode: usize,
-    pub worker_uid: u32,
-    pub worker_gid: u32,
+    /// As configured; [`Config::worker_identity`] decides the default.
+    pub worker_uid: Option<u32>,
+    pub worker_gid: Option<u32>,
     pub call_timeout: std::time::Duration,
+    /// The whole of a graceful stop: in-flight calls finish within it, then what is left is killed.
+    pub shutdown_grace: std::time::Duration,
     pub audit_log: Option<PathBuf>,
     pub client_max_modes: std::collections::BTreeMap<crate::identity::ClientKey, Mode>,
     /// TLS for every `tcp:` listener, when configured.
@@ -254,6 +299,30 @@ pub struct Config {
     pub stream_idle_timeout: std::time::Duration,
     pub max_queued_calls: usize,
     pub max_abandoned_workers: usize,
+    pub rest: Rest,
+}
+
+/// The REST face's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rest {
+    /// The absolute directory request paths are joined to (one of the roots).
+    pub root: PathBuf,
+    pub metadata_env_prefix: String,
+    pub metadata_env: Vec<String>,
+}
+
+impl Rest {
+    /// The environment variables `/v1/metadata` serves: only those the config names.
+    pub fn metadata(
+        &self,
+        vars: impl Iterator<Item = (String, String)>,
+    ) -> std::collections::BTreeMap<String, String> {
+        vars.filter(|(name, _)| {
+            (!self.metadata_env_prefix.is_empty() && name.starts_with(&self.metadata_env_prefix))
+                || self.metadata_env.contains(name)
+        })
+        .collect()
+    }
 }
 
 /// Whether a kernel without the Landlock floor may still serve the confined modes.
@@ -275,6 +344,12 @@ pub enum ConfigError {
     Mode { key: &'static str, value: String },
     #[error("invalid escalation {0:?}: expected \"deny\", \"client\" or \"signed\"")]
     Escalation(String),
+    #[error(
+        "escalation = \"signed\" needs approver_endpoint (unix:PATH or tcp:HOST:PORT of fsd-approver serve)"
+    )]
+    NoApproverEndpoint,
+    #[error("invalid approver_endpoint {0:?}: expected unix:PATH or tcp:HOST:PORT")]
+    ApproverEndpoint(String),
     #[error("escalation = \"signed\" needs approver_public_key (64 hex digits)")]
     NoApproverKey,
     #[error("invalid {0}")]
@@ -289,7 +364,9 @@ pub enum ConfigError {
     DefaultAboveMax { default: &'static str, max: &'static str },
     #[error("invalid landlock {0:?}: expected \"required\" or \"best-effort\"")]
     Landlock(String),
-    #[error("invalid client_max_modes key {0:?}: expected uid:UID (or a bare uid), cert:NAME or token:NAME")]
+    #[error(
+        "invalid client_max_modes key {0:?}: expected uid:UID (or a bare uid), cert:NAME, token:NAME or tcp"
+    )]
     ClientUid(String),
     #[error(
         "listener {0} is not on loopback: a non-loopback TCP listener needs TLS (set tls_cert and tls_key)"
@@ -307,8 +384,26 @@ pub enum ConfigError {
     Budget(&'static str),
     #[error("workers_per_mode must be between 1 and 64")]
     Workers,
+    #[error("rest_root {0} is not one of the configured roots")]
+    RestRoot(PathBuf),
     #[error("max_message_bytes {message} must exceed max_editable_file_bytes {editable}")]
     MessageTooSmall { message: u64, editable: u64 },
+    #[error("cannot read the owner of root {0}: {1}")]
+    RootOwner(PathBuf, #[source] std::io::Error),
+    #[error(
+        "the writable roots have different owners ({0}); workers take the owner's uid and gid: set worker_uid and worker_gid"
+    )]
+    RootOwners(String),
+}
+
+/// Who the confined workers run as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerIdentity {
+    pub uid: u32,
+    pub gid: u32,
+    /// A root worker the operator asked for (`worker_uid = 0`): keeps the few capabilities
+    /// that keeping owners and modes of replaced files needs. Every other worker has none.
+    pub root_capabilities: bool,
 }
 
 fn mode(key: &'static str, value: Option<String>, default: Mode) -> Result<Mode, ConfigError> {
@@ -319,6 +414,43 @@ fn mode(key: &'static str, value: Option<String>, default: Mode) -> Result<Mode,
 }
 
 impl Config {
+    /// The workers' identity. Configured: as configured (the group defaults to the daemon's).
+    /// Unset under a root daemon: the owner of the writable roots (of the roots, when none is
+    /// writable), so the agent can do no more than the workspace's owner could; a root worker
+    /// only on an explicit `worker_uid = 0`. Unset otherwise: the daemon's own ids.
+    pub fn worker_identity(&self) -> Result<WorkerIdentity, ConfigError> {
+        use std::os::unix::fs::MetadataExt;
+        let (uid, gid) = crate::sys::effective_ids();
+        if let Some(worker_uid) = self.worker_uid {
+            let gid = self.worker_gid.unwrap_or(gid);
+            return Ok(WorkerIdentity { uid: worker_uid, gid, root_capabilities: worker_uid == 0 });
+        }
+        if uid != 0 {
+            return Ok(WorkerIdentity { uid, gid: self.worker_gid.unwrap_or(gid), root_capabilities: false });
+        }
+        let writable: Vec<&RootSpec> = self.roots.iter().filter(|r| r.writable).collect();
+        let owners_of = if writable.is_empty() { self.roots.iter().collect() } else { writable };
+        let mut owners = std::collections::BTreeSet::new();
+        for root in owners_of {
+            let meta =
+                std::fs::metadata(&root.path).map_err(|e| ConfigError::RootOwner(root.path.clone(), e))?;
+            owners.insert((meta.uid(), meta.gid()));
+        }
+        match owners.len() {
+            1 => {
+                let (uid, owner_gid) = owners.into_iter().next().unwrap_or((uid, gid));
+                Ok(WorkerIdentity {
+                    uid,
+                    gid: self.worker_gid.unwrap_or(owner_gid),
+                    root_capabilities: false,
+                })
+            }
+            _ => Err(ConfigError::RootOwners(
+                owners.iter().map(|(u, g)| format!("{u}:{g}")).collect::<Vec<_>>().join(", "),
+            )),
+        }
+    }
+
     /// The modes any client of this daemon may reach: each gets a worker pool.
     pub fn served_modes(&self) -> Vec<Mode> {
         let highest =
@@ -376,10 +508,16 @@ impl Config {
             Some("signed") => Escalation::Signed,
             Some(other) => return Err(ConfigError::Escalation(other.to_owned())),
         };
+        let mut approver_endpoint = None;
         if escalation == Escalation::Signed {
             let key = file.approver_public_key.as_deref().ok_or(ConfigError::NoApproverKey)?;
             crate::escalation::Escalations::new(key, std::time::Duration::from_secs(1))
                 .map_err(ConfigError::ApproverKey)?;
+            let endpoint = file.approver_endpoint.as_deref().ok_or(ConfigError::NoApproverEndpoint)?;
+            approver_endpoint = Some(
+                crate::escalation::ApproverEndpoint::parse(endpoint)
+                    .ok_or_else(|| ConfigError::ApproverEndpoint(endpoint.to_owned()))?,
+            );
         }
         let log_format = match flags.log_format.or(file.log_format).as_deref() {
             None | Some("human") => LogFormat::Human,
@@ -392,6 +530,7 @@ impl Config {
             max_read_bytes: file.max_read_bytes.unwrap_or(defaults.max_read_bytes),
             max_diff_text_bytes: file.max_diff_text_bytes.unwrap_or(defaults.max_diff_text_bytes),
             max_dir_entries: file.max_dir_entries.unwrap_or(defaults.max_dir_entries),
+            max_upload_bytes: file.max_upload_bytes.unwrap_or(defaults.max_upload_bytes),
             ..defaults
         };
         let max_message_bytes = file.max_message_bytes.unwrap_or(80 << 20);
@@ -464,13 +603,15 @@ impl Config {
         if transport.max_calls_per_connection == 0 {
             return Err(ConfigError::Transport("max_calls_per_connection"));
         }
-        let (uid, gid) = crate::sys::effective_ids();
+        let rest = rest_settings(&roots, file.rest_root, file.metadata_env_prefix, file.metadata_env)?;
         Ok(Config {
+            rest,
             landlock,
             workers_per_mode,
-            worker_uid: file.worker_uid.unwrap_or(uid),
-            worker_gid: file.worker_gid.unwrap_or(gid),
+            worker_uid: file.worker_uid,
+            worker_gid: file.worker_gid,
             call_timeout: std::time::Duration::from_millis(file.call_timeout_ms.unwrap_or(30_000).max(1)),
+            shutdown_grace: std::time::Duration::from_millis(file.shutdown_grace_ms.unwrap_or(10_000).max(1)),
             audit_log: file.audit_log,
             client_max_modes,
             tls: fleet.tls,
@@ -484,16 +625,48 @@ impl Config {
             listen,
             roots,
             protected_names: file.protected_names.unwrap_or_else(|| vec![".git".to_owned()]),
+            allow_submounts: file.allow_submounts.unwrap_or_default(),
+            allow_backslash: file.allow_backslash.unwrap_or(false),
             default_mode,
             max_mode,
             escalation,
             approver_public_key: file.approver_public_key.clone(),
             escalation_ttl: std::time::Duration::from_secs(file.escalation_ttl_secs.unwrap_or(120).max(1)),
+            approver_endpoint,
             log_format,
             max_message_bytes,
             limits,
         })
     }
+}
+
+/// The REST face's root (one of the roots, canonical) and the metadata it may serve.
+fn rest_settings(
+    roots: &[RootSpec],
+    root: Option<PathBuf>,
+    prefix: Option<String>,
+    names: Option<Vec<String>>,
+) -> Result<Rest, ConfigError> {
+    let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
+    let root = match root {
+        Some(root) => {
+            let wanted = canonical(&root);
+            if !roots.iter().any(|r| canonical(&r.path) == wanted) {
+                return Err(ConfigError::RestRoot(root));
+            }
+            wanted
+        }
+        None => {
+            let first =
+                roots.iter().find(|r| r.writable).or_else(|| roots.first()).ok_or(ConfigError::NoRoots)?;
+            canonical(&first.path)
+        }
+    };
+    Ok(Rest {
+        root,
+        metadata_env_prefix: prefix.unwrap_or_else(|| "SANDBOX_".to_owned()),
+        metadata_env: names.unwrap_or_default(),
+    })
 }
 
 /// The fleet keys of the file, resolved together: they constrain one another.
@@ -554,7 +727,7 @@ fn fleet_settings(listen: &[Listen], file: FleetFile) -> Result<Fleet, ConfigErr
         return Err(ConfigError::Tls("bearer tokens are accepted only over TLS: set tls_cert and tls_key"));
     }
     for l in listen {
-        if let Listen::Tcp(addr) = l
+        if let Listen::Tcp(addr) | Listen::Http(addr) = l
             && !addr.ip().is_loopback()
             && tls.is_none()
         {
@@ -637,6 +810,20 @@ mod tests {
             flags(&["unix:/s"], &["/ws"]),
             Err("escalation = \"signed\" needs approver_public_key (64 hex digits)"),
         );
+        let key =
+            "approver_public_key = \"d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a\"";
+        check(
+            &format!("escalation = \"signed\"\n{key}"),
+            flags(&["unix:/s"], &["/ws"]),
+            Err(
+                "escalation = \"signed\" needs approver_endpoint (unix:PATH or tcp:HOST:PORT of fsd-approver serve)",
+            ),
+        );
+        check(
+            &format!("escalation = \"signed\"\n{key}\napprover_endpoint = \"approver.sock\""),
+            flags(&["unix:/s"], &["/ws"]),
+            Err("invalid approver_endpoint \"approver.sock\": expected unix:PATH or tcp:HOST:PORT"),
+        );
         check(
             "escalation = \"maybe\"",
             flags(&["unix:/s"], &["/ws"]),
@@ -657,7 +844,7 @@ mod tests {
             "[client_max_modes]\nalice = \"read-only\"",
             flags(&["unix:/s"], &["/ws"]),
             Err(
-                "invalid client_max_modes key \"alice\": expected uid:UID (or a bare uid), cert:NAME or token:NAME",
+                "invalid client_max_modes key \"alice\": expected uid:UID (or a bare uid), cert:NAME, token:NAME or tcp",
             ),
         );
     }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use rustix::thread::CapabilitySet;
 
 use crate::backend::Mode;
-use crate::config::{Config, LandlockPolicy};
+use crate::config::{Config, LandlockPolicy, WorkerIdentity};
 use crate::sys::confine::{self as step, ConfineError, Enforcement, Grant};
 
 /// How a process ended up confined, for hello and the logs.
@@ -41,23 +41,27 @@ fn grants(config: &Config, mode: Mode) -> Vec<(PathBuf, Grant)> {
 
 /// Confines a worker of `mode`. Called once, single-threaded, after it opened its root
 /// descriptors and IPC socket and before it reads its first request.
-pub fn worker(config: &Config, mode: Mode) -> Result<Confinement, ConfineError> {
+pub fn worker(config: &Config, mode: Mode, identity: WorkerIdentity) -> Result<Confinement, ConfineError> {
     let keep = if mode == Mode::DangerFullAccess {
         None
-    } else if config.worker_uid == 0 {
-        // Root keeps only what keeping owners and modes of replaced files needs; Landlock still
-        // confines root.
+    } else if identity.root_capabilities {
+        // A root worker the operator asked for keeps only what keeping owners and modes of
+        // replaced files needs; Landlock still confines root.
         Some(step::worker_capabilities())
     } else {
+        // Whoever the worker runs as (uid 0 included, when root owns the workspace), it has no
+        // capability: it can do to the workspace what its owner could, nothing more.
         Some(CapabilitySet::empty())
     };
     // 1. The bounding set first, while CAP_SETPCAP is still held: no exec regains the rest.
     if let Some(keep) = keep {
         step::drop_bounding_set(keep)?;
     }
-    // 2. The configured identity (default: the daemon's own). Leaving root clears the
-    //    capability sets by itself.
-    step::switch_ids(config.worker_uid, config.worker_gid, false)?;
+    // 2. The worker identity (see `Config::worker_identity`); danger-full-access keeps the
+    //    daemon's. Leaving root clears the capability sets by itself.
+    if mode != Mode::DangerFullAccess {
+        step::switch_ids(identity.uid, identity.gid, false)?;
+    }
     // 3. Capabilities: the allowed few (or none).
     if let Some(keep) = keep {
         step::set_capabilities(keep)?;
@@ -82,4 +86,36 @@ pub fn network(config: &Config) -> Result<Confinement, ConfineError> {
     let required = config.landlock == LandlockPolicy::Required;
     let landlock = step::landlock(&[], required)?;
     Ok(Confinement { landlock })
+}
+
+/// Why the kernel does not protect the fence against links, if it does not: with
+/// `fs.protected_hardlinks = 0` anyone may hard-link a file they cannot write (a root-only file)
+/// into the workspace, where a write through fsd would reach it; with
+/// `fs.protected_symlinks = 0` a link planted in a sticky directory is followed for anyone.
+pub fn missing_link_protection() -> Option<String> {
+    let dir = sysctl_dir();
+    let off: Vec<String> = ["protected_hardlinks", "protected_symlinks"]
+        .into_iter()
+        .filter(|name| {
+            // Unreadable counts as off: the precondition is not known to hold.
+            std::fs::read_to_string(dir.join(name)).map_or(true, |v| v.trim() == "0")
+        })
+        .map(|name| format!("fs.{name} = 0"))
+        .collect();
+    (!off.is_empty()).then(|| {
+        format!(
+            "the kernel does not protect links ({}); set it to 1 (sysctl -w) to serve this mode",
+            off.join(", ")
+        )
+    })
+}
+
+/// Where the `fs.*` sysctls are read; the test build may point elsewhere
+/// (`FSD_FAULT_SYSCTL_FS_DIR`) so a test can show both outcomes without changing the machine.
+fn sysctl_dir() -> PathBuf {
+    #[cfg(feature = "fault-injection")]
+    if let Some(dir) = std::env::var_os("FSD_FAULT_SYSCTL_FS_DIR") {
+        return PathBuf::from(dir);
+    }
+    PathBuf::from("/proc/sys/fs")
 }

@@ -34,9 +34,14 @@ use crate::identity::{self, Identity, TokenEntry};
 /// say which instance its session began with.
 pub const INSTANCE_HEADER: &str = "fsd-instance";
 
+/// The header a bearer token may come in instead of `authorization`, through a router that
+/// strips that one: `x-fsd-authorization: Bearer <token>`.
+pub const FORWARDED_AUTHORIZATION: &str = "x-fsd-authorization";
+
 /// Methods that answer without a client credential on a TLS listener (the handshake still
 /// applies): orchestrators probe health without the application's tokens.
-const OPEN_METHODS: &[&str] = &["/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"];
+/// `/v1/health` is the REST face's probe (kubelet `httpGet` over HTTPS sends no credential).
+const OPEN_METHODS: &[&str] = &["/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch", "/v1/health"];
 
 /// Limits of one TCP listener.
 #[derive(Debug, Clone, Copy)]
@@ -450,7 +455,7 @@ impl Edge {
     }
 
     /// Establishes the caller's identity, or says why the request is refused.
-    fn admit<B>(&self, request: &http::Request<B>) -> Result<Identity, tonic::Status> {
+    pub fn admit<B>(&self, request: &http::Request<B>) -> Result<Identity, tonic::Status> {
         if let Some(pinned) = request.headers().get(INSTANCE_HEADER)
             && pinned != self.instance
         {
@@ -469,13 +474,19 @@ impl Edge {
         let Some(peer) = extensions.get::<PeerInfo>() else {
             return Ok(Identity::default());
         };
-        let header = request.headers().get(http::header::AUTHORIZATION);
+        // Routers such as agent-sandbox's strip `authorization` (they consume it themselves); the
+        // token then travels in a header they forward.
+        let header = request
+            .headers()
+            .get(http::header::AUTHORIZATION)
+            .or_else(|| request.headers().get(FORWARDED_AUTHORIZATION));
         if !peer.tls {
             if header.is_some() {
                 // A token sent in clear text is compromised: refuse loudly rather than use it.
                 return Err(tonic::Status::unauthenticated("bearer tokens are accepted only over TLS"));
             }
-            return Ok(Identity::default());
+            // Plaintext TCP is loopback only (config refuses more): an identity of its own.
+            return Ok(Identity { tcp: true, ..Identity::default() });
         }
         let token = match header {
             None => None,
@@ -486,7 +497,7 @@ impl Edge {
                 match identity::verify_bearer(text, &self.tokens, &peer.cert_names) {
                     Ok(name) => Some(name),
                     Err(e) => {
-                        tracing::info!(remote = ?peer.remote, certificate = ?peer.cert_names.first(), reason = %e, "refused a bearer token");
+                        tracing::info!(remote = peer.remote.map(|r| r.to_string()), certificate = peer.cert_names.first().map(String::as_str), reason = %e, "refused a bearer token");
                         return Err(tonic::Status::unauthenticated(e.to_string()));
                     }
                 }
@@ -498,7 +509,7 @@ impl Edge {
                 "this daemon needs a client certificate or a bearer token (authorization: Bearer <token>)",
             ));
         }
-        Ok(Identity { uid: None, cert_names: peer.cert_names.as_ref().clone(), token })
+        Ok(Identity { uid: None, cert_names: peer.cert_names.as_ref().clone(), token, tcp: false })
     }
 }
 

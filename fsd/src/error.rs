@@ -22,6 +22,8 @@ pub enum StaleReason {
     ChangedWhileWriting,
     /// A move's destination vanished right after the move.
     DestinationGone,
+    /// The file was truncated, grew or was rewritten while it was read.
+    ChangedWhileRead,
 }
 
 impl StaleReason {
@@ -33,6 +35,7 @@ impl StaleReason {
             StaleReason::OtherFile => "other_file",
             StaleReason::ChangedWhileWriting => "changed_while_writing",
             StaleReason::DestinationGone => "destination_gone",
+            StaleReason::ChangedWhileRead => "changed_while_read",
         }
     }
 }
@@ -49,6 +52,16 @@ pub enum Denial {
     Protected(String),
     /// A move whose source and destination are one file.
     SameFile,
+    /// A path component is a git directory found by what it is, whatever its name (metadata
+    /// `name`: its display path).
+    GitDirectory(String),
+    /// A path component is a mount point below the root that `allow_submounts` does not name
+    /// (metadata `name`: its display path).
+    Submount(String),
+    /// A removal of a root itself.
+    Root,
+    /// A tree removal that would cross into another mount (metadata `name`).
+    Mount(String),
 }
 
 impl Denial {
@@ -58,6 +71,10 @@ impl Denial {
             Denial::NotWritableRoot => "not_writable_root",
             Denial::Protected(_) => "protected",
             Denial::SameFile => "same_file",
+            Denial::GitDirectory(_) => "git_directory",
+            Denial::Submount(_) => "submount",
+            Denial::Root => "root",
+            Denial::Mount(_) => "mount",
         }
     }
 }
@@ -95,6 +112,8 @@ pub enum FsError {
     TooManyEntries(usize),
     #[error("cannot keep the replaced file's owner: {0}")]
     KeepOwner(#[source] Errno),
+    #[error("cannot keep the replaced file's ACL or extended attributes: {0}")]
+    KeepAttributes(#[source] Errno),
     #[error("cannot resolve path: {0}")]
     Walk(#[source] Errno),
     #[error("cannot create parent directory: {0}")]
@@ -121,6 +140,16 @@ pub enum FsError {
     Remove(#[source] Errno),
     #[error("the call was cancelled")]
     Aborted,
+    #[error("directory is not empty")]
+    NotEmpty,
+    #[error("the upload ended before its last byte")]
+    Truncated,
+    #[error("removed {removed} entries, then: {source}")]
+    Partial {
+        removed: u64,
+        #[source]
+        source: Box<FsError>,
+    },
 }
 
 fn io_errno(err: &std::io::Error) -> Option<Errno> {
@@ -136,6 +165,7 @@ fn from_errno(errno: Errno) -> ErrorCode {
         Errno::NAMETOOLONG => ErrorCode::InvalidPath,
         Errno::LOOP => ErrorCode::InvalidPath,
         Errno::ISDIR | Errno::NXIO => ErrorCode::NotRegularFile,
+        Errno::NOTEMPTY => ErrorCode::NotEmpty,
         _ => ErrorCode::IoError,
     }
 }
@@ -156,8 +186,10 @@ impl FsError {
             FsError::AlreadyExists => ErrorCode::NotObserved,
             FsError::EditNotFound => ErrorCode::EditNotFound,
             FsError::AmbiguousEdit(_) => ErrorCode::AmbiguousEdit,
-            FsError::KeepOwner(_) => ErrorCode::PermissionDenied,
-            FsError::Aborted => ErrorCode::Aborted,
+            FsError::KeepOwner(_) | FsError::KeepAttributes(_) => ErrorCode::PermissionDenied,
+            FsError::Aborted | FsError::Truncated => ErrorCode::Aborted,
+            FsError::NotEmpty => ErrorCode::NotEmpty,
+            FsError::Partial { source, .. } => source.code(),
             FsError::Walk(e)
             | FsError::MakeDir(e)
             | FsError::Open(e)
@@ -187,7 +219,9 @@ pub struct Failure {
 
 impl Failure {
     pub fn new(error: FsError, path: impl Into<String>) -> Failure {
-        Failure { error, path: path.into(), target_key: None }
+        // A request path as the client sent it may hold raw control characters; replies and
+        // logs carry it defanged (display paths are escaped already and pass unchanged).
+        Failure { error, path: fsd_proto::names::sanitize(&path.into()), target_key: None }
     }
 
     pub fn into_wire(self) -> WireError {
@@ -201,7 +235,11 @@ impl Failure {
             FsError::OutsideRoots => wire = wire.with("reason", "outside_roots"),
             FsError::Denied(denial) => {
                 wire = wire.with("reason", denial.as_str());
-                if let Denial::Protected(name) = denial {
+                if let Denial::Protected(name)
+                | Denial::GitDirectory(name)
+                | Denial::Submount(name)
+                | Denial::Mount(name) = denial
+                {
                     wire = wire.with("name", name);
                 }
             }
@@ -209,6 +247,7 @@ impl Failure {
                 wire = wire.with("size", size.to_string()).with("limit", limit.to_string());
             }
             FsError::AmbiguousEdit(count) => wire = wire.with("count", count.to_string()),
+            FsError::Partial { removed, .. } => wire = wire.with("removed", removed.to_string()),
             _ => {}
         }
         wire

@@ -1,9 +1,14 @@
 //! Signed escalation: the daemon describes the calls a client wants to make at a wider mode in
 //! canonical bytes (its own resolution of every path, the current version, the content digest),
-//! keeps them pending with a nonce and an expiry, and accepts a retried call only with an Ed25519
-//! signature over exactly those bytes by the configured approver key, once per approved call.
+//! sends them to its approver itself, keeps the approved ones pending with a nonce and an expiry,
+//! and accepts a retried call only with the approver's Ed25519 signature over exactly those
+//! bytes, once per approved call. The caller never sees the description, only the decision.
+//!
+//! Also here: what a caller has been approved to know ([`Known`]), which decides whether the
+//! checks run before an approver may tell it anything about a target outside its grant.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -46,11 +51,18 @@ impl CanonicalOp {
     }
 }
 
-/// A described escalation waiting for its signed calls.
+/// A described escalation: asked (no signature yet) or approved (signed), waiting for its calls.
 #[derive(Debug)]
 struct Pending {
     nonce: Vec<u8>,
     description: String,
+    /// SHA-256 of `description` (hex), for audit records.
+    digest: String,
+    /// The approver's signature over `description`, verified when it arrived.
+    signature: Option<Vec<u8>>,
+    /// The client's pending-escalation budget, held until the escalation is spent, refused,
+    /// released or expired.
+    _permit: Option<crate::budget::Permit>,
     session: String,
     client: String,
     mode: Mode,
@@ -59,11 +71,87 @@ struct Pending {
     ops: Vec<(CanonicalOp, bool)>,
 }
 
+/// Where the daemon reaches `fsd-approver serve`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApproverEndpoint {
+    Unix(PathBuf),
+    Tcp(String),
+}
+
+impl ApproverEndpoint {
+    /// `unix:PATH` or `tcp:HOST:PORT`.
+    pub fn parse(text: &str) -> Option<ApproverEndpoint> {
+        if let Some(path) = text.strip_prefix("unix:").filter(|p| p.starts_with('/')) {
+            return Some(ApproverEndpoint::Unix(PathBuf::from(path)));
+        }
+        let addr = text.strip_prefix("tcp:")?;
+        let (host, port) = addr.rsplit_once(':')?;
+        (!host.is_empty() && port.parse::<u16>().is_ok()).then(|| ApproverEndpoint::Tcp(addr.to_owned()))
+    }
+}
+
+impl std::fmt::Display for ApproverEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ApproverEndpoint::Unix(path) => write!(f, "unix:{}", path.display()),
+            ApproverEndpoint::Tcp(addr) => write!(f, "tcp:{addr}"),
+        }
+    }
+}
+
+/// The targets each caller (session and client) has been approved to read or change: what
+/// the checks before an approver may talk about. Bounded: past the cap the oldest caller's set
+/// goes, which only makes the daemon ask for a read again.
+#[derive(Debug, Default)]
+pub struct Known {
+    table: Mutex<KnownTable>,
+}
+
+/// (session, client).
+type CallerId = (String, String);
+
+#[derive(Debug, Default)]
+struct KnownTable {
+    keys: HashMap<CallerId, HashSet<String>>,
+    /// Callers in the order they first appeared, for eviction.
+    order: std::collections::VecDeque<CallerId>,
+}
+
+impl Known {
+    const MAX_CALLERS: usize = 4096;
+    const MAX_KEYS: usize = 4096;
+
+    pub fn record(&self, session: &str, client: &str, key: &str) {
+        let mut guard = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        let KnownTable { keys: table, order } = &mut *guard;
+        let caller = (session.to_owned(), client.to_owned());
+        if !table.contains_key(&caller) {
+            if order.len() >= Self::MAX_CALLERS
+                && let Some(oldest) = order.pop_front()
+            {
+                table.remove(&oldest);
+            }
+            order.push_back(caller.clone());
+        }
+        let keys = table.entry(caller).or_default();
+        if keys.len() < Self::MAX_KEYS {
+            keys.insert(key.to_owned());
+        }
+    }
+
+    pub fn knows(&self, session: &str, client: &str, key: &str) -> bool {
+        let guard = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        guard.keys.get(&(session.to_owned(), client.to_owned())).is_some_and(|keys| keys.contains(key))
+    }
+}
+
 /// Why a ticket is refused. Every refusal is final for that ticket.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TicketError {
     #[error("unknown or already spent escalation")]
     Unknown,
+    #[error("the escalation was not approved")]
+    NotApproved,
     #[error("the escalation expired")]
     Expired,
     #[error("the escalation belongs to another session or client")]
@@ -106,12 +194,11 @@ pub fn escape(text: &str) -> String {
         .collect()
 }
 
-/// A ticket as a call presents it, with who presents it.
+/// A ticket as a call presents it, with who presents it. The signature stays in the daemon.
 #[derive(Debug, Clone, Copy)]
 pub struct Ticket<'a> {
     pub id: &'a str,
     pub nonce: &'a [u8],
-    pub signature: &'a [u8],
     pub session: &'a str,
     pub client: &'a str,
     pub mode: Mode,
@@ -134,6 +221,8 @@ pub struct Described {
     pub nonce: Vec<u8>,
     pub text: String,
     pub expires: u64,
+    /// SHA-256 of `text` (hex): what audit records and the approver's log name.
+    pub digest: String,
 }
 
 impl Escalations {
@@ -148,8 +237,21 @@ impl Escalations {
         Ok(Escalations { key, ttl, pending: Mutex::new(HashMap::new()) })
     }
 
-    /// Stores a pending escalation and returns its canonical description.
-    pub fn describe(&self, request: Describe<'_>) -> Described {
+    /// How long an approver has to decide.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Forgets expired escalations, giving their budgets back.
+    pub fn purge(&self) {
+        let t = now();
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner).retain(|_, p| p.expires > t);
+    }
+
+    /// Stores a pending escalation (holding the client's budget `permit`) and returns its
+    /// canonical description.
+    pub fn describe(&self, request: Describe<'_>, permit: Option<crate::budget::Permit>) -> Described {
+        self.purge();
         let id = random_hex(16);
         let nonce_hex = random_hex(16);
         let nonce = hex::decode(&nonce_hex).unwrap_or_default();
@@ -178,9 +280,13 @@ impl Escalations {
                 }
             }
         }
+        let digest = hex::encode(fsd_proto::digest::content(text.as_bytes()));
         let pending = Pending {
             nonce: nonce.clone(),
             description: text.clone(),
+            digest: digest.clone(),
+            signature: None,
+            _permit: permit,
             session: request.session.to_owned(),
             client: request.client.to_owned(),
             mode: request.mode,
@@ -188,12 +294,33 @@ impl Escalations {
             ops: request.ops.into_iter().map(|(op, _)| (op, false)).collect(),
         };
         let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        // Expired entries go whenever a new one arrives: the table stays bounded by the rate of
-        // requests within one TTL.
-        let t = now();
-        table.retain(|_, p| p.expires > t);
         table.insert(id.clone(), pending);
-        Described { id, nonce, text, expires }
+        Described { id, nonce, text, expires, digest }
+    }
+
+    /// Records the approver's signature, after checking it is the configured key's over exactly
+    /// the description; a bad one leaves the escalation refused.
+    pub fn approve(&self, id: &str, signature: &[u8]) -> Result<(), TicketError> {
+        let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let pending = table.get_mut(id).ok_or(TicketError::Unknown)?;
+        let checked = Signature::from_slice(signature).map_err(|_| TicketError::BadSignature).and_then(|s| {
+            self.key.verify(pending.description.as_bytes(), &s).map_err(|_| TicketError::BadSignature)
+        });
+        match checked {
+            Ok(()) => {
+                pending.signature = Some(signature.to_vec());
+                Ok(())
+            }
+            Err(e) => {
+                table.remove(id);
+                Err(e)
+            }
+        }
+    }
+
+    /// Forgets a refused (or undecided) escalation: it no longer counts against the client.
+    pub fn refuse(&self, id: &str) {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner).remove(id);
     }
 
     /// The checks every use of a ticket passes: nonce, expiry, caller, mode, signature.
@@ -210,8 +337,32 @@ impl Escalations {
         if pending.mode != ticket.mode {
             return Err(TicketError::WrongMode);
         }
-        let signature = Signature::from_slice(ticket.signature).map_err(|_| TicketError::BadSignature)?;
+        let signature = pending.signature.as_deref().ok_or(TicketError::NotApproved)?;
+        let signature = Signature::from_slice(signature).map_err(|_| TicketError::BadSignature)?;
         self.key.verify(pending.description.as_bytes(), &signature).map_err(|_| TicketError::BadSignature)
+    }
+
+    /// The digest of a pending escalation's description, for audit records.
+    pub fn digest_of(&self, id: &str) -> Option<String> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner).get(id).map(|p| p.digest.clone())
+    }
+
+    /// Whether a valid ticket's approved calls name `path` as the caller gave it.
+    pub fn names(&self, ticket: &Ticket<'_>, path: &str) -> bool {
+        let table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        table.get(ticket.id).is_some_and(|p| {
+            self.verify(p, ticket).is_ok()
+                && p.ops.iter().any(|(op, _)| {
+                    op.display == path || op.destination.as_ref().is_some_and(|(_, d)| d == path)
+                })
+        })
+    }
+
+    /// Checks a ticket without looking at the call: known, approved, this caller, this mode.
+    pub fn check(&self, ticket: &Ticket<'_>) -> Result<(), TicketError> {
+        let table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let pending = table.get(ticket.id).ok_or(TicketError::Unknown)?;
+        self.verify(pending, ticket)
     }
 
     /// Checks a ticket for one call and spends that call's approval.
@@ -273,41 +424,104 @@ mod tests {
         }
     }
 
-    fn setup() -> (SigningKey, Escalations, Described) {
-        let signing = SigningKey::from_bytes(&[7u8; 32]);
-        let esc = Escalations::new(&hex::encode(signing.verifying_key().to_bytes()), Duration::from_secs(60))
-            .unwrap_or_else(|e| panic!("{e}"));
-        let described = esc.describe(Describe {
+    fn describe(esc: &Escalations, client: &str, permit: Option<crate::budget::Permit>) -> Described {
+        let ops = vec![(op("etc/x"), Preview { lines: vec!["+new\u{202e}".into()] })];
+        let request = Describe {
             session: "s1",
-            client: "uid:0",
+            client,
             mode: Mode::DangerFullAccess,
             justification: "needed\u{202e}",
-            ops: vec![(op("etc/x"), Preview { lines: vec!["+new\u{202e}".into()] })],
-        });
-        (signing, esc, described)
+            ops,
+        };
+        esc.describe(request, permit)
+    }
+
+    fn setup(ttl: u64) -> (SigningKey, Escalations) {
+        let signing = SigningKey::from_bytes(&[7u8; 32]);
+        let public = hex::encode(signing.verifying_key().to_bytes());
+        let esc = Escalations::new(&public, Duration::from_secs(ttl)).unwrap_or_else(|e| panic!("{e}"));
+        (signing, esc)
     }
 
     #[test]
     fn a_ticket_is_good_once_for_the_approved_call_only() {
-        let (signing, esc, d) = setup();
+        let (signing, esc) = setup(60);
+        let d = describe(&esc, "uid:0", None);
         assert!(d.text.contains("justification: needed\\u{202e}\n"), "{}", d.text);
         assert!(d.text.contains("  diff:\n    +new\\u{202e}\n"), "{}", d.text);
-        let sig = signing.sign(d.text.as_bytes()).to_bytes();
-        let redeem = |call: &CanonicalOp, session: &str, mode: Mode, sig: &[u8]| {
-            let ticket =
-                Ticket { id: &d.id, nonce: &d.nonce, signature: sig, session, client: "uid:0", mode };
+        assert_eq!(d.digest, hex::encode(fsd_proto::digest::content(d.text.as_bytes())));
+        let redeem = |call: &CanonicalOp, session: &str, mode: Mode| {
+            let ticket = Ticket { id: &d.id, nonce: &d.nonce, session, client: "uid:0", mode };
             esc.redeem(&ticket, call)
         };
+        // Not decided yet: nothing is admitted.
+        assert_eq!(redeem(&op("etc/x"), "s1", Mode::DangerFullAccess), Err(TicketError::NotApproved));
+        let sig = signing.sign(d.text.as_bytes()).to_bytes();
+        assert_eq!(redeem(&op("etc/y"), "s1", Mode::DangerFullAccess), Err(TicketError::NotApproved));
+        assert_eq!(esc.approve(&d.id, &sig), Ok(()));
+        assert_eq!(redeem(&op("etc/y"), "s1", Mode::DangerFullAccess), Err(TicketError::Mismatch));
+        assert_eq!(redeem(&op("etc/x"), "s2", Mode::DangerFullAccess), Err(TicketError::WrongCaller));
+        assert_eq!(redeem(&op("etc/x"), "s1", Mode::WorkspaceWrite), Err(TicketError::WrongMode));
+        assert_eq!(redeem(&op("etc/x"), "s1", Mode::DangerFullAccess), Ok(()));
+        assert_eq!(redeem(&op("etc/x"), "s1", Mode::DangerFullAccess), Err(TicketError::Unknown));
+    }
+
+    #[test]
+    fn a_signature_by_another_key_refuses_the_escalation() {
+        let (_, esc) = setup(60);
+        let d = describe(&esc, "uid:0", None);
         let forged = SigningKey::from_bytes(&[8u8; 32]).sign(d.text.as_bytes()).to_bytes();
-        assert_eq!(
-            redeem(&op("etc/x"), "s1", Mode::DangerFullAccess, &forged),
-            Err(TicketError::BadSignature)
-        );
-        assert_eq!(redeem(&op("etc/y"), "s1", Mode::DangerFullAccess, &sig), Err(TicketError::Mismatch));
-        assert_eq!(redeem(&op("etc/x"), "s2", Mode::DangerFullAccess, &sig), Err(TicketError::WrongCaller));
-        assert_eq!(redeem(&op("etc/x"), "s1", Mode::WorkspaceWrite, &sig), Err(TicketError::WrongMode));
-        assert_eq!(redeem(&op("etc/x"), "s1", Mode::DangerFullAccess, &sig), Ok(()));
-        assert_eq!(redeem(&op("etc/x"), "s1", Mode::DangerFullAccess, &sig), Err(TicketError::Unknown));
+        assert_eq!(esc.approve(&d.id, &forged), Err(TicketError::BadSignature));
+        let ticket = Ticket {
+            id: &d.id,
+            nonce: &d.nonce,
+            session: "s1",
+            client: "uid:0",
+            mode: Mode::DangerFullAccess,
+        };
+        assert_eq!(esc.redeem(&ticket, &op("etc/x")), Err(TicketError::Unknown));
+    }
+
+    #[test]
+    fn an_escalation_holds_its_clients_budget_until_it_is_decided_or_expires() {
+        use crate::budget::{Budgets, Limits};
+        use crate::identity::Identity;
+        let budgets = Budgets::new(Limits { pending_escalations: 1, ..Limits::default() });
+        let who = Identity { uid: Some(1), ..Identity::default() };
+        let (_, esc) = setup(60);
+        let first = describe(&esc, "uid:1", budgets.escalation(&who).ok());
+        assert!(budgets.escalation(&who).is_err(), "the pending escalation holds the budget");
+        esc.refuse(&first.id);
+        let permit = budgets.escalation(&who);
+        assert!(permit.is_ok(), "a refusal gives it back");
+        drop(permit);
+        let (_, short) = setup(1);
+        describe(&short, "uid:1", budgets.escalation(&who).ok());
+        std::thread::sleep(Duration::from_millis(2100));
+        short.purge();
+        assert!(budgets.escalation(&who).is_ok(), "an expired escalation gives it back");
+    }
+
+    #[test]
+    fn known_targets_are_per_caller() {
+        let known = Known::default();
+        known.record("s1", "uid:1", "host:etc/x");
+        assert!(known.knows("s1", "uid:1", "host:etc/x"));
+        assert!(!known.knows("s2", "uid:1", "host:etc/x"));
+        assert!(!known.knows("s1", "uid:2", "host:etc/x"));
+        assert!(!known.knows("s1", "uid:1", "host:etc/y"));
+    }
+
+    #[test]
+    fn approver_endpoints() {
+        let check = |text: &str, want: Option<ApproverEndpoint>| {
+            assert_eq!(ApproverEndpoint::parse(text), want, "{text}")
+        };
+        check("unix:/run/a.sock", Some(ApproverEndpoint::Unix("/run/a.sock".into())));
+        check("tcp:127.0.0.1:7000", Some(ApproverEndpoint::Tcp("127.0.0.1:7000".into())));
+        check("unix:relative", None);
+        check("tcp:host", None);
+        check("http://x", None);
     }
 
     #[test]

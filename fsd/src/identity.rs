@@ -9,19 +9,29 @@ use subtle::ConstantTimeEq;
 
 use crate::backend::Mode;
 
-/// A key of `client_max_modes`: `uid:1000` (or a bare `1000`), `cert:NAME`, `token:NAME`.
+/// A key of `client_max_modes`: `uid:1000` (or a bare `1000`), `cert:NAME`, `token:NAME`, or
+/// `tcp` (every client of a plaintext loopback TCP listener).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ClientKey {
     Uid(u32),
     Cert(String),
     Token(String),
+    Tcp,
 }
+
+/// The highest mode of a plaintext loopback TCP client without a `tcp` entry: any local user,
+/// and any container sharing the network namespace, can connect, so the 0660 socket's
+/// protection does not apply.
+pub const TCP_DEFAULT_MAX: Mode = Mode::ReadOnly;
 
 impl ClientKey {
     pub fn parse(text: &str) -> Option<ClientKey> {
         // Bare numbers are uids: the form configs used before certificates and tokens existed.
         if let Ok(uid) = text.parse::<u32>() {
             return Some(ClientKey::Uid(uid));
+        }
+        if text == "tcp" {
+            return Some(ClientKey::Tcp);
         }
         let (kind, name) = text.split_once(':')?;
         if name.is_empty() {
@@ -42,6 +52,7 @@ impl std::fmt::Display for ClientKey {
             ClientKey::Uid(uid) => write!(f, "uid:{uid}"),
             ClientKey::Cert(name) => write!(f, "cert:{name}"),
             ClientKey::Token(name) => write!(f, "token:{name}"),
+            ClientKey::Tcp => f.write_str("tcp"),
         }
     }
 }
@@ -56,6 +67,8 @@ pub struct Identity {
     pub cert_names: Vec<String>,
     /// The name of the bearer token the call presented and that was accepted.
     pub token: Option<String>,
+    /// The call came over a plaintext (loopback) TCP listener: no credential at all.
+    pub tcp: bool,
 }
 
 impl Identity {
@@ -83,6 +96,9 @@ impl Identity {
         let by_cert = self.cert_names.iter().filter_map(|n| table.get(&ClientKey::Cert(n.clone()))).min();
         if let Some(mode) = by_cert {
             return Some(*mode);
+        }
+        if self.tcp {
+            return Some(table.get(&ClientKey::Tcp).copied().unwrap_or(TCP_DEFAULT_MAX));
         }
         self.uid.and_then(|uid| table.get(&ClientKey::Uid(uid)).copied())
     }
@@ -170,7 +186,9 @@ mod tests {
             Some(ClientKey::Cert("spiffe://fleet/agent".into()))
         );
         assert_eq!(ClientKey::parse("token:ci"), Some(ClientKey::Token("ci".into())));
-        for bad in ["alice", "uid:alice", "cert:", "group:1", ""] {
+        assert_eq!(ClientKey::parse("tcp"), Some(ClientKey::Tcp));
+        assert_eq!(ClientKey::Tcp.to_string(), "tcp");
+        for bad in ["alice", "uid:alice", "cert:", "group:1", "", "tcp:1", "TCP"] {
             assert_eq!(ClientKey::parse(bad), None, "{bad}");
         }
     }
@@ -189,6 +207,7 @@ mod tests {
             uid,
             cert_names: names.iter().map(|s| (*s).to_owned()).collect(),
             token: token.map(str::to_owned),
+            tcp: false,
         };
         assert_eq!(id(Some(7), &[], None).max_mode(&table), Some(Mode::DangerFullAccess));
         assert_eq!(id(None, &["a"], None).max_mode(&table), Some(Mode::WorkspaceWrite));
@@ -198,6 +217,13 @@ mod tests {
         assert_eq!(id(None, &["a"], None).label(), "cert:a");
         assert_eq!(id(None, &["a"], Some("t")).label(), "token:t");
         assert_eq!(id(None, &[], None).label(), "tcp");
+        // Plaintext loopback TCP: read-only unless `tcp` is configured.
+        let tcp = Identity { tcp: true, ..Identity::default() };
+        assert_eq!(tcp.label(), "tcp");
+        assert_eq!(tcp.max_mode(&table), Some(Mode::ReadOnly));
+        let with_tcp: BTreeMap<ClientKey, Mode> =
+            [(ClientKey::Tcp, Mode::WorkspaceWrite)].into_iter().collect();
+        assert_eq!(tcp.max_mode(&with_tcp), Some(Mode::WorkspaceWrite));
     }
 
     #[test]

@@ -76,6 +76,10 @@ pub enum FromWorker {
         keys: Vec<String>,
     },
     Reply(Result<Outcome, Remote>),
+    /// A streamed write has taken this many bytes so far: the worker is busy, not hung.
+    Progress {
+        bytes: u64,
+    },
     /// The header of a streamed read; the frame carries the file's descriptor.
     Stream(Result<StreamHeader, Remote>),
     #[cfg(feature = "fault-injection")]
@@ -100,6 +104,11 @@ pub enum Control {
 pub enum ControlRequest {
     /// This worker overran its call's deadline: kill and replace it.
     Kill { pid: u32 },
+    /// The listeners are bound and the process is confined: workers may start.
+    Listening,
+    /// The process cannot start (a listener that cannot bind, an unreadable TLS file...): why.
+    /// It exits right after; the supervisor reports this one line.
+    StartFailed { reason: String },
 }
 
 /// Why a message could not be exchanged.

@@ -5,6 +5,7 @@
 //! `backend` (one request in, one outcome out) for the calls `dispatch` routes to them.
 #![deny(unsafe_code)]
 
+pub mod approver;
 pub mod audit;
 pub mod backend;
 pub mod budget;
@@ -20,6 +21,8 @@ pub mod identity;
 pub mod ipc;
 pub mod network;
 pub mod op;
+pub mod preflight;
+pub mod rest;
 pub mod service;
 pub mod supervisor;
 pub mod sys;

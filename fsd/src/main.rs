@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use fsd::backend::Mode;
-use fsd::config::{Config, Overrides};
+use fsd::config::{Config, LogFormat, Overrides};
 use fsd::daemon::DaemonError;
 use fsd::supervisor::RunOptions;
 
@@ -23,7 +23,7 @@ const VERSION: &str = env!("CARGO_PKG_VERSION");
 #[derive(Debug, Parser)]
 #[command(name = "fsd", version = VERSION)]
 struct Args {
-    /// Where to listen: unix:PATH or tcp:127.0.0.1:PORT (repeatable).
+    /// Where to listen: unix:PATH or tcp:127.0.0.1:PORT (gRPC), http:127.0.0.1:PORT or http+unix:PATH (REST and gRPC-Web) (repeatable).
     #[arg(long, value_name = "ADDR")]
     listen: Vec<String>,
     /// A directory the daemon may read and write (repeatable).
@@ -41,6 +41,12 @@ struct Args {
     /// The mode calls run at unless they ask for a narrower one.
     #[arg(long, value_name = "MODE")]
     default_mode: Option<String>,
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) and exit.
+    #[arg(long, value_name = "SHELL", value_enum, exclusive = true)]
+    completions: Option<clap_complete::Shell>,
+    /// Print the man page (roff) and exit.
+    #[arg(long, exclusive = true)]
+    man: bool,
     /// Exit when stdin reaches EOF and remove the socket directory (used by fsd-tools --root).
     #[arg(long, hide = true)]
     parent_pipe: bool,
@@ -85,7 +91,57 @@ fn ipc_socket(args: &Args) -> Result<UnixStream, DaemonError> {
     Ok(UnixStream::from(fd))
 }
 
-fn run(args: Args) -> Result<(), DaemonError> {
+fn run(args: Args, config: Config) -> Result<(), DaemonError> {
+    if args.role != "supervisor" {
+        fsd::sys::ipc::die_with_parent().map_err(|e| DaemonError::Inherited(-1, e))?;
+    }
+    match args.role.as_str() {
+        "network" => fsd::network::run(config, ipc_socket(&args)?),
+        "worker" => {
+            let mode = args.worker_mode.as_deref().and_then(Mode::parse).unwrap_or(Mode::ReadOnly);
+            // Test hook: workers of this mode fail at start, as with a fence step the kernel
+            // refuses, so the supervisor gives the mode up while the daemon runs.
+            #[cfg(feature = "fault-injection")]
+            if std::env::var("FSD_FAULT_WORKER_FAILS").is_ok_and(|m| m == mode.as_str()) {
+                return Err(DaemonError::Runtime(std::io::Error::other(
+                    "fault injection: this worker fails at start",
+                )));
+            }
+            Ok(fsd::worker::run(&config, mode, ipc_socket(&args)?)?)
+        }
+        _ => fsd::supervisor::run(config, child_args(&args), RunOptions { parent_pipe: args.parent_pipe }),
+    }
+}
+
+/// Reports why the process stops, as one log line in the configured format, and exits 2.
+fn fatal(error: &dyn std::fmt::Display) -> ExitCode {
+    tracing::error!("{error}");
+    ExitCode::from(2)
+}
+
+/// `--completions SHELL` and `--man`: generated from these very flags. A closed stdout is quiet.
+fn print_generated(args: &Args) -> Option<ExitCode> {
+    use std::io::Write;
+    let mut text = Vec::new();
+    if let Some(shell) = args.completions {
+        clap_complete::generate(shell, &mut <Args as clap::CommandFactory>::command(), "fsd", &mut text);
+    } else if args.man {
+        if let Err(e) = clap_mangen::Man::new(<Args as clap::CommandFactory>::command()).render(&mut text) {
+            let _ = writeln!(std::io::stderr(), "fsd: cannot render the man page: {e}");
+            return Some(ExitCode::from(2));
+        }
+    } else {
+        return None;
+    }
+    let _ = std::io::stdout().write_all(&text);
+    Some(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Some(code) = print_generated(&args) {
+        return code;
+    }
     let overrides = Overrides {
         listen: args.listen.clone(),
         writable_roots: args.writable_root.clone(),
@@ -93,27 +149,23 @@ fn run(args: Args) -> Result<(), DaemonError> {
         log_format: args.log_format.clone(),
         default_mode: args.default_mode.clone(),
     };
-    let config = Config::load(args.config.as_deref(), overrides)?;
-    if args.role != "supervisor" {
-        fsd::sys::ipc::die_with_parent().map_err(|e| DaemonError::Inherited(-1, e))?;
-    }
-    match args.role.as_str() {
-        "network" => fsd::network::run(config, ipc_socket(&args)?),
-        "worker" => {
-            fsd::daemon::init_logging(config.log_format);
-            let mode = args.worker_mode.as_deref().and_then(Mode::parse).unwrap_or(Mode::ReadOnly);
-            Ok(fsd::worker::run(&config, mode, ipc_socket(&args)?)?)
-        }
-        _ => fsd::supervisor::run(config, child_args(&args), RunOptions { parent_pipe: args.parent_pipe }),
-    }
-}
-
-fn main() -> ExitCode {
-    match run(Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
+    let config = match Config::load(args.config.as_deref(), overrides) {
+        Ok(config) => config,
         Err(e) => {
-            eprintln!("fsd: {e}");
-            ExitCode::from(2)
+            // The file may be what failed: the flag is the only word on the format.
+            let format =
+                if args.log_format.as_deref() == Some("json") { LogFormat::Json } else { LogFormat::Human };
+            let _ = fsd::daemon::init_logging(format);
+            return fatal(&e);
         }
+    };
+    if let Err(e) = fsd::daemon::init_logging(config.log_format) {
+        return fatal(&e);
+    }
+    match run(args, config) {
+        Ok(()) => ExitCode::SUCCESS,
+        // A child told the supervisor, which reports it once.
+        Err(DaemonError::Reported) => ExitCode::from(2),
+        Err(e) => fatal(&e),
     }
 }

@@ -16,43 +16,115 @@ use crate::config::{Config, Listen};
 use crate::daemon::DaemonError;
 use crate::dispatch::Dispatcher;
 use crate::edge::{Edge, TcpLimits};
-use crate::ipc::{self, Control, IpcError};
+use crate::ipc::{self, Control, ControlRequest, IpcError};
 use crate::service::FsdService;
 use crate::sys::ipc::AsyncFrames;
 
 /// Threads that read the files of streamed reads, shared by every stream.
 const STREAM_READERS: usize = 4;
 
-/// How long in-flight calls may take to finish once shutdown starts.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-
 enum Bound {
     Unix(std::os::unix::net::UnixListener, String),
     Tcp(std::net::TcpListener, String),
+    /// The REST face and gRPC-Web (`crate::rest`).
+    HttpUnix(std::os::unix::net::UnixListener, String),
+    Http(std::net::TcpListener, String),
 }
 
 fn bind(listen: &Listen) -> Result<Bound, DaemonError> {
     let name = listen.to_string();
     let bind_err = |source| DaemonError::Bind { listen: name.clone(), source };
+    let unix = |path: &std::path::Path| -> Result<std::os::unix::net::UnixListener, DaemonError> {
+        crate::daemon::clear_stale_socket(path)?;
+        let listener = std::os::unix::net::UnixListener::bind(path).map_err(bind_err)?;
+        crate::daemon::set_socket_mode(path).map_err(bind_err)?;
+        listener.set_nonblocking(true).map_err(bind_err)?;
+        Ok(listener)
+    };
+    let tcp = |addr: &std::net::SocketAddr| -> Result<std::net::TcpListener, DaemonError> {
+        let listener = std::net::TcpListener::bind(addr).map_err(bind_err)?;
+        listener.set_nonblocking(true).map_err(bind_err)?;
+        Ok(listener)
+    };
     match listen {
-        Listen::Unix(path) => {
-            crate::daemon::clear_stale_socket(path)?;
-            let listener = std::os::unix::net::UnixListener::bind(path).map_err(bind_err)?;
-            crate::daemon::set_socket_mode(path).map_err(bind_err)?;
-            listener.set_nonblocking(true).map_err(bind_err)?;
-            Ok(Bound::Unix(listener, name))
-        }
-        Listen::Tcp(addr) => {
-            let listener = std::net::TcpListener::bind(addr).map_err(bind_err)?;
-            listener.set_nonblocking(true).map_err(bind_err)?;
-            Ok(Bound::Tcp(listener, name))
-        }
+        Listen::Unix(path) => Ok(Bound::Unix(unix(path)?, name)),
+        Listen::Tcp(addr) => Ok(Bound::Tcp(tcp(addr)?, name)),
+        Listen::HttpUnix(path) => Ok(Bound::HttpUnix(unix(path)?, name)),
+        Listen::Http(addr) => Ok(Bound::Http(tcp(addr)?, name)),
     }
 }
 
 pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
-    crate::daemon::init_logging(config.log_format);
-    // Everything that needs the filesystem happens before confinement.
+    let started = match start(&config, &control) {
+        Ok(started) => started,
+        Err(e) => {
+            // The supervisor reports it, once; this process says nothing more.
+            if ipc::send(&control, &ControlRequest::StartFailed { reason: e.to_string() }, None).is_ok() {
+                return Err(DaemonError::Reported);
+            }
+            return Err(e);
+        }
+    };
+    let Started { listeners, audit, roots, control_reader } = started;
+
+    let readers = crate::dispatch::stream::Readers::start(STREAM_READERS).map_err(DaemonError::Runtime)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("fsd-net")
+        .build()
+        .map_err(DaemonError::Runtime)?;
+    // The stop signals are ours before the supervisor hears `Listening` (and may forward a
+    // SIGTERM), and while the workers come up.
+    let signals = {
+        let _entered = runtime.enter();
+        Signals::register()?
+    };
+    ipc::send(&control, &ControlRequest::Listening, None)?;
+    let served = runtime.block_on(async move {
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (kill_tx, kill_rx) = tokio::sync::mpsc::unbounded_channel();
+        let dispatcher =
+            Arc::new(Dispatcher::new(config.call_timeout, config.max_queued_calls, kill_tx, readers));
+        let reader = AsyncFrames::new(control_reader).map_err(DaemonError::Runtime)?;
+        let writer = AsyncFrames::new(control).map_err(DaemonError::Runtime)?;
+        tokio::spawn(serve_control(dispatcher.clone(), reader, stop_tx.clone()));
+        tokio::spawn(send_control(writer, kill_rx));
+        dispatcher.wait_ready(&config.served_modes(), config.workers_per_mode, Duration::from_secs(10)).await;
+        let service = FsdService::new(dispatcher.clone(), &config, roots, audit);
+        serve(config, service, dispatcher, listeners, signals, (stop_tx, stop_rx)).await
+    });
+    // Calls still waiting on a stuck worker must not hold the exit: the supervisor kills that
+    // worker once this process is gone.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    served
+}
+
+/// SIGTERM and SIGINT, registered before the workers are waited for.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn register() -> Result<Signals, DaemonError> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            term: signal(SignalKind::terminate()).map_err(DaemonError::Signal)?,
+            int: signal(SignalKind::interrupt()).map_err(DaemonError::Signal)?,
+        })
+    }
+}
+
+/// What the network process holds once its start-up steps succeeded.
+struct Started {
+    listeners: Listeners,
+    audit: Option<Arc<Audit>>,
+    roots: Vec<(String, bool)>,
+    control_reader: UnixStream,
+}
+
+/// Every step that needs the filesystem or may fail on the configuration, then confinement.
+fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> {
     let bound = config.listen.iter().map(bind).collect::<Result<Vec<_>, _>>()?;
     let audit = match &config.audit_log {
         Some(path) => Some(Arc::new(
@@ -70,9 +142,18 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         .collect::<Vec<_>>();
     let control_reader = control.try_clone().map_err(DaemonError::Runtime)?;
     // The TLS files are read now: after confinement this process cannot open them.
-    let tls = match &config.tls {
-        Some(tls) => Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(tls)?)),
-        None => None,
+    let (tls, tls_http) = match &config.tls {
+        Some(tls) => {
+            let grpc = crate::tls::server_config(tls)?;
+            // The HTTP listeners also serve HTTP/1.1 (REST, gRPC-Web through proxies).
+            let mut http = (*grpc).clone();
+            http.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            (
+                Some(tokio_rustls::TlsAcceptor::from(grpc)),
+                Some(tokio_rustls::TlsAcceptor::from(Arc::new(http))),
+            )
+        }
+        None => (None, None),
     };
     let health_listener = match config.health_listen {
         Some(addr) => {
@@ -84,33 +165,16 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         None => None,
     };
     let instance = instance_id()?;
+    // What /v1/metadata may serve, chosen by the config alone.
+    let metadata = config.rest.metadata(std::env::vars());
+    let edge = Edge::new(&instance, config.tokens.clone())
+        .map_err(|e| DaemonError::Runtime(std::io::Error::other(e)))?;
 
-    let confinement = crate::confine::network(&config).map_err(DaemonError::Confine)?;
+    let confinement = crate::confine::network(config).map_err(DaemonError::Confine)?;
     tracing::info!(fence = confinement.describe(), "network process confined: no filesystem rights");
-
-    let readers = crate::dispatch::stream::Readers::start(STREAM_READERS).map_err(DaemonError::Runtime)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("fsd-net")
-        .build()
-        .map_err(DaemonError::Runtime)?;
-    runtime.block_on(async move {
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let (kill_tx, kill_rx) = tokio::sync::mpsc::unbounded_channel();
-        let dispatcher =
-            Arc::new(Dispatcher::new(config.call_timeout, config.max_queued_calls, kill_tx, readers));
-        let reader = AsyncFrames::new(control_reader).map_err(DaemonError::Runtime)?;
-        let writer = AsyncFrames::new(control).map_err(DaemonError::Runtime)?;
-        tokio::spawn(serve_control(dispatcher.clone(), reader, stop_tx.clone()));
-        tokio::spawn(send_control(writer, kill_rx));
-        dispatcher.wait_ready(&config.served_modes(), config.workers_per_mode, Duration::from_secs(10)).await;
-        let service = FsdService::new(dispatcher.clone(), &config, roots, audit);
-        let edge = Edge::new(&instance, config.tokens.clone())
-            .map_err(|e| DaemonError::Runtime(std::io::Error::other(e)))?;
-        tracing::info!(instance = %instance, "daemon instance");
-        let listeners = Listeners { bound, tls, health: health_listener, edge };
-        serve(config, service, dispatcher, listeners, stop_tx, stop_rx).await
-    })
+    tracing::info!(instance = %instance, "daemon instance");
+    let listeners = Listeners { bound, tls, tls_http, health: health_listener, edge, metadata };
+    Ok(Started { listeners, audit, roots, control_reader })
 }
 
 /// A random id of this network process's life: clients pin it, so a restarted daemon refuses
@@ -125,8 +189,10 @@ fn instance_id() -> Result<String, DaemonError> {
 struct Listeners {
     bound: Vec<Bound>,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    tls_http: Option<tokio_rustls::TlsAcceptor>,
     health: Option<std::net::TcpListener>,
     edge: Edge,
+    metadata: std::collections::BTreeMap<String, String>,
 }
 
 /// Registers the workers the supervisor starts, until the supervisor goes away.
@@ -181,8 +247,35 @@ async fn send_control(
     }
 }
 
-/// Keeps grpc.health.v1 per mode (`fsd.v1.Fsd/<mode>`) true: NOT_SERVING while the mode is
-/// unavailable (given up, or too many hung workers abandoned).
+/// The health service name of one mode: `fsd.v1.Fsd/<mode>`.
+pub fn mode_health_name(mode: crate::backend::Mode) -> String {
+    format!("{}/{}", <FsdServer<FsdService> as tonic::server::NamedService>::NAME, mode.as_str())
+}
+
+/// Health statuses from the modes' states: each mode's own name, and the overall ("") and
+/// `fsd.v1.Fsd` names, SERVING only while every served mode is.
+fn health_statuses(modes: &[(crate::backend::Mode, bool)]) -> Vec<(String, bool)> {
+    let all = modes.iter().all(|(_, serving)| *serving);
+    let fsd = <FsdServer<FsdService> as tonic::server::NamedService>::NAME;
+    let mut out = vec![(String::new(), all), (fsd.to_owned(), all)];
+    out.extend(modes.iter().map(|(mode, serving)| (mode_health_name(*mode), *serving)));
+    out
+}
+
+async fn report_health(reporter: &tonic_health::server::HealthReporter, statuses: Vec<(String, bool)>) {
+    for (name, serving) in statuses {
+        let status = if serving {
+            tonic_health::ServingStatus::Serving
+        } else {
+            tonic_health::ServingStatus::NotServing
+        };
+        reporter.set_service_status(name, status).await;
+    }
+}
+
+/// Keeps grpc.health.v1 true: `fsd.v1.Fsd/<mode>` NOT_SERVING while the mode is unavailable
+/// (given up, or too many hung workers abandoned), and `""` and `fsd.v1.Fsd` NOT_SERVING while
+/// any served mode is.
 async fn report_modes(
     dispatcher: Arc<Dispatcher>,
     modes: Vec<crate::backend::Mode>,
@@ -192,16 +285,13 @@ async fn report_modes(
         let changed = dispatcher.changed();
         tokio::pin!(changed);
         changed.as_mut().enable();
-        for report in dispatcher.report() {
-            if !modes.contains(&report.mode) {
-                continue;
-            }
-            let status = match report.unavailable {
-                None => tonic_health::ServingStatus::Serving,
-                Some(_) => tonic_health::ServingStatus::NotServing,
-            };
-            reporter.set_service_status(format!("fsd.v1.Fsd/{}", report.mode.as_str()), status).await;
-        }
+        let states: Vec<_> = dispatcher
+            .report()
+            .into_iter()
+            .filter(|r| modes.contains(&r.mode))
+            .map(|r| (r.mode, r.unavailable.is_none()))
+            .collect();
+        report_health(&reporter, health_statuses(&states)).await;
         changed.await;
     }
 }
@@ -211,19 +301,24 @@ async fn serve(
     service: FsdService,
     dispatcher: Arc<Dispatcher>,
     listeners: Listeners,
-    stop_tx: watch::Sender<bool>,
-    stop_rx: watch::Receiver<bool>,
+    mut signals: Signals,
+    (stop_tx, stop_rx): (watch::Sender<bool>, watch::Receiver<bool>),
 ) -> Result<(), DaemonError> {
-    let Listeners { bound, tls, health, edge } = listeners;
-    // Standard health: "" and "fsd.v1.Fsd" are SERVING while this process serves calls.
+    let Listeners { bound, tls, tls_http, health, edge, metadata } = listeners;
+    // Standard health: "" and "fsd.v1.Fsd" for the daemon, "fsd.v1.Fsd/<mode>" per mode.
     let (reporter, health_service) = tonic_health::server::health_reporter();
-    reporter.set_serving::<FsdServer<FsdService>>().await;
-    let modes_task = tokio::spawn(report_modes(dispatcher, config.served_modes(), reporter.clone()));
-    // Reflection answers from the descriptor set the service was compiled from.
+    let served_modes = config.served_modes();
+    let modes_task = tokio::spawn(report_modes(dispatcher, served_modes.clone(), reporter.clone()));
+    // Reflection answers from the descriptor sets the services were compiled from, and lists
+    // only the services a listener serves (the descriptor set also holds fsd.approver.v1).
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(fsd_proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .with_service_name(<FsdServer<FsdService> as tonic::server::NamedService>::NAME)
+            .with_service_name("grpc.health.v1.Health")
+            .with_service_name("grpc.reflection.v1.ServerReflection")
+            .with_service_name("grpc.reflection.v1alpha.ServerReflection")
     };
     let reflection_v1 = reflection().build_v1().map_err(|e| DaemonError::Reflection(e.to_string()))?;
     let reflection_v1alpha =
@@ -239,6 +334,35 @@ async fn serve(
         unauthenticated_idle: transport.unauthenticated_idle,
     };
     let mut servers = tokio::task::JoinSet::new();
+    // The HTTP listeners also carry fsd.v1, health and reflection: gRPC-Web (HTTP/1.1, through
+    // reverse proxies) translated to gRPC, behind the same edge as the gRPC listeners.
+    let grpc = {
+        let max = config.max_message_bytes as usize;
+        let svc =
+            FsdServer::new(service.clone()).max_decoding_message_size(max).max_encoding_message_size(max);
+        let routes = tonic::service::Routes::new(svc)
+            .add_service(health_service.clone())
+            .add_service(reflection_v1.clone())
+            .add_service(reflection_v1alpha.clone())
+            .prepare();
+        let stack = tower::ServiceBuilder::new()
+            .layer(tonic_web::GrpcWebLayer::new())
+            .layer(edge.clone())
+            .service(routes);
+        tower::util::BoxCloneSyncService::new(stack)
+    };
+    let face = std::sync::Arc::new(crate::rest::Face {
+        service: service.clone(),
+        edge: edge.clone(),
+        root: crate::backend::resolve::path_string(&config.rest.root),
+        max_upload: config.limits.max_upload_bytes,
+        chunk: config.limits.default_chunk_bytes,
+        modes: config.served_modes(),
+        started: std::time::Instant::now(),
+        metadata,
+        stopping: stop_rx.clone(),
+        grpc: Some(grpc),
+    });
     for listener in bound {
         let max = config.max_message_bytes as usize;
         let svc =
@@ -268,6 +392,27 @@ async fn serve(
             let _ = stop.wait_for(|s| *s).await;
         };
         match listener {
+            Bound::HttpUnix(std_listener, name) => {
+                let listener = tokio::net::UnixListener::from_std(std_listener)
+                    .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+                tracing::info!(listen = %name, "listening (REST, gRPC-Web)");
+                let (face, stop) = (face.clone(), stop_rx.clone());
+                servers.spawn(async move {
+                    crate::rest::serve_unix(listener, face, stop).await;
+                    Ok(())
+                });
+            }
+            Bound::Http(std_listener, name) => {
+                let listener = tokio::net::TcpListener::from_std(std_listener)
+                    .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+                tracing::info!(listen = %name, tls = tls.is_some(), "listening (REST, gRPC-Web)");
+                let incoming = crate::edge::incoming(listener, tls_http.clone(), tcp_limits, stop_rx.clone());
+                let (face, stop) = (face.clone(), stop_rx.clone());
+                servers.spawn(async move {
+                    crate::rest::serve_tcp(incoming, face, stop).await;
+                    Ok(())
+                });
+            }
             Bound::Unix(std_listener, name) => {
                 let listener = tokio::net::UnixListener::from_std(std_listener)
                     .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
@@ -282,7 +427,24 @@ async fn serve(
             Bound::Tcp(std_listener, name) => {
                 let listener = tokio::net::TcpListener::from_std(std_listener)
                     .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
-                tracing::info!(listen = %name, tls = tls.is_some(), "listening");
+                if tls.is_some() {
+                    tracing::info!(listen = %name, tls = true, "listening");
+                } else {
+                    // Any local user (and any container sharing this network namespace) can
+                    // connect here: its clients are one identity, `tcp`, capped at this mode.
+                    let max = config
+                        .client_max_modes
+                        .get(&crate::identity::ClientKey::Tcp)
+                        .copied()
+                        .unwrap_or(crate::identity::TCP_DEFAULT_MAX);
+                    tracing::warn!(
+                        listen = %name,
+                        tls = false,
+                        identity = "tcp",
+                        max_mode = max.as_str(),
+                        "listening on plaintext loopback TCP: every local user may connect (client_max_modes key \"tcp\")"
+                    );
+                }
                 let incoming = crate::edge::incoming(listener, tls.clone(), tcp_limits, stop_rx.clone());
                 servers.spawn(async move {
                     let result = router.serve_with_incoming_shutdown(incoming, shutdown).await;
@@ -318,24 +480,22 @@ async fn serve(
             result.map_err(|source| DaemonError::Serve { listen: name, source })
         });
     }
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(DaemonError::Signal)?;
     let mut stopped = stop_rx.clone();
     let mut failure = None;
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: finishing in-flight calls"),
-        _ = sigterm.recv() => tracing::info!("SIGTERM: finishing in-flight calls"),
+        _ = signals.int.recv() => tracing::info!("SIGINT: finishing in-flight calls"),
+        _ = signals.term.recv() => tracing::info!("SIGTERM: finishing in-flight calls"),
         _ = stopped.wait_for(|s| *s) => {}
         Some(done) = servers.join_next() => {
             if let Ok(Err(e)) = done { failure = Some(e); }
         }
     }
     modes_task.abort();
-    reporter.set_not_serving::<FsdServer<FsdService>>().await;
-    reporter.set_service_status("", tonic_health::ServingStatus::NotServing).await;
+    let stopping: Vec<_> = served_modes.iter().map(|m| (*m, false)).collect();
+    report_health(&reporter, health_statuses(&stopping)).await;
     let _ = stop_tx.send(true);
-    // In-flight calls get a grace period; a client that keeps an idle connection open does not
-    // hold the daemon up past it.
+    // In-flight calls get most of the grace (the supervisor needs the rest to stop the
+    // workers); a client that keeps an idle connection open does not hold the daemon up past it.
     let drain = async {
         while let Some(done) = servers.join_next().await {
             if let Ok(Err(e)) = done {
@@ -343,11 +503,17 @@ async fn serve(
             }
         }
     };
-    if tokio::time::timeout(SHUTDOWN_GRACE, drain).await.is_err() {
+    if tokio::time::timeout(drain_budget(config.shutdown_grace), drain).await.is_err() {
         tracing::warn!("connections still open after the grace period; closing them");
     }
     match failure {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// The network process's share of `shutdown_grace`: all but a fifth (at most a second), which
+/// the supervisor keeps for stopping the workers.
+fn drain_budget(grace: Duration) -> Duration {
+    grace.saturating_sub((grace / 5).min(Duration::from_secs(1)))
 }

@@ -15,6 +15,8 @@ pub enum Op {
     EditText,
     MoveFile,
     DeleteFile,
+    WriteBytes,
+    Remove,
     /// Any read at an escalated mode: what a read ticket is checked against.
     Read,
     /// RequestEscalation: the daemon describes calls for an approver.
@@ -34,6 +36,8 @@ impl Op {
             Op::EditText => "editText",
             Op::MoveFile => "moveFile",
             Op::DeleteFile => "deleteFile",
+            Op::WriteBytes => "writeBytes",
+            Op::Remove => "remove",
             Op::Read => "read",
             Op::Describe => "describe",
         }
@@ -42,6 +46,7 @@ impl Op {
     /// The operations a client may name in an escalation request.
     pub fn escalatable(name: &str) -> Option<Op> {
         match name {
+            "readText" => Some(Op::ReadText),
             "writeText" => Some(Op::WriteText),
             "editText" => Some(Op::EditText),
             "moveFile" => Some(Op::MoveFile),
@@ -51,19 +56,22 @@ impl Op {
     }
 
     pub fn is_mutation(self) -> bool {
-        matches!(self, Op::WriteText | Op::EditText | Op::MoveFile | Op::DeleteFile)
+        matches!(
+            self,
+            Op::WriteText | Op::EditText | Op::MoveFile | Op::DeleteFile | Op::WriteBytes | Op::Remove
+        )
     }
 
     /// Whether the (source) path follows a final symlink: moves and deletes act on the link.
     pub fn follows_link(self) -> bool {
-        !matches!(self, Op::MoveFile | Op::DeleteFile)
+        !matches!(self, Op::MoveFile | Op::DeleteFile | Op::Remove)
     }
 }
 
 impl Request {
     pub fn op(&self) -> Op {
         match self {
-            Request::Stat { .. } => Op::Stat,
+            Request::Stat { .. } | Request::CheckWrite { .. } => Op::Stat,
             Request::ReadText { .. } => Op::ReadText,
             Request::ReadBytes { .. } => Op::ReadBytes,
             Request::ListDir { .. } => Op::ListDir,
@@ -71,6 +79,8 @@ impl Request {
             Request::EditText { .. } => Op::EditText,
             Request::MoveFile { .. } => Op::MoveFile,
             Request::DeleteFile { .. } => Op::DeleteFile,
+            Request::WriteBytes { .. } => Op::WriteBytes,
+            Request::Remove { .. } => Op::Remove,
         }
     }
 
@@ -78,12 +88,15 @@ impl Request {
     pub fn path(&self) -> &str {
         match self {
             Request::Stat { path, .. }
+            | Request::CheckWrite { path, .. }
             | Request::ReadText { path, .. }
             | Request::ReadBytes { path, .. }
             | Request::ListDir { path }
             | Request::WriteText { path, .. }
             | Request::EditText { path, .. }
-            | Request::DeleteFile { path, .. } => path,
+            | Request::DeleteFile { path, .. }
+            | Request::WriteBytes { path, .. }
+            | Request::Remove { path, .. } => path,
             Request::MoveFile { source, .. } => source,
         }
     }

@@ -15,7 +15,7 @@ use tokio::task::JoinSet;
 use crate::backend::Mode;
 use crate::backend::journal;
 use crate::config::{Config, LandlockPolicy, Listen};
-use crate::daemon::{DaemonError, init_logging};
+use crate::daemon::DaemonError;
 use crate::ipc::{self, Control, ControlRequest};
 use crate::sys;
 
@@ -37,6 +37,10 @@ enum Role {
 /// A worker dying this soon after its start counts toward giving up on its mode.
 const QUICK_DEATH: Duration = Duration::from_secs(2);
 const MAX_QUICK_DEATHS: u32 = 5;
+/// How long a network process that reported a start failure gets to exit.
+const START_FAILURE_REAP: Duration = Duration::from_secs(1);
+/// How long workers may outlive the network process during a stop.
+const WORKER_LINGER: Duration = Duration::from_millis(500);
 
 struct Supervisor {
     config: Config,
@@ -120,10 +124,48 @@ impl Supervisor {
         }
         self.spawn_worker(mode)
     }
+
+    /// Waits for every child to exit, until `deadline`; then kills what is left. Once the
+    /// network process is gone, workers get `WORKER_LINGER` at most: they have nothing left to
+    /// do, and one that does not exit is stuck. Returns the network process's exit status, if
+    /// it exited in this wait.
+    async fn reap(&mut self, deadline: Instant, network_running: bool) -> Option<ExitStatus> {
+        let mut network_status = None;
+        let mut until = if network_running { deadline } else { deadline.min(Instant::now() + WORKER_LINGER) };
+        loop {
+            tokio::select! {
+                next = self.children.join_next() => match next {
+                    None => return network_status,
+                    Some(Ok((role, pid, _, status))) => {
+                        self.alive.remove(&pid);
+                        if role == Role::Network {
+                            network_status = status.ok();
+                            until = until.min(Instant::now() + WORKER_LINGER);
+                        }
+                    }
+                    Some(Err(_)) => {}
+                },
+                _ = tokio::time::sleep_until(until.into()) => {
+                    if !self.alive.is_empty() {
+                        tracing::warn!(children = self.alive.len(), "children did not stop in time; killing them");
+                    }
+                    for pid in &self.alive {
+                        let _ = sys::ipc::signal(*pid, true);
+                    }
+                    // The kills are immediate; collect the exits so nothing is left a zombie.
+                    let collect = async { while self.children.join_next().await.is_some() {} };
+                    let _ = tokio::time::timeout(Duration::from_millis(200), collect).await;
+                    self.children.abort_all();
+                    return network_status;
+                }
+            }
+        }
+    }
 }
 
 pub fn run(config: Config, args: Vec<OsString>, options: RunOptions) -> Result<(), DaemonError> {
-    init_logging(config.log_format);
+    // Before any child: a cause found here is one line, not a crash loop behind a "serving".
+    crate::preflight::check(&config)?;
     let exe = std::env::current_exe().map_err(DaemonError::Runtime)?;
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(DaemonError::Runtime)?;
@@ -136,14 +178,22 @@ async fn supervise(
     args: Vec<OsString>,
     options: RunOptions,
 ) -> Result<(), DaemonError> {
+    // Refuse to start, with the reason, when the workers' identity cannot be decided (writable
+    // roots of different owners); every worker would fail the same way at birth.
+    let identity = config.worker_identity()?;
+    // Before any child: a SIGTERM as soon as the socket answers is a stop, not a killed daemon.
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(DaemonError::Signal)?;
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(DaemonError::Signal)?;
     let (control, network_end) = sys::ipc::pair().map_err(|e| DaemonError::Runtime(e.into()))?;
     let requests = control.try_clone().map_err(DaemonError::Runtime)?;
     let sockets: Vec<PathBuf> = config
         .listen
         .iter()
         .filter_map(|l| match l {
-            Listen::Unix(path) => Some(path.clone()),
-            Listen::Tcp(_) => None,
+            Listen::Unix(path) | Listen::HttpUnix(path) => Some(path.clone()),
+            Listen::Tcp(_) | Listen::Http(_) => None,
         })
         .collect();
     let config_max_abandoned = config.max_abandoned_workers;
@@ -163,6 +213,33 @@ async fn supervise(
     let sweeper = journal::Sweeper::start(&roots);
     let network_pid = sup.spawn(Role::Network, &network_end)?;
     drop(network_end);
+    // Workers start once the network process has bound its listeners: a listener that cannot
+    // bind is reported here, once, and no worker ever starts.
+    let (requests, first) = tokio::task::spawn_blocking(move || {
+        let first = ipc::recv::<ControlRequest>(&requests);
+        (requests, first)
+    })
+    .await
+    .map_err(|e| DaemonError::Runtime(std::io::Error::other(e)))?;
+    match first {
+        Ok((ControlRequest::Listening, _)) => {}
+        Ok((ControlRequest::StartFailed { reason }, _)) => {
+            sup.reap(Instant::now() + START_FAILURE_REAP, true).await;
+            return Err(DaemonError::NetworkStart(reason));
+        }
+        Ok((other, _)) => {
+            sup.reap(Instant::now() + START_FAILURE_REAP, true).await;
+            return Err(DaemonError::NetworkStart(format!("unexpected first message {other:?}")));
+        }
+        // It died without a word (killed, or a crash): its exit status is all there is.
+        Err(_) => {
+            let status = sup.reap(Instant::now() + START_FAILURE_REAP, true).await;
+            return Err(match status {
+                Some(status) => DaemonError::NetworkExited(status),
+                None => DaemonError::NetworkStart("the network process stopped before listening".into()),
+            });
+        }
+    }
 
     let abi = sys::landlock_abi();
     let floor = sys::confine::LANDLOCK_FLOOR;
@@ -175,14 +252,29 @@ async fn supervise(
             }
             tracing::warn!(mode = mode.as_str(), %reason, "SERVING WITHOUT A KERNEL FENCE (landlock = \"best-effort\")");
         }
+        if mode != Mode::DangerFullAccess
+            && let Some(reason) = crate::confine::missing_link_protection()
+        {
+            if sup.config.landlock == LandlockPolicy::Required {
+                sup.give_up(mode, reason)?;
+                continue;
+            }
+            tracing::warn!(mode = mode.as_str(), %reason, "SERVING WITHOUT THE KERNEL'S LINK PROTECTION (landlock = \"best-effort\")");
+        }
         for _ in 0..sup.config.workers_per_mode {
             sup.spawn_worker(mode)?;
         }
     }
+    // One line per root: log fields are scalars, so JSON logs carry them as JSON values.
+    for root in &sup.config.roots {
+        tracing::info!(root = %root.path.display(), writable = root.writable, "root");
+    }
     tracing::info!(
-        roots = ?sup.config.roots.iter().map(|r| (r.path.display().to_string(), r.writable)).collect::<Vec<_>>(),
         default_mode = sup.config.default_mode.as_str(),
+        max_mode = sup.config.max_mode.as_str(),
         landlock_abi = abi,
+        worker_uid = identity.uid,
+        worker_gid = identity.gid,
         "fsd {} serving",
         env!("CARGO_PKG_VERSION")
     );
@@ -192,18 +284,16 @@ async fn supervise(
     std::thread::Builder::new()
         .name("fsd-kill-requests".into())
         .spawn(move || {
-            while let Ok((ControlRequest::Kill { pid }, _)) = ipc::recv::<ControlRequest>(&requests) {
-                if kill_tx.send(pid).is_err() {
+            while let Ok((request, _)) = ipc::recv::<ControlRequest>(&requests) {
+                if let ControlRequest::Kill { pid } = request
+                    && kill_tx.send(pid).is_err()
+                {
                     return;
                 }
             }
         })
         .map_err(DaemonError::Runtime)?;
 
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(DaemonError::Signal)?;
-    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .map_err(DaemonError::Signal)?;
     let parent_gone = async {
         if options.parent_pipe {
             wait_for_stdin_eof().await;
@@ -295,33 +385,18 @@ async fn supervise(
     for pid in sup.hung.abandoned() {
         let _ = sys::ipc::signal(pid, true);
     }
-    // The network process first: it finishes in-flight calls, then its worker sockets close and
-    // the workers exit on their own.
+    // The network process first: it finishes in-flight calls (within its share of the grace),
+    // then its worker sockets close and the workers exit on their own. The whole stop is
+    // bounded by `shutdown_grace`: whatever is left then (a worker stuck in a syscall) is killed.
     if network_alive {
         let _ = sys::ipc::signal(network_pid, false);
     }
-    let deadline = tokio::time::sleep(Duration::from_secs(30));
-    tokio::pin!(deadline);
-    loop {
-        tokio::select! {
-            next = sup.children.join_next() => match next {
-                None => break,
-                Some(Ok((_, pid, _, _))) if { sup.alive.remove(&pid); false } => {}
-                Some(Ok((Role::Network, _, _, Ok(status)))) if !status.success() && outcome.is_ok() => {
-                    // SIGTERM'd cleanly exits 0; anything else is worth reporting.
-                    outcome = Err(DaemonError::NetworkExited(status));
-                }
-                Some(_) => {}
-            },
-            _ = &mut deadline => {
-                tracing::warn!("children did not stop in time; killing them");
-                for pid in &sup.alive {
-                    let _ = sys::ipc::signal(*pid, true);
-                }
-                sup.children.abort_all();
-                break;
-            }
-        }
+    if let Some(status) = sup.reap(Instant::now() + sup.config.shutdown_grace, network_alive).await
+        && !status.success()
+        && outcome.is_ok()
+    {
+        // SIGTERM'd cleanly exits 0; anything else is worth reporting.
+        outcome = Err(DaemonError::NetworkExited(status));
     }
     for path in &sockets {
         if let Err(e) = std::fs::remove_file(path)

@@ -5,20 +5,25 @@ use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 
-use crate::backend::{Backend, Guard, Locking, Mode};
+use crate::backend::{Backend, Fence, Guard, Locking, Mode};
 use crate::config::Config;
 use crate::error::FsError;
 use crate::ipc::{self, FromWorker, IpcError, Remote, ToWorker};
+use crate::sys;
 
 /// Why a worker stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
     #[error(transparent)]
     Start(#[from] crate::backend::StartError),
+    #[error(transparent)]
+    Identity(#[from] crate::config::ConfigError),
     #[error("confinement failed: {0}")]
     Confine(#[from] crate::sys::confine::ConfineError),
     #[error("ipc: {0}")]
     Ipc(#[from] IpcError),
+    #[error("cannot ignore SIGXFSZ: {0}")]
+    Signal(#[source] crate::sys::Errno),
     #[error("cannot duplicate the ipc socket: {0}")]
     Socket(#[source] std::io::Error),
 }
@@ -44,18 +49,45 @@ impl Locking for RemoteLocks {
 
 pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), WorkerError> {
     let locks = RemoteLocks { socket: socket.try_clone().map_err(WorkerError::Socket)? };
-    let backend = Backend::new(&config.roots, &config.protected_names, config.limits, Arc::new(locks))?;
-    let confinement = crate::confine::worker(config, mode)?;
+    let fence = Fence {
+        protected: &config.protected_names,
+        submounts: &config.allow_submounts,
+        allow_backslash: config.allow_backslash,
+    };
+    let backend = Backend::new(&config.roots, &fence, config.limits, Arc::new(locks))?;
+    sys::ignore_file_size_signal().map_err(WorkerError::Signal)?;
+    // Read before seccomp forbids asking: EFBIG replies name the limit.
+    let _ = sys::file_size_limit();
+    let identity = config.worker_identity()?;
+    let confinement = crate::confine::worker(config, mode, identity)?;
     tracing::debug!(mode = mode.as_str(), fence = confinement.describe(), "worker ready");
-    ipc::send(&socket, &FromWorker::Ready { mode, enforcement: confinement.describe().to_owned() }, None)?;
+    let ready = FromWorker::Ready { mode, enforcement: confinement.describe().to_owned() };
+    match ipc::send(&socket, &ready, None) {
+        // The network process stopped before this worker came up (a daemon stopping early):
+        // nothing to serve, nothing to report.
+        Err(IpcError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+        sent => sent?,
+    }
     loop {
-        let message = match ipc::recv::<ToWorker>(&socket) {
-            Ok((message, _)) => message,
+        let (message, fd) = match ipc::recv::<ToWorker>(&socket) {
+            Ok(received) => received,
             // The network process is gone: so is our reason to exist.
             Err(IpcError::Closed) => return Ok(()),
             Err(e) => return Err(e.into()),
         };
         match message {
+            ToWorker::Call(crate::backend::Request::WriteBytes { path, mode: file_mode, guard }) => {
+                let reply = match fd {
+                    Some(body) => {
+                        let mut progress = |bytes| {
+                            let _ = ipc::send(&socket, &FromWorker::Progress { bytes }, None);
+                        };
+                        backend.write_bytes(mode, &path, file_mode, guard, body.into(), &mut progress)
+                    }
+                    None => Err(crate::error::Failure::new(FsError::Truncated, path)),
+                };
+                ipc::send(&socket, &FromWorker::Reply(reply.map_err(Remote::from)), None)?;
+            }
             ToWorker::Call(request) => {
                 #[cfg(feature = "fault-injection")]
                 if let Some(failure) = fault(&request) {

@@ -52,6 +52,7 @@ codes! {
     TooLarge => "FS_TOO_LARGE", ResourceExhausted;
     NoSpace => "FS_NO_SPACE", ResourceExhausted;
     InvalidPath => "FS_INVALID_PATH", InvalidArgument;
+    NotEmpty => "FS_NOT_EMPTY", FailedPrecondition;
     RateLimited => "FS_RATE_LIMITED", ResourceExhausted;
 }
 

@@ -4,6 +4,7 @@
 
 mod code;
 pub mod digest;
+pub mod names;
 pub mod version;
 
 pub use code::{ErrorCode, WireError};

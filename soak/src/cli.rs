@@ -39,20 +39,20 @@ pub fn run<R: Verdict>(
     let bins = match bin_dir.map_or_else(Bins::locate, Bins::in_dir) {
         Ok(bins) => bins,
         Err(e) => {
-            eprintln!("{name}: {e}");
+            note!("{name}: {e}");
             return ExitCode::from(2);
         }
     };
     match workload(&bins) {
         Ok(report) => {
-            println!("{report}");
+            say!("{report}");
             for v in report.violations() {
-                println!("VIOLATION: {v}");
+                say!("VIOLATION: {v}");
             }
             if report.violations().is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
         }
         Err(e) => {
-            eprintln!("{name}: {e}");
+            note!("{name}: {e}");
             ExitCode::from(2)
         }
     }

@@ -424,8 +424,9 @@ pub fn run(bins: &Bins, options: &CrashOptions) -> Result<CrashReport> {
         } else {
             report.temps_after_kill += tree::temp_files(&root).len() as u64;
             daemon = start(bins, dir.path(), &root)?;
-            // The network process waits for its workers before it serves, so the supervisor's
-            // start-up sweep is done by the time a call can be made; no wait needed.
+            // `start` returns once this daemon's own network process listens (not a dying
+            // predecessor's), and the supervisor starts it only after its start-up sweep: no
+            // wait needed.
             for temp in tree::temp_files(&root) {
                 report.violations.push(format!(
                     "round {}: temporary file left after restart: {}",
@@ -442,7 +443,7 @@ pub fn run(bins: &Bins, options: &CrashOptions) -> Result<CrashReport> {
             settle(file, &mut report);
         }
         if options.verbose {
-            eprintln!("round {}: {}", report.rounds, report);
+            note!("round {}: {}", report.rounds, report);
         }
         if report.violations.len() > 50 {
             break;

@@ -100,9 +100,19 @@ impl Daemon {
         Ok(daemon)
     }
 
+    /// Waits until this daemon listens. A connection alone proves nothing: the listener of a
+    /// predecessor killed a moment ago accepts until the last of its threads has exited. The
+    /// listener must be one of this daemon's processes (a Unix socket's peer credentials name
+    /// the process that called listen()), and the supervisor must still be running.
     fn wait_listening(&mut self) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
+        loop {
+            if let Ok(stream) = std::os::unix::net::UnixStream::connect(&self.socket)
+                && let Ok(peer) = rustix::net::sockopt::socket_peercred(&stream)
+                && self.pids().contains(&(peer.pid.as_raw_pid() as u32))
+            {
+                return Ok(());
+            }
             if let Some(status) = self.child.try_wait()? {
                 return Err(Error(format!("fsd exited before listening: {status}")));
             }
@@ -111,7 +121,6 @@ impl Daemon {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        Ok(())
     }
 
     pub fn endpoint(&self) -> Endpoint {
@@ -221,12 +230,16 @@ pub fn role(pid: u32) -> Option<String> {
     }
 }
 
-/// Whether a process is gone (or a zombie nobody reaped yet).
+/// Whether a process is gone: none of its threads is still running (a zombie nobody reaped yet
+/// counts as gone). Its main thread alone says too little: a killed multi-threaded process (the
+/// network process) shows a zombie main thread while its other threads are still exiting, and
+/// those still hold its descriptors, its listening socket among them.
 fn gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return true };
+    tasks.flatten().all(|task| match std::fs::read_to_string(task.path().join("stat")) {
         Err(_) => true,
         Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
-    }
+    })
 }
 
 fn wait_gone(pids: &[u32], timeout: Duration) -> Result<()> {

@@ -198,7 +198,7 @@ pub fn run(bins: &Bins, options: &RaceOptions) -> Result<RaceReport> {
         report.rounds += 1;
         round(bins, &daemon, options, report.rounds, &mut report)?;
         if options.verbose {
-            eprintln!("{report}");
+            note!("{report}");
         }
         if started.elapsed() >= options.duration || !report.violations.is_empty() {
             return Ok(report);

@@ -236,7 +236,7 @@ pub fn run(bins: &Bins, options: &SoakOptions) -> Result<SoakReport> {
         std::thread::sleep(options.interval);
         let sample = daemon.sample();
         if options.verbose {
-            eprintln!(
+            note!(
                 "{:>6.1} s: RSS {} KiB, fds {}, processes {}",
                 started.elapsed().as_secs_f64(),
                 sample.rss_kib,

@@ -175,12 +175,21 @@ fn a_stopped_commit_reports_completed_failed_and_not_executed() {
     d.write("a.txt", "a\n");
     d.write(".git/config", "x\n");
     let mut s = d.session_with_config("applyPatch = true\nobservationPolicy = false\n");
-    // The fence refuses the second operation at commit (containment is not simulated).
+    // The fence is asked in preflight: a protected target refuses the whole patch.
     let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-a\n+b\n*** Update File: .git/config\n@@\n-x\n+y\n*** Add File: c.txt\n+c\n*** End Patch";
+    let r = s.call("apply_patch", json!({"input": patch}));
+    err(
+        &r,
+        "FS_SANDBOX_DENIED",
+        "Error: Patch rejected before any change (1 problems):\n- operation 2 (update .git/config, patch line 6): cannot modify \".git/config\": .git is a protected path [sandbox: file access denied under workspace-write mode]",
+    );
+    assert_eq!(d.read("a.txt"), b"a\n");
+    // A failure no check can foresee (an I/O error at commit) stops the commit where it is.
+    let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-a\n+b\n*** Add File: fsd-fault-io-error\n+x\n*** Add File: c.txt\n+c\n*** End Patch";
     let r = s.call("apply_patch", json!({"input": patch}));
     ok(
         &r,
-        "Patch stopped after 1 of 3 operations.\nCompleted:\nM a.txt\nFailed:\n- operation 2 (update .git/config, patch line 6): cannot modify \".git/config\": .git is a protected path [sandbox: file access denied under workspace-write mode]\nNot executed:\n- operation 3 (add c.txt)",
+        "Patch stopped after 1 of 3 operations.\nCompleted:\nM a.txt\nFailed:\n- operation 2 (add fsd-fault-io-error, patch line 6): cannot modify \"fsd-fault-io-error\": cannot rename into place: Input/output error (os error 5)\nNot executed:\n- operation 3 (add c.txt)",
     );
     assert_eq!(r.meta()["stopped"], json!(true));
     assert_eq!(d.read("a.txt"), b"b\n");
@@ -235,8 +244,8 @@ fn an_unknown_outcome_and_a_known_failure_mid_commit() {
 
 #[test]
 fn symlink_sources_and_fenced_moves() {
-    // A move whose source the fence will not let go (a read-only root): refused at commit with
-    // the sandbox marker, and the destination is never written.
+    // A move whose source the fence will not let go (a read-only root): refused in preflight
+    // with the sandbox marker, and the destination is never written.
     let ro = tempfile::tempdir().unwrap();
     let ro_root = std::fs::canonicalize(ro.path()).unwrap();
     std::fs::write(ro_root.join("src.txt"), "keep\n").unwrap();
@@ -262,9 +271,10 @@ fn symlink_sources_and_fenced_moves() {
         src.display()
     );
     let r = s.call("apply_patch", json!({"input": patch}));
-    assert!(!r.is_error(), "{}", r.json);
+    assert!(r.is_error(), "{}", r.json);
+    assert_eq!(r.code(), Some("FS_SANDBOX_DENIED"), "{}", r.json);
     assert!(
-        r.text().starts_with("Patch stopped after 0 of 1 operations.\nFailed:\n- operation 1 (move "),
+        r.text().starts_with("Error: Patch rejected before any change (1 problems):\n- operation 1 (move "),
         "{}",
         r.text()
     );

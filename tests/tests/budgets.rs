@@ -116,6 +116,7 @@ impl Fleet {
                 server_name: Some("fsd.test".into()),
             }),
             token: None,
+            headers: Vec::new(),
         };
         let endpoint = Endpoint::Tcp(format!("127.0.0.1:{}", self.port));
         connect::open(&endpoint, &credentials).await.unwrap().0

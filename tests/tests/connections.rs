@@ -47,6 +47,7 @@ impl Tls {
                 server_name: Some("fsd.test".into()),
             }),
             token: None,
+            headers: Vec::new(),
         }
     }
 

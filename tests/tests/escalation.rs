@@ -53,7 +53,11 @@ fn the_fields_are_advertised_only_when_a_wider_mode_is_offered() {
     let s = setup("");
     let props = advertised(&s.d, "write");
     assert_eq!(props, ["file_path", "content", "sandbox_permissions", "justification"]);
-    assert!(advertised(&s.d, "read").iter().all(|p| p != "sandbox_permissions"), "read never escalates");
+    // An approved read is how a file outside the roots gets observed before an approved edit.
+    assert_eq!(
+        advertised(&s.d, "read"),
+        ["file_path", "offset", "limit", "sandbox_permissions", "justification"]
+    );
     let deny = Daemon::start();
     assert_eq!(advertised(&deny, "write"), ["file_path", "content"]);
     assert_eq!(advertised(&deny, "edit"), ["file_path", "old_string", "new_string", "replace_all"]);
@@ -129,15 +133,35 @@ fn a_refused_escalation_writes_nothing() {
     let target = s.outside.path().join("denied/x.txt");
     let mut t = s.d.session_with_config(&format!("escalationRules = \"{}\"\n", s.rules.display()));
     let r = t.call("write", json!({"file_path": p(&target), "content": "x", "sandbox_permissions": "danger-full-access", "justification": "please"}));
-    assert_eq!(r.code(), Some("FS_SANDBOX_DENIED"));
-    assert!(r.text().starts_with("Error: escalation to danger-full-access was not approved [sandbox: file access denied under workspace-write mode]"), "{}", r.text());
+    // Refused: by whom, nothing changed, and no suggestion to send the same request again.
+    err(
+        &r,
+        "FS_SANDBOX_DENIED",
+        "Error: escalation to danger-full-access was refused by this client's escalation rules; nothing was changed. Do not retry this call with sandbox_permissions; continue under workspace-write mode or ask the user. [sandbox: file access denied under workspace-write mode]",
+    );
     assert!(!target.exists());
-    // No approver configured at all: refused as well.
+    // No approver configured at all: refused as well, and said so.
     let mut none = s.d.session();
     let other = s.outside.path().join("y.txt");
     let r = none.call("write", json!({"file_path": p(&other), "content": "x", "sandbox_permissions": "danger-full-access", "justification": "please"}));
-    assert_eq!(r.code(), Some("FS_SANDBOX_DENIED"));
+    err(
+        &r,
+        "FS_SANDBOX_DENIED",
+        "Error: escalation to danger-full-access was refused: no approver is configured for this client; nothing was changed. Do not retry this call with sandbox_permissions; continue under workspace-write mode or ask the user. [sandbox: file access denied under workspace-write mode]",
+    );
     assert!(!other.exists());
+    // Each refusal is one audit record, as the client reported it.
+    let audit = audit_lines(&s.audit);
+    let refused = |by: &str, path: &std::path::Path| {
+        audit.iter().any(|l| {
+            l["op"] == "escalate:describe"
+                && l["decision"] == "refused"
+                && l["result"] == by
+                && l["path"] == p(path)
+        })
+    };
+    assert!(refused("client:rules", &target), "{audit:?}");
+    assert!(refused("client:none", &other), "{audit:?}");
 }
 
 #[test]
@@ -196,4 +220,167 @@ fn at_deny_a_claimed_escalation_is_refused() {
     assert_eq!(wire.message, "escalation to danger-full-access is disabled on this daemon");
     assert!(!target.exists());
     assert_eq!(advertised(&d, "write"), ["file_path", "content"]);
+}
+
+fn audit_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn an_existing_file_outside_the_roots_is_read_then_edited_with_the_rule_files_approval() {
+    let s = setup("");
+    let target = s.outside.path().join("app.conf");
+    std::fs::write(&target, "port = 1\n").unwrap();
+    let mut t = s.d.session_with_config(&format!("escalationRules = \"{}\"\n", s.rules.display()));
+    let esc = json!({"sandbox_permissions": "danger-full-access", "justification": "the user asked"});
+    let with = |mut args: serde_json::Value| {
+        args.as_object_mut().unwrap().extend(esc.as_object().unwrap().clone());
+        args
+    };
+    // Unobserved: the policy refuses before the daemon's checks or the rules see it.
+    let r = t.call("edit", with(json!({"file_path": p(&target), "old_string": "1", "new_string": "2"})));
+    err(
+        &r,
+        "FS_NOT_OBSERVED",
+        &format!(
+            "Error: cannot modify \"{}\": file has not been read — read the file, then retry",
+            p(&target)
+        ),
+    );
+    assert!(
+        audit_lines(&s.audit).iter().all(|l| l["op"] != "escalate:describe"),
+        "nothing reached the daemon"
+    );
+    // The read the edit needs, approved for this one call.
+    let r = t.call("read", json!({"file_path": p(&target)}));
+    assert!(r.text().ends_with("\nTo request approval for this call, retry it now with sandbox_permissions set to \"danger-full-access\" and a justification."), "{}", r.text());
+    let r = t.call("read", with(json!({"file_path": p(&target)})));
+    assert!(!r.is_error() && r.text().contains("port = 1"), "{}", r.json);
+    // An edit that cannot match fails in the daemon's checks; no call runs at the wider mode.
+    let r =
+        t.call("edit", with(json!({"file_path": p(&target), "old_string": "port = 9", "new_string": "x"})));
+    assert_eq!(r.code(), Some("FS_EDIT_NOT_FOUND"), "{}", r.json);
+    let audit = audit_lines(&s.audit);
+    assert!(
+        audit.iter().any(|l| l["op"] == "escalate:describe"
+            && l["decision"] == "checked"
+            && l["result"] == "FS_EDIT_NOT_FOUND"),
+        "{audit:?}"
+    );
+    assert!(!audit.iter().any(|l| l["op"] == "escalate:editText"), "{audit:?}");
+    // A touch changes the metadata, not the content: the checks, like the write, still hold.
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+    std::fs::File::options().write(true).open(&target).unwrap().set_modified(later).unwrap();
+    let r = t.call(
+        "edit",
+        with(json!({"file_path": p(&target), "old_string": "port = 1", "new_string": "port = 2"})),
+    );
+    assert!(!r.is_error(), "{}", r.json);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "port = 2\n");
+    // Changed behind the session's back: stale, before any approval.
+    std::fs::write(&target, "port = 3\n").unwrap();
+    let r = t.call(
+        "edit",
+        with(json!({"file_path": p(&target), "old_string": "port = 2", "new_string": "port = 4"})),
+    );
+    assert_eq!(r.code(), Some("FS_STALE_VERSION"), "{}", r.json);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "port = 3\n");
+    let audit = audit_lines(&s.audit);
+    assert_eq!(
+        audit.iter().filter(|l| l["op"] == "escalate:editText" && l["decision"] == "approved").count(),
+        1,
+        "{audit:?}"
+    );
+}
+
+/// The terminal prompt of the client-level approver: `fsd-tools session` on a pseudo-terminal
+/// (Python's pty module) with its JSON lines on pipes; the person answers each prompt.
+#[test]
+fn the_terminal_prompt_decides_and_is_not_asked_what_would_fail() {
+    let s = setup("");
+    let target = s.outside.path().join("asked.txt");
+    std::fs::write(&target, "hello\n").unwrap();
+    let config = s.outside.path().join("client.toml");
+    std::fs::write(&config, "escalationPrompt = true\n").unwrap();
+    let esc = |mut args: serde_json::Value| {
+        args["sandbox_permissions"] = json!("danger-full-access");
+        args["justification"] = json!("the user asked");
+        args
+    };
+    let requests = json!([
+        {"id": 1, "tool": "read", "args": esc(json!({"file_path": p(&target)}))},
+        {"id": 2, "tool": "edit", "args": esc(json!({"file_path": p(&target), "old_string": "nope", "new_string": "x"}))},
+        {"id": 3, "tool": "edit", "args": esc(json!({"file_path": p(&target), "old_string": "hello", "new_string": "bye"}))},
+    ]);
+    let requests_path = s.outside.path().join("requests.json");
+    std::fs::write(&requests_path, requests.to_string()).unwrap();
+    let script = r#"
+import json, os, pty, select, sys
+tools, endpoint, cwd, config, requests_path, answers = sys.argv[1:7]
+answers = answers.split(",")
+in_r, in_w = os.pipe()
+out_r, out_w = os.pipe()
+pid, fd = pty.fork()
+if pid == 0:
+    os.dup2(in_r, 0)
+    os.dup2(out_w, 1)
+    os.execv(tools, [tools, "session", "--endpoint", endpoint, "--cwd", cwd, "--config", config])
+os.close(in_r)
+os.close(out_w)
+transcript, buf, replies, answered = b"", b"", [], 0
+for request in json.load(open(requests_path)):
+    os.write(in_w, (json.dumps(request) + "\n").encode())
+    while b"\n" not in buf:
+        ready, _, _ = select.select([fd, out_r], [], [], 30)
+        if not ready:
+            sys.exit("no reply within 30 s")
+        if fd in ready:
+            transcript += os.read(fd, 4096)
+            if transcript.endswith(b"[y/N] ") and transcript.count(b"[y/N] ") > answered and answers:
+                answered += 1
+                os.write(fd, answers.pop(0).encode() + b"\n")
+        if out_r in ready:
+            buf += os.read(out_r, 65536)
+    line, buf = buf.split(b"\n", 1)
+    replies.append(json.loads(line))
+os.close(in_w)
+os.waitpid(pid, 0)
+print(json.dumps({"replies": replies, "transcript": transcript.decode(errors="replace")}))
+"#;
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(tools_bin())
+        .arg(s.d.endpoint())
+        .arg(&s.d.root)
+        .arg(&config)
+        .arg(&requests_path)
+        .arg("y,n")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let replies = result["replies"].as_array().unwrap();
+    let transcript = result["transcript"].as_str().unwrap();
+    assert!(replies[0]["text"].as_str().unwrap().contains("hello"), "{replies:?}");
+    assert_eq!(replies[1]["code"], "FS_EDIT_NOT_FOUND", "{replies:?}");
+    assert_eq!(
+        replies[2]["text"],
+        "Error: escalation to danger-full-access was refused by the user; nothing was changed. Do not retry this call with sandbox_permissions; continue under workspace-write mode or ask the user. [sandbox: file access denied under workspace-write mode]"
+    );
+    assert_eq!(
+        transcript.matches("[y/N] ").count(),
+        2,
+        "asked for the read and the last edit only: {transcript}"
+    );
+    assert!(
+        audit_lines(&s.audit).iter().any(|l| l["decision"] == "refused" && l["result"] == "client:person"),
+        "the person's refusal is audited"
+    );
+    assert!(transcript.contains(&format!("path: {}", p(&target))), "{transcript}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "hello\n");
 }

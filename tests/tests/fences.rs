@@ -159,8 +159,9 @@ fn processes_run_with_the_privileges_the_contract_allows() {
     let workers = children_with_role(d.child.id(), "worker");
     assert_eq!(workers.len(), 4, "two workers for each of read-only and workspace-write");
     let root = rustix::process::geteuid().is_root();
-    // CAP_CHOWN | CAP_DAC_OVERRIDE | CAP_FOWNER for a root worker; nothing otherwise.
-    let caps = if root { "000000000000000b" } else { "0000000000000000" };
+    // By default a worker has no capability, whoever it runs as (root workers that keep CAP_CHOWN,
+    // CAP_DAC_OVERRIDE and CAP_FOWNER need `worker_uid = 0`: tests/tests/hardening.rs).
+    let caps = "0000000000000000";
     for pid in workers {
         assert_eq!(status_field(pid, "NoNewPrivs"), "1", "worker {pid}");
         assert_eq!(status_field(pid, "Seccomp"), "2", "worker {pid}");

@@ -515,6 +515,7 @@ fn a_link_reuses_one_connection_and_reconnects_after_the_idle_timeout() {
             server_name: Some("fsd.test".into()),
         }),
         token: None,
+        headers: Vec::new(),
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {

@@ -1,11 +1,14 @@
 //! The daemon's and the CLI's lifecycle: SIGTERM exits 0 and removes the socket; `fsd-tools call`
 //! exit codes (0 success, 1 tool error, 2 usage or unreachable daemon); the embedded daemon of
-//! `--root` serves the call and leaves no socket directory behind.
+//! `--root` serves the call and leaves no socket directory behind; a restart waits for a
+//! predecessor that is still exiting instead of taking its listener for a live daemon.
 
 mod common;
 
+use std::io::BufRead;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -157,4 +160,100 @@ fn call_with_root_runs_an_embedded_daemon_and_cleans_up() {
     // the client's fallback after its grace period.
     assert!(stderr.contains("parent pipe closed"), "the daemon saw the pipe close: {stderr}");
     assert!(stderr.contains("stopped"), "the embedded daemon did not stop by itself: {stderr}");
+}
+
+/// A process in the state a killed network process is in for a moment: its main thread has
+/// exited (a zombie), another thread still holds the listening socket. That thread lets go of it
+/// half a second after the first connection (the starting daemon's check), then the process ends.
+const EXITING_LISTENER: &str = r#"
+import ctypes, os, socket, sys, threading, time
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(sys.argv[1])
+listener.listen(1024)
+def hold():
+    listener.accept()
+    time.sleep(0.5)
+    os._exit(0)
+threading.Thread(target=hold).start()
+print("listening", flush=True)
+ctypes.CDLL(None).pthread_exit(None)
+"#;
+
+/// The exiting listener, killed if the test ends early (it would otherwise wait forever).
+struct Predecessor(std::process::Child);
+
+impl Drop for Predecessor {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn main_thread_exited(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
+}
+
+#[test]
+fn a_restart_waits_for_a_predecessor_still_exiting_instead_of_giving_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ws");
+    std::fs::create_dir(&root).unwrap();
+    let root = std::fs::canonicalize(&root).unwrap();
+    let socket = dir.path().join("fsd.sock");
+    let mut predecessor = Predecessor(
+        Command::new("python3")
+            .arg("-c")
+            .arg(EXITING_LISTENER)
+            .arg(&socket)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("this test needs python3 for its exiting listener: {e}")),
+    );
+    let mut line = String::new();
+    std::io::BufReader::new(predecessor.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "listening", "the exiting listener did not start");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !main_thread_exited(predecessor.0.id()) {
+        assert!(Instant::now() < deadline, "the exiting listener's main thread did not exit");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    let child = Command::new(fsd_bin())
+        .arg("--listen")
+        .arg(format!("unix:{}", socket.display()))
+        .arg("--writable-root")
+        .arg(&root)
+        .env("FSD_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut d = Daemon { child, socket, dir, root };
+    assert!(predecessor.0.wait().unwrap().success());
+
+    // Serving means this daemon's own listener: a connection whose peer (the process that called
+    // listen()) is one of its processes. Without the wait the daemon exits with "another daemon
+    // already listens" as soon as it sees the predecessor's socket.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(stream) = std::os::unix::net::UnixStream::connect(&d.socket)
+            && let Ok(peer) = rustix::net::sockopt::socket_peercred(&stream)
+            && d.pids().contains(&(peer.pid.as_raw_pid() as u32))
+        {
+            break;
+        }
+        if let Some(status) = d.child.try_wait().unwrap() {
+            panic!("fsd exited instead of waiting for its exiting predecessor: {status}");
+        }
+        assert!(Instant::now() < deadline, "fsd did not listen within 30 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    d.write("a.txt", "after the restart\n");
+    let mut s = d.session();
+    let reply = s.read("a.txt");
+    assert!(!reply.is_error() && reply.text().contains("after the restart"), "{}", reply.text());
+    assert!(s.finish().success());
+    assert!(d.terminate().success());
 }

@@ -1,17 +1,24 @@
-//! Signed escalation: an approval is an Ed25519 signature by `fsd-approver` over the daemon's own
-//! description of the call, good once, for that session, that path, that content, that
-//! operation, before it expires; anything else is refused with nothing written, and audited.
+//! Signed escalation end to end: the daemon checks each call, sends its own description to
+//! `fsd-approver serve` (running as another uid) and tells the client only the decision. An
+//! approval is good once, for that session, that path, that content, that operation, before it
+//! expires; a compromised client speaking raw gRPC learns neither content nor existence of
+//! anything outside its grant; every decision is audited with the description's digest.
 
 mod common;
 
-use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use common::rpc::{Rpc, p};
 use common::*;
 use fsd_proto::{ErrorCode, WireError, v1};
 use serde_json::json;
+
+/// The uid the approver runs as: not the daemon's, not the client's.
+const APPROVER_UID: u32 = 65534;
 
 fn approver_bin() -> PathBuf {
     let bin = bin_dir().join("fsd-approver");
@@ -19,78 +26,134 @@ fn approver_bin() -> PathBuf {
     bin
 }
 
+/// A key pair in a directory the approver's uid owns.
+struct Keys {
+    dir: tempfile::TempDir,
+    public: String,
+}
+
+impl Keys {
+    fn new() -> Keys {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(approver_bin()).arg("keygen").arg("--dir").arg(dir.path()).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let public = std::fs::read_to_string(dir.path().join("approver.pub")).unwrap().trim().to_owned();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        for name in ["", "approver.key", "approver.pub"] {
+            std::os::unix::fs::chown(dir.path().join(name), Some(APPROVER_UID), Some(APPROVER_UID)).unwrap();
+        }
+        Keys { dir, public }
+    }
+
+    fn key(&self) -> PathBuf {
+        self.dir.path().join("approver.key")
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.path().join("approver.sock")
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.path().join("decisions.jsonl")
+    }
+
+    /// A rule file deciding every path at every mode.
+    fn rules(&self, decision: &str) -> PathBuf {
+        let path = self.dir.path().join(format!("{decision}.toml"));
+        std::fs::write(&path, format!("[[rule]]\nmode = \"*\"\npath = \"/**\"\ndecision = \"{decision}\"\n"))
+            .unwrap();
+        path
+    }
+}
+
+/// `fsd-approver serve` as another uid, on a socket only root's group may use.
+struct Approver {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Approver {
+    fn serve(keys: &Keys, rules: &Path) -> Approver {
+        let mut cmd = Command::new(approver_bin());
+        cmd.arg("serve")
+            .arg("--key")
+            .arg(keys.key())
+            .arg("--listen")
+            .arg(format!("unix:{}", keys.socket().display()))
+            .arg("--rules")
+            .arg(rules)
+            .args(["--socket-mode", "0660", "--socket-group", "0", "--log"])
+            .arg(keys.log())
+            .uid(APPROVER_UID)
+            .gid(0)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null());
+        Approver::wait(cmd.spawn().unwrap(), keys.socket())
+    }
+
+    fn wait(mut child: Child, socket: PathBuf) -> Approver {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("fsd-approver serve exited: {status}");
+            }
+            assert!(Instant::now() < deadline, "fsd-approver serve did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Approver { child, socket }
+    }
+
+    /// Stops it the way an operator does (SIGTERM) and returns its exit status.
+    fn stop(mut self) -> std::process::ExitStatus {
+        rustix::process::kill_process(
+            rustix::process::Pid::from_raw(self.child.id() as i32).unwrap(),
+            rustix::process::Signal::TERM,
+        )
+        .unwrap();
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Approver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 struct Signed {
     d: Daemon,
-    keys: tempfile::TempDir,
     outside: tempfile::TempDir,
     audit: PathBuf,
 }
 
 impl Signed {
-    fn start(extra: &str) -> Signed {
-        let keys = tempfile::tempdir().unwrap();
-        let out = Command::new(approver_bin()).arg("keygen").arg("--dir").arg(keys.path()).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let public = std::fs::read_to_string(keys.path().join("approver.pub")).unwrap();
+    fn start(keys: &Keys, extra: &str) -> Signed {
+        Signed::start_with_key(keys, &keys.public, extra)
+    }
+
+    fn start_with_key(keys: &Keys, public: &str, extra: &str) -> Signed {
         let outside = tempfile::tempdir().unwrap();
         let audit = outside.path().join("audit.jsonl");
         let config = format!(
-            "escalation = \"signed\"\nmax_mode = \"danger-full-access\"\napprover_public_key = \"{}\"\naudit_log = \"{}\"\n{extra}",
-            public.trim(),
+            "escalation = \"signed\"\nmax_mode = \"danger-full-access\"\napprover_public_key = \"{public}\"\napprover_endpoint = \"unix:{}\"\naudit_log = \"{}\"\n{extra}",
+            keys.socket().display(),
             audit.display()
         );
-        std::fs::write(
-            keys.path().join("allow.toml"),
-            "[[rule]]\nmode = \"*\"\npath = \"/**\"\ndecision = \"allow\"\n",
-        )
-        .unwrap();
-        std::fs::write(
-            keys.path().join("deny.toml"),
-            "[[rule]]\nmode = \"*\"\npath = \"/**\"\ndecision = \"deny\"\n",
-        )
-        .unwrap();
-        Signed { d: Daemon::start_with(&[], &config), keys, outside, audit }
-    }
-
-    fn key(&self) -> PathBuf {
-        self.keys.path().join("approver.key")
-    }
-
-    /// A tool session whose approver applies `rules` (allow.toml or deny.toml).
-    fn session(&self, rules: &str) -> ToolSession {
-        let command =
-            json!([approver_bin(), "sign", "--key", self.key(), "--rules", self.keys.path().join(rules)]);
-        self.d.session_with_config(&format!("approverCommand = {command}\n"))
-    }
-
-    /// Signs a description the way an operator's approver would.
-    fn sign(&self, description: &str) -> Vec<u8> {
-        let mut child = Command::new(approver_bin())
-            .args(["sign", "--key"])
-            .arg(self.key())
-            .arg("--rules")
-            .arg(self.keys.path().join("allow.toml"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(description.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success());
-        hex_decode(String::from_utf8(out.stdout).unwrap().trim())
+        Signed { d: Daemon::start_with(&[], &config), outside, audit }
     }
 
     fn audit(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(&self.audit)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        jsonl(&self.audit)
     }
 }
 
-fn hex_decode(text: &str) -> Vec<u8> {
-    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap()).collect()
+fn jsonl(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 fn context(session: &str, ticket: Option<v1::EscalationTicket>) -> Option<v1::CallContext> {
@@ -102,39 +165,40 @@ fn context(session: &str, ticket: Option<v1::EscalationTicket>) -> Option<v1::Ca
     })
 }
 
-fn sha256(bytes: &[u8]) -> Vec<u8> {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes).to_vec()
-}
-
-/// Describes `op` on `path` with `content` for session "s1" and returns a signed ticket.
-fn ticket(s: &Signed, rpc: &mut Rpc, op: &str, path: &Path, content: &str) -> v1::EscalationTicket {
+fn ask(
+    rpc: &mut Rpc,
+    session: &str,
+    ops: Vec<v1::EscalatedOp>,
+) -> Result<v1::EscalationDescription, WireError> {
     let request = v1::EscalationRequest {
-        context: context("s1", None),
+        context: context(session, None),
         requested_mode: v1::Mode::DangerFullAccess as i32,
         justification: "the user asked".into(),
-        ops: vec![v1::EscalatedOp {
-            op: op.into(),
-            path: p(path),
-            destination: String::new(),
-            content_sha256: if op == "writeText" {
-                sha256(content.as_bytes()).into()
-            } else {
-                Default::default()
-            },
-            ..Default::default()
-        }],
+        ops,
     };
-    let described = rpc.rt.block_on(rpc.client.request_escalation(request)).unwrap().into_inner();
-    assert!(described.description.starts_with("fsd escalation v1\n"), "{}", described.description);
-    assert!(described.description.contains(&format!("op 1: {op} {}", p(path))), "{}", described.description);
-    let signature = s.sign(&described.description);
+    rpc.rt
+        .block_on(rpc.client.request_escalation(request))
+        .map(tonic::Response::into_inner)
+        .map_err(|s| WireError::from_status(&s).unwrap())
+}
+
+fn op(name: &str, path: &Path) -> v1::EscalatedOp {
+    v1::EscalatedOp { op: name.into(), path: p(path), ..Default::default() }
+}
+
+fn write_op(path: &Path, content: &str) -> v1::EscalatedOp {
+    v1::EscalatedOp { content: Some(content.into()), ..op("writeText", path) }
+}
+
+/// An approved escalation's ticket.
+fn ticket(reply: v1::EscalationDescription) -> v1::EscalationTicket {
+    assert!(reply.approved, "{reply:?}");
     v1::EscalationTicket {
         approved_mode: v1::Mode::DangerFullAccess as i32,
         justification: "the user asked".into(),
-        escalation_id: described.escalation_id,
-        nonce: described.nonce,
-        signature: signature.into(),
+        escalation_id: reply.escalation_id,
+        nonce: reply.nonce,
+        signature: Default::default(),
     }
 }
 
@@ -154,37 +218,280 @@ fn write(
     rpc.rt.block_on(rpc.client.write_text(request)).map(drop).map_err(|s| WireError::from_status(&s).unwrap())
 }
 
+fn read(
+    rpc: &mut Rpc,
+    session: &str,
+    path: &Path,
+    ticket: Option<v1::EscalationTicket>,
+) -> Result<String, WireError> {
+    let request = v1::ReadTextRequest { context: context(session, ticket), path: p(path), max_bytes: 0 };
+    rpc.rt
+        .block_on(rpc.client.read_text(request))
+        .map(|r| r.into_inner().text)
+        .map_err(|s| WireError::from_status(&s).unwrap())
+}
+
 #[test]
-fn the_tools_get_a_signature_and_use_it_once() {
-    let s = Signed::start("");
-    let target = s.outside.path().join("approved.txt");
-    let mut t = s.session("allow.toml");
-    let r = t.call("write", json!({"file_path": p(&target), "content": "approved\n", "sandbox_permissions": "danger-full-access", "justification": "the user asked"}));
-    assert!(!r.is_error(), "{}", r.json);
-    assert_eq!(std::fs::read_to_string(&target).unwrap(), "approved\n");
-    // The next call is back at the default mode.
-    let r = t.call("edit", json!({"file_path": p(&target), "old_string": "approved", "new_string": "again"}));
+fn an_existing_file_outside_the_roots_is_read_then_edited_with_approval() {
+    let keys = Keys::new();
+    let approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let target = s.outside.path().join("app.conf");
+    std::fs::write(&target, "port = 1\n").unwrap();
+    let mut t = s.d.session();
+    let esc = json!({"sandbox_permissions": "danger-full-access", "justification": "the user asked"});
+    let with = |mut args: serde_json::Value| {
+        args.as_object_mut().unwrap().extend(esc.as_object().unwrap().clone());
+        args
+    };
+    // Unobserved: refused by the policy before anyone is asked.
+    let r = t.call("edit", with(json!({"file_path": p(&target), "old_string": "1", "new_string": "2"})));
+    err(
+        &r,
+        "FS_NOT_OBSERVED",
+        &format!(
+            "Error: cannot modify \"{}\": file has not been read — read the file, then retry",
+            p(&target)
+        ),
+    );
+    // A blind overwrite: the daemon will not say whether it exists; it asks for a read first.
+    let r = t.call("write", with(json!({"file_path": p(&target), "content": "x"})));
+    err(
+        &r,
+        "FS_NOT_OBSERVED",
+        &format!(
+            "Error: cannot modify \"{}\" under danger-full-access mode before reading it: read it first with the read tool, sandbox_permissions set to \"danger-full-access\" and a justification (an approved read also shows whether it exists), then retry this call",
+            p(&target)
+        ),
+    );
+    // The read without the fields: denied, with the hint for the one mode it needs.
+    let r = t.call("read", json!({"file_path": p(&target)}));
     assert_eq!(r.code(), Some("FS_SANDBOX_DENIED"), "{}", r.json);
-    // An approver that says no: refused, nothing written.
-    let mut no = s.session("deny.toml");
-    let other = s.outside.path().join("denied.txt");
-    let r = no.call("write", json!({"file_path": p(&other), "content": "x", "sandbox_permissions": "danger-full-access", "justification": "please"}));
-    assert!(r.text().starts_with("Error: escalation to danger-full-access was not approved"), "{}", r.json);
-    assert!(!other.exists());
+    assert!(r.text().ends_with("\nTo request approval for this call, retry it now with sandbox_permissions set to \"danger-full-access\" and a justification."), "{}", r.text());
+    // Approved read, then approved edit: one approval each, none wasted.
+    let r = t.call("read", with(json!({"file_path": p(&target)})));
+    assert!(!r.is_error() && r.text().contains("port = 1"), "{}", r.json);
+    // A wrong old_string fails in the daemon's checks, before the approver.
+    let r = t.call(
+        "edit",
+        with(json!({"file_path": p(&target), "old_string": "port = 9", "new_string": "port = 2"})),
+    );
+    assert_eq!(r.code(), Some("FS_EDIT_NOT_FOUND"), "{}", r.json);
+    let r = t.call(
+        "edit",
+        with(json!({"file_path": p(&target), "old_string": "port = 1", "new_string": "port = 2"})),
+    );
+    assert!(!r.is_error(), "{}", r.json);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "port = 2\n");
+    // Changed behind the session's back: stale, caught before the approver.
+    std::fs::write(&target, "port = 3\n").unwrap();
+    let r = t.call(
+        "edit",
+        with(json!({"file_path": p(&target), "old_string": "port = 2", "new_string": "port = 4"})),
+    );
+    assert_eq!(r.code(), Some("FS_STALE_VERSION"), "{}", r.json);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "port = 3\n");
+    // The approver decided exactly twice (the read and the edit): nothing that failed reached it.
+    let decisions = jsonl(&keys.log());
+    assert_eq!(decisions.len(), 2, "{decisions:?}");
+    assert!(decisions.iter().all(|l| l["decision"] == "approved" && l["by"] == "rules"), "{decisions:?}");
+    // The socket is the operator's: mode 0660, root's group, removed at exit.
+    let meta = std::fs::metadata(&approver.socket).unwrap();
+    assert_eq!((meta.mode() & 0o777, meta.gid()), (0o660, 0));
+    let socket = approver.socket.clone();
+    approver.stop();
+    assert!(!socket.exists(), "the socket is removed at exit");
+    // Each decision is one audit record carrying the digest the approver logged.
     let audit = s.audit();
-    assert!(audit.iter().any(|l| l["op"] == "escalate:describe" && l["decision"] == "pending"), "{audit:?}");
+    for decision in &decisions {
+        let digest = decision["digest"].as_str().unwrap();
+        assert!(
+            audit.iter().any(|l| l["decision"] == "approved" && l["digest"] == digest),
+            "{digest} not audited: {audit:?}"
+        );
+    }
     assert!(
-        audit.iter().any(|l| l["op"] == "escalate:writeText" && l["decision"] == "approved"),
+        audit.iter().any(|l| l["op"] == "escalate:describe"
+            && l["decision"] == "checked"
+            && l["result"] == "FS_STALE_VERSION"),
+        "{audit:?}"
+    );
+    assert!(
+        !std::fs::read_to_string(&s.audit).unwrap().contains("port ="),
+        "the audit log holds no contents"
+    );
+}
+
+#[test]
+fn a_refusal_changes_nothing_and_ends_the_loop() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("deny"));
+    let s = Signed::start(&keys, "");
+    let target = s.outside.path().join("secret.txt");
+    std::fs::write(&target, "keep\n").unwrap();
+    let mut t = s.d.session();
+    let r = t.call("read", json!({"file_path": p(&target), "sandbox_permissions": "danger-full-access", "justification": "please"}));
+    err(
+        &r,
+        "FS_SANDBOX_DENIED",
+        "Error: escalation to danger-full-access was refused by the approver's rules (reason: rule 1 denies path 1 at danger-full-access); nothing was changed. Do not retry this call with sandbox_permissions; continue under workspace-write mode or ask the user. [sandbox: file access denied under workspace-write mode]",
+    );
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep\n");
+    let decisions = jsonl(&keys.log());
+    assert_eq!(decisions.len(), 1, "{decisions:?}");
+    assert_eq!(decisions[0]["decision"], "refused");
+    assert_eq!(decisions[0]["reason"], "rule 1 denies path 1 at danger-full-access");
+    let audit = s.audit();
+    assert!(
+        audit.iter().any(|l| l["decision"] == "refused" && l["digest"] == decisions[0]["digest"]),
         "{audit:?}"
     );
 }
 
 #[test]
+fn an_unreachable_approver_is_said_so_and_ends_the_loop() {
+    let keys = Keys::new();
+    let s = Signed::start(&keys, "");
+    let target = s.outside.path().join("x.txt");
+    let mut t = s.d.session();
+    let r = t.call("read", json!({"file_path": p(&target), "sandbox_permissions": "danger-full-access", "justification": "please"}));
+    err(
+        &r,
+        "FS_SANDBOX_DENIED",
+        "Error: escalation to danger-full-access was not decided: the approver could not be reached; nothing was changed. Do not retry this call with sandbox_permissions; continue under workspace-write mode or ask the user. [sandbox: file access denied under workspace-write mode]",
+    );
+    assert!(s.audit().iter().any(|l| l["decision"] == "refused" && l["result"] == "unreachable"));
+}
+
+/// Replaces what differs by design (the path the caller named) so replies compare.
+fn normalised(text: String, path: &Path) -> String {
+    text.replace(&p(path), "<path>")
+}
+
+/// An answer in a stable form (metadata sorted).
+fn shown<T: std::fmt::Debug>(answer: Result<T, WireError>) -> String {
+    match answer {
+        Ok(reply) => format!("ok {reply:?}"),
+        Err(w) => {
+            let metadata: std::collections::BTreeMap<_, _> = w.metadata.iter().collect();
+            format!("{} {:?} {:?} {metadata:?}", w.code, w.message, w.path)
+        }
+    }
+}
+
+#[test]
+fn a_compromised_client_learns_nothing_outside_its_grant() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("deny"));
+    let s = Signed::start(&keys, "");
+    let secret = "root:$6$very-secret-hash:19000:0:99999:7:::";
+    let dir = s.outside.path();
+    std::fs::write(dir.join("shadow"), format!("{secret}\n")).unwrap();
+    std::fs::create_dir(dir.join("subdir")).unwrap();
+    std::fs::set_permissions(dir.join("shadow"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let targets = [
+        dir.join("shadow"),
+        dir.join("absent"),
+        dir.join("no/such/dir/file"),
+        dir.join("subdir"),
+        PathBuf::from("/proc/self/environ"),
+    ];
+    let mut rpc = Rpc::connect(&s.d);
+    // Every request a client can make about a target, answered for each target: the answers
+    // must be the same whatever the target is.
+    type Probe = fn(&mut Rpc, &Path) -> String;
+    let probes: Vec<(&str, Probe)> = vec![
+        ("read escalation", |rpc, t| shown(ask(rpc, "s1", vec![op("readText", t)]))),
+        ("write escalation with content", |rpc, t| shown(ask(rpc, "s1", vec![write_op(t, "x\n")]))),
+        ("create-only write escalation", |rpc, t| {
+            let guard =
+                v1::WriteGuard { kind: Some(v1::write_guard::Kind::CreateIfAbsent(v1::CreateIfAbsent {})) };
+            shown(ask(rpc, "s1", vec![v1::EscalatedOp { write_guard: Some(guard), ..write_op(t, "x\n") }]))
+        }),
+        ("edit escalation guessing the content", |rpc, t| {
+            let guess = v1::EscalatedOp {
+                old_string: Some("root:$6$very".into()),
+                new_string: Some("x".into()),
+                edit_guard: Some(v1::EditGuard { version: "guess".into(), target_key: String::new() }),
+                ..op("editText", t)
+            };
+            shown(ask(rpc, "s1", vec![guess]))
+        }),
+        ("delete and move escalations", |rpc, t| {
+            let moved = v1::EscalatedOp { destination: "/tmp/elsewhere".into(), ..op("moveFile", t) };
+            format!(
+                "{} {}",
+                shown(ask(rpc, "s1", vec![op("deleteFile", t)])),
+                shown(ask(rpc, "s1", vec![moved]))
+            )
+        }),
+        ("a forged ticket on a read", |rpc, t| {
+            let forged = v1::EscalationTicket {
+                approved_mode: v1::Mode::DangerFullAccess as i32,
+                justification: "x".into(),
+                escalation_id: "00".repeat(16),
+                nonce: vec![0u8; 16].into(),
+                signature: vec![1u8; 64].into(),
+            };
+            shown(read(rpc, "s1", t, Some(forged)))
+        }),
+        ("a forged ticket on a write", |rpc, t| {
+            let forged = v1::EscalationTicket {
+                approved_mode: v1::Mode::DangerFullAccess as i32,
+                escalation_id: "ab".repeat(16),
+                ..Default::default()
+            };
+            shown(write(rpc, "s1", t, "x", forged))
+        }),
+        ("a plain read", |rpc, t| shown(read(rpc, "s1", t, None))),
+    ];
+    for (name, probe) in probes {
+        let answers: Vec<String> = targets.iter().map(|t| normalised(probe(&mut rpc, t), t)).collect();
+        for (target, answer) in targets.iter().zip(&answers) {
+            assert_eq!(
+                answer,
+                &answers[0],
+                "{name}: {} answers differently from {}",
+                target.display(),
+                targets[0].display()
+            );
+            assert!(!answer.contains("very-secret"), "{name}: the content leaked: {answer}");
+        }
+    }
+    // Nothing was changed, and the approver saw the content it alone may see.
+    assert_eq!(std::fs::read_to_string(dir.join("shadow")).unwrap(), format!("{secret}\n"));
+    assert!(!dir.join("absent").exists());
+}
+
+#[test]
 fn a_ticket_is_refused_for_anything_but_the_approved_call() {
-    let s = Signed::start("");
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "[budgets]\npending_escalations = 64\n");
     let mut rpc = Rpc::connect(&s.d);
     let target = s.outside.path().join("t.txt");
     let elsewhere = s.outside.path().join("elsewhere.txt");
+    // An approved read (of an absent file) lets the checks speak about the targets.
+    for path in [&target, &elsewhere] {
+        let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", path)]).unwrap());
+        assert_eq!(read(&mut rpc, "s1", path, Some(tk)).unwrap_err().code, ErrorCode::NotFound);
+    }
+    // A good ticket for one target says nothing about any other: the same refusal whatever
+    // the other path is (a file, a directory, absent, under a missing directory).
+    std::fs::write(s.outside.path().join("other.txt"), "x").unwrap();
+    std::fs::create_dir(s.outside.path().join("dir")).unwrap();
+    let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &target)]).unwrap());
+    for other in ["other.txt", "dir", "absent", "no/such/dir/file"] {
+        let err = read(&mut rpc, "s1", &s.outside.path().join(other), Some(tk.clone())).unwrap_err();
+        assert_eq!(
+            (err.code, err.message.as_str()),
+            (
+                ErrorCode::SandboxDenied,
+                "escalation ticket refused: this call differs from every call the approver signed"
+            ),
+            "{other}"
+        );
+    }
     type Variant = fn(&mut v1::EscalationTicket) -> (&'static str, &'static str, bool);
     let cases: Vec<(&str, Variant, &str)> = vec![
         ("replay", |_| ("s1", "ok\n", false), "unknown or already spent escalation"),
@@ -195,16 +502,6 @@ fn a_ticket_is_refused_for_anything_but_the_approved_call() {
             "this call differs from every call the approver signed",
         ),
         ("another session", |_| ("s2", "ok\n", false), "the escalation belongs to another session or client"),
-        (
-            "forged signature",
-            |t| {
-                let mut sig = t.signature.to_vec();
-                sig[0] ^= 1;
-                t.signature = sig.into();
-                ("s1", "ok\n", false)
-            },
-            "the escalation ticket is not signed by the configured approver",
-        ),
         (
             "another nonce",
             |t| {
@@ -217,7 +514,7 @@ fn a_ticket_is_refused_for_anything_but_the_approved_call() {
         ),
     ];
     for (name, variant, want) in cases {
-        let mut tk = ticket(&s, &mut rpc, "writeText", &target, "ok\n");
+        let mut tk = ticket(ask(&mut rpc, "s1", vec![write_op(&target, "ok\n")]).unwrap());
         if name == "replay" {
             write(&mut rpc, "s1", &target, "ok\n", tk.clone()).unwrap();
             std::fs::remove_file(&target).unwrap();
@@ -231,7 +528,7 @@ fn a_ticket_is_refused_for_anything_but_the_approved_call() {
     }
     // Another operation: a ticket for a write does not delete.
     std::fs::write(&target, "keep\n").unwrap();
-    let tk = ticket(&s, &mut rpc, "writeText", &target, "ok\n");
+    let tk = ticket(ask(&mut rpc, "s1", vec![write_op(&target, "ok\n")]).unwrap());
     let request = v1::DeleteFileRequest { context: context("s1", Some(tk)), path: p(&target), guard: None };
     let status = rpc.rt.block_on(rpc.client.delete_file(request)).unwrap_err();
     assert_eq!(
@@ -243,26 +540,44 @@ fn a_ticket_is_refused_for_anything_but_the_approved_call() {
 }
 
 #[test]
+fn an_approver_with_another_key_approves_nothing() {
+    let keys = Keys::new();
+    let other = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start_with_key(&keys, &other.public, "");
+    let mut rpc = Rpc::connect(&s.d);
+    let reply = ask(&mut rpc, "s1", vec![op("readText", &s.outside.path().join("x"))]).unwrap();
+    assert!(!reply.approved && reply.escalation_id.is_empty(), "{reply:?}");
+    assert_eq!(reply.decided_by, v1::Decider::Unreachable as i32);
+    assert!(s.audit().iter().any(|l| l["decision"] == "refused" && l["result"] == "bad_signature"));
+}
+
+#[test]
 fn an_expired_ticket_is_refused() {
-    let s = Signed::start("escalation_ttl_secs = 1\n");
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "escalation_ttl_secs = 1\n");
     let mut rpc = Rpc::connect(&s.d);
     let target = s.outside.path().join("late.txt");
-    let tk = ticket(&s, &mut rpc, "writeText", &target, "ok\n");
-    std::thread::sleep(std::time::Duration::from_millis(2100));
-    let err = write(&mut rpc, "s1", &target, "ok\n", tk).unwrap_err();
+    let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &target)]).unwrap());
+    std::thread::sleep(Duration::from_millis(2100));
+    let err = read(&mut rpc, "s1", &target, Some(tk)).unwrap_err();
     assert_eq!(err.message, "escalation ticket refused: the escalation expired");
-    assert!(!target.exists());
 }
 
 #[test]
 fn a_target_swapped_for_a_symlink_after_approval_is_refused() {
-    let s = Signed::start("");
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
     let mut rpc = Rpc::connect(&s.d);
     let target = s.outside.path().join("file.txt");
     let victim = s.outside.path().join("victim.txt");
     std::fs::write(&target, "old\n").unwrap();
     std::fs::write(&victim, "victim\n").unwrap();
-    let tk = ticket(&s, &mut rpc, "writeText", &target, "new\n");
+    let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &target)]).unwrap());
+    assert_eq!(read(&mut rpc, "s1", &target, Some(tk)).unwrap(), "old\n");
+    let tk = ticket(ask(&mut rpc, "s1", vec![write_op(&target, "new\n")]).unwrap());
     std::fs::remove_file(&target).unwrap();
     std::os::unix::fs::symlink(&victim, &target).unwrap();
     let err = write(&mut rpc, "s1", &target, "new\n", tk).unwrap_err();
@@ -271,56 +586,105 @@ fn a_target_swapped_for_a_symlink_after_approval_is_refused() {
         "escalation ticket refused: this call differs from every call the approver signed"
     );
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "victim\n");
-    let audit = s.audit();
-    assert!(
-        audit.iter().any(|l| l["op"] == "escalate:writeText"
-            && l["decision"] == "refused"
-            && l["path"] == p(&target)),
-        "{audit:?}"
-    );
 }
 
 #[test]
 fn above_the_clients_maximum_nothing_is_described() {
+    let keys = Keys::new();
     let uid = rustix::process::geteuid().as_raw();
-    let s = Signed::start(&format!("[client_max_modes]\n\"{uid}\" = \"workspace-write\"\n"));
+    let s = Signed::start(&keys, &format!("[client_max_modes]\n\"{uid}\" = \"workspace-write\"\n"));
     let mut rpc = Rpc::connect(&s.d);
-    let request = v1::EscalationRequest {
-        context: context("s1", None),
-        requested_mode: v1::Mode::DangerFullAccess as i32,
-        justification: "why".into(),
-        ops: vec![v1::EscalatedOp {
-            op: "writeText".into(),
-            path: p(&s.outside.path().join("x")),
-            ..Default::default()
-        }],
-    };
-    let status = rpc.rt.block_on(rpc.client.request_escalation(request)).unwrap_err();
-    assert_eq!(
-        WireError::from_status(&status).unwrap().message,
-        "danger-full-access is above this client's maximum mode workspace-write"
+    let err = ask(&mut rpc, "s1", vec![op("writeText", &s.outside.path().join("x"))]).unwrap_err();
+    assert_eq!(err.message, "danger-full-access is above this client's maximum mode workspace-write");
+}
+
+#[test]
+fn pending_escalations_are_capped_per_client() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "[budgets]\npending_escalations = 2\n");
+    let mut rpc = Rpc::connect(&s.d);
+    let path = s.outside.path().join("x");
+    for _ in 0..2 {
+        assert!(ask(&mut rpc, "s1", vec![op("readText", &path)]).unwrap().approved);
+    }
+    let err = ask(&mut rpc, "s1", vec![op("readText", &path)]).unwrap_err();
+    assert_eq!(err.code, ErrorCode::RateLimited);
+    assert_eq!(err.metadata["budget"], "pending_escalations");
+    let after: u64 = err.metadata["retry_after_ms"].parse().unwrap();
+    assert!(after > 0 && after <= 120_000, "{after}");
+    assert!(s.audit().iter().any(|l| l["decision"] == "refused" && l["result"] == "FS_RATE_LIMITED"));
+    // The tools say so without suggesting the same request again at once.
+    let mut t = s.d.session();
+    let r = t.call(
+        "read",
+        json!({"file_path": p(&path), "sandbox_permissions": "danger-full-access", "justification": "x"}),
+    );
+    assert_eq!(r.code(), Some("FS_RATE_LIMITED"), "{}", r.json);
+    assert!(
+        r.text().starts_with(&format!("Error: cannot read \"{}\": the file service is limiting this client's calls (nothing was done) — wait ", p(&path))),
+        "{}",
+        r.text()
     );
 }
 
 #[test]
-fn the_terminal_prompt_signs_only_on_yes() {
-    let s = Signed::start("");
-    // A pseudo-terminal from Python's pty module stands in for the operator's terminal.
+fn the_approver_refuses_to_run_misconfigured() {
+    let keys = Keys::new();
+    let run = |args: &[&str]| {
+        let out =
+            Command::new("setsid").arg(approver_bin()).args(args).stdin(Stdio::null()).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).trim().to_owned())
+    };
+    let listen = format!("unix:{}", keys.socket().display());
+    let public = keys.dir.path().join("approver.pub");
+    let (code, text) = run(&[
+        "serve",
+        "--key",
+        public.to_str().unwrap(),
+        "--listen",
+        &listen,
+        "--rules",
+        keys.rules("allow").to_str().unwrap(),
+    ]);
+    assert_eq!(
+        (code, text),
+        (
+            Some(2),
+            format!(
+                "fsd-approver: {} is the public key: --key takes the private key (approver.key, mode 0600)",
+                public.display()
+            )
+        )
+    );
+    // No rules and no terminal: nobody would decide.
+    let (code, text) = run(&["serve", "--key", keys.key().to_str().unwrap(), "--listen", &listen]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.starts_with(
+            "fsd-approver: nobody would decide: pass --rules FILE, or run serve on a terminal ("
+        ),
+        "{text}"
+    );
+    assert!(!keys.socket().exists());
+}
+
+/// The person at the approver's terminal: a pseudo-terminal from Python's pty module answers.
+#[test]
+fn a_person_at_the_approvers_terminal_decides_and_sees_the_expiry_as_a_time() {
+    let keys = Keys::new();
+    let s = Signed::start(&keys, "");
+    let transcript = keys.dir.path().join("transcript.txt");
     let script = r#"
 import os, pty, sys, select
-key, answer = sys.argv[1], sys.argv[2]
+out_path, answers = sys.argv[1], sys.argv[2].split(",")
 pid, fd = pty.fork()
 if pid == 0:
-    r, w = os.pipe()
-    os.write(w, b"fsd escalation v1\nid: 1\nmode: danger-full-access\nop 1: writeText /tmp/x\n")
-    os.close(w)
-    os.dup2(r, 0)
-    os.execv(sys.argv[3], [sys.argv[3], "sign", "--key", key])
+    os.execv(sys.argv[3], sys.argv[3:])
 out = b""
-answered = False
 while True:
     try:
-        ready, _, _ = select.select([fd], [], [], 10)
+        ready, _, _ = select.select([fd], [], [], 60)
         if not ready:
             break
         data = os.read(fd, 4096)
@@ -329,125 +693,91 @@ while True:
     if not data:
         break
     out += data
-    if not answered and b"Approve? [y/N]" in out:
-        os.write(fd, answer.encode() + b"\n")
-        answered = True
-_, status = os.waitpid(pid, 0)
-sys.stdout.write(out.decode(errors="replace"))
-sys.exit(os.waitstatus_to_exitcode(status))
+    # Replaced whole, so the test never reads a half-written transcript when it stops us.
+    with open(out_path + ".tmp", "wb") as f:
+        f.write(out)
+    os.replace(out_path + ".tmp", out_path)
+    for prompt in (b"Approve? [y/N] ", b"shown to the agent): "):
+        if out.endswith(prompt) and answers:
+            os.write(fd, answers.pop(0).encode() + b"\n")
 "#;
-    let run = |answer: &str| {
-        Command::new("python3")
-            .arg("-c")
-            .arg(script)
-            .arg(s.key())
-            .arg(answer)
-            .arg(approver_bin())
-            .output()
-            .unwrap()
-    };
-    let yes = run("y");
-    let shown = String::from_utf8_lossy(&yes.stdout).into_owned();
-    assert_eq!(yes.status.code(), Some(0), "{shown}");
-    assert!(shown.contains("op 1: writeText /tmp/x"), "the person saw the description: {shown}");
-    let no = run("n");
-    assert_eq!(no.status.code(), Some(1), "{}", String::from_utf8_lossy(&no.stdout));
-}
-
-#[test]
-fn the_approver_sees_a_diff_the_daemon_made() {
-    let s = Signed::start("");
-    let mut rpc = Rpc::connect(&s.d);
-    let target = s.outside.path().join("diffed.txt");
-    std::fs::write(&target, "one\ntwo\n").unwrap();
-    let request = v1::EscalationRequest {
-        context: context("s1", None),
-        requested_mode: v1::Mode::DangerFullAccess as i32,
-        justification: "fix".into(),
-        ops: vec![
-            v1::EscalatedOp {
-                op: "writeText".into(),
-                path: p(&target),
-                // A lying digest is ignored when the content itself is sent.
-                content_sha256: vec![0u8; 32].into(),
-                content: Some("one\nTWO\u{202e}\n".into()),
-                ..Default::default()
-            },
-            v1::EscalatedOp {
-                op: "editText".into(),
-                path: p(&target),
-                old_string: Some("one".into()),
-                new_string: Some("uno".into()),
-                ..Default::default()
-            },
-        ],
-    };
-    let described = rpc.rt.block_on(rpc.client.request_escalation(request)).unwrap().into_inner();
-    let text = &described.description;
-    assert!(text.contains("  diff:\n"), "{text}");
-    assert!(text.contains("    -two\n    +TWO\\u{202e}\n"), "the daemon's own diff, escaped: {text}");
-    assert!(text.contains("    -one\n    +uno\n"), "{text}");
-    assert!(
-        text.contains(&format!(
-            "  content-sha256: {}\n",
-            hex_encode(&sha256("one\nTWO\u{202e}\n".as_bytes()))
-        )),
-        "{text}"
-    );
-    // The signed ticket admits exactly that content.
-    let signature = s.sign(text);
-    let tk = v1::EscalationTicket {
-        approved_mode: v1::Mode::DangerFullAccess as i32,
-        justification: "fix".into(),
-        escalation_id: described.escalation_id,
-        nonce: described.nonce,
-        signature: signature.into(),
-    };
-    assert!(write(&mut rpc, "s1", &target, "one\nTWO\u{202e}\n", tk).is_ok());
-}
-
-fn hex_encode(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-#[test]
-fn the_approver_can_be_a_service_and_patches_are_approved_as_a_whole() {
-    let s = Signed::start("");
-    let socket = s.keys.path().join("approver.sock");
-    let mut approver = Command::new(approver_bin())
+    let mut person = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&transcript)
+        .arg("y,n,not today")
+        .arg(approver_bin())
         .args(["serve", "--key"])
-        .arg(s.key())
+        .arg(keys.key())
         .arg("--listen")
-        .arg(format!("unix:{}", socket.display()))
-        .arg("--rules")
-        .arg(s.keys.path().join("allow.toml"))
-        .stderr(Stdio::null())
+        .arg(format!("unix:{}", keys.socket().display()))
+        .args(["--socket-mode", "0666"])
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-        assert!(std::time::Instant::now() < deadline, "fsd-approver serve did not listen");
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::os::unix::net::UnixStream::connect(keys.socket()).is_err() {
+        assert!(Instant::now() < deadline, "fsd-approver serve did not listen on its terminal");
+        std::thread::sleep(Duration::from_millis(20));
     }
-    let config = format!("applyPatch = true\napproverEndpoint = \"unix:{}\"\n", socket.display());
-    let mut t = s.d.session_with_config(&config);
-    let target = s.outside.path().join("served.txt");
-    let r = t.call("write", json!({"file_path": p(&target), "content": "served\n", "sandbox_permissions": "danger-full-access", "justification": "the user asked"}));
-    assert!(!r.is_error(), "{}", r.json);
-    assert_eq!(std::fs::read_to_string(&target).unwrap(), "served\n");
-    // A patch outside the root: one description lists every operation; reads, the update and
-    // the new file all run on the one ticket, which is spent when the patch finishes.
-    let patch = format!(
-        "*** Begin Patch\n*** Add File: {new}\n+new\n*** Delete File: {old}\n*** End Patch",
-        new = p(&s.outside.path().join("added.txt")),
-        old = p(&target),
+    let target = s.outside.path().join("asked.txt");
+    std::fs::write(&target, "hello\n").unwrap();
+    let mut t = s.d.session();
+    let r = t.call("read", json!({"file_path": p(&target), "sandbox_permissions": "danger-full-access", "justification": "to see it"}));
+    assert!(!r.is_error() && r.text().contains("hello"), "{}", r.json);
+    let r = t.call("edit", json!({"file_path": p(&target), "old_string": "hello", "new_string": "bye", "sandbox_permissions": "danger-full-access", "justification": "to change it"}));
+    let _ = person.kill();
+    let _ = person.wait();
+    err(
+        &r,
+        "FS_SANDBOX_DENIED",
+        "Error: escalation to danger-full-access was refused by the person approving escalations (reason: not today); nothing was changed. Do not retry this call with sandbox_permissions; continue under workspace-write mode or ask the user. [sandbox: file access denied under workspace-write mode]",
     );
-    let r = t.call("apply_patch", json!({"input": patch, "sandbox_permissions": "danger-full-access", "justification": "the user asked"}));
-    let text = r.text().to_owned();
-    let _ = approver.kill();
-    let _ = approver.wait();
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "hello\n");
+    let shown = std::fs::read_to_string(&transcript).unwrap();
+    assert!(
+        shown.contains(&format!("op 1: readText {}", p(&target))),
+        "the person saw the description: {shown}"
+    );
+    assert!(shown.contains("    -hello\r\n    +bye"), "and the daemon's diff: {shown}");
+    let expiry = shown.lines().find(|l| l.starts_with("expires: ")).unwrap();
+    assert!(expiry.contains(" UTC (in ") && expiry.starts_with("expires: 20"), "{expiry}");
+}
+
+#[test]
+fn a_patch_outside_the_roots_is_approved_as_a_whole() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let mut t = s.d.session_with_config("applyPatch = true\n");
+    let esc = json!({"sandbox_permissions": "danger-full-access", "justification": "the user asked"});
+    let old = s.outside.path().join("old.txt");
+    let new = s.outside.path().join("added.txt");
+    std::fs::write(&old, "gone\n").unwrap();
+    for path in [&old, &new] {
+        let mut args = json!({"file_path": p(path)});
+        args.as_object_mut().unwrap().extend(esc.as_object().unwrap().clone());
+        let _ = t.call("read", args);
+    }
+    // One description lists every operation; reads, the deletion and the new file all run on
+    // the one ticket, which is spent when the patch finishes.
+    let patch = format!(
+        "*** Begin Patch\n*** Add File: {}\n+new\n*** Delete File: {}\n*** End Patch",
+        p(&new),
+        p(&old)
+    );
+    let mut args = json!({"input": patch});
+    args.as_object_mut().unwrap().extend(esc.as_object().unwrap().clone());
+    // Changed since it was read: the patch is refused before the approver sees it.
+    std::fs::write(&old, "changed\n").unwrap();
+    let r = t.call("apply_patch", args.clone());
+    assert_eq!(r.code(), Some("FS_STALE_VERSION"), "{}", r.json);
+    assert_eq!(jsonl(&keys.log()).len(), 2, "only the two reads reached the approver");
+    let mut again = json!({"file_path": p(&old)});
+    again.as_object_mut().unwrap().extend(esc.as_object().unwrap().clone());
+    assert!(!t.call("read", again).is_error());
+    let r = t.call("apply_patch", args);
     assert!(!r.is_error(), "{}", r.json);
-    assert!(text.starts_with("Success. Updated the following files:"), "{text}");
-    assert_eq!(std::fs::read_to_string(s.outside.path().join("added.txt")).unwrap(), "new\n");
-    assert!(!target.exists());
+    assert!(r.text().starts_with("Success. Updated the following files:"), "{}", r.text());
+    assert_eq!(std::fs::read_to_string(&new).unwrap(), "new\n");
+    assert!(!old.exists());
 }

@@ -36,6 +36,8 @@ const PROTO_EDGES: &[&str] = &[
     "fsd/src/network.rs",
     // The tools' channel and the tool executors, each of which is a gRPC client today.
     "tool-client/src/connect.rs",
+    // The same channel over gRPC-Web (HTTP/1.1 routers).
+    "tool-client/src/web.rs",
     "tool-client/src/tools/",
 ];
 

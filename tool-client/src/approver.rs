@@ -1,5 +1,6 @@
 //! The client-side approver for `escalation = "client"` daemons: a rule file for unattended use
-//! (first matching rule wins; no match denies), or a prompt on the controlling terminal. At this
+//! (first matching rule wins; no match denies), or a prompt: on the controlling terminal, or,
+//! inside an MCP host, through the host's elicitation. At this
 //! trust level the daemon believes the client, so this is a guard against a model's mistakes,
 //! not against a compromised client.
 
@@ -21,6 +22,60 @@ pub enum Approver {
 /// An unreadable or invalid rule file.
 pub type ApproverError = fsd_approver::ApproverError;
 
+/// Who refused an escalation, for the model's text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusedBy {
+    /// The daemon's approver's rule file (signed trust).
+    ApproverRules,
+    /// The person at the daemon's approver (signed trust).
+    ApproverPerson,
+    /// Nobody decided: the daemon's approver could not be reached.
+    Unreachable,
+    /// This client's rule file.
+    ClientRules,
+    /// The user, asked by this client (terminal or MCP host).
+    User,
+    /// This client has no approver configured.
+    NoApprover,
+    /// The MCP host cannot ask the user (no elicitation support).
+    NoElicitation,
+}
+
+/// What a person said through the tool's host (an MCP client's elicitation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostAnswer {
+    Approved,
+    Refused(String),
+    /// The host cannot ask (no elicitation capability).
+    Unsupported,
+}
+
+/// A person reached through the host the tools run in, for hosts without a terminal.
+pub trait Host: Send + Sync + std::fmt::Debug {
+    fn ask(
+        &self,
+        message: String,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = HostAnswer> + Send + '_>>;
+}
+
+/// What a person is shown: the tool, the mode, every path and the model's reason, escaped.
+pub fn message(ask: &Ask<'_>) -> String {
+    let mut text = format!("The agent asks to run {} at {} mode.\n", escape(ask.tool), escape(ask.mode));
+    for path in ask.paths {
+        text.push_str(&format!("  path: {}\n", escape(path)));
+    }
+    text.push_str(&format!("  reason: {}\n", escape(ask.justification)));
+    text.push_str("Approve this one call?");
+    text
+}
+
+/// What the client's approver decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Approved,
+    Refused { by: RefusedBy, reason: String },
+}
+
 /// One escalation to decide.
 #[derive(Debug)]
 pub struct Ask<'a> {
@@ -41,10 +96,23 @@ impl Approver {
 
     /// Whether `ask` is approved. Every path must be allowed.
     pub fn decide(&self, ask: &Ask<'_>) -> bool {
+        self.verdict(ask) == Verdict::Approved
+    }
+
+    /// The decision on `ask`, with who refused it.
+    pub fn verdict(&self, ask: &Ask<'_>) -> Verdict {
+        let refused = |by| Verdict::Refused { by, reason: String::new() };
         match self {
-            Approver::None => false,
-            Approver::Rules(rules) => fsd_approver::allows(rules, ask.mode, ask.paths),
-            Approver::Prompt => prompt(ask).unwrap_or(false),
+            Approver::None => refused(RefusedBy::NoApprover),
+            Approver::Rules(rules) if fsd_approver::allows(rules, ask.mode, ask.paths) => Verdict::Approved,
+            Approver::Rules(_) => refused(RefusedBy::ClientRules),
+            Approver::Prompt => match prompt(ask) {
+                Ok(true) => Verdict::Approved,
+                Ok(false) => refused(RefusedBy::User),
+                Err(e) => {
+                    Verdict::Refused { by: RefusedBy::User, reason: format!("no terminal to ask on: {e}") }
+                }
+            },
         }
     }
 }
@@ -67,12 +135,8 @@ pub fn escape(text: &str) -> String {
 fn prompt(ask: &Ask<'_>) -> std::io::Result<bool> {
     let tty = std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty")?;
     let mut out = &tty;
-    writeln!(out, "fsd: {} asks for {} mode", escape(ask.tool), escape(ask.mode))?;
-    for path in ask.paths {
-        writeln!(out, "  path: {}", escape(path))?;
-    }
-    writeln!(out, "  reason: {}", escape(ask.justification))?;
-    write!(out, "Allow this one call? [y/N] ")?;
+    writeln!(out, "fsd: {}", message(ask))?;
+    write!(out, "[y/N] ")?;
     out.flush()?;
     let mut answer = String::new();
     std::io::BufReader::new(&tty).read_line(&mut answer)?;

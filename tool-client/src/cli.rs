@@ -1,11 +1,13 @@
 //! The `fsd-tools` command line: `schemas`, `guidance`, `call`, `session` and `mcp`, as CONTRACT
-//! fixes them. Exit codes: 0 success, 1 a tool error, 2 usage or an unreachable daemon.
+//! fixes them, plus `doctor`, `completions` and `man` for people. Exit codes: 0 success, 1 a tool
+//! error, 2 usage or an unreachable daemon. A closed standard output ends the process quietly.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use fsd_proto::v1;
 use serde_json::Value;
 
 use crate::config::ClientConfig;
@@ -52,13 +54,32 @@ enum Command {
         #[command(flatten)]
         target: TargetArgs,
     },
+    /// Say what a daemon serves (version, modes and their fences, limits, escalation) and check
+    /// a client configuration against it.
+    Doctor {
+        /// The daemon: unix:PATH or tcp:HOST:PORT.
+        endpoint: String,
+        /// A client configuration (TOML, camelCase keys) to check.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) of fsd-tools.
+    Man,
 }
 
 #[derive(Debug, Args)]
 struct TargetArgs {
-    /// The daemon: unix:PATH or tcp:HOST:PORT.
+    /// The daemon: unix:PATH, tcp:HOST:PORT, or http://HOST:PORT (gRPC-Web over HTTP/1.1, to a
+    /// daemon's http: listener or a router in front of it).
     #[arg(long, value_name = "ADDR", conflicts_with_all = ["root", "target"])]
     endpoint: Option<String>,
+    #[command(flatten)]
+    web: WebArgs,
     /// A daemon of the fleet file, by name (its endpoint and credentials come from the file).
     #[arg(long, value_name = "NAME", conflicts_with = "root")]
     target: Option<String>,
@@ -68,7 +89,8 @@ struct TargetArgs {
     /// Start a private fsd for DIR (the embedded default).
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
-    /// The session's working directory for relative paths (default: this process's).
+    /// The session's working directory for relative paths (default: this process's when it is
+    /// inside a root of the daemon, else the daemon's first root).
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
     /// Client configuration (TOML, camelCase keys).
@@ -79,14 +101,91 @@ struct TargetArgs {
     fsd_bin: Option<PathBuf>,
 }
 
-/// A usage or connection failure: printed, exit 2.
+/// What an `http://` endpoint's calls carry.
+#[derive(Debug, Args)]
+struct WebArgs {
+    /// An extra header on every call, `NAME: VALUE` (http:// endpoints; repeatable).
+    #[arg(long = "header", value_name = "HEADER", requires = "endpoint")]
+    headers: Vec<String>,
+    /// The sandbox behind an agent-sandbox router: sent as X-Sandbox-ID.
+    #[arg(long, value_name = "ID", requires = "endpoint")]
+    sandbox_id: Option<String>,
+    /// X-Sandbox-Namespace (default: the router's, `default`).
+    #[arg(long, value_name = "NS", requires = "sandbox_id")]
+    sandbox_namespace: Option<String>,
+    /// X-Sandbox-Port: the sandbox pod's port of fsd's http: listener.
+    #[arg(long, value_name = "PORT", requires = "sandbox_id")]
+    sandbox_port: Option<u16>,
+    /// An environment variable holding a bearer token, sent as `x-fsd-authorization` (routers
+    /// strip `authorization`); only to a loopback http:// endpoint.
+    #[arg(long, value_name = "VAR", requires = "endpoint")]
+    token_env: Option<String>,
+}
+
+impl WebArgs {
+    fn credentials(&self, endpoint: &Endpoint) -> Result<connect::Credentials, Fatal> {
+        let mut headers = Vec::new();
+        let given = !self.headers.is_empty() || self.sandbox_id.is_some() || self.token_env.is_some();
+        if given && !matches!(endpoint, Endpoint::Web(_)) {
+            return Err(Fatal::Message(
+                "--header, --sandbox-id and --token-env need an http:// endpoint".into(),
+            ));
+        }
+        if let Some(id) = &self.sandbox_id {
+            let route = crate::web::SandboxRoute {
+                id: id.clone(),
+                namespace: self.sandbox_namespace.clone(),
+                port: self.sandbox_port,
+            };
+            headers.extend(route.headers());
+        }
+        for text in &self.headers {
+            headers.push(
+                crate::web::parse_header(text).ok_or_else(|| {
+                    Fatal::Message(format!("invalid --header {text:?}: expected NAME: VALUE"))
+                })?,
+            );
+        }
+        let token = match &self.token_env {
+            Some(var) => Some(
+                std::env::var(var)
+                    .map_err(|_| {
+                        Fatal::Message(format!("--token-env: environment variable {var} is not set"))
+                    })?
+                    .trim()
+                    .to_owned(),
+            ),
+            None => None,
+        };
+        Ok(connect::Credentials { tls: None, token, headers })
+    }
+}
+
+/// Why the command stops early: a usage or connection failure (printed, exit 2), or a standard
+/// output nobody reads any more (quiet: the reader chose to stop, as `head` does).
 #[derive(Debug)]
-struct Fatal(String);
+enum Fatal {
+    Message(String),
+    OutputClosed,
+}
 
 impl<E: std::fmt::Display> From<E> for Fatal {
     fn from(e: E) -> Fatal {
-        Fatal(e.to_string())
+        Fatal::Message(e.to_string())
     }
+}
+
+/// Writes `text` and a newline to standard output, flushed. A closed pipe is `OutputClosed`.
+fn emit(out: &mut impl Write, text: &str) -> Result<(), Fatal> {
+    writeln!(out, "{text}").and_then(|()| out.flush()).map_err(|e| match e.kind() {
+        std::io::ErrorKind::BrokenPipe => Fatal::OutputClosed,
+        _ => Fatal::Message(format!("cannot write to standard output: {e}")),
+    })
+}
+
+/// One line on standard error; a closed stderr loses the line, never panics.
+fn complain(message: &str) {
+    let _ = writeln!(std::io::stderr(), "fsd-tools: {message}");
 }
 
 pub fn main() -> ExitCode {
@@ -94,7 +193,7 @@ pub fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("fsd-tools: cannot start the async runtime: {e}");
+            complain(&format!("cannot start the async runtime: {e}"));
             return ExitCode::from(2);
         }
     };
@@ -106,8 +205,9 @@ pub fn main() -> ExitCode {
     drop(daemon);
     match result {
         Ok(code) => code,
-        Err(Fatal(message)) => {
-            eprintln!("fsd-tools: {message}");
+        Err(Fatal::OutputClosed) => ExitCode::SUCCESS,
+        Err(Fatal::Message(message)) => {
+            complain(&message);
             ExitCode::from(2)
         }
     }
@@ -152,16 +252,34 @@ async fn open(
             endpoint
         }
         _ => {
-            return Err(Fatal("pass --endpoint unix:PATH|tcp:HOST:PORT, --target NAME or --root DIR".into()));
+            return Err(Fatal::Message(
+                "pass --endpoint unix:PATH|tcp:HOST:PORT|http://HOST:PORT, --target NAME or --root DIR"
+                    .into(),
+            ));
         }
     };
     // A Link: one reused connection, reconnected with backoff, pinned to the daemon instance.
-    let (client, hello, _link) = connect::open(&endpoint, &connect::Credentials::default()).await?;
-    let cwd = match &target.cwd {
-        Some(cwd) => std::path::absolute(cwd)?,
-        None => std::env::current_dir()?,
-    };
+    let credentials = target.web.credentials(&endpoint)?;
+    let (client, hello, _link) = connect::open(&endpoint, &credentials).await?;
+    let cwd = session_cwd(target.cwd.as_deref(), &std::env::current_dir()?, &hello)?;
     Ok(Session::new(Tools::new(config), client, hello, cwd))
+}
+
+/// The one rule for relative paths, for `call`, `session` and `mcp` alike: `--cwd` when given;
+/// else this process's directory when it lies inside a root of the daemon; else the daemon's
+/// first writable root (or first readable one). An agent host that starts the tools from
+/// elsewhere (`/`, its home) still resolves `src/main.rs` in the workspace.
+pub fn session_cwd(explicit: Option<&Path>, here: &Path, hello: &v1::HelloReply) -> std::io::Result<PathBuf> {
+    if let Some(cwd) = explicit {
+        return std::path::absolute(cwd);
+    }
+    // Roots arrive canonical; so must the directory compared with them.
+    let here = std::fs::canonicalize(here).unwrap_or_else(|_| here.to_owned());
+    let mut roots = hello.writable_roots.iter().chain(&hello.readable_roots).map(PathBuf::from);
+    if roots.clone().any(|root| here.starts_with(&root)) {
+        return Ok(here);
+    }
+    Ok(roots.next().unwrap_or(here))
 }
 
 /// Standard input as lines read off the runtime's thread: while a session waits for its next
@@ -175,23 +293,24 @@ fn read_args(args: &str) -> Result<Value, Fatal> {
     let text = if args == "-" {
         std::io::read_to_string(std::io::stdin())?
     } else if let Some(file) = args.strip_prefix('@') {
-        std::fs::read_to_string(file).map_err(|e| Fatal(format!("cannot read {file}: {e}")))?
+        std::fs::read_to_string(file).map_err(|e| Fatal::Message(format!("cannot read {file}: {e}")))?
     } else {
         args.to_owned()
     };
-    serde_json::from_str(&text).map_err(|e| Fatal(format!("arguments are not valid JSON: {e}")))
+    serde_json::from_str(&text).map_err(|e| Fatal::Message(format!("arguments are not valid JSON: {e}")))
 }
 
 async fn run(cli: Cli, daemon: &mut Option<EmbeddedDaemon>) -> Result<ExitCode, Fatal> {
+    let mut out = std::io::stdout().lock();
     match cli.command {
         Command::Schemas { config } => {
             let tools = Tools::new(load_config(config.as_ref(), false)?);
-            println!("{}", serde_json::to_string_pretty(&tools.schemas())?);
+            emit(&mut out, &serde_json::to_string_pretty(&tools.schemas())?)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Guidance { config } => {
             let tools = Tools::new(load_config(config.as_ref(), false)?);
-            println!("{}", tools.guidance());
+            emit(&mut out, &tools.guidance())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Call { tool, args, target } => {
@@ -199,7 +318,7 @@ async fn run(cli: Cli, daemon: &mut Option<EmbeddedDaemon>) -> Result<ExitCode, 
             let config = load_config(target.config.as_ref(), true)?;
             let mut session = open(&target, config, daemon).await?;
             let result = session.call(&tool, args).await;
-            println!("{}", result.text());
+            emit(&mut out, &result.text())?;
             Ok(if result.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })
         }
         Command::Session { target } if target.target.is_some() => {
@@ -210,14 +329,12 @@ async fn run(cli: Cli, daemon: &mut Option<EmbeddedDaemon>) -> Result<ExitCode, 
             let name = target.target.as_deref().unwrap_or_default();
             let mut session = crate::fleet::FleetSession::open(fleet, config, name, cwd).await?;
             let mut lines = stdin_lines();
-            let mut out = std::io::stdout().lock();
             while let Some(line) = lines.next_line().await? {
                 if line.trim().is_empty() {
                     continue;
                 }
                 let reply = session.handle_line(&line).await;
-                writeln!(out, "{reply}")?;
-                out.flush()?;
+                emit(&mut out, &reply.to_string())?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -225,26 +342,78 @@ async fn run(cli: Cli, daemon: &mut Option<EmbeddedDaemon>) -> Result<ExitCode, 
             let config = load_config(target.config.as_ref(), false)?;
             let mut session = open(&target, config, daemon).await?;
             let mut lines = stdin_lines();
-            let mut out = std::io::stdout().lock();
             while let Some(line) = lines.next_line().await? {
                 if line.trim().is_empty() {
                     continue;
                 }
                 let reply = jsonl::handle_line(&mut session, &line).await;
-                writeln!(out, "{reply}")?;
-                out.flush()?;
+                emit(&mut out, &reply.to_string())?;
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Mcp { mut target } => {
+        Command::Mcp { target } => {
             let config = load_config(target.config.as_ref(), false)?;
-            // A fleet target's directory is on its host: the fleet file says it, not this process.
-            if target.cwd.is_none() && target.target.is_none() {
-                target.cwd = Some(crate::mcp::default_cwd(target.root.as_deref())?);
-            }
+            drop(out);
             let session = open(&target, config, daemon).await?;
             crate::mcp::McpServer::new(session).serve_stdio().await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Doctor { endpoint, config } => {
+            let endpoint = Endpoint::parse(&endpoint)?;
+            let config = match &config {
+                Some(path) => Some(ClientConfig::load(path)?),
+                None => None,
+            };
+            let (_, hello) = connect::connect(&endpoint).await?;
+            emit(&mut out, &crate::doctor::report(&endpoint, &hello, config.as_ref()))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "fsd-tools", &mut script);
+            emit(&mut out, String::from_utf8_lossy(&script).trim_end())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(Cli::command()).render(&mut page)?;
+            emit(&mut out, String::from_utf8_lossy(&page).trim_end())?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_paths_resolve_against_one_rule() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let base = std::fs::canonicalize(dir.path()).unwrap_or_else(|e| panic!("canonicalize: {e}"));
+        let (ws, sub, other) = (base.join("ws"), base.join("ws/src"), base.join("elsewhere"));
+        for d in [&sub, &other] {
+            std::fs::create_dir_all(d).unwrap_or_else(|e| panic!("mkdir: {e}"));
+        }
+        let hello = v1::HelloReply {
+            writable_roots: vec![ws.display().to_string()],
+            readable_roots: vec![other.join("ro").display().to_string()],
+            ..Default::default()
+        };
+        let check = |explicit: Option<&Path>, here: &Path, expected: &Path| {
+            let got = session_cwd(explicit, here, &hello).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(got, expected, "explicit {explicit:?}, here {}", here.display());
+        };
+        // --cwd always wins.
+        check(Some(&other), &sub, &other);
+        // Inside a root: this process's directory.
+        check(None, &sub, &sub);
+        check(None, &ws, &ws);
+        // Outside every root: the first writable root.
+        check(None, &other, &ws);
+        check(None, Path::new("/"), &ws);
+        let read_only =
+            v1::HelloReply { readable_roots: vec![other.display().to_string()], ..Default::default() };
+        assert_eq!(session_cwd(None, &sub, &read_only).ok(), Some(other.clone()));
     }
 }

@@ -31,13 +31,6 @@ pub struct ClientConfig {
     /// the controlling terminal. Neither: every escalation is refused.
     pub escalation_rules: Option<PathBuf>,
     pub escalation_prompt: bool,
-    /// For `signed` daemons: the approver program and its arguments (for example
-    /// `["fsd-approver", "sign", "--key", "/etc/fsd/approver.key"]`); it reads the daemon's
-    /// description on stdin and prints the signature on approval.
-    pub approver_command: Option<Vec<String>>,
-    /// For `signed` daemons: an `fsd-approver serve` endpoint (`unix:PATH` or `tcp:HOST:PORT`),
-    /// used instead of `approverCommand`.
-    pub approver_endpoint: Option<String>,
 }
 
 impl Default for ClientConfig {
@@ -64,8 +57,6 @@ impl Default for ClientConfig {
             max_image_dimension: None,
             escalation_rules: None,
             escalation_prompt: false,
-            approver_command: None,
-            approver_endpoint: None,
         }
     }
 }

@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -35,15 +35,21 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 pub enum Endpoint {
     Unix(PathBuf),
     Tcp(String),
+    /// `http://HOST:PORT`: a daemon's HTTP listener (or a router in front of it), spoken to in
+    /// gRPC-Web over HTTP/1.1 (`crate::web`).
+    Web(String),
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
-    #[error("invalid endpoint {0:?}: expected unix:PATH or tcp:HOST:PORT")]
+    #[error("invalid endpoint {0:?}: expected unix:PATH, tcp:HOST:PORT or http://HOST:PORT")]
     Parse(String),
-    #[error("cannot connect to {endpoint}: {source}")]
+    #[error("cannot connect to {endpoint}: {}", chain(source))]
     Connect { endpoint: String, source: tonic::transport::Error },
-    #[error("the daemon at {endpoint} did not answer hello: {status}")]
+    /// The socket could not be opened; `reason` names why (see `describe_connect_failure`).
+    #[error("{reason}")]
+    Unreachable { endpoint: String, reason: String },
+    #[error("the daemon at {endpoint} did not answer hello: {}", status_text(status))]
     Hello { endpoint: String, status: tonic::Status },
     #[error(
         "the daemon at {endpoint} closed the TLS connection before answering hello: it refused this client's \
@@ -64,6 +70,13 @@ impl Endpoint {
         if let Some(addr) = text.strip_prefix("tcp:").filter(|a| a.contains(':')) {
             return Ok(Endpoint::Tcp(addr.to_owned()));
         }
+        if let Some(addr) = text
+            .strip_prefix("http://")
+            .map(|a| a.trim_end_matches('/'))
+            .filter(|a| a.contains(':') && !a.contains('/'))
+        {
+            return Ok(Endpoint::Web(addr.to_owned()));
+        }
         Err(ConnectError::Parse(text.to_owned()))
     }
 
@@ -71,7 +84,7 @@ impl Endpoint {
     pub fn is_local(&self) -> bool {
         match self {
             Endpoint::Unix(_) => true,
-            Endpoint::Tcp(addr) => {
+            Endpoint::Tcp(addr) | Endpoint::Web(addr) => {
                 let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(addr);
                 let host = host.trim_start_matches('[').trim_end_matches(']');
                 host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
@@ -85,7 +98,88 @@ impl std::fmt::Display for Endpoint {
         match self {
             Endpoint::Unix(path) => write!(f, "unix:{}", path.display()),
             Endpoint::Tcp(addr) => write!(f, "tcp:{addr}"),
+            Endpoint::Web(addr) => write!(f, "http://{addr}"),
         }
+    }
+}
+
+/// An error and its sources, outermost first, without repeating a message a wrapper already
+/// carries ("transport error: client error (Connect): invalid peer certificate: UnknownIssuer").
+pub fn chain(error: &dyn std::error::Error) -> String {
+    let mut parts: Vec<String> = vec![error.to_string()];
+    let mut next = error.source();
+    while let Some(e) = next {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = e.source();
+    }
+    parts.join(": ")
+}
+
+/// A status as one line: its code and message, without tonic's metadata dump.
+fn status_text(status: &tonic::Status) -> String {
+    format!("{:?}: {}", status.code(), status.message())
+}
+
+/// Why a socket to `endpoint` could not be opened, in words that name the problem: a missing
+/// socket, a socket nobody listens on, one this user may not open (with its owner and group),
+/// a refused TCP port.
+pub fn describe_connect_failure(endpoint: &Endpoint, error: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    match (endpoint, error.kind()) {
+        (Endpoint::Unix(path), ErrorKind::NotFound) => format!(
+            "no daemon at {endpoint}: the socket {} does not exist (is fsd running with --listen {endpoint}?)",
+            path.display()
+        ),
+        (Endpoint::Unix(path), ErrorKind::ConnectionRefused) => format!(
+            "no daemon at {endpoint}: nothing listens on the socket {} (the daemon stopped)",
+            path.display()
+        ),
+        (Endpoint::Unix(path), ErrorKind::PermissionDenied) => permission_denied(endpoint, path),
+        (Endpoint::Tcp(_), ErrorKind::ConnectionRefused) => {
+            format!("no daemon at {endpoint}: the connection was refused (nothing listens on that port)")
+        }
+        _ => format!("cannot connect to {endpoint}: {error}"),
+    }
+}
+
+/// Permission denied on a Unix socket: whose socket it is, and who is asking.
+fn permission_denied(endpoint: &Endpoint, path: &std::path::Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let me = std::fs::metadata("/proc/self").map(|m| (m.uid(), m.gid())).ok();
+    let who = match me {
+        Some((uid, _)) => format!("this user ({})", name_of("/etc/passwd", uid, "uid")),
+        None => "this user".to_owned(),
+    };
+    match std::fs::metadata(path) {
+        Ok(meta) => format!(
+            "permission denied on the socket of {endpoint}: it belongs to {} and group {} (mode {:04o}) and \
+             {who} is neither; add this user to the group, or run as the owner",
+            name_of("/etc/passwd", meta.uid(), "uid"),
+            name_of("/etc/group", meta.gid(), "gid"),
+            meta.mode() & 0o7777,
+        ),
+        Err(_) => format!(
+            "permission denied on the socket of {endpoint}: {who} may not search a directory above {}",
+            path.display()
+        ),
+    }
+}
+
+/// `alice (uid 1000)` from a passwd- or group-format file; the number alone when not listed.
+fn name_of(file: &str, id: u32, kind: &str) -> String {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let name = text.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        let name = fields.next()?;
+        let listed: u32 = fields.nth(1)?.parse().ok()?;
+        (listed == id).then(|| name.to_owned())
+    });
+    match name {
+        Some(name) => format!("{name} ({kind} {id})"),
+        None => format!("{kind} {id}"),
     }
 }
 
@@ -104,8 +198,11 @@ pub struct TlsCredentials {
 #[derive(Clone, Default)]
 pub struct Credentials {
     pub tls: Option<TlsCredentials>,
-    /// Sent as `authorization: Bearer <token>`; only ever over TLS.
+    /// Sent as `authorization: Bearer <token>`; only ever over TLS (or, to an `http://`
+    /// endpoint, as `x-fsd-authorization` and only on loopback).
     pub token: Option<String>,
+    /// Extra headers on every call (`http://` endpoints: a router's `X-Sandbox-ID` and the like).
+    pub headers: Vec<(String, String)>,
 }
 
 // Never print a key or a token.
@@ -124,7 +221,7 @@ fn tonic_endpoint(endpoint: &Endpoint, tls: bool) -> Result<TonicEndpoint, Conne
     let uri = match endpoint {
         Endpoint::Unix(_) => "http://fsd.local".to_owned(),
         Endpoint::Tcp(addr) if tls => format!("https://{addr}"),
-        Endpoint::Tcp(addr) => format!("http://{addr}"),
+        Endpoint::Tcp(addr) | Endpoint::Web(addr) => format!("http://{addr}"),
     };
     Ok(TonicEndpoint::from_shared(uri)
         .map_err(|source| ConnectError::Connect { endpoint: endpoint.to_string(), source })?
@@ -139,19 +236,43 @@ fn tonic_endpoint(endpoint: &Endpoint, tls: bool) -> Result<TonicEndpoint, Conne
 /// Opens a channel; large windows because tonic's defaults cost streaming several times over.
 pub async fn channel(endpoint: &Endpoint) -> Result<Channel, ConnectError> {
     let tonic_endpoint = tonic_endpoint(endpoint, false)?;
+    let failure = Failure::default();
     let connected = match endpoint {
         Endpoint::Unix(path) => {
             let path = path.clone();
+            let failure = failure.clone();
+            let named = endpoint.clone();
             tonic_endpoint
                 .connect_with_connector(tower::service_fn(move |_| {
-                    let path = path.clone();
-                    async move { tokio::net::UnixStream::connect(path).await.map(TokioIo::new) }
+                    let (path, failure, named) = (path.clone(), failure.clone(), named.clone());
+                    async move {
+                        let socket = tokio::net::UnixStream::connect(path).await;
+                        socket.map(TokioIo::new).map_err(|e| remember(&failure, &named, e))
+                    }
                 }))
                 .await
         }
-        Endpoint::Tcp(_) => tonic_endpoint.connect().await,
+        // An HTTP listener also speaks plain gRPC (HTTP/2 without TLS).
+        Endpoint::Tcp(_) | Endpoint::Web(_) => tonic_endpoint.connect().await,
     };
-    connected.map_err(|source| ConnectError::Connect { endpoint: endpoint.to_string(), source })
+    connected.map_err(|source| unreachable(endpoint, &failure, source))
+}
+
+/// The last connect failure of a channel, described.
+type Failure = Arc<Mutex<Option<String>>>;
+
+fn remember(failure: &Failure, endpoint: &Endpoint, error: std::io::Error) -> std::io::Error {
+    let described = describe_connect_failure(endpoint, &error);
+    *failure.lock().unwrap_or_else(PoisonError::into_inner) = Some(described);
+    error
+}
+
+/// A failed connect as the error that names its cause, when the socket step said one.
+fn unreachable(endpoint: &Endpoint, failure: &Failure, source: tonic::transport::Error) -> ConnectError {
+    match failure.lock().unwrap_or_else(PoisonError::into_inner).take() {
+        Some(reason) => ConnectError::Unreachable { endpoint: endpoint.to_string(), reason },
+        None => ConnectError::Connect { endpoint: endpoint.to_string(), source },
+    }
 }
 
 /// A client with the message caps set to the daemon's.
@@ -175,8 +296,11 @@ pub async fn connect(endpoint: &Endpoint) -> Result<(FsdClient<Channel>, v1::Hel
 /// What one link knows about its daemon, shared by every clone of the link.
 #[derive(Debug, Default)]
 struct LinkInner {
-    /// The instance that answered first (hello); every later call names it.
-    instance: OnceLock<http::HeaderValue>,
+    /// The instance that answered first (hello); every later call names it. Cleared by
+    /// `repin` after a restart, so the next reply pins the new instance.
+    instance: Mutex<Option<http::HeaderValue>>,
+    /// Why the last attempt to open a socket failed, described (`describe_connect_failure`).
+    failure: Failure,
     /// A reply came from another instance: the daemon restarted under this session.
     restarted: AtomicBool,
     connected_once: AtomicBool,
@@ -195,7 +319,14 @@ impl LinkState {
 
     /// The daemon instance this link is pinned to.
     pub fn instance(&self) -> Option<String> {
-        self.0.instance.get().and_then(|v| v.to_str().ok()).map(str::to_owned)
+        self.pinned().and_then(|v| v.to_str().ok().map(str::to_owned))
+    }
+
+    /// Accepts the restart: forgets the pinned instance and the restart flag, so the next reply
+    /// pins the instance that gave it. The session that calls this drops what it knew.
+    pub fn repin(&self) {
+        *self.0.instance.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        self.0.restarted.store(false, Ordering::Release);
     }
 
     /// Connections opened so far (1 while the first one lasts).
@@ -203,17 +334,40 @@ impl LinkState {
         self.0.connections.load(Ordering::Acquire)
     }
 
+    /// The pinned instance, to send with a call (a `Link`'s and the gRPC-Web link's use).
+    pub(crate) fn pinned(&self) -> Option<http::HeaderValue> {
+        self.0.instance.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Watches a reply's instance (the gRPC-Web link's use).
+    pub(crate) fn note(&self, headers: &http::HeaderMap) {
+        self.observe(headers);
+    }
+
     fn observe(&self, headers: &http::HeaderMap) {
         let Some(seen) = headers.get(INSTANCE_HEADER) else { return };
-        let pinned = self.0.instance.get_or_init(|| seen.clone());
-        if pinned != seen {
-            self.0.restarted.store(true, Ordering::Release);
+        let mut pinned = self.0.instance.lock().unwrap_or_else(PoisonError::into_inner);
+        match &*pinned {
+            None => *pinned = Some(seen.clone()),
+            Some(instance) if instance != seen => self.0.restarted.store(true, Ordering::Release),
+            Some(_) => {}
         }
     }
 
     /// Opens a socket: once for the first connection (an absent daemon fails fast), with
     /// exponential backoff for a reconnection (a daemon restarting or a network blip).
-    async fn open<T, F, Fut>(&self, mut attempt: F) -> std::io::Result<T>
+    async fn open<T, F, Fut>(&self, endpoint: &Endpoint, attempt: F) -> std::io::Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = std::io::Result<T>>,
+    {
+        let opened = self.retry(attempt).await;
+        let mut failure = self.0.failure.lock().unwrap_or_else(PoisonError::into_inner);
+        *failure = opened.as_ref().err().map(|e| describe_connect_failure(endpoint, e));
+        opened
+    }
+
+    async fn retry<T, F, Fut>(&self, mut attempt: F) -> std::io::Result<T>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = std::io::Result<T>>,
@@ -245,34 +399,54 @@ impl LinkState {
 #[derive(Debug, Clone)]
 pub struct Link {
     channel: Channel,
+    /// For messages: `unix:PATH` or `tcp:HOST:PORT`.
+    endpoint: Arc<str>,
     token: Option<http::HeaderValue>,
     state: LinkState,
 }
 
 type BoxFuture<T, E> = Pin<Box<dyn std::future::Future<Output = Result<T, E>> + Send>>;
 
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 impl tower::Service<http::Request<Body>> for Link {
     type Response = http::Response<Body>;
-    type Error = tonic::transport::Error;
-    type Future = BoxFuture<http::Response<Body>, tonic::transport::Error>;
+    type Error = BoxError;
+    type Future = BoxFuture<http::Response<Body>, BoxError>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        tower::Service::poll_ready(&mut self.channel, cx)
+        tower::Service::poll_ready(&mut self.channel, cx).map_err(|e| Box::new(e) as BoxError)
     }
 
     fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
         if let Some(token) = &self.token {
             request.headers_mut().insert(http::header::AUTHORIZATION, token.clone());
         }
-        if let Some(instance) = self.state.0.instance.get() {
-            request.headers_mut().insert(INSTANCE_HEADER, instance.clone());
+        if let Some(instance) = self.state.pinned() {
+            request.headers_mut().insert(INSTANCE_HEADER, instance);
         }
         let future = tower::Service::call(&mut self.channel, request);
         let state = self.state.clone();
+        let endpoint = self.endpoint.clone();
         Box::pin(async move {
-            let response = future.await?;
-            state.observe(response.headers());
-            Ok(response)
+            match future.await {
+                Ok(response) => {
+                    state.observe(response.headers());
+                    Ok(response)
+                }
+                // The daemon went away and could not be reached again: say so, with the
+                // endpoint, rather than the socket error ("No such file or directory").
+                Err(e) => {
+                    let failure = state.0.failure.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                    let reason = failure.unwrap_or_else(|| {
+                        format!(
+                            "the connection to the daemon at {endpoint} was lost ({}); the next call reconnects",
+                            chain(&e)
+                        )
+                    });
+                    Err(Box::new(tonic::Status::unavailable(reason)) as BoxError)
+                }
+            }
         })
     }
 }
@@ -320,26 +494,29 @@ pub async fn link(endpoint: &Endpoint, credentials: &Credentials) -> Result<(Lin
             .map_err(|source| ConnectError::Connect { endpoint: name.clone(), source })?;
     }
     let state = LinkState::default();
+    let named = endpoint.clone();
     let connected = match endpoint {
         Endpoint::Unix(path) => {
             let (path, state) = (path.clone(), state.clone());
             tonic_endpoint
                 .connect_with_connector(tower::service_fn(move |_| {
-                    let (path, state) = (path.clone(), state.clone());
+                    let (path, state, named) = (path.clone(), state.clone(), named.clone());
                     async move {
-                        let socket = state.open(|| tokio::net::UnixStream::connect(path.clone())).await?;
+                        let socket =
+                            state.open(&named, || tokio::net::UnixStream::connect(path.clone())).await?;
                         Ok::<_, std::io::Error>(TokioIo::new(socket))
                     }
                 }))
                 .await
         }
-        Endpoint::Tcp(addr) => {
+        Endpoint::Tcp(addr) | Endpoint::Web(addr) => {
             let (addr, state) = (addr.clone(), state.clone());
             tonic_endpoint
                 .connect_with_connector(tower::service_fn(move |_| {
-                    let (addr, state) = (addr.clone(), state.clone());
+                    let (addr, state, named) = (addr.clone(), state.clone(), named.clone());
                     async move {
-                        let socket = state.open(|| tokio::net::TcpStream::connect(addr.clone())).await?;
+                        let socket =
+                            state.open(&named, || tokio::net::TcpStream::connect(addr.clone())).await?;
                         socket.set_nodelay(true)?;
                         Ok::<_, std::io::Error>(TokioIo::new(socket))
                     }
@@ -347,8 +524,9 @@ pub async fn link(endpoint: &Endpoint, credentials: &Credentials) -> Result<(Lin
                 .await
         }
     };
-    let channel = connected.map_err(|source| ConnectError::Connect { endpoint: name, source })?;
-    Ok((Link { channel, token, state: state.clone() }, state))
+    let channel = connected.map_err(|source| unreachable(endpoint, &state.0.failure, source))?;
+    let endpoint = Arc::from(endpoint.to_string());
+    Ok((Link { channel, endpoint, token, state: state.clone() }, state))
 }
 
 /// Connects a session's client: a `Link` with the message caps, after a hello that pins the
@@ -357,6 +535,9 @@ pub async fn open(
     endpoint: &Endpoint,
     credentials: &Credentials,
 ) -> Result<(SessionClient, v1::HelloReply, LinkState), ConnectError> {
+    if let Endpoint::Web(_) = endpoint {
+        return crate::web::open(endpoint, credentials).await;
+    }
     let (link, state) = link(endpoint, credentials).await?;
     let mut client = FsdClient::new(link)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -374,25 +555,35 @@ pub async fn open(
             ConnectError::Hello { endpoint, status }
         }
     })?;
-    Ok((SessionClient::Linked(client), hello.into_inner(), state))
+    Ok((SessionClient::Linked(client, state.clone()), hello.into_inner(), state))
 }
 
 /// The client a `Session` calls through: a plain channel (`connect`) or a `Link` (`open`).
 #[derive(Debug, Clone)]
 pub enum SessionClient {
     Plain(FsdClient<Channel>),
-    Linked(FsdClient<Link>),
+    Linked(FsdClient<Link>, LinkState),
+    /// gRPC-Web over HTTP/1.1 (`http://` endpoints).
+    Web(Box<FsdClient<crate::web::WebLink>>, LinkState),
+}
+
+impl SessionClient {
+    /// Whether a reply came from another daemon instance than the session's. If so, the link
+    /// is re-pinned (`LinkState::repin`): the caller must drop what the session knew.
+    pub fn take_restart(&self) -> bool {
+        match self {
+            SessionClient::Linked(_, state) | SessionClient::Web(_, state) if state.restarted() => {
+                state.repin();
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 impl From<FsdClient<Channel>> for SessionClient {
     fn from(client: FsdClient<Channel>) -> SessionClient {
         SessionClient::Plain(client)
-    }
-}
-
-impl From<FsdClient<Link>> for SessionClient {
-    fn from(client: FsdClient<Link>) -> SessionClient {
-        SessionClient::Linked(client)
     }
 }
 
@@ -407,7 +598,8 @@ macro_rules! delegate {
                 ) -> Result<tonic::Response<$reply>, tonic::Status> {
                     match self {
                         SessionClient::Plain(client) => client.$method(request).await,
-                        SessionClient::Linked(client) => client.$method(request).await,
+                        SessionClient::Linked(client, _) => client.$method(request).await,
+                        SessionClient::Web(client, _) => client.$method(request).await,
                     }
                 }
             )*
@@ -484,17 +676,18 @@ mod tests {
     #[tokio::test]
     async fn reconnection_backs_off_but_a_first_connection_fails_fast() {
         let state = LinkState::default();
+        let endpoint = Endpoint::Unix("/s".into());
         let started = Instant::now();
         let failed: std::io::Result<()> =
-            state.open(|| async { Err(std::io::Error::other("refused")) }).await;
+            state.open(&endpoint, || async { Err(std::io::Error::other("refused")) }).await;
         assert!(failed.is_err());
         assert!(started.elapsed() < Duration::from_millis(100));
-        assert!(state.open(|| async { Ok(()) }).await.is_ok());
+        assert!(state.open(&endpoint, || async { Ok(()) }).await.is_ok());
         // Now a reconnection: the third attempt succeeds after 100 + 200 ms of backoff.
         let mut attempts = 0;
         let started = Instant::now();
         let result = state
-            .open(|| {
+            .open(&endpoint, || {
                 attempts += 1;
                 let ok = attempts >= 3;
                 async move { if ok { Ok(()) } else { Err(std::io::Error::other("refused")) } }

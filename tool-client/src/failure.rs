@@ -30,6 +30,7 @@ impl ToolError {
 
     /// The policy or the provider found no prior observation: one text whatever the source.
     pub fn not_observed(path: &str) -> ToolError {
+        let path = &shown(path);
         ToolError::new(
             ErrorCode::NotObserved.as_str(),
             format!("cannot modify \"{path}\": file has not been read — read the file, then retry"),
@@ -45,12 +46,22 @@ impl ToolError {
     }
 
     /// The daemon went away mid-session.
+    /// The daemon restarted under the session: its observations are gone.
+    pub fn restarted() -> ToolError {
+        ToolError::new(
+            "UNAVAILABLE",
+            "The file service restarted, so earlier reads no longer count. Read files again before you \
+             edit or overwrite them, then retry this call.",
+        )
+    }
+
     pub fn unavailable(status: &tonic::Status) -> ToolError {
         ToolError::new("UNAVAILABLE", format!("the file service is unavailable: {}", status.message()))
     }
 
     /// Maps a provider failure of a mutation on `path` to the model's text.
     pub fn from_mutation(path: &str, status: &tonic::Status) -> ToolError {
+        let path = &shown(path);
         let Some(wire) = WireError::from_status(status) else {
             return ToolError::unavailable(status);
         };
@@ -81,6 +92,7 @@ impl ToolError {
     }
 
     pub fn from_read_wire(path: &str, wire: &WireError) -> ToolError {
+        let path = &shown(path);
         let code = wire.code.as_str();
         match wire.code {
             ErrorCode::NotFound => ToolError::new(code, format!("cannot read \"{path}\": not found")),
@@ -113,8 +125,15 @@ fn stale_reason(wire: &WireError) -> &'static str {
         Some("other_file") => "path now resolves to a different file than the one that was read",
         Some("changed_while_writing") => "file changed on disk while it was being written",
         Some("destination_gone") => "destination disappeared after the move",
+        Some("changed_while_read") => "file changed while it was read",
         _ => STALE_CHANGED,
     }
+}
+
+/// A path as the model gave it, for an error text: a raw control, bidi or zero-width character
+/// in it is escaped (`fsd_proto::names`), escapes it already holds are left as they are.
+fn shown(path: &str) -> String {
+    fsd_proto::names::sanitize(path)
 }
 
 /// A refusal by the mode fence, with the seed's marker. The marker names the mode and the
@@ -125,6 +144,13 @@ fn sandbox_denied(verb: &str, path: &str, wire: &WireError) -> ToolError {
         Some("protected") => {
             Some(format!("{} is a protected path", wire.get("name").unwrap_or("a path component")))
         }
+        Some("git_directory") => {
+            Some(format!("{} is a git directory (protected)", wire.get("name").unwrap_or("a path component")))
+        }
+        Some("submount") => Some(format!(
+            "{} is a mount point below the root (not in allow_submounts)",
+            wire.get("name").unwrap_or("a path component")
+        )),
         Some("not_writable_root") => Some("not inside a writable root".to_owned()),
         Some("outside_roots") => Some("path resolves outside every root of this daemon".to_owned()),
         Some("same_file") => Some("source and destination are the same file".to_owned()),

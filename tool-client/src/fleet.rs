@@ -11,6 +11,13 @@
 //! tokenFile = "alpha.token"    # or tokenEnv = "VAR": a bearer token, over TLS only
 //! serverName = "fsd-alpha"     # the name the daemon's certificate carries (default: the host)
 //! cwd = "/workspace"           # the session's starting directory on that daemon
+//!
+//! [targets.sb1]                # a sandbox behind the Kubernetes agent-sandbox router
+//! endpoint = "http://127.0.0.1:8080"   # the router (gRPC-Web over HTTP/1.1)
+//! sandboxId = "sb1"            # X-Sandbox-ID, -Namespace and -Port: which pod it forwards to
+//! sandboxNamespace = "agents"
+//! sandboxPort = 8080
+//! headers = { "X-Team" = "a" } # any other header every call carries
 //! ```
 
 use std::collections::{BTreeMap, HashMap};
@@ -46,6 +53,11 @@ struct TargetFile {
     token_env: Option<String>,
     server_name: Option<String>,
     cwd: Option<PathBuf>,
+    sandbox_id: Option<String>,
+    sandbox_namespace: Option<String>,
+    sandbox_port: Option<u16>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
 }
 
 /// Where a token comes from: never the fleet file itself, which is often shared.
@@ -66,6 +78,8 @@ pub struct Target {
     pub token: Option<TokenSource>,
     pub server_name: Option<String>,
     pub cwd: Option<PathBuf>,
+    /// Extra headers of an `http://` target: the router's sandbox route, then `headers`.
+    pub headers: Vec<(String, String)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -153,7 +167,39 @@ impl Fleet {
                 (None, None) => None,
                 (Some(_), Some(_)) => return Err(bad("set tokenFile or tokenEnv, not both")),
             };
-            if t.ca.is_none() {
+            let web = matches!(endpoint, Endpoint::Web(_));
+            let mut headers = Vec::new();
+            match (t.sandbox_id, web) {
+                (Some(id), true) => {
+                    let route =
+                        crate::web::SandboxRoute { id, namespace: t.sandbox_namespace, port: t.sandbox_port };
+                    headers.extend(route.headers());
+                }
+                (None, _) if t.sandbox_namespace.is_some() || t.sandbox_port.is_some() => {
+                    return Err(bad("sandboxNamespace and sandboxPort need sandboxId"));
+                }
+                (Some(_), false) => return Err(bad("sandboxId needs an http:// endpoint (a router)")),
+                (None, _) => {}
+            }
+            if !t.headers.is_empty() && !web {
+                return Err(bad("headers need an http:// endpoint"));
+            }
+            for (key, value) in t.headers {
+                if crate::web::parse_header(&format!("{key}: {value}")).is_none() {
+                    return Err(bad(&format!("invalid header {key:?}")));
+                }
+                headers.push((key, value));
+            }
+            if web {
+                if t.ca.is_some() || identity.is_some() || t.server_name.is_some() {
+                    return Err(bad(
+                        "an http:// endpoint is plain gRPC-Web: ca, cert, key and serverName do not apply",
+                    ));
+                }
+                if token.is_some() && !endpoint.is_local() {
+                    return Err(bad("a token over plain http:// must stay on this host (a loopback router)"));
+                }
+            } else if t.ca.is_none() {
                 if identity.is_some() || token.is_some() || t.server_name.is_some() {
                     return Err(bad("cert, key, tokens and serverName need TLS: set ca"));
                 }
@@ -179,6 +225,7 @@ impl Fleet {
                 token,
                 server_name: t.server_name,
                 cwd,
+                headers,
             };
             targets.insert(name, target);
         }
@@ -232,7 +279,7 @@ impl Target {
                     .to_owned(),
             ),
         };
-        Ok(Credentials { tls, token })
+        Ok(Credentials { tls, token, headers: self.headers.clone() })
     }
 
     /// Connects a session to this target. `cwd` overrides the target's own.
@@ -262,7 +309,7 @@ impl Target {
 /// A JSON-lines session over several targets. A line may carry `"target": NAME`; without it the
 /// default target answers. Each target has its own session (observations and cwd), connected on
 /// first use and kept; after the daemon of a target restarted, the call that found out fails
-/// with UNAVAILABLE and the next one starts a fresh session there, which must read files again.
+/// with UNAVAILABLE and the session starts over there (`Session`), so files must be read again.
 #[derive(Debug)]
 pub struct FleetSession {
     fleet: Fleet,
@@ -328,11 +375,6 @@ impl FleetSession {
             Ok((session, _)) => jsonl::handle_line(session, &request.to_string()).await,
             Err(e) => jsonl::result_json(id, &ToolResult::error(e)),
         };
-        if self.sessions.get(&target).is_some_and(|(_, link)| link.restarted()) {
-            // The old session's observations describe a daemon that is gone.
-            tracing::warn!(target = %target, "the daemon restarted; the next call opens a new session");
-            self.sessions.remove(&target);
-        }
         if let Some(meta) = reply.get_mut("meta").and_then(Value::as_object_mut) {
             meta.insert("target".into(), json!(target));
         }
@@ -373,8 +415,25 @@ mod tests {
                 token: Some(TokenSource::Env("T".into())),
                 server_name: Some("fsd-a".into()),
                 cwd: Some("/ws".into()),
+                headers: Vec::new(),
             })
         );
+        let routed = parse(
+            "[targets.sb]\nendpoint = \"http://router.local:8080\"\nsandboxId = \"sb-1\"\nsandboxNamespace = \"team\"\n\
+             sandboxPort = 8080\nheaders = { \"X-Extra\" = \"1\" }\n",
+        )
+        .map_err(|e| e.to_string());
+        let routed =
+            routed.as_ref().map(|f| f.target("sb").map(|t| (t.endpoint.clone(), t.headers.clone())).ok());
+        let want: Vec<(String, String)> = [
+            ("X-Sandbox-ID", "sb-1"),
+            ("X-Sandbox-Namespace", "team"),
+            ("X-Sandbox-Port", "8080"),
+            ("X-Extra", "1"),
+        ]
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        .into();
+        assert_eq!(routed, Ok(Some((Endpoint::Web("router.local:8080".into()), want))));
         assert_eq!(
             fleet.target("b").map(|_| ()).map_err(|e| e.to_string()),
             Err("no target \"b\" in the fleet file (targets: a, local)".into())
@@ -394,6 +453,14 @@ mod tests {
             ),
             ("[targets.x]\nendpoint = \"h:1\"", "invalid endpoint"),
             ("[targets.x]\nendpoint = \"tcp:h:1\"\ntoken = \"inline\"", "unknown field `token`"),
+            (
+                "[targets.x]\nendpoint = \"tcp:h:1\"\nca = \"c\"\nsandboxId = \"s\"",
+                "sandboxId needs an http://",
+            ),
+            ("[targets.x]\nendpoint = \"http://h:1\"\nsandboxPort = 1", "need sandboxId"),
+            ("[targets.x]\nendpoint = \"http://10.0.0.9:1\"\ntokenEnv = \"T\"", "must stay on this host"),
+            ("[targets.x]\nendpoint = \"http://h:1\"\nca = \"c\"", "plain gRPC-Web"),
+            ("[targets.x]\nendpoint = \"http://h:1\"\nheaders = { \"bad name\" = \"v\" }", "invalid header"),
         ];
         for (text, want) in refused {
             let got = parse(text).map(|_| ()).err().unwrap_or_default();

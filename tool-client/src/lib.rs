@@ -8,12 +8,14 @@ pub mod attachments;
 pub mod cli;
 pub mod config;
 pub mod connect;
+pub mod doctor;
 pub mod embedded;
 pub mod failure;
 pub mod fleet;
 pub mod jsonl;
 pub mod mcp;
 pub mod tools;
+pub mod web;
 pub mod window;
 
 pub use config::ClientConfig;

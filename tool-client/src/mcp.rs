@@ -12,12 +12,15 @@
 //!   and the model must read the envelope.
 //! - An unknown tool name is a JSON-RPC error `-32602` (`Unknown tool: NAME`), as the MCP spec
 //!   asks: the client asked for something the server never listed, not a tool that failed.
+//! - Escalation prompts (`escalationPrompt = true`, `client` trust): an MCP server has no
+//!   terminal, so the person is asked through the host with `elicitation/create` (a form:
+//!   approve yes/no, an optional reason). A host without the elicitation capability gets a
+//!   refusal that says so.
 //! - `notifications/cancelled`: rmcp cancels the request's token and drops whatever the handler
 //!   returns afterwards; the handler drops the call's future, which stops it at its next await
 //!   (a gRPC call in flight is abandoned, so its effect is unknown, like `FS_ABORTED`). No
 //!   response is sent for the cancelled id.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use base64::Engine;
@@ -31,6 +34,7 @@ use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use serde_json::{Map, Value, json};
 use tokio::sync::Mutex;
 
+use crate::approver::{Host, HostAnswer};
 use crate::tools::{Block, Session, ToolResult};
 
 /// The `_meta` key of the stable code (`FS_*`, `INVALID_ARGS`, …; null on success).
@@ -82,23 +86,81 @@ impl McpServer {
         Ok(())
     }
 
-    async fn call(&self, name: String, args: Value) -> ToolResult {
+    async fn call(&self, name: String, args: Value, peer: rmcp::Peer<RoleServer>) -> ToolResult {
         let mut session = self.session.lock().await;
-        session.call(&name, args).await
+        session.set_host(Some(Arc::new(Elicitor { peer })));
+        let result = session.call(&name, args).await;
+        session.set_host(None);
+        result
     }
 }
 
-/// The working directory of an MCP session when `--cwd` is absent. MCP clients start servers
-/// from wherever they like (Claude Desktop from `/`), so with `--root` the process cwd is kept
-/// only when it lies inside the root; otherwise relative paths resolve against the root.
-pub fn default_cwd(root: Option<&Path>) -> std::io::Result<PathBuf> {
-    let here = std::env::current_dir()?;
-    // A root that does not resolve is reported by the embedded daemon's start, with its path.
-    let Some(root) = root.and_then(|r| std::fs::canonicalize(r).ok()) else {
-        return Ok(here);
-    };
-    let inside = std::fs::canonicalize(&here).is_ok_and(|h| h.starts_with(&root));
-    Ok(if inside { here } else { root })
+/// Asks the person through the MCP client (`elicitation/create`, form mode).
+#[derive(Debug)]
+struct Elicitor {
+    peer: rmcp::Peer<RoleServer>,
+}
+
+/// The form: approve (required) and an optional reason.
+fn approval_form() -> rmcp::model::ElicitationSchema {
+    use rmcp::model::{BooleanSchema, ElicitationSchema, PrimitiveSchemaDefinition, StringSchema};
+    let mut schema = ElicitationSchema::new(
+        [
+            (
+                "approve".to_owned(),
+                PrimitiveSchemaDefinition::Boolean(BooleanSchema::new().title("Approve this one call")),
+            ),
+            (
+                "reason".to_owned(),
+                PrimitiveSchemaDefinition::String(
+                    StringSchema::new().title("Reason (optional, shown to the agent)"),
+                ),
+            ),
+        ]
+        .into_iter()
+        .collect(),
+    );
+    schema.required = Some(vec!["approve".to_owned()]);
+    schema
+}
+
+/// The person's answer from an elicitation result.
+fn answer(result: &rmcp::model::ElicitResult) -> HostAnswer {
+    use rmcp::model::ElicitationAction;
+    let content = result.content.as_ref();
+    let reason = content.and_then(|c| c.get("reason")).and_then(Value::as_str).unwrap_or("").to_owned();
+    match result.action {
+        ElicitationAction::Accept if content.and_then(|c| c.get("approve")) == Some(&Value::Bool(true)) => {
+            HostAnswer::Approved
+        }
+        ElicitationAction::Accept => HostAnswer::Refused(reason),
+        _ => HostAnswer::Refused(reason),
+    }
+}
+
+impl Host for Elicitor {
+    fn ask(
+        &self,
+        message: String,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = HostAnswer> + Send + '_>> {
+        Box::pin(async move {
+            let supported = self.peer.peer_info().is_some_and(|info| info.capabilities.elicitation.is_some());
+            if !supported {
+                return HostAnswer::Unsupported;
+            }
+            let params = rmcp::model::ElicitRequestParams::FormElicitationParams {
+                meta: None,
+                message,
+                requested_schema: approval_form(),
+            };
+            let request = rmcp::model::ServerRequest::ElicitRequest(rmcp::model::Request::new(params));
+            match self.peer.send_request(request).await {
+                Ok(rmcp::model::ClientResult::ElicitResult(result)) => answer(&result),
+                Ok(_) => HostAnswer::Refused("the host answered something else".to_owned()),
+                Err(e) => HostAnswer::Refused(format!("the host could not ask: {e}")),
+            }
+        })
+    }
 }
 
 /// One tools/list entry from a `Tools::schemas()` entry.
@@ -113,18 +175,10 @@ fn tool_of(schema: &Value) -> Option<Tool> {
 /// What each tool does to the filesystem. None of them reaches beyond the daemon's roots, so
 /// none is open-world. Read-only tools record observations in the session, not on disk.
 pub fn annotations(name: &str) -> ToolAnnotations {
-    let (title, read_only, idempotent) = match name {
-        "read" => ("Read file", true, true),
-        // It also saves the image in the client's own attachment store, never under a root.
-        "read_image" => ("Read image", true, true),
-        // Writing the same content again leaves the same file.
-        "write" => ("Write file", false, true),
-        // A second identical edit fails or edits again (new_string may contain old_string).
-        "edit" => ("Edit file", false, false),
-        "apply_patch" => ("Apply patch", false, false),
-        "str_replace_editor" => ("View and edit files", false, false),
+    let (title, read_only, idempotent) = match crate::tools::Tool::parse(name) {
+        Some(tool) => (tool.title(), tool.read_only(), tool.idempotent()),
         // A tool this table does not know yet is described by the safest claims.
-        _ => ("", false, false),
+        None => ("", false, false),
     };
     let base = if title.is_empty() { ToolAnnotations::new() } else { ToolAnnotations::with_title(title) };
     base.read_only(read_only).destructive(!read_only).idempotent(idempotent).open_world(false)
@@ -189,7 +243,7 @@ impl ServerHandler for McpServer {
                 // rmcp has forgotten this id, so nothing here reaches the client.
                 Err(ErrorData::internal_error("cancelled", None))
             }
-            result = self.call(name, args) => Ok(call_result(result).into()),
+            result = self.call(name, args, context.peer.clone()) => Ok(call_result(result).into()),
         }
     }
 }

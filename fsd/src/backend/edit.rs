@@ -43,7 +43,7 @@ impl Backend {
                 return Err(fail(FsError::Stale(StaleReason::Changed)));
             }
         }
-        let bytes = read::read_bounded(&file, meta.size, self.limits.max_editable_bytes).map_err(fail)?;
+        let bytes = read::read_bounded(&file, &meta, self.limits.max_editable_bytes).map_err(fail)?;
         let current = text::decode(&bytes).map_err(fail)?;
         let (bom, body) = text::split_bom(current);
         let replaced = text::replace(body, old, new, replace_all).map_err(fail)?;

@@ -2,6 +2,7 @@
 //! a plain value so that the fences can later run this code in confined worker processes without
 //! the service or the tools changing. Nothing here knows gRPC, models or tools.
 
+pub mod bytes;
 mod edit;
 pub mod journal;
 mod locks;
@@ -9,16 +10,17 @@ mod moves;
 mod read;
 pub mod resolve;
 pub mod text;
-pub mod version;
+mod version;
 mod write;
 
 use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 pub use locks::{Guard, Locking, TargetLocks};
-pub use read::{StreamDigest, StreamHeader};
+pub use read::{StreamDigest, StreamHeader, unchanged};
 use resolve::{Resolved, Root, WalkOptions};
 use std::sync::Arc;
 
@@ -65,6 +67,8 @@ pub struct Limits {
     pub max_dir_entries: usize,
     pub default_chunk_bytes: usize,
     pub max_chunk_bytes: usize,
+    /// The largest streamed byte write (REST PUT, WriteBytes).
+    pub max_upload_bytes: u64,
 }
 
 impl Default for Limits {
@@ -76,6 +80,7 @@ impl Default for Limits {
             max_dir_entries: 100_000,
             default_chunk_bytes: 256 << 10,
             max_chunk_bytes: 1 << 20,
+            max_upload_bytes: 4 << 30,
         }
     }
 }
@@ -130,12 +135,21 @@ pub struct DirEntry {
     pub target: Target,
     pub version: Option<String>,
     pub size: Option<u64>,
+    /// Modification time (seconds, nanoseconds) and permission bits of what the entry leads
+    /// to, when known.
+    pub modified: Option<(i64, u32)>,
+    pub mode: Option<u32>,
 }
 
 /// One operation, as the service hands it over.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Request {
     Stat {
+        path: String,
+        no_follow: bool,
+    },
+    /// A stat that also checks that the mode may write the target, writing nothing.
+    CheckWrite {
         path: String,
         no_follow: bool,
     },
@@ -172,6 +186,20 @@ pub enum Request {
     },
     DeleteFile {
         path: String,
+        guard: Option<EditGuard>,
+    },
+    /// A whole file of raw bytes, any size: the bytes arrive on a pipe that travels with the
+    /// call (see `bytes`), so neither process holds the file in memory.
+    WriteBytes {
+        path: String,
+        /// Permission bits for the file (`None`: new files 0644, replaced files keep theirs).
+        mode: Option<u32>,
+        guard: Option<WriteGuard>,
+    },
+    /// A file, a symlink (not followed), an empty directory or, with `recursive`, a tree.
+    Remove {
+        path: String,
+        recursive: bool,
         guard: Option<EditGuard>,
     },
 }
@@ -227,6 +255,17 @@ pub enum Outcome {
         target: Target,
         change: Change,
     },
+    WriteBytes {
+        target: Target,
+        operation: WriteOperation,
+        version: String,
+        size: u64,
+    },
+    Remove {
+        target: Target,
+        /// Names removed (a tree counts every entry, itself included).
+        removed: u64,
+    },
 }
 
 /// The roots and policy a backend serves, fixed at startup.
@@ -236,6 +275,17 @@ pub struct RootSpec {
     pub writable: bool,
 }
 
+/// What the walk refuses beyond the roots, from the config.
+#[derive(Debug, Clone, Copy)]
+pub struct Fence<'a> {
+    /// Names read-only under workspace-write wherever they appear below a root.
+    pub protected: &'a [String],
+    /// Mounts below a root the walk may enter (`allow_submounts`).
+    pub submounts: &'a [PathBuf],
+    /// Whether a backslash may appear in a name (`allow_backslash`).
+    pub allow_backslash: bool,
+}
+
 /// The local backend.
 #[derive(Debug)]
 pub struct Backend {
@@ -243,6 +293,7 @@ pub struct Backend {
     roots: Vec<Root>,
     configured: usize,
     protected: Vec<OsString>,
+    allow_backslash: bool,
     limits: Limits,
     locks: Arc<dyn Locking>,
     /// Where temporary files are recorded until their names are gone (see `journal`).
@@ -260,12 +311,14 @@ pub enum StartError {
     NotDirectory(PathBuf),
     #[error("no root configured: pass --writable-root or --readable-root")]
     NoRoots,
+    #[error("allow_submounts {path}: {source}")]
+    Submount { path: PathBuf, source: sys::Errno },
 }
 
 impl Backend {
     pub fn new(
         specs: &[RootSpec],
-        protected: &[String],
+        fence: &Fence<'_>,
         limits: Limits,
         locks: Arc<dyn Locking>,
     ) -> Result<Backend, StartError> {
@@ -285,26 +338,38 @@ impl Backend {
                 None => merged.push(RootSpec { path, writable: spec.writable }),
             }
         }
+        let mut allowed = Vec::new();
+        for path in fence.submounts {
+            let mount = sys::open_root(path)
+                .and_then(|fd| sys::meta(sys::borrow(&fd)))
+                .map_err(|source| StartError::Submount { path: path.clone(), source })?
+                .mount;
+            allowed.push(mount);
+        }
         let mut roots = Vec::new();
         for (index, spec) in merged.iter().enumerate() {
-            let fd = sys::open_root(&spec.path)
-                .map_err(|source| StartError::Open { path: spec.path.clone(), source })?;
+            let open = |source| StartError::Open { path: spec.path.clone(), source };
+            let fd = sys::open_root(&spec.path).map_err(open)?;
+            let own = sys::meta(sys::borrow(&fd)).map_err(open)?.mount;
+            let mounts = std::iter::once(own).chain(allowed.iter().copied()).collect();
             roots.push(Root {
                 id: format!("r{index}"),
                 path: spec.path.clone(),
                 fd,
                 writable: spec.writable,
+                mounts: Some(mounts),
             });
         }
         let configured = roots.len();
         let journal = journal::Journal::open(&merged.iter().map(|m| m.path.clone()).collect::<Vec<_>>());
         let slash = PathBuf::from("/");
         let fd = sys::open_root(&slash).map_err(|source| StartError::Open { path: slash.clone(), source })?;
-        roots.push(Root { id: "host".to_owned(), path: slash, fd, writable: true });
+        roots.push(Root { id: "host".to_owned(), path: slash, fd, writable: true, mounts: None });
         Ok(Backend {
             roots,
             configured,
-            protected: protected.iter().map(OsString::from).collect(),
+            protected: fence.protected.iter().map(OsString::from).collect(),
+            allow_backslash: fence.allow_backslash,
             limits,
             locks,
             journal,
@@ -334,6 +399,7 @@ impl Backend {
     pub fn handle(&self, mode: Mode, request: Request) -> Result<Outcome, Failure> {
         match request {
             Request::Stat { path, no_follow } => self.stat(mode, &path, no_follow),
+            Request::CheckWrite { path, no_follow } => self.check_write(mode, &path, no_follow),
             Request::ReadText { path, max_bytes } => self.read_text(mode, &path, max_bytes),
             Request::ReadBytes { path, max_bytes } => self.read_bytes(mode, &path, max_bytes),
             Request::ListDir { path } => self.list_dir(mode, &path),
@@ -347,6 +413,11 @@ impl Backend {
                 self.move_file(mode, &source, &destination, source_guard, destination_guard, content)
             }
             Request::DeleteFile { path, guard } => self.delete_file(mode, &path, guard),
+            Request::Remove { path, recursive, guard } => self.remove(mode, &path, recursive, guard),
+            // The bytes travel on a pipe: `write_bytes` is called with it by the worker.
+            Request::WriteBytes { path, .. } => {
+                Err(Failure::new(FsError::WriteTemp(std::io::Error::other("no body was sent")), path))
+            }
         }
     }
 
@@ -363,14 +434,15 @@ impl Backend {
         // A write into a protected directory would be refused after creating the directories
         // on its way; refuse it before anything is created. The resolved check still follows.
         if options.create_parents && mode == Mode::WorkspaceWrite {
-            let named = resolve::components(std::ffi::OsStr::new(path));
-            if let Some(name) = named.iter().find(|c| self.protected.iter().any(|p| p == *c)) {
-                let denial = Denial::Protected(name.to_string_lossy().into_owned());
+            let named = resolve::raw_components(path, self.allow_backslash).unwrap_or_default();
+            if let Some(name) = named.iter().find(|c| self.protected.contains(c)) {
+                let denial = Denial::Protected(resolve::escape_bytes(name.as_bytes()));
                 return Err(Failure::new(FsError::Denied(denial), path));
             }
         }
         let may_create = |root: usize, rel: &[OsString]| self.may_write(mode, root, rel);
-        resolve::resolve(roots, path, options, &may_create).map_err(|e| Failure::new(e, path))
+        resolve::resolve(roots, path, self.allow_backslash, options, &may_create)
+            .map_err(|e| Failure::new(e, path))
     }
 
     /// Resolves for reading: links followed, nothing created.
@@ -394,12 +466,79 @@ impl Backend {
                     return Err(FsError::Denied(Denial::NotWritableRoot));
                 }
                 if let Some(name) = rel.iter().find(|c| self.protected.contains(c)) {
-                    return Err(FsError::Denied(Denial::Protected(name.to_string_lossy().into_owned())));
+                    return Err(FsError::Denied(Denial::Protected(resolve::escape_bytes(name.as_bytes()))));
+                }
+                if let Some(depth) = self.git_dir_above(root, rel)? {
+                    let shown = resolve::display_path(&self.roots, root, &rel[..depth]);
+                    return Err(FsError::Denied(Denial::GitDirectory(shown)));
                 }
                 Ok(())
             }
             Mode::DangerFullAccess => Ok(()),
         }
+    }
+
+    /// Whether `mode` may write `path` (the fence, not the guards): resolved as far as it
+    /// exists, nothing created; the missing rest is checked as the names it would create (no
+    /// links among them, since they do not exist). Answers the stat of the target.
+    fn check_write(&self, mode: Mode, path: &str, no_follow: bool) -> Result<Outcome, Failure> {
+        let options = WalkOptions { follow_final: !no_follow, create_parents: false };
+        match self.walk(mode, path, options) {
+            Ok(resolved) => {
+                self.may_write(mode, resolved.root, &resolved.rel).map_err(|e| self.fail(e, &resolved))?;
+            }
+            Err(Failure { error: FsError::NotFound, .. }) => {
+                let raw =
+                    resolve::raw_components(path, self.allow_backslash).map_err(|e| Failure::new(e, path))?;
+                let mut missing = Vec::new();
+                let mut known = raw;
+                let found = loop {
+                    let Some(last) = known.pop() else { break None };
+                    missing.push(last);
+                    let prefix: Vec<String> =
+                        known.iter().map(|c| resolve::escape_bytes(c.as_bytes())).collect();
+                    let ancestor = format!("/{}", prefix.join("/"));
+                    if let Ok(resolved) = self.walk(mode, &ancestor, options) {
+                        break Some(resolved);
+                    }
+                };
+                if let Some(resolved) = found
+                    && !missing.iter().any(|c| c == "..")
+                {
+                    let mut rel = resolved.rel.clone();
+                    rel.extend(missing.into_iter().rev());
+                    let target = Resolved { root: resolved.root, rel, parent: None, meta: None };
+                    self.may_write(mode, target.root, &target.rel).map_err(|e| self.fail(e, &target))?;
+                }
+            }
+            Err(f) => return Err(f),
+        }
+        self.stat(mode, path, no_follow)
+    }
+
+    /// The depth of the first git directory among the directories holding `rel` below `root`
+    /// (0: the root itself), found by what it is, not by its name: a `.git` renamed by a shell,
+    /// a bare repository, the target of a `.git` file's `gitdir:`. Writing its `config` or hooks
+    /// would run code on the next git command. The walk opens the resolved components again,
+    /// none of which is a link.
+    fn git_dir_above(&self, root: usize, rel: &[OsString]) -> Result<Option<usize>, FsError> {
+        let Some(dirs) = rel.len().checked_sub(1) else { return Ok(None) };
+        let mut dir = self.roots[root]
+            .fd
+            .try_clone()
+            .map_err(|e| FsError::Walk(sys::Errno::from_io_error(&e).unwrap_or(sys::Errno::IO)))?;
+        for (depth, name) in rel[..dirs].iter().enumerate() {
+            if is_git_dir(&dir) {
+                return Ok(Some(depth));
+            }
+            dir = match sys::open_component(sys::borrow(&dir), name) {
+                Ok(next) => next,
+                // Not there yet (a parent about to be created): nothing below it to protect.
+                Err(sys::Errno::NOENT) => return Ok(None),
+                Err(errno) => return Err(FsError::Walk(errno)),
+            };
+        }
+        Ok(is_git_dir(&dir).then_some(dirs))
     }
 
     /// Takes the per-target locks of a mutation.
@@ -423,4 +562,15 @@ impl Backend {
             Change { before: None, after: None, omitted: true }
         }
     }
+}
+
+/// A git directory: `HEAD` beside `objects/` and `refs/` (a repository, bare or not), or beside
+/// `commondir` (a linked worktree's git directory).
+fn is_git_dir(dir: &std::os::fd::OwnedFd) -> bool {
+    let kind = |name: &str| sys::meta_at(sys::borrow(dir), std::ffi::OsStr::new(name)).ok().map(|m| m.kind);
+    if kind("HEAD") != Some(sys::Kind::File) {
+        return false;
+    }
+    let is_dir = |name: &str| kind(name) == Some(sys::Kind::Directory);
+    (is_dir("objects") && is_dir("refs")) || kind("commondir") == Some(sys::Kind::File)
 }

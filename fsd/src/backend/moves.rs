@@ -51,7 +51,7 @@ impl Backend {
         if meta.size > self.limits.max_diff_text_bytes {
             return None;
         }
-        let bytes = read::read_bounded(file, meta.size, self.limits.max_diff_text_bytes).ok()?;
+        let bytes = read::read_bounded(file, meta, self.limits.max_diff_text_bytes).ok()?;
         text::decode(&bytes).ok().map(str::to_owned)
     }
 
@@ -157,7 +157,7 @@ impl Backend {
             Err(Errno::XDEV) => {
                 let bytes = match &content {
                     Some(content) => content.as_bytes().to_vec(),
-                    None => read::read_bounded(&src_file, src_meta.size, self.limits.max_editable_bytes)
+                    None => read::read_bounded(&src_file, &src_meta, self.limits.max_editable_bytes)
                         .map_err(|e| self.fail(e, &src))?,
                 };
                 let place = match (&existing, destination_guard.is_some()) {

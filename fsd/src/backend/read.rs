@@ -10,7 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use super::resolve::{self, Resolved, WalkOptions};
 use super::{Backend, DirEntry, FileType, Info, Mode, Outcome, TEMP_PREFIX, Target, text, version};
-use crate::error::{Failure, FsError};
+use crate::error::{Failure, FsError, StaleReason};
 use crate::sys::{self, Errno, Kind, Meta};
 
 /// The first message of a streamed read.
@@ -48,6 +48,15 @@ impl StreamDigest {
     }
 }
 
+/// Whether the file still is what it was when it was opened: same size, same mtime and ctime.
+pub fn unchanged(file: &File, at_open: &Meta) -> Result<(), FsError> {
+    let now = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
+    if now.size != at_open.size || now.mtime != at_open.mtime || now.ctime != at_open.ctime {
+        return Err(FsError::Stale(StaleReason::ChangedWhileRead));
+    }
+    Ok(())
+}
+
 fn file_type(kind: Kind) -> FileType {
     match kind {
         Kind::File => FileType::File,
@@ -57,13 +66,25 @@ fn file_type(kind: Kind) -> FileType {
     }
 }
 
-/// Reads at most `limit` bytes; more than that is `FS_TOO_LARGE` (st_size may lie or grow).
-pub(super) fn read_bounded(file: &File, size_hint: u64, limit: u64) -> Result<Vec<u8>, FsError> {
-    let mut buf = Vec::with_capacity(size_hint.min(limit) as usize);
-    file.take(limit + 1).read_to_end(&mut buf).map_err(FsError::Read)?;
-    if buf.len() as u64 > limit {
-        return Err(FsError::TooLarge { size: buf.len() as u64, limit });
+/// Reads the whole file as it was at open (`at_open`), at most `limit` bytes. A file that
+/// reports size 0 (procfs, some FUSE files) is read up to the limit: more is `FS_TOO_LARGE`. A
+/// file whose bytes or metadata no longer match its size at open (truncated, grown, rewritten
+/// under the read) is `FS_STALE_VERSION`, never a short or mixed read passed off as the file.
+pub(super) fn read_bounded(file: &File, at_open: &Meta, limit: u64) -> Result<Vec<u8>, FsError> {
+    if at_open.size > limit {
+        return Err(FsError::TooLarge { size: at_open.size, limit });
     }
+    let cap = if at_open.size == 0 { limit } else { at_open.size };
+    let mut buf = Vec::with_capacity(usize::try_from(cap.min(1 << 20)).unwrap_or(0));
+    file.take(cap + 1).read_to_end(&mut buf).map_err(FsError::Read)?;
+    if at_open.size == 0 {
+        if buf.len() as u64 > limit {
+            return Err(FsError::TooLarge { size: buf.len() as u64, limit });
+        }
+    } else if buf.len() as u64 != at_open.size {
+        return Err(FsError::Stale(StaleReason::ChangedWhileRead));
+    }
+    unchanged(file, at_open)?;
     Ok(buf)
 }
 
@@ -129,7 +150,7 @@ impl Backend {
         if meta.size > limit {
             return Err(self.fail(FsError::TooLarge { size: meta.size, limit }, &resolved));
         }
-        let bytes = read_bounded(&file, meta.size, limit).map_err(|e| self.fail(e, &resolved))?;
+        let bytes = read_bounded(&file, &meta, limit).map_err(|e| self.fail(e, &resolved))?;
         text::decode(&bytes).map_err(|e| self.fail(e, &resolved))?;
         // The digest is of the bytes just read, so no second read; the model saw exactly these.
         let version = version::of_content(&file, &meta, &bytes);
@@ -148,7 +169,7 @@ impl Backend {
         if meta.size > limit {
             return Err(self.fail(FsError::TooLarge { size: meta.size, limit }, &resolved));
         }
-        let data = read_bounded(&file, meta.size, limit).map_err(|e| self.fail(e, &resolved))?;
+        let data = read_bounded(&file, &meta, limit).map_err(|e| self.fail(e, &resolved))?;
         let version = version::of_content(&file, &meta, &data);
         Ok(Outcome::ReadBytes { target: self.target(&resolved), version, data })
     }
@@ -216,6 +237,8 @@ impl Backend {
                 target,
                 version: None,
                 size: None,
+                modified: None,
+                mode: None,
             };
             let meta = match sys::meta_at(dir.as_fd(), &name) {
                 Ok(meta) => meta,
@@ -226,6 +249,11 @@ impl Backend {
                 }
                 Err(e) => return Err(self.fail(FsError::Metadata(e), &resolved)),
             };
+            // A mount point the walk may not enter is shown, and nothing of what it shows.
+            if !self.roots[resolved.root].may_enter(meta.mount) {
+                entries.push(DirEntry { file_type: file_type(meta.kind), ..other(child) });
+                continue;
+            }
             let child_resolved = if meta.kind == Kind::Symlink {
                 // A link is described by what it leads to inside the roots; broken or leading
                 // out, it is "other".
@@ -253,8 +281,62 @@ impl Backend {
                 target: self.target(&child_resolved),
                 version: Some(self.version_at(&child_resolved, &meta)),
                 size: (meta.kind == Kind::File).then_some(meta.size),
+                modified: Some(meta.mtime),
+                mode: Some(meta.mode & 0o7777),
             });
         }
         Ok(Outcome::ListDir { target, entries })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// A file with `size` bytes, opened, and its metadata at open.
+    fn opened(dir: &std::path::Path, size: usize) -> (std::path::PathBuf, File, Meta) {
+        let path = dir.join("f");
+        std::fs::write(&path, vec![b'a'; size]).unwrap();
+        let file = File::open(&path).unwrap();
+        let meta = sys::meta(file.as_fd()).unwrap();
+        (path, file, meta)
+    }
+
+    #[test]
+    fn a_read_of_a_file_that_changed_under_it_is_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        let stale =
+            |r: Result<Vec<u8>, FsError>| matches!(r, Err(FsError::Stale(StaleReason::ChangedWhileRead)));
+
+        let (_, file, meta) = opened(dir.path(), 1000);
+        assert_eq!(read_bounded(&file, &meta, 1 << 20).unwrap().len(), 1000);
+
+        let (path, file, meta) = opened(dir.path(), 1000);
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(10).unwrap();
+        assert!(stale(read_bounded(&file, &meta, 1 << 20)), "truncated");
+
+        let (path, file, meta) = opened(dir.path(), 1000);
+        std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"more").unwrap();
+        assert!(stale(read_bounded(&file, &meta, 1 << 20)), "grown");
+
+        let (path, file, meta) = opened(dir.path(), 1000);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().write_all(b"b").unwrap();
+        assert!(stale(read_bounded(&file, &meta, 1 << 20)), "rewritten in place, same size");
+
+        let (_, file, meta) = opened(dir.path(), 1000);
+        assert!(matches!(read_bounded(&file, &meta, 999), Err(FsError::TooLarge { size: 1000, limit: 999 })));
+    }
+
+    #[test]
+    fn a_size_zero_file_is_read_up_to_the_limit() {
+        // /proc files report size 0 and have content: read, but never past the limit.
+        let file = File::open("/proc/self/status").unwrap();
+        let meta = sys::meta(file.as_fd()).unwrap();
+        assert_eq!(meta.size, 0);
+        assert!(!read_bounded(&file, &meta, 1 << 20).unwrap().is_empty());
+        let file = File::open("/proc/self/status").unwrap();
+        assert!(matches!(read_bounded(&file, &meta, 16), Err(FsError::TooLarge { limit: 16, .. })));
     }
 }

@@ -9,7 +9,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::error::FsError;
+use crate::error::{Denial, FsError};
 use crate::sys::{self, Errno, Kind, Meta};
 
 /// At most this many symlinks are followed in one resolution (the kernel's own limit).
@@ -25,11 +25,21 @@ pub struct Root {
     pub path: PathBuf,
     pub fd: OwnedFd,
     pub writable: bool,
+    /// The mounts a walk below this root may be on: the root's own, then the operator's
+    /// `allow_submounts`. `None` (the filesystem root of danger-full-access): any mount.
+    pub mounts: Option<Vec<u64>>,
 }
 
 impl Root {
     fn components(&self) -> Vec<&OsStr> {
         components(self.path.as_os_str())
+    }
+
+    /// Whether an object on mount `mount` may be reached below this root. A bind mount (or any
+    /// other filesystem) mounted inside a root would otherwise put whatever it shows inside
+    /// the fence, and Landlock, which follows mounts, would not stop it either.
+    pub fn may_enter(&self, mount: u64) -> bool {
+        self.mounts.as_ref().is_none_or(|allowed| allowed.contains(&mount))
     }
 }
 
@@ -84,11 +94,53 @@ pub fn validate(path: &str) -> Result<(), FsError> {
     if path.as_bytes().contains(&0) {
         return Err(FsError::InvalidPath("path contains a NUL byte"));
     }
+    let bytes = path.as_bytes();
+    if bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':' {
+        return Err(FsError::InvalidPath("path has a drive-letter prefix (a Windows path)"));
+    }
     if !path.starts_with('/') {
         return Err(FsError::InvalidPath("path must be absolute"));
     }
     if components(OsStr::new(path)).iter().any(|c| c.len() > MAX_COMPONENT_BYTES) {
         return Err(FsError::InvalidPath("a path component is longer than 255 bytes"));
+    }
+    Ok(())
+}
+
+/// The raw name bytes of a request path's components: each is unescaped
+/// ([`fsd_proto::names`]), so a name as a listing displays it reaches exactly that file. A
+/// backslash that starts no escape is refused unless the operator allows it:
+/// `..\\..\\etc\\passwd` or `C:\\Users\\x.txt` would otherwise become one literal name.
+pub fn raw_components(path: &str, allow_backslash: bool) -> Result<Vec<OsString>, FsError> {
+    use std::os::unix::ffi::OsStringExt;
+    let mut out = Vec::new();
+    for c in components(OsStr::new(path)) {
+        let text = c.to_str().ok_or(FsError::InvalidPath("path is not valid UTF-8"))?;
+        let raw = match fsd_proto::names::unescape(text, allow_backslash) {
+            Ok(raw) => raw,
+            Err(fsd_proto::names::Unescape::LoneBackslash) => {
+                return Err(FsError::InvalidPath("path contains a backslash (a Windows separator)"));
+            }
+            Err(fsd_proto::names::Unescape::BadCodePoint) => {
+                return Err(FsError::InvalidPath("path has an escape that is not a character"));
+            }
+        };
+        if raw.contains(&b'/') || raw.contains(&0) {
+            return Err(FsError::InvalidPath("an escape in the path stands for '/' or NUL"));
+        }
+        if raw.len() > MAX_COMPONENT_BYTES {
+            return Err(FsError::InvalidPath("a path component is longer than 255 bytes"));
+        }
+        out.push(OsString::from_vec(raw));
+    }
+    Ok(out)
+}
+
+/// A trailing slash says the target is a directory: one that is not (a file, a link, nothing)
+/// is refused rather than served as if the slash were not there.
+fn check_trailing_slash(path: &str, meta: Option<&Meta>) -> Result<(), FsError> {
+    if path.len() > 1 && path.ends_with('/') && meta.is_none_or(|m| m.kind != Kind::Directory) {
+        return Err(FsError::InvalidPath("path ends with a slash but does not name a directory"));
     }
     Ok(())
 }
@@ -142,11 +194,13 @@ fn errno_of(err: &std::io::Error) -> Errno {
 pub fn resolve(
     roots: &[Root],
     path: &str,
+    allow_backslash: bool,
     options: WalkOptions,
     may_create: MayCreate<'_>,
 ) -> Result<Resolved, FsError> {
     validate(path)?;
-    let all = components(OsStr::new(path));
+    let all = raw_components(path, allow_backslash)?;
+    let all: Vec<&OsStr> = all.iter().map(OsString::as_os_str).collect();
     let (root, rest) = pick_root(roots, &all).ok_or(FsError::OutsideRoots)?;
     let mut walk = Walk { roots, root, dirs: Vec::new(), rel: Vec::new() };
     walk.enter_root(root)?;
@@ -187,6 +241,11 @@ pub fn resolve(
             Err(errno) => return Err(FsError::Walk(errno)),
         };
         let meta = sys::meta(handle.as_fd()).map_err(FsError::Metadata)?;
+        if !walk.roots[walk.root].may_enter(meta.mount) {
+            let mut rel = walk.rel.clone();
+            rel.push(name);
+            return Err(FsError::Denied(Denial::Submount(display_path(roots, walk.root, &rel))));
+        }
         match meta.kind {
             Kind::Symlink if !is_final || options.follow_final => {
                 hops += 1;
@@ -224,6 +283,7 @@ pub fn resolve(
 
     match last {
         Some((name, meta)) => {
+            check_trailing_slash(path, meta.as_ref())?;
             let parent = walk.dirs.pop().ok_or(FsError::OutsideRoots)?;
             let mut rel = walk.rel;
             rel.push(name);
@@ -241,13 +301,15 @@ pub fn resolve(
 
 /// The opaque key of a resolved target: root id and the path below it.
 pub fn target_key(roots: &[Root], root: usize, rel: &[OsString]) -> String {
+    // Escaped, not lossy: two distinct names never share a key (and so a lock or an
+    // observation).
     let mut key = roots[root].id.clone();
     key.push(':');
     for (i, c) in rel.iter().enumerate() {
         if i > 0 {
             key.push('/');
         }
-        key.push_str(&c.to_string_lossy());
+        key.push_str(&fsd_proto::names::escape(c.as_bytes()));
     }
     key
 }
@@ -261,21 +323,15 @@ pub fn display_path(roots: &[Root], root: usize, rel: &[OsString]) -> String {
     path_string(&path)
 }
 
-/// A path as text; bytes that are not UTF-8 are escaped as `\xNN` so two names never collide.
+/// A path as text a model or a log may show, escaped ([`fsd_proto::names`]): reversible, so
+/// two names never collide and the text leads back to the file.
 pub fn path_string(path: &Path) -> String {
     escape_bytes(path.as_os_str().as_bytes())
 }
 
-/// Escapes bytes that are not valid UTF-8 as `\xNN`.
+/// Escapes a name for display (see [`fsd_proto::names::escape`]).
 pub fn escape_bytes(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len());
-    for chunk in bytes.utf8_chunks() {
-        out.push_str(chunk.valid());
-        for b in chunk.invalid() {
-            out.push_str(&format!("\\x{b:02x}"));
-        }
-    }
-    out
+    fsd_proto::names::escape(bytes)
 }
 
 #[cfg(test)]
@@ -286,12 +342,33 @@ mod tests {
     fn validate_refuses_bad_input_before_any_syscall() {
         let check = |path: &str, ok: bool| assert_eq!(validate(path).is_ok(), ok, "{path:?}");
         check("/ws/a.txt", true);
+        check("C:/Users/x.txt", false);
+        check("c:\\Users\\x.txt", false);
         check("", false);
         check("relative/a.txt", false);
         check("/ws/a\0b", false);
         check(&format!("/{}", "a".repeat(256)), false);
         check(&format!("/{}", "a".repeat(255)), true);
         check(&format!("/{}", "a/".repeat(2049)), false);
+    }
+
+    #[test]
+    fn request_paths_unescape_to_raw_names() {
+        let check = |path: &str, allow: bool, want: Option<&[&[u8]]>| {
+            let got = raw_components(path, allow).ok();
+            let got: Option<Vec<Vec<u8>>> = got.map(|v| v.iter().map(|c| c.as_bytes().to_vec()).collect());
+            let want: Option<Vec<Vec<u8>>> = want.map(|w| w.iter().map(|c| c.to_vec()).collect());
+            assert_eq!(got, want, "{path:?} {allow}");
+        };
+        check("/ws/a.txt", false, Some(&[b"ws", b"a.txt"]));
+        check("/ws/..\\..\\etc\\passwd", false, None);
+        check("/ws/C:\\Users\\x.txt", false, None);
+        check("/ws/a\\b", true, Some(&[b"ws", b"a\\b"]));
+        check("/ws/a\\\\b", false, Some(&[b"ws", b"a\\b"]));
+        check("/ws/\\xffa", false, Some(&[b"ws", b"\xffa"]));
+        check("/ws/\\\\xffa", false, Some(&[b"ws", b"\\xffa"]));
+        check("/ws/a\\x2fb", false, None);
+        check("/ws/a\\x00b", false, None);
     }
 
     #[test]
@@ -305,6 +382,7 @@ mod tests {
     fn escape_keeps_distinct_invalid_names_distinct() {
         assert_eq!(escape_bytes(b"caf\xc3\xa9"), "café");
         assert_eq!(escape_bytes(b"a\xffb"), "a\\xffb");
+        assert_ne!(escape_bytes(b"\xffa"), escape_bytes(b"\\xffa"));
         assert_ne!(escape_bytes(b"\xfe"), escape_bytes(b"\xff"));
     }
 }

@@ -63,6 +63,30 @@ pub(super) fn place_file<'a>(
     place: Place<'_>,
     journal: Scope<'a>,
 ) -> Result<(File, Meta), FsError> {
+    let mut fill =
+        |file: &mut File| file.write_all(content).map_err(|e| write_failed(e, content.len() as u64));
+    place_file_with(dir, name, &mut fill, place, None, journal)
+}
+
+/// A failed write into a temporary file. Past RLIMIT_FSIZE (EFBIG) the file is too large for
+/// this worker, not a disk failure.
+pub(super) fn write_failed(e: std::io::Error, size: u64) -> FsError {
+    match (e.raw_os_error(), sys::file_size_limit()) {
+        (Some(libc::EFBIG), Some(limit)) => FsError::TooLarge { size, limit },
+        _ => FsError::WriteTemp(e),
+    }
+}
+
+/// [`place_file`] with the content written by `fill` (a stream), and optionally explicit
+/// permission bits instead of the replaced file's (or 0644).
+pub(super) fn place_file_with<'a>(
+    dir: BorrowedFd<'a>,
+    name: &OsStr,
+    fill: &mut dyn FnMut(&mut File) -> Result<(), FsError>,
+    place: Place<'_>,
+    mode: Option<u32>,
+    journal: Scope<'a>,
+) -> Result<(File, Meta), FsError> {
     let temp_name = sys::temp_name().map_err(FsError::CreateTemp)?;
     let mut entry = journal.begin(&temp_name);
     let mut file = match sys::create_exclusive(dir, &temp_name) {
@@ -83,7 +107,7 @@ pub(super) fn place_file<'a>(
         entry.identify(&meta, replaced);
     }
     let mut temp = TempName { dir, name: temp_name, armed: true, entry: Some(entry) };
-    file.write_all(content).map_err(FsError::WriteTemp)?;
+    fill(&mut file)?;
     match place {
         Place::Replace(old) => {
             let (uid, gid) = sys::effective_ids();
@@ -91,10 +115,11 @@ pub(super) fn place_file<'a>(
                 sys::set_owner(&file, old.uid, old.gid).map_err(FsError::KeepOwner)?;
             }
             // After chown, which clears set-id bits; those are not carried over on purpose.
-            sys::set_mode(&file, old.mode & 0o777).map_err(FsError::SetMode)?;
+            sys::set_mode(&file, mode.unwrap_or(old.mode) & 0o777).map_err(FsError::SetMode)?;
+            keep_attributes(dir, name, old, &file)?;
         }
         Place::Create | Place::CreateOrReplace => {
-            sys::set_mode(&file, NEW_FILE_MODE).map_err(FsError::SetMode)?;
+            sys::set_mode(&file, mode.unwrap_or(NEW_FILE_MODE) & 0o777).map_err(FsError::SetMode)?;
         }
     }
     sys::sync(file.as_fd()).map_err(FsError::Sync)?;
@@ -134,6 +159,48 @@ pub(super) fn place_file<'a>(
     sys::sync_dir(dir).map_err(FsError::Sync)?;
     let meta = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
     Ok((file, meta))
+}
+
+/// Copies the replaced file's POSIX ACL, `user.*` and `security.*` attributes to its
+/// replacement. Without the ACL the mode's group bits (the old mask) would become the group's
+/// access, wider than a narrower group entry: an ACL or user attribute that cannot be kept
+/// refuses the write. A `security.*` attribute the worker may not set (a file capability, an
+/// LSM label) is left behind: losing it never widens access.
+fn keep_attributes(dir: BorrowedFd<'_>, name: &OsStr, old: &Meta, new: &File) -> Result<(), FsError> {
+    use std::os::unix::ffi::OsStrExt;
+    let replaced = match sys::open_read(dir, name) {
+        Ok(file) => file,
+        Err(Errno::NOENT) => return Err(FsError::Stale(StaleReason::Gone)),
+        Err(errno) => return Err(FsError::KeepAttributes(errno)),
+    };
+    let now = sys::meta(replaced.as_fd()).map_err(FsError::Metadata)?;
+    if (now.dev, now.ino) != (old.dev, old.ino) {
+        return Err(FsError::Stale(StaleReason::ChangedWhileWriting));
+    }
+    let names = match sys::list_xattrs(replaced.as_fd()) {
+        Ok(names) => names,
+        // No extended attributes on this filesystem: nothing to keep.
+        Err(Errno::NOTSUP) => return Ok(()),
+        Err(errno) => return Err(FsError::KeepAttributes(errno)),
+    };
+    for attr in names {
+        let bytes = attr.as_bytes();
+        let must_keep = bytes == b"system.posix_acl_access" || bytes.starts_with(b"user.");
+        if !must_keep && !bytes.starts_with(b"security.") {
+            continue;
+        }
+        let value = match sys::get_xattr(replaced.as_fd(), &attr) {
+            Ok(value) => value,
+            Err(Errno::NODATA) => continue,
+            Err(errno) => return Err(FsError::KeepAttributes(errno)),
+        };
+        match sys::set_xattr(new.as_fd(), &attr, &value) {
+            Ok(()) => {}
+            Err(_) if !must_keep => {}
+            Err(errno) => return Err(FsError::KeepAttributes(errno)),
+        }
+    }
+    Ok(())
 }
 
 /// The current regular file at a resolved name, re-checked under the target lock.

@@ -333,9 +333,11 @@ impl Dispatcher {
         mode: Mode,
         worker: &mut Worker,
         message: &ToWorker,
+        body: Option<OwnedFd>,
         mut done: impl FnMut(FromWorker, Option<OwnedFd>) -> Option<T>,
     ) -> Result<T, Lost> {
-        if let Err(e) = ipc::send_async(&worker.frames, message, None).await {
+        use std::os::fd::AsFd;
+        if let Err(e) = ipc::send_async(&worker.frames, message, body.as_ref().map(|b| b.as_fd())).await {
             return Err(Lost(format!("the worker could not take the call ({e})")));
         }
         let mut held = None;
@@ -356,9 +358,13 @@ impl Dispatcher {
                         return Err(Lost("the worker went away while waiting for a lock".into()));
                     }
                 }
+                // A streamed write in progress: the deadline restarts.
+                Ok((FromWorker::Progress { .. }, _)) => {}
                 Ok((reply, fd)) => {
                     let result = done(reply, fd);
                     drop(held);
+                    // Our copy of an upload's pipe closes now: its sender sees EPIPE.
+                    drop(body);
                     return result.ok_or_else(|| Lost("the worker sent an unexpected message".into()));
                 }
                 Err(IpcError::TimedOut) => {
@@ -382,12 +388,13 @@ impl Dispatcher {
         identity: &str,
         path: &str,
         message: ToWorker,
+        body: Option<OwnedFd>,
         done: impl FnMut(FromWorker, Option<OwnedFd>) -> Option<T> + Send + 'static,
     ) -> Result<T, WireError> {
         let mut worker = self.checkout(mode, identity, path).await?;
         let dispatcher = self.clone();
         let task = tokio::spawn(async move {
-            let result = dispatcher.exchange(mode, &mut worker, &message, done).await;
+            let result = dispatcher.exchange(mode, &mut worker, &message, body, done).await;
             match result {
                 Ok(value) => {
                     dispatcher.pool(mode).checkin(worker);
@@ -417,7 +424,26 @@ impl Dispatcher {
     ) -> Result<Outcome, WireError> {
         let path = request.path().to_owned();
         let message = ToWorker::Call(request);
-        self.run(mode, identity, &path, message, |reply, _| match reply {
+        self.run(mode, identity, &path, message, None, |reply, _| match reply {
+            FromWorker::Reply(result) => Some(result),
+            _ => None,
+        })
+        .await?
+        .map_err(|remote| remote.into_wire())
+    }
+
+    /// Runs one operation whose body arrives on `body` (the read end of a pipe) in a worker of
+    /// `mode` (`Request::WriteBytes`).
+    pub async fn call_with_body(
+        self: &Arc<Self>,
+        mode: Mode,
+        identity: &str,
+        request: Request,
+        body: OwnedFd,
+    ) -> Result<Outcome, WireError> {
+        let path = request.path().to_owned();
+        let message = ToWorker::Call(request);
+        self.run(mode, identity, &path, message, Some(body), |reply, _| match reply {
             FromWorker::Reply(result) => Some(result),
             _ => None,
         })
@@ -435,7 +461,7 @@ impl Dispatcher {
     ) -> Result<(StreamHeader, File), WireError> {
         let message = ToWorker::OpenStream { path: path.to_owned() };
         let owned = path.to_owned();
-        self.run(mode, identity, path, message, move |reply, fd| match reply {
+        self.run(mode, identity, path, message, None, move |reply, fd| match reply {
             FromWorker::Stream(Ok(header)) => Some(
                 fd.map(|fd| (header, File::from(fd)))
                     .ok_or_else(|| failure(ErrorCode::IoError, &owned, "the worker sent no descriptor")),

@@ -94,12 +94,18 @@ pub enum Ended {
     Gone,
     /// Reading the file failed.
     Read(std::io::Error),
+    /// The file was truncated, grew or was rewritten while it was read (or it reports a size
+    /// it does not have): what was sent is not the file.
+    Changed,
 }
 
 /// Sends `file` in chunks of `chunk` bytes into `tx`, converting each with `wrap`; gives up
-/// when a chunk waits longer than `idle` for room (the reader stopped reading). The chunks are
-/// hashed as they pass: having reached the end, it returns the version `header` completed with
-/// the digest of every byte sent (`None` when the length differs from the one opened).
+/// when a chunk waits longer than `idle` for room (the reader stopped reading). Sends exactly
+/// the file's size at the start: a file that ends early, has bytes past that size (a size-0
+/// procfs or FUSE file that never ends) or whose metadata changed by the end is
+/// [`Ended::Changed`], never a stream that passes for the whole file. The chunks are hashed as
+/// they pass: having sent the whole file, it returns the version `header` completed with the
+/// digest of every byte sent.
 pub async fn pump<T>(
     readers: &Readers,
     file: File,
@@ -108,21 +114,25 @@ pub async fn pump<T>(
     idle: Duration,
     tx: &mpsc::Sender<T>,
     wrap: impl Fn(Vec<u8>) -> T,
-) -> Result<Option<String>, Ended> {
+) -> Result<String, Ended> {
+    use std::os::fd::AsFd;
+    let at_open = crate::sys::meta(file.as_fd()).map_err(|e| Ended::Read(e.into()))?;
     let file = Arc::new(file);
     let mut digest = StreamDigest::default();
-    loop {
-        let bytes = readers.read(file.clone(), digest.sent(), chunk).await.map_err(Ended::Read)?;
-        if bytes.is_empty() {
-            return Ok(digest.finish(header));
+    while digest.sent() < at_open.size {
+        let want = chunk.min(usize::try_from(at_open.size - digest.sent()).unwrap_or(usize::MAX));
+        let bytes = readers.read(file.clone(), digest.sent(), want).await.map_err(Ended::Read)?;
+        if bytes.len() < want {
+            return Err(Ended::Changed);
         }
-        let last = bytes.len() < chunk;
         digest.update(&bytes);
         send(tx, wrap(bytes), idle).await?;
-        if last {
-            return Ok(digest.finish(header));
-        }
     }
+    if !readers.read(file.clone(), digest.sent(), 1).await.map_err(Ended::Read)?.is_empty() {
+        return Err(Ended::Changed);
+    }
+    crate::backend::unchanged(&file, &at_open).map_err(|_| Ended::Changed)?;
+    digest.finish(header).ok_or(Ended::Changed)
 }
 
 /// Sends one item, waiting for room at most `idle`.
@@ -189,10 +199,7 @@ mod tests {
         };
         let version =
             pump(&readers, file, &header, 4096, Duration::from_secs(5), &tx, |b| b).await.expect("pump");
-        assert!(
-            version.is_some_and(|v| v.starts_with('v')),
-            "a stream that reached the end carries a digest"
-        );
+        assert!(version.starts_with('v'), "a stream that reached the end carries a digest");
         drop(tx);
         let mut got = Vec::new();
         let mut sizes = Vec::new();
@@ -202,6 +209,48 @@ mod tests {
         }
         assert_eq!(sizes, vec![4096, 4096, 1808]);
         assert_eq!(got, data);
+    }
+
+    #[tokio::test]
+    async fn a_file_that_is_not_its_size_is_a_changed_stream() {
+        let readers = Readers::start(1).expect("readers");
+        // /proc files report size 0 and keep answering: nothing is sent, the stream fails.
+        let file = File::open("/proc/self/status").expect("procfs");
+        let (tx, mut rx) = mpsc::channel(64);
+        let header = StreamHeader {
+            target: crate::backend::Target { key: "k".into(), display: "d".into() },
+            version: "v".into(),
+            size: 0,
+        };
+        let ended = pump(&readers, file, &header, 4096, Duration::from_secs(5), &tx, |b| b).await;
+        assert!(matches!(ended, Err(Ended::Changed)), "{ended:?}");
+        drop(tx);
+        assert!(rx.recv().await.is_none());
+
+        let mut file = tempfile::tempfile().expect("tempfile");
+        file.write_all(&[1u8; 100_000]).expect("write");
+        let cut = file.try_clone().expect("clone");
+        let (tx, mut rx) = mpsc::channel(64);
+        let first = std::sync::atomic::AtomicBool::new(true);
+        let wrap = |b: Vec<u8>| {
+            if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                cut.set_len(5000).expect("truncate");
+            }
+            b.len()
+        };
+        let header = StreamHeader {
+            target: crate::backend::Target { key: "k".into(), display: "d".into() },
+            version: "v".into(),
+            size: 100_000,
+        };
+        let ended = pump(&readers, file, &header, 4096, Duration::from_secs(5), &tx, wrap).await;
+        assert!(matches!(ended, Err(Ended::Changed)), "{ended:?}");
+        drop(tx);
+        let mut sent = 0;
+        while let Some(n) = rx.recv().await {
+            sent += n;
+        }
+        assert!(sent < 100_000, "{sent}");
     }
 
     #[tokio::test]

@@ -1,22 +1,124 @@
-//! Signed escalation's two calls: RequestEscalation (the daemon's canonical description of the
-//! calls a client wants to make at a wider mode, with a diff the daemon made) and
-//! ReleaseEscalation.
+//! RequestEscalation and ReleaseEscalation. The daemon checks every call first (observation,
+//! staleness, edit matching: what would fail never reaches a person or a rule file), then, under
+//! signed trust, sends its own description (resolved targets, versions, digests, a diff) to its
+//! approver and answers the caller with the decision only. Under signed trust nothing the
+//! caller may not read reaches it: not the description, not the diff, and not whether a target
+//! outside its grant exists (such a target gets the same answer whatever is there, until an
+//! approver lets the caller read it). Client trust believes the client, so its checks speak
+//! about every target.
 
+use fsd_proto::approver::Decider as ApproverDecider;
 use fsd_proto::v1;
 use fsd_proto::{ErrorCode, WireError, digest};
 use tonic::{Request, Response, Status};
 
 use super::FsdService;
 use super::grant::{Caller, Decision, Step};
-use super::wire::{Called, mode_from_wire};
-use crate::backend::{self, Mode, Outcome};
-use crate::escalation::{CanonicalOp, Describe, Preview};
+use super::wire::{self, Called, mode_from_wire};
+use crate::approver::{self, Answer};
+use crate::backend::{self, Mode, Outcome, WriteGuard, text};
+use crate::config::Escalation;
+use crate::error::{Failure, FsError, StaleReason};
+use crate::escalation::{CanonicalOp, Describe, Preview, escape};
 use crate::op::Op;
 
+/// A refusal's reason as the caller sees it: escaped, bounded.
+fn bounded_reason(reason: &str) -> String {
+    escape(reason).chars().take(500).collect()
+}
+
+/// The file as a worker of `mode` reads it: `None` when absent; the text when it is text and
+/// small enough to edit.
+struct Current {
+    version: String,
+    text: Option<String>,
+}
+
 impl FsdService {
-    /// The digest an approval binds and the diff its approver sees. When the client sent the
-    /// change itself, both come from the daemon: the digest of what was sent, and a diff
-    /// against the file as a worker of the requested mode reads it now.
+    async fn current(&self, mode: Mode, path: &str) -> Result<Option<Current>, WireError> {
+        let max_bytes = self.limits.max_editable_bytes;
+        match self.dispatch(mode, backend::Request::ReadText { path: path.to_owned(), max_bytes }).await {
+            Ok(Outcome::ReadText { version, text, .. }) => Ok(Some(Current { version, text: Some(text) })),
+            Ok(_) => Err(WireError::new(ErrorCode::IoError, path, "unexpected outcome")),
+            Err(w) if w.code == ErrorCode::NotFound => Ok(None),
+            Err(w)
+                if matches!(w.code, ErrorCode::TooLarge | ErrorCode::NotText | ErrorCode::NotRegularFile) =>
+            {
+                let stat = backend::Request::Stat { path: path.to_owned(), no_follow: false };
+                match self.dispatch(mode, stat).await? {
+                    Outcome::Stat { info: Some(info), .. } => {
+                        Ok(Some(Current { version: info.version, text: None }))
+                    }
+                    _ => Ok(None),
+                }
+            }
+            Err(w) => Err(w),
+        }
+    }
+
+    /// The checks the call itself would fail, run before anyone is asked: the guard against
+    /// the current version, the edit's match. Only for targets the caller may know about.
+    async fn check(&self, mode: Mode, op: Op, wire: &v1::EscalatedOp) -> Result<(), Status> {
+        let fail = |e: FsError| Failure::new(e, wire.path.clone()).into_wire().into_status();
+        match op {
+            Op::EditText => {
+                let edit = backend::EditGuard {
+                    version: wire.edit_guard.as_ref().map(|g| g.version.clone()).unwrap_or_default(),
+                    target_key: None,
+                };
+                let Some(current) = self.current(mode, &wire.path).await.map_err(|w| w.into_status())? else {
+                    return Err(fail(FsError::Stale(StaleReason::Gone)));
+                };
+                if wire.edit_guard.is_some() && !fsd_proto::version::same(&edit.version, &current.version) {
+                    return Err(fail(FsError::Stale(StaleReason::Changed)));
+                }
+                if let (Some(body), Some(old), Some(new)) =
+                    (&current.text, &wire.old_string, &wire.new_string)
+                {
+                    let (_, body) = text::split_bom(body);
+                    text::replace(body, old, new, wire.replace_all).map_err(fail)?;
+                }
+                Ok(())
+            }
+            Op::WriteText => {
+                let current = self.current(mode, &wire.path).await.map_err(|w| w.into_status())?;
+                match (wire::write_guard(wire.write_guard.clone()), current) {
+                    (Some(WriteGuard::CreateIfAbsent), Some(_)) => Err(fail(FsError::AlreadyExists)),
+                    (Some(WriteGuard::ReplaceIfVersion { .. }), None) => {
+                        Err(fail(FsError::Stale(StaleReason::Gone)))
+                    }
+                    (Some(WriteGuard::ReplaceIfVersion { version, .. }), Some(current))
+                        if !fsd_proto::version::same(&version, &current.version) =>
+                    {
+                        Err(fail(FsError::Stale(StaleReason::Changed)))
+                    }
+                    _ => Ok(()),
+                }
+            }
+            Op::DeleteFile | Op::MoveFile => {
+                let Some(guard) = &wire.edit_guard else { return Ok(()) };
+                let stat = backend::Request::Stat { path: wire.path.clone(), no_follow: true };
+                match self.dispatch(mode, stat).await.map_err(|w| w.into_status())? {
+                    Outcome::Stat { info: None, .. } => Err(fail(FsError::Stale(StaleReason::Gone))),
+                    Outcome::Stat { info: Some(info), .. }
+                        if !fsd_proto::version::same(&guard.version, &info.version) =>
+                    {
+                        Err(fail(FsError::Stale(StaleReason::Changed)))
+                    }
+                    _ => Ok(()),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the caller's own grant reaches `path`: then anything about it may be said.
+    async fn visible(&self, base: Mode, path: &str) -> bool {
+        let stat = backend::Request::Stat { path: path.to_owned(), no_follow: true };
+        !matches!(self.dispatch(base, stat).await, Err(w) if w.code == ErrorCode::SandboxDenied)
+    }
+
+    /// The digest an approval binds and the diff its approver sees (never the caller).
     async fn preview(&self, mode: Mode, op: Op, wire: &v1::EscalatedOp, exists: bool) -> (Vec<u8>, Preview) {
         const MAX_PREVIEW_LINES: usize = 200;
         let bounded = |mut lines: Vec<String>| {
@@ -64,6 +166,64 @@ impl FsdService {
         }
     }
 
+    /// One requested call: checked (where the caller may know the answer), then described.
+    async fn canonical_escalated(
+        &self,
+        caller: &Caller,
+        base: Mode,
+        requested: Mode,
+        op: Op,
+        wire: &v1::EscalatedOp,
+    ) -> Result<(CanonicalOp, Preview), Status> {
+        // A target outside the caller's grant: one answer whatever is there, until an approver
+        // let this caller read (or change) it. A read is what earns that, so reads go through.
+        let unresolved = |key: String| CanonicalOp {
+            op,
+            target_key: key,
+            display: wire.path.clone(),
+            version: None,
+            destination: None,
+            content_sha256: Vec::new(),
+        };
+        let client = caller.client();
+        let gated = self.escalation == Escalation::Signed;
+        let visible = !gated
+            || (self.visible(base, &wire.path).await
+                && (op != Op::MoveFile || self.visible(base, &wire.destination).await));
+        let resolved = self.canonical(requested, op, &wire.path, op.follows_link()).await;
+        if !visible {
+            let known = match &resolved {
+                Ok((key, _, _)) => self.known.knows(&caller.session, &client, key),
+                Err(_) => false,
+            };
+            if !known && op != Op::ReadText {
+                return Err(WireError::new(
+                    ErrorCode::NotObserved,
+                    &wire.path,
+                    "outside this client's grant: an approved read of the target comes first",
+                )
+                .with("read_first", requested.as_str())
+                .into_status());
+            }
+            if let Err(status) = &resolved {
+                // An approved read will meet this failure itself; the approver sees it now.
+                let why = WireError::from_status(status).map(|w| w.code.as_str()).unwrap_or("FS_IO_ERROR");
+                return Ok((unresolved(format!("unresolved:{why}")), Preview::default()));
+            }
+        }
+        let (target_key, display, version) = resolved?;
+        self.check(requested, op, wire).await?;
+        let destination = match op {
+            Op::MoveFile => {
+                let (key, display, _) = self.canonical(requested, op, &wire.destination, true).await?;
+                Some((key, display))
+            }
+            _ => None,
+        };
+        let (content_sha256, preview) = self.preview(requested, op, wire, version.is_some()).await;
+        Ok((CanonicalOp { op, target_key, display, version, destination, content_sha256 }, preview))
+    }
+
     pub(super) async fn describe(
         &self,
         request: Request<v1::EscalationRequest>,
@@ -76,9 +236,9 @@ impl FsdService {
                 .with("mode", self.default_mode.as_str())
                 .into_status()
         };
-        let Some(escalations) = &self.escalations else {
-            return Err(refuse("this daemon does not take signed escalations".into()));
-        };
+        if self.escalation == Escalation::Deny {
+            return Err(refuse("escalation is disabled on this daemon".into()));
+        }
         let max = self.max_for(&caller);
         let base = self.default_mode.min(max);
         let requested =
@@ -109,41 +269,122 @@ impl FsdService {
             let Some(op) = Op::escalatable(&wire.op) else {
                 return Err(Status::invalid_argument(format!("cannot escalate operation {:?}", wire.op)));
             };
-            let (target_key, display, version) =
-                self.canonical(requested, op, &wire.path, op.follows_link()).await?;
-            let destination = match op {
-                Op::MoveFile => {
-                    let (key, display, _) = self.canonical(requested, op, &wire.destination, true).await?;
-                    Some((key, display))
+            match self.canonical_escalated(&caller, base, requested, op, wire).await {
+                Ok(described) => ops.push(described),
+                Err(status) => {
+                    let code = WireError::from_status(&status).map(|w| w.code.as_str()).unwrap_or("error");
+                    self.audit(
+                        &caller,
+                        Step::Escalate(Op::Describe),
+                        &wire.path,
+                        requested,
+                        Decision::Checked,
+                        code,
+                    );
+                    return Err(status);
                 }
-                _ => None,
-            };
-            let (content_sha256, preview) = self.preview(requested, op, wire, version.is_some()).await;
-            ops.push((
-                CanonicalOp { op, target_key, display, version, destination, content_sha256 },
-                preview,
-            ));
+            }
         }
-        let described = escalations.describe(Describe {
+        let Some(escalations) = self.escalations.as_ref().filter(|_| self.escalation == Escalation::Signed)
+        else {
+            // Client trust: the checks passed; the client's own approver decides.
+            self.audit(&caller, Step::Escalate(Op::Describe), &first, requested, Decision::Checked, "ok");
+            return Ok(Response::new(v1::EscalationDescription {
+                decided_by: v1::Decider::Client as i32,
+                ..Default::default()
+            }));
+        };
+        let client = caller.client();
+        let keys: Vec<String> = ops
+            .iter()
+            .flat_map(|(op, _)| {
+                std::iter::once(op.target_key.clone()).chain(op.destination.clone().map(|d| d.0))
+            })
+            .collect();
+        // The pending-escalation budget: held until this escalation is spent, refused or expired.
+        escalations.purge();
+        let permit = match self.budgets.escalation(&caller.identity) {
+            Ok(permit) => permit,
+            Err(refusal) => {
+                let code = ErrorCode::RateLimited.as_str();
+                self.audit(&caller, Step::Escalate(Op::Describe), &first, requested, Decision::Refused, code);
+                return Err(refusal.into_wire(&first).into_status());
+            }
+        };
+        let request = Describe {
             session: &caller.session,
-            client: &caller.client(),
+            client: &client,
             mode: requested,
             justification: &r.justification,
             ops,
-        });
-        self.audit(&caller, Step::Escalate(Op::Describe), &first, requested, Decision::Pending, "ok");
-        Ok(Response::new(v1::EscalationDescription {
-            escalation_id: described.id,
-            nonce: described.nonce.into(),
-            description: described.text,
-            expires_unix: i64::try_from(described.expires).unwrap_or(i64::MAX),
-        }))
+        };
+        let described = escalations.describe(request, Some(permit));
+        let audit = |decision: Decision, result: &str| {
+            self.audit_digest(&caller, &first, requested, decision, result, &described.digest);
+        };
+        audit(Decision::Pending, "ok");
+        let endpoint = self.approver_endpoint.as_ref();
+        let answer = match endpoint {
+            Some(endpoint) => approver::ask(endpoint, &described.text, escalations.ttl()).await,
+            None => Err(approver::ApproverError::Connect("(none)".into(), "no approver_endpoint".into())),
+        };
+        let reply = |approved: bool, by: v1::Decider, reason: String| v1::EscalationDescription {
+            escalation_id: if approved { described.id.clone() } else { String::new() },
+            nonce: if approved { described.nonce.clone().into() } else { Default::default() },
+            expires_unix: if approved { i64::try_from(described.expires).unwrap_or(i64::MAX) } else { 0 },
+            approved,
+            decided_by: by as i32,
+            reason,
+        };
+        let decider = |by: ApproverDecider| match by {
+            ApproverDecider::Person => v1::Decider::Person,
+            _ => v1::Decider::Rules,
+        };
+        let out = match answer {
+            Ok(Answer::Approved { signature, by }) => match escalations.approve(&described.id, &signature) {
+                Ok(()) => {
+                    audit(Decision::Approved, "ok");
+                    for key in &keys {
+                        self.known.record(&caller.session, &client, key);
+                    }
+                    reply(true, decider(by), String::new())
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "the approver's signature does not verify with approver_public_key");
+                    audit(Decision::Refused, "bad_signature");
+                    reply(false, v1::Decider::Unreachable, String::new())
+                }
+            },
+            Ok(Answer::Refused { reason, by }) => {
+                escalations.refuse(&described.id);
+                audit(Decision::Refused, "ok");
+                reply(false, decider(by), bounded_reason(&reason))
+            }
+            Err(e) => {
+                escalations.refuse(&described.id);
+                tracing::warn!(error = %e, "no decision from the approver");
+                audit(Decision::Refused, "unreachable");
+                reply(false, v1::Decider::Unreachable, String::new())
+            }
+        };
+        Ok(Response::new(out))
     }
 
     pub(super) fn release(&self, request: Request<v1::ReleaseEscalationRequest>) {
         let caller = Caller::of(&request, request.get_ref().context());
+        let r = request.get_ref();
         if let Some(escalations) = &self.escalations {
-            escalations.release(&request.get_ref().escalation_id, &caller.session);
+            escalations.release(&r.escalation_id, &caller.session);
+        }
+        // A refusal by the client's own approver: audited as the client reports it.
+        if let (Escalation::Client, Some(refusal)) = (self.escalation, &r.client_refusal) {
+            let by = match refusal.decided_by() {
+                v1::Decider::Person => "client:person",
+                v1::Decider::ClientRules => "client:rules",
+                _ => "client:none",
+            };
+            let mode = mode_from_wire(refusal.requested_mode()).unwrap_or(self.default_mode);
+            self.audit(&caller, Step::Escalate(Op::Describe), &refusal.path, mode, Decision::Refused, by);
         }
     }
 }

@@ -11,7 +11,7 @@ use super::wire::mode_from_wire;
 use crate::audit;
 use crate::backend::{self, Mode, Outcome};
 use crate::config::Escalation;
-use crate::escalation::{CanonicalOp, Ticket};
+use crate::escalation::{CanonicalOp, Ticket, TicketError};
 use crate::identity::Identity;
 use crate::op::Op;
 
@@ -63,6 +63,8 @@ pub(super) enum Decision {
     Approved,
     Refused,
     Pending,
+    /// The checks before an approver: "ok" or the code the call would have failed with.
+    Checked,
 }
 
 impl Decision {
@@ -73,6 +75,7 @@ impl Decision {
             Decision::Approved => "approved",
             Decision::Refused => "refused",
             Decision::Pending => "pending",
+            Decision::Checked => "checked",
         }
     }
 }
@@ -93,6 +96,33 @@ impl FsdService {
         decision: Decision,
         result: &str,
     ) {
+        self.audit_record(caller, step, path, mode, decision, result, None);
+    }
+
+    /// Writes the audit record of an approver's step on one description.
+    pub(super) fn audit_digest(
+        &self,
+        caller: &Caller,
+        path: &str,
+        mode: Mode,
+        decision: Decision,
+        result: &str,
+        digest: &str,
+    ) {
+        self.audit_record(caller, Step::Escalate(Op::Describe), path, mode, decision, result, Some(digest));
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn audit_record(
+        &self,
+        caller: &Caller,
+        step: Step,
+        path: &str,
+        mode: Mode,
+        decision: Decision,
+        result: &str,
+        digest: Option<&str>,
+    ) {
         let Some(log) = &self.audit else { return };
         let op = match step {
             Step::Call(op) => op.name().to_owned(),
@@ -108,6 +138,7 @@ impl FsdService {
             mode: mode.as_str(),
             decision: decision.as_str(),
             result,
+            digest,
         });
     }
 
@@ -167,9 +198,9 @@ impl FsdService {
                     )),
                 }
             }
-            // The signature is checked against the re-canonicalised call in `redeem`.
+            // The ticket is checked against the re-canonicalised call in `redeem`.
             Escalation::Signed => match context.and_then(|c| c.escalation.clone()) {
-                Some(ticket) if !ticket.signature.is_empty() => {
+                Some(ticket) if !ticket.escalation_id.is_empty() => {
                     Ok(Grant { mode: requested, ticket: Some(ticket) })
                 }
                 _ => deny(format!("{} needs a signed escalation ticket", requested.as_str())),
@@ -230,14 +261,16 @@ impl FsdService {
     ) -> Result<(), Status> {
         let Some(ticket) = &grant.ticket else { return Ok(()) };
         let path = request.path();
+        let digest = self.escalations.as_ref().and_then(|e| e.digest_of(&ticket.escalation_id));
         let refuse = |why: String| {
-            self.audit(
+            self.audit_record(
                 caller,
                 Step::Escalate(request.op()),
                 path,
                 grant.mode,
                 Decision::Refused,
                 ErrorCode::SandboxDenied.as_str(),
+                digest.as_deref(),
             );
             WireError::new(ErrorCode::SandboxDenied, path, why)
                 .with("mode", self.default_mode.as_str())
@@ -249,15 +282,25 @@ impl FsdService {
         if grant.mode > self.max_for(caller) {
             return Err(refuse(format!("{} is above this client's maximum mode", grant.mode.as_str())));
         }
-        let call = self.canonical_op(grant.mode, request).await?;
         let client = caller.client();
         let presented = Ticket {
             id: &ticket.escalation_id,
             nonce: &ticket.nonce,
-            signature: &ticket.signature,
             session: &caller.session,
             client: &client,
             mode: grant.mode,
+        };
+        // The ticket first: a worker of the wider mode resolves nothing for a caller without
+        // an approval (its errors would say what exists there).
+        if let Err(e) = escalations.check(&presented) {
+            return Err(refuse(format!("escalation ticket refused: {e}")));
+        }
+        let call = match self.canonical_op(grant.mode, request).await {
+            Ok(call) => call,
+            // A path the approver saw (one that did not resolve when described): its own error.
+            // Any other path: the same refusal whatever is there.
+            Err(status) if escalations.names(&presented, path) => return Err(status),
+            Err(_) => return Err(refuse(format!("escalation ticket refused: {}", TicketError::Mismatch))),
         };
         let result = if call.op == Op::Read {
             escalations.check_read(&presented, &call.target_key)
@@ -266,7 +309,16 @@ impl FsdService {
         };
         match result {
             Ok(()) => {
-                self.audit(caller, Step::Escalate(request.op()), path, grant.mode, Decision::Approved, "ok");
+                let step = Step::Escalate(request.op());
+                self.audit_record(
+                    caller,
+                    step,
+                    path,
+                    grant.mode,
+                    Decision::Approved,
+                    "ok",
+                    digest.as_deref(),
+                );
                 Ok(())
             }
             Err(e) => Err(refuse(format!("escalation ticket refused: {e}"))),

@@ -5,9 +5,11 @@
 //! `wire` converts messages, `grant` decides modes and redeems tickets, `escalate` describes
 //! escalations, `hello` reports what is served.
 
+mod bytes;
 mod escalate;
 mod grant;
 mod hello;
+mod plain;
 mod wire;
 
 use std::collections::BTreeMap;
@@ -24,6 +26,7 @@ use crate::dispatch::{Dispatcher, stream};
 use crate::escalation::Escalations;
 use crate::op::Op;
 use grant::{Caller, Decision, Grant, Step};
+pub use plain::{BodySink, SinkClosed};
 use wire::Called;
 pub use wire::{mode_from_wire, mode_to_wire};
 
@@ -41,6 +44,10 @@ pub struct FsdService {
     protected: Vec<String>,
     audit: Option<Arc<crate::audit::Audit>>,
     escalations: Option<Arc<Escalations>>,
+    /// Where the daemon asks its approver (signed trust).
+    approver_endpoint: Option<crate::escalation::ApproverEndpoint>,
+    /// What each caller has been approved to read or change.
+    known: Arc<crate::escalation::Known>,
     /// Per-identity budgets; other parts of the service (escalation requests) draw on them too.
     budgets: Arc<Budgets>,
     /// A stream whose reader reads nothing for this long is cancelled.
@@ -71,6 +78,8 @@ impl FsdService {
                 }
                 _ => None,
             },
+            approver_endpoint: config.approver_endpoint.clone(),
+            known: Arc::default(),
             audit,
             budgets: Arc::new(Budgets::new(config.budgets)),
             stream_idle: config.stream_idle_timeout,
@@ -209,19 +218,20 @@ impl Fsd for FsdService {
         // A task, not a thread: it waits on the shared reader pool and on the reader's demand.
         tokio::spawn(async move {
             let _open = stream_permit;
-            let mut ended =
-                stream::send(&tx, Ok(wire::stream_header(header.clone())), idle).await.map(|()| None);
-            if ended.is_ok() {
-                let wrap = |bytes| Ok(wire::stream_chunk(bytes));
-                ended = stream::pump(dispatcher.readers(), file, &header, chunk, idle, &tx, wrap).await;
-            }
+            let ended = match stream::send(&tx, Ok(wire::stream_header(header.clone())), idle).await {
+                Ok(()) => {
+                    let wrap = |bytes| Ok(wire::stream_chunk(bytes));
+                    stream::pump(dispatcher.readers(), file, &header, chunk, idle, &tx, wrap).await
+                }
+                Err(ended) => Err(ended),
+            };
             let error = match ended {
-                // Having reached the end, the stream's last item is the version with the digest.
-                Ok(Some(version)) => {
+                // Having sent the whole file, the stream's last item is the version with the digest.
+                Ok(version) => {
                     let _ = stream::send(&tx, Ok(wire::stream_trailer(version)), idle).await;
                     return;
                 }
-                Ok(None) | Err(stream::Ended::Gone) => return,
+                Err(stream::Ended::Gone) => return,
                 Err(stream::Ended::Idle) => {
                     tracing::info!(path = %r.path, idle_ms = idle.as_millis() as u64, "stream not read; cancelled");
                     let message =
@@ -230,6 +240,10 @@ impl Fsd for FsdService {
                 }
                 Err(stream::Ended::Read(e)) => {
                     crate::error::Failure::new(crate::error::FsError::Read(e), r.path.clone()).into_wire()
+                }
+                Err(stream::Ended::Changed) => {
+                    let error = crate::error::FsError::Stale(crate::error::StaleReason::ChangedWhileRead);
+                    crate::error::Failure::new(error, r.path.clone()).into_wire()
                 }
             };
             let _ = cancel_tx.send(Err(error.with("mode", mode.as_str()).into_status()));
@@ -277,6 +291,17 @@ impl Fsd for FsdService {
         request: Request<v1::DeleteFileRequest>,
     ) -> Result<Response<v1::DeleteFileReply>, Status> {
         self.unary(request, wire::delete_file, wire::delete_file_reply).await
+    }
+
+    async fn write_bytes(
+        &self,
+        request: Request<tonic::Streaming<v1::WriteBytesRequest>>,
+    ) -> Result<Response<v1::WriteBytesReply>, Status> {
+        self.write_bytes_call(request).await
+    }
+
+    async fn remove(&self, request: Request<v1::RemoveRequest>) -> Result<Response<v1::RemoveReply>, Status> {
+        self.unary(request, wire::remove, wire::remove_reply).await
     }
 
     async fn request_escalation(

@@ -30,6 +30,7 @@ called!(
     v1::EditTextRequest,
     v1::MoveFileRequest,
     v1::DeleteFileRequest,
+    v1::RemoveRequest,
     v1::EscalationRequest,
     v1::ReleaseEscalationRequest,
 );
@@ -68,7 +69,7 @@ fn change(c: backend::Change) -> Option<v1::TextChange> {
     Some(v1::TextChange { before: c.before, after: c.after, omitted: c.omitted })
 }
 
-fn write_guard(g: Option<v1::WriteGuard>) -> Option<backend::WriteGuard> {
+pub(super) fn write_guard(g: Option<v1::WriteGuard>) -> Option<backend::WriteGuard> {
     match g?.kind? {
         v1::write_guard::Kind::CreateIfAbsent(_) => Some(backend::WriteGuard::CreateIfAbsent),
         v1::write_guard::Kind::ReplaceIfVersion(r) => Some(backend::WriteGuard::ReplaceIfVersion {
@@ -78,7 +79,7 @@ fn write_guard(g: Option<v1::WriteGuard>) -> Option<backend::WriteGuard> {
     }
 }
 
-fn edit_guard(g: Option<v1::EditGuard>) -> Option<backend::EditGuard> {
+pub(super) fn edit_guard(g: Option<v1::EditGuard>) -> Option<backend::EditGuard> {
     g.map(|g| backend::EditGuard {
         version: g.version,
         target_key: (!g.target_key.is_empty()).then_some(g.target_key),
@@ -86,6 +87,9 @@ fn edit_guard(g: Option<v1::EditGuard>) -> Option<backend::EditGuard> {
 }
 
 pub(super) fn stat(r: v1::StatRequest) -> backend::Request {
+    if r.check_write {
+        return backend::Request::CheckWrite { path: r.path, no_follow: r.no_follow };
+    }
     backend::Request::Stat { path: r.path, no_follow: r.no_follow }
 }
 
@@ -132,6 +136,32 @@ pub(super) fn move_file(r: v1::MoveFileRequest) -> backend::Request {
 
 pub(super) fn delete_file(r: v1::DeleteFileRequest) -> backend::Request {
     backend::Request::DeleteFile { path: r.path, guard: edit_guard(r.guard) }
+}
+
+pub(super) fn remove(r: v1::RemoveRequest) -> backend::Request {
+    backend::Request::Remove { path: r.path, recursive: r.recursive, guard: edit_guard(r.guard) }
+}
+
+pub(super) fn write_bytes(h: v1::WriteBytesHeader) -> backend::Request {
+    backend::Request::WriteBytes { path: h.path, mode: h.mode, guard: write_guard(h.guard) }
+}
+
+pub(super) fn remove_reply(outcome: Outcome) -> Option<v1::RemoveReply> {
+    let Outcome::Remove { target: t, removed } = outcome else { return None };
+    Some(v1::RemoveReply { target: target(t), removed })
+}
+
+pub(super) fn write_bytes_reply(outcome: Outcome) -> Option<v1::WriteBytesReply> {
+    let Outcome::WriteBytes { target: t, operation, version, size } = outcome else { return None };
+    Some(v1::WriteBytesReply {
+        target: target(t),
+        operation: match operation {
+            backend::WriteOperation::Create => v1::WriteOperation::Create as i32,
+            backend::WriteOperation::Update => v1::WriteOperation::Update as i32,
+        },
+        version,
+        size,
+    })
 }
 
 pub(super) fn stat_reply(outcome: Outcome) -> Option<v1::StatReply> {

@@ -51,6 +51,21 @@ pub fn switch_ids(uid: u32, gid: u32, keep_caps: bool) -> Result<(), ConfineErro
     Ok(())
 }
 
+/// Whether `switch_ids(uid, gid, ..)` can succeed in this process: nothing to switch, or the
+/// capabilities the kernel asks for (CAP_SETUID for another uid, CAP_SETGID for another gid or
+/// to drop supplementary groups). Asked before any worker starts, so a worker identity the daemon
+/// cannot take is a start-up error, not a crash loop.
+pub fn can_switch_ids(uid: u32, gid: u32) -> bool {
+    let (euid, egid) = super::effective_ids();
+    if (euid, egid) == (uid, gid) {
+        return true;
+    }
+    let Ok(current) = rustix::thread::capabilities(None) else { return false };
+    let needs_uid = uid != euid;
+    (!needs_uid || current.effective.contains(CapabilitySet::SETUID))
+        && current.effective.contains(CapabilitySet::SETGID)
+}
+
 /// The capabilities a confined root worker keeps: enough to keep owners and modes of files it
 /// replaces, nothing that changes the system.
 pub fn worker_capabilities() -> CapabilitySet {
@@ -183,6 +198,9 @@ const WORKER_SYSCALLS: &[i64] = &[
     // fchmod and fchown: a worker can reach no xattr a path would name.
     libc::SYS_fsetxattr,
     libc::SYS_fremovexattr,
+    // Keeping a replaced file's ACL and user attributes (backend::write), descriptors only.
+    libc::SYS_fgetxattr,
+    libc::SYS_flistxattr,
     libc::SYS_renameat2,
     libc::SYS_renameat,
     libc::SYS_unlinkat,

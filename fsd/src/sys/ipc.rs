@@ -160,6 +160,35 @@ pub fn die_with_parent() -> Result<(), Errno> {
     Ok(())
 }
 
+/// The process that listens on the socket `stream` is connected to: a Unix socket's peer
+/// credentials name the process that called listen().
+pub fn listener_pid(stream: &UnixStream) -> Option<u32> {
+    let peer = rustix::net::sockopt::socket_peercred(stream).ok()?;
+    u32::try_from(peer.pid.as_raw_pid()).ok()
+}
+
+/// Whether process `pid` is on its way out: gone, its main thread a zombie (a killed
+/// multi-threaded process shows that while its other threads still exit, still holding its
+/// descriptors), or marked exiting (the kernel's PF_EXITING in `/proc/<pid>/stat`). A process
+/// whose state cannot be read (another user's under `hidepid`) counts as alive.
+pub fn exiting(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat_says_exiting(&stat),
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    }
+}
+
+/// Reads a `/proc/<pid>/stat` line: after the parenthesised name come state, ppid, pgrp,
+/// session, tty_nr, tpgid, flags, ...
+fn stat_says_exiting(stat: &str) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    let Some((_, rest)) = stat.rsplit_once(')') else { return false };
+    let mut fields = rest.split_whitespace();
+    let state = fields.next().unwrap_or_default();
+    let flags = fields.nth(5).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    matches!(state, "Z" | "X" | "x") || flags & PF_EXITING != 0
+}
+
 /// Borrows the socket's descriptor.
 pub fn fd_of(socket: &UnixStream) -> BorrowedFd<'_> {
     socket.as_fd()
@@ -319,5 +348,26 @@ impl AsyncFrames {
         }
         self.filled += received;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(stat: &str, expected: bool) {
+        assert_eq!(stat_says_exiting(stat), expected, "{stat}");
+    }
+
+    #[test]
+    fn stat_lines_of_exiting_processes() {
+        // A serving process; a name with spaces and parentheses; a zombie main thread; a process
+        // marked PF_EXITING (0x40800c) while its main thread still runs; an unreadable line.
+        check("4242 (fsd) S 4241 4241 1 0 -1 4194560 900 0 0 0", false);
+        check("4242 (a) b (c) S 4241 4241 1 0 -1 4194560 900 0 0 0", false);
+        check("4242 (fsd) Z 4241 4241 1 0 -1 4227084 900 0 0 0", true);
+        check("4242 (fsd) R 4241 4241 1 0 -1 4227084 900 0 0 0", true);
+        check("4242 (fsd) X 1 4241 1 0 -1 4194560 900 0 0 0", true);
+        check("garbage", false);
     }
 }

@@ -37,6 +37,8 @@ pub struct Meta {
     pub mtime: (i64, u32),
     pub ctime: (i64, u32),
     pub btime: (i64, u32),
+    /// The mount the object is on (`STATX_MNT_ID`): the walk refuses to cross into another.
+    pub mount: u64,
 }
 
 impl Meta {
@@ -61,15 +63,19 @@ pub fn meta(fd: BorrowedFd<'_>) -> Result<Meta, Errno> {
         fd,
         "",
         AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
-        StatxFlags::BASIC_STATS | StatxFlags::BTIME,
+        StatxFlags::BASIC_STATS | StatxFlags::BTIME | StatxFlags::MNT_ID,
     )?;
     Ok(from_statx(&st))
 }
 
 /// statx of one name in a directory, without following a final symlink.
 pub fn meta_at(dir: BorrowedFd<'_>, name: &OsStr) -> Result<Meta, Errno> {
-    let st =
-        rustix::fs::statx(dir, name, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::BASIC_STATS | StatxFlags::BTIME)?;
+    let st = rustix::fs::statx(
+        dir,
+        name,
+        AtFlags::SYMLINK_NOFOLLOW,
+        StatxFlags::BASIC_STATS | StatxFlags::BTIME | StatxFlags::MNT_ID,
+    )?;
     Ok(from_statx(&st))
 }
 
@@ -91,6 +97,7 @@ fn from_statx(st: &rustix::fs::Statx) -> Meta {
         mtime: (st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec),
         ctime: (st.stx_ctime.tv_sec, st.stx_ctime.tv_nsec),
         btime,
+        mount: st.stx_mnt_id,
     }
 }
 
@@ -278,6 +285,22 @@ pub fn lock_shared(fd: BorrowedFd<'_>) -> Result<(), Errno> {
     rustix::fs::flock(fd, rustix::fs::FlockOperation::LockShared)
 }
 
+/// Makes a write past `RLIMIT_FSIZE` fail with EFBIG instead of killing the process with
+/// SIGXFSZ, so the call gets an answer and the temporary file is removed.
+pub fn ignore_file_size_signal() -> Result<(), Errno> {
+    // SAFETY: SIG_IGN is a valid disposition for SIGXFSZ and installs no handler code; the
+    // call changes only this process's signal disposition.
+    let previous = unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+    if previous == libc::SIG_ERR { Err(Errno::INVAL) } else { Ok(()) }
+}
+
+/// This process's `RLIMIT_FSIZE` soft limit in bytes (`None`: unlimited), read once: a
+/// confined worker may not ask the kernel again.
+pub fn file_size_limit() -> Option<u64> {
+    static LIMIT: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| rustix::process::getrlimit(rustix::process::Resource::Fsize).current)
+}
+
 /// The effective uid and gid of this process.
 pub fn effective_ids() -> (u32, u32) {
     (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw())
@@ -313,4 +336,28 @@ pub fn landlock_abi() -> u32 {
         )
     };
     u32::try_from(abi).unwrap_or(0)
+}
+
+/// Removes an empty directory beneath `dir` (never follows a link: `unlinkat` does not).
+pub fn remove_dir(dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), Errno> {
+    rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR)
+}
+
+/// Whether an open directory is the root of a mount (`STATX_ATTR_MOUNT_ROOT`); `None` when the
+/// kernel does not report the attribute.
+pub fn is_mount_root(fd: BorrowedFd<'_>) -> Result<Option<bool>, Errno> {
+    use rustix::fs::StatxAttributes;
+    let st = rustix::fs::statx(
+        fd,
+        "",
+        AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW | AtFlags::NO_AUTOMOUNT,
+        StatxFlags::empty(),
+    )?;
+    let known = st.stx_attributes_mask.contains(StatxAttributes::MOUNT_ROOT);
+    Ok(known.then(|| st.stx_attributes.contains(StatxAttributes::MOUNT_ROOT)))
+}
+
+/// A pipe (both ends close-on-exec): the read end carries an upload's bytes to a worker.
+pub fn pipe() -> Result<(OwnedFd, OwnedFd), Errno> {
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
 }

@@ -65,12 +65,33 @@ impl Daemon {
 
     /// A daemon with extra flags, a config file body and extra environment (test hooks).
     pub fn start_with_env(extra: &[&str], config: &str, env: &[(&str, &str)]) -> Daemon {
+        Daemon::start_custom(&[], &|_| {}, extra, config, env)
+    }
+
+    /// A daemon started through `wrapper` (a command that execs the rest, e.g. `prlimit ...`),
+    /// after `prepare` ran on the (canonical) root, with extra flags, a config file body and
+    /// extra environment.
+    pub fn start_custom(
+        wrapper: &[&str],
+        prepare: &dyn Fn(&Path),
+        extra: &[&str],
+        config: &str,
+        env: &[(&str, &str)],
+    ) -> Daemon {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().join("ws");
         std::fs::create_dir(&root).expect("mkdir ws");
         let root = std::fs::canonicalize(&root).expect("canonicalize");
+        prepare(&root);
         let socket = dir.path().join("fsd.sock");
-        let mut cmd = Command::new(fsd_bin());
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(fsd_bin());
+                cmd
+            }
+            None => Command::new(fsd_bin()),
+        };
         cmd.arg("--listen").arg(format!("unix:{}", socket.display())).arg("--writable-root").arg(&root);
         if !config.is_empty() {
             let path = dir.path().join("fsd.toml");
@@ -231,6 +252,22 @@ impl ToolSession {
         ToolSession { child, stdin, stdout, next_id: 0 }
     }
 
+    /// A session with these arguments after `session` and these environment variables added.
+    pub fn start_args(args: &[&str], env: &[(&str, &str)]) -> ToolSession {
+        let mut child = Command::new(tools_bin())
+            .arg("session")
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn fsd-tools");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        ToolSession { child, stdin, stdout, next_id: 0 }
+    }
+
     /// Sends one raw line and reads one reply line.
     pub fn raw(&mut self, line: &str) -> Reply {
         let stdin = self.stdin.as_mut().expect("session open");
@@ -238,7 +275,7 @@ impl ToolSession {
         stdin.flush().expect("flush");
         let mut out = String::new();
         let n = self.stdout.read_line(&mut out).expect("read reply");
-        assert!(n > 0, "fsd-tools session closed its output");
+        assert!(n > 0, "fsd-tools session closed its output (its stderr says why)");
         Reply { json: serde_json::from_str(&out).expect("reply is JSON") }
     }
 

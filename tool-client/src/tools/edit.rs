@@ -19,13 +19,7 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
         return Err(ToolError::invalid_args("old_string and new_string must differ"));
     }
     let path = session.absolute(&file_path);
-    escalation::resolve(
-        session,
-        map,
-        "edit",
-        &[escalation::PlannedCall::edit(&path, &old_string, &new_string, replace_all)],
-    )
-    .await?;
+    // The observation first: an edit the policy refuses never reaches an approver.
     let guard = if session.policy_on() {
         let key = session.key_of(&path).cloned();
         match session.observations.edit_intent(key.as_ref()) {
@@ -44,6 +38,9 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
     } else {
         None
     };
+    let planned = escalation::PlannedCall::edit(&path, &old_string, &new_string, replace_all)
+        .with_edit_guard(guard.clone());
+    escalation::resolve(session, map, "edit", &[planned]).await?;
     let request = v1::EditTextRequest {
         context: session.context(),
         path: path.clone(),
@@ -73,7 +70,7 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
     Ok(ToolResult::text_ok(text, meta))
 }
 
-fn edit_error(path: &str, old_string: &str, status: &tonic::Status) -> ToolError {
+pub(super) fn edit_error(path: &str, old_string: &str, status: &tonic::Status) -> ToolError {
     match WireError::from_status(status) {
         Some(wire) if wire.code == ErrorCode::EditNotFound => ToolError::new(
             wire.code.as_str(),

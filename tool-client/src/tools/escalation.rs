@@ -1,12 +1,17 @@
-//! The sandbox escalation fields of the mutating tools: advertised only while the daemon's hello
-//! says a wider mode is possible, checked by the seed's rules, approved by the client's approver,
-//! and stamped on that one call only.
+//! The sandbox escalation fields of read and the mutating tools: advertised only while the
+//! daemon's hello says a wider mode is possible, checked by the seed's rules, checked by the
+//! daemon before anyone is asked (RequestEscalation), approved (by the client's own approver,
+//! or by the daemon's approver under signed trust, which the client never sees), and stamped
+//! on that one call only. Every escalation text the model reads is written here.
 
 use fsd_proto::v1;
 use serde_json::{Map, Value, json};
 
+use fsd_proto::{ErrorCode, WireError};
+
 use super::Session;
-use crate::approver::Ask;
+pub use crate::approver::RefusedBy;
+use crate::approver::{Ask, Verdict};
 use crate::failure::ToolError;
 
 pub const MODE_FIELD: &str = "sandbox_permissions";
@@ -74,16 +79,40 @@ pub fn extend_schema(schema: &mut Value) {
     }
 }
 
-/// The hint a denied mutation carries while escalation is possible.
-pub fn hint(offer: &Offer) -> String {
-    let wider: Vec<&str> = offer.wider.iter().map(|m| mode_name(*m as i32)).collect();
+/// Whether `path` lies in `root` (lexically, on component boundaries).
+fn under(root: &str, path: &str) -> bool {
+    let root = root.trim_end_matches('/');
+    path == root || path.strip_prefix(root).is_some_and(|rest| rest.starts_with('/')) || root.is_empty()
+}
+
+/// The narrowest offered mode whose grant covers `path` for this kind of call, judged from the
+/// roots hello lists (the daemon still decides). `None`: no wider mode would help.
+pub fn needed(offer: &Offer, hello: &v1::HelloReply, path: &str, writing: bool) -> Option<v1::Mode> {
+    let in_writable = hello.writable_roots.iter().any(|r| under(r, path));
+    let in_readable = in_writable || hello.readable_roots.iter().any(|r| under(r, path));
+    let protected = path.split('/').any(|c| hello.protected_names.iter().any(|p| p == c));
+    let covers = |mode: v1::Mode| match mode {
+        v1::Mode::DangerFullAccess => true,
+        v1::Mode::WorkspaceWrite if writing => in_writable && !protected,
+        v1::Mode::WorkspaceWrite | v1::Mode::ReadOnly if !writing => in_readable,
+        _ => false,
+    };
+    // Denied although the current mode covers it: something other than the mode refused.
+    if covers(offer.effective) {
+        return None;
+    }
+    offer.wider.iter().copied().filter(|m| covers(*m)).min()
+}
+
+/// The hint a denied call carries while escalation is possible: the one mode it needs.
+pub fn hint(mode: v1::Mode) -> String {
     format!(
-        "\nTo request approval for this call, retry it now with sandbox_permissions set to {} and a justification.",
-        wider.iter().map(|m| format!("\"{m}\"")).collect::<Vec<_>>().join(" or ")
+        "\nTo request approval for this call, retry it now with sandbox_permissions set to \"{}\" and a justification.",
+        mode_name(mode as i32)
     )
 }
 
-/// One call a tool will make at the wider mode, for the daemon to describe (signed trust).
+/// One call a tool will make at the wider mode, for the daemon to check and describe.
 #[derive(Debug, Clone)]
 pub struct PlannedCall {
     pub op: &'static str,
@@ -93,6 +122,9 @@ pub struct PlannedCall {
     pub content_sha256: Vec<u8>,
     /// The change itself, sent so the daemon shows the approver its own diff.
     pub change: Option<Change>,
+    /// The guards the call will carry, so the daemon refuses what would fail before asking.
+    pub write_guard: Option<v1::WriteGuard>,
+    pub edit_guard: Option<v1::EditGuard>,
 }
 
 /// A write's new content or an edit's replacement.
@@ -103,73 +135,130 @@ pub enum Change {
 }
 
 impl PlannedCall {
-    pub fn write(path: &str, content: &str) -> PlannedCall {
-        let content_sha256 = fsd_proto::digest::content(content.as_bytes());
-        let change = Some(Change::Content(content.to_owned()));
-        PlannedCall { op: "writeText", path: path.to_owned(), destination: None, content_sha256, change }
-    }
-
-    pub fn edit(path: &str, old: &str, new: &str, replace_all: bool) -> PlannedCall {
-        let content_sha256 = fsd_proto::digest::edit(old, new, replace_all);
-        let change = Some(Change::Replace { old: old.to_owned(), new: new.to_owned(), all: replace_all });
-        PlannedCall { op: "editText", path: path.to_owned(), destination: None, content_sha256, change }
-    }
-
-    pub fn unbound(op: &'static str, path: &str, destination: Option<&str>) -> PlannedCall {
+    fn new(op: &'static str, path: &str) -> PlannedCall {
         PlannedCall {
             op,
             path: path.to_owned(),
-            destination: destination.map(str::to_owned),
+            destination: None,
             content_sha256: Vec::new(),
             change: None,
+            write_guard: None,
+            edit_guard: None,
+        }
+    }
+
+    pub fn read(path: &str) -> PlannedCall {
+        PlannedCall::new("readText", path)
+    }
+
+    pub fn write(path: &str, content: &str) -> PlannedCall {
+        PlannedCall {
+            content_sha256: fsd_proto::digest::content(content.as_bytes()),
+            change: Some(Change::Content(content.to_owned())),
+            ..PlannedCall::new("writeText", path)
+        }
+    }
+
+    pub fn edit(path: &str, old: &str, new: &str, replace_all: bool) -> PlannedCall {
+        PlannedCall {
+            content_sha256: fsd_proto::digest::edit(old, new, replace_all),
+            change: Some(Change::Replace { old: old.to_owned(), new: new.to_owned(), all: replace_all }),
+            ..PlannedCall::new("editText", path)
+        }
+    }
+
+    pub fn unbound(op: &'static str, path: &str, destination: Option<&str>) -> PlannedCall {
+        PlannedCall { destination: destination.map(str::to_owned), ..PlannedCall::new(op, path) }
+    }
+
+    #[must_use]
+    pub fn with_write_guard(mut self, guard: Option<v1::WriteGuard>) -> PlannedCall {
+        self.write_guard = guard;
+        self
+    }
+
+    #[must_use]
+    pub fn with_edit_guard(mut self, guard: Option<v1::EditGuard>) -> PlannedCall {
+        self.edit_guard = guard;
+        self
+    }
+
+    fn wire(&self) -> v1::EscalatedOp {
+        let (content, old_string, new_string, replace_all) = match &self.change {
+            Some(Change::Content(content)) => (Some(content.clone()), None, None, false),
+            Some(Change::Replace { old, new, all }) => (None, Some(old.clone()), Some(new.clone()), *all),
+            None => (None, None, None, false),
+        };
+        v1::EscalatedOp {
+            op: self.op.to_owned(),
+            path: self.path.clone(),
+            destination: self.destination.clone().unwrap_or_default(),
+            content_sha256: self.content_sha256.clone().into(),
+            content,
+            old_string,
+            new_string,
+            replace_all,
+            write_guard: self.write_guard.clone(),
+            edit_guard: self.edit_guard.clone(),
         }
     }
 }
 
-/// Runs the configured approver command on the daemon's description; its stdout is the
-/// signature (hex) when it approves (exit 0).
-async fn run_approver(command: &[String], description: &str) -> Result<Option<Vec<u8>>, ToolError> {
-    use tokio::io::AsyncWriteExt;
-    let failed =
-        |why: String| ToolError::new("FS_SANDBOX_DENIED", format!("the approver could not be run: {why}"));
-    let (program, args) = command.split_first().ok_or_else(|| failed("approverCommand is empty".into()))?;
-    let mut child = tokio::process::Command::new(program)
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .spawn()
-        .map_err(|e| failed(format!("{program}: {e}")))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin.write_all(description.as_bytes()).await.map_err(|e| failed(e.to_string()))?;
-    }
-    let output = child.wait_with_output().await.map_err(|e| failed(e.to_string()))?;
-    if !output.status.success() {
-        return Ok(None);
-    }
-    let text = String::from_utf8_lossy(&output.stdout);
-    hex::decode(text.trim()).map(Some).map_err(|_| failed("it printed no signature".into()))
-}
-
-/// Asks an `fsd-approver serve` endpoint; `None` when it refuses.
-async fn ask_approver_service(endpoint: &str, description: &str) -> Result<Option<Vec<u8>>, ToolError> {
-    use fsd_proto::approver::{ApproveRequest, approver_client::ApproverClient};
-    let failed = |why: String| {
-        ToolError::new("FS_SANDBOX_DENIED", format!("the approver could not be reached: {why}"))
+/// The text of a refused escalation: says it was refused, by whom, why when given, that
+/// nothing changed, and that retrying the same request will not help.
+pub fn refused(by: RefusedBy, mode: &str, effective: &str, reason: &str) -> ToolError {
+    let who = match by {
+        RefusedBy::ApproverRules => "refused by the approver's rules",
+        RefusedBy::ApproverPerson => "refused by the person approving escalations",
+        RefusedBy::Unreachable => "not decided: the approver could not be reached",
+        RefusedBy::ClientRules => "refused by this client's escalation rules",
+        RefusedBy::User => "refused by the user",
+        RefusedBy::NoApprover => "refused: no approver is configured for this client",
+        RefusedBy::NoElicitation => {
+            "refused: the MCP host cannot ask the user (it does not support elicitation)"
+        }
     };
-    let endpoint = crate::connect::Endpoint::parse(endpoint).map_err(|e| failed(e.to_string()))?;
-    let channel = crate::connect::channel(&endpoint).await.map_err(|e| failed(e.to_string()))?;
-    let reply = ApproverClient::new(channel)
-        .approve(ApproveRequest { description: description.to_owned() })
-        .await
-        .map_err(|s| failed(s.message().to_owned()))?
-        .into_inner();
-    Ok(reply.approved.then(|| reply.signature.to_vec()))
+    let reason = reason.trim();
+    let because = if reason.is_empty() { String::new() } else { format!(" (reason: {reason})") };
+    ToolError::new(
+        ErrorCode::SandboxDenied.as_str(),
+        format!(
+            "escalation to {mode} was {who}{because}; nothing was changed. Do not retry this call with sandbox_permissions; continue under {effective} mode or ask the user. [sandbox: file access denied under {effective} mode]"
+        ),
+    )
 }
 
-/// Applies the seed's rules to a call's fields and, for a wider mode, obtains approval: from
-/// the client's approver (`client` trust), or a signature over the daemon's own description of
-/// `calls` (`signed` trust). Sets the session's mode and ticket for this one tool call.
+/// The text for a target outside the grant that this session has not been approved to read.
+pub fn read_first(path: &str, mode: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::NotObserved.as_str(),
+        format!(
+            "cannot modify \"{path}\" under {mode} mode before reading it: read it first with the read tool, sandbox_permissions set to \"{mode}\" and a justification (an approved read also shows whether it exists), then retry this call"
+        ),
+    )
+}
+
+/// A refusal by the daemon's checks before approval, in the tool's own words.
+fn checked(call: &PlannedCall, status: &tonic::Status) -> ToolError {
+    let Some(wire) = WireError::from_status(status) else { return ToolError::unavailable(status) };
+    if wire.code == ErrorCode::NotObserved
+        && let Some(mode) = wire.get("read_first")
+    {
+        return read_first(&call.path, mode);
+    }
+    match (&call.change, wire.code) {
+        (Some(Change::Replace { old, .. }), ErrorCode::EditNotFound | ErrorCode::AmbiguousEdit) => {
+            super::edit::edit_error(&call.path, old, status)
+        }
+        _ if call.op == "readText" => ToolError::from_read_wire(&call.path, &wire),
+        _ => ToolError::from_mutation(&call.path, status),
+    }
+}
+
+/// Applies the seed's rules to a call's fields and, for a wider mode, has the daemon check the
+/// calls and then obtains approval: from the client's approver (`client` trust), or from the
+/// daemon's own approver (`signed` trust: the client learns only the decision). Sets the
+/// session's mode and ticket for this one tool call.
 pub async fn resolve(
     session: &mut Session,
     map: &Map<String, Value>,
@@ -211,78 +300,148 @@ pub async fn resolve(
         session.call_mode = Some((requested, None));
         return Ok(());
     }
+    session.escalation_asked = true;
     let name = mode_name(requested as i32);
-    let denied = || {
-        ToolError::new(
-            "FS_SANDBOX_DENIED",
-            format!(
-                "escalation to {name} was not approved [sandbox: file access denied under {} mode]",
-                mode_name(offer.effective as i32)
-            ),
-        )
+    let effective = mode_name(offer.effective as i32);
+    // The daemon's checks first, at both trust levels: what would fail reaches nobody.
+    let request = v1::EscalationRequest {
+        context: session.context(),
+        requested_mode: requested as i32,
+        justification: reason.clone(),
+        ops: calls.iter().map(PlannedCall::wire).collect(),
     };
-    if session.hello.escalation == "signed" {
-        let request = v1::EscalationRequest {
-            context: session.context(),
-            requested_mode: requested as i32,
-            justification: reason.clone(),
-            ops: calls
-                .iter()
-                .map(|c| {
-                    let (content, old_string, new_string, replace_all) = match &c.change {
-                        Some(Change::Content(content)) => (Some(content.clone()), None, None, false),
-                        Some(Change::Replace { old, new, all }) => {
-                            (None, Some(old.clone()), Some(new.clone()), *all)
-                        }
-                        None => (None, None, None, false),
+    let decision = match session.client.request_escalation(request).await {
+        Ok(reply) => reply.into_inner(),
+        Err(status) => {
+            let failed = WireError::from_status(&status)
+                .and_then(|w| calls.iter().find(|c| c.path == w.path).cloned())
+                .or_else(|| calls.first().cloned());
+            return Err(match failed {
+                Some(call) => checked(&call, &status),
+                None => ToolError::unavailable(&status),
+            });
+        }
+    };
+    let ticket = match v1::Decider::try_from(decision.decided_by) {
+        Ok(v1::Decider::Client) => {
+            let ask = Ask { tool, paths, mode: name, justification: &reason };
+            match session.decide(&ask).await {
+                Verdict::Approved => v1::EscalationTicket {
+                    approved_mode: requested as i32,
+                    justification: reason,
+                    ..Default::default()
+                },
+                Verdict::Refused { by, reason } => {
+                    // For the daemon's audit log: every decision is one record.
+                    let decided_by = match by {
+                        RefusedBy::ClientRules => v1::Decider::ClientRules,
+                        RefusedBy::User => v1::Decider::Person,
+                        _ => v1::Decider::Unreachable,
                     };
-                    v1::EscalatedOp {
-                        op: c.op.to_owned(),
-                        path: c.path.clone(),
-                        destination: c.destination.clone().unwrap_or_default(),
-                        content_sha256: c.content_sha256.clone().into(),
-                        content,
-                        old_string,
-                        new_string,
-                        replace_all,
-                    }
-                })
-                .collect(),
-        };
-        let first = paths.first().cloned().unwrap_or_default();
-        let described = session
-            .client
-            .request_escalation(request)
-            .await
-            .map_err(|s| ToolError::from_mutation(&first, &s))?
-            .into_inner();
-        let config = &session.tools.config;
-        let signature = match (&config.approver_endpoint, &config.approver_command) {
-            (Some(endpoint), _) => ask_approver_service(endpoint, &described.description).await?,
-            (None, Some(command)) if !command.is_empty() => {
-                run_approver(command, &described.description).await?
+                    let report = v1::ReleaseEscalationRequest {
+                        context: session.context(),
+                        escalation_id: String::new(),
+                        client_refusal: Some(v1::ClientRefusal {
+                            decided_by: decided_by as i32,
+                            requested_mode: requested as i32,
+                            path: paths.first().cloned().unwrap_or_default(),
+                            reason: reason.clone(),
+                        }),
+                    };
+                    let _ = session.client.release_escalation(report).await;
+                    return Err(refused(by, name, effective, &reason));
+                }
             }
-            _ => None,
-        };
-        let Some(signature) = signature else {
-            return Err(denied());
-        };
-        let ticket = v1::EscalationTicket {
+        }
+        _ if decision.approved && !decision.escalation_id.is_empty() => v1::EscalationTicket {
             approved_mode: requested as i32,
             justification: reason,
-            escalation_id: described.escalation_id,
-            nonce: described.nonce,
-            signature: signature.into(),
-        };
-        session.call_mode = Some((requested, Some(ticket)));
-        return Ok(());
-    }
-    let approved = session.approver.decide(&Ask { tool, paths, mode: name, justification: &reason });
-    if !approved {
-        return Err(denied());
-    }
-    let ticket =
-        v1::EscalationTicket { approved_mode: requested as i32, justification: reason, ..Default::default() };
+            escalation_id: decision.escalation_id,
+            nonce: decision.nonce,
+            signature: Default::default(),
+        },
+        decided => {
+            let by = match decided {
+                Ok(v1::Decider::Person) => RefusedBy::ApproverPerson,
+                Ok(v1::Decider::Rules) => RefusedBy::ApproverRules,
+                _ => RefusedBy::Unreachable,
+            };
+            return Err(refused(by, name, effective, &decision.reason));
+        }
+    };
     session.call_mode = Some((requested, Some(ticket)));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every escalation text the model can read, as it reads it.
+    #[test]
+    fn escalation_texts() {
+        let check = |error: ToolError, want: &str| assert_eq!(error.text(), want);
+        let mode = "danger-full-access";
+        let ws = "workspace-write";
+        check(
+            refused(RefusedBy::ApproverRules, mode, ws, ""),
+            "Error: escalation to danger-full-access was refused by the approver's rules; nothing was changed. Do not retry this call with sandbox_permissions; continue under workspace-write mode or ask the user. [sandbox: file access denied under workspace-write mode]",
+        );
+        check(
+            refused(RefusedBy::ApproverPerson, mode, ws, "not on a Friday"),
+            "Error: escalation to danger-full-access was refused by the person approving escalations (reason: not on a Friday); nothing was changed. Do not retry this call with sandbox_permissions; continue under workspace-write mode or ask the user. [sandbox: file access denied under workspace-write mode]",
+        );
+        check(
+            refused(RefusedBy::Unreachable, mode, ws, ""),
+            "Error: escalation to danger-full-access was not decided: the approver could not be reached; nothing was changed. Do not retry this call with sandbox_permissions; continue under workspace-write mode or ask the user. [sandbox: file access denied under workspace-write mode]",
+        );
+        check(
+            refused(RefusedBy::ClientRules, mode, ws, ""),
+            "Error: escalation to danger-full-access was refused by this client's escalation rules; nothing was changed. Do not retry this call with sandbox_permissions; continue under workspace-write mode or ask the user. [sandbox: file access denied under workspace-write mode]",
+        );
+        check(
+            refused(RefusedBy::User, mode, ws, "  "),
+            "Error: escalation to danger-full-access was refused by the user; nothing was changed. Do not retry this call with sandbox_permissions; continue under workspace-write mode or ask the user. [sandbox: file access denied under workspace-write mode]",
+        );
+        check(
+            refused(RefusedBy::NoApprover, mode, ws, ""),
+            "Error: escalation to danger-full-access was refused: no approver is configured for this client; nothing was changed. Do not retry this call with sandbox_permissions; continue under workspace-write mode or ask the user. [sandbox: file access denied under workspace-write mode]",
+        );
+        check(
+            refused(RefusedBy::NoElicitation, mode, ws, ""),
+            "Error: escalation to danger-full-access was refused: the MCP host cannot ask the user (it does not support elicitation); nothing was changed. Do not retry this call with sandbox_permissions; continue under workspace-write mode or ask the user. [sandbox: file access denied under workspace-write mode]",
+        );
+        check(
+            read_first("/etc/app.conf", mode),
+            "Error: cannot modify \"/etc/app.conf\" under danger-full-access mode before reading it: read it first with the read tool, sandbox_permissions set to \"danger-full-access\" and a justification (an approved read also shows whether it exists), then retry this call",
+        );
+        assert_eq!(
+            hint(v1::Mode::WorkspaceWrite),
+            "\nTo request approval for this call, retry it now with sandbox_permissions set to \"workspace-write\" and a justification."
+        );
+    }
+
+    #[test]
+    fn the_hint_names_the_narrowest_mode_that_covers_the_path() {
+        let hello = v1::HelloReply {
+            writable_roots: vec!["/ws".into()],
+            readable_roots: vec!["/ref".into()],
+            protected_names: vec![".git".into()],
+            ..Default::default()
+        };
+        let both = Offer {
+            effective: v1::Mode::ReadOnly,
+            wider: vec![v1::Mode::WorkspaceWrite, v1::Mode::DangerFullAccess],
+        };
+        let check = |offer: &Offer, path: &str, writing: bool, want: Option<v1::Mode>| {
+            assert_eq!(needed(offer, &hello, path, writing), want, "{path} writing={writing}");
+        };
+        check(&both, "/ws/a.txt", true, Some(v1::Mode::WorkspaceWrite));
+        check(&both, "/ws/.git/config", true, Some(v1::Mode::DangerFullAccess));
+        check(&both, "/wsx/a.txt", true, Some(v1::Mode::DangerFullAccess));
+        check(&both, "/etc/hosts", false, Some(v1::Mode::DangerFullAccess));
+        check(&both, "/ref/a", false, None);
+        let ws_only = Offer { effective: v1::Mode::ReadOnly, wider: vec![v1::Mode::WorkspaceWrite] };
+        check(&ws_only, "/etc/hosts", true, None);
+    }
 }

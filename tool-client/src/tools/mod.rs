@@ -9,6 +9,7 @@ mod image;
 mod patch;
 mod read;
 mod schema;
+mod tool;
 mod write;
 
 use std::collections::HashMap;
@@ -23,6 +24,7 @@ use crate::config::ClientConfig;
 use crate::failure::ToolError;
 
 pub use schema::guidance_for;
+pub use tool::Tool;
 
 /// One block of a tool result.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,43 +85,46 @@ impl Tools {
         &self.config
     }
 
+    /// The visible tools, in schema order.
+    pub fn visible_tools(&self) -> Vec<Tool> {
+        let c = &self.config;
+        Tool::ALL
+            .into_iter()
+            .filter(|tool| match tool {
+                Tool::Read => c.read,
+                // read_image needs durable storage for its blocks: without a store it is not offered.
+                Tool::ReadImage => c.read_image && c.attachment_store.is_some(),
+                Tool::Write => c.write,
+                Tool::Edit => c.edit,
+                Tool::ApplyPatch => c.apply_patch,
+                Tool::StrReplaceEditor => c.str_replace_editor,
+            })
+            .collect()
+    }
+
     /// Visible tool names, in schema order.
     pub fn visible(&self) -> Vec<&'static str> {
-        let c = &self.config;
-        // read_image needs durable storage for its blocks: without a store it is not offered.
-        let read_image = c.read_image && c.attachment_store.is_some();
-        [
-            ("read", c.read),
-            ("read_image", read_image),
-            ("write", c.write),
-            ("edit", c.edit),
-            ("apply_patch", c.apply_patch),
-            ("str_replace_editor", c.str_replace_editor),
-        ]
-        .into_iter()
-        .filter(|(_, on)| *on)
-        .map(|(name, _)| name)
-        .collect()
+        self.visible_tools().into_iter().map(Tool::name).collect()
     }
 
     /// The JSON schemas of the visible tools: `[{name, description, input_schema}]`.
     pub fn schemas(&self) -> Vec<Value> {
-        self.visible()
+        self.visible_tools()
             .into_iter()
-            .filter_map(|name| {
-                let mut schema = schema::schema_for(name, &self.config)?;
-                if self.escalation && matches!(name, "write" | "edit" | "apply_patch" | "str_replace_editor")
-                {
+            .map(|tool| {
+                let mut schema = schema::schema_for(tool, &self.config);
+                // read carries the fields too: an approved read lets an approved edit follow.
+                if self.escalation && (tool.may_mutate() || tool == Tool::Read) {
                     escalation::extend_schema(&mut schema);
                 }
-                Some(schema)
+                schema
             })
             .collect()
     }
 
     /// The guidance paragraphs of the visible tools, joined by blank lines.
     pub fn guidance(&self) -> String {
-        guidance_for(&self.visible())
+        guidance_for(&self.visible_tools())
     }
 }
 
@@ -141,6 +146,10 @@ pub struct Session {
     approver: Approver,
     /// The mode and ticket of the call in progress, when it asked for another mode.
     call_mode: Option<(v1::Mode, Option<v1::EscalationTicket>)>,
+    /// The call in progress asked for a wider mode: its refusals carry no retry hint.
+    escalation_asked: bool,
+    /// Where a prompt goes when there is no terminal (the MCP client, by elicitation).
+    host: Option<std::sync::Arc<dyn crate::approver::Host>>,
 }
 
 impl Session {
@@ -175,6 +184,8 @@ impl Session {
             escalation: offer,
             approver,
             call_mode: None,
+            escalation_asked: false,
+            host: None,
         }
     }
 
@@ -201,37 +212,85 @@ impl Session {
 
     /// Runs a tool by name with JSON arguments.
     pub async fn call(&mut self, name: &str, args: Value) -> ToolResult {
-        if !self.tools.visible().contains(&name) {
+        let Some(tool) = Tool::parse(name).filter(|t| self.tools.visible_tools().contains(t)) else {
             return ToolResult::error(ToolError::new("UNKNOWN_TOOL", format!("unknown tool \"{name}\"")));
-        }
+        };
         self.calls += 1;
         self.call_mode = None;
-        let outcome = match name {
-            "read" => read::run(self, &args).await,
-            "write" => write::run(self, &args).await,
-            "edit" => edit::run(self, &args).await,
-            "apply_patch" => patch::run(self, &args).await,
-            "read_image" => image::run(self, &args).await,
-            "str_replace_editor" => editor::run(self, &args).await,
-            _ => Err(ToolError::new("UNKNOWN_TOOL", format!("unknown tool \"{name}\""))),
+        self.escalation_asked = false;
+        let outcome = match tool {
+            Tool::Read => read::run(self, &args).await,
+            Tool::Write => write::run(self, &args).await,
+            Tool::Edit => edit::run(self, &args).await,
+            Tool::ApplyPatch => patch::run(self, &args).await,
+            Tool::ReadImage => image::run(self, &args).await,
+            Tool::StrReplaceEditor => editor::run(self, &args).await,
         };
+        // The daemon restarted under the session: this call was refused (or, at worst, read
+        // from the new instance); the observations describe files the old instance served.
+        if self.client.take_restart() {
+            self.restarted().await;
+            return ToolResult::error(ToolError::restarted());
+        }
         // A wider mode applies to one call only; a signed escalation is spent when the call ends.
         if let Some((_, Some(ticket))) =
             self.call_mode.take().filter(|(_, t)| t.as_ref().is_some_and(|t| !t.escalation_id.is_empty()))
         {
-            let request =
-                v1::ReleaseEscalationRequest { context: self.context(), escalation_id: ticket.escalation_id };
+            let request = v1::ReleaseEscalationRequest {
+                context: self.context(),
+                escalation_id: ticket.escalation_id,
+                client_refusal: None,
+            };
             let _ = self.client.release_escalation(request).await;
         }
-        // The hint offers a retry only where the fields exist: mutations, not an editor view.
-        let mutating = matches!(name, "write" | "edit" | "apply_patch")
-            || (name == "str_replace_editor" && args.get("command").and_then(Value::as_str) != Some("view"));
+        // The hint offers a retry only where the fields exist (read and the mutations, not an
+        // editor view), only for a call that did not just ask, and only the mode it needs.
+        let viewing = tool == Tool::StrReplaceEditor && !tool.mutates(&args);
+        let writing = tool.may_mutate();
+        let path = args
+            .get("file_path")
+            .or_else(|| args.get("path"))
+            .and_then(Value::as_str)
+            .map(|p| self.absolute(p));
         outcome.unwrap_or_else(|mut error| {
-            if let (true, Some(offer)) = (mutating && error.code == "FS_SANDBOX_DENIED", &self.escalation) {
-                error.message.push_str(&escalation::hint(offer));
+            let denied = error.code == "FS_SANDBOX_DENIED" && !viewing && !self.escalation_asked;
+            if let (true, Some(offer)) = (denied, &self.escalation) {
+                let needed = match &path {
+                    Some(path) => escalation::needed(offer, &self.hello, path, writing),
+                    // apply_patch: the mode that covers every path the patch names.
+                    None => {
+                        let input = args.get("input").and_then(Value::as_str).unwrap_or("");
+                        let modes: Vec<Option<v1::Mode>> = patch_paths(input)
+                            .map(|p| escalation::needed(offer, &self.hello, &self.absolute(p), true))
+                            .collect();
+                        modes.iter().copied().max().flatten()
+                    }
+                };
+                if let Some(mode) = needed {
+                    error.message.push_str(&escalation::hint(mode));
+                }
             }
             ToolResult::error(error)
         })
+    }
+
+    /// Starts over against the daemon's new instance: no observation, no learnt target key, and
+    /// the new instance's hello (its roots, modes and escalation offer).
+    async fn restarted(&mut self) {
+        tracing::warn!(session = %self.session_id, "the daemon restarted; earlier reads no longer count");
+        self.observations = Observations::new();
+        self.keys.clear();
+        self.call_mode = None;
+        match self.client.hello(v1::HelloRequest { context: None }).await {
+            Ok(reply) => {
+                let hello = reply.into_inner();
+                self.escalation = escalation::Offer::from_hello(&hello);
+                self.tools.escalation = self.escalation.is_some();
+                self.hello = hello;
+            }
+            // Down again: the next call that reaches it re-pins, and the old hello stands.
+            Err(status) => tracing::warn!(error = %status.message(), "hello after a restart failed"),
+        }
     }
 
     /// The argument names a mutating tool accepts: its own, plus the escalation fields while
@@ -242,6 +301,26 @@ impl Session {
             names.extend([escalation::MODE_FIELD, escalation::REASON_FIELD]);
         }
         names
+    }
+
+    /// Sends prompts to this host instead of the terminal (the MCP face, per call).
+    pub fn set_host(&mut self, host: Option<std::sync::Arc<dyn crate::approver::Host>>) {
+        self.host = host;
+    }
+
+    /// The client's own approver on one escalation (`client` trust).
+    async fn decide(&mut self, ask: &crate::approver::Ask<'_>) -> crate::approver::Verdict {
+        use crate::approver::{HostAnswer, RefusedBy, Verdict};
+        match (&self.approver, &self.host) {
+            (Approver::Prompt, Some(host)) => match host.ask(crate::approver::message(ask)).await {
+                HostAnswer::Approved => Verdict::Approved,
+                HostAnswer::Refused(reason) => Verdict::Refused { by: RefusedBy::User, reason },
+                HostAnswer::Unsupported => {
+                    Verdict::Refused { by: RefusedBy::NoElicitation, reason: String::new() }
+                }
+            },
+            (approver, _) => approver.verdict(ask),
+        }
     }
 
     fn context(&self) -> Option<v1::CallContext> {
@@ -259,6 +338,12 @@ impl Session {
 
     /// A path as the model gave it, made absolute against the session's cwd.
     fn absolute(&self, path: &str) -> String {
+        // A Windows path (`C:\\Users\\x.txt`, `C:/x`) goes to the daemon as given, which refuses
+        // it as FS_INVALID_PATH, instead of becoming a literal name below the cwd.
+        let bytes = path.as_bytes();
+        if bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':' {
+            return path.to_owned();
+        }
         let joined = if path.starts_with('/') { PathBuf::from(path) } else { self.cwd.join(path) };
         // Only `.` and repeated slashes go: `..` is for the daemon to resolve, after links.
         let mut clean = PathBuf::new();
@@ -268,7 +353,12 @@ impl Session {
                 other => clean.push(other.as_os_str()),
             }
         }
-        clean.to_string_lossy().into_owned()
+        let mut clean = clean.to_string_lossy().into_owned();
+        // A trailing slash says "a directory": the daemon refuses it on a file, so keep it.
+        if path.ends_with('/') && !clean.ends_with('/') {
+            clean.push('/');
+        }
+        clean
     }
 
     fn policy_on(&self) -> bool {
@@ -298,6 +388,17 @@ impl Session {
             self.observations.record_absent(TargetKey(key.to_owned()));
         }
     }
+}
+
+/// The paths a patch names (`*** Add File: P`, `*** Update File: P`, `*** Delete File: P`,
+/// `*** Move to: P`), for the hint only; the patch parser decides what the patch does.
+fn patch_paths(input: &str) -> impl Iterator<Item = &str> {
+    input.lines().filter_map(|line| {
+        ["*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: "]
+            .iter()
+            .find_map(|prefix| line.strip_prefix(prefix))
+            .map(str::trim)
+    })
 }
 
 fn unique_suffix() -> u128 {

@@ -5,7 +5,7 @@ use fsd_proto::v1::{self, stream_text_reply::Item};
 use fsd_proto::{ErrorCode, WireError};
 use serde_json::{Map, Value, json};
 
-use super::{Session, ToolResult, args};
+use super::{Session, ToolResult, args, escalation};
 use crate::failure::ToolError;
 use crate::window::{self, NotText, Window, WindowBuilder, WindowSpec};
 
@@ -14,7 +14,8 @@ fn not_text(path: &str) -> ToolError {
 }
 
 pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, ToolError> {
-    let map = args::object(args, &["file_path", "offset", "limit"])?;
+    let allowed = session.allowed_args(&["file_path", "offset", "limit"]);
+    let map = args::object(args, &allowed)?;
     let file_path = args::non_empty(map, "file_path")?;
     let config = &session.tools.config;
     let max_limit = config.read_limit;
@@ -29,13 +30,17 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
         max_line_chars: config.read_max_line_length,
         max_bytes: config.read_max_bytes,
     };
+    let stream_min = config.read_stream_min_size;
     let path = session.absolute(&file_path);
+    // An approved read is one call at the wider mode; the observation it records lets an
+    // approved edit of the same file follow.
+    escalation::resolve(session, map, "read", &[escalation::PlannedCall::read(&path)]).await?;
 
     // Files at or above readStreamMinSize stream; the daemon says FS_TOO_LARGE for those.
     let request = v1::ReadTextRequest {
         context: session.context(),
         path: path.clone(),
-        max_bytes: config.read_stream_min_size.saturating_sub(1).max(1),
+        max_bytes: stream_min.saturating_sub(1).max(1),
     };
     let (target, version, window) = match session.client.read_text(request).await {
         Ok(reply) => {

@@ -1,29 +1,31 @@
 //! Tool schemas (snake_case fields, `file_path` first) and the guidance paragraphs, rendered only
-//! for visible tools.
+//! for visible tools. The model-facing descriptions and guidance are data files in `text/`,
+//! included at build time (one line each; the trailing newline is dropped).
 
 use serde_json::{Value, json};
 
-const READ_GUIDANCE: &str = "Use the read tool — not shell commands like cat — to inspect text files. Use offset and limit to continue reading large files.";
-const WRITE_GUIDANCE: &str =
-    "Read an existing file before overwriting it with write (the default fs-observation-policy requires it)";
-const WRITE_GUIDANCE_EDIT: &str = " and prefer edit for targeted changes";
-const PATCH_GUIDANCE: &str = "Prefer apply_patch over separate edit calls for changes across files or separated regions. Read a file before updating, deleting, or moving it (the default fs-observation-policy requires it), unless you just created or edited it in this session. The whole patch is checked first (syntax, hunk matching, missing files) and a rejected patch changes nothing; once applying starts, operations run in order, stop at the first failure, and are not rolled back, so re-read affected files before retrying when needed.";
-const EDIT_GUIDANCE: &str = "Read a file before editing it (the default fs-observation-policy requires it), unless you just created or edited it in this session.";
+use super::Tool;
+
+const READ_GUIDANCE: &str = include_str!("text/read.guidance.txt").trim_ascii_end();
+const WRITE_GUIDANCE: &str = include_str!("text/write.guidance.txt").trim_ascii_end();
+const WRITE_GUIDANCE_EDIT: &str = include_str!("text/write.guidance-edit.txt").trim_ascii_end();
+const PATCH_GUIDANCE: &str = include_str!("text/apply_patch.guidance.txt").trim_ascii_end();
+const EDIT_GUIDANCE: &str = include_str!("text/edit.guidance.txt").trim_ascii_end();
 
 /// The guidance for a set of visible tools, in tool order, blank-line separated.
-pub fn guidance_for(visible: &[&str]) -> String {
+pub fn guidance_for(visible: &[Tool]) -> String {
     let mut parts = Vec::new();
-    if visible.contains(&"read") {
+    if visible.contains(&Tool::Read) {
         parts.push(READ_GUIDANCE.to_owned());
     }
-    if visible.contains(&"write") {
-        let edit = if visible.contains(&"edit") { WRITE_GUIDANCE_EDIT } else { "" };
+    if visible.contains(&Tool::Write) {
+        let edit = if visible.contains(&Tool::Edit) { WRITE_GUIDANCE_EDIT } else { "" };
         parts.push(format!("{WRITE_GUIDANCE}{edit}."));
     }
-    if visible.contains(&"edit") {
+    if visible.contains(&Tool::Edit) {
         parts.push(EDIT_GUIDANCE.to_owned());
     }
-    if visible.contains(&"apply_patch") {
+    if visible.contains(&Tool::ApplyPatch) {
         parts.push(PATCH_GUIDANCE.to_owned());
     }
     parts.join("\n\n")
@@ -31,19 +33,19 @@ pub fn guidance_for(visible: &[&str]) -> String {
 
 /// The schema of one tool as a configuration shows it (the editor's description is configurable).
 /// Neither read_image nor str_replace_editor contributes guidance: their seeds quote none.
-pub fn schema_for(name: &str, config: &crate::config::ClientConfig) -> Option<Value> {
-    match name {
-        "str_replace_editor" => Some(super::editor::schema(config.description.as_deref())),
-        _ => schema(name),
+pub fn schema_for(tool: Tool, config: &crate::config::ClientConfig) -> Value {
+    match tool {
+        Tool::StrReplaceEditor => super::editor::schema(config.description.as_deref()),
+        other => schema(other),
     }
 }
 
 /// The schema of one tool.
-pub fn schema(name: &str) -> Option<Value> {
-    let value = match name {
-        "read" => json!({
-            "name": "read",
-            "description": "Read a UTF-8 text file. Returns numbered lines (`<line>: <text>`) in a <content> envelope whose footer says whether the file continues and which offset to read next. Directories and binary files are refused.",
+pub fn schema(tool: Tool) -> Value {
+    match tool {
+        Tool::Read => json!({
+            "name": Tool::Read.name(),
+            "description": include_str!("text/read.description.txt").trim_ascii_end(),
             "input_schema": {
                 "type": "object",
                 "properties": {
@@ -55,9 +57,9 @@ pub fn schema(name: &str) -> Option<Value> {
                 "additionalProperties": false
             }
         }),
-        "write" => json!({
-            "name": "write",
-            "description": "Create a file, or replace the whole content of an existing one, atomically. Overwriting an existing file requires a prior read of it at its current version; creating a new file does not. Missing parent directories are created.",
+        Tool::Write => json!({
+            "name": Tool::Write.name(),
+            "description": include_str!("text/write.description.txt").trim_ascii_end(),
             "input_schema": {
                 "type": "object",
                 "properties": {
@@ -68,9 +70,9 @@ pub fn schema(name: &str) -> Option<Value> {
                 "additionalProperties": false
             }
         }),
-        "edit" => json!({
-            "name": "edit",
-            "description": "Replace an exact, literal string in a file. old_string must occur exactly once unless replace_all is true. Requires a prior read of the file at its current version, unless this session just created or edited it.",
+        Tool::Edit => json!({
+            "name": Tool::Edit.name(),
+            "description": include_str!("text/edit.description.txt").trim_ascii_end(),
             "input_schema": {
                 "type": "object",
                 "properties": {
@@ -83,9 +85,9 @@ pub fn schema(name: &str) -> Option<Value> {
                 "additionalProperties": false
             }
         }),
-        "apply_patch" => json!({
-            "name": "apply_patch",
-            "description": "Apply a patch in the Codex format to add, update, delete or move files. The input starts with *** Begin Patch and ends with *** End Patch; each file section starts with *** Add File: <path>, *** Update File: <path> (optionally followed by *** Move to: <path>) or *** Delete File: <path>. Update sections contain @@ chunks of context lines (prefixed with a space), removed lines (-) and added lines (+). Paths are relative to the session's working directory. The whole patch is checked before anything is written.",
+        Tool::ApplyPatch => json!({
+            "name": Tool::ApplyPatch.name(),
+            "description": include_str!("text/apply_patch.description.txt").trim_ascii_end(),
             "input_schema": {
                 "type": "object",
                 "properties": {
@@ -95,33 +97,31 @@ pub fn schema(name: &str) -> Option<Value> {
                 "additionalProperties": false
             }
         }),
-        "read_image" => super::image::schema(),
-        "str_replace_editor" => super::editor::schema(None),
-        _ => return None,
-    };
-    Some(value)
+        Tool::ReadImage => super::image::schema(),
+        Tool::StrReplaceEditor => super::editor::schema(None),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn check(visible: &[&str], expected: &str) {
+    fn check(visible: &[Tool], expected: &str) {
         assert_eq!(guidance_for(visible), expected, "{visible:?}");
     }
 
     #[test]
     fn guidance_follows_visible_tools() {
         check(
-            &["read", "write", "edit"],
+            &[Tool::Read, Tool::Write, Tool::Edit],
             "Use the read tool — not shell commands like cat — to inspect text files. Use offset and limit to continue reading large files.\n\nRead an existing file before overwriting it with write (the default fs-observation-policy requires it) and prefer edit for targeted changes.\n\nRead a file before editing it (the default fs-observation-policy requires it), unless you just created or edited it in this session.",
         );
         check(
-            &["write"],
+            &[Tool::Write],
             "Read an existing file before overwriting it with write (the default fs-observation-policy requires it).",
         );
         check(
-            &["edit"],
+            &[Tool::Edit],
             "Read a file before editing it (the default fs-observation-policy requires it), unless you just created or edited it in this session.",
         );
         check(&[], "");
@@ -129,10 +129,10 @@ mod tests {
 
     #[test]
     fn file_path_comes_first() {
-        for name in ["read", "write", "edit"] {
-            let s = schema(name).unwrap_or_default();
+        for tool in [Tool::Read, Tool::Write, Tool::Edit] {
+            let s = schema(tool);
             let first = s["input_schema"]["properties"].as_object().and_then(|p| p.keys().next().cloned());
-            assert_eq!(first.as_deref(), Some("file_path"), "{name}");
+            assert_eq!(first.as_deref(), Some("file_path"), "{tool}");
         }
     }
 }

@@ -14,7 +14,6 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
     let file_path = args::non_empty(map, "file_path")?;
     let content = args::string(map, "content")?;
     let path = session.absolute(&file_path);
-    escalation::resolve(session, map, "write", &[escalation::PlannedCall::write(&path, &content)]).await?;
     let guard = if session.policy_on() {
         let key = session.key_of(&path).cloned();
         let kind = match session.observations.write_intent(key.as_ref()) {
@@ -30,6 +29,8 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
     } else {
         None
     };
+    let planned = escalation::PlannedCall::write(&path, &content).with_write_guard(guard.clone());
+    escalation::resolve(session, map, "write", &[planned]).await?;
     let request = v1::WriteTextRequest {
         context: session.context(),
         path: path.clone(),

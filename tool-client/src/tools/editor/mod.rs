@@ -33,7 +33,7 @@ const COMMANDS: &str = "view, create, str_replace, insert";
 /// accept `null` as a placeholder when the command does not use them.
 pub fn schema(description: Option<&str>) -> Value {
     json!({
-        "name": "str_replace_editor",
+        "name": super::Tool::StrReplaceEditor.name(),
         "description": description.unwrap_or(DEFAULT_DESCRIPTION),
         "input_schema": {
             "type": "object",

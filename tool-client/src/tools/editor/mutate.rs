@@ -90,8 +90,12 @@ async fn reread(session: &mut Session, path: &str) -> Result<Current, ToolError>
             Err(not_found(path))
         }
         ErrorCode::NotRegularFile => {
-            let request =
-                v1::StatRequest { context: session.context(), path: path.to_owned(), no_follow: false };
+            let request = v1::StatRequest {
+                context: session.context(),
+                path: path.to_owned(),
+                no_follow: false,
+                check_write: false,
+            };
             let dir =
                 session.client.stat(request).await.ok().and_then(|r| r.into_inner().info).map(|i| i.r#type)
                     == Some(v1::FileType::Directory as i32);

@@ -21,7 +21,12 @@ pub async fn run(
     path: &str,
     range: Option<(i64, i64)>,
 ) -> Result<ToolResult, ToolError> {
-    let request = v1::StatRequest { context: session.context(), path: path.to_owned(), no_follow: false };
+    let request = v1::StatRequest {
+        context: session.context(),
+        path: path.to_owned(),
+        no_follow: false,
+        check_write: false,
+    };
     let reply = session.client.stat(request).await.map_err(|s| ToolError::from_read(path, &s))?.into_inner();
     let target = reply.target.unwrap_or_default();
     let Some(info) = reply.info else {

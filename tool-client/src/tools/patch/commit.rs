@@ -74,7 +74,12 @@ async fn classify(
             let context = session.context();
             let fresh = session
                 .client
-                .stat(v1::StatRequest { context, path: path.to_owned(), no_follow: false })
+                .stat(v1::StatRequest {
+                    context,
+                    path: path.to_owned(),
+                    no_follow: false,
+                    check_write: false,
+                })
                 .await;
             let unchanged = match (fresh, expect) {
                 (Ok(reply), Some(Expect::Version(v))) => {

@@ -6,6 +6,7 @@ mod commit;
 mod preflight;
 mod report;
 
+use fsd_proto::v1;
 use serde_json::Value;
 
 use super::escalation::PlannedCall;
@@ -84,12 +85,44 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
             op,
         })
         .collect();
+    // Each operation carries the guard it will run under, so the daemon refuses a stale or
+    // already existing target before anyone is asked to approve the patch.
+    let observed = |path: &str| -> Option<v1::EditGuard> {
+        let key = session.key_of(path)?.clone();
+        let version = session.observations.edit_intent(Some(&key)).ok()?;
+        Some(v1::EditGuard { version: version.0, target_key: key.0 })
+    };
+    let policy = session.policy_on();
     let calls: Vec<PlannedCall> = planned
         .iter()
-        .map(|p| match (&p.op, &p.dst) {
-            (fsd_patch::Op::Delete { .. }, _) => PlannedCall::unbound("deleteFile", &p.src, None),
-            (fsd_patch::Op::Update { .. }, Some(dst)) => PlannedCall::unbound("moveFile", &p.src, Some(dst)),
-            _ => PlannedCall::unbound("writeText", &p.src, None),
+        .map(|p| {
+            let guard = if policy { observed(&p.src) } else { None };
+            match (&p.op, &p.dst) {
+                (fsd_patch::Op::Delete { .. }, _) => {
+                    PlannedCall::unbound("deleteFile", &p.src, None).with_edit_guard(guard)
+                }
+                (fsd_patch::Op::Update { .. }, Some(dst)) => {
+                    PlannedCall::unbound("moveFile", &p.src, Some(dst)).with_edit_guard(guard)
+                }
+                // Add overwrites and Update rewrites: the write tool's guard (replace at the
+                // observed version, else create only).
+                _ => {
+                    let key = session.key_of(&p.src).cloned();
+                    let kind = match session.observations.write_intent(key.as_ref()) {
+                        fsd_policy::WriteGuard::CreateIfAbsent => {
+                            v1::write_guard::Kind::CreateIfAbsent(v1::CreateIfAbsent {})
+                        }
+                        fsd_policy::WriteGuard::ReplaceIfVersion(version) => {
+                            v1::write_guard::Kind::ReplaceIfVersion(v1::ReplaceIfVersion {
+                                version: version.0,
+                                target_key: key.map(|k| k.0).unwrap_or_default(),
+                            })
+                        }
+                    };
+                    let guard = policy.then_some(v1::WriteGuard { kind: Some(kind) });
+                    PlannedCall::unbound("writeText", &p.src, None).with_write_guard(guard)
+                }
+            }
         })
         .collect();
     super::escalation::resolve(session, map, "apply_patch", &calls).await?;

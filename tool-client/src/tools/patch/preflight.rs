@@ -1,6 +1,8 @@
 //! Preflight: every operation is checked in order against current files and the observation
 //! policy, with the effects of the operations before it simulated. Preflight reads record no
-//! observation. Sandbox containment is not simulated: the daemon decides it at commit.
+//! observation. Sandbox containment is not simulated: the daemon is asked for every target
+//! (a stat with `check_write`, which writes nothing), so a patch with one operation the fence
+//! refuses changes nothing.
 
 use std::collections::HashMap;
 
@@ -37,9 +39,25 @@ struct Sim {
 struct State<'s> {
     session: &'s mut Session,
     sims: HashMap<String, Sim>,
+    /// Targets the daemon already said the mode may write, with whether a final link counted.
+    fenced: std::collections::HashSet<(String, bool)>,
 }
 
 impl State<'_> {
+    /// Asks the daemon whether the call's mode may write `path` (roots, mode, protected paths,
+    /// git directories, mounts), writing nothing. `no_follow`: the operation acts on a final
+    /// link itself (delete, move source).
+    async fn fence(&mut self, path: &str, spelled: &str, no_follow: bool) -> Result<(), ToolError> {
+        if self.fenced.contains(&(path.to_owned(), no_follow)) {
+            return Ok(());
+        }
+        let context = self.session.context();
+        let request = v1::StatRequest { context, path: path.to_owned(), no_follow, check_write: true };
+        self.session.client.stat(request).await.map_err(|s| ToolError::from_mutation(spelled, &s))?;
+        self.fenced.insert((path.to_owned(), no_follow));
+        Ok(())
+    }
+
     /// The current simulated state of a path, loading it from the daemon the first time.
     async fn sim(&mut self, path: &str, spelled: &str, need_text: bool) -> Result<Sim, ToolError> {
         if let Some(sim) =
@@ -51,7 +69,7 @@ impl State<'_> {
         let stat = self
             .session
             .client
-            .stat(v1::StatRequest { context, path: path.to_owned(), no_follow: true })
+            .stat(v1::StatRequest { context, path: path.to_owned(), no_follow: true, check_write: false })
             .await
             .map_err(|s| ToolError::from_read(spelled, &s))?
             .into_inner();
@@ -182,6 +200,7 @@ async fn check(state: &mut State<'_>, planned: &Planned) -> Result<Prepared, Too
     let spelled = planned.op.path();
     match &planned.op {
         fsd_patch::Op::Add { contents, .. } => {
+            state.fence(&planned.src, spelled, false).await?;
             let sim = state.sim(&planned.src, spelled, false).await?;
             if sim.exists && !sim.touched && !sim.regular && !sim.symlink {
                 return Err(ToolError::new(
@@ -202,6 +221,7 @@ async fn check(state: &mut State<'_>, planned: &Planned) -> Result<Prepared, Too
             })
         }
         fsd_patch::Op::Delete { .. } => {
+            state.fence(&planned.src, spelled, true).await?;
             let sim = state.sim(&planned.src, spelled, true).await.map_err(|e| {
                 // A directory or special file: report it as the delete it is.
                 if e.code == ErrorCode::NotRegularFile.as_str() {
@@ -231,6 +251,10 @@ async fn check(state: &mut State<'_>, planned: &Planned) -> Result<Prepared, Too
             })
         }
         fsd_patch::Op::Update { chunks, move_to, .. } => {
+            state.fence(&planned.src, spelled, move_to.is_some()).await?;
+            if let (Some(dst), Some(dst_spelled)) = (&planned.dst, move_to) {
+                state.fence(dst, dst_spelled, false).await?;
+            }
             let sim = state.sim(&planned.src, spelled, true).await?;
             if !sim.exists {
                 return Err(ToolError::new(
@@ -289,7 +313,7 @@ async fn check(state: &mut State<'_>, planned: &Planned) -> Result<Prepared, Too
 
 /// Checks the whole patch; any problem refuses all of it.
 pub(super) async fn run(session: &mut Session, planned: &[Planned]) -> Result<Vec<Prepared>, Vec<Problem>> {
-    let mut state = State { session, sims: HashMap::new() };
+    let mut state = State { session, sims: HashMap::new(), fenced: Default::default() };
     let mut prepared = Vec::new();
     let mut problems = Vec::new();
     for p in planned {

@@ -1,0 +1,131 @@
+//! What the supervisor checks before it starts any child: the causes that would otherwise show
+//! up as workers crash-looping behind a daemon that says it serves. Each is one line that names
+//! the cause, and exit status 2, so `Restart=on-failure` and orchestrators see a failed start.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::{Config, Listen};
+
+/// A configuration the daemon cannot serve, found before anything started.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PreflightError {
+    #[error("{kind} root {path} does not exist")]
+    RootMissing { kind: &'static str, path: PathBuf },
+    #[error("{kind} root {path} is not a directory")]
+    RootNotDirectory { kind: &'static str, path: PathBuf },
+    #[error("{kind} root {path}: {reason}")]
+    RootUnusable { kind: &'static str, path: PathBuf, reason: String },
+    #[error("cannot listen on {listen}: the socket directory {dir} does not exist")]
+    SocketDirMissing { listen: String, dir: PathBuf },
+    #[error("cannot listen on {listen}: {dir} is not a directory")]
+    SocketDirNotDirectory { listen: String, dir: PathBuf },
+    #[error("worker_uid/worker_gid {uid}:{gid} cannot be used: 4294967295 means \"unchanged\" to the kernel")]
+    IdsInvalid { uid: u32, gid: u32 },
+    #[error(
+        "worker_uid/worker_gid {uid}:{gid} cannot be used: the daemon runs as {euid}:{egid} without \
+         CAP_SETUID/CAP_SETGID (run it as root, or drop worker_uid and worker_gid)"
+    )]
+    IdsUnusable { uid: u32, gid: u32, euid: u32, egid: u32 },
+}
+
+/// Checks everything the children would fail on at start. The first cause found is reported.
+pub fn check(config: &Config) -> Result<(), PreflightError> {
+    for root in &config.roots {
+        check_root(&root.path, if root.writable { "writable" } else { "readable" })?;
+    }
+    for listen in &config.listen {
+        if let Listen::Unix(path) = listen {
+            check_socket_dir(listen, path)?;
+        }
+    }
+    // An identity that cannot be decided (roots of different owners) is the supervisor's own
+    // start-up error; one that can be decided must be one this process can take.
+    match config.worker_identity() {
+        Ok(identity) => check_ids(identity.uid, identity.gid),
+        Err(_) => Ok(()),
+    }
+}
+
+fn check_root(path: &Path, kind: &'static str) -> Result<(), PreflightError> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(PreflightError::RootNotDirectory { kind, path: path.to_owned() }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(PreflightError::RootMissing { kind, path: path.to_owned() })
+        }
+        Err(e) => Err(PreflightError::RootUnusable { kind, path: path.to_owned(), reason: e.to_string() }),
+    }
+}
+
+fn check_socket_dir(listen: &Listen, path: &Path) -> Result<(), PreflightError> {
+    // A bare file name is a socket in the current directory, which exists.
+    let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else { return Ok(()) };
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => {
+            Err(PreflightError::SocketDirNotDirectory { listen: listen.to_string(), dir: dir.to_owned() })
+        }
+        Err(_) => Err(PreflightError::SocketDirMissing { listen: listen.to_string(), dir: dir.to_owned() }),
+    }
+}
+
+fn check_ids(uid: u32, gid: u32) -> Result<(), PreflightError> {
+    if uid == u32::MAX || gid == u32::MAX {
+        return Err(PreflightError::IdsInvalid { uid, gid });
+    }
+    if crate::sys::confine::can_switch_ids(uid, gid) {
+        return Ok(());
+    }
+    let (euid, egid) = crate::sys::effective_ids();
+    Err(PreflightError::IdsUnusable { uid, gid, euid, egid })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roots_and_socket_directories() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let file = dir.path().join("file");
+        std::fs::write(&file, "x").unwrap_or_else(|e| panic!("write: {e}"));
+        let missing = dir.path().join("missing");
+        let check_root_case = |path: &Path, expected: Result<(), PreflightError>| {
+            assert_eq!(check_root(path, "writable"), expected, "{}", path.display());
+        };
+        check_root_case(dir.path(), Ok(()));
+        check_root_case(
+            &missing,
+            Err(PreflightError::RootMissing { kind: "writable", path: missing.clone() }),
+        );
+        check_root_case(
+            &file,
+            Err(PreflightError::RootNotDirectory { kind: "writable", path: file.clone() }),
+        );
+        let socket = |p: PathBuf| (Listen::Unix(p.clone()), p);
+        let (listen, path) = socket(dir.path().join("fsd.sock"));
+        assert_eq!(check_socket_dir(&listen, &path), Ok(()));
+        let (listen, path) = socket(missing.join("fsd.sock"));
+        assert_eq!(
+            check_socket_dir(&listen, &path).map_err(|e| e.to_string()),
+            Err(format!(
+                "cannot listen on unix:{0}/fsd.sock: the socket directory {0} does not exist",
+                missing.display()
+            ))
+        );
+        let (listen, path) = socket(file.join("fsd.sock"));
+        assert_eq!(
+            check_socket_dir(&listen, &path),
+            Err(PreflightError::SocketDirNotDirectory { listen: listen.to_string(), dir: file.clone() })
+        );
+        let (listen, path) = socket(PathBuf::from("fsd.sock"));
+        assert_eq!(check_socket_dir(&listen, &path), Ok(()));
+    }
+
+    #[test]
+    fn worker_ids() {
+        let (euid, egid) = crate::sys::effective_ids();
+        assert_eq!(check_ids(euid, egid), Ok(()));
+        assert_eq!(check_ids(u32::MAX, egid), Err(PreflightError::IdsInvalid { uid: u32::MAX, gid: egid }));
+    }
+}

@@ -1,0 +1,187 @@
+//! The HTTP face of the network process (`--listen http:IP:PORT` / `http+unix:PATH`): the
+//! KEP-539.2 filesystem REST API of Kubernetes agent-sandbox (`/v1/files/{path}`, `/v1/health`,
+//! `/v1/metadata`) and, on the same listener, fsd.v1 over gRPC-Web (and plain gRPC) for clients
+//! behind HTTP/1.1 routers. Every file operation is a call of `FsdService` — the same identities,
+//! modes, locks and audit as gRPC — and runs in a worker; this module opens no file.
+
+mod files;
+pub mod reply;
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::sync::watch;
+use tonic::body::Body;
+use tonic::transport::server::Connected;
+
+use crate::backend::Mode;
+use crate::edge::Edge;
+use crate::service::FsdService;
+use reply::RestError;
+
+/// How long open connections keep being answered once shutdown starts (health says 503 then),
+/// before they are asked to close.
+const DRAIN: Duration = Duration::from_secs(2);
+
+/// The gRPC services (fsd.v1, health, reflection) behind the edge, for requests that are gRPC
+/// or gRPC-Web.
+pub type Grpc = tower::util::BoxCloneSyncService<http::Request<Body>, http::Response<Body>, Infallible>;
+
+use tonic::codegen::http;
+
+/// Everything a request of this face needs.
+pub struct Face {
+    pub service: FsdService,
+    pub edge: Edge,
+    /// The REST root as the daemon names it (canonical, absolute).
+    pub root: String,
+    pub max_upload: u64,
+    pub chunk: usize,
+    /// The modes the daemon serves: health is ok only while each has a worker.
+    pub modes: Vec<Mode>,
+    pub started: Instant,
+    /// What `/v1/metadata` serves, read before confinement.
+    pub metadata: BTreeMap<String, String>,
+    pub stopping: watch::Receiver<bool>,
+    pub grpc: Option<Grpc>,
+}
+
+impl std::fmt::Debug for Face {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Face").field("root", &self.root).finish_non_exhaustive()
+    }
+}
+
+fn is_grpc(request: &Request<Incoming>) -> bool {
+    request
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/grpc"))
+}
+
+impl Face {
+    async fn handle(self: Arc<Face>, request: Request<Incoming>) -> Response<Body> {
+        if is_grpc(&request)
+            && let Some(grpc) = &self.grpc
+        {
+            let mut grpc = grpc.clone();
+            let request = request.map(Body::new);
+            return match tower::Service::call(&mut grpc, request).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            };
+        }
+        let identity = match self.edge.admit(&request) {
+            Ok(identity) => identity,
+            Err(status) => {
+                return RestError::new(StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", status.message())
+                    .into_response();
+            }
+        };
+        let path = request.uri().path().to_owned();
+        if let Some(raw) = path.strip_prefix("/v1/files/") {
+            return self.files(identity, request, raw).await;
+        }
+        if path == "/v1/files" {
+            return self.files(identity, request, "").await;
+        }
+        match (request.method(), path.as_str()) {
+            (&Method::GET | &Method::HEAD, "/v1/health") => self.health(),
+            (&Method::GET, "/v1/metadata") => {
+                reply::json(StatusCode::OK, &serde_json::json!({ "env": self.metadata }))
+            }
+            (_, "/v1/health" | "/v1/metadata") => {
+                RestError::new(StatusCode::METHOD_NOT_ALLOWED, "INVALID_ARGUMENT", "method not allowed")
+                    .into_response()
+            }
+            _ => RestError::new(StatusCode::NOT_FOUND, "NOT_FOUND", "no such endpoint").into_response(),
+        }
+    }
+
+    fn health(&self) -> Response<Body> {
+        if *self.stopping.borrow() {
+            return RestError::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", "shutting down")
+                .into_response();
+        }
+        if !self.service.all_modes_served(&self.modes) {
+            let message = "not every configured mode has a live worker";
+            return RestError::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", message).into_response();
+        }
+        let uptime = self.started.elapsed().as_secs();
+        reply::json(StatusCode::OK, &serde_json::json!({ "status": "ok", "uptime_seconds": uptime }))
+    }
+}
+
+/// Serves one connection until it closes, or until shutdown (after the drain window).
+async fn serve_connection<IO, X>(io: IO, info: X, face: Arc<Face>, mut stop: watch::Receiver<bool>)
+where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    X: Clone + Send + Sync + 'static,
+{
+    let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
+        request.extensions_mut().insert(info.clone());
+        let face = face.clone();
+        async move { Ok::<_, Infallible>(face.handle(request).await) }
+    });
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let connection = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(connection);
+    tokio::select! {
+        _ = connection.as_mut() => return,
+        _ = stop.wait_for(|s| *s) => {}
+    }
+    if tokio::time::timeout(DRAIN, connection.as_mut()).await.is_ok() {
+        return;
+    }
+    connection.as_mut().graceful_shutdown();
+    let _ = connection.await;
+}
+
+/// Serves TCP connections (TLS already negotiated by the edge when configured).
+pub async fn serve_tcp(
+    incoming: tokio_stream::wrappers::ReceiverStream<Result<crate::edge::Conn, std::io::Error>>,
+    face: Arc<Face>,
+    stop: watch::Receiver<bool>,
+) {
+    use tokio_stream::StreamExt;
+    let mut incoming = incoming;
+    let mut connections = tokio::task::JoinSet::new();
+    while let Some(conn) = incoming.next().await {
+        let Ok(conn) = conn else { continue };
+        let info = conn.connect_info();
+        connections.spawn(serve_connection(conn, info, face.clone(), stop.clone()));
+    }
+    while connections.join_next().await.is_some() {}
+}
+
+/// Serves Unix-socket connections; the peer's credentials are the caller's identity.
+pub async fn serve_unix(
+    listener: tokio::net::UnixListener,
+    face: Arc<Face>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        match accepted {
+            Ok((stream, _)) => {
+                let info = stream.connect_info();
+                connections.spawn(serve_connection(stream, info, face.clone(), stop.clone()));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    while connections.join_next().await.is_some() {}
+}

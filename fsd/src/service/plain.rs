@@ -1,0 +1,182 @@
+//! Calls from faces that are not fsd.v1 (the REST face): the same grant, worker dispatch, logs
+//! and audit records as a gRPC call, answered with the daemon's own types. The caller's identity
+//! comes from the same edge; a REST call names no session and asks for no mode, so it runs at the
+//! caller's default mode.
+
+use std::fs::File;
+use std::future::Future;
+
+use fsd_proto::{ErrorCode, WireError};
+use tokio::io::AsyncWriteExt;
+
+use super::FsdService;
+use super::grant::{Caller, Decision, Step};
+use crate::backend::{self, Mode, Outcome, StreamHeader};
+use crate::identity::Identity;
+
+/// The write end of an upload's pipe: frames go in, the worker reads them.
+#[derive(Debug)]
+pub struct BodySink {
+    pipe: tokio::net::unix::pipe::Sender,
+    sent: u64,
+}
+
+/// Why a body could not be passed on: the worker stopped reading (it refused the call or hit a
+/// limit; its reply says which).
+#[derive(Debug)]
+pub struct SinkClosed;
+
+impl BodySink {
+    /// Passes on one chunk of the body.
+    pub async fn send(&mut self, bytes: &[u8]) -> Result<(), SinkClosed> {
+        for chunk in bytes.chunks(backend::bytes::MAX_FRAME) {
+            self.pipe.write_all(&backend::bytes::frame_header(chunk.len())).await.map_err(|_| SinkClosed)?;
+            self.pipe.write_all(chunk).await.map_err(|_| SinkClosed)?;
+            self.sent += chunk.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// The body is complete. Dropping the sink without this abandons the write.
+    pub async fn finish(mut self) -> Result<(), SinkClosed> {
+        self.pipe.write_all(&backend::bytes::frame_header(0)).await.map_err(|_| SinkClosed)
+    }
+
+    pub fn sent(&self) -> u64 {
+        self.sent
+    }
+}
+
+fn internal(path: &str, what: impl std::fmt::Display) -> WireError {
+    WireError::new(ErrorCode::IoError, path, what.to_string())
+}
+
+impl FsdService {
+    fn plain_caller(identity: Identity) -> Caller {
+        Caller { identity, session: String::new(), call: String::new() }
+    }
+
+    /// The mode a plain call runs at.
+    fn plain_mode(&self, caller: &Caller, path: &str, op: crate::op::Op) -> Result<Mode, WireError> {
+        self.mode(caller, None, path, op).map(|grant| grant.mode).map_err(|status| {
+            WireError::from_status(&status).unwrap_or_else(|| internal(path, status.message()))
+        })
+    }
+
+    /// Logs and audits the end of a plain call.
+    fn plain_done(
+        &self,
+        caller: &Caller,
+        op: crate::op::Op,
+        path: &str,
+        mode: Mode,
+        result: &Result<Outcome, WireError>,
+    ) {
+        if let Err(w) = result {
+            tracing::info!(op = op.name(), mode = mode.as_str(), path = %w.path, code = %w.code, error = %w.message, "refused");
+        }
+        if op.is_mutation() {
+            let code = result.as_ref().err().map(|w| w.code.as_str()).unwrap_or("ok");
+            let decision =
+                if code == ErrorCode::SandboxDenied.as_str() { Decision::Denied } else { Decision::Allowed };
+            self.audit(caller, Step::Call(op), path, mode, decision, code);
+        }
+    }
+
+    /// One operation for a caller of another face.
+    pub async fn call_as(&self, identity: Identity, request: backend::Request) -> Result<Outcome, WireError> {
+        let caller = Self::plain_caller(identity);
+        let (op, path) = (request.op(), request.path().to_owned());
+        // Over budget: refused before anything else happens, so nothing is touched.
+        let _in_flight = self.budgets.call(&caller.identity).map_err(|r| r.into_wire(&path))?;
+        let mode = self.plain_mode(&caller, &path, op)?;
+        let result = self.dispatcher.call(mode, &caller.client(), request).await;
+        let result = result.map_err(|w| w.with("mode", mode.as_str()));
+        self.plain_done(&caller, op, &path, mode, &result);
+        result
+    }
+
+    /// Opens a file for a streamed read in a worker; the caller reads the descriptor.
+    pub async fn open_stream_as(
+        &self,
+        identity: Identity,
+        path: &str,
+    ) -> Result<(StreamHeader, File), WireError> {
+        let caller = Self::plain_caller(identity);
+        let _in_flight = self.budgets.call(&caller.identity).map_err(|r| r.into_wire(path))?;
+        let mode = self.plain_mode(&caller, path, crate::op::Op::StreamText)?;
+        let opened = self.dispatcher.open_stream(mode, &caller.client(), path).await;
+        opened.map_err(|w| w.with("mode", mode.as_str()))
+    }
+
+    /// A streamed write (`Request::WriteBytes`): `feed` passes the body into the sink while a
+    /// worker writes it; it finishes the sink when the body is complete. Returns what `feed`
+    /// returned (`None` when the call was refused before it began) and the outcome.
+    pub async fn write_stream_as<F, Fut, T>(
+        &self,
+        identity: Identity,
+        request: backend::Request,
+        feed: F,
+    ) -> (Option<T>, Result<Outcome, WireError>)
+    where
+        F: FnOnce(BodySink) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let caller = Self::plain_caller(identity);
+        let (op, path) = (request.op(), request.path().to_owned());
+        let _in_flight = match self.budgets.call(&caller.identity) {
+            Ok(permit) => permit,
+            Err(r) => return (None, Err(r.into_wire(&path))),
+        };
+        if let Err(r) = self.budgets.may_create(&caller.identity) {
+            return (None, Err(r.into_wire(&path)));
+        }
+        let mode = match self.plain_mode(&caller, &path, op) {
+            Ok(mode) => mode,
+            Err(w) => return (None, Err(w)),
+        };
+        self.stream_write(&caller, mode, request, feed).await
+    }
+
+    /// The streamed write itself, at a granted mode: the body flows into a pipe while a worker
+    /// writes it; logged and audited like every mutation.
+    pub(super) async fn stream_write<F, Fut, T>(
+        &self,
+        caller: &Caller,
+        mode: Mode,
+        request: backend::Request,
+        feed: F,
+    ) -> (Option<T>, Result<Outcome, WireError>)
+    where
+        F: FnOnce(BodySink) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let (op, path) = (request.op(), request.path().to_owned());
+        let (read, write) = match crate::sys::pipe() {
+            Ok(pair) => pair,
+            Err(e) => return (None, Err(internal(&path, format!("cannot make a pipe: {e}")))),
+        };
+        let pipe = match tokio::net::unix::pipe::Sender::from_owned_fd(write) {
+            Ok(pipe) => pipe,
+            Err(e) => return (None, Err(internal(&path, format!("cannot use the pipe: {e}")))),
+        };
+        // The body flows while the worker writes it: both futures are polled together.
+        let client = caller.client();
+        let worker = self.dispatcher.call_with_body(mode, &client, request, read);
+        let (fed, result) = tokio::join!(feed(BodySink { pipe, sent: 0 }), worker);
+        let result = result.map_err(|w| w.with("mode", mode.as_str()));
+        if let Ok(Outcome::WriteBytes { operation: backend::WriteOperation::Create, .. }) = &result {
+            self.budgets.created(&caller.identity);
+        }
+        self.plain_done(caller, op, &path, mode, &result);
+        (Some(fed), result)
+    }
+
+    /// Whether every mode this daemon serves has a live worker (what `/v1/health` reports).
+    pub fn all_modes_served(&self, modes: &[Mode]) -> bool {
+        let report = self.dispatcher.report();
+        modes
+            .iter()
+            .all(|m| report.iter().any(|r| r.mode == *m && r.live_workers > 0 && r.unavailable.is_none()))
+    }
+}

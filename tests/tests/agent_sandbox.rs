@@ -1,0 +1,575 @@
+//! The REST face of Kubernetes agent-sandbox (KEP-539.2 `filesystem.yaml`) end to end: the real
+//! `k8s-agent-sandbox` Python SDK (pinned by `scripts/test.sh`, interpreter in `FSD_TEST_PYTHON`)
+//! through `tests/python/agent_sandbox_sdk.py`, and raw HTTP/1.1 for what the SDK does not send:
+//! ETags and preconditions, error bodies, the mode query, metadata and health during shutdown.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+fn python() -> PathBuf {
+    match std::env::var_os("FSD_TEST_PYTHON") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => panic!(
+            "FSD_TEST_PYTHON is not set: the agent-sandbox test needs the venv with the pinned \
+             k8s-agent-sandbox SDK. Run `bash scripts/test.sh` (it creates .venv and exports \
+             FSD_TEST_PYTHON)"
+        ),
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A daemon with a REST listener (and its gRPC Unix socket), started with `env` added.
+struct RestDaemon {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl RestDaemon {
+    fn start(config: &str, env: &[(&str, &str)]) -> RestDaemon {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("ws");
+        std::fs::create_dir(&root).unwrap();
+        let root = std::fs::canonicalize(&root).unwrap();
+        let port = free_port();
+        let mut cmd = Command::new(common::fsd_bin());
+        cmd.arg("--listen")
+            .arg(format!("http:127.0.0.1:{port}"))
+            .arg("--listen")
+            .arg(format!("unix:{}", dir.path().join("fsd.sock").display()))
+            .arg("--writable-root")
+            .arg(&root);
+        if !config.is_empty() {
+            let path = dir.path().join("fsd.toml");
+            std::fs::write(&path, config).unwrap();
+            cmd.arg("--config").arg(path);
+        }
+        cmd.envs(env.iter().copied())
+            .env("FSD_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().expect("spawn fsd");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("fsd exited before listening: {status}");
+            }
+            assert!(Instant::now() < deadline, "fsd did not listen within 20 s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        RestDaemon { child, port, dir, root }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+
+    fn terminate(&mut self) {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    }
+}
+
+impl Drop for RestDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP/1.1 exchange's answer.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
+    }
+}
+
+/// Sends one request on `stream` and reads its answer (Content-Length bodies only; a HEAD has
+/// none).
+fn exchange(
+    stream: &mut BufReader<TcpStream>,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Answer {
+    let mut request =
+        format!("{method} {path} HTTP/1.1\r\nhost: sandbox\r\ncontent-length: {}\r\n", body.len());
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    request.push_str("\r\n");
+    let socket = stream.get_mut();
+    socket.write_all(request.as_bytes()).unwrap();
+    socket.write_all(body).unwrap();
+    let mut line = String::new();
+    stream.read_line(&mut line).unwrap();
+    let status: u16 =
+        line.split_whitespace().nth(1).unwrap_or_else(|| panic!("bad status line {line:?}")).parse().unwrap();
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        stream.read_line(&mut line).unwrap();
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        let (k, v) = line.split_once(':').unwrap();
+        headers.push((k.trim().to_owned(), v.trim().to_owned()));
+    }
+    let mut answer = Answer { status, headers, body: Vec::new() };
+    if method != "HEAD" {
+        let len: usize = answer.header("content-length").map(|v| v.parse().unwrap()).unwrap_or(0);
+        answer.body = vec![0; len];
+        stream.read_exact(&mut answer.body).unwrap();
+    }
+    answer
+}
+
+fn connect(port: u16) -> BufReader<TcpStream> {
+    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    BufReader::new(stream)
+}
+
+fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
+    exchange(&mut connect(port), method, path, headers, body)
+}
+
+/// A refusal: its status and the spec's `{code, message}` body.
+fn refused(answer: &Answer, status: u16, code: &str) {
+    assert_eq!(answer.status, status, "{answer:?}");
+    let body = answer.json();
+    assert_eq!(body["code"], code, "{body}");
+    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+}
+
+fn outside_fixture(dir: &Path) -> PathBuf {
+    let outside = dir.join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("canary"), "outside\n").unwrap();
+    outside
+}
+
+#[test]
+fn the_agent_sandbox_python_sdk_drives_the_rest_face() {
+    let python = python();
+    let daemon = RestDaemon::start("", &[]);
+    let outside = outside_fixture(daemon.dir.path());
+    common::symlink(&outside, &daemon.path("out"));
+    for (rel, text) in [(".git/HEAD", "ref\n"), ("repo/.git/HEAD", "ref\n"), ("repo/src.txt", "src\n")] {
+        std::fs::create_dir_all(daemon.path(rel).parent().unwrap()).unwrap();
+        std::fs::write(daemon.path(rel), text).unwrap();
+    }
+    let status = Command::new(&python)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("python/agent_sandbox_sdk.py"))
+        .arg(daemon.port.to_string())
+        .arg(&daemon.root)
+        .arg(&outside)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {} (FSD_TEST_PYTHON): {e}", python.display()));
+    assert!(status.success(), "agent_sandbox_sdk.py failed ({status}); its output says which check");
+    assert_eq!(std::fs::read(outside.join("canary")).unwrap(), b"outside\n");
+    // 100 MiB went up and down: no process of the daemon may have held it.
+    let peaks = peak_rss_kib(&daemon);
+    let largest = peaks.iter().copied().max().unwrap_or(0);
+    println!("daemon peak RSS per process after 100 MiB up and down (KiB): {peaks:?}");
+    assert!(largest > 0, "no VmHWM for the daemon");
+    assert!(largest < 64 << 10, "a daemon process peaked at {largest} KiB: the file was held in memory");
+}
+
+/// VmHWM of the daemon and of each of its descendants (supervisor, network process, workers).
+fn peak_rss_kib(daemon: &RestDaemon) -> Vec<u64> {
+    let mut peaks = Vec::new();
+    let mut pending = vec![daemon.child.id()];
+    while let Some(pid) = pending.pop() {
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
+        peaks.extend(
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()),
+        );
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { continue };
+        for task in tasks.flatten() {
+            let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            pending.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+        }
+    }
+    peaks
+}
+
+#[test]
+fn etags_guard_writes_and_deletes_like_a_models_read() {
+    let daemon = RestDaemon::start("", &[]);
+    let port = daemon.port;
+    let put = http(port, "PUT", "/v1/files/a.txt", &[("content-type", "application/octet-stream")], b"one");
+    assert_eq!(put.status, 204, "{put:?}");
+    let first = put.header("etag").unwrap().to_owned();
+    assert!(first.starts_with('"') && first.ends_with('"'), "{first}");
+
+    let get = http(port, "GET", "/v1/files/a.txt", &[], b"");
+    assert_eq!((get.status, get.body.as_slice()), (200, b"one".as_slice()));
+    assert_eq!(get.header("etag"), Some(first.as_str()));
+    assert_eq!(get.header("content-length"), Some("3"));
+    let head = http(port, "HEAD", "/v1/files/a.txt", &[], b"");
+    assert_eq!(
+        (head.status, head.header("etag"), head.header("content-length")),
+        (200, Some(first.as_str()), Some("3"))
+    );
+    assert_eq!(http(port, "HEAD", "/v1/files/none.txt", &[], b"").status, 404);
+
+    // If-None-Match: * creates only.
+    refused(
+        &http(port, "PUT", "/v1/files/a.txt", &[("if-none-match", "*")], b"two"),
+        412,
+        "PRECONDITION_FAILED",
+    );
+    assert_eq!(std::fs::read(daemon.path("a.txt")).unwrap(), b"one");
+    assert_eq!(http(port, "PUT", "/v1/files/new.txt", &[("if-none-match", "*")], b"new").status, 204);
+
+    // If-Match writes only at that version; the stale one is refused and changes nothing.
+    let second = http(port, "PUT", "/v1/files/a.txt", &[("if-match", &first)], b"two");
+    assert_eq!(second.status, 204, "{second:?}");
+    let second = second.header("etag").unwrap().to_owned();
+    assert_ne!(second, first);
+    refused(
+        &http(port, "PUT", "/v1/files/a.txt", &[("if-match", &first)], b"three"),
+        412,
+        "PRECONDITION_FAILED",
+    );
+    refused(
+        &http(port, "DELETE", "/v1/files/a.txt", &[("if-match", &first)], b""),
+        412,
+        "PRECONDITION_FAILED",
+    );
+    refused(
+        &http(port, "PUT", "/v1/files/gone.txt", &[("if-match", &first)], b"x"),
+        412,
+        "PRECONDITION_FAILED",
+    );
+    assert!(!daemon.path("gone.txt").exists(), "a guarded write created its file");
+    assert_eq!(std::fs::read(daemon.path("a.txt")).unwrap(), b"two");
+    // A change behind the daemon's back makes the ETag stale too.
+    std::fs::write(daemon.path("a.txt"), "edited").unwrap();
+    refused(
+        &http(port, "PUT", "/v1/files/a.txt", &[("if-match", &second)], b"four"),
+        412,
+        "PRECONDITION_FAILED",
+    );
+    assert_eq!(std::fs::read(daemon.path("a.txt")).unwrap(), b"edited");
+    let current = http(port, "HEAD", "/v1/files/a.txt", &[], b"").header("etag").unwrap().to_owned();
+    assert_eq!(http(port, "DELETE", "/v1/files/a.txt", &[("if-match", &current)], b"").status, 204);
+    assert!(!daemon.path("a.txt").exists());
+}
+
+#[test]
+fn bad_requests_get_the_specs_error_bodies_and_change_nothing() {
+    let daemon = RestDaemon::start("", &[]);
+    let port = daemon.port;
+    std::fs::create_dir_all(daemon.path("d/sub")).unwrap();
+    std::fs::write(daemon.path("d/sub/f"), "f").unwrap();
+    for mode in ["644", "0648", "04755", "0x644", "rw"] {
+        let answer = http(port, "PUT", &format!("/v1/files/m.txt?mode={mode}"), &[], b"x");
+        refused(&answer, 400, "INVALID_ARGUMENT");
+    }
+    assert!(!daemon.path("m.txt").exists(), "a refused mode created the file");
+    assert_eq!(http(port, "PUT", "/v1/files/m.sh?mode=0750", &[], b"#!/bin/sh\n").status, 204);
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(daemon.path("m.sh")).unwrap().permissions().mode() & 0o777, 0o750);
+
+    refused(&http(port, "GET", "/v1/files/none", &[], b""), 404, "NOT_FOUND");
+    refused(&http(port, "DELETE", "/v1/files/none", &[], b""), 404, "NOT_FOUND");
+    refused(&http(port, "DELETE", "/v1/files/d", &[], b""), 409, "CONFLICT");
+    refused(&http(port, "DELETE", "/v1/files/d?recursive=maybe", &[], b""), 400, "INVALID_ARGUMENT");
+    refused(&http(port, "PUT", "/v1/files/d", &[], b"x"), 400, "INVALID_ARGUMENT");
+    refused(&http(port, "GET", "/v1/files/..%2F..%2Fetc%2Fpasswd", &[], b""), 403, "PERMISSION_DENIED");
+    refused(&http(port, "GET", "/v1/files/a%00b", &[], b""), 400, "INVALID_ARGUMENT");
+    refused(&http(port, "DELETE", "/v1/files/", &[], b""), 403, "PERMISSION_DENIED");
+    refused(&http(port, "GET", "/v1/nothing", &[], b""), 404, "NOT_FOUND");
+    assert!(daemon.path("d/sub/f").exists());
+
+    // An empty directory goes without recursive; a tree with it; a listing names what is left.
+    std::fs::create_dir(daemon.path("d/empty")).unwrap();
+    assert_eq!(http(port, "DELETE", "/v1/files/d%2Fempty", &[], b"").status, 204);
+    let listing = http(port, "GET", "/v1/files/d", &[], b"");
+    assert_eq!(listing.status, 200);
+    assert_eq!(listing.header("content-type"), Some("application/json"));
+    let body = listing.json();
+    assert_eq!(body["path"], daemon.path("d").display().to_string());
+    let entries = body["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{body}");
+    assert_eq!((entries[0]["name"].as_str(), entries[0]["type"].as_str()), (Some("sub"), Some("directory")));
+    assert!(entries[0]["modified_at"].as_str().unwrap().ends_with('Z'), "{body}");
+    assert_eq!(http(port, "DELETE", "/v1/files/d?recursive=true", &[], b"").status, 204);
+    assert!(!daemon.path("d").exists());
+
+    // Over the upload limit: refused before a byte is written.
+    let small = RestDaemon::start("max_upload_bytes = 10\n", &[]);
+    refused(&http(small.port, "PUT", "/v1/files/big", &[], &[7u8; 11]), 413, "TOO_LARGE");
+    assert!(!small.path("big").exists());
+    assert_eq!(http(small.port, "PUT", "/v1/files/ten", &[], &[7u8; 10]).status, 204);
+}
+
+#[test]
+fn multipart_bodies_write_their_file_part() {
+    let daemon = RestDaemon::start("", &[]);
+    let body = b"--XyZ\r\ncontent-disposition: form-data; name=\"note\"\r\n\r\nignored\r\n\
+--XyZ\r\ncontent-disposition: form-data; name=\"file\"; filename=\"a.bin\"\r\ncontent-type: application/octet-stream\r\n\r\n\
+\x00\x01binary\r\n--XyZ--\r\n";
+    let answer = http(
+        daemon.port,
+        "PUT",
+        "/v1/files/up%2Fa.bin",
+        &[("content-type", "multipart/form-data; boundary=XyZ")],
+        body,
+    );
+    assert_eq!(answer.status, 204, "{answer:?}");
+    assert_eq!(std::fs::read(daemon.path("up/a.bin")).unwrap(), b"\x00\x01binary");
+    let without = b"--XyZ\r\ncontent-disposition: form-data; name=\"note\"\r\n\r\nx\r\n--XyZ--\r\n";
+    let answer = http(
+        daemon.port,
+        "PUT",
+        "/v1/files/none.bin",
+        &[("content-type", "multipart/form-data; boundary=XyZ")],
+        without,
+    );
+    refused(&answer, 400, "INVALID_ARGUMENT");
+    assert!(!daemon.path("none.bin").exists());
+}
+
+#[test]
+fn metadata_serves_only_the_configured_variables() {
+    let env = [
+        ("SANDBOX_ID", "sb-1"),
+        ("SANDBOX_NAMESPACE", "team"),
+        ("POD_NAME", "pod-7"),
+        ("AWS_SECRET_ACCESS_KEY", "secret"),
+        ("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+    ];
+    let daemon = RestDaemon::start("metadata_env = [\"POD_NAME\"]\n", &env);
+    let answer = http(daemon.port, "GET", "/v1/metadata", &[], b"");
+    assert_eq!(answer.status, 200);
+    assert_eq!(
+        answer.json(),
+        json!({"env": {"POD_NAME": "pod-7", "SANDBOX_ID": "sb-1", "SANDBOX_NAMESPACE": "team"}})
+    );
+    let custom = RestDaemon::start(
+        "metadata_env_prefix = \"AGENT_\"\n",
+        &[("AGENT_ROLE", "coder"), ("SANDBOX_ID", "sb-1")],
+    );
+    assert_eq!(
+        http(custom.port, "GET", "/v1/metadata", &[], b"").json(),
+        json!({"env": {"AGENT_ROLE": "coder"}})
+    );
+}
+
+#[test]
+fn health_is_ok_while_serving_and_503_during_shutdown() {
+    let mut daemon = RestDaemon::start("", &[]);
+    let mut conn = connect(daemon.port);
+    let ok = exchange(&mut conn, "GET", "/v1/health", &[], b"");
+    assert_eq!(ok.status, 200);
+    let body = ok.json();
+    assert_eq!(body["status"], "ok");
+    assert!(body["uptime_seconds"].as_u64().is_some(), "{body}");
+    daemon.terminate();
+    // The open connection is still answered while the daemon drains; health says it is going.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let answer = exchange(&mut conn, "GET", "/v1/health", &[], b"");
+        if answer.status == 503 {
+            refused(&answer, 503, "UNAVAILABLE");
+            break;
+        }
+        assert_eq!(answer.status, 200);
+        assert!(Instant::now() < deadline, "health never said 503 during shutdown");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let status = daemon.child.wait().unwrap();
+    assert!(status.success(), "fsd exited with {status}");
+}
+
+/// Property: whatever the tree's shape and however its directories are swapped for links to the
+/// outside while it is being removed, a recursive DELETE never touches a file outside the root.
+#[test]
+fn a_tree_delete_racing_renames_and_links_never_touches_the_outside() {
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let daemon = RestDaemon::start("", &[]);
+    let outside = outside_fixture(daemon.dir.path());
+    std::fs::create_dir(outside.join("sub")).unwrap();
+    std::fs::write(outside.join("sub/deep"), "deep\n").unwrap();
+    let snapshot = |dir: &Path| {
+        let mut all = Vec::new();
+        let mut pending = vec![dir.to_owned()];
+        while let Some(d) = pending.pop() {
+            for entry in std::fs::read_dir(&d).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    pending.push(path.clone());
+                    all.push((path, None));
+                } else {
+                    all.push((path.clone(), Some(std::fs::read(&path).unwrap())));
+                }
+            }
+        }
+        all.sort();
+        all
+    };
+    let before = snapshot(&outside);
+    let config = Config { cases: 12, failure_persistence: None, ..Config::default() };
+    let mut runner = TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
+    let counter = std::sync::atomic::AtomicU32::new(0);
+    let strategy = (1usize..4, 1usize..4, 1usize..6);
+    runner
+        .run(&strategy, |(depth, width, files)| {
+            let case = counter.fetch_add(1, Ordering::Relaxed) + 1;
+            let top = daemon.path(&format!("tree{case}"));
+            let mut dirs = vec![top.clone()];
+            let mut frontier = vec![top.clone()];
+            for _ in 0..depth {
+                let mut next = Vec::new();
+                for d in &frontier {
+                    for w in 0..width {
+                        let child = d.join(format!("d{w}"));
+                        next.push(child.clone());
+                        dirs.push(child);
+                    }
+                }
+                frontier = next;
+            }
+            for d in &dirs {
+                std::fs::create_dir_all(d).unwrap();
+                for f in 0..files {
+                    std::fs::write(d.join(format!("f{f}")), "x").unwrap();
+                }
+            }
+            // The racer swaps every inner directory for a link to the outside and back.
+            let stop = Arc::new(AtomicBool::new(false));
+            let racer = {
+                let (stop, inner, outside) = (stop.clone(), dirs[1..].to_vec(), outside.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        for d in &inner {
+                            let moved = d.with_extension("moved");
+                            if std::fs::rename(d, &moved).is_ok() {
+                                let _ = std::os::unix::fs::symlink(&outside, d);
+                                std::thread::yield_now();
+                                let _ = std::fs::remove_file(d);
+                                let _ = std::fs::rename(&moved, d);
+                            }
+                        }
+                    }
+                })
+            };
+            let answer =
+                http(daemon.port, "DELETE", &format!("/v1/files/tree{case}?recursive=true"), &[], b"");
+            stop.store(true, Ordering::Relaxed);
+            racer.join().unwrap();
+            println!(
+                "case {case}: depth {depth} width {width} files {files}: {} {}",
+                answer.status,
+                String::from_utf8_lossy(&answer.body)
+            );
+            if answer.status != 204 {
+                // Refused or cut short by the race: an error body, never a crossing.
+                let body = answer.json();
+                assert!(body["code"].as_str().is_some(), "{answer:?}");
+            }
+            assert_eq!(snapshot(&outside), before, "case {case}: the outside changed ({answer:?})");
+            let _ = std::fs::remove_dir_all(&top);
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// The byte write and the removal the REST face uses are fsd.v1 calls too (WriteBytes, a client
+/// stream; Remove), on the gRPC socket of the same daemon.
+#[test]
+fn write_bytes_and_remove_are_grpc_calls_too() {
+    use fsd_proto::v1::{self, write_bytes_request::Item};
+    let daemon = RestDaemon::start("", &[]);
+    let endpoint = fsd_tool_client::connect::Endpoint::Unix(daemon.dir.path().join("fsd.sock"));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let (mut client, _) = fsd_tool_client::connect::connect(&endpoint).await.unwrap();
+        let path = daemon.path("bin/data.bin").display().to_string();
+        let chunk: Vec<u8> = (0..=255u8).cycle().take(1 << 20).collect();
+        let header =
+            v1::WriteBytesHeader { context: None, path: path.clone(), guard: None, mode: Some(0o600) };
+        let mut messages = vec![v1::WriteBytesRequest { item: Some(Item::Header(header)) }];
+        messages
+            .extend((0..12).map(|_| v1::WriteBytesRequest { item: Some(Item::Chunk(chunk.clone().into())) }));
+        let reply = client.write_bytes(tokio_stream::iter(messages)).await.unwrap().into_inner();
+        assert_eq!(reply.size, 12 << 20);
+        assert_eq!(reply.operation, v1::WriteOperation::Create as i32);
+        let on_disk = std::fs::read(daemon.path("bin/data.bin")).unwrap();
+        assert_eq!(on_disk.len(), 12 << 20);
+        assert!(on_disk.chunks(1 << 20).all(|c| c == chunk.as_slice()));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(daemon.path("bin/data.bin")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let stat = client.stat(v1::StatRequest { path: path.clone(), ..Default::default() }).await.unwrap();
+        let stat_version = stat.into_inner().info.unwrap().version;
+        // The reply's version is the file's, with the digest of every byte that went in.
+        let (meta, content) = fsd_proto::version::split(&reply.version);
+        assert_eq!(fsd_proto::version::split(&stat_version).0, meta);
+        assert!(content.is_some_and(|c| c.starts_with("c00000.")), "{}", reply.version);
+
+        // A stale guard replaces nothing.
+        let guard = v1::WriteGuard {
+            kind: Some(v1::write_guard::Kind::ReplaceIfVersion(v1::ReplaceIfVersion {
+                version: "v1.stale".into(),
+                target_key: String::new(),
+            })),
+        };
+        let header =
+            v1::WriteBytesHeader { context: None, path: path.clone(), guard: Some(guard), mode: None };
+        let messages = vec![
+            v1::WriteBytesRequest { item: Some(Item::Header(header)) },
+            v1::WriteBytesRequest { item: Some(Item::Chunk(b"other".to_vec().into())) },
+        ];
+        let status = client.write_bytes(tokio_stream::iter(messages)).await.unwrap_err();
+        let wire = fsd_proto::WireError::from_status(&status).unwrap();
+        assert_eq!(wire.code, fsd_proto::ErrorCode::StaleVersion, "{status:?}");
+        assert_eq!(std::fs::read(daemon.path("bin/data.bin")).unwrap().len(), 12 << 20);
+
+        // Remove: a non-empty directory needs recursive.
+        let dir = daemon.path("bin").display().to_string();
+        let remove =
+            |recursive| v1::RemoveRequest { context: None, path: dir.clone(), recursive, guard: None };
+        let status = client.remove(remove(false)).await.unwrap_err();
+        assert_eq!(fsd_proto::WireError::from_status(&status).unwrap().code, fsd_proto::ErrorCode::NotEmpty);
+        let reply = client.remove(remove(true)).await.unwrap().into_inner();
+        assert_eq!(reply.removed, 2);
+        assert!(!daemon.path("bin").exists());
+    });
+}

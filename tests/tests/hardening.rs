@@ -1,0 +1,461 @@
+//! The fence against the next layer of tricks: the default worker identity (the workspace's
+//! owner, no capabilities), resource limits (RLIMIT_FSIZE), and paths that mean something else
+//! on another system (trailing slashes, drive letters, backslashes). Several tests change
+//! owners or limits, so they need root (and fail saying so without it).
+
+mod common;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::rpc::Rpc;
+use common::*;
+use serde_json::json;
+
+fn need_root() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "these tests change file owners and worker identities: run them as root"
+    );
+}
+
+/// The daemon's worker processes.
+fn workers(d: &Daemon) -> Vec<u32> {
+    let _ = Rpc::connect(d);
+    let pids: Vec<u32> = d
+        .pids()
+        .into_iter()
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline)
+                .replace('\0', " ")
+                .contains("--role worker --worker-mode workspace-write")
+        })
+        .collect();
+    assert!(!pids.is_empty(), "no workspace-write worker");
+    pids
+}
+
+fn status_field(pid: u32, field: &str) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let value = status.lines().find_map(|l| l.strip_prefix(&format!("{field}:"))).unwrap();
+    value.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn chown(path: &Path, uid: u32, gid: u32) {
+    std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+}
+
+/// A file of another user inside the workspace.
+fn foreign_file(root: &Path, name: &str, mode: u32) {
+    let path = root.join(name);
+    std::fs::write(&path, "theirs\n").unwrap();
+    chown(&path, 4242, 4242);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[test]
+fn workers_take_the_workspace_owner_and_no_capabilities_by_default() {
+    need_root();
+    let prepare = |root: &Path| {
+        // The workers run as 1000 and must still reach the root's descriptor, opened before.
+        std::fs::set_permissions(root.parent().unwrap(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        chown(root, 1000, 1000);
+        foreign_file(root, "theirs.txt", 0o644);
+        foreign_file(root, "private.txt", 0o600);
+    };
+    let d = Daemon::start_custom(&[], &prepare, &[], "", &[]);
+    for pid in workers(&d) {
+        assert_eq!(status_field(pid, "Uid"), "1000 1000 1000 1000", "worker {pid}");
+        assert_eq!(status_field(pid, "Gid"), "1000 1000 1000 1000", "worker {pid}");
+        assert_eq!(status_field(pid, "CapEff"), "0000000000000000", "worker {pid}");
+        assert_eq!(status_field(pid, "CapPrm"), "0000000000000000", "worker {pid}");
+    }
+    let mut s = d.session();
+    let read = s.read("private.txt");
+    assert_eq!(read.code(), Some("FS_PERMISSION_DENIED"), "{}", read.json);
+    assert!(!read.text().contains("theirs"), "{}", read.json);
+    let read = s.read("theirs.txt");
+    assert!(!read.is_error(), "{}", read.json);
+    let write = s.call("write", json!({"file_path": "theirs.txt", "content": "mine\n"}));
+    assert_eq!(write.code(), Some("FS_PERMISSION_DENIED"), "{}", write.json);
+    assert_eq!(d.read("theirs.txt"), b"theirs\n");
+    assert_eq!(std::fs::metadata(d.path("theirs.txt")).unwrap().uid(), 4242);
+    // What the owner may do still works, and new files belong to the owner.
+    let write = s.call("write", json!({"file_path": "new.txt", "content": "new\n"}));
+    assert!(!write.is_error(), "{}", write.json);
+    assert_eq!(std::fs::metadata(d.path("new.txt")).unwrap().uid(), 1000);
+}
+
+#[test]
+fn a_root_owned_workspace_gets_root_workers_without_capabilities() {
+    need_root();
+    let d = Daemon::start_custom(&[], &|root| foreign_file(root, "theirs.txt", 0o600), &[], "", &[]);
+    for pid in workers(&d) {
+        assert_eq!(status_field(pid, "CapEff"), "0000000000000000", "worker {pid}");
+        assert_eq!(status_field(pid, "CapBnd"), "0000000000000000", "worker {pid}");
+    }
+    let mut s = d.session();
+    let read = s.read("theirs.txt");
+    assert_eq!(read.code(), Some("FS_PERMISSION_DENIED"), "{}", read.json);
+}
+
+#[test]
+fn root_workers_only_when_worker_uid_is_zero() {
+    need_root();
+    let d = Daemon::start_custom(
+        &[],
+        &|root| foreign_file(root, "theirs.txt", 0o644),
+        &[],
+        "worker_uid = 0\n",
+        &[],
+    );
+    for pid in workers(&d) {
+        assert_eq!(status_field(pid, "Uid"), "0 0 0 0", "worker {pid}");
+        // CAP_CHOWN | CAP_DAC_OVERRIDE | CAP_FOWNER.
+        assert_eq!(status_field(pid, "CapEff"), "000000000000000b", "worker {pid}");
+    }
+    let mut s = d.session();
+    assert!(!s.read("theirs.txt").is_error());
+    let write = s.call("write", json!({"file_path": "theirs.txt", "content": "mine\n"}));
+    assert!(!write.is_error(), "{}", write.json);
+    assert_eq!(std::fs::metadata(d.path("theirs.txt")).unwrap().uid(), 4242, "the owner is kept");
+}
+
+#[test]
+fn writable_roots_of_different_owners_refuse_to_start() {
+    need_root();
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir(&a).unwrap();
+    std::fs::create_dir(&b).unwrap();
+    chown(&b, 1000, 1000);
+    let mut child = Command::new(fsd_bin())
+        .arg("--listen")
+        .arg(format!("unix:{}", dir.path().join("fsd.sock").display()))
+        .arg("--writable-root")
+        .arg(&a)
+        .arg("--writable-root")
+        .arg(&b)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("fsd started with writable roots of different owners");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(!status.success());
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(
+        stderr.contains("the writable roots have different owners (0:0, 1000:1000)")
+            && stderr.contains("set worker_uid and worker_gid"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_write_past_rlimit_fsize_is_too_large_and_leaves_nothing_behind() {
+    let d = Daemon::start_custom(&["prlimit", "--fsize=1048576", "--"], &|_| {}, &[], "", &[]);
+    d.write("big.txt", "original\n");
+    let before = workers(&d);
+    let mut s = d.session();
+    assert!(!s.read("big.txt").is_error());
+    let content = "x".repeat(2 << 20);
+    let write = s.call("write", json!({"file_path": "big.txt", "content": content}));
+    assert_eq!(write.code(), Some("FS_TOO_LARGE"), "{}", write.json);
+    assert!(write.text().contains("1048576"), "the reply names the limit: {}", write.json);
+    assert_eq!(d.read("big.txt"), b"original\n");
+    let names: Vec<String> = std::fs::read_dir(&d.root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["big.txt"], "no temporary file remains");
+    // The worker lived through it.
+    let mut after = workers(&d);
+    after.sort();
+    let mut before = before;
+    before.sort();
+    assert_eq!(before, after, "a worker died");
+    let write = s.call("write", json!({"file_path": "small.txt", "content": "small\n"}));
+    assert!(!write.is_error(), "{}", write.json);
+}
+
+#[test]
+fn windows_paths_and_trailing_slashes_are_invalid_paths() {
+    let d = Daemon::start();
+    d.write("t.txt", "t\n");
+    let mut s = d.session();
+    for path in ["new.txt/", "C:\\Users\\x.txt", "..\\..\\etc\\passwd", "C:/Users/x.txt", "sub\\x.txt"] {
+        let write = s.call("write", json!({"file_path": path, "content": "x\n"}));
+        assert_eq!(write.code(), Some("FS_INVALID_PATH"), "{path}: {}", write.json);
+    }
+    assert!(s.read("t.txt").text().contains("1: t"));
+    let write = s.call("write", json!({"file_path": "t.txt/", "content": "x\n"}));
+    assert_eq!(write.code(), Some("FS_INVALID_PATH"), "{}", write.json);
+    let read = s.read("t.txt/");
+    assert_eq!(read.code(), Some("FS_INVALID_PATH"), "{}", read.json);
+    let names: Vec<String> = std::fs::read_dir(&d.root)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["t.txt"]);
+    assert_eq!(d.read("t.txt"), b"t\n");
+    // A directory with a trailing slash is still a directory.
+    std::fs::create_dir(d.path("dir")).unwrap();
+    let mut rpc = Rpc::connect(&d);
+    assert!(rpc.list_dir(&d.root.join("dir/")).is_ok());
+    let status = rpc.write_text(Path::new(&format!("{}/t.txt/", d.root.display())), "x", None).unwrap_err();
+    assert_eq!(common::rpc::wire(&status).code, fsd_proto::ErrorCode::InvalidPath, "{status:?}");
+}
+
+#[test]
+fn allow_backslash_lets_backslashes_through() {
+    let d = Daemon::start_with(&[], "allow_backslash = true\n");
+    let mut s = d.session();
+    let write = s.call("write", json!({"file_path": "a\\b.txt", "content": "x\n"}));
+    assert!(!write.is_error(), "{}", write.json);
+    assert_eq!(d.read("a\\b.txt"), b"x\n");
+}
+
+#[test]
+fn a_file_truncated_while_it_streams_is_not_passed_off_as_the_file() {
+    let d = Daemon::start();
+    d.write("big.txt", "0123456789abcde\n".repeat(20 << 16));
+    let mut rpc = Rpc::connect(&d);
+    let request = fsd_proto::v1::StreamTextRequest {
+        path: common::rpc::p(&d.path("big.txt")),
+        chunk_bytes: 4096,
+        ..Default::default()
+    };
+    let mut stream = rpc.rt.block_on(rpc.client.stream_text(request)).unwrap().into_inner();
+    let mut items = 0;
+    let mut outcome = None;
+    while let Some(item) = rpc.rt.block_on(stream.message()).transpose() {
+        match item {
+            Ok(_) => {
+                items += 1;
+                if items == 2 {
+                    // The header and a first chunk are in: cut the file to 1 MiB under the read.
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(d.path("big.txt"))
+                        .unwrap()
+                        .set_len(1 << 20)
+                        .unwrap();
+                }
+            }
+            Err(status) => {
+                outcome = Some(status);
+                break;
+            }
+        }
+    }
+    let status = outcome.expect("the stream ended as if it had read the whole file");
+    let w = common::rpc::wire(&status);
+    assert_eq!(w.code, fsd_proto::ErrorCode::StaleVersion, "{status:?}");
+    assert_eq!(w.get("reason"), Some("changed_while_read"), "{status:?}");
+}
+
+/// A git directory by what it is: HEAD, objects/ and refs/.
+fn git_dir(dir: &Path) {
+    std::fs::create_dir_all(dir.join("objects")).unwrap();
+    std::fs::create_dir_all(dir.join("refs/heads")).unwrap();
+    std::fs::create_dir_all(dir.join("hooks")).unwrap();
+    std::fs::write(dir.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::write(dir.join("config"), "[core]\n").unwrap();
+}
+
+#[test]
+fn git_directories_are_protected_by_what_they_are_not_by_name() {
+    let d = Daemon::start();
+    // `.git` renamed by a shell, a bare repository, a linked worktree's git directory.
+    git_dir(&d.path("proj/g2"));
+    git_dir(&d.path("bare"));
+    std::fs::create_dir_all(d.path("wt-gitdir")).unwrap();
+    std::fs::write(d.path("wt-gitdir/HEAD"), "ref: refs/heads/x\n").unwrap();
+    std::fs::write(d.path("wt-gitdir/commondir"), "../bare\n").unwrap();
+    d.write("proj/a.txt", "a\n");
+    let mut s = d.session();
+    for path in [
+        "proj/g2/hooks/pre-commit",
+        "proj/g2/config",
+        "bare/config",
+        "bare/hooks/new/post-checkout",
+        "wt-gitdir/config",
+    ] {
+        let write = s.call("write", json!({"file_path": path, "content": "#!/bin/sh\n"}));
+        assert_eq!(write.code(), Some("FS_SANDBOX_DENIED"), "{path}: {}", write.json);
+        assert!(write.text().contains("is a git directory (protected)"), "{path}: {}", write.json);
+    }
+    assert_eq!(std::fs::read(d.path("proj/g2/config")).unwrap(), b"[core]\n");
+    assert!(!d.path("proj/g2/hooks/pre-commit").exists());
+    assert!(!d.path("bare/hooks/new").exists(), "a directory was created inside a git directory");
+    // A link into it is caught on the resolved components.
+    symlink(d.path("proj/g2/config"), &d.path("innocent"));
+    assert!(!s.read("innocent").is_error());
+    let write = s.call("write", json!({"file_path": "innocent", "content": "[core]\nfsmonitor = x\n"}));
+    assert_eq!(write.code(), Some("FS_SANDBOX_DENIED"), "{}", write.json);
+    // Moves into and out of it are refused.
+    let mut rpc = Rpc::connect(&d);
+    for (from, to) in [("proj/a.txt", "proj/g2/hooks/pre-commit"), ("proj/g2/config", "proj/stolen")] {
+        let request = fsd_proto::v1::MoveFileRequest {
+            source: common::rpc::p(&d.path(from)),
+            destination: common::rpc::p(&d.path(to)),
+            ..Default::default()
+        };
+        let status = rpc.rt.block_on(rpc.client.move_file(request)).unwrap_err();
+        assert_eq!(
+            common::rpc::wire(&status).code,
+            fsd_proto::ErrorCode::SandboxDenied,
+            "{from}: {status:?}"
+        );
+    }
+    assert!(d.path("proj/a.txt").exists() && d.path("proj/g2/config").exists());
+    // Beside it, writes work; a directory with only some of the markers is not a git directory.
+    std::fs::create_dir_all(d.path("notgit/objects")).unwrap();
+    std::fs::write(d.path("notgit/HEAD"), "x\n").unwrap();
+    for path in ["proj/b.txt", "notgit/c.txt"] {
+        let write = s.call("write", json!({"file_path": path, "content": "ok\n"}));
+        assert!(!write.is_error(), "{path}: {}", write.json);
+    }
+}
+
+#[test]
+fn apply_patch_asks_the_daemon_before_writing_anything() {
+    let readable = tempfile::tempdir().unwrap();
+    let readable = std::fs::canonicalize(readable.path()).unwrap();
+    std::fs::write(readable.join("r.txt"), "r\n").unwrap();
+    let d = Daemon::start_with(&["--readable-root", readable.to_str().unwrap()], "");
+    d.write("a.txt", "one\n");
+    std::fs::create_dir_all(d.path(".git/hooks")).unwrap();
+    git_dir(&d.path("g2"));
+    let mut s = d.session_with_config("applyPatch = true\n");
+    assert!(!s.read("a.txt").is_error());
+    let update = "*** Update File: a.txt\n@@\n-one\n+two\n";
+    let denied = [
+        "*** Add File: .git/hooks/pre-commit\n+#!/bin/sh\n".to_owned(),
+        "*** Add File: g2/hooks/pre-commit\n+#!/bin/sh\n".to_owned(),
+        format!("*** Add File: {}/new.txt\n+x\n", readable.display()),
+        "*** Update File: a.txt\n*** Move to: g2/config\n@@\n-one\n+two\n".to_owned(),
+    ];
+    for op in &denied {
+        let patch = format!("*** Begin Patch\n{update}{op}*** End Patch\n");
+        let reply = s.call("apply_patch", json!({"input": patch}));
+        assert!(reply.is_error(), "{op}: {}", reply.json);
+        assert_eq!(reply.code(), Some("FS_SANDBOX_DENIED"), "{op}: {}", reply.json);
+        assert!(
+            reply.text().starts_with("Error: Patch rejected before any change"),
+            "{op}: {}",
+            reply.text()
+        );
+        assert_eq!(d.read("a.txt"), b"one\n", "{op}: the valid update was written");
+    }
+    assert!(!d.path(".git/hooks/pre-commit").exists() && !readable.join("new.txt").exists());
+
+    // A read-only call refuses the whole patch the same way.
+    let d = Daemon::start_with(&["--default-mode", "read-only"], "");
+    d.write("a.txt", "one\n");
+    let mut s = d.session_with_config("applyPatch = true\n");
+    assert!(!s.read("a.txt").is_error());
+    let patch = format!("*** Begin Patch\n{update}*** Add File: b.txt\n+b\n*** End Patch\n");
+    let reply = s.call("apply_patch", json!({"input": patch}));
+    assert_eq!(reply.code(), Some("FS_SANDBOX_DENIED"), "{}", reply.json);
+    assert_eq!(d.read("a.txt"), b"one\n");
+    assert!(!d.path("b.txt").exists());
+}
+
+/// A stand-in for /proc/sys/fs with these two values.
+fn sysctls(hardlinks: &str, symlinks: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("protected_hardlinks"), format!("{hardlinks}\n")).unwrap();
+    std::fs::write(dir.path().join("protected_symlinks"), format!("{symlinks}\n")).unwrap();
+    dir
+}
+
+fn mode_status(rpc: &Rpc, mode: fsd_proto::v1::Mode) -> fsd_proto::v1::ModeStatus {
+    rpc.hello.modes.iter().find(|m| m.mode == mode as i32).cloned().unwrap()
+}
+
+#[test]
+fn confined_modes_need_the_kernels_link_protection() {
+    use fsd_proto::v1::Mode;
+    let off = sysctls("0", "1");
+    let env = [("FSD_FAULT_SYSCTL_FS_DIR", off.path().to_str().unwrap())];
+    let d = Daemon::start_with_env(&[], "", &env);
+    let rpc = Rpc::connect(&d);
+    for mode in [Mode::ReadOnly, Mode::WorkspaceWrite] {
+        let status = mode_status(&rpc, mode);
+        assert!(!status.available, "{status:?}");
+        assert!(status.reason.contains("fs.protected_hardlinks = 0"), "{status:?}");
+    }
+    d.write("a.txt", "a\n");
+    let mut s = d.session();
+    assert!(s.read("a.txt").is_error(), "a confined mode served without link protection");
+
+    // best-effort serves, with a warning in the log.
+    let d = Daemon::start_with_env(&[], "landlock = \"best-effort\"\n", &env);
+    d.write("a.txt", "a\n");
+    let mut s = d.session();
+    assert!(!s.read("a.txt").is_error());
+
+    // Both on: served as usual.
+    let on = sysctls("1", "1");
+    let d = Daemon::start_with_env(&[], "", &[("FSD_FAULT_SYSCTL_FS_DIR", on.path().to_str().unwrap())]);
+    let rpc = Rpc::connect(&d);
+    assert!(mode_status(&rpc, Mode::WorkspaceWrite).available);
+}
+
+/// A POSIX ACL in its xattr form: the owner rw, user 4242 rw, the owning group only r, mask rw.
+fn narrow_group_acl() -> Vec<u8> {
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (0x01u16, 6u16, u32::MAX),
+        (0x02, 6, 4242),
+        (0x04, 4, u32::MAX),
+        (0x10, 6, u32::MAX),
+        (0x20, 0, u32::MAX),
+    ] {
+        acl.extend(tag.to_le_bytes());
+        acl.extend(perm.to_le_bytes());
+        acl.extend(id.to_le_bytes());
+    }
+    acl
+}
+
+#[test]
+fn a_replace_keeps_the_acl_and_user_attributes() {
+    use rustix::fs::{XattrFlags, getxattr, setxattr};
+    let d = Daemon::start();
+    d.write("shared.txt", "v1\n");
+    let path = d.path("shared.txt");
+    let acl = narrow_group_acl();
+    setxattr(&path, "system.posix_acl_access", &acl, XattrFlags::empty())
+        .expect("this filesystem takes POSIX ACLs");
+    setxattr(&path, "user.origin", b"kept", XattrFlags::empty()).expect("this filesystem takes user xattrs");
+    let mode_before = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    let mut s = d.session();
+    assert!(!s.read("shared.txt").is_error());
+    let write = s.call("write", json!({"file_path": "shared.txt", "content": "v2\n"}));
+    assert!(!write.is_error(), "{}", write.json);
+    let edit = s.call("edit", json!({"file_path": "shared.txt", "old_string": "v2", "new_string": "v3"}));
+    assert!(!edit.is_error(), "{}", edit.json);
+    assert_eq!(d.read("shared.txt"), b"v3\n");
+    let mut buf = vec![0u8; 256];
+    let n = getxattr(&path, "system.posix_acl_access", &mut buf).expect("the ACL survived the replace");
+    assert_eq!(&buf[..n], acl.as_slice(), "the group entry is still narrower than the mask");
+    let n = getxattr(&path, "user.origin", &mut buf).expect("the user attribute survived the replace");
+    assert_eq!(&buf[..n], b"kept");
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, mode_before);
+}

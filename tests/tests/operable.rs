@@ -1,0 +1,427 @@
+//! What an operator meets on a normal day, against the real binary: a start that cannot work
+//! exits 2 at once with one line naming the cause (in the configured log format); health tells
+//! which modes are served; SIGTERM with a stuck worker stops within `shutdown_grace_ms`; plaintext
+//! loopback TCP is the `tcp` identity, read-only unless configured.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fsd_proto::v1;
+use fsd_tool_client::connect::{self, Endpoint};
+use serde_json::{Value, json};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+
+/// Runs `fsd` with `args` (and `FSD_LOG` when given) and returns (exit code, stderr lines,
+/// seconds taken). A daemon that does not exit within 10 s is killed and fails the test.
+fn start_failure(args: &[&str], fsd_log: Option<&str>, uid: Option<u32>) -> (Option<i32>, Vec<String>, f64) {
+    let mut cmd = Command::new(common::fsd_bin());
+    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    match fsd_log {
+        Some(v) => cmd.env("FSD_LOG", v),
+        None => cmd.env_remove("FSD_LOG"),
+    };
+    if let Some(uid) = uid {
+        use std::os::unix::process::CommandExt;
+        cmd.uid(uid).gid(uid);
+    }
+    let started = Instant::now();
+    let mut child = cmd.spawn().expect("spawn fsd");
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("fsd {args:?} did not exit within 10 s: a start that cannot work must fail");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let elapsed = started.elapsed().as_secs_f64();
+    let mut stderr = String::new();
+    child.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("read stderr");
+    (status.code(), stderr.lines().map(str::to_owned).collect(), elapsed)
+}
+
+/// The message of one log line, in either format.
+fn message(line: &str, json_format: bool) -> String {
+    if json_format {
+        let value: Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+        assert_eq!(value["level"], json!("ERROR"), "{line}");
+        value["fields"]["message"].as_str().unwrap_or_else(|| panic!("no message: {line}")).to_owned()
+    } else {
+        assert!(!line.contains('\u{1b}'), "colour codes in a log that is not a terminal: {line:?}");
+        line.split_once(" fsd: ")
+            .map(|(_, m)| m.to_owned())
+            .unwrap_or_else(|| panic!("not a fatal line: {line}"))
+    }
+}
+
+#[test]
+fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, "x").unwrap();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_port = busy.local_addr().unwrap().port();
+    let socket = format!("unix:{}", dir.path().join("fsd.sock").display());
+    let config = |name: &str, body: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, body).unwrap();
+        path.display().to_string()
+    };
+    let bad_uid = config("uid.toml", "worker_uid = 4294967295\n");
+    let p = |path: &Path| path.display().to_string();
+    let cases: Vec<(Vec<String>, Option<&str>, String)> = vec![
+        (
+            vec!["--listen".into(), socket.clone(), "--writable-root".into(), "/does/not/exist".into()],
+            None,
+            "writable root /does/not/exist does not exist".into(),
+        ),
+        (
+            vec!["--listen".into(), socket.clone(), "--readable-root".into(), p(&file)],
+            None,
+            format!("readable root {} is not a directory", p(&file)),
+        ),
+        (
+            vec!["--listen".into(), "unix:/does/not/exist/fsd.sock".into(), "--writable-root".into(), p(&ws)],
+            None,
+            "cannot listen on unix:/does/not/exist/fsd.sock: the socket directory /does/not/exist does not exist"
+                .into(),
+        ),
+        (
+            vec!["--listen".into(), format!("tcp:127.0.0.1:{busy_port}"), "--writable-root".into(), p(&ws)],
+            None,
+            format!("cannot listen on tcp:127.0.0.1:{busy_port}: Address already in use (os error 98)"),
+        ),
+        (
+            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), bad_uid],
+            None,
+            "worker_uid/worker_gid 4294967295:0 cannot be used: 4294967295 means \"unchanged\" to the kernel".into(),
+        ),
+        (
+            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws)],
+            Some("bogus"),
+            "invalid FSD_LOG \"bogus\": \"bogus\" is not a level (trace, debug, info, warn, error, off); write LEVEL or TARGET=LEVEL".into(),
+        ),
+        (
+            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws)],
+            Some("fsd=loud"),
+            "invalid FSD_LOG \"fsd=loud\"".into(),
+        ),
+    ];
+    for (args, fsd_log, want) in cases {
+        for json_format in [false, true] {
+            let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+            if json_format {
+                args.extend(["--log-format", "json"]);
+            }
+            let (code, lines, secs) = start_failure(&args, fsd_log, None);
+            println!("{args:?} FSD_LOG={fsd_log:?}: exit {code:?} after {secs:.3} s: {lines:?}");
+            assert_eq!(code, Some(2), "{args:?}: {lines:?}");
+            assert!(secs < 2.0, "{args:?} took {secs:.3} s to fail");
+            assert_eq!(lines.len(), 1, "{args:?}: one line, the cause: {lines:?}");
+            let got = message(&lines[0], json_format);
+            assert!(got.starts_with(&want), "{args:?}: {got:?} does not start with {want:?}");
+        }
+    }
+    drop(busy);
+}
+
+#[test]
+fn a_worker_identity_the_daemon_cannot_take_is_a_start_error() {
+    // An unprivileged daemon asked to run its workers as root: needs CAP_SETUID, has none.
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let config = dir.path().join("fsd.toml");
+    std::fs::write(&config, "worker_uid = 0\nworker_gid = 0\n").unwrap();
+    let socket = format!("unix:{}", dir.path().join("fsd.sock").display());
+    let args =
+        ["--listen", &socket, "--writable-root", ws.to_str().unwrap(), "--config", config.to_str().unwrap()];
+    assert_eq!(
+        rustix::process::geteuid().as_raw(),
+        0,
+        "this test starts the daemon as uid 65534: run it as root"
+    );
+    let (code, lines, secs) = start_failure(&args, None, Some(65534));
+    println!("exit {code:?} after {secs:.3} s: {lines:?}");
+    assert_eq!(code, Some(2), "{lines:?}");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        message(&lines[0], false).starts_with(
+            "worker_uid/worker_gid 0:0 cannot be used: the daemon runs as 65534:65534 without CAP_SETUID/CAP_SETGID"
+        ),
+        "{lines:?}"
+    );
+}
+
+fn health(rt: &tokio::runtime::Runtime, socket: &Path, service: &str) -> ServingStatus {
+    rt.block_on(async {
+        let channel = connect::channel(&Endpoint::Unix(socket.to_owned())).await.expect("connect");
+        let reply = HealthClient::new(channel)
+            .check(HealthCheckRequest { service: service.to_owned() })
+            .await
+            .unwrap_or_else(|s| panic!("health {service:?}: {s}"));
+        reply.into_inner().status()
+    })
+}
+
+#[test]
+fn health_names_each_mode_and_a_mode_given_up_turns_the_daemon_not_serving() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let daemon = common::Daemon::start();
+    for name in ["", "fsd.v1.Fsd", "fsd.v1.Fsd/read-only", "fsd.v1.Fsd/workspace-write"] {
+        assert_eq!(health(&rt, &daemon.socket, name), ServingStatus::Serving, "{name:?}");
+    }
+    drop(daemon);
+
+    // Workers of danger-full-access fail at birth: the supervisor gives that mode up.
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let socket = dir.path().join("fsd.sock");
+    let config = dir.path().join("fsd.toml");
+    std::fs::write(&config, "max_mode = \"danger-full-access\"\n").unwrap();
+    let mut child = Command::new(common::fsd_bin())
+        .arg("--listen")
+        .arg(format!("unix:{}", socket.display()))
+        .arg("--writable-root")
+        .arg(&ws)
+        .arg("--config")
+        .arg(&config)
+        .env("FSD_LOG", "off")
+        .env("FSD_FAULT_WORKER_FAILS", "danger-full-access")
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(Instant::now() < deadline, "fsd did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    while health(&rt, &socket, "fsd.v1.Fsd/danger-full-access") != ServingStatus::NotServing {
+        assert!(Instant::now() < deadline, "danger-full-access never turned NOT_SERVING");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(health(&rt, &socket, ""), ServingStatus::NotServing);
+    assert_eq!(health(&rt, &socket, "fsd.v1.Fsd"), ServingStatus::NotServing);
+    assert_eq!(health(&rt, &socket, "fsd.v1.Fsd/read-only"), ServingStatus::Serving);
+    assert_eq!(health(&rt, &socket, "fsd.v1.Fsd/workspace-write"), ServingStatus::Serving);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn sigterm_with_a_stuck_worker_stops_within_the_shutdown_grace() {
+    let grace_ms = 2000;
+    let mut daemon = common::Daemon::start_with(&[], &format!("shutdown_grace_ms = {grace_ms}\n"));
+    daemon.write("fsd-fault-hang", "x");
+    // A read that never returns: the worker is stuck in it.
+    let mut session = daemon.session();
+    let hung = std::thread::spawn(move || {
+        let reply = session.call("read", json!({"file_path": "fsd-fault-hang"}));
+        drop(session);
+        reply
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let started = Instant::now();
+    let status = daemon.terminate();
+    let secs = started.elapsed().as_secs_f64();
+    println!("SIGTERM with a stuck worker: exit {status} after {secs:.3} s (shutdown_grace_ms = {grace_ms})");
+    assert!(status.success(), "{status}");
+    // The grace plus process teardown; the old behaviour took 30 s and more.
+    assert!(secs < f64::from(grace_ms) / 1000.0 + 1.5, "SIGTERM took {secs:.3} s");
+    let reply = hung.join().unwrap();
+    assert!(reply.is_error(), "{}", reply.json);
+}
+
+/// `hello` over a client that connects to `endpoint`.
+fn hello_over(rt: &tokio::runtime::Runtime, endpoint: &Endpoint) -> v1::HelloReply {
+    rt.block_on(connect::connect(endpoint))
+        .map(|(_, hello)| hello)
+        .unwrap_or_else(|e| panic!("hello over {endpoint}: {e}"))
+}
+
+#[test]
+fn plaintext_loopback_tcp_is_the_tcp_identity_read_only_unless_configured() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    for (config, want) in [
+        ("", v1::Mode::ReadOnly),
+        ("[client_max_modes]\ntcp = \"workspace-write\"\n", v1::Mode::WorkspaceWrite),
+    ] {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let daemon = common::Daemon::start_with(&["--listen", &format!("tcp:127.0.0.1:{port}")], config);
+        let tcp = hello_over(&rt, &Endpoint::Tcp(format!("127.0.0.1:{port}")));
+        assert_eq!(tcp.max_mode(), want, "{config:?}");
+        // The Unix socket's peer is still its uid, at the daemon's max_mode.
+        let unix = hello_over(&rt, &Endpoint::Unix(daemon.socket.clone()));
+        assert_eq!(unix.max_mode(), v1::Mode::WorkspaceWrite, "{config:?}");
+        // A write over plaintext TCP is refused without the entry.
+        let out = Command::new(common::tools_bin())
+            .args(["call", "write", r#"{"file_path": "t.txt", "content": "x\n"}"#])
+            .arg("--endpoint")
+            .arg(format!("tcp:127.0.0.1:{port}"))
+            .arg("--cwd")
+            .arg(&daemon.root)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        if want == v1::Mode::ReadOnly {
+            assert_eq!(out.status.code(), Some(1), "{text}");
+            assert!(!daemon.path("t.txt").exists());
+        } else {
+            assert_eq!(out.status.code(), Some(0), "{text}");
+            assert_eq!(daemon.read("t.txt"), b"x\n");
+        }
+    }
+}
+
+#[test]
+fn json_logs_are_json_on_every_line_with_json_field_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let socket = dir.path().join("fsd.sock");
+    let mut child = Command::new(common::fsd_bin())
+        .arg("--listen")
+        .arg(format!("unix:{}", socket.display()))
+        .arg("--writable-root")
+        .arg(&ws)
+        .args(["--log-format", "json"])
+        .env("FSD_LOG", "info")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(Instant::now() < deadline, "fsd did not listen");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(child.wait().unwrap().success());
+    let lines: Vec<Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let root = lines.iter().find(|l| l["fields"]["message"] == json!("root")).expect("a root line");
+    assert_eq!(root["fields"]["root"], json!(ws.display().to_string()));
+    assert_eq!(root["fields"]["writable"], json!(true), "a boolean, not a debug string");
+    assert!(lines.iter().any(|l| l["fields"]["message"] == json!("stopped")), "{stderr}");
+}
+
+/// `fsd-tools call read` against `endpoint` (as `uid` when given): exit code and stderr.
+fn call_against(endpoint: &str, uid: Option<u32>) -> (Option<i32>, String) {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(common::tools_bin());
+    cmd.args(["call", "read", r#"{"file_path": "/x"}"#, "--endpoint", endpoint]).current_dir("/");
+    if let Some(uid) = uid {
+        cmd.uid(uid).gid(uid);
+    }
+    let out = cmd.output().unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).trim_end().to_owned())
+}
+
+#[test]
+fn client_errors_name_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.sock");
+    let stale = dir.path().join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let cases = [
+        (
+            format!("unix:{}", missing.display()),
+            format!(
+                "fsd-tools: no daemon at unix:{0}: the socket {0} does not exist (is fsd running with --listen unix:{0}?)",
+                missing.display()
+            ),
+        ),
+        (
+            format!("unix:{}", stale.display()),
+            format!(
+                "fsd-tools: no daemon at unix:{0}: nothing listens on the socket {0} (the daemon stopped)",
+                stale.display()
+            ),
+        ),
+        (
+            format!("tcp:127.0.0.1:{port}"),
+            format!(
+                "fsd-tools: no daemon at tcp:127.0.0.1:{port}: the connection was refused (nothing listens on that port)"
+            ),
+        ),
+    ];
+    for (endpoint, want) in cases {
+        let (code, stderr) = call_against(&endpoint, None);
+        assert_eq!((code, stderr.as_str()), (Some(2), want.as_str()), "{endpoint}");
+    }
+
+    // A socket this user may not open: whose it is, and who asks.
+    let daemon = common::Daemon::start();
+    let endpoint = daemon.endpoint();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(daemon.dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let (code, stderr) = call_against(&endpoint, Some(65534));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(
+        stderr,
+        format!(
+            "fsd-tools: permission denied on the socket of {endpoint}: this user (nobody (uid 65534)) may not search a directory above {}",
+            daemon.socket.display()
+        )
+    );
+    std::fs::set_permissions(daemon.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (code, stderr) = call_against(&endpoint, Some(65534));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(
+        stderr,
+        format!(
+            "fsd-tools: permission denied on the socket of {endpoint}: it belongs to root (uid 0) and group root (gid 0) \
+             (mode 0660) and this user (nobody (uid 65534)) is neither; add this user to the group, or run as the owner"
+        )
+    );
+}
+
+#[test]
+fn doctor_says_what_the_daemon_serves_and_checks_a_client_config() {
+    let daemon = common::Daemon::start();
+    let config = daemon.dir.path().join("client.toml");
+    std::fs::write(&config, "escalationPrompt = true\n").unwrap();
+    let out = Command::new(common::tools_bin())
+        .args(["doctor", &daemon.endpoint(), "--config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], format!("daemon at {}", daemon.endpoint()));
+    assert!(lines[1].starts_with("  version 0.1.0 (protocol "), "{text}");
+    assert_eq!(lines[2], format!("  root {} (writable)", daemon.root.display()));
+    assert!(
+        text.contains("  default mode workspace-write, highest mode for this client workspace-write\n"),
+        "{text}"
+    );
+    assert!(text.contains("  mode workspace-write: served, fence "), "{text}");
+    assert!(text.contains("  mode danger-full-access: NOT served"), "{text}");
+    assert!(text.contains("  escalation: deny (no call runs above the default mode)\n"), "{text}");
+    assert!(
+        text.contains("  warning: an approver is configured, but the daemon denies every escalation"),
+        "{text}"
+    );
+}
