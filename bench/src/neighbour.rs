@@ -78,10 +78,16 @@ async fn noise(
             }
         }
     }
+    // The flood on connections of its own: stalled streams use up their connection's HTTP/2
+    // window, which would hold back any other reply on it.
+    let mut flooders = Vec::new();
+    for _ in 0..4 {
+        flooders.push(connect::connect(&tcp).await?.0);
+    }
     let mut flood = Vec::new();
     for i in 0..FLOOD_IN_FLIGHT {
         let (mut client, noise, stop, path) =
-            (clients[i % clients.len()].clone(), noise.clone(), stop.clone(), path.clone());
+            (flooders[i % flooders.len()].clone(), noise.clone(), stop.clone(), path.clone());
         flood.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 let request = v1::StatRequest { path: path.clone(), ..Default::default() };
