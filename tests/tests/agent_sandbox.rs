@@ -54,7 +54,8 @@ impl RestDaemon {
         // The REST clients here are plaintext loopback TCP, the `tcp` identity: read-only unless
         // the config grants more, as the agent-sandbox example's config does for its pod.
         let path = dir.path().join("fsd.toml");
-        std::fs::write(&path, format!("client_max_modes = {{ tcp = \"workspace-write\" }}\n{config}")).unwrap();
+        std::fs::write(&path, format!("client_max_modes = {{ tcp = \"workspace-write\" }}\n{config}"))
+            .unwrap();
         cmd.arg("--config").arg(path);
         cmd.envs(env.iter().copied())
             .env("FSD_LOG", "warn")

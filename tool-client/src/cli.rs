@@ -260,7 +260,8 @@ async fn open(
     // A Link: one reused connection, reconnected with backoff, pinned to the daemon instance.
     let credentials = target.web.credentials(&endpoint)?;
     let (client, hello, _link) = connect::open(&endpoint, &credentials).await?;
-    let roots: Vec<&str> = hello.writable_roots.iter().chain(&hello.readable_roots).map(String::as_str).collect();
+    let roots: Vec<&str> =
+        hello.writable_roots.iter().chain(&hello.readable_roots).map(String::as_str).collect();
     let cwd = session_cwd(target.cwd.as_deref(), &std::env::current_dir()?, &roots)?;
     Ok(Session::new(Tools::new(config), client, hello, cwd))
 }
