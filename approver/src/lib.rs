@@ -134,19 +134,7 @@ pub fn load_key(path: &Path) -> Result<SigningKey, ApproverError> {
 
 /// Civil UTC time of a Unix timestamp, `YYYY-MM-DD HH:MM:SS UTC`.
 pub fn utc(secs: u64) -> String {
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (h, m, s) = (rem / 3600, (rem % 3600) / 60, rem % 60);
-    // Days since 1970-01-01 to a proleptic Gregorian date (era-based civil-from-days).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(mo <= 2);
-    format!("{y:04}-{mo:02}-{d:02} {h:02}:{m:02}:{s:02} UTC")
+    format!("{} UTC", fsd_proto::time::Civil::from_unix(secs).format(' '))
 }
 
 pub(crate) fn now_secs() -> u64 {

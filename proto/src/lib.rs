@@ -5,6 +5,7 @@
 mod code;
 pub mod digest;
 pub mod names;
+pub mod time;
 pub mod version;
 
 pub use code::{ErrorCode, WireError};
