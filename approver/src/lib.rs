@@ -55,6 +55,13 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         log: Option<PathBuf>,
     },
+    /// Print a shell completion script for fsd-approver.
+    Completions {
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print the fsd-approver(1) manual page (roff).
+    Man,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -194,8 +201,32 @@ pub(crate) fn ask(description: &str) -> Result<(bool, String), ApproverError> {
     Ok((false, reason.trim().to_owned()))
 }
 
+/// Writes generated text to stdout; a closed stdout (`| head`) is not a failure.
+fn print_quietly(text: &[u8]) -> bool {
+    let mut out = std::io::stdout();
+    let _ = out.write_all(text).and_then(|()| out.flush());
+    true
+}
+
 fn run(cli: Cli) -> Result<bool, ApproverError> {
     match cli.command {
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(
+                shell,
+                &mut <Cli as clap::CommandFactory>::command(),
+                "fsd-approver",
+                &mut script,
+            );
+            Ok(print_quietly(&script))
+        }
+        Command::Man => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(<Cli as clap::CommandFactory>::command())
+                .render(&mut page)
+                .map_err(|e| ApproverError::Serve(e.to_string()))?;
+            Ok(print_quietly(&page))
+        }
         Command::Keygen { dir } => {
             let public = keygen(&dir)?;
             // The key files are written; a closed stdout only loses this copy of the public key.

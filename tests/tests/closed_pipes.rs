@@ -43,6 +43,8 @@ fn closed_standard_output_or_error_ends_every_binary_quietly() {
         ("fsd", &["--version"], 0),
         ("fsd", &["--completions", "zsh"], 0),
         ("fsd", &["--man"], 0),
+        ("fsd-approver", &["completions", "bash"], 0),
+        ("fsd-approver", &["man"], 0),
         ("fsd-approver", &["keygen", "--dir", keys], 0),
         ("fsd-approver", &["--help"], 0),
         ("fsd-bench", &["--help"], 0),
@@ -60,7 +62,7 @@ fn closed_standard_output_or_error_ends_every_binary_quietly() {
     let stderr_cases: &[(&str, &[&str], i32)] = &[
         ("fsd", &["--listen", "unix:/does/not/exist/s", "--writable-root", "/does/not/exist"], 2),
         ("fsd-tools", &["call", "read", "{}", "--endpoint", "unix:/does/not/exist/s"], 2),
-        ("fsd-approver", &["sign", "--key", "/does/not/exist"], 2),
+        ("fsd-approver", &["serve", "--key", "/does/not/exist", "--listen", "unix:/does/not/exist/s"], 2),
     ];
     for (bin, args, code) in stderr_cases {
         let (got, _) = run(bin, args, true);
