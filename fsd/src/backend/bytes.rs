@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 
 use super::resolve::WalkOptions;
-use super::write::{Place, current_file, place_file_with, same_key};
+use super::write::{Place, check_write_guard, current_file, place_file_with, same_key};
 use super::{Backend, EditGuard, Mode, Outcome, WriteGuard, WriteOperation, version};
 use crate::error::{Denial, Failure, FsError, StaleReason};
 use crate::sys::{self, Errno, Kind};
@@ -97,19 +97,7 @@ impl Backend {
         // guard checked here still holds when the new file takes its place.
         let _held = self.lock(&[&target.key], &resolved)?;
         let existing = current_file(&resolved).map_err(fail)?;
-        match (&guard, &existing) {
-            (Some(WriteGuard::CreateIfAbsent), Some(_)) => return Err(fail(FsError::AlreadyExists)),
-            (Some(WriteGuard::ReplaceIfVersion { .. }), None) => {
-                return Err(fail(FsError::Stale(StaleReason::Gone)));
-            }
-            (Some(WriteGuard::ReplaceIfVersion { version: expected, target_key }), Some((file, meta))) => {
-                same_key(target_key.as_ref(), &target.key).map_err(fail)?;
-                if !version::holds(expected, file, meta).map_err(fail)? {
-                    return Err(fail(FsError::Stale(StaleReason::Changed)));
-                }
-            }
-            _ => {}
-        }
+        check_write_guard(guard.as_ref(), existing.as_ref(), &target.key).map_err(fail)?;
         let parent = resolved.parent.as_ref().ok_or_else(|| fail(FsError::NotRegularFile))?;
         let (operation, place) = match &existing {
             None if guard.is_some() => (WriteOperation::Create, Place::Create),

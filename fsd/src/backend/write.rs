@@ -231,6 +231,28 @@ pub(super) fn current_file(resolved: &Resolved) -> Result<Option<(File, Meta)>, 
 }
 
 /// Checks a target key a guard names against the resolved one.
+/// Whether a write guard holds for the file found under the target lock (`existing`): create
+/// only where nothing is, replace only the observed version of the observed target.
+pub(super) fn check_write_guard(
+    guard: Option<&WriteGuard>,
+    existing: Option<&(File, Meta)>,
+    target_key: &str,
+) -> Result<(), FsError> {
+    match (guard, existing) {
+        (Some(WriteGuard::CreateIfAbsent), Some(_)) => Err(FsError::AlreadyExists),
+        (Some(WriteGuard::ReplaceIfVersion { .. }), None) => Err(FsError::Stale(StaleReason::Gone)),
+        (Some(WriteGuard::ReplaceIfVersion { version: expected, target_key: key }), Some((file, meta))) => {
+            same_key(key.as_ref(), target_key)?;
+            if version::holds(expected, file, meta)? {
+                Ok(())
+            } else {
+                Err(FsError::Stale(StaleReason::Changed))
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
 pub(super) fn same_key(expected: Option<&String>, actual: &str) -> Result<(), FsError> {
     match expected {
         Some(key) if !key.is_empty() && key != actual => Err(FsError::Stale(StaleReason::OtherFile)),
@@ -266,19 +288,7 @@ impl Backend {
         let fail = |e| self.fail(e, &resolved);
 
         let existing = current_file(&resolved).map_err(fail)?;
-        match (&guard, &existing) {
-            (Some(WriteGuard::CreateIfAbsent), Some(_)) => return Err(fail(FsError::AlreadyExists)),
-            (Some(WriteGuard::ReplaceIfVersion { .. }), None) => {
-                return Err(fail(FsError::Stale(StaleReason::Gone)));
-            }
-            (Some(WriteGuard::ReplaceIfVersion { version: expected, target_key }), Some((file, meta))) => {
-                same_key(target_key.as_ref(), &target.key).map_err(fail)?;
-                if !version::holds(expected, file, meta).map_err(fail)? {
-                    return Err(fail(FsError::Stale(StaleReason::Changed)));
-                }
-            }
-            _ => {}
-        }
+        check_write_guard(guard.as_ref(), existing.as_ref(), &target.key).map_err(fail)?;
 
         let parent = resolved.parent.as_ref().ok_or_else(|| fail(FsError::NotRegularFile))?;
         let (operation, version, change) = match existing {

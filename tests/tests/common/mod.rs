@@ -241,23 +241,16 @@ impl ToolSession {
         if let Some(config) = config {
             cmd.arg("--config").arg(config);
         }
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn fsd-tools");
-        let stdin = child.stdin.take();
-        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        ToolSession { child, stdin, stdout, next_id: 0 }
+        ToolSession::spawn(&mut cmd)
     }
 
     /// A session with these arguments after `session` and these environment variables added.
     pub fn start_args(args: &[&str], env: &[(&str, &str)]) -> ToolSession {
-        let mut child = Command::new(tools_bin())
-            .arg("session")
-            .args(args)
-            .envs(env.iter().copied())
+        ToolSession::spawn(Command::new(tools_bin()).arg("session").args(args).envs(env.iter().copied()))
+    }
+
+    fn spawn(cmd: &mut Command) -> ToolSession {
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
