@@ -55,18 +55,24 @@ impl Server {
         }
         let mut cmd = Command::new(bin);
         cmd.arg("--writable-root").arg(root).arg("--parent-pipe").env("FSD_LOG", "warn");
-        Server::start(cmd, "fsd")
+        // Plaintext loopback TCP is read-only unless configured: the TCP rows write too.
+        Server::start(cmd, "fsd", Some("client_max_modes = { tcp = \"workspace-write\" }\n"))
     }
 
     /// Starts this binary's bare tonic echo server.
     pub fn echo() -> Res<Server> {
         let mut cmd = Command::new(std::env::current_exe()?);
         cmd.arg("echo-server");
-        Server::start(cmd, "echo")
+        Server::start(cmd, "echo", None)
     }
 
-    fn start(mut cmd: Command, what: &str) -> Res<Server> {
+    fn start(mut cmd: Command, what: &str, config: Option<&str>) -> Res<Server> {
         let dir = tempfile::Builder::new().prefix("fsd-bench-sock-").tempdir()?;
+        if let Some(config) = config {
+            let file = dir.path().join(format!("{what}.toml"));
+            std::fs::write(&file, config)?;
+            cmd.arg("--config").arg(file);
+        }
         let socket = dir.path().join(format!("{what}.sock"));
         let tcp = format!("127.0.0.1:{}", free_port()?);
         cmd.arg("--listen")
