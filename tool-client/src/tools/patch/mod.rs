@@ -6,11 +6,11 @@ mod commit;
 mod preflight;
 mod report;
 
-use fsd_proto::v1;
 use serde_json::Value;
 
 use super::escalation::PlannedCall;
 use super::{Session, ToolResult, args};
+use crate::daemon::{Operation, Version};
 use crate::failure::ToolError;
 
 /// One operation of the patch, with its paths as written and as resolved against the cwd.
@@ -58,9 +58,9 @@ struct Prepared {
     target_exists: bool,
     /// The version the source (the file itself for add/update/delete) has on disk before the
     /// patch, when no earlier operation touched it: the commit's compare-and-swap basis.
-    src_version: Option<String>,
+    src_version: Option<Version>,
     /// The same for a move destination.
-    dst_version: Option<String>,
+    dst_version: Option<Version>,
 }
 
 pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, ToolError> {
@@ -87,42 +87,19 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
         .collect();
     // Each operation carries the guard it will run under, so the daemon refuses a stale or
     // already existing target before anyone is asked to approve the patch.
-    let observed = |path: &str| -> Option<v1::EditGuard> {
-        let key = session.key_of(path)?.clone();
-        let version = session.observations.edit_intent(Some(&key)).ok()?;
-        Some(v1::EditGuard { version: version.0, target_key: key.0 })
-    };
-    let policy = session.policy_on();
     let calls: Vec<PlannedCall> = planned
         .iter()
-        .map(|p| {
-            let guard = if policy { observed(&p.src) } else { None };
-            match (&p.op, &p.dst) {
-                (fsd_patch::Op::Delete { .. }, _) => {
-                    PlannedCall::unbound("deleteFile", &p.src, None).with_edit_guard(guard)
-                }
-                (fsd_patch::Op::Update { .. }, Some(dst)) => {
-                    PlannedCall::unbound("moveFile", &p.src, Some(dst)).with_edit_guard(guard)
-                }
-                // Add overwrites and Update rewrites: the write tool's guard (replace at the
-                // observed version, else create only).
-                _ => {
-                    let key = session.key_of(&p.src).cloned();
-                    let kind = match session.observations.write_intent(key.as_ref()) {
-                        fsd_policy::WriteGuard::CreateIfAbsent => {
-                            v1::write_guard::Kind::CreateIfAbsent(v1::CreateIfAbsent {})
-                        }
-                        fsd_policy::WriteGuard::ReplaceIfVersion(version) => {
-                            v1::write_guard::Kind::ReplaceIfVersion(v1::ReplaceIfVersion {
-                                version: version.0,
-                                target_key: key.map(|k| k.0).unwrap_or_default(),
-                            })
-                        }
-                    };
-                    let guard = policy.then_some(v1::WriteGuard { kind: Some(kind) });
-                    PlannedCall::unbound("writeText", &p.src, None).with_write_guard(guard)
-                }
+        .map(|p| match (&p.op, &p.dst) {
+            (fsd_patch::Op::Delete { .. }, _) => PlannedCall::unbound(Operation::DeleteFile, &p.src, None)
+                .with_edit_guard(session.edit_guard(&p.src).ok().flatten()),
+            (fsd_patch::Op::Update { .. }, Some(dst)) => {
+                PlannedCall::unbound(Operation::MoveFile, &p.src, Some(dst))
+                    .with_edit_guard(session.edit_guard(&p.src).ok().flatten())
             }
+            // Add overwrites and Update rewrites: the write tool's guard (replace at the
+            // observed version, else create only).
+            _ => PlannedCall::unbound(Operation::WriteText, &p.src, None)
+                .with_write_guard(session.write_guard(&p.src)),
         })
         .collect();
     super::escalation::resolve(session, map, "apply_patch", &calls).await?;
