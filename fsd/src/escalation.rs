@@ -164,6 +164,21 @@ pub enum TicketError {
     Mismatch,
 }
 
+impl TicketError {
+    /// The `ticket` metadata of the refusal.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            TicketError::Unknown => "unknown",
+            TicketError::NotApproved => "not_approved",
+            TicketError::Expired => "expired",
+            TicketError::WrongCaller => "wrong_caller",
+            TicketError::WrongMode => "wrong_mode",
+            TicketError::BadSignature => "bad_signature",
+            TicketError::Mismatch => "mismatch",
+        }
+    }
+}
+
 /// The pending escalations and the approver's public key.
 #[derive(Debug)]
 pub struct Escalations {

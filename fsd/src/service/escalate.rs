@@ -18,7 +18,7 @@ use super::wire::{self, Called, mode_from_wire};
 use crate::approver::{self, Answer};
 use crate::backend::{self, Mode, Outcome, WriteGuard, text};
 use crate::config::Escalation;
-use crate::error::{Failure, FsError, StaleReason};
+use crate::error::{EscalationDenial, Failure, FsError, StaleReason};
 use crate::escalation::{CanonicalOp, Describe, Preview, escape};
 use crate::op::Op;
 
@@ -231,20 +231,15 @@ impl FsdService {
         let caller = Caller::of(&request, request.get_ref().context());
         let r = request.into_inner();
         let first = r.ops.first().map(|o| o.path.clone()).unwrap_or_default();
-        let refuse = |why: String| {
-            WireError::new(ErrorCode::SandboxDenied, &first, why)
-                .with("mode", self.default_mode.as_str())
-                .into_status()
-        };
+        let refuse = |denial: EscalationDenial| denial.into_wire(&first, self.default_mode).into_status();
         if self.escalation == Escalation::Deny {
-            return Err(refuse("escalation is disabled on this daemon".into()));
+            return Err(refuse(EscalationDenial::Disabled(None)));
         }
         let max = self.max_for(&caller);
         let base = self.default_mode.min(max);
-        let requested =
-            mode_from_wire(r.requested_mode()).ok_or_else(|| refuse("no mode requested".into()))?;
+        let requested = mode_from_wire(r.requested_mode()).ok_or_else(|| refuse(EscalationDenial::NoMode))?;
         if requested <= base {
-            return Err(refuse(format!("{} needs no escalation", requested.as_str())));
+            return Err(refuse(EscalationDenial::NotWider(requested)));
         }
         if requested > max {
             self.audit(
@@ -255,11 +250,7 @@ impl FsdService {
                 Decision::Refused,
                 ErrorCode::SandboxDenied.as_str(),
             );
-            return Err(refuse(format!(
-                "{} is above this client's maximum mode {}",
-                requested.as_str(),
-                max.as_str()
-            )));
+            return Err(refuse(EscalationDenial::AboveMax { requested, max }));
         }
         if r.ops.is_empty() || r.ops.len() > 10_000 {
             return Err(Status::invalid_argument("an escalation lists between 1 and 10000 calls"));

@@ -234,9 +234,9 @@ impl Fsd for FsdService {
                 Err(stream::Ended::Gone) => return,
                 Err(stream::Ended::Idle) => {
                     tracing::info!(path = %r.path, idle_ms = idle.as_millis() as u64, "stream not read; cancelled");
-                    let message =
-                        format!("the stream was not read for {} ms and was cancelled", idle.as_millis());
-                    WireError::new(ErrorCode::Aborted, &r.path, message)
+                    WireError::new(ErrorCode::Aborted, &r.path, "stream idle; cancelled")
+                        .with("reason", "stream_idle")
+                        .with("limit_ms", idle.as_millis().to_string())
                 }
                 Err(stream::Ended::Read(e)) => {
                     crate::error::Failure::new(crate::error::FsError::Read(e), r.path.clone()).into_wire()

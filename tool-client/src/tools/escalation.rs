@@ -256,7 +256,7 @@ pub async fn resolve(
             return Err(match (failed, &error) {
                 (Some(call), _) => checked(&call, &error),
                 (None, DaemonError::Unavailable(message)) => ToolError::unavailable(message),
-                (None, DaemonError::Refused(wire)) => ToolError::unavailable(&wire.message),
+                (None, DaemonError::Refused(wire)) => ToolError::from_mutation_wire(&wire.path, wire),
             });
         }
     };
