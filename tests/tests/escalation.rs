@@ -295,6 +295,34 @@ fn an_existing_file_outside_the_roots_is_read_then_edited_with_the_rule_files_ap
         1,
         "{audit:?}"
     );
+    // A patch whose hunk does not match fails in the daemon's checks: the rule file is not
+    // consulted and nothing runs at the wider mode.
+    let r = t.call("read", with(json!({"file_path": p(&target)})));
+    assert!(!r.is_error(), "{}", r.json);
+    let approved = |audit: &[serde_json::Value]| audit.iter().filter(|l| l["decision"] == "approved").count();
+    let before = approved(&audit_lines(&s.audit));
+    let patch =
+        format!("*** Begin Patch\n*** Update File: {}\n@@\n-port = 9\n+port = 4\n*** End Patch", p(&target));
+    let mut t =
+        s.d.session_with_config(&format!("escalationRules = \"{}\"\napplyPatch = true\n", s.rules.display()));
+    assert!(!t.call("read", with(json!({"file_path": p(&target)}))).is_error());
+    let before_patch = approved(&audit_lines(&s.audit));
+    assert_eq!(before_patch, before + 1, "the new session's read");
+    let r = t.call("apply_patch", with(json!({"input": patch})));
+    assert_eq!(r.code(), Some("PATCH_HUNK_MISMATCH"), "{}", r.json);
+    assert!(
+        r.text().ends_with("failed to find expected lines:\n  port = 9 (hunk at patch line 3)"),
+        "{}",
+        r.text()
+    );
+    let audit = audit_lines(&s.audit);
+    assert_eq!(approved(&audit), before_patch, "nothing was approved for the patch: {audit:?}");
+    assert_eq!(
+        audit.iter().filter(|l| l["decision"] == "checked" && l["result"] == "FS_EDIT_NOT_FOUND").count(),
+        2,
+        "{audit:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "port = 3\n");
 }
 
 /// The terminal prompt of the client-level approver: `fsd-tools session` on a pseudo-terminal

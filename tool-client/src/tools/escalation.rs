@@ -239,7 +239,7 @@ pub fn read_first(path: &str, mode: &str) -> ToolError {
 }
 
 /// A refusal by the daemon's checks before approval, in the tool's own words.
-fn checked(call: &PlannedCall, status: &tonic::Status) -> ToolError {
+pub fn checked(call: &PlannedCall, status: &tonic::Status) -> ToolError {
     let Some(wire) = WireError::from_status(status) else { return ToolError::unavailable(status) };
     if wire.code == ErrorCode::NotObserved
         && let Some(mode) = wire.get("read_first")
@@ -255,6 +255,21 @@ fn checked(call: &PlannedCall, status: &tonic::Status) -> ToolError {
     }
 }
 
+/// Why a call does not go ahead at the mode it asked for.
+#[derive(Debug)]
+pub enum Stop {
+    /// Refused, with the text the model reads.
+    Error(ToolError),
+    /// The daemon's checks refused call `index` before anyone was asked.
+    Checked { index: usize, status: tonic::Status },
+}
+
+/// Whether the call's fields ask for a mode wider than the current one (the daemon decides).
+pub fn wants_wider(session: &Session, map: &Map<String, Value>) -> bool {
+    let requested = map.get(MODE_FIELD).and_then(Value::as_str).and_then(mode_from_name);
+    session.escalation.as_ref().zip(requested).is_some_and(|(offer, mode)| mode > offer.effective)
+}
+
 /// Applies the seed's rules to a call's fields and, for a wider mode, has the daemon check the
 /// calls and then obtains approval: from the client's approver (`client` trust), or from the
 /// daemon's own approver (`signed` trust: the client learns only the decision). Sets the
@@ -265,6 +280,34 @@ pub async fn resolve(
     tool: &str,
     calls: &[PlannedCall],
 ) -> Result<(), ToolError> {
+    match decide(session, map, tool, calls, None).await {
+        Ok(()) => Ok(()),
+        Err(Stop::Error(error)) => Err(error),
+        Err(Stop::Checked { index, status }) => Err(match calls.get(index) {
+            Some(call) => checked(call, &status),
+            None => ToolError::unavailable(&status),
+        }),
+    }
+}
+
+/// [`resolve`] for the operations of an apply_patch: the daemon applies every hunk of `patch`
+/// before anyone is asked, and the approval binds what the patch writes.
+pub async fn resolve_patch(
+    session: &mut Session,
+    map: &Map<String, Value>,
+    calls: &[PlannedCall],
+    patch: &str,
+) -> Result<(), Stop> {
+    decide(session, map, "apply_patch", calls, Some(patch)).await
+}
+
+async fn decide(
+    session: &mut Session,
+    map: &Map<String, Value>,
+    tool: &str,
+    calls: &[PlannedCall],
+    patch: Option<&str>,
+) -> Result<(), Stop> {
     let mut paths: Vec<String> = calls.iter().map(|c| c.path.clone()).collect();
     paths.extend(calls.iter().filter_map(|c| c.destination.clone()));
     let paths = &paths[..];
@@ -273,28 +316,33 @@ pub async fn resolve(
     let requested = match map.get(MODE_FIELD) {
         None | Some(Value::Null) => None,
         Some(Value::String(name)) => Some(mode_from_name(name).ok_or_else(|| {
-            ToolError::invalid_args(format!(
+            Stop::Error(ToolError::invalid_args(format!(
                 "{MODE_FIELD} must be one of read-only, workspace-write, danger-full-access"
-            ))
+            )))
         })?),
-        Some(_) => return Err(ToolError::invalid_args(format!("{MODE_FIELD} must be a string"))),
+        Some(_) => {
+            return Err(Stop::Error(ToolError::invalid_args(format!("{MODE_FIELD} must be a string"))));
+        }
     };
     let reason = match map.get(REASON_FIELD) {
         None | Some(Value::Null) => String::new(),
         Some(Value::String(s)) => s.clone(),
-        Some(_) => return Err(ToolError::invalid_args(format!("{REASON_FIELD} must be a string"))),
+        Some(_) => {
+            return Err(Stop::Error(ToolError::invalid_args(format!("{REASON_FIELD} must be a string"))));
+        }
     };
     let Some(requested) = requested.filter(|m| *m != offer.effective) else {
         if requested.is_none() && !reason.trim().is_empty() {
-            return Err(ToolError::invalid_args(format!("{REASON_FIELD} was given without {MODE_FIELD}")));
+            let error = ToolError::invalid_args(format!("{REASON_FIELD} was given without {MODE_FIELD}"));
+            return Err(Stop::Error(error));
         }
         return Ok(());
     };
     if reason.trim().is_empty() {
-        return Err(ToolError::invalid_args(format!(
+        return Err(Stop::Error(ToolError::invalid_args(format!(
             "{REASON_FIELD} must be a non-empty reason when {MODE_FIELD} differs from the current mode ({})",
             mode_name(offer.effective as i32)
-        )));
+        ))));
     }
     if requested < offer.effective {
         session.call_mode = Some((requested, None));
@@ -309,17 +357,15 @@ pub async fn resolve(
         requested_mode: requested as i32,
         justification: reason.clone(),
         ops: calls.iter().map(PlannedCall::wire).collect(),
+        patch: patch.map(str::to_owned),
     };
     let decision = match session.client.request_escalation(request).await {
         Ok(reply) => reply.into_inner(),
         Err(status) => {
-            let failed = WireError::from_status(&status)
-                .and_then(|w| calls.iter().find(|c| c.path == w.path).cloned())
-                .or_else(|| calls.first().cloned());
-            return Err(match failed {
-                Some(call) => checked(&call, &status),
-                None => ToolError::unavailable(&status),
-            });
+            let index = WireError::from_status(&status)
+                .and_then(|w| calls.iter().position(|c| c.path == w.path))
+                .unwrap_or(0);
+            return Err(Stop::Checked { index, status });
         }
     };
     let ticket = match v1::Decider::try_from(decision.decided_by) {
@@ -349,7 +395,7 @@ pub async fn resolve(
                         }),
                     };
                     let _ = session.client.release_escalation(report).await;
-                    return Err(refused(by, name, effective, &reason));
+                    return Err(Stop::Error(refused(by, name, effective, &reason)));
                 }
             }
         }
@@ -366,7 +412,7 @@ pub async fn resolve(
                 Ok(v1::Decider::Rules) => RefusedBy::ApproverRules,
                 _ => RefusedBy::Unreachable,
             };
-            return Err(refused(by, name, effective, &decision.reason));
+            return Err(Stop::Error(refused(by, name, effective, &decision.reason)));
         }
     };
     session.call_mode = Some((requested, Some(ticket)));
