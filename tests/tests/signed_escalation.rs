@@ -629,6 +629,52 @@ fn pending_escalations_are_capped_per_client() {
     );
 }
 
+/// Operations per request, per identity: the operations an identity's escalation requests list
+/// count while they are checked and until each is decided, spent or expires.
+#[test]
+fn escalated_operations_are_capped_per_client() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "[budgets]\nescalated_ops = 3\npending_escalations = 64\n");
+    let mut rpc = Rpc::connect(&s.d);
+    let reads = |n: usize| (0..n).map(|i| op("readText", &s.outside.path().join(format!("f{i}")))).collect();
+    let status = rpc
+        .rt
+        .block_on(rpc.client.request_escalation(v1::EscalationRequest {
+            context: context("s1", None),
+            requested_mode: v1::Mode::DangerFullAccess as i32,
+            justification: "x".into(),
+            ops: reads(4),
+            patch: None,
+        }))
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert_eq!(status.message(), "an escalation lists between 1 and 3 calls");
+    let first = ask(&mut rpc, "s1", reads(2)).unwrap();
+    assert!(first.approved, "{first:?}");
+    let err = ask(&mut rpc, "s1", reads(2)).unwrap_err();
+    assert_eq!((err.code, err.metadata["budget"].as_str()), (ErrorCode::RateLimited, "escalated_ops"));
+    let after: u64 = err.metadata["retry_after_ms"].parse().unwrap();
+    assert!(after > 0, "{after}");
+    assert!(ask(&mut rpc, "s1", reads(1)).unwrap().approved, "what is left of the budget is usable");
+    // Spending (here: releasing) an approved escalation gives its operations back.
+    let release = v1::ReleaseEscalationRequest {
+        context: context("s1", None),
+        escalation_id: first.escalation_id,
+        client_refusal: None,
+    };
+    rpc.rt.block_on(rpc.client.release_escalation(release)).unwrap();
+    assert!(ask(&mut rpc, "s1", reads(2)).unwrap().approved);
+    let refusals = s
+        .audit()
+        .into_iter()
+        .filter(|l| l["decision"] == "refused" && l["result"] == "FS_RATE_LIMITED")
+        .count();
+    assert_eq!(refusals, 1, "{:?}", s.audit());
+    // The approver decided only what fit.
+    assert_eq!(jsonl(&keys.log()).len(), 3);
+}
+
 #[test]
 fn the_approver_refuses_to_run_misconfigured() {
     let keys = Keys::new();

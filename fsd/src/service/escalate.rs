@@ -23,6 +23,9 @@ use crate::error::{Failure, FsError, StaleReason};
 use crate::escalation::{CanonicalOp, Describe, Preview, escape};
 use crate::op::Op;
 
+/// The most calls one escalation request may list, whatever the budgets say.
+const MAX_ESCALATED_OPS: usize = 10_000;
+
 /// A refusal's reason as the caller sees it: escaped, bounded.
 fn bounded_reason(reason: &str) -> String {
     escape(reason).chars().take(500).collect()
@@ -309,9 +312,24 @@ impl FsdService {
                 max.as_str()
             )));
         }
-        if r.ops.is_empty() || r.ops.len() > 10_000 {
-            return Err(Status::invalid_argument("an escalation lists between 1 and 10000 calls"));
+        let most = self.budgets.limits().escalated_ops.min(MAX_ESCALATED_OPS);
+        if r.ops.is_empty() || r.ops.len() > most {
+            return Err(Status::invalid_argument(format!("an escalation lists between 1 and {most} calls")));
         }
+        // The caller's budgets, before any check costs the daemon a resolution or a read: the
+        // request is a call like any other, and its operations count until it is decided.
+        let budgeted = self.budgets.call(&caller.identity).and_then(|call| {
+            let ops = self.budgets.escalated_ops(&caller.identity, r.ops.len())?;
+            Ok((call, ops))
+        });
+        let (_in_flight, ops_permit) = match budgeted {
+            Ok(permits) => permits,
+            Err(refusal) => {
+                let code = ErrorCode::RateLimited.as_str();
+                self.audit(&caller, Step::Escalate(Op::Describe), &first, requested, Decision::Refused, code);
+                return Err(refusal.into_wire(&first).into_status());
+            }
+        };
         let mut patch = r.patch.as_deref().map(|text| PatchCheck::new(text, &r.ops)).transpose()?;
         let mut ops = Vec::with_capacity(r.ops.len());
         for (index, wire) in r.ops.iter().enumerate() {
@@ -368,7 +386,7 @@ impl FsdService {
             justification: &r.justification,
             ops,
         };
-        let described = escalations.describe(request, Some(permit));
+        let described = escalations.describe(request, vec![permit, ops_permit]);
         let audit = |decision: Decision, result: &str| {
             self.audit_digest(&caller, &first, requested, decision, result, &described.digest);
         };
