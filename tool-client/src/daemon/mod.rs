@@ -272,12 +272,14 @@ impl Daemon {
         mode: Mode,
         justification: &str,
         calls: &[PlannedCall],
+        patch: Option<&str>,
     ) -> Reply<Decision> {
         let request = v1::EscalationRequest {
             context: self.context(),
             requested_mode: Mode::wire(Some(mode)),
             justification: justification.to_owned(),
             ops: calls.iter().map(PlannedCall::wire).collect(),
+            patch: patch.map(str::to_owned),
         };
         Ok(self
             .client

@@ -181,7 +181,7 @@ pub fn read_first(path: &str, mode: &str) -> ToolError {
 }
 
 /// A refusal by the daemon's checks before approval, in the tool's own words.
-fn checked(call: &PlannedCall, error: &DaemonError) -> ToolError {
+pub fn checked(call: &PlannedCall, error: &DaemonError) -> ToolError {
     let DaemonError::Refused(wire) = error else { return ToolError::from_read(&call.path, error) };
     if wire.code == ErrorCode::NotObserved
         && let Some(mode) = wire.get("read_first")
@@ -197,6 +197,21 @@ fn checked(call: &PlannedCall, error: &DaemonError) -> ToolError {
     }
 }
 
+/// Why a call does not go ahead at the mode it asked for.
+#[derive(Debug)]
+pub enum Stop {
+    /// Refused, with the text the model reads.
+    Error(ToolError),
+    /// The daemon's checks refused call `index` before anyone was asked.
+    Checked { index: usize, error: DaemonError },
+}
+
+/// Whether the call's fields ask for a mode wider than the current one (the daemon decides).
+pub fn wants_wider(session: &Session, map: &Map<String, Value>) -> bool {
+    let requested = map.get(MODE_FIELD).and_then(Value::as_str).and_then(Mode::parse);
+    session.escalation.as_ref().zip(requested).is_some_and(|(offer, mode)| mode > offer.effective)
+}
+
 /// Applies the seed's rules to a call's fields and, for a wider mode, has the daemon check the
 /// calls and then obtains approval: from the client's approver (`client` trust), or from the
 /// daemon's own approver (`signed` trust: the client learns only the decision). Sets the
@@ -207,6 +222,35 @@ pub async fn resolve(
     tool: &str,
     calls: &[PlannedCall],
 ) -> Result<(), ToolError> {
+    match decide(session, map, tool, calls, None).await {
+        Ok(()) => Ok(()),
+        Err(Stop::Error(error)) => Err(error),
+        Err(Stop::Checked { index, error }) => Err(match (calls.get(index), &error) {
+            (Some(call), _) => checked(call, &error),
+            (None, DaemonError::Unavailable(message)) => ToolError::unavailable(message),
+            (None, DaemonError::Refused(wire)) => ToolError::from_mutation_wire(&wire.path, wire),
+        }),
+    }
+}
+
+/// [`resolve`] for the operations of an apply_patch: the daemon applies every hunk of `patch`
+/// before anyone is asked, and the approval binds what the patch writes.
+pub async fn resolve_patch(
+    session: &mut Session,
+    map: &Map<String, Value>,
+    calls: &[PlannedCall],
+    patch: &str,
+) -> Result<(), Stop> {
+    decide(session, map, "apply_patch", calls, Some(patch)).await
+}
+
+async fn decide(
+    session: &mut Session,
+    map: &Map<String, Value>,
+    tool: &str,
+    calls: &[PlannedCall],
+    patch: Option<&str>,
+) -> Result<(), Stop> {
     let mut paths: Vec<String> = calls.iter().map(|c| c.path.clone()).collect();
     paths.extend(calls.iter().filter_map(|c| c.destination.clone()));
     let paths = &paths[..];
@@ -215,28 +259,33 @@ pub async fn resolve(
     let requested = match map.get(MODE_FIELD) {
         None | Some(Value::Null) => None,
         Some(Value::String(name)) => Some(Mode::parse(name).ok_or_else(|| {
-            ToolError::invalid_args(format!(
+            Stop::Error(ToolError::invalid_args(format!(
                 "{MODE_FIELD} must be one of read-only, workspace-write, danger-full-access"
-            ))
+            )))
         })?),
-        Some(_) => return Err(ToolError::invalid_args(format!("{MODE_FIELD} must be a string"))),
+        Some(_) => {
+            return Err(Stop::Error(ToolError::invalid_args(format!("{MODE_FIELD} must be a string"))));
+        }
     };
     let reason = match map.get(REASON_FIELD) {
         None | Some(Value::Null) => String::new(),
         Some(Value::String(s)) => s.clone(),
-        Some(_) => return Err(ToolError::invalid_args(format!("{REASON_FIELD} must be a string"))),
+        Some(_) => {
+            return Err(Stop::Error(ToolError::invalid_args(format!("{REASON_FIELD} must be a string"))));
+        }
     };
     let Some(requested) = requested.filter(|m| *m != offer.effective) else {
         if requested.is_none() && !reason.trim().is_empty() {
-            return Err(ToolError::invalid_args(format!("{REASON_FIELD} was given without {MODE_FIELD}")));
+            let error = ToolError::invalid_args(format!("{REASON_FIELD} was given without {MODE_FIELD}"));
+            return Err(Stop::Error(error));
         }
         return Ok(());
     };
     if reason.trim().is_empty() {
-        return Err(ToolError::invalid_args(format!(
+        return Err(Stop::Error(ToolError::invalid_args(format!(
             "{REASON_FIELD} must be a non-empty reason when {MODE_FIELD} differs from the current mode ({})",
             offer.effective.name()
-        )));
+        ))));
     }
     if requested < offer.effective {
         session.daemon.set_call_mode(Some((requested, None)));
@@ -246,18 +295,11 @@ pub async fn resolve(
     let name = requested.name();
     let effective = offer.effective.name();
     // The daemon's checks first, at both trust levels: what would fail reaches nobody.
-    let decision = match session.daemon.request_escalation(requested, &reason, calls).await {
+    let decision = match session.daemon.request_escalation(requested, &reason, calls, patch).await {
         Ok(decision) => decision,
         Err(error) => {
-            let failed = error
-                .wire()
-                .and_then(|w| calls.iter().find(|c| c.path == w.path).cloned())
-                .or_else(|| calls.first().cloned());
-            return Err(match (failed, &error) {
-                (Some(call), _) => checked(&call, &error),
-                (None, DaemonError::Unavailable(message)) => ToolError::unavailable(message),
-                (None, DaemonError::Refused(wire)) => ToolError::from_mutation_wire(&wire.path, wire),
-            });
+            let index = error.wire().and_then(|w| calls.iter().position(|c| c.path == w.path)).unwrap_or(0);
+            return Err(Stop::Checked { index, error });
         }
     };
     let ticket = match decision.decided_by {
@@ -279,7 +321,7 @@ pub async fn resolve(
                     };
                     let path = paths.first().cloned().unwrap_or_default();
                     session.daemon.report_refusal(decided_by, requested, &path, &reason).await;
-                    return Err(refused(by, name, effective, &reason));
+                    return Err(Stop::Error(refused(by, name, effective, &reason)));
                 }
             }
         }
@@ -295,7 +337,7 @@ pub async fn resolve(
                 Decider::Rules => RefusedBy::ApproverRules,
                 _ => RefusedBy::Unreachable,
             };
-            return Err(refused(by, name, effective, &decision.reason));
+            return Err(Stop::Error(refused(by, name, effective, &decision.reason)));
         }
     };
     session.daemon.set_call_mode(Some((requested, Some(ticket))));
