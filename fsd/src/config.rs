@@ -195,6 +195,7 @@ pub struct BudgetsFile {
     pub new_files_per_second: Option<f64>,
     pub new_file_burst: Option<f64>,
     pub pending_escalations: Option<usize>,
+    pub escalated_ops: Option<usize>,
 }
 
 impl BudgetsFile {
@@ -224,6 +225,7 @@ impl BudgetsFile {
                 d.pending_escalations,
                 "pending_escalations",
             )?,
+            escalated_ops: count(self.escalated_ops, d.escalated_ops, "escalated_ops")?,
         };
         // A bucket that can never hold one token refuses everything.
         if limits.call_burst < 1.0 {

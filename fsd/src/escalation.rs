@@ -39,9 +39,9 @@ pub struct Preview {
 }
 
 impl CanonicalOp {
-    /// Whether `call` is this approved call. An approval without a content digest (the
-    /// operations of an apply_patch, described before their content is known) binds the
-    /// operation, the resolved targets and their versions, not the content.
+    /// Whether `call` is this approved call. An approval without a content digest (a delete,
+    /// a move without new content, a client that sent no content) binds the operation, the
+    /// resolved targets and their versions, not the content.
     pub fn admits(&self, call: &CanonicalOp) -> bool {
         self.op == call.op
             && self.target_key == call.target_key
@@ -60,9 +60,9 @@ struct Pending {
     digest: String,
     /// The approver's signature over `description`, verified when it arrived.
     signature: Option<Vec<u8>>,
-    /// The client's pending-escalation budget, held until the escalation is spent, refused,
-    /// released or expired.
-    _permit: Option<crate::budget::Permit>,
+    /// The client's budgets (the pending escalation, the operations it lists), held until the
+    /// escalation is spent, refused, released or expired.
+    _permits: Vec<crate::budget::Permit>,
     session: String,
     client: String,
     mode: Mode,
@@ -248,9 +248,9 @@ impl Escalations {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner).retain(|_, p| p.expires > t);
     }
 
-    /// Stores a pending escalation (holding the client's budget `permit`) and returns its
+    /// Stores a pending escalation (holding the client's budget `permits`) and returns its
     /// canonical description.
-    pub fn describe(&self, request: Describe<'_>, permit: Option<crate::budget::Permit>) -> Described {
+    pub fn describe(&self, request: Describe<'_>, permits: Vec<crate::budget::Permit>) -> Described {
         self.purge();
         let id = random_hex(16);
         let nonce_hex = random_hex(16);
@@ -286,7 +286,7 @@ impl Escalations {
             description: text.clone(),
             digest: digest.clone(),
             signature: None,
-            _permit: permit,
+            _permits: permits,
             session: request.session.to_owned(),
             client: request.client.to_owned(),
             mode: request.mode,
@@ -425,6 +425,7 @@ mod tests {
     }
 
     fn describe(esc: &Escalations, client: &str, permit: Option<crate::budget::Permit>) -> Described {
+        let permits = permit.into_iter().collect();
         let ops = vec![(op("etc/x"), Preview { lines: vec!["+new\u{202e}".into()] })];
         let request = Describe {
             session: "s1",
@@ -433,7 +434,7 @@ mod tests {
             justification: "needed\u{202e}",
             ops,
         };
-        esc.describe(request, permit)
+        esc.describe(request, permits)
     }
 
     fn setup(ttl: u64) -> (SigningKey, Escalations) {

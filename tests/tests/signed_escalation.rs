@@ -175,6 +175,7 @@ fn ask(
         requested_mode: v1::Mode::DangerFullAccess as i32,
         justification: "the user asked".into(),
         ops,
+        patch: None,
     };
     rpc.rt
         .block_on(rpc.client.request_escalation(request))
@@ -628,6 +629,52 @@ fn pending_escalations_are_capped_per_client() {
     );
 }
 
+/// Operations per request, per identity: the operations an identity's escalation requests list
+/// count while they are checked and until each is decided, spent or expires.
+#[test]
+fn escalated_operations_are_capped_per_client() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "[budgets]\nescalated_ops = 3\npending_escalations = 64\n");
+    let mut rpc = Rpc::connect(&s.d);
+    let reads = |n: usize| (0..n).map(|i| op("readText", &s.outside.path().join(format!("f{i}")))).collect();
+    let status = rpc
+        .rt
+        .block_on(rpc.client.request_escalation(v1::EscalationRequest {
+            context: context("s1", None),
+            requested_mode: v1::Mode::DangerFullAccess as i32,
+            justification: "x".into(),
+            ops: reads(4),
+            patch: None,
+        }))
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert_eq!(status.message(), "an escalation lists between 1 and 3 calls");
+    let first = ask(&mut rpc, "s1", reads(2)).unwrap();
+    assert!(first.approved, "{first:?}");
+    let err = ask(&mut rpc, "s1", reads(2)).unwrap_err();
+    assert_eq!((err.code, err.metadata["budget"].as_str()), (ErrorCode::RateLimited, "escalated_ops"));
+    let after: u64 = err.metadata["retry_after_ms"].parse().unwrap();
+    assert!(after > 0, "{after}");
+    assert!(ask(&mut rpc, "s1", reads(1)).unwrap().approved, "what is left of the budget is usable");
+    // Spending (here: releasing) an approved escalation gives its operations back.
+    let release = v1::ReleaseEscalationRequest {
+        context: context("s1", None),
+        escalation_id: first.escalation_id,
+        client_refusal: None,
+    };
+    rpc.rt.block_on(rpc.client.release_escalation(release)).unwrap();
+    assert!(ask(&mut rpc, "s1", reads(2)).unwrap().approved);
+    let refusals = s
+        .audit()
+        .into_iter()
+        .filter(|l| l["decision"] == "refused" && l["result"] == "FS_RATE_LIMITED")
+        .count();
+    assert_eq!(refusals, 1, "{:?}", s.audit());
+    // The approver decided only what fit.
+    assert_eq!(jsonl(&keys.log()).len(), 3);
+}
+
 #[test]
 fn the_approver_refuses_to_run_misconfigured() {
     let keys = Keys::new();
@@ -780,4 +827,88 @@ fn a_patch_outside_the_roots_is_approved_as_a_whole() {
     assert!(r.text().starts_with("Success. Updated the following files:"), "{}", r.text());
     assert_eq!(std::fs::read_to_string(&new).unwrap(), "new\n");
     assert!(!old.exists());
+}
+
+/// Checks before people, for apply_patch: every hunk is applied by the daemon to the file as it
+/// is before the approver hears of the patch; a hunk that does not match fails with the report
+/// preflight gives inside the roots, and the approval binds the content the patch writes.
+#[test]
+fn a_patch_whose_hunk_does_not_match_never_reaches_the_approver() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let mut t = s.d.session_with_config("applyPatch = true\n");
+    let esc = json!({"sandbox_permissions": "danger-full-access", "justification": "the user asked"});
+    let with = |mut args: serde_json::Value| {
+        args.as_object_mut().unwrap().extend(esc.as_object().unwrap().clone());
+        args
+    };
+    let outside = s.outside.path().join("app.conf");
+    let inside = s.d.path("app.conf");
+    for path in [&outside, &inside] {
+        std::fs::write(path, "port = 1\nhost = a\n").unwrap();
+    }
+    let update = |path: &Path, old: &str, new: &str| {
+        format!("*** Begin Patch\n*** Update File: {}\n@@\n-{old}\n+{new}\n*** End Patch", p(path))
+    };
+    assert!(!t.call("read", with(json!({"file_path": p(&outside)}))).is_error());
+    assert!(!t.call("read", json!({"file_path": p(&inside)})).is_error());
+    assert_eq!(jsonl(&keys.log()).len(), 1, "the read was approved");
+    // The same mismatched hunk inside the roots (preflight) and outside (the daemon's checks).
+    let local = t.call("apply_patch", json!({"input": update(&inside, "port = 9", "port = 2")}));
+    let r = t.call("apply_patch", with(json!({"input": update(&outside, "port = 9", "port = 2")})));
+    assert_eq!(r.code(), Some("PATCH_HUNK_MISMATCH"), "{}", r.json);
+    assert_eq!(normalised(r.text().to_owned(), &outside), normalised(local.text().to_owned(), &inside));
+    assert_eq!(
+        normalised(r.text().to_owned(), &outside),
+        "Error: Patch rejected before any change (1 problems):\n- operation 1 (update <path>, patch line 2): failed to find expected lines:\n  port = 9 (hunk at patch line 3)"
+    );
+    // A context line that is not there: the same.
+    let unknown_context = format!(
+        "*** Begin Patch\n*** Update File: {}\n@@ [server]\n-port = 1\n+port = 2\n*** End Patch",
+        p(&outside)
+    );
+    let r = t.call("apply_patch", with(json!({"input": unknown_context})));
+    assert!(r.text().ends_with("failed to find context '[server]' (hunk at patch line 3)"), "{}", r.text());
+    // Deleting a file this session never read: refused by the policy, before anyone is asked.
+    let unread = s.outside.path().join("unread.txt");
+    std::fs::write(&unread, "x\n").unwrap();
+    let delete = format!("*** Begin Patch\n*** Delete File: {}\n*** End Patch", p(&unread));
+    let r = t.call("apply_patch", with(json!({"input": delete})));
+    assert_eq!(r.code(), Some("FS_NOT_OBSERVED"), "{}", r.json);
+    assert!(unread.exists());
+    assert_eq!(jsonl(&keys.log()).len(), 1, "no failing patch reached the approver");
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "port = 1\nhost = a\n");
+    assert!(
+        s.audit().iter().any(|l| l["op"] == "escalate:describe"
+            && l["decision"] == "checked"
+            && l["result"] == "FS_EDIT_NOT_FOUND"),
+        "{:?}",
+        s.audit()
+    );
+    // A patch that applies is approved once and lands.
+    let r = t.call("apply_patch", with(json!({"input": update(&outside, "port = 1", "port = 2")})));
+    assert!(!r.is_error(), "{}", r.json);
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "port = 2\nhost = a\n");
+    assert_eq!(jsonl(&keys.log()).len(), 2);
+    // A compromised client cannot have a patch approved and write something else with it.
+    let mut rpc = Rpc::connect(&s.d);
+    let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &outside)]).unwrap());
+    read(&mut rpc, "s1", &outside, Some(tk)).unwrap();
+    let request = v1::EscalationRequest {
+        context: context("s1", None),
+        requested_mode: v1::Mode::DangerFullAccess as i32,
+        justification: "the user asked".into(),
+        ops: vec![op("writeText", &outside)],
+        patch: Some(update(&outside, "host = a", "host = b")),
+    };
+    let reply = rpc.rt.block_on(rpc.client.request_escalation(request)).unwrap().into_inner();
+    let tk = ticket(reply);
+    let err = write(&mut rpc, "s1", &outside, "evil\n", tk.clone()).unwrap_err();
+    assert_eq!(
+        err.message,
+        "escalation ticket refused: this call differs from every call the approver signed"
+    );
+    write(&mut rpc, "s1", &outside, "port = 2\nhost = b\n", tk).unwrap();
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "port = 2\nhost = b\n");
 }

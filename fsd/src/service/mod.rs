@@ -9,6 +9,7 @@ mod bytes;
 mod escalate;
 mod grant;
 mod hello;
+mod patched;
 mod plain;
 mod streamed;
 mod wire;
