@@ -564,6 +564,23 @@ fn an_expired_ticket_is_refused() {
     std::thread::sleep(Duration::from_millis(2100));
     let err = read(&mut rpc, "s1", &target, Some(tk)).unwrap_err();
     assert_eq!(err.message, "escalation ticket refused: the escalation expired");
+    // The expiry is a decision too: one audit record with the digest the approver logged,
+    // written when it expires (no other request comes to trigger it).
+    let digest = jsonl(&keys.log())[0]["digest"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let expired = loop {
+        let audit = s.audit();
+        let found: Vec<_> = audit.iter().filter(|l| l["decision"] == "expired").cloned().collect();
+        if !found.is_empty() || Instant::now() > deadline {
+            break found;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(expired.len(), 1, "{:?}", s.audit());
+    assert_eq!(
+        (&expired[0]["digest"], &expired[0]["result"], &expired[0]["path"], &expired[0]["op"]),
+        (&json!(digest), &json!("unused"), &json!(p(&target)), &json!("escalate:describe"))
+    );
 }
 
 #[test]

@@ -370,7 +370,23 @@ impl FsdService {
             })
             .collect();
         // The pending-escalation budget: held until this escalation is spent, refused or expired.
-        escalations.purge();
+        self.sweep();
+        // Expiries are audited when they happen, not at the next request.
+        self.sweeper.call_once(|| {
+            // Holds no more than the escalations (weakly) and the log: it ends with the service.
+            let pending = std::sync::Arc::downgrade(escalations);
+            let audit = self.audit.clone();
+            let every = (escalations.ttl() / 4)
+                .clamp(std::time::Duration::from_millis(250), std::time::Duration::from_secs(5));
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(every);
+                loop {
+                    tick.tick().await;
+                    let Some(escalations) = pending.upgrade() else { break };
+                    super::grant::sweep(&escalations, audit.as_deref());
+                }
+            });
+        });
         let permit = match self.budgets.escalation(&caller.identity) {
             Ok(permit) => permit,
             Err(refusal) => {
