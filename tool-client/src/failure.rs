@@ -5,6 +5,8 @@
 
 use fsd_proto::{ErrorCode, WireError};
 
+use crate::daemon::DaemonError;
+
 /// A failed tool call: a stable code and the message the model reads after `Error: `.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolError {
@@ -54,25 +56,29 @@ impl ToolError {
         )
     }
 
-    /// The daemon went away mid-session.
-    pub fn unavailable(status: &tonic::Status) -> ToolError {
-        ToolError::new("UNAVAILABLE", format!("the file service is unavailable: {}", status.message()))
+    /// The daemon went away mid-session; `message` is what the transport said.
+    pub fn unavailable(message: &str) -> ToolError {
+        ToolError::new("UNAVAILABLE", format!("the file service is unavailable: {message}"))
     }
 
     /// Maps a provider failure of a mutation on `path` to the model's text.
-    pub fn from_mutation(path: &str, status: &tonic::Status) -> ToolError {
+    pub fn from_mutation(path: &str, error: &DaemonError) -> ToolError {
+        match error {
+            DaemonError::Refused(wire) => ToolError::from_mutation_wire(path, wire),
+            DaemonError::Unavailable(message) => ToolError::unavailable(message),
+        }
+    }
+
+    pub fn from_mutation_wire(path: &str, wire: &WireError) -> ToolError {
         let path = &shown(path);
-        let Some(wire) = WireError::from_status(status) else {
-            return ToolError::unavailable(status);
-        };
         match wire.code {
             ErrorCode::NotObserved => ToolError::not_observed(path),
             ErrorCode::StaleVersion => ToolError::new(
                 wire.code.as_str(),
-                format!("cannot modify \"{path}\": {}{STALE_REMEDY}", stale_reason(&wire)),
+                format!("cannot modify \"{path}\": {}{STALE_REMEDY}", stale_reason(wire)),
             ),
-            ErrorCode::SandboxDenied => sandbox_denied("modify", path, &wire),
-            ErrorCode::RateLimited => rate_limited("modify", path, &wire),
+            ErrorCode::SandboxDenied => sandbox_denied("modify", path, wire),
+            ErrorCode::RateLimited => rate_limited("modify", path, wire),
             ErrorCode::NotRegularFile => {
                 ToolError::new(wire.code.as_str(), format!("cannot modify \"{path}\": not a regular file"))
             }
@@ -84,11 +90,11 @@ impl ToolError {
     }
 
     /// Maps a provider failure of a read of `path` to the model's text.
-    pub fn from_read(path: &str, status: &tonic::Status) -> ToolError {
-        let Some(wire) = WireError::from_status(status) else {
-            return ToolError::unavailable(status);
-        };
-        ToolError::from_read_wire(path, &wire)
+    pub fn from_read(path: &str, error: &DaemonError) -> ToolError {
+        match error {
+            DaemonError::Refused(wire) => ToolError::from_read_wire(path, wire),
+            DaemonError::Unavailable(message) => ToolError::unavailable(message),
+        }
     }
 
     pub fn from_read_wire(path: &str, wire: &WireError) -> ToolError {
@@ -187,22 +193,22 @@ fn rate_limited(verb: &str, path: &str, wire: &WireError) -> ToolError {
 mod tests {
     use super::*;
 
-    fn check(status: tonic::Status, read: bool, expected: &str) {
+    fn check(error: DaemonError, read: bool, expected: &str) {
         let got = if read {
-            ToolError::from_read("/ws/a.txt", &status)
+            ToolError::from_read("/ws/a.txt", &error)
         } else {
-            ToolError::from_mutation("/ws/a.txt", &status)
+            ToolError::from_mutation("/ws/a.txt", &error)
         };
         assert_eq!(got.text(), expected);
     }
 
     /// A daemon error as the daemon sends it: a code, a terse label and metadata.
-    fn wire(code: ErrorCode, meta: &[(&str, &str)]) -> tonic::Status {
+    fn wire(code: ErrorCode, meta: &[(&str, &str)]) -> DaemonError {
         let mut wire = WireError::new(code, "/ws/a.txt", "label").with("mode", "workspace-write");
         for (key, value) in meta {
             wire = wire.with(key, *value);
         }
-        wire.into_status()
+        DaemonError::Refused(wire)
     }
 
     /// Every text rendered from a stale or sandbox reason, and the seed's strings, byte-exact.
@@ -244,7 +250,7 @@ mod tests {
             WireError::new(ErrorCode::SandboxDenied, "/ws/a.txt", "label")
                 .with("mode", "read-only")
                 .with("reason", "read_only")
-                .into_status(),
+                .into(),
             false,
             "Error: cannot modify \"/ws/a.txt\" [sandbox: file access denied under read-only mode]",
         );
@@ -275,7 +281,7 @@ mod tests {
             WireError::new(ErrorCode::RateLimited, "/ws/a.txt", "the caller's budget is spent")
                 .with("retry_after_ms", ms)
                 .with("budget", budget)
-                .into_status()
+                .into()
         };
         check(
             limited("calls_per_second", "250"),
@@ -288,7 +294,7 @@ mod tests {
             "Error: cannot modify \"/ws/a.txt\": the file service is limiting this client's calls (nothing was done) — wait 1 ms, then retry",
         );
         check(
-            tonic::Status::unavailable("connection reset"),
+            DaemonError::Unavailable("connection reset".into()),
             true,
             "Error: the file service is unavailable: connection reset",
         );
