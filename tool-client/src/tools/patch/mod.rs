@@ -104,7 +104,7 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
         .collect();
     if super::escalation::wants_wider(session, map) {
         // What the policy refuses is refused before anyone is asked to approve the patch.
-        let unobserved = unobserved(&planned, |path| policy && observed(path).is_none());
+        let unobserved = unobserved(&planned, |path| session.edit_guard(path).is_err());
         if !unobserved.is_empty() {
             return Err(report::rejected(&unobserved));
         }
