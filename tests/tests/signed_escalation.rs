@@ -418,6 +418,20 @@ fn a_compromised_client_learns_nothing_outside_its_grant() {
             };
             shown(ask(rpc, "s1", vec![guess]))
         }),
+        ("a patch escalation guessing the content", |rpc, t| {
+            let request = v1::EscalationRequest {
+                context: context("s1", None),
+                requested_mode: v1::Mode::DangerFullAccess as i32,
+                justification: "x".into(),
+                ops: vec![op("writeText", t)],
+                patch: Some(format!(
+                    "*** Begin Patch\n*** Update File: {}\n@@\n-root:$6$very-secret-hash:19000:0:99999:7:::\n+x\n*** End Patch",
+                    p(t)
+                )),
+            };
+            let answer = rpc.rt.block_on(rpc.client.request_escalation(request));
+            shown(answer.map(tonic::Response::into_inner).map_err(|s| WireError::from_status(&s).unwrap()))
+        }),
         ("delete and move escalations", |rpc, t| {
             let moved = v1::EscalatedOp { destination: "/tmp/elsewhere".into(), ..op("moveFile", t) };
             format!(
