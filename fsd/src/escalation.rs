@@ -164,6 +164,42 @@ pub enum TicketError {
     Mismatch,
 }
 
+/// The canonical description of `request`: the bytes an approver signs.
+fn render(id: &str, nonce_hex: &str, expires: u64, request: &Describe<'_>) -> String {
+    let mut text = format!(
+        "fsd escalation v1\nid: {id}\nnonce: {nonce_hex}\nsession: {}\nclient: {}\nmode: {}\njustification: {}\nexpires: {expires}\n",
+        escape(request.session),
+        escape(request.client),
+        request.mode.as_str(),
+        escape(request.justification),
+    );
+    for (i, (op, preview)) in request.ops.iter().enumerate() {
+        text.push_str(&format!("op {}: {} {}\n", i + 1, op.op.name(), escape(&op.display)));
+        text.push_str(&format!("  target: {}\n", escape(&op.target_key)));
+        text.push_str(&format!("  current: {}\n", op.version.as_deref().unwrap_or("absent")));
+        if let Some((key, display)) = &op.destination {
+            text.push_str(&format!("  destination: {} ({})\n", escape(display), escape(key)));
+        }
+        if !op.content_sha256.is_empty() {
+            text.push_str(&format!("  content-sha256: {}\n", hex::encode(&op.content_sha256)));
+        }
+        if !preview.lines.is_empty() {
+            text.push_str("  diff:\n");
+            for line in &preview.lines {
+                text.push_str(&format!("    {}\n", escape(line)));
+            }
+        }
+    }
+    text
+}
+
+/// Client trust: the digest of the daemon's description of a checked request (a fresh id makes
+/// it name this request only), which the client's report of its decision names.
+pub fn client_digest(request: &Describe<'_>) -> String {
+    let text = render(&random_hex(16), "", now(), request);
+    hex::encode(fsd_proto::digest::content(text.as_bytes()))
+}
+
 /// The pending escalations and the approver's public key.
 #[derive(Debug)]
 pub struct Escalations {
@@ -301,30 +337,7 @@ impl Escalations {
         let nonce_hex = random_hex(16);
         let nonce = hex::decode(&nonce_hex).unwrap_or_default();
         let expires = now() + self.ttl.as_secs().max(1);
-        let mut text = format!(
-            "fsd escalation v1\nid: {id}\nnonce: {nonce_hex}\nsession: {}\nclient: {}\nmode: {}\njustification: {}\nexpires: {expires}\n",
-            escape(request.session),
-            escape(request.client),
-            request.mode.as_str(),
-            escape(request.justification),
-        );
-        for (i, (op, preview)) in request.ops.iter().enumerate() {
-            text.push_str(&format!("op {}: {} {}\n", i + 1, op.op.name(), escape(&op.display)));
-            text.push_str(&format!("  target: {}\n", escape(&op.target_key)));
-            text.push_str(&format!("  current: {}\n", op.version.as_deref().unwrap_or("absent")));
-            if let Some((key, display)) = &op.destination {
-                text.push_str(&format!("  destination: {} ({})\n", escape(display), escape(key)));
-            }
-            if !op.content_sha256.is_empty() {
-                text.push_str(&format!("  content-sha256: {}\n", hex::encode(&op.content_sha256)));
-            }
-            if !preview.lines.is_empty() {
-                text.push_str("  diff:\n");
-                for line in &preview.lines {
-                    text.push_str(&format!("    {}\n", escape(line)));
-                }
-            }
-        }
+        let text = render(&id, &nonce_hex, expires, &request);
         let digest = hex::encode(fsd_proto::digest::content(text.as_bytes()));
         let pending = Pending {
             nonce: nonce.clone(),

@@ -692,7 +692,7 @@ fn escalated_operations_are_capped_per_client() {
     let release = v1::ReleaseEscalationRequest {
         context: context("s1", None),
         escalation_id: first.escalation_id,
-        client_refusal: None,
+        client_decision: None,
     };
     rpc.rt.block_on(rpc.client.release_escalation(release)).unwrap();
     assert!(ask(&mut rpc, "s1", reads(2)).unwrap().approved);
