@@ -943,3 +943,49 @@ fn a_patch_whose_hunk_does_not_match_never_reaches_the_approver() {
     write(&mut rpc, "s1", &outside, "port = 2\nhost = b\n", tk).unwrap();
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "port = 2\nhost = b\n");
 }
+
+/// str_replace_editor under signed trust: what would fail (unobserved, not verbatim, stale)
+/// never reaches the approver and reads as the editor's own text; an approved replacement lands.
+#[test]
+fn the_editors_replacements_are_checked_before_the_approver() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let mut t = s.d.session_with_config("strReplaceEditor = true\n");
+    let target = s.outside.path().join("app.conf");
+    std::fs::write(&target, "port = 1\n").unwrap();
+    let replace = |old: &str, new: &str| {
+        json!({"command": "str_replace", "path": p(&target), "old_str": old, "new_str": new,
+               "sandbox_permissions": "danger-full-access", "justification": "the user asked"})
+    };
+    let r = t.call("str_replace_editor", replace("port = 1", "port = 2"));
+    assert_eq!(r.code(), Some("FS_NOT_OBSERVED"), "{}", r.json);
+    assert!(jsonl(&keys.log()).is_empty(), "the unobserved replacement reached the approver");
+    let r = t.call(
+        "read",
+        json!({"file_path": p(&target), "sandbox_permissions": "danger-full-access", "justification": "x"}),
+    );
+    assert!(!r.is_error(), "{}", r.json);
+    let r = t.call("str_replace_editor", replace("port = 9", "port = 2"));
+    err(
+        &r,
+        "FS_EDIT_NOT_FOUND",
+        &format!(
+            "Error: No replacement was performed, old_str `port = 9` did not appear verbatim in {}.",
+            p(&target)
+        ),
+    );
+    std::fs::write(&target, "port = 3\n").unwrap();
+    let r = t.call("str_replace_editor", replace("port = 3", "port = 4"));
+    assert_eq!(r.code(), Some("FS_STALE_VERSION"), "{}", r.json);
+    assert_eq!(jsonl(&keys.log()).len(), 1, "only the read reached the approver");
+    let r = t.call(
+        "read",
+        json!({"file_path": p(&target), "sandbox_permissions": "danger-full-access", "justification": "x"}),
+    );
+    assert!(!r.is_error(), "{}", r.json);
+    let r = t.call("str_replace_editor", replace("port = 3", "port = 4"));
+    assert!(!r.is_error(), "{}", r.json);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "port = 4\n");
+    assert_eq!(jsonl(&keys.log()).len(), 3);
+}
