@@ -41,22 +41,36 @@ pub struct Server {
 }
 
 /// A loopback port nobody listens on now (the server binds it a moment later).
-fn free_port() -> Res<u16> {
+pub fn free_port() -> Res<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(listener.local_addr()?.port())
 }
 
 impl Server {
-    /// Starts the release `fsd` with `root` as its writable root.
+    /// Starts the release `fsd` with `root` as its writable root; plaintext loopback TCP, which
+    /// is read-only unless configured, may write too (the TCP rows write).
     pub fn fsd(bin_dir: &Path, root: &Path) -> Res<Server> {
+        Server::fsd_started(bin_dir, root, &[], Some("client_max_modes = { tcp = \"workspace-write\" }\n"))
+    }
+
+    /// [`Server::fsd`] with more arguments (a config, another listener) instead of its config.
+    pub fn fsd_with(bin_dir: &Path, root: &Path, args: &[std::ffi::OsString]) -> Res<Server> {
+        Server::fsd_started(bin_dir, root, args, None)
+    }
+
+    fn fsd_started(
+        bin_dir: &Path,
+        root: &Path,
+        args: &[std::ffi::OsString],
+        config: Option<&str>,
+    ) -> Res<Server> {
         let bin = bin_dir.join("fsd");
         if !bin.is_file() {
             return Err(format!("{} is missing: build with `cargo build --release`", bin.display()).into());
         }
         let mut cmd = Command::new(bin);
-        cmd.arg("--writable-root").arg(root).arg("--parent-pipe").env("FSD_LOG", "warn");
-        // Plaintext loopback TCP is read-only unless configured: the TCP rows write too.
-        Server::start(cmd, "fsd", Some("client_max_modes = { tcp = \"workspace-write\" }\n"))
+        cmd.arg("--writable-root").arg(root).arg("--parent-pipe").args(args).env("FSD_LOG", "warn");
+        Server::start(cmd, "fsd", config)
     }
 
     /// Starts this binary's bare tonic echo server.
