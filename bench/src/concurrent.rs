@@ -203,7 +203,7 @@ pub fn run(common: &Common) -> Res<Section> {
     let file = root.join("f4k.txt");
     std::fs::write(&file, fixtures::four_k())?;
     let path = file.to_string_lossy().into_owned();
-    let fsd = Server::fsd(&common.bin_dir()?, &root)?;
+    let fsd = Server::fsd_unmetered(&common.bin_dir()?, &root)?;
     let echo_server = Server::echo()?;
     let rt = crate::client_runtime()?;
     let (warm, window) = if common.quick {
@@ -303,7 +303,7 @@ pub fn probe(
     std::fs::write(&file, fixtures::four_k())?;
     let path = file.to_string_lossy().into_owned();
     let transport = if tcp { Transport::Tcp } else { Transport::Unix };
-    let server = if echo_only { Server::echo()? } else { Server::fsd(&common.bin_dir()?, &root)? };
+    let server = if echo_only { Server::echo()? } else { Server::fsd_unmetered(&common.bin_dir()?, &root)? };
     let rt = crate::client_runtime()?;
     let window = Window::new(Duration::from_millis(200), Duration::from_secs_f64(seconds));
     let rate = rt.block_on(async {

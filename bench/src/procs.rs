@@ -53,6 +53,15 @@ impl Server {
         Server::fsd_started(bin_dir, root, &[], Some("client_max_modes = { tcp = \"workspace-write\" }\n"))
     }
 
+    /// [`Server::fsd`] with a call rate above what it can serve: 64 callers in flight for
+    /// seconds make more calls than the default `calls_per_second` budget (5000, burst 10000)
+    /// lets one identity make, and this measures throughput, not the budget.
+    pub fn fsd_unmetered(bin_dir: &Path, root: &Path) -> Res<Server> {
+        let config = "client_max_modes = { tcp = \"workspace-write\" }\n\
+                      [budgets]\ncalls_per_second = 1000000\ncall_burst = 1000000\n";
+        Server::fsd_started(bin_dir, root, &[], Some(config))
+    }
+
     /// [`Server::fsd`] with more arguments (a config, another listener) instead of its config.
     pub fn fsd_with(bin_dir: &Path, root: &Path, args: &[std::ffi::OsString]) -> Res<Server> {
         Server::fsd_started(bin_dir, root, args, None)
