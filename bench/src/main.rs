@@ -241,7 +241,14 @@ fn run(command: Command) -> Res<()> {
             step("noisy neighbour");
             doc.push(neighbour::run(&common)?);
             step("REST face");
-            doc.push(rest::run(&common, stream_mib)?);
+            // Recorded, not fatal: the other sections of a long run stay.
+            match rest::run(&common, stream_mib) {
+                Ok(section) => doc.push(section),
+                Err(e) => doc.push(report::Section {
+                    markdown: format!("### REST face\n\nThe REST benchmark failed in this run: {e}.\n"),
+                    ..report::Section::default()
+                }),
+            }
             let text = doc.finish();
             say!("{text}");
             if let Some(path) = markdown {
