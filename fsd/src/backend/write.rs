@@ -37,6 +37,8 @@ struct TempName<'a> {
     name: OsString,
     armed: bool,
     entry: Option<Entry<'a>>,
+    /// The new file while it still sits at the temporary name (not yet placed).
+    unplaced: Option<File>,
 }
 
 impl Drop for TempName<'_> {
@@ -44,7 +46,10 @@ impl Drop for TempName<'_> {
         if self.armed
             && let Err(errno) = sys::remove(self.dir, &self.name)
         {
-            tracing::warn!(name = ?self.name, %errno, "could not remove a temporary file");
+            // Typically the directory was moved out of the fence mid-write, and Landlock
+            // refuses the unlink there. The name stays; the caller's bytes do not.
+            let emptied = self.unplaced.as_ref().map(sys::empty_file);
+            tracing::warn!(name = ?self.name, %errno, ?emptied, "could not remove a temporary file");
             return;
         }
         if let Some(entry) = self.entry.take() {
@@ -106,7 +111,10 @@ pub(super) fn place_file_with<'a>(
         };
         entry.identify(&meta, replaced);
     }
-    let mut temp = TempName { dir, name: temp_name, armed: true, entry: Some(entry) };
+    let unplaced =
+        file.try_clone().map_err(|e| FsError::CreateTemp(Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;
+    let mut temp =
+        TempName { dir, name: temp_name, armed: true, entry: Some(entry), unplaced: Some(unplaced) };
     fill(&mut file)?;
     match place {
         Place::Replace(old) => {
@@ -123,6 +131,12 @@ pub(super) fn place_file_with<'a>(
         }
     }
     sys::sync(file.as_fd()).map_err(FsError::Sync)?;
+    #[cfg(feature = "fault-injection")]
+    if name == "fsd-fault-pause-rename" {
+        // Test hook: a window between the temporary file's last byte and its rename, in which a
+        // test moves the directory out of the fence.
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
     match place {
         Place::Create => match sys::rename(dir, &temp.name, dir, name, RenameHow::NoReplace) {
             Ok(()) => temp.armed = false,
@@ -145,7 +159,8 @@ pub(super) fn place_file_with<'a>(
                     }
                     return Err(FsError::Stale(StaleReason::ChangedWhileWriting));
                 }
-                // Still armed: dropping `temp` removes the old file.
+                // Still armed: dropping `temp` removes the old file; ours is in place.
+                temp.unplaced = None;
             }
             // The filesystem cannot exchange: the per-target lock still orders fsd's own writers.
             Err(Errno::INVAL | Errno::OPNOTSUPP) => {
