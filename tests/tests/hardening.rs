@@ -480,6 +480,35 @@ fn a_replace_keeps_the_acl_and_user_attributes() {
 }
 
 #[test]
+fn a_replace_that_cannot_keep_the_acl_is_refused_and_changes_nothing() {
+    use rustix::fs::{XattrFlags, getxattr, setxattr};
+    let d = Daemon::start();
+    // The test build refuses to set kept attributes on this name's replacement.
+    let name = "fsd-fault-keep-attributes";
+    d.write(name, "v1\n");
+    let path = d.path(name);
+    let acl = narrow_group_acl();
+    setxattr(&path, "system.posix_acl_access", &acl, XattrFlags::empty())
+        .expect("this filesystem takes POSIX ACLs");
+    let ino = std::fs::metadata(&path).unwrap().ino();
+    let mut s = d.session();
+    assert!(!s.read(name).is_error());
+    let write = s.call("write", json!({"file_path": name, "content": "v2\n"}));
+    assert!(write.is_error(), "a replace that would widen access went through: {}", write.json);
+    assert_eq!(write.code(), Some("FS_PERMISSION_DENIED"), "{}", write.json);
+    let edit = s.call("edit", json!({"file_path": name, "old_string": "v1", "new_string": "v3"}));
+    assert_eq!(edit.code(), Some("FS_PERMISSION_DENIED"), "{}", edit.json);
+    // The old file, its inode and its ACL are untouched; no temporary file is left.
+    assert_eq!(d.read(name), b"v1\n");
+    assert_eq!(std::fs::metadata(&path).unwrap().ino(), ino);
+    let mut buf = vec![0u8; 256];
+    let n = getxattr(&path, "system.posix_acl_access", &mut buf).expect("the ACL is still there");
+    assert_eq!(&buf[..n], acl.as_slice());
+    let names: Vec<_> = std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, [name], "left in the root");
+}
+
+#[test]
 fn confined_workers_hold_no_descriptor_outside_their_roots() {
     let d = Daemon::start();
     let _ = Rpc::connect(&d);

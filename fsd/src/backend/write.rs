@@ -209,6 +209,12 @@ fn keep_attributes(dir: BorrowedFd<'_>, name: &OsStr, old: &Meta, new: &File) ->
             Err(Errno::NODATA) => continue,
             Err(errno) => return Err(FsError::KeepAttributes(errno)),
         };
+        #[cfg(feature = "fault-injection")]
+        if must_keep && name == "fsd-fault-keep-attributes" {
+            // Test hook: the kernel refuses to set what must be kept (as a filesystem without
+            // ACLs on the new inode would), so the refusal path is exercised for real.
+            return Err(FsError::KeepAttributes(Errno::OPNOTSUPP));
+        }
         match sys::set_xattr(new.as_fd(), &attr, &value) {
             Ok(()) => {}
             Err(_) if !must_keep => {}
