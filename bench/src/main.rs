@@ -32,6 +32,7 @@ mod patchscale;
 mod percall;
 mod procs;
 mod report;
+mod rest;
 mod stats;
 mod stream;
 
@@ -132,6 +133,14 @@ enum Command {
         #[arg(long)]
         mcp_peer: PathBuf,
     },
+    /// The REST face against gRPC: 4 KiB GET/PUT p50, large GET/PUT MB/s and peak RSS.
+    Rest {
+        #[command(flatten)]
+        common: Common,
+        /// Size of the large file, in MiB.
+        #[arg(long, default_value_t = 1024)]
+        rest_mib: u64,
+    },
     /// One identity's stalled streams, idle connections and stat flood beside another's reads.
     Neighbour {
         #[command(flatten)]
@@ -204,6 +213,10 @@ fn run(command: Command) -> Res<()> {
             say!("{}", patchscale::run(&common)?);
             Ok(())
         }
+        Command::Rest { common, rest_mib } => {
+            say!("{}", rest::run(&common, rest_mib)?);
+            Ok(())
+        }
         Command::Neighbour { common } => {
             println!("{}", neighbour::run(&common)?);
             Ok(())
@@ -227,6 +240,8 @@ fn run(command: Command) -> Res<()> {
             doc.push(mcp::run(&common, &mcp_peer)?);
             step("noisy neighbour");
             doc.push(neighbour::run(&common)?);
+            step("REST face");
+            doc.push(rest::run(&common, stream_mib)?);
             let text = doc.finish();
             say!("{text}");
             if let Some(path) = markdown {

@@ -41,7 +41,7 @@ pub struct Server {
 }
 
 /// A loopback port nobody listens on now (the server binds it a moment later).
-fn free_port() -> Res<u16> {
+pub fn free_port() -> Res<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(listener.local_addr()?.port())
 }
@@ -49,12 +49,17 @@ fn free_port() -> Res<u16> {
 impl Server {
     /// Starts the release `fsd` with `root` as its writable root.
     pub fn fsd(bin_dir: &Path, root: &Path) -> Res<Server> {
+        Server::fsd_with(bin_dir, root, &[])
+    }
+
+    /// [`Server::fsd`] with more arguments (a config, another listener).
+    pub fn fsd_with(bin_dir: &Path, root: &Path, args: &[std::ffi::OsString]) -> Res<Server> {
         let bin = bin_dir.join("fsd");
         if !bin.is_file() {
             return Err(format!("{} is missing: build with `cargo build --release`", bin.display()).into());
         }
         let mut cmd = Command::new(bin);
-        cmd.arg("--writable-root").arg(root).arg("--parent-pipe").env("FSD_LOG", "warn");
+        cmd.arg("--writable-root").arg(root).arg("--parent-pipe").args(args).env("FSD_LOG", "warn");
         Server::start(cmd, "fsd")
     }
 

@@ -3,8 +3,9 @@
 //! another. Every check is a few atomic or uncontended-mutex operations and fails fast with
 //! [`Refusal`] (`FS_RATE_LIMITED` with `retry_after_ms` on the wire); nothing waits here.
 //!
-//! Held budgets (calls in flight, open streams, pending escalation requests) are [`Permit`]s,
-//! released when dropped. Rates (calls, new files) are token buckets with a burst.
+//! Held budgets (calls in flight, open streams, pending escalation requests and the operations
+//! they list) are [`Permit`]s, released when dropped. Rates (calls, new files) are token
+//! buckets with a burst.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,6 +24,7 @@ pub enum Budget {
     CallsPerSecond,
     NewFilesPerSecond,
     PendingEscalations,
+    EscalatedOps,
 }
 
 impl Budget {
@@ -34,6 +36,7 @@ impl Budget {
             Budget::CallsPerSecond => "calls_per_second",
             Budget::NewFilesPerSecond => "new_files_per_second",
             Budget::PendingEscalations => "pending_escalations",
+            Budget::EscalatedOps => "escalated_ops",
         }
     }
 }
@@ -48,6 +51,9 @@ pub struct Limits {
     pub new_files_per_second: f64,
     pub new_file_burst: f64,
     pub pending_escalations: usize,
+    /// Operations listed by one identity's escalation requests being checked or awaiting a
+    /// decision (each costs a resolution, a read and a diff); also the most one request lists.
+    pub escalated_ops: usize,
 }
 
 impl Default for Limits {
@@ -62,6 +68,7 @@ impl Default for Limits {
             new_files_per_second: 1000.0,
             new_file_burst: 5000.0,
             pending_escalations: 16,
+            escalated_ops: 1024,
         }
     }
 }
@@ -126,6 +133,7 @@ struct Account {
     in_flight: AtomicUsize,
     streams: AtomicUsize,
     escalations: AtomicUsize,
+    escalated_ops: AtomicUsize,
     calls: Mutex<Bucket>,
     new_files: Mutex<Bucket>,
 }
@@ -136,6 +144,7 @@ impl Account {
             in_flight: AtomicUsize::new(0),
             streams: AtomicUsize::new(0),
             escalations: AtomicUsize::new(0),
+            escalated_ops: AtomicUsize::new(0),
             calls: Mutex::new(Bucket::full(limits.call_burst)),
             new_files: Mutex::new(Bucket::full(limits.new_file_burst)),
         }
@@ -145,6 +154,7 @@ impl Account {
         match budget {
             Budget::OpenStreams => &self.streams,
             Budget::PendingEscalations => &self.escalations,
+            Budget::EscalatedOps => &self.escalated_ops,
             _ => &self.in_flight,
         }
     }
@@ -159,22 +169,24 @@ impl Account {
         self.in_flight.load(Ordering::Acquire) == 0
             && self.streams.load(Ordering::Acquire) == 0
             && self.escalations.load(Ordering::Acquire) == 0
+            && self.escalated_ops.load(Ordering::Acquire) == 0
             && full(&self.calls, limits.calls_per_second, limits.call_burst)
             && full(&self.new_files, limits.new_files_per_second, limits.new_file_burst)
     }
 }
 
-/// A held budget (a call in flight, an open stream, a pending escalation request), given back
-/// when dropped.
+/// A held budget (a call in flight, an open stream, a pending escalation request, the
+/// operations it lists), given back when dropped.
 #[derive(Debug)]
 pub struct Permit {
     account: Arc<Account>,
     budget: Budget,
+    units: usize,
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        self.account.counter(self.budget).fetch_sub(1, Ordering::AcqRel);
+        self.account.counter(self.budget).fetch_sub(self.units, Ordering::AcqRel);
     }
 }
 
@@ -214,11 +226,22 @@ impl Budgets {
     }
 
     fn hold(&self, account: Arc<Account>, budget: Budget, limit: usize) -> Result<Permit, Refusal> {
+        self.hold_units(account, budget, limit, 1)
+    }
+
+    fn hold_units(
+        &self,
+        account: Arc<Account>,
+        budget: Budget,
+        limit: usize,
+        units: usize,
+    ) -> Result<Permit, Refusal> {
         let counter = account.counter(budget);
-        let taken =
-            counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < limit).then_some(n + 1));
+        let taken = counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            n.checked_add(units).filter(|total| *total <= limit)
+        });
         match taken {
-            Ok(_) => Ok(Permit { account, budget }),
+            Ok(_) => Ok(Permit { account, budget, units }),
             Err(_) => Err(Refusal { budget, retry_after: HELD_RETRY }),
         }
     }
@@ -247,6 +270,13 @@ impl Budgets {
     /// One pending escalation request, held by the permit until it is decided or expires.
     pub fn escalation(&self, who: &Identity) -> Result<Permit, Refusal> {
         self.hold(self.account(who), Budget::PendingEscalations, self.limits.pending_escalations)
+    }
+
+    /// The `ops` operations one escalation request lists, held by the permit while they are
+    /// checked and until the request is decided or expires. A request listing more than the
+    /// whole budget never fits; the caller refuses it as too large before asking.
+    pub fn escalated_ops(&self, who: &Identity, ops: usize) -> Result<Permit, Refusal> {
+        self.hold_units(self.account(who), Budget::EscalatedOps, self.limits.escalated_ops, ops)
     }
 
     /// Whether a call that may create a file can start: refused while the new-file budget is
@@ -290,6 +320,7 @@ mod tests {
             new_files_per_second: 1.0,
             new_file_burst: 1.0,
             pending_escalations: 1,
+            escalated_ops: 5,
         }
     }
 
@@ -327,6 +358,20 @@ mod tests {
         check(budgets.escalation(&uid(1)), Some(Budget::PendingEscalations));
         drop(e);
         check(budgets.escalation(&uid(1)), None);
+    }
+
+    #[test]
+    fn escalated_operations_are_counted_per_identity_until_given_back() {
+        let budgets = Budgets::new(tight());
+        let three = check(budgets.escalated_ops(&uid(1), 3), None);
+        check(budgets.escalated_ops(&uid(1), 3), Some(Budget::EscalatedOps));
+        let two = check(budgets.escalated_ops(&uid(1), 2), None);
+        check(budgets.escalated_ops(&uid(1), 1), Some(Budget::EscalatedOps));
+        check(budgets.escalated_ops(&uid(2), 5), None);
+        drop(three);
+        check(budgets.escalated_ops(&uid(1), 3), None);
+        drop(two);
+        check(budgets.escalated_ops(&uid(1), usize::MAX), Some(Budget::EscalatedOps));
     }
 
     #[test]

@@ -29,7 +29,8 @@ enum Bound {
     Tcp(std::net::TcpListener, String),
     /// The REST face and gRPC-Web (`crate::rest`).
     HttpUnix(std::os::unix::net::UnixListener, String),
-    Http(std::net::TcpListener, String),
+    /// `true`: plaintext whatever TLS is configured (`http+plain:`, loopback only).
+    Http(std::net::TcpListener, String, bool),
 }
 
 /// A listener bound but, for a Unix socket, not yet at its path (see [`Binding::publish`]).
@@ -73,7 +74,8 @@ fn bind(listen: &Listen, access: SocketAccess) -> Result<Binding, DaemonError> {
         Listen::Unix(path) => unix(path, false),
         Listen::Tcp(addr) => Ok(Binding::Ready(Bound::Tcp(tcp(addr)?, name))),
         Listen::HttpUnix(path) => unix(path, true),
-        Listen::Http(addr) => Ok(Binding::Ready(Bound::Http(tcp(addr)?, name))),
+        Listen::Http(addr) => Ok(Binding::Ready(Bound::Http(tcp(addr)?, name, false))),
+        Listen::HttpPlain(addr) => Ok(Binding::Ready(Bound::Http(tcp(addr)?, name, true))),
     }
 }
 
@@ -428,11 +430,12 @@ async fn serve(
                     Ok(())
                 });
             }
-            Bound::Http(std_listener, name) => {
+            Bound::Http(std_listener, name, plain) => {
                 let listener = tokio::net::TcpListener::from_std(std_listener)
                     .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+                let tls = if plain { None } else { tls_http.clone() };
                 tracing::info!(listen = %name, tls = tls.is_some(), "listening (REST, gRPC-Web)");
-                let incoming = crate::edge::incoming(listener, tls_http.clone(), tcp_limits, stop_rx.clone());
+                let incoming = crate::edge::incoming(listener, tls, tcp_limits, stop_rx.clone());
                 let (face, stop) = (face.clone(), stop_rx.clone());
                 servers.spawn(async move {
                     crate::rest::serve_tcp(incoming, face, stop).await;

@@ -6,168 +6,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use common::rest::{RestDaemon, connect, exchange, http, python, refused};
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
-
-fn python() -> PathBuf {
-    match std::env::var_os("FSD_TEST_PYTHON") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => panic!(
-            "FSD_TEST_PYTHON is not set: the agent-sandbox test needs the venv with the pinned \
-             k8s-agent-sandbox SDK. Run `bash scripts/test.sh` (it creates .venv and exports \
-             FSD_TEST_PYTHON)"
-        ),
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// A daemon with a REST listener (and its gRPC Unix socket), started with `env` added.
-struct RestDaemon {
-    child: Child,
-    port: u16,
-    dir: tempfile::TempDir,
-    root: PathBuf,
-}
-
-impl RestDaemon {
-    fn start(config: &str, env: &[(&str, &str)]) -> RestDaemon {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("ws");
-        std::fs::create_dir(&root).unwrap();
-        let root = std::fs::canonicalize(&root).unwrap();
-        let port = free_port();
-        let mut cmd = Command::new(common::fsd_bin());
-        cmd.arg("--listen")
-            .arg(format!("http:127.0.0.1:{port}"))
-            .arg("--listen")
-            .arg(format!("unix:{}", dir.path().join("fsd.sock").display()))
-            .arg("--writable-root")
-            .arg(&root);
-        // The REST clients here are plaintext loopback TCP, the `tcp` identity: read-only unless
-        // the config grants more, as the agent-sandbox example's config does for its pod.
-        let path = dir.path().join("fsd.toml");
-        std::fs::write(&path, format!("client_max_modes = {{ tcp = \"workspace-write\" }}\n{config}"))
-            .unwrap();
-        cmd.arg("--config").arg(path);
-        cmd.envs(env.iter().copied())
-            .env("FSD_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
-        let mut child = cmd.spawn().expect("spawn fsd");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("fsd exited before listening: {status}");
-            }
-            assert!(Instant::now() < deadline, "fsd did not listen within 20 s");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        RestDaemon { child, port, dir, root }
-    }
-
-    fn path(&self, rel: &str) -> PathBuf {
-        self.root.join(rel)
-    }
-
-    fn terminate(&mut self) {
-        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
-        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-    }
-}
-
-impl Drop for RestDaemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One HTTP/1.1 exchange's answer.
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
-    }
-}
-
-/// Sends one request on `stream` and reads its answer (Content-Length bodies only; a HEAD has
-/// none).
-fn exchange(
-    stream: &mut BufReader<TcpStream>,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> Answer {
-    let mut request =
-        format!("{method} {path} HTTP/1.1\r\nhost: sandbox\r\ncontent-length: {}\r\n", body.len());
-    for (k, v) in headers {
-        request.push_str(&format!("{k}: {v}\r\n"));
-    }
-    request.push_str("\r\n");
-    let socket = stream.get_mut();
-    socket.write_all(request.as_bytes()).unwrap();
-    socket.write_all(body).unwrap();
-    let mut line = String::new();
-    stream.read_line(&mut line).unwrap();
-    let status: u16 =
-        line.split_whitespace().nth(1).unwrap_or_else(|| panic!("bad status line {line:?}")).parse().unwrap();
-    let mut headers = Vec::new();
-    loop {
-        let mut line = String::new();
-        stream.read_line(&mut line).unwrap();
-        let line = line.trim_end();
-        if line.is_empty() {
-            break;
-        }
-        let (k, v) = line.split_once(':').unwrap();
-        headers.push((k.trim().to_owned(), v.trim().to_owned()));
-    }
-    let mut answer = Answer { status, headers, body: Vec::new() };
-    if method != "HEAD" {
-        let len: usize = answer.header("content-length").map(|v| v.parse().unwrap()).unwrap_or(0);
-        answer.body = vec![0; len];
-        stream.read_exact(&mut answer.body).unwrap();
-    }
-    answer
-}
-
-fn connect(port: u16) -> BufReader<TcpStream> {
-    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    BufReader::new(stream)
-}
-
-fn http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Answer {
-    exchange(&mut connect(port), method, path, headers, body)
-}
-
-/// A refusal: its status and the spec's `{code, message}` body.
-fn refused(answer: &Answer, status: u16, code: &str) {
-    assert_eq!(answer.status, status, "{answer:?}");
-    let body = answer.json();
-    assert_eq!(body["code"], code, "{body}");
-    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
-}
+use serde_json::json;
 
 fn outside_fixture(dir: &Path) -> PathBuf {
     let outside = dir.join("outside");
@@ -573,4 +418,45 @@ fn write_bytes_and_remove_are_grpc_calls_too() {
         assert_eq!(reply.removed, 2);
         assert!(!daemon.path("bin").exists());
     });
+}
+
+/// A listing reports a link as what it resolves to inside the fence (a file with the target's
+/// size, a directory), and skips one that leads outside or nowhere; a GET through an inside
+/// link reads the target.
+#[test]
+fn links_in_listings_are_what_they_resolve_to_inside_the_fence() {
+    let daemon = RestDaemon::start("", &[]);
+    let outside = outside_fixture(daemon.dir.path());
+    std::fs::create_dir_all(daemon.path("d/sub")).unwrap();
+    std::fs::write(daemon.path("d/target.txt"), "twelve bytes").unwrap();
+    common::symlink(Path::new("target.txt"), &daemon.path("d/to-file"));
+    common::symlink(Path::new("sub"), &daemon.path("d/to-dir"));
+    common::symlink(outside.join("canary"), &daemon.path("d/to-outside"));
+    common::symlink(Path::new("missing"), &daemon.path("d/dangling"));
+    let listing = http(daemon.port, "GET", "/v1/files/d", &[], b"");
+    assert_eq!(listing.status, 200, "{listing:?}");
+    let body = listing.json();
+    let mut entries: Vec<(String, String, u64)> = body["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let kind = e["type"].as_str().unwrap().to_owned();
+            let size = if kind == "file" { e["size"].as_u64().unwrap() } else { 0 };
+            (e["name"].as_str().unwrap().to_owned(), kind, size)
+        })
+        .collect();
+    entries.sort();
+    let want = [
+        ("sub", "directory", 0),
+        ("target.txt", "file", 12),
+        ("to-dir", "directory", 0),
+        ("to-file", "file", 12),
+    ];
+    let want: Vec<(String, String, u64)> =
+        want.iter().map(|(n, k, s)| ((*n).to_owned(), (*k).to_owned(), *s)).collect();
+    assert_eq!(entries, want, "{body}");
+    let get = http(daemon.port, "GET", "/v1/files/d%2Fto-file", &[], b"");
+    assert_eq!((get.status, get.body.as_slice()), (200, b"twelve bytes".as_slice()));
+    refused(&http(daemon.port, "GET", "/v1/files/d%2Fto-outside", &[], b""), 403, "PERMISSION_DENIED");
 }

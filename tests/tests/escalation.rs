@@ -124,6 +124,18 @@ fn an_approved_escalation_runs_once_and_is_audited() {
     );
     assert!(lines.iter().any(|l| l["op"] == "writeText" && l["decision"] == "denied"), "{audit}");
     assert!(!audit.contains("approved\\n"), "the audit log holds no contents");
+    // The rule file's decision is one record naming the digest of the daemon's description of
+    // the checked call (the `checked` record carries the same).
+    let decided: Vec<_> =
+        lines.iter().filter(|l| l["op"] == "escalate:describe" && l["decision"] == "approved").collect();
+    assert_eq!(decided.len(), 1, "{audit}");
+    assert_eq!(decided[0]["result"], "client:rules", "{audit}");
+    let digest = decided[0]["digest"].as_str().unwrap();
+    assert_eq!(digest.len(), 64, "{audit}");
+    assert!(
+        lines.iter().any(|l| l["decision"] == "checked" && l["result"] == "ok" && l["digest"] == digest),
+        "{audit}"
+    );
 }
 
 #[test]
@@ -295,6 +307,34 @@ fn an_existing_file_outside_the_roots_is_read_then_edited_with_the_rule_files_ap
         1,
         "{audit:?}"
     );
+    // A patch whose hunk does not match fails in the daemon's checks: the rule file is not
+    // consulted and nothing runs at the wider mode.
+    let r = t.call("read", with(json!({"file_path": p(&target)})));
+    assert!(!r.is_error(), "{}", r.json);
+    let approved = |audit: &[serde_json::Value]| audit.iter().filter(|l| l["decision"] == "approved").count();
+    let before = approved(&audit_lines(&s.audit));
+    let patch =
+        format!("*** Begin Patch\n*** Update File: {}\n@@\n-port = 9\n+port = 4\n*** End Patch", p(&target));
+    let mut t =
+        s.d.session_with_config(&format!("escalationRules = \"{}\"\napplyPatch = true\n", s.rules.display()));
+    assert!(!t.call("read", with(json!({"file_path": p(&target)}))).is_error());
+    let before_patch = approved(&audit_lines(&s.audit));
+    assert!(before_patch > before, "the new session's read was approved");
+    let r = t.call("apply_patch", with(json!({"input": patch})));
+    assert_eq!(r.code(), Some("PATCH_HUNK_MISMATCH"), "{}", r.json);
+    assert!(
+        r.text().ends_with("failed to find expected lines:\n  port = 9 (hunk at patch line 3)"),
+        "{}",
+        r.text()
+    );
+    let audit = audit_lines(&s.audit);
+    assert_eq!(approved(&audit), before_patch, "nothing was approved for the patch: {audit:?}");
+    assert_eq!(
+        audit.iter().filter(|l| l["decision"] == "checked" && l["result"] == "FS_EDIT_NOT_FOUND").count(),
+        2,
+        "{audit:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "port = 3\n");
 }
 
 /// The terminal prompt of the client-level approver: `fsd-tools session` on a pseudo-terminal
@@ -312,9 +352,11 @@ fn the_terminal_prompt_decides_and_is_not_asked_what_would_fail() {
         args
     };
     let requests = json!([
+        {"id": 0, "tool": "edit", "args": esc(json!({"file_path": p(&target), "old_string": "hello", "new_string": "bye"}))},
         {"id": 1, "tool": "read", "args": esc(json!({"file_path": p(&target)}))},
         {"id": 2, "tool": "edit", "args": esc(json!({"file_path": p(&target), "old_string": "nope", "new_string": "x"}))},
         {"id": 3, "tool": "edit", "args": esc(json!({"file_path": p(&target), "old_string": "hello", "new_string": "bye"}))},
+        {"id": 4, "tool": "edit", "args": esc(json!({"file_path": p(&target), "old_string": "bye", "new_string": "x"}))},
     ]);
     let requests_path = s.outside.path().join("requests.json");
     std::fs::write(&requests_path, requests.to_string()).unwrap();
@@ -359,28 +401,35 @@ print(json.dumps({"replies": replies, "transcript": transcript.decode(errors="re
         .arg(&s.d.root)
         .arg(&config)
         .arg(&requests_path)
-        .arg("y,n")
+        .arg("y,y,n")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let replies = result["replies"].as_array().unwrap();
     let transcript = result["transcript"].as_str().unwrap();
-    assert!(replies[0]["text"].as_str().unwrap().contains("hello"), "{replies:?}");
-    assert_eq!(replies[1]["code"], "FS_EDIT_NOT_FOUND", "{replies:?}");
+    // Unobserved: refused by the policy before the person is asked.
+    assert_eq!(replies[0]["code"], "FS_NOT_OBSERVED", "{replies:?}");
+    assert!(replies[1]["text"].as_str().unwrap().contains("hello"), "{replies:?}");
+    assert_eq!(replies[2]["code"], "FS_EDIT_NOT_FOUND", "{replies:?}");
+    // Approved by the person: the edit of the existing outside file lands.
+    assert_eq!(replies[3]["is_error"], json!(false), "{replies:?}");
+    assert!(!replies[3]["text"].as_str().unwrap().starts_with("Error"), "{replies:?}");
     assert_eq!(
-        replies[2]["text"],
+        replies[4]["text"],
         "Error: escalation to danger-full-access was refused by the user; nothing was changed. Do not retry this call with sandbox_permissions; continue under workspace-write mode or ask the user. [sandbox: file access denied under workspace-write mode]"
     );
     assert_eq!(
         transcript.matches("[y/N] ").count(),
-        2,
-        "asked for the read and the last edit only: {transcript}"
+        3,
+        "asked for the read and the two edits that can run only: {transcript}"
     );
-    assert!(
-        audit_lines(&s.audit).iter().any(|l| l["decision"] == "refused" && l["result"] == "client:person"),
-        "the person's refusal is audited"
-    );
+    let audit = audit_lines(&s.audit);
+    let decisions: Vec<_> =
+        audit.iter().filter(|l| l["op"] == "escalate:describe" && l["result"] == "client:person").collect();
+    let shown: Vec<_> = decisions.iter().map(|l| l["decision"].as_str().unwrap()).collect();
+    assert_eq!(shown, ["approved", "approved", "refused"], "each answer is one record: {audit:?}");
+    assert!(decisions.iter().all(|l| l["digest"].as_str().is_some_and(|d| d.len() == 64)), "{audit:?}");
     assert!(transcript.contains(&format!("path: {}", p(&target))), "{transcript}");
-    assert_eq!(std::fs::read_to_string(&target).unwrap(), "hello\n");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "bye\n", "the approved edit only");
 }

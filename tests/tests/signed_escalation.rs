@@ -175,6 +175,7 @@ fn ask(
         requested_mode: v1::Mode::DangerFullAccess as i32,
         justification: "the user asked".into(),
         ops,
+        patch: None,
     };
     rpc.rt
         .block_on(rpc.client.request_escalation(request))
@@ -417,6 +418,20 @@ fn a_compromised_client_learns_nothing_outside_its_grant() {
             };
             shown(ask(rpc, "s1", vec![guess]))
         }),
+        ("a patch escalation guessing the content", |rpc, t| {
+            let request = v1::EscalationRequest {
+                context: context("s1", None),
+                requested_mode: v1::Mode::DangerFullAccess as i32,
+                justification: "x".into(),
+                ops: vec![op("writeText", t)],
+                patch: Some(format!(
+                    "*** Begin Patch\n*** Update File: {}\n@@\n-root:$6$very-secret-hash:19000:0:99999:7:::\n+x\n*** End Patch",
+                    p(t)
+                )),
+            };
+            let answer = rpc.rt.block_on(rpc.client.request_escalation(request));
+            shown(answer.map(tonic::Response::into_inner).map_err(|s| WireError::from_status(&s).unwrap()))
+        }),
         ("delete and move escalations", |rpc, t| {
             let moved = v1::EscalatedOp { destination: "/tmp/elsewhere".into(), ..op("moveFile", t) };
             format!(
@@ -563,6 +578,23 @@ fn an_expired_ticket_is_refused() {
     std::thread::sleep(Duration::from_millis(2100));
     let err = read(&mut rpc, "s1", &target, Some(tk)).unwrap_err();
     assert_eq!(err.message, "escalation ticket refused: the escalation expired");
+    // The expiry is a decision too: one audit record with the digest the approver logged,
+    // written when it expires (no other request comes to trigger it).
+    let digest = jsonl(&keys.log())[0]["digest"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let expired = loop {
+        let audit = s.audit();
+        let found: Vec<_> = audit.iter().filter(|l| l["decision"] == "expired").cloned().collect();
+        if !found.is_empty() || Instant::now() > deadline {
+            break found;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(expired.len(), 1, "{:?}", s.audit());
+    assert_eq!(
+        (&expired[0]["digest"], &expired[0]["result"], &expired[0]["path"], &expired[0]["op"]),
+        (&json!(digest), &json!("unused"), &json!(p(&target)), &json!("escalate:describe"))
+    );
 }
 
 #[test]
@@ -626,6 +658,52 @@ fn pending_escalations_are_capped_per_client() {
         "{}",
         r.text()
     );
+}
+
+/// Operations per request, per identity: the operations an identity's escalation requests list
+/// count while they are checked and until each is decided, spent or expires.
+#[test]
+fn escalated_operations_are_capped_per_client() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "[budgets]\nescalated_ops = 3\npending_escalations = 64\n");
+    let mut rpc = Rpc::connect(&s.d);
+    let reads = |n: usize| (0..n).map(|i| op("readText", &s.outside.path().join(format!("f{i}")))).collect();
+    let status = rpc
+        .rt
+        .block_on(rpc.client.request_escalation(v1::EscalationRequest {
+            context: context("s1", None),
+            requested_mode: v1::Mode::DangerFullAccess as i32,
+            justification: "x".into(),
+            ops: reads(4),
+            patch: None,
+        }))
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert_eq!(status.message(), "an escalation lists between 1 and 3 calls");
+    let first = ask(&mut rpc, "s1", reads(2)).unwrap();
+    assert!(first.approved, "{first:?}");
+    let err = ask(&mut rpc, "s1", reads(2)).unwrap_err();
+    assert_eq!((err.code, err.metadata["budget"].as_str()), (ErrorCode::RateLimited, "escalated_ops"));
+    let after: u64 = err.metadata["retry_after_ms"].parse().unwrap();
+    assert!(after > 0, "{after}");
+    assert!(ask(&mut rpc, "s1", reads(1)).unwrap().approved, "what is left of the budget is usable");
+    // Spending (here: releasing) an approved escalation gives its operations back.
+    let release = v1::ReleaseEscalationRequest {
+        context: context("s1", None),
+        escalation_id: first.escalation_id,
+        client_decision: None,
+    };
+    rpc.rt.block_on(rpc.client.release_escalation(release)).unwrap();
+    assert!(ask(&mut rpc, "s1", reads(2)).unwrap().approved);
+    let refusals = s
+        .audit()
+        .into_iter()
+        .filter(|l| l["decision"] == "refused" && l["result"] == "FS_RATE_LIMITED")
+        .count();
+    assert_eq!(refusals, 1, "{:?}", s.audit());
+    // The approver decided only what fit.
+    assert_eq!(jsonl(&keys.log()).len(), 3);
 }
 
 #[test]
@@ -780,4 +858,134 @@ fn a_patch_outside_the_roots_is_approved_as_a_whole() {
     assert!(r.text().starts_with("Success. Updated the following files:"), "{}", r.text());
     assert_eq!(std::fs::read_to_string(&new).unwrap(), "new\n");
     assert!(!old.exists());
+}
+
+/// Checks before people, for apply_patch: every hunk is applied by the daemon to the file as it
+/// is before the approver hears of the patch; a hunk that does not match fails with the report
+/// preflight gives inside the roots, and the approval binds the content the patch writes.
+#[test]
+fn a_patch_whose_hunk_does_not_match_never_reaches_the_approver() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let mut t = s.d.session_with_config("applyPatch = true\n");
+    let esc = json!({"sandbox_permissions": "danger-full-access", "justification": "the user asked"});
+    let with = |mut args: serde_json::Value| {
+        args.as_object_mut().unwrap().extend(esc.as_object().unwrap().clone());
+        args
+    };
+    let outside = s.outside.path().join("app.conf");
+    let inside = s.d.path("app.conf");
+    for path in [&outside, &inside] {
+        std::fs::write(path, "port = 1\nhost = a\n").unwrap();
+    }
+    let update = |path: &Path, old: &str, new: &str| {
+        format!("*** Begin Patch\n*** Update File: {}\n@@\n-{old}\n+{new}\n*** End Patch", p(path))
+    };
+    assert!(!t.call("read", with(json!({"file_path": p(&outside)}))).is_error());
+    assert!(!t.call("read", json!({"file_path": p(&inside)})).is_error());
+    assert_eq!(jsonl(&keys.log()).len(), 1, "the read was approved");
+    // The same mismatched hunk inside the roots (preflight) and outside (the daemon's checks).
+    let local = t.call("apply_patch", json!({"input": update(&inside, "port = 9", "port = 2")}));
+    let r = t.call("apply_patch", with(json!({"input": update(&outside, "port = 9", "port = 2")})));
+    assert_eq!(r.code(), Some("PATCH_HUNK_MISMATCH"), "{}", r.json);
+    assert_eq!(normalised(r.text().to_owned(), &outside), normalised(local.text().to_owned(), &inside));
+    assert_eq!(
+        normalised(r.text().to_owned(), &outside),
+        "Error: Patch rejected before any change (1 problems):\n- operation 1 (update <path>, patch line 2): failed to find expected lines:\n  port = 9 (hunk at patch line 3)"
+    );
+    // A context line that is not there: the same.
+    let unknown_context = format!(
+        "*** Begin Patch\n*** Update File: {}\n@@ [server]\n-port = 1\n+port = 2\n*** End Patch",
+        p(&outside)
+    );
+    let r = t.call("apply_patch", with(json!({"input": unknown_context})));
+    assert!(r.text().ends_with("failed to find context '[server]' (hunk at patch line 3)"), "{}", r.text());
+    // Deleting a file this session never read: refused by the policy, before anyone is asked.
+    let unread = s.outside.path().join("unread.txt");
+    std::fs::write(&unread, "x\n").unwrap();
+    let delete = format!("*** Begin Patch\n*** Delete File: {}\n*** End Patch", p(&unread));
+    let r = t.call("apply_patch", with(json!({"input": delete})));
+    assert_eq!(r.code(), Some("FS_NOT_OBSERVED"), "{}", r.json);
+    assert!(unread.exists());
+    assert_eq!(jsonl(&keys.log()).len(), 1, "no failing patch reached the approver");
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "port = 1\nhost = a\n");
+    assert!(
+        s.audit().iter().any(|l| l["op"] == "escalate:describe"
+            && l["decision"] == "checked"
+            && l["result"] == "FS_EDIT_NOT_FOUND"),
+        "{:?}",
+        s.audit()
+    );
+    // A patch that applies is approved once and lands.
+    let r = t.call("apply_patch", with(json!({"input": update(&outside, "port = 1", "port = 2")})));
+    assert!(!r.is_error(), "{}", r.json);
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "port = 2\nhost = a\n");
+    assert_eq!(jsonl(&keys.log()).len(), 2);
+    // A compromised client cannot have a patch approved and write something else with it.
+    let mut rpc = Rpc::connect(&s.d);
+    let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &outside)]).unwrap());
+    read(&mut rpc, "s1", &outside, Some(tk)).unwrap();
+    let request = v1::EscalationRequest {
+        context: context("s1", None),
+        requested_mode: v1::Mode::DangerFullAccess as i32,
+        justification: "the user asked".into(),
+        ops: vec![op("writeText", &outside)],
+        patch: Some(update(&outside, "host = a", "host = b")),
+    };
+    let reply = rpc.rt.block_on(rpc.client.request_escalation(request)).unwrap().into_inner();
+    let tk = ticket(reply);
+    let err = write(&mut rpc, "s1", &outside, "evil\n", tk.clone()).unwrap_err();
+    assert_eq!(
+        err.message,
+        "escalation ticket refused: this call differs from every call the approver signed"
+    );
+    write(&mut rpc, "s1", &outside, "port = 2\nhost = b\n", tk).unwrap();
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "port = 2\nhost = b\n");
+}
+
+/// str_replace_editor under signed trust: what would fail (unobserved, not verbatim, stale)
+/// never reaches the approver and reads as the editor's own text; an approved replacement lands.
+#[test]
+fn the_editors_replacements_are_checked_before_the_approver() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let mut t = s.d.session_with_config("strReplaceEditor = true\n");
+    let target = s.outside.path().join("app.conf");
+    std::fs::write(&target, "port = 1\n").unwrap();
+    let replace = |old: &str, new: &str| {
+        json!({"command": "str_replace", "path": p(&target), "old_str": old, "new_str": new,
+               "sandbox_permissions": "danger-full-access", "justification": "the user asked"})
+    };
+    let r = t.call("str_replace_editor", replace("port = 1", "port = 2"));
+    assert_eq!(r.code(), Some("FS_NOT_OBSERVED"), "{}", r.json);
+    assert!(jsonl(&keys.log()).is_empty(), "the unobserved replacement reached the approver");
+    let r = t.call(
+        "read",
+        json!({"file_path": p(&target), "sandbox_permissions": "danger-full-access", "justification": "x"}),
+    );
+    assert!(!r.is_error(), "{}", r.json);
+    let r = t.call("str_replace_editor", replace("port = 9", "port = 2"));
+    err(
+        &r,
+        "FS_EDIT_NOT_FOUND",
+        &format!(
+            "Error: No replacement was performed, old_str `port = 9` did not appear verbatim in {}.",
+            p(&target)
+        ),
+    );
+    std::fs::write(&target, "port = 3\n").unwrap();
+    let r = t.call("str_replace_editor", replace("port = 3", "port = 4"));
+    assert_eq!(r.code(), Some("FS_STALE_VERSION"), "{}", r.json);
+    assert_eq!(jsonl(&keys.log()).len(), 1, "only the read reached the approver");
+    let r = t.call(
+        "read",
+        json!({"file_path": p(&target), "sandbox_permissions": "danger-full-access", "justification": "x"}),
+    );
+    assert!(!r.is_error(), "{}", r.json);
+    let r = t.call("str_replace_editor", replace("port = 3", "port = 4"));
+    assert!(!r.is_error(), "{}", r.json);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "port = 4\n");
+    assert_eq!(jsonl(&keys.log()).len(), 3);
 }

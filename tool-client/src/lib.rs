@@ -8,6 +8,7 @@ pub mod attachments;
 pub mod cli;
 pub mod config;
 pub mod connect;
+pub mod daemon;
 pub mod doctor;
 pub mod embedded;
 pub mod failure;

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 
 use super::resolve::WalkOptions;
-use super::write::{Place, check_write_guard, current_file, place_file_with, same_key};
+use super::write::{Place, check_write_guard, current_file, same_key, stage};
 use super::{Backend, EditGuard, Mode, Outcome, WriteGuard, WriteOperation, version};
 use crate::error::{Denial, Failure, FsError, StaleReason};
 use crate::sys::{self, Errno, Kind};
@@ -93,17 +93,11 @@ impl Backend {
         let fail = |e| self.fail(e, &resolved);
         self.may_write(mode, resolved.root, &resolved.rel).map_err(fail)?;
         let target = self.target(&resolved);
-        // Held for the whole upload: fsd's other writers of this file wait for it, and the
-        // guard checked here still holds when the new file takes its place.
-        let _held = self.lock(&[&target.key], &resolved)?;
-        let existing = current_file(&resolved).map_err(fail)?;
-        check_write_guard(guard.as_ref(), existing.as_ref(), &target.key).map_err(fail)?;
         let parent = resolved.parent.as_ref().ok_or_else(|| fail(FsError::NotRegularFile))?;
-        let (operation, place) = match &existing {
-            None if guard.is_some() => (WriteOperation::Create, Place::Create),
-            None => (WriteOperation::Create, Place::CreateOrReplace),
-            Some((_, meta)) => (WriteOperation::Update, Place::Replace(meta)),
-        };
+        // A guard that fails already refuses before any byte is read; it is checked again
+        // under the lock, where it counts.
+        check_write_guard(guard.as_ref(), current_file(&resolved).map_err(fail)?.as_ref(), &target.key)
+            .map_err(fail)?;
         let limit = self.limits.max_upload_bytes;
         let mut size = 0u64;
         let mut hasher = blake3::Hasher::new();
@@ -112,15 +106,18 @@ impl Backend {
             size = copy_frames(&mut body, file, limit, &mut hasher, progress)?;
             Ok(())
         };
-        let (file, meta) = place_file_with(
-            parent.as_fd(),
-            resolved.name(),
-            &mut fill,
-            place,
-            file_mode,
-            self.journal_scope(&resolved),
-        )
-        .map_err(fail)?;
+        // The body streams into a temporary file with no lock held: a slow uploader does not
+        // hold up the other calls on this file. The lock covers only the guard and the rename.
+        let staged = stage(parent.as_fd(), &mut fill, self.journal_scope(&resolved)).map_err(fail)?;
+        let _held = self.lock(&[&target.key], &resolved)?;
+        let existing = current_file(&resolved).map_err(fail)?;
+        check_write_guard(guard.as_ref(), existing.as_ref(), &target.key).map_err(fail)?;
+        let (operation, place) = match &existing {
+            None if guard.is_some() => (WriteOperation::Create, Place::Create),
+            None => (WriteOperation::Create, Place::CreateOrReplace),
+            Some((_, meta)) => (WriteOperation::Update, Place::Replace(meta)),
+        };
+        let (file, meta) = staged.place(resolved.name(), place, file_mode).map_err(fail)?;
         // Every byte passed through here: the version carries their digest.
         let version = version::with_digest(version::of_file(&file, &meta), size, &hasher.finalize());
         Ok(Outcome::WriteBytes { target, operation, version, size })

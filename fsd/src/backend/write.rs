@@ -92,6 +92,24 @@ pub(super) fn place_file_with<'a>(
     mode: Option<u32>,
     journal: Scope<'a>,
 ) -> Result<(File, Meta), FsError> {
+    stage(dir, fill, journal)?.place(name, place, mode)
+}
+
+/// A new file's content, complete, under a temporary name in the target's directory: nothing
+/// has replaced anything yet. Dropped without [`Staged::place`], the temporary file is removed.
+pub(super) struct Staged<'a> {
+    file: File,
+    created: Meta,
+    temp: TempName<'a>,
+}
+
+/// Writes the content `fill` gives into a new temporary file of `dir`, journaled while it has
+/// a name. Takes no lock: a long body streams in while other calls use the target.
+pub(super) fn stage<'a>(
+    dir: BorrowedFd<'a>,
+    fill: &mut dyn FnMut(&mut File) -> Result<(), FsError>,
+    journal: Scope<'a>,
+) -> Result<Staged<'a>, FsError> {
     let temp_name = sys::temp_name().map_err(FsError::CreateTemp)?;
     let mut entry = journal.begin(&temp_name);
     let mut file = match sys::create_exclusive(dir, &temp_name) {
@@ -102,78 +120,98 @@ pub(super) fn place_file_with<'a>(
         }
     };
     // The identity before any byte: a sweep removes a file of an entry without one only if
-    // empty. A replace also names the file it swaps out, which sits at the temporary name from
-    // the exchange until it is removed.
-    if let Ok(meta) = sys::meta(file.as_fd()) {
-        let replaced = match place {
-            Place::Replace(old) => Some(old),
-            Place::Create | Place::CreateOrReplace => None,
-        };
-        entry.identify(&meta, replaced);
+    // empty.
+    let created = sys::meta(file.as_fd()).map_err(FsError::Metadata);
+    if let Ok(meta) = &created {
+        entry.identify(meta, None);
     }
+    let mut temp = TempName { dir, name: temp_name, armed: true, entry: Some(entry), unplaced: None };
+    let created = created?;
+    // Kept to empty the file should its name outlive the call (see `TempName::drop`).
     let unplaced =
         file.try_clone().map_err(|e| FsError::CreateTemp(Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;
-    let mut temp =
-        TempName { dir, name: temp_name, armed: true, entry: Some(entry), unplaced: Some(unplaced) };
+    temp.unplaced = Some(unplaced);
     fill(&mut file)?;
-    match place {
-        Place::Replace(old) => {
-            let (uid, gid) = sys::effective_ids();
-            if (old.uid, old.gid) != (uid, gid) {
-                sys::set_owner(&file, old.uid, old.gid).map_err(FsError::KeepOwner)?;
-            }
-            // After chown, which clears set-id bits; those are not carried over on purpose.
-            sys::set_mode(&file, mode.unwrap_or(old.mode) & 0o777).map_err(FsError::SetMode)?;
-            keep_attributes(dir, name, old, &file)?;
-        }
-        Place::Create | Place::CreateOrReplace => {
-            sys::set_mode(&file, mode.unwrap_or(NEW_FILE_MODE) & 0o777).map_err(FsError::SetMode)?;
-        }
-    }
-    sys::sync(file.as_fd()).map_err(FsError::Sync)?;
-    #[cfg(feature = "fault-injection")]
-    if name == "fsd-fault-pause-rename" {
-        // Test hook: a window between the temporary file's last byte and its rename, in which a
-        // test moves the directory out of the fence.
-        std::thread::sleep(std::time::Duration::from_secs(2));
-    }
-    match place {
-        Place::Create => match sys::rename(dir, &temp.name, dir, name, RenameHow::NoReplace) {
-            Ok(()) => temp.armed = false,
-            Err(Errno::EXIST) => return Err(FsError::AlreadyExists),
-            Err(errno) => return Err(FsError::Rename(errno)),
-        },
-        Place::CreateOrReplace => {
-            sys::rename(dir, &temp.name, dir, name, RenameHow::Replace).map_err(FsError::Rename)?;
-            temp.armed = false;
-        }
-        Place::Replace(old) => match sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange) {
-            Ok(()) => {
-                // The temporary name now holds whatever was at `name` a moment ago.
-                let swapped = sys::meta_at(dir, &temp.name);
-                if !swapped.as_ref().is_ok_and(|m| m.same_content(old)) {
-                    if let Err(errno) = sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange) {
-                        // Both names hold someone's content now; delete neither.
-                        temp.armed = false;
-                        return Err(FsError::Rename(errno));
-                    }
-                    return Err(FsError::Stale(StaleReason::ChangedWhileWriting));
+    Ok(Staged { file, created, temp })
+}
+
+impl Staged<'_> {
+    /// Gives the staged file its owner and mode, syncs it and renames it to `name` as `place`
+    /// says (run under the target lock, after the caller's guard held). Returns the new file
+    /// and its metadata taken after the final rename.
+    pub(super) fn place(
+        self,
+        name: &OsStr,
+        place: Place<'_>,
+        mode: Option<u32>,
+    ) -> Result<(File, Meta), FsError> {
+        let Staged { file, created, mut temp } = self;
+        let dir = temp.dir;
+        match place {
+            Place::Replace(old) => {
+                // A replace names the file it swaps out, which sits at the temporary name from
+                // the exchange until it is removed.
+                if let Some(entry) = temp.entry.as_mut() {
+                    entry.identify(&created, Some(old));
                 }
-                // Still armed: dropping `temp` removes the old file; ours is in place.
-                temp.unplaced = None;
+                let (uid, gid) = sys::effective_ids();
+                if (old.uid, old.gid) != (uid, gid) {
+                    sys::set_owner(&file, old.uid, old.gid).map_err(FsError::KeepOwner)?;
+                }
+                // After chown, which clears set-id bits; those are not carried over on purpose.
+                sys::set_mode(&file, mode.unwrap_or(old.mode) & 0o777).map_err(FsError::SetMode)?;
+                keep_attributes(dir, name, old, &file)?;
             }
-            // The filesystem cannot exchange: the per-target lock still orders fsd's own writers.
-            Err(Errno::INVAL | Errno::OPNOTSUPP) => {
+            Place::Create | Place::CreateOrReplace => {
+                sys::set_mode(&file, mode.unwrap_or(NEW_FILE_MODE) & 0o777).map_err(FsError::SetMode)?;
+            }
+        }
+        sys::sync(file.as_fd()).map_err(FsError::Sync)?;
+        #[cfg(feature = "fault-injection")]
+        if name == "fsd-fault-pause-rename" {
+            // Test hook: a window between the temporary file's last byte and its rename, in
+            // which a test moves the directory out of the fence.
+            std::thread::sleep(std::time::Duration::from_secs(2));
+        }
+        match place {
+            Place::Create => match sys::rename(dir, &temp.name, dir, name, RenameHow::NoReplace) {
+                Ok(()) => temp.armed = false,
+                Err(Errno::EXIST) => return Err(FsError::AlreadyExists),
+                Err(errno) => return Err(FsError::Rename(errno)),
+            },
+            Place::CreateOrReplace => {
                 sys::rename(dir, &temp.name, dir, name, RenameHow::Replace).map_err(FsError::Rename)?;
                 temp.armed = false;
             }
-            Err(errno) => return Err(FsError::Rename(errno)),
-        },
+            Place::Replace(old) => match sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange) {
+                Ok(()) => {
+                    // The temporary name now holds whatever was at `name` a moment ago.
+                    let swapped = sys::meta_at(dir, &temp.name);
+                    if !swapped.as_ref().is_ok_and(|m| m.same_content(old)) {
+                        if let Err(errno) = sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange) {
+                            // Both names hold someone's content now; delete neither.
+                            temp.armed = false;
+                            return Err(FsError::Rename(errno));
+                        }
+                        return Err(FsError::Stale(StaleReason::ChangedWhileWriting));
+                    }
+                    // Still armed: dropping `temp` removes the old file; ours is in place.
+                    temp.unplaced = None;
+                }
+                // The filesystem cannot exchange: the per-target lock still orders fsd's own
+                // writers.
+                Err(Errno::INVAL | Errno::OPNOTSUPP) => {
+                    sys::rename(dir, &temp.name, dir, name, RenameHow::Replace).map_err(FsError::Rename)?;
+                    temp.armed = false;
+                }
+                Err(errno) => return Err(FsError::Rename(errno)),
+            },
+        }
+        drop(temp);
+        sys::sync_dir(dir).map_err(FsError::Sync)?;
+        let meta = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
+        Ok((file, meta))
     }
-    drop(temp);
-    sys::sync_dir(dir).map_err(FsError::Sync)?;
-    let meta = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
-    Ok((file, meta))
 }
 
 /// Copies the replaced file's POSIX ACL, `user.*` and `security.*` attributes to its

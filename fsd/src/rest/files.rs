@@ -2,10 +2,8 @@
 //! (the body streamed through a pipe into a worker's atomic replace) and DELETE, with ETags that
 //! are fsd versions and the If-Match / If-None-Match preconditions.
 
-use std::io::Read;
-
 use bytes::Bytes;
-use fsd_proto::ErrorCode;
+use fsd_proto::{ErrorCode, WireError};
 use http_body_util::BodyExt;
 use hyper::body::{Frame, Incoming};
 use hyper::{HeaderMap, Method, Request, Response, StatusCode, header};
@@ -14,6 +12,7 @@ use tonic::body::Body;
 use super::Face;
 use super::reply::{self, DirectoryListing, RestError};
 use crate::backend::{self, EditGuard, Outcome, WriteGuard};
+use crate::dispatch::stream::Replies;
 use crate::identity::Identity;
 use crate::service::BodySink;
 
@@ -97,8 +96,8 @@ impl Face {
     }
 
     async fn get(&self, identity: Identity, path: &str) -> Result<Response<Body>, RestError> {
-        let refused = match self.service.open_stream_as(identity.clone(), path).await {
-            Ok((header, file)) => return Ok(self.stream(header, file)),
+        let refused = match self.service.stream_as(identity.clone(), path, self.chunk).await {
+            Ok((header, replies)) => return Ok(stream(header, replies)),
             Err(w) if w.code == ErrorCode::NotRegularFile => w,
             Err(w) => return Err(RestError::from_wire(&w)),
         };
@@ -113,41 +112,6 @@ impl Face {
             Err(w) => Err(RestError::from_wire(&w)),
             Ok(_) => Err(unexpected()),
         }
-    }
-
-    /// The file's bytes from the descriptor a worker opened, a few chunks in flight at most.
-    fn stream(&self, header: backend::StreamHeader, file: std::fs::File) -> Response<Body> {
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(4);
-        let chunk = self.chunk;
-        let size = header.size;
-        tokio::task::spawn_blocking(move || {
-            // Exactly the size the header announced: a file that grows meanwhile is cut there.
-            let mut file = file.take(size);
-            loop {
-                let mut buf = vec![0u8; chunk];
-                match file.read(&mut buf) {
-                    Ok(0) => return,
-                    Ok(n) => {
-                        buf.truncate(n);
-                        if tx.blocking_send(Ok(Frame::data(Bytes::from(buf)))).is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        let _ = tx.blocking_send(Err(e));
-                        return;
-                    }
-                }
-            }
-        });
-        let body = http_body_util::StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx));
-        let mut response = Response::new(Body::new(body));
-        let headers = response.headers_mut();
-        headers.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/octet-stream"));
-        headers.insert(header::CONTENT_LENGTH, header::HeaderValue::from(size));
-        headers.insert(header::ETAG, etag(&header.version));
-        response
     }
 
     async fn head(&self, identity: Identity, path: &str) -> Result<Response<Body>, RestError> {
@@ -270,6 +234,24 @@ impl Face {
             _ => Err(unexpected()),
         }
     }
+}
+
+/// The file's bytes as the stream of the descriptor a worker opened yields them. A stream that
+/// ends early (its reader stalled past the idle timeout, the file changed while it was read)
+/// ends the body with an error: the connection is cut before Content-Length bytes, never a
+/// short body that passes for the file.
+fn stream(header: backend::StreamHeader, replies: Replies<Result<Vec<u8>, WireError>>) -> Response<Body> {
+    use tokio_stream::StreamExt;
+    let frames = replies.map(|item| match item {
+        Ok(bytes) => Ok(Frame::data(Bytes::from(bytes))),
+        Err(error) => Err(std::io::Error::other(format!("{}: {}", error.code, error.message))),
+    });
+    let mut response = Response::new(Body::new(http_body_util::StreamBody::new(frames)));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/octet-stream"));
+    headers.insert(header::CONTENT_LENGTH, header::HeaderValue::from(header.size));
+    headers.insert(header::ETAG, etag(&header.version));
+    response
 }
 
 fn unexpected() -> RestError {

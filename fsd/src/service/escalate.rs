@@ -14,13 +14,17 @@ use tonic::{Request, Response, Status};
 
 use super::FsdService;
 use super::grant::{Caller, Decision, Step};
+use super::patched::{Effect, PatchCheck};
 use super::wire::{self, Called, mode_from_wire};
 use crate::approver::{self, Answer};
 use crate::backend::{self, Mode, Outcome, WriteGuard, text};
 use crate::config::Escalation;
-use crate::error::{Failure, FsError, StaleReason};
+use crate::error::{EscalationDenial, Failure, FsError, StaleReason};
 use crate::escalation::{CanonicalOp, Describe, Preview, escape};
 use crate::op::Op;
+
+/// The most calls one escalation request may list, whatever the budgets say.
+const MAX_ESCALATED_OPS: usize = 10_000;
 
 /// A refusal's reason as the caller sees it: escaped, bounded.
 fn bounded_reason(reason: &str) -> String {
@@ -28,17 +32,17 @@ fn bounded_reason(reason: &str) -> String {
 }
 
 /// The file as a worker of `mode` reads it: `None` when absent; the text when it is text and
-/// small enough to edit.
+/// small enough to edit, else why not.
 struct Current {
     version: String,
-    text: Option<String>,
+    text: Result<String, ErrorCode>,
 }
 
 impl FsdService {
     async fn current(&self, mode: Mode, path: &str) -> Result<Option<Current>, WireError> {
         let max_bytes = self.limits.max_editable_bytes;
         match self.dispatch(mode, backend::Request::ReadText { path: path.to_owned(), max_bytes }).await {
-            Ok(Outcome::ReadText { version, text, .. }) => Ok(Some(Current { version, text: Some(text) })),
+            Ok(Outcome::ReadText { version, text, .. }) => Ok(Some(Current { version, text: Ok(text) })),
             Ok(_) => Err(WireError::new(ErrorCode::IoError, path, "unexpected outcome")),
             Err(w) if w.code == ErrorCode::NotFound => Ok(None),
             Err(w)
@@ -47,7 +51,7 @@ impl FsdService {
                 let stat = backend::Request::Stat { path: path.to_owned(), no_follow: false };
                 match self.dispatch(mode, stat).await? {
                     Outcome::Stat { info: Some(info), .. } => {
-                        Ok(Some(Current { version: info.version, text: None }))
+                        Ok(Some(Current { version: info.version, text: Err(w.code) }))
                     }
                     _ => Ok(None),
                 }
@@ -72,8 +76,7 @@ impl FsdService {
                 if wire.edit_guard.is_some() && !fsd_proto::version::same(&edit.version, &current.version) {
                     return Err(fail(FsError::Stale(StaleReason::Changed)));
                 }
-                if let (Some(body), Some(old), Some(new)) =
-                    (&current.text, &wire.old_string, &wire.new_string)
+                if let (Ok(body), Some(old), Some(new)) = (&current.text, &wire.old_string, &wire.new_string)
                 {
                     let (_, body) = text::split_bom(body);
                     text::replace(body, old, new, wire.replace_all).map_err(fail)?;
@@ -119,7 +122,15 @@ impl FsdService {
     }
 
     /// The digest an approval binds and the diff its approver sees (never the caller).
-    async fn preview(&self, mode: Mode, op: Op, wire: &v1::EscalatedOp, exists: bool) -> (Vec<u8>, Preview) {
+    /// `earlier`: what an earlier operation of the same patch left there, when one did.
+    async fn preview(
+        &self,
+        mode: Mode,
+        op: Op,
+        wire: &v1::EscalatedOp,
+        exists: bool,
+        earlier: Option<Option<&str>>,
+    ) -> (Vec<u8>, Preview) {
         const MAX_PREVIEW_LINES: usize = 200;
         let bounded = |mut lines: Vec<String>| {
             if lines.len() > MAX_PREVIEW_LINES {
@@ -131,7 +142,9 @@ impl FsdService {
         };
         match (op, &wire.content, &wire.old_string, &wire.new_string) {
             (Op::WriteText, Some(content), _, _) => {
-                let current = if exists {
+                let current = if let Some(earlier) = earlier {
+                    Some(earlier.unwrap_or_default().to_owned())
+                } else if exists {
                     let request = backend::Request::ReadText { path: wire.path.clone(), max_bytes: 1 << 20 };
                     match self.dispatch(mode, request).await {
                         Ok(Outcome::ReadText { text, .. }) => Some(text),
@@ -167,6 +180,7 @@ impl FsdService {
     }
 
     /// One requested call: checked (where the caller may know the answer), then described.
+    /// `patch`: the apply_patch this call is operation `index` of.
     async fn canonical_escalated(
         &self,
         caller: &Caller,
@@ -174,6 +188,7 @@ impl FsdService {
         requested: Mode,
         op: Op,
         wire: &v1::EscalatedOp,
+        patch: Option<(&mut PatchCheck, usize)>,
     ) -> Result<(CanonicalOp, Preview), Status> {
         // A target outside the caller's grant: one answer whatever is there, until an approver
         // let this caller read (or change) it. A read is what earns that, so reads go through.
@@ -212,7 +227,6 @@ impl FsdService {
             }
         }
         let (target_key, display, version) = resolved?;
-        self.check(requested, op, wire).await?;
         let destination = match op {
             Op::MoveFile => {
                 let (key, display, _) = self.canonical(requested, op, &wire.destination, true).await?;
@@ -220,7 +234,44 @@ impl FsdService {
             }
             _ => None,
         };
-        let (content_sha256, preview) = self.preview(requested, op, wire, version.is_some()).await;
+        let Some((patch, index)) = patch else {
+            self.check(requested, op, wire).await?;
+            let (content_sha256, preview) = self.preview(requested, op, wire, version.is_some(), None).await;
+            return Ok((
+                CanonicalOp { op, target_key, display, version, destination, content_sha256 },
+                preview,
+            ));
+        };
+        // An operation of a patch: its hunks are applied here, to the file as it is (or as an
+        // earlier operation of the patch left it), and the approval binds the result.
+        let earlier = patch.earlier(&target_key).map(|t| t.map(str::to_owned));
+        let current = match &earlier {
+            Some(text) => text.clone(),
+            None => {
+                self.check(requested, op, wire).await?;
+                match (patch.updates(index), version.is_some()) {
+                    (true, true) => match self.current(requested, &wire.path).await {
+                        Ok(Some(Current { text: Ok(text), .. })) => Some(text),
+                        Ok(Some(Current { text: Err(code), .. })) => {
+                            return Err(WireError::new(code, &wire.path, "not editable text").into_status());
+                        }
+                        Ok(None) => None,
+                        Err(w) => return Err(w.into_status()),
+                    },
+                    _ => None,
+                }
+            }
+        };
+        let effect = patch.apply(index, &wire.path, current.as_deref()).map_err(WireError::into_status)?;
+        let mut wire = wire.clone();
+        match &effect {
+            Effect::Write(content) => wire.content = Some(content.clone()),
+            Effect::Move(Some(content)) => wire.content_sha256 = digest::content(content.as_bytes()).into(),
+            Effect::Move(None) | Effect::Remove => {}
+        }
+        patch.record(&target_key, destination.as_ref().map(|(key, _)| key.as_str()), &effect);
+        let before = earlier.as_ref().map(Option::as_deref);
+        let (content_sha256, preview) = self.preview(requested, op, &wire, version.is_some(), before).await;
         Ok((CanonicalOp { op, target_key, display, version, destination, content_sha256 }, preview))
     }
 
@@ -231,20 +282,15 @@ impl FsdService {
         let caller = Caller::of(&request, request.get_ref().context());
         let r = request.into_inner();
         let first = r.ops.first().map(|o| o.path.clone()).unwrap_or_default();
-        let refuse = |why: String| {
-            WireError::new(ErrorCode::SandboxDenied, &first, why)
-                .with("mode", self.default_mode.as_str())
-                .into_status()
-        };
+        let refuse = |denial: EscalationDenial| denial.into_wire(&first, self.default_mode).into_status();
         if self.escalation == Escalation::Deny {
-            return Err(refuse("escalation is disabled on this daemon".into()));
+            return Err(refuse(EscalationDenial::Disabled(None)));
         }
         let max = self.max_for(&caller);
         let base = self.default_mode.min(max);
-        let requested =
-            mode_from_wire(r.requested_mode()).ok_or_else(|| refuse("no mode requested".into()))?;
+        let requested = mode_from_wire(r.requested_mode()).ok_or_else(|| refuse(EscalationDenial::NoMode))?;
         if requested <= base {
-            return Err(refuse(format!("{} needs no escalation", requested.as_str())));
+            return Err(refuse(EscalationDenial::NotWider(requested)));
         }
         if requested > max {
             self.audit(
@@ -255,21 +301,34 @@ impl FsdService {
                 Decision::Refused,
                 ErrorCode::SandboxDenied.as_str(),
             );
-            return Err(refuse(format!(
-                "{} is above this client's maximum mode {}",
-                requested.as_str(),
-                max.as_str()
-            )));
+            return Err(refuse(EscalationDenial::AboveMax { requested, max }));
         }
-        if r.ops.is_empty() || r.ops.len() > 10_000 {
-            return Err(Status::invalid_argument("an escalation lists between 1 and 10000 calls"));
+        let most = self.budgets.limits().escalated_ops.min(MAX_ESCALATED_OPS);
+        if r.ops.is_empty() || r.ops.len() > most {
+            return Err(Status::invalid_argument(format!("an escalation lists between 1 and {most} calls")));
         }
+        // The caller's budgets, before any check costs the daemon a resolution or a read: the
+        // request is a call like any other, and its operations count until it is decided.
+        let budgeted = self.budgets.call(&caller.identity).and_then(|call| {
+            let ops = self.budgets.escalated_ops(&caller.identity, r.ops.len())?;
+            Ok((call, ops))
+        });
+        let (_in_flight, ops_permit) = match budgeted {
+            Ok(permits) => permits,
+            Err(refusal) => {
+                let code = ErrorCode::RateLimited.as_str();
+                self.audit(&caller, Step::Escalate(Op::Describe), &first, requested, Decision::Refused, code);
+                return Err(refusal.into_wire(&first).into_status());
+            }
+        };
+        let mut patch = r.patch.as_deref().map(|text| PatchCheck::new(text, &r.ops)).transpose()?;
         let mut ops = Vec::with_capacity(r.ops.len());
-        for wire in &r.ops {
+        for (index, wire) in r.ops.iter().enumerate() {
             let Some(op) = Op::escalatable(&wire.op) else {
                 return Err(Status::invalid_argument(format!("cannot escalate operation {:?}", wire.op)));
             };
-            match self.canonical_escalated(&caller, base, requested, op, wire).await {
+            let patch = patch.as_mut().map(|p| (p, index));
+            match self.canonical_escalated(&caller, base, requested, op, wire, patch).await {
                 Ok(described) => ops.push(described),
                 Err(status) => {
                     let code = WireError::from_status(&status).map(|w| w.code.as_str()).unwrap_or("error");
@@ -287,10 +346,21 @@ impl FsdService {
         }
         let Some(escalations) = self.escalations.as_ref().filter(|_| self.escalation == Escalation::Signed)
         else {
-            // Client trust: the checks passed; the client's own approver decides.
-            self.audit(&caller, Step::Escalate(Op::Describe), &first, requested, Decision::Checked, "ok");
+            // Client trust: the checks passed; the client's own approver decides, and reports
+            // its decision naming this digest.
+            let client = caller.client();
+            let request = Describe {
+                session: &caller.session,
+                client: &client,
+                mode: requested,
+                justification: &r.justification,
+                ops,
+            };
+            let digest = crate::escalation::client_digest(&request);
+            self.audit_digest(&caller, &first, requested, Decision::Checked, "ok", &digest);
             return Ok(Response::new(v1::EscalationDescription {
                 decided_by: v1::Decider::Client as i32,
+                digest,
                 ..Default::default()
             }));
         };
@@ -302,7 +372,23 @@ impl FsdService {
             })
             .collect();
         // The pending-escalation budget: held until this escalation is spent, refused or expired.
-        escalations.purge();
+        self.sweep();
+        // Expiries are audited when they happen, not at the next request.
+        self.sweeper.call_once(|| {
+            // Holds no more than the escalations (weakly) and the log: it ends with the service.
+            let pending = std::sync::Arc::downgrade(escalations);
+            let audit = self.audit.clone();
+            let every = (escalations.ttl() / 4)
+                .clamp(std::time::Duration::from_millis(250), std::time::Duration::from_secs(5));
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(every);
+                loop {
+                    tick.tick().await;
+                    let Some(escalations) = pending.upgrade() else { break };
+                    super::grant::sweep(&escalations, audit.as_deref());
+                }
+            });
+        });
         let permit = match self.budgets.escalation(&caller.identity) {
             Ok(permit) => permit,
             Err(refusal) => {
@@ -318,7 +404,7 @@ impl FsdService {
             justification: &r.justification,
             ops,
         };
-        let described = escalations.describe(request, Some(permit));
+        let described = escalations.describe(request, vec![permit, ops_permit]);
         let audit = |decision: Decision, result: &str| {
             self.audit_digest(&caller, &first, requested, decision, result, &described.digest);
         };
@@ -335,6 +421,8 @@ impl FsdService {
             approved,
             decided_by: by as i32,
             reason,
+            // Signed trust: the digest is of a description the caller may not read; not sent.
+            digest: String::new(),
         };
         let decider = |by: ApproverDecider| match by {
             ApproverDecider::Person => v1::Decider::Person,
@@ -376,15 +464,20 @@ impl FsdService {
         if let Some(escalations) = &self.escalations {
             escalations.release(&r.escalation_id, &caller.session);
         }
-        // A refusal by the client's own approver: audited as the client reports it.
-        if let (Escalation::Client, Some(refusal)) = (self.escalation, &r.client_refusal) {
-            let by = match refusal.decided_by() {
+        // A decision of the client's own approver: audited as the client reports it.
+        if let (Escalation::Client, Some(decided)) = (self.escalation, &r.client_decision) {
+            let by = match decided.decided_by() {
                 v1::Decider::Person => "client:person",
                 v1::Decider::ClientRules => "client:rules",
                 _ => "client:none",
             };
-            let mode = mode_from_wire(refusal.requested_mode()).unwrap_or(self.default_mode);
-            self.audit(&caller, Step::Escalate(Op::Describe), &refusal.path, mode, Decision::Refused, by);
+            let mode = mode_from_wire(decided.requested_mode()).unwrap_or(self.default_mode);
+            let decision = if decided.approved { Decision::Approved } else { Decision::Refused };
+            // The client's word: bounded and escaped like every other name it sends.
+            let digest: String = escape(&decided.digest).chars().take(64).collect();
+            let digest = (!digest.is_empty()).then_some(digest.as_str());
+            let step = Step::Escalate(Op::Describe);
+            self.audit_record(&caller, step, &decided.path, mode, decision, by, digest);
         }
     }
 }

@@ -9,7 +9,9 @@ mod bytes;
 mod escalate;
 mod grant;
 mod hello;
+mod patched;
 mod plain;
+mod streamed;
 mod wire;
 
 use std::collections::BTreeMap;
@@ -52,6 +54,8 @@ pub struct FsdService {
     budgets: Arc<Budgets>,
     /// A stream whose reader reads nothing for this long is cancelled.
     stream_idle: std::time::Duration,
+    /// Started with the first signed escalation: audits expiries as they happen.
+    sweeper: Arc<std::sync::Once>,
 }
 
 impl FsdService {
@@ -83,6 +87,7 @@ impl FsdService {
             audit,
             budgets: Arc::new(Budgets::new(config.budgets)),
             stream_idle: config.stream_idle_timeout,
+            sweeper: Arc::new(std::sync::Once::new()),
         }
     }
 
@@ -220,49 +225,17 @@ impl Fsd for FsdService {
             .await
             .map_err(|w| w.with("mode", mode.as_str()).into_status())?;
         drop(call_permit);
-        // A few chunks in flight at most: memory stays constant whatever the file's size.
-        let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let (cancel_tx, cancel_rx) = tokio::sync::oneshot::channel();
         let chunk = match r.chunk_bytes as usize {
             0 => self.limits.default_chunk_bytes,
             n => n.clamp(4096, self.limits.max_chunk_bytes),
         };
-        let dispatcher = self.dispatcher.clone();
-        let idle = self.stream_idle;
-        // A task, not a thread: it waits on the shared reader pool and on the reader's demand.
-        tokio::spawn(async move {
-            let _open = stream_permit;
-            let ended = match stream::send(&tx, Ok(wire::stream_header(header.clone())), idle).await {
-                Ok(()) => {
-                    let wrap = |bytes| Ok(wire::stream_chunk(bytes));
-                    stream::pump(dispatcher.readers(), file, &header, chunk, idle, &tx, wrap).await
-                }
-                Err(ended) => Err(ended),
-            };
-            let error = match ended {
-                // Having sent the whole file, the stream's last item is the version with the digest.
-                Ok(version) => {
-                    let _ = stream::send(&tx, Ok(wire::stream_trailer(version)), idle).await;
-                    return;
-                }
-                Err(stream::Ended::Gone) => return,
-                Err(stream::Ended::Idle) => {
-                    tracing::info!(path = %r.path, idle_ms = idle.as_millis() as u64, "stream not read; cancelled");
-                    let message =
-                        format!("the stream was not read for {} ms and was cancelled", idle.as_millis());
-                    WireError::new(ErrorCode::Aborted, &r.path, message)
-                }
-                Err(stream::Ended::Read(e)) => {
-                    crate::error::Failure::new(crate::error::FsError::Read(e), r.path.clone()).into_wire()
-                }
-                Err(stream::Ended::Changed) => {
-                    let error = crate::error::FsError::Stale(crate::error::StaleReason::ChangedWhileRead);
-                    crate::error::Failure::new(error, r.path.clone()).into_wire()
-                }
-            };
-            let _ = cancel_tx.send(Err(error.with("mode", mode.as_str()).into_status()));
-        });
-        Ok(Response::new(stream::Replies::new(rx, cancel_rx)))
+        let shape = streamed::Shape {
+            header: Some(Ok(wire::stream_header(header.clone()))),
+            chunk: |bytes| Ok(wire::stream_chunk(bytes)),
+            trailer: |version| Some(Ok(wire::stream_trailer(version))),
+            failed: |error| Err(error.into_status()),
+        };
+        Ok(Response::new(self.spawn_stream((header, file), r.path, chunk, mode, stream_permit, shape)))
     }
 
     async fn read_bytes(

@@ -3,7 +3,6 @@
 //! comes from the same edge; a REST call names no session and asks for no mode, so it runs at the
 //! caller's default mode.
 
-use std::fs::File;
 use std::future::Future;
 
 use fsd_proto::{ErrorCode, WireError};
@@ -11,7 +10,9 @@ use tokio::io::AsyncWriteExt;
 
 use super::FsdService;
 use super::grant::{Caller, Decision, Step};
+use super::streamed::Shape;
 use crate::backend::{self, Mode, Outcome, StreamHeader};
+use crate::dispatch::stream::Replies;
 use crate::identity::Identity;
 
 /// The write end of an upload's pipe: frames go in, the worker reads them.
@@ -96,17 +97,29 @@ impl FsdService {
         result
     }
 
-    /// Opens a file for a streamed read in a worker; the caller reads the descriptor.
-    pub async fn open_stream_as(
+    /// A streamed read for a caller of another face, on the machinery of streamText: the
+    /// shared reader pool, the caller's open-streams budget (held until the stream ends) and
+    /// the idle timeout. The items are chunks of `chunk` bytes, or the one error that ended the
+    /// stream early (nothing follows it).
+    pub async fn stream_as(
         &self,
         identity: Identity,
         path: &str,
-    ) -> Result<(StreamHeader, File), WireError> {
+        chunk: usize,
+    ) -> Result<(StreamHeader, Replies<Result<Vec<u8>, WireError>>), WireError> {
         let caller = Self::plain_caller(identity);
-        let _in_flight = self.budgets.call(&caller.identity).map_err(|r| r.into_wire(path))?;
+        let call_permit = self.budgets.call(&caller.identity).map_err(|r| r.into_wire(path))?;
         let mode = self.plain_mode(&caller, path, crate::op::Op::StreamText)?;
         let opened = self.dispatcher.open_stream(mode, &caller.client(), path).await;
-        opened.map_err(|w| w.with("mode", mode.as_str()))
+        let (header, file) = opened.map_err(|w| w.with("mode", mode.as_str()))?;
+        // Taken once the path proved a file: a GET of a directory is a listing, not a stream,
+        // and must not be refused for the caller's open streams.
+        let stream_permit = self.budgets.stream(&caller.identity).map_err(|r| r.into_wire(path))?;
+        drop(call_permit);
+        let shape = Shape { header: None, chunk: Ok, trailer: |_| None, failed: Err };
+        let replies =
+            self.spawn_stream((header.clone(), file), path.to_owned(), chunk, mode, stream_permit, shape);
+        Ok((header, replies))
     }
 
     /// A streamed write (`Request::WriteBytes`): `feed` passes the body into the sink while a

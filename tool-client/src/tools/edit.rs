@@ -2,10 +2,11 @@
 //! one critical section; texts for no match and several matches are the ones models know.
 
 use fsd_policy::EditRefusal;
-use fsd_proto::{ErrorCode, WireError, v1};
+use fsd_proto::ErrorCode;
 use serde_json::{Map, Value, json};
 
 use super::{Session, ToolResult, args, diff_meta, escalation};
+use crate::daemon::DaemonError;
 use crate::failure::ToolError;
 
 pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, ToolError> {
@@ -20,58 +21,41 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
     }
     let path = session.absolute(&file_path);
     // The observation first: an edit the policy refuses never reaches an approver.
-    let guard = if session.policy_on() {
-        let key = session.key_of(&path).cloned();
-        match session.observations.edit_intent(key.as_ref()) {
-            Ok(version) => {
-                Some(v1::EditGuard { version: version.0, target_key: key.map(|k| k.0).unwrap_or_default() })
-            }
-            Err(EditRefusal::NotObserved) => return Err(ToolError::not_observed(&path)),
-            // A re-read confirmed absence: say so instead of repeating the stale remedy.
-            Err(EditRefusal::ObservedAbsent) => {
-                return Err(ToolError::new(
-                    ErrorCode::NotFound.as_str(),
-                    format!("cannot modify \"{path}\": not found"),
-                ));
-            }
+    let guard = match session.edit_guard(&path) {
+        Ok(guard) => guard,
+        Err(EditRefusal::NotObserved) => return Err(ToolError::not_observed(&path)),
+        // A re-read confirmed absence: say so instead of repeating the stale remedy.
+        Err(EditRefusal::ObservedAbsent) => {
+            return Err(ToolError::new(
+                ErrorCode::NotFound.as_str(),
+                format!("cannot modify \"{path}\": not found"),
+            ));
         }
-    } else {
-        None
     };
     let planned = escalation::PlannedCall::edit(&path, &old_string, &new_string, replace_all)
         .with_edit_guard(guard.clone());
     escalation::resolve(session, map, "edit", &[planned]).await?;
-    let request = v1::EditTextRequest {
-        context: session.context(),
-        path: path.clone(),
-        old_string: old_string.clone(),
-        new_string,
-        replace_all,
-        guard,
-    };
-    let reply = match session.client.edit_text(request).await {
-        Ok(reply) => reply.into_inner(),
-        Err(status) => return Err(edit_error(&path, &old_string, &status)),
-    };
-    let target = reply.target.unwrap_or_default();
+    let reply =
+        match session.daemon.edit_text(&path, &old_string, &new_string, replace_all, guard.as_ref()).await {
+            Ok(reply) => reply,
+            Err(error) => return Err(edit_error(&path, &old_string, &error)),
+        };
+    let target = reply.target;
     session.record_present(&[&path], &target, &reply.version);
     let text = if replace_all {
-        format!(
-            "The file {} has been updated. All occurrences were successfully replaced.",
-            target.display_path
-        )
+        format!("The file {} has been updated. All occurrences were successfully replaced.", target.display)
     } else {
-        format!("The file {} has been updated successfully.", target.display_path)
+        format!("The file {} has been updated successfully.", target.display)
     };
     let mut meta = Map::new();
     meta.insert("replacements".into(), json!(reply.replacements));
-    meta.insert("affectedPaths".into(), json!([target.display_path]));
-    meta.insert("diffs".into(), json!([diff_meta(&target.display_path, reply.change.as_ref())]));
+    meta.insert("affectedPaths".into(), json!([target.display]));
+    meta.insert("diffs".into(), json!([diff_meta(&target.display, reply.change.as_ref())]));
     Ok(ToolResult::text_ok(text, meta))
 }
 
-pub(super) fn edit_error(path: &str, old_string: &str, status: &tonic::Status) -> ToolError {
-    match WireError::from_status(status) {
+pub(super) fn edit_error(path: &str, old_string: &str, error: &DaemonError) -> ToolError {
+    match error.wire() {
         Some(wire) if wire.code == ErrorCode::EditNotFound => ToolError::new(
             wire.code.as_str(),
             format!("String to replace not found in file.\nString: {old_string}"),
@@ -85,6 +69,6 @@ pub(super) fn edit_error(path: &str, old_string: &str, status: &tonic::Status) -
                 ),
             )
         }
-        _ => ToolError::from_mutation(path, status),
+        _ => ToolError::from_mutation(path, error),
     }
 }

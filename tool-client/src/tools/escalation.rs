@@ -4,55 +4,39 @@
 //! or by the daemon's approver under signed trust, which the client never sees), and stamped
 //! on that one call only. Every escalation text the model reads is written here.
 
-use fsd_proto::v1;
 use serde_json::{Map, Value, json};
 
-use fsd_proto::{ErrorCode, WireError};
+use fsd_proto::ErrorCode;
 
 use super::Session;
 pub use crate::approver::RefusedBy;
 use crate::approver::{Ask, Verdict};
+pub use crate::daemon::{Change, PlannedCall};
+use crate::daemon::{DaemonError, Decider, Hello, Mode, Operation, Report, Ticket, VersionGuard, WriteGuard};
 use crate::failure::ToolError;
 
 pub const MODE_FIELD: &str = "sandbox_permissions";
 pub const REASON_FIELD: &str = "justification";
 
-pub fn mode_name(mode: i32) -> &'static str {
-    match v1::Mode::try_from(mode) {
-        Ok(v1::Mode::ReadOnly) => "read-only",
-        Ok(v1::Mode::DangerFullAccess) => "danger-full-access",
-        _ => "workspace-write",
-    }
-}
-
-fn mode_from_name(name: &str) -> Option<v1::Mode> {
-    match name {
-        "read-only" => Some(v1::Mode::ReadOnly),
-        "workspace-write" => Some(v1::Mode::WorkspaceWrite),
-        "danger-full-access" => Some(v1::Mode::DangerFullAccess),
-        _ => None,
-    }
-}
-
 /// What hello says about escalation for this client: the call's effective mode and whether any
 /// wider mode can be reached.
 #[derive(Debug, Clone)]
 pub struct Offer {
-    pub effective: v1::Mode,
-    pub wider: Vec<v1::Mode>,
+    pub effective: Mode,
+    pub wider: Vec<Mode>,
 }
 
 impl Offer {
-    pub fn from_hello(hello: &v1::HelloReply) -> Option<Offer> {
+    pub fn from_hello(hello: &Hello) -> Option<Offer> {
         if hello.escalation.is_empty() || hello.escalation == "deny" {
             return None;
         }
-        let effective = v1::Mode::try_from(hello.default_mode.min(hello.max_mode)).ok()?;
-        let wider: Vec<v1::Mode> = hello
-            .modes
+        let effective = hello.default_mode.min(hello.max_mode)?;
+        let wider: Vec<Mode> = hello
+            .available
             .iter()
-            .filter(|m| m.available && m.mode > effective as i32 && m.mode <= hello.max_mode)
-            .filter_map(|m| v1::Mode::try_from(m.mode).ok())
+            .copied()
+            .filter(|m| *m > effective && Some(*m) <= hello.max_mode)
             .collect();
         (!wider.is_empty()).then_some(Offer { effective, wider })
     }
@@ -87,14 +71,14 @@ fn under(root: &str, path: &str) -> bool {
 
 /// The narrowest offered mode whose grant covers `path` for this kind of call, judged from the
 /// roots hello lists (the daemon still decides). `None`: no wider mode would help.
-pub fn needed(offer: &Offer, hello: &v1::HelloReply, path: &str, writing: bool) -> Option<v1::Mode> {
+pub fn needed(offer: &Offer, hello: &Hello, path: &str, writing: bool) -> Option<Mode> {
     let in_writable = hello.writable_roots.iter().any(|r| under(r, path));
     let in_readable = in_writable || hello.readable_roots.iter().any(|r| under(r, path));
     let protected = path.split('/').any(|c| hello.protected_names.iter().any(|p| p == c));
-    let covers = |mode: v1::Mode| match mode {
-        v1::Mode::DangerFullAccess => true,
-        v1::Mode::WorkspaceWrite if writing => in_writable && !protected,
-        v1::Mode::WorkspaceWrite | v1::Mode::ReadOnly if !writing => in_readable,
+    let covers = |mode: Mode| match mode {
+        Mode::DangerFullAccess => true,
+        Mode::WorkspaceWrite if writing => in_writable && !protected,
+        Mode::WorkspaceWrite | Mode::ReadOnly if !writing => in_readable,
         _ => false,
     };
     // Denied although the current mode covers it: something other than the mode refused.
@@ -105,37 +89,15 @@ pub fn needed(offer: &Offer, hello: &v1::HelloReply, path: &str, writing: bool) 
 }
 
 /// The hint a denied call carries while escalation is possible: the one mode it needs.
-pub fn hint(mode: v1::Mode) -> String {
+pub fn hint(mode: Mode) -> String {
     format!(
         "\nTo request approval for this call, retry it now with sandbox_permissions set to \"{}\" and a justification.",
-        mode_name(mode as i32)
+        mode.name()
     )
 }
 
-/// One call a tool will make at the wider mode, for the daemon to check and describe.
-#[derive(Debug, Clone)]
-pub struct PlannedCall {
-    pub op: &'static str,
-    pub path: String,
-    pub destination: Option<String>,
-    /// Empty: the content is not bound (apply_patch, planned before its content is known).
-    pub content_sha256: Vec<u8>,
-    /// The change itself, sent so the daemon shows the approver its own diff.
-    pub change: Option<Change>,
-    /// The guards the call will carry, so the daemon refuses what would fail before asking.
-    pub write_guard: Option<v1::WriteGuard>,
-    pub edit_guard: Option<v1::EditGuard>,
-}
-
-/// A write's new content or an edit's replacement.
-#[derive(Debug, Clone)]
-pub enum Change {
-    Content(String),
-    Replace { old: String, new: String, all: bool },
-}
-
 impl PlannedCall {
-    fn new(op: &'static str, path: &str) -> PlannedCall {
+    fn new(op: Operation, path: &str) -> PlannedCall {
         PlannedCall {
             op,
             path: path.to_owned(),
@@ -148,14 +110,14 @@ impl PlannedCall {
     }
 
     pub fn read(path: &str) -> PlannedCall {
-        PlannedCall::new("readText", path)
+        PlannedCall::new(Operation::ReadText, path)
     }
 
     pub fn write(path: &str, content: &str) -> PlannedCall {
         PlannedCall {
             content_sha256: fsd_proto::digest::content(content.as_bytes()),
             change: Some(Change::Content(content.to_owned())),
-            ..PlannedCall::new("writeText", path)
+            ..PlannedCall::new(Operation::WriteText, path)
         }
     }
 
@@ -163,44 +125,24 @@ impl PlannedCall {
         PlannedCall {
             content_sha256: fsd_proto::digest::edit(old, new, replace_all),
             change: Some(Change::Replace { old: old.to_owned(), new: new.to_owned(), all: replace_all }),
-            ..PlannedCall::new("editText", path)
+            ..PlannedCall::new(Operation::EditText, path)
         }
     }
 
-    pub fn unbound(op: &'static str, path: &str, destination: Option<&str>) -> PlannedCall {
+    pub fn unbound(op: Operation, path: &str, destination: Option<&str>) -> PlannedCall {
         PlannedCall { destination: destination.map(str::to_owned), ..PlannedCall::new(op, path) }
     }
 
     #[must_use]
-    pub fn with_write_guard(mut self, guard: Option<v1::WriteGuard>) -> PlannedCall {
+    pub fn with_write_guard(mut self, guard: Option<WriteGuard>) -> PlannedCall {
         self.write_guard = guard;
         self
     }
 
     #[must_use]
-    pub fn with_edit_guard(mut self, guard: Option<v1::EditGuard>) -> PlannedCall {
+    pub fn with_edit_guard(mut self, guard: Option<VersionGuard>) -> PlannedCall {
         self.edit_guard = guard;
         self
-    }
-
-    fn wire(&self) -> v1::EscalatedOp {
-        let (content, old_string, new_string, replace_all) = match &self.change {
-            Some(Change::Content(content)) => (Some(content.clone()), None, None, false),
-            Some(Change::Replace { old, new, all }) => (None, Some(old.clone()), Some(new.clone()), *all),
-            None => (None, None, None, false),
-        };
-        v1::EscalatedOp {
-            op: self.op.to_owned(),
-            path: self.path.clone(),
-            destination: self.destination.clone().unwrap_or_default(),
-            content_sha256: self.content_sha256.clone().into(),
-            content,
-            old_string,
-            new_string,
-            replace_all,
-            write_guard: self.write_guard.clone(),
-            edit_guard: self.edit_guard.clone(),
-        }
     }
 }
 
@@ -239,8 +181,8 @@ pub fn read_first(path: &str, mode: &str) -> ToolError {
 }
 
 /// A refusal by the daemon's checks before approval, in the tool's own words.
-fn checked(call: &PlannedCall, status: &tonic::Status) -> ToolError {
-    let Some(wire) = WireError::from_status(status) else { return ToolError::unavailable(status) };
+pub fn checked(call: &PlannedCall, error: &DaemonError) -> ToolError {
+    let DaemonError::Refused(wire) = error else { return ToolError::from_read(&call.path, error) };
     if wire.code == ErrorCode::NotObserved
         && let Some(mode) = wire.get("read_first")
     {
@@ -248,11 +190,26 @@ fn checked(call: &PlannedCall, status: &tonic::Status) -> ToolError {
     }
     match (&call.change, wire.code) {
         (Some(Change::Replace { old, .. }), ErrorCode::EditNotFound | ErrorCode::AmbiguousEdit) => {
-            super::edit::edit_error(&call.path, old, status)
+            super::edit::edit_error(&call.path, old, error)
         }
-        _ if call.op == "readText" => ToolError::from_read_wire(&call.path, &wire),
-        _ => ToolError::from_mutation(&call.path, status),
+        _ if call.op == Operation::ReadText => ToolError::from_read_wire(&call.path, wire),
+        _ => ToolError::from_mutation_wire(&call.path, wire),
     }
+}
+
+/// Why a call does not go ahead at the mode it asked for.
+#[derive(Debug)]
+pub enum Stop {
+    /// Refused, with the text the model reads.
+    Error(ToolError),
+    /// The daemon's checks refused call `index` before anyone was asked.
+    Checked { index: usize, error: DaemonError },
+}
+
+/// Whether the call's fields ask for a mode wider than the current one (the daemon decides).
+pub fn wants_wider(session: &Session, map: &Map<String, Value>) -> bool {
+    let requested = map.get(MODE_FIELD).and_then(Value::as_str).and_then(Mode::parse);
+    session.escalation.as_ref().zip(requested).is_some_and(|(offer, mode)| mode > offer.effective)
 }
 
 /// Applies the seed's rules to a call's fields and, for a wider mode, has the daemon check the
@@ -265,111 +222,141 @@ pub async fn resolve(
     tool: &str,
     calls: &[PlannedCall],
 ) -> Result<(), ToolError> {
+    match decide(session, map, tool, calls, None).await {
+        Ok(()) => Ok(()),
+        Err(Stop::Error(error)) => Err(error),
+        Err(Stop::Checked { index, error }) => Err(match (calls.get(index), &error) {
+            (Some(call), _) => checked(call, &error),
+            (None, DaemonError::Unavailable(message)) => ToolError::unavailable(message),
+            (None, DaemonError::Refused(wire)) => ToolError::from_mutation_wire(&wire.path, wire),
+        }),
+    }
+}
+
+/// [`resolve`] for the operations of an apply_patch: the daemon applies every hunk of `patch`
+/// before anyone is asked, and the approval binds what the patch writes.
+pub async fn resolve_patch(
+    session: &mut Session,
+    map: &Map<String, Value>,
+    calls: &[PlannedCall],
+    patch: &str,
+) -> Result<(), Stop> {
+    decide(session, map, "apply_patch", calls, Some(patch)).await
+}
+
+async fn decide(
+    session: &mut Session,
+    map: &Map<String, Value>,
+    tool: &str,
+    calls: &[PlannedCall],
+    patch: Option<&str>,
+) -> Result<(), Stop> {
     let mut paths: Vec<String> = calls.iter().map(|c| c.path.clone()).collect();
     paths.extend(calls.iter().filter_map(|c| c.destination.clone()));
     let paths = &paths[..];
-    session.call_mode = None;
+    session.daemon.set_call_mode(None);
     let Some(offer) = session.escalation.clone() else { return Ok(()) };
     let requested = match map.get(MODE_FIELD) {
         None | Some(Value::Null) => None,
-        Some(Value::String(name)) => Some(mode_from_name(name).ok_or_else(|| {
-            ToolError::invalid_args(format!(
+        Some(Value::String(name)) => Some(Mode::parse(name).ok_or_else(|| {
+            Stop::Error(ToolError::invalid_args(format!(
                 "{MODE_FIELD} must be one of read-only, workspace-write, danger-full-access"
-            ))
+            )))
         })?),
-        Some(_) => return Err(ToolError::invalid_args(format!("{MODE_FIELD} must be a string"))),
+        Some(_) => {
+            return Err(Stop::Error(ToolError::invalid_args(format!("{MODE_FIELD} must be a string"))));
+        }
     };
     let reason = match map.get(REASON_FIELD) {
         None | Some(Value::Null) => String::new(),
         Some(Value::String(s)) => s.clone(),
-        Some(_) => return Err(ToolError::invalid_args(format!("{REASON_FIELD} must be a string"))),
+        Some(_) => {
+            return Err(Stop::Error(ToolError::invalid_args(format!("{REASON_FIELD} must be a string"))));
+        }
     };
     let Some(requested) = requested.filter(|m| *m != offer.effective) else {
         if requested.is_none() && !reason.trim().is_empty() {
-            return Err(ToolError::invalid_args(format!("{REASON_FIELD} was given without {MODE_FIELD}")));
+            let error = ToolError::invalid_args(format!("{REASON_FIELD} was given without {MODE_FIELD}"));
+            return Err(Stop::Error(error));
         }
         return Ok(());
     };
     if reason.trim().is_empty() {
-        return Err(ToolError::invalid_args(format!(
+        return Err(Stop::Error(ToolError::invalid_args(format!(
             "{REASON_FIELD} must be a non-empty reason when {MODE_FIELD} differs from the current mode ({})",
-            mode_name(offer.effective as i32)
-        )));
+            offer.effective.name()
+        ))));
     }
     if requested < offer.effective {
-        session.call_mode = Some((requested, None));
+        session.daemon.set_call_mode(Some((requested, None)));
         return Ok(());
     }
     session.escalation_asked = true;
-    let name = mode_name(requested as i32);
-    let effective = mode_name(offer.effective as i32);
+    let name = requested.name();
+    let effective = offer.effective.name();
     // The daemon's checks first, at both trust levels: what would fail reaches nobody.
-    let request = v1::EscalationRequest {
-        context: session.context(),
-        requested_mode: requested as i32,
-        justification: reason.clone(),
-        ops: calls.iter().map(PlannedCall::wire).collect(),
-    };
-    let decision = match session.client.request_escalation(request).await {
-        Ok(reply) => reply.into_inner(),
-        Err(status) => {
-            let failed = WireError::from_status(&status)
-                .and_then(|w| calls.iter().find(|c| c.path == w.path).cloned())
-                .or_else(|| calls.first().cloned());
-            return Err(match failed {
-                Some(call) => checked(&call, &status),
-                None => ToolError::unavailable(&status),
-            });
+    let decision = match session.daemon.request_escalation(requested, &reason, calls, patch).await {
+        Ok(decision) => decision,
+        Err(error) => {
+            let index = error.wire().and_then(|w| calls.iter().position(|c| c.path == w.path)).unwrap_or(0);
+            return Err(Stop::Checked { index, error });
         }
     };
-    let ticket = match v1::Decider::try_from(decision.decided_by) {
-        Ok(v1::Decider::Client) => {
+    let ticket = match decision.decided_by {
+        Decider::Client => {
             let ask = Ask { tool, paths, mode: name, justification: &reason };
+            let path = paths.first().cloned().unwrap_or_default();
             match session.decide(&ask).await {
-                Verdict::Approved => v1::EscalationTicket {
-                    approved_mode: requested as i32,
-                    justification: reason,
-                    ..Default::default()
-                },
+                Verdict::Approved => {
+                    // For the daemon's audit log: every decision is one record.
+                    let by = match session.approver {
+                        crate::approver::Approver::Rules(_) => Decider::ClientRules,
+                        _ => Decider::Person,
+                    };
+                    let report = Report { approved: true, by, mode: requested, path: &path, reason: "" };
+                    session.daemon.report_decision(report, &decision.digest).await;
+                    Ticket {
+                        approved_mode: requested,
+                        justification: reason,
+                        escalation_id: String::new(),
+                        nonce: Default::default(),
+                    }
+                }
                 Verdict::Refused { by, reason } => {
                     // For the daemon's audit log: every decision is one record.
                     let decided_by = match by {
-                        RefusedBy::ClientRules => v1::Decider::ClientRules,
-                        RefusedBy::User => v1::Decider::Person,
-                        _ => v1::Decider::Unreachable,
+                        RefusedBy::ClientRules => Decider::ClientRules,
+                        RefusedBy::User => Decider::Person,
+                        _ => Decider::Unreachable,
                     };
-                    let report = v1::ReleaseEscalationRequest {
-                        context: session.context(),
-                        escalation_id: String::new(),
-                        client_refusal: Some(v1::ClientRefusal {
-                            decided_by: decided_by as i32,
-                            requested_mode: requested as i32,
-                            path: paths.first().cloned().unwrap_or_default(),
-                            reason: reason.clone(),
-                        }),
+                    let report = Report {
+                        approved: false,
+                        by: decided_by,
+                        mode: requested,
+                        path: &path,
+                        reason: &reason,
                     };
-                    let _ = session.client.release_escalation(report).await;
-                    return Err(refused(by, name, effective, &reason));
+                    session.daemon.report_decision(report, &decision.digest).await;
+                    return Err(Stop::Error(refused(by, name, effective, &reason)));
                 }
             }
         }
-        _ if decision.approved && !decision.escalation_id.is_empty() => v1::EscalationTicket {
-            approved_mode: requested as i32,
+        _ if decision.approved && !decision.escalation_id.is_empty() => Ticket {
+            approved_mode: requested,
             justification: reason,
             escalation_id: decision.escalation_id,
             nonce: decision.nonce,
-            signature: Default::default(),
         },
         decided => {
             let by = match decided {
-                Ok(v1::Decider::Person) => RefusedBy::ApproverPerson,
-                Ok(v1::Decider::Rules) => RefusedBy::ApproverRules,
+                Decider::Person => RefusedBy::ApproverPerson,
+                Decider::Rules => RefusedBy::ApproverRules,
                 _ => RefusedBy::Unreachable,
             };
-            return Err(refused(by, name, effective, &decision.reason));
+            return Err(Stop::Error(refused(by, name, effective, &decision.reason)));
         }
     };
-    session.call_mode = Some((requested, Some(ticket)));
+    session.daemon.set_call_mode(Some((requested, Some(ticket))));
     Ok(())
 }
 
@@ -416,32 +403,30 @@ mod tests {
             "Error: cannot modify \"/etc/app.conf\" under danger-full-access mode before reading it: read it first with the read tool, sandbox_permissions set to \"danger-full-access\" and a justification (an approved read also shows whether it exists), then retry this call",
         );
         assert_eq!(
-            hint(v1::Mode::WorkspaceWrite),
+            hint(Mode::WorkspaceWrite),
             "\nTo request approval for this call, retry it now with sandbox_permissions set to \"workspace-write\" and a justification."
         );
     }
 
     #[test]
     fn the_hint_names_the_narrowest_mode_that_covers_the_path() {
-        let hello = v1::HelloReply {
+        let hello = Hello {
             writable_roots: vec!["/ws".into()],
             readable_roots: vec!["/ref".into()],
             protected_names: vec![".git".into()],
             ..Default::default()
         };
-        let both = Offer {
-            effective: v1::Mode::ReadOnly,
-            wider: vec![v1::Mode::WorkspaceWrite, v1::Mode::DangerFullAccess],
-        };
-        let check = |offer: &Offer, path: &str, writing: bool, want: Option<v1::Mode>| {
+        let both =
+            Offer { effective: Mode::ReadOnly, wider: vec![Mode::WorkspaceWrite, Mode::DangerFullAccess] };
+        let check = |offer: &Offer, path: &str, writing: bool, want: Option<Mode>| {
             assert_eq!(needed(offer, &hello, path, writing), want, "{path} writing={writing}");
         };
-        check(&both, "/ws/a.txt", true, Some(v1::Mode::WorkspaceWrite));
-        check(&both, "/ws/.git/config", true, Some(v1::Mode::DangerFullAccess));
-        check(&both, "/wsx/a.txt", true, Some(v1::Mode::DangerFullAccess));
-        check(&both, "/etc/hosts", false, Some(v1::Mode::DangerFullAccess));
+        check(&both, "/ws/a.txt", true, Some(Mode::WorkspaceWrite));
+        check(&both, "/ws/.git/config", true, Some(Mode::DangerFullAccess));
+        check(&both, "/wsx/a.txt", true, Some(Mode::DangerFullAccess));
+        check(&both, "/etc/hosts", false, Some(Mode::DangerFullAccess));
         check(&both, "/ref/a", false, None);
-        let ws_only = Offer { effective: v1::Mode::ReadOnly, wider: vec![v1::Mode::WorkspaceWrite] };
+        let ws_only = Offer { effective: Mode::ReadOnly, wider: vec![Mode::WorkspaceWrite] };
         check(&ws_only, "/etc/hosts", true, None);
     }
 }

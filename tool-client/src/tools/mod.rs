@@ -9,18 +9,20 @@ mod image;
 mod patch;
 mod read;
 mod schema;
+#[cfg(test)]
+mod texts;
 mod tool;
 mod write;
 
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 
-use fsd_policy::{Observations, TargetKey, Version};
-use fsd_proto::v1;
+use fsd_policy::{EditRefusal, Observations, TargetKey, Version};
 use serde_json::{Map, Value, json};
 
 use crate::approver::Approver;
 use crate::config::ClientConfig;
+use crate::daemon::{Daemon, Hello, Mode, Target, TextChange, VersionGuard, WriteGuard};
 use crate::failure::ToolError;
 
 pub use schema::guidance_for;
@@ -132,11 +134,9 @@ impl Tools {
 #[derive(Debug)]
 pub struct Session {
     tools: Tools,
-    client: crate::connect::SessionClient,
-    hello: v1::HelloReply,
+    daemon: Daemon,
+    hello: Hello,
     cwd: PathBuf,
-    session_id: String,
-    calls: u64,
     observations: Observations,
     /// What each absolute path the session used resolved to, so the policy can name targets
     /// without a round trip. A stale entry is harmless: the daemon re-checks key and version.
@@ -144,8 +144,6 @@ pub struct Session {
     /// Set while the daemon accepts client-approved escalation to a wider mode.
     escalation: Option<escalation::Offer>,
     approver: Approver,
-    /// The mode and ticket of the call in progress, when it asked for another mode.
-    call_mode: Option<(v1::Mode, Option<v1::EscalationTicket>)>,
     /// The call in progress asked for a wider mode: its refusals carry no retry hint.
     escalation_asked: bool,
     /// Where a prompt goes when there is no terminal (the MCP client, by elicitation).
@@ -156,9 +154,10 @@ impl Session {
     pub fn new(
         mut tools: Tools,
         client: impl Into<crate::connect::SessionClient>,
-        hello: v1::HelloReply,
+        hello: impl Into<Hello>,
         cwd: PathBuf,
     ) -> Session {
+        let hello = hello.into();
         let session_id = format!("s-{}-{}", std::process::id(), unique_suffix());
         let offer = escalation::Offer::from_hello(&hello);
         tools.escalation = offer.is_some();
@@ -174,16 +173,13 @@ impl Session {
             };
         Session {
             tools,
-            client: client.into(),
+            daemon: Daemon::new(client.into(), session_id),
             hello,
             cwd,
-            session_id,
-            calls: 0,
             observations: Observations::new(),
             keys: HashMap::new(),
             escalation: offer,
             approver,
-            call_mode: None,
             escalation_asked: false,
             host: None,
         }
@@ -193,7 +189,7 @@ impl Session {
         &self.tools
     }
 
-    pub fn hello(&self) -> &v1::HelloReply {
+    pub fn hello(&self) -> &Hello {
         &self.hello
     }
 
@@ -215,8 +211,7 @@ impl Session {
         let Some(tool) = Tool::parse(name).filter(|t| self.tools.visible_tools().contains(t)) else {
             return ToolResult::error(ToolError::new("UNKNOWN_TOOL", format!("unknown tool \"{name}\"")));
         };
-        self.calls += 1;
-        self.call_mode = None;
+        self.daemon.begin_call();
         self.escalation_asked = false;
         let outcome = match tool {
             Tool::Read => read::run(self, &args).await,
@@ -228,21 +223,12 @@ impl Session {
         };
         // The daemon restarted under the session: this call was refused (or, at worst, read
         // from the new instance); the observations describe files the old instance served.
-        if self.client.take_restart() {
+        if self.daemon.take_restart() {
             self.restarted().await;
             return ToolResult::error(ToolError::restarted());
         }
         // A wider mode applies to one call only; a signed escalation is spent when the call ends.
-        if let Some((_, Some(ticket))) =
-            self.call_mode.take().filter(|(_, t)| t.as_ref().is_some_and(|t| !t.escalation_id.is_empty()))
-        {
-            let request = v1::ReleaseEscalationRequest {
-                context: self.context(),
-                escalation_id: ticket.escalation_id,
-                client_refusal: None,
-            };
-            let _ = self.client.release_escalation(request).await;
-        }
+        self.daemon.end_call().await;
         // The hint offers a retry only where the fields exist (read and the mutations, not an
         // editor view), only for a call that did not just ask, and only the mode it needs.
         let viewing = tool == Tool::StrReplaceEditor && !tool.mutates(&args);
@@ -260,7 +246,7 @@ impl Session {
                     // apply_patch: the mode that covers every path the patch names.
                     None => {
                         let input = args.get("input").and_then(Value::as_str).unwrap_or("");
-                        let modes: Vec<Option<v1::Mode>> = patch_paths(input)
+                        let modes: Vec<Option<Mode>> = patch_paths(input)
                             .map(|p| escalation::needed(offer, &self.hello, &self.absolute(p), true))
                             .collect();
                         modes.iter().copied().max().flatten()
@@ -277,19 +263,18 @@ impl Session {
     /// Starts over against the daemon's new instance: no observation, no learnt target key, and
     /// the new instance's hello (its roots, modes and escalation offer).
     async fn restarted(&mut self) {
-        tracing::warn!(session = %self.session_id, "the daemon restarted; earlier reads no longer count");
+        tracing::warn!(session = %self.daemon.session_id(), "the daemon restarted; earlier reads no longer count");
         self.observations = Observations::new();
         self.keys.clear();
-        self.call_mode = None;
-        match self.client.hello(v1::HelloRequest { context: None }).await {
-            Ok(reply) => {
-                let hello = reply.into_inner();
+        self.daemon.set_call_mode(None);
+        match self.daemon.hello().await {
+            Ok(hello) => {
                 self.escalation = escalation::Offer::from_hello(&hello);
                 self.tools.escalation = self.escalation.is_some();
                 self.hello = hello;
             }
             // Down again: the next call that reaches it re-pins, and the old hello stands.
-            Err(status) => tracing::warn!(error = %status.message(), "hello after a restart failed"),
+            Err(error) => tracing::warn!(error = ?error, "hello after a restart failed"),
         }
     }
 
@@ -321,19 +306,6 @@ impl Session {
             },
             (approver, _) => approver.verdict(ask),
         }
-    }
-
-    fn context(&self) -> Option<v1::CallContext> {
-        let (mode, ticket) = match &self.call_mode {
-            Some((mode, ticket)) => (*mode as i32, ticket.clone()),
-            None => (v1::Mode::Unspecified as i32, None),
-        };
-        Some(v1::CallContext {
-            session_id: self.session_id.clone(),
-            call_id: format!("{}-{}", self.session_id, self.calls),
-            mode,
-            escalation: ticket,
-        })
     }
 
     /// A path as the model gave it, made absolute against the session's cwd.
@@ -376,10 +348,31 @@ impl Session {
         self.keys.get(path)
     }
 
-    fn record_present(&mut self, paths: &[&str], target: &v1::Target, version: &str) {
-        self.learn(paths, &target.target_key);
-        self.learn(&[&target.display_path], &target.target_key);
-        self.observations.record_present(TargetKey(target.target_key.clone()), Version(version.to_owned()));
+    fn record_present(&mut self, paths: &[&str], target: &Target, version: &Version) {
+        self.learn(paths, &target.key.0);
+        self.learn(&[&target.display], &target.key.0);
+        self.observations.record_present(target.key.clone(), version.clone());
+    }
+
+    /// The guard a whole-file write carries: the policy's (replace at the observed version, else
+    /// create only) with the target key learnt for the path; none with the policy off.
+    fn write_guard(&self, path: &str) -> Option<WriteGuard> {
+        if !self.policy_on() {
+            return None;
+        }
+        let key = self.key_of(path).cloned();
+        Some(WriteGuard::from_policy(self.observations.write_intent(key.as_ref()), key))
+    }
+
+    /// The guard an edit (or a delete or move of the file) carries: the observed version and
+    /// key; `Ok(None)` with the policy off.
+    fn edit_guard(&self, path: &str) -> Result<Option<VersionGuard>, EditRefusal> {
+        if !self.policy_on() {
+            return Ok(None);
+        }
+        let key = self.key_of(path).cloned();
+        let version = self.observations.edit_intent(key.as_ref())?;
+        Ok(Some(VersionGuard::new(version, key)))
     }
 
     fn record_absent(&mut self, path: &str, key: Option<&str>) {
@@ -419,9 +412,9 @@ pub(crate) fn unified_diff(path: &str, old: &str, new: &str) -> String {
 }
 
 /// Diff metadata for a change, bounded by what the daemon returned.
-fn diff_meta(path: &str, change: Option<&v1::TextChange>) -> Value {
+fn diff_meta(path: &str, change: Option<&TextChange>) -> Value {
     match change {
-        Some(v1::TextChange { before: Some(before), after: Some(after), omitted: false }) => {
+        Some(TextChange { before: Some(before), after: Some(after), omitted: false }) => {
             // Diff cards show LF text; the file's own endings stay on disk.
             let (before, after) = (before.replace("\r\n", "\n"), after.replace("\r\n", "\n"));
             let unified = unified_diff(path, &before, &after);

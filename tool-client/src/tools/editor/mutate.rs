@@ -8,21 +8,22 @@
 //! (`sandbox_permissions`) is resolved first and covers the whole call: the re-read of the
 //! approved target (a signed ticket admits reads of the targets it names) and the one mutation.
 
-use fsd_policy::{EditRefusal, TargetKey};
-use fsd_proto::{ErrorCode, WireError, v1};
+use fsd_policy::{EditRefusal, Version};
+use fsd_proto::ErrorCode;
 use serde_json::{Map, Value, json};
 
 use crate::tools::escalation::{self, PlannedCall};
 
 use super::lines::{self, FILE_CLIPPED};
 use super::{Session, ToolResult, is_directory, not_found};
+use crate::daemon::{DaemonError, FileKind, Operation, Target, TextChange, VersionGuard, WriteGuard};
 use crate::failure::ToolError;
 use crate::tools::diff_meta;
 
 /// The file as the re-read saw it.
 struct Current {
-    target: v1::Target,
-    version: String,
+    target: Target,
+    version: Version,
     text: String,
 }
 
@@ -33,33 +34,28 @@ pub async fn create(
     file_text: String,
 ) -> Result<ToolResult, ToolError> {
     escalation::resolve(session, args, "str_replace_editor", &[PlannedCall::write(path, &file_text)]).await?;
-    let guard = v1::WriteGuard { kind: Some(v1::write_guard::Kind::CreateIfAbsent(v1::CreateIfAbsent {})) };
-    let request = v1::WriteTextRequest {
-        context: session.context(),
-        path: path.to_owned(),
-        content: file_text,
-        guard: Some(guard),
-        match_existing_style: false,
-    };
-    let reply = match session.client.write_text(request).await {
-        Ok(reply) => reply.into_inner(),
-        Err(status) => {
-            return Err(match WireError::from_status(&status).map(|w| w.code) {
-                // The daemon answers createIfAbsent on an existing file (or a directory there)
-                // with these; for create they mean the path is taken.
-                Some(ErrorCode::NotObserved | ErrorCode::NotRegularFile) => ToolError::new(
-                    "FS_ALREADY_EXISTS",
-                    format!("File already exists at: {path}. Cannot overwrite files using command `create`."),
-                ),
-                _ => ToolError::from_mutation(path, &status),
-            });
-        }
-    };
-    let target = reply.target.unwrap_or_default();
+    let reply =
+        match session.daemon.write_text(path, file_text, Some(&WriteGuard::CreateIfAbsent), false).await {
+            Ok(reply) => reply,
+            Err(error) => {
+                return Err(match error.code() {
+                    // The daemon answers createIfAbsent on an existing file (or a directory there)
+                    // with these; for create they mean the path is taken.
+                    Some(ErrorCode::NotObserved | ErrorCode::NotRegularFile) => ToolError::new(
+                        "FS_ALREADY_EXISTS",
+                        format!(
+                            "File already exists at: {path}. Cannot overwrite files using command `create`."
+                        ),
+                    ),
+                    _ => ToolError::from_mutation(path, &error),
+                });
+            }
+        };
+    let target = reply.target;
     session.record_present(&[path], &target, &reply.version);
-    let display = target.display_path;
+    let display = target.display;
     // The diff card of a creation starts from empty text.
-    let change = reply.change.map(|c| v1::TextChange { before: Some(c.before.unwrap_or_default()), ..c });
+    let change = reply.change.map(|c| TextChange { before: Some(c.before.unwrap_or_default()), ..c });
     let mut meta = Map::new();
     meta.insert("operation".into(), json!("create"));
     meta.insert("affectedPaths".into(), json!([display]));
@@ -69,20 +65,12 @@ pub async fn create(
 
 /// Re-reads the file, mapping a miss to recorded absence and a directory to the view-only text.
 async fn reread(session: &mut Session, path: &str) -> Result<Current, ToolError> {
-    let request = v1::ReadTextRequest { context: session.context(), path: path.to_owned(), max_bytes: 0 };
-    let status = match session.client.read_text(request).await {
-        Ok(reply) => {
-            let reply = reply.into_inner();
-            return Ok(Current {
-                target: reply.target.unwrap_or_default(),
-                version: reply.version,
-                text: reply.text,
-            });
-        }
-        Err(status) => status,
+    let error = match session.daemon.read_text(path, 0).await {
+        Ok(read) => return Ok(Current { target: read.target, version: read.version, text: read.text }),
+        Err(error) => error,
     };
-    let Some(wire) = WireError::from_status(&status) else {
-        return Err(ToolError::unavailable(&status));
+    let DaemonError::Refused(wire) = &error else {
+        return Err(ToolError::from_mutation(path, &error));
     };
     match wire.code {
         ErrorCode::NotFound => {
@@ -90,31 +78,45 @@ async fn reread(session: &mut Session, path: &str) -> Result<Current, ToolError>
             Err(not_found(path))
         }
         ErrorCode::NotRegularFile => {
-            let request = v1::StatRequest {
-                context: session.context(),
-                path: path.to_owned(),
-                no_follow: false,
-                check_write: false,
-            };
-            let dir =
-                session.client.stat(request).await.ok().and_then(|r| r.into_inner().info).map(|i| i.r#type)
-                    == Some(v1::FileType::Directory as i32);
-            Err(if dir { is_directory(path) } else { ToolError::from_mutation(path, &status) })
+            let stat = session.daemon.stat(path, false).await;
+            let dir = stat.ok().and_then(|s| s.info).map(|i| i.kind) == Some(FileKind::Directory);
+            Err(if dir { is_directory(path) } else { ToolError::from_mutation(path, &error) })
         }
-        _ => Err(ToolError::from_mutation(path, &status)),
+        _ => Err(ToolError::from_mutation(path, &error)),
     }
+}
+
+/// For a call that asks for a wider mode: the observed version its change is guarded by, or the
+/// policy's refusal before anyone is asked to approve it.
+fn escalated_guard(
+    session: &Session,
+    args: &Map<String, Value>,
+    path: &str,
+) -> Result<Option<VersionGuard>, ToolError> {
+    if !escalation::wants_wider(session, args) {
+        return Ok(None);
+    }
+    session.edit_guard(path).map_err(|_| ToolError::not_observed(path))
+}
+
+fn not_verbatim(old: &str, path: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::EditNotFound.as_str(),
+        format!("No replacement was performed, old_str `{old}` did not appear verbatim in {path}."),
+    )
 }
 
 /// The guard version: the re-read one, when the policy is off or the re-read shows the observed
 /// state (same metadata, or same bytes: a `touch` is not stale); else the call is stale. The
 /// re-read version is the exact basis of the text the mutation is computed from.
-fn basis(session: &Session, path: &str, current: &Current) -> Result<String, ToolError> {
+fn basis(session: &Session, path: &str, current: &Current) -> Result<Version, ToolError> {
     if !session.policy_on() {
         return Ok(current.version.clone());
     }
-    let key = TargetKey(current.target.target_key.clone());
-    match session.observations.edit_intent(Some(&key)) {
-        Ok(version) if fsd_proto::version::same(&version.0, &current.version) => Ok(current.version.clone()),
+    match session.observations.edit_intent(Some(&current.target.key)) {
+        Ok(version) if fsd_proto::version::same(&version.0, &current.version.0) => {
+            Ok(current.version.clone())
+        }
         Ok(_) => Err(ToolError::stale(path)),
         // Absence was observed but the file is here now: this session has not read it.
         Err(EditRefusal::NotObserved | EditRefusal::ObservedAbsent) => Err(ToolError::not_observed(path)),
@@ -132,7 +134,7 @@ fn snippet(session: &Session, head: &str, new_text: &str, from: usize, to: usize
     format!("{head}\n{numbered}{tail}")
 }
 
-fn mutation_meta(display: &str, change: Option<&v1::TextChange>) -> Map<String, Value> {
+fn mutation_meta(display: &str, change: Option<&TextChange>) -> Map<String, Value> {
     let mut meta = Map::new();
     meta.insert("operation".into(), json!("update"));
     meta.insert("affectedPaths".into(), json!([display]));
@@ -147,8 +149,12 @@ pub async fn str_replace(
     old: &str,
     new: &str,
 ) -> Result<ToolResult, ToolError> {
-    escalation::resolve(session, args, "str_replace_editor", &[PlannedCall::edit(path, old, new, false)])
-        .await?;
+    // Escalated, the observation and the version are checked before anyone is asked.
+    let guard = escalated_guard(session, args, path)?;
+    let planned = PlannedCall::edit(path, old, new, false).with_edit_guard(guard);
+    escalation::resolve(session, args, "str_replace_editor", &[planned])
+        .await
+        .map_err(|e| if e.code == ErrorCode::EditNotFound.as_str() { not_verbatim(old, path) } else { e })?;
     let current = reread(session, path).await?;
     let version = basis(session, path, &current)?;
     let (_, body) = lines::split_bom(&current.text);
@@ -158,10 +164,7 @@ pub async fn str_replace(
     let at = match starts.as_slice() {
         [at] => *at,
         [] => {
-            return Err(ToolError::new(
-                ErrorCode::EditNotFound.as_str(),
-                format!("No replacement was performed, old_str `{old}` did not appear verbatim in {path}."),
-            ));
+            return Err(not_verbatim(old, path));
         }
         _ => {
             let found = lines::start_lines(&text, &starts);
@@ -175,19 +178,15 @@ pub async fn str_replace(
         }
     };
     // The daemon matches and writes under the target lock; the guard makes it the text read here.
-    let request = v1::EditTextRequest {
-        context: session.context(),
-        path: path.to_owned(),
-        old_string: old.to_owned(),
-        new_string: new.to_owned(),
-        replace_all: false,
-        guard: Some(v1::EditGuard { version, target_key: current.target.target_key.clone() }),
-    };
-    let reply =
-        session.client.edit_text(request).await.map_err(|s| ToolError::from_mutation(path, &s))?.into_inner();
-    let target = reply.target.unwrap_or_default();
+    let guard = VersionGuard::new(version, Some(current.target.key.clone()));
+    let reply = session
+        .daemon
+        .edit_text(path, old, new, false, Some(&guard))
+        .await
+        .map_err(|e| ToolError::from_mutation(path, &e))?;
+    let target = reply.target;
     session.record_present(&[path], &target, &reply.version);
-    let display = target.display_path;
+    let display = target.display;
     let after = format!("{}{new_lf}{}", &text[..at], &text[at + old_lf.len()..]);
     let line = lines::line_of(&text, at);
     let added = new_lf.matches('\n').count();
@@ -208,14 +207,12 @@ pub async fn insert(
     after: i64,
     text: &str,
 ) -> Result<ToolResult, ToolError> {
-    // The content depends on what the re-read finds, so a signed approval cannot bind it.
-    escalation::resolve(
-        session,
-        args,
-        "str_replace_editor",
-        &[PlannedCall::unbound("writeText", path, None)],
-    )
-    .await?;
+    // The content depends on what the re-read finds, so a signed approval cannot bind it; the
+    // observation and the version are checked before anyone is asked.
+    escalated_guard(session, args, path)?;
+    let planned =
+        PlannedCall::unbound(Operation::WriteText, path, None).with_write_guard(session.write_guard(path));
+    escalation::resolve(session, args, "str_replace_editor", &[planned]).await?;
     let current = reread(session, path).await?;
     let version = basis(session, path, &current)?;
     let (bom, body) = lines::split_bom(&current.text);
@@ -227,28 +224,16 @@ pub async fn insert(
     let at = usize::try_from(after).map_err(|_| range_error(lines::count_lines(body)))?;
     let new_body = lines::insert(body, at, text).map_err(range_error)?;
     let content = format!("{bom}{new_body}");
-    let request = v1::WriteTextRequest {
-        context: session.context(),
-        path: path.to_owned(),
-        content,
-        guard: Some(v1::WriteGuard {
-            kind: Some(v1::write_guard::Kind::ReplaceIfVersion(v1::ReplaceIfVersion {
-                version,
-                target_key: current.target.target_key.clone(),
-            })),
-        }),
-        // The content already carries the file's BOM and endings.
-        match_existing_style: false,
-    };
+    let guard = WriteGuard::ReplaceIfVersion(VersionGuard::new(version, Some(current.target.key.clone())));
+    // The content already carries the file's BOM and endings.
     let reply = session
-        .client
-        .write_text(request)
+        .daemon
+        .write_text(path, content, Some(&guard), false)
         .await
-        .map_err(|s| ToolError::from_mutation(path, &s))?
-        .into_inner();
-    let target = reply.target.unwrap_or_default();
+        .map_err(|e| ToolError::from_mutation(path, &e))?;
+    let target = reply.target;
     session.record_present(&[path], &target, &reply.version);
-    let display = target.display_path;
+    let display = target.display;
     let inserted = lines::lf(text).matches('\n').count() + 1;
     let head = format!(
         "The file {display} has been edited. Here's the result of running `cat -n` on a snippet of the edited file:"

@@ -2,14 +2,14 @@
 //! `cat -n` numbered lines or a directory as a two-level listing. A file view counts as a read.
 //! Files at or above readStreamMinSize are streamed with constant memory, like read's.
 
-use fsd_proto::v1::stream_text_reply::Item;
-use fsd_proto::{ErrorCode, WireError, v1};
+use fsd_proto::ErrorCode;
 use serde_json::{Map, json};
 
 use super::lines::{self, DIR_CLIPPED, FILE_CLIPPED};
 use super::{Session, ToolResult, not_found};
+use crate::daemon::{DaemonError, FileKind, StreamError, Target};
 use crate::failure::ToolError;
-use crate::window::{WindowBuilder, WindowSpec};
+use crate::window::WindowSpec;
 
 /// Entries a directory view leaves out: hidden ones, dependencies and Python caches.
 fn excluded(name: &str) -> bool {
@@ -21,34 +21,28 @@ pub async fn run(
     path: &str,
     range: Option<(i64, i64)>,
 ) -> Result<ToolResult, ToolError> {
-    let request = v1::StatRequest {
-        context: session.context(),
-        path: path.to_owned(),
-        no_follow: false,
-        check_write: false,
-    };
-    let reply = session.client.stat(request).await.map_err(|s| ToolError::from_read(path, &s))?.into_inner();
-    let target = reply.target.unwrap_or_default();
+    let reply = session.daemon.stat(path, false).await.map_err(|e| ToolError::from_read(path, &e))?;
+    let target = reply.target;
     let Some(info) = reply.info else {
-        let key = (!target.target_key.is_empty()).then_some(target.target_key.as_str());
+        let key = (!target.key.0.is_empty()).then_some(target.key.0.as_str());
         session.record_absent(path, key);
         return Err(not_found(path));
     };
-    if info.r#type == v1::FileType::Directory as i32 {
+    if info.kind == FileKind::Directory {
         if let Some((a, b)) = range {
             return Err(ToolError::invalid_args(format!(
                 "Invalid `view_range` parameter: [{a}, {b}]. The `view_range` parameter is not allowed when `path` points to a directory."
             )));
         }
-        return directory(session, path, &target.display_path).await;
+        return directory(session, path, &target.display).await;
     }
     file(session, path, info.size, range).await
 }
 
 /// The lines a file view shows, and what is known of the whole file.
 struct Shown {
-    target: v1::Target,
-    version: String,
+    target: Target,
+    version: fsd_policy::Version,
     /// The first line number and the texts from there (for a stream, only the range's lines).
     first: usize,
     lines: Vec<String>,
@@ -56,44 +50,29 @@ struct Shown {
     total: Option<usize>,
 }
 
-fn read_error(session: &mut Session, path: &str, status: &tonic::Status) -> ToolError {
-    match WireError::from_status(status) {
+fn read_error(session: &mut Session, path: &str, error: &DaemonError) -> ToolError {
+    match error.wire() {
         Some(wire) if wire.code == ErrorCode::NotFound => {
             session.record_absent(path, wire.get("target_key"));
             not_found(path)
         }
-        Some(wire) => ToolError::from_read_wire(path, &wire),
-        None => ToolError::unavailable(status),
+        _ => ToolError::from_read(path, error),
     }
 }
 
 /// A file below readStreamMinSize: one readText, the whole text.
 async fn whole(session: &mut Session, path: &str) -> Result<Option<Shown>, ToolError> {
-    let request = v1::ReadTextRequest {
-        context: session.context(),
-        path: path.to_owned(),
-        max_bytes: session.tools.config.read_stream_min_size.saturating_sub(1).max(1),
-    };
-    let reply = match session.client.read_text(request).await {
-        Ok(reply) => reply.into_inner(),
-        Err(status) => {
-            return match WireError::from_status(&status) {
-                Some(wire) if wire.code == ErrorCode::TooLarge => Ok(None),
-                _ => Err(read_error(session, path, &status)),
-            };
-        }
+    let max_bytes = session.tools.config.read_stream_min_size.saturating_sub(1).max(1);
+    let reply = match session.daemon.read_text(path, max_bytes).await {
+        Ok(reply) => reply,
+        Err(error) if error.code() == Some(ErrorCode::TooLarge) => return Ok(None),
+        Err(error) => return Err(read_error(session, path, &error)),
     };
     let (_, body) = lines::split_bom(&reply.text);
     let text = lines::lf(body);
     let all: Vec<String> = lines::lines(&text).into_iter().map(str::to_owned).collect();
     let total = Some(all.len());
-    Ok(Some(Shown {
-        target: reply.target.unwrap_or_default(),
-        version: reply.version,
-        first: 1,
-        lines: all,
-        total,
-    }))
+    Ok(Some(Shown { target: reply.target, version: reply.version, first: 1, lines: all, total }))
 }
 
 /// A large file: streamed through the read tool's window builder with constant memory. Only the
@@ -107,43 +86,12 @@ async fn streamed(session: &mut Session, path: &str, range: Option<(i64, i64)>) 
     };
     // Kept bytes beyond 4x the clip are surely clipped: stop there.
     let spec = WindowSpec { offset, limit, max_line_chars: max, max_bytes: max.saturating_mul(4) };
-    let request = v1::StreamTextRequest { context: session.context(), path: path.to_owned(), chunk_bytes: 0 };
-    let not_text =
-        |path: &str| ToolError::from_read_wire(path, &WireError::new(ErrorCode::NotText, path, "not text"));
-    let mut stream = match session.client.stream_text(request).await {
-        Ok(reply) => reply.into_inner(),
-        Err(status) => return Err(read_error(session, path, &status)),
+    let streamed = match session.daemon.read_window(path, spec).await {
+        Ok(streamed) => streamed,
+        Err(StreamError::Daemon(error)) => return Err(read_error(session, path, &error)),
+        Err(error) => return Err(crate::tools::read::stream_error(path, error)),
     };
-    let mut header = None;
-    let mut builder = WindowBuilder::new(spec);
-    loop {
-        let message = match stream.message().await {
-            Ok(Some(message)) => message,
-            Ok(None) => break,
-            Err(status) => return Err(read_error(session, path, &status)),
-        };
-        match message.item {
-            Some(Item::Header(h)) => header = Some((h.target.unwrap_or_default(), h.version)),
-            // Sent only after the last chunk: the version with the digest of everything read.
-            Some(Item::Trailer(t)) => {
-                if let Some((_, version)) = header.as_mut() {
-                    *version = t.version;
-                }
-            }
-            Some(Item::Chunk(bytes)) => {
-                builder.feed(&bytes).map_err(|_| not_text(path))?;
-                if builder.done_early() {
-                    break;
-                }
-            }
-            None => {}
-        }
-    }
-    drop(stream);
-    let (target, version) = header.ok_or_else(|| {
-        ToolError::new("FS_IO_ERROR", format!("cannot read \"{path}\": the stream ended without a header"))
-    })?;
-    let window = builder.finish().map_err(|_| not_text(path))?;
+    let (target, version, window) = (streamed.target, streamed.version, streamed.window);
     let total = window.total.map(|t| t as usize);
     let lines = window.lines.into_iter().map(|l| l.text).collect();
     Ok(Shown { target, version, first: offset as usize, lines, total })
@@ -196,7 +144,7 @@ async fn file(
         }
     };
     session.record_present(&[path], &shown.target, &shown.version);
-    let display = &shown.target.display_path;
+    let display = &shown.target.display;
     let rendered =
         format!("Here's the result of running `cat -n` on {display}:\n{}", lines::number(&texts, first));
     let max = session.tools.config.max_output_chars as usize;
@@ -211,16 +159,14 @@ async fn file(
 }
 
 /// One directory's visible children, by name order (the daemon's), dirs marked.
-async fn children(session: &mut Session, path: &str) -> Result<Vec<(String, bool, String)>, tonic::Status> {
-    let request = v1::ListDirRequest { context: session.context(), path: path.to_owned() };
-    let reply = session.client.list_dir(request).await?.into_inner();
-    Ok(reply
-        .entries
+async fn children(session: &mut Session, path: &str) -> Result<Vec<(String, bool, String)>, DaemonError> {
+    let entries = session.daemon.list_dir(path).await?;
+    Ok(entries
         .into_iter()
         .filter(|e| !excluded(&e.name))
         .map(|e| {
-            let dir = e.r#type == v1::FileType::Directory as i32;
-            (e.name, dir, e.target.map(|t| t.display_path).unwrap_or_default())
+            let dir = e.kind == FileKind::Directory;
+            (e.name, dir, e.target.map(|t| t.display).unwrap_or_default())
         })
         .collect())
 }
@@ -230,7 +176,7 @@ async fn children(session: &mut Session, path: &str) -> Result<Vec<(String, bool
 /// stops early once the text is past the clip point: the rest would be cut anyway.
 async fn directory(session: &mut Session, path: &str, display: &str) -> Result<ToolResult, ToolError> {
     let max = session.tools.config.max_output_chars as usize;
-    let top = children(session, path).await.map_err(|s| ToolError::from_read(path, &s))?;
+    let top = children(session, path).await.map_err(|e| ToolError::from_read(path, &e))?;
     let base = display.trim_end_matches('/');
     let mut out = format!(
         "Here's the files and directories up to 2 levels deep in {display}, excluding hidden items, node_modules and __pycache__:\n{base}/"

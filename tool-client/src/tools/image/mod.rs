@@ -41,11 +41,12 @@ mod normalize;
 #[cfg(test)]
 mod tests;
 
-use fsd_proto::{ErrorCode, WireError, v1};
+use fsd_proto::ErrorCode;
 use serde_json::{Map, Value, json};
 
 use super::{Block, Session, ToolResult, args};
 use crate::attachments::{AttachmentStore, DEFAULT_MAX_BYTES};
+use crate::daemon::DaemonError;
 use crate::failure::ToolError;
 
 use admission::{Refusal, declared};
@@ -132,32 +133,30 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
     let caps = caps_of(config);
     let declared = declared(&path).map_err(|r| r.at(&path))?;
     let mut limit = config.max_image_bytes.unwrap_or(DEFAULT_MAX_IMAGE_BYTES).min(SOURCE_CAP_BYTES);
-    if let Some(daemon_max) = session.hello.limits.as_ref().map(|l| l.max_read_bytes).filter(|&m| m > 0) {
+    if let Some(daemon_max) = Some(session.hello.max_read_bytes).filter(|&m| m > 0) {
         limit = limit.min(daemon_max);
     }
 
-    let request =
-        v1::ReadBytesRequest { context: session.context(), path: path.clone(), max_bytes: limit.max(1) };
-    let reply = match session.client.read_bytes(request).await {
-        Ok(reply) => reply.into_inner(),
-        Err(status) => {
-            return Err(match WireError::from_status(&status) {
-                Some(wire) if wire.code == ErrorCode::TooLarge => {
+    let reply = match session.daemon.read_bytes(&path, limit.max(1)).await {
+        Ok(reply) => reply,
+        Err(error) => {
+            return Err(match &error {
+                DaemonError::Refused(wire) if wire.code == ErrorCode::TooLarge => {
                     let size =
                         wire.get("size").and_then(|s| s.parse().ok()).unwrap_or(limit.saturating_add(1));
                     Refusal::SourceTooLarge { size, limit }.at(&path)
                 }
-                Some(wire) => {
+                DaemonError::Refused(wire) => {
                     if wire.code == ErrorCode::NotFound {
                         session.record_absent(&path, wire.get("target_key"));
                     }
-                    ToolError::from_read_wire(&path, &wire)
+                    ToolError::from_read_wire(&path, wire)
                 }
-                None => ToolError::unavailable(&status),
+                DaemonError::Unavailable(message) => ToolError::unavailable(message),
             });
         }
     };
-    let target = reply.target.unwrap_or_default();
+    let target = reply.target;
     let data = reply.data;
     // Decoding is CPU-bound and a malformed file may make a codec panic: both stay off the async
     // threads, and a panic is the bytes' fault.
@@ -177,7 +176,7 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
         })?;
     session.record_present(&[&path], &target, &reply.version);
 
-    let display = target.display_path;
+    let display = target.display;
     let text = format!(
         "<path>{display}</path>\n<type>image</type>\n<content>\n{}\n</content>",
         describe(&normalized)

@@ -4,10 +4,10 @@
 
 use std::collections::HashMap;
 
-use fsd_policy::TargetKey;
-use fsd_proto::{ErrorCode, WireError, v1};
+use fsd_proto::ErrorCode;
 
 use super::Prepared;
+use crate::daemon::{DaemonError, Version, VersionGuard, WriteGuard};
 use crate::failure::ToolError;
 use crate::tools::Session;
 
@@ -37,24 +37,20 @@ pub(super) struct Outcome {
 /// The expected state of a path before the next operation on it.
 #[derive(Debug, Clone)]
 enum Expect {
-    Version(String),
+    Version(Version),
     Absent,
 }
 
-fn write_guard(expect: Option<&Expect>) -> v1::WriteGuard {
-    let kind = match expect {
-        Some(Expect::Version(v)) => v1::write_guard::Kind::ReplaceIfVersion(v1::ReplaceIfVersion {
-            version: v.clone(),
-            target_key: String::new(),
-        }),
-        Some(Expect::Absent) | None => v1::write_guard::Kind::CreateIfAbsent(v1::CreateIfAbsent {}),
-    };
-    v1::WriteGuard { kind: Some(kind) }
+fn write_guard(expect: Option<&Expect>) -> WriteGuard {
+    match expect {
+        Some(Expect::Version(v)) => WriteGuard::ReplaceIfVersion(VersionGuard::new(v.clone(), None)),
+        Some(Expect::Absent) | None => WriteGuard::CreateIfAbsent,
+    }
 }
 
-fn edit_guard(expect: Option<&Expect>) -> Option<v1::EditGuard> {
+fn edit_guard(expect: Option<&Expect>) -> Option<VersionGuard> {
     match expect {
-        Some(Expect::Version(v)) => Some(v1::EditGuard { version: v.clone(), target_key: String::new() }),
+        Some(Expect::Version(v)) => Some(VersionGuard::new(v.clone(), None)),
         _ => None,
     }
 }
@@ -66,26 +62,17 @@ async fn classify(
     path: &str,
     spelled: &str,
     expect: Option<&Expect>,
-    status: &tonic::Status,
+    failure: &DaemonError,
 ) -> Status {
-    let error = ToolError::from_mutation(spelled, status);
-    match WireError::from_status(status).map(|w| w.code) {
+    let error = ToolError::from_mutation(spelled, failure);
+    match failure.code() {
         Some(ErrorCode::IoError) => {
-            let context = session.context();
-            let fresh = session
-                .client
-                .stat(v1::StatRequest {
-                    context,
-                    path: path.to_owned(),
-                    no_follow: false,
-                    check_write: false,
-                })
-                .await;
+            let fresh = session.daemon.stat(path, false).await;
             let unchanged = match (fresh, expect) {
-                (Ok(reply), Some(Expect::Version(v))) => {
-                    reply.into_inner().info.is_some_and(|i| fsd_proto::version::same(&i.version, v))
+                (Ok(stat), Some(Expect::Version(v))) => {
+                    stat.info.is_some_and(|i| fsd_proto::version::same(&i.version.0, &v.0))
                 }
-                (Ok(reply), Some(Expect::Absent) | None) => reply.into_inner().info.is_none(),
+                (Ok(stat), Some(Expect::Absent) | None) => stat.info.is_none(),
                 (Err(_), _) => false,
             };
             if unchanged { Status::Failed { error, detail: None } } else { Status::Unknown { error } }
@@ -115,20 +102,14 @@ pub(super) async fn run(session: &mut Session, prepared: &[Prepared]) -> Outcome
         });
         let (status, display) = match (&p.planned.op, &p.planned.dst) {
             (fsd_patch::Op::Add { .. } | fsd_patch::Op::Update { move_to: None, .. }, _) => {
-                let request = v1::WriteTextRequest {
-                    context: session.context(),
-                    path: src.clone(),
-                    content: p.content.clone().unwrap_or_default(),
-                    guard: Some(write_guard(src_expect.as_ref())),
-                    match_existing_style: false,
-                };
-                match session.client.write_text(request).await {
+                let content = p.content.clone().unwrap_or_default();
+                let guard = write_guard(src_expect.as_ref());
+                match session.daemon.write_text(&src, content, Some(&guard), false).await {
                     Ok(reply) => {
-                        let reply = reply.into_inner();
-                        let target = reply.target.unwrap_or_default();
+                        let target = reply.target;
                         session.record_present(&[&src], &target, &reply.version);
                         expect.insert(src.clone(), Expect::Version(reply.version));
-                        (Status::Completed, (target.display_path, None))
+                        (Status::Completed, (target.display, None))
                     }
                     Err(s) => (
                         classify(session, &src, &spelled, src_expect.as_ref(), &s).await,
@@ -137,18 +118,12 @@ pub(super) async fn run(session: &mut Session, prepared: &[Prepared]) -> Outcome
                 }
             }
             (fsd_patch::Op::Delete { .. }, _) => {
-                let request = v1::DeleteFileRequest {
-                    context: session.context(),
-                    path: src.clone(),
-                    guard: edit_guard(src_expect.as_ref()),
-                };
-                match session.client.delete_file(request).await {
-                    Ok(reply) => {
-                        let target = reply.into_inner().target.unwrap_or_default();
-                        session.learn(&[&src, &target.display_path], &target.target_key);
-                        session.observations.record_absent(TargetKey(target.target_key.clone()));
+                match session.daemon.delete_file(&src, edit_guard(src_expect.as_ref()).as_ref()).await {
+                    Ok(target) => {
+                        session.learn(&[&src, &target.display], &target.key.0);
+                        session.observations.record_absent(target.key.clone());
                         expect.insert(src.clone(), Expect::Absent);
-                        (Status::Completed, (target.display_path, None))
+                        (Status::Completed, (target.display, None))
                     }
                     Err(s) => (
                         classify(session, &src, &spelled, src_expect.as_ref(), &s).await,
@@ -162,19 +137,20 @@ pub(super) async fn run(session: &mut Session, prepared: &[Prepared]) -> Outcome
                     None if !p.target_exists => Some(Expect::Absent),
                     None => None,
                 });
-                let request = v1::MoveFileRequest {
-                    context: session.context(),
-                    source: src.clone(),
-                    destination: dst.clone(),
-                    source_guard: edit_guard(src_expect.as_ref()),
-                    destination_guard: Some(write_guard(dst_expect.as_ref())),
-                    content: p.content.clone(),
-                };
-                match session.client.move_file(request).await {
+                let moved = session
+                    .daemon
+                    .move_file(
+                        &src,
+                        dst,
+                        edit_guard(src_expect.as_ref()).as_ref(),
+                        Some(&write_guard(dst_expect.as_ref())),
+                        p.content.clone(),
+                    )
+                    .await;
+                match moved {
                     Ok(reply) => {
-                        let reply = reply.into_inner();
-                        let source = reply.source.unwrap_or_default();
-                        let destination = reply.destination.unwrap_or_default();
+                        let source = reply.source;
+                        let destination = reply.destination;
                         session.record_present(&[dst], &destination, &reply.destination_version);
                         expect.insert(dst.clone(), Expect::Version(reply.destination_version));
                         if reply.source_remains {
@@ -185,13 +161,13 @@ pub(super) async fn run(session: &mut Session, prepared: &[Prepared]) -> Outcome
                             let detail = format!("destination {to} was written; source {spelled} remains");
                             (
                                 Status::Failed { error, detail: Some(detail) },
-                                (source.display_path, Some(destination.display_path)),
+                                (source.display, Some(destination.display)),
                             )
                         } else {
-                            session.learn(&[&src, &source.display_path], &source.target_key);
-                            session.observations.record_absent(TargetKey(source.target_key.clone()));
+                            session.learn(&[&src, &source.display], &source.key.0);
+                            session.observations.record_absent(source.key.clone());
                             expect.insert(src.clone(), Expect::Absent);
-                            (Status::Completed, (source.display_path, Some(destination.display_path)))
+                            (Status::Completed, (source.display, Some(destination.display)))
                         }
                     }
                     Err(s) => (

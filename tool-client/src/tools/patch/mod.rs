@@ -6,11 +6,11 @@ mod commit;
 mod preflight;
 mod report;
 
-use fsd_proto::v1;
 use serde_json::Value;
 
-use super::escalation::PlannedCall;
+use super::escalation::{PlannedCall, Stop};
 use super::{Session, ToolResult, args};
+use crate::daemon::{DaemonError, Operation, Version};
 use crate::failure::ToolError;
 
 /// One operation of the patch, with its paths as written and as resolved against the cwd.
@@ -58,9 +58,9 @@ struct Prepared {
     target_exists: bool,
     /// The version the source (the file itself for add/update/delete) has on disk before the
     /// patch, when no earlier operation touched it: the commit's compare-and-swap basis.
-    src_version: Option<String>,
+    src_version: Option<Version>,
     /// The same for a move destination.
-    dst_version: Option<String>,
+    dst_version: Option<Version>,
 }
 
 pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, ToolError> {
@@ -87,49 +87,84 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
         .collect();
     // Each operation carries the guard it will run under, so the daemon refuses a stale or
     // already existing target before anyone is asked to approve the patch.
-    let observed = |path: &str| -> Option<v1::EditGuard> {
-        let key = session.key_of(path)?.clone();
-        let version = session.observations.edit_intent(Some(&key)).ok()?;
-        Some(v1::EditGuard { version: version.0, target_key: key.0 })
-    };
-    let policy = session.policy_on();
     let calls: Vec<PlannedCall> = planned
         .iter()
-        .map(|p| {
-            let guard = if policy { observed(&p.src) } else { None };
-            match (&p.op, &p.dst) {
-                (fsd_patch::Op::Delete { .. }, _) => {
-                    PlannedCall::unbound("deleteFile", &p.src, None).with_edit_guard(guard)
-                }
-                (fsd_patch::Op::Update { .. }, Some(dst)) => {
-                    PlannedCall::unbound("moveFile", &p.src, Some(dst)).with_edit_guard(guard)
-                }
-                // Add overwrites and Update rewrites: the write tool's guard (replace at the
-                // observed version, else create only).
-                _ => {
-                    let key = session.key_of(&p.src).cloned();
-                    let kind = match session.observations.write_intent(key.as_ref()) {
-                        fsd_policy::WriteGuard::CreateIfAbsent => {
-                            v1::write_guard::Kind::CreateIfAbsent(v1::CreateIfAbsent {})
-                        }
-                        fsd_policy::WriteGuard::ReplaceIfVersion(version) => {
-                            v1::write_guard::Kind::ReplaceIfVersion(v1::ReplaceIfVersion {
-                                version: version.0,
-                                target_key: key.map(|k| k.0).unwrap_or_default(),
-                            })
-                        }
-                    };
-                    let guard = policy.then_some(v1::WriteGuard { kind: Some(kind) });
-                    PlannedCall::unbound("writeText", &p.src, None).with_write_guard(guard)
-                }
+        .map(|p| match (&p.op, &p.dst) {
+            (fsd_patch::Op::Delete { .. }, _) => PlannedCall::unbound(Operation::DeleteFile, &p.src, None)
+                .with_edit_guard(session.edit_guard(&p.src).ok().flatten()),
+            (fsd_patch::Op::Update { .. }, Some(dst)) => {
+                PlannedCall::unbound(Operation::MoveFile, &p.src, Some(dst))
+                    .with_edit_guard(session.edit_guard(&p.src).ok().flatten())
             }
+            // Add overwrites and Update rewrites: the write tool's guard (replace at the
+            // observed version, else create only).
+            _ => PlannedCall::unbound(Operation::WriteText, &p.src, None)
+                .with_write_guard(session.write_guard(&p.src)),
         })
         .collect();
-    super::escalation::resolve(session, map, "apply_patch", &calls).await?;
+    if super::escalation::wants_wider(session, map) {
+        // What the policy refuses is refused before anyone is asked to approve the patch.
+        let unobserved = unobserved(&planned, |path| session.edit_guard(path).is_err());
+        if !unobserved.is_empty() {
+            return Err(report::rejected(&unobserved));
+        }
+    }
+    match super::escalation::resolve_patch(session, map, &calls, &input).await {
+        Ok(()) => {}
+        Err(Stop::Error(error)) => return Err(error),
+        // The daemon's checks (staleness, every hunk against the current file) refused an
+        // operation before anyone was asked: the same report preflight would have given.
+        Err(Stop::Checked { index, error }) => {
+            let (Some(planned), Some(call)) = (planned.get(index), calls.get(index)) else {
+                return Err(match &error {
+                    DaemonError::Unavailable(message) => ToolError::unavailable(message),
+                    DaemonError::Refused(wire) => ToolError::from_mutation_wire(&wire.path, wire),
+                });
+            };
+            let error =
+                hunk_mismatch(planned, &error).unwrap_or_else(|| super::escalation::checked(call, &error));
+            return Err(report::rejected(&[preflight::Problem { planned: planned.clone(), error }]));
+        }
+    }
     let prepared = match preflight::run(session, &planned).await {
         Ok(prepared) => prepared,
         Err(problems) => return Err(report::rejected(&problems)),
     };
     let outcome = commit::run(session, &prepared).await;
     Ok(report::committed(&prepared, &outcome))
+}
+
+/// The operations that change a file this session has not read (`unread`), an earlier
+/// operation of the patch aside.
+fn unobserved(planned: &[Planned], unread: impl Fn(&str) -> bool) -> Vec<preflight::Problem> {
+    let mut touched = std::collections::HashSet::new();
+    let mut problems = Vec::new();
+    for p in planned {
+        let modifies = !matches!(p.op, fsd_patch::Op::Add { .. });
+        if modifies && !touched.contains(&p.src) && unread(&p.src) {
+            let error = ToolError::not_observed(p.op.path());
+            problems.push(preflight::Problem { planned: p.clone(), error });
+        }
+        touched.insert(p.src.clone());
+        touched.extend(p.dst.clone());
+    }
+    problems
+}
+
+/// A hunk the daemon could not apply, in preflight's words (the hunk is the model's own text).
+fn hunk_mismatch(planned: &Planned, error: &DaemonError) -> Option<ToolError> {
+    let wire = error.wire()?;
+    if wire.code != fsd_proto::ErrorCode::EditNotFound {
+        return None;
+    }
+    let line: usize = wire.get("patch_line")?.parse().ok()?;
+    let chunk = planned.op.chunks().iter().find(|c| c.line == line)?;
+    let message = match (wire.get("hunk"), &chunk.context) {
+        (Some("context"), Some(context)) => format!("failed to find context '{context}'"),
+        _ => {
+            let at_end = if chunk.end_of_file { " at the end of the file" } else { "" };
+            format!("failed to find expected lines{at_end}:\n{}", chunk.old_lines.join("\n"))
+        }
+    };
+    Some(ToolError::new("PATCH_HUNK_MISMATCH", format!("{message} (hunk at patch line {line})")))
 }

@@ -7,9 +7,10 @@
 use std::collections::HashMap;
 
 use fsd_policy::{EditRefusal, TargetKey, WriteGuard};
-use fsd_proto::{ErrorCode, WireError, v1, version};
+use fsd_proto::{ErrorCode, version};
 
 use super::{Planned, Prepared};
+use crate::daemon::{DaemonError, FileKind, Version};
 use crate::failure::ToolError;
 use crate::tools::Session;
 
@@ -27,8 +28,8 @@ struct Sim {
     /// The text, when read.
     text: Option<String>,
     /// The version on disk before the patch; `None` once an earlier operation changed it.
-    disk_version: Option<String>,
-    target_key: Option<String>,
+    disk_version: Option<Version>,
+    target_key: Option<TargetKey>,
     /// An earlier operation of this patch wrote or removed it: it counts as observed.
     touched: bool,
     /// A final symlink (moving or deleting one is refused).
@@ -51,9 +52,11 @@ impl State<'_> {
         if self.fenced.contains(&(path.to_owned(), no_follow)) {
             return Ok(());
         }
-        let context = self.session.context();
-        let request = v1::StatRequest { context, path: path.to_owned(), no_follow, check_write: true };
-        self.session.client.stat(request).await.map_err(|s| ToolError::from_mutation(spelled, &s))?;
+        self.session
+            .daemon
+            .check_write(path, no_follow)
+            .await
+            .map_err(|e| ToolError::from_mutation(spelled, &e))?;
         self.fenced.insert((path.to_owned(), no_follow));
         Ok(())
     }
@@ -65,49 +68,38 @@ impl State<'_> {
         {
             return Ok(sim.clone());
         }
-        let context = self.session.context();
-        let stat = self
-            .session
-            .client
-            .stat(v1::StatRequest { context, path: path.to_owned(), no_follow: true, check_write: false })
-            .await
-            .map_err(|s| ToolError::from_read(spelled, &s))?
-            .into_inner();
+        let stat =
+            self.session.daemon.stat(path, true).await.map_err(|e| ToolError::from_read(spelled, &e))?;
         let mut sim = Sim {
             exists: stat.info.is_some(),
             text: None,
             disk_version: stat.info.as_ref().map(|i| i.version.clone()),
-            target_key: stat.target.as_ref().map(|t| t.target_key.clone()),
+            target_key: Some(stat.target.key.clone()),
             touched: false,
-            symlink: stat.info.as_ref().is_some_and(|i| i.r#type == v1::FileType::Symlink as i32),
-            regular: stat.info.as_ref().is_some_and(|i| i.r#type == v1::FileType::File as i32),
+            symlink: stat.info.as_ref().is_some_and(|i| i.kind == FileKind::Symlink),
+            regular: stat.info.as_ref().is_some_and(|i| i.kind == FileKind::File),
         };
         // A stat carries no digest: when its metadata differs from the observation's, the bytes
         // decide (a `touch` is not stale), so read them for the version that has one.
         let differs = sim.exists && self.observed_differs(&sim);
         if sim.exists && (need_text || sim.symlink || differs) {
             // Read through a link: an update writes through it to its target.
-            let context = self.session.context();
-            let request = v1::ReadTextRequest { context, path: path.to_owned(), max_bytes: 0 };
-            match self.session.client.read_text(request).await {
-                Ok(reply) => {
-                    let reply = reply.into_inner();
-                    sim.text = Some(reply.text);
-                    sim.disk_version = Some(reply.version);
-                    sim.target_key = reply.target.map(|t| t.target_key);
+            match self.session.daemon.read_text(path, 0).await {
+                Ok(read) => {
+                    sim.text = Some(read.text);
+                    sim.disk_version = Some(read.version);
+                    sim.target_key = Some(read.target.key);
                     sim.regular = true;
                 }
-                Err(status) => {
-                    let wire = WireError::from_status(&status);
-                    match wire {
-                        Some(w) if !need_text && w.code == ErrorCode::NotRegularFile => sim.regular = false,
-                        // Read only for its digest (not text, too large...): the stat's
-                        // version stays, and the daemon's guard decides.
-                        Some(_) if !need_text && !sim.symlink => {}
-                        Some(w) => return Err(ToolError::from_read_wire(spelled, &w)),
-                        None => return Err(ToolError::unavailable(&status)),
+                Err(error) => match &error {
+                    DaemonError::Refused(w) if !need_text && w.code == ErrorCode::NotRegularFile => {
+                        sim.regular = false
                     }
-                }
+                    // Read only for its digest (not text, too large...): the stat's
+                    // version stays, and the daemon's guard decides.
+                    DaemonError::Refused(_) if !need_text && !sim.symlink => {}
+                    _ => return Err(ToolError::from_read(spelled, &error)),
+                },
             }
         }
         self.sims.insert(path.to_owned(), sim.clone());
@@ -119,9 +111,8 @@ impl State<'_> {
         if !self.session.policy_on() {
             return false;
         }
-        let key = sim.target_key.clone().map(TargetKey);
-        match (self.session.observations.edit_intent(key.as_ref()), &sim.disk_version) {
-            (Ok(observed), Some(disk)) => !version::same(&observed.0, disk),
+        match (self.session.observations.edit_intent(sim.target_key.as_ref()), &sim.disk_version) {
+            (Ok(observed), Some(disk)) => !version::same(&observed.0, &disk.0),
             _ => false,
         }
     }
@@ -131,9 +122,10 @@ impl State<'_> {
         if sim.touched || !self.session.policy_on() {
             return Ok(());
         }
-        let key = sim.target_key.clone().map(TargetKey);
-        match self.session.observations.edit_intent(key.as_ref()) {
-            Ok(version) if sim.disk_version.as_ref().is_some_and(|d| version::same(&version.0, d)) => Ok(()),
+        match self.session.observations.edit_intent(sim.target_key.as_ref()) {
+            Ok(version) if sim.disk_version.as_ref().is_some_and(|d| version::same(&version.0, &d.0)) => {
+                Ok(())
+            }
             Ok(_) => Err(stale(spelled)),
             Err(EditRefusal::NotObserved) => Err(ToolError::not_observed(spelled)),
             Err(EditRefusal::ObservedAbsent) => Err(not_found(spelled)),
@@ -145,10 +137,9 @@ impl State<'_> {
         if sim.touched || !sim.exists || !self.session.policy_on() {
             return Ok(());
         }
-        let key = sim.target_key.clone().map(TargetKey);
-        match self.session.observations.write_intent(key.as_ref()) {
+        match self.session.observations.write_intent(sim.target_key.as_ref()) {
             WriteGuard::ReplaceIfVersion(version)
-                if sim.disk_version.as_ref().is_some_and(|d| version::same(&version.0, d)) =>
+                if sim.disk_version.as_ref().is_some_and(|d| version::same(&version.0, &d.0)) =>
             {
                 Ok(())
             }
@@ -176,7 +167,7 @@ impl State<'_> {
 }
 
 /// The pre-patch version of a path no earlier operation touched.
-fn basis(sim: &Sim) -> Option<String> {
+fn basis(sim: &Sim) -> Option<Version> {
     if sim.touched || !sim.exists { None } else { sim.disk_version.clone() }
 }
 

@@ -1,0 +1,522 @@
+//! The domain types the tools speak to the daemon in, and their one translation to and from the
+//! generated `fsd.v1` messages. Nothing outside `daemon` sees the generated side.
+
+use fsd_policy::{TargetKey, Version};
+use fsd_proto::{WireError, v1};
+use prost::bytes::Bytes;
+
+/// What a path resolved to: its stable key and its display form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub key: TargetKey,
+    /// The resolved path, escaped for display.
+    pub display: String,
+}
+
+impl From<Option<v1::Target>> for Target {
+    fn from(target: Option<v1::Target>) -> Target {
+        let target = target.unwrap_or_default();
+        Target { key: TargetKey(target.target_key), display: target.display_path }
+    }
+}
+
+/// The kind of file a stat or a listing found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    File,
+    Directory,
+    Symlink,
+    /// Anything else (a device, a socket, a mount point without a version).
+    Other,
+}
+
+impl FileKind {
+    pub(super) fn from_wire(kind: i32) -> FileKind {
+        match v1::FileType::try_from(kind) {
+            Ok(v1::FileType::File) => FileKind::File,
+            Ok(v1::FileType::Directory) => FileKind::Directory,
+            Ok(v1::FileType::Symlink) => FileKind::Symlink,
+            _ => FileKind::Other,
+        }
+    }
+}
+
+/// What a stat found at an existing path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Info {
+    pub version: Version,
+    pub kind: FileKind,
+    pub size: Option<u64>,
+}
+
+/// A stat: the target, and what is there (`None`: nothing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stat {
+    pub target: Target,
+    pub info: Option<Info>,
+}
+
+impl From<v1::StatReply> for Stat {
+    fn from(reply: v1::StatReply) -> Stat {
+        Stat {
+            target: reply.target.into(),
+            info: reply.info.map(|i| Info {
+                version: Version(i.version),
+                kind: FileKind::from_wire(i.r#type),
+                size: i.size,
+            }),
+        }
+    }
+}
+
+/// One child of a listed directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub name: String,
+    pub kind: FileKind,
+    pub target: Option<Target>,
+}
+
+/// A whole text file, as one read returned it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextRead {
+    pub target: Target,
+    pub version: Version,
+    pub text: String,
+}
+
+/// A file's bytes, as one read returned them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BytesRead {
+    pub target: Target,
+    pub version: Version,
+    pub data: Bytes,
+}
+
+/// The text before and after a change, when the daemon kept both within its diff cap.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TextChange {
+    pub before: Option<String>,
+    pub after: Option<String>,
+    /// Too large to carry: the diff card says so.
+    pub omitted: bool,
+}
+
+fn change(c: Option<v1::TextChange>) -> Option<TextChange> {
+    c.map(|c| TextChange { before: c.before, after: c.after, omitted: c.omitted })
+}
+
+/// A finished write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    pub target: Target,
+    pub version: Version,
+    /// The file did not exist before.
+    pub created: bool,
+    pub change: Option<TextChange>,
+}
+
+impl From<v1::WriteTextReply> for Written {
+    fn from(reply: v1::WriteTextReply) -> Written {
+        Written {
+            created: reply.operation == v1::WriteOperation::Create as i32,
+            target: reply.target.into(),
+            version: Version(reply.version),
+            change: change(reply.change),
+        }
+    }
+}
+
+/// A finished edit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edited {
+    pub target: Target,
+    pub version: Version,
+    pub replacements: u32,
+    pub change: Option<TextChange>,
+}
+
+impl From<v1::EditTextReply> for Edited {
+    fn from(reply: v1::EditTextReply) -> Edited {
+        Edited {
+            target: reply.target.into(),
+            version: Version(reply.version),
+            replacements: reply.replacements,
+            change: change(reply.change),
+        }
+    }
+}
+
+/// A finished move. `source_remains`: the destination was written but the source could not be
+/// removed (`source_removal_error` says why).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Moved {
+    pub source: Target,
+    pub destination: Target,
+    pub destination_version: Version,
+    pub source_remains: bool,
+    pub source_removal_error: String,
+}
+
+impl From<v1::MoveFileReply> for Moved {
+    fn from(reply: v1::MoveFileReply) -> Moved {
+        Moved {
+            source: reply.source.into(),
+            destination: reply.destination.into(),
+            destination_version: Version(reply.destination_version),
+            source_remains: reply.source_remains,
+            source_removal_error: reply.source_removal_error,
+        }
+    }
+}
+
+/// What a replace or edit must find: the version the session saw, and the target it saw it on
+/// when known (the daemon checks both).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionGuard {
+    pub version: Version,
+    pub key: Option<TargetKey>,
+}
+
+impl VersionGuard {
+    pub fn new(version: Version, key: Option<TargetKey>) -> VersionGuard {
+        VersionGuard { version, key }
+    }
+
+    fn wire(&self) -> v1::EditGuard {
+        v1::EditGuard {
+            version: self.version.0.clone(),
+            target_key: self.key.as_ref().map(|k| k.0.clone()).unwrap_or_default(),
+        }
+    }
+}
+
+/// What a whole-file write must find.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteGuard {
+    /// Nothing at the path.
+    CreateIfAbsent,
+    /// The file at this version.
+    ReplaceIfVersion(VersionGuard),
+}
+
+impl WriteGuard {
+    /// The policy's decision, with the target key the session learnt for the path.
+    pub fn from_policy(guard: fsd_policy::WriteGuard, key: Option<TargetKey>) -> WriteGuard {
+        match guard {
+            fsd_policy::WriteGuard::CreateIfAbsent => WriteGuard::CreateIfAbsent,
+            fsd_policy::WriteGuard::ReplaceIfVersion(version) => {
+                WriteGuard::ReplaceIfVersion(VersionGuard::new(version, key))
+            }
+        }
+    }
+
+    fn wire(&self) -> v1::WriteGuard {
+        let kind = match self {
+            WriteGuard::CreateIfAbsent => v1::write_guard::Kind::CreateIfAbsent(v1::CreateIfAbsent {}),
+            WriteGuard::ReplaceIfVersion(guard) => {
+                let v1::EditGuard { version, target_key } = guard.wire();
+                v1::write_guard::Kind::ReplaceIfVersion(v1::ReplaceIfVersion { version, target_key })
+            }
+        };
+        v1::WriteGuard { kind: Some(kind) }
+    }
+}
+
+pub(super) fn write_guard(guard: Option<&WriteGuard>) -> Option<v1::WriteGuard> {
+    guard.map(WriteGuard::wire)
+}
+
+pub(super) fn edit_guard(guard: Option<&VersionGuard>) -> Option<v1::EditGuard> {
+    guard.map(VersionGuard::wire)
+}
+
+/// A sandbox mode, narrowest first (so `<` means "narrower").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Mode {
+    ReadOnly,
+    WorkspaceWrite,
+    DangerFullAccess,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 3] = [Mode::ReadOnly, Mode::WorkspaceWrite, Mode::DangerFullAccess];
+
+    /// The mode's name, as models and configs spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::ReadOnly => "read-only",
+            Mode::WorkspaceWrite => "workspace-write",
+            Mode::DangerFullAccess => "danger-full-access",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Mode> {
+        Mode::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    fn from_wire(mode: i32) -> Option<Mode> {
+        match v1::Mode::try_from(mode) {
+            Ok(v1::Mode::ReadOnly) => Some(Mode::ReadOnly),
+            Ok(v1::Mode::WorkspaceWrite) => Some(Mode::WorkspaceWrite),
+            Ok(v1::Mode::DangerFullAccess) => Some(Mode::DangerFullAccess),
+            _ => None,
+        }
+    }
+
+    pub(super) fn wire(mode: Option<Mode>) -> i32 {
+        let mode = match mode {
+            None => v1::Mode::Unspecified,
+            Some(Mode::ReadOnly) => v1::Mode::ReadOnly,
+            Some(Mode::WorkspaceWrite) => v1::Mode::WorkspaceWrite,
+            Some(Mode::DangerFullAccess) => v1::Mode::DangerFullAccess,
+        };
+        mode as i32
+    }
+}
+
+/// What hello says, as far as the tools use it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hello {
+    /// The mode a call without a mode runs in (the daemon always names one).
+    pub default_mode: Option<Mode>,
+    /// The widest mode this client may reach.
+    pub max_mode: Option<Mode>,
+    /// The modes the daemon serves now (its workers are up), whatever this client may reach.
+    pub available: Vec<Mode>,
+    /// The escalation trust: `deny`, `client` or `signed` (empty from an old daemon).
+    pub escalation: String,
+    pub readable_roots: Vec<String>,
+    pub writable_roots: Vec<String>,
+    /// Names read-only under workspace-write.
+    pub protected_names: Vec<String>,
+    /// The most bytes one read returns (0: not said).
+    pub max_read_bytes: u64,
+}
+
+impl From<v1::HelloReply> for Hello {
+    fn from(hello: v1::HelloReply) -> Hello {
+        Hello {
+            default_mode: Mode::from_wire(hello.default_mode),
+            max_mode: Mode::from_wire(hello.max_mode),
+            available: hello
+                .modes
+                .iter()
+                .filter(|m| m.available)
+                .filter_map(|m| Mode::from_wire(m.mode))
+                .collect(),
+            escalation: hello.escalation,
+            readable_roots: hello.readable_roots,
+            writable_roots: hello.writable_roots,
+            protected_names: hello.protected_names,
+            max_read_bytes: hello.limits.map_or(0, |l| l.max_read_bytes),
+        }
+    }
+}
+
+/// An operation a call at a wider mode will make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    ReadText,
+    WriteText,
+    EditText,
+    MoveFile,
+    DeleteFile,
+}
+
+impl Operation {
+    /// The name the escalation request carries.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::ReadText => "readText",
+            Operation::WriteText => "writeText",
+            Operation::EditText => "editText",
+            Operation::MoveFile => "moveFile",
+            Operation::DeleteFile => "deleteFile",
+        }
+    }
+}
+
+/// A write's new content or an edit's replacement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    Content(String),
+    Replace { old: String, new: String, all: bool },
+}
+
+/// One call a tool will make at the wider mode, for the daemon to check and describe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedCall {
+    pub op: Operation,
+    pub path: String,
+    pub destination: Option<String>,
+    /// Empty: the content is not bound (apply_patch, planned before its content is known).
+    pub content_sha256: Vec<u8>,
+    /// The change itself, sent so the daemon shows the approver its own diff.
+    pub change: Option<Change>,
+    /// The guards the call will carry, so the daemon refuses what would fail before asking.
+    pub write_guard: Option<WriteGuard>,
+    pub edit_guard: Option<VersionGuard>,
+}
+
+impl PlannedCall {
+    pub(super) fn wire(&self) -> v1::EscalatedOp {
+        let (content, old_string, new_string, replace_all) = match &self.change {
+            Some(Change::Content(content)) => (Some(content.clone()), None, None, false),
+            Some(Change::Replace { old, new, all }) => (None, Some(old.clone()), Some(new.clone()), *all),
+            None => (None, None, None, false),
+        };
+        v1::EscalatedOp {
+            op: self.op.as_str().to_owned(),
+            path: self.path.clone(),
+            destination: self.destination.clone().unwrap_or_default(),
+            content_sha256: self.content_sha256.clone().into(),
+            content,
+            old_string,
+            new_string,
+            replace_all,
+            write_guard: write_guard(self.write_guard.as_ref()),
+            edit_guard: edit_guard(self.edit_guard.as_ref()),
+        }
+    }
+}
+
+/// Who decided an escalation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decider {
+    /// The daemon's approver, by its rules.
+    Rules,
+    /// The person at the daemon's approver.
+    Person,
+    /// Nobody: the approver could not be reached.
+    Unreachable,
+    /// This client decides (`client` trust).
+    Client,
+    /// This client's own rules.
+    ClientRules,
+    /// Not said (an old daemon).
+    Unspecified,
+}
+
+impl Decider {
+    fn from_wire(decider: i32) -> Decider {
+        match v1::Decider::try_from(decider) {
+            Ok(v1::Decider::Rules) => Decider::Rules,
+            Ok(v1::Decider::Person) => Decider::Person,
+            Ok(v1::Decider::Unreachable) => Decider::Unreachable,
+            Ok(v1::Decider::Client) => Decider::Client,
+            Ok(v1::Decider::ClientRules) => Decider::ClientRules,
+            _ => Decider::Unspecified,
+        }
+    }
+
+    pub(super) fn wire(self) -> i32 {
+        let decider = match self {
+            Decider::Rules => v1::Decider::Rules,
+            Decider::Person => v1::Decider::Person,
+            Decider::Unreachable => v1::Decider::Unreachable,
+            Decider::Client => v1::Decider::Client,
+            Decider::ClientRules => v1::Decider::ClientRules,
+            Decider::Unspecified => v1::Decider::Unspecified,
+        };
+        decider as i32
+    }
+}
+
+/// The daemon's answer to an escalation request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub decided_by: Decider,
+    pub approved: bool,
+    /// Set when the daemon's approver approved (`signed` trust): the ticket's id.
+    pub escalation_id: String,
+    pub nonce: Bytes,
+    /// The approver's reason, when it gave one.
+    pub reason: String,
+    /// Client trust: the digest the client's report of its decision names.
+    pub digest: String,
+}
+
+/// What this client's own approver decided (client trust), as reported to the daemon.
+#[derive(Debug, Clone, Copy)]
+pub struct Report<'a> {
+    pub approved: bool,
+    pub by: Decider,
+    pub mode: Mode,
+    /// The first path of the call, as the approver was shown it.
+    pub path: &'a str,
+    /// A refusal's reason, when one was given.
+    pub reason: &'a str,
+}
+
+impl From<v1::EscalationDescription> for Decision {
+    fn from(d: v1::EscalationDescription) -> Decision {
+        Decision {
+            decided_by: Decider::from_wire(d.decided_by),
+            approved: d.approved,
+            escalation_id: d.escalation_id,
+            nonce: d.nonce,
+            reason: d.reason,
+            digest: d.digest,
+        }
+    }
+}
+
+/// What lets one call run at a wider mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ticket {
+    pub approved_mode: Mode,
+    pub justification: String,
+    /// Empty under `client` trust; the daemon's id of a signed approval otherwise.
+    pub escalation_id: String,
+    pub nonce: Bytes,
+}
+
+impl Ticket {
+    pub(super) fn wire(&self) -> v1::EscalationTicket {
+        v1::EscalationTicket {
+            approved_mode: Mode::wire(Some(self.approved_mode)),
+            justification: self.justification.clone(),
+            escalation_id: self.escalation_id.clone(),
+            nonce: self.nonce.clone(),
+            signature: Default::default(),
+        }
+    }
+}
+
+/// A failed call, decoded once: the daemon's code and structured reason, or no answer from fsd
+/// at all (the connection, the transport, a generic gRPC failure).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DaemonError {
+    Refused(WireError),
+    /// The status message of a failure that carries no fsd error.
+    Unavailable(String),
+}
+
+impl DaemonError {
+    pub(super) fn from_status(status: tonic::Status) -> DaemonError {
+        match WireError::from_status(&status) {
+            Some(wire) => DaemonError::Refused(wire),
+            None => DaemonError::Unavailable(status.message().to_owned()),
+        }
+    }
+
+    /// The daemon's error, when it answered with one.
+    pub fn wire(&self) -> Option<&WireError> {
+        match self {
+            DaemonError::Refused(wire) => Some(wire),
+            DaemonError::Unavailable(_) => None,
+        }
+    }
+
+    /// The stable code, when the daemon answered with one.
+    pub fn code(&self) -> Option<fsd_proto::ErrorCode> {
+        self.wire().map(|w| w.code)
+    }
+}
+
+impl From<WireError> for DaemonError {
+    fn from(wire: WireError) -> DaemonError {
+        DaemonError::Refused(wire)
+    }
+}
