@@ -33,15 +33,15 @@ enum Bound {
     Http(std::net::TcpListener, String, bool),
 }
 
-/// A listener bound but, for a Unix socket, not yet at its path (see [`Binding::publish`]).
+/// A listener bound; a Unix socket not yet at its path (see [`Binding::publish`]).
 enum Binding {
     Ready(Bound),
     Unix { pending: crate::sys::socket::Pending, name: String, http: bool },
 }
 
 impl Binding {
-    /// Puts a Unix socket at its path. Called once every listener is bound, so a client that
-    /// finds one socket finds every listener ready.
+    /// Puts a Unix socket at its path. Called for every listener in a row once all are bound,
+    /// so a client that finds a socket finds every listener ready.
     fn publish(self) -> Result<Bound, DaemonError> {
         match self {
             Binding::Ready(bound) => Ok(bound),
@@ -152,6 +152,9 @@ struct Started {
 fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> {
     let bindings =
         config.listen.iter().map(|l| bind(l, config.socket_access)).collect::<Result<Vec<_>, _>>()?;
+    // Every listener is bound: only now do the Unix sockets appear at their paths, right after
+    // one another (a client that finds one finds every listener ready).
+    let bound = bindings.into_iter().map(Binding::publish).collect::<Result<Vec<_>, _>>()?;
     let audit = match &config.audit_log {
         Some(path) => Some(Arc::new(
             Audit::open(path).map_err(|source| DaemonError::Audit { path: path.clone(), source })?,
@@ -196,8 +199,6 @@ fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> 
     let edge = Edge::new(&instance, config.tokens.clone())
         .map_err(|e| DaemonError::Runtime(std::io::Error::other(e)))?;
 
-    // Every listener is bound: only now do the Unix sockets appear at their paths.
-    let bound = bindings.into_iter().map(Binding::publish).collect::<Result<Vec<_>, _>>()?;
     let confinement = crate::confine::network(config).map_err(DaemonError::Confine)?;
     tracing::info!(fence = confinement.describe(), "network process confined: no filesystem rights");
     tracing::info!(instance = %instance, "daemon instance");
