@@ -148,14 +148,14 @@ impl From<v1::EditTextReply> for Edited {
 }
 
 /// A finished move. `source_remains`: the destination was written but the source could not be
-/// removed (`source_removal_error` says why).
+/// removed (`source_removal_errno` says why, when the daemon said).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Moved {
     pub source: Target,
     pub destination: Target,
     pub destination_version: Version,
     pub source_remains: bool,
-    pub source_removal_error: String,
+    pub source_removal_errno: Option<i32>,
 }
 
 impl From<v1::MoveFileReply> for Moved {
@@ -165,7 +165,7 @@ impl From<v1::MoveFileReply> for Moved {
             destination: reply.destination.into(),
             destination_version: Version(reply.destination_version),
             source_remains: reply.source_remains,
-            source_removal_error: reply.source_removal_error,
+            source_removal_errno: (reply.source_removal_errno != 0).then_some(reply.source_removal_errno),
         }
     }
 }

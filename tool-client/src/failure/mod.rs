@@ -121,6 +121,18 @@ impl ToolError {
         }
     }
 
+    /// A move wrote its destination but could not remove its source (`errno` as the daemon
+    /// sent it).
+    pub fn source_removal_failed(errno: Option<i32>) -> ToolError {
+        let why = match errno {
+            Some(errno) => {
+                format!(": {}: {}", step_phrase("remove"), std::io::Error::from_raw_os_error(errno))
+            }
+            None => String::new(),
+        };
+        ToolError::new(ErrorCode::IoError.as_str(), format!("source removal failed{why}"))
+    }
+
     /// The text the model reads.
     pub fn text(&self) -> String {
         format!("Error: {}", self.message)

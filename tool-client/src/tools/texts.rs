@@ -91,6 +91,12 @@ fn the_tools_own_texts() {
         "Error: The file service restarted, so earlier reads no longer count. Read files again before you edit or overwrite them, then retry this call.",
     );
     check(
+        ToolError::source_removal_failed(Some(13)),
+        "FS_IO_ERROR",
+        "Error: source removal failed: cannot remove file: Permission denied (os error 13)",
+    );
+    check(ToolError::source_removal_failed(None), "FS_IO_ERROR", "Error: source removal failed");
+    check(
         ToolError::invalid_args("limit must be a positive integer"),
         "INVALID_ARGS",
         "Error: limit must be a positive integer",
