@@ -227,8 +227,8 @@ pub async fn resolve(
         Err(Stop::Error(error)) => Err(error),
         Err(Stop::Checked { index, error }) => Err(match (calls.get(index), &error) {
             (Some(call), _) => checked(call, &error),
-            (None, DaemonError::Unavailable(message)) => ToolError::unavailable(message),
             (None, DaemonError::Refused(wire)) => ToolError::from_mutation_wire(&wire.path, wire),
+            (None, _) => ToolError::from_mutation("", &error),
         }),
     }
 }
