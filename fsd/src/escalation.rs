@@ -179,13 +179,57 @@ impl TicketError {
     }
 }
 
+/// The canonical description of `request`: the bytes an approver signs.
+fn render(id: &str, nonce_hex: &str, expires: u64, request: &Describe<'_>) -> String {
+    let mut text = format!(
+        "fsd escalation v1\nid: {id}\nnonce: {nonce_hex}\nsession: {}\nclient: {}\nmode: {}\njustification: {}\nexpires: {expires}\n",
+        escape(request.session),
+        escape(request.client),
+        request.mode.as_str(),
+        escape(request.justification),
+    );
+    for (i, (op, preview)) in request.ops.iter().enumerate() {
+        text.push_str(&format!("op {}: {} {}\n", i + 1, op.op.name(), escape(&op.display)));
+        text.push_str(&format!("  target: {}\n", escape(&op.target_key)));
+        text.push_str(&format!("  current: {}\n", op.version.as_deref().unwrap_or("absent")));
+        if let Some((key, display)) = &op.destination {
+            text.push_str(&format!("  destination: {} ({})\n", escape(display), escape(key)));
+        }
+        if !op.content_sha256.is_empty() {
+            text.push_str(&format!("  content-sha256: {}\n", hex::encode(&op.content_sha256)));
+        }
+        if !preview.lines.is_empty() {
+            text.push_str("  diff:\n");
+            for line in &preview.lines {
+                text.push_str(&format!("    {}\n", escape(line)));
+            }
+        }
+    }
+    text
+}
+
+/// Client trust: the digest of the daemon's description of a checked request (a fresh id makes
+/// it name this request only), which the client's report of its decision names.
+pub fn client_digest(request: &Describe<'_>) -> String {
+    let text = render(&random_hex(16), "", now(), request);
+    hex::encode(fsd_proto::digest::content(text.as_bytes()))
+}
+
 /// The pending escalations and the approver's public key.
 #[derive(Debug)]
 pub struct Escalations {
     key: VerifyingKey,
     ttl: Duration,
     pending: Mutex<HashMap<String, Pending>>,
+    /// Escalations `purge` removed as expired, for a while: id → (expiry, digest), so a late
+    /// use is told it expired (and audited with the digest), not that it is unknown.
+    expired: Mutex<HashMap<String, (u64, String)>>,
 }
+
+/// Lately expired escalations remembered at most, and for how long after their expiry (beyond,
+/// a late use is told "unknown").
+const MAX_TOMBSTONES: usize = 4096;
+const TOMBSTONE_SECS: u64 = 600;
 
 fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
@@ -229,6 +273,21 @@ pub struct Describe<'a> {
     pub ops: Vec<(CanonicalOp, Preview)>,
 }
 
+/// An escalation that expired before every call it listed was used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expired {
+    pub digest: String,
+    pub session: String,
+    pub client: String,
+    pub mode: Mode,
+    /// The first call's path, as the approver was shown it.
+    pub path: String,
+    /// Whether the approver had approved it (else it was still waiting for a decision).
+    pub approved: bool,
+    pub used: usize,
+    pub total: usize,
+}
+
 /// A description ready for the approver.
 #[derive(Debug, Clone)]
 pub struct Described {
@@ -249,7 +308,7 @@ impl Escalations {
             .try_into()
             .map_err(|_| "approver_public_key must be 32 bytes (64 hex digits)".to_owned())?;
         let key = VerifyingKey::from_bytes(&bytes).map_err(|e| format!("approver_public_key: {e}"))?;
-        Ok(Escalations { key, ttl, pending: Mutex::new(HashMap::new()) })
+        Ok(Escalations { key, ttl, pending: Mutex::new(HashMap::new()), expired: Mutex::default() })
     }
 
     /// How long an approver has to decide.
@@ -257,44 +316,43 @@ impl Escalations {
         self.ttl
     }
 
-    /// Forgets expired escalations, giving their budgets back.
-    pub fn purge(&self) {
+    /// Forgets expired escalations, giving their budgets back, and returns them for the audit
+    /// log (an expiry is a decision too).
+    pub fn purge(&self) -> Vec<Expired> {
         let t = now();
-        self.pending.lock().unwrap_or_else(PoisonError::into_inner).retain(|_, p| p.expires > t);
+        let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let ids: Vec<String> =
+            table.iter().filter(|(_, p)| p.expires <= t).map(|(id, _)| id.clone()).collect();
+        let mut tombstones = self.expired.lock().unwrap_or_else(PoisonError::into_inner);
+        tombstones.retain(|_, (expires, _)| expires.saturating_add(TOMBSTONE_SECS) > t);
+        let mut expired = Vec::with_capacity(ids.len());
+        for id in ids {
+            let Some(p) = table.remove(&id) else { continue };
+            if tombstones.len() < MAX_TOMBSTONES {
+                tombstones.insert(id, (p.expires, p.digest.clone()));
+            }
+            expired.push(Expired {
+                path: p.ops.first().map(|(op, _)| op.display.clone()).unwrap_or_default(),
+                used: p.ops.iter().filter(|(_, used)| *used).count(),
+                total: p.ops.len(),
+                approved: p.signature.is_some(),
+                digest: p.digest,
+                session: p.session,
+                client: p.client,
+                mode: p.mode,
+            });
+        }
+        expired
     }
 
     /// Stores a pending escalation (holding the client's budget `permits`) and returns its
     /// canonical description.
     pub fn describe(&self, request: Describe<'_>, permits: Vec<crate::budget::Permit>) -> Described {
-        self.purge();
         let id = random_hex(16);
         let nonce_hex = random_hex(16);
         let nonce = hex::decode(&nonce_hex).unwrap_or_default();
         let expires = now() + self.ttl.as_secs().max(1);
-        let mut text = format!(
-            "fsd escalation v1\nid: {id}\nnonce: {nonce_hex}\nsession: {}\nclient: {}\nmode: {}\njustification: {}\nexpires: {expires}\n",
-            escape(request.session),
-            escape(request.client),
-            request.mode.as_str(),
-            escape(request.justification),
-        );
-        for (i, (op, preview)) in request.ops.iter().enumerate() {
-            text.push_str(&format!("op {}: {} {}\n", i + 1, op.op.name(), escape(&op.display)));
-            text.push_str(&format!("  target: {}\n", escape(&op.target_key)));
-            text.push_str(&format!("  current: {}\n", op.version.as_deref().unwrap_or("absent")));
-            if let Some((key, display)) = &op.destination {
-                text.push_str(&format!("  destination: {} ({})\n", escape(display), escape(key)));
-            }
-            if !op.content_sha256.is_empty() {
-                text.push_str(&format!("  content-sha256: {}\n", hex::encode(&op.content_sha256)));
-            }
-            if !preview.lines.is_empty() {
-                text.push_str("  diff:\n");
-                for line in &preview.lines {
-                    text.push_str(&format!("    {}\n", escape(line)));
-                }
-            }
-        }
+        let text = render(&id, &nonce_hex, expires, &request);
         let digest = hex::encode(fsd_proto::digest::content(text.as_bytes()));
         let pending = Pending {
             nonce: nonce.clone(),
@@ -357,9 +415,19 @@ impl Escalations {
         self.key.verify(pending.description.as_bytes(), &signature).map_err(|_| TicketError::BadSignature)
     }
 
-    /// The digest of a pending escalation's description, for audit records.
+    /// The digest of a pending (or lately expired) escalation's description, for audit records.
     pub fn digest_of(&self, id: &str) -> Option<String> {
-        self.pending.lock().unwrap_or_else(PoisonError::into_inner).get(id).map(|p| p.digest.clone())
+        let pending =
+            self.pending.lock().unwrap_or_else(PoisonError::into_inner).get(id).map(|p| p.digest.clone());
+        pending.or_else(|| {
+            self.expired.lock().unwrap_or_else(PoisonError::into_inner).get(id).map(|(_, d)| d.clone())
+        })
+    }
+
+    /// Why a ticket's escalation is not pending: it expired lately, or it is unknown or spent.
+    fn gone(&self, id: &str) -> TicketError {
+        let expired = self.expired.lock().unwrap_or_else(PoisonError::into_inner).contains_key(id);
+        if expired { TicketError::Expired } else { TicketError::Unknown }
     }
 
     /// Whether a valid ticket's approved calls name `path` as the caller gave it.
@@ -376,20 +444,16 @@ impl Escalations {
     /// Checks a ticket without looking at the call: known, approved, this caller, this mode.
     pub fn check(&self, ticket: &Ticket<'_>) -> Result<(), TicketError> {
         let table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        let pending = table.get(ticket.id).ok_or(TicketError::Unknown)?;
+        let pending = table.get(ticket.id).ok_or_else(|| self.gone(ticket.id))?;
         self.verify(pending, ticket)
     }
 
     /// Checks a ticket for one call and spends that call's approval.
     pub fn redeem(&self, ticket: &Ticket<'_>, call: &CanonicalOp) -> Result<(), TicketError> {
         let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        let pending = table.get_mut(ticket.id).ok_or(TicketError::Unknown)?;
-        if let Err(e) = self.verify(pending, ticket) {
-            if e == TicketError::Expired {
-                table.remove(ticket.id);
-            }
-            return Err(e);
-        }
+        let pending = table.get_mut(ticket.id).ok_or_else(|| self.gone(ticket.id))?;
+        // An expired escalation stays until `purge`, which records its expiry.
+        self.verify(pending, ticket)?;
         let slot = pending
             .ops
             .iter_mut()
@@ -406,7 +470,7 @@ impl Escalations {
     /// reads spend nothing.
     pub fn check_read(&self, ticket: &Ticket<'_>, target_key: &str) -> Result<(), TicketError> {
         let table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        let pending = table.get(ticket.id).ok_or(TicketError::Unknown)?;
+        let pending = table.get(ticket.id).ok_or_else(|| self.gone(ticket.id))?;
         self.verify(pending, ticket)?;
         let approved = pending.ops.iter().any(|(op, _)| {
             op.target_key == target_key || op.destination.as_ref().is_some_and(|(key, _)| key == target_key)
@@ -512,9 +576,24 @@ mod tests {
         assert!(permit.is_ok(), "a refusal gives it back");
         drop(permit);
         let (_, short) = setup(1);
-        describe(&short, "uid:1", budgets.escalation(&who).ok());
+        let late = describe(&short, "uid:1", budgets.escalation(&who).ok());
         std::thread::sleep(Duration::from_millis(2100));
-        short.purge();
+        let expired = short.purge();
+        assert_eq!(expired.len(), 1);
+        assert_eq!(
+            (expired[0].path.as_str(), expired[0].approved, expired[0].used, expired[0].total),
+            ("/etc/x", false, 0, 1)
+        );
+        assert!(short.purge().is_empty(), "each expiry is returned once");
+        let ticket = Ticket {
+            id: &late.id,
+            nonce: &late.nonce,
+            session: "s1",
+            client: "uid:1",
+            mode: Mode::DangerFullAccess,
+        };
+        assert_eq!(short.check(&ticket), Err(TicketError::Expired), "a late use is told it expired");
+        assert_eq!(short.digest_of(&late.id), Some(late.digest.clone()));
         assert!(budgets.escalation(&who).is_ok(), "an expired escalation gives it back");
     }
 

@@ -346,10 +346,21 @@ impl FsdService {
         }
         let Some(escalations) = self.escalations.as_ref().filter(|_| self.escalation == Escalation::Signed)
         else {
-            // Client trust: the checks passed; the client's own approver decides.
-            self.audit(&caller, Step::Escalate(Op::Describe), &first, requested, Decision::Checked, "ok");
+            // Client trust: the checks passed; the client's own approver decides, and reports
+            // its decision naming this digest.
+            let client = caller.client();
+            let request = Describe {
+                session: &caller.session,
+                client: &client,
+                mode: requested,
+                justification: &r.justification,
+                ops,
+            };
+            let digest = crate::escalation::client_digest(&request);
+            self.audit_digest(&caller, &first, requested, Decision::Checked, "ok", &digest);
             return Ok(Response::new(v1::EscalationDescription {
                 decided_by: v1::Decider::Client as i32,
+                digest,
                 ..Default::default()
             }));
         };
@@ -361,7 +372,23 @@ impl FsdService {
             })
             .collect();
         // The pending-escalation budget: held until this escalation is spent, refused or expired.
-        escalations.purge();
+        self.sweep();
+        // Expiries are audited when they happen, not at the next request.
+        self.sweeper.call_once(|| {
+            // Holds no more than the escalations (weakly) and the log: it ends with the service.
+            let pending = std::sync::Arc::downgrade(escalations);
+            let audit = self.audit.clone();
+            let every = (escalations.ttl() / 4)
+                .clamp(std::time::Duration::from_millis(250), std::time::Duration::from_secs(5));
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(every);
+                loop {
+                    tick.tick().await;
+                    let Some(escalations) = pending.upgrade() else { break };
+                    super::grant::sweep(&escalations, audit.as_deref());
+                }
+            });
+        });
         let permit = match self.budgets.escalation(&caller.identity) {
             Ok(permit) => permit,
             Err(refusal) => {
@@ -394,6 +421,8 @@ impl FsdService {
             approved,
             decided_by: by as i32,
             reason,
+            // Signed trust: the digest is of a description the caller may not read; not sent.
+            digest: String::new(),
         };
         let decider = |by: ApproverDecider| match by {
             ApproverDecider::Person => v1::Decider::Person,
@@ -435,15 +464,20 @@ impl FsdService {
         if let Some(escalations) = &self.escalations {
             escalations.release(&r.escalation_id, &caller.session);
         }
-        // A refusal by the client's own approver: audited as the client reports it.
-        if let (Escalation::Client, Some(refusal)) = (self.escalation, &r.client_refusal) {
-            let by = match refusal.decided_by() {
+        // A decision of the client's own approver: audited as the client reports it.
+        if let (Escalation::Client, Some(decided)) = (self.escalation, &r.client_decision) {
+            let by = match decided.decided_by() {
                 v1::Decider::Person => "client:person",
                 v1::Decider::ClientRules => "client:rules",
                 _ => "client:none",
             };
-            let mode = mode_from_wire(refusal.requested_mode()).unwrap_or(self.default_mode);
-            self.audit(&caller, Step::Escalate(Op::Describe), &refusal.path, mode, Decision::Refused, by);
+            let mode = mode_from_wire(decided.requested_mode()).unwrap_or(self.default_mode);
+            let decision = if decided.approved { Decision::Approved } else { Decision::Refused };
+            // The client's word: bounded and escaped like every other name it sends.
+            let digest: String = escape(&decided.digest).chars().take(64).collect();
+            let digest = (!digest.is_empty()).then_some(digest.as_str());
+            let step = Step::Escalate(Op::Describe);
+            self.audit_record(&caller, step, &decided.path, mode, decision, by, digest);
         }
     }
 }

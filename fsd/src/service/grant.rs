@@ -12,7 +12,7 @@ use crate::audit;
 use crate::backend::{self, Mode, Outcome};
 use crate::config::Escalation;
 use crate::error::EscalationDenial;
-use crate::escalation::{CanonicalOp, Ticket, TicketError};
+use crate::escalation::{CanonicalOp, Escalations, Ticket, TicketError};
 use crate::identity::Identity;
 use crate::op::Op;
 
@@ -64,6 +64,8 @@ pub(super) enum Decision {
     Approved,
     Refused,
     Pending,
+    /// A pending escalation reached its expiry before every call it listed was used.
+    Expired,
     /// The checks before an approver: "ok" or the code the call would have failed with.
     Checked,
 }
@@ -76,8 +78,34 @@ impl Decision {
             Decision::Approved => "approved",
             Decision::Refused => "refused",
             Decision::Pending => "pending",
+            Decision::Expired => "expired",
             Decision::Checked => "checked",
         }
+    }
+}
+
+/// Forgets expired escalations, one audit record each: waiting for a decision, or approved and
+/// not (wholly) used.
+pub(super) fn sweep(escalations: &Escalations, audit: Option<&audit::Audit>) {
+    for expired in escalations.purge() {
+        let Some(log) = audit else { continue };
+        let result = match (expired.approved, expired.used) {
+            (false, _) => "undecided".to_owned(),
+            (true, 0) => "unused".to_owned(),
+            (true, used) => format!("{used} of {} calls used", expired.total),
+        };
+        log.record(&audit::Entry {
+            time: audit::now(),
+            session: &expired.session,
+            call: "",
+            client: expired.client.clone(),
+            op: "escalate:describe",
+            path: &expired.path,
+            mode: expired.mode.as_str(),
+            decision: Decision::Expired.as_str(),
+            result: &result,
+            digest: Some(&expired.digest),
+        });
     }
 }
 
@@ -141,6 +169,13 @@ impl FsdService {
             result,
             digest,
         });
+    }
+
+    /// Forgets expired escalations, one audit record each.
+    pub(super) fn sweep(&self) {
+        if let Some(escalations) = &self.escalations {
+            sweep(escalations, self.audit.as_deref());
+        }
     }
 
     /// The mode a call runs at: the daemon's default (capped by the caller's maximum) unless the

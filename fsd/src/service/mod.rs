@@ -54,6 +54,8 @@ pub struct FsdService {
     budgets: Arc<Budgets>,
     /// A stream whose reader reads nothing for this long is cancelled.
     stream_idle: std::time::Duration,
+    /// Started with the first signed escalation: audits expiries as they happen.
+    sweeper: Arc<std::sync::Once>,
 }
 
 impl FsdService {
@@ -85,6 +87,7 @@ impl FsdService {
             audit,
             budgets: Arc::new(Budgets::new(config.budgets)),
             stream_idle: config.stream_idle_timeout,
+            sweeper: Arc::new(std::sync::Once::new()),
         }
     }
 

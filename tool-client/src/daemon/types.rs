@@ -433,6 +433,20 @@ pub struct Decision {
     pub nonce: Bytes,
     /// The approver's reason, when it gave one.
     pub reason: String,
+    /// Client trust: the digest the client's report of its decision names.
+    pub digest: String,
+}
+
+/// What this client's own approver decided (client trust), as reported to the daemon.
+#[derive(Debug, Clone, Copy)]
+pub struct Report<'a> {
+    pub approved: bool,
+    pub by: Decider,
+    pub mode: Mode,
+    /// The first path of the call, as the approver was shown it.
+    pub path: &'a str,
+    /// A refusal's reason, when one was given.
+    pub reason: &'a str,
 }
 
 impl From<v1::EscalationDescription> for Decision {
@@ -443,6 +457,7 @@ impl From<v1::EscalationDescription> for Decision {
             escalation_id: d.escalation_id,
             nonce: d.nonce,
             reason: d.reason,
+            digest: d.digest,
         }
     }
 }

@@ -86,6 +86,26 @@ async fn reread(session: &mut Session, path: &str) -> Result<Current, ToolError>
     }
 }
 
+/// For a call that asks for a wider mode: the observed version its change is guarded by, or the
+/// policy's refusal before anyone is asked to approve it.
+fn escalated_guard(
+    session: &Session,
+    args: &Map<String, Value>,
+    path: &str,
+) -> Result<Option<VersionGuard>, ToolError> {
+    if !escalation::wants_wider(session, args) {
+        return Ok(None);
+    }
+    session.edit_guard(path).map_err(|_| ToolError::not_observed(path))
+}
+
+fn not_verbatim(old: &str, path: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::EditNotFound.as_str(),
+        format!("No replacement was performed, old_str `{old}` did not appear verbatim in {path}."),
+    )
+}
+
 /// The guard version: the re-read one, when the policy is off or the re-read shows the observed
 /// state (same metadata, or same bytes: a `touch` is not stale); else the call is stale. The
 /// re-read version is the exact basis of the text the mutation is computed from.
@@ -129,8 +149,12 @@ pub async fn str_replace(
     old: &str,
     new: &str,
 ) -> Result<ToolResult, ToolError> {
-    escalation::resolve(session, args, "str_replace_editor", &[PlannedCall::edit(path, old, new, false)])
-        .await?;
+    // Escalated, the observation and the version are checked before anyone is asked.
+    let guard = escalated_guard(session, args, path)?;
+    let planned = PlannedCall::edit(path, old, new, false).with_edit_guard(guard);
+    escalation::resolve(session, args, "str_replace_editor", &[planned])
+        .await
+        .map_err(|e| if e.code == ErrorCode::EditNotFound.as_str() { not_verbatim(old, path) } else { e })?;
     let current = reread(session, path).await?;
     let version = basis(session, path, &current)?;
     let (_, body) = lines::split_bom(&current.text);
@@ -140,10 +164,7 @@ pub async fn str_replace(
     let at = match starts.as_slice() {
         [at] => *at,
         [] => {
-            return Err(ToolError::new(
-                ErrorCode::EditNotFound.as_str(),
-                format!("No replacement was performed, old_str `{old}` did not appear verbatim in {path}."),
-            ));
+            return Err(not_verbatim(old, path));
         }
         _ => {
             let found = lines::start_lines(&text, &starts);
@@ -186,14 +207,12 @@ pub async fn insert(
     after: i64,
     text: &str,
 ) -> Result<ToolResult, ToolError> {
-    // The content depends on what the re-read finds, so a signed approval cannot bind it.
-    escalation::resolve(
-        session,
-        args,
-        "str_replace_editor",
-        &[PlannedCall::unbound(Operation::WriteText, path, None)],
-    )
-    .await?;
+    // The content depends on what the re-read finds, so a signed approval cannot bind it; the
+    // observation and the version are checked before anyone is asked.
+    escalated_guard(session, args, path)?;
+    let planned =
+        PlannedCall::unbound(Operation::WriteText, path, None).with_write_guard(session.write_guard(path));
+    escalation::resolve(session, args, "str_replace_editor", &[planned]).await?;
     let current = reread(session, path).await?;
     let version = basis(session, path, &current)?;
     let (bom, body) = lines::split_bom(&current.text);
