@@ -922,6 +922,19 @@ fn a_patch_whose_hunk_does_not_match_never_reaches_the_approver() {
     assert!(!r.is_error(), "{}", r.json);
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "port = 2\nhost = a\n");
     assert_eq!(jsonl(&keys.log()).len(), 2);
+    // Two operations on one file: the second is checked against what the first leaves.
+    let fresh = s.outside.path().join("fresh.txt");
+    // An approved read of the absent file lets the checks speak about it.
+    let r = t.call("read", with(json!({"file_path": p(&fresh)})));
+    assert_eq!(r.code(), Some("FS_NOT_FOUND"), "{}", r.json);
+    let twice = format!(
+        "*** Begin Patch\n*** Add File: {0}\n+a\n+b\n*** Update File: {0}\n@@\n-b\n+c\n*** End Patch",
+        p(&fresh)
+    );
+    let r = t.call("apply_patch", with(json!({"input": twice})));
+    assert!(!r.is_error(), "{}", r.json);
+    assert_eq!(std::fs::read_to_string(&fresh).unwrap(), "a\nc\n");
+    assert_eq!(jsonl(&keys.log()).len(), 4, "the read and the patch");
     // A compromised client cannot have a patch approved and write something else with it.
     let mut rpc = Rpc::connect(&s.d);
     let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &outside)]).unwrap());

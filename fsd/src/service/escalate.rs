@@ -20,7 +20,7 @@ use crate::approver::{self, Answer};
 use crate::backend::{self, Mode, Outcome, WriteGuard, text};
 use crate::config::Escalation;
 use crate::error::{Failure, FsError, StaleReason};
-use crate::escalation::{CanonicalOp, Describe, Preview, escape};
+use crate::escalation::{AFTER_EARLIER, CanonicalOp, Describe, Preview, escape};
 use crate::op::Op;
 
 /// The most calls one escalation request may list, whatever the budgets say.
@@ -272,6 +272,7 @@ impl FsdService {
         patch.record(&target_key, destination.as_ref().map(|(key, _)| key.as_str()), &effect);
         let before = earlier.as_ref().map(Option::as_deref);
         let (content_sha256, preview) = self.preview(requested, op, &wire, version.is_some(), before).await;
+        let version = if earlier.is_some() { Some(AFTER_EARLIER.to_owned()) } else { version };
         Ok((CanonicalOp { op, target_key, display, version, destination, content_sha256 }, preview))
     }
 
