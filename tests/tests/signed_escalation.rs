@@ -966,7 +966,7 @@ fn the_editors_replacements_are_checked_before_the_approver() {
     let s = Signed::start(&keys, "");
     let mut t = s.d.session_with_config("strReplaceEditor = true\n");
     let target = s.outside.path().join("app.conf");
-    std::fs::write(&target, "port = 1\n").unwrap();
+    std::fs::write(&target, "port = 1\n# the port\n").unwrap();
     let replace = |old: &str, new: &str| {
         json!({"command": "str_replace", "path": p(&target), "old_str": old, "new_str": new,
                "sandbox_permissions": "danger-full-access", "justification": "the user asked"})
@@ -987,6 +987,12 @@ fn the_editors_replacements_are_checked_before_the_approver() {
             "Error: No replacement was performed, old_str `port = 9` did not appear verbatim in {}.",
             p(&target)
         ),
+    );
+    let r = t.call("str_replace_editor", replace("port", "p"));
+    err(
+        &r,
+        "FS_AMBIGUOUS_EDIT",
+        "Error: No replacement was performed. Multiple occurrences of old_str `port` in lines [1, 2]. Please ensure it is unique.",
     );
     std::fs::write(&target, "port = 3\n").unwrap();
     let r = t.call("str_replace_editor", replace("port = 3", "port = 4"));
