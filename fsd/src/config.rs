@@ -14,12 +14,25 @@ pub enum Listen {
     Tcp(std::net::SocketAddr),
     /// The REST face (KEP-539.2 filesystem API) and gRPC-Web, over HTTP/1.1 or HTTP/2.
     Http(std::net::SocketAddr),
+    /// The same face in plaintext even when TLS is configured, on loopback only: for the other
+    /// containers of a pod (they share its network namespace) beside a TLS listener for the rest.
+    HttpPlain(std::net::SocketAddr),
     HttpUnix(PathBuf),
 }
 
 impl Listen {
-    /// Parses `unix:PATH`, `tcp:HOST:PORT`, `http:HOST:PORT` or `http+unix:PATH`.
+    /// Parses `unix:PATH`, `tcp:HOST:PORT`, `http:HOST:PORT`, `http+plain:HOST:PORT` or
+    /// `http+unix:PATH`.
     pub fn parse(text: &str) -> Result<Listen, ConfigError> {
+        if let Some(addr) = text.strip_prefix("http+plain:") {
+            let addr: std::net::SocketAddr = addr
+                .parse()
+                .map_err(|_| ConfigError::Listen(text.to_owned(), "expected http+plain:IP:PORT"))?;
+            if !addr.ip().is_loopback() {
+                return Err(ConfigError::Listen(text.to_owned(), "a plaintext listener must be on loopback"));
+            }
+            return Ok(Listen::HttpPlain(addr));
+        }
         if let Some(path) = text.strip_prefix("http+unix:") {
             if path.is_empty() {
                 return Err(ConfigError::Listen(text.to_owned(), "empty socket path"));
@@ -45,7 +58,7 @@ impl Listen {
         }
         Err(ConfigError::Listen(
             text.to_owned(),
-            "expected unix:PATH, tcp:IP:PORT, http:IP:PORT or http+unix:PATH",
+            "expected unix:PATH, tcp:IP:PORT, http:IP:PORT, http+plain:IP:PORT or http+unix:PATH",
         ))
     }
 }
@@ -56,6 +69,7 @@ impl std::fmt::Display for Listen {
             Listen::Unix(path) => write!(f, "unix:{}", path.display()),
             Listen::Tcp(addr) => write!(f, "tcp:{addr}"),
             Listen::Http(addr) => write!(f, "http:{addr}"),
+            Listen::HttpPlain(addr) => write!(f, "http+plain:{addr}"),
             Listen::HttpUnix(path) => write!(f, "http+unix:{}", path.display()),
         }
     }
@@ -799,6 +813,18 @@ mod tests {
             flags(&["tcp:0.0.0.0:1"], &["/ws"]),
             Err(
                 "listener tcp:0.0.0.0:1 is not on loopback: a non-loopback TCP listener needs TLS (set tls_cert and tls_key)",
+            ),
+        );
+        check(
+            "",
+            flags(&["http+plain:127.0.0.1:8080"], &["/ws"]),
+            Ok("http+plain:127.0.0.1:8080 [(\"/ws\", true)] workspace-write deny"),
+        );
+        check(
+            "tls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"",
+            flags(&["http+plain:0.0.0.0:8080"], &["/ws"]),
+            Err(
+                "invalid listen address \"http+plain:0.0.0.0:8080\": a plaintext listener must be on loopback",
             ),
         );
         check(

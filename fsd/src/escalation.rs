@@ -169,6 +169,21 @@ pub enum TicketError {
     Mismatch,
 }
 
+impl TicketError {
+    /// The `ticket` metadata of the refusal.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            TicketError::Unknown => "unknown",
+            TicketError::NotApproved => "not_approved",
+            TicketError::Expired => "expired",
+            TicketError::WrongCaller => "wrong_caller",
+            TicketError::WrongMode => "wrong_mode",
+            TicketError::BadSignature => "bad_signature",
+            TicketError::Mismatch => "mismatch",
+        }
+    }
+}
+
 /// The canonical description of `request`: the bytes an approver signs.
 fn render(id: &str, nonce_hex: &str, expires: u64, request: &Describe<'_>) -> String {
     let mut text = format!(

@@ -28,7 +28,8 @@ enum Bound {
     Tcp(std::net::TcpListener, String),
     /// The REST face and gRPC-Web (`crate::rest`).
     HttpUnix(std::os::unix::net::UnixListener, String),
-    Http(std::net::TcpListener, String),
+    /// `true`: plaintext whatever TLS is configured (`http+plain:`, loopback only).
+    Http(std::net::TcpListener, String, bool),
 }
 
 fn bind(listen: &Listen) -> Result<Bound, DaemonError> {
@@ -50,7 +51,8 @@ fn bind(listen: &Listen) -> Result<Bound, DaemonError> {
         Listen::Unix(path) => Ok(Bound::Unix(unix(path)?, name)),
         Listen::Tcp(addr) => Ok(Bound::Tcp(tcp(addr)?, name)),
         Listen::HttpUnix(path) => Ok(Bound::HttpUnix(unix(path)?, name)),
-        Listen::Http(addr) => Ok(Bound::Http(tcp(addr)?, name)),
+        Listen::Http(addr) => Ok(Bound::Http(tcp(addr)?, name, false)),
+        Listen::HttpPlain(addr) => Ok(Bound::Http(tcp(addr)?, name, true)),
     }
 }
 
@@ -402,11 +404,12 @@ async fn serve(
                     Ok(())
                 });
             }
-            Bound::Http(std_listener, name) => {
+            Bound::Http(std_listener, name, plain) => {
                 let listener = tokio::net::TcpListener::from_std(std_listener)
                     .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+                let tls = if plain { None } else { tls_http.clone() };
                 tracing::info!(listen = %name, tls = tls.is_some(), "listening (REST, gRPC-Web)");
-                let incoming = crate::edge::incoming(listener, tls_http.clone(), tcp_limits, stop_rx.clone());
+                let incoming = crate::edge::incoming(listener, tls, tcp_limits, stop_rx.clone());
                 let (face, stop) = (face.clone(), stop_rx.clone());
                 servers.spawn(async move {
                     crate::rest::serve_tcp(incoming, face, stop).await;

@@ -419,3 +419,44 @@ fn write_bytes_and_remove_are_grpc_calls_too() {
         assert!(!daemon.path("bin").exists());
     });
 }
+
+/// A listing reports a link as what it resolves to inside the fence (a file with the target's
+/// size, a directory), and skips one that leads outside or nowhere; a GET through an inside
+/// link reads the target.
+#[test]
+fn links_in_listings_are_what_they_resolve_to_inside_the_fence() {
+    let daemon = RestDaemon::start("", &[]);
+    let outside = outside_fixture(daemon.dir.path());
+    std::fs::create_dir_all(daemon.path("d/sub")).unwrap();
+    std::fs::write(daemon.path("d/target.txt"), "twelve bytes").unwrap();
+    common::symlink(Path::new("target.txt"), &daemon.path("d/to-file"));
+    common::symlink(Path::new("sub"), &daemon.path("d/to-dir"));
+    common::symlink(outside.join("canary"), &daemon.path("d/to-outside"));
+    common::symlink(Path::new("missing"), &daemon.path("d/dangling"));
+    let listing = http(daemon.port, "GET", "/v1/files/d", &[], b"");
+    assert_eq!(listing.status, 200, "{listing:?}");
+    let body = listing.json();
+    let mut entries: Vec<(String, String, u64)> = body["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let kind = e["type"].as_str().unwrap().to_owned();
+            let size = if kind == "file" { e["size"].as_u64().unwrap() } else { 0 };
+            (e["name"].as_str().unwrap().to_owned(), kind, size)
+        })
+        .collect();
+    entries.sort();
+    let want = [
+        ("sub", "directory", 0),
+        ("target.txt", "file", 12),
+        ("to-dir", "directory", 0),
+        ("to-file", "file", 12),
+    ];
+    let want: Vec<(String, String, u64)> =
+        want.iter().map(|(n, k, s)| ((*n).to_owned(), (*k).to_owned(), *s)).collect();
+    assert_eq!(entries, want, "{body}");
+    let get = http(daemon.port, "GET", "/v1/files/d%2Fto-file", &[], b"");
+    assert_eq!((get.status, get.body.as_slice()), (200, b"twelve bytes".as_slice()));
+    refused(&http(daemon.port, "GET", "/v1/files/d%2Fto-outside", &[], b""), 403, "PERMISSION_DENIED");
+}

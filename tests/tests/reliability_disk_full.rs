@@ -4,6 +4,8 @@
 //! journal entry remains, and the daemon keeps serving: once space is freed the same call
 //! succeeds. Needs root and loop devices, and fails (never skips) without them.
 
+mod common;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -227,5 +229,35 @@ fn writes_that_do_not_fit_fail_with_no_space_and_change_nothing() {
 
         drop(session);
         daemon.terminate().unwrap();
+    }
+}
+
+/// The REST face on a full disk: a PUT that does not fit (a new file, a replacement) is 507
+/// `NO_SPACE`, the original intact and no temporary file or journal entry left by the staged
+/// upload; once space is freed the same PUT succeeds.
+#[test]
+fn a_rest_put_that_does_not_fit_is_507_and_changes_nothing() {
+    use common::rest::{RestDaemon, http, refused};
+    let mount = Mount::new(16, None);
+    let root = mount.point.clone();
+    std::fs::write(root.join("keep.bin"), "original content\n").unwrap();
+    let daemon = RestDaemon::start_in(&root, "");
+    let filler = root.join("filler.bin");
+    fill(&filler, 128 << 10);
+    let body = vec![b'x'; 1 << 20];
+    for name in ["new.bin", "keep.bin"] {
+        let answer = http(daemon.port, "PUT", &format!("/v1/files/{name}"), &[], &body);
+        refused(&answer, 507, "NO_SPACE");
+    }
+    assert!(!root.join("new.bin").exists(), "a PUT that did not fit created its file");
+    assert_eq!(std::fs::read_to_string(root.join("keep.bin")).unwrap(), "original content\n");
+    assert_eq!(tree::temp_files(&root), Vec::<PathBuf>::new(), "temporary files left");
+    assert_eq!(tree::journal_entries(&root), Vec::<String>::new(), "journal entries left");
+
+    std::fs::remove_file(&filler).unwrap();
+    for name in ["new.bin", "keep.bin"] {
+        let answer = http(daemon.port, "PUT", &format!("/v1/files/{name}"), &[], &body);
+        assert_eq!(answer.status, 204, "{name} after freeing space: {answer:?}");
+        assert_eq!(std::fs::read(root.join(name)).unwrap(), body);
     }
 }

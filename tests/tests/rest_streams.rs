@@ -18,7 +18,7 @@ const BIG: usize = 64 << 20;
 
 #[test]
 fn a_rest_get_counts_as_an_open_stream_and_a_stalled_one_is_cancelled() {
-    let idle_ms = 1500;
+    let idle_ms = 3000;
     let daemon =
         RestDaemon::start(&format!("stream_idle_timeout_ms = {idle_ms}\n[budgets]\nopen_streams = 1\n"), &[]);
     let port = daemon.port;

@@ -571,11 +571,12 @@ fn an_approver_with_another_key_approves_nothing() {
 fn an_expired_ticket_is_refused() {
     let keys = Keys::new();
     let _approver = Approver::serve(&keys, &keys.rules("allow"));
-    let s = Signed::start(&keys, "escalation_ttl_secs = 1\n");
+    // Long enough that a loaded machine still gets the approver's answer inside the lifetime.
+    let s = Signed::start(&keys, "escalation_ttl_secs = 3\n");
     let mut rpc = Rpc::connect(&s.d);
     let target = s.outside.path().join("late.txt");
     let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &target)]).unwrap());
-    std::thread::sleep(Duration::from_millis(2100));
+    std::thread::sleep(Duration::from_millis(4100));
     let err = read(&mut rpc, "s1", &target, Some(tk)).unwrap_err();
     assert_eq!(err.message, "escalation ticket refused: the escalation expired");
     // The expiry is a decision too: one audit record with the digest the approver logged,

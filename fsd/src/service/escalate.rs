@@ -19,7 +19,7 @@ use super::wire::{self, Called, mode_from_wire};
 use crate::approver::{self, Answer};
 use crate::backend::{self, Mode, Outcome, WriteGuard, text};
 use crate::config::Escalation;
-use crate::error::{Failure, FsError, StaleReason};
+use crate::error::{EscalationDenial, Failure, FsError, StaleReason};
 use crate::escalation::{AFTER_EARLIER, CanonicalOp, Describe, Preview, escape};
 use crate::op::Op;
 
@@ -307,20 +307,15 @@ impl FsdService {
         let caller = Caller::of(&request, request.get_ref().context());
         let r = request.into_inner();
         let first = r.ops.first().map(|o| o.path.clone()).unwrap_or_default();
-        let refuse = |why: String| {
-            WireError::new(ErrorCode::SandboxDenied, &first, why)
-                .with("mode", self.default_mode.as_str())
-                .into_status()
-        };
+        let refuse = |denial: EscalationDenial| denial.into_wire(&first, self.default_mode).into_status();
         if self.escalation == Escalation::Deny {
-            return Err(refuse("escalation is disabled on this daemon".into()));
+            return Err(refuse(EscalationDenial::Disabled(None)));
         }
         let max = self.max_for(&caller);
         let base = self.default_mode.min(max);
-        let requested =
-            mode_from_wire(r.requested_mode()).ok_or_else(|| refuse("no mode requested".into()))?;
+        let requested = mode_from_wire(r.requested_mode()).ok_or_else(|| refuse(EscalationDenial::NoMode))?;
         if requested <= base {
-            return Err(refuse(format!("{} needs no escalation", requested.as_str())));
+            return Err(refuse(EscalationDenial::NotWider(requested)));
         }
         if requested > max {
             self.audit(
@@ -331,11 +326,7 @@ impl FsdService {
                 Decision::Refused,
                 ErrorCode::SandboxDenied.as_str(),
             );
-            return Err(refuse(format!(
-                "{} is above this client's maximum mode {}",
-                requested.as_str(),
-                max.as_str()
-            )));
+            return Err(refuse(EscalationDenial::AboveMax { requested, max }));
         }
         let most = self.budgets.limits().escalated_ops.min(MAX_ESCALATED_OPS);
         if r.ops.is_empty() || r.ops.len() > most {

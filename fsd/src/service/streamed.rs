@@ -29,8 +29,9 @@ fn ended_error(ended: stream::Ended, path: &str, idle: std::time::Duration) -> O
         stream::Ended::Gone => return None,
         stream::Ended::Idle => {
             tracing::info!(path = %path, idle_ms = idle.as_millis() as u64, "stream not read; cancelled");
-            let message = format!("the stream was not read for {} ms and was cancelled", idle.as_millis());
-            WireError::new(ErrorCode::Aborted, path, message)
+            WireError::new(ErrorCode::Aborted, path, "stream idle; cancelled")
+                .with("reason", "stream_idle")
+                .with("limit_ms", idle.as_millis().to_string())
         }
         stream::Ended::Read(e) => Failure::new(FsError::Read(e), path.to_owned()).into_wire(),
         stream::Ended::Changed => {

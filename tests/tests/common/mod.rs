@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 pub mod rest;
+pub mod router;
 pub mod rpc;
 
 /// The directory holding the workspace's binaries (`target/<profile>`), found from this test

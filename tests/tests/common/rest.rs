@@ -37,7 +37,21 @@ impl RestDaemon {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("ws");
         std::fs::create_dir(&root).unwrap();
-        let root = std::fs::canonicalize(&root).unwrap();
+        RestDaemon::launch(dir, &root, config, env)
+    }
+
+    /// A daemon whose writable root is `root` (a directory the caller made, such as a mount).
+    pub fn start_in(root: &std::path::Path, config: &str) -> RestDaemon {
+        RestDaemon::launch(tempfile::tempdir().unwrap(), root, config, &[])
+    }
+
+    fn launch(
+        dir: tempfile::TempDir,
+        root: &std::path::Path,
+        config: &str,
+        env: &[(&str, &str)],
+    ) -> RestDaemon {
+        let root = std::fs::canonicalize(root).unwrap();
         let port = free_port();
         let mut cmd = Command::new(super::fsd_bin());
         cmd.arg("--listen")

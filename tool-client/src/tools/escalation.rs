@@ -228,7 +228,7 @@ pub async fn resolve(
         Err(Stop::Checked { index, error }) => Err(match (calls.get(index), &error) {
             (Some(call), _) => checked(call, &error),
             (None, DaemonError::Unavailable(message)) => ToolError::unavailable(message),
-            (None, DaemonError::Refused(wire)) => ToolError::unavailable(&wire.message),
+            (None, DaemonError::Refused(wire)) => ToolError::from_mutation_wire(&wire.path, wire),
         }),
     }
 }

@@ -118,7 +118,7 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
             let (Some(planned), Some(call)) = (planned.get(index), calls.get(index)) else {
                 return Err(match &error {
                     DaemonError::Unavailable(message) => ToolError::unavailable(message),
-                    DaemonError::Refused(wire) => ToolError::unavailable(&wire.message),
+                    DaemonError::Refused(wire) => ToolError::from_mutation_wire(&wire.path, wire),
                 });
             };
             let error =
