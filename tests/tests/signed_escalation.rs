@@ -707,6 +707,29 @@ fn escalated_operations_are_capped_per_client() {
     assert_eq!(jsonl(&keys.log()).len(), 3);
 }
 
+/// An escalation request is a call like any other: a flood of them meets the call budget
+/// before the daemon resolves, reads or diffs anything, and before any approver is asked.
+#[test]
+fn a_flood_of_escalation_requests_meets_the_call_budget() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(
+        &keys,
+        "[budgets]\ncall_burst = 2\ncalls_per_second = 0.01\npending_escalations = 64\n",
+    );
+    let mut rpc = Rpc::connect(&s.d);
+    let path = s.outside.path().join("x");
+    for _ in 0..2 {
+        assert!(ask(&mut rpc, "s1", vec![op("readText", &path)]).unwrap().approved);
+    }
+    let err = ask(&mut rpc, "s1", vec![op("readText", &path)]).unwrap_err();
+    assert_eq!((err.code, err.metadata["budget"].as_str()), (ErrorCode::RateLimited, "calls_per_second"));
+    let after: u64 = err.metadata["retry_after_ms"].parse().unwrap();
+    assert!(after > 1000, "{after}");
+    assert_eq!(jsonl(&keys.log()).len(), 2, "the refused request reached no approver");
+    assert!(s.audit().iter().any(|l| l["decision"] == "refused" && l["result"] == "FS_RATE_LIMITED"));
+}
+
 #[test]
 fn the_approver_refuses_to_run_misconfigured() {
     let keys = Keys::new();
