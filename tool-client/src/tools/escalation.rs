@@ -233,6 +233,17 @@ pub async fn resolve(
     }
 }
 
+/// [`resolve`], with the daemon's refusal before approval as it came (for tools that word it
+/// themselves).
+pub async fn resolve_checked(
+    session: &mut Session,
+    map: &Map<String, Value>,
+    tool: &str,
+    calls: &[PlannedCall],
+) -> Result<(), Stop> {
+    decide(session, map, tool, calls, None).await
+}
+
 /// [`resolve`] for the operations of an apply_patch: the daemon applies every hunk of `patch`
 /// before anyone is asked, and the approval binds what the patch writes.
 pub async fn resolve_patch(
