@@ -571,11 +571,12 @@ fn an_approver_with_another_key_approves_nothing() {
 fn an_expired_ticket_is_refused() {
     let keys = Keys::new();
     let _approver = Approver::serve(&keys, &keys.rules("allow"));
-    let s = Signed::start(&keys, "escalation_ttl_secs = 1\n");
+    // Long enough that a loaded machine still gets the approver's answer inside the lifetime.
+    let s = Signed::start(&keys, "escalation_ttl_secs = 3\n");
     let mut rpc = Rpc::connect(&s.d);
     let target = s.outside.path().join("late.txt");
     let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &target)]).unwrap());
-    std::thread::sleep(Duration::from_millis(2100));
+    std::thread::sleep(Duration::from_millis(4100));
     let err = read(&mut rpc, "s1", &target, Some(tk)).unwrap_err();
     assert_eq!(err.message, "escalation ticket refused: the escalation expired");
     // The expiry is a decision too: one audit record with the digest the approver logged,
@@ -704,6 +705,29 @@ fn escalated_operations_are_capped_per_client() {
     assert_eq!(refusals, 1, "{:?}", s.audit());
     // The approver decided only what fit.
     assert_eq!(jsonl(&keys.log()).len(), 3);
+}
+
+/// An escalation request is a call like any other: a flood of them meets the call budget
+/// before the daemon resolves, reads or diffs anything, and before any approver is asked.
+#[test]
+fn a_flood_of_escalation_requests_meets_the_call_budget() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(
+        &keys,
+        "[budgets]\ncall_burst = 2\ncalls_per_second = 0.01\npending_escalations = 64\n",
+    );
+    let mut rpc = Rpc::connect(&s.d);
+    let path = s.outside.path().join("x");
+    for _ in 0..2 {
+        assert!(ask(&mut rpc, "s1", vec![op("readText", &path)]).unwrap().approved);
+    }
+    let err = ask(&mut rpc, "s1", vec![op("readText", &path)]).unwrap_err();
+    assert_eq!((err.code, err.metadata["budget"].as_str()), (ErrorCode::RateLimited, "calls_per_second"));
+    let after: u64 = err.metadata["retry_after_ms"].parse().unwrap();
+    assert!(after > 1000, "{after}");
+    assert_eq!(jsonl(&keys.log()).len(), 2, "the refused request reached no approver");
+    assert!(s.audit().iter().any(|l| l["decision"] == "refused" && l["result"] == "FS_RATE_LIMITED"));
 }
 
 #[test]
@@ -922,6 +946,19 @@ fn a_patch_whose_hunk_does_not_match_never_reaches_the_approver() {
     assert!(!r.is_error(), "{}", r.json);
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "port = 2\nhost = a\n");
     assert_eq!(jsonl(&keys.log()).len(), 2);
+    // Two operations on one file: the second is checked against what the first leaves.
+    let fresh = s.outside.path().join("fresh.txt");
+    // An approved read of the absent file lets the checks speak about it.
+    let r = t.call("read", with(json!({"file_path": p(&fresh)})));
+    assert_eq!(r.code(), Some("FS_NOT_FOUND"), "{}", r.json);
+    let twice = format!(
+        "*** Begin Patch\n*** Add File: {0}\n+a\n+b\n*** Update File: {0}\n@@\n-b\n+c\n*** End Patch",
+        p(&fresh)
+    );
+    let r = t.call("apply_patch", with(json!({"input": twice})));
+    assert!(!r.is_error(), "{}", r.json);
+    assert_eq!(std::fs::read_to_string(&fresh).unwrap(), "a\nc\n");
+    assert_eq!(jsonl(&keys.log()).len(), 4, "the read and the patch");
     // A compromised client cannot have a patch approved and write something else with it.
     let mut rpc = Rpc::connect(&s.d);
     let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &outside)]).unwrap());
@@ -953,7 +990,7 @@ fn the_editors_replacements_are_checked_before_the_approver() {
     let s = Signed::start(&keys, "");
     let mut t = s.d.session_with_config("strReplaceEditor = true\n");
     let target = s.outside.path().join("app.conf");
-    std::fs::write(&target, "port = 1\n").unwrap();
+    std::fs::write(&target, "port = 1\n# the port\n").unwrap();
     let replace = |old: &str, new: &str| {
         json!({"command": "str_replace", "path": p(&target), "old_str": old, "new_str": new,
                "sandbox_permissions": "danger-full-access", "justification": "the user asked"})
@@ -974,6 +1011,12 @@ fn the_editors_replacements_are_checked_before_the_approver() {
             "Error: No replacement was performed, old_str `port = 9` did not appear verbatim in {}.",
             p(&target)
         ),
+    );
+    let r = t.call("str_replace_editor", replace("port", "p"));
+    err(
+        &r,
+        "FS_AMBIGUOUS_EDIT",
+        "Error: No replacement was performed. Multiple occurrences of old_str `port` in lines [1, 2]. Please ensure it is unique.",
     );
     std::fs::write(&target, "port = 3\n").unwrap();
     let r = t.call("str_replace_editor", replace("port = 3", "port = 4"));

@@ -110,9 +110,7 @@ impl FsdService {
         let op = request.op();
         let path = request.path().to_owned();
         let started = std::time::Instant::now();
-        if matches!(op, Op::WriteText | Op::MoveFile) {
-            self.budgets.may_create(&caller.identity).map_err(|r| r.into_wire(&path).into_status())?;
-        }
+        self.may_create(caller, mode, &request).await.map_err(WireError::into_status)?;
         let result = self.dispatcher.call(mode, &caller.client(), request).await;
         if let Ok(Outcome::WriteText { operation: WriteOperation::Create, .. }) = &result {
             self.budgets.created(&caller.identity);
@@ -137,6 +135,36 @@ impl FsdService {
             self.audit(caller, Step::Call(op), &path, mode, decision, code);
         }
         result.map_err(|w| w.with("mode", mode.as_str()).into_status())
+    }
+
+    /// The new-file budget, for a call that would create a file: while it is spent, a write
+    /// that can only replace (guarded by a version) or whose target exists goes ahead, and only
+    /// one that creates is refused. The stat is made only then, so a call within the budget
+    /// pays nothing. (A file created between that stat and the write is replaced, not created.)
+    async fn may_create(
+        &self,
+        caller: &Caller,
+        mode: Mode,
+        request: &backend::Request,
+    ) -> Result<(), WireError> {
+        use backend::{Request as R, WriteGuard};
+        let target = match request {
+            R::WriteText { path, guard, .. } | R::WriteBytes { path, guard, .. } => match guard {
+                Some(WriteGuard::ReplaceIfVersion { .. }) => return Ok(()),
+                Some(WriteGuard::CreateIfAbsent) | None => path,
+            },
+            // A move renames: the destination's name is new, the file count is not.
+            _ => return Ok(()),
+        };
+        let Err(refusal) = self.budgets.may_create(&caller.identity) else { return Ok(()) };
+        if matches!(request, R::WriteText { guard: Some(WriteGuard::CreateIfAbsent), .. }) {
+            return Err(refusal.into_wire(target));
+        }
+        let probe = R::Stat { path: target.clone(), no_follow: false };
+        match self.dispatcher.call(mode, &caller.client(), probe).await {
+            Ok(Outcome::Stat { info: Some(_), .. }) => Ok(()),
+            _ => Err(refusal.into_wire(target)),
+        }
     }
 
     /// Every unary operation: grant, run, convert.
