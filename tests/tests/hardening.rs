@@ -430,9 +430,18 @@ fn health(d: &Daemon, service: &str) -> ServingStatus {
     rt.block_on(async {
         let endpoint = fsd_tool_client::connect::Endpoint::Unix(d.socket.clone());
         let channel = fsd_tool_client::connect::channel(&endpoint).await.unwrap();
-        let request = HealthCheckRequest { service: service.to_owned() };
-        let reply = HealthClient::new(channel).check(request).await.unwrap().into_inner();
-        ServingStatus::try_from(reply.status).unwrap()
+        // The first health report may trail the first answer: until then a name is unknown.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let request = HealthCheckRequest { service: service.to_owned() };
+            match HealthClient::new(channel.clone()).check(request).await {
+                Ok(reply) => return ServingStatus::try_from(reply.into_inner().status).unwrap(),
+                Err(s) if s.code() == tonic::Code::NotFound && std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                Err(s) => panic!("health {service:?}: {s}"),
+            }
+        }
     })
 }
 
