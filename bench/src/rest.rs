@@ -80,9 +80,9 @@ async fn rest_put(sender: &mut SendRequest<Body>, name: &str, length: u64, body:
     let response = sender.send_request(request(hyper::Method::PUT, name, length, body)?).await?;
     let status = response.status();
     // Read to the end, so the connection is ready for the next request.
-    let _ = response.into_body().collect().await?;
+    let answer = response.into_body().collect().await?.to_bytes();
     if status != hyper::StatusCode::NO_CONTENT {
-        return Err(format!("PUT {name}: {status}").into());
+        return Err(format!("PUT {name}: {status} {}", String::from_utf8_lossy(&answer)).into());
     }
     Ok(())
 }
