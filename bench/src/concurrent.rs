@@ -267,12 +267,18 @@ pub fn run(common: &Common) -> Res<Section> {
             echo_rates.with_unit("/s"),
             ratio.percent()
         ));
-        if *load == Load::Stat {
-            section.verdict(
+        match load {
+            Load::Stat => section.verdict(
                 format!("64-in-flight stat ≥ 80% of bare tonic ({})", transport.name()),
                 ratio.percent(),
                 ratio.median() >= 0.8,
-            );
+            ),
+            Load::ReadTool => section.verdict(
+                format!("64-in-flight read tool ≥ 70% of bare tonic ({})", transport.name()),
+                ratio.percent(),
+                ratio.median() >= 0.7,
+            ),
+            Load::ReadText => {}
         }
     }
     section.markdown = md;

@@ -130,6 +130,8 @@ pub fn run(common: &Common) -> Res<Section> {
     let n = common.n(400);
     let (mut unloaded, mut loaded, mut ratio) = (PerRun::default(), PerRun::default(), PerRun::default());
     let mut last = String::new();
+    // The largest over runs: what the load cost the daemon at worst.
+    let (mut peak_rss_kib, mut peak_threads) = (0u64, 0u64);
     for run in 0..common.runs {
         eprintln!("  noisy neighbour: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
         let fsd = Server::fsd(&common.bin_dir()?, &root)?;
@@ -180,6 +182,8 @@ pub fn run(common: &Common) -> Res<Section> {
         let pids = fsd.pids();
         let thread_count: u64 = pids.iter().map(|p| threads(*p)).sum();
         let (rss, procs) = fsd.peak_rss_kib();
+        peak_rss_kib = peak_rss_kib.max(rss);
+        peak_threads = peak_threads.max(thread_count);
         stop.store(true, Ordering::Relaxed);
         let _ = noisy_rt.block_on(load);
         drop(noisy_rt);
@@ -212,8 +216,8 @@ pub fn run(common: &Common) -> Res<Section> {
     );
     let mut section = Section { markdown, ..Section::default() };
     section.verdict(
-        "noisy neighbour: another identity's read tool p50 ≤ 1.5× its unloaded p50",
-        ratio.times(),
+        "noisy neighbour: another identity's read tool p50 ≤ 1.5× its unloaded p50 (daemon peak RSS and threads under the load beside)",
+        format!("{}; {:.1} MiB, {peak_threads} threads", ratio.times(), peak_rss_kib as f64 / 1024.0),
         ratio.median() <= 1.5,
     );
     Ok(section)

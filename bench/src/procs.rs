@@ -47,31 +47,46 @@ pub fn free_port() -> Res<u16> {
 }
 
 impl Server {
-    /// Starts the release `fsd` with `root` as its writable root.
+    /// Starts the release `fsd` with `root` as its writable root; plaintext loopback TCP, which
+    /// is read-only unless configured, may write too (the TCP rows write).
     pub fn fsd(bin_dir: &Path, root: &Path) -> Res<Server> {
-        Server::fsd_with(bin_dir, root, &[])
+        Server::fsd_started(bin_dir, root, &[], Some("client_max_modes = { tcp = \"workspace-write\" }\n"))
     }
 
-    /// [`Server::fsd`] with more arguments (a config, another listener).
+    /// [`Server::fsd`] with more arguments (a config, another listener) instead of its config.
     pub fn fsd_with(bin_dir: &Path, root: &Path, args: &[std::ffi::OsString]) -> Res<Server> {
+        Server::fsd_started(bin_dir, root, args, None)
+    }
+
+    fn fsd_started(
+        bin_dir: &Path,
+        root: &Path,
+        args: &[std::ffi::OsString],
+        config: Option<&str>,
+    ) -> Res<Server> {
         let bin = bin_dir.join("fsd");
         if !bin.is_file() {
             return Err(format!("{} is missing: build with `cargo build --release`", bin.display()).into());
         }
         let mut cmd = Command::new(bin);
         cmd.arg("--writable-root").arg(root).arg("--parent-pipe").args(args).env("FSD_LOG", "warn");
-        Server::start(cmd, "fsd")
+        Server::start(cmd, "fsd", config)
     }
 
     /// Starts this binary's bare tonic echo server.
     pub fn echo() -> Res<Server> {
         let mut cmd = Command::new(std::env::current_exe()?);
         cmd.arg("echo-server");
-        Server::start(cmd, "echo")
+        Server::start(cmd, "echo", None)
     }
 
-    fn start(mut cmd: Command, what: &str) -> Res<Server> {
+    fn start(mut cmd: Command, what: &str, config: Option<&str>) -> Res<Server> {
         let dir = tempfile::Builder::new().prefix("fsd-bench-sock-").tempdir()?;
+        if let Some(config) = config {
+            let file = dir.path().join(format!("{what}.toml"));
+            std::fs::write(&file, config)?;
+            cmd.arg("--config").arg(file);
+        }
         let socket = dir.path().join(format!("{what}.sock"));
         let tcp = format!("127.0.0.1:{}", free_port()?);
         cmd.arg("--listen")

@@ -89,7 +89,7 @@ impl Document {
         let mut out = self.head;
         out.push_str(&format!("At end: {}\n\n", loadavg()));
         let verdicts: Vec<Verdict> = self.sections.iter().flat_map(|s| s.verdicts.iter().cloned()).collect();
-        out.push_str("### Targets (issues 9 and 16)\n\n");
+        out.push_str("### Targets (issues 12 and 16; the digest's cost: issue 17)\n\n");
         out.push_str(&verdict_table(&verdicts));
         for section in &self.sections {
             out.push('\n');

@@ -67,6 +67,11 @@ impl PerRun {
         PerRun(self.0.iter().zip(&base.0).map(|(a, b)| a / b).collect())
     }
 
+    /// Each run's value through `f` (a ratio less one: a slowdown).
+    pub fn map(&self, f: impl Fn(f64) -> f64) -> PerRun {
+        PerRun(self.0.iter().map(|v| f(*v)).collect())
+    }
+
     /// Element-wise sum of two series measured in the same runs.
     pub fn plus(&self, other: &PerRun) -> PerRun {
         PerRun(self.0.iter().zip(&other.0).map(|(a, b)| a + b).collect())

@@ -279,8 +279,9 @@ impl Budgets {
         self.hold_units(self.account(who), Budget::EscalatedOps, self.limits.escalated_ops, ops)
     }
 
-    /// Whether a call that may create a file can start: refused while the new-file budget is
-    /// spent (the daemon learns whether a file was new only from the outcome; see [`created`]).
+    /// Whether a call that would create a file can start: refused while the new-file budget is
+    /// spent. Files are counted from outcomes ([`created`]); the service asks only for a call
+    /// that would create one, so overwrites never meet this budget.
     ///
     /// [`created`]: Budgets::created
     pub fn may_create(&self, who: &Identity) -> Result<(), Refusal> {

@@ -1,10 +1,12 @@
 //! The backend's errors: one variant per failing step, errno kept, and the one function that maps
 //! them to stable wire codes. Reasons travel as codes and metadata (`reason`, `name`, `count`,
-//! `size`, `limit`), never as sentences: the tools write what the model reads. The messages here
+//! `size`, `limit`, and for an I/O failure its `step` and `errno`), never as sentences: the tools write what the model reads. The messages here
 //! are terse log and generic-client labels.
 
 use fsd_proto::{ErrorCode, WireError};
 
+use crate::backend::Mode;
+use crate::escalation::TicketError;
 use crate::sys::Errno;
 
 /// Why a guard no longer holds: the `reason` metadata of `FS_STALE_VERSION`.
@@ -36,6 +38,71 @@ impl StaleReason {
             StaleReason::ChangedWhileWriting => "changed_while_writing",
             StaleReason::DestinationGone => "destination_gone",
             StaleReason::ChangedWhileRead => "changed_while_read",
+        }
+    }
+}
+
+/// What is wrong with a request path: the `reason` metadata of `FS_INVALID_PATH`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathProblem {
+    Empty,
+    /// Longer than `MAX_PATH_BYTES` (metadata `limit`).
+    TooLong,
+    Nul,
+    DriveLetter,
+    Relative,
+    /// A component longer than `MAX_COMPONENT_BYTES` (metadata `limit`).
+    ComponentTooLong,
+    NotUtf8,
+    Backslash,
+    BadEscape,
+    EscapedSeparator,
+    TrailingSlash,
+    TooManyLinks,
+}
+
+impl PathProblem {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PathProblem::Empty => "empty",
+            PathProblem::TooLong => "too_long",
+            PathProblem::Nul => "nul",
+            PathProblem::DriveLetter => "drive_letter",
+            PathProblem::Relative => "relative",
+            PathProblem::ComponentTooLong => "component_too_long",
+            PathProblem::NotUtf8 => "not_utf8",
+            PathProblem::Backslash => "backslash",
+            PathProblem::BadEscape => "bad_escape",
+            PathProblem::EscapedSeparator => "escaped_separator",
+            PathProblem::TrailingSlash => "trailing_slash",
+            PathProblem::TooManyLinks => "too_many_links",
+        }
+    }
+
+    /// The status message for logs and generic clients (the tools word it themselves).
+    fn label(self) -> &'static str {
+        match self {
+            PathProblem::Empty => "path is empty",
+            PathProblem::TooLong => "path is longer than 4096 bytes",
+            PathProblem::Nul => "path contains a NUL byte",
+            PathProblem::DriveLetter => "path has a drive-letter prefix (a Windows path)",
+            PathProblem::Relative => "path must be absolute",
+            PathProblem::ComponentTooLong => "a path component is longer than 255 bytes",
+            PathProblem::NotUtf8 => "path is not valid UTF-8",
+            PathProblem::Backslash => "path contains a backslash (a Windows separator)",
+            PathProblem::BadEscape => "path has an escape that is not a character",
+            PathProblem::EscapedSeparator => "an escape in the path stands for '/' or NUL",
+            PathProblem::TrailingSlash => "path ends with a slash but does not name a directory",
+            PathProblem::TooManyLinks => "too many levels of symbolic links",
+        }
+    }
+
+    /// The limit a length problem exceeded.
+    fn limit(self) -> Option<usize> {
+        match self {
+            PathProblem::TooLong => Some(crate::backend::resolve::MAX_PATH_BYTES),
+            PathProblem::ComponentTooLong => Some(crate::backend::resolve::MAX_COMPONENT_BYTES),
+            _ => None,
         }
     }
 }
@@ -79,11 +146,97 @@ impl Denial {
     }
 }
 
+/// Why a call at a wider mode, or a request for one, was refused: the `reason` metadata of
+/// `FS_SANDBOX_DENIED` (with `requested`, the mode asked for, and `max_mode` or `ticket`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EscalationDenial {
+    /// Above the caller's maximum mode.
+    AboveMax { requested: Mode, max: Mode },
+    /// The daemon takes no escalation (to that mode, when one was named).
+    Disabled(Option<Mode>),
+    /// `client` trust: the call carries no approval with a justification.
+    NeedsApproval(Mode),
+    /// `signed` trust: the call carries no ticket.
+    NeedsTicket(Mode),
+    /// A ticket presented to a daemon without signed trust.
+    NoSignedEscalation,
+    /// An escalation request that names no mode.
+    NoMode,
+    /// An escalation request for a mode the caller has anyway.
+    NotWider(Mode),
+    /// The ticket does not hold for this call.
+    Ticket(TicketError),
+}
+
+impl EscalationDenial {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            EscalationDenial::AboveMax { .. } => "above_max",
+            EscalationDenial::Disabled(_) => "escalation_disabled",
+            EscalationDenial::NeedsApproval(_) => "needs_approval",
+            EscalationDenial::NeedsTicket(_) => "needs_ticket",
+            EscalationDenial::NoSignedEscalation => "no_signed_escalation",
+            EscalationDenial::NoMode => "no_mode",
+            EscalationDenial::NotWider(_) => "not_wider",
+            EscalationDenial::Ticket(_) => "ticket_refused",
+        }
+    }
+
+    /// The status message for logs and generic clients (the tools word it from the metadata).
+    fn label(&self) -> String {
+        match self {
+            EscalationDenial::AboveMax { requested, max } => {
+                format!("{} is above this client's maximum mode {}", requested.as_str(), max.as_str())
+            }
+            EscalationDenial::Disabled(Some(mode)) => {
+                format!("escalation to {} is disabled on this daemon", mode.as_str())
+            }
+            EscalationDenial::Disabled(None) => "escalation is disabled on this daemon".to_owned(),
+            EscalationDenial::NeedsApproval(mode) => {
+                format!("{} needs an approved escalation with a justification", mode.as_str())
+            }
+            EscalationDenial::NeedsTicket(mode) => {
+                format!("{} needs a signed escalation ticket", mode.as_str())
+            }
+            EscalationDenial::NoSignedEscalation => "this daemon does not take signed escalations".to_owned(),
+            EscalationDenial::NoMode => "no mode requested".to_owned(),
+            EscalationDenial::NotWider(mode) => format!("{} needs no escalation", mode.as_str()),
+            EscalationDenial::Ticket(e) => format!("escalation ticket refused: {e}"),
+        }
+    }
+
+    fn requested(&self) -> Option<Mode> {
+        match self {
+            EscalationDenial::AboveMax { requested: mode, .. }
+            | EscalationDenial::Disabled(Some(mode))
+            | EscalationDenial::NeedsApproval(mode)
+            | EscalationDenial::NeedsTicket(mode)
+            | EscalationDenial::NotWider(mode) => Some(*mode),
+            _ => None,
+        }
+    }
+
+    /// The refusal on the wire; `mode` is the mode the caller runs at without escalation.
+    pub fn into_wire(self, path: &str, mode: Mode) -> WireError {
+        let mut wire = WireError::new(ErrorCode::SandboxDenied, path, self.label())
+            .with("mode", mode.as_str())
+            .with("reason", self.as_str());
+        if let Some(requested) = self.requested() {
+            wire = wire.with("requested", requested.as_str());
+        }
+        match self {
+            EscalationDenial::AboveMax { max, .. } => wire.with("max_mode", max.as_str()),
+            EscalationDenial::Ticket(e) => wire.with("ticket", e.as_str()),
+            _ => wire,
+        }
+    }
+}
+
 /// Why a backend operation failed. Errno travels untouched until [`FsError::code`].
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
-    #[error("{0}")]
-    InvalidPath(&'static str),
+    #[error("{}", .0.label())]
+    InvalidPath(PathProblem),
     #[error("path resolves outside every root of this daemon")]
     OutsideRoots,
     #[error("denied: {}", .0.as_str())]
@@ -171,6 +324,30 @@ fn from_errno(errno: Errno) -> ErrorCode {
 }
 
 impl FsError {
+    /// The step an I/O failure happened in, and its errno when it has one: the `step` and
+    /// `errno` metadata the tools word the failure from.
+    fn step(&self) -> Option<(&'static str, Option<i32>)> {
+        let (step, errno) = match self {
+            FsError::KeepOwner(e) => ("keep_owner", e),
+            FsError::KeepAttributes(e) => ("keep_attributes", e),
+            FsError::Walk(e) => ("walk", e),
+            FsError::MakeDir(e) => ("make_dir", e),
+            FsError::Open(e) => ("open", e),
+            FsError::Metadata(e) => ("metadata", e),
+            FsError::List(e) => ("list", e),
+            FsError::CreateTemp(e) => ("create_temp", e),
+            FsError::SetMode(e) => ("set_mode", e),
+            FsError::Sync(e) => ("sync", e),
+            FsError::Rename(e) => ("rename", e),
+            FsError::Remove(e) => ("remove", e),
+            FsError::Read(e) => return Some(("read", e.raw_os_error())),
+            FsError::WriteTemp(e) => return Some(("write_temp", e.raw_os_error())),
+            FsError::Partial { source, .. } => return source.step(),
+            _ => return None,
+        };
+        Some((step, Some(errno.raw_os_error())))
+    }
+
     /// The stable code: the one place errno becomes a wire code. Refusals the daemon decided
     /// itself (outside roots, mode, protected path) are classified by what it knows, not errno.
     pub fn code(&self) -> ErrorCode {
@@ -226,12 +403,30 @@ impl Failure {
 
     pub fn into_wire(self) -> WireError {
         let code = self.error.code();
-        let mut wire = WireError::new(code, bounded_path(self.path), self.error.to_string());
+        let mut wire = WireError::new(code, self.path, self.error.to_string());
         if let Some(key) = self.target_key {
             wire = wire.with("target_key", key);
         }
+        if let Some((step, errno)) = self.error.step() {
+            wire = wire.with("step", step);
+            if let Some(errno) = errno {
+                wire = wire.with("errno", errno.to_string());
+            }
+        }
         match self.error {
             FsError::Stale(reason) => wire = wire.with("reason", reason.as_str()),
+            FsError::InvalidPath(problem) => {
+                wire = wire.with("reason", problem.as_str());
+                if let Some(limit) = problem.limit() {
+                    wire = wire.with("limit", limit.to_string());
+                }
+            }
+            FsError::TooManyLinks => wire = wire.with("reason", PathProblem::TooManyLinks.as_str()),
+            FsError::TooManyEntries(limit) => {
+                wire = wire.with("reason", "too_many_entries").with("limit", limit.to_string());
+            }
+            FsError::Aborted => wire = wire.with("reason", "cancelled"),
+            FsError::Truncated => wire = wire.with("reason", "truncated"),
             FsError::OutsideRoots => wire = wire.with("reason", "outside_roots"),
             FsError::Denied(denial) => {
                 wire = wire.with("reason", denial.as_str());
@@ -252,22 +447,6 @@ impl Failure {
         }
         wire
     }
-}
-
-/// The path as the error metadata carries it: a request path can be as long as the message cap,
-/// and echoed whole it would overflow the reply's HTTP/2 header limit (the client would see a
-/// protocol error instead of FS_INVALID_PATH). Longer than any valid path, it is cut.
-fn bounded_path(mut path: String) -> String {
-    const MAX: usize = crate::backend::resolve::MAX_PATH_BYTES;
-    if path.len() > MAX {
-        let mut cut = MAX;
-        while !path.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        path.truncate(cut);
-        path.push_str("...");
-    }
-    path
 }
 
 #[cfg(test)]
@@ -312,14 +491,42 @@ mod tests {
         reasons(FsError::OutsideRoots, &[("reason", "outside_roots")]);
         reasons(FsError::AmbiguousEdit(3), &[("count", "3")]);
         reasons(FsError::TooLarge { size: 9, limit: 4 }, &[("size", "9"), ("limit", "4")]);
+        reasons(FsError::Rename(Errno::IO), &[("step", "rename"), ("errno", "5")]);
+        reasons(FsError::Read(std::io::Error::from_raw_os_error(28)), &[("step", "read"), ("errno", "28")]);
+        reasons(
+            FsError::Partial { removed: 2, source: Box::new(FsError::Remove(Errno::ACCESS)) },
+            &[("removed", "2"), ("step", "remove"), ("errno", "13")],
+        );
+        reasons(FsError::InvalidPath(PathProblem::Relative), &[("reason", "relative")]);
+        reasons(FsError::InvalidPath(PathProblem::TooLong), &[("reason", "too_long"), ("limit", "4096")]);
+        reasons(FsError::TooManyLinks, &[("reason", "too_many_links")]);
+        reasons(FsError::TooManyEntries(10), &[("reason", "too_many_entries"), ("limit", "10")]);
     }
 
     #[test]
-    fn wire_paths_are_bounded() {
-        let long = format!("/{}", "\u{e9}".repeat(5000));
-        let wire = Failure::new(FsError::InvalidPath("too long"), long).into_wire();
-        assert!(wire.path.len() <= 4096 + 3 && wire.path.ends_with("..."), "{}", wire.path.len());
-        let short = Failure::new(FsError::NotFound, "/ws/a.txt").into_wire();
-        assert_eq!(short.path, "/ws/a.txt");
+    fn escalation_denials_travel_as_metadata() {
+        let check = |denial: EscalationDenial, label: &str, expected: &[(&str, &str)]| {
+            let wire = denial.into_wire("/ws/a", Mode::WorkspaceWrite);
+            assert_eq!((wire.code, wire.message.as_str()), (ErrorCode::SandboxDenied, label));
+            assert_eq!(wire.get("mode"), Some("workspace-write"));
+            for (key, value) in expected {
+                assert_eq!(wire.get(key), Some(*value), "{key} of {wire:?}");
+            }
+        };
+        check(
+            EscalationDenial::AboveMax { requested: Mode::DangerFullAccess, max: Mode::WorkspaceWrite },
+            "danger-full-access is above this client's maximum mode workspace-write",
+            &[("reason", "above_max"), ("requested", "danger-full-access"), ("max_mode", "workspace-write")],
+        );
+        check(
+            EscalationDenial::Disabled(None),
+            "escalation is disabled on this daemon",
+            &[("reason", "escalation_disabled")],
+        );
+        check(
+            EscalationDenial::Ticket(TicketError::Expired),
+            "escalation ticket refused: the escalation expired",
+            &[("reason", "ticket_refused"), ("ticket", "expired")],
+        );
     }
 }

@@ -24,7 +24,8 @@ pub struct CanonicalOp {
     /// Target key and display path of the (source) target.
     pub target_key: String,
     pub display: String,
-    /// The version found when described, or `None` for an absent target.
+    /// The version found when described, or `None` for an absent target; [`AFTER_EARLIER`]
+    /// when an earlier call of the same escalation changes the target first.
     pub version: Option<String>,
     /// For moves: the destination's key and display path.
     pub destination: Option<(String, String)>,
@@ -38,6 +39,10 @@ pub struct Preview {
     pub lines: Vec<String>,
 }
 
+/// The version of a target an earlier call of the same escalation (an apply_patch operation)
+/// changes first: whatever that call leaves, which nobody can know when it is described.
+pub const AFTER_EARLIER: &str = "after an earlier call of this escalation";
+
 impl CanonicalOp {
     /// Whether `call` is this approved call. An approval without a content digest (a delete,
     /// a move without new content, a client that sent no content) binds the operation, the
@@ -45,7 +50,7 @@ impl CanonicalOp {
     pub fn admits(&self, call: &CanonicalOp) -> bool {
         self.op == call.op
             && self.target_key == call.target_key
-            && self.version == call.version
+            && (self.version.as_deref() == Some(AFTER_EARLIER) || self.version == call.version)
             && self.destination == call.destination
             && (self.content_sha256.is_empty() || self.content_sha256 == call.content_sha256)
     }
@@ -164,13 +169,72 @@ pub enum TicketError {
     Mismatch,
 }
 
+impl TicketError {
+    /// The `ticket` metadata of the refusal.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            TicketError::Unknown => "unknown",
+            TicketError::NotApproved => "not_approved",
+            TicketError::Expired => "expired",
+            TicketError::WrongCaller => "wrong_caller",
+            TicketError::WrongMode => "wrong_mode",
+            TicketError::BadSignature => "bad_signature",
+            TicketError::Mismatch => "mismatch",
+        }
+    }
+}
+
+/// The canonical description of `request`: the bytes an approver signs.
+fn render(id: &str, nonce_hex: &str, expires: u64, request: &Describe<'_>) -> String {
+    let mut text = format!(
+        "fsd escalation v1\nid: {id}\nnonce: {nonce_hex}\nsession: {}\nclient: {}\nmode: {}\njustification: {}\nexpires: {expires}\n",
+        escape(request.session),
+        escape(request.client),
+        request.mode.as_str(),
+        escape(request.justification),
+    );
+    for (i, (op, preview)) in request.ops.iter().enumerate() {
+        text.push_str(&format!("op {}: {} {}\n", i + 1, op.op.name(), escape(&op.display)));
+        text.push_str(&format!("  target: {}\n", escape(&op.target_key)));
+        text.push_str(&format!("  current: {}\n", op.version.as_deref().unwrap_or("absent")));
+        if let Some((key, display)) = &op.destination {
+            text.push_str(&format!("  destination: {} ({})\n", escape(display), escape(key)));
+        }
+        if !op.content_sha256.is_empty() {
+            text.push_str(&format!("  content-sha256: {}\n", hex::encode(&op.content_sha256)));
+        }
+        if !preview.lines.is_empty() {
+            text.push_str("  diff:\n");
+            for line in &preview.lines {
+                text.push_str(&format!("    {}\n", escape(line)));
+            }
+        }
+    }
+    text
+}
+
+/// Client trust: the digest of the daemon's description of a checked request (a fresh id makes
+/// it name this request only), which the client's report of its decision names.
+pub fn client_digest(request: &Describe<'_>) -> String {
+    let text = render(&random_hex(16), "", now(), request);
+    hex::encode(fsd_proto::digest::content(text.as_bytes()))
+}
+
 /// The pending escalations and the approver's public key.
 #[derive(Debug)]
 pub struct Escalations {
     key: VerifyingKey,
     ttl: Duration,
     pending: Mutex<HashMap<String, Pending>>,
+    /// Escalations `purge` removed as expired, for a while: id → (expiry, digest), so a late
+    /// use is told it expired (and audited with the digest), not that it is unknown.
+    expired: Mutex<HashMap<String, (u64, String)>>,
 }
+
+/// Lately expired escalations remembered at most, and for how long after their expiry (beyond,
+/// a late use is told "unknown").
+const MAX_TOMBSTONES: usize = 4096;
+const TOMBSTONE_SECS: u64 = 600;
 
 fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
@@ -214,6 +278,21 @@ pub struct Describe<'a> {
     pub ops: Vec<(CanonicalOp, Preview)>,
 }
 
+/// An escalation that expired before every call it listed was used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expired {
+    pub digest: String,
+    pub session: String,
+    pub client: String,
+    pub mode: Mode,
+    /// The first call's path, as the approver was shown it.
+    pub path: String,
+    /// Whether the approver had approved it (else it was still waiting for a decision).
+    pub approved: bool,
+    pub used: usize,
+    pub total: usize,
+}
+
 /// A description ready for the approver.
 #[derive(Debug, Clone)]
 pub struct Described {
@@ -234,7 +313,7 @@ impl Escalations {
             .try_into()
             .map_err(|_| "approver_public_key must be 32 bytes (64 hex digits)".to_owned())?;
         let key = VerifyingKey::from_bytes(&bytes).map_err(|e| format!("approver_public_key: {e}"))?;
-        Ok(Escalations { key, ttl, pending: Mutex::new(HashMap::new()) })
+        Ok(Escalations { key, ttl, pending: Mutex::new(HashMap::new()), expired: Mutex::default() })
     }
 
     /// How long an approver has to decide.
@@ -242,44 +321,43 @@ impl Escalations {
         self.ttl
     }
 
-    /// Forgets expired escalations, giving their budgets back.
-    pub fn purge(&self) {
+    /// Forgets expired escalations, giving their budgets back, and returns them for the audit
+    /// log (an expiry is a decision too).
+    pub fn purge(&self) -> Vec<Expired> {
         let t = now();
-        self.pending.lock().unwrap_or_else(PoisonError::into_inner).retain(|_, p| p.expires > t);
+        let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let ids: Vec<String> =
+            table.iter().filter(|(_, p)| p.expires <= t).map(|(id, _)| id.clone()).collect();
+        let mut tombstones = self.expired.lock().unwrap_or_else(PoisonError::into_inner);
+        tombstones.retain(|_, (expires, _)| expires.saturating_add(TOMBSTONE_SECS) > t);
+        let mut expired = Vec::with_capacity(ids.len());
+        for id in ids {
+            let Some(p) = table.remove(&id) else { continue };
+            if tombstones.len() < MAX_TOMBSTONES {
+                tombstones.insert(id, (p.expires, p.digest.clone()));
+            }
+            expired.push(Expired {
+                path: p.ops.first().map(|(op, _)| op.display.clone()).unwrap_or_default(),
+                used: p.ops.iter().filter(|(_, used)| *used).count(),
+                total: p.ops.len(),
+                approved: p.signature.is_some(),
+                digest: p.digest,
+                session: p.session,
+                client: p.client,
+                mode: p.mode,
+            });
+        }
+        expired
     }
 
     /// Stores a pending escalation (holding the client's budget `permits`) and returns its
     /// canonical description.
     pub fn describe(&self, request: Describe<'_>, permits: Vec<crate::budget::Permit>) -> Described {
-        self.purge();
         let id = random_hex(16);
         let nonce_hex = random_hex(16);
         let nonce = hex::decode(&nonce_hex).unwrap_or_default();
         let expires = now() + self.ttl.as_secs().max(1);
-        let mut text = format!(
-            "fsd escalation v1\nid: {id}\nnonce: {nonce_hex}\nsession: {}\nclient: {}\nmode: {}\njustification: {}\nexpires: {expires}\n",
-            escape(request.session),
-            escape(request.client),
-            request.mode.as_str(),
-            escape(request.justification),
-        );
-        for (i, (op, preview)) in request.ops.iter().enumerate() {
-            text.push_str(&format!("op {}: {} {}\n", i + 1, op.op.name(), escape(&op.display)));
-            text.push_str(&format!("  target: {}\n", escape(&op.target_key)));
-            text.push_str(&format!("  current: {}\n", op.version.as_deref().unwrap_or("absent")));
-            if let Some((key, display)) = &op.destination {
-                text.push_str(&format!("  destination: {} ({})\n", escape(display), escape(key)));
-            }
-            if !op.content_sha256.is_empty() {
-                text.push_str(&format!("  content-sha256: {}\n", hex::encode(&op.content_sha256)));
-            }
-            if !preview.lines.is_empty() {
-                text.push_str("  diff:\n");
-                for line in &preview.lines {
-                    text.push_str(&format!("    {}\n", escape(line)));
-                }
-            }
-        }
+        let text = render(&id, &nonce_hex, expires, &request);
         let digest = hex::encode(fsd_proto::digest::content(text.as_bytes()));
         let pending = Pending {
             nonce: nonce.clone(),
@@ -342,9 +420,19 @@ impl Escalations {
         self.key.verify(pending.description.as_bytes(), &signature).map_err(|_| TicketError::BadSignature)
     }
 
-    /// The digest of a pending escalation's description, for audit records.
+    /// The digest of a pending (or lately expired) escalation's description, for audit records.
     pub fn digest_of(&self, id: &str) -> Option<String> {
-        self.pending.lock().unwrap_or_else(PoisonError::into_inner).get(id).map(|p| p.digest.clone())
+        let pending =
+            self.pending.lock().unwrap_or_else(PoisonError::into_inner).get(id).map(|p| p.digest.clone());
+        pending.or_else(|| {
+            self.expired.lock().unwrap_or_else(PoisonError::into_inner).get(id).map(|(_, d)| d.clone())
+        })
+    }
+
+    /// Why a ticket's escalation is not pending: it expired lately, or it is unknown or spent.
+    fn gone(&self, id: &str) -> TicketError {
+        let expired = self.expired.lock().unwrap_or_else(PoisonError::into_inner).contains_key(id);
+        if expired { TicketError::Expired } else { TicketError::Unknown }
     }
 
     /// Whether a valid ticket's approved calls name `path` as the caller gave it.
@@ -361,20 +449,16 @@ impl Escalations {
     /// Checks a ticket without looking at the call: known, approved, this caller, this mode.
     pub fn check(&self, ticket: &Ticket<'_>) -> Result<(), TicketError> {
         let table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        let pending = table.get(ticket.id).ok_or(TicketError::Unknown)?;
+        let pending = table.get(ticket.id).ok_or_else(|| self.gone(ticket.id))?;
         self.verify(pending, ticket)
     }
 
     /// Checks a ticket for one call and spends that call's approval.
     pub fn redeem(&self, ticket: &Ticket<'_>, call: &CanonicalOp) -> Result<(), TicketError> {
         let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        let pending = table.get_mut(ticket.id).ok_or(TicketError::Unknown)?;
-        if let Err(e) = self.verify(pending, ticket) {
-            if e == TicketError::Expired {
-                table.remove(ticket.id);
-            }
-            return Err(e);
-        }
+        let pending = table.get_mut(ticket.id).ok_or_else(|| self.gone(ticket.id))?;
+        // An expired escalation stays until `purge`, which records its expiry.
+        self.verify(pending, ticket)?;
         let slot = pending
             .ops
             .iter_mut()
@@ -391,7 +475,7 @@ impl Escalations {
     /// reads spend nothing.
     pub fn check_read(&self, ticket: &Ticket<'_>, target_key: &str) -> Result<(), TicketError> {
         let table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        let pending = table.get(ticket.id).ok_or(TicketError::Unknown)?;
+        let pending = table.get(ticket.id).ok_or_else(|| self.gone(ticket.id))?;
         self.verify(pending, ticket)?;
         let approved = pending.ops.iter().any(|(op, _)| {
             op.target_key == target_key || op.destination.as_ref().is_some_and(|(key, _)| key == target_key)
@@ -468,6 +552,18 @@ mod tests {
     }
 
     #[test]
+    fn a_call_after_an_earlier_one_is_admitted_at_any_version_but_only_with_its_content() {
+        let approved = CanonicalOp { version: Some(AFTER_EARLIER.into()), ..op("etc/x") };
+        let check = |call: CanonicalOp, want: bool| assert_eq!(approved.admits(&call), want, "{call:?}");
+        check(CanonicalOp { version: Some("v2".into()), ..op("etc/x") }, true);
+        check(op("etc/x"), true);
+        check(CanonicalOp { content_sha256: vec![9], ..op("etc/x") }, false);
+        check(op("etc/y"), false);
+        let plain = CanonicalOp { version: Some("v1".into()), ..op("etc/x") };
+        assert!(!plain.admits(&CanonicalOp { version: Some("v2".into()), ..op("etc/x") }));
+    }
+
+    #[test]
     fn a_signature_by_another_key_refuses_the_escalation() {
         let (_, esc) = setup(60);
         let d = describe(&esc, "uid:0", None);
@@ -497,9 +593,24 @@ mod tests {
         assert!(permit.is_ok(), "a refusal gives it back");
         drop(permit);
         let (_, short) = setup(1);
-        describe(&short, "uid:1", budgets.escalation(&who).ok());
+        let late = describe(&short, "uid:1", budgets.escalation(&who).ok());
         std::thread::sleep(Duration::from_millis(2100));
-        short.purge();
+        let expired = short.purge();
+        assert_eq!(expired.len(), 1);
+        assert_eq!(
+            (expired[0].path.as_str(), expired[0].approved, expired[0].used, expired[0].total),
+            ("/etc/x", false, 0, 1)
+        );
+        assert!(short.purge().is_empty(), "each expiry is returned once");
+        let ticket = Ticket {
+            id: &late.id,
+            nonce: &late.nonce,
+            session: "s1",
+            client: "uid:1",
+            mode: Mode::DangerFullAccess,
+        };
+        assert_eq!(short.check(&ticket), Err(TicketError::Expired), "a late use is told it expired");
+        assert_eq!(short.digest_of(&late.id), Some(late.digest.clone()));
         assert!(budgets.escalation(&who).is_ok(), "an expired escalation gives it back");
     }
 

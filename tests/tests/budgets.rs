@@ -58,6 +58,22 @@ fn new_files_over_budget_are_refused_and_nothing_is_created() {
     assert!(!d.path("three.txt").exists());
     // Reads are not new files.
     r.read_text(&d.path("one.txt"), 1 << 20).unwrap();
+    // Overwrites are not new files either: while the budget is spent, a write over an existing
+    // file goes ahead, unguarded or guarded by its version.
+    let reply = r.write_text(&d.path("one.txt"), "1 again\n", None).unwrap();
+    assert_eq!(reply.operation(), v1::WriteOperation::Update);
+    let version = r.version(&d.path("two.txt"));
+    let replace =
+        v1::write_guard::Kind::ReplaceIfVersion(v1::ReplaceIfVersion { version, ..Default::default() });
+    r.write_text(&d.path("two.txt"), "2 again\n", Some(replace)).unwrap();
+    assert_eq!((d.read("one.txt"), d.read("two.txt")), (b"1 again\n".to_vec(), b"2 again\n".to_vec()));
+    // A create is still refused, unguarded or createIfAbsent.
+    let create = v1::write_guard::Kind::CreateIfAbsent(v1::CreateIfAbsent {});
+    let status = r.write_text(&d.path("four.txt"), "4\n", Some(create)).unwrap_err();
+    assert_eq!(rpc::wire(&status).get("budget"), Some("new_files_per_second"));
+    let status = r.write_text(&d.path("three.txt"), "3\n", None).unwrap_err();
+    assert_eq!(rpc::wire(&status).get("budget"), Some("new_files_per_second"));
+    assert!(!d.path("three.txt").exists() && !d.path("four.txt").exists());
 }
 
 #[test]
@@ -223,7 +239,12 @@ fn a_stream_that_is_not_read_is_cancelled_after_the_idle_timeout_and_frees_its_s
         assert!(received < big.len());
         let wire = rpc::wire(&ended);
         assert_eq!(wire.code, ErrorCode::Aborted, "{wire:?}");
-        assert!(wire.message.contains("not read for 400 ms"), "{wire:?}");
+        // A reason and the limit, not a sentence: the tools word it.
+        assert_eq!(
+            (wire.get("reason"), wire.get("limit_ms")),
+            (Some("stream_idle"), Some("400")),
+            "{wire:?}"
+        );
         // The second stream, read promptly, delivers the whole file.
         let mut total = 0usize;
         while let Some(message) = second.message().await.unwrap() {

@@ -418,6 +418,20 @@ fn a_compromised_client_learns_nothing_outside_its_grant() {
             };
             shown(ask(rpc, "s1", vec![guess]))
         }),
+        ("a patch escalation guessing the content", |rpc, t| {
+            let request = v1::EscalationRequest {
+                context: context("s1", None),
+                requested_mode: v1::Mode::DangerFullAccess as i32,
+                justification: "x".into(),
+                ops: vec![op("writeText", t)],
+                patch: Some(format!(
+                    "*** Begin Patch\n*** Update File: {}\n@@\n-root:$6$very-secret-hash:19000:0:99999:7:::\n+x\n*** End Patch",
+                    p(t)
+                )),
+            };
+            let answer = rpc.rt.block_on(rpc.client.request_escalation(request));
+            shown(answer.map(tonic::Response::into_inner).map_err(|s| WireError::from_status(&s).unwrap()))
+        }),
         ("delete and move escalations", |rpc, t| {
             let moved = v1::EscalatedOp { destination: "/tmp/elsewhere".into(), ..op("moveFile", t) };
             format!(
@@ -557,13 +571,31 @@ fn an_approver_with_another_key_approves_nothing() {
 fn an_expired_ticket_is_refused() {
     let keys = Keys::new();
     let _approver = Approver::serve(&keys, &keys.rules("allow"));
-    let s = Signed::start(&keys, "escalation_ttl_secs = 1\n");
+    // Long enough that a loaded machine still gets the approver's answer inside the lifetime.
+    let s = Signed::start(&keys, "escalation_ttl_secs = 3\n");
     let mut rpc = Rpc::connect(&s.d);
     let target = s.outside.path().join("late.txt");
     let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &target)]).unwrap());
-    std::thread::sleep(Duration::from_millis(2100));
+    std::thread::sleep(Duration::from_millis(4100));
     let err = read(&mut rpc, "s1", &target, Some(tk)).unwrap_err();
     assert_eq!(err.message, "escalation ticket refused: the escalation expired");
+    // The expiry is a decision too: one audit record with the digest the approver logged,
+    // written when it expires (no other request comes to trigger it).
+    let digest = jsonl(&keys.log())[0]["digest"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let expired = loop {
+        let audit = s.audit();
+        let found: Vec<_> = audit.iter().filter(|l| l["decision"] == "expired").cloned().collect();
+        if !found.is_empty() || Instant::now() > deadline {
+            break found;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(expired.len(), 1, "{:?}", s.audit());
+    assert_eq!(
+        (&expired[0]["digest"], &expired[0]["result"], &expired[0]["path"], &expired[0]["op"]),
+        (&json!(digest), &json!("unused"), &json!(p(&target)), &json!("escalate:describe"))
+    );
 }
 
 #[test]
@@ -661,7 +693,7 @@ fn escalated_operations_are_capped_per_client() {
     let release = v1::ReleaseEscalationRequest {
         context: context("s1", None),
         escalation_id: first.escalation_id,
-        client_refusal: None,
+        client_decision: None,
     };
     rpc.rt.block_on(rpc.client.release_escalation(release)).unwrap();
     assert!(ask(&mut rpc, "s1", reads(2)).unwrap().approved);
@@ -673,6 +705,29 @@ fn escalated_operations_are_capped_per_client() {
     assert_eq!(refusals, 1, "{:?}", s.audit());
     // The approver decided only what fit.
     assert_eq!(jsonl(&keys.log()).len(), 3);
+}
+
+/// An escalation request is a call like any other: a flood of them meets the call budget
+/// before the daemon resolves, reads or diffs anything, and before any approver is asked.
+#[test]
+fn a_flood_of_escalation_requests_meets_the_call_budget() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(
+        &keys,
+        "[budgets]\ncall_burst = 2\ncalls_per_second = 0.01\npending_escalations = 64\n",
+    );
+    let mut rpc = Rpc::connect(&s.d);
+    let path = s.outside.path().join("x");
+    for _ in 0..2 {
+        assert!(ask(&mut rpc, "s1", vec![op("readText", &path)]).unwrap().approved);
+    }
+    let err = ask(&mut rpc, "s1", vec![op("readText", &path)]).unwrap_err();
+    assert_eq!((err.code, err.metadata["budget"].as_str()), (ErrorCode::RateLimited, "calls_per_second"));
+    let after: u64 = err.metadata["retry_after_ms"].parse().unwrap();
+    assert!(after > 1000, "{after}");
+    assert_eq!(jsonl(&keys.log()).len(), 2, "the refused request reached no approver");
+    assert!(s.audit().iter().any(|l| l["decision"] == "refused" && l["result"] == "FS_RATE_LIMITED"));
 }
 
 #[test]
@@ -891,6 +946,19 @@ fn a_patch_whose_hunk_does_not_match_never_reaches_the_approver() {
     assert!(!r.is_error(), "{}", r.json);
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "port = 2\nhost = a\n");
     assert_eq!(jsonl(&keys.log()).len(), 2);
+    // Two operations on one file: the second is checked against what the first leaves.
+    let fresh = s.outside.path().join("fresh.txt");
+    // An approved read of the absent file lets the checks speak about it.
+    let r = t.call("read", with(json!({"file_path": p(&fresh)})));
+    assert_eq!(r.code(), Some("FS_NOT_FOUND"), "{}", r.json);
+    let twice = format!(
+        "*** Begin Patch\n*** Add File: {0}\n+a\n+b\n*** Update File: {0}\n@@\n-b\n+c\n*** End Patch",
+        p(&fresh)
+    );
+    let r = t.call("apply_patch", with(json!({"input": twice})));
+    assert!(!r.is_error(), "{}", r.json);
+    assert_eq!(std::fs::read_to_string(&fresh).unwrap(), "a\nc\n");
+    assert_eq!(jsonl(&keys.log()).len(), 4, "the read and the patch");
     // A compromised client cannot have a patch approved and write something else with it.
     let mut rpc = Rpc::connect(&s.d);
     let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &outside)]).unwrap());
@@ -911,4 +979,56 @@ fn a_patch_whose_hunk_does_not_match_never_reaches_the_approver() {
     );
     write(&mut rpc, "s1", &outside, "port = 2\nhost = b\n", tk).unwrap();
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "port = 2\nhost = b\n");
+}
+
+/// str_replace_editor under signed trust: what would fail (unobserved, not verbatim, stale)
+/// never reaches the approver and reads as the editor's own text; an approved replacement lands.
+#[test]
+fn the_editors_replacements_are_checked_before_the_approver() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let mut t = s.d.session_with_config("strReplaceEditor = true\n");
+    let target = s.outside.path().join("app.conf");
+    std::fs::write(&target, "port = 1\n# the port\n").unwrap();
+    let replace = |old: &str, new: &str| {
+        json!({"command": "str_replace", "path": p(&target), "old_str": old, "new_str": new,
+               "sandbox_permissions": "danger-full-access", "justification": "the user asked"})
+    };
+    let r = t.call("str_replace_editor", replace("port = 1", "port = 2"));
+    assert_eq!(r.code(), Some("FS_NOT_OBSERVED"), "{}", r.json);
+    assert!(jsonl(&keys.log()).is_empty(), "the unobserved replacement reached the approver");
+    let r = t.call(
+        "read",
+        json!({"file_path": p(&target), "sandbox_permissions": "danger-full-access", "justification": "x"}),
+    );
+    assert!(!r.is_error(), "{}", r.json);
+    let r = t.call("str_replace_editor", replace("port = 9", "port = 2"));
+    err(
+        &r,
+        "FS_EDIT_NOT_FOUND",
+        &format!(
+            "Error: No replacement was performed, old_str `port = 9` did not appear verbatim in {}.",
+            p(&target)
+        ),
+    );
+    let r = t.call("str_replace_editor", replace("port", "p"));
+    err(
+        &r,
+        "FS_AMBIGUOUS_EDIT",
+        "Error: No replacement was performed. Multiple occurrences of old_str `port` in lines [1, 2]. Please ensure it is unique.",
+    );
+    std::fs::write(&target, "port = 3\n").unwrap();
+    let r = t.call("str_replace_editor", replace("port = 3", "port = 4"));
+    assert_eq!(r.code(), Some("FS_STALE_VERSION"), "{}", r.json);
+    assert_eq!(jsonl(&keys.log()).len(), 1, "only the read reached the approver");
+    let r = t.call(
+        "read",
+        json!({"file_path": p(&target), "sandbox_permissions": "danger-full-access", "justification": "x"}),
+    );
+    assert!(!r.is_error(), "{}", r.json);
+    let r = t.call("str_replace_editor", replace("port = 3", "port = 4"));
+    assert!(!r.is_error(), "{}", r.json);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "port = 4\n");
+    assert_eq!(jsonl(&keys.log()).len(), 3);
 }

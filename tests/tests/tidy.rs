@@ -58,6 +58,14 @@ const MODEL_PHRASES: &[&str] = &[
     "file access denied under",
     "is a protected path",
     "no longer exists",
+    // Dispatch and stream failures: the daemon sends `reason`, `lost` and `limit_ms`.
+    "the outcome is unknown",
+    "was not read for",
+    "no worker became free",
+    "could not take the call",
+    "exceeded its deadline",
+    // Escalation denials and ticket refusals are worded by the tools from `reason` and `ticket`
+    // too, but their labels stay for generic gRPC clients (see `EscalationDenial::label`).
 ];
 
 /// The daemon's sources.

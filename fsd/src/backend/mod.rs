@@ -79,7 +79,10 @@ impl Default for Limits {
             max_diff_text_bytes: 1 << 20,
             max_dir_entries: 100_000,
             default_chunk_bytes: 256 << 10,
-            max_chunk_bytes: 1 << 20,
+            // The default, which the tools ask for: a stream whose reader stalls holds two
+            // chunks (the one read ahead and the one HTTP/2 waits to send), so the cap bounds
+            // what an identity's 64 stalled streams pin (32 MiB, not 128 with 1 MiB chunks).
+            max_chunk_bytes: 256 << 10,
             max_upload_bytes: 4 << 30,
         }
     }
@@ -249,7 +252,8 @@ pub enum Outcome {
         destination_version: String,
         source_change: Change,
         destination_change: Change,
-        source_removal_error: Option<String>,
+        /// The errno of a failed removal of the source (the destination was written).
+        source_removal_errno: Option<i32>,
     },
     DeleteFile {
         target: Target,

@@ -9,14 +9,14 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::error::{Denial, FsError};
+use crate::error::{Denial, FsError, PathProblem};
 use crate::sys::{self, Errno, Kind, Meta};
 
 /// At most this many symlinks are followed in one resolution (the kernel's own limit).
 const MAX_LINK_HOPS: usize = 40;
 /// Request paths longer than this are refused before any syscall.
 pub const MAX_PATH_BYTES: usize = 4096;
-const MAX_COMPONENT_BYTES: usize = 255;
+pub const MAX_COMPONENT_BYTES: usize = 255;
 
 /// A directory tree the daemon serves, opened once at startup.
 #[derive(Debug)]
@@ -86,23 +86,23 @@ pub fn components(path: &OsStr) -> Vec<&OsStr> {
 /// Checks a request path before any syscall.
 pub fn validate(path: &str) -> Result<(), FsError> {
     if path.is_empty() {
-        return Err(FsError::InvalidPath("path is empty"));
+        return Err(FsError::InvalidPath(PathProblem::Empty));
     }
     if path.len() > MAX_PATH_BYTES {
-        return Err(FsError::InvalidPath("path is longer than 4096 bytes"));
+        return Err(FsError::InvalidPath(PathProblem::TooLong));
     }
     if path.as_bytes().contains(&0) {
-        return Err(FsError::InvalidPath("path contains a NUL byte"));
+        return Err(FsError::InvalidPath(PathProblem::Nul));
     }
     let bytes = path.as_bytes();
     if bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':' {
-        return Err(FsError::InvalidPath("path has a drive-letter prefix (a Windows path)"));
+        return Err(FsError::InvalidPath(PathProblem::DriveLetter));
     }
     if !path.starts_with('/') {
-        return Err(FsError::InvalidPath("path must be absolute"));
+        return Err(FsError::InvalidPath(PathProblem::Relative));
     }
     if components(OsStr::new(path)).iter().any(|c| c.len() > MAX_COMPONENT_BYTES) {
-        return Err(FsError::InvalidPath("a path component is longer than 255 bytes"));
+        return Err(FsError::InvalidPath(PathProblem::ComponentTooLong));
     }
     Ok(())
 }
@@ -115,21 +115,21 @@ pub fn raw_components(path: &str, allow_backslash: bool) -> Result<Vec<OsString>
     use std::os::unix::ffi::OsStringExt;
     let mut out = Vec::new();
     for c in components(OsStr::new(path)) {
-        let text = c.to_str().ok_or(FsError::InvalidPath("path is not valid UTF-8"))?;
+        let text = c.to_str().ok_or(FsError::InvalidPath(PathProblem::NotUtf8))?;
         let raw = match fsd_proto::names::unescape(text, allow_backslash) {
             Ok(raw) => raw,
             Err(fsd_proto::names::Unescape::LoneBackslash) => {
-                return Err(FsError::InvalidPath("path contains a backslash (a Windows separator)"));
+                return Err(FsError::InvalidPath(PathProblem::Backslash));
             }
             Err(fsd_proto::names::Unescape::BadCodePoint) => {
-                return Err(FsError::InvalidPath("path has an escape that is not a character"));
+                return Err(FsError::InvalidPath(PathProblem::BadEscape));
             }
         };
         if raw.contains(&b'/') || raw.contains(&0) {
-            return Err(FsError::InvalidPath("an escape in the path stands for '/' or NUL"));
+            return Err(FsError::InvalidPath(PathProblem::EscapedSeparator));
         }
         if raw.len() > MAX_COMPONENT_BYTES {
-            return Err(FsError::InvalidPath("a path component is longer than 255 bytes"));
+            return Err(FsError::InvalidPath(PathProblem::ComponentTooLong));
         }
         out.push(OsString::from_vec(raw));
     }
@@ -140,7 +140,7 @@ pub fn raw_components(path: &str, allow_backslash: bool) -> Result<Vec<OsString>
 /// is refused rather than served as if the slash were not there.
 fn check_trailing_slash(path: &str, meta: Option<&Meta>) -> Result<(), FsError> {
     if path.len() > 1 && path.ends_with('/') && meta.is_none_or(|m| m.kind != Kind::Directory) {
-        return Err(FsError::InvalidPath("path ends with a slash but does not name a directory"));
+        return Err(FsError::InvalidPath(PathProblem::TrailingSlash));
     }
     Ok(())
 }

@@ -119,8 +119,9 @@ fn failure(code: ErrorCode, path: &str, message: &str) -> WireError {
     WireError::new(code, path, message)
 }
 
-/// A worker that failed mid-call: the call's outcome is unknown.
-struct Lost(String);
+/// A worker that failed mid-call: the call's outcome is unknown. The `lost` metadata the tools
+/// word it from, and a label for the log.
+struct Lost(&'static str, String);
 
 impl Dispatcher {
     /// `control`: requests to the supervisor (kill a worker), sent by the control task.
@@ -275,11 +276,14 @@ impl Dispatcher {
             // Not a fence decision: the mode is down; the call ran nowhere.
             let message = format!("{} mode is not serving: {reason}", mode.as_str());
             return failure(ErrorCode::IoError, path, &message)
+                .with("reason", "mode_stuck")
                 .with("mode", mode.as_str())
                 .with("abandoned_workers", abandoned.to_string());
         }
         let message = format!("{} mode is not served by this daemon: {reason}", mode.as_str());
-        failure(ErrorCode::SandboxDenied, path, &message).with("mode", mode.as_str())
+        failure(ErrorCode::SandboxDenied, path, &message)
+            .with("reason", "mode_unserved")
+            .with("mode", mode.as_str())
     }
 
     /// Takes a worker of `mode` for `identity`, waiting in the fair queue up to the deadline.
@@ -311,9 +315,8 @@ impl Dispatcher {
         match tokio::time::timeout(self.deadline, &mut waiting.rx).await {
             Ok(Ok(worker)) => Ok(worker),
             Ok(Err(_)) => Err(Dispatcher::unavailable(mode, path, &pool.state())),
-            Err(_) => {
-                Err(failure(ErrorCode::Aborted, path, "no worker became free before the call's deadline"))
-            }
+            Err(_) => Err(failure(ErrorCode::Aborted, path, "queue: no free worker by the deadline")
+                .with("reason", "no_free_worker")),
         }
     }
 
@@ -338,7 +341,7 @@ impl Dispatcher {
     ) -> Result<T, Lost> {
         use std::os::fd::AsFd;
         if let Err(e) = ipc::send_async(&worker.frames, message, body.as_ref().map(|b| b.as_fd())).await {
-            return Err(Lost(format!("the worker could not take the call ({e})")));
+            return Err(Lost("send_failed", format!("send: {e}")));
         }
         let mut held = None;
         loop {
@@ -355,7 +358,7 @@ impl Dispatcher {
                     // restarts once the grant is sent.
                     held = Some(self.locks.lock(&keys).await);
                     if ipc::send_async(&worker.frames, &ToWorker::LockGranted, None).await.is_err() {
-                        return Err(Lost("the worker went away while waiting for a lock".into()));
+                        return Err(Lost("lock_wait", "gone while waiting for a lock".into()));
                     }
                 }
                 // A streamed write in progress: the deadline restarts.
@@ -365,7 +368,7 @@ impl Dispatcher {
                     drop(held);
                     // Our copy of an upload's pipe closes now: its sender sees EPIPE.
                     drop(body);
-                    return result.ok_or_else(|| Lost("the worker sent an unexpected message".into()));
+                    return result.ok_or_else(|| Lost("unexpected_message", "unexpected message".into()));
                 }
                 Err(IpcError::TimedOut) => {
                     tracing::error!(
@@ -373,9 +376,9 @@ impl Dispatcher {
                         mode = mode.as_str(),
                         "call overran its deadline; killing the worker"
                     );
-                    return Err(Lost("the call exceeded its deadline and its worker was killed".into()));
+                    return Err(Lost("deadline", "deadline passed; worker killed".into()));
                 }
-                Err(e) => return Err(Lost(format!("the worker died ({e})"))),
+                Err(e) => return Err(Lost("died", format!("died: {e}"))),
             }
         }
     }
@@ -408,10 +411,13 @@ impl Dispatcher {
         });
         match task.await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(Lost(what))) => {
-                Err(failure(ErrorCode::Aborted, path, &format!("{what}; the outcome is unknown")))
+            Ok(Err(Lost(lost, what))) => {
+                Err(failure(ErrorCode::Aborted, path, &format!("worker lost: {what}"))
+                    .with("reason", "worker_lost")
+                    .with("lost", lost))
             }
-            Err(e) => Err(failure(ErrorCode::IoError, path, &format!("dispatch task failed: {e}"))),
+            Err(e) => Err(failure(ErrorCode::IoError, path, &format!("dispatch task failed: {e}"))
+                .with("reason", "dispatch_failed")),
         }
     }
 
@@ -462,10 +468,9 @@ impl Dispatcher {
         let message = ToWorker::OpenStream { path: path.to_owned() };
         let owned = path.to_owned();
         self.run(mode, identity, path, message, None, move |reply, fd| match reply {
-            FromWorker::Stream(Ok(header)) => Some(
-                fd.map(|fd| (header, File::from(fd)))
-                    .ok_or_else(|| failure(ErrorCode::IoError, &owned, "the worker sent no descriptor")),
-            ),
+            FromWorker::Stream(Ok(header)) => Some(fd.map(|fd| (header, File::from(fd))).ok_or_else(|| {
+                failure(ErrorCode::IoError, &owned, "no descriptor").with("reason", "no_descriptor")
+            })),
             FromWorker::Stream(Err(remote)) => Some(Err(remote.into_wire())),
             _ => None,
         })

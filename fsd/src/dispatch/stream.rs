@@ -15,13 +15,18 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::backend::{StreamDigest, StreamHeader};
 
-/// One chunk to read.
+/// One chunk to read, and the digest of the stream's bytes so far when it is to be hashed too
+/// (on the reader thread, so the hashing of one chunk overlaps the sending of the previous one).
 struct Job {
     file: Arc<File>,
     offset: u64,
     len: usize,
-    reply: oneshot::Sender<std::io::Result<Vec<u8>>>,
+    digest: Option<Box<StreamDigest>>,
+    reply: oneshot::Sender<Reply>,
 }
+
+/// What a job gives back: the bytes, and the digest with them hashed in.
+type Reply = (std::io::Result<Vec<u8>>, Option<Box<StreamDigest>>);
 
 /// The reader pool. Each stream has at most one job queued, so the queue is bounded by the
 /// number of open streams (itself capped per identity).
@@ -49,24 +54,38 @@ impl Readers {
             std::thread::Builder::new().name(format!("fsd-reader-{n}")).spawn(move || {
                 loop {
                     let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
-                    let Ok(JobBox(job)) = job else { return };
+                    let Ok(JobBox(mut job)) = job else { return };
                     if job.reply.is_closed() {
                         continue;
                     }
-                    let _ = job.reply.send(read_chunk(&job.file, job.offset, job.len));
+                    let bytes = read_chunk(&job.file, job.offset, job.len);
+                    if let (Ok(bytes), Some(digest)) = (&bytes, job.digest.as_mut()) {
+                        digest.update(bytes);
+                    }
+                    let _ = job.reply.send((bytes, job.digest));
                 }
             })?;
         }
         Ok(Readers { jobs: tx })
     }
 
+    async fn submit(
+        &self,
+        file: Arc<File>,
+        offset: u64,
+        len: usize,
+        digest: Option<Box<StreamDigest>>,
+    ) -> std::io::Result<(Vec<u8>, Option<Box<StreamDigest>>)> {
+        let stopped = || std::io::Error::other("the reader pool stopped");
+        let (reply, rx) = oneshot::channel();
+        self.jobs.send(JobBox(Job { file, offset, len, digest, reply })).map_err(|_| stopped())?;
+        let (bytes, digest) = rx.await.map_err(|_| stopped())?;
+        Ok((bytes?, digest))
+    }
+
     /// Reads up to `len` bytes at `offset` (fewer only at the end of the file).
     pub async fn read(&self, file: Arc<File>, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
-        let (reply, rx) = oneshot::channel();
-        self.jobs
-            .send(JobBox(Job { file, offset, len, reply }))
-            .map_err(|_| std::io::Error::other("the reader pool stopped"))?;
-        rx.await.map_err(|_| std::io::Error::other("the reader pool stopped"))?
+        Ok(self.submit(file, offset, len, None).await?.0)
     }
 }
 
@@ -100,12 +119,13 @@ pub enum Ended {
 }
 
 /// Sends `file` in chunks of `chunk` bytes into `tx`, converting each with `wrap`; gives up
-/// when a chunk waits longer than `idle` for room (the reader stopped reading). Sends exactly
-/// the file's size at the start: a file that ends early, has bytes past that size (a size-0
-/// procfs or FUSE file that never ends) or whose metadata changed by the end is
-/// [`Ended::Changed`], never a stream that passes for the whole file. The chunks are hashed as
-/// they pass: having sent the whole file, it returns the version `header` completed with the
-/// digest of every byte sent.
+/// when the channel has no room for longer than `idle` (the reader stopped reading). A chunk is
+/// read only once there is room for it, so a stalled stream holds no bytes of its own beyond
+/// what its channel holds. Sends exactly the file's size at the start: a file that ends early,
+/// has bytes past that size (a size-0 procfs or FUSE file that never ends) or whose metadata
+/// changed by the end is [`Ended::Changed`], never a stream that passes for the whole file. The
+/// chunks are hashed as they are read (on the reader threads): having sent the whole file, it
+/// returns the version `header` completed with the digest of every byte sent.
 pub async fn pump<T>(
     readers: &Readers,
     file: File,
@@ -118,15 +138,21 @@ pub async fn pump<T>(
     use std::os::fd::AsFd;
     let at_open = crate::sys::meta(file.as_fd()).map_err(|e| Ended::Read(e.into()))?;
     let file = Arc::new(file);
-    let mut digest = StreamDigest::default();
+    let mut digest = Box::<StreamDigest>::default();
     while digest.sent() < at_open.size {
         let want = chunk.min(usize::try_from(at_open.size - digest.sent()).unwrap_or(usize::MAX));
-        let bytes = readers.read(file.clone(), digest.sent(), want).await.map_err(Ended::Read)?;
+        let room = match tokio::time::timeout(idle, tx.reserve()).await {
+            Ok(Ok(room)) => room,
+            Ok(Err(_)) => return Err(Ended::Gone),
+            Err(_) => return Err(Ended::Idle),
+        };
+        let (bytes, hashed) =
+            readers.submit(file.clone(), digest.sent(), want, Some(digest)).await.map_err(Ended::Read)?;
+        digest = hashed.ok_or(Ended::Changed)?;
         if bytes.len() < want {
             return Err(Ended::Changed);
         }
-        digest.update(&bytes);
-        send(tx, wrap(bytes), idle).await?;
+        room.send(wrap(bytes));
     }
     if !readers.read(file.clone(), digest.sent(), 1).await.map_err(Ended::Read)?.is_empty() {
         return Err(Ended::Changed);
@@ -199,7 +225,10 @@ mod tests {
         };
         let version =
             pump(&readers, file, &header, 4096, Duration::from_secs(5), &tx, |b| b).await.expect("pump");
-        assert!(version.starts_with('v'), "a stream that reached the end carries a digest");
+        // Hashed chunk by chunk on the reader threads: the digest of the whole file, in order.
+        let mut whole = StreamDigest::default();
+        whole.update(&data);
+        assert_eq!(Some(version), whole.finish(&header), "a stream that reached the end carries a digest");
         drop(tx);
         let mut got = Vec::new();
         let mut sizes = Vec::new();
@@ -266,8 +295,15 @@ mod tests {
             version: "v".into(),
             size: 64 << 10,
         };
-        let ended = pump(&readers, file, &header, 4096, Duration::from_millis(100), &tx, |b| b.len()).await;
+        let read = std::sync::atomic::AtomicUsize::new(0);
+        let wrap = |b: Vec<u8>| {
+            read.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            b.len()
+        };
+        let ended = pump(&readers, file, &header, 4096, Duration::from_millis(100), &tx, wrap).await;
         assert!(matches!(ended, Err(Ended::Idle)), "{ended:?}");
+        // Only the chunk that found room was read: a stalled stream holds nothing more.
+        assert_eq!(read.load(std::sync::atomic::Ordering::SeqCst), 1);
         assert!(cancel_tx.send(0).is_ok());
         drop(tx);
         // The error comes first, then the stream ends: the buffered chunk is not delivered.

@@ -2,6 +2,7 @@
 //! through a pipe into a worker's atomic replace in constant memory, the same path as a REST PUT;
 //! and Remove, the REST DELETE's operation (a unary call through `unary`).
 
+use fsd_proto::WireError;
 use fsd_proto::v1::{self, write_bytes_request::Item};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -34,9 +35,9 @@ impl FsdService {
         let path = call.path().to_owned();
         let refused = |r: crate::budget::Refusal| r.into_wire(&path).into_status();
         let _in_flight = self.budgets.call(&caller.identity).map_err(refused)?;
-        self.budgets.may_create(&caller.identity).map_err(refused)?;
         let grant = self.mode(&caller, context.as_ref(), &path, Op::WriteBytes)?;
         self.redeem(&caller, &grant, &call).await?;
+        self.may_create(&caller, grant.mode, &call).await.map_err(WireError::into_status)?;
         let feed = |mut sink: super::BodySink| async move {
             loop {
                 match stream.message().await {

@@ -19,8 +19,8 @@ use super::wire::{self, Called, mode_from_wire};
 use crate::approver::{self, Answer};
 use crate::backend::{self, Mode, Outcome, WriteGuard, text};
 use crate::config::Escalation;
-use crate::error::{Failure, FsError, StaleReason};
-use crate::escalation::{CanonicalOp, Describe, Preview, escape};
+use crate::error::{EscalationDenial, Failure, FsError, StaleReason};
+use crate::escalation::{AFTER_EARLIER, CanonicalOp, Describe, Preview, escape};
 use crate::op::Op;
 
 /// The most calls one escalation request may list, whatever the budgets say.
@@ -29,6 +29,20 @@ const MAX_ESCALATED_OPS: usize = 10_000;
 /// A refusal's reason as the caller sees it: escaped, bounded.
 fn bounded_reason(reason: &str) -> String {
     escape(reason).chars().take(500).collect()
+}
+
+/// The distinct 1-based lines where the non-overlapping matches of `old` start (CRLF read as
+/// LF, as the edit itself matches).
+fn match_lines(body: &str, old: &str) -> Vec<usize> {
+    let (body, old) = (fsd_text::lf(body), fsd_text::lf(old));
+    let mut lines: Vec<usize> = Vec::new();
+    for (at, _) in body.match_indices(old.as_str()) {
+        let line = body[..at].matches('\n').count() + 1;
+        if lines.last() != Some(&line) {
+            lines.push(line);
+        }
+    }
+    lines
 }
 
 /// The file as a worker of `mode` reads it: `None` when absent; the text when it is text and
@@ -79,7 +93,17 @@ impl FsdService {
                 if let (Ok(body), Some(old), Some(new)) = (&current.text, &wire.old_string, &wire.new_string)
                 {
                     let (_, body) = text::split_bom(body);
-                    text::replace(body, old, new, wire.replace_all).map_err(fail)?;
+                    if let Err(e) = text::replace(body, old, new, wire.replace_all) {
+                        let ambiguous = matches!(e, FsError::AmbiguousEdit(_));
+                        let mut wire_error = Failure::new(e, wire.path.clone()).into_wire();
+                        if ambiguous {
+                            // Where the matches start, for the tools that list them.
+                            let lines = match_lines(body, old);
+                            let lines: Vec<String> = lines.iter().map(usize::to_string).collect();
+                            wire_error = wire_error.with("lines", lines.join(","));
+                        }
+                        return Err(wire_error.into_status());
+                    }
                 }
                 Ok(())
             }
@@ -272,6 +296,7 @@ impl FsdService {
         patch.record(&target_key, destination.as_ref().map(|(key, _)| key.as_str()), &effect);
         let before = earlier.as_ref().map(Option::as_deref);
         let (content_sha256, preview) = self.preview(requested, op, &wire, version.is_some(), before).await;
+        let version = if earlier.is_some() { Some(AFTER_EARLIER.to_owned()) } else { version };
         Ok((CanonicalOp { op, target_key, display, version, destination, content_sha256 }, preview))
     }
 
@@ -282,20 +307,15 @@ impl FsdService {
         let caller = Caller::of(&request, request.get_ref().context());
         let r = request.into_inner();
         let first = r.ops.first().map(|o| o.path.clone()).unwrap_or_default();
-        let refuse = |why: String| {
-            WireError::new(ErrorCode::SandboxDenied, &first, why)
-                .with("mode", self.default_mode.as_str())
-                .into_status()
-        };
+        let refuse = |denial: EscalationDenial| denial.into_wire(&first, self.default_mode).into_status();
         if self.escalation == Escalation::Deny {
-            return Err(refuse("escalation is disabled on this daemon".into()));
+            return Err(refuse(EscalationDenial::Disabled(None)));
         }
         let max = self.max_for(&caller);
         let base = self.default_mode.min(max);
-        let requested =
-            mode_from_wire(r.requested_mode()).ok_or_else(|| refuse("no mode requested".into()))?;
+        let requested = mode_from_wire(r.requested_mode()).ok_or_else(|| refuse(EscalationDenial::NoMode))?;
         if requested <= base {
-            return Err(refuse(format!("{} needs no escalation", requested.as_str())));
+            return Err(refuse(EscalationDenial::NotWider(requested)));
         }
         if requested > max {
             self.audit(
@@ -306,11 +326,7 @@ impl FsdService {
                 Decision::Refused,
                 ErrorCode::SandboxDenied.as_str(),
             );
-            return Err(refuse(format!(
-                "{} is above this client's maximum mode {}",
-                requested.as_str(),
-                max.as_str()
-            )));
+            return Err(refuse(EscalationDenial::AboveMax { requested, max }));
         }
         let most = self.budgets.limits().escalated_ops.min(MAX_ESCALATED_OPS);
         if r.ops.is_empty() || r.ops.len() > most {
@@ -355,10 +371,21 @@ impl FsdService {
         }
         let Some(escalations) = self.escalations.as_ref().filter(|_| self.escalation == Escalation::Signed)
         else {
-            // Client trust: the checks passed; the client's own approver decides.
-            self.audit(&caller, Step::Escalate(Op::Describe), &first, requested, Decision::Checked, "ok");
+            // Client trust: the checks passed; the client's own approver decides, and reports
+            // its decision naming this digest.
+            let client = caller.client();
+            let request = Describe {
+                session: &caller.session,
+                client: &client,
+                mode: requested,
+                justification: &r.justification,
+                ops,
+            };
+            let digest = crate::escalation::client_digest(&request);
+            self.audit_digest(&caller, &first, requested, Decision::Checked, "ok", &digest);
             return Ok(Response::new(v1::EscalationDescription {
                 decided_by: v1::Decider::Client as i32,
+                digest,
                 ..Default::default()
             }));
         };
@@ -370,7 +397,23 @@ impl FsdService {
             })
             .collect();
         // The pending-escalation budget: held until this escalation is spent, refused or expired.
-        escalations.purge();
+        self.sweep();
+        // Expiries are audited when they happen, not at the next request.
+        self.sweeper.call_once(|| {
+            // Holds no more than the escalations (weakly) and the log: it ends with the service.
+            let pending = std::sync::Arc::downgrade(escalations);
+            let audit = self.audit.clone();
+            let every = (escalations.ttl() / 4)
+                .clamp(std::time::Duration::from_millis(250), std::time::Duration::from_secs(5));
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(every);
+                loop {
+                    tick.tick().await;
+                    let Some(escalations) = pending.upgrade() else { break };
+                    super::grant::sweep(&escalations, audit.as_deref());
+                }
+            });
+        });
         let permit = match self.budgets.escalation(&caller.identity) {
             Ok(permit) => permit,
             Err(refusal) => {
@@ -403,6 +446,8 @@ impl FsdService {
             approved,
             decided_by: by as i32,
             reason,
+            // Signed trust: the digest is of a description the caller may not read; not sent.
+            digest: String::new(),
         };
         let decider = |by: ApproverDecider| match by {
             ApproverDecider::Person => v1::Decider::Person,
@@ -444,15 +489,20 @@ impl FsdService {
         if let Some(escalations) = &self.escalations {
             escalations.release(&r.escalation_id, &caller.session);
         }
-        // A refusal by the client's own approver: audited as the client reports it.
-        if let (Escalation::Client, Some(refusal)) = (self.escalation, &r.client_refusal) {
-            let by = match refusal.decided_by() {
+        // A decision of the client's own approver: audited as the client reports it.
+        if let (Escalation::Client, Some(decided)) = (self.escalation, &r.client_decision) {
+            let by = match decided.decided_by() {
                 v1::Decider::Person => "client:person",
                 v1::Decider::ClientRules => "client:rules",
                 _ => "client:none",
             };
-            let mode = mode_from_wire(refusal.requested_mode()).unwrap_or(self.default_mode);
-            self.audit(&caller, Step::Escalate(Op::Describe), &refusal.path, mode, Decision::Refused, by);
+            let mode = mode_from_wire(decided.requested_mode()).unwrap_or(self.default_mode);
+            let decision = if decided.approved { Decision::Approved } else { Decision::Refused };
+            // The client's word: bounded and escaped like every other name it sends.
+            let digest: String = escape(&decided.digest).chars().take(64).collect();
+            let digest = (!digest.is_empty()).then_some(digest.as_str());
+            let step = Step::Escalate(Op::Describe);
+            self.audit_record(&caller, step, &decided.path, mode, decision, by, digest);
         }
     }
 }

@@ -3,7 +3,7 @@
 //! tickets, and the audit records of all of it, built in one place.
 
 use fsd_proto::v1;
-use fsd_proto::{ErrorCode, WireError, digest};
+use fsd_proto::{ErrorCode, digest};
 use tonic::{Request, Status};
 
 use super::FsdService;
@@ -11,7 +11,8 @@ use super::wire::mode_from_wire;
 use crate::audit;
 use crate::backend::{self, Mode, Outcome};
 use crate::config::Escalation;
-use crate::escalation::{CanonicalOp, Ticket, TicketError};
+use crate::error::EscalationDenial;
+use crate::escalation::{CanonicalOp, Escalations, Ticket, TicketError};
 use crate::identity::Identity;
 use crate::op::Op;
 
@@ -63,6 +64,8 @@ pub(super) enum Decision {
     Approved,
     Refused,
     Pending,
+    /// A pending escalation reached its expiry before every call it listed was used.
+    Expired,
     /// The checks before an approver: "ok" or the code the call would have failed with.
     Checked,
 }
@@ -75,8 +78,34 @@ impl Decision {
             Decision::Approved => "approved",
             Decision::Refused => "refused",
             Decision::Pending => "pending",
+            Decision::Expired => "expired",
             Decision::Checked => "checked",
         }
+    }
+}
+
+/// Forgets expired escalations, one audit record each: waiting for a decision, or approved and
+/// not (wholly) used.
+pub(super) fn sweep(escalations: &Escalations, audit: Option<&audit::Audit>) {
+    for expired in escalations.purge() {
+        let Some(log) = audit else { continue };
+        let result = match (expired.approved, expired.used) {
+            (false, _) => "undecided".to_owned(),
+            (true, 0) => "unused".to_owned(),
+            (true, used) => format!("{used} of {} calls used", expired.total),
+        };
+        log.record(&audit::Entry {
+            time: audit::now(),
+            session: &expired.session,
+            call: "",
+            client: expired.client.clone(),
+            op: "escalate:describe",
+            path: &expired.path,
+            mode: expired.mode.as_str(),
+            decision: Decision::Expired.as_str(),
+            result: &result,
+            digest: Some(&expired.digest),
+        });
     }
 }
 
@@ -142,6 +171,13 @@ impl FsdService {
         });
     }
 
+    /// Forgets expired escalations, one audit record each.
+    pub(super) fn sweep(&self) {
+        if let Some(escalations) = &self.escalations {
+            sweep(escalations, self.audit.as_deref());
+        }
+    }
+
     /// The mode a call runs at: the daemon's default (capped by the caller's maximum) unless the
     /// call asks for a narrower one; wider only with an escalation the trust level accepts.
     pub(super) fn mode(
@@ -161,7 +197,7 @@ impl FsdService {
         if requested <= base {
             return plain(requested);
         }
-        let deny = |why: String| {
+        let deny = |denial: EscalationDenial| {
             self.audit(
                 caller,
                 Step::Escalate(op),
@@ -170,19 +206,13 @@ impl FsdService {
                 Decision::Refused,
                 ErrorCode::SandboxDenied.as_str(),
             );
-            Err(WireError::new(ErrorCode::SandboxDenied, path, why).with("mode", base.as_str()).into_status())
+            Err(denial.into_wire(path, base).into_status())
         };
         if requested > max {
-            return deny(format!(
-                "{} is above this client's maximum mode {}",
-                requested.as_str(),
-                max.as_str()
-            ));
+            return deny(EscalationDenial::AboveMax { requested, max });
         }
         match self.escalation {
-            Escalation::Deny => {
-                deny(format!("escalation to {} is disabled on this daemon", requested.as_str()))
-            }
+            Escalation::Deny => deny(EscalationDenial::Disabled(Some(requested))),
             Escalation::Client => {
                 let ticket = context.and_then(|c| c.escalation.as_ref());
                 let approved = ticket.and_then(|t| mode_from_wire(t.approved_mode()));
@@ -192,10 +222,7 @@ impl FsdService {
                         self.audit(caller, Step::Escalate(op), path, requested, Decision::Approved, "ok");
                         plain(requested)
                     }
-                    _ => deny(format!(
-                        "{} needs an approved escalation with a justification",
-                        requested.as_str()
-                    )),
+                    _ => deny(EscalationDenial::NeedsApproval(requested)),
                 }
             }
             // The ticket is checked against the re-canonicalised call in `redeem`.
@@ -203,7 +230,7 @@ impl FsdService {
                 Some(ticket) if !ticket.escalation_id.is_empty() => {
                     Ok(Grant { mode: requested, ticket: Some(ticket) })
                 }
-                _ => deny(format!("{} needs a signed escalation ticket", requested.as_str())),
+                _ => deny(EscalationDenial::NeedsTicket(requested)),
             },
         }
     }
@@ -262,7 +289,7 @@ impl FsdService {
         let Some(ticket) = &grant.ticket else { return Ok(()) };
         let path = request.path();
         let digest = self.escalations.as_ref().and_then(|e| e.digest_of(&ticket.escalation_id));
-        let refuse = |why: String| {
+        let refuse = |denial: EscalationDenial| {
             self.audit_record(
                 caller,
                 Step::Escalate(request.op()),
@@ -272,15 +299,14 @@ impl FsdService {
                 ErrorCode::SandboxDenied.as_str(),
                 digest.as_deref(),
             );
-            WireError::new(ErrorCode::SandboxDenied, path, why)
-                .with("mode", self.default_mode.as_str())
-                .into_status()
+            denial.into_wire(path, self.default_mode).into_status()
         };
         let Some(escalations) = &self.escalations else {
-            return Err(refuse("this daemon does not take signed escalations".into()));
+            return Err(refuse(EscalationDenial::NoSignedEscalation));
         };
-        if grant.mode > self.max_for(caller) {
-            return Err(refuse(format!("{} is above this client's maximum mode", grant.mode.as_str())));
+        let max = self.max_for(caller);
+        if grant.mode > max {
+            return Err(refuse(EscalationDenial::AboveMax { requested: grant.mode, max }));
         }
         let client = caller.client();
         let presented = Ticket {
@@ -293,14 +319,14 @@ impl FsdService {
         // The ticket first: a worker of the wider mode resolves nothing for a caller without
         // an approval (its errors would say what exists there).
         if let Err(e) = escalations.check(&presented) {
-            return Err(refuse(format!("escalation ticket refused: {e}")));
+            return Err(refuse(EscalationDenial::Ticket(e)));
         }
         let call = match self.canonical_op(grant.mode, request).await {
             Ok(call) => call,
             // A path the approver saw (one that did not resolve when described): its own error.
             // Any other path: the same refusal whatever is there.
             Err(status) if escalations.names(&presented, path) => return Err(status),
-            Err(_) => return Err(refuse(format!("escalation ticket refused: {}", TicketError::Mismatch))),
+            Err(_) => return Err(refuse(EscalationDenial::Ticket(TicketError::Mismatch))),
         };
         let result = if call.op == Op::Read {
             escalations.check_read(&presented, &call.target_key)
@@ -321,7 +347,7 @@ impl FsdService {
                 );
                 Ok(())
             }
-            Err(e) => Err(refuse(format!("escalation ticket refused: {e}"))),
+            Err(e) => Err(refuse(EscalationDenial::Ticket(e))),
         }
     }
 }

@@ -54,6 +54,8 @@ pub struct FsdService {
     budgets: Arc<Budgets>,
     /// A stream whose reader reads nothing for this long is cancelled.
     stream_idle: std::time::Duration,
+    /// Started with the first signed escalation: audits expiries as they happen.
+    sweeper: Arc<std::sync::Once>,
 }
 
 impl FsdService {
@@ -85,6 +87,7 @@ impl FsdService {
             audit,
             budgets: Arc::new(Budgets::new(config.budgets)),
             stream_idle: config.stream_idle_timeout,
+            sweeper: Arc::new(std::sync::Once::new()),
         }
     }
 
@@ -107,9 +110,7 @@ impl FsdService {
         let op = request.op();
         let path = request.path().to_owned();
         let started = std::time::Instant::now();
-        if matches!(op, Op::WriteText | Op::MoveFile) {
-            self.budgets.may_create(&caller.identity).map_err(|r| r.into_wire(&path).into_status())?;
-        }
+        self.may_create(caller, mode, &request).await.map_err(WireError::into_status)?;
         let result = self.dispatcher.call(mode, &caller.client(), request).await;
         if let Ok(Outcome::WriteText { operation: WriteOperation::Create, .. }) = &result {
             self.budgets.created(&caller.identity);
@@ -134,6 +135,36 @@ impl FsdService {
             self.audit(caller, Step::Call(op), &path, mode, decision, code);
         }
         result.map_err(|w| w.with("mode", mode.as_str()).into_status())
+    }
+
+    /// The new-file budget, for a call that would create a file: while it is spent, a write
+    /// that can only replace (guarded by a version) or whose target exists goes ahead, and only
+    /// one that creates is refused. The stat is made only then, so a call within the budget
+    /// pays nothing. (A file created between that stat and the write is replaced, not created.)
+    async fn may_create(
+        &self,
+        caller: &Caller,
+        mode: Mode,
+        request: &backend::Request,
+    ) -> Result<(), WireError> {
+        use backend::{Request as R, WriteGuard};
+        let target = match request {
+            R::WriteText { path, guard, .. } | R::WriteBytes { path, guard, .. } => match guard {
+                Some(WriteGuard::ReplaceIfVersion { .. }) => return Ok(()),
+                Some(WriteGuard::CreateIfAbsent) | None => path,
+            },
+            // A move renames: the destination's name is new, the file count is not.
+            _ => return Ok(()),
+        };
+        let Err(refusal) = self.budgets.may_create(&caller.identity) else { return Ok(()) };
+        if matches!(request, R::WriteText { guard: Some(WriteGuard::CreateIfAbsent), .. }) {
+            return Err(refusal.into_wire(target));
+        }
+        let probe = R::Stat { path: target.clone(), no_follow: false };
+        match self.dispatcher.call(mode, &caller.client(), probe).await {
+            Ok(Outcome::Stat { info: Some(_), .. }) => Ok(()),
+            _ => Err(refusal.into_wire(target)),
+        }
     }
 
     /// Every unary operation: grant, run, convert.
@@ -169,6 +200,20 @@ impl Fsd for FsdService {
     }
 
     async fn stat(&self, request: Request<v1::StatRequest>) -> Result<Response<v1::StatReply>, Status> {
+        #[cfg(feature = "fault-injection")]
+        if let Some(dir) = request.get_ref().path.strip_suffix("/fsd-fault-network-exec") {
+            // Test hook: the network process itself stats a root (which Landlock does not
+            // cover) and runs a program; its seccomp allowlist must refuse both.
+            let stat = std::fs::metadata(dir).map(drop);
+            let exec = std::process::Command::new("/bin/true").status().map(drop);
+            return match (stat, exec) {
+                (Err(stat), Err(exec)) => {
+                    Err(Status::permission_denied(format!("network process: stat: {stat}; exec: {exec}")))
+                }
+                (Ok(()), _) => Err(Status::internal("the network process could stat a path")),
+                (_, Ok(())) => Err(Status::internal("the network process could run a program")),
+            };
+        }
         #[cfg(feature = "fault-injection")]
         if let Some(dir) = request.get_ref().path.strip_suffix("/fsd-fault-network-open") {
             // Test hook: the network process itself tries to list a root; its fence must refuse.

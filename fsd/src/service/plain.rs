@@ -141,13 +141,13 @@ impl FsdService {
             Ok(permit) => permit,
             Err(r) => return (None, Err(r.into_wire(&path))),
         };
-        if let Err(r) = self.budgets.may_create(&caller.identity) {
-            return (None, Err(r.into_wire(&path)));
-        }
         let mode = match self.plain_mode(&caller, &path, op) {
             Ok(mode) => mode,
             Err(w) => return (None, Err(w)),
         };
+        if let Err(w) = self.may_create(&caller, mode, &request).await {
+            return (None, Err(w));
+        }
         self.stream_write(&caller, mode, request, feed).await
     }
 

@@ -29,8 +29,9 @@ fn ended_error(ended: stream::Ended, path: &str, idle: std::time::Duration) -> O
         stream::Ended::Gone => return None,
         stream::Ended::Idle => {
             tracing::info!(path = %path, idle_ms = idle.as_millis() as u64, "stream not read; cancelled");
-            let message = format!("the stream was not read for {} ms and was cancelled", idle.as_millis());
-            WireError::new(ErrorCode::Aborted, path, message)
+            WireError::new(ErrorCode::Aborted, path, "stream idle; cancelled")
+                .with("reason", "stream_idle")
+                .with("limit_ms", idle.as_millis().to_string())
         }
         stream::Ended::Read(e) => Failure::new(FsError::Read(e), path.to_owned()).into_wire(),
         stream::Ended::Changed => {
@@ -41,9 +42,10 @@ fn ended_error(ended: stream::Ended, path: &str, idle: std::time::Duration) -> O
 
 impl FsdService {
     /// Streams an opened file in chunks of `chunk` bytes from a task (not a thread: it waits on
-    /// the shared reader pool and on the reader's demand), a few chunks in flight at most, so
-    /// memory stays constant whatever the file's size; failures name `path`. `permit` (the caller's open stream) is
-    /// given back when the stream ends, however it ends.
+    /// the shared reader pool and on the reader's demand), one chunk read ahead (the pump reads
+    /// only into room), so a stream whose reader stalls holds that chunk and the one HTTP/2
+    /// waits to send, whatever the file's size; failures name `path`. `permit` (the caller's
+    /// open stream) is given back when the stream ends, however it ends.
     pub(super) fn spawn_stream<T: Send + 'static>(
         &self,
         (header, file): (StreamHeader, File),
@@ -53,7 +55,7 @@ impl FsdService {
         permit: Permit,
         shape: Shape<T>,
     ) -> stream::Replies<T> {
-        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
         let (cancel_tx, cancel_rx) = tokio::sync::oneshot::channel();
         let dispatcher = self.dispatcher.clone();
         let idle = self.stream_idle;

@@ -17,7 +17,8 @@ use crate::window::{Window, WindowBuilder, WindowSpec};
 
 pub use types::{
     BytesRead, Change, DaemonError, Decider, Decision, Edited, Entry, FileKind, Hello, Info, Mode, Moved,
-    Operation, PlannedCall, Stat, Target, TextChange, TextRead, Ticket, VersionGuard, WriteGuard, Written,
+    Operation, PlannedCall, Rejection, Report, Stat, Target, TextChange, TextRead, Ticket, VersionGuard,
+    WriteGuard, Written,
 };
 
 /// Why a windowed read over a stream failed.
@@ -80,7 +81,7 @@ impl Daemon {
         let request = v1::ReleaseEscalationRequest {
             context: self.context(),
             escalation_id: ticket.escalation_id,
-            client_refusal: None,
+            client_decision: None,
         };
         let _ = self.client.release_escalation(request).await;
     }
@@ -290,17 +291,19 @@ impl Daemon {
             .into())
     }
 
-    /// Tells the daemon this client's approver refused an escalation (for its audit log: every
-    /// decision is one record).
-    pub async fn report_refusal(&mut self, decided_by: Decider, mode: Mode, path: &str, reason: &str) {
+    /// Tells the daemon what this client's approver decided on the request RequestEscalation
+    /// answered with `digest` (for its audit log: every decision is one record).
+    pub async fn report_decision(&mut self, report: Report<'_>, digest: &str) {
         let request = v1::ReleaseEscalationRequest {
             context: self.context(),
             escalation_id: String::new(),
-            client_refusal: Some(v1::ClientRefusal {
-                decided_by: decided_by.wire(),
-                requested_mode: Mode::wire(Some(mode)),
-                path: path.to_owned(),
-                reason: reason.to_owned(),
+            client_decision: Some(v1::ClientDecision {
+                decided_by: report.by.wire(),
+                requested_mode: Mode::wire(Some(report.mode)),
+                path: report.path.to_owned(),
+                reason: report.reason.to_owned(),
+                approved: report.approved,
+                digest: digest.to_owned(),
             }),
         };
         let _ = self.client.release_escalation(request).await;

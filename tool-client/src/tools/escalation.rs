@@ -12,7 +12,7 @@ use super::Session;
 pub use crate::approver::RefusedBy;
 use crate::approver::{Ask, Verdict};
 pub use crate::daemon::{Change, PlannedCall};
-use crate::daemon::{DaemonError, Decider, Hello, Mode, Operation, Ticket, VersionGuard, WriteGuard};
+use crate::daemon::{DaemonError, Decider, Hello, Mode, Operation, Report, Ticket, VersionGuard, WriteGuard};
 use crate::failure::ToolError;
 
 pub const MODE_FIELD: &str = "sandbox_permissions";
@@ -227,10 +227,21 @@ pub async fn resolve(
         Err(Stop::Error(error)) => Err(error),
         Err(Stop::Checked { index, error }) => Err(match (calls.get(index), &error) {
             (Some(call), _) => checked(call, &error),
-            (None, DaemonError::Unavailable(message)) => ToolError::unavailable(message),
-            (None, DaemonError::Refused(wire)) => ToolError::unavailable(&wire.message),
+            (None, DaemonError::Refused(wire)) => ToolError::from_mutation_wire(&wire.path, wire),
+            (None, _) => ToolError::from_mutation("", &error),
         }),
     }
+}
+
+/// [`resolve`], with the daemon's refusal before approval as it came (for tools that word it
+/// themselves).
+pub async fn resolve_checked(
+    session: &mut Session,
+    map: &Map<String, Value>,
+    tool: &str,
+    calls: &[PlannedCall],
+) -> Result<(), Stop> {
+    decide(session, map, tool, calls, None).await
 }
 
 /// [`resolve`] for the operations of an apply_patch: the daemon applies every hunk of `patch`
@@ -305,13 +316,23 @@ async fn decide(
     let ticket = match decision.decided_by {
         Decider::Client => {
             let ask = Ask { tool, paths, mode: name, justification: &reason };
+            let path = paths.first().cloned().unwrap_or_default();
             match session.decide(&ask).await {
-                Verdict::Approved => Ticket {
-                    approved_mode: requested,
-                    justification: reason,
-                    escalation_id: String::new(),
-                    nonce: Default::default(),
-                },
+                Verdict::Approved => {
+                    // For the daemon's audit log: every decision is one record.
+                    let by = match session.approver {
+                        crate::approver::Approver::Rules(_) => Decider::ClientRules,
+                        _ => Decider::Person,
+                    };
+                    let report = Report { approved: true, by, mode: requested, path: &path, reason: "" };
+                    session.daemon.report_decision(report, &decision.digest).await;
+                    Ticket {
+                        approved_mode: requested,
+                        justification: reason,
+                        escalation_id: String::new(),
+                        nonce: Default::default(),
+                    }
+                }
                 Verdict::Refused { by, reason } => {
                     // For the daemon's audit log: every decision is one record.
                     let decided_by = match by {
@@ -319,8 +340,14 @@ async fn decide(
                         RefusedBy::User => Decider::Person,
                         _ => Decider::Unreachable,
                     };
-                    let path = paths.first().cloned().unwrap_or_default();
-                    session.daemon.report_refusal(decided_by, requested, &path, &reason).await;
+                    let report = Report {
+                        approved: false,
+                        by: decided_by,
+                        mode: requested,
+                        path: &path,
+                        reason: &reason,
+                    };
+                    session.daemon.report_decision(report, &decision.digest).await;
                     return Err(Stop::Error(refused(by, name, effective, &reason)));
                 }
             }

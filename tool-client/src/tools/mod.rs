@@ -9,6 +9,8 @@ mod image;
 mod patch;
 mod read;
 mod schema;
+#[cfg(test)]
+mod texts;
 mod tool;
 mod write;
 

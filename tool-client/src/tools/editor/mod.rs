@@ -217,12 +217,12 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
 }
 
 /// The text for a path that does not exist (the reference implementation's).
-fn not_found(path: &str) -> ToolError {
+pub(super) fn not_found(path: &str) -> ToolError {
     ToolError::new("FS_NOT_FOUND", format!("The path {path} does not exist. Please provide a valid path."))
 }
 
 /// The text for a non-view command on a directory.
-fn is_directory(path: &str) -> ToolError {
+pub(super) fn is_directory(path: &str) -> ToolError {
     ToolError::new(
         "FS_NOT_REGULAR_FILE",
         format!("The path {path} is a directory and only the `view` command can be used on directories"),

@@ -86,6 +86,35 @@ async fn reread(session: &mut Session, path: &str) -> Result<Current, ToolError>
     }
 }
 
+/// For a call that asks for a wider mode: the observed version its change is guarded by, or the
+/// policy's refusal before anyone is asked to approve it.
+fn escalated_guard(
+    session: &Session,
+    args: &Map<String, Value>,
+    path: &str,
+) -> Result<Option<VersionGuard>, ToolError> {
+    if !escalation::wants_wider(session, args) {
+        return Ok(None);
+    }
+    session.edit_guard(path).map_err(|_| ToolError::not_observed(path))
+}
+
+fn several(old: &str, list: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::AmbiguousEdit.as_str(),
+        format!(
+            "No replacement was performed. Multiple occurrences of old_str `{old}` in lines [{list}]. Please ensure it is unique."
+        ),
+    )
+}
+
+fn not_verbatim(old: &str, path: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::EditNotFound.as_str(),
+        format!("No replacement was performed, old_str `{old}` did not appear verbatim in {path}."),
+    )
+}
+
 /// The guard version: the re-read one, when the policy is off or the re-read shows the observed
 /// state (same metadata, or same bytes: a `touch` is not stale); else the call is stale. The
 /// re-read version is the exact basis of the text the mutation is computed from.
@@ -129,8 +158,26 @@ pub async fn str_replace(
     old: &str,
     new: &str,
 ) -> Result<ToolResult, ToolError> {
-    escalation::resolve(session, args, "str_replace_editor", &[PlannedCall::edit(path, old, new, false)])
-        .await?;
+    // Escalated, the observation and the version are checked before anyone is asked.
+    let guard = escalated_guard(session, args, path)?;
+    let planned = PlannedCall::edit(path, old, new, false).with_edit_guard(guard);
+    match escalation::resolve_checked(session, args, "str_replace_editor", std::slice::from_ref(&planned))
+        .await
+    {
+        Ok(()) => {}
+        Err(escalation::Stop::Error(error)) => return Err(error),
+        // The daemon's checks refused it before anyone was asked: in the editor's own words.
+        Err(escalation::Stop::Checked { error, .. }) => {
+            return Err(match error.wire() {
+                Some(w) if w.code == ErrorCode::EditNotFound => not_verbatim(old, path),
+                Some(w) if w.code == ErrorCode::AmbiguousEdit && w.get("lines").is_some() => {
+                    let list = w.get("lines").unwrap_or_default().replace(',', ", ");
+                    several(old, &list)
+                }
+                _ => escalation::checked(&planned, &error),
+            });
+        }
+    }
     let current = reread(session, path).await?;
     let version = basis(session, path, &current)?;
     let (_, body) = lines::split_bom(&current.text);
@@ -140,20 +187,12 @@ pub async fn str_replace(
     let at = match starts.as_slice() {
         [at] => *at,
         [] => {
-            return Err(ToolError::new(
-                ErrorCode::EditNotFound.as_str(),
-                format!("No replacement was performed, old_str `{old}` did not appear verbatim in {path}."),
-            ));
+            return Err(not_verbatim(old, path));
         }
         _ => {
             let found = lines::start_lines(&text, &starts);
             let list = found.iter().map(usize::to_string).collect::<Vec<_>>().join(", ");
-            return Err(ToolError::new(
-                ErrorCode::AmbiguousEdit.as_str(),
-                format!(
-                    "No replacement was performed. Multiple occurrences of old_str `{old}` in lines [{list}]. Please ensure it is unique."
-                ),
-            ));
+            return Err(several(old, &list));
         }
     };
     // The daemon matches and writes under the target lock; the guard makes it the text read here.
@@ -186,14 +225,12 @@ pub async fn insert(
     after: i64,
     text: &str,
 ) -> Result<ToolResult, ToolError> {
-    // The content depends on what the re-read finds, so a signed approval cannot bind it.
-    escalation::resolve(
-        session,
-        args,
-        "str_replace_editor",
-        &[PlannedCall::unbound(Operation::WriteText, path, None)],
-    )
-    .await?;
+    // The content depends on what the re-read finds, so a signed approval cannot bind it; the
+    // observation and the version are checked before anyone is asked.
+    escalated_guard(session, args, path)?;
+    let planned =
+        PlannedCall::unbound(Operation::WriteText, path, None).with_write_guard(session.write_guard(path));
+    escalation::resolve(session, args, "str_replace_editor", &[planned]).await?;
     let current = reread(session, path).await?;
     let version = basis(session, path, &current)?;
     let (bom, body) = lines::split_bom(&current.text);

@@ -1,0 +1,379 @@
+//! Tool failures and the model-facing error texts: every failure renders as `Error: <message>`
+//! with its stable code kept beside it. The FS_NOT_OBSERVED and FS_STALE_VERSION remedies are
+//! added here and only here. Every daemon failure is worded here from its code and metadata
+//! (`reason`, `step` and `errno`, `name`, `mode`, limits); the daemon's status message is a log
+//! label and never reaches the model. Each fact is stated once.
+
+use fsd_proto::{ErrorCode, WireError};
+
+use crate::daemon::{DaemonError, Rejection};
+
+/// A failed tool call: a stable code and the message the model reads after `Error: `.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolError {
+    pub code: String,
+    pub message: String,
+}
+
+/// The stale reason the tools find most: the bytes changed since the read.
+const STALE_CHANGED: &str = "file changed on disk since it was read";
+
+/// Why bytes are not text, for either reason.
+const NOT_TEXT: &str = "the file is not UTF-8 text (it has invalid UTF-8 or NUL bytes)";
+
+/// The remedy appended to stale-version failures.
+pub const STALE_REMEDY: &str = " — re-read the file, then retry";
+
+impl ToolError {
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> ToolError {
+        ToolError { code: code.into(), message: message.into() }
+    }
+
+    /// An argument mistake the schema cannot express.
+    pub fn invalid_args(message: impl Into<String>) -> ToolError {
+        ToolError::new("INVALID_ARGS", message)
+    }
+
+    /// The policy or the provider found no prior observation: one text whatever the source.
+    pub fn not_observed(path: &str) -> ToolError {
+        let path = &shown(path);
+        ToolError::new(
+            ErrorCode::NotObserved.as_str(),
+            format!("cannot modify \"{path}\": file has not been read — read the file, then retry"),
+        )
+    }
+
+    /// The observed version no longer holds, as the tools find it themselves before a call.
+    pub fn stale(path: &str) -> ToolError {
+        ToolError::new(
+            ErrorCode::StaleVersion.as_str(),
+            format!("cannot modify \"{path}\": {}{STALE_REMEDY}", STALE_CHANGED),
+        )
+    }
+
+    /// The daemon restarted under the session: its observations are gone.
+    pub fn restarted() -> ToolError {
+        ToolError::new(
+            "UNAVAILABLE",
+            "The file service restarted, so earlier reads no longer count. Read files again before you \
+             edit or overwrite them, then retry this call.",
+        )
+    }
+
+    /// The daemon went away mid-session; `message` is what the transport said.
+    pub fn unavailable(message: &str) -> ToolError {
+        ToolError::new("UNAVAILABLE", format!("the file service is unavailable: {message}"))
+    }
+
+    /// The daemon's gRPC layer refused the call without an fsd error. The code stays
+    /// `UNAVAILABLE` (nothing the model can change about the file helps); the words say why.
+    pub fn rejected(rejection: Rejection) -> ToolError {
+        let why = match rejection {
+            Rejection::Credentials => {
+                "the file service did not accept this client's credentials (nothing was done); ask the user to check the client's token or certificate"
+            }
+            Rejection::Malformed => {
+                "the file service rejected the call as malformed (nothing was done); this client and the daemon may be of different versions"
+            }
+            Rejection::Internal => "the file service failed internally; the outcome is unknown",
+        };
+        ToolError::new("UNAVAILABLE", why)
+    }
+
+    /// Maps a provider failure of a mutation on `path` to the model's text.
+    pub fn from_mutation(path: &str, error: &DaemonError) -> ToolError {
+        match error {
+            DaemonError::Refused(wire) => ToolError::from_mutation_wire(path, wire),
+            DaemonError::Unavailable(message) => ToolError::unavailable(message),
+            DaemonError::Rejected(rejection) => ToolError::rejected(*rejection),
+        }
+    }
+
+    pub fn from_mutation_wire(path: &str, wire: &WireError) -> ToolError {
+        let path = &shown(path);
+        match wire.code {
+            ErrorCode::NotObserved => ToolError::not_observed(path),
+            ErrorCode::StaleVersion => ToolError::new(
+                wire.code.as_str(),
+                format!("cannot modify \"{path}\": {}{STALE_REMEDY}", stale_reason(wire)),
+            ),
+            ErrorCode::SandboxDenied => sandbox_denied("modify", path, wire),
+            ErrorCode::RateLimited => rate_limited("modify", path, wire),
+            ErrorCode::NotRegularFile => {
+                ToolError::new(wire.code.as_str(), format!("cannot modify \"{path}\": not a regular file"))
+            }
+            ErrorCode::NotFound => {
+                ToolError::new(wire.code.as_str(), format!("cannot modify \"{path}\": not found"))
+            }
+            _ => ToolError::new(wire.code.as_str(), format!("cannot modify \"{path}\": {}", detail(wire))),
+        }
+    }
+
+    /// Maps a provider failure of a read of `path` to the model's text.
+    pub fn from_read(path: &str, error: &DaemonError) -> ToolError {
+        match error {
+            DaemonError::Refused(wire) => ToolError::from_read_wire(path, wire),
+            DaemonError::Unavailable(message) => ToolError::unavailable(message),
+            DaemonError::Rejected(rejection) => ToolError::rejected(*rejection),
+        }
+    }
+
+    pub fn from_read_wire(path: &str, wire: &WireError) -> ToolError {
+        let path = &shown(path);
+        let code = wire.code.as_str();
+        match wire.code {
+            ErrorCode::NotFound => ToolError::new(code, format!("cannot read \"{path}\": not found")),
+            ErrorCode::NotRegularFile => {
+                ToolError::new(code, format!("cannot read \"{path}\": not a regular file"))
+            }
+            ErrorCode::NotText => ToolError::new(code, format!("cannot read \"{path}\": {NOT_TEXT}")),
+            ErrorCode::SandboxDenied => sandbox_denied("read", path, wire),
+            ErrorCode::RateLimited => rate_limited("read", path, wire),
+            // A file rewritten in place under the read: nothing was returned; reading again helps.
+            ErrorCode::StaleVersion => ToolError::new(
+                code,
+                format!("cannot read \"{path}\": {} — read it again", stale_reason(wire)),
+            ),
+            _ => ToolError::new(code, format!("cannot read \"{path}\": {}", detail(wire))),
+        }
+    }
+
+    /// A move wrote its destination but could not remove its source (`errno` as the daemon
+    /// sent it).
+    pub fn source_removal_failed(errno: Option<i32>) -> ToolError {
+        let why = match errno {
+            Some(errno) => {
+                format!(": {}: {}", step_phrase("remove"), std::io::Error::from_raw_os_error(errno))
+            }
+            None => String::new(),
+        };
+        ToolError::new(ErrorCode::IoError.as_str(), format!("source removal failed{why}"))
+    }
+
+    /// The text the model reads.
+    pub fn text(&self) -> String {
+        format!("Error: {}", self.message)
+    }
+}
+
+/// Why a guard no longer holds, from the daemon's `reason`.
+fn stale_reason(wire: &WireError) -> &'static str {
+    match wire.get("reason") {
+        Some("gone") => "file no longer exists",
+        Some("symlink") => "file was replaced by a symbolic link",
+        Some("other_file") => "path now resolves to a different file than the one that was read",
+        Some("changed_while_writing") => "file changed on disk while it was being written",
+        Some("destination_gone") => "destination disappeared after the move",
+        Some("changed_while_read") => "file changed while it was read",
+        _ => STALE_CHANGED,
+    }
+}
+
+/// Why a call at a wider mode (or a request for one) was refused, from its `reason`, `requested`,
+/// `max_mode` and `ticket`; `None` for a reason this client does not know (the marker stands).
+fn escalation_denial(reason: &str, wire: &WireError) -> Option<String> {
+    let requested = wire.get("requested").unwrap_or("the requested mode");
+    Some(match reason {
+        "above_max" => format!(
+            "{requested} is above this client's maximum mode {}",
+            wire.get("max_mode").unwrap_or("of this daemon")
+        ),
+        "escalation_disabled" => match wire.get("requested") {
+            Some(mode) => format!("escalation to {mode} is disabled on this daemon"),
+            None => "escalation is disabled on this daemon".to_owned(),
+        },
+        "needs_approval" => format!("{requested} needs an approved escalation with a justification"),
+        "needs_ticket" => format!("{requested} needs a signed escalation ticket"),
+        "no_signed_escalation" => "this daemon does not take signed escalations".to_owned(),
+        "no_mode" => "the escalation names no mode".to_owned(),
+        "not_wider" => format!("{requested} needs no escalation"),
+        "ticket_refused" => format!("escalation ticket refused: {}", ticket_reason(wire.get("ticket"))),
+        _ => return None,
+    })
+}
+
+/// Why a signed ticket does not hold, from the daemon's `ticket`.
+fn ticket_reason(ticket: Option<&str>) -> &'static str {
+    match ticket {
+        Some("unknown") => "unknown or already spent escalation",
+        Some("not_approved") => "the escalation was not approved",
+        Some("expired") => "the escalation expired",
+        Some("wrong_caller") => "the escalation belongs to another session or client",
+        Some("wrong_mode") => "the escalation approved another mode",
+        Some("bad_signature") => "the escalation ticket is not signed by the configured approver",
+        Some("mismatch") => "this call differs from every call the approver signed",
+        _ => "it does not hold for this call",
+    }
+}
+
+/// What failed, for a code the tools have no text of their own for: worded from the code and
+/// its metadata (`step` and `errno` of an I/O failure, `reason`, `limit`, ...), never from the
+/// daemon's status message.
+fn detail(wire: &WireError) -> String {
+    if let Some(step) = wire.get("step") {
+        let errno = wire.get("errno").and_then(|e| e.parse::<i32>().ok());
+        return match errno {
+            // The errno as this host's C library words it: "Input/output error (os error 5)".
+            Some(errno) => format!("{}: {}", step_phrase(step), std::io::Error::from_raw_os_error(errno)),
+            None => step_phrase(step).to_owned(),
+        };
+    }
+    let reason = wire.get("reason");
+    let limit = wire.get("limit");
+    match wire.code {
+        ErrorCode::NotFound => "not found".to_owned(),
+        ErrorCode::NotDirectory => "a path component is not a directory".to_owned(),
+        ErrorCode::NotText => NOT_TEXT.to_owned(),
+        ErrorCode::NotRegularFile => "not a regular file".to_owned(),
+        ErrorCode::PermissionDenied => "permission denied".to_owned(),
+        ErrorCode::SandboxDenied => "file access denied".to_owned(),
+        ErrorCode::NotObserved => "file has not been read".to_owned(),
+        ErrorCode::StaleVersion => stale_reason(wire).to_owned(),
+        ErrorCode::EditNotFound => "the string to replace was not found".to_owned(),
+        ErrorCode::AmbiguousEdit => {
+            format!("the string to replace was found {} times", wire.get("count").unwrap_or("several"))
+        }
+        ErrorCode::NotEmpty => "directory is not empty".to_owned(),
+        ErrorCode::NoSpace => "no space left on the file system".to_owned(),
+        ErrorCode::RateLimited => "the file service is limiting this client's calls".to_owned(),
+        ErrorCode::TooLarge => match (reason, wire.get("size"), limit) {
+            (Some("too_many_entries"), _, Some(limit)) => format!("directory has more than {limit} entries"),
+            (Some("too_many_entries"), _, None) => "directory has too many entries".to_owned(),
+            (_, Some(size), Some(limit)) => format!("file is {size} bytes, over the limit of {limit} bytes"),
+            _ => "the file is too large".to_owned(),
+        },
+        ErrorCode::InvalidPath => match reason {
+            Some("empty") => "path is empty".to_owned(),
+            Some("too_long") => match limit {
+                Some(limit) => format!("path is longer than {limit} bytes"),
+                None => "path is too long".to_owned(),
+            },
+            Some("nul") => "path contains a NUL byte".to_owned(),
+            Some("drive_letter") => "path has a drive-letter prefix (a Windows path)".to_owned(),
+            Some("relative") => "path must be absolute".to_owned(),
+            Some("component_too_long") => match limit {
+                Some(limit) => format!("a path component is longer than {limit} bytes"),
+                None => "a path component is too long".to_owned(),
+            },
+            Some("not_utf8") => "path is not valid UTF-8".to_owned(),
+            Some("backslash") => "path contains a backslash (a Windows separator)".to_owned(),
+            Some("bad_escape") => "path has an escape that is not a character".to_owned(),
+            Some("escaped_separator") => "an escape in the path stands for '/' or NUL".to_owned(),
+            Some("trailing_slash") => "path ends with a slash but does not name a directory".to_owned(),
+            Some("too_many_links") => "too many levels of symbolic links".to_owned(),
+            _ => "invalid path".to_owned(),
+        },
+        ErrorCode::Aborted => match reason {
+            Some("no_free_worker") => "no worker became free before the call's deadline".to_owned(),
+            Some("worker_lost") => format!("{}; the outcome is unknown", lost_phrase(wire.get("lost"))),
+            Some("stream_idle") => format!(
+                "the stream was not read for {} ms and was cancelled",
+                wire.get("limit_ms").unwrap_or("too many")
+            ),
+            Some("cancelled") => "the call was cancelled".to_owned(),
+            Some("truncated") => "the upload ended before its last byte".to_owned(),
+            _ => "the call was aborted; the outcome is unknown".to_owned(),
+        },
+        ErrorCode::IoError => match reason {
+            Some("mode_stuck") => format!(
+                "{} mode is not serving: {} of its workers are stuck in the filesystem and were abandoned",
+                wire.get("mode").unwrap_or("this"),
+                wire.get("abandoned_workers").unwrap_or("some")
+            ),
+            Some("dispatch_failed") => "the file service could not run the call".to_owned(),
+            Some("no_descriptor") => "the file service's worker sent no descriptor".to_owned(),
+            _ => "an I/O error".to_owned(),
+        },
+    }
+}
+
+/// The step of an I/O failure, from the daemon's `step`.
+fn step_phrase(step: &str) -> &'static str {
+    match step {
+        "walk" => "cannot resolve path",
+        "make_dir" => "cannot create parent directory",
+        "open" => "cannot open file",
+        "metadata" => "cannot read file metadata",
+        "read" => "cannot read file",
+        "list" => "cannot list directory",
+        "create_temp" => "cannot create temporary file",
+        "write_temp" => "cannot write temporary file",
+        "set_mode" => "cannot set file mode",
+        "sync" => "cannot sync",
+        "rename" => "cannot rename into place",
+        "remove" => "cannot remove file",
+        "keep_owner" => "cannot keep the replaced file's owner",
+        "keep_attributes" => "cannot keep the replaced file's ACL or extended attributes",
+        _ => "an I/O step failed",
+    }
+}
+
+/// How the worker of a call was lost, from the daemon's `lost`.
+fn lost_phrase(lost: Option<&str>) -> &'static str {
+    match lost {
+        Some("send_failed") => "the worker could not take the call",
+        Some("lock_wait") => "the worker went away while waiting for a lock",
+        Some("unexpected_message") => "the worker sent an unexpected message",
+        Some("deadline") => "the call exceeded its deadline and its worker was killed",
+        Some("died") => "the worker died",
+        _ => "the call's worker was lost",
+    }
+}
+
+/// A path as the model gave it, for an error text: a raw control, bidi or zero-width character
+/// in it is escaped (`fsd_proto::names`), escapes it already holds are left as they are.
+fn shown(path: &str) -> String {
+    fsd_proto::names::sanitize(path)
+}
+
+/// A refusal by the mode fence, with the seed's marker. The marker names the mode and the
+/// denial; the words before it add only what it does not say (which protected name, which root).
+fn sandbox_denied(verb: &str, path: &str, wire: &WireError) -> ToolError {
+    let mode = wire.get("mode").unwrap_or("workspace-write");
+    let fact = match wire.get("reason") {
+        Some("protected") => {
+            Some(format!("{} is a protected path", wire.get("name").unwrap_or("a path component")))
+        }
+        Some("git_directory") => {
+            Some(format!("{} is a git directory (protected)", wire.get("name").unwrap_or("a path component")))
+        }
+        Some("submount") => Some(format!(
+            "{} is a mount point below the root (not in allow_submounts)",
+            wire.get("name").unwrap_or("a path component")
+        )),
+        Some("not_writable_root") => Some("not inside a writable root".to_owned()),
+        Some("outside_roots") => Some("path resolves outside every root of this daemon".to_owned()),
+        Some("same_file") => Some("source and destination are the same file".to_owned()),
+        Some("root") => Some("a root itself cannot be removed".to_owned()),
+        Some("mount") => Some(format!(
+            "{} is another mount below the tree (a removal does not cross it)",
+            wire.get("name").unwrap_or("a path component")
+        )),
+        // The mode's workers are not up (the marker names the mode).
+        Some("mode_unserved") => Some("the daemon does not serve this mode now".to_owned()),
+        // Refusals of a wider mode: the marker names the mode the call runs at.
+        Some(reason) => escalation_denial(reason, wire),
+        None => None,
+    };
+    let marker = format!("[sandbox: file access denied under {mode} mode]");
+    let message = match fact {
+        Some(fact) => format!("cannot {verb} \"{path}\": {fact} {marker}"),
+        None => format!("cannot {verb} \"{path}\" {marker}"),
+    };
+    ToolError::new(ErrorCode::SandboxDenied.as_str(), message)
+}
+
+/// A per-client budget of the daemon is spent: nothing was done; the daemon says how long to
+/// wait. The model is told to wait and retry, not that the file is at fault.
+fn rate_limited(verb: &str, path: &str, wire: &WireError) -> ToolError {
+    let wait = wire.get("retry_after_ms").and_then(|v| v.parse::<u64>().ok()).unwrap_or(1000);
+    ToolError::new(
+        ErrorCode::RateLimited.as_str(),
+        format!(
+            "cannot {verb} \"{path}\": the file service is limiting this client's calls (nothing was done) — wait {wait} ms, then retry"
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests;
