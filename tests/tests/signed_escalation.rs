@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -1031,4 +1031,61 @@ fn the_editors_replacements_are_checked_before_the_approver() {
     assert!(!r.is_error(), "{}", r.json);
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "port = 4\n");
     assert_eq!(jsonl(&keys.log()).len(), 3);
+}
+
+/// The approver's socket is never reachable with the umask's mode or the wrong group: it appears
+/// at its path already 0660 and in the named group (bound in a private directory first), leaves
+/// nothing behind beside it, and a file put at the path is never replaced.
+#[test]
+fn the_approvers_socket_appears_with_its_final_mode_and_group() {
+    let keys = Keys::new();
+    let rules = keys.rules("allow");
+    let socket = keys.socket();
+    let serve = |socket: &Path| {
+        Command::new("sh")
+            .arg("-c")
+            .arg("umask 000; exec \"$@\"")
+            .arg("sh")
+            .arg(approver_bin())
+            .arg("serve")
+            .arg("--key")
+            .arg(keys.key())
+            .arg("--listen")
+            .arg(format!("unix:{}", socket.display()))
+            .arg("--rules")
+            .arg(&rules)
+            .args(["--socket-mode", "0660", "--socket-group", "4321"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut child = serve(&socket);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // The first moment the path exists, it is already the operator's socket.
+    let first = loop {
+        if let Ok(meta) = std::fs::symlink_metadata(&socket) {
+            break meta;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "fsd-approver serve exited");
+        assert!(Instant::now() < deadline, "fsd-approver serve did not listen");
+        std::hint::spin_loop();
+    };
+    assert!(first.file_type().is_socket());
+    assert_eq!((first.mode() & 0o777, first.gid()), (0o660, 4321));
+    let mut beside: Vec<String> = std::fs::read_dir(keys.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    beside.sort();
+    assert_eq!(beside, ["allow.toml", "approver.key", "approver.pub", "approver.sock"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    // A file at the path is the operator's, not a stale socket: refused and kept.
+    let file = keys.dir.path().join("taken.sock");
+    std::fs::write(&file, "mine\n").unwrap();
+    let out = serve(&file).wait_with_output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("exists and is not a socket"), "{out:?}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine\n");
 }
