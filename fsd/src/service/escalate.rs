@@ -369,18 +369,18 @@ impl FsdService {
                 }
             }
         }
+        let client = caller.client();
+        let request = Describe {
+            session: &caller.session,
+            client: &client,
+            mode: requested,
+            justification: &r.justification,
+            ops,
+        };
         let Some(escalations) = self.escalations.as_ref().filter(|_| self.escalation == Escalation::Signed)
         else {
             // Client trust: the checks passed; the client's own approver decides, and reports
             // its decision naming this digest.
-            let client = caller.client();
-            let request = Describe {
-                session: &caller.session,
-                client: &client,
-                mode: requested,
-                justification: &r.justification,
-                ops,
-            };
             let digest = crate::escalation::client_digest(&request);
             self.audit_digest(&caller, &first, requested, Decision::Checked, "ok", &digest);
             return Ok(Response::new(v1::EscalationDescription {
@@ -389,8 +389,8 @@ impl FsdService {
                 ..Default::default()
             }));
         };
-        let client = caller.client();
-        let keys: Vec<String> = ops
+        let keys: Vec<String> = request
+            .ops
             .iter()
             .flat_map(|(op, _)| {
                 std::iter::once(op.target_key.clone()).chain(op.destination.clone().map(|d| d.0))
@@ -421,13 +421,6 @@ impl FsdService {
                 self.audit(&caller, Step::Escalate(Op::Describe), &first, requested, Decision::Refused, code);
                 return Err(refusal.into_wire(&first).into_status());
             }
-        };
-        let request = Describe {
-            session: &caller.session,
-            client: &client,
-            mode: requested,
-            justification: &r.justification,
-            ops,
         };
         let described = escalations.describe(request, vec![permit, ops_permit]);
         let audit = |decision: Decision, result: &str| {
