@@ -10,6 +10,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Reflection answers from this exact set, so a grpcurl-style client sees what was compiled.
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(out.join("fsd_descriptor.bin"), fds.encode_to_vec())?;
-    tonic_prost_build::configure().bytes(".").compile_fds(fds)?;
+    // The generated services decode with `FsdCodec`: a request prost refuses is INVALID_ARGUMENT
+    // with an fsd code, not prost's INTERNAL.
+    tonic_prost_build::configure().bytes(".").codec_path("crate::codec::FsdCodec").compile_fds(fds)?;
     Ok(())
 }

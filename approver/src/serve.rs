@@ -160,23 +160,44 @@ impl Drop for Cleanup<'_> {
     }
 }
 
+/// Binds the socket where nobody else can reach it yet (a private 0700 directory beside `path`),
+/// gives it its mode and group there, and only then links it at `path`: no client ever sees it
+/// with the umask's mode or the wrong group, and a file that appears at `path` meanwhile is never
+/// replaced (the link fails instead).
 fn bind_unix(path: &Path, socket: Socket) -> Result<tokio::net::UnixListener, ApproverError> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
     let failed = |e: std::io::Error| ApproverError::Serve(format!("{}: {e}", path.display()));
     // Only a stale socket is replaced, never another kind of file.
     if let Ok(meta) = std::fs::symlink_metadata(path) {
-        use std::os::unix::fs::FileTypeExt;
         if !meta.file_type().is_socket() {
             return Err(ApproverError::Serve(format!("{} exists and is not a socket", path.display())));
         }
         std::fs::remove_file(path).map_err(failed)?;
     }
-    let listener = tokio::net::UnixListener::bind(path).map_err(failed)?;
-    if let Some(gid) = socket.gid {
-        std::os::unix::fs::chown(path, None, Some(gid)).map_err(failed)?;
-    }
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(socket.mode)).map_err(failed)?;
-    Ok(listener)
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(ApproverError::Serve(format!("{}: not a socket path", path.display())));
+    };
+    let parent = if parent.as_os_str().is_empty() { Path::new(".") } else { parent };
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let mut private_name = std::ffi::OsString::from(".fsd-approver.");
+    private_name.push(format!("{}.{nanos:08x}.", std::process::id()));
+    private_name.push(name);
+    let private = parent.join(private_name);
+    std::fs::DirBuilder::new().mode(0o700).create(&private).map_err(failed)?;
+    let staged = private.join(name);
+    let placed = (|| {
+        let listener = tokio::net::UnixListener::bind(&staged)?;
+        if let Some(gid) = socket.gid {
+            std::os::unix::fs::chown(&staged, None, Some(gid))?;
+        }
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(socket.mode))?;
+        std::fs::hard_link(&staged, path)?;
+        Ok(listener)
+    })();
+    let _ = std::fs::remove_file(&staged);
+    let _ = std::fs::remove_dir(&private);
+    placed.map_err(failed)
 }
 
 pub fn run(options: Options) -> Result<(), ApproverError> {

@@ -122,6 +122,10 @@ pub struct ConfigFile {
     /// `unix:PATH` or `tcp:HOST:PORT`.
     pub approver_endpoint: Option<String>,
     pub log_format: Option<String>,
+    /// Permission bits of every Unix socket the daemon listens on (octal text, default "0660").
+    pub socket_mode: Option<String>,
+    /// Group of those sockets: a name from /etc/group or a number (default: the daemon's).
+    pub socket_group: Option<String>,
     pub max_message_bytes: Option<u64>,
     pub max_editable_file_bytes: Option<u64>,
     pub max_read_bytes: Option<u64>,
@@ -294,6 +298,8 @@ pub struct Config {
     pub escalation_ttl: std::time::Duration,
     pub approver_endpoint: Option<crate::escalation::ApproverEndpoint>,
     pub log_format: LogFormat,
+    /// Mode and group the Unix sockets have from the moment they exist.
+    pub socket_access: crate::sys::socket::SocketAccess,
     pub max_message_bytes: u64,
     pub limits: Limits,
     pub landlock: LandlockPolicy,
@@ -396,6 +402,10 @@ pub enum ConfigError {
     HealthListen(String),
     #[error("invalid {0}: must be at least 1")]
     Transport(&'static str),
+    #[error("invalid socket_mode {0:?}: expected octal permission bits such as \"0660\"")]
+    SocketMode(String),
+    #[error("invalid socket_group {0:?}: not a group in /etc/group nor a number")]
+    SocketGroup(String),
     #[error("invalid budgets.{0}: must be a positive number (bursts at least 1)")]
     Budget(&'static str),
     #[error("workers_per_mode must be between 1 and 64")]
@@ -420,6 +430,40 @@ pub struct WorkerIdentity {
     /// A root worker the operator asked for (`worker_uid = 0`): keeps the few capabilities
     /// that keeping owners and modes of replaced files needs. Every other worker has none.
     pub root_capabilities: bool,
+}
+
+/// `socket_mode` (octal text, at most 0777; default 0660: owner and group) and `socket_group`.
+fn socket_access(
+    mode: Option<&str>,
+    group: Option<&str>,
+) -> Result<crate::sys::socket::SocketAccess, ConfigError> {
+    let mode = match mode {
+        None => 0o660,
+        Some(text) => {
+            let digits = text.strip_prefix("0o").unwrap_or(text);
+            match u32::from_str_radix(digits, 8) {
+                Ok(bits) if bits <= 0o777 && !digits.is_empty() && !digits.starts_with('+') => bits,
+                _ => return Err(ConfigError::SocketMode(text.to_owned())),
+            }
+        }
+    };
+    let gid = match group {
+        None => None,
+        Some(text) => Some(match text.parse::<u32>() {
+            Ok(gid) => gid,
+            Err(_) => group_id(text).ok_or_else(|| ConfigError::SocketGroup(text.to_owned()))?,
+        }),
+    };
+    Ok(crate::sys::socket::SocketAccess { mode, gid })
+}
+
+/// A group's id from /etc/group (`name:x:gid:members`).
+fn group_id(name: &str) -> Option<u32> {
+    let text = std::fs::read_to_string("/etc/group").ok()?;
+    text.lines().find_map(|line| {
+        let mut fields = line.split(':');
+        (fields.next() == Some(name)).then(|| fields.nth(1)?.parse().ok()).flatten()
+    })
 }
 
 fn mode(key: &'static str, value: Option<String>, default: Mode) -> Result<Mode, ConfigError> {
@@ -540,6 +584,7 @@ impl Config {
             Some("json") => LogFormat::Json,
             Some(other) => return Err(ConfigError::LogFormat(other.to_owned())),
         };
+        let socket_access = socket_access(file.socket_mode.as_deref(), file.socket_group.as_deref())?;
         let defaults = Limits::default();
         let limits = Limits {
             max_editable_bytes: file.max_editable_file_bytes.unwrap_or(defaults.max_editable_bytes),
@@ -650,6 +695,7 @@ impl Config {
             escalation_ttl: std::time::Duration::from_secs(file.escalation_ttl_secs.unwrap_or(120).max(1)),
             approver_endpoint,
             log_format,
+            socket_access,
             max_message_bytes,
             limits,
         })
@@ -792,6 +838,29 @@ mod tests {
             writable_roots: writable.iter().map(PathBuf::from).collect(),
             ..Overrides::default()
         }
+    }
+
+    #[test]
+    fn socket_access_values() {
+        let check = |mode: Option<&str>, group: Option<&str>, expected: Result<(u32, Option<u32>), &str>| {
+            let got = socket_access(mode, group).map(|a| (a.mode, a.gid)).map_err(|e| e.to_string());
+            match expected {
+                Ok(want) => assert_eq!(got, Ok(want), "{mode:?} {group:?}"),
+                Err(want) => {
+                    assert!(got.as_ref().is_err_and(|e| e.contains(want)), "{mode:?} {group:?}: {got:?}")
+                }
+            }
+        };
+        check(None, None, Ok((0o660, None)));
+        check(Some("0600"), None, Ok((0o600, None)));
+        check(Some("666"), Some("0"), Ok((0o666, Some(0))));
+        check(Some("0o640"), Some("root"), Ok((0o640, Some(0))));
+        check(Some("0"), None, Ok((0, None)));
+        check(Some("01777"), None, Err("invalid socket_mode"));
+        check(Some("0689"), None, Err("invalid socket_mode"));
+        check(Some(""), None, Err("invalid socket_mode"));
+        check(Some("+660"), None, Err("invalid socket_mode"));
+        check(None, Some("no-such-group-fsd"), Err("invalid socket_group"));
     }
 
     #[test]

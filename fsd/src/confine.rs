@@ -77,14 +77,18 @@ pub fn worker(config: &Config, mode: Mode, identity: WorkerIdentity) -> Result<C
 }
 
 /// Confines the network process after it bound its listeners: no filesystem rights at all, no
-/// capabilities. Must run before any thread starts (Landlock binds the calling thread and the
-/// threads it creates later).
+/// capabilities, and a seccomp allowlist without any call that names a path. Must run before
+/// any thread starts (Landlock and seccomp bind the calling thread and the threads it creates
+/// later).
 pub fn network(config: &Config) -> Result<Confinement, ConfineError> {
     step::drop_bounding_set(CapabilitySet::empty())?;
     step::set_capabilities(CapabilitySet::empty())?;
     step::no_new_privs()?;
     let required = config.landlock == LandlockPolicy::Required;
     let landlock = step::landlock(&[], required)?;
+    // Hello reports the ABI; the allowlist has no Landlock call, so it is asked now.
+    step::landlock_abi();
+    step::seccomp_network()?;
     Ok(Confinement { landlock })
 }
 

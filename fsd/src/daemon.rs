@@ -146,12 +146,6 @@ pub fn clear_stale_socket(path: &Path) -> Result<(), DaemonError> {
     }
 }
 
-/// Owner and group may connect; others may not.
-pub fn set_socket_mode(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

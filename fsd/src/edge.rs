@@ -513,6 +513,48 @@ impl Edge {
     }
 }
 
+/// A request the edge let in: who made it, and its place among its connection's requests.
+#[derive(Debug)]
+pub struct Admitted {
+    pub identity: Identity,
+    pub counted: Counted,
+}
+
+/// On TCP, one request counted in flight on its connection until its response body is done.
+#[derive(Debug)]
+pub struct Counted(Option<InFlight>);
+
+impl Counted {
+    /// The response body, keeping the request in flight until the body is done or dropped.
+    pub fn guard(self, body: Body) -> Body {
+        match self.0 {
+            Some(guard) => Body::new(Guarded { inner: body, _guard: guard }),
+            None => body,
+        }
+    }
+}
+
+impl Edge {
+    /// Admits one request ([`Edge::admit`]) and counts it on its TCP connection: any request
+    /// but an open one (health) makes the connection no longer a stranger's (it is not closed
+    /// after `unauthenticated_idle`), and the request is in flight until its response body ends,
+    /// so a long upload or download never counts as idle. Faces outside the tower stack (REST)
+    /// call this; `EdgeService` does for gRPC.
+    pub fn enter<B>(&self, request: &http::Request<B>) -> Result<Admitted, tonic::Status> {
+        let identity = self.admit(request)?;
+        let open = OPEN_METHODS.contains(&request.uri().path());
+        let peer = request.extensions().get::<PeerInfo>().map(|peer| peer.state.clone());
+        if let Some(state) = &peer
+            && !open
+        {
+            // An admitted call with a credential (or on a loopback plaintext listener, where the
+            // listener itself is the credential): this connection is no longer a stranger's.
+            state.authenticated.store(true, Ordering::Release);
+        }
+        Ok(Admitted { identity, counted: Counted(peer.as_ref().map(InFlight::begin)) })
+    }
+}
+
 impl<S> tower::Layer<S> for Edge {
     type Service = EdgeService<S>;
 
@@ -545,24 +587,14 @@ where
 
     fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
         let instance = self.edge.instance.clone();
-        let identity = match self.edge.admit(&request) {
-            Ok(identity) => identity,
+        let Admitted { identity, counted } = match self.edge.enter(&request) {
+            Ok(admitted) => admitted,
             Err(status) => {
                 let mut response = status.into_http::<Body>();
                 response.headers_mut().insert(INSTANCE_HEADER, instance);
                 return Box::pin(std::future::ready(Ok(response)));
             }
         };
-        let open = OPEN_METHODS.contains(&request.uri().path());
-        let peer = request.extensions().get::<PeerInfo>().map(|peer| peer.state.clone());
-        if let Some(state) = &peer
-            && !open
-        {
-            // An admitted call with a credential (or on a loopback plaintext listener, where the
-            // listener itself is the credential): this connection is no longer a stranger's.
-            state.authenticated.store(true, Ordering::Release);
-        }
-        let in_flight = peer.as_ref().map(InFlight::begin);
         request.extensions_mut().insert(identity);
         // The service that was polled ready is the one that must be called.
         let clone = self.inner.clone();
@@ -570,10 +602,7 @@ where
         Box::pin(async move {
             let mut response = inner.call(request).await?;
             response.headers_mut().insert(INSTANCE_HEADER, instance);
-            Ok(match in_flight {
-                Some(guard) => response.map(|body| Body::new(Guarded { inner: body, _guard: guard })),
-                None => response,
-            })
+            Ok(response.map(|body| counted.guard(body)))
         })
     }
 }

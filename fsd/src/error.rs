@@ -403,7 +403,7 @@ impl Failure {
 
     pub fn into_wire(self) -> WireError {
         let code = self.error.code();
-        let mut wire = WireError::new(code, bounded_path(self.path), self.error.to_string());
+        let mut wire = WireError::new(code, self.path, self.error.to_string());
         if let Some(key) = self.target_key {
             wire = wire.with("target_key", key);
         }
@@ -447,22 +447,6 @@ impl Failure {
         }
         wire
     }
-}
-
-/// The path as the error metadata carries it: a request path can be as long as the message cap,
-/// and echoed whole it would overflow the reply's HTTP/2 header limit (the client would see a
-/// protocol error instead of FS_INVALID_PATH). Longer than any valid path, it is cut.
-fn bounded_path(mut path: String) -> String {
-    const MAX: usize = crate::backend::resolve::MAX_PATH_BYTES;
-    if path.len() > MAX {
-        let mut cut = MAX;
-        while !path.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        path.truncate(cut);
-        path.push_str("...");
-    }
-    path
 }
 
 #[cfg(test)]
@@ -544,14 +528,5 @@ mod tests {
             "escalation ticket refused: the escalation expired",
             &[("reason", "ticket_refused"), ("ticket", "expired")],
         );
-    }
-
-    #[test]
-    fn wire_paths_are_bounded() {
-        let long = format!("/{}", "\u{e9}".repeat(5000));
-        let wire = Failure::new(FsError::InvalidPath(PathProblem::TooLong), long).into_wire();
-        assert!(wire.path.len() <= 4096 + 3 && wire.path.ends_with("..."), "{}", wire.path.len());
-        let short = Failure::new(FsError::NotFound, "/ws/a.txt").into_wire();
-        assert_eq!(short.path, "/ws/a.txt");
     }
 }

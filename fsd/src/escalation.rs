@@ -24,7 +24,8 @@ pub struct CanonicalOp {
     /// Target key and display path of the (source) target.
     pub target_key: String,
     pub display: String,
-    /// The version found when described, or `None` for an absent target.
+    /// The version found when described, or `None` for an absent target; [`AFTER_EARLIER`]
+    /// when an earlier call of the same escalation changes the target first.
     pub version: Option<String>,
     /// For moves: the destination's key and display path.
     pub destination: Option<(String, String)>,
@@ -38,6 +39,10 @@ pub struct Preview {
     pub lines: Vec<String>,
 }
 
+/// The version of a target an earlier call of the same escalation (an apply_patch operation)
+/// changes first: whatever that call leaves, which nobody can know when it is described.
+pub const AFTER_EARLIER: &str = "after an earlier call of this escalation";
+
 impl CanonicalOp {
     /// Whether `call` is this approved call. An approval without a content digest (a delete,
     /// a move without new content, a client that sent no content) binds the operation, the
@@ -45,7 +50,7 @@ impl CanonicalOp {
     pub fn admits(&self, call: &CanonicalOp) -> bool {
         self.op == call.op
             && self.target_key == call.target_key
-            && self.version == call.version
+            && (self.version.as_deref() == Some(AFTER_EARLIER) || self.version == call.version)
             && self.destination == call.destination
             && (self.content_sha256.is_empty() || self.content_sha256 == call.content_sha256)
     }
@@ -544,6 +549,18 @@ mod tests {
         assert_eq!(redeem(&op("etc/x"), "s1", Mode::WorkspaceWrite), Err(TicketError::WrongMode));
         assert_eq!(redeem(&op("etc/x"), "s1", Mode::DangerFullAccess), Ok(()));
         assert_eq!(redeem(&op("etc/x"), "s1", Mode::DangerFullAccess), Err(TicketError::Unknown));
+    }
+
+    #[test]
+    fn a_call_after_an_earlier_one_is_admitted_at_any_version_but_only_with_its_content() {
+        let approved = CanonicalOp { version: Some(AFTER_EARLIER.into()), ..op("etc/x") };
+        let check = |call: CanonicalOp, want: bool| assert_eq!(approved.admits(&call), want, "{call:?}");
+        check(CanonicalOp { version: Some("v2".into()), ..op("etc/x") }, true);
+        check(op("etc/x"), true);
+        check(CanonicalOp { content_sha256: vec![9], ..op("etc/x") }, false);
+        check(op("etc/y"), false);
+        let plain = CanonicalOp { version: Some("v1".into()), ..op("etc/x") };
+        assert!(!plain.admits(&CanonicalOp { version: Some("v2".into()), ..op("etc/x") }));
     }
 
     #[test]

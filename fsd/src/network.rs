@@ -19,6 +19,7 @@ use crate::edge::{Edge, TcpLimits};
 use crate::ipc::{self, Control, ControlRequest, IpcError};
 use crate::service::FsdService;
 use crate::sys::ipc::AsyncFrames;
+use crate::sys::socket::SocketAccess;
 
 /// Threads that read the files of streamed reads, shared by every stream.
 const STREAM_READERS: usize = 4;
@@ -32,15 +33,37 @@ enum Bound {
     Http(std::net::TcpListener, String, bool),
 }
 
-fn bind(listen: &Listen) -> Result<Bound, DaemonError> {
+/// A listener bound; a Unix socket not yet at its path (see [`Binding::publish`]).
+enum Binding {
+    Ready(Bound),
+    Unix { pending: crate::sys::socket::Pending, name: String, http: bool },
+}
+
+impl Binding {
+    /// Puts a Unix socket at its path. Called for every listener in a row once all are bound,
+    /// so a client that finds a socket finds every listener ready.
+    fn publish(self) -> Result<Bound, DaemonError> {
+        match self {
+            Binding::Ready(bound) => Ok(bound),
+            Binding::Unix { pending, name, http } => {
+                let listener = pending
+                    .publish()
+                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                    .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+                Ok(if http { Bound::HttpUnix(listener, name) } else { Bound::Unix(listener, name) })
+            }
+        }
+    }
+}
+
+fn bind(listen: &Listen, access: SocketAccess) -> Result<Binding, DaemonError> {
     let name = listen.to_string();
     let bind_err = |source| DaemonError::Bind { listen: name.clone(), source };
-    let unix = |path: &std::path::Path| -> Result<std::os::unix::net::UnixListener, DaemonError> {
+    let unix = |path: &std::path::Path, http: bool| -> Result<Binding, DaemonError> {
         crate::daemon::clear_stale_socket(path)?;
-        let listener = std::os::unix::net::UnixListener::bind(path).map_err(bind_err)?;
-        crate::daemon::set_socket_mode(path).map_err(bind_err)?;
-        listener.set_nonblocking(true).map_err(bind_err)?;
-        Ok(listener)
+        // Mode and group are in place before the path exists (see `sys::socket`).
+        let pending = crate::sys::socket::bind_unix(path, access).map_err(bind_err)?;
+        Ok(Binding::Unix { pending, name: name.clone(), http })
     };
     let tcp = |addr: &std::net::SocketAddr| -> Result<std::net::TcpListener, DaemonError> {
         let listener = std::net::TcpListener::bind(addr).map_err(bind_err)?;
@@ -48,11 +71,11 @@ fn bind(listen: &Listen) -> Result<Bound, DaemonError> {
         Ok(listener)
     };
     match listen {
-        Listen::Unix(path) => Ok(Bound::Unix(unix(path)?, name)),
-        Listen::Tcp(addr) => Ok(Bound::Tcp(tcp(addr)?, name)),
-        Listen::HttpUnix(path) => Ok(Bound::HttpUnix(unix(path)?, name)),
-        Listen::Http(addr) => Ok(Bound::Http(tcp(addr)?, name, false)),
-        Listen::HttpPlain(addr) => Ok(Bound::Http(tcp(addr)?, name, true)),
+        Listen::Unix(path) => unix(path, false),
+        Listen::Tcp(addr) => Ok(Binding::Ready(Bound::Tcp(tcp(addr)?, name))),
+        Listen::HttpUnix(path) => unix(path, true),
+        Listen::Http(addr) => Ok(Binding::Ready(Bound::Http(tcp(addr)?, name, false))),
+        Listen::HttpPlain(addr) => Ok(Binding::Ready(Bound::Http(tcp(addr)?, name, true))),
     }
 }
 
@@ -127,7 +150,11 @@ struct Started {
 
 /// Every step that needs the filesystem or may fail on the configuration, then confinement.
 fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> {
-    let bound = config.listen.iter().map(bind).collect::<Result<Vec<_>, _>>()?;
+    let bindings =
+        config.listen.iter().map(|l| bind(l, config.socket_access)).collect::<Result<Vec<_>, _>>()?;
+    // Every listener is bound: only now do the Unix sockets appear at their paths, right after
+    // one another (a client that finds one finds every listener ready).
+    let bound = bindings.into_iter().map(Binding::publish).collect::<Result<Vec<_>, _>>()?;
     let audit = match &config.audit_log {
         Some(path) => Some(Arc::new(
             Audit::open(path).map_err(|source| DaemonError::Audit { path: path.clone(), source })?,

@@ -89,12 +89,12 @@ impl WireError {
         self.metadata.get(key).map(String::as_str)
     }
 
-    /// Encodes into a status with an `ErrorInfo` detail.
+    /// Encodes into a status with an `ErrorInfo` detail. Every error reaches the wire here, so
+    /// this is where what it quotes is bounded (see [`bounded`]).
     pub fn into_status(self) -> tonic::Status {
-        let mut metadata = self.metadata;
-        metadata.insert("path".to_owned(), self.path);
+        let (message, metadata) = bounded(self.message, self.path, self.metadata);
         let details = ErrorDetails::with_error_info(self.code.as_str(), DOMAIN, metadata);
-        tonic::Status::with_error_details(self.code.grpc_code(), self.message, details)
+        tonic::Status::with_error_details(self.code.grpc_code(), message, details)
     }
 
     /// Decodes a status; `None` when it carries no fsd `ErrorInfo` (a transport failure, say).
@@ -107,6 +107,50 @@ impl WireError {
         let mut metadata = info.metadata;
         let path = metadata.remove("path").unwrap_or_default();
         Some(WireError { code, message: status.message().to_owned(), path, metadata })
+    }
+}
+
+/// The longest path, name or other quoted value an error carries, in bytes (then cut, `...`).
+pub const QUOTE_CAP: usize = 1024;
+/// The longest message (reasons are short; only a bug would make one long).
+const MESSAGE_CAP: usize = 256;
+/// The longest target key an error carries whole. A longer one is left out, never cut: a cut
+/// key could equal another file's key, and the client records observations under it.
+const KEY_CAP: usize = 2048;
+
+/// An error travels in the reply's trailers (`grpc-message`, percent-encoded, and the base64
+/// `grpc-status-details-bin`), which clients bound: hyper's HTTP/2 client refuses header lists
+/// over 16 KiB, gRPC C-core starts refusing over 8 KiB. A request path can be as long as the
+/// message cap, and quoted whole it turned a refusal into a protocol error. Bounded as above,
+/// the trailers stay under 8 KiB whatever the request held.
+fn bounded(
+    message: String,
+    path: String,
+    mut metadata: HashMap<String, String>,
+) -> (String, HashMap<String, String>) {
+    metadata.insert("path".to_owned(), path);
+    if metadata.get("target_key").is_some_and(|key| key.len() > KEY_CAP) {
+        metadata.remove("target_key");
+    }
+    for (key, value) in &mut metadata {
+        if key != "target_key" {
+            cut(value, QUOTE_CAP);
+        }
+    }
+    let mut message = message;
+    cut(&mut message, MESSAGE_CAP);
+    (message, metadata)
+}
+
+/// Cuts `text` to at most `cap` bytes on a character boundary, marking the cut with `...`.
+fn cut(text: &mut String, cap: usize) {
+    if text.len() > cap {
+        let mut at = cap;
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        text.truncate(at);
+        text.push_str("...");
     }
 }
 
@@ -130,6 +174,31 @@ mod tests {
             assert_eq!(status.code(), code.grpc_code());
             assert_eq!(WireError::from_status(&status), Some(sent));
         }
+    }
+
+    #[test]
+    fn what_an_error_quotes_is_bounded() {
+        let long = format!("/{}", "\u{e9}".repeat(10_000));
+        let key = format!("r0:{}", "k".repeat(KEY_CAP - 3));
+        let status = WireError::new(ErrorCode::RateLimited, long.clone(), "m".repeat(5000))
+            .with("target_key", format!("{key}x"))
+            .with("name", long.clone())
+            .with("budget", "calls")
+            .into_status();
+        let wire = WireError::from_status(&status).unwrap();
+        assert!(wire.path.len() <= QUOTE_CAP + 3 && wire.path.ends_with("..."), "{}", wire.path.len());
+        assert!(long.starts_with(wire.path.trim_end_matches("...")));
+        assert!(wire.get("name").is_some_and(|n| n.len() <= QUOTE_CAP + 3));
+        assert_eq!(wire.get("target_key"), None, "a key too long to quote is left out, not cut");
+        assert_eq!(wire.get("budget"), Some("calls"));
+        assert!(wire.message.len() <= MESSAGE_CAP + 3);
+        let details = status.details().len() * 4 / 3 + status.message().len() * 3;
+        assert!(details < 8 << 10, "{details} bytes of trailers");
+
+        // Short values and a key that fits pass unchanged.
+        let sent =
+            WireError::new(ErrorCode::NotFound, "/ws/a.txt", "not found").with("target_key", key.clone());
+        assert_eq!(WireError::from_status(&sent.clone().into_status()), Some(sent));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod code;
+pub mod codec;
 pub mod digest;
 pub mod names;
 pub mod time;

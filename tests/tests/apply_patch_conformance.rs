@@ -197,6 +197,37 @@ fn a_stopped_commit_reports_completed_failed_and_not_executed() {
     assert!(!d.path("c.txt").exists());
 }
 
+/// Runs `chattr FLAG path`; the test needs a file system with inode flags (ext4, xfs, btrfs).
+fn chattr(flag: &str, path: &Path) {
+    let status = std::process::Command::new("chattr").arg(flag).arg(path).status();
+    assert!(
+        status.as_ref().is_ok_and(|s| s.success()),
+        "chattr {flag} {} failed ({status:?}): this test needs chattr and a file system with inode flags",
+        path.display()
+    );
+}
+
+#[test]
+fn a_move_whose_source_cannot_be_removed_says_the_destination_was_written() {
+    let d = Daemon::start();
+    d.write("src/a.txt", "a\n");
+    std::fs::create_dir_all(d.path("dst")).unwrap();
+    // Append-only: names may be added to src/, none removed, whoever asks.
+    chattr("+a", &d.path("src"));
+    let mut s = d.session_with_config("applyPatch = true\nobservationPolicy = false\n");
+    let patch =
+        "*** Begin Patch\n*** Update File: src/a.txt\n*** Move to: dst/a.txt\n@@\n-a\n+b\n*** End Patch";
+    let r = s.call("apply_patch", json!({"input": patch}));
+    chattr("-a", &d.path("src"));
+    // The errno travels as a number and is worded here, like every I/O failure.
+    ok(
+        &r,
+        "Patch stopped after 0 of 1 operations.\nFailed:\n- operation 1 (move src/a.txt -> dst/a.txt, patch line 2): source removal failed: cannot remove file: Operation not permitted (os error 1)\n  destination dst/a.txt was written; source src/a.txt remains",
+    );
+    assert_eq!(d.read("dst/a.txt"), b"b\n");
+    assert_eq!(d.read("src/a.txt"), b"a\n");
+}
+
 #[test]
 fn a_patch_touching_200_files() {
     let d = Daemon::start();

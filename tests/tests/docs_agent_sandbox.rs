@@ -11,7 +11,6 @@
 mod common;
 mod pki;
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, Ipv4Addr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -24,22 +23,6 @@ use serde_json::{Value, json};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-/// The code blocks of the guide, by the name in the `<!-- test: NAME -->` line above each.
-fn blocks(markdown: &str) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let mut lines = markdown.lines();
-    while let Some(line) = lines.next() {
-        let Some(name) = line.strip_prefix("<!-- test: ").and_then(|l| l.strip_suffix(" -->")) else {
-            continue;
-        };
-        let fence = lines.next().unwrap_or_default();
-        assert!(fence.starts_with("```"), "{name}: the marker must sit right above a code block");
-        let body: Vec<&str> = lines.by_ref().take_while(|l| !l.starts_with("```")).collect();
-        out.insert(name.to_owned(), body.join("\n"));
-    }
-    out
 }
 
 /// `text` with each `(from, to)` replaced; every `from` must be there.
@@ -187,7 +170,7 @@ fn session_works(args: &[String], env: (&str, &str), workspace: &Path, old: &str
 fn the_agent_sandbox_guide_works_as_written() {
     let python = python();
     let guide = std::fs::read_to_string(repo().join("docs/agent-sandbox.md")).unwrap();
-    let found = blocks(&guide);
+    let found = common::docs::marked_blocks(&guide, "test");
     assert_eq!(found.keys().map(String::as_str).collect::<Vec<_>>(), ["fleet.toml", "sdk.py", "session.sh"]);
     let example = repo().join("deploy/kubernetes/agent-sandbox");
     let template = std::fs::read_to_string(example.join("sandbox-template.yaml")).unwrap();

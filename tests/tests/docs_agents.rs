@@ -5,27 +5,10 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::{Value, json};
-
-/// The snippets of a markdown file, by the name in the `<!-- file: NAME -->` line before each.
-fn snippets(markdown: &str) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let mut lines = markdown.lines();
-    while let Some(line) = lines.next() {
-        let Some(name) = line.strip_prefix("<!-- file: ").and_then(|l| l.strip_suffix(" -->")) else {
-            continue;
-        };
-        let fence = lines.next().unwrap_or_default();
-        assert!(fence.starts_with("```"), "{name}: the marker must sit right above a code block");
-        let body: Vec<&str> = lines.by_ref().take_while(|l| !l.starts_with("```")).collect();
-        out.insert(name.to_owned(), body.join("\n"));
-    }
-    out
-}
 
 /// Runs `fsd-tools ARGS` (with stdin closed) and insists it got past argument parsing: the
 /// command line is valid even where the daemon or root it names is absent here.
@@ -45,7 +28,7 @@ fn strings(value: &Value) -> Vec<String> {
 fn the_agent_integration_snippets_parse_and_turn_the_host_file_tools_off() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/agents.md");
     let doc = std::fs::read_to_string(&path).unwrap();
-    let found = snippets(&doc);
+    let found = common::docs::marked_blocks(&doc, "file");
     assert_eq!(
         found.keys().map(String::as_str).collect::<Vec<_>>(),
         [".claude/settings.json", ".mcp.json", "config.toml", "mcp.json"]

@@ -184,9 +184,35 @@ fn the_network_process_holds_no_filesystem_rights() {
     let mut rpc = Rpc::connect(&d);
     let status = rpc.stat(&d.root.join("fsd-fault-network-open")).unwrap_err();
     assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
-    assert!(status.message().contains("Permission denied"), "{status:?}");
+    // Opening a path is refused before Landlock sees it: seccomp answers EPERM (Landlock's
+    // refusal would be EACCES, "Permission denied").
+    assert!(status.message().contains("Operation not permitted"), "{status:?}");
     // The same root is served through the workers.
     assert!(rpc.stat(&d.path("a.txt")).unwrap().info.is_some());
+}
+
+#[test]
+fn the_network_process_runs_under_a_seccomp_allowlist() {
+    let d = Daemon::start();
+    let mut rpc = Rpc::connect(&d);
+    // Stat by path is outside Landlock's reach, exec is not: seccomp refuses both with EPERM.
+    let status = rpc.stat(&d.root.join("fsd-fault-network-exec")).unwrap_err();
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    assert_eq!(
+        status.message(),
+        "network process: stat: Operation not permitted (os error 1); exec: Operation not permitted (os error 1)"
+    );
+    let network = children_with_role(d.child.id(), "network");
+    assert_eq!(network.len(), 1);
+    // Mode 2: a seccomp filter is loaded.
+    assert_eq!(status_field(network[0], "Seccomp"), "2");
+    // Still serving, over every face of the network process: a call, a stream, a write.
+    d.write("a.txt", "a\n");
+    assert!(rpc.stat(&d.path("a.txt")).unwrap().info.is_some());
+    let mut s = d.session();
+    assert!(!s.read("a.txt").is_error());
+    let write = s.call("write", json!({"file_path": "b.txt", "content": "b\n"}));
+    assert!(!write.is_error(), "{}", write.json);
 }
 
 #[test]

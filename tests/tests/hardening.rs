@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use common::rpc::Rpc;
 use common::*;
 use serde_json::json;
+use tonic_health::pb::health_check_response::ServingStatus;
 
 fn need_root() {
     assert!(
@@ -400,6 +401,10 @@ fn confined_modes_need_the_kernels_link_protection() {
         assert!(!status.available, "{status:?}");
         assert!(status.reason.contains("fs.protected_hardlinks = 0"), "{status:?}");
     }
+    // Health says so too: each confined mode and the daemon as a whole are NOT_SERVING.
+    for service in ["", "fsd.v1.Fsd", "fsd.v1.Fsd/read-only", "fsd.v1.Fsd/workspace-write"] {
+        assert_eq!(health(&d, service), ServingStatus::NotServing, "health of {service:?}");
+    }
     d.write("a.txt", "a\n");
     let mut s = d.session();
     assert!(s.read("a.txt").is_error(), "a confined mode served without link protection");
@@ -415,6 +420,29 @@ fn confined_modes_need_the_kernels_link_protection() {
     let d = Daemon::start_with_env(&[], "", &[("FSD_FAULT_SYSCTL_FS_DIR", on.path().to_str().unwrap())]);
     let rpc = Rpc::connect(&d);
     assert!(mode_status(&rpc, Mode::WorkspaceWrite).available);
+    assert_eq!(health(&d, "fsd.v1.Fsd/workspace-write"), ServingStatus::Serving);
+}
+
+/// The daemon's grpc.health.v1 answer for `service`.
+fn health(d: &Daemon, service: &str) -> ServingStatus {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let endpoint = fsd_tool_client::connect::Endpoint::Unix(d.socket.clone());
+        let channel = fsd_tool_client::connect::channel(&endpoint).await.unwrap();
+        // The first health report may trail the first answer: until then a name is unknown.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let request = HealthCheckRequest { service: service.to_owned() };
+            match HealthClient::new(channel.clone()).check(request).await {
+                Ok(reply) => return ServingStatus::try_from(reply.into_inner().status).unwrap(),
+                Err(s) if s.code() == tonic::Code::NotFound && std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                Err(s) => panic!("health {service:?}: {s}"),
+            }
+        }
+    })
 }
 
 /// A POSIX ACL in its xattr form: the owner rw, user 4242 rw, the owning group only r, mask rw.
@@ -461,6 +489,35 @@ fn a_replace_keeps_the_acl_and_user_attributes() {
 }
 
 #[test]
+fn a_replace_that_cannot_keep_the_acl_is_refused_and_changes_nothing() {
+    use rustix::fs::{XattrFlags, getxattr, setxattr};
+    let d = Daemon::start();
+    // The test build refuses to set kept attributes on this name's replacement.
+    let name = "fsd-fault-keep-attributes";
+    d.write(name, "v1\n");
+    let path = d.path(name);
+    let acl = narrow_group_acl();
+    setxattr(&path, "system.posix_acl_access", &acl, XattrFlags::empty())
+        .expect("this filesystem takes POSIX ACLs");
+    let ino = std::fs::metadata(&path).unwrap().ino();
+    let mut s = d.session();
+    assert!(!s.read(name).is_error());
+    let write = s.call("write", json!({"file_path": name, "content": "v2\n"}));
+    assert!(write.is_error(), "a replace that would widen access went through: {}", write.json);
+    assert_eq!(write.code(), Some("FS_PERMISSION_DENIED"), "{}", write.json);
+    let edit = s.call("edit", json!({"file_path": name, "old_string": "v1", "new_string": "v3"}));
+    assert_eq!(edit.code(), Some("FS_PERMISSION_DENIED"), "{}", edit.json);
+    // The old file, its inode and its ACL are untouched; no temporary file is left.
+    assert_eq!(d.read(name), b"v1\n");
+    assert_eq!(std::fs::metadata(&path).unwrap().ino(), ino);
+    let mut buf = vec![0u8; 256];
+    let n = getxattr(&path, "system.posix_acl_access", &mut buf).expect("the ACL is still there");
+    assert_eq!(&buf[..n], acl.as_slice());
+    let names: Vec<_> = std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, [name], "left in the root");
+}
+
+#[test]
 fn confined_workers_hold_no_descriptor_outside_their_roots() {
     let d = Daemon::start();
     let _ = Rpc::connect(&d);
@@ -490,4 +547,148 @@ fn confined_workers_hold_no_descriptor_outside_their_roots() {
             }
         }
     }
+}
+
+/// Mode and group of the socket file at `path`.
+fn socket_access(path: &Path) -> (u32, u32) {
+    let meta = std::fs::symlink_metadata(path).unwrap();
+    assert!(
+        std::os::unix::fs::FileTypeExt::is_socket(&meta.file_type()),
+        "{} is not a socket",
+        path.display()
+    );
+    (meta.mode() & 0o7777, meta.gid())
+}
+
+#[test]
+fn unix_sockets_have_their_configured_mode_and_group_and_no_leftovers() {
+    need_root();
+    // The default: owner and group.
+    let d = Daemon::start();
+    assert_eq!(socket_access(&d.socket), (0o660, rustix::process::getegid().as_raw()));
+    // Configured: every Unix listener, gRPC and HTTP, gets them (the group need not be ours).
+    let dir = tempfile::tempdir().unwrap();
+    let http = dir.path().join("http.sock");
+    let d = Daemon::start_with(
+        &["--listen", &format!("http+unix:{}", http.display())],
+        "socket_mode = \"0600\"\nsocket_group = \"4321\"\n",
+    );
+    // A first answer comes once every listener is bound (the kit waits for the first only).
+    let _ = Rpc::connect(&d);
+    assert_eq!(socket_access(&d.socket), (0o600, 4321));
+    assert_eq!(socket_access(&http), (0o600, 4321));
+    // The private directories the sockets were bound in are gone.
+    let mut names: Vec<_> =
+        std::fs::read_dir(d.dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    names.sort();
+    assert_eq!(names, ["fsd.sock", "fsd.toml", "ws"], "left beside the socket");
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["http.sock"]);
+    // Served on the renamed socket.
+    let mut s = d.session();
+    d.write("a.txt", "a\n");
+    assert!(!s.read("a.txt").is_error());
+}
+
+#[test]
+fn bad_socket_settings_refuse_to_start() {
+    for (config, expected) in [
+        ("socket_mode = \"0999\"\n", "invalid socket_mode \"0999\""),
+        ("socket_mode = \"01777\"\n", "invalid socket_mode \"01777\""),
+        ("socket_group = \"no-such-group-fsd\"\n", "invalid socket_group \"no-such-group-fsd\""),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, config_path) = (dir.path().join("ws"), dir.path().join("fsd.toml"));
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(&config_path, config).unwrap();
+        let out = Command::new(fsd_bin())
+            .arg("--listen")
+            .arg(format!("unix:{}", dir.path().join("fsd.sock").display()))
+            .arg("--writable-root")
+            .arg(&root)
+            .arg("--config")
+            .arg(&config_path)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{config}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(expected), "{config}: {stderr}");
+        assert!(!dir.path().join("fsd.sock").exists());
+    }
+}
+
+#[test]
+fn a_20_kb_path_in_an_error_reply_is_cut_not_a_broken_connection() {
+    let d = Daemon::start_with(&[], "[budgets]\ncalls_per_second = 0.01\ncall_burst = 1\n");
+    let mut rpc = Rpc::connect(&d);
+    let long = d.root.join("x".repeat(20 << 10));
+    // The budget refusal quotes the request path as sent: 20 KB, far over the 16 KiB header list
+    // hyper's client accepts (and gRPC C-core's 8 KiB).
+    let mut refused = None;
+    for _ in 0..3 {
+        match rpc.stat(&long) {
+            Err(status) if rpc::wire(&status).code == fsd_proto::ErrorCode::RateLimited => {
+                refused = Some(rpc::wire(&status));
+                break;
+            }
+            Err(status) => {
+                let wire = fsd_proto::WireError::from_status(&status).unwrap_or_else(|| {
+                    panic!("not an fsd error: {:?} {:.200}", status.code(), status.message())
+                });
+                assert_eq!(wire.code, fsd_proto::ErrorCode::InvalidPath, "{wire:?}");
+                assert!(wire.path.len() <= 1027, "{}", wire.path.len());
+            }
+            Ok(reply) => panic!("a 20 KB path was served: {reply:?}"),
+        }
+    }
+    let wire = refused.expect("the budget refused a call");
+    assert!(wire.path.len() <= 1027 && wire.path.ends_with("..."), "quoted {} bytes", wire.path.len());
+    assert!(long.to_str().unwrap().starts_with(wire.path.trim_end_matches("...")));
+    assert!(wire.get("retry_after_ms").is_some());
+}
+
+#[test]
+fn a_temporary_file_left_in_a_directory_moved_out_mid_write_holds_nothing() {
+    let d = Daemon::start();
+    let outside = d.dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::create_dir(d.path("d")).unwrap();
+    let mut rpc = Rpc::connect(&d);
+    // The test build pauses 2 s between this write's last byte and its rename.
+    let target = d.path("d/fsd-fault-pause-rename");
+    let writer = std::thread::spawn(move || rpc.write_text(&target, "the caller's secret bytes\n", None));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let temp_seen = || {
+        std::fs::read_dir(d.path("d"))
+            .unwrap()
+            .any(|e| e.unwrap().file_name().to_string_lossy().starts_with(".fsd-tmp-"))
+    };
+    while !temp_seen() {
+        assert!(std::time::Instant::now() < deadline, "the write never made its temporary file");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // A shell moves the directory out of the fence while the write is in flight.
+    std::fs::rename(d.path("d"), outside.join("d")).unwrap();
+    let result = writer.join().unwrap();
+    let status = result.expect_err("a write into a directory outside the fence must fail");
+    println!("the write answered {:?}: {:?}", status.code(), fsd_proto::WireError::from_status(&status));
+    // Outside the fence: the target never appeared, and the temporary name, which Landlock does
+    // not let the worker remove there, holds no byte and grants no access.
+    let moved = outside.join("d");
+    assert!(!moved.join("fsd-fault-pause-rename").exists(), "the write landed outside the fence");
+    for entry in std::fs::read_dir(&moved).unwrap() {
+        let entry = entry.unwrap();
+        let meta = entry.metadata().unwrap();
+        assert!(entry.file_name().to_string_lossy().starts_with(".fsd-tmp-"), "{entry:?}");
+        assert_eq!(
+            (meta.len(), meta.mode() & 0o7777),
+            (0, 0),
+            "{entry:?} keeps the caller's bytes or access"
+        );
+    }
+    // The daemon serves on.
+    let mut s = d.session();
+    d.write("after.txt", "a\n");
+    assert!(!s.read("after.txt").is_error());
 }

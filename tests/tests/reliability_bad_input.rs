@@ -5,8 +5,8 @@
 //!   root) and hostile arguments (huge, negative, fractional and mistyped numbers, wrong types,
 //!   unknown keys, malformed patches): every call answers one JSON line with a stable code;
 //! - raw gRPC frames with invalid UTF-8 in string fields, arbitrary varints and garbage bodies:
-//!   every call answers a status, either an fsd error (ErrorInfo with a known code) or the codec's
-//!   decode refusal (INTERNAL, "failed to decode"), never a dropped connection;
+//!   every call answers a status with an fsd error (ErrorInfo with a known code; a body the codec
+//!   cannot decode is INVALID_ARGUMENT with FS_INVALID_PATH), never a dropped connection;
 //! - messages over the daemon's cap answer OUT_OF_RANGE, content over the editable cap
 //!   FS_TOO_LARGE.
 //!
@@ -455,13 +455,59 @@ fn raw_request(root: Vec<u8>) -> impl Strategy<Value = (&'static str, Vec<u8>)> 
     )
 }
 
-/// A status a bad request may answer: an fsd error with a known code, or the codec's refusal
-/// of a body it cannot decode.
+/// A status a bad request may answer: an fsd error with a known code (a body the codec cannot
+/// decode included: that is FS_INVALID_PATH, never a bare INTERNAL).
 fn acceptable(status: &tonic::Status) -> bool {
-    if let Some(wire) = WireError::from_status(status) {
-        return !matches!(wire.code, ErrorCode::Aborted | ErrorCode::IoError);
+    WireError::from_status(status)
+        .is_some_and(|wire| !matches!(wire.code, ErrorCode::Aborted | ErrorCode::IoError))
+}
+
+#[test]
+fn invalid_utf8_in_a_string_field_is_an_invalid_argument_with_an_fsd_code() {
+    let mut world = World::start("");
+    let before = world.outside_now();
+    let mut raw = Raw::connect(&world.daemon.socket);
+    let root = world.root.to_str().unwrap().as_bytes().to_vec();
+    let with_path = |path: &[u8], content: &[u8]| {
+        let mut out = Vec::new();
+        field(2, path, &mut out);
+        field(3, content, &mut out);
+        out
+    };
+    let mut context = Vec::new();
+    field(1, b"\xc3(", &mut context);
+    let mut in_context = Vec::new();
+    field(1, &context, &mut in_context);
+    field(2, &[&root[..], b"/c.txt"].concat(), &mut in_context);
+    let cases: [(&str, Vec<u8>, &str, &str); 5] = [
+        (
+            "WriteText",
+            with_path(&[&root[..], b"/bad\xff.txt"].concat(), b"x"),
+            "invalid_utf8",
+            "WriteTextRequest.path",
+        ),
+        (
+            "WriteText",
+            with_path(&[&root[..], b"/a.txt"].concat(), b"\xfe\xfe"),
+            "invalid_utf8",
+            "WriteTextRequest.content",
+        ),
+        ("Stat", with_path(b"\xed\xa0\x80", b""), "invalid_utf8", "StatRequest.path"),
+        ("Stat", in_context, "invalid_utf8", "CallContext.session_id"),
+        ("ReadText", b"\x12\x7f/short".to_vec(), "malformed", "ReadTextRequest.path"),
+    ];
+    for (method, body, reason, field_name) in cases {
+        let status = raw.call(method, body).expect_err("refused");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument, "{method}: {status:?}");
+        let wire = WireError::from_status(&status).unwrap_or_else(|| panic!("no fsd ErrorInfo: {status:?}"));
+        assert_eq!(wire.code, ErrorCode::InvalidPath, "{method}: {status:?}");
+        assert_eq!((wire.get("reason"), wire.get("field")), (Some(reason), Some(field_name)), "{method}");
     }
-    status.code() == tonic::Code::Internal && status.message().contains("failed to decode")
+    assert_eq!(std::fs::read_to_string(world.root.join("a.txt")).unwrap(), "alpha\nbeta\n");
+    let names: Vec<_> = std::fs::read_dir(&world.root).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 3, "nothing created in the root: {names:?}");
+    raw.call("Hello", Vec::new()).expect("the daemon still answers hello");
+    world.check(&before);
 }
 
 #[test]

@@ -9,7 +9,7 @@ mod common;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use common::rest::{RestDaemon, connect, http, read_head, refused, send_head};
+use common::rest::{RestDaemon, connect, exchange, http, read_head, refused, send_head};
 use fsd_proto::v1;
 
 /// A 64 MiB file: far more than the socket buffers and the stream's few chunks in flight hold,
@@ -163,4 +163,49 @@ fn a_stalled_put_blocks_no_other_call_and_its_if_match_is_checked_at_commit() {
     assert_eq!(answer.status, 204, "{answer:?}");
     assert_eq!(std::fs::read(&file).unwrap(), [half.as_slice(), half.as_slice()].concat());
     assert_eq!(names(&daemon), ["a.txt"]);
+}
+
+/// A REST connection is its caller's once it made a call (it is not closed as a stranger's
+/// after `unauthenticated_idle_ms`), and a request whose body streams for longer than
+/// `idle_timeout_ms` is in flight, not idle: neither a slow upload nor a slow download is cut.
+#[test]
+fn a_rest_connection_in_use_is_neither_a_strangers_nor_idle() {
+    let daemon = RestDaemon::start("unauthenticated_idle_ms = 500\nidle_timeout_ms = 1000\n", &[]);
+    let port = daemon.port;
+    std::fs::write(daemon.path("a.txt"), "a").unwrap();
+    let mut conn = connect(port);
+    assert_eq!(exchange(&mut conn, "GET", "/v1/files/a.txt", &[], b"").status, 200);
+    std::thread::sleep(Duration::from_millis(800));
+    let again = exchange(&mut conn, "GET", "/v1/files/a.txt", &[], b"");
+    assert_eq!((again.status, again.body.as_slice()), (200, b"a".as_slice()));
+
+    // An upload trickling in over 2.5 s.
+    let mut put = connect(port);
+    let piece = vec![b'u'; 4096];
+    send_head(&mut put, "PUT", "/v1/files/slow.bin", &[], 10 * piece.len() as u64);
+    for _ in 0..10 {
+        put.get_mut().write_all(&piece).unwrap();
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let answer = read_head(&mut put);
+    assert_eq!(answer.status, 204, "{answer:?}");
+    assert_eq!(std::fs::metadata(daemon.path("slow.bin")).unwrap().len(), 10 * 4096);
+
+    // A download read slowly over about 2.5 s.
+    let data: Vec<u8> = (0..8u32 << 20).map(|n| (n % 253) as u8).collect();
+    std::fs::write(daemon.path("big.bin"), &data).unwrap();
+    let mut get = connect(port);
+    send_head(&mut get, "GET", "/v1/files/big.bin", &[], 0);
+    assert_eq!(read_head(&mut get).status, 200);
+    let mut received = Vec::new();
+    let mut buf = vec![0u8; 512 << 10];
+    while received.len() < data.len() {
+        std::thread::sleep(Duration::from_millis(150));
+        let want = buf.len().min(data.len() - received.len());
+        get.read_exact(&mut buf[..want]).unwrap_or_else(|e| {
+            panic!("the slow download was cut after {} of {} bytes: {e}", received.len(), data.len())
+        });
+        received.extend_from_slice(&buf[..want]);
+    }
+    assert!(received == data, "the slow download is not the file");
 }

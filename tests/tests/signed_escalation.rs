@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -707,6 +707,29 @@ fn escalated_operations_are_capped_per_client() {
     assert_eq!(jsonl(&keys.log()).len(), 3);
 }
 
+/// An escalation request is a call like any other: a flood of them meets the call budget
+/// before the daemon resolves, reads or diffs anything, and before any approver is asked.
+#[test]
+fn a_flood_of_escalation_requests_meets_the_call_budget() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(
+        &keys,
+        "[budgets]\ncall_burst = 2\ncalls_per_second = 0.01\npending_escalations = 64\n",
+    );
+    let mut rpc = Rpc::connect(&s.d);
+    let path = s.outside.path().join("x");
+    for _ in 0..2 {
+        assert!(ask(&mut rpc, "s1", vec![op("readText", &path)]).unwrap().approved);
+    }
+    let err = ask(&mut rpc, "s1", vec![op("readText", &path)]).unwrap_err();
+    assert_eq!((err.code, err.metadata["budget"].as_str()), (ErrorCode::RateLimited, "calls_per_second"));
+    let after: u64 = err.metadata["retry_after_ms"].parse().unwrap();
+    assert!(after > 1000, "{after}");
+    assert_eq!(jsonl(&keys.log()).len(), 2, "the refused request reached no approver");
+    assert!(s.audit().iter().any(|l| l["decision"] == "refused" && l["result"] == "FS_RATE_LIMITED"));
+}
+
 #[test]
 fn the_approver_refuses_to_run_misconfigured() {
     let keys = Keys::new();
@@ -923,6 +946,19 @@ fn a_patch_whose_hunk_does_not_match_never_reaches_the_approver() {
     assert!(!r.is_error(), "{}", r.json);
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "port = 2\nhost = a\n");
     assert_eq!(jsonl(&keys.log()).len(), 2);
+    // Two operations on one file: the second is checked against what the first leaves.
+    let fresh = s.outside.path().join("fresh.txt");
+    // An approved read of the absent file lets the checks speak about it.
+    let r = t.call("read", with(json!({"file_path": p(&fresh)})));
+    assert_eq!(r.code(), Some("FS_NOT_FOUND"), "{}", r.json);
+    let twice = format!(
+        "*** Begin Patch\n*** Add File: {0}\n+a\n+b\n*** Update File: {0}\n@@\n-b\n+c\n*** End Patch",
+        p(&fresh)
+    );
+    let r = t.call("apply_patch", with(json!({"input": twice})));
+    assert!(!r.is_error(), "{}", r.json);
+    assert_eq!(std::fs::read_to_string(&fresh).unwrap(), "a\nc\n");
+    assert_eq!(jsonl(&keys.log()).len(), 4, "the read and the patch");
     // A compromised client cannot have a patch approved and write something else with it.
     let mut rpc = Rpc::connect(&s.d);
     let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &outside)]).unwrap());
@@ -954,7 +990,7 @@ fn the_editors_replacements_are_checked_before_the_approver() {
     let s = Signed::start(&keys, "");
     let mut t = s.d.session_with_config("strReplaceEditor = true\n");
     let target = s.outside.path().join("app.conf");
-    std::fs::write(&target, "port = 1\n").unwrap();
+    std::fs::write(&target, "port = 1\n# the port\n").unwrap();
     let replace = |old: &str, new: &str| {
         json!({"command": "str_replace", "path": p(&target), "old_str": old, "new_str": new,
                "sandbox_permissions": "danger-full-access", "justification": "the user asked"})
@@ -976,6 +1012,12 @@ fn the_editors_replacements_are_checked_before_the_approver() {
             p(&target)
         ),
     );
+    let r = t.call("str_replace_editor", replace("port", "p"));
+    err(
+        &r,
+        "FS_AMBIGUOUS_EDIT",
+        "Error: No replacement was performed. Multiple occurrences of old_str `port` in lines [1, 2]. Please ensure it is unique.",
+    );
     std::fs::write(&target, "port = 3\n").unwrap();
     let r = t.call("str_replace_editor", replace("port = 3", "port = 4"));
     assert_eq!(r.code(), Some("FS_STALE_VERSION"), "{}", r.json);
@@ -989,4 +1031,61 @@ fn the_editors_replacements_are_checked_before_the_approver() {
     assert!(!r.is_error(), "{}", r.json);
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "port = 4\n");
     assert_eq!(jsonl(&keys.log()).len(), 3);
+}
+
+/// The approver's socket is never reachable with the umask's mode or the wrong group: it appears
+/// at its path already 0660 and in the named group (bound in a private directory first), leaves
+/// nothing behind beside it, and a file put at the path is never replaced.
+#[test]
+fn the_approvers_socket_appears_with_its_final_mode_and_group() {
+    let keys = Keys::new();
+    let rules = keys.rules("allow");
+    let socket = keys.socket();
+    let serve = |socket: &Path| {
+        Command::new("sh")
+            .arg("-c")
+            .arg("umask 000; exec \"$@\"")
+            .arg("sh")
+            .arg(approver_bin())
+            .arg("serve")
+            .arg("--key")
+            .arg(keys.key())
+            .arg("--listen")
+            .arg(format!("unix:{}", socket.display()))
+            .arg("--rules")
+            .arg(&rules)
+            .args(["--socket-mode", "0660", "--socket-group", "4321"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut child = serve(&socket);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // The first moment the path exists, it is already the operator's socket.
+    let first = loop {
+        if let Ok(meta) = std::fs::symlink_metadata(&socket) {
+            break meta;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "fsd-approver serve exited");
+        assert!(Instant::now() < deadline, "fsd-approver serve did not listen");
+        std::hint::spin_loop();
+    };
+    assert!(first.file_type().is_socket());
+    assert_eq!((first.mode() & 0o777, first.gid()), (0o660, 4321));
+    let mut beside: Vec<String> = std::fs::read_dir(keys.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    beside.sort();
+    assert_eq!(beside, ["allow.toml", "approver.key", "approver.pub", "approver.sock"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    // A file at the path is the operator's, not a stale socket: refused and kept.
+    let file = keys.dir.path().join("taken.sock");
+    std::fs::write(&file, "mine\n").unwrap();
+    let out = serve(&file).wait_with_output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("exists and is not a socket"), "{out:?}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine\n");
 }

@@ -252,7 +252,8 @@ pub enum Outcome {
         destination_version: String,
         source_change: Change,
         destination_change: Change,
-        source_removal_error: Option<String>,
+        /// The errno of a failed removal of the source (the destination was written).
+        source_removal_errno: Option<i32>,
     },
     DeleteFile {
         target: Target,

@@ -136,7 +136,7 @@ impl Backend {
         let src_parent = src.parent.as_ref().ok_or_else(|| self.fail(FsError::NotRegularFile, &src))?;
         let dst_parent = dst.parent.as_ref().ok_or_else(|| self.fail(FsError::NotRegularFile, &dst))?;
 
-        let mut source_removal_error = None;
+        let mut source_removal_errno = None;
         let after: Option<String>;
         let how = match (&destination_guard, &existing) {
             (_, None) if destination_guard.is_some() => RenameHow::NoReplace,
@@ -172,7 +172,7 @@ impl Backend {
                     Ok(()) => {
                         let _ = sys::sync_dir(src_parent.as_fd());
                     }
-                    Err(errno) => source_removal_error = Some(FsError::Remove(errno).to_string()),
+                    Err(errno) => source_removal_errno = Some(errno.raw_os_error()),
                 }
             }
             Err(errno) => return Err(self.fail(FsError::Rename(errno), &dst)),
@@ -182,7 +182,7 @@ impl Backend {
             Some((file, meta)) => version::of_file(&file, &meta),
             None => return Err(self.fail(FsError::Stale(StaleReason::DestinationGone), &dst)),
         };
-        let source_change = match (&source_removal_error, src_text.clone()) {
+        let source_change = match (&source_removal_errno, src_text.clone()) {
             (Some(_), _) => Change::default(),
             (None, Some(text)) => Change { before: Some(text), after: None, omitted: false },
             (None, None) => Change { before: None, after: None, omitted: true },
@@ -197,7 +197,7 @@ impl Backend {
             destination_version,
             source_change,
             destination_change,
-            source_removal_error,
+            source_removal_errno,
         })
     }
 }

@@ -37,6 +37,8 @@ struct TempName<'a> {
     name: OsString,
     armed: bool,
     entry: Option<Entry<'a>>,
+    /// The new file while it still sits at the temporary name (not yet placed).
+    unplaced: Option<File>,
 }
 
 impl Drop for TempName<'_> {
@@ -44,7 +46,10 @@ impl Drop for TempName<'_> {
         if self.armed
             && let Err(errno) = sys::remove(self.dir, &self.name)
         {
-            tracing::warn!(name = ?self.name, %errno, "could not remove a temporary file");
+            // Typically the directory was moved out of the fence mid-write, and Landlock
+            // refuses the unlink there. The name stays; the caller's bytes do not.
+            let emptied = self.unplaced.as_ref().map(sys::empty_file);
+            tracing::warn!(name = ?self.name, %errno, ?emptied, "could not remove a temporary file");
             return;
         }
         if let Some(entry) = self.entry.take() {
@@ -120,8 +125,12 @@ pub(super) fn stage<'a>(
     if let Ok(meta) = &created {
         entry.identify(meta, None);
     }
-    let temp = TempName { dir, name: temp_name, armed: true, entry: Some(entry) };
+    let mut temp = TempName { dir, name: temp_name, armed: true, entry: Some(entry), unplaced: None };
     let created = created?;
+    // Kept to empty the file should its name outlive the call (see `TempName::drop`).
+    let unplaced =
+        file.try_clone().map_err(|e| FsError::CreateTemp(Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;
+    temp.unplaced = Some(unplaced);
     fill(&mut file)?;
     Ok(Staged { file, created, temp })
 }
@@ -158,6 +167,12 @@ impl Staged<'_> {
             }
         }
         sys::sync(file.as_fd()).map_err(FsError::Sync)?;
+        #[cfg(feature = "fault-injection")]
+        if name == "fsd-fault-pause-rename" {
+            // Test hook: a window between the temporary file's last byte and its rename, in
+            // which a test moves the directory out of the fence.
+            std::thread::sleep(std::time::Duration::from_secs(2));
+        }
         match place {
             Place::Create => match sys::rename(dir, &temp.name, dir, name, RenameHow::NoReplace) {
                 Ok(()) => temp.armed = false,
@@ -180,7 +195,8 @@ impl Staged<'_> {
                         }
                         return Err(FsError::Stale(StaleReason::ChangedWhileWriting));
                     }
-                    // Still armed: dropping `temp` removes the old file.
+                    // Still armed: dropping `temp` removes the old file; ours is in place.
+                    temp.unplaced = None;
                 }
                 // The filesystem cannot exchange: the per-target lock still orders fsd's own
                 // writers.
@@ -231,6 +247,12 @@ fn keep_attributes(dir: BorrowedFd<'_>, name: &OsStr, old: &Meta, new: &File) ->
             Err(Errno::NODATA) => continue,
             Err(errno) => return Err(FsError::KeepAttributes(errno)),
         };
+        #[cfg(feature = "fault-injection")]
+        if must_keep && name == "fsd-fault-keep-attributes" {
+            // Test hook: the kernel refuses to set what must be kept (as a filesystem without
+            // ACLs on the new inode would), so the refusal path is exercised for real.
+            return Err(FsError::KeepAttributes(Errno::OPNOTSUPP));
+        }
         match sys::set_xattr(new.as_fd(), &attr, &value) {
             Ok(()) => {}
             Err(_) if !must_keep => {}

@@ -20,7 +20,8 @@ use tonic::body::Body;
 use tonic::transport::server::Connected;
 
 use crate::backend::Mode;
-use crate::edge::Edge;
+use crate::edge::{Admitted, Edge};
+use crate::identity::Identity;
 use crate::service::FsdService;
 use reply::RestError;
 
@@ -77,13 +78,19 @@ impl Face {
                 Err(never) => match never {},
             };
         }
-        let identity = match self.edge.admit(&request) {
-            Ok(identity) => identity,
+        let admitted = match self.edge.enter(&request) {
+            Ok(admitted) => admitted,
             Err(status) => {
                 return RestError::new(StatusCode::UNAUTHORIZED, "UNAUTHENTICATED", status.message())
                     .into_response();
             }
         };
+        // Counted until the response body ends: the connection's idle timeouts wait for it.
+        let Admitted { identity, counted } = admitted;
+        self.route(identity, request).await.map(|body| counted.guard(body))
+    }
+
+    async fn route(self: Arc<Face>, identity: Identity, request: Request<Incoming>) -> Response<Body> {
         let path = request.uri().path().to_owned();
         if let Some(raw) = path.strip_prefix("/v1/files/") {
             return self.files(identity, request, raw).await;

@@ -20,7 +20,7 @@ use crate::approver::{self, Answer};
 use crate::backend::{self, Mode, Outcome, WriteGuard, text};
 use crate::config::Escalation;
 use crate::error::{EscalationDenial, Failure, FsError, StaleReason};
-use crate::escalation::{CanonicalOp, Describe, Preview, escape};
+use crate::escalation::{AFTER_EARLIER, CanonicalOp, Describe, Preview, escape};
 use crate::op::Op;
 
 /// The most calls one escalation request may list, whatever the budgets say.
@@ -29,6 +29,20 @@ const MAX_ESCALATED_OPS: usize = 10_000;
 /// A refusal's reason as the caller sees it: escaped, bounded.
 fn bounded_reason(reason: &str) -> String {
     escape(reason).chars().take(500).collect()
+}
+
+/// The distinct 1-based lines where the non-overlapping matches of `old` start (CRLF read as
+/// LF, as the edit itself matches).
+fn match_lines(body: &str, old: &str) -> Vec<usize> {
+    let (body, old) = (fsd_text::lf(body), fsd_text::lf(old));
+    let mut lines: Vec<usize> = Vec::new();
+    for (at, _) in body.match_indices(old.as_str()) {
+        let line = body[..at].matches('\n').count() + 1;
+        if lines.last() != Some(&line) {
+            lines.push(line);
+        }
+    }
+    lines
 }
 
 /// The file as a worker of `mode` reads it: `None` when absent; the text when it is text and
@@ -79,7 +93,17 @@ impl FsdService {
                 if let (Ok(body), Some(old), Some(new)) = (&current.text, &wire.old_string, &wire.new_string)
                 {
                     let (_, body) = text::split_bom(body);
-                    text::replace(body, old, new, wire.replace_all).map_err(fail)?;
+                    if let Err(e) = text::replace(body, old, new, wire.replace_all) {
+                        let ambiguous = matches!(e, FsError::AmbiguousEdit(_));
+                        let mut wire_error = Failure::new(e, wire.path.clone()).into_wire();
+                        if ambiguous {
+                            // Where the matches start, for the tools that list them.
+                            let lines = match_lines(body, old);
+                            let lines: Vec<String> = lines.iter().map(usize::to_string).collect();
+                            wire_error = wire_error.with("lines", lines.join(","));
+                        }
+                        return Err(wire_error.into_status());
+                    }
                 }
                 Ok(())
             }
@@ -272,6 +296,7 @@ impl FsdService {
         patch.record(&target_key, destination.as_ref().map(|(key, _)| key.as_str()), &effect);
         let before = earlier.as_ref().map(Option::as_deref);
         let (content_sha256, preview) = self.preview(requested, op, &wire, version.is_some(), before).await;
+        let version = if earlier.is_some() { Some(AFTER_EARLIER.to_owned()) } else { version };
         Ok((CanonicalOp { op, target_key, display, version, destination, content_sha256 }, preview))
     }
 
@@ -344,18 +369,18 @@ impl FsdService {
                 }
             }
         }
+        let client = caller.client();
+        let request = Describe {
+            session: &caller.session,
+            client: &client,
+            mode: requested,
+            justification: &r.justification,
+            ops,
+        };
         let Some(escalations) = self.escalations.as_ref().filter(|_| self.escalation == Escalation::Signed)
         else {
             // Client trust: the checks passed; the client's own approver decides, and reports
             // its decision naming this digest.
-            let client = caller.client();
-            let request = Describe {
-                session: &caller.session,
-                client: &client,
-                mode: requested,
-                justification: &r.justification,
-                ops,
-            };
             let digest = crate::escalation::client_digest(&request);
             self.audit_digest(&caller, &first, requested, Decision::Checked, "ok", &digest);
             return Ok(Response::new(v1::EscalationDescription {
@@ -364,8 +389,8 @@ impl FsdService {
                 ..Default::default()
             }));
         };
-        let client = caller.client();
-        let keys: Vec<String> = ops
+        let keys: Vec<String> = request
+            .ops
             .iter()
             .flat_map(|(op, _)| {
                 std::iter::once(op.target_key.clone()).chain(op.destination.clone().map(|d| d.0))
@@ -396,13 +421,6 @@ impl FsdService {
                 self.audit(&caller, Step::Escalate(Op::Describe), &first, requested, Decision::Refused, code);
                 return Err(refusal.into_wire(&first).into_status());
             }
-        };
-        let request = Describe {
-            session: &caller.session,
-            client: &client,
-            mode: requested,
-            justification: &r.justification,
-            ops,
         };
         let described = escalations.describe(request, vec![permit, ops_permit]);
         let audit = |decision: Decision, result: &str| {

@@ -201,6 +201,20 @@ impl Fsd for FsdService {
 
     async fn stat(&self, request: Request<v1::StatRequest>) -> Result<Response<v1::StatReply>, Status> {
         #[cfg(feature = "fault-injection")]
+        if let Some(dir) = request.get_ref().path.strip_suffix("/fsd-fault-network-exec") {
+            // Test hook: the network process itself stats a root (which Landlock does not
+            // cover) and runs a program; its seccomp allowlist must refuse both.
+            let stat = std::fs::metadata(dir).map(drop);
+            let exec = std::process::Command::new("/bin/true").status().map(drop);
+            return match (stat, exec) {
+                (Err(stat), Err(exec)) => {
+                    Err(Status::permission_denied(format!("network process: stat: {stat}; exec: {exec}")))
+                }
+                (Ok(()), _) => Err(Status::internal("the network process could stat a path")),
+                (_, Ok(())) => Err(Status::internal("the network process could run a program")),
+            };
+        }
+        #[cfg(feature = "fault-injection")]
         if let Some(dir) = request.get_ref().path.strip_suffix("/fsd-fault-network-open") {
             // Test hook: the network process itself tries to list a root; its fence must refuse.
             return match std::fs::read_dir(dir) {

@@ -230,7 +230,7 @@ pub(super) fn move_file_reply(outcome: Outcome) -> Option<v1::MoveFileReply> {
         destination_version,
         source_change,
         destination_change,
-        source_removal_error,
+        source_removal_errno,
     } = outcome
     else {
         return None;
@@ -241,8 +241,13 @@ pub(super) fn move_file_reply(outcome: Outcome) -> Option<v1::MoveFileReply> {
         destination_version,
         source_change: change(source_change),
         destination_change: change(destination_change),
-        source_remains: source_removal_error.is_some(),
-        source_removal_error: source_removal_error.unwrap_or_default(),
+        source_remains: source_removal_errno.is_some(),
+        source_removal_error: source_removal_errno
+            .map(|errno| {
+                crate::error::FsError::Remove(crate::sys::Errno::from_raw_os_error(errno)).to_string()
+            })
+            .unwrap_or_default(),
+        source_removal_errno: source_removal_errno.unwrap_or(0),
     })
 }
 

@@ -194,6 +194,8 @@ const WORKER_SYSCALLS: &[i64] = &[
     libc::SYS_fdatasync,
     libc::SYS_fchmod,
     libc::SYS_fchown,
+    // Emptying a temporary file whose name cannot be removed (sys::empty_file).
+    libc::SYS_ftruncate,
     // The temporary-file journal on the roots (backend::journal), on descriptors only, as
     // fchmod and fchown: a worker can reach no xattr a path would name.
     libc::SYS_fsetxattr,
@@ -255,17 +257,157 @@ fn arch() -> Result<TargetArch, ConfineError> {
 /// Loads the worker's allowlist, then a second filter that answers clone3 with ENOSYS, so a
 /// library that starts a thread falls back to clone instead of failing outright.
 pub fn seccomp_worker() -> Result<(), ConfineError> {
-    let err = |e: &dyn std::fmt::Display| ConfineError::Seccomp(e.to_string());
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = WORKER_SYSCALLS.iter().map(|&nr| (nr, vec![])).collect();
     let ioctl = SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, FS_IOC_GETVERSION)
-        .map_err(|e| err(&e))?;
-    rules.insert(libc::SYS_ioctl, vec![SeccompRule::new(vec![ioctl]).map_err(|e| err(&e))?]);
-    // Loading the second filter below takes prctl(PR_SET_NO_NEW_PRIVS) and seccomp(2); both can
-    // only narrow what the worker may do.
+        .map_err(|e| seccomp_err(&e))?;
+    rules.insert(libc::SYS_ioctl, vec![SeccompRule::new(vec![ioctl]).map_err(|e| seccomp_err(&e))?]);
+    load_allowlist(rules)
+}
+
+/// The system calls the network process makes once confined: its sockets (accepting, the
+/// approver's connection, the workers' and the supervisor's socket pairs with descriptor
+/// passing), reading the files workers pass it for streams, the audit log's descriptor, tokio's
+/// epoll, eventfd and threads, memory, time and signals to itself. Nothing that opens, creates,
+/// changes or runs a path (open, exec, unlink, chmod, statx ...), no mounts, namespaces, ptrace,
+/// bpf, io_uring, keyrings or signals to other processes: a compromised network process is left
+/// with the descriptors it holds.
+const NETWORK_SYSCALLS: &[i64] = &[
+    libc::SYS_read,
+    libc::SYS_write,
+    libc::SYS_readv,
+    libc::SYS_writev,
+    libc::SYS_pread64,
+    libc::SYS_lseek,
+    libc::SYS_close,
+    libc::SYS_fstat,
+    libc::SYS_fsync,
+    libc::SYS_fdatasync,
+    libc::SYS_fcntl,
+    libc::SYS_dup,
+    libc::SYS_dup3,
+    libc::SYS_socket,
+    libc::SYS_connect,
+    libc::SYS_accept,
+    libc::SYS_accept4,
+    libc::SYS_shutdown,
+    libc::SYS_getsockopt,
+    libc::SYS_setsockopt,
+    libc::SYS_getsockname,
+    libc::SYS_getpeername,
+    libc::SYS_sendto,
+    libc::SYS_recvfrom,
+    libc::SYS_sendmsg,
+    libc::SYS_recvmsg,
+    libc::SYS_sendmmsg,
+    libc::SYS_recvmmsg,
+    libc::SYS_socketpair,
+    libc::SYS_pipe2,
+    libc::SYS_epoll_create1,
+    libc::SYS_epoll_ctl,
+    libc::SYS_epoll_wait,
+    libc::SYS_epoll_pwait,
+    libc::SYS_epoll_pwait2,
+    libc::SYS_eventfd2,
+    libc::SYS_poll,
+    libc::SYS_ppoll,
+    libc::SYS_mmap,
+    libc::SYS_munmap,
+    libc::SYS_mremap,
+    libc::SYS_mprotect,
+    libc::SYS_brk,
+    libc::SYS_madvise,
+    // Threads: tokio's workers and blocking pool (clone3 answers ENOSYS, see below).
+    libc::SYS_clone,
+    libc::SYS_set_robust_list,
+    libc::SYS_rseq,
+    libc::SYS_futex,
+    libc::SYS_sched_yield,
+    libc::SYS_sched_getaffinity,
+    libc::SYS_rt_sigprocmask,
+    libc::SYS_rt_sigaction,
+    libc::SYS_rt_sigreturn,
+    libc::SYS_sigaltstack,
+    libc::SYS_getrandom,
+    libc::SYS_clock_gettime,
+    libc::SYS_clock_getres,
+    libc::SYS_clock_nanosleep,
+    libc::SYS_nanosleep,
+    libc::SYS_getpid,
+    libc::SYS_getppid,
+    libc::SYS_gettid,
+    libc::SYS_getuid,
+    libc::SYS_geteuid,
+    libc::SYS_getgid,
+    libc::SYS_getegid,
+    libc::SYS_uname,
+    libc::SYS_prlimit64,
+    libc::SYS_restart_syscall,
+    libc::SYS_exit,
+    libc::SYS_exit_group,
+];
+
+/// `FIONBIO`: std's `set_nonblocking` on a socket.
+const FIONBIO: u64 = 0x5421;
+/// `FIONREAD`, asked of sockets by some readers.
+const FIONREAD: u64 = 0x541b;
+
+/// Loads the network process's allowlist (and the clone3 filter). prctl only names threads
+/// (tokio's `fsd-net` workers) or reads a name.
+pub fn seccomp_network() -> Result<(), ConfineError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+        NETWORK_SYSCALLS.iter().map(|&nr| (nr, vec![])).collect();
+    let ioctls = [FIONBIO, FIONREAD]
+        .into_iter()
+        .map(|request| {
+            let arg = SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, request)
+                .map_err(|e| seccomp_err(&e))?;
+            SeccompRule::new(vec![arg]).map_err(|e| seccomp_err(&e))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    rules.insert(libc::SYS_ioctl, ioctls);
+    let prctls = [libc::PR_SET_NAME, libc::PR_GET_NAME]
+        .into_iter()
+        .map(|option| {
+            let arg = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, option as u64)
+                .map_err(|e| seccomp_err(&e))?;
+            SeccompRule::new(vec![arg]).map_err(|e| seccomp_err(&e))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    rules.insert(libc::SYS_prctl, prctls);
+    // glibc's fstat is newfstatat(fd, "", AT_EMPTY_PATH) (tokio's pipe check, std's metadata
+    // fallback once statx is refused): allowed with exactly that flag. A caller that passes a
+    // path with it still resolves the path (seccomp cannot read strings): a stat leaks
+    // metadata, never content, and Landlock refuses every open.
+    let empty_path = SeccompCondition::new(3, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, AT_EMPTY_PATH)
+        .map_err(|e| seccomp_err(&e))?;
+    rules
+        .insert(libc::SYS_newfstatat, vec![SeccompRule::new(vec![empty_path]).map_err(|e| seccomp_err(&e))?]);
+    // Signals to its own threads only: not to the supervisor or the workers, which may share
+    // its uid.
+    let own =
+        SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, u64::from(std::process::id()))
+            .map_err(|e| seccomp_err(&e))?;
+    rules.insert(libc::SYS_tgkill, vec![SeccompRule::new(vec![own]).map_err(|e| seccomp_err(&e))?]);
+    load_allowlist(rules)
+}
+
+/// `AT_EMPTY_PATH`.
+const AT_EMPTY_PATH: u64 = 0x1000;
+
+fn seccomp_err(e: &dyn std::fmt::Display) -> ConfineError {
+    ConfineError::Seccomp(e.to_string())
+}
+
+/// Loads `rules` as an allowlist (everything else fails with EPERM), then a second filter that
+/// answers clone3 with ENOSYS, so a library that starts a thread falls back to clone instead of
+/// failing outright. Loading the second filter takes prctl(PR_SET_NO_NEW_PRIVS) and seccomp(2),
+/// which the first filter allows (both can only narrow what the process may do).
+fn load_allowlist(mut rules: BTreeMap<i64, Vec<SeccompRule>>) -> Result<(), ConfineError> {
+    let err = seccomp_err;
     let nnp =
         SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, libc::PR_SET_NO_NEW_PRIVS as u64)
             .map_err(|e| err(&e))?;
-    rules.insert(libc::SYS_prctl, vec![SeccompRule::new(vec![nnp]).map_err(|e| err(&e))?]);
+    rules.entry(libc::SYS_prctl).or_default().push(SeccompRule::new(vec![nnp]).map_err(|e| err(&e))?);
     rules.insert(libc::SYS_seccomp, vec![]);
     let allow =
         SeccompFilter::new(rules, SeccompAction::Errno(libc::EPERM as u32), SeccompAction::Allow, arch()?)

@@ -5,6 +5,7 @@
 
 pub mod confine;
 pub mod ipc;
+pub mod socket;
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -58,14 +59,39 @@ fn kind_of(mode: u32) -> Kind {
 }
 
 /// statx on a descriptor (AT_EMPTY_PATH), including birth time where the filesystem has it.
+/// The network process's seccomp allowlist has no statx (it could name any path: seccomp
+/// cannot see the string), so there it is fstat, without birth time and mount id: enough for
+/// the stream pump, which compares the file with itself.
 pub fn meta(fd: BorrowedFd<'_>) -> Result<Meta, Errno> {
-    let st = rustix::fs::statx(
+    match rustix::fs::statx(
         fd,
         "",
         AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW,
         StatxFlags::BASIC_STATS | StatxFlags::BTIME | StatxFlags::MNT_ID,
-    )?;
-    Ok(from_statx(&st))
+    ) {
+        Ok(st) => Ok(from_statx(&st)),
+        // rustix reports a filtered statx as ENOSYS.
+        Err(Errno::NOSYS | Errno::PERM) => rustix::fs::fstat(fd).map(|st| from_stat(&st)),
+        Err(errno) => Err(errno),
+    }
+}
+
+fn from_stat(st: &rustix::fs::Stat) -> Meta {
+    let mode = st.st_mode;
+    let dev = st.st_dev;
+    Meta {
+        kind: kind_of(mode),
+        dev: (u64::from(rustix::fs::major(dev)) << 32) | u64::from(rustix::fs::minor(dev)),
+        ino: st.st_ino,
+        size: u64::try_from(st.st_size).unwrap_or(0),
+        mode,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        mtime: (st.st_mtime, u32::try_from(st.st_mtime_nsec).unwrap_or(0)),
+        ctime: (st.st_ctime, u32::try_from(st.st_ctime_nsec).unwrap_or(0)),
+        btime: (0, 0),
+        mount: 0,
+    }
 }
 
 /// statx of one name in a directory, without following a final symlink.
@@ -199,6 +225,15 @@ pub fn set_mode(file: &File, mode: u32) -> Result<(), Errno> {
     rustix::fs::fchmod(file, Mode::from_raw_mode(mode))
 }
 
+/// Empties an open file and takes every permission bit away, through its descriptor alone: for
+/// a temporary file whose name cannot be removed (its directory left the fence, where Landlock
+/// refuses the unlink), so what stays behind holds none of the caller's bytes. ftruncate's
+/// Landlock right was checked when the file was created, inside the fence.
+pub fn empty_file(file: &File) -> Result<(), Errno> {
+    rustix::fs::ftruncate(file, 0)?;
+    rustix::fs::fchmod(file, Mode::empty())
+}
+
 /// fsync on a descriptor.
 pub fn sync(fd: BorrowedFd<'_>) -> Result<(), Errno> {
     rustix::fs::fsync(fd)
@@ -323,7 +358,14 @@ pub fn borrow<F: AsFd>(fd: &F) -> BorrowedFd<'_> {
 }
 
 /// The Landlock ABI version the running kernel offers; 0 when it has none.
+/// Asked once and remembered: the network process answers hello under a seccomp allowlist that
+/// has no Landlock calls, so it asks before loading it (`crate::confine::network`).
 pub fn landlock_abi() -> u32 {
+    static ABI: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *ABI.get_or_init(ask_landlock_abi)
+}
+
+fn ask_landlock_abi() -> u32 {
     const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
     // SAFETY: with a null attribute pointer, size 0 and the VERSION flag, the syscall only
     // returns the ABI number (or an error); it reads and writes no memory.

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+pub mod docs;
 pub mod rest;
 pub mod router;
 pub mod rpc;

@@ -17,8 +17,8 @@ use crate::window::{Window, WindowBuilder, WindowSpec};
 
 pub use types::{
     BytesRead, Change, DaemonError, Decider, Decision, Edited, Entry, FileKind, Hello, Info, Mode, Moved,
-    Operation, PlannedCall, Report, Stat, Target, TextChange, TextRead, Ticket, VersionGuard, WriteGuard,
-    Written,
+    Operation, PlannedCall, Rejection, Report, Stat, Target, TextChange, TextRead, Ticket, VersionGuard,
+    WriteGuard, Written,
 };
 
 /// Why a windowed read over a stream failed.

@@ -148,14 +148,14 @@ impl From<v1::EditTextReply> for Edited {
 }
 
 /// A finished move. `source_remains`: the destination was written but the source could not be
-/// removed (`source_removal_error` says why).
+/// removed (`source_removal_errno` says why, when the daemon said).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Moved {
     pub source: Target,
     pub destination: Target,
     pub destination_version: Version,
     pub source_remains: bool,
-    pub source_removal_error: String,
+    pub source_removal_errno: Option<i32>,
 }
 
 impl From<v1::MoveFileReply> for Moved {
@@ -165,7 +165,7 @@ impl From<v1::MoveFileReply> for Moved {
             destination: reply.destination.into(),
             destination_version: Version(reply.destination_version),
             source_remains: reply.source_remains,
-            source_removal_error: reply.source_removal_error,
+            source_removal_errno: (reply.source_removal_errno != 0).then_some(reply.source_removal_errno),
         }
     }
 }
@@ -489,15 +489,38 @@ impl Ticket {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DaemonError {
     Refused(WireError),
-    /// The status message of a failure that carries no fsd error.
+    /// No answer from fsd: the transport's (or this client's link's) message.
     Unavailable(String),
+    /// The daemon's gRPC layer refused the call without an fsd error (credentials, a malformed
+    /// request, an internal failure); its status message is not passed on.
+    Rejected(Rejection),
+}
+
+/// Why the daemon's gRPC layer refused a call that carries no fsd error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    /// The client's token or certificate was not accepted.
+    Credentials,
+    /// The request is malformed (a client bug or a version mismatch).
+    Malformed,
+    /// The daemon failed internally.
+    Internal,
 }
 
 impl DaemonError {
     pub(super) fn from_status(status: tonic::Status) -> DaemonError {
         match WireError::from_status(&status) {
             Some(wire) => DaemonError::Refused(wire),
-            None => DaemonError::Unavailable(status.message().to_owned()),
+            None => match status.code() {
+                tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => {
+                    DaemonError::Rejected(Rejection::Credentials)
+                }
+                tonic::Code::InvalidArgument | tonic::Code::Unimplemented | tonic::Code::OutOfRange => {
+                    DaemonError::Rejected(Rejection::Malformed)
+                }
+                tonic::Code::Internal | tonic::Code::DataLoss => DaemonError::Rejected(Rejection::Internal),
+                _ => DaemonError::Unavailable(status.message().to_owned()),
+            },
         }
     }
 
@@ -505,7 +528,7 @@ impl DaemonError {
     pub fn wire(&self) -> Option<&WireError> {
         match self {
             DaemonError::Refused(wire) => Some(wire),
-            DaemonError::Unavailable(_) => None,
+            DaemonError::Unavailable(_) | DaemonError::Rejected(_) => None,
         }
     }
 
@@ -518,5 +541,27 @@ impl DaemonError {
 impl From<WireError> for DaemonError {
     fn from(wire: WireError) -> DaemonError {
         DaemonError::Refused(wire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_decodes_once() {
+        let check = |status: tonic::Status, expected: DaemonError| {
+            assert_eq!(DaemonError::from_status(status), expected);
+        };
+        let wire = WireError::new(fsd_proto::ErrorCode::NotFound, "/ws/a", "label");
+        check(wire.clone().into_status(), DaemonError::Refused(wire));
+        check(
+            tonic::Status::unavailable("no daemon at unix:/s"),
+            DaemonError::Unavailable("no daemon at unix:/s".into()),
+        );
+        check(tonic::Status::unknown("transport error"), DaemonError::Unavailable("transport error".into()));
+        check(tonic::Status::unauthenticated("unknown token"), DaemonError::Rejected(Rejection::Credentials));
+        check(tonic::Status::invalid_argument("bad"), DaemonError::Rejected(Rejection::Malformed));
+        check(tonic::Status::internal("oops"), DaemonError::Rejected(Rejection::Internal));
     }
 }

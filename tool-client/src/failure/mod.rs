@@ -6,7 +6,7 @@
 
 use fsd_proto::{ErrorCode, WireError};
 
-use crate::daemon::DaemonError;
+use crate::daemon::{DaemonError, Rejection};
 
 /// A failed tool call: a stable code and the message the model reads after `Error: `.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,11 +65,27 @@ impl ToolError {
         ToolError::new("UNAVAILABLE", format!("the file service is unavailable: {message}"))
     }
 
+    /// The daemon's gRPC layer refused the call without an fsd error. The code stays
+    /// `UNAVAILABLE` (nothing the model can change about the file helps); the words say why.
+    pub fn rejected(rejection: Rejection) -> ToolError {
+        let why = match rejection {
+            Rejection::Credentials => {
+                "the file service did not accept this client's credentials (nothing was done); ask the user to check the client's token or certificate"
+            }
+            Rejection::Malformed => {
+                "the file service rejected the call as malformed (nothing was done); this client and the daemon may be of different versions"
+            }
+            Rejection::Internal => "the file service failed internally; the outcome is unknown",
+        };
+        ToolError::new("UNAVAILABLE", why)
+    }
+
     /// Maps a provider failure of a mutation on `path` to the model's text.
     pub fn from_mutation(path: &str, error: &DaemonError) -> ToolError {
         match error {
             DaemonError::Refused(wire) => ToolError::from_mutation_wire(path, wire),
             DaemonError::Unavailable(message) => ToolError::unavailable(message),
+            DaemonError::Rejected(rejection) => ToolError::rejected(*rejection),
         }
     }
 
@@ -98,6 +114,7 @@ impl ToolError {
         match error {
             DaemonError::Refused(wire) => ToolError::from_read_wire(path, wire),
             DaemonError::Unavailable(message) => ToolError::unavailable(message),
+            DaemonError::Rejected(rejection) => ToolError::rejected(*rejection),
         }
     }
 
@@ -119,6 +136,18 @@ impl ToolError {
             ),
             _ => ToolError::new(code, format!("cannot read \"{path}\": {}", detail(wire))),
         }
+    }
+
+    /// A move wrote its destination but could not remove its source (`errno` as the daemon
+    /// sent it).
+    pub fn source_removal_failed(errno: Option<i32>) -> ToolError {
+        let why = match errno {
+            Some(errno) => {
+                format!(": {}: {}", step_phrase("remove"), std::io::Error::from_raw_os_error(errno))
+            }
+            None => String::new(),
+        };
+        ToolError::new(ErrorCode::IoError.as_str(), format!("source removal failed{why}"))
     }
 
     /// The text the model reads.

@@ -227,10 +227,21 @@ pub async fn resolve(
         Err(Stop::Error(error)) => Err(error),
         Err(Stop::Checked { index, error }) => Err(match (calls.get(index), &error) {
             (Some(call), _) => checked(call, &error),
-            (None, DaemonError::Unavailable(message)) => ToolError::unavailable(message),
             (None, DaemonError::Refused(wire)) => ToolError::from_mutation_wire(&wire.path, wire),
+            (None, _) => ToolError::from_mutation("", &error),
         }),
     }
+}
+
+/// [`resolve`], with the daemon's refusal before approval as it came (for tools that word it
+/// themselves).
+pub async fn resolve_checked(
+    session: &mut Session,
+    map: &Map<String, Value>,
+    tool: &str,
+    calls: &[PlannedCall],
+) -> Result<(), Stop> {
+    decide(session, map, tool, calls, None).await
 }
 
 /// [`resolve`] for the operations of an apply_patch: the daemon applies every hunk of `patch`

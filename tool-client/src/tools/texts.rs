@@ -6,7 +6,7 @@
 use fsd_proto::{ErrorCode, WireError};
 
 use super::{edit, editor, read};
-use crate::daemon::{DaemonError, StreamError};
+use crate::daemon::{DaemonError, Rejection, StreamError};
 use crate::failure::ToolError;
 
 fn refused(code: ErrorCode, meta: &[(&str, &str)]) -> DaemonError {
@@ -90,6 +90,27 @@ fn the_tools_own_texts() {
         "UNAVAILABLE",
         "Error: The file service restarted, so earlier reads no longer count. Read files again before you edit or overwrite them, then retry this call.",
     );
+    check(
+        ToolError::from_read("/ws/a.txt", &DaemonError::Rejected(Rejection::Credentials)),
+        "UNAVAILABLE",
+        "Error: the file service did not accept this client's credentials (nothing was done); ask the user to check the client's token or certificate",
+    );
+    check(
+        ToolError::from_mutation("/ws/a.txt", &DaemonError::Rejected(Rejection::Malformed)),
+        "UNAVAILABLE",
+        "Error: the file service rejected the call as malformed (nothing was done); this client and the daemon may be of different versions",
+    );
+    check(
+        ToolError::from_mutation("/ws/a.txt", &DaemonError::Rejected(Rejection::Internal)),
+        "UNAVAILABLE",
+        "Error: the file service failed internally; the outcome is unknown",
+    );
+    check(
+        ToolError::source_removal_failed(Some(13)),
+        "FS_IO_ERROR",
+        "Error: source removal failed: cannot remove file: Permission denied (os error 13)",
+    );
+    check(ToolError::source_removal_failed(None), "FS_IO_ERROR", "Error: source removal failed");
     check(
         ToolError::invalid_args("limit must be a positive integer"),
         "INVALID_ARGS",

@@ -99,6 +99,15 @@ fn escalated_guard(
     session.edit_guard(path).map_err(|_| ToolError::not_observed(path))
 }
 
+fn several(old: &str, list: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::AmbiguousEdit.as_str(),
+        format!(
+            "No replacement was performed. Multiple occurrences of old_str `{old}` in lines [{list}]. Please ensure it is unique."
+        ),
+    )
+}
+
 fn not_verbatim(old: &str, path: &str) -> ToolError {
     ToolError::new(
         ErrorCode::EditNotFound.as_str(),
@@ -152,9 +161,23 @@ pub async fn str_replace(
     // Escalated, the observation and the version are checked before anyone is asked.
     let guard = escalated_guard(session, args, path)?;
     let planned = PlannedCall::edit(path, old, new, false).with_edit_guard(guard);
-    escalation::resolve(session, args, "str_replace_editor", &[planned])
+    match escalation::resolve_checked(session, args, "str_replace_editor", std::slice::from_ref(&planned))
         .await
-        .map_err(|e| if e.code == ErrorCode::EditNotFound.as_str() { not_verbatim(old, path) } else { e })?;
+    {
+        Ok(()) => {}
+        Err(escalation::Stop::Error(error)) => return Err(error),
+        // The daemon's checks refused it before anyone was asked: in the editor's own words.
+        Err(escalation::Stop::Checked { error, .. }) => {
+            return Err(match error.wire() {
+                Some(w) if w.code == ErrorCode::EditNotFound => not_verbatim(old, path),
+                Some(w) if w.code == ErrorCode::AmbiguousEdit && w.get("lines").is_some() => {
+                    let list = w.get("lines").unwrap_or_default().replace(',', ", ");
+                    several(old, &list)
+                }
+                _ => escalation::checked(&planned, &error),
+            });
+        }
+    }
     let current = reread(session, path).await?;
     let version = basis(session, path, &current)?;
     let (_, body) = lines::split_bom(&current.text);
@@ -169,12 +192,7 @@ pub async fn str_replace(
         _ => {
             let found = lines::start_lines(&text, &starts);
             let list = found.iter().map(usize::to_string).collect::<Vec<_>>().join(", ");
-            return Err(ToolError::new(
-                ErrorCode::AmbiguousEdit.as_str(),
-                format!(
-                    "No replacement was performed. Multiple occurrences of old_str `{old}` in lines [{list}]. Please ensure it is unique."
-                ),
-            ));
+            return Err(several(old, &list));
         }
     };
     // The daemon matches and writes under the target lock; the guard makes it the text read here.

@@ -152,7 +152,7 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
                     }
                     ToolError::from_read_wire(&path, wire)
                 }
-                DaemonError::Unavailable(message) => ToolError::unavailable(message),
+                _ => ToolError::from_read(&path, &error),
             });
         }
     };

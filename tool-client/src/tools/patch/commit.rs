@@ -154,10 +154,7 @@ pub(super) async fn run(session: &mut Session, prepared: &[Prepared]) -> Outcome
                         session.record_present(&[dst], &destination, &reply.destination_version);
                         expect.insert(dst.clone(), Expect::Version(reply.destination_version));
                         if reply.source_remains {
-                            let error = ToolError::new(
-                                ErrorCode::IoError.as_str(),
-                                format!("source removal failed: {}", reply.source_removal_error),
-                            );
+                            let error = ToolError::source_removal_failed(reply.source_removal_errno);
                             let detail = format!("destination {to} was written; source {spelled} remains");
                             (
                                 Status::Failed { error, detail: Some(detail) },

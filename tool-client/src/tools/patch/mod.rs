@@ -117,8 +117,8 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
         Err(Stop::Checked { index, error }) => {
             let (Some(planned), Some(call)) = (planned.get(index), calls.get(index)) else {
                 return Err(match &error {
-                    DaemonError::Unavailable(message) => ToolError::unavailable(message),
                     DaemonError::Refused(wire) => ToolError::from_mutation_wire(&wire.path, wire),
+                    _ => ToolError::from_mutation("", &error),
                 });
             };
             let error =
