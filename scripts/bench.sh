@@ -24,6 +24,12 @@ if ! cmp -s bench/package-lock.json bench/node_modules/.fsd-bench-installed 2>/d
     cp bench/package-lock.json bench/node_modules/.fsd-bench-installed
 fi
 
+# The daemon without the stream digest, beside the real one: the stream benchmark measures what
+# the digest costs fsd's own stream against it. Built first, then the real build replaces
+# target/release/fsd.
+cargo build --release --locked -p fsd --features fsd/unhashed-streams
+mkdir -p target/release/unhashed
+cp target/release/fsd target/release/unhashed/fsd
 cargo build --release --locked -p fsd -p fsd-tool-client -p fsd-bench
 
 echo "load before the run: $(cut -d' ' -f1-3 /proc/loadavg)" >&2

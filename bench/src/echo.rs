@@ -65,35 +65,30 @@ impl Echo for EchoService {
         } else {
             // What fsd's streamText does once it holds the descriptor, minus the worker.
             tokio::task::spawn_blocking(move || {
-                let mut file = match std::fs::File::open(&r.path) {
+                let file = match std::fs::File::open(&r.path) {
                     Ok(file) => file,
                     Err(e) => {
                         let _ = tx.blocking_send(Err(Status::not_found(e.to_string())));
                         return;
                     }
                 };
-                let mut hasher = r.digest.then(blake3::Hasher::new);
                 loop {
-                    let mut buf = vec![0u8; chunk];
-                    let mut filled = 0;
-                    while filled < chunk {
-                        match file.read(&mut buf[filled..]) {
+                    // Into a buffer that is not zeroed first, as fsd's reader pool reads.
+                    let mut buf = Vec::with_capacity(chunk);
+                    while buf.len() < chunk {
+                        match rustix::io::read(&file, rustix::buffer::spare_capacity(&mut buf)) {
                             Ok(0) => break,
-                            Ok(n) => filled += n,
-                            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                            Ok(_) => {}
+                            Err(rustix::io::Errno::INTR) => continue,
                             Err(e) => {
                                 let _ = tx.blocking_send(Err(Status::internal(e.to_string())));
                                 return;
                             }
                         }
                     }
+                    let filled = buf.len();
                     if filled == 0 {
-                        std::hint::black_box(hasher.map(|h| h.finalize()));
                         return;
-                    }
-                    buf.truncate(filled);
-                    if let Some(hasher) = hasher.as_mut() {
-                        hasher.update(&buf);
                     }
                     if tx.blocking_send(Ok(pb::Chunk { data: buf.into() })).is_err() || filled < chunk {
                         return;

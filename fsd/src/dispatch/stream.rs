@@ -4,29 +4,34 @@
 //! whose reader stops reading for the idle timeout is cancelled and its descriptor closed.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::pin::Pin;
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::backend::{StreamDigest, StreamHeader};
 
-/// One chunk to read, and the digest of the stream's bytes so far when it is to be hashed too
-/// (on the reader thread, so the hashing of one chunk overlaps the sending of the previous one).
+/// One chunk to read, and the digest of the stream's bytes so far when it is to be hashed too.
+/// The reader thread hands the bytes back first and hashes them after: the chunk is on its way
+/// to the client while it is hashed, so the digest is off the path from one chunk to the next
+/// (it soaks up CPU the stream leaves idle instead of delaying the send).
 struct Job {
     file: Arc<File>,
     offset: u64,
     len: usize,
-    digest: Option<Box<StreamDigest>>,
-    reply: oneshot::Sender<Reply>,
+    digest: Option<Hashing>,
+    reply: oneshot::Sender<std::io::Result<Bytes>>,
 }
 
-/// What a job gives back: the bytes, and the digest with them hashed in.
-type Reply = (std::io::Result<Vec<u8>>, Option<Box<StreamDigest>>);
+/// A digest to extend with a job's bytes, and where it goes once they are hashed in.
+struct Hashing {
+    digest: Box<StreamDigest>,
+    done: oneshot::Sender<Box<StreamDigest>>,
+}
 
 /// The reader pool. Each stream has at most one job queued, so the queue is bounded by the
 /// number of open streams (itself capped per identity).
@@ -54,15 +59,17 @@ impl Readers {
             std::thread::Builder::new().name(format!("fsd-reader-{n}")).spawn(move || {
                 loop {
                     let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
-                    let Ok(JobBox(mut job)) = job else { return };
+                    let Ok(JobBox(job)) = job else { return };
                     if job.reply.is_closed() {
                         continue;
                     }
-                    let bytes = read_chunk(&job.file, job.offset, job.len);
-                    if let (Ok(bytes), Some(digest)) = (&bytes, job.digest.as_mut()) {
-                        digest.update(bytes);
+                    let bytes = read_chunk(&job.file, job.offset, job.len).map(Bytes::from);
+                    let shared = bytes.as_ref().ok().cloned();
+                    let _ = job.reply.send(bytes);
+                    if let (Some(bytes), Some(mut hashing)) = (shared, job.digest) {
+                        hashing.digest.update(&bytes);
+                        let _ = hashing.done.send(hashing.digest);
                     }
-                    let _ = job.reply.send((bytes, job.digest));
                 }
             })?;
         }
@@ -74,34 +81,39 @@ impl Readers {
         file: Arc<File>,
         offset: u64,
         len: usize,
-        digest: Option<Box<StreamDigest>>,
-    ) -> std::io::Result<(Vec<u8>, Option<Box<StreamDigest>>)> {
-        let stopped = || std::io::Error::other("the reader pool stopped");
+        digest: Option<Hashing>,
+    ) -> std::io::Result<Bytes> {
         let (reply, rx) = oneshot::channel();
         self.jobs.send(JobBox(Job { file, offset, len, digest, reply })).map_err(|_| stopped())?;
-        let (bytes, digest) = rx.await.map_err(|_| stopped())?;
-        Ok((bytes?, digest))
+        rx.await.map_err(|_| stopped())?
     }
 
     /// Reads up to `len` bytes at `offset` (fewer only at the end of the file).
-    pub async fn read(&self, file: Arc<File>, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
-        Ok(self.submit(file, offset, len, None).await?.0)
+    pub async fn read(&self, file: Arc<File>, offset: u64, len: usize) -> std::io::Result<Bytes> {
+        self.submit(file, offset, len, None).await
+    }
+
+    /// [`Readers::read`], then `digest` extended with the bytes read, which arrives once they
+    /// are hashed (after the bytes themselves).
+    async fn read_hashed(
+        &self,
+        file: Arc<File>,
+        offset: u64,
+        len: usize,
+        digest: Box<StreamDigest>,
+    ) -> std::io::Result<(Bytes, oneshot::Receiver<Box<StreamDigest>>)> {
+        let (done, hashed) = oneshot::channel();
+        let bytes = self.submit(file, offset, len, Some(Hashing { digest, done })).await?;
+        Ok((bytes, hashed))
     }
 }
 
+fn stopped() -> std::io::Error {
+    std::io::Error::other("the reader pool stopped")
+}
+
 fn read_chunk(file: &File, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
-    let mut buf = vec![0u8; len];
-    let mut filled = 0;
-    while filled < len {
-        match file.read_at(&mut buf[filled..], offset + filled as u64) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    buf.truncate(filled);
-    Ok(buf)
+    crate::sys::read_at_most(file, offset, len).map_err(std::io::Error::from)
 }
 
 /// How a pumped stream ended, when not by reaching the end of the file.
@@ -133,33 +145,55 @@ pub async fn pump<T>(
     chunk: usize,
     idle: Duration,
     tx: &mpsc::Sender<T>,
-    wrap: impl Fn(Vec<u8>) -> T,
+    wrap: impl Fn(Bytes) -> T,
 ) -> Result<String, Ended> {
     use std::os::fd::AsFd;
     let at_open = crate::sys::meta(file.as_fd()).map_err(|e| Ended::Read(e.into()))?;
     let file = Arc::new(file);
+    let mut sent = 0u64;
+    // The digest of every byte sent so far, or the hashing of the last chunk that extends it.
     let mut digest = Box::<StreamDigest>::default();
-    while digest.sent() < at_open.size {
-        let want = chunk.min(usize::try_from(at_open.size - digest.sent()).unwrap_or(usize::MAX));
+    let mut hashing: Option<oneshot::Receiver<Box<StreamDigest>>> = None;
+    while sent < at_open.size {
+        let want = chunk.min(usize::try_from(at_open.size - sent).unwrap_or(usize::MAX));
         let room = match tokio::time::timeout(idle, tx.reserve()).await {
             Ok(Ok(room)) => room,
             Ok(Err(_)) => return Err(Ended::Gone),
             Err(_) => return Err(Ended::Idle),
         };
-        let (bytes, hashed) =
-            readers.submit(file.clone(), digest.sent(), want, Some(digest)).await.map_err(Ended::Read)?;
-        digest = hashed.ok_or(Ended::Changed)?;
+        if let Some(hashed) = hashing.take() {
+            digest = hashed.await.map_err(|_| Ended::Read(stopped()))?;
+        }
+        let bytes = if HASHED {
+            let taken = std::mem::take(&mut digest);
+            let (bytes, hashed) =
+                readers.read_hashed(file.clone(), sent, want, taken).await.map_err(Ended::Read)?;
+            hashing = Some(hashed);
+            bytes
+        } else {
+            readers.read(file.clone(), sent, want).await.map_err(Ended::Read)?
+        };
         if bytes.len() < want {
             return Err(Ended::Changed);
         }
+        sent += bytes.len() as u64;
         room.send(wrap(bytes));
     }
-    if !readers.read(file.clone(), digest.sent(), 1).await.map_err(Ended::Read)?.is_empty() {
+    if let Some(hashed) = hashing.take() {
+        digest = hashed.await.map_err(|_| Ended::Read(stopped()))?;
+    }
+    if !readers.read(file.clone(), sent, 1).await.map_err(Ended::Read)?.is_empty() {
         return Err(Ended::Changed);
     }
     crate::backend::unchanged(&file, &at_open).map_err(|_| Ended::Changed)?;
+    if !HASHED {
+        return Ok(header.version.clone());
+    }
     digest.finish(header).ok_or(Ended::Changed)
 }
+
+/// Whether streamed reads are hashed: always, but in the benchmark's comparison build.
+const HASHED: bool = !cfg!(feature = "unhashed-streams");
 
 /// Sends one item, waiting for room at most `idle`.
 pub async fn send<T>(tx: &mpsc::Sender<T>, item: T, idle: Duration) -> Result<(), Ended> {
@@ -261,7 +295,7 @@ mod tests {
         let cut = file.try_clone().expect("clone");
         let (tx, mut rx) = mpsc::channel(64);
         let first = std::sync::atomic::AtomicBool::new(true);
-        let wrap = |b: Vec<u8>| {
+        let wrap = |b: Bytes| {
             if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
                 cut.set_len(5000).expect("truncate");
             }
@@ -296,7 +330,7 @@ mod tests {
             size: 64 << 10,
         };
         let read = std::sync::atomic::AtomicUsize::new(0);
-        let wrap = |b: Vec<u8>| {
+        let wrap = |b: Bytes| {
             read.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             b.len()
         };

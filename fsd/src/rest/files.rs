@@ -240,10 +240,10 @@ impl Face {
 /// ends early (its reader stalled past the idle timeout, the file changed while it was read)
 /// ends the body with an error: the connection is cut before Content-Length bytes, never a
 /// short body that passes for the file.
-fn stream(header: backend::StreamHeader, replies: Replies<Result<Vec<u8>, WireError>>) -> Response<Body> {
+fn stream(header: backend::StreamHeader, replies: Replies<Result<Bytes, WireError>>) -> Response<Body> {
     use tokio_stream::StreamExt;
     let frames = replies.map(|item| match item {
-        Ok(bytes) => Ok(Frame::data(Bytes::from(bytes))),
+        Ok(bytes) => Ok(Frame::data(bytes)),
         Err(error) => Err(std::io::Error::other(format!("{}: {}", error.code, error.message))),
     });
     let mut response = Response::new(Body::new(http_body_util::StreamBody::new(frames)));

@@ -106,7 +106,7 @@ impl FsdService {
         identity: Identity,
         path: &str,
         chunk: usize,
-    ) -> Result<(StreamHeader, Replies<Result<Vec<u8>, WireError>>), WireError> {
+    ) -> Result<(StreamHeader, Replies<Result<bytes::Bytes, WireError>>), WireError> {
         let caller = Self::plain_caller(identity);
         let call_permit = self.budgets.call(&caller.identity).map_err(|r| r.into_wire(path))?;
         let mode = self.plain_mode(&caller, path, crate::op::Op::StreamText)?;

@@ -17,7 +17,7 @@ use crate::error::{Failure, FsError, StaleReason};
 /// a complete file (the version with the digest of every byte sent), and a failure.
 pub(super) struct Shape<T> {
     pub header: Option<T>,
-    pub chunk: fn(Vec<u8>) -> T,
+    pub chunk: fn(bytes::Bytes) -> T,
     pub trailer: fn(String) -> Option<T>,
     pub failed: fn(WireError) -> T,
 }

@@ -270,6 +270,6 @@ pub(super) fn stream_trailer(version: String) -> v1::StreamTextReply {
     v1::StreamTextReply { item: Some(v1::stream_text_reply::Item::Trailer(v1::StreamTrailer { version })) }
 }
 
-pub(super) fn stream_chunk(bytes: Vec<u8>) -> v1::StreamTextReply {
-    v1::StreamTextReply { item: Some(v1::stream_text_reply::Item::Chunk(bytes.into())) }
+pub(super) fn stream_chunk(bytes: bytes::Bytes) -> v1::StreamTextReply {
+    v1::StreamTextReply { item: Some(v1::stream_text_reply::Item::Chunk(bytes)) }
 }

@@ -403,3 +403,20 @@ pub fn is_mount_root(fd: BorrowedFd<'_>) -> Result<Option<bool>, Errno> {
 pub fn pipe() -> Result<(OwnedFd, OwnedFd), Errno> {
     rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
 }
+
+/// Reads up to `len` bytes of `file` at `offset` (fewer only at its end) into a buffer that is
+/// never zeroed first: the kernel writes every byte the buffer ends up holding. A streamed read
+/// fills 256 KiB this way per chunk, where zeroing it first cost more than hashing it.
+pub fn read_at_most(file: &File, offset: u64, len: usize) -> Result<Vec<u8>, Errno> {
+    let mut buf = Vec::with_capacity(len);
+    while buf.len() < len {
+        let at = offset + buf.len() as u64;
+        match rustix::io::pread(file, rustix::buffer::spare_capacity(&mut buf), at) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(buf)
+}
