@@ -13,11 +13,34 @@ use fsd::config::{Config, LogFormat, Overrides};
 use fsd::daemon::DaemonError;
 use fsd::supervisor::RunOptions;
 
-/// The version line; a build with the test-only hooks says so, so tests can insist on it.
 #[cfg(feature = "fault-injection")]
-const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (fault-injection)");
+macro_rules! fault_injection {
+    () => {
+        " (fault-injection)"
+    };
+}
 #[cfg(not(feature = "fault-injection"))]
-const VERSION: &str = env!("CARGO_PKG_VERSION");
+macro_rules! fault_injection {
+    () => {
+        ""
+    };
+}
+#[cfg(feature = "unhashed-streams")]
+macro_rules! unhashed_streams {
+    () => {
+        " (unhashed-streams: no content digest on streamed reads)"
+    };
+}
+#[cfg(not(feature = "unhashed-streams"))]
+macro_rules! unhashed_streams {
+    () => {
+        ""
+    };
+}
+
+/// The version line; a build with the test-only hooks says so, so tests can insist on it, and
+/// so does the benchmark's build without the stream digest, so no operator runs one unawares.
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), fault_injection!(), unhashed_streams!());
 
 /// fsd: the file daemon that owns the disk of one sandbox and serves fsd.v1 over gRPC.
 #[derive(Debug, Parser)]

@@ -70,9 +70,6 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
         sent => sent?,
     }
     loop {
-        if let Err(e) = sys::ipc::wait_readable(&socket) {
-            return Err(IpcError::Io(e.into()).into());
-        }
         let (message, fd) = match ipc::recv::<ToWorker>(&socket) {
             Ok(received) => received,
             // The network process is gone: so is our reason to exist.

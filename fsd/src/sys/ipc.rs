@@ -88,21 +88,6 @@ pub fn send_frame(socket: &UnixStream, payload: &[u8], fd: Option<BorrowedFd<'_>
     Ok(())
 }
 
-/// Blocks until `socket` has bytes to read (or its peer hung up). A worker waits here rather
-/// than in a blocking receive: a thread asleep in `recvmsg` is woken every time the peer
-/// consumes what this socket sent (the kernel's write-space wake-up takes no interest mask),
-/// which is once per reply; `poll` for input alone sleeps through those.
-pub fn wait_readable(socket: &UnixStream) -> Result<(), Errno> {
-    let mut fds = [rustix::event::PollFd::new(socket, rustix::event::PollFlags::IN)];
-    loop {
-        match rustix::event::poll(&mut fds, None) {
-            Ok(_) => return Ok(()),
-            Err(Errno::INTR) => continue,
-            Err(e) => return Err(e),
-        }
-    }
-}
-
 /// Why a frame could not be received.
 #[derive(Debug)]
 pub enum RecvError {
