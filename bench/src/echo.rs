@@ -125,8 +125,8 @@ pub fn serve(listen: &[String]) -> Res<()> {
                 .max_decoding_message_size(MAX_MESSAGE)
                 .max_encoding_message_size(MAX_MESSAGE);
             tonic::transport::Server::builder()
-                .initial_stream_window_size(16 << 20)
-                .initial_connection_window_size(32 << 20)
+                .initial_stream_window_size(2 << 20)
+                .initial_connection_window_size(4 << 20)
                 .max_frame_size((1 << 20) - 1)
                 .tcp_nodelay(true)
                 .max_concurrent_streams(256)

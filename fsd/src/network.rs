@@ -399,9 +399,14 @@ async fn serve(
         // Request compression is never accepted (no `accept_compressed`, no codec compiled in):
         // a compressed request is refused before it is inflated.
         let router = tonic::transport::Server::builder()
-            // Large windows and frames: tonic's defaults cost streaming several times over here.
-            .initial_stream_window_size(16 << 20)
-            .initial_connection_window_size(32 << 20)
+            // Receive windows: what a client may send before the daemon reads it, so what one
+            // connection can make the network process hold (tonic's 64 KiB defaults cost uploads
+            // several times over here). 2 MiB a stream and 4 MiB a connection keep a 1 GiB
+            // upload at full speed on a local socket; 16/32 MiB took the daemon's peak from 46
+            // to 84 MiB after five of them (BENCHMARKS.md). Downloads run on the client's
+            // windows (`fsd_tool_client::connect`).
+            .initial_stream_window_size(2 << 20)
+            .initial_connection_window_size(4 << 20)
             .max_frame_size((1 << 20) - 1)
             // Explicit limits, not library defaults (tonic's `None` would lift hyper's).
             .max_concurrent_streams(transport.max_concurrent_streams)

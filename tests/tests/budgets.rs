@@ -1,8 +1,10 @@
 //! Fair to every client: per-identity budgets refuse a call over budget with FS_RATE_LIMITED and
 //! `retry_after_ms` before it touches anything; a flood from one identity (a TLS client
 //! certificate) leaves another's calls answered; a streamed read whose reader stops reading is
-//! cancelled after `stream_idle_timeout_ms` and frees its stream slot. Checked by outcome, never
-//! by timing.
+//! cancelled after `stream_idle_timeout_ms` and frees its stream slot; an upload can push only
+//! the daemon's receive windows ahead of what the daemon reads (2 MiB a stream, 4 MiB a
+//! connection), so no client makes the network process hold more than that per connection.
+//! Checked by outcome, never by timing.
 
 mod common;
 mod pki;
@@ -253,5 +255,60 @@ fn a_stream_that_is_not_read_is_cancelled_after_the_idle_timeout_and_frees_its_s
             }
         }
         assert_eq!(total, big.len());
+    });
+}
+
+/// How much a client may send on each of `streams` uploads opened on one HTTP/2 connection
+/// before the daemon reads a byte: the send capacity the daemon's windows grant, each stream
+/// asking for 64 MiB. Waits until `expected` bytes in all are granted (or 10 s passed), then a
+/// little longer, so a larger window would show.
+async fn granted_upload_capacity(socket: &std::path::Path, streams: usize, expected: usize) -> Vec<usize> {
+    let io = tokio::net::UnixStream::connect(socket).await.unwrap();
+    let (client, connection) = h2::client::Builder::new()
+        // The client's own buffer must not be what bounds the capacity.
+        .max_send_buffer_size(64 << 20)
+        .handshake::<_, bytes::Bytes>(io)
+        .await
+        .unwrap();
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let mut client = client.ready().await.unwrap();
+    let mut bodies = Vec::new();
+    for _ in 0..streams {
+        let request = http::Request::builder()
+            .method("POST")
+            .uri("http://fsd/fsd.v1.Fsd/WriteBytes")
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+        let (response, mut body) = client.send_request(request, false).unwrap();
+        body.reserve_capacity(64 << 20);
+        bodies.push((body, response));
+        client = client.ready().await.unwrap();
+    }
+    // Capacity arrives with the daemon's SETTINGS and WINDOW_UPDATE frames; nothing is sent, so
+    // nothing more is granted later.
+    let granted = |bodies: &[(h2::SendStream<bytes::Bytes>, _)]| -> Vec<usize> {
+        bodies.iter().map(|(body, _)| body.capacity()).collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while granted(&bodies).iter().sum::<usize>() < expected && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    granted(&bodies)
+}
+
+#[test]
+fn an_upload_the_daemon_has_not_read_holds_at_most_its_receive_windows() {
+    let daemon = Daemon::start();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let one = granted_upload_capacity(&daemon.socket, 1, 2 << 20).await;
+        assert_eq!(one, vec![2 << 20], "one upload may run 2 MiB ahead of the daemon");
+        let three = granted_upload_capacity(&daemon.socket, 3, 4 << 20).await;
+        assert_eq!(three.iter().sum::<usize>(), 4 << 20, "a connection's uploads: 4 MiB in all {three:?}");
     });
 }
