@@ -63,7 +63,9 @@ impl Readers {
                     if job.reply.is_closed() {
                         continue;
                     }
-                    let bytes = read_chunk(&job.file, job.offset, job.len).map(Bytes::from);
+                    let bytes = crate::sys::read_at_most(&job.file, job.offset, job.len)
+                        .map(Bytes::from)
+                        .map_err(std::io::Error::from);
                     let shared = bytes.as_ref().ok().cloned();
                     let _ = job.reply.send(bytes);
                     if let (Some(bytes), Some(mut hashing)) = (shared, job.digest) {
@@ -110,10 +112,6 @@ impl Readers {
 
 fn stopped() -> std::io::Error {
     std::io::Error::other("the reader pool stopped")
-}
-
-fn read_chunk(file: &File, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
-    crate::sys::read_at_most(file, offset, len).map_err(std::io::Error::from)
 }
 
 /// How a pumped stream ended, when not by reaching the end of the file.
