@@ -1,9 +1,9 @@
 //! The network process's side of the workers, all on its tokio runtime: per-mode pools of worker
 //! connections spoken to with non-blocking socket I/O (frames and descriptors), a bounded fair
-//! queue per mode in front of them (`queue`), the per-target locks that hold across every worker
-//! of every mode (`locks`), per-call deadlines (a worker that overruns is reported to the
-//! supervisor, which kills or abandons it; only its call fails), and streamed reads (`stream`).
-//! No call holds a thread while it waits.
+//! queue of calls per mode (`queue`) that each worker's driver task takes its next call from,
+//! the per-target locks that hold across every worker of every mode (`locks`), per-call
+//! deadlines (a worker that overruns is reported to the supervisor, which kills or abandons it;
+//! only its call fails), and streamed reads (`stream`). No call holds a thread while it waits.
 
 mod locks;
 mod queue;
@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ use fsd_proto::{ErrorCode, WireError};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::backend::{Mode, Outcome, Request, StreamHeader};
-use crate::ipc::{self, ControlRequest, FromWorker, IpcError, ToWorker};
+use crate::ipc::{self, ControlRequest, FromWorker, IpcError, Remote, ToWorker};
 use crate::sys::ipc::AsyncFrames;
 use locks::AsyncLocks;
 use queue::FairQueue;
@@ -37,12 +38,76 @@ struct Worker {
     frames: AsyncFrames,
 }
 
+/// The final reply a call waits for (lock requests and progress come before it).
+#[derive(Debug, Clone, Copy)]
+enum Expect {
+    Reply,
+    Stream,
+}
+
+/// A worker's final reply to a call, of the kind the call expects.
+#[derive(Debug)]
+enum Final {
+    Reply(Result<Outcome, Remote>),
+    /// A streamed read's header, with the descriptor its frame carried.
+    Stream(Result<StreamHeader, Remote>, Option<OwnedFd>),
+}
+
+impl Expect {
+    fn accept(self, reply: FromWorker, fd: Option<OwnedFd>) -> Option<Final> {
+        match (self, reply) {
+            (Expect::Reply, FromWorker::Reply(result)) => Some(Final::Reply(result)),
+            (Expect::Stream, FromWorker::Stream(result)) => Some(Final::Stream(result, fd)),
+            _ => None,
+        }
+    }
+}
+
+/// Who decides a queued call's fate first: a worker's driver that takes it, or its caller that
+/// gives up (deadline, cancelled). Exactly one of them wins, so a call the caller was told failed
+/// never runs, and a call a driver took is always answered.
+#[derive(Debug, Default)]
+struct Claim(AtomicU8);
+
+const QUEUED: u8 = 0;
+const TAKEN: u8 = 1;
+const GIVEN_UP: u8 = 2;
+
+impl Claim {
+    fn take(&self) -> bool {
+        self.0.compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    fn give_up(&self) -> bool {
+        self.0.compare_exchange(QUEUED, GIVEN_UP, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    fn queued(&self) -> bool {
+        self.0.load(Ordering::Acquire) == QUEUED
+    }
+}
+
+/// What a queued call's caller gets back.
+type Answer = Result<Final, Lost>;
+
+/// A call waiting in its mode's queue. The driver of the worker that comes free takes it and
+/// sends it at once: between two calls a worker waits for no other task.
+#[derive(Debug)]
+struct Job {
+    message: ToWorker,
+    body: Option<OwnedFd>,
+    expect: Expect,
+    claim: Arc<Claim>,
+    answer: oneshot::Sender<Answer>,
+}
+
 /// The state of one mode's pool.
 #[derive(Debug, Default)]
 struct PoolState {
-    idle: Vec<Worker>,
     /// Workers registered and not known dead (idle or busy).
     live: usize,
+    /// Drivers waiting for a call: calls they are about to take do not count against the queue.
+    idle: usize,
     /// How the fence is enforced, as the workers reported when ready.
     enforcement: Option<String>,
     /// Set when the supervisor gave up on this mode (or too many of its workers hang).
@@ -50,12 +115,14 @@ struct PoolState {
     /// Set while too many of this mode's workers are abandoned (stuck in the kernel): how many.
     stuck: Option<usize>,
     /// Calls waiting for a worker, per identity.
-    waiting: FairQueue<oneshot::Sender<Worker>>,
+    waiting: FairQueue<Job>,
 }
 
 #[derive(Debug, Default)]
 struct Pool {
     state: Mutex<PoolState>,
+    /// Woken when a call is queued.
+    work: Notify,
 }
 
 impl Pool {
@@ -63,33 +130,41 @@ impl Pool {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A worker is free: the next identity in turn gets it, or it waits idle.
-    fn checkin(&self, mut worker: Worker) {
-        let mut state = self.state();
-        while let Some(waiter) = state.waiting.pop() {
-            match waiter.send(worker) {
-                Ok(()) => return,
-                // That caller gave up (deadline, cancelled): the next one.
-                Err(back) => worker = back,
+    /// The next call in turn whose caller still waits for it, waiting for one if none is queued.
+    async fn next_job(&self) -> Job {
+        let mut waited = false;
+        loop {
+            let notified = self.work.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut state = self.state();
+                if waited {
+                    state.idle -= 1;
+                }
+                while let Some(job) = state.waiting.pop() {
+                    if job.claim.take() {
+                        return job;
+                    }
+                }
+                state.idle += 1;
             }
+            notified.await;
+            waited = true;
         }
-        state.idle.push(worker);
     }
 }
 
-/// A caller's place in a mode's queue. Dropped before a worker arrived (the caller timed out
-/// or was cancelled), it hands back a worker that was sent meanwhile, so none is lost.
-struct Waiting {
-    rx: oneshot::Receiver<Worker>,
-    pool: Arc<Pool>,
+/// A caller's side of a queued call. Dropped while the call is still queued (the caller was
+/// cancelled), it gives the call up, so no driver runs it.
+struct Queued {
+    claim: Arc<Claim>,
+    answer: oneshot::Receiver<Answer>,
 }
 
-impl Drop for Waiting {
+impl Drop for Queued {
     fn drop(&mut self) {
-        self.rx.close();
-        if let Ok(worker) = self.rx.try_recv() {
-            self.pool.checkin(worker);
-        }
+        self.claim.give_up();
     }
 }
 
@@ -121,6 +196,7 @@ fn failure(code: ErrorCode, path: &str, message: &str) -> WireError {
 
 /// A worker that failed mid-call: the call's outcome is unknown. The `lost` metadata the tools
 /// word it from, and a label for the log.
+#[derive(Debug)]
 struct Lost(&'static str, String);
 
 impl Dispatcher {
@@ -156,7 +232,7 @@ impl Dispatcher {
     }
 
     /// Registers a worker the supervisor started, once it says it is ready.
-    pub async fn add_worker(&self, mode: Mode, pid: u32, socket: UnixStream) {
+    pub async fn add_worker(self: &Arc<Self>, mode: Mode, pid: u32, socket: UnixStream) {
         let mut frames = match AsyncFrames::new(socket) {
             Ok(frames) => frames,
             Err(e) => {
@@ -174,7 +250,7 @@ impl Dispatcher {
                     state.enforcement = Some(enforcement);
                     state.live += 1;
                 }
-                pool.checkin(Worker { pid, frames });
+                tokio::spawn(self.clone().drive(mode, Worker { pid, frames }));
                 self.changed.notify_waiters();
                 tracing::debug!(mode = mode.as_str(), pid, "worker registered");
             }
@@ -286,37 +362,25 @@ impl Dispatcher {
             .with("mode", mode.as_str())
     }
 
-    /// Takes a worker of `mode` for `identity`, waiting in the fair queue up to the deadline.
-    async fn checkout(&self, mode: Mode, identity: &str, path: &str) -> Result<Worker, WireError> {
-        let pool = self.pool(mode);
-        let rx = {
-            let mut state = pool.state();
-            if state.unavailable.is_some() {
-                return Err(Dispatcher::unavailable(mode, path, &state));
+    /// A final reply of the wrong kind, which [`Expect`] already refused: unreachable.
+    fn mismatched(path: &str) -> WireError {
+        failure(ErrorCode::IoError, path, "unexpected reply").with("reason", "unexpected_reply")
+    }
+
+    /// Serves `worker`'s calls, one at a time, until it fails mid-call. The exchange runs here,
+    /// not in the caller's task: a caller that goes away cannot leave a worker mid-call.
+    async fn drive(self: Arc<Self>, mode: Mode, mut worker: Worker) {
+        let pool = self.pool(mode).clone();
+        loop {
+            let job = pool.next_job().await;
+            let answer = self.exchange(mode, &mut worker, &job.message, job.body, job.expect).await;
+            let lost = answer.is_err();
+            // A caller cancelled after the call was taken no longer listens; the call ran anyway.
+            let _ = job.answer.send(answer);
+            if lost {
+                self.discard(mode, worker);
+                return;
             }
-            if let Some(worker) = state.idle.pop() {
-                return Ok(worker);
-            }
-            if state.waiting.len() >= self.max_queued {
-                state.waiting.retain(|w| !w.is_closed());
-                if state.waiting.len() >= self.max_queued {
-                    let refusal = crate::budget::Refusal {
-                        budget: crate::budget::Budget::CallsInFlight,
-                        retry_after: QUEUE_FULL_RETRY,
-                    };
-                    return Err(refusal.into_wire(path).with("queue", mode.as_str()));
-                }
-            }
-            let (tx, rx) = oneshot::channel();
-            state.waiting.push(identity, tx);
-            rx
-        };
-        let mut waiting = Waiting { rx, pool: pool.clone() };
-        match tokio::time::timeout(self.deadline, &mut waiting.rx).await {
-            Ok(Ok(worker)) => Ok(worker),
-            Ok(Err(_)) => Err(Dispatcher::unavailable(mode, path, &pool.state())),
-            Err(_) => Err(failure(ErrorCode::Aborted, path, "queue: no free worker by the deadline")
-                .with("reason", "no_free_worker")),
         }
     }
 
@@ -330,15 +394,15 @@ impl Dispatcher {
         self.kill(worker.pid);
     }
 
-    /// Sends one message and serves the worker's lock requests until `done` accepts a reply.
-    async fn exchange<T>(
+    /// Sends one message and serves the worker's lock requests until its final reply.
+    async fn exchange(
         &self,
         mode: Mode,
         worker: &mut Worker,
         message: &ToWorker,
         body: Option<OwnedFd>,
-        mut done: impl FnMut(FromWorker, Option<OwnedFd>) -> Option<T>,
-    ) -> Result<T, Lost> {
+        expect: Expect,
+    ) -> Answer {
         use std::os::fd::AsFd;
         if let Err(e) = ipc::send_async(&worker.frames, message, body.as_ref().map(|b| b.as_fd())).await {
             return Err(Lost("send_failed", format!("send: {e}")));
@@ -364,11 +428,12 @@ impl Dispatcher {
                 // A streamed write in progress: the deadline restarts.
                 Ok((FromWorker::Progress { .. }, _)) => {}
                 Ok((reply, fd)) => {
-                    let result = done(reply, fd);
                     drop(held);
                     // Our copy of an upload's pipe closes now: its sender sees EPIPE.
                     drop(body);
-                    return result.ok_or_else(|| Lost("unexpected_message", "unexpected message".into()));
+                    return expect
+                        .accept(reply, fd)
+                        .ok_or_else(|| Lost("unexpected_message", "unexpected message".into()));
                 }
                 Err(IpcError::TimedOut) => {
                     tracing::error!(
@@ -383,41 +448,60 @@ impl Dispatcher {
         }
     }
 
-    /// Runs one exchange on a worker of `mode`. Once a worker has the call, the exchange runs
-    /// in its own task: a caller that goes away cannot leave a worker mid-call.
-    async fn run<T: Send + 'static>(
-        self: &Arc<Self>,
+    /// Queues one call for a worker of `mode`, fairly among `identity`'s peers, and waits for
+    /// its final reply: up to the deadline for a worker to take it, then as long as the
+    /// exchange runs (which has a deadline of its own).
+    async fn run(
+        &self,
         mode: Mode,
         identity: &str,
         path: &str,
         message: ToWorker,
         body: Option<OwnedFd>,
-        done: impl FnMut(FromWorker, Option<OwnedFd>) -> Option<T> + Send + 'static,
-    ) -> Result<T, WireError> {
-        let mut worker = self.checkout(mode, identity, path).await?;
-        let dispatcher = self.clone();
-        let task = tokio::spawn(async move {
-            let result = dispatcher.exchange(mode, &mut worker, &message, body, done).await;
-            match result {
-                Ok(value) => {
-                    dispatcher.pool(mode).checkin(worker);
-                    Ok(value)
-                }
-                Err(lost) => {
-                    dispatcher.discard(mode, worker);
-                    Err(lost)
+        expect: Expect,
+    ) -> Result<Final, WireError> {
+        let pool = self.pool(mode);
+        let claim = Arc::new(Claim::default());
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut state = pool.state();
+            if state.unavailable.is_some() {
+                return Err(Dispatcher::unavailable(mode, path, &state));
+            }
+            let room = self.max_queued + state.idle;
+            if state.waiting.len() >= room {
+                state.waiting.retain(|job| job.claim.queued());
+                if state.waiting.len() >= room {
+                    let refusal = crate::budget::Refusal {
+                        budget: crate::budget::Budget::CallsInFlight,
+                        retry_after: QUEUE_FULL_RETRY,
+                    };
+                    return Err(refusal.into_wire(path).with("queue", mode.as_str()));
                 }
             }
-        });
-        match task.await {
-            Ok(Ok(value)) => Ok(value),
+            let job = Job { message, body, expect, claim: claim.clone(), answer: tx };
+            state.waiting.push(identity, job);
+        }
+        pool.work.notify_one();
+        let mut queued = Queued { claim, answer: rx };
+        let answer = match tokio::time::timeout(self.deadline, &mut queued.answer).await {
+            Ok(answer) => answer,
+            Err(_) if queued.claim.give_up() => {
+                return Err(failure(ErrorCode::Aborted, path, "queue: no free worker by the deadline")
+                    .with("reason", "no_free_worker"));
+            }
+            // A driver took the call just now: its exchange answers within its own deadline.
+            Err(_) => (&mut queued.answer).await,
+        };
+        match answer {
+            Ok(Ok(reply)) => Ok(reply),
             Ok(Err(Lost(lost, what))) => {
                 Err(failure(ErrorCode::Aborted, path, &format!("worker lost: {what}"))
                     .with("reason", "worker_lost")
                     .with("lost", lost))
             }
-            Err(e) => Err(failure(ErrorCode::IoError, path, &format!("dispatch task failed: {e}"))
-                .with("reason", "dispatch_failed")),
+            // The queue was emptied: the mode stopped being served.
+            Err(_) => Err(Dispatcher::unavailable(mode, path, &pool.state())),
         }
     }
 
@@ -430,12 +514,10 @@ impl Dispatcher {
     ) -> Result<Outcome, WireError> {
         let path = request.path().to_owned();
         let message = ToWorker::Call(request);
-        self.run(mode, identity, &path, message, None, |reply, _| match reply {
-            FromWorker::Reply(result) => Some(result),
-            _ => None,
-        })
-        .await?
-        .map_err(|remote| remote.into_wire())
+        match self.run(mode, identity, &path, message, None, Expect::Reply).await? {
+            Final::Reply(result) => result.map_err(|remote| remote.into_wire()),
+            Final::Stream(..) => Err(Dispatcher::mismatched(&path)),
+        }
     }
 
     /// Runs one operation whose body arrives on `body` (the read end of a pipe) in a worker of
@@ -449,12 +531,10 @@ impl Dispatcher {
     ) -> Result<Outcome, WireError> {
         let path = request.path().to_owned();
         let message = ToWorker::Call(request);
-        self.run(mode, identity, &path, message, Some(body), |reply, _| match reply {
-            FromWorker::Reply(result) => Some(result),
-            _ => None,
-        })
-        .await?
-        .map_err(|remote| remote.into_wire())
+        match self.run(mode, identity, &path, message, Some(body), Expect::Reply).await? {
+            Final::Reply(result) => result.map_err(|remote| remote.into_wire()),
+            Final::Stream(..) => Err(Dispatcher::mismatched(&path)),
+        }
     }
 
     /// Opens a file for a streamed read in a worker of `mode`; the read itself happens here, on
@@ -466,14 +546,13 @@ impl Dispatcher {
         path: &str,
     ) -> Result<(StreamHeader, File), WireError> {
         let message = ToWorker::OpenStream { path: path.to_owned() };
-        let owned = path.to_owned();
-        self.run(mode, identity, path, message, None, move |reply, fd| match reply {
-            FromWorker::Stream(Ok(header)) => Some(fd.map(|fd| (header, File::from(fd))).ok_or_else(|| {
-                failure(ErrorCode::IoError, &owned, "no descriptor").with("reason", "no_descriptor")
-            })),
-            FromWorker::Stream(Err(remote)) => Some(Err(remote.into_wire())),
-            _ => None,
-        })
-        .await?
+        match self.run(mode, identity, path, message, None, Expect::Stream).await? {
+            Final::Stream(Ok(header), Some(fd)) => Ok((header, File::from(fd))),
+            Final::Stream(Ok(_), None) => {
+                Err(failure(ErrorCode::IoError, path, "no descriptor").with("reason", "no_descriptor"))
+            }
+            Final::Stream(Err(remote), _) => Err(remote.into_wire()),
+            Final::Reply(_) => Err(Dispatcher::mismatched(path)),
+        }
     }
 }
