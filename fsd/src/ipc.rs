@@ -63,6 +63,33 @@ pub enum ToWorker {
     },
 }
 
+impl ToWorker {
+    /// A call that reads and takes no locks: the network process may send it behind another
+    /// read the worker is running (see `dispatch`).
+    pub fn is_read(&self) -> bool {
+        use crate::backend::Request;
+        match self {
+            ToWorker::Call(request) => match request {
+                Request::Stat { .. }
+                | Request::CheckWrite { .. }
+                | Request::ReadText { .. }
+                | Request::ReadBytes { .. }
+                | Request::ListDir { .. } => true,
+                Request::WriteText { .. }
+                | Request::EditText { .. }
+                | Request::MoveFile { .. }
+                | Request::DeleteFile { .. }
+                | Request::WriteBytes { .. }
+                | Request::Remove { .. } => false,
+            },
+            ToWorker::OpenStream { .. } => true,
+            ToWorker::LockGranted => false,
+            #[cfg(feature = "fault-injection")]
+            ToWorker::RawOpen { .. } | ToWorker::RawMetadata { .. } => false,
+        }
+    }
+}
+
 /// Worker → network process.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum FromWorker {

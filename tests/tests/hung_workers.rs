@@ -89,3 +89,29 @@ fn an_unkillable_worker_is_abandoned_and_replaced_and_past_the_cap_the_mode_stop
     assert_eq!(health(&d, "fsd.v1.Fsd/read-only"), ServingStatus::Serving);
     assert_eq!(workers(&d).len(), 3, "no replacement past the cap: {:?}", workers(&d));
 }
+
+#[test]
+fn a_read_sent_behind_a_hung_read_is_served_by_the_next_worker() {
+    // One worker: a read queued behind a hung read is sent to the same worker before the hung
+    // one finishes (reads are sent in a row to a busy worker). When that worker is killed, the
+    // read it never began goes back to the queue and a fresh worker answers it.
+    let d = Daemon::start_with(&[], "call_timeout_ms = 1500\nworkers_per_mode = 1\n");
+    d.write("a.txt", "a\n");
+    d.write("one/fsd-fault-hang", "x");
+    d.write("two/fsd-fault-hang", "x");
+    let mut warm = d.session();
+    assert!(!warm.read("a.txt").is_error());
+    std::thread::scope(|scope| {
+        let first = scope.spawn(|| d.session().read("one/fsd-fault-hang"));
+        std::thread::sleep(Duration::from_millis(300));
+        let second = scope.spawn(|| d.session().read("two/fsd-fault-hang"));
+        std::thread::sleep(Duration::from_millis(300));
+        let third = scope.spawn(|| d.session().read("a.txt"));
+        for hung in [first, second] {
+            let r = hung.join().unwrap();
+            assert_eq!(r.code(), Some("FS_ABORTED"), "{}", r.json);
+        }
+        let expected = common::envelope(&d.path("a.txt"), &["1: a"], "(End of file - total 1 lines)");
+        common::ok(&third.join().unwrap(), &expected);
+    });
+}

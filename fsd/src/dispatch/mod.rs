@@ -9,7 +9,7 @@ mod locks;
 mod queue;
 pub mod stream;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
@@ -82,6 +82,11 @@ impl Claim {
         self.0.compare_exchange(QUEUED, GIVEN_UP, Ordering::AcqRel, Ordering::Acquire).is_ok()
     }
 
+    /// A taken call goes back to the queue.
+    fn release(&self) {
+        self.0.store(QUEUED, Ordering::Release);
+    }
+
     fn queued(&self) -> bool {
         self.0.load(Ordering::Acquire) == QUEUED
     }
@@ -94,6 +99,7 @@ type Answer = Result<Final, Lost>;
 /// sends it at once: between two calls a worker waits for no other task.
 #[derive(Debug)]
 struct Job {
+    identity: String,
     message: ToWorker,
     body: Option<OwnedFd>,
     expect: Expect,
@@ -152,6 +158,32 @@ impl Pool {
             notified.await;
             waited = true;
         }
+    }
+}
+
+impl Pool {
+    /// The next call in turn, if it is a read and no worker is idle to take it: one to send
+    /// behind the read a busy worker runs.
+    fn next_read(&self) -> Option<Job> {
+        let mut state = self.state();
+        if state.idle > 0 {
+            return None;
+        }
+        loop {
+            let job = state.waiting.pop_if(|job| !job.claim.queued() || job.message.is_read())?;
+            if job.claim.take() {
+                return Some(job);
+            }
+        }
+    }
+
+    /// A call taken but never begun (its worker was lost before it): first in its identity's
+    /// turn again. Its caller still waits: it cannot give a taken call up.
+    fn requeue(&self, job: Job) {
+        job.claim.release();
+        let identity = job.identity.clone();
+        self.state().waiting.push_front(&identity, job);
+        self.work.notify_one();
     }
 }
 
@@ -367,21 +399,66 @@ impl Dispatcher {
         failure(ErrorCode::IoError, path, "unexpected reply").with("reason", "unexpected_reply")
     }
 
-    /// Serves `worker`'s calls, one at a time, until it fails mid-call. The exchange runs here,
-    /// not in the caller's task: a caller that goes away cannot leave a worker mid-call.
+    /// Serves `worker`'s calls in turn until it fails mid-call. The exchange runs here, not in
+    /// the caller's task: a caller that goes away cannot leave a worker mid-call.
+    ///
+    /// Behind a read the worker is running, the next queued call is sent at once when it is a
+    /// read too and no other worker is idle, so the worker finds it waiting instead of sleeping
+    /// until its reply has been taken. Only reads: they take no locks (a worker waiting for a
+    /// lock grant must not find a call in its socket instead), and if the worker hangs and
+    /// its kill does not land, a read it may still run later changes nothing. A call sent but
+    /// not begun when its worker is lost is queued again, first in its identity's turn.
     async fn drive(self: Arc<Self>, mode: Mode, mut worker: Worker) {
         let pool = self.pool(mode).clone();
+        // Sent and not yet answered, oldest first: the one the worker runs, then at most one.
+        let mut sent: VecDeque<Job> = VecDeque::with_capacity(2);
         loop {
-            let job = pool.next_job().await;
-            let answer = self.exchange(mode, &mut worker, &job.message, job.body, job.expect).await;
-            let lost = answer.is_err();
-            // A caller cancelled after the call was taken no longer listens; the call ran anyway.
-            let _ = job.answer.send(answer);
-            if lost {
-                self.discard(mode, worker);
-                return;
+            if sent.is_empty() {
+                sent.push_back(pool.next_job().await);
+                if let Err(lost) = Dispatcher::send(&worker, &sent[0]).await {
+                    self.lose(mode, worker, lost, sent);
+                    return;
+                }
+            }
+            if sent.len() == 1
+                && sent[0].message.is_read()
+                && let Some(next) = pool.next_read()
+            {
+                sent.push_back(next);
+                if let Err(lost) = Dispatcher::send(&worker, &sent[1]).await {
+                    self.lose(mode, worker, lost, sent);
+                    return;
+                }
+            }
+            match self.answer(mode, &mut worker, sent[0].expect).await {
+                Ok(answer) => {
+                    if let Some(job) = sent.pop_front() {
+                        // Our copy of an upload's pipe closes now: its sender sees EPIPE.
+                        drop(job.body);
+                        // A caller cancelled after the call was taken no longer listens.
+                        let _ = job.answer.send(Ok(answer));
+                    }
+                }
+                Err(lost) => {
+                    self.lose(mode, worker, lost, sent);
+                    return;
+                }
             }
         }
+    }
+
+    /// `worker` failed mid-call: the call it was running gets `lost`, a call sent behind it
+    /// (not begun: a worker runs one call at a time) goes back to the queue, and the worker is
+    /// discarded.
+    fn lose(&self, mode: Mode, worker: Worker, lost: Lost, mut sent: VecDeque<Job>) {
+        if let Some(job) = sent.pop_front() {
+            let _ = job.answer.send(Err(lost));
+        }
+        let pool = self.pool(mode);
+        for job in sent.into_iter().rev() {
+            pool.requeue(job);
+        }
+        self.discard(mode, worker);
     }
 
     /// A worker that failed mid-call is gone for good: the supervisor kills (or abandons) and
@@ -394,19 +471,16 @@ impl Dispatcher {
         self.kill(worker.pid);
     }
 
-    /// Sends one message and serves the worker's lock requests until its final reply.
-    async fn exchange(
-        &self,
-        mode: Mode,
-        worker: &mut Worker,
-        message: &ToWorker,
-        body: Option<OwnedFd>,
-        expect: Expect,
-    ) -> Answer {
+    async fn send(worker: &Worker, job: &Job) -> Result<(), Lost> {
         use std::os::fd::AsFd;
-        if let Err(e) = ipc::send_async(&worker.frames, message, body.as_ref().map(|b| b.as_fd())).await {
-            return Err(Lost("send_failed", format!("send: {e}")));
-        }
+        let fd = job.body.as_ref().map(|b| b.as_fd());
+        ipc::send_async(&worker.frames, &job.message, fd)
+            .await
+            .map_err(|e| Lost("send_failed", format!("send: {e}")))
+    }
+
+    /// Serves the worker's lock requests for the call it runs until its final reply.
+    async fn answer(&self, mode: Mode, worker: &mut Worker, expect: Expect) -> Answer {
         let mut held = None;
         loop {
             let received =
@@ -429,8 +503,6 @@ impl Dispatcher {
                 Ok((FromWorker::Progress { .. }, _)) => {}
                 Ok((reply, fd)) => {
                     drop(held);
-                    // Our copy of an upload's pipe closes now: its sender sees EPIPE.
-                    drop(body);
                     return expect
                         .accept(reply, fd)
                         .ok_or_else(|| Lost("unexpected_message", "unexpected message".into()));
@@ -479,7 +551,14 @@ impl Dispatcher {
                     return Err(refusal.into_wire(path).with("queue", mode.as_str()));
                 }
             }
-            let job = Job { message, body, expect, claim: claim.clone(), answer: tx };
+            let job = Job {
+                identity: identity.to_owned(),
+                message,
+                body,
+                expect,
+                claim: claim.clone(),
+                answer: tx,
+            };
             state.waiting.push(identity, job);
         }
         pool.work.notify_one();

@@ -51,6 +51,29 @@ impl<W> FairQueue<W> {
         waiter
     }
 
+    /// [`FairQueue::pop`], but only when `take` accepts the waiter whose turn it is; otherwise
+    /// the queue is unchanged.
+    pub fn pop_if(&mut self, take: impl FnOnce(&W) -> bool) -> Option<W> {
+        let identity = self.turn.front()?;
+        let next = self.by_identity.get(identity).and_then(VecDeque::front)?;
+        if take(next) { self.pop() } else { None }
+    }
+
+    /// Puts a waiter back first: first in its identity's queue, and that identity's turn next.
+    pub fn push_front(&mut self, identity: &str, waiter: W) {
+        match self.by_identity.get_mut(identity) {
+            Some(queue) => {
+                queue.push_front(waiter);
+                self.turn.retain(|i| i != identity);
+            }
+            None => {
+                self.by_identity.insert(identity.to_owned(), VecDeque::from([waiter]));
+            }
+        }
+        self.turn.push_front(identity.to_owned());
+        self.len += 1;
+    }
+
     /// Drops the waiters `keep` rejects (callers that gave up).
     pub fn retain(&mut self, mut keep: impl FnMut(&W) -> bool) {
         for queue in self.by_identity.values_mut() {
@@ -96,6 +119,26 @@ mod tests {
         );
         check(&[("a", 1), ("b", 2), ("a", 3), ("b", 4), ("c", 5)], &[1, 2, 5, 3, 4]);
         check(&[], &[]);
+    }
+
+    #[test]
+    fn pop_if_leaves_a_refused_turn_and_push_front_goes_first() {
+        let mut queue = FairQueue::default();
+        queue.push("a", 1);
+        queue.push("b", 2);
+        queue.push("a", 3);
+        assert_eq!(queue.pop_if(|n| *n == 2), None, "a's turn: nothing taken");
+        assert_eq!(queue.len(), 3);
+        assert_eq!(queue.pop_if(|n| *n == 1), Some(1));
+        queue.push_front("a", 1);
+        queue.push_front("c", 0);
+        let mut got = Vec::new();
+        while let Some(n) = queue.pop() {
+            got.push(n);
+        }
+        assert_eq!(got, [0, 1, 2, 3]);
+        assert_eq!(queue.len(), 0);
+        assert_eq!(queue.pop_if(|_| true), None);
     }
 
     #[test]
