@@ -3,24 +3,9 @@
 //! against the MCP reference filesystem server. Every figure is a median of runs with its spread;
 //! nothing here asserts a time. `scripts/bench.sh` builds and runs it all and writes BENCHMARKS.md.
 
-/// `println!` for output nobody may read any more: a closed stdout (`| head`) ends the process
-/// quietly, exit 0, instead of panicking.
-macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        if writeln!(std::io::stdout(), $($arg)*).is_err() {
-            std::process::exit(0);
-        }
-    }};
-}
-
-/// `eprintln!` that never panics: a closed stderr loses the line.
-macro_rules! note {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
-    }};
-}
+// `say!` and `note!` (output that never panics) come from the kit, shared with the soak.
+#[macro_use]
+extern crate fsd_testkit;
 
 mod concurrent;
 mod echo;

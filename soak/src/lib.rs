@@ -5,24 +5,9 @@
 //! `fsd-soak`, each with `--duration`) call the same functions; docs/reliability.md says how.
 #![forbid(unsafe_code)]
 
-/// `println!` for output nobody may read any more: a closed stdout (`| head`) ends the process
-/// quietly, exit 0, instead of panicking.
-macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        if writeln!(std::io::stdout(), $($arg)*).is_err() {
-            std::process::exit(0);
-        }
-    }};
-}
-
-/// `eprintln!` that never panics: a closed stderr loses the line.
-macro_rules! note {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
-    }};
-}
+// `say!` and `note!` (output that never panics) come from the kit, shared with the bench.
+#[macro_use]
+extern crate fsd_testkit;
 
 pub mod cli;
 pub mod crash;

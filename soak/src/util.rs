@@ -21,6 +21,12 @@ impl From<std::io::Error> for Error {
     }
 }
 
+impl From<fsd_testkit::Error> for Error {
+    fn from(e: fsd_testkit::Error) -> Error {
+        Error(e.to_string())
+    }
+}
+
 impl From<String> for Error {
     fn from(e: String) -> Error {
         Error(e)

@@ -51,23 +51,7 @@ fn the_agent_sandbox_python_sdk_drives_the_rest_face() {
 
 /// VmHWM of the daemon and of each of its descendants (supervisor, network process, workers).
 fn peak_rss_kib(daemon: &RestDaemon) -> Vec<u64> {
-    let mut peaks = Vec::new();
-    let mut pending = vec![daemon.child.id()];
-    while let Some(pid) = pending.pop() {
-        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
-        peaks.extend(
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()),
-        );
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { continue };
-        for task in tasks.flatten() {
-            let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-            pending.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
-        }
-    }
-    peaks
+    daemon.pids().into_iter().filter_map(|pid| fsd_testkit::procs::pid_status_kib(pid, "VmHWM:")).collect()
 }
 
 #[test]
@@ -257,7 +241,7 @@ fn health_is_ok_while_serving_and_503_during_shutdown() {
         assert!(Instant::now() < deadline, "health never said 503 during shutdown");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let status = daemon.child.wait().unwrap();
+    let status = daemon.wait();
     assert!(status.success(), "fsd exited with {status}");
 }
 

@@ -12,13 +12,12 @@ mod common;
 mod pki;
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{IpAddr, Ipv4Addr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use common::rest::{free_port, http, python};
-use common::router::{Killed, router};
+use common::router::router;
 use serde_json::{Value, json};
 
 fn repo() -> PathBuf {
@@ -51,17 +50,6 @@ fn template_env(template: &str, name: &str) -> String {
     lines.find(|l| *l == format!("- name: {name}")).unwrap_or_else(|| panic!("the template sets no {name}"));
     let value = lines.next().and_then(|l| l.strip_prefix("value: ")).expect("a value line after the name");
     value.trim_matches('"').to_owned()
-}
-
-fn wait_port(port: u16, child: &mut std::process::Child) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("fsd exited before listening on {port}: {status}");
-        }
-        assert!(Instant::now() < deadline, "fsd did not listen on {port} within 20 s");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// The template's HTTPS probe of `/v1/health`, as the kubelet makes it (the CA stands in for
@@ -213,19 +201,15 @@ fn the_agent_sandbox_guide_works_as_written() {
         args.contains(&config_path.display().to_string()),
         "the template's args name no /etc/fsd/fsd.toml"
     );
-    let mut fsd = Command::new(common::fsd_bin())
+    // The template's args name the listeners; the kit waits for both ports.
+    let _fsd = common::launch()
         .args(&args)
-        .env("FSD_LOG", "warn")
         .env("SANDBOX_ID", "sb-1")
         .env("AWS_SECRET_ACCESS_KEY", "not-for-metadata")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn fsd");
-    wait_port(pod_port, &mut fsd);
-    wait_port(tls_port, &mut fsd);
-    let _fsd = Killed(fsd);
+        .awaits(fsd_testkit::Listener::Tcp(format!("127.0.0.1:{pod_port}")))
+        .awaits(fsd_testkit::Listener::Tcp(format!("127.0.0.1:{tls_port}")))
+        .start()
+        .unwrap_or_else(|e| panic!("{e}"));
 
     // The probes: the template's HTTPS one on the router's listener, and the pod's own.
     let probe = https_probe(&python, tls_port, &ca.cert);

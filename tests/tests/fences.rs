@@ -8,7 +8,7 @@ mod common;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 
 use common::rpc::{Rpc, p};
 use common::*;
@@ -28,7 +28,7 @@ impl Worker {
     fn start(mode: &str, root: &Path) -> Worker {
         let (ours, theirs) = fsd::sys::ipc::pair().unwrap();
         fsd::sys::ipc::set_inheritable(theirs.as_fd(), true).unwrap();
-        let child = Command::new(fsd_bin())
+        let child = fsd_command()
             .args(["--role", "worker", "--worker-mode", mode, "--listen", "unix:/nonexistent/fsd.sock"])
             .arg("--ipc-fd")
             .arg(theirs.as_raw_fd().to_string())
@@ -156,7 +156,7 @@ fn processes_run_with_the_privileges_the_contract_allows() {
     let d = Daemon::start();
     // Serving starts once the pools are up.
     let _ = Rpc::connect(&d);
-    let workers = children_with_role(d.child.id(), "worker");
+    let workers = children_with_role(d.pid(), "worker");
     assert_eq!(workers.len(), 4, "two workers for each of read-only and workspace-write");
     let root = rustix::process::geteuid().is_root();
     // By default a worker has no capability, whoever it runs as (root workers that keep CAP_CHOWN,
@@ -171,7 +171,7 @@ fn processes_run_with_the_privileges_the_contract_allows() {
             assert_eq!(status_field(pid, "CapBnd"), caps, "worker {pid}");
         }
     }
-    let network = children_with_role(d.child.id(), "network");
+    let network = children_with_role(d.pid(), "network");
     assert_eq!(network.len(), 1);
     assert_eq!(status_field(network[0], "NoNewPrivs"), "1");
     assert_eq!(status_field(network[0], "CapEff"), "0000000000000000");
@@ -202,7 +202,7 @@ fn the_network_process_runs_under_a_seccomp_allowlist() {
         status.message(),
         "network process: stat: Operation not permitted (os error 1); exec: Operation not permitted (os error 1)"
     );
-    let network = children_with_role(d.child.id(), "network");
+    let network = children_with_role(d.pid(), "network");
     assert_eq!(network.len(), 1);
     // Mode 2: a seccomp filter is loaded.
     assert_eq!(status_field(network[0], "Seccomp"), "2");
@@ -329,7 +329,7 @@ fn a_hung_worker_is_killed_and_only_its_call_fails() {
     let mut s = d.session();
     // The first answered call means the pools are up.
     assert!(!s.read("a.txt").is_error());
-    let before = children_with_role(d.child.id(), "worker");
+    let before = children_with_role(d.pid(), "worker");
     assert_eq!(before.len(), 4);
     let r = s.read("fsd-fault-hang");
     assert_eq!(r.code(), Some("FS_ABORTED"), "{}", r.json);
@@ -340,7 +340,7 @@ fn a_hung_worker_is_killed_and_only_its_call_fails() {
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        let now = children_with_role(d.child.id(), "worker");
+        let now = children_with_role(d.pid(), "worker");
         if now.len() == before.len() && now != before {
             break;
         }

@@ -12,7 +12,7 @@ mod pki;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::Reply;
 use serde_json::{Value, json};
@@ -113,10 +113,10 @@ fn sweep_stale() {
 
 /// An fsd inside a host namespace: a Unix socket (to know it listens) and a TLS listener.
 struct HostDaemon {
-    child: Child,
-    socket: PathBuf,
+    /// The process tree, owned by the shared kit; `ip netns exec` execs fsd, so the child is the
+    /// daemon's supervisor.
+    process: fsd_testkit::Daemon,
     root: PathBuf,
-    args: Vec<String>,
 }
 
 impl HostDaemon {
@@ -124,75 +124,22 @@ impl HostDaemon {
         let root = dir.join(format!("root-{role}"));
         std::fs::create_dir_all(&root).unwrap();
         let root = std::fs::canonicalize(root).unwrap();
-        let config_path = dir.join(format!("fsd-{role}.toml"));
-        std::fs::write(&config_path, config).unwrap();
-        let socket = dir.join(format!("fsd-{role}.sock"));
-        let args = vec![
-            "--listen".to_owned(),
-            format!("unix:{}", socket.display()),
-            "--listen".to_owned(),
-            format!("tcp:{addr}"),
-            "--writable-root".to_owned(),
-            root.display().to_string(),
-            "--config".to_owned(),
-            config_path.display().to_string(),
-        ];
-        let child = spawn_daemon(ns, role, &args);
-        let mut daemon = HostDaemon { child, socket, root, args };
-        daemon.wait_listening();
-        daemon
-    }
-
-    fn wait_listening(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("fsd exited before listening: {status}");
-            }
-            assert!(Instant::now() < deadline, "fsd did not listen within 20 s");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        // The TCP listener is in the host's namespace, out of the kit's reach: it waits for the
+        // Unix socket, whose file every namespace sees.
+        let process = common::launch()
+            .wrapper([ip_bin().as_os_str(), "netns".as_ref(), "exec".as_ref(), ns.name(role).as_ref()])
+            .unix(dir.join(format!("fsd-{role}.sock")))
+            .args(["--listen".to_owned(), format!("tcp:{addr}")])
+            .writable_root(&root)
+            .config(dir.join(format!("fsd-{role}.toml")), config)
+            .start()
+            .unwrap_or_else(|e| panic!("fsd in namespace {role}: {e}"));
+        HostDaemon { process, root }
     }
 
     /// Stops the daemon (SIGTERM, graceful) and starts it again with the same flags.
-    fn restart(&mut self, ns: &Namespaces, role: &str) {
-        terminate(&mut self.child);
-        self.child = spawn_daemon(ns, role, &self.args);
-        self.wait_listening();
-    }
-}
-
-fn spawn_daemon(ns: &Namespaces, role: &str, args: &[String]) -> Child {
-    ns.exec(role, &common::fsd_bin())
-        .args(args)
-        .env("FSD_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn fsd in its namespace")
-}
-
-fn terminate(child: &mut Child) {
-    // `ip netns exec` execs fsd: the child is the daemon's supervisor.
-    if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-    }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while child.try_wait().ok().flatten().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let _ = child.wait();
-}
-
-impl Drop for HostDaemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn restart(&mut self) {
+        self.process.restart().unwrap_or_else(|e| panic!("{e}"));
     }
 }
 
@@ -385,7 +332,7 @@ fn two_hosts_over_tls_one_session_reads_and_edits_both_and_strangers_are_refused
     assert!(unknown.is_error() && unknown.text().contains("no target \"zulu\""), "{}", unknown.json);
 
     // A daemon restart under the session: a clear UNAVAILABLE, never a silent success.
-    host_a.restart(&ns, "a");
+    host_a.restart();
     let after = session.call(
         None,
         "edit",
@@ -474,7 +421,7 @@ fn two_hosts_over_tls_one_session_reads_and_edits_both_and_strangers_are_refused
 #[test]
 fn a_non_loopback_listener_without_tls_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(common::fsd_bin())
+    let out = common::fsd_command()
         .args(["--listen", "tcp:0.0.0.0:7443", "--writable-root"])
         .arg(dir.path())
         .stdin(Stdio::null())

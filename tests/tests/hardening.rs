@@ -7,7 +7,7 @@ mod common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use common::rpc::Rpc;
 use common::*;
@@ -132,7 +132,7 @@ fn writable_roots_of_different_owners_refuse_to_start() {
     std::fs::create_dir(&a).unwrap();
     std::fs::create_dir(&b).unwrap();
     chown(&b, 1000, 1000);
-    let mut child = Command::new(fsd_bin())
+    let mut child = fsd_command()
         .arg("--listen")
         .arg(format!("unix:{}", dir.path().join("fsd.sock").display()))
         .arg("--writable-root")
@@ -601,7 +601,7 @@ fn bad_socket_settings_refuse_to_start() {
         let (root, config_path) = (dir.path().join("ws"), dir.path().join("fsd.toml"));
         std::fs::create_dir(&root).unwrap();
         std::fs::write(&config_path, config).unwrap();
-        let out = Command::new(fsd_bin())
+        let out = fsd_command()
             .arg("--listen")
             .arg(format!("unix:{}", dir.path().join("fsd.sock").display()))
             .arg("--writable-root")

@@ -14,7 +14,7 @@ use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
 /// The workers the daemon's supervisor started, as they are now.
 fn workers(daemon: &Daemon) -> Vec<u32> {
-    let supervisor = daemon.child.id();
+    let supervisor = daemon.pid();
     let mut pids: Vec<u32> = daemon
         .pids()
         .into_iter()

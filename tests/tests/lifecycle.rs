@@ -219,37 +219,14 @@ fn a_restart_waits_for_a_predecessor_still_exiting_instead_of_giving_up() {
         std::thread::sleep(Duration::from_millis(5));
     }
 
-    let child = Command::new(fsd_bin())
-        .arg("--listen")
-        .arg(format!("unix:{}", socket.display()))
-        .arg("--writable-root")
-        .arg(&root)
-        .env("FSD_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut d = Daemon { child, socket, dir, root };
+    // Serving means this daemon's own listener: the kit waits for a connection whose peer (the
+    // process that called listen()) is one of its processes. Without the wait the daemon exits
+    // with "another daemon already listens" as soon as it sees the predecessor's socket.
+    let started = std::thread::spawn(move || Daemon::start_in(dir));
     assert!(predecessor.0.wait().unwrap().success());
-
-    // Serving means this daemon's own listener: a connection whose peer (the process that called
-    // listen()) is one of its processes. Without the wait the daemon exits with "another daemon
-    // already listens" as soon as it sees the predecessor's socket.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(stream) = std::os::unix::net::UnixStream::connect(&d.socket)
-            && let Ok(peer) = rustix::net::sockopt::socket_peercred(&stream)
-            && d.pids().contains(&(peer.pid.as_raw_pid() as u32))
-        {
-            break;
-        }
-        if let Some(status) = d.child.try_wait().unwrap() {
-            panic!("fsd exited instead of waiting for its exiting predecessor: {status}");
-        }
-        assert!(Instant::now() < deadline, "fsd did not listen within 30 s");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let mut d = started.join().unwrap_or_else(|_| panic!("fsd did not wait for its exiting predecessor"));
+    assert_eq!(d.socket, socket);
+    assert_eq!(d.root, root);
     d.write("a.txt", "after the restart\n");
     let mut s = d.session();
     let reply = s.read("a.txt");

@@ -20,7 +20,7 @@ use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 /// Runs `fsd` with `args` (and `FSD_LOG` when given) and returns (exit code, stderr lines,
 /// seconds taken). A daemon that does not exit within 10 s is killed and fails the test.
 fn start_failure(args: &[&str], fsd_log: Option<&str>, uid: Option<u32>) -> (Option<i32>, Vec<String>, f64) {
-    let mut cmd = Command::new(common::fsd_bin());
+    let mut cmd = common::fsd_command();
     cmd.args(args).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
     match fsd_log {
         Some(v) => cmd.env("FSD_LOG", v),
@@ -200,24 +200,15 @@ fn health_names_each_mode_and_a_mode_given_up_turns_the_daemon_not_serving() {
     std::fs::create_dir(&ws).unwrap();
     let socket = dir.path().join("fsd.sock");
     let config = dir.path().join("fsd.toml");
-    std::fs::write(&config, "max_mode = \"danger-full-access\"\n").unwrap();
-    let mut child = Command::new(common::fsd_bin())
-        .arg("--listen")
-        .arg(format!("unix:{}", socket.display()))
-        .arg("--writable-root")
-        .arg(&ws)
-        .arg("--config")
-        .arg(&config)
+    let _daemon = common::launch()
+        .unix(&socket)
+        .writable_root(&ws)
+        .config(&config, "max_mode = \"danger-full-access\"\n")
         .env("FSD_LOG", "off")
         .env("FSD_FAULT_WORKER_FAILS", "danger-full-access")
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
+        .start()
+        .unwrap_or_else(|e| panic!("{e}"));
     let deadline = Instant::now() + Duration::from_secs(30);
-    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-        assert!(Instant::now() < deadline, "fsd did not listen");
-        std::thread::sleep(Duration::from_millis(20));
-    }
     // The socket exists before the first health report: until then a mode is not registered.
     while health_check(&rt, &socket, "fsd.v1.Fsd/danger-full-access").ok() != Some(ServingStatus::NotServing)
     {
@@ -228,8 +219,6 @@ fn health_names_each_mode_and_a_mode_given_up_turns_the_daemon_not_serving() {
     assert_eq!(health(&rt, &socket, "fsd.v1.Fsd"), ServingStatus::NotServing);
     assert_eq!(health(&rt, &socket, "fsd.v1.Fsd/read-only"), ServingStatus::Serving);
     assert_eq!(health(&rt, &socket, "fsd.v1.Fsd/workspace-write"), ServingStatus::Serving);
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 #[test]
@@ -303,27 +292,19 @@ fn json_logs_are_json_on_every_line_with_json_field_values() {
     let ws = dir.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
     let socket = dir.path().join("fsd.sock");
-    let mut child = Command::new(common::fsd_bin())
-        .arg("--listen")
-        .arg(format!("unix:{}", socket.display()))
-        .arg("--writable-root")
-        .arg(&ws)
+    let mut daemon = common::launch()
+        .unix(&socket)
+        .writable_root(&ws)
         .args(["--log-format", "json"])
         .env("FSD_LOG", "info")
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-        assert!(Instant::now() < deadline, "fsd did not listen");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
-    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        .stderr(fsd_testkit::Stderr::Piped)
+        .start()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut pipe = daemon.take_stderr().unwrap();
+    daemon.signal(rustix::process::Signal::TERM);
     let mut stderr = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
-    assert!(child.wait().unwrap().success());
+    pipe.read_to_string(&mut stderr).unwrap();
+    assert!(daemon.wait().unwrap().success());
     let lines: Vec<Value> = stderr
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))

@@ -8,8 +8,7 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use fsd_tool_client::config::ClientConfig;
 use fsd_tool_client::connect::{self, Credentials, Endpoint};
@@ -21,22 +20,7 @@ const RESTARTED: &str = "Error: The file service restarted, so earlier reads no 
 
 /// Stops the test daemon (SIGTERM) and starts a new one on the same socket and root.
 fn restart(daemon: &mut common::Daemon) {
-    assert!(daemon.terminate().success());
-    daemon.child = Command::new(common::fsd_bin())
-        .arg("--listen")
-        .arg(daemon.endpoint())
-        .arg("--writable-root")
-        .arg(&daemon.root)
-        .env("FSD_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::os::unix::net::UnixStream::connect(&daemon.socket).is_err() {
-        assert!(Instant::now() < deadline, "the new daemon did not listen");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    assert!(daemon.restart().success());
 }
 
 #[test]

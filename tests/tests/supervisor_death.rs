@@ -19,7 +19,7 @@ fn a_supervisor_killed_alone_takes_the_network_process_with_it() {
     // A client connection stays open: a draining network process would wait for it.
     let mut s = d.session();
     assert!(!s.read("a.txt").is_error());
-    let supervisor = d.child.id();
+    let supervisor = d.pid();
     let children: Vec<u32> = d.pids().into_iter().filter(|&p| p != supervisor).collect();
     let network: Vec<u32> = children
         .iter()
@@ -31,8 +31,9 @@ fn a_supervisor_killed_alone_takes_the_network_process_with_it() {
         .collect();
     assert_eq!(network.len(), 1, "one network process among {children:?}");
 
-    d.child.kill().unwrap();
-    d.child.wait().unwrap();
+    // The supervisor alone, on purpose: the kit's kill_tree would take the others too.
+    d.process.child_mut().kill().unwrap();
+    d.process.child_mut().wait().unwrap();
     let pid = rustix::process::Pid::from_raw(network[0] as i32).unwrap();
     let (_, status) = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty())
         .unwrap()

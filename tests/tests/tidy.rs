@@ -1,7 +1,8 @@
 //! The invariants ARCHITECTURE states that a grep can check, checked over the whole workspace:
 //! every `.rs` file opens with a `//!` line; generated `fsd.v1` types appear only in the edge
 //! modules (in the tools, tonic types too: they reach the daemon only through `daemon`); `unsafe` appears only in `fsd::sys`; the daemon writes none of the sentences the tools
-//! render for the model. Each rule is also run on planted violations, so
+//! render for the model; no test, bench or soak starts `fsd` except through the shared kit
+//! (`testkit/`). Each rule is also run on planted violations, so
 //! a rule that silently stopped matching fails here too.
 
 use std::path::{Path, PathBuf};
@@ -17,6 +18,8 @@ enum Rule {
     UnsafeOutsideSys,
     /// A phrase of a model-facing text in the daemon.
     ModelTextInDaemon,
+    /// A test, bench or soak source spawning the `fsd` binary itself instead of through the kit.
+    DaemonOutsideKit,
 }
 
 #[derive(Debug)]
@@ -74,6 +77,49 @@ const DAEMON: &str = "fsd/src/";
 /// Where `unsafe` may appear.
 const UNSAFE_HOME: &str = "fsd/src/sys/";
 
+/// The crates that start daemons, which do it only through the kit (`fsd-testkit`, `testkit/`,
+/// is none of them).
+const HARNESSES: &[&str] = &["tests/", "bench/", "soak/"];
+
+/// `Command::new`, spelled so this file does not plant a violation of its own.
+fn command_new() -> String {
+    ["Command", "::new("].concat()
+}
+
+/// The text of a call's argument list: from just after its `(` to the matching `)` (or the end
+/// of the line).
+fn argument(rest: &str) -> &str {
+    let mut depth = 0usize;
+    for (at, c) in rest.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' if depth == 0 => return &rest[..at],
+            ')' => depth -= 1,
+            _ => {}
+        }
+    }
+    rest
+}
+
+/// Whether a program argument is the daemon's path: the harness's `fsd_bin()`, a `Bins`' `.fsd`
+/// field, a variable named `fsd`, or the literal binary name. `fsd-tools`, `fsd-approver` and
+/// `tools_bin()` are other programs.
+fn names_fsd(program: &str) -> bool {
+    let bare = program.trim().trim_start_matches('&').trim();
+    has_word(program, "fsd_bin") || program.contains("\"fsd\"") || bare == "fsd" || bare.ends_with(".fsd")
+}
+
+/// Whether a line of code spawns the daemon itself: `Command::new` (or a namespace helper's
+/// `exec(`, whose program is its last argument) given the daemon's path.
+fn spawns_fsd(code: &str) -> bool {
+    let new = command_new();
+    let direct = code.match_indices(new.as_str()).any(|(at, _)| names_fsd(argument(&code[at + new.len()..])));
+    let exec = code
+        .match_indices(".exec(")
+        .any(|(at, _)| argument(&code[at + ".exec(".len()..]).rsplit(',').next().is_some_and(names_fsd));
+    direct || exec
+}
+
 /// The code part of a line: `//` comments dropped (good enough for these rules, which look for
 /// tokens that do not occur inside the workspace's string literals).
 fn code_of(line: &str) -> &str {
@@ -129,6 +175,9 @@ fn check_source(rel: &str, source: &str) -> Vec<Violation> {
         }
         if rel.starts_with(DAEMON) && MODEL_PHRASES.iter().any(|p| code.contains(p)) {
             push(index + 1, Rule::ModelTextInDaemon);
+        }
+        if HARNESSES.iter().any(|h| rel.starts_with(h)) && spawns_fsd(code) {
+            push(index + 1, Rule::DaemonOutsideKit);
         }
     }
     found
@@ -241,6 +290,51 @@ fn each_rule_catches_a_planted_violation() {
         &[],
     );
     check("fsd/src/error.rs", "//! X.\n// The tools add \"re-read the file\".\n", &[]);
+    // fsd starts only through the kit: not by a test, the bench or the soak.
+    let new = command_new();
+    check(
+        "tests/tests/restart.rs",
+        &format!("//! X.\nlet c = {new}common::fsd_bin())\n    .arg(\"--listen\");\n"),
+        &[(2, Rule::DaemonOutsideKit)],
+    );
+    check(
+        "tests/tests/x.rs",
+        &format!("//! X.\nlet c = {new}fsd_bin()).spawn();\n"),
+        &[(2, Rule::DaemonOutsideKit)],
+    );
+    check(
+        "soak/src/daemon.rs",
+        &format!("//! X.\nlet c = {new}&bins.fsd);\n"),
+        &[(2, Rule::DaemonOutsideKit)],
+    );
+    check(
+        "bench/src/procs.rs",
+        &format!("//! X.\nlet c = {new}bin_dir.join(\"fsd\"));\n"),
+        &[(2, Rule::DaemonOutsideKit)],
+    );
+    check(
+        "bench/src/procs.rs",
+        &format!("//! X.\nlet fsd = dir.join(\"fsd\");\nlet c = {new}&fsd);\n"),
+        &[(3, Rule::DaemonOutsideKit)],
+    );
+    check(
+        "tests/tests/fleet.rs",
+        "//! X.\nns.exec(role, &common::fsd_bin()).args(args).spawn()\n",
+        &[(2, Rule::DaemonOutsideKit)],
+    );
+    // Other programs, the daemon's path as an argument, the kit itself and other crates are fine.
+    check(
+        "tests/tests/mcp.rs",
+        &format!(
+            "//! X.\nlet c = {new}common::tools_bin());\nlet p = {new}&python).arg(\"--fsd\").arg(common::fsd_bin());\n\
+             let a = {new}approver_bin());\nlet t = {new}\"fsd-tools\");\nlet s = {new}&bins.tools);\n\
+             ns.exec(\"c\", &common::tools_bin());\nlet c = common::fsd_command();\n"
+        ),
+        &[],
+    );
+    check("testkit/src/bins.rs", &format!("//! X.\nlet c = {new}&self.fsd);\n"), &[]);
+    check("tool-client/src/doctor.rs", &format!("//! X.\nlet c = {new}&fsd);\n"), &[]);
+    check("tests/tests/x.rs", &format!("//! X.\n// never {new}fsd_bin()) here\n"), &[]);
 }
 
 #[test]
@@ -258,6 +352,8 @@ fn the_tree_walk_reports_planted_files() {
     write("tool-client/src/daemon/mod.rs", "//! X.\nuse fsd_proto::v1;\n");
     write("tool-client/src/window.rs", "//! X.\nuse fsd_proto::v1;\n");
     write("fsd/src/backend/edit.rs", "//! X.\nconst S: &str = \"file changed on disk since it was read\";\n");
+    write("tests/tests/planted.rs", &format!("//! X.\nlet d = {}fsd_bin()).spawn();\n", command_new()));
+    write("testkit/src/daemon.rs", &format!("//! X.\nlet d = {}&bins.fsd);\n", command_new()));
     write("target/debug/build/out.rs", "no doc and v1::Target\n");
     write(".hidden/x.rs", "no doc\n");
     let got: Vec<(String, usize, Rule)> =
@@ -266,6 +362,7 @@ fn the_tree_walk_reports_planted_files() {
         ("fsd/src/backend/bad.rs".to_owned(), 2, Rule::UnsafeOutsideSys),
         ("fsd/src/backend/edit.rs".to_owned(), 2, Rule::ModelTextInDaemon),
         ("policy/src/lib.rs".to_owned(), 1, Rule::ModuleDoc),
+        ("tests/tests/planted.rs".to_owned(), 2, Rule::DaemonOutsideKit),
         ("tool-client/src/tools/window.rs".to_owned(), 2, Rule::ProtoOutsideEdge),
         ("tool-client/src/window.rs".to_owned(), 2, Rule::ProtoOutsideEdge),
     ];

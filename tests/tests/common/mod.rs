@@ -1,13 +1,14 @@
 //! Shared harness of the end-to-end tests: starts the real `fsd` binary on a real Unix socket in
 //! a temporary directory, and drives the real tools through `fsd-tools session` (JSON lines) or
-//! the library. Everything is torn down when the values drop.
+//! the library. Everything is torn down when the values drop. Daemons start through the shared kit
+//! (`fsd-testkit`, also used by the bench and the soak).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::time::{Duration, Instant};
 
+use fsd_testkit as testkit;
 use serde_json::{Value, json};
 
 pub mod docs;
@@ -15,40 +16,49 @@ pub mod rest;
 pub mod router;
 pub mod rpc;
 
-/// The directory holding the workspace's binaries (`target/<profile>`), found from this test
-/// executable (`target/<profile>/deps/<test>`).
-pub fn bin_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>").to_path_buf();
-    for bin in ["fsd", "fsd-tools"] {
-        assert!(
-            dir.join(bin).is_file(),
-            "{} is missing: build the workspace binaries first (`cargo build --workspace --bins` or `cargo test --workspace`)",
-            dir.join(bin).display()
-        );
-    }
+/// The workspace's binaries (`target/<profile>`), found from this test executable
+/// (`target/<profile>/deps/<test>`), built with the daemon's test hooks.
+pub fn bins() -> testkit::Bins {
+    let bins = testkit::Bins::locate().unwrap_or_else(|e| panic!("{e}"));
     // The fence and reliability tests use test-only hooks compiled into the daemon; a binary
     // built without them (a plain `cargo build`) would fail those tests confusingly.
-    let version =
-        std::process::Command::new(dir.join("fsd")).arg("--version").output().expect("fsd --version");
     assert!(
-        String::from_utf8_lossy(&version.stdout).contains("(fault-injection)"),
+        bins.has_test_hooks().unwrap_or_else(|e| panic!("{e}")),
         "target/debug/fsd was built without the test hooks: run `bash scripts/test.sh` (or `cargo build --workspace --bins --features fsd/fault-injection`) first"
     );
-    dir
+    bins
 }
 
+/// The directory holding the workspace's binaries.
+pub fn bin_dir() -> PathBuf {
+    bins().dir
+}
+
+/// The daemon's path, as an argument (a script that starts it, a comparison with /proc). A test
+/// starts a daemon with [`Daemon`] or [`launch`], a bare run with [`fsd_command`].
 pub fn fsd_bin() -> PathBuf {
-    bin_dir().join("fsd")
+    bins().fsd
 }
 
 pub fn tools_bin() -> PathBuf {
-    bin_dir().join("fsd-tools")
+    bins().tools
+}
+
+/// A bare `fsd` command (stdin closed) for a run that is not a daemon being served: a start that
+/// must fail, `--version`, a worker started by hand.
+pub fn fsd_command() -> Command {
+    bins().fsd_command()
+}
+
+/// The kit's launch of the test build of `fsd`, for a daemon laid out unlike [`Daemon`]'s.
+pub fn launch() -> testkit::Launch {
+    testkit::Launch::fsd(&bins())
 }
 
 /// A running daemon over a temporary workspace.
 pub struct Daemon {
-    pub child: Child,
+    /// The process tree, owned by the shared kit.
+    pub process: testkit::Daemon,
     pub socket: PathBuf,
     pub dir: tempfile::TempDir,
     /// The writable root (canonical path).
@@ -81,47 +91,39 @@ impl Daemon {
         config: &str,
         env: &[(&str, &str)],
     ) -> Daemon {
-        let dir = tempfile::tempdir().expect("tempdir");
+        Daemon::start_at(wrapper, prepare, extra, config, env, tempfile::tempdir().expect("tempdir"))
+    }
+
+    /// A daemon like [`Daemon::start`] in a directory the caller made and may have put things
+    /// in: the root is `<dir>/ws` (made here unless it exists), the socket `<dir>/fsd.sock`.
+    pub fn start_in(dir: tempfile::TempDir) -> Daemon {
+        Daemon::start_at(&[], &|_| {}, &[], "", &[], dir)
+    }
+
+    fn start_at(
+        wrapper: &[&str],
+        prepare: &dyn Fn(&Path),
+        extra: &[&str],
+        config: &str,
+        env: &[(&str, &str)],
+        dir: tempfile::TempDir,
+    ) -> Daemon {
         let root = dir.path().join("ws");
-        std::fs::create_dir(&root).expect("mkdir ws");
+        if !root.is_dir() {
+            std::fs::create_dir(&root).expect("mkdir ws");
+        }
         let root = std::fs::canonicalize(&root).expect("canonicalize");
         prepare(&root);
         let socket = dir.path().join("fsd.sock");
-        let mut cmd = match wrapper.split_first() {
-            Some((program, args)) => {
-                let mut cmd = Command::new(program);
-                cmd.args(args).arg(fsd_bin());
-                cmd
-            }
-            None => Command::new(fsd_bin()),
-        };
-        cmd.arg("--listen").arg(format!("unix:{}", socket.display())).arg("--writable-root").arg(&root);
+        let mut launch = launch().wrapper(wrapper).unix(&socket).writable_root(&root);
         if !config.is_empty() {
-            let path = dir.path().join("fsd.toml");
-            std::fs::write(&path, config).expect("write config");
-            cmd.arg("--config").arg(path);
+            launch = launch.config(dir.path().join("fsd.toml"), config);
         }
-        cmd.args(extra)
-            .envs(env.iter().copied())
-            .env("FSD_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
-        let child = cmd.spawn().expect("spawn fsd");
-        let mut daemon = Daemon { child, socket, dir, root };
-        daemon.wait_listening();
-        daemon
-    }
-
-    fn wait_listening(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("fsd exited before listening: {status}");
-            }
-            assert!(Instant::now() < deadline, "fsd did not listen within 20 s");
-            std::thread::sleep(Duration::from_millis(10));
+        for (key, value) in env {
+            launch = launch.env(key, value);
         }
+        let process = launch.args(extra).start().unwrap_or_else(|e| panic!("{e}"));
+        Daemon { process, socket, dir, root }
     }
 
     pub fn endpoint(&self) -> String {
@@ -156,51 +158,33 @@ impl Daemon {
         ToolSession::start(&self.endpoint(), &self.root, Some(&path))
     }
 
+    /// The supervisor's pid.
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
     /// The daemon's process and all its descendants (the supervisor, the network process and
     /// the workers), as they are now.
     pub fn pids(&self) -> Vec<u32> {
-        let mut out = Vec::new();
-        let mut pending = vec![self.child.id()];
-        while let Some(pid) = pending.pop() {
-            out.push(pid);
-            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { continue };
-            for task in tasks.flatten() {
-                let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-                pending.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
-            }
-        }
-        out
+        self.process.pids()
     }
 
     /// Peak resident memory of the daemon, in KiB: VmHWM summed over the daemon's process and all
     /// its descendants, an upper bound of the whole daemon's peak.
     pub fn peak_rss_kib(&self) -> u64 {
-        let mut total = 0;
-        for pid in self.pids() {
-            // A process may exit between listing and reading: it then counts for nothing.
-            let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
-            total += status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-                .unwrap_or(0);
-        }
-        assert!(total > 0, "no VmHWM for the daemon (pid {})", self.child.id());
+        let (total, _) = self.process.peak_rss_kib();
+        assert!(total > 0, "no VmHWM for the daemon (pid {})", self.pid());
         total
     }
 
-    /// Sends SIGTERM and waits for the exit status.
+    /// Sends SIGTERM and waits for the exit status and for the rest of the tree to be gone.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
-        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).expect("pid");
-        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("kill");
-        self.child.wait().expect("wait")
+        self.process.terminate().unwrap_or_else(|e| panic!("{e}"))
     }
-}
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// Stops the daemon (SIGTERM) and starts a new one on the same socket, root and config.
+    pub fn restart(&mut self) -> std::process::ExitStatus {
+        self.process.restart().unwrap_or_else(|e| panic!("{e}"))
     }
 }
 

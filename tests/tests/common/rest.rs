@@ -4,8 +4,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -26,7 +25,8 @@ pub fn free_port() -> u16 {
 
 /// A daemon with a REST listener (and its gRPC Unix socket), started with `env` added.
 pub struct RestDaemon {
-    pub child: Child,
+    /// The process tree, owned by the shared kit.
+    pub process: fsd_testkit::Daemon,
     pub port: u16,
     pub dir: tempfile::TempDir,
     pub root: PathBuf,
@@ -53,50 +53,39 @@ impl RestDaemon {
     ) -> RestDaemon {
         let root = std::fs::canonicalize(root).unwrap();
         let port = free_port();
-        let mut cmd = Command::new(super::fsd_bin());
-        cmd.arg("--listen")
-            .arg(format!("http:127.0.0.1:{port}"))
-            .arg("--listen")
-            .arg(format!("unix:{}", dir.path().join("fsd.sock").display()))
-            .arg("--writable-root")
-            .arg(&root);
         // The REST clients here are plaintext loopback TCP, the `tcp` identity: read-only unless
         // the config grants more, as the agent-sandbox example's config does for its pod.
-        let path = dir.path().join("fsd.toml");
-        std::fs::write(&path, format!("client_max_modes = {{ tcp = \"workspace-write\" }}\n{config}"))
-            .unwrap();
-        cmd.arg("--config").arg(path);
-        cmd.envs(env.iter().copied())
-            .env("FSD_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
-        let mut child = cmd.spawn().expect("spawn fsd");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("fsd exited before listening: {status}");
-            }
-            assert!(Instant::now() < deadline, "fsd did not listen within 20 s");
-            std::thread::sleep(Duration::from_millis(10));
+        let mut launch = super::launch()
+            .listen(fsd_testkit::Listener::Http(format!("127.0.0.1:{port}")))
+            .unix(dir.path().join("fsd.sock"))
+            .writable_root(&root)
+            .config(
+                dir.path().join("fsd.toml"),
+                format!("client_max_modes = {{ tcp = \"workspace-write\" }}\n{config}"),
+            );
+        for (key, value) in env {
+            launch = launch.env(key, value);
         }
-        RestDaemon { child, port, dir, root }
+        let process = launch.start().unwrap_or_else(|e| panic!("{e}"));
+        RestDaemon { process, port, dir, root }
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
         self.root.join(rel)
     }
 
+    /// Sends SIGTERM, without waiting: the caller watches the shutdown, then [`RestDaemon::wait`]s.
     pub fn terminate(&mut self) {
-        let pid = rustix::process::Pid::from_raw(self.child.id() as i32).unwrap();
-        rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+        self.process.signal(rustix::process::Signal::TERM);
     }
-}
 
-impl Drop for RestDaemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        self.process.wait().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The daemon's process and all its descendants.
+    pub fn pids(&self) -> Vec<u32> {
+        self.process.pids()
     }
 }
 
