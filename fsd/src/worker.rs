@@ -135,8 +135,9 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
 }
 
 /// Test hooks on the final path component: `fsd-fault-hang` makes a stat or read never
-/// return, as a worker stuck on a dead NFS server would; `fsd-fault-hang-write` does the same
-/// for a write; `fsd-fault-io-error` fails a write with EIO before touching the disk.
+/// return, as a worker stuck on a dead NFS server would; `fsd-fault-slow` makes one take half a
+/// second, then go on; `fsd-fault-hang-write` does the same as `fsd-fault-hang` for a write;
+/// `fsd-fault-io-error` fails a write with EIO before touching the disk.
 #[cfg(feature = "fault-injection")]
 fn fault(request: &crate::backend::Request) -> Option<Remote> {
     use crate::backend::Request;
@@ -146,6 +147,10 @@ fn fault(request: &crate::backend::Request) -> Option<Remote> {
     match request {
         Request::Stat { path, .. } | Request::ReadText { path, .. } if path.ends_with("/fsd-fault-hang") => {
             hang()
+        }
+        Request::Stat { path, .. } | Request::ReadText { path, .. } if path.ends_with("/fsd-fault-slow") => {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            None
         }
         Request::WriteText { path, .. } if path.ends_with("/fsd-fault-hang-write") => hang(),
         Request::WriteText { path, .. } if path.ends_with("/fsd-fault-io-error") => {

@@ -2,7 +2,9 @@
 //! is abandoned: its slot gets a fresh worker at once and the mode keeps serving; past
 //! `max_abandoned_workers` the mode reports NOT_SERVING in health and its calls fail fast. The
 //! test hook `FSD_FAULT_UNKILLABLE_WORKERS=1` (fault-injection builds) makes the supervisor
-//! treat every worker it is asked to kill as unkillable; `fsd-fault-hang` makes a read hang.
+//! treat every worker it is asked to kill as unkillable; `fsd-fault-hang` makes a read hang,
+//! `fsd-fault-slow` take half a second. Reads sent ahead to a busy worker (`fsd::dispatch`)
+//! never wait out a stuck worker's deadline.
 
 mod common;
 
@@ -93,8 +95,9 @@ fn an_unkillable_worker_is_abandoned_and_replaced_and_past_the_cap_the_mode_stop
 #[test]
 fn a_read_sent_behind_a_hung_read_is_served_by_the_next_worker() {
     // One worker: a read queued behind a hung read is sent to the same worker before the hung
-    // one finishes (reads are sent in a row to a busy worker). When that worker is killed, the
-    // read it never began goes back to the queue and a fresh worker answers it.
+    // one finishes (reads are sent in a row to a busy worker). When that worker stops
+    // answering, the read goes back to the queue, and its caller, past its own queue deadline
+    // by then, still gets it answered by the fresh worker that replaces the killed one.
     let d = Daemon::start_with(&[], "call_timeout_ms = 1500\nworkers_per_mode = 1\n");
     d.write("a.txt", "a\n");
     d.write("one/fsd-fault-hang", "x");
@@ -114,4 +117,58 @@ fn a_read_sent_behind_a_hung_read_is_served_by_the_next_worker() {
         let expected = common::envelope(&d.path("a.txt"), &["1: a"], "(End of file - total 1 lines)");
         common::ok(&third.join().unwrap(), &expected);
     });
+}
+
+#[test]
+fn reads_sent_ahead_of_a_stuck_worker_go_to_another_one() {
+    // Both workers are busy with slow reads (half a second each, the second started later) when
+    // a hanging read and then a plain one queue. The first worker to come free takes the
+    // hanging read with the plain one sent ahead of it. The plain one must not wait out the
+    // hanging one's deadline (30 s): once its worker has not answered for a moment, it goes
+    // back to the queue and the other worker, free soon after, serves it.
+    let d = Daemon::start_with(&[], "call_timeout_ms = 30000\nworkers_per_mode = 2\n");
+    d.write("a.txt", "a\n");
+    d.write("one/fsd-fault-slow", "x");
+    d.write("two/fsd-fault-slow", "x");
+    d.write("stuck/fsd-fault-hang", "x");
+    let (done, finished) = std::sync::mpsc::channel();
+    let calls = [
+        ("slow", "one/fsd-fault-slow", 200),
+        ("slow", "two/fsd-fault-slow", 100),
+        ("stuck", "stuck/fsd-fault-hang", 100),
+        ("plain", "a.txt", 0),
+    ];
+    // Every session is up before the first call, so all four are issued within the first slow
+    // read's half second.
+    let sessions: Vec<_> = calls
+        .iter()
+        .map(|_| {
+            let mut session = d.session();
+            assert!(!session.read("a.txt").is_error());
+            session
+        })
+        .collect();
+    for ((name, path, pause), mut session) in calls.into_iter().zip(sessions) {
+        let done = done.clone();
+        // Not joined: the stuck read ends when the daemon does.
+        std::thread::spawn(move || {
+            let reply = session.read(path);
+            let _ = done.send((name, reply));
+        });
+        std::thread::sleep(Duration::from_millis(pause));
+    }
+    let mut before = Vec::new();
+    loop {
+        let (name, reply) = finished.recv_timeout(Duration::from_secs(15)).expect(
+            "the plain read waited for the stuck one (deadline 30 s) instead of going to the free worker",
+        );
+        if name == "plain" {
+            let expected = common::envelope(&d.path("a.txt"), &["1: a"], "(End of file - total 1 lines)");
+            common::ok(&reply, &expected);
+            break;
+        }
+        assert!(!reply.is_error(), "{name}: {}", reply.json);
+        before.push(name);
+    }
+    assert_eq!(before, ["slow", "slow"]);
 }

@@ -32,6 +32,9 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// with one, the worker still slept now and then before the next arrived; three made 64 stat
 /// calls in flight ~10% faster again (`fsd-bench probe --in-flight 64`, alternating builds).
 const READS_AHEAD: usize = 3;
+/// How long reads sent ahead wait for the worker to answer the call it runs before they go to
+/// another worker: far above a healthy read, far below a call's deadline.
+const AHEAD_PATIENCE: Duration = Duration::from_millis(50);
 /// What a caller refused by a full mode queue is told to wait.
 const QUEUE_FULL_RETRY: Duration = Duration::from_millis(50);
 
@@ -69,17 +72,22 @@ impl Expect {
 
 /// Who decides a queued call's fate first: a worker's driver that takes it, or its caller that
 /// gives up (deadline, cancelled). Exactly one of them wins, so a call the caller was told failed
-/// never runs, and a call a driver took is always answered.
+/// never runs, and a call a driver took is always answered. A call a driver took and put back
+/// (sent ahead to a worker that stopped answering) can no longer be given up: its caller waits
+/// for the next worker, as it waited for the first.
 #[derive(Debug, Default)]
 struct Claim(AtomicU8);
 
 const QUEUED: u8 = 0;
 const TAKEN: u8 = 1;
 const GIVEN_UP: u8 = 2;
+const RETURNED: u8 = 3;
 
 impl Claim {
     fn take(&self) -> bool {
-        self.0.compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_ok()
+        [QUEUED, RETURNED]
+            .into_iter()
+            .any(|from| self.0.compare_exchange(from, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_ok())
     }
 
     fn give_up(&self) -> bool {
@@ -88,11 +96,51 @@ impl Claim {
 
     /// A taken call goes back to the queue.
     fn release(&self) {
-        self.0.store(QUEUED, Ordering::Release);
+        self.0.store(RETURNED, Ordering::Release);
     }
 
-    fn queued(&self) -> bool {
-        self.0.load(Ordering::Acquire) == QUEUED
+    /// Waiting for a worker: not yet taken, or put back.
+    fn waiting(&self) -> bool {
+        matches!(self.0.load(Ordering::Acquire), QUEUED | RETURNED)
+    }
+}
+
+/// A call on its way to a worker's socket and not yet answered.
+#[derive(Debug)]
+#[expect(clippy::large_enum_variant, reason = "at most four a worker; a box would cost an allocation a call")]
+enum Sent {
+    Job(Job),
+    /// A read sent ahead and then given to another worker: its reply is dropped.
+    Recalled(Expect),
+}
+
+impl Sent {
+    fn expect(&self) -> Expect {
+        match self {
+            Sent::Job(job) => job.expect,
+            Sent::Recalled(expect) => *expect,
+        }
+    }
+
+    fn is_read(&self) -> bool {
+        match self {
+            Sent::Job(job) => job.message.is_read(),
+            // Only reads are sent ahead.
+            Sent::Recalled(_) => true,
+        }
+    }
+}
+
+/// Why waiting for a worker's reply stopped short of it.
+enum Waited {
+    Lost(Lost),
+    /// Nothing arrived within the patience given.
+    Slow,
+}
+
+impl From<Lost> for Waited {
+    fn from(lost: Lost) -> Waited {
+        Waited::Lost(lost)
     }
 }
 
@@ -109,6 +157,14 @@ struct Job {
     expect: Expect,
     claim: Arc<Claim>,
     answer: oneshot::Sender<Answer>,
+}
+
+impl Job {
+    /// Takes the call for a worker, unless its caller gave it up or went away (a call put back
+    /// cannot be given up, but its caller can still be cancelled).
+    fn wanted(&self) -> bool {
+        self.claim.take() && !self.answer.is_closed()
+    }
 }
 
 /// The state of one mode's pool.
@@ -153,7 +209,7 @@ impl Pool {
                     state.idle -= 1;
                 }
                 while let Some(job) = state.waiting.pop() {
-                    if job.claim.take() {
+                    if job.wanted() {
                         return job;
                     }
                 }
@@ -174,15 +230,15 @@ impl Pool {
             return None;
         }
         loop {
-            let job = state.waiting.pop_if(|job| !job.claim.queued() || job.message.is_read())?;
-            if job.claim.take() {
+            let job = state.waiting.pop_if(|job| !job.claim.waiting() || job.message.is_read())?;
+            if job.wanted() {
                 return Some(job);
             }
         }
     }
 
-    /// A call taken but never begun (its worker was lost before it): first in its identity's
-    /// turn again. Its caller still waits: it cannot give a taken call up.
+    /// A call taken and put back (its worker was lost before it began it, or stopped answering
+    /// with it sent ahead): first in its identity's turn again.
     fn requeue(&self, job: Job) {
         job.claim.release();
         let identity = job.identity.clone();
@@ -417,28 +473,47 @@ impl Dispatcher {
         let pool = self.pool(mode).clone();
         // Sent and not yet answered, oldest first: the one the worker runs, then the reads
         // sent ahead of it.
-        let mut sent: VecDeque<Job> = VecDeque::with_capacity(2);
+        let mut sent: VecDeque<Sent> = VecDeque::with_capacity(READS_AHEAD + 1);
         loop {
             if sent.is_empty() {
-                sent.push_back(pool.next_job().await);
-                if let Err(lost) = Dispatcher::send(&worker, &sent[0]).await {
+                let job = pool.next_job().await;
+                let result = Dispatcher::send(&worker, &job).await;
+                sent.push_back(Sent::Job(job));
+                if let Err(lost) = result {
                     self.lose(mode, worker, lost, sent);
                     return;
                 }
             }
-            while sent.len() <= READS_AHEAD
-                && sent[0].message.is_read()
+            let recalled = sent.iter().any(|s| matches!(s, Sent::Recalled(_)));
+            while !recalled
+                && sent.len() <= READS_AHEAD
+                && sent[0].is_read()
                 && let Some(next) = pool.next_read()
             {
-                sent.push_back(next);
-                if let Err(lost) = Dispatcher::send(&worker, &sent[sent.len() - 1]).await {
+                let result = Dispatcher::send(&worker, &next).await;
+                sent.push_back(Sent::Job(next));
+                if let Err(lost) = result {
                     self.lose(mode, worker, lost, sent);
                     return;
                 }
             }
-            match self.answer(mode, &mut worker, sent[0].expect).await {
+            // Reads sent ahead wait only so long for a worker that may be stuck.
+            let patience = (sent.len() > 1 && !recalled).then_some(AHEAD_PATIENCE);
+            let expect = sent[0].expect();
+            let mut answer = self.answer(mode, &mut worker, expect, patience, self.deadline).await;
+            if let Err(Waited::Slow) = answer {
+                Dispatcher::recall(&pool, &mut sent);
+                let rest = self.deadline.saturating_sub(AHEAD_PATIENCE);
+                answer = self.answer(mode, &mut worker, expect, None, rest).await;
+            }
+            let answer = answer.map_err(|waited| match waited {
+                Waited::Lost(lost) => lost,
+                // Only with patience, given once.
+                Waited::Slow => Lost("deadline", "deadline passed; worker killed".into()),
+            });
+            match answer {
                 Ok(answer) => {
-                    if let Some(job) = sent.pop_front() {
+                    if let Some(Sent::Job(job)) = sent.pop_front() {
                         // Our copy of an upload's pipe closes now: its sender sees EPIPE.
                         drop(job.body);
                         // A caller cancelled after the call was taken no longer listens.
@@ -453,16 +528,35 @@ impl Dispatcher {
         }
     }
 
+    /// The worker has not answered the call it runs within [`AHEAD_PATIENCE`]: it may be stuck
+    /// (a dead network filesystem), so the reads sent ahead of it go back to the queue for
+    /// another worker. This one still has them in its socket; it runs them (a read changes
+    /// nothing) and their replies are dropped.
+    fn recall(pool: &Pool, sent: &mut VecDeque<Sent>) {
+        let mut recalled = Vec::new();
+        for slot in sent.iter_mut().skip(1) {
+            let expect = slot.expect();
+            if let Sent::Job(job) = std::mem::replace(slot, Sent::Recalled(expect)) {
+                recalled.push(job);
+            }
+        }
+        for job in recalled.into_iter().rev() {
+            pool.requeue(job);
+        }
+    }
+
     /// `worker` failed mid-call: the call it was running gets `lost`, the calls sent behind it
     /// (not begun: a worker runs one call at a time) go back to the queue in their order, and
     /// the worker is discarded.
-    fn lose(&self, mode: Mode, worker: Worker, lost: Lost, mut sent: VecDeque<Job>) {
-        if let Some(job) = sent.pop_front() {
+    fn lose(&self, mode: Mode, worker: Worker, lost: Lost, mut sent: VecDeque<Sent>) {
+        if let Some(Sent::Job(job)) = sent.pop_front() {
             let _ = job.answer.send(Err(lost));
         }
         let pool = self.pool(mode);
-        for job in sent.into_iter().rev() {
-            pool.requeue(job);
+        for slot in sent.into_iter().rev() {
+            if let Sent::Job(job) = slot {
+                pool.requeue(job);
+            }
         }
         self.discard(mode, worker);
     }
@@ -485,24 +579,38 @@ impl Dispatcher {
             .map_err(|e| Lost("send_failed", format!("send: {e}")))
     }
 
-    /// Serves the worker's lock requests for the call it runs until its final reply.
-    async fn answer(&self, mode: Mode, worker: &mut Worker, expect: Expect) -> Answer {
+    /// Serves the worker's lock requests for the call it runs until its final reply; the first
+    /// message is due within `first` (the deadline, or what is left of it), each later one
+    /// restarts the deadline. With `patience`, gives up waiting (`Waited::Slow`) when nothing
+    /// at all arrives that soon, and the call's deadline goes on: receiving is cancel-safe (a
+    /// frame half-read stays in `worker.frames`).
+    async fn answer(
+        &self,
+        mode: Mode,
+        worker: &mut Worker,
+        expect: Expect,
+        patience: Option<Duration>,
+        first: Duration,
+    ) -> Result<Final, Waited> {
         let mut held = None;
+        let mut patient = patience.is_some_and(|patience| patience < first);
+        let mut wait = if patient { patience.unwrap_or(first) } else { first };
         loop {
             let received =
-                match tokio::time::timeout(self.deadline, ipc::recv_async::<FromWorker>(&mut worker.frames))
-                    .await
-                {
+                match tokio::time::timeout(wait, ipc::recv_async::<FromWorker>(&mut worker.frames)).await {
                     Ok(received) => received,
+                    Err(_) if patient => return Err(Waited::Slow),
                     Err(_) => Err(IpcError::TimedOut),
                 };
+            patient = false;
+            wait = self.deadline;
             match received {
                 Ok((FromWorker::Lock { keys }, _)) => {
                     // Waiting for another call's lock is not the worker's time: the deadline
                     // restarts once the grant is sent.
                     held = Some(self.locks.lock(&keys).await);
                     if ipc::send_async(&worker.frames, &ToWorker::LockGranted, None).await.is_err() {
-                        return Err(Lost("lock_wait", "gone while waiting for a lock".into()));
+                        return Err(Lost("lock_wait", "gone while waiting for a lock".into()).into());
                     }
                 }
                 // A streamed write in progress: the deadline restarts.
@@ -511,7 +619,7 @@ impl Dispatcher {
                     drop(held);
                     return expect
                         .accept(reply, fd)
-                        .ok_or_else(|| Lost("unexpected_message", "unexpected message".into()));
+                        .ok_or_else(|| Lost("unexpected_message", "unexpected message".into()).into());
                 }
                 Err(IpcError::TimedOut) => {
                     tracing::error!(
@@ -519,9 +627,9 @@ impl Dispatcher {
                         mode = mode.as_str(),
                         "call overran its deadline; killing the worker"
                     );
-                    return Err(Lost("deadline", "deadline passed; worker killed".into()));
+                    return Err(Lost("deadline", "deadline passed; worker killed".into()).into());
                 }
-                Err(e) => return Err(Lost("died", format!("died: {e}"))),
+                Err(e) => return Err(Lost("died", format!("died: {e}")).into()),
             }
         }
     }
@@ -548,7 +656,7 @@ impl Dispatcher {
             }
             let room = self.max_queued + state.idle;
             if state.waiting.len() >= room {
-                state.waiting.retain(|job| job.claim.queued());
+                state.waiting.retain(|job| job.claim.waiting() && !job.answer.is_closed());
                 if state.waiting.len() >= room {
                     let refusal = crate::budget::Refusal {
                         budget: crate::budget::Budget::CallsInFlight,
