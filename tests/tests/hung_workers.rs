@@ -93,11 +93,13 @@ fn an_unkillable_worker_is_abandoned_and_replaced_and_past_the_cap_the_mode_stop
 }
 
 #[test]
-fn a_read_sent_behind_a_hung_read_is_served_by_the_next_worker() {
-    // One worker: a read queued behind a hung read is sent to the same worker before the hung
-    // one finishes (reads are sent in a row to a busy worker). When that worker stops
-    // answering, the read goes back to the queue, and its caller, past its own queue deadline
-    // by then, still gets it answered by the fresh worker that replaces the killed one.
+fn a_read_sent_ahead_of_a_hung_read_is_never_reported_lost() {
+    // One worker, hung twice in a row: a read queued behind the second hung read is sent to the
+    // same worker before that one finishes (reads are sent in a row to a busy worker). When the
+    // worker stops answering, the read goes back to the queue: it never ran anywhere that
+    // counts, so its caller hears either its answer from the fresh worker that replaces the
+    // killed one, or that no worker became free by its deadline, never that its worker was
+    // lost with the outcome unknown.
     let d = Daemon::start_with(&[], "call_timeout_ms = 1500\nworkers_per_mode = 1\n");
     d.write("a.txt", "a\n");
     d.write("one/fsd-fault-hang", "x");
@@ -114,8 +116,17 @@ fn a_read_sent_behind_a_hung_read_is_served_by_the_next_worker() {
             let r = hung.join().unwrap();
             assert_eq!(r.code(), Some("FS_ABORTED"), "{}", r.json);
         }
-        let expected = common::envelope(&d.path("a.txt"), &["1: a"], "(End of file - total 1 lines)");
-        common::ok(&third.join().unwrap(), &expected);
+        let r = third.join().unwrap();
+        let path = d.path("a.txt");
+        if r.is_error() {
+            let text = format!(
+                "Error: cannot read \"{}\": no worker became free before the call's deadline",
+                path.display()
+            );
+            common::err(&r, "FS_ABORTED", &text);
+        } else {
+            common::ok(&r, &common::envelope(&path, &["1: a"], "(End of file - total 1 lines)"));
+        }
     });
 }
 
@@ -170,5 +181,69 @@ fn reads_sent_ahead_of_a_stuck_worker_go_to_another_one() {
         assert!(!reply.is_error(), "{name}: {}", reply.json);
         before.push(name);
     }
-    assert_eq!(before, ["slow", "slow"]);
+    // The second slow read and the plain one finish moments apart, in either order.
+    assert!(before.iter().all(|name| *name == "slow") && !before.is_empty(), "{before:?}");
+}
+
+#[test]
+fn an_upload_that_gives_up_waiting_for_a_worker_lets_go_of_its_body() {
+    // One worker, hung twice in a row, and an upload of 4 MiB queued behind both. When the
+    // upload's queue deadline passes it fails at once: the daemon lets go of its pipe then, not
+    // when a worker next comes free (until then the upload's sender would block on the full
+    // pipe and the call would not end).
+    use fsd_proto::v1::{self, write_bytes_request::Item};
+    let d = Daemon::start_with(&[], "call_timeout_ms = 3000\nworkers_per_mode = 1\n");
+    d.write("a.txt", "a\n");
+    d.write("one/fsd-fault-hang", "x");
+    d.write("two/fsd-fault-hang", "x");
+    let (done, finished) = std::sync::mpsc::channel();
+    // Both sessions are up before the first read hangs the only worker.
+    let sessions: Vec<_> = (0..2)
+        .map(|_| {
+            let mut session = d.session();
+            assert!(!session.read("a.txt").is_error());
+            session
+        })
+        .collect();
+    for (path, mut session) in ["one/fsd-fault-hang", "two/fsd-fault-hang"].into_iter().zip(sessions) {
+        let done = done.clone();
+        // Not joined: the second hung read ends when the daemon does.
+        std::thread::spawn(move || {
+            let reply = session.read(path);
+            let _ = done.send(("hung", reply.code().map(str::to_owned)));
+        });
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let (socket, target) = (d.socket.clone(), common::rpc::p(&d.path("up.bin")));
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let outcome = rt.block_on(async {
+            let endpoint = fsd_tool_client::connect::Endpoint::Unix(socket);
+            let (mut client, _) = fsd_tool_client::connect::connect(&endpoint).await.unwrap();
+            let header = v1::WriteBytesHeader { path: target, ..Default::default() };
+            let chunk = bytes::Bytes::from(vec![b'x'; 64 << 10]);
+            let mut messages = vec![v1::WriteBytesRequest { item: Some(Item::Header(header)) }];
+            messages
+                .extend((0..64).map(|_| v1::WriteBytesRequest { item: Some(Item::Chunk(chunk.clone())) }));
+            client.write_bytes(tokio_stream::iter(messages)).await.map(|_| ())
+        });
+        let reason = outcome.err().map(|status| {
+            let wire = common::rpc::wire(&status);
+            format!("{} {}", wire.code.as_str(), wire.metadata.get("reason").cloned().unwrap_or_default())
+        });
+        let _ = done.send(("upload", reason));
+    });
+    let mut before = Vec::new();
+    loop {
+        let (name, outcome) = finished.recv_timeout(Duration::from_secs(30)).expect("every call ends");
+        if name == "upload" {
+            assert_eq!(outcome.as_deref(), Some("FS_ABORTED no_free_worker"));
+            break;
+        }
+        assert_eq!(outcome.as_deref(), Some("FS_ABORTED"));
+        before.push(name);
+    }
+    // The first hung read ended at its deadline; the second one still runs.
+    assert_eq!(before, ["hung"], "the upload ended only after a worker came free");
+    assert!(!d.path("up.bin").exists(), "the upload ran nowhere");
 }

@@ -72,22 +72,18 @@ impl Expect {
 
 /// Who decides a queued call's fate first: a worker's driver that takes it, or its caller that
 /// gives up (deadline, cancelled). Exactly one of them wins, so a call the caller was told failed
-/// never runs, and a call a driver took is always answered. A call a driver took and put back
-/// (sent ahead to a worker that stopped answering) can no longer be given up: its caller waits
-/// for the next worker, as it waited for the first.
+/// never runs, and a call a driver took is answered, or put back in the queue (a read sent
+/// ahead of a worker that stopped answering), where the same race starts again.
 #[derive(Debug, Default)]
 struct Claim(AtomicU8);
 
 const QUEUED: u8 = 0;
 const TAKEN: u8 = 1;
 const GIVEN_UP: u8 = 2;
-const RETURNED: u8 = 3;
 
 impl Claim {
     fn take(&self) -> bool {
-        [QUEUED, RETURNED]
-            .into_iter()
-            .any(|from| self.0.compare_exchange(from, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_ok())
+        self.0.compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_ok()
     }
 
     fn give_up(&self) -> bool {
@@ -96,12 +92,11 @@ impl Claim {
 
     /// A taken call goes back to the queue.
     fn release(&self) {
-        self.0.store(RETURNED, Ordering::Release);
+        self.0.store(QUEUED, Ordering::Release);
     }
 
-    /// Waiting for a worker: not yet taken, or put back.
-    fn waiting(&self) -> bool {
-        matches!(self.0.load(Ordering::Acquire), QUEUED | RETURNED)
+    fn queued(&self) -> bool {
+        self.0.load(Ordering::Acquire) == QUEUED
     }
 }
 
@@ -131,19 +126,6 @@ impl Sent {
     }
 }
 
-/// Why waiting for a worker's reply stopped short of it.
-enum Waited {
-    Lost(Lost),
-    /// Nothing arrived within the patience given.
-    Slow,
-}
-
-impl From<Lost> for Waited {
-    fn from(lost: Lost) -> Waited {
-        Waited::Lost(lost)
-    }
-}
-
 /// What a queued call's caller gets back.
 type Answer = Result<Final, Lost>;
 
@@ -152,19 +134,14 @@ type Answer = Result<Final, Lost>;
 #[derive(Debug)]
 struct Job {
     identity: String,
+    /// Sent ahead once and put back: it goes to a worker only as the call that worker runs next,
+    /// so it is never held behind a slow call twice.
+    put_back: bool,
     message: ToWorker,
     body: Option<OwnedFd>,
     expect: Expect,
     claim: Arc<Claim>,
     answer: oneshot::Sender<Answer>,
-}
-
-impl Job {
-    /// Takes the call for a worker, unless its caller gave it up or went away (a call put back
-    /// cannot be given up, but its caller can still be cancelled).
-    fn wanted(&self) -> bool {
-        self.claim.take() && !self.answer.is_closed()
-    }
 }
 
 /// The state of one mode's pool.
@@ -209,7 +186,7 @@ impl Pool {
                     state.idle -= 1;
                 }
                 while let Some(job) = state.waiting.pop() {
-                    if job.wanted() {
+                    if job.claim.take() {
                         return job;
                     }
                 }
@@ -230,8 +207,10 @@ impl Pool {
             return None;
         }
         loop {
-            let job = state.waiting.pop_if(|job| !job.claim.waiting() || job.message.is_read())?;
-            if job.wanted() {
+            let job = state
+                .waiting
+                .pop_if(|job| !job.claim.queued() || (job.message.is_read() && !job.put_back))?;
+            if job.claim.take() {
                 return Some(job);
             }
         }
@@ -239,24 +218,45 @@ impl Pool {
 
     /// A call taken and put back (its worker was lost before it began it, or stopped answering
     /// with it sent ahead): first in its identity's turn again.
-    fn requeue(&self, job: Job) {
+    fn requeue(&self, mut job: Job) {
+        let mut state = self.state();
+        // A mode no longer served drained its queue: dropped, the call's caller hears why.
+        if state.unavailable.is_some() {
+            return;
+        }
         job.claim.release();
+        job.put_back = true;
         let identity = job.identity.clone();
-        self.state().waiting.push_front(&identity, job);
+        state.waiting.push_front(&identity, job);
+        drop(state);
         self.work.notify_one();
     }
 }
 
 /// A caller's side of a queued call. Dropped while the call is still queued (the caller was
 /// cancelled), it gives the call up, so no driver runs it.
-struct Queued {
+struct Queued<'a> {
     claim: Arc<Claim>,
     answer: oneshot::Receiver<Answer>,
+    pool: &'a Pool,
 }
 
-impl Drop for Queued {
+impl Queued<'_> {
+    /// Gives the call up if no driver has it, and takes it out of the queue at once, so what
+    /// it holds (an upload's pipe) is let go now: its sender sees EPIPE, not a full pipe.
+    fn give_up(&self) -> bool {
+        if !self.claim.give_up() {
+            return false;
+        }
+        let job = self.pool.state().waiting.remove(|job| Arc::ptr_eq(&job.claim, &self.claim));
+        drop(job);
+        true
+    }
+}
+
+impl Drop for Queued<'_> {
     fn drop(&mut self) {
-        self.claim.give_up();
+        self.give_up();
     }
 }
 
@@ -485,7 +485,10 @@ impl Dispatcher {
                 }
             }
             let recalled = sent.iter().any(|s| matches!(s, Sent::Recalled(_)));
+            // With a deadline this short, a stuck worker is dropped about as soon as it would
+            // be found slow: nothing is sent ahead of it.
             while !recalled
+                && self.deadline > 2 * AHEAD_PATIENCE
                 && sent.len() <= READS_AHEAD
                 && sent[0].is_read()
                 && let Some(next) = pool.next_read()
@@ -497,20 +500,24 @@ impl Dispatcher {
                     return;
                 }
             }
-            // Reads sent ahead wait only so long for a worker that may be stuck.
-            let patience = (sent.len() > 1 && !recalled).then_some(AHEAD_PATIENCE);
             let expect = sent[0].expect();
-            let mut answer = self.answer(mode, &mut worker, expect, patience, self.deadline).await;
-            if let Err(Waited::Slow) = answer {
-                Dispatcher::recall(&pool, &mut sent);
-                let rest = self.deadline.saturating_sub(AHEAD_PATIENCE);
-                answer = self.answer(mode, &mut worker, expect, None, rest).await;
-            }
-            let answer = answer.map_err(|waited| match waited {
-                Waited::Lost(lost) => lost,
-                // Only with patience, given once.
-                Waited::Slow => Lost("deadline", "deadline passed; worker killed".into()),
-            });
+            let answer = if sent.len() > 1 && !recalled {
+                // Reads sent ahead wait only so long for a worker that may be stuck. The call it
+                // runs is a read, which takes no locks, so the answer is dropped, if at all,
+                // while it receives, which is cancel-safe (a frame half-read stays in
+                // `worker.frames`); the call's deadline goes on.
+                let patient = self.answer(mode, &mut worker, expect, self.deadline);
+                match tokio::time::timeout(AHEAD_PATIENCE, patient).await {
+                    Ok(answer) => answer,
+                    Err(_) => {
+                        Dispatcher::recall(&pool, &mut sent);
+                        let rest = self.deadline.saturating_sub(AHEAD_PATIENCE);
+                        self.answer(mode, &mut worker, expect, rest).await
+                    }
+                }
+            } else {
+                self.answer(mode, &mut worker, expect, self.deadline).await
+            };
             match answer {
                 Ok(answer) => {
                     if let Some(Sent::Job(job)) = sent.pop_front() {
@@ -581,28 +588,16 @@ impl Dispatcher {
 
     /// Serves the worker's lock requests for the call it runs until its final reply; the first
     /// message is due within `first` (the deadline, or what is left of it), each later one
-    /// restarts the deadline. With `patience`, gives up waiting (`Waited::Slow`) when nothing
-    /// at all arrives that soon, and the call's deadline goes on: receiving is cancel-safe (a
-    /// frame half-read stays in `worker.frames`).
-    async fn answer(
-        &self,
-        mode: Mode,
-        worker: &mut Worker,
-        expect: Expect,
-        patience: Option<Duration>,
-        first: Duration,
-    ) -> Result<Final, Waited> {
+    /// restarts the deadline.
+    async fn answer(&self, mode: Mode, worker: &mut Worker, expect: Expect, first: Duration) -> Answer {
         let mut held = None;
-        let mut patient = patience.is_some_and(|patience| patience < first);
-        let mut wait = if patient { patience.unwrap_or(first) } else { first };
+        let mut wait = first;
         loop {
             let received =
                 match tokio::time::timeout(wait, ipc::recv_async::<FromWorker>(&mut worker.frames)).await {
                     Ok(received) => received,
-                    Err(_) if patient => return Err(Waited::Slow),
                     Err(_) => Err(IpcError::TimedOut),
                 };
-            patient = false;
             wait = self.deadline;
             match received {
                 Ok((FromWorker::Lock { keys }, _)) => {
@@ -610,7 +605,7 @@ impl Dispatcher {
                     // restarts once the grant is sent.
                     held = Some(self.locks.lock(&keys).await);
                     if ipc::send_async(&worker.frames, &ToWorker::LockGranted, None).await.is_err() {
-                        return Err(Lost("lock_wait", "gone while waiting for a lock".into()).into());
+                        return Err(Lost("lock_wait", "gone while waiting for a lock".into()));
                     }
                 }
                 // A streamed write in progress: the deadline restarts.
@@ -619,7 +614,7 @@ impl Dispatcher {
                     drop(held);
                     return expect
                         .accept(reply, fd)
-                        .ok_or_else(|| Lost("unexpected_message", "unexpected message".into()).into());
+                        .ok_or_else(|| Lost("unexpected_message", "unexpected message".into()));
                 }
                 Err(IpcError::TimedOut) => {
                     tracing::error!(
@@ -627,16 +622,17 @@ impl Dispatcher {
                         mode = mode.as_str(),
                         "call overran its deadline; killing the worker"
                     );
-                    return Err(Lost("deadline", "deadline passed; worker killed".into()).into());
+                    return Err(Lost("deadline", "deadline passed; worker killed".into()));
                 }
-                Err(e) => return Err(Lost("died", format!("died: {e}")).into()),
+                Err(e) => return Err(Lost("died", format!("died: {e}"))),
             }
         }
     }
 
     /// Queues one call for a worker of `mode`, fairly among `identity`'s peers, and waits for
     /// its final reply: up to the deadline for a worker to take it, then as long as the
-    /// exchange runs (which has a deadline of its own).
+    /// exchange runs (which has a deadline of its own). A call put back in the queue (sent ahead
+    /// of a worker that stopped answering) is given up at the next deadline it is still queued.
     async fn run(
         &self,
         mode: Mode,
@@ -656,7 +652,7 @@ impl Dispatcher {
             }
             let room = self.max_queued + state.idle;
             if state.waiting.len() >= room {
-                state.waiting.retain(|job| job.claim.waiting() && !job.answer.is_closed());
+                state.waiting.retain(|job| job.claim.queued());
                 if state.waiting.len() >= room {
                     let refusal = crate::budget::Refusal {
                         budget: crate::budget::Budget::CallsInFlight,
@@ -667,6 +663,7 @@ impl Dispatcher {
             }
             let job = Job {
                 identity: identity.to_owned(),
+                put_back: false,
                 message,
                 body,
                 expect,
@@ -676,15 +673,18 @@ impl Dispatcher {
             state.waiting.push(identity, job);
         }
         pool.work.notify_one();
-        let mut queued = Queued { claim, answer: rx };
-        let answer = match tokio::time::timeout(self.deadline, &mut queued.answer).await {
-            Ok(answer) => answer,
-            Err(_) if queued.claim.give_up() => {
-                return Err(failure(ErrorCode::Aborted, path, "queue: no free worker by the deadline")
-                    .with("reason", "no_free_worker"));
+        let mut queued = Queued { claim, answer: rx, pool };
+        let answer = loop {
+            match tokio::time::timeout(self.deadline, &mut queued.answer).await {
+                Ok(answer) => break answer,
+                Err(_) if queued.give_up() => {
+                    return Err(failure(ErrorCode::Aborted, path, "queue: no free worker by the deadline")
+                        .with("reason", "no_free_worker"));
+                }
+                // A driver has the call: its exchange answers within its own deadline, unless
+                // it puts the call back, which the next round sees.
+                Err(_) => {}
             }
-            // A driver took the call just now: its exchange answers within its own deadline.
-            Err(_) => (&mut queued.answer).await,
         };
         match answer {
             Ok(Ok(reply)) => Ok(reply),
@@ -699,12 +699,7 @@ impl Dispatcher {
     }
 
     /// Runs one operation in a worker of `mode`, queued fairly among `identity`'s peers.
-    pub async fn call(
-        self: &Arc<Self>,
-        mode: Mode,
-        identity: &str,
-        request: Request,
-    ) -> Result<Outcome, WireError> {
+    pub async fn call(&self, mode: Mode, identity: &str, request: Request) -> Result<Outcome, WireError> {
         let path = request.path().to_owned();
         let message = ToWorker::Call(request);
         match self.run(mode, identity, &path, message, None, Expect::Reply).await? {
@@ -716,7 +711,7 @@ impl Dispatcher {
     /// Runs one operation whose body arrives on `body` (the read end of a pipe) in a worker of
     /// `mode` (`Request::WriteBytes`).
     pub async fn call_with_body(
-        self: &Arc<Self>,
+        &self,
         mode: Mode,
         identity: &str,
         request: Request,
@@ -733,7 +728,7 @@ impl Dispatcher {
     /// Opens a file for a streamed read in a worker of `mode`; the read itself happens here, on
     /// the descriptor the worker opened under its fence.
     pub async fn open_stream(
-        self: &Arc<Self>,
+        &self,
         mode: Mode,
         identity: &str,
         path: &str,

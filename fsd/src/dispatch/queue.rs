@@ -74,6 +74,23 @@ impl<W> FairQueue<W> {
         self.len += 1;
     }
 
+    /// Takes out the first waiter `which` picks, wherever it is.
+    pub fn remove(&mut self, mut which: impl FnMut(&W) -> bool) -> Option<W> {
+        let (identity, at) = self.by_identity.iter().find_map(|(identity, queue)| {
+            queue.iter().position(&mut which).map(|at| (identity.clone(), at))
+        })?;
+        let queue = self.by_identity.get_mut(&identity)?;
+        let waiter = queue.remove(at);
+        if queue.is_empty() {
+            self.by_identity.remove(&identity);
+            self.turn.retain(|i| *i != identity);
+        }
+        if waiter.is_some() {
+            self.len -= 1;
+        }
+        waiter
+    }
+
     /// Drops the waiters `keep` rejects (callers that gave up).
     pub fn retain(&mut self, mut keep: impl FnMut(&W) -> bool) {
         for queue in self.by_identity.values_mut() {
@@ -139,6 +156,20 @@ mod tests {
         assert_eq!(got, [0, 1, 2, 3]);
         assert_eq!(queue.len(), 0);
         assert_eq!(queue.pop_if(|_| true), None);
+    }
+
+    #[test]
+    fn remove_takes_one_waiter_from_anywhere() {
+        let mut queue = FairQueue::default();
+        for (identity, n) in [("a", 1), ("b", 2), ("a", 3)] {
+            queue.push(identity, n);
+        }
+        assert_eq!(queue.remove(|n| *n == 2), Some(2));
+        assert_eq!(queue.remove(|n| *n == 9), None);
+        assert_eq!(queue.len(), 2);
+        assert_eq!(queue.pop(), Some(1));
+        assert_eq!(queue.pop(), Some(3));
+        assert_eq!(queue.pop(), None);
     }
 
     #[test]
