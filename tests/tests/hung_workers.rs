@@ -92,6 +92,27 @@ fn an_unkillable_worker_is_abandoned_and_replaced_and_past_the_cap_the_mode_stop
     assert_eq!(workers(&d).len(), 3, "no replacement past the cap: {:?}", workers(&d));
 }
 
+/// A daemon with `config`, a one-line `a.txt` and a file at each fault-hook path of `faults`.
+fn faulty_daemon(config: &str, faults: &[&str]) -> Daemon {
+    let d = Daemon::start_with(&[], config);
+    d.write("a.txt", "a\n");
+    for fault in faults {
+        d.write(fault, "x");
+    }
+    d
+}
+
+/// `n` sessions, each past a first read, so none of them waits for a busy worker to start.
+fn ready_sessions(d: &Daemon, n: usize) -> Vec<common::ToolSession> {
+    (0..n)
+        .map(|_| {
+            let mut session = d.session();
+            assert!(!session.read("a.txt").is_error());
+            session
+        })
+        .collect()
+}
+
 #[test]
 fn a_read_sent_ahead_of_a_hung_read_is_never_reported_lost() {
     // One worker, hung twice in a row: a read queued behind the second hung read is sent to the
@@ -100,12 +121,11 @@ fn a_read_sent_ahead_of_a_hung_read_is_never_reported_lost() {
     // counts, so its caller hears either its answer from the fresh worker that replaces the
     // killed one, or that no worker became free by its deadline, never that its worker was
     // lost with the outcome unknown.
-    let d = Daemon::start_with(&[], "call_timeout_ms = 1500\nworkers_per_mode = 1\n");
-    d.write("a.txt", "a\n");
-    d.write("one/fsd-fault-hang", "x");
-    d.write("two/fsd-fault-hang", "x");
-    let mut warm = d.session();
-    assert!(!warm.read("a.txt").is_error());
+    let d = faulty_daemon(
+        "call_timeout_ms = 1500\nworkers_per_mode = 1\n",
+        &["one/fsd-fault-hang", "two/fsd-fault-hang"],
+    );
+    let _warm = ready_sessions(&d, 1);
     std::thread::scope(|scope| {
         let first = scope.spawn(|| d.session().read("one/fsd-fault-hang"));
         std::thread::sleep(Duration::from_millis(300));
@@ -137,11 +157,10 @@ fn reads_sent_ahead_of_a_stuck_worker_go_to_another_one() {
     // hanging read with the plain one sent ahead of it. The plain one must not wait out the
     // hanging one's deadline (30 s): once its worker has not answered for a moment, it goes
     // back to the queue and the other worker, free soon after, serves it.
-    let d = Daemon::start_with(&[], "call_timeout_ms = 30000\nworkers_per_mode = 2\n");
-    d.write("a.txt", "a\n");
-    d.write("one/fsd-fault-slow", "x");
-    d.write("two/fsd-fault-slow", "x");
-    d.write("stuck/fsd-fault-hang", "x");
+    let d = faulty_daemon(
+        "call_timeout_ms = 30000\nworkers_per_mode = 2\n",
+        &["one/fsd-fault-slow", "two/fsd-fault-slow", "stuck/fsd-fault-hang"],
+    );
     let (done, finished) = std::sync::mpsc::channel();
     let calls = [
         ("slow", "one/fsd-fault-slow", 200),
@@ -151,14 +170,7 @@ fn reads_sent_ahead_of_a_stuck_worker_go_to_another_one() {
     ];
     // Every session is up before the first call, so all four are issued within the first slow
     // read's half second.
-    let sessions: Vec<_> = calls
-        .iter()
-        .map(|_| {
-            let mut session = d.session();
-            assert!(!session.read("a.txt").is_error());
-            session
-        })
-        .collect();
+    let sessions = ready_sessions(&d, calls.len());
     for ((name, path, pause), mut session) in calls.into_iter().zip(sessions) {
         let done = done.clone();
         // Not joined: the stuck read ends when the daemon does.
@@ -192,19 +204,13 @@ fn an_upload_that_gives_up_waiting_for_a_worker_lets_go_of_its_body() {
     // when a worker next comes free (until then the upload's sender would block on the full
     // pipe and the call would not end).
     use fsd_proto::v1::{self, write_bytes_request::Item};
-    let d = Daemon::start_with(&[], "call_timeout_ms = 3000\nworkers_per_mode = 1\n");
-    d.write("a.txt", "a\n");
-    d.write("one/fsd-fault-hang", "x");
-    d.write("two/fsd-fault-hang", "x");
+    let d = faulty_daemon(
+        "call_timeout_ms = 3000\nworkers_per_mode = 1\n",
+        &["one/fsd-fault-hang", "two/fsd-fault-hang"],
+    );
     let (done, finished) = std::sync::mpsc::channel();
     // Both sessions are up before the first read hangs the only worker.
-    let sessions: Vec<_> = (0..2)
-        .map(|_| {
-            let mut session = d.session();
-            assert!(!session.read("a.txt").is_error());
-            session
-        })
-        .collect();
+    let sessions = ready_sessions(&d, 2);
     for (path, mut session) in ["one/fsd-fault-hang", "two/fsd-fault-hang"].into_iter().zip(sessions) {
         let done = done.clone();
         // Not joined: the second hung read ends when the daemon does.
