@@ -1,0 +1,225 @@
+//! A worker's driver: the task that sends the worker its calls from the mode's queue, one at a
+//! time and reads sent ahead of a read it runs, serves its lock requests, and answers each
+//! call's caller; and what happens to the calls when the worker stops answering or is lost.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Dispatcher;
+use super::pool::{Answer, Expect, Job, Lost, Pool};
+use crate::backend::Mode;
+use crate::ipc::{self, FromWorker, IpcError, ToWorker};
+use crate::sys::ipc::AsyncFrames;
+
+/// How many reads a driver sends behind the read its worker runs (see `Dispatcher::drive`):
+/// with one, the worker still slept now and then before the next arrived; three made 64 stat
+/// calls in flight ~10% faster again (`fsd-bench probe --in-flight 64`, alternating builds).
+const READS_AHEAD: usize = 3;
+/// How long reads sent ahead wait for the worker to answer the call it runs before they go to
+/// another worker: far above a healthy read, far below a call's deadline.
+const AHEAD_PATIENCE: Duration = Duration::from_millis(50);
+/// One live worker connection.
+#[derive(Debug)]
+pub(super) struct Worker {
+    pub(super) pid: u32,
+    pub(super) frames: AsyncFrames,
+}
+
+/// A call on its way to a worker's socket and not yet answered.
+#[derive(Debug)]
+#[expect(clippy::large_enum_variant, reason = "at most four a worker; a box would cost an allocation a call")]
+enum Sent {
+    Job(Job),
+    /// A read sent ahead and then given to another worker: its reply is dropped.
+    Recalled(Expect),
+}
+
+impl Sent {
+    fn expect(&self) -> Expect {
+        match self {
+            Sent::Job(job) => job.expect,
+            Sent::Recalled(expect) => *expect,
+        }
+    }
+
+    fn is_read(&self) -> bool {
+        match self {
+            Sent::Job(job) => job.message.is_read(),
+            // Only reads are sent ahead.
+            Sent::Recalled(_) => true,
+        }
+    }
+}
+
+impl Dispatcher {
+    /// Serves `worker`'s calls in turn until it fails mid-call. The exchange runs here, not in
+    /// the caller's task: a caller that goes away cannot leave a worker mid-call.
+    ///
+    /// Behind a read the worker is running, the next queued calls (up to [`READS_AHEAD`]) are
+    /// sent at once while they are reads too and no other worker is idle, so the worker finds
+    /// the next one waiting instead of sleeping until its reply has been taken. Only reads:
+    /// they take no locks (a worker waiting for a lock grant must not find a call in its socket
+    /// instead), and if the worker hangs and its kill does not land, a read it may still run
+    /// later changes nothing. Calls sent but not begun when their worker is lost are queued
+    /// again, first in their identity's turn.
+    pub(super) async fn drive(self: Arc<Self>, mode: Mode, mut worker: Worker) {
+        let pool = self.pool(mode).clone();
+        // Sent and not yet answered, oldest first: the one the worker runs, then the reads
+        // sent ahead of it.
+        let mut sent: VecDeque<Sent> = VecDeque::with_capacity(READS_AHEAD + 1);
+        loop {
+            if sent.is_empty() {
+                let job = pool.next_job().await;
+                let result = Dispatcher::send(&worker, &job).await;
+                sent.push_back(Sent::Job(job));
+                if let Err(lost) = result {
+                    self.lose(mode, worker, lost, sent);
+                    return;
+                }
+            }
+            let recalled = sent.iter().any(|s| matches!(s, Sent::Recalled(_)));
+            // With a deadline this short, a stuck worker is dropped about as soon as it would
+            // be found slow: nothing is sent ahead of it.
+            while !recalled
+                && self.deadline > 2 * AHEAD_PATIENCE
+                && sent.len() <= READS_AHEAD
+                && sent[0].is_read()
+                && let Some(next) = pool.next_read()
+            {
+                let result = Dispatcher::send(&worker, &next).await;
+                sent.push_back(Sent::Job(next));
+                if let Err(lost) = result {
+                    self.lose(mode, worker, lost, sent);
+                    return;
+                }
+            }
+            let expect = sent[0].expect();
+            let answer = if sent.len() > 1 && !recalled {
+                // Reads sent ahead wait only so long for a worker that may be stuck. The call it
+                // runs is a read, which takes no locks, so the answer is dropped, if at all,
+                // while it receives, which is cancel-safe (a frame half-read stays in
+                // `worker.frames`); the call's deadline goes on.
+                let patient = self.answer(mode, &mut worker, expect, self.deadline);
+                match tokio::time::timeout(AHEAD_PATIENCE, patient).await {
+                    Ok(answer) => answer,
+                    Err(_) => {
+                        Dispatcher::recall(&pool, &mut sent);
+                        let rest = self.deadline.saturating_sub(AHEAD_PATIENCE);
+                        self.answer(mode, &mut worker, expect, rest).await
+                    }
+                }
+            } else {
+                self.answer(mode, &mut worker, expect, self.deadline).await
+            };
+            match answer {
+                Ok(answer) => {
+                    if let Some(Sent::Job(job)) = sent.pop_front() {
+                        // Our copy of an upload's pipe closes now: its sender sees EPIPE.
+                        drop(job.body);
+                        // A caller cancelled after the call was taken no longer listens.
+                        let _ = job.answer.send(Ok(answer));
+                    }
+                }
+                Err(lost) => {
+                    self.lose(mode, worker, lost, sent);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The worker has not answered the call it runs within [`AHEAD_PATIENCE`]: it may be stuck
+    /// (a dead network filesystem), so the reads sent ahead of it go back to the queue for
+    /// another worker. This one still has them in its socket; it runs them (a read changes
+    /// nothing) and their replies are dropped.
+    fn recall(pool: &Pool, sent: &mut VecDeque<Sent>) {
+        let mut recalled = Vec::new();
+        for slot in sent.iter_mut().skip(1) {
+            let expect = slot.expect();
+            if let Sent::Job(job) = std::mem::replace(slot, Sent::Recalled(expect)) {
+                recalled.push(job);
+            }
+        }
+        for job in recalled.into_iter().rev() {
+            pool.requeue(job);
+        }
+    }
+
+    /// `worker` failed mid-call: the call it was running gets `lost`, the calls sent behind it
+    /// (not begun: a worker runs one call at a time) go back to the queue in their order, and
+    /// the worker is discarded.
+    fn lose(&self, mode: Mode, worker: Worker, lost: Lost, mut sent: VecDeque<Sent>) {
+        if let Some(Sent::Job(job)) = sent.pop_front() {
+            let _ = job.answer.send(Err(lost));
+        }
+        let pool = self.pool(mode);
+        for slot in sent.into_iter().rev() {
+            if let Sent::Job(job) = slot {
+                pool.requeue(job);
+            }
+        }
+        self.discard(mode, worker);
+    }
+
+    /// A worker that failed mid-call is gone for good: the supervisor kills (or abandons) and
+    /// replaces it.
+    fn discard(&self, mode: Mode, worker: Worker) {
+        {
+            let mut state = self.pool(mode).state();
+            state.live = state.live.saturating_sub(1);
+        }
+        self.kill(worker.pid);
+    }
+
+    async fn send(worker: &Worker, job: &Job) -> Result<(), Lost> {
+        use std::os::fd::AsFd;
+        let fd = job.body.as_ref().map(|b| b.as_fd());
+        ipc::send_async(&worker.frames, &job.message, fd)
+            .await
+            .map_err(|e| Lost("send_failed", format!("send: {e}")))
+    }
+
+    /// Serves the worker's lock requests for the call it runs until its final reply; the first
+    /// message is due within `first` (the deadline, or what is left of it), each later one
+    /// restarts the deadline.
+    async fn answer(&self, mode: Mode, worker: &mut Worker, expect: Expect, first: Duration) -> Answer {
+        let mut held = None;
+        let mut wait = first;
+        loop {
+            let received =
+                match tokio::time::timeout(wait, ipc::recv_async::<FromWorker>(&mut worker.frames)).await {
+                    Ok(received) => received,
+                    Err(_) => Err(IpcError::TimedOut),
+                };
+            wait = self.deadline;
+            match received {
+                Ok((FromWorker::Lock { keys }, _)) => {
+                    // Waiting for another call's lock is not the worker's time: the deadline
+                    // restarts once the grant is sent.
+                    held = Some(self.locks.lock(&keys).await);
+                    if ipc::send_async(&worker.frames, &ToWorker::LockGranted, None).await.is_err() {
+                        return Err(Lost("lock_wait", "gone while waiting for a lock".into()));
+                    }
+                }
+                // A streamed write in progress: the deadline restarts.
+                Ok((FromWorker::Progress { .. }, _)) => {}
+                Ok((reply, fd)) => {
+                    drop(held);
+                    return expect
+                        .accept(reply, fd)
+                        .ok_or_else(|| Lost("unexpected_message", "unexpected message".into()));
+                }
+                Err(IpcError::TimedOut) => {
+                    tracing::error!(
+                        pid = worker.pid,
+                        mode = mode.as_str(),
+                        "call overran its deadline; killing the worker"
+                    );
+                    return Err(Lost("deadline", "deadline passed; worker killed".into()));
+                }
+                Err(e) => return Err(Lost("died", format!("died: {e}"))),
+            }
+        }
+    }
+}
