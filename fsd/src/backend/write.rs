@@ -167,6 +167,8 @@ impl Staged<'_> {
             }
         }
         sys::sync(file.as_fd()).map_err(FsError::Sync)?;
+        // Our file as placed: should it be written into while at `name` (see `swap_back`).
+        let staged = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
         #[cfg(feature = "fault-injection")]
         if name == "fsd-fault-pause-rename" {
             // Test hook: a window between the temporary file's last byte and its rename, in
@@ -188,12 +190,7 @@ impl Staged<'_> {
                     // The temporary name now holds whatever was at `name` a moment ago.
                     let swapped = sys::meta_at(dir, &temp.name);
                     if !swapped.as_ref().is_ok_and(|m| m.same_content(old)) {
-                        if let Err(errno) = sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange) {
-                            // Both names hold someone's content now; delete neither.
-                            temp.armed = false;
-                            return Err(FsError::Rename(errno));
-                        }
-                        return Err(FsError::Stale(StaleReason::ChangedWhileWriting));
+                        return Err(swap_back(dir, name, &file, staged, &mut temp));
                     }
                     // Still armed: dropping `temp` removes the old file; ours is in place.
                     temp.unplaced = None;
@@ -212,6 +209,36 @@ impl Staged<'_> {
         let meta = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
         Ok((file, meta))
     }
+}
+
+/// A replace swapped out a file other than the one it checked (an outside save got in between):
+/// the exchange is undone, and the call is stale. While our file sat at `name`, an outside writer
+/// may have written into it in place (`open(O_TRUNC)`, `>`): that write is newer than the file
+/// the undo brings back, which was at `name` before ours. Then ours, with that write, goes back
+/// to `name` and the older file is removed with the temporary name, so the newest outside change
+/// is the one that stays.
+fn swap_back(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    ours: &File,
+    staged: Meta,
+    temp: &mut TempName<'_>,
+) -> FsError {
+    if let Err(errno) = sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange) {
+        // Both names hold someone's content now; delete neither.
+        temp.armed = false;
+        return FsError::Rename(errno);
+    }
+    let written_into = sys::meta(ours.as_fd()).is_ok_and(|now| !now.same_content(&staged));
+    if written_into {
+        if let Err(errno) = sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange) {
+            temp.armed = false;
+            return FsError::Rename(errno);
+        }
+        // Ours is at `name` again; the temporary name holds the older file, removed on drop.
+        temp.unplaced = None;
+    }
+    FsError::Stale(StaleReason::ChangedWhileWriting)
 }
 
 /// Copies the replaced file's POSIX ACL, `user.*` and `security.*` attributes to its
