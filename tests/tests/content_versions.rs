@@ -262,3 +262,36 @@ fn a_same_content_rewrite_racing_a_real_change_never_loses_it() {
     eprintln!("{won} edits won the race, {stale} were stale");
     assert_eq!(won + stale, 40);
 }
+
+/// The interleaving the race above can hit, made certain by the test hook
+/// `fsd-fault-pause-exchange` (a second's pause just before the replace's exchange and another
+/// just after it): an editor saves over the name after the edit's check, so the edit swaps out a
+/// file it did not check and must undo; meanwhile another writer writes in place into the file
+/// at the name, which is the edit's own by then. That write is the newest change: it stays.
+#[test]
+fn an_outside_write_while_a_replace_is_undone_is_kept() {
+    let d = Daemon::start();
+    let mut s = d.session();
+    let path = d.path("fsd-fault-pause-exchange");
+    d.write("fsd-fault-pause-exchange", "alpha\n");
+    assert!(!s.read("fsd-fault-pause-exchange").is_error());
+    let edit = std::thread::spawn(move || {
+        s.call(
+            "edit",
+            json!({"file_path": "fsd-fault-pause-exchange", "old_string": "alpha", "new_string": "mine"}),
+        )
+    });
+    // In the first pause: an editor's save, the same bytes as a new file renamed over the name.
+    std::thread::sleep(Duration::from_millis(500));
+    let tmp = path.with_extension("save");
+    std::fs::write(&tmp, "alpha\n").unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    // In the second: a write in place into whatever is at the name.
+    std::thread::sleep(Duration::from_millis(1000));
+    std::fs::write(&path, "bravo\n").unwrap();
+    let r = edit.join().unwrap();
+    assert_eq!(r.code(), Some("FS_STALE_VERSION"), "{}", r.json);
+    assert_eq!(std::fs::read(&path).unwrap(), b"bravo\n", "the newest outside write was lost");
+    let names: Vec<_> = std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["fsd-fault-pause-exchange"], "no temporary file is left");
+}

@@ -170,6 +170,10 @@ impl Staged<'_> {
         // Our file as placed: should it be written into while at `name` (see `swap_back`).
         let staged = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
         #[cfg(feature = "fault-injection")]
+        if matches!(place, Place::Replace(_)) {
+            pause_at_exchange(name);
+        }
+        #[cfg(feature = "fault-injection")]
         if name == "fsd-fault-pause-rename" {
             // Test hook: a window between the temporary file's last byte and its rename, in
             // which a test moves the directory out of the fence.
@@ -187,6 +191,8 @@ impl Staged<'_> {
             }
             Place::Replace(old) => match sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange) {
                 Ok(()) => {
+                    #[cfg(feature = "fault-injection")]
+                    pause_at_exchange(name);
                     // The temporary name now holds whatever was at `name` a moment ago.
                     let swapped = sys::meta_at(dir, &temp.name);
                     if !swapped.as_ref().is_ok_and(|m| m.same_content(old)) {
@@ -208,6 +214,16 @@ impl Staged<'_> {
         sys::sync_dir(dir).map_err(FsError::Sync)?;
         let meta = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
         Ok((file, meta))
+    }
+}
+
+/// Test hook: a replace of `fsd-fault-pause-exchange` pauses a second just before its exchange
+/// and again just after it, so a test can save over the name in the first window and write into
+/// the file at the name (then ours) in the second.
+#[cfg(feature = "fault-injection")]
+fn pause_at_exchange(name: &OsStr) {
+    if name == "fsd-fault-pause-exchange" {
+        std::thread::sleep(std::time::Duration::from_secs(1));
     }
 }
 
