@@ -19,6 +19,7 @@ const READS_AHEAD: usize = 3;
 /// How long reads sent ahead wait for the worker to answer the call it runs before they go to
 /// another worker: far above a healthy read, far below a call's deadline.
 const AHEAD_PATIENCE: Duration = Duration::from_millis(50);
+
 /// One live worker connection.
 #[derive(Debug)]
 pub(super) struct Worker {
@@ -61,7 +62,8 @@ impl Dispatcher {
     /// the next one waiting instead of sleeping until its reply has been taken. Only reads:
     /// they take no locks (a worker waiting for a lock grant must not find a call in its socket
     /// instead), and if the worker hangs and its kill does not land, a read it may still run
-    /// later changes nothing. Calls sent but not begun when their worker is lost are queued
+    /// later changes nothing. Reads sent ahead of a worker that has not answered within
+    /// [`AHEAD_PATIENCE`], and calls sent but not begun when their worker is lost, are queued
     /// again, first in their identity's turn.
     pub(super) async fn drive(self: Arc<Self>, mode: Mode, mut worker: Worker) {
         let pool = self.pool(mode).clone();

@@ -250,16 +250,14 @@ impl Dispatcher {
             if state.unavailable.is_some() {
                 return Err(Dispatcher::unavailable(mode, path, &state));
             }
-            let room = self.max_queued + state.idle;
-            if state.waiting.len() >= room {
-                state.waiting.retain(|job| job.claim.queued());
-                if state.waiting.len() >= room {
-                    let refusal = crate::budget::Refusal {
-                        budget: crate::budget::Budget::CallsInFlight,
-                        retry_after: QUEUE_FULL_RETRY,
-                    };
-                    return Err(refusal.into_wire(path).with("queue", mode.as_str()));
-                }
+            // A caller that gives up takes its call out at once (`Queued::give_up`): what is
+            // queued is waited for.
+            if state.waiting.len() >= self.max_queued + state.idle {
+                let refusal = crate::budget::Refusal {
+                    budget: crate::budget::Budget::CallsInFlight,
+                    retry_after: QUEUE_FULL_RETRY,
+                };
+                return Err(refusal.into_wire(path).with("queue", mode.as_str()));
             }
             let job = Job {
                 identity: identity.to_owned(),

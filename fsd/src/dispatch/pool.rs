@@ -137,9 +137,7 @@ impl Pool {
             waited = true;
         }
     }
-}
 
-impl Pool {
     /// The next call in turn, if it is a read and no worker is idle to take it: one to send
     /// behind the read a busy worker runs.
     pub(super) fn next_read(&self) -> Option<Job> {

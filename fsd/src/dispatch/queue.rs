@@ -91,17 +91,6 @@ impl<W> FairQueue<W> {
         waiter
     }
 
-    /// Drops the waiters `keep` rejects (callers that gave up).
-    pub fn retain(&mut self, mut keep: impl FnMut(&W) -> bool) {
-        for queue in self.by_identity.values_mut() {
-            queue.retain(&mut keep);
-        }
-        self.by_identity.retain(|_, q| !q.is_empty());
-        let by_identity = &self.by_identity;
-        self.turn.retain(|identity| by_identity.contains_key(identity));
-        self.len = self.by_identity.values().map(VecDeque::len).sum();
-    }
-
     /// Takes every waiter out (the mode stopped being served).
     pub fn drain(&mut self) -> Vec<W> {
         self.turn.clear();
@@ -173,12 +162,14 @@ mod tests {
     }
 
     #[test]
-    fn retain_and_drain_keep_the_count() {
+    fn remove_and_drain_keep_the_count() {
         let mut queue = FairQueue::default();
         for n in 0..6 {
             queue.push(if n % 2 == 0 { "a" } else { "b" }, n);
         }
-        queue.retain(|n| *n != 1 && *n != 3 && *n != 5);
+        for gone in [1, 3, 5] {
+            assert_eq!(queue.remove(|n| *n == gone), Some(gone));
+        }
         assert_eq!(queue.len(), 3);
         assert_eq!(queue.pop(), Some(0));
         assert_eq!(queue.pop(), Some(2));
