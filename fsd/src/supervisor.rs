@@ -209,8 +209,7 @@ async fn supervise(
         hung: crate::hung::HungWorkers::new(config_max_abandoned, crate::hung::KILL_GRACE),
     };
     // Before any worker exists: remove the temporary files a killed daemon left (backend::journal).
-    let roots: Vec<PathBuf> = sup.config.roots.iter().map(|r| r.path.clone()).collect();
-    let sweeper = journal::Sweeper::start(&roots);
+    let sweeper = journal::Sweeper::start(&sup.config.roots);
     let network_pid = sup.spawn(Role::Network, &network_end)?;
     drop(network_end);
     // Workers start once the network process has bound its listeners: a listener that cannot

@@ -1,7 +1,8 @@
 //! The daemon's and the CLI's lifecycle: SIGTERM exits 0 and removes the socket; `fsd-tools call`
 //! exit codes (0 success, 1 tool error, 2 usage or unreachable daemon); the embedded daemon of
 //! `--root` serves the call and leaves no socket directory behind; a restart waits for a
-//! predecessor that is still exiting instead of taking its listener for a live daemon.
+//! predecessor that is still exiting instead of taking its listener for a live daemon; the
+//! journal's anchor attribute is held on writable roots while a daemon serves them.
 
 mod common;
 
@@ -233,4 +234,41 @@ fn a_restart_waits_for_a_predecessor_still_exiting_instead_of_giving_up() {
     assert!(!reply.is_error() && reply.text().contains("after the restart"), "{}", reply.text());
     assert!(s.finish().success());
     assert!(d.terminate().success());
+}
+
+/// The extended attribute names on `dir`.
+fn attributes(dir: &Path) -> Vec<String> {
+    let mut buf = vec![0u8; 65536];
+    let n = rustix::fs::listxattr(dir, &mut buf[..]).expect("listxattr");
+    buf[..n]
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .collect()
+}
+
+#[test]
+fn the_journal_anchor_is_held_on_writable_roots_while_a_daemon_serves_them() {
+    const ANCHOR: &str = "user.fsd.journal";
+    let docs = tempfile::tempdir().unwrap();
+    let docs_arg = docs.path().display().to_string();
+    let mut first = Daemon::start_with(&["--readable-root", &docs_arg], "");
+    assert_eq!(attributes(&first.root), [ANCHOR], "the writable root is anchored");
+    assert_eq!(attributes(docs.path()), Vec::<String>::new(), "a readable root is never written");
+
+    // A create and a replace journal their temporary files beside the anchor and drop the entries.
+    let mut s = first.session();
+    let path = first.path("a.txt").display().to_string();
+    assert!(!s.call("write", serde_json::json!({"file_path": path, "content": "one\n"})).is_error());
+    assert!(!s.call("write", serde_json::json!({"file_path": path, "content": "two\n"})).is_error());
+    assert!(s.finish().success());
+    assert_eq!(attributes(&first.root), [ANCHOR], "only the anchor is left");
+
+    // A second daemon on the same root: the first to stop leaves the anchor to it.
+    let dir = tempfile::tempdir().unwrap();
+    let mut second = launch().unix(dir.path().join("fsd.sock")).writable_root(&first.root).start().unwrap();
+    assert_eq!(first.terminate().code(), Some(0));
+    assert_eq!(attributes(&first.root), [ANCHOR], "the other daemon still journals there");
+    assert_eq!(second.terminate().unwrap().code(), Some(0));
+    assert_eq!(attributes(&first.root), Vec::<String>::new(), "the last daemon to stop removes it");
 }

@@ -24,6 +24,15 @@
 //!   such a temporary file is still removed on every error path, only not after a SIGKILL.
 //!   Writes outside the configured roots (danger-full-access) are never journaled.
 //!
+//! - While a daemon serves a root, the root carries one more attribute, `user.fsd.journal` (the
+//!   anchor, 384 bytes), set by the supervisor at start-up and removed by the last daemon to
+//!   stop. Entries do not fit in an ext4 inode's own attribute space, so they live in the
+//!   directory's attribute block; without the anchor that block is allocated by each write's
+//!   first entry and freed by its last removal, and freeing waits for the block's I/O (0.15 ms
+//!   on this disk when quiet, 2.8 ms while other builds wrote, against 4 µs with the block kept).
+//!   The anchor is too large for the inode's own space (up to 512-byte inodes), so it keeps the
+//!   block. The sweep ignores it.
+//!
 //! The journal covers process death, not power loss: the attributes are not fsynced.
 
 use std::ffi::{OsStr, OsString};
@@ -33,6 +42,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::RootSpec;
 use super::TEMP_PREFIX;
 use crate::sys::{self, Errno, Kind, Meta};
 
@@ -41,6 +51,23 @@ pub const ENTRY_PREFIX: &str = "user.fsd.tmp.";
 /// The environment variable that hands the supervisor's instance id to its children.
 pub const INSTANCE_ENV: &str = "FSD_JOURNAL_INSTANCE";
 const FORMAT: &str = "fsd-journal-1";
+/// The anchor's name (outside `ENTRY_PREFIX`, so no sweep reads it as an entry).
+pub const ANCHOR: &str = "user.fsd.journal";
+/// Larger than the attribute space of an ext4 inode of up to 512 bytes (348 bytes), so the
+/// anchor always lives in the attribute block, and small enough to leave most of a 4 KiB block
+/// to entries.
+const ANCHOR_BYTES: usize = 384;
+
+/// The anchor's value: what it is for, padded to `ANCHOR_BYTES`.
+fn anchor_value() -> Vec<u8> {
+    let mut value = format!(
+        "{FORMAT} anchor: kept while an fsd daemon journals its temporary files below this directory, \
+         so that the directory's extended attribute block is not allocated and freed on every write\n"
+    )
+    .into_bytes();
+    value.resize(ANCHOR_BYTES, b' ');
+    value
+}
 
 /// This daemon's instance id: random in the supervisor, inherited by its children.
 pub fn instance() -> &'static str {
@@ -176,10 +203,11 @@ pub struct Sweeper {
 }
 
 impl Sweeper {
-    /// Opens and locks every root; sweeps the roots no other daemon serves.
-    pub fn start(roots: &[PathBuf]) -> Sweeper {
+    /// Opens and locks every root; sweeps the roots no other daemon serves; anchors the
+    /// writable ones.
+    pub fn start(roots: &[RootSpec]) -> Sweeper {
         let mut held = Vec::new();
-        for path in roots {
+        for RootSpec { path, writable } in roots {
             let Ok(path) = std::fs::canonicalize(path) else { continue };
             let Ok(fd) = sys::open_dir(&path) else { continue };
             match sys::try_lock_exclusive(fd.as_fd()) {
@@ -196,6 +224,11 @@ impl Sweeper {
             if let Err(errno) = sys::lock_shared(fd.as_fd()) {
                 tracing::warn!(root = %path.display(), %errno, "cannot hold the root's shared lock");
             }
+            // Where this fails, entries will too, and the workers say so (warn_once). A
+            // read-only root is never written, not even an attribute.
+            if *writable && let Err(errno) = sys::set_xattr(fd.as_fd(), OsStr::new(ANCHOR), &anchor_value()) {
+                tracing::debug!(root = %path.display(), %errno, "no journal anchor");
+            }
             held.push((path, fd));
         }
         Sweeper { roots: held }
@@ -208,6 +241,26 @@ impl Sweeper {
             let report = sweep_root(fd.as_fd(), |o| o == owner);
             if report.removed > 0 {
                 tracing::info!(root = %path.display(), pid, removed = report.removed, "removed temporary files of a dead worker");
+            }
+        }
+    }
+}
+
+/// The daemon stops (its workers are gone, or never started): the last daemon on a root removes
+/// the anchor.
+impl Drop for Sweeper {
+    fn drop(&mut self) {
+        for (path, fd) in &self.roots {
+            // Turns this daemon's shared lock into an exclusive one only if no other daemon holds
+            // the root; one that does still journals there and keeps the anchor.
+            if sys::try_lock_exclusive(fd.as_fd()).is_err() {
+                continue;
+            }
+            match sys::remove_xattr(fd.as_fd(), OsStr::new(ANCHOR)) {
+                Ok(()) | Err(Errno::NODATA) => {}
+                Err(errno) => {
+                    tracing::warn!(root = %path.display(), %errno, "cannot remove the journal anchor")
+                }
             }
         }
     }

@@ -410,7 +410,7 @@ impl Backend {
             Some((old_file, old_meta)) => {
                 let whole = old_meta.size <= self.limits.max_diff_text_bytes;
                 let probe = if whole { self.limits.max_diff_text_bytes } else { STYLE_PROBE_BYTES };
-                let old_bytes = read_prefix(&old_file, probe).map_err(fail)?;
+                let old_bytes = read_prefix(&old_file, probe, old_meta.size).map_err(fail)?;
                 let old_text = if whole { text::decode(&old_bytes).ok() } else { None };
                 let new_content = if match_style {
                     let (bom, ending) = text::style_of(&old_bytes);
@@ -435,9 +435,11 @@ impl Backend {
     }
 }
 
-/// The first `limit` bytes of a file (all of it when smaller).
-fn read_prefix(file: &File, limit: u64) -> Result<Vec<u8>, FsError> {
-    let mut buf = Vec::new();
+/// The first `limit` bytes of a file (all of it when smaller). `size` (the file's size at open)
+/// sizes the buffer, so a small file takes one read and the end-of-file probe, not a read per
+/// doubling of an empty vector.
+fn read_prefix(file: &File, limit: u64, size: u64) -> Result<Vec<u8>, FsError> {
+    let mut buf = Vec::with_capacity(usize::try_from(limit.min(size)).unwrap_or(0));
     std::io::Read::read_to_end(&mut std::io::Read::take(file, limit), &mut buf).map_err(FsError::Read)?;
     Ok(buf)
 }
