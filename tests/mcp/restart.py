@@ -1,21 +1,19 @@
 """An MCP session on `fsd-tools mcp --endpoint` survives a daemon restart, driven by the official
 MCP Python SDK (PyPI `mcp`). Run by tests/tests/restart.rs:
 
-    restart.py --fsd FSD --fsd-tools FSD_TOOLS --dir DIR
+    restart.py --fsd-tools FSD_TOOLS --socket SOCKET --root ROOT
 
-DIR is an empty directory; the script starts the daemon on DIR/fsd.sock with the root DIR/ws,
-opens the MCP session, reads and edits, stops the daemon and starts a new one on the same
-socket, then checks that the next call says the file service restarted and earlier reads no
-longer count, that an edit then needs a new read, and that the session works against the new
-daemon. Exits non-zero, with the failed check on stderr, when anything else happens.
+The test has started the daemon on SOCKET with the root ROOT (through the shared test kit) and
+restarts or stops it when this script asks: a line `restart` or `stop` on standard output, then
+the test's `done` on standard input. The script opens the MCP session, reads and edits, has the
+daemon restarted, then checks that the next call says the file service restarted and earlier
+reads no longer count, that an edit then needs a new read, and that the session works against
+the new daemon. Exits non-zero, with the failed check on stderr, when anything else happens.
 """
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
-import time
 from typing import Any
 
 import anyio
@@ -39,86 +37,75 @@ def code(result: types.CallToolResult) -> Any:
 
 
 class Daemon:
-    def __init__(self, fsd: str, socket: str, root: str) -> None:
-        self.argv = [fsd, "--listen", f"unix:{socket}", "--writable-root", root]
-        self.socket = socket
-        self.proc: subprocess.Popen[bytes] | None = None
+    """The test's daemon, restarted or stopped by the test on request."""
 
-    def start(self) -> None:
-        env = dict(os.environ, FSD_LOG="warn")
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, env=env)
-        deadline = time.monotonic() + 20
-        while not os.path.exists(self.socket):
-            check(self.proc.poll() is None, "the daemon started", self.proc.returncode)
-            check(time.monotonic() < deadline, "the daemon listened within 20 s")
-            time.sleep(0.02)
+    def __init__(self, socket: str) -> None:
+        self.socket = socket
+
+    def ask(self, what: str) -> None:
+        print(what, flush=True)
+        answer = sys.stdin.readline().strip()
+        check(answer == "done", f"the test did {what}", repr(answer))
+
+    def restart(self) -> None:
+        self.ask("restart")
 
     def stop(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        check(self.proc.wait(timeout=20) == 0, "the daemon stopped cleanly")
+        self.ask("stop")
 
 
 async def session_across_a_restart(args: argparse.Namespace) -> None:
-    root = os.path.join(args.dir, "ws")
-    os.mkdir(root)
-    root = os.path.realpath(root)
+    root = os.path.realpath(args.root)
     notes = os.path.join(root, "notes.txt")
     with open(notes, "w") as f:
         f.write("alpha\nbeta\n")
-    daemon = Daemon(args.fsd, os.path.join(args.dir, "fsd.sock"), root)
-    daemon.start()
+    daemon = Daemon(args.socket)
     server = StdioServerParameters(
         command=args.fsd_tools,
         args=["mcp", "--endpoint", f"unix:{daemon.socket}", "--cwd", root],
         env=dict(os.environ),
     )
-    try:
-        async with stdio_client(server) as (read, write):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                r = await session.call_tool("read", {"file_path": "notes.txt"})
-                check(not r.is_error, "read before the restart", texts(r))
-                r = await session.call_tool("edit", {"file_path": "notes.txt", "old_string": "alpha", "new_string": "one"})
-                check(not r.is_error, "edit before the restart", texts(r))
+    async with stdio_client(server) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            r = await session.call_tool("read", {"file_path": "notes.txt"})
+            check(not r.is_error, "read before the restart", texts(r))
+            r = await session.call_tool("edit", {"file_path": "notes.txt", "old_string": "alpha", "new_string": "one"})
+            check(not r.is_error, "edit before the restart", texts(r))
 
-                daemon.stop()
-                daemon.start()
+            daemon.restart()
 
-                # Once: the service restarted, earlier reads no longer count. Nothing changed.
-                r = await session.call_tool("edit", {"file_path": "notes.txt", "old_string": "beta", "new_string": "two"})
-                check(r.is_error and code(r) == "UNAVAILABLE", "the first call after the restart fails", code(r), texts(r))
-                want = ("Error: The file service restarted, so earlier reads no longer count. Read files again "
-                        "before you edit or overwrite them, then retry this call.")
-                check(texts(r) == want, "it says the service restarted", repr(texts(r)))
-                check(open(notes).read() == "one\nbeta\n", "the refused edit left the file alone")
+            # Once: the service restarted, earlier reads no longer count. Nothing changed.
+            r = await session.call_tool("edit", {"file_path": "notes.txt", "old_string": "beta", "new_string": "two"})
+            check(r.is_error and code(r) == "UNAVAILABLE", "the first call after the restart fails", code(r), texts(r))
+            want = ("Error: The file service restarted, so earlier reads no longer count. Read files again "
+                    "before you edit or overwrite them, then retry this call.")
+            check(texts(r) == want, "it says the service restarted", repr(texts(r)))
+            check(open(notes).read() == "one\nbeta\n", "the refused edit left the file alone")
 
-                # The observations are gone: an edit needs a new read, on the new daemon.
-                r = await session.call_tool("edit", {"file_path": "notes.txt", "old_string": "beta", "new_string": "two"})
-                check(r.is_error and code(r) == "FS_NOT_OBSERVED", "an edit after the restart needs a read", code(r), texts(r))
-                r = await session.call_tool("read", {"file_path": "notes.txt"})
-                check(not r.is_error and "one" in texts(r), "read after the restart", texts(r))
-                r = await session.call_tool("edit", {"file_path": "notes.txt", "old_string": "beta", "new_string": "two"})
-                check(not r.is_error, "edit after the restart", texts(r))
-                check(open(notes).read() == "one\ntwo\n", "the edit reached the disk")
+            # The observations are gone: an edit needs a new read, on the new daemon.
+            r = await session.call_tool("edit", {"file_path": "notes.txt", "old_string": "beta", "new_string": "two"})
+            check(r.is_error and code(r) == "FS_NOT_OBSERVED", "an edit after the restart needs a read", code(r), texts(r))
+            r = await session.call_tool("read", {"file_path": "notes.txt"})
+            check(not r.is_error and "one" in texts(r), "read after the restart", texts(r))
+            r = await session.call_tool("edit", {"file_path": "notes.txt", "old_string": "beta", "new_string": "two"})
+            check(not r.is_error, "edit after the restart", texts(r))
+            check(open(notes).read() == "one\ntwo\n", "the edit reached the disk")
 
-                # A daemon that stopped and stays down: a message that names the endpoint.
-                daemon.stop()
-                r = await session.call_tool("read", {"file_path": "notes.txt"})
-                check(r.is_error and code(r) == "UNAVAILABLE", "a call with the daemon down fails", code(r), texts(r))
-                check(f"no daemon at unix:{daemon.socket}" in texts(r), "it names the endpoint", texts(r))
-                check("No such file or directory" not in texts(r), "not as if the file were missing", texts(r))
-    finally:
-        if daemon.proc is not None and daemon.proc.poll() is None:
-            daemon.proc.kill()
+            # A daemon that stopped and stays down: a message that names the endpoint.
+            daemon.stop()
+            r = await session.call_tool("read", {"file_path": "notes.txt"})
+            check(r.is_error and code(r) == "UNAVAILABLE", "a call with the daemon down fails", code(r), texts(r))
+            check(f"no daemon at unix:{daemon.socket}" in texts(r), "it names the endpoint", texts(r))
+            check("No such file or directory" not in texts(r), "not as if the file were missing", texts(r))
     print("restart.py: all checks passed", file=sys.stderr)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--fsd", required=True)
     parser.add_argument("--fsd-tools", required=True)
-    parser.add_argument("--dir", required=True)
+    parser.add_argument("--socket", required=True)
+    parser.add_argument("--root", required=True)
     anyio.run(session_across_a_restart, parser.parse_args())
 
 

@@ -7,8 +7,9 @@
 
 mod common;
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use fsd_tool_client::config::ClientConfig;
 use fsd_tool_client::connect::{self, Credentials, Endpoint};
@@ -33,20 +34,37 @@ fn an_mcp_session_survives_a_daemon_restart_python_sdk() {
              FSD_TEST_PYTHON=$PWD/.venv/bin/python)"
         ),
     };
-    let dir = tempfile::tempdir().unwrap();
+    // The daemon is the kit's; the script asks for each restart and stop on its stdout.
+    let mut daemon = common::Daemon::start();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp").join("restart.py");
-    let status = Command::new(&python)
+    let mut child = Command::new(&python)
         .arg(&script)
-        .arg("--fsd")
-        .arg(common::fsd_bin())
         .arg("--fsd-tools")
         .arg(common::tools_bin())
-        .arg("--dir")
-        .arg(dir.path())
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .arg("--root")
+        .arg(&daemon.root)
         .env("PYTHONDONTWRITEBYTECODE", "1")
-        .status()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
         .unwrap_or_else(|e| panic!("cannot run {} (FSD_TEST_PYTHON): {e}", python.display()));
+    let mut answers = child.stdin.take().unwrap();
+    let mut asks = Vec::new();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        match line.as_str() {
+            "restart" => restart(&mut daemon),
+            "stop" => assert!(daemon.terminate().success()),
+            other => panic!("restart.py asked for {other:?}"),
+        }
+        asks.push(line);
+        writeln!(answers, "done").unwrap();
+    }
+    let status = child.wait().unwrap();
     assert!(status.success(), "tests/mcp/restart.py failed ({status}); its stderr says which check");
+    assert_eq!(asks, ["restart", "stop"], "the script's requests");
 }
 
 #[test]

@@ -183,8 +183,31 @@ fn check_source(rel: &str, source: &str) -> Vec<Violation> {
     found
 }
 
+/// A line of a harness's Python script that starts the daemon itself: it passes the daemon's
+/// root flags. (The tools' `--root` starts their embedded daemon, which is the product under
+/// test, not a test daemon.)
+fn script_starts_fsd(line: &str) -> bool {
+    let code = line.split('#').next().unwrap_or("");
+    ["--writable-root", "--readable-root"].iter().any(|flag| code.contains(&format!("\"{flag}\"")))
+}
+
+/// The violations of one harness script.
+fn check_script(rel: &str, source: &str) -> Vec<Violation> {
+    source
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| script_starts_fsd(line))
+        .map(|(index, _)| Violation { file: rel.to_owned(), line: index + 1, rule: Rule::DaemonOutsideKit })
+        .collect()
+}
+
 /// Every `.rs` file under `root`, skipping build output and hidden directories.
 fn sources(root: &Path) -> Vec<PathBuf> {
+    files(root, ".rs")
+}
+
+/// Every file named `*{suffix}` under `root`, skipping build output and hidden directories.
+fn files(root: &Path, suffix: &str) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -197,7 +220,7 @@ fn sources(root: &Path) -> Vec<PathBuf> {
                 if !(name.starts_with('.') || name == "target" || name == "node_modules") {
                     stack.push(entry.path());
                 }
-            } else if kind.is_file() && name.ends_with(".rs") {
+            } else if kind.is_file() && name.ends_with(suffix) {
                 out.push(entry.path());
             }
         }
@@ -212,6 +235,12 @@ fn check_tree(root: &Path) -> Vec<Violation> {
         let rel = path.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
         let source = std::fs::read_to_string(&path).unwrap();
         found.extend(check_source(&rel, &source));
+    }
+    for path in files(root, ".py") {
+        let rel = path.strip_prefix(root).unwrap().to_string_lossy().replace('\\', "/");
+        if HARNESSES.iter().any(|h| rel.starts_with(h)) {
+            found.extend(check_script(&rel, &std::fs::read_to_string(&path).unwrap()));
+        }
     }
     found
 }
@@ -302,6 +331,15 @@ fn each_rule_catches_a_planted_violation() {
         &format!("//! X.\nlet c = {new}fsd_bin()).spawn();\n"),
         &[(2, Rule::DaemonOutsideKit)],
     );
+    // Nor by a harness's Python script: the test starts it and the script asks for restarts.
+    let script = |source: &str| -> Vec<(usize, Rule)> {
+        check_script("tests/mcp/x.py", source).iter().map(|v| (v.line, v.rule)).collect()
+    };
+    assert_eq!(
+        script("argv = [fsd, \"--listen\", sock, \"--writable-root\", root]\n"),
+        [(1, Rule::DaemonOutsideKit)]
+    );
+    assert_eq!(script("args=[\"mcp\", \"--root\", root]  # \"--writable-root\" is the daemon's\n"), []);
     check(
         "soak/src/daemon.rs",
         &format!("//! X.\nlet c = {new}&bins.fsd);\n"),
