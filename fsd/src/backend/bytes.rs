@@ -108,7 +108,7 @@ impl Backend {
         };
         // The body streams into a temporary file with no lock held: a slow uploader does not
         // hold up the other calls on this file. The lock covers only the guard and the rename.
-        let staged = stage(parent.as_fd(), &mut fill, self.journal_scope(&resolved)).map_err(fail)?;
+        let staged = stage(parent.as_fd(), &mut fill, self.journal_scope(&resolved), None).map_err(fail)?;
         let _held = self.lock(&[&target.key], &resolved)?;
         let existing = current_file(&resolved).map_err(fail)?;
         check_write_guard(guard.as_ref(), existing.as_ref(), &target.key).map_err(fail)?;

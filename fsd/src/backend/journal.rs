@@ -130,7 +130,8 @@ impl<'a> Scope<'a> {
             key.extend_from_slice(hex);
             OsString::from_vec(key)
         });
-        let mut entry = Entry { fd: self.fd, key, owner: self.owner, dir: self.dir, written: false };
+        let mut entry =
+            Entry { fd: self.fd, key, owner: self.owner, dir: self.dir, written: false, replaced: None };
         entry.record(None);
         entry
     }
@@ -144,6 +145,8 @@ pub(super) struct Entry<'a> {
     owner: &'a str,
     dir: Vec<u8>,
     written: bool,
+    /// The identity recorded for the file a replace swaps out, once recorded.
+    replaced: Option<String>,
 }
 
 impl Entry<'_> {
@@ -166,12 +169,19 @@ impl Entry<'_> {
     pub(super) fn identify(&mut self, created: &Meta, replaced: Option<&Meta>) {
         if self.written {
             let mut identity = identity_of(created);
-            if let Some(replaced) = replaced {
+            self.replaced = replaced.map(identity_of);
+            if let Some(replaced) = &self.replaced {
                 identity.push(',');
-                identity.push_str(&identity_of(replaced));
+                identity.push_str(replaced);
             }
             self.record(Some(identity));
         }
+    }
+
+    /// Whether the entry already names `replaced` as the file a replace swaps out (so a replace
+    /// whose target did not change since staging writes the entry once, not twice).
+    pub(super) fn names_replaced(&self, replaced: &Meta) -> bool {
+        self.replaced.as_deref() == Some(identity_of(replaced).as_str())
     }
 
     /// The temporary name is gone (renamed into place or removed), or deliberately left to
@@ -353,5 +363,31 @@ mod tests {
         for foreign in [&b""[..], b"fsd-journal-0\na\n-\n", b"something else"] {
             assert!(parse(foreign).is_none(), "{foreign:?}");
         }
+    }
+
+    /// An entry records the file a replace will swap out when staging already knows it, and
+    /// says so, so an unchanged target is not recorded a second time before the exchange.
+    #[test]
+    fn an_entry_knows_which_replaced_file_it_names() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a"), "a").unwrap();
+        std::fs::write(dir.path().join("b"), "b").unwrap();
+        let root = sys::open_dir(dir.path()).unwrap();
+        let meta = |name: &str| sys::meta_at(root.as_fd(), OsStr::new(name)).unwrap();
+        let (created, replaced) = (meta("a"), meta("b"));
+        let journal = Journal::open(&[dir.path().to_path_buf()]);
+        let temp = sys::temp_name().unwrap();
+        let mut entry = journal.scope(0, &[]).begin(&temp);
+        assert!(!entry.names_replaced(&replaced), "nothing recorded as replaced yet");
+        entry.identify(&created, Some(&replaced));
+        assert!(entry.names_replaced(&replaced));
+        assert!(!entry.names_replaced(&created));
+        let key = entry.key.clone().unwrap();
+        let value = sys::get_xattr(root.as_fd(), &key).expect("this filesystem takes user xattrs");
+        let record = parse(&value).unwrap();
+        let both = format!("{},{}", identity_of(&created), identity_of(&replaced));
+        assert_eq!(record.identity, Some(both.as_str()));
+        entry.end();
+        assert_eq!(sys::get_xattr(root.as_fd(), &key).err(), Some(Errno::NODATA), "end drops the entry");
     }
 }

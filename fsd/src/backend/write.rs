@@ -92,7 +92,11 @@ pub(super) fn place_file_with<'a>(
     mode: Option<u32>,
     journal: Scope<'a>,
 ) -> Result<(File, Meta), FsError> {
-    stage(dir, fill, journal)?.place(name, place, mode)
+    let replacing = match &place {
+        Place::Replace(old) => Some(*old),
+        Place::Create | Place::CreateOrReplace => None,
+    };
+    stage(dir, fill, journal, replacing)?.place(name, place, mode)
 }
 
 /// A new file's content, complete, under a temporary name in the target's directory: nothing
@@ -104,11 +108,13 @@ pub(super) struct Staged<'a> {
 }
 
 /// Writes the content `fill` gives into a new temporary file of `dir`, journaled while it has
-/// a name. Takes no lock: a long body streams in while other calls use the target.
+/// a name (with `replacing`, the file a replace will swap out, when already known). Takes no
+/// lock: a long body streams in while other calls use the target.
 pub(super) fn stage<'a>(
     dir: BorrowedFd<'a>,
     fill: &mut dyn FnMut(&mut File) -> Result<(), FsError>,
     journal: Scope<'a>,
+    replacing: Option<&Meta>,
 ) -> Result<Staged<'a>, FsError> {
     let temp_name = sys::temp_name().map_err(FsError::CreateTemp)?;
     let mut entry = journal.begin(&temp_name);
@@ -123,7 +129,7 @@ pub(super) fn stage<'a>(
     // empty.
     let created = sys::meta(file.as_fd()).map_err(FsError::Metadata);
     if let Ok(meta) = &created {
-        entry.identify(meta, None);
+        entry.identify(meta, replacing);
     }
     let mut temp = TempName { dir, name: temp_name, armed: true, entry: Some(entry), unplaced: None };
     let created = created?;
@@ -151,7 +157,9 @@ impl Staged<'_> {
             Place::Replace(old) => {
                 // A replace names the file it swaps out, which sits at the temporary name from
                 // the exchange until it is removed.
-                if let Some(entry) = temp.entry.as_mut() {
+                if let Some(entry) = temp.entry.as_mut()
+                    && !entry.names_replaced(old)
+                {
                     entry.identify(&created, Some(old));
                 }
                 let (uid, gid) = sys::effective_ids();
