@@ -131,6 +131,12 @@ pub fn raw_components(path: &str, allow_backslash: bool) -> Result<Vec<OsString>
         if raw.len() > MAX_COMPONENT_BYTES {
             return Err(FsError::InvalidPath(PathProblem::ComponentTooLong));
         }
+        // An escaped `.` (`\x2e`) is still this directory: kept, it would give one file a
+        // second target key (and so a second lock), and let `root/\x2e` pass for a name below
+        // the root.
+        if raw == b"." {
+            continue;
+        }
         out.push(OsString::from_vec(raw));
     }
     Ok(out)
@@ -369,6 +375,8 @@ mod tests {
         check("/ws/\\\\xffa", false, Some(&[b"ws", b"\\xffa"]));
         check("/ws/a\\x2fb", false, None);
         check("/ws/a\\x00b", false, None);
+        check("/ws/\\x2e/a.txt", false, Some(&[b"ws", b"a.txt"]));
+        check("/ws/\\x2e\\x2e/a.txt", false, Some(&[b"ws", b"..", b"a.txt"]));
     }
 
     #[test]
