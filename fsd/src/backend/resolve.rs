@@ -215,7 +215,7 @@ pub fn resolve(
     let mut hops = 0usize;
     let mut last: Option<(OsString, Option<Meta>)> = None;
 
-    while let Some(name) = queue.pop_front() {
+    while let Some(mut name) = queue.pop_front() {
         if name == ".." {
             if walk.rel.is_empty() {
                 return Err(FsError::OutsideRoots);
@@ -232,7 +232,34 @@ pub fn resolve(
                 last = Some((name, None));
                 break;
             }
-            Err(Errno::NOENT) if options.create_parents => {
+            Err(Errno::NOENT) => {
+                // `name` is missing, and so is everything after it until a `..` climbs back
+                // out (a directory about to be made holds nothing, not even a link): each such
+                // `..` cancels the component before it. A path that only passes through a
+                // missing directory goes on from here, and one that climbs out of the roots
+                // fails, before anything is created for it.
+                let mut inside = vec![std::mem::take(&mut name)];
+                while !inside.is_empty() {
+                    let Some(next) = queue.pop_front() else { break };
+                    if next == ".." {
+                        inside.pop();
+                    } else {
+                        inside.push(next);
+                    }
+                }
+                let mut inside = inside.into_iter();
+                let Some(first) = inside.next() else { continue };
+                name = first;
+                for c in inside.rev() {
+                    queue.push_front(c);
+                }
+                if queue.is_empty() {
+                    last = Some((name, None));
+                    break;
+                }
+                if !options.create_parents {
+                    return Err(FsError::NotFound);
+                }
                 let mut rel = walk.rel.clone();
                 rel.push(name.clone());
                 may_create(walk.root, &rel)?;
@@ -242,7 +269,6 @@ pub fn resolve(
                 }
                 sys::open_component(dir.as_fd(), &name).map_err(FsError::Walk)?
             }
-            Err(Errno::NOENT) => return Err(FsError::NotFound),
             Err(Errno::NOTDIR) => return Err(FsError::NotDirectory),
             Err(errno) => return Err(FsError::Walk(errno)),
         };
