@@ -28,6 +28,9 @@ pub struct Root {
     /// The mounts a walk below this root may be on: the root's own, then the operator's
     /// `allow_submounts`. `None` (the filesystem root of danger-full-access): any mount.
     pub mounts: Option<Vec<u64>>,
+    /// The root directory's device and inode: a walk that reaches it from another root is in
+    /// this one.
+    pub dir: (u64, u64),
 }
 
 impl Root {
@@ -301,6 +304,15 @@ pub fn resolve(
                     }
                 }
             }
+            // Another root reached from inside this one (a `..` or a relative link into a root
+            // nested below it): the walk goes on in that root, whose own fence decides, as it
+            // does for the same directory named by its own path.
+            Kind::Directory if let Some(nested) = nested_root(roots, walk.root, &meta) => {
+                walk.enter_root(nested)?;
+                if is_final {
+                    break;
+                }
+            }
             Kind::Directory if !is_final => {
                 walk.rel.push(name);
                 walk.dirs.push(handle);
@@ -329,6 +341,11 @@ pub fn resolve(
             Ok(Resolved { root: walk.root, rel: walk.rel, parent, meta: Some(meta) })
         }
     }
+}
+
+/// The root, other than `current`, whose directory `meta` is.
+fn nested_root(roots: &[Root], current: usize, meta: &Meta) -> Option<usize> {
+    roots.iter().enumerate().position(|(i, r)| i != current && r.dir == (meta.dev, meta.ino))
 }
 
 /// The opaque key of a resolved target: root id and the path below it.
