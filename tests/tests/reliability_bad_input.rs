@@ -638,3 +638,23 @@ fn a_replace_all_that_would_grow_past_the_editable_cap_is_refused_by_worker_and_
     assert_eq!(std::fs::read_to_string(&target).unwrap(), original);
     world.check(&before);
 }
+
+#[test]
+fn a_write_in_the_files_crlf_style_past_the_editable_cap_is_refused() {
+    let mut world = World::start("max_editable_file_bytes = 1048576\n");
+    let before = world.outside_now();
+    let mut raw = Raw::connect(&world.daemon.socket);
+    let target = world.root.join("crlf.txt");
+    std::fs::write(&target, "a\r\nb\r\n").unwrap();
+    // Under the cap as sent; twice as long once every LF becomes the file's CRLF.
+    let mut body = Vec::new();
+    field(2, target.to_str().unwrap().as_bytes(), &mut body);
+    field(3, &vec![b'\n'; 600_000], &mut body);
+    number_field(5, 1, &mut body);
+    let status = raw.call("WriteText", body).unwrap_err();
+    let wire = WireError::from_status(&status).expect("an fsd error");
+    assert_eq!(wire.code, ErrorCode::TooLarge, "{status:?}");
+    assert_eq!((wire.get("size"), wire.get("limit")), (Some("1200000"), Some("1048576")));
+    assert_eq!(std::fs::read(&target).unwrap(), b"a\r\nb\r\n", "the disk is unchanged");
+    world.check(&before);
+}

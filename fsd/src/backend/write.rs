@@ -418,6 +418,11 @@ impl Backend {
                 } else {
                     content
                 };
+                // The file's CRLF endings and BOM can make the content longer than it was sent.
+                let size = new_content.len() as u64;
+                if size > self.limits.max_editable_bytes {
+                    return Err(fail(FsError::TooLarge { size, limit: self.limits.max_editable_bytes }));
+                }
                 let (file, meta) = place_file(
                     parent.as_fd(),
                     resolved.name(),
