@@ -295,3 +295,39 @@ fn an_outside_write_while_a_replace_is_undone_is_kept() {
     let names: Vec<_> = std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names, ["fsd-fault-pause-exchange"], "no temporary file is left");
 }
+
+/// The same hook on a move onto an observed destination: an editor saves over the destination
+/// after the move's check of its version. The move must not rename its source over that save.
+#[test]
+fn an_outside_save_over_a_moves_destination_after_its_check_is_kept() {
+    let d = Daemon::start();
+    d.write("source.txt", "moved\n");
+    d.write("fsd-fault-pause-exchange", "observed\n");
+    let destination = d.path("fsd-fault-pause-exchange");
+    let mut rpc = Rpc::connect(&d);
+    let version = rpc.version(&destination);
+    let request = fsd_proto::v1::MoveFileRequest {
+        source: common::rpc::p(&d.path("source.txt")),
+        destination: common::rpc::p(&destination),
+        destination_guard: Some(fsd_proto::v1::WriteGuard {
+            kind: Some(fsd_proto::v1::write_guard::Kind::ReplaceIfVersion(fsd_proto::v1::ReplaceIfVersion {
+                version,
+                ..Default::default()
+            })),
+        }),
+        ..Default::default()
+    };
+    let moving = std::thread::spawn(move || rpc.rt.block_on(rpc.client.move_file(request)));
+    // In the first pause, after the check: an editor's save, a new file renamed over the name.
+    std::thread::sleep(Duration::from_millis(500));
+    let tmp = destination.with_extension("save");
+    std::fs::write(&tmp, "saved outside\n").unwrap();
+    std::fs::rename(&tmp, &destination).unwrap();
+    let status = moving.join().unwrap().unwrap_err();
+    assert_eq!(common::rpc::wire(&status).code, fsd_proto::ErrorCode::StaleVersion, "{status:?}");
+    assert_eq!(std::fs::read(&destination).unwrap(), b"saved outside\n", "the outside save was lost");
+    assert_eq!(d.read("source.txt"), b"moved\n", "the source stays where it was");
+    let mut names: Vec<_> = std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().file_name()).collect();
+    names.sort();
+    assert_eq!(names, ["fsd-fault-pause-exchange", "source.txt"], "no temporary file is left");
+}

@@ -348,3 +348,53 @@ fn a_hung_worker_is_killed_and_only_its_call_fails() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+#[test]
+fn a_read_only_root_inside_a_writable_one_stays_read_only_however_it_is_reached() {
+    let outer = tempfile::tempdir().unwrap();
+    let outer_path = std::fs::canonicalize(outer.path()).unwrap();
+    let ro = outer_path.join("ro");
+    std::fs::create_dir_all(&ro).unwrap();
+    std::fs::create_dir_all(outer_path.join("sub")).unwrap();
+    std::fs::write(ro.join("keep.txt"), "read only\n").unwrap();
+    std::os::unix::fs::symlink("ro", outer_path.join("ro-link")).unwrap();
+    let d = Daemon::start_with(
+        &["--writable-root", outer_path.to_str().unwrap(), "--readable-root", ro.to_str().unwrap()],
+        "",
+    );
+    let mut rpc = Rpc::connect(&d);
+    let direct_key = rpc.stat(&ro.join("keep.txt")).unwrap().target.unwrap().target_key;
+    // The read-only root by its own path, through `..` from the writable one, and through a
+    // relative link in it: one target, and no write, create or removal of it.
+    for spelled in ["ro", "sub/../ro", "ro-link"] {
+        let dir = outer_path.join(spelled);
+        assert_eq!(
+            rpc.stat(&dir.join("keep.txt")).unwrap().target.unwrap().target_key,
+            direct_key,
+            "{spelled}"
+        );
+        for name in ["keep.txt", "new.txt"] {
+            let status = rpc.write_text(&dir.join(name), "overwritten\n", None).unwrap_err();
+            let wire = WireError::from_status(&status).unwrap();
+            assert_eq!(
+                (wire.code, wire.get("reason")),
+                (ErrorCode::SandboxDenied, Some("not_writable_root")),
+                "{spelled}/{name}"
+            );
+        }
+        // The file in it, and (but for the link, which is removed itself) the root.
+        let removals =
+            if spelled == "ro-link" { vec![dir.join("keep.txt")] } else { vec![dir.join("keep.txt"), dir] };
+        for path in removals {
+            let request = v1::RemoveRequest { path: p(&path), recursive: true, ..Default::default() };
+            let status = rpc.rt.block_on(rpc.client.remove(request)).unwrap_err();
+            assert_eq!(
+                WireError::from_status(&status).map(|w| w.code),
+                Some(ErrorCode::SandboxDenied),
+                "{path:?}"
+            );
+        }
+    }
+    assert_eq!(std::fs::read_to_string(ro.join("keep.txt")).unwrap(), "read only\n");
+    assert!(!ro.join("new.txt").exists());
+}

@@ -1,7 +1,8 @@
 //! Names the model reads: a file name holding a newline, an ANSI sequence, a bidi override or
 //! bytes that are not UTF-8 reaches the editor's view, listings and replies escaped, never raw;
 //! the escaping is reversible, so the displayed name passed back to a tool reaches exactly that
-//! file, and two distinct names never display alike or share a target key.
+//! file, and two distinct names never display alike or share a target key (nor does one file
+//! spelled with an escaped `.` get a second one).
 
 mod common;
 
@@ -83,4 +84,36 @@ fn hostile_names_are_escaped_and_lead_back_to_their_file() {
     // An escape for '/' or NUL is not a way to smuggle a separator.
     let smuggled = s.read("a\\x2fb.txt");
     assert_eq!(smuggled.code(), Some("FS_INVALID_PATH"), "{}", smuggled.json);
+}
+
+#[test]
+fn an_escaped_dot_is_the_same_directory_as_a_dot() {
+    let d = Daemon::start();
+    d.write("sub/a.txt", "alpha\n");
+    let mut rpc = Rpc::connect(&d);
+    let key = |rpc: &mut Rpc, path: &std::path::Path| {
+        let reply = rpc.stat(path).unwrap();
+        let target = reply.target.unwrap();
+        (target.target_key, target.display_path)
+    };
+    // One file, one target key (and so one lock and one observation), however the path spells
+    // its `.` components.
+    let plain = key(&mut rpc, &d.path("sub/a.txt"));
+    for spelled in ["\\x2e/sub/a.txt", "sub/\\x2e/a.txt", "sub/\\x2e/\\x2e/a.txt"] {
+        assert_eq!(key(&mut rpc, &d.path(spelled)), plain, "{spelled}");
+    }
+    // Nor is it a way to name the root as something below it.
+    let request = fsd_proto::v1::RemoveRequest {
+        path: common::rpc::p(&d.path("\\x2e")),
+        recursive: true,
+        ..Default::default()
+    };
+    let status = rpc.rt.block_on(rpc.client.remove(request)).unwrap_err();
+    let wire = common::rpc::wire(&status);
+    assert_eq!(
+        (wire.code, wire.get("reason")),
+        (fsd_proto::ErrorCode::SandboxDenied, Some("root")),
+        "{status:?}"
+    );
+    assert_eq!(d.read("sub/a.txt"), b"alpha\n");
 }

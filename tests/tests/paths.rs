@@ -233,3 +233,35 @@ fn dot_git_is_readable_but_protected_from_writes_and_edits() {
         &write_envelope(&d.path("x.git/file"), "Created file"),
     );
 }
+
+#[test]
+fn a_path_through_a_missing_directory_is_judged_before_anything_is_created() {
+    let Fixture { d, outside } = fixture();
+    let (inside_before, outside_before) = (snapshot(&d.root), snapshot(&outside));
+    let root = d.root.display().to_string();
+    let mut s = d.session_with_config("applyPatch = true\n");
+    // The directories a write would make on the way are climbed out of again: out of the root,
+    // or into the protected name.
+    let cases = [
+        ("new1/../../outside/new.txt", OUTSIDE),
+        ("n2/n3/../../../outside/new.txt", OUTSIDE),
+        ("n4/../.git/config", PROTECTED),
+    ];
+    for (file_path, reason) in cases {
+        let reply = s.call("write", json!({"file_path": file_path, "content": "pwned\n"}));
+        assert_eq!(reply.code(), Some("FS_SANDBOX_DENIED"), "{file_path}: {}", reply.json);
+        assert_eq!(reply.text(), denied("modify", &format!("{root}/{file_path}"), reason), "{file_path}");
+    }
+    // apply_patch's preflight judges such a path as the write would: nothing of the patch runs.
+    let patch = "*** Begin Patch\n*** Add File: first.txt\n+one\n*** Add File: n5/../../outside/new.txt\n+two\n*** End Patch";
+    let reply = s.call("apply_patch", json!({"input": patch}));
+    assert!(reply.text().starts_with("Error: Patch rejected before any change"), "{}", reply.json);
+    assert_eq!(snapshot(&d.root), inside_before, "nothing was created inside the root");
+    assert_eq!(snapshot(&outside), outside_before, "nothing outside the root changed");
+
+    // One that comes back inside writes its file, and no directory it only passed through.
+    let reply = s.call("write", json!({"file_path": "n6/../back.txt", "content": "back\n"}));
+    assert!(!reply.is_error(), "{}", reply.json);
+    assert_eq!(d.read("back.txt"), b"back\n");
+    assert!(!d.path("n6").exists(), "a directory the path only passed through was created");
+}

@@ -8,7 +8,8 @@
 //!   every call answers a status with an fsd error (ErrorInfo with a known code; a body the codec
 //!   cannot decode is INVALID_ARGUMENT with FS_INVALID_PATH), never a dropped connection;
 //! - messages over the daemon's cap answer OUT_OF_RANGE, content over the editable cap
-//!   FS_TOO_LARGE.
+//!   FS_TOO_LARGE, and so does a replace-all whose result would be over it (in the worker and in
+//!   the network process's checks before an escalation).
 //!
 //! After each suite nothing outside the root has changed, no daemon process died or was replaced
 //! (a panic would kill a worker), and the daemon's log holds no panic.
@@ -582,5 +583,78 @@ fn oversize_messages_and_content_are_refused_and_the_daemon_keeps_serving() {
     field(3, b"fits\n", &mut body);
     raw.call("WriteText", body).expect("a write that fits");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "fits\n");
+    world.check(&before);
+}
+
+#[test]
+fn a_replace_all_that_would_grow_past_the_editable_cap_is_refused_by_worker_and_network_process() {
+    let mut world = World::start(
+        "max_editable_file_bytes = 1048576\nescalation = \"client\"\nmax_mode = \"danger-full-access\"\n",
+    );
+    let before = world.outside_now();
+    let mut raw = Raw::connect(&world.daemon.socket);
+    let target = world.root.join("many.txt");
+    let original = "a".repeat(1 << 20);
+    std::fs::write(&target, &original).unwrap();
+    let path = target.to_str().unwrap().as_bytes();
+    let edit = |new: &str| {
+        let mut out = Vec::new();
+        field(2, path, &mut out);
+        field(3, b"a", &mut out);
+        field(4, new.as_bytes(), &mut out);
+        number_field(5, 1, &mut out);
+        out
+    };
+    let too_large = |status: tonic::Status, size: u64| {
+        let wire = WireError::from_status(&status).unwrap_or_else(|| panic!("not an fsd error: {status:?}"));
+        assert_eq!(wire.code, ErrorCode::TooLarge, "{status:?}");
+        assert_eq!((wire.get("size"), wire.get("limit")), (Some(size.to_string().as_str()), Some("1048576")));
+    };
+    // Each of the 2^20 matches doubles: a file twice the cap.
+    too_large(raw.call("EditText", edit("bb")).unwrap_err(), 2 << 20);
+    // Each grows to 1 MiB: a terabyte, which no worker may try to hold.
+    let huge = "b".repeat(1 << 20);
+    too_large(raw.call("EditText", edit(&huge)).unwrap_err(), 1 << 40);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), original, "the disk is unchanged");
+
+    // The checks before an escalation replace in the network process: the same bound holds there.
+    let mut op = Vec::new();
+    field(1, b"editText", &mut op);
+    field(2, path, &mut op);
+    field(6, b"a", &mut op);
+    field(7, huge.as_bytes(), &mut op);
+    number_field(8, 1, &mut op);
+    let mut context = Vec::new();
+    field(1, b"session", &mut context);
+    field(2, b"call", &mut context);
+    let mut request = Vec::new();
+    field(1, &context, &mut request);
+    number_field(2, 3, &mut request);
+    field(3, b"grow every line", &mut request);
+    field(4, &op, &mut request);
+    too_large(raw.call("RequestEscalation", request).unwrap_err(), 1 << 40);
+
+    raw.call("Hello", Vec::new()).expect("the daemon still answers hello");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), original);
+    world.check(&before);
+}
+
+#[test]
+fn a_write_in_the_files_crlf_style_past_the_editable_cap_is_refused() {
+    let mut world = World::start("max_editable_file_bytes = 1048576\n");
+    let before = world.outside_now();
+    let mut raw = Raw::connect(&world.daemon.socket);
+    let target = world.root.join("crlf.txt");
+    std::fs::write(&target, "a\r\nb\r\n").unwrap();
+    // Under the cap as sent; twice as long once every LF becomes the file's CRLF.
+    let mut body = Vec::new();
+    field(2, target.to_str().unwrap().as_bytes(), &mut body);
+    field(3, &vec![b'\n'; 600_000], &mut body);
+    number_field(5, 1, &mut body);
+    let status = raw.call("WriteText", body).unwrap_err();
+    let wire = WireError::from_status(&status).expect("an fsd error");
+    assert_eq!(wire.code, ErrorCode::TooLarge, "{status:?}");
+    assert_eq!((wire.get("size"), wire.get("limit")), (Some("1200000"), Some("1048576")));
+    assert_eq!(std::fs::read(&target).unwrap(), b"a\r\nb\r\n", "the disk is unchanged");
     world.check(&before);
 }

@@ -26,6 +26,9 @@ pub enum ReplaceError {
     /// More than one match and not replace-all.
     #[error("{0} matches")]
     Ambiguous(usize),
+    /// The result would be longer than the limit: its length in bytes.
+    #[error("the result would be {0} bytes")]
+    TooLarge(u64),
 }
 
 /// Decodes file bytes as text: valid UTF-8 and no NUL byte.
@@ -156,8 +159,14 @@ pub struct Replaced {
 
 /// Replaces `old` with `new` in `body` (no BOM). Exactly one match unless `replace_all`.
 /// Matching sees CRLF as LF; inserted text takes the file's first line ending; bytes outside the
-/// matches are kept exactly.
-pub fn replace(body: &str, old: &str, new: &str, replace_all: bool) -> Result<Replaced, ReplaceError> {
+/// matches are kept exactly. A result longer than `limit` bytes is refused before it is built.
+pub fn replace(
+    body: &str,
+    old: &str,
+    new: &str,
+    replace_all: bool,
+    limit: u64,
+) -> Result<Replaced, ReplaceError> {
     if old.is_empty() {
         return Err(ReplaceError::NotFound);
     }
@@ -171,17 +180,24 @@ pub fn replace(body: &str, old: &str, new: &str, replace_all: bool) -> Result<Re
         _ => {}
     }
     let new = with_ending(&lf(new), first_ending(body));
-    let mut out = String::with_capacity(body.len() + matches.len() * new.len());
+    let spans: Vec<(usize, usize)> =
+        matches.iter().map(|&at| (view.raw_start(at), view.raw_end(at + old.len()))).collect();
+    // The exact length first: a short `old` and a long `new` over many matches would otherwise
+    // ask for terabytes (the allocation failure aborts the process).
+    let kept = body.len() as u64 - spans.iter().map(|(start, end)| (end - start) as u64).sum::<u64>();
+    let size = kept.saturating_add((spans.len() as u64).saturating_mul(new.len() as u64));
+    if size > limit {
+        return Err(ReplaceError::TooLarge(size));
+    }
+    let mut out = String::with_capacity(usize::try_from(size).unwrap_or(0));
     let mut cursor = 0;
-    for &at in &matches {
-        let start = view.raw_start(at);
-        let end = view.raw_end(at + old.len());
+    for &(start, end) in &spans {
         out.push_str(&body[cursor..start]);
         out.push_str(&new);
         cursor = end;
     }
     out.push_str(&body[cursor..]);
-    Ok(Replaced { text: out, count: matches.len() })
+    Ok(Replaced { text: out, count: spans.len() })
 }
 
 #[cfg(test)]
@@ -189,7 +205,7 @@ mod tests {
     use super::*;
 
     fn check(body: &str, old: &str, new: &str, all: bool, expected: Result<&str, &str>) {
-        let got = replace(body, old, new, all);
+        let got = replace(body, old, new, all, u64::MAX);
         match (got, expected) {
             (Ok(r), Ok(want)) => assert_eq!(r.text, want, "replace {old:?} in {body:?}"),
             (Err(e), Err(want)) => assert_eq!(format!("{e:?}"), want, "replace {old:?} in {body:?}"),
@@ -213,6 +229,19 @@ mod tests {
         // A lone CR is line text, not an ending.
         check("a\rb\n", "a\rb", "z", false, Ok("z\n"));
         check("x", "", "y", false, Err("NotFound"));
+    }
+
+    #[test]
+    fn a_result_over_the_limit_is_refused_with_its_exact_length() {
+        let check = |body: &str, new: &str, limit: u64, expected: Result<&str, ReplaceError>| {
+            let got = replace(body, "a", new, true, limit).map(|r| r.text);
+            assert_eq!(got.as_deref().map_err(|e| *e), expected, "{body:?} a -> {new:?} within {limit}");
+        };
+        check("aaa", "bb", 6, Ok("bbbbbb"));
+        check("aaa", "bb", 5, Err(ReplaceError::TooLarge(6)));
+        check("xa\r\na", "b\nc", 11, Ok("xb\r\nc\r\nb\r\nc"));
+        check("xa\r\na", "b\nc", 10, Err(ReplaceError::TooLarge(11)));
+        check(&"a".repeat(1 << 10), &"b".repeat(1 << 20), 1 << 20, Err(ReplaceError::TooLarge(1 << 30)));
     }
 
     #[test]

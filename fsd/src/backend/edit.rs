@@ -46,7 +46,15 @@ impl Backend {
         let bytes = read::read_bounded(&file, &meta, self.limits.max_editable_bytes).map_err(fail)?;
         let current = text::decode(&bytes).map_err(fail)?;
         let (bom, body) = text::split_bom(current);
-        let replaced = text::replace(body, old, new, replace_all).map_err(fail)?;
+        // The whole file, BOM included, stays within what a write of it could be.
+        let limit = self.limits.max_editable_bytes;
+        let room = limit.saturating_sub(bom.len() as u64);
+        let replaced = text::replace(body, old, new, replace_all, room)
+            .map_err(|e| match e {
+                FsError::TooLarge { size, .. } => FsError::TooLarge { size: size + bom.len() as u64, limit },
+                e => e,
+            })
+            .map_err(fail)?;
         let after = format!("{bom}{}", replaced.text);
         let parent = resolved.parent.as_ref().ok_or_else(|| fail(FsError::NotRegularFile))?;
         let (file, new_meta) = place_file(

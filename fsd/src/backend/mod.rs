@@ -357,14 +357,15 @@ impl Backend {
         for (index, spec) in merged.iter().enumerate() {
             let open = |source| StartError::Open { path: spec.path.clone(), source };
             let fd = sys::open_root(&spec.path).map_err(open)?;
-            let own = sys::meta(sys::borrow(&fd)).map_err(open)?.mount;
-            let mounts = std::iter::once(own).chain(allowed.iter().copied()).collect();
+            let own = sys::meta(sys::borrow(&fd)).map_err(open)?;
+            let mounts = std::iter::once(own.mount).chain(allowed.iter().copied()).collect();
             roots.push(Root {
                 id: format!("r{index}"),
                 path: spec.path.clone(),
                 fd,
                 writable: spec.writable,
                 mounts: Some(mounts),
+                dir: (own.dev, own.ino),
             });
         }
         let configured = roots.len();
@@ -373,7 +374,16 @@ impl Backend {
             let slash = PathBuf::from("/");
             let fd =
                 sys::open_root(&slash).map_err(|source| StartError::Open { path: slash.clone(), source })?;
-            roots.push(Root { id: "host".to_owned(), path: slash, fd, writable: true, mounts: None });
+            let own = sys::meta(sys::borrow(&fd))
+                .map_err(|source| StartError::Open { path: slash.clone(), source })?;
+            roots.push(Root {
+                id: "host".to_owned(),
+                path: slash,
+                fd,
+                writable: true,
+                mounts: None,
+                dir: (own.dev, own.ino),
+            });
         }
         Ok(Backend {
             roots,

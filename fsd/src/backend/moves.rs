@@ -1,7 +1,9 @@
 //! moveFile and deleteFile: regular files only, a symlink source refused, guarded like edits,
-//! under the locks of every target they touch.
+//! under the locks of every target they touch. A move onto a guarded destination exchanges the
+//! names and checks what it swapped out, as a replace does.
 
-use std::os::fd::AsFd;
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd};
 
 use super::resolve::{Resolved, WalkOptions};
 use super::write::{Place, current_file, place_file, same_key};
@@ -140,11 +142,29 @@ impl Backend {
         let after: Option<String>;
         let how = match (&destination_guard, &existing) {
             (_, None) if destination_guard.is_some() => RenameHow::NoReplace,
+            // A guarded replace swaps, then checks that what it swapped out is the file it
+            // checked (see `swap_in`): a save over the destination since then is never lost.
+            (Some(WriteGuard::ReplaceIfVersion { .. }), Some(_)) => RenameHow::Exchange,
             _ => RenameHow::Replace,
         };
-        let renamed = match &content {
-            None => sys::rename(src_parent.as_fd(), src.name(), dst_parent.as_fd(), dst.name(), how),
-            Some(_) => Err(Errno::XDEV),
+        #[cfg(feature = "fault-injection")]
+        if how == RenameHow::Exchange {
+            super::write::pause_at_exchange(dst.name());
+        }
+        let renamed = match (&content, &existing) {
+            (None, Some((_, checked))) if how == RenameHow::Exchange => {
+                match swap_in(src_parent.as_fd(), src.name(), dst_parent.as_fd(), dst.name(), checked)
+                    .map_err(|e| self.fail(e, &dst))?
+                {
+                    Swap::Moved { left_at_source } => {
+                        source_removal_errno = left_at_source.map(Errno::raw_os_error);
+                        Ok(())
+                    }
+                    Swap::Failed(errno) => Err(errno),
+                }
+            }
+            (None, _) => sys::rename(src_parent.as_fd(), src.name(), dst_parent.as_fd(), dst.name(), how),
+            (Some(_), _) => Err(Errno::XDEV),
         };
         match renamed {
             Ok(()) => {
@@ -200,4 +220,43 @@ impl Backend {
             source_removal_errno,
         })
     }
+}
+
+/// How a guarded move onto an existing destination went, short of a stale destination.
+enum Swap {
+    /// The source is at the destination; the replaced file is removed, or still at the source
+    /// name for this reason.
+    Moved { left_at_source: Option<Errno> },
+    /// The rename itself failed, as a plain rename would have.
+    Failed(Errno),
+}
+
+/// Moves `from` over `to`, which must still be the file `checked` describes: the two names are
+/// exchanged, and when the file that comes out is another (an outside save in between), the
+/// exchange is undone and the move is stale. Else the replaced file, now at `from`, is removed.
+fn swap_in(
+    from_dir: BorrowedFd<'_>,
+    from: &OsStr,
+    to_dir: BorrowedFd<'_>,
+    to: &OsStr,
+    checked: &sys::Meta,
+) -> Result<Swap, FsError> {
+    match sys::rename(from_dir, from, to_dir, to, RenameHow::Exchange) {
+        Ok(()) => {}
+        // The filesystem cannot exchange: the per-target lock still orders fsd's own writers.
+        Err(Errno::INVAL | Errno::OPNOTSUPP) => {
+            return Ok(match sys::rename(from_dir, from, to_dir, to, RenameHow::Replace) {
+                Ok(()) => Swap::Moved { left_at_source: None },
+                Err(errno) => Swap::Failed(errno),
+            });
+        }
+        Err(errno) => return Ok(Swap::Failed(errno)),
+    }
+    let swapped = sys::meta_at(from_dir, from);
+    if !swapped.as_ref().is_ok_and(|m| m.same_content(checked)) {
+        // Should the undo fail, both names hold someone's content: neither is removed.
+        sys::rename(from_dir, from, to_dir, to, RenameHow::Exchange).map_err(FsError::Rename)?;
+        return Err(FsError::Stale(StaleReason::ChangedWhileWriting));
+    }
+    Ok(Swap::Moved { left_at_source: sys::remove(from_dir, from).err() })
 }

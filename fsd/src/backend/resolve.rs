@@ -28,6 +28,9 @@ pub struct Root {
     /// The mounts a walk below this root may be on: the root's own, then the operator's
     /// `allow_submounts`. `None` (the filesystem root of danger-full-access): any mount.
     pub mounts: Option<Vec<u64>>,
+    /// The root directory's device and inode: a walk that reaches it from another root is in
+    /// this one.
+    pub dir: (u64, u64),
 }
 
 impl Root {
@@ -131,6 +134,12 @@ pub fn raw_components(path: &str, allow_backslash: bool) -> Result<Vec<OsString>
         if raw.len() > MAX_COMPONENT_BYTES {
             return Err(FsError::InvalidPath(PathProblem::ComponentTooLong));
         }
+        // An escaped `.` (`\x2e`) is still this directory: kept, it would give one file a
+        // second target key (and so a second lock), and let `root/\x2e` pass for a name below
+        // the root.
+        if raw == b"." {
+            continue;
+        }
         out.push(OsString::from_vec(raw));
     }
     Ok(out)
@@ -209,7 +218,7 @@ pub fn resolve(
     let mut hops = 0usize;
     let mut last: Option<(OsString, Option<Meta>)> = None;
 
-    while let Some(name) = queue.pop_front() {
+    while let Some(mut name) = queue.pop_front() {
         if name == ".." {
             if walk.rel.is_empty() {
                 return Err(FsError::OutsideRoots);
@@ -226,7 +235,34 @@ pub fn resolve(
                 last = Some((name, None));
                 break;
             }
-            Err(Errno::NOENT) if options.create_parents => {
+            Err(Errno::NOENT) => {
+                // `name` is missing, and so is everything after it until a `..` climbs back
+                // out (a directory about to be made holds nothing, not even a link): each such
+                // `..` cancels the component before it. A path that only passes through a
+                // missing directory goes on from here, and one that climbs out of the roots
+                // fails, before anything is created for it.
+                let mut inside = vec![std::mem::take(&mut name)];
+                while !inside.is_empty() {
+                    let Some(next) = queue.pop_front() else { break };
+                    if next == ".." {
+                        inside.pop();
+                    } else {
+                        inside.push(next);
+                    }
+                }
+                let mut inside = inside.into_iter();
+                let Some(first) = inside.next() else { continue };
+                name = first;
+                for c in inside.rev() {
+                    queue.push_front(c);
+                }
+                if queue.is_empty() {
+                    last = Some((name, None));
+                    break;
+                }
+                if !options.create_parents {
+                    return Err(FsError::NotFound);
+                }
                 let mut rel = walk.rel.clone();
                 rel.push(name.clone());
                 may_create(walk.root, &rel)?;
@@ -236,7 +272,6 @@ pub fn resolve(
                 }
                 sys::open_component(dir.as_fd(), &name).map_err(FsError::Walk)?
             }
-            Err(Errno::NOENT) => return Err(FsError::NotFound),
             Err(Errno::NOTDIR) => return Err(FsError::NotDirectory),
             Err(errno) => return Err(FsError::Walk(errno)),
         };
@@ -269,6 +304,15 @@ pub fn resolve(
                     }
                 }
             }
+            // Another root reached from inside this one (a `..` or a relative link into a root
+            // nested below it): the walk goes on in that root, whose own fence decides, as it
+            // does for the same directory named by its own path.
+            Kind::Directory if let Some(nested) = nested_root(roots, walk.root, &meta) => {
+                walk.enter_root(nested)?;
+                if is_final {
+                    break;
+                }
+            }
             Kind::Directory if !is_final => {
                 walk.rel.push(name);
                 walk.dirs.push(handle);
@@ -297,6 +341,11 @@ pub fn resolve(
             Ok(Resolved { root: walk.root, rel: walk.rel, parent, meta: Some(meta) })
         }
     }
+}
+
+/// The root, other than `current`, whose directory `meta` is.
+fn nested_root(roots: &[Root], current: usize, meta: &Meta) -> Option<usize> {
+    roots.iter().enumerate().position(|(i, r)| i != current && r.dir == (meta.dev, meta.ino))
 }
 
 /// The opaque key of a resolved target: root id and the path below it.
@@ -369,6 +418,8 @@ mod tests {
         check("/ws/\\\\xffa", false, Some(&[b"ws", b"\\xffa"]));
         check("/ws/a\\x2fb", false, None);
         check("/ws/a\\x00b", false, None);
+        check("/ws/\\x2e/a.txt", false, Some(&[b"ws", b"a.txt"]));
+        check("/ws/\\x2e\\x2e/a.txt", false, Some(&[b"ws", b"..", b"a.txt"]));
     }
 
     #[test]

@@ -225,11 +225,11 @@ impl Staged<'_> {
     }
 }
 
-/// Test hook: a replace of `fsd-fault-pause-exchange` pauses a second just before its exchange
-/// and again just after it, so a test can save over the name in the first window and write into
+/// Test hook: a replace (or a guarded move onto) `fsd-fault-pause-exchange` pauses a second just
+/// before its exchange and, for a replace, again just after it, so a test can save over the name in the first window and write into
 /// the file at the name (then ours) in the second.
 #[cfg(feature = "fault-injection")]
-fn pause_at_exchange(name: &OsStr) {
+pub(super) fn pause_at_exchange(name: &OsStr) {
     if name == "fsd-fault-pause-exchange" {
         std::thread::sleep(std::time::Duration::from_secs(1));
     }
@@ -426,6 +426,11 @@ impl Backend {
                 } else {
                     content
                 };
+                // The file's CRLF endings and BOM can make the content longer than it was sent.
+                let size = new_content.len() as u64;
+                if size > self.limits.max_editable_bytes {
+                    return Err(fail(FsError::TooLarge { size, limit: self.limits.max_editable_bytes }));
+                }
                 let (file, meta) = place_file(
                     parent.as_fd(),
                     resolved.name(),

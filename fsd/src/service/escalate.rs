@@ -93,7 +93,10 @@ impl FsdService {
                 if let (Ok(body), Some(old), Some(new)) = (&current.text, &wire.old_string, &wire.new_string)
                 {
                     let (_, body) = text::split_bom(body);
-                    if let Err(e) = text::replace(body, old, new, wire.replace_all) {
+                    // Bounded: this runs in the network process, which must not try to hold an
+                    // edit no worker would write.
+                    let limit = self.limits.max_editable_bytes;
+                    if let Err(e) = text::replace(body, old, new, wire.replace_all, limit) {
                         let ambiguous = matches!(e, FsError::AmbiguousEdit(_));
                         let mut wire_error = Failure::new(e, wire.path.clone()).into_wire();
                         if ambiguous {
