@@ -160,6 +160,22 @@ fn print_generated(args: &Args) -> Option<ExitCode> {
     Some(ExitCode::SUCCESS)
 }
 
+/// The log format of a configuration that failed to load: the flag's, else the file's
+/// `log_format` when the file is still readable TOML (a bad value elsewhere in it is reported in
+/// the format the operator asked for), else human.
+fn failed_config_log_format(args: &Args) -> LogFormat {
+    let said = match &args.log_format {
+        Some(flag) => Some(flag.clone()),
+        None => args
+            .config
+            .as_deref()
+            .and_then(|path| std::fs::read_to_string(path).ok())
+            .and_then(|text| text.parse::<toml::Table>().ok())
+            .and_then(|table| table.get("log_format")?.as_str().map(str::to_owned)),
+    };
+    if said.as_deref() == Some("json") { LogFormat::Json } else { LogFormat::Human }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     if let Some(code) = print_generated(&args) {
@@ -175,10 +191,7 @@ fn main() -> ExitCode {
     let config = match Config::load(args.config.as_deref(), overrides) {
         Ok(config) => config,
         Err(e) => {
-            // The file may be what failed: the flag is the only word on the format.
-            let format =
-                if args.log_format.as_deref() == Some("json") { LogFormat::Json } else { LogFormat::Human };
-            let _ = fsd::daemon::init_logging(format);
+            let _ = fsd::daemon::init_logging(failed_config_log_format(&args));
             return fatal(&e);
         }
     };

@@ -34,7 +34,7 @@ pub fn check(config: &Config) -> Result<(), PreflightError> {
         check_root(&root.path, if root.writable { "writable" } else { "readable" })?;
     }
     for listen in &config.listen {
-        if let Listen::Unix(path) = listen {
+        if let Listen::Unix(path) | Listen::HttpUnix(path) = listen {
             check_socket_dir(listen, path)?;
         }
     }

@@ -80,6 +80,7 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
         path.display().to_string()
     };
     let bad_uid = config("uid.toml", "worker_uid = 4294967295\n");
+    let big_reads = config("reads.toml", "max_read_bytes = 104857600\n");
     let p = |path: &Path| path.display().to_string();
     let cases: Vec<(Vec<String>, Option<&str>, String)> = vec![
         (
@@ -96,6 +97,19 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
             vec!["--listen".into(), "unix:/does/not/exist/fsd.sock".into(), "--writable-root".into(), p(&ws)],
             None,
             "cannot listen on unix:/does/not/exist/fsd.sock: the socket directory /does/not/exist does not exist"
+                .into(),
+        ),
+        (
+            vec!["--listen".into(), "http+unix:/does/not/exist/fsd.sock".into(), "--writable-root".into(), p(&ws)],
+            None,
+            "cannot listen on http+unix:/does/not/exist/fsd.sock: the socket directory /does/not/exist does not exist"
+                .into(),
+        ),
+        (
+            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), big_reads],
+            None,
+            "max_message_bytes 83886080 is too small for max_read_bytes 104857600: a message carries the whole \
+             file plus 1 MiB of framing, so set max_message_bytes to at least 105906176"
                 .into(),
         ),
         (
@@ -135,6 +149,42 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
         }
     }
     drop(busy);
+}
+
+#[test]
+fn a_config_that_asks_for_json_logs_reports_its_own_errors_in_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let config = dir.path().join("fsd.toml");
+    std::fs::write(&config, "log_format = \"json\"\nworkers_per_mode = 0\n").unwrap();
+    let socket = format!("unix:{}", dir.path().join("fsd.sock").display());
+    let args =
+        ["--listen", &socket, "--writable-root", ws.to_str().unwrap(), "--config", config.to_str().unwrap()];
+    let (code, lines, secs) = start_failure(&args, None, None);
+    println!("exit {code:?} after {secs:.3} s: {lines:?}");
+    assert_eq!(code, Some(2), "{lines:?}");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(message(&lines[0], true), "workers_per_mode must be between 1 and 64");
+}
+
+#[test]
+fn a_second_daemon_on_a_served_socket_says_only_that() {
+    let daemon = common::Daemon::start();
+    let socket = format!("unix:{}", daemon.socket.display());
+    let root = daemon.root.display().to_string();
+    let (code, lines, secs) = start_failure(&["--listen", &socket, "--writable-root", &root], None, None);
+    println!("exit {code:?} after {secs:.3} s: {lines:?}");
+    assert_eq!(code, Some(2), "{lines:?}");
+    assert_eq!(lines.len(), 1, "one line, the cause: {lines:?}");
+    assert_eq!(
+        message(&lines[0], false),
+        format!("another daemon already listens on {}", daemon.socket.display())
+    );
+    // The first daemon still serves.
+    daemon.write("still.txt", "here\n");
+    let reply = daemon.session().read("still.txt");
+    assert!(!reply.is_error(), "{}", reply.json);
 }
 
 #[test]
