@@ -81,6 +81,7 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
     };
     let bad_uid = config("uid.toml", "worker_uid = 4294967295\n");
     let big_reads = config("reads.toml", "max_read_bytes = 104857600\n");
+    let no_submount = config("submount.toml", "allow_submounts = [\"/does/not/exist\"]\n");
     let p = |path: &Path| path.display().to_string();
     let cases: Vec<(Vec<String>, Option<&str>, String)> = vec![
         (
@@ -111,6 +112,11 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
             "max_message_bytes 83886080 is too small for max_read_bytes 104857600: a message carries the whole \
              file plus 1 MiB of framing, so set max_message_bytes to at least 105906176"
                 .into(),
+        ),
+        (
+            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), no_submount],
+            None,
+            "allow_submounts /does/not/exist does not exist".into(),
         ),
         (
             vec!["--listen".into(), format!("tcp:127.0.0.1:{busy_port}"), "--writable-root".into(), p(&ws)],
