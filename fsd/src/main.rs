@@ -58,10 +58,11 @@ struct Args {
     /// TOML configuration file (snake_case keys); flags override it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Log format on stderr.
+    /// Log format on stderr (the level comes from FSD_LOG, default info).
     #[arg(long, value_name = "human|json")]
     log_format: Option<String>,
-    /// The mode calls run at unless they ask for a narrower one.
+    /// The mode calls run at unless they ask for a narrower one: read-only, workspace-write (the
+    /// default) or danger-full-access.
     #[arg(long, value_name = "MODE")]
     default_mode: Option<String>,
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) and exit.
