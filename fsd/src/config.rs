@@ -374,7 +374,8 @@ pub enum ConfigError {
     ApproverEndpoint(String),
     #[error("escalation = \"signed\" needs approver_public_key (64 hex digits)")]
     NoApproverKey,
-    #[error("invalid {0}")]
+    /// The key's own reason, which names `approver_public_key`.
+    #[error("{0}")]
     ApproverKey(String),
     #[error("invalid log_format {0:?}: expected human or json")]
     LogFormat(String),

@@ -82,6 +82,7 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
     let bad_uid = config("uid.toml", "worker_uid = 4294967295\n");
     let big_reads = config("reads.toml", "max_read_bytes = 104857600\n");
     let no_submount = config("submount.toml", "allow_submounts = [\"/does/not/exist\"]\n");
+    let bad_key = config("key.toml", "escalation = \"signed\"\napprover_public_key = \"abc\"\n");
     let p = |path: &Path| path.display().to_string();
     let cases: Vec<(Vec<String>, Option<&str>, String)> = vec![
         (
@@ -117,6 +118,11 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
             vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), no_submount],
             None,
             "allow_submounts /does/not/exist does not exist".into(),
+        ),
+        (
+            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), bad_key],
+            None,
+            "approver_public_key is not hex: Odd number of digits".into(),
         ),
         (
             vec!["--listen".into(), format!("tcp:127.0.0.1:{busy_port}"), "--writable-root".into(), p(&ws)],
