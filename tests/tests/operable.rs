@@ -1,7 +1,8 @@
 //! What an operator meets on a normal day, against the real binary: a start that cannot work
 //! exits 2 at once with one line naming the cause (in the configured log format); health tells
 //! which modes are served; SIGTERM with a stuck worker stops within `shutdown_grace_ms`; plaintext
-//! loopback TCP is the `tcp` identity, read-only unless configured.
+//! loopback TCP is the `tcp` identity, read-only unless configured; a listener on port 0 logs the
+//! port it bound.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -346,6 +347,48 @@ fn plaintext_loopback_tcp_is_the_tcp_identity_read_only_unless_configured() {
             assert_eq!(daemon.read("t.txt"), b"x\n");
         }
     }
+}
+
+#[test]
+fn a_tcp_listener_on_port_0_logs_the_port_it_bound() {
+    use std::io::BufRead;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let socket = dir.path().join("fsd.sock");
+    let mut daemon = common::launch()
+        .unix(&socket)
+        .writable_root(&ws)
+        .args(["--listen", "tcp:127.0.0.1:0", "--listen", "http:127.0.0.1:0", "--log-format", "json"])
+        .env("FSD_LOG", "info")
+        .stderr(fsd_testkit::Stderr::Piped)
+        .start()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut lines = std::io::BufReader::new(daemon.take_stderr().unwrap()).lines();
+    let mut named = Vec::new();
+    while named.len() < 2 {
+        let line = lines.next().expect("the log ended before both listeners were named").unwrap();
+        let value: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        if let Some(listen) = value["fields"]["listen"].as_str().filter(|l| l.contains("127.0.0.1:")) {
+            named.push(listen.to_owned());
+        }
+    }
+    for listen in &named {
+        let port: u16 = listen.rsplit_once(':').unwrap().1.parse().unwrap();
+        assert_ne!(port, 0, "{listen}: the log names the bound port, not 0");
+    }
+    // The logged port is the one that answers.
+    let tcp = named.iter().find_map(|l| l.strip_prefix("tcp:")).expect("the tcp listener's line");
+    let hello = hello_over(&rt, &Endpoint::Tcp(tcp.to_owned()));
+    assert_eq!(hello.protocol_version, fsd_proto::PROTOCOL_VERSION);
+    // The client's connection closes with its runtime, so the stop need not wait it out.
+    drop(rt);
+    daemon.signal(rustix::process::Signal::TERM);
+    for line in lines {
+        drop(line);
+    }
+    assert!(daemon.wait().unwrap().success());
 }
 
 #[test]
