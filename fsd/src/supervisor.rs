@@ -208,6 +208,10 @@ async fn supervise(
         alive: Default::default(),
         hung: crate::hung::HungWorkers::new(config_max_abandoned, crate::hung::KILL_GRACE),
     };
+    // Before any worker exists, and before the socket answers: remove the temporary files a
+    // killed daemon left (backend::journal).
+    let roots: Vec<PathBuf> = sup.config.roots.iter().map(|r| r.path.clone()).collect();
+    let sweeper = journal::Sweeper::start(&roots);
     let network_pid = sup.spawn(Role::Network, &network_end)?;
     drop(network_end);
     // Workers start once the network process has bound its listeners: a listener that cannot
@@ -237,11 +241,9 @@ async fn supervise(
             });
         }
     }
-    // Before any worker exists: remove the temporary files a killed daemon left (backend::journal).
-    // Only once the listeners are bound, so a start that fails (another daemon on the socket,
-    // serving these very roots) is the one line naming its cause.
-    let roots: Vec<PathBuf> = sup.config.roots.iter().map(|r| r.path.clone()).collect();
-    let sweeper = journal::Sweeper::start(&roots);
+    // The roots another daemon serves are said only now: a start that fails (another daemon on
+    // the socket, serving these very roots) is the one line naming its cause.
+    sweeper.report_shared();
 
     let abi = sys::landlock_abi();
     let floor = sys::confine::LANDLOCK_FLOOR;
