@@ -32,11 +32,14 @@ struct Cli {
 enum Command {
     /// Create a key pair: DIR/approver.key (private, 0600) and DIR/approver.pub (for the daemon).
     Keygen {
+        /// The directory to write the two files in (created when missing; existing files are
+        /// never overwritten).
         #[arg(long, value_name = "DIR")]
         dir: PathBuf,
     },
     /// Serve approvals over gRPC (fsd.approver.v1) to the daemon (its approver_endpoint).
     Serve {
+        /// The private key (approver.key from keygen, mode 0600), never the .pub.
         #[arg(long, value_name = "FILE")]
         key: PathBuf,
         /// unix:PATH or tcp:HOST:PORT.

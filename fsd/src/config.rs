@@ -374,7 +374,8 @@ pub enum ConfigError {
     ApproverEndpoint(String),
     #[error("escalation = \"signed\" needs approver_public_key (64 hex digits)")]
     NoApproverKey,
-    #[error("invalid {0}")]
+    /// The key's own reason, which names `approver_public_key`.
+    #[error("{0}")]
     ApproverKey(String),
     #[error("invalid log_format {0:?}: expected human or json")]
     LogFormat(String),
@@ -412,8 +413,10 @@ pub enum ConfigError {
     Workers,
     #[error("rest_root {0} is not one of the configured roots")]
     RestRoot(PathBuf),
-    #[error("max_message_bytes {message} must exceed max_editable_file_bytes {editable}")]
-    MessageTooSmall { message: u64, editable: u64 },
+    #[error(
+        "max_message_bytes {message} is too small for {key} {bytes}: a message carries the whole file plus 1 MiB of framing, so set max_message_bytes to at least {needed}"
+    )]
+    MessageTooSmall { message: u64, key: &'static str, bytes: u64, needed: u64 },
     #[error("cannot read the owner of root {0}: {1}")]
     RootOwner(PathBuf, #[source] std::io::Error),
     #[error(
@@ -595,13 +598,16 @@ impl Config {
             ..defaults
         };
         let max_message_bytes = file.max_message_bytes.unwrap_or(80 << 20);
-        // A unary write carries the whole file plus framing: the cap must leave room for it.
-        let needed = limits.max_editable_bytes.max(limits.max_read_bytes) + (1 << 20);
+        // A unary write (or a whole read) carries the file plus framing: the cap must leave room
+        // for it. The error names the key that needs the room, not always the editable size.
+        let (key, bytes) = if limits.max_read_bytes > limits.max_editable_bytes {
+            ("max_read_bytes", limits.max_read_bytes)
+        } else {
+            ("max_editable_file_bytes", limits.max_editable_bytes)
+        };
+        let needed = bytes.saturating_add(1 << 20);
         if max_message_bytes < needed {
-            return Err(ConfigError::MessageTooSmall {
-                message: max_message_bytes,
-                editable: limits.max_editable_bytes,
-            });
+            return Err(ConfigError::MessageTooSmall { message: max_message_bytes, key, bytes, needed });
         }
         let landlock = match file.landlock.as_deref() {
             None | Some("required") => LandlockPolicy::Required,

@@ -98,20 +98,33 @@ pub fn network(config: &Config) -> Result<Confinement, ConfineError> {
 /// `fs.protected_symlinks = 0` a link planted in a sticky directory is followed for anyone.
 pub fn missing_link_protection() -> Option<String> {
     let dir = sysctl_dir();
-    let off: Vec<String> = ["protected_hardlinks", "protected_symlinks"]
-        .into_iter()
-        .filter(|name| {
-            // Unreadable counts as off: the precondition is not known to hold.
-            std::fs::read_to_string(dir.join(name)).map_or(true, |v| v.trim() == "0")
-        })
-        .map(|name| format!("fs.{name} = 0"))
-        .collect();
-    (!off.is_empty()).then(|| {
-        format!(
+    let mut off = Vec::new();
+    let mut unknown = Vec::new();
+    for name in ["protected_hardlinks", "protected_symlinks"] {
+        // Unreadable counts as off: the precondition is not known to hold. It is said apart, for
+        // a /proc without sys/ (systemd's ProcSubset=pid, a container's masked /proc/sys) is a
+        // setting to change there, not the kernel's.
+        match std::fs::read_to_string(dir.join(name)) {
+            Ok(v) if v.trim() == "0" => off.push(format!("fs.{name} = 0")),
+            Ok(_) => {}
+            Err(e) => unknown.push(format!("{}: {e}", dir.join(name).display())),
+        }
+    }
+    let mut reasons = Vec::new();
+    if !off.is_empty() {
+        reasons.push(format!(
             "the kernel does not protect links ({}); set it to 1 (sysctl -w) to serve this mode",
             off.join(", ")
-        )
-    })
+        ));
+    }
+    if !unknown.is_empty() {
+        reasons.push(format!(
+            "cannot read whether the kernel protects links ({}); make /proc/sys/fs readable to the daemon \
+             (no ProcSubset=pid in a systemd unit) to serve this mode",
+            unknown.join(", ")
+        ));
+    }
+    (!reasons.is_empty()).then(|| reasons.join("; "))
 }
 
 /// Where the `fs.*` sysctls are read; the test build may point elsewhere

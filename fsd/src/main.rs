@@ -58,10 +58,11 @@ struct Args {
     /// TOML configuration file (snake_case keys); flags override it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Log format on stderr.
+    /// Log format on stderr (the level comes from FSD_LOG, default info).
     #[arg(long, value_name = "human|json")]
     log_format: Option<String>,
-    /// The mode calls run at unless they ask for a narrower one.
+    /// The mode calls run at unless they ask for a narrower one: read-only, workspace-write (the
+    /// default) or danger-full-access.
     #[arg(long, value_name = "MODE")]
     default_mode: Option<String>,
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) and exit.
@@ -160,6 +161,22 @@ fn print_generated(args: &Args) -> Option<ExitCode> {
     Some(ExitCode::SUCCESS)
 }
 
+/// The log format of a configuration that failed to load: the flag's, else the file's
+/// `log_format` when the file is still readable TOML (a bad value elsewhere in it is reported in
+/// the format the operator asked for), else human.
+fn failed_config_log_format(args: &Args) -> LogFormat {
+    let said = match &args.log_format {
+        Some(flag) => Some(flag.clone()),
+        None => args
+            .config
+            .as_deref()
+            .and_then(|path| std::fs::read_to_string(path).ok())
+            .and_then(|text| text.parse::<toml::Table>().ok())
+            .and_then(|table| table.get("log_format")?.as_str().map(str::to_owned)),
+    };
+    if said.as_deref() == Some("json") { LogFormat::Json } else { LogFormat::Human }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     if let Some(code) = print_generated(&args) {
@@ -175,10 +192,7 @@ fn main() -> ExitCode {
     let config = match Config::load(args.config.as_deref(), overrides) {
         Ok(config) => config,
         Err(e) => {
-            // The file may be what failed: the flag is the only word on the format.
-            let format =
-                if args.log_format.as_deref() == Some("json") { LogFormat::Json } else { LogFormat::Human };
-            let _ = fsd::daemon::init_logging(format);
+            let _ = fsd::daemon::init_logging(failed_config_log_format(&args));
             return fatal(&e);
         }
     };

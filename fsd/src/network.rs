@@ -70,12 +70,24 @@ fn bind(listen: &Listen, access: SocketAccess) -> Result<Binding, DaemonError> {
         listener.set_nonblocking(true).map_err(bind_err)?;
         Ok(listener)
     };
+    // Port 0 asks the kernel for one: the logs name the port actually bound.
+    let bound = |listener: &std::net::TcpListener, as_listen: fn(std::net::SocketAddr) -> Listen| {
+        listener.local_addr().map(|a| as_listen(a).to_string()).unwrap_or_else(|_| name.clone())
+    };
     match listen {
         Listen::Unix(path) => unix(path, false),
-        Listen::Tcp(addr) => Ok(Binding::Ready(Bound::Tcp(tcp(addr)?, name))),
+        Listen::Tcp(addr) => {
+            let listener = tcp(addr)?;
+            let name = bound(&listener, Listen::Tcp);
+            Ok(Binding::Ready(Bound::Tcp(listener, name)))
+        }
         Listen::HttpUnix(path) => unix(path, true),
-        Listen::Http(addr) => Ok(Binding::Ready(Bound::Http(tcp(addr)?, name, false))),
-        Listen::HttpPlain(addr) => Ok(Binding::Ready(Bound::Http(tcp(addr)?, name, true))),
+        Listen::Http(addr) | Listen::HttpPlain(addr) => {
+            let plain = matches!(listen, Listen::HttpPlain(_));
+            let listener = tcp(addr)?;
+            let name = bound(&listener, if plain { Listen::HttpPlain } else { Listen::Http });
+            Ok(Binding::Ready(Bound::Http(listener, name, plain)))
+        }
     }
 }
 

@@ -15,6 +15,12 @@ pub enum PreflightError {
     RootNotDirectory { kind: &'static str, path: PathBuf },
     #[error("{kind} root {path}: {reason}")]
     RootUnusable { kind: &'static str, path: PathBuf, reason: String },
+    #[error("allow_submounts {path} does not exist")]
+    SubmountMissing { path: PathBuf },
+    #[error("allow_submounts {path} is not a directory")]
+    SubmountNotDirectory { path: PathBuf },
+    #[error("allow_submounts {path}: {reason}")]
+    SubmountUnusable { path: PathBuf, reason: String },
     #[error("cannot listen on {listen}: the socket directory {dir} does not exist")]
     SocketDirMissing { listen: String, dir: PathBuf },
     #[error("cannot listen on {listen}: {dir} is not a directory")]
@@ -33,8 +39,13 @@ pub fn check(config: &Config) -> Result<(), PreflightError> {
     for root in &config.roots {
         check_root(&root.path, if root.writable { "writable" } else { "readable" })?;
     }
+    // Every worker opens each allowed submount at birth: one that is not there would have them
+    // all fail at start, behind a daemon that says it serves.
+    for path in &config.allow_submounts {
+        check_submount(path)?;
+    }
     for listen in &config.listen {
-        if let Listen::Unix(path) = listen {
+        if let Listen::Unix(path) | Listen::HttpUnix(path) = listen {
             check_socket_dir(listen, path)?;
         }
     }
@@ -54,6 +65,17 @@ fn check_root(path: &Path, kind: &'static str) -> Result<(), PreflightError> {
             Err(PreflightError::RootMissing { kind, path: path.to_owned() })
         }
         Err(e) => Err(PreflightError::RootUnusable { kind, path: path.to_owned(), reason: e.to_string() }),
+    }
+}
+
+fn check_submount(path: &Path) -> Result<(), PreflightError> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(PreflightError::SubmountNotDirectory { path: path.to_owned() }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(PreflightError::SubmountMissing { path: path.to_owned() })
+        }
+        Err(e) => Err(PreflightError::SubmountUnusable { path: path.to_owned(), reason: e.to_string() }),
     }
 }
 

@@ -208,7 +208,8 @@ async fn supervise(
         alive: Default::default(),
         hung: crate::hung::HungWorkers::new(config_max_abandoned, crate::hung::KILL_GRACE),
     };
-    // Before any worker exists: remove the temporary files a killed daemon left (backend::journal).
+    // Before any worker exists, and before the socket answers: remove the temporary files a
+    // killed daemon left (backend::journal).
     let sweeper = journal::Sweeper::start(&sup.config.roots);
     let network_pid = sup.spawn(Role::Network, &network_end)?;
     drop(network_end);
@@ -239,6 +240,9 @@ async fn supervise(
             });
         }
     }
+    // The roots another daemon serves are said only now: a start that fails (another daemon on
+    // the socket, serving these very roots) is the one line naming its cause.
+    sweeper.report_shared();
 
     let abi = sys::landlock_abi();
     let floor = sys::confine::LANDLOCK_FLOOR;

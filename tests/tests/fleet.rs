@@ -486,3 +486,29 @@ fn a_link_reuses_one_connection_and_reconnects_after_the_idle_timeout() {
         assert!(!link.restarted());
     });
 }
+
+#[test]
+fn a_plaintext_client_of_a_tls_listener_is_told_it_may_speak_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ca = pki::Ca::new(d, "ca");
+    let server = ca.server("fsd", &["fsd.test"], &["127.0.0.1".parse().unwrap()]);
+    let port = free_port();
+    let config =
+        format!("tls_cert = {:?}\ntls_key = {:?}\ntls_client_ca = {:?}\n", server.cert, server.key, ca.cert);
+    let _daemon = common::Daemon::start_with(&["--listen", &format!("tcp:127.0.0.1:{port}")], &config);
+    let endpoint = format!("tcp:127.0.0.1:{port}");
+    let want = format!(
+        "fsd-tools: the daemon at {endpoint} did not answer hello in plaintext: if that listener speaks TLS \
+         (the daemon's config sets tls_cert), reach it with --target NAME and a fleet file that names its ca ("
+    );
+    for args in
+        [vec!["call", "read", r#"{"file_path": "/x"}"#, "--endpoint", &endpoint], vec!["doctor", &endpoint]]
+    {
+        let out = Command::new(common::tools_bin()).args(&args).stdin(Stdio::null()).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        println!("{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with(&want), "{args:?}: {stderr}");
+    }
+}

@@ -415,6 +415,19 @@ fn confined_modes_need_the_kernels_link_protection() {
     let mut s = d.session();
     assert!(!s.read("a.txt").is_error());
 
+    // Unreadable (a /proc without sys/, as systemd's ProcSubset=pid makes it): not served, and
+    // the reason says the values could not be read, not that they are 0.
+    let hidden = tempfile::tempdir().unwrap();
+    let d = Daemon::start_with_env(&[], "", &[("FSD_FAULT_SYSCTL_FS_DIR", hidden.path().to_str().unwrap())]);
+    let status = mode_status(&Rpc::connect(&d), Mode::WorkspaceWrite);
+    assert!(!status.available, "{status:?}");
+    assert!(
+        status.reason.starts_with("cannot read whether the kernel protects links (")
+            && status.reason.contains("protected_hardlinks: No such file or directory")
+            && !status.reason.contains("= 0"),
+        "{status:?}"
+    );
+
     // Both on: served as usual.
     let on = sysctls("1", "1");
     let d = Daemon::start_with_env(&[], "", &[("FSD_FAULT_SYSCTL_FS_DIR", on.path().to_str().unwrap())]);

@@ -1,7 +1,8 @@
 //! What an operator meets on a normal day, against the real binary: a start that cannot work
 //! exits 2 at once with one line naming the cause (in the configured log format); health tells
 //! which modes are served; SIGTERM with a stuck worker stops within `shutdown_grace_ms`; plaintext
-//! loopback TCP is the `tcp` identity, read-only unless configured.
+//! loopback TCP is the `tcp` identity, read-only unless configured; a listener on port 0 logs the
+//! port it bound.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -80,6 +81,9 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
         path.display().to_string()
     };
     let bad_uid = config("uid.toml", "worker_uid = 4294967295\n");
+    let big_reads = config("reads.toml", "max_read_bytes = 104857600\n");
+    let no_submount = config("submount.toml", "allow_submounts = [\"/does/not/exist\"]\n");
+    let bad_key = config("key.toml", "escalation = \"signed\"\napprover_public_key = \"abc\"\n");
     let p = |path: &Path| path.display().to_string();
     let cases: Vec<(Vec<String>, Option<&str>, String)> = vec![
         (
@@ -97,6 +101,29 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
             None,
             "cannot listen on unix:/does/not/exist/fsd.sock: the socket directory /does/not/exist does not exist"
                 .into(),
+        ),
+        (
+            vec!["--listen".into(), "http+unix:/does/not/exist/fsd.sock".into(), "--writable-root".into(), p(&ws)],
+            None,
+            "cannot listen on http+unix:/does/not/exist/fsd.sock: the socket directory /does/not/exist does not exist"
+                .into(),
+        ),
+        (
+            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), big_reads],
+            None,
+            "max_message_bytes 83886080 is too small for max_read_bytes 104857600: a message carries the whole \
+             file plus 1 MiB of framing, so set max_message_bytes to at least 105906176"
+                .into(),
+        ),
+        (
+            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), no_submount],
+            None,
+            "allow_submounts /does/not/exist does not exist".into(),
+        ),
+        (
+            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), bad_key],
+            None,
+            "approver_public_key is not hex: Odd number of digits".into(),
         ),
         (
             vec!["--listen".into(), format!("tcp:127.0.0.1:{busy_port}"), "--writable-root".into(), p(&ws)],
@@ -135,6 +162,42 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
         }
     }
     drop(busy);
+}
+
+#[test]
+fn a_config_that_asks_for_json_logs_reports_its_own_errors_in_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let config = dir.path().join("fsd.toml");
+    std::fs::write(&config, "log_format = \"json\"\nworkers_per_mode = 0\n").unwrap();
+    let socket = format!("unix:{}", dir.path().join("fsd.sock").display());
+    let args =
+        ["--listen", &socket, "--writable-root", ws.to_str().unwrap(), "--config", config.to_str().unwrap()];
+    let (code, lines, secs) = start_failure(&args, None, None);
+    println!("exit {code:?} after {secs:.3} s: {lines:?}");
+    assert_eq!(code, Some(2), "{lines:?}");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(message(&lines[0], true), "workers_per_mode must be between 1 and 64");
+}
+
+#[test]
+fn a_second_daemon_on_a_served_socket_says_only_that() {
+    let daemon = common::Daemon::start();
+    let socket = format!("unix:{}", daemon.socket.display());
+    let root = daemon.root.display().to_string();
+    let (code, lines, secs) = start_failure(&["--listen", &socket, "--writable-root", &root], None, None);
+    println!("exit {code:?} after {secs:.3} s: {lines:?}");
+    assert_eq!(code, Some(2), "{lines:?}");
+    assert_eq!(lines.len(), 1, "one line, the cause: {lines:?}");
+    assert_eq!(
+        message(&lines[0], false),
+        format!("another daemon already listens on {}", daemon.socket.display())
+    );
+    // The first daemon still serves.
+    daemon.write("still.txt", "here\n");
+    let reply = daemon.session().read("still.txt");
+    assert!(!reply.is_error(), "{}", reply.json);
 }
 
 #[test]
@@ -284,6 +347,48 @@ fn plaintext_loopback_tcp_is_the_tcp_identity_read_only_unless_configured() {
             assert_eq!(daemon.read("t.txt"), b"x\n");
         }
     }
+}
+
+#[test]
+fn a_tcp_listener_on_port_0_logs_the_port_it_bound() {
+    use std::io::BufRead;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let socket = dir.path().join("fsd.sock");
+    let mut daemon = common::launch()
+        .unix(&socket)
+        .writable_root(&ws)
+        .args(["--listen", "tcp:127.0.0.1:0", "--listen", "http:127.0.0.1:0", "--log-format", "json"])
+        .env("FSD_LOG", "info")
+        .stderr(fsd_testkit::Stderr::Piped)
+        .start()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut lines = std::io::BufReader::new(daemon.take_stderr().unwrap()).lines();
+    let mut named = Vec::new();
+    while named.len() < 2 {
+        let line = lines.next().expect("the log ended before both listeners were named").unwrap();
+        let value: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        if let Some(listen) = value["fields"]["listen"].as_str().filter(|l| l.contains("127.0.0.1:")) {
+            named.push(listen.to_owned());
+        }
+    }
+    for listen in &named {
+        let port: u16 = listen.rsplit_once(':').unwrap().1.parse().unwrap();
+        assert_ne!(port, 0, "{listen}: the log names the bound port, not 0");
+    }
+    // The logged port is the one that answers.
+    let tcp = named.iter().find_map(|l| l.strip_prefix("tcp:")).expect("the tcp listener's line");
+    let hello = hello_over(&rt, &Endpoint::Tcp(tcp.to_owned()));
+    assert_eq!(hello.protocol_version, fsd_proto::PROTOCOL_VERSION);
+    // The client's connection closes with its runtime, so the stop need not wait it out.
+    drop(rt);
+    daemon.signal(rustix::process::Signal::TERM);
+    for line in lines {
+        drop(line);
+    }
+    assert!(daemon.wait().unwrap().success());
 }
 
 #[test]

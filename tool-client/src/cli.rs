@@ -26,11 +26,13 @@ struct Cli {
 enum Command {
     /// Print the JSON schemas of the visible tools.
     Schemas {
+        /// Client configuration (TOML, camelCase keys): which tools are visible.
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
     /// Print the guidance paragraphs of the visible tools.
     Guidance {
+        /// Client configuration (TOML, camelCase keys): which tools are visible.
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
@@ -56,7 +58,8 @@ enum Command {
     /// Say what a daemon serves (version, modes and their fences, limits, escalation) and check
     /// a client configuration against it.
     Doctor {
-        /// The daemon: unix:PATH or tcp:HOST:PORT.
+        /// The daemon: unix:PATH, tcp:HOST:PORT (plaintext: a TLS listener is asked over the
+        /// daemon's Unix socket instead) or http://HOST:PORT.
         endpoint: String,
         /// A client configuration (TOML, camelCase keys) to check.
         #[arg(long, value_name = "FILE")]

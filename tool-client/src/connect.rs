@@ -56,6 +56,12 @@ pub enum ConnectError {
          certificate or requires one (check cert and key, and the daemon's tls_client_ca) ({status})"
     )]
     Handshake { endpoint: String, status: tonic::Status },
+    #[error(
+        "the daemon at {endpoint} did not answer hello in plaintext: if that listener speaks TLS (the daemon's \
+         config sets tls_cert), reach it with --target NAME and a fleet file that names its ca ({})",
+        status_text(status)
+    )]
+    PlaintextToTls { endpoint: String, status: tonic::Status },
     #[error("refusing to connect to {endpoint}: {reason}")]
     Insecure { endpoint: String, reason: &'static str },
     #[error("invalid bearer token for {endpoint}: it must be printable ASCII")]
@@ -288,9 +294,25 @@ pub async fn connect(endpoint: &Endpoint) -> Result<(FsdClient<Channel>, v1::Hel
     let hello = client
         .hello(v1::HelloRequest { context: None })
         .await
-        .map_err(|status| ConnectError::Hello { endpoint: endpoint.to_string(), status })?
+        .map_err(|status| plaintext_hello_failed(endpoint, status))?
         .into_inner();
     Ok((client, hello))
+}
+
+/// A plaintext hello that failed. Sent to a TLS listener it gets no HTTP answer at all (the
+/// daemon's TLS layer refuses the bytes; HTTP/2 here sees a protocol error or a closed pipe), so
+/// a `tcp:` endpoint says what that most likely means.
+fn plaintext_hello_failed(endpoint: &Endpoint, status: tonic::Status) -> ConnectError {
+    let unanswered = matches!(
+        status.code(),
+        tonic::Code::Internal | tonic::Code::Cancelled | tonic::Code::Unavailable | tonic::Code::Unknown
+    ) && status.metadata().is_empty();
+    let endpoint_text = endpoint.to_string();
+    if unanswered && matches!(endpoint, Endpoint::Tcp(_)) {
+        ConnectError::PlaintextToTls { endpoint: endpoint_text, status }
+    } else {
+        ConnectError::Hello { endpoint: endpoint_text, status }
+    }
 }
 
 /// What one link knows about its daemon, shared by every clone of the link.
@@ -543,13 +565,16 @@ pub async fn open(
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let hello = client.hello(v1::HelloRequest { context: None }).await.map_err(|status| {
-        let endpoint = endpoint.to_string();
+        if credentials.tls.is_none() {
+            return plaintext_hello_failed(endpoint, status);
+        }
         // In TLS 1.3 a refused client certificate surfaces as a connection closed under the
         // first call, with no HTTP answer at all: say what that most likely means.
         let unanswered =
             matches!(status.code(), tonic::Code::Cancelled | tonic::Code::Unavailable | tonic::Code::Unknown)
                 && status.metadata().is_empty();
-        if credentials.tls.is_some() && unanswered && state.instance().is_none() {
+        let endpoint = endpoint.to_string();
+        if unanswered && state.instance().is_none() {
             ConnectError::Handshake { endpoint, status }
         } else {
             ConnectError::Hello { endpoint, status }

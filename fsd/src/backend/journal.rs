@@ -210,6 +210,8 @@ pub struct SweepReport {
 #[derive(Debug)]
 pub struct Sweeper {
     roots: Vec<(PathBuf, OwnedFd)>,
+    /// Roots not swept because another daemon serves them, and why the lock said so.
+    shared: Vec<(PathBuf, sys::Errno)>,
 }
 
 impl Sweeper {
@@ -217,6 +219,7 @@ impl Sweeper {
     /// writable ones.
     pub fn start(roots: &[RootSpec]) -> Sweeper {
         let mut held = Vec::new();
+        let mut shared = Vec::new();
         for RootSpec { path, writable } in roots {
             let Ok(path) = std::fs::canonicalize(path) else { continue };
             let Ok(fd) = sys::open_dir(&path) else { continue };
@@ -227,9 +230,7 @@ impl Sweeper {
                         tracing::info!(root = %path.display(), entries = report.entries, removed = report.removed, "swept temporary files left by a previous run");
                     }
                 }
-                Err(errno) => {
-                    tracing::info!(root = %path.display(), %errno, "another daemon serves this root; its temporary files are its own: no start-up sweep");
-                }
+                Err(errno) => shared.push((path.clone(), errno)),
             }
             if let Err(errno) = sys::lock_shared(fd.as_fd()) {
                 tracing::warn!(root = %path.display(), %errno, "cannot hold the root's shared lock");
@@ -241,7 +242,15 @@ impl Sweeper {
             }
             held.push((path, fd));
         }
-        Sweeper { roots: held }
+        Sweeper { roots: held, shared }
+    }
+
+    /// Logs the roots `start` left to another daemon. Called once the daemon is sure to serve,
+    /// so a start that fails says only why.
+    pub fn report_shared(&self) {
+        for (path, errno) in &self.shared {
+            tracing::info!(root = %path.display(), %errno, "another daemon serves this root; its temporary files are its own: no start-up sweep");
+        }
     }
 
     /// A worker died: removes what it left (it can no longer be writing).
