@@ -599,6 +599,25 @@ fn an_expired_ticket_is_refused() {
 }
 
 #[test]
+fn an_approved_read_is_good_for_one_read() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let mut rpc = Rpc::connect(&s.d);
+    let target = s.outside.path().join("secret.txt");
+    std::fs::write(&target, "v1\n").unwrap();
+    let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &target)]).unwrap());
+    assert_eq!(read(&mut rpc, "s1", &target, Some(tk.clone())).unwrap(), "v1\n");
+    // A client that never releases the ticket does not get to keep reading with it.
+    std::fs::write(&target, "v2\n").unwrap();
+    let err = read(&mut rpc, "s1", &target, Some(tk)).unwrap_err();
+    assert_eq!(
+        (err.code, err.message.as_str()),
+        (ErrorCode::SandboxDenied, "escalation ticket refused: unknown or already spent escalation")
+    );
+}
+
+#[test]
 fn a_target_swapped_for_a_symlink_after_approval_is_refused() {
     let keys = Keys::new();
     let _approver = Approver::serve(&keys, &keys.rules("allow"));
