@@ -95,20 +95,40 @@ pub fn explain(rules: &Rules, description: &str) -> (Decision, String) {
     (Decision::Allow, used.join(", "))
 }
 
+/// The path as the daemon acts on it, which rules are written against: each component's
+/// escapes (`\\`, `\xNN`, `\u{…}`, in a request path and in a description alike) read as the
+/// daemon reads them, empty and `.` components dropped. `None` (judged by no rule, so refused)
+/// for what a glob cannot place: a `..`, which the daemon resolves after links, an escaped
+/// separator, a bad escape.
+fn acted_on(path: &str) -> Option<String> {
+    let mut out = String::with_capacity(path.len());
+    for component in path.split('/').filter(|c| !c.is_empty() && *c != ".") {
+        let raw = fsd_proto::names::unescape(component, true).ok()?;
+        if raw == b".." || raw.contains(&b'/') || raw.contains(&0) {
+            return None;
+        }
+        if raw != b"." {
+            out.push('/');
+            out.push_str(&String::from_utf8_lossy(&raw));
+        }
+    }
+    if out.is_empty() || (path.ends_with('/') && path.len() > 1) {
+        out.push('/');
+    }
+    Some(out)
+}
+
 fn first_match<'r>(rules: &'r Rules, mode: &str, path: &str) -> Option<(usize, &'r Rule)> {
-    rules.rule.iter().enumerate().find(|(_, r)| (r.mode == "*" || r.mode == mode) && glob(&r.path, path))
+    let path = acted_on(path)?;
+    rules.rule.iter().enumerate().find(|(_, r)| (r.mode == "*" || r.mode == mode) && glob(&r.path, &path))
 }
 
 /// Whether every path (at least one) is allowed at `mode` by the first rule that matches it.
 pub fn allows(rules: &Rules, mode: &str, paths: &[String]) -> bool {
     !paths.is_empty()
-        && paths.iter().all(|path| {
-            rules
-                .rule
-                .iter()
-                .find(|r| (r.mode == "*" || r.mode == mode) && glob(&r.path, path))
-                .is_some_and(|r| r.decision == Decision::Allow)
-        })
+        && paths
+            .iter()
+            .all(|path| first_match(rules, mode, path).is_some_and(|(_, r)| r.decision == Decision::Allow))
 }
 
 #[cfg(test)]
@@ -159,6 +179,36 @@ mod tests {
         );
         check(&["writeText /etc/x"], (Decision::Deny, "no rule allows path 1 at danger-full-access"));
         check(&[], (Decision::Deny, "the description names no mode or no path"));
+    }
+
+    #[test]
+    fn rules_judge_the_path_the_daemon_acts_on() {
+        let rules = Rules {
+            rule: vec![
+                Rule { mode: "*".into(), path: "/srv/données/**".into(), decision: Decision::Deny },
+                Rule { mode: "*".into(), path: "/srv/secret/**".into(), decision: Decision::Deny },
+                Rule { mode: "*".into(), path: "/srv/**".into(), decision: Decision::Allow },
+            ],
+        };
+        let check = |path: &str, want: bool| {
+            assert_eq!(allows(&rules, "danger-full-access", &[path.to_owned()]), want, "{path}");
+            let described = format!("fsd escalation v1\nmode: danger-full-access\nop 1: writeText {path}\n");
+            let want = if want { Decision::Allow } else { Decision::Deny };
+            assert_eq!(decide(&rules, &described), want, "{path}");
+        };
+        check("/srv/a.txt", true);
+        check("/srv//./a.txt", true);
+        check("/srv/secret/k", false);
+        // A description shows non-ASCII escaped; a request path may use the daemon's escapes.
+        check(r"/srv/donn\u{e9}es/k", false);
+        check("/srv/données/k", false);
+        check(r"/srv/\x73ecret/k", false);
+        check("/srv/./secret/k", false);
+        check(r"/srv/\x2e/secret/k", false);
+        // `..` is resolved by the daemon after links: no glob can place it.
+        check("/srv/a/../secret/k", false);
+        check(r"/srv/\x2e\x2e/etc/passwd", false);
+        check(r"/srv/a\x2fb", false);
     }
 
     #[test]

@@ -471,16 +471,30 @@ impl Escalations {
         Ok(())
     }
 
-    /// Checks a ticket for a read of one of the approved targets (an apply_patch preflight);
-    /// reads spend nothing.
-    pub fn check_read(&self, ticket: &Ticket<'_>, target_key: &str) -> Result<(), TicketError> {
-        let table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        let pending = table.get(ticket.id).ok_or_else(|| self.gone(ticket.id))?;
+    /// Checks a ticket for a read of one of the approved targets and spends what it uses: an
+    /// approved read is good for one read; a read of a target an approved change names (an
+    /// apply_patch preflight) spends nothing.
+    pub fn redeem_read(&self, ticket: &Ticket<'_>, target_key: &str) -> Result<(), TicketError> {
+        let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let pending = table.get_mut(ticket.id).ok_or_else(|| self.gone(ticket.id))?;
         self.verify(pending, ticket)?;
-        let approved = pending.ops.iter().any(|(op, _)| {
-            op.target_key == target_key || op.destination.as_ref().is_some_and(|(key, _)| key == target_key)
+        let read = pending
+            .ops
+            .iter_mut()
+            .find(|(op, used)| !used && op.op == Op::ReadText && op.target_key == target_key);
+        if let Some(slot) = read {
+            slot.1 = true;
+            if pending.ops.iter().all(|(_, used)| *used) {
+                table.remove(ticket.id);
+            }
+            return Ok(());
+        }
+        let changed = pending.ops.iter().any(|(op, _)| {
+            op.op != Op::ReadText
+                && (op.target_key == target_key
+                    || op.destination.as_ref().is_some_and(|(key, _)| key == target_key))
         });
-        if approved { Ok(()) } else { Err(TicketError::Mismatch) }
+        if changed { Ok(()) } else { Err(TicketError::Mismatch) }
     }
 
     /// Spends whatever is left of an escalation (the client finished its patch).

@@ -177,6 +177,24 @@ fn a_refused_escalation_writes_nothing() {
 }
 
 #[test]
+fn the_rules_judge_the_path_the_daemon_acts_on() {
+    let s = setup("");
+    std::fs::create_dir(s.outside.path().join("denied")).unwrap();
+    std::fs::create_dir(s.outside.path().join("other")).unwrap();
+    let mut t = s.d.session_with_config(&format!("escalationRules = \"{}\"\n", s.rules.display()));
+    // A name escape and a `..` are read by the daemon, not by the glob: the deny rule decides.
+    let check = |t: &mut ToolSession, given: String, lands: &str| {
+        let r = t.call("write", json!({"file_path": given, "content": "x", "sandbox_permissions": "danger-full-access", "justification": "please"}));
+        assert_eq!(r.code(), Some("FS_SANDBOX_DENIED"), "{given}: {}", r.json);
+        assert!(r.text().contains("refused by this client's escalation rules"), "{given}: {}", r.text());
+        assert!(!s.outside.path().join(lands).exists(), "{given}: written");
+    };
+    let outside = p(s.outside.path());
+    check(&mut t, format!("{outside}/\\x64enied/a.txt"), "denied/a.txt");
+    check(&mut t, format!("{outside}/other/../denied/b.txt"), "denied/b.txt");
+}
+
+#[test]
 fn the_daemon_refuses_modes_above_the_clients_maximum() {
     let uid = rustix::process::geteuid().as_raw();
     let s = setup(&format!("[client_max_modes]\n\"{uid}\" = \"workspace-write\"\n"));

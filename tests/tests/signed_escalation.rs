@@ -479,6 +479,35 @@ fn a_compromised_client_learns_nothing_outside_its_grant() {
 }
 
 #[test]
+fn the_checks_tell_nothing_of_a_file_the_client_may_not_read() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("deny"));
+    let s = Signed::start(&keys, "");
+    let mut rpc = Rpc::connect(&s.d);
+    // Inside the roots, so the client's grant reaches it, but its workers may not read it.
+    let target = s.d.root.join("theirs.txt");
+    std::fs::write(&target, "token = hunter2\n").unwrap();
+    std::os::unix::fs::chown(&target, Some(4242), Some(4242)).unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(read(&mut rpc, "s1", &target, None).unwrap_err().code, ErrorCode::PermissionDenied);
+    let edit = |old: &str| v1::EscalatedOp {
+        old_string: Some(old.into()),
+        new_string: Some("x".into()),
+        ..op("editText", &target)
+    };
+    let answers: Vec<String> = ["token = hunter2", "token = guess", "t"]
+        .iter()
+        .map(|old| shown(ask(&mut rpc, "s1", vec![edit(old)])))
+        .collect();
+    // The answer for a target outside the grant: an approved read comes first.
+    assert!(answers[0].starts_with("FS_NOT_OBSERVED"), "{answers:?}");
+    assert_eq!(answers[0], answers[1], "{answers:?}");
+    assert_eq!(answers[0], answers[2], "{answers:?}");
+    assert!(jsonl(&keys.log()).is_empty(), "the approver was asked about an unreadable file");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "token = hunter2\n");
+}
+
+#[test]
 fn a_ticket_is_refused_for_anything_but_the_approved_call() {
     let keys = Keys::new();
     let _approver = Approver::serve(&keys, &keys.rules("allow"));
@@ -595,6 +624,25 @@ fn an_expired_ticket_is_refused() {
     assert_eq!(
         (&expired[0]["digest"], &expired[0]["result"], &expired[0]["path"], &expired[0]["op"]),
         (&json!(digest), &json!("unused"), &json!(p(&target)), &json!("escalate:describe"))
+    );
+}
+
+#[test]
+fn an_approved_read_is_good_for_one_read() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let mut rpc = Rpc::connect(&s.d);
+    let target = s.outside.path().join("secret.txt");
+    std::fs::write(&target, "v1\n").unwrap();
+    let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &target)]).unwrap());
+    assert_eq!(read(&mut rpc, "s1", &target, Some(tk.clone())).unwrap(), "v1\n");
+    // A client that never releases the ticket does not get to keep reading with it.
+    std::fs::write(&target, "v2\n").unwrap();
+    let err = read(&mut rpc, "s1", &target, Some(tk)).unwrap_err();
+    assert_eq!(
+        (err.code, err.message.as_str()),
+        (ErrorCode::SandboxDenied, "escalation ticket refused: unknown or already spent escalation")
     );
 }
 

@@ -148,6 +148,17 @@ impl FsdService {
         !matches!(self.dispatch(base, stat).await, Err(w) if w.code == ErrorCode::SandboxDenied)
     }
 
+    /// Whether the caller's own grant may read `path` (an absent one too: the grant tells it
+    /// so already). A file its workers may not open is no more the caller's to probe than one
+    /// outside its grant.
+    async fn readable(&self, base: Mode, path: &str) -> bool {
+        let probe = backend::Request::ReadBytes { path: path.to_owned(), max_bytes: 1 };
+        !matches!(
+            self.dispatch(base, probe).await,
+            Err(w) if matches!(w.code, ErrorCode::SandboxDenied | ErrorCode::PermissionDenied)
+        )
+    }
+
     /// The digest an approval binds and the diff its approver sees (never the caller).
     /// `earlier`: what an earlier operation of the same patch left there, when one did.
     async fn preview(
@@ -229,9 +240,12 @@ impl FsdService {
         };
         let client = caller.client();
         let gated = self.escalation == Escalation::Signed;
+        // An edit's and a patch's checks match text against the file: they speak of its content.
+        let reads_content = op == Op::EditText || patch.is_some();
         let visible = !gated
             || (self.visible(base, &wire.path).await
-                && (op != Op::MoveFile || self.visible(base, &wire.destination).await));
+                && (op != Op::MoveFile || self.visible(base, &wire.destination).await)
+                && (!reads_content || self.readable(base, &wire.path).await));
         let resolved = self.canonical(requested, op, &wire.path, op.follows_link()).await;
         if !visible {
             let known = match &resolved {

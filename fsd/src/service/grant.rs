@@ -329,7 +329,7 @@ impl FsdService {
             Err(_) => return Err(refuse(EscalationDenial::Ticket(TicketError::Mismatch))),
         };
         let result = if call.op == Op::Read {
-            escalations.check_read(&presented, &call.target_key)
+            escalations.redeem_read(&presented, &call.target_key)
         } else {
             escalations.redeem(&presented, &call)
         };
