@@ -398,3 +398,25 @@ fn a_read_only_root_inside_a_writable_one_stays_read_only_however_it_is_reached(
     assert_eq!(std::fs::read_to_string(ro.join("keep.txt")).unwrap(), "read only\n");
     assert!(!ro.join("new.txt").exists());
 }
+
+#[test]
+fn a_recursive_removal_never_takes_a_root_nested_in_its_tree() {
+    let outer = tempfile::tempdir().unwrap();
+    let outer_path = std::fs::canonicalize(outer.path()).unwrap();
+    let ro = outer_path.join("a/ro");
+    std::fs::create_dir_all(&ro).unwrap();
+    std::fs::write(ro.join("keep.txt"), "read only\n").unwrap();
+    std::fs::write(outer_path.join("a/other.txt"), "writable\n").unwrap();
+    let d = Daemon::start_with(
+        &["--writable-root", outer_path.to_str().unwrap(), "--readable-root", ro.to_str().unwrap()],
+        "",
+    );
+    let mut rpc = Rpc::connect(&d);
+    let request = v1::RemoveRequest { path: p(&outer_path.join("a")), recursive: true, ..Default::default() };
+    let status = rpc.rt.block_on(rpc.client.remove(request)).unwrap_err();
+    let wire = WireError::from_status(&status).unwrap();
+    assert_eq!((wire.code, wire.get("reason")), (ErrorCode::SandboxDenied, Some("root")), "{status:?}");
+    // The dry walk refused it before anything was gone.
+    assert_eq!(std::fs::read_to_string(ro.join("keep.txt")).unwrap(), "read only\n");
+    assert_eq!(std::fs::read_to_string(outer_path.join("a/other.txt")).unwrap(), "writable\n");
+}

@@ -658,3 +658,23 @@ fn a_write_in_the_files_crlf_style_past_the_editable_cap_is_refused() {
     assert_eq!(std::fs::read(&target).unwrap(), b"a\r\nb\r\n", "the disk is unchanged");
     world.check(&before);
 }
+
+#[test]
+fn a_move_refused_for_its_stale_source_creates_no_destination_directories() {
+    let mut world = World::start("");
+    let before = world.outside_now();
+    let mut raw = Raw::connect(&world.daemon.socket);
+    let source = world.root.join("a.txt");
+    let mut guard = Vec::new();
+    field(1, b"v1.not-the-version-it-has", &mut guard);
+    let mut body = Vec::new();
+    field(2, source.to_str().unwrap().as_bytes(), &mut body);
+    field(3, world.root.join("new1/new2/a.txt").to_str().unwrap().as_bytes(), &mut body);
+    field(4, &guard, &mut body);
+    let status = raw.call("MoveFile", body).unwrap_err();
+    let wire = WireError::from_status(&status).expect("an fsd error");
+    assert_eq!(wire.code, ErrorCode::StaleVersion, "{status:?}");
+    assert!(!world.root.join("new1").exists(), "a refused move created the destination's directories");
+    assert_eq!(std::fs::read_to_string(&source).unwrap(), "alpha\nbeta\n");
+    world.check(&before);
+}

@@ -225,6 +225,11 @@ impl Tree<'_> {
         if meta.dev != self.dev || sys::is_mount_root(dir.as_fd()).ok().flatten() == Some(true) {
             return Err(FsError::Denied(Denial::Mount(name.to_string_lossy().into_owned())));
         }
+        // Another root of the daemon nested in this tree (a read-only one below a writable
+        // root, which Landlock cannot keep read-only): never removed from here.
+        if self.backend.is_root_dir(&meta) {
+            return Err(FsError::Denied(Denial::Root));
+        }
         let listing =
             dir.try_clone().map_err(|e| FsError::List(Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;
         let names = sys::list_names(listing, self.backend.limits.max_dir_entries).map_err(|e| match e {

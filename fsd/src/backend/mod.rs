@@ -561,6 +561,11 @@ impl Backend {
         Ok(is_git_dir(&dir).then_some(dirs))
     }
 
+    /// Whether `meta` is the directory of one of the roots.
+    fn is_root_dir(&self, meta: &sys::Meta) -> bool {
+        self.roots.iter().any(|r| r.dir == (meta.dev, meta.ino))
+    }
+
     /// Takes the per-target locks of a mutation.
     fn lock(&self, keys: &[&str], resolved: &Resolved) -> Result<Guard, Failure> {
         self.locks.lock(keys).map_err(|e| self.fail(e, resolved))

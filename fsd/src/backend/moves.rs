@@ -100,6 +100,13 @@ impl Backend {
         }
         let src = self.walk_source(mode, source, source_guard.is_some())?;
         self.may_write(mode, src.root, &src.rel).map_err(|e| self.fail(e, &src))?;
+        // A source guard that fails already refuses before the destination's directories are
+        // made; it is checked again under the locks, where it counts.
+        if let Some((file, meta)) = current_file(&src).map_err(|e| self.fail(e, &src))? {
+            let key = self.target(&src).key;
+            self.check_source_guard(source_guard.as_ref(), &key, &file, &meta)
+                .map_err(|e| self.fail(e, &src))?;
+        }
         let create_parents = !matches!(destination_guard, Some(WriteGuard::ReplaceIfVersion { .. }));
         let dst = self.walk(mode, destination, WalkOptions { follow_final: true, create_parents })?;
         self.may_write(mode, dst.root, &dst.rel).map_err(|e| self.fail(e, &dst))?;
