@@ -33,13 +33,56 @@ pub(crate) fn seek<S: AsRef<str>>(lines: &[&str], pattern: &[S], start: usize, e
         return Some(start);
     }
     let last = lines.len().checked_sub(pattern.len())?;
-    let first = if eof { last.max(start) } else { start };
-    if first > last {
+    if eof {
+        let at = last.max(start);
+        return (at == last)
+            .then(|| PASSES.iter().any(|eq| pattern.iter().zip(&lines[at..]).all(|(p, l)| eq(l, p.as_ref()))))
+            .and_then(|found| found.then_some(at));
+    }
+    if start > last {
         return None;
     }
-    PASSES.iter().find_map(|eq| {
-        (first..=last).find(|&pos| pattern.iter().zip(&lines[pos..]).all(|(p, l)| eq(l, p.as_ref())))
-    })
+    PASSES.iter().find_map(|eq| first_match(lines, pattern, start, eq))
+}
+
+/// The first position at or after `start` where every line of `pattern` is `eq` to the file's,
+/// found by Knuth–Morris–Pratt over lines: each pass's `eq` is the equality of a normal form of
+/// the line (an equivalence), which is all the failure table needs. Trying every position
+/// instead costs file lines × pattern lines, so a hunk of a hundred `x` lines against a file of
+/// a hundred thousand (a patch an agent may send for approval, checked by the daemon) took
+/// seconds; this is linear in both.
+fn first_match<S: AsRef<str>>(
+    lines: &[&str],
+    pattern: &[S],
+    start: usize,
+    eq: impl Fn(&str, &str) -> bool,
+) -> Option<usize> {
+    let at = |i: usize| pattern[i].as_ref();
+    // fail[i]: the length of the longest proper prefix of pattern[..=i] that is also its suffix.
+    let mut fail = vec![0usize; pattern.len()];
+    let mut k = 0;
+    for i in 1..pattern.len() {
+        while k > 0 && !eq(at(i), at(k)) {
+            k = fail[k - 1];
+        }
+        if eq(at(i), at(k)) {
+            k += 1;
+        }
+        fail[i] = k;
+    }
+    let mut matched = 0;
+    for (j, line) in lines.iter().enumerate().skip(start) {
+        while matched > 0 && !eq(line, at(matched)) {
+            matched = fail[matched - 1];
+        }
+        if eq(line, at(matched)) {
+            matched += 1;
+        }
+        if matched == pattern.len() {
+            return Some(j + 1 - matched);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -81,5 +124,39 @@ mod tests {
         check(&["top\u{2011}level"], &["top-level"], 0, false, Some(0));
         // Inner whitespace still counts.
         check(&["a  b"], &["a b"], 0, false, None);
+        // Partial matches that restart inside themselves.
+        check(&["a", "a", "b", "a", "a", "a", "b"], &["a", "a", "a", "b"], 0, false, Some(3));
+        check(&["a", "b", "a", "b", "a", "c"], &["a", "b", "a", "c"], 0, false, Some(2));
+        check(&["a", "b", "a", "b", "a", "c"], &["a", "b", "a", "c"], 3, false, None);
+        // A fuzzy pass restarts the same way (indentation on every line).
+        check(&["  a", "  a", "  b"], &["a", "b"], 0, false, Some(1));
+    }
+
+    /// A hunk that almost matches everywhere: the search stays linear in file and hunk lines
+    /// (counted comparisons, not time), and finds the same position as trying each one.
+    #[test]
+    fn a_hunk_that_almost_matches_everywhere_costs_linear_comparisons() {
+        let file: Vec<&str> = std::iter::repeat_n("x", 100_000).chain(["x", "y"]).collect();
+        let pattern: Vec<&str> = std::iter::repeat_n("x", 100).chain(["y"]).collect();
+        let count = std::cell::Cell::new(0u64);
+        let eq = |a: &str, b: &str| {
+            count.set(count.get() + 1);
+            a == b
+        };
+        assert_eq!(first_match(&file, &pattern, 0, eq), Some(file.len() - pattern.len()));
+        let linear = 2 * (file.len() + pattern.len()) as u64;
+        assert!(
+            count.get() <= 2 * linear,
+            "{} comparisons for {} + {} lines",
+            count.get(),
+            file.len(),
+            pattern.len()
+        );
+        // Every position tried in turn agrees, on a smaller copy.
+        let small: Vec<&str> = file[file.len() - 500..].to_vec();
+        let naive =
+            (0..=small.len() - pattern.len()).find(|&p| pattern.iter().zip(&small[p..]).all(|(a, b)| a == b));
+        assert_eq!(first_match(&small, &pattern, 0, |a, b| a == b), naive);
+        assert_eq!(seek(&file, &pattern, 0, false), Some(file.len() - pattern.len()));
     }
 }
