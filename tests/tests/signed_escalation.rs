@@ -503,6 +503,10 @@ fn the_checks_tell_nothing_of_a_file_the_client_may_not_read() {
     assert!(answers[0].starts_with("FS_NOT_OBSERVED"), "{answers:?}");
     assert_eq!(answers[0], answers[1], "{answers:?}");
     assert_eq!(answers[0], answers[2], "{answers:?}");
+    // Nor is a change of it described: its ticket would read the file (a patch's preflight).
+    for wire in [op("deleteFile", &target), write_op(&target, "mine\n")] {
+        assert_eq!(shown(ask(&mut rpc, "s1", vec![wire])), answers[0]);
+    }
     assert!(jsonl(&keys.log()).is_empty(), "the approver was asked about an unreadable file");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "token = hunter2\n");
 }
