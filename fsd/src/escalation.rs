@@ -497,10 +497,11 @@ impl Escalations {
         if changed { Ok(()) } else { Err(TicketError::Mismatch) }
     }
 
-    /// Spends whatever is left of an escalation (the client finished its patch).
-    pub fn release(&self, id: &str, session: &str) {
+    /// Spends whatever is left of an escalation (the client finished its patch): only its own
+    /// caller may, as only it may use it.
+    pub fn release(&self, id: &str, session: &str, client: &str) {
         let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        if table.get(id).is_some_and(|p| p.session == session) {
+        if table.get(id).is_some_and(|p| p.session == session && p.client == client) {
             table.remove(id);
         }
     }
@@ -561,6 +562,8 @@ mod tests {
         assert_eq!(redeem(&op("etc/y"), "s1", Mode::DangerFullAccess), Err(TicketError::Mismatch));
         assert_eq!(redeem(&op("etc/x"), "s2", Mode::DangerFullAccess), Err(TicketError::WrongCaller));
         assert_eq!(redeem(&op("etc/x"), "s1", Mode::WorkspaceWrite), Err(TicketError::WrongMode));
+        // Another client in a session of the same name cannot end it either.
+        esc.release(&d.id, "s1", "uid:1");
         assert_eq!(redeem(&op("etc/x"), "s1", Mode::DangerFullAccess), Ok(()));
         assert_eq!(redeem(&op("etc/x"), "s1", Mode::DangerFullAccess), Err(TicketError::Unknown));
     }

@@ -488,7 +488,7 @@ impl FsdService {
         let caller = Caller::of(&request, request.get_ref().context());
         let r = request.get_ref();
         if let Some(escalations) = &self.escalations {
-            escalations.release(&r.escalation_id, &caller.session);
+            escalations.release(&r.escalation_id, &caller.session, &caller.client());
         }
         // A decision of the client's own approver: audited as the client reports it.
         if let (Escalation::Client, Some(decided)) = (self.escalation, &r.client_decision) {
