@@ -333,6 +333,10 @@ impl Escalations {
         let mut expired = Vec::with_capacity(ids.len());
         for id in ids {
             let Some(p) = table.remove(&id) else { continue };
+            // Every call taken (reads are kept until released): spent, not expired.
+            if p.ops.iter().all(|(_, used)| *used) {
+                continue;
+            }
             if tombstones.len() < MAX_TOMBSTONES {
                 tombstones.insert(id, (p.expires, p.digest.clone()));
             }
@@ -471,36 +475,55 @@ impl Escalations {
         Ok(())
     }
 
-    /// Checks a ticket for a read of one of the approved targets and spends what it uses: an
-    /// approved read is good for one read; a read of a target an approved change names (an
-    /// apply_patch preflight) spends nothing.
-    pub fn redeem_read(&self, ticket: &Ticket<'_>, target_key: &str) -> Result<(), TicketError> {
+    /// Checks a ticket for a read of one of the approved targets: an approved read, which this
+    /// read takes (`Ok(true)`: good for one read, given back by [`Escalations::give_back_read`]
+    /// when the read did not happen), or a target an approved change names (an apply_patch
+    /// preflight), which takes nothing (`Ok(false)`).
+    pub fn take_read(&self, ticket: &Ticket<'_>, target_key: &str) -> Result<bool, TicketError> {
         let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         let pending = table.get_mut(ticket.id).ok_or_else(|| self.gone(ticket.id))?;
         self.verify(pending, ticket)?;
+        // Kept until released or expired (a read may be given back), but good for nothing more.
+        if pending.ops.iter().all(|(_, used)| *used) {
+            return Err(TicketError::Unknown);
+        }
         let read = pending
             .ops
             .iter_mut()
             .find(|(op, used)| !used && op.op == Op::ReadText && op.target_key == target_key);
         if let Some(slot) = read {
             slot.1 = true;
-            if pending.ops.iter().all(|(_, used)| *used) {
-                table.remove(ticket.id);
-            }
-            return Ok(());
+            return Ok(true);
         }
         let changed = pending.ops.iter().any(|(op, _)| {
             op.op != Op::ReadText
                 && (op.target_key == target_key
                     || op.destination.as_ref().is_some_and(|(key, _)| key == target_key))
         });
-        if changed { Ok(()) } else { Err(TicketError::Mismatch) }
+        if changed { Ok(false) } else { Err(TicketError::Mismatch) }
     }
 
-    /// Spends whatever is left of an escalation (the client finished its patch).
-    pub fn release(&self, id: &str, session: &str) {
+    /// Gives back the approved read of `target_key` a read took and did not use.
+    pub fn give_back_read(&self, ticket: &Ticket<'_>, target_key: &str) {
         let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-        if table.get(id).is_some_and(|p| p.session == session) {
+        let Some(pending) = table.get_mut(ticket.id) else { return };
+        if pending.session != ticket.session || pending.client != ticket.client {
+            return;
+        }
+        let taken = pending
+            .ops
+            .iter_mut()
+            .find(|(op, used)| *used && op.op == Op::ReadText && op.target_key == target_key);
+        if let Some(slot) = taken {
+            slot.1 = false;
+        }
+    }
+
+    /// Spends whatever is left of an escalation (the client finished its patch): only its own
+    /// caller may, as only it may use it.
+    pub fn release(&self, id: &str, session: &str, client: &str) {
+        let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        if table.get(id).is_some_and(|p| p.session == session && p.client == client) {
             table.remove(id);
         }
     }
@@ -561,6 +584,8 @@ mod tests {
         assert_eq!(redeem(&op("etc/y"), "s1", Mode::DangerFullAccess), Err(TicketError::Mismatch));
         assert_eq!(redeem(&op("etc/x"), "s2", Mode::DangerFullAccess), Err(TicketError::WrongCaller));
         assert_eq!(redeem(&op("etc/x"), "s1", Mode::WorkspaceWrite), Err(TicketError::WrongMode));
+        // Another client in a session of the same name cannot end it either.
+        esc.release(&d.id, "s1", "uid:1");
         assert_eq!(redeem(&op("etc/x"), "s1", Mode::DangerFullAccess), Ok(()));
         assert_eq!(redeem(&op("etc/x"), "s1", Mode::DangerFullAccess), Err(TicketError::Unknown));
     }
@@ -626,6 +651,35 @@ mod tests {
         assert_eq!(short.check(&ticket), Err(TicketError::Expired), "a late use is told it expired");
         assert_eq!(short.digest_of(&late.id), Some(late.digest.clone()));
         assert!(budgets.escalation(&who).is_ok(), "an expired escalation gives it back");
+    }
+
+    #[test]
+    fn a_taken_read_is_spent_not_expired_and_a_too_large_one_is_given_back() {
+        let (signing, esc) = setup(1);
+        let read = CanonicalOp { op: Op::ReadText, content_sha256: Vec::new(), ..op("etc/x") };
+        let request = Describe {
+            session: "s1",
+            client: "uid:0",
+            mode: Mode::DangerFullAccess,
+            justification: "why",
+            ops: vec![(read, Preview::default())],
+        };
+        let d = esc.describe(request, Vec::new());
+        assert_eq!(esc.approve(&d.id, &signing.sign(d.text.as_bytes()).to_bytes()), Ok(()));
+        let ticket = Ticket {
+            id: &d.id,
+            nonce: &d.nonce,
+            session: "s1",
+            client: "uid:0",
+            mode: Mode::DangerFullAccess,
+        };
+        assert_eq!(esc.take_read(&ticket, "host:etc/x"), Ok(true));
+        assert_eq!(esc.take_read(&ticket, "host:etc/x"), Err(TicketError::Unknown));
+        esc.give_back_read(&ticket, "host:etc/x");
+        assert_eq!(esc.take_read(&ticket, "host:etc/x"), Ok(true));
+        std::thread::sleep(Duration::from_millis(2100));
+        assert!(esc.purge().is_empty(), "a spent escalation is not reported as expired");
+        assert_eq!(esc.check(&ticket), Err(TicketError::Unknown));
     }
 
     #[test]

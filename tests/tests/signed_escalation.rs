@@ -503,6 +503,10 @@ fn the_checks_tell_nothing_of_a_file_the_client_may_not_read() {
     assert!(answers[0].starts_with("FS_NOT_OBSERVED"), "{answers:?}");
     assert_eq!(answers[0], answers[1], "{answers:?}");
     assert_eq!(answers[0], answers[2], "{answers:?}");
+    // Nor is a change of it described: its ticket would read the file (a patch's preflight).
+    for wire in [op("deleteFile", &target), write_op(&target, "mine\n")] {
+        assert_eq!(shown(ask(&mut rpc, "s1", vec![wire])), answers[0]);
+    }
     assert!(jsonl(&keys.log()).is_empty(), "the approver was asked about an unreadable file");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "token = hunter2\n");
 }
@@ -644,6 +648,38 @@ fn an_approved_read_is_good_for_one_read() {
         (err.code, err.message.as_str()),
         (ErrorCode::SandboxDenied, "escalation ticket refused: unknown or already spent escalation")
     );
+    // Nor do reads raced on one approval: exactly one of them runs.
+    for _ in 0..5 {
+        let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &target)]).unwrap());
+        let read_ok = std::thread::scope(|scope| {
+            let readers: Vec<_> = (0..4)
+                .map(|_| {
+                    let (tk, target, d) = (tk.clone(), &target, &s.d);
+                    scope.spawn(move || read(&mut Rpc::connect(d), "s1", target, Some(tk)).is_ok())
+                })
+                .collect();
+            readers.into_iter().map(|r| r.join().unwrap()).filter(|ok| *ok).count()
+        });
+        assert_eq!(read_ok, 1);
+    }
+}
+
+#[test]
+fn an_approved_read_of_a_large_file_streams_in_the_same_call() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let target = s.outside.path().join("big.log");
+    let body: String = (1..=2000).map(|n| format!("line {n}\n")).collect();
+    std::fs::write(&target, &body).unwrap();
+    // At or above readStreamMinSize the read tool streams after the daemon says FS_TOO_LARGE:
+    // two reads of one approved call.
+    let mut t = s.d.session_with_config("readStreamMinSize = 4096\n");
+    let args = json!({"file_path": p(&target), "sandbox_permissions": "danger-full-access", "justification": "the user asked"});
+    let r = t.call("read", args);
+    assert!(!r.is_error() && r.text().contains("1: line 1\n"), "{}", r.json);
+    // The call's end spent the approval: one decision, and nothing left to replay.
+    assert_eq!(jsonl(&keys.log()).len(), 1);
 }
 
 #[test]

@@ -142,21 +142,18 @@ impl FsdService {
         }
     }
 
-    /// Whether the caller's own grant reaches `path`: then anything about it may be said.
+    /// Whether the caller's own grant reaches `path` and may read what is there (an absent
+    /// target too: the grant tells it so already): then anything about it may be said. A file
+    /// its workers may not open is no more the caller's to probe (an edit's match) or to read
+    /// with the approval of a change than one outside its grant.
     async fn visible(&self, base: Mode, path: &str) -> bool {
+        let denied = |w: &WireError| matches!(w.code, ErrorCode::SandboxDenied | ErrorCode::PermissionDenied);
         let stat = backend::Request::Stat { path: path.to_owned(), no_follow: true };
-        !matches!(self.dispatch(base, stat).await, Err(w) if w.code == ErrorCode::SandboxDenied)
-    }
-
-    /// Whether the caller's own grant may read `path` (an absent one too: the grant tells it
-    /// so already). A file its workers may not open is no more the caller's to probe than one
-    /// outside its grant.
-    async fn readable(&self, base: Mode, path: &str) -> bool {
+        if matches!(self.dispatch(base, stat).await, Err(w) if denied(&w)) {
+            return false;
+        }
         let probe = backend::Request::ReadBytes { path: path.to_owned(), max_bytes: 1 };
-        !matches!(
-            self.dispatch(base, probe).await,
-            Err(w) if matches!(w.code, ErrorCode::SandboxDenied | ErrorCode::PermissionDenied)
-        )
+        !matches!(self.dispatch(base, probe).await, Err(w) if denied(&w))
     }
 
     /// The digest an approval binds and the diff its approver sees (never the caller).
@@ -240,12 +237,9 @@ impl FsdService {
         };
         let client = caller.client();
         let gated = self.escalation == Escalation::Signed;
-        // An edit's and a patch's checks match text against the file: they speak of its content.
-        let reads_content = op == Op::EditText || patch.is_some();
         let visible = !gated
             || (self.visible(base, &wire.path).await
-                && (op != Op::MoveFile || self.visible(base, &wire.destination).await)
-                && (!reads_content || self.readable(base, &wire.path).await));
+                && (op != Op::MoveFile || self.visible(base, &wire.destination).await));
         let resolved = self.canonical(requested, op, &wire.path, op.follows_link()).await;
         if !visible {
             let known = match &resolved {
@@ -497,7 +491,7 @@ impl FsdService {
         let caller = Caller::of(&request, request.get_ref().context());
         let r = request.get_ref();
         if let Some(escalations) = &self.escalations {
-            escalations.release(&r.escalation_id, &caller.session);
+            escalations.release(&r.escalation_id, &caller.session, &caller.client());
         }
         // A decision of the client's own approver: audited as the client reports it.
         if let (Escalation::Client, Some(decided)) = (self.escalation, &r.client_decision) {

@@ -279,14 +279,15 @@ impl FsdService {
         Ok(CanonicalOp { op, target_key, display, version, destination, content_sha256: digest })
     }
 
-    /// Redeems a signed ticket for this call, or refuses it (audited either way).
+    /// Redeems a signed ticket for this call, or refuses it (audited either way). For a read
+    /// that took an approved read, its target key, for [`FsdService::give_back_read`].
     pub(super) async fn redeem(
         &self,
         caller: &Caller,
         grant: &Grant,
         request: &backend::Request,
-    ) -> Result<(), Status> {
-        let Some(ticket) = &grant.ticket else { return Ok(()) };
+    ) -> Result<Option<String>, Status> {
+        let Some(ticket) = &grant.ticket else { return Ok(None) };
         let path = request.path();
         let digest = self.escalations.as_ref().and_then(|e| e.digest_of(&ticket.escalation_id));
         let refuse = |denial: EscalationDenial| {
@@ -329,12 +330,13 @@ impl FsdService {
             Err(_) => return Err(refuse(EscalationDenial::Ticket(TicketError::Mismatch))),
         };
         let result = if call.op == Op::Read {
-            escalations.redeem_read(&presented, &call.target_key)
+            let taken = escalations.take_read(&presented, &call.target_key);
+            taken.map(|taken| taken.then(|| call.target_key.clone()))
         } else {
-            escalations.redeem(&presented, &call)
+            escalations.redeem(&presented, &call).map(|()| None)
         };
         match result {
-            Ok(()) => {
+            Ok(read) => {
                 let step = Step::Escalate(request.op());
                 self.audit_record(
                     caller,
@@ -345,9 +347,24 @@ impl FsdService {
                     "ok",
                     digest.as_deref(),
                 );
-                Ok(())
+                Ok(read)
             }
             Err(e) => Err(refuse(EscalationDenial::Ticket(e))),
         }
+    }
+
+    /// Gives back the approved read a read of `key` took when the daemon only said the file is
+    /// too large for that call: the client reads it again, streamed, in the same tool call.
+    pub(super) fn give_back_read(&self, caller: &Caller, grant: &Grant, key: &str) {
+        let (Some(escalations), Some(ticket)) = (&self.escalations, &grant.ticket) else { return };
+        let client = caller.client();
+        let presented = Ticket {
+            id: &ticket.escalation_id,
+            nonce: &ticket.nonce,
+            session: &caller.session,
+            client: &client,
+            mode: grant.mode,
+        };
+        escalations.give_back_read(&presented, key);
     }
 }

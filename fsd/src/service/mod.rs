@@ -105,13 +105,18 @@ impl FsdService {
     /// Runs one operation in a worker of the granted mode (after redeeming its ticket), logs
     /// and audits it.
     async fn run(&self, caller: &Caller, grant: Grant, request: backend::Request) -> Result<Outcome, Status> {
-        self.redeem(caller, &grant, &request).await?;
+        let read = self.redeem(caller, &grant, &request).await?;
         let mode = grant.mode;
         let op = request.op();
         let path = request.path().to_owned();
         let started = std::time::Instant::now();
         self.may_create(caller, mode, &request).await.map_err(WireError::into_status)?;
         let result = self.dispatcher.call(mode, &caller.client(), request).await;
+        if let (Some(key), Err(w)) = (&read, &result)
+            && w.code == ErrorCode::TooLarge
+        {
+            self.give_back_read(caller, &grant, key);
+        }
         if let Ok(Outcome::WriteText { operation: WriteOperation::Create, .. }) = &result {
             self.budgets.created(&caller.identity);
         }
