@@ -402,7 +402,7 @@ pub enum ConfigError {
     #[error("invalid health_listen {0:?}: expected tcp:IP:PORT")]
     HealthListen(String),
     #[error("invalid {0}: must be at least 1")]
-    Transport(&'static str),
+    AtLeastOne(&'static str),
     #[error("invalid socket_mode {0:?}: expected octal permission bits such as \"0660\"")]
     SocketMode(String),
     #[error("invalid socket_group {0:?}: not a group in /etc/group nor a number")]
@@ -635,40 +635,53 @@ impl Config {
                 health_listen: file.health_listen,
             },
         )?;
-        let ms = |value: Option<u64>, default: u64| {
-            std::time::Duration::from_millis(value.unwrap_or(default).max(1))
+        // A zero time would make the daemon time out everything at once: refused, not raised.
+        let at_least_one = |key: &'static str, value: Option<u64>, default: u64| match value {
+            Some(0) => Err(ConfigError::AtLeastOne(key)),
+            other => Ok(other.unwrap_or(default)),
+        };
+        let ms = |key: &'static str, value: Option<u64>, default: u64| {
+            at_least_one(key, value, default).map(std::time::Duration::from_millis)
         };
         let transport = Transport {
             max_connections: file.max_connections.unwrap_or(256),
             max_concurrent_streams: file.max_concurrent_streams.unwrap_or(256),
             max_calls_per_connection: file.max_calls_per_connection.unwrap_or(64),
-            keepalive_interval: ms(file.keepalive_interval_ms, 30_000),
-            keepalive_timeout: ms(file.keepalive_timeout_ms, 20_000),
-            handshake_timeout: ms(file.handshake_timeout_ms, 10_000),
-            idle_timeout: ms(file.idle_timeout_ms, 300_000),
+            keepalive_interval: ms("keepalive_interval_ms", file.keepalive_interval_ms, 30_000)?,
+            keepalive_timeout: ms("keepalive_timeout_ms", file.keepalive_timeout_ms, 20_000)?,
+            handshake_timeout: ms("handshake_timeout_ms", file.handshake_timeout_ms, 10_000)?,
+            idle_timeout: ms("idle_timeout_ms", file.idle_timeout_ms, 300_000)?,
             max_handshakes: file.max_handshakes.unwrap_or(256),
             max_handshakes_per_source: file.max_handshakes_per_source.unwrap_or(16),
-            unauthenticated_idle: ms(file.unauthenticated_idle_ms, 10_000),
+            unauthenticated_idle: ms("unauthenticated_idle_ms", file.unauthenticated_idle_ms, 10_000)?,
         };
+        let call_timeout = ms("call_timeout_ms", file.call_timeout_ms, 30_000)?;
+        let shutdown_grace = ms("shutdown_grace_ms", file.shutdown_grace_ms, 10_000)?;
+        let stream_idle_timeout = ms("stream_idle_timeout_ms", file.stream_idle_timeout_ms, 30_000)?;
+        let escalation_ttl = std::time::Duration::from_secs(at_least_one(
+            "escalation_ttl_secs",
+            file.escalation_ttl_secs,
+            120,
+        )?);
         if transport.max_handshakes == 0 {
-            return Err(ConfigError::Transport("max_handshakes"));
+            return Err(ConfigError::AtLeastOne("max_handshakes"));
         }
         if transport.max_handshakes_per_source == 0 {
-            return Err(ConfigError::Transport("max_handshakes_per_source"));
+            return Err(ConfigError::AtLeastOne("max_handshakes_per_source"));
         }
         let max_queued_calls = file.max_queued_calls.unwrap_or(4096);
         if max_queued_calls == 0 {
-            return Err(ConfigError::Transport("max_queued_calls"));
+            return Err(ConfigError::AtLeastOne("max_queued_calls"));
         }
         let budgets = file.budgets.unwrap_or_default().resolve()?;
         if transport.max_connections == 0 {
-            return Err(ConfigError::Transport("max_connections"));
+            return Err(ConfigError::AtLeastOne("max_connections"));
         }
         if transport.max_concurrent_streams == 0 {
-            return Err(ConfigError::Transport("max_concurrent_streams"));
+            return Err(ConfigError::AtLeastOne("max_concurrent_streams"));
         }
         if transport.max_calls_per_connection == 0 {
-            return Err(ConfigError::Transport("max_calls_per_connection"));
+            return Err(ConfigError::AtLeastOne("max_calls_per_connection"));
         }
         let rest = rest_settings(&roots, file.rest_root, file.metadata_env_prefix, file.metadata_env)?;
         Ok(Config {
@@ -677,8 +690,8 @@ impl Config {
             workers_per_mode,
             worker_uid: file.worker_uid,
             worker_gid: file.worker_gid,
-            call_timeout: std::time::Duration::from_millis(file.call_timeout_ms.unwrap_or(30_000).max(1)),
-            shutdown_grace: std::time::Duration::from_millis(file.shutdown_grace_ms.unwrap_or(10_000).max(1)),
+            call_timeout,
+            shutdown_grace,
             audit_log: file.audit_log,
             client_max_modes,
             tls: fleet.tls,
@@ -686,7 +699,7 @@ impl Config {
             health_listen: fleet.health_listen,
             transport,
             budgets,
-            stream_idle_timeout: ms(file.stream_idle_timeout_ms, 30_000),
+            stream_idle_timeout,
             max_queued_calls,
             max_abandoned_workers: file.max_abandoned_workers.unwrap_or(8),
             listen,
@@ -698,7 +711,7 @@ impl Config {
             max_mode,
             escalation,
             approver_public_key: file.approver_public_key.clone(),
-            escalation_ttl: std::time::Duration::from_secs(file.escalation_ttl_secs.unwrap_or(120).max(1)),
+            escalation_ttl,
             approver_endpoint,
             log_format,
             socket_access,

@@ -84,6 +84,8 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
     let big_reads = config("reads.toml", "max_read_bytes = 104857600\n");
     let no_submount = config("submount.toml", "allow_submounts = [\"/does/not/exist\"]\n");
     let bad_key = config("key.toml", "escalation = \"signed\"\napprover_public_key = \"abc\"\n");
+    let no_time = config("zero.toml", "call_timeout_ms = 0\n");
+    let no_ttl = config("ttl.toml", "escalation_ttl_secs = 0\n");
     let p = |path: &Path| path.display().to_string();
     let cases: Vec<(Vec<String>, Option<&str>, String)> = vec![
         (
@@ -124,6 +126,17 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
             vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), bad_key],
             None,
             "approver_public_key is not hex: Odd number of digits".into(),
+        ),
+        // A zero time is refused, not quietly raised to 1 ms.
+        (
+            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), no_time],
+            None,
+            "invalid call_timeout_ms: must be at least 1".into(),
+        ),
+        (
+            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), no_ttl],
+            None,
+            "invalid escalation_ttl_secs: must be at least 1".into(),
         ),
         (
             vec!["--listen".into(), format!("tcp:127.0.0.1:{busy_port}"), "--writable-root".into(), p(&ws)],
