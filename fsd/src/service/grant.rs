@@ -310,13 +310,7 @@ impl FsdService {
             return Err(refuse(EscalationDenial::AboveMax { requested: grant.mode, max }));
         }
         let client = caller.client();
-        let presented = Ticket {
-            id: &ticket.escalation_id,
-            nonce: &ticket.nonce,
-            session: &caller.session,
-            client: &client,
-            mode: grant.mode,
-        };
+        let presented = presented(ticket, caller, &client, grant.mode);
         // The ticket first: a worker of the wider mode resolves nothing for a caller without
         // an approval (its errors would say what exists there).
         if let Err(e) = escalations.check(&presented) {
@@ -358,13 +352,16 @@ impl FsdService {
     pub(super) fn give_back_read(&self, caller: &Caller, grant: &Grant, key: &str) {
         let (Some(escalations), Some(ticket)) = (&self.escalations, &grant.ticket) else { return };
         let client = caller.client();
-        let presented = Ticket {
-            id: &ticket.escalation_id,
-            nonce: &ticket.nonce,
-            session: &caller.session,
-            client: &client,
-            mode: grant.mode,
-        };
-        escalations.give_back_read(&presented, key);
+        escalations.give_back_read(&presented(ticket, caller, &client, grant.mode), key);
     }
+}
+
+/// The ticket a call presents: the escalation it names, for the caller's session and `client`.
+fn presented<'a>(
+    ticket: &'a v1::EscalationTicket,
+    caller: &'a Caller,
+    client: &'a str,
+    mode: Mode,
+) -> Ticket<'a> {
+    Ticket { id: &ticket.escalation_id, nonce: &ticket.nonce, session: &caller.session, client, mode }
 }
