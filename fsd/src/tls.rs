@@ -31,22 +31,24 @@ pub struct TlsConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("cannot read {0}: {1}")]
-    Pem(PathBuf, String),
-    #[error("{0} holds no certificate")]
-    NoCertificate(PathBuf),
-    #[error("invalid client CA {0}: {1}")]
+    /// The config key that names the file, its path, and why it could not be read.
+    #[error("cannot read {0} {1}: {2}")]
+    Pem(&'static str, PathBuf, String),
+    #[error("{0} {1} holds no certificate")]
+    NoCertificate(&'static str, PathBuf),
+    #[error("invalid tls_client_ca {0}: {1}")]
     ClientCa(PathBuf, String),
     #[error("invalid TLS certificate or key: {0}")]
     Rustls(#[from] rustls::Error),
 }
 
-fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+/// The certificates of the PEM file `path`, which the config key `key` names.
+fn certificates(key: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs = CertificateDer::pem_file_iter(path)
         .and_then(|iter| iter.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| TlsError::Pem(path.to_owned(), e.to_string()))?;
+        .map_err(|e| TlsError::Pem(key, path.to_owned(), e.to_string()))?;
     if certs.is_empty() {
-        return Err(TlsError::NoCertificate(path.to_owned()));
+        return Err(TlsError::NoCertificate(key, path.to_owned()));
     }
     Ok(certs)
 }
@@ -55,15 +57,15 @@ fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
 /// the network process before `confine::network`, which takes away every filesystem right.
 pub fn server_config(tls: &TlsConfig) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let chain = certificates(&tls.cert)?;
-    let key =
-        PrivateKeyDer::from_pem_file(&tls.key).map_err(|e| TlsError::Pem(tls.key.clone(), e.to_string()))?;
+    let chain = certificates("tls_cert", &tls.cert)?;
+    let key = PrivateKeyDer::from_pem_file(&tls.key)
+        .map_err(|e| TlsError::Pem("tls_key", tls.key.clone(), e.to_string()))?;
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])?;
     let builder = match (&tls.client_ca, tls.client_certs) {
         (Some(ca), ClientCerts::Required | ClientCerts::Optional) => {
             let mut roots = RootCertStore::empty();
-            for cert in certificates(ca)? {
+            for cert in certificates("tls_client_ca", ca)? {
                 roots.add(cert).map_err(|e| TlsError::ClientCa(ca.clone(), e.to_string()))?;
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);

@@ -86,6 +86,13 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
     let bad_key = config("key.toml", "escalation = \"signed\"\napprover_public_key = \"abc\"\n");
     let no_time = config("zero.toml", "call_timeout_ms = 0\n");
     let no_ttl = config("ttl.toml", "escalation_ttl_secs = 0\n");
+    let no_cert = config(
+        "tls.toml",
+        &format!(
+            "tls_cert = \"/does/not/exist.pem\"\ntls_key = \"/does/not/exist.key\"\n[tokens.ci]\nsha256 = \"{}\"\n",
+            "0".repeat(64)
+        ),
+    );
     let p = |path: &Path| path.display().to_string();
     let cases: Vec<(Vec<String>, Option<&str>, String)> = vec![
         (
@@ -126,6 +133,13 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
             vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), bad_key],
             None,
             "approver_public_key is not hex: Odd number of digits".into(),
+        ),
+        // A TLS file that cannot be read is named by its key.
+        (
+            vec!["--listen".into(), "tcp:127.0.0.1:0".into(), "--writable-root".into(), p(&ws), "--config".into(), no_cert],
+            None,
+            "TLS setup failed: cannot read tls_cert /does/not/exist.pem: I/O error: No such file or directory (os error 2)"
+                .into(),
         ),
         // A zero time is refused, not quietly raised to 1 ms.
         (
