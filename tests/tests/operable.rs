@@ -546,3 +546,23 @@ fn doctor_says_what_the_daemon_serves_and_checks_a_client_config() {
         "{text}"
     );
 }
+
+#[test]
+fn doctor_at_a_health_port_says_that_is_not_the_daemons_listener() {
+    let port = common::rest::free_port();
+    let daemon = common::Daemon::start_with(&[], &format!("health_listen = \"tcp:127.0.0.1:{port}\"\n"));
+    let out = Command::new(common::tools_bin())
+        .args(["doctor", &format!("tcp:127.0.0.1:{port}")])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "fsd-tools: the server at tcp:127.0.0.1:{port} speaks gRPC but not fsd.v1 (a daemon's health_listen \
+             port, or another service): point the client at one of the daemon's listen addresses (Unimplemented: )"
+        )
+    );
+    drop(daemon);
+}

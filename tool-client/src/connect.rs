@@ -62,6 +62,12 @@ pub enum ConnectError {
         status_text(status)
     )]
     PlaintextToTls { endpoint: String, status: tonic::Status },
+    #[error(
+        "the server at {endpoint} speaks gRPC but not fsd.v1 (a daemon's health_listen port, or another \
+         service): point the client at one of the daemon's listen addresses ({})",
+        status_text(status)
+    )]
+    NotFsd { endpoint: String, status: tonic::Status },
     #[error("refusing to connect to {endpoint}: {reason}")]
     Insecure { endpoint: String, reason: &'static str },
     #[error("invalid bearer token for {endpoint}: it must be printable ASCII")]
@@ -311,7 +317,16 @@ fn plaintext_hello_failed(endpoint: &Endpoint, status: tonic::Status) -> Connect
     if unanswered && matches!(endpoint, Endpoint::Tcp(_)) {
         ConnectError::PlaintextToTls { endpoint: endpoint_text, status }
     } else {
-        ConnectError::Hello { endpoint: endpoint_text, status }
+        hello_failed(endpoint_text, status)
+    }
+}
+
+/// A hello the server answered with an error: a server without fsd.v1 says `UNIMPLEMENTED`.
+pub(crate) fn hello_failed(endpoint: String, status: tonic::Status) -> ConnectError {
+    if status.code() == tonic::Code::Unimplemented {
+        ConnectError::NotFsd { endpoint, status }
+    } else {
+        ConnectError::Hello { endpoint, status }
     }
 }
 
@@ -577,7 +592,7 @@ pub async fn open(
         if unanswered && state.instance().is_none() {
             ConnectError::Handshake { endpoint, status }
         } else {
-            ConnectError::Hello { endpoint, status }
+            hello_failed(endpoint, status)
         }
     })?;
     Ok((SessionClient::Linked(client, state.clone()), hello.into_inner(), state))

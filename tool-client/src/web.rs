@@ -146,7 +146,7 @@ pub async fn open(
     let hello = client
         .hello(v1::HelloRequest { context: None })
         .await
-        .map_err(|status| ConnectError::Hello { endpoint: name, status })?
+        .map_err(|status| crate::connect::hello_failed(name, status))?
         .into_inner();
     Ok((SessionClient::Web(Box::new(client), state.clone()), hello, state))
 }
