@@ -558,6 +558,11 @@ mod tests {
         esc.describe(request, permits)
     }
 
+    /// The ticket of `d` as session `s1` of `client` presents it, at danger-full-access.
+    fn ticket<'a>(d: &'a Described, client: &'a str) -> Ticket<'a> {
+        Ticket { id: &d.id, nonce: &d.nonce, session: "s1", client, mode: Mode::DangerFullAccess }
+    }
+
     fn setup(ttl: u64) -> (SigningKey, Escalations) {
         let signing = SigningKey::from_bytes(&[7u8; 32]);
         let public = hex::encode(signing.verifying_key().to_bytes());
@@ -608,13 +613,7 @@ mod tests {
         let d = describe(&esc, "uid:0", None);
         let forged = SigningKey::from_bytes(&[8u8; 32]).sign(d.text.as_bytes()).to_bytes();
         assert_eq!(esc.approve(&d.id, &forged), Err(TicketError::BadSignature));
-        let ticket = Ticket {
-            id: &d.id,
-            nonce: &d.nonce,
-            session: "s1",
-            client: "uid:0",
-            mode: Mode::DangerFullAccess,
-        };
+        let ticket = ticket(&d, "uid:0");
         assert_eq!(esc.redeem(&ticket, &op("etc/x")), Err(TicketError::Unknown));
     }
 
@@ -641,13 +640,7 @@ mod tests {
             ("/etc/x", false, 0, 1)
         );
         assert!(short.purge().is_empty(), "each expiry is returned once");
-        let ticket = Ticket {
-            id: &late.id,
-            nonce: &late.nonce,
-            session: "s1",
-            client: "uid:1",
-            mode: Mode::DangerFullAccess,
-        };
+        let ticket = ticket(&late, "uid:1");
         assert_eq!(short.check(&ticket), Err(TicketError::Expired), "a late use is told it expired");
         assert_eq!(short.digest_of(&late.id), Some(late.digest.clone()));
         assert!(budgets.escalation(&who).is_ok(), "an expired escalation gives it back");
@@ -666,13 +659,7 @@ mod tests {
         };
         let d = esc.describe(request, Vec::new());
         assert_eq!(esc.approve(&d.id, &signing.sign(d.text.as_bytes()).to_bytes()), Ok(()));
-        let ticket = Ticket {
-            id: &d.id,
-            nonce: &d.nonce,
-            session: "s1",
-            client: "uid:0",
-            mode: Mode::DangerFullAccess,
-        };
+        let ticket = ticket(&d, "uid:0");
         assert_eq!(esc.take_read(&ticket, "host:etc/x"), Ok(true));
         assert_eq!(esc.take_read(&ticket, "host:etc/x"), Err(TicketError::Unknown));
         esc.give_back_read(&ticket, "host:etc/x");

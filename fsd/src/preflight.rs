@@ -9,18 +9,13 @@ use crate::config::{Config, Listen};
 /// A configuration the daemon cannot serve, found before anything started.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PreflightError {
-    #[error("{kind} root {path} does not exist")]
-    RootMissing { kind: &'static str, path: PathBuf },
-    #[error("{kind} root {path} is not a directory")]
-    RootNotDirectory { kind: &'static str, path: PathBuf },
-    #[error("{kind} root {path}: {reason}")]
-    RootUnusable { kind: &'static str, path: PathBuf, reason: String },
-    #[error("allow_submounts {path} does not exist")]
-    SubmountMissing { path: PathBuf },
-    #[error("allow_submounts {path} is not a directory")]
-    SubmountNotDirectory { path: PathBuf },
-    #[error("allow_submounts {path}: {reason}")]
-    SubmountUnusable { path: PathBuf, reason: String },
+    /// `what`: the setting that names the directory (`writable root`, `allow_submounts`).
+    #[error("{what} {path} does not exist")]
+    DirMissing { what: &'static str, path: PathBuf },
+    #[error("{what} {path} is not a directory")]
+    NotDirectory { what: &'static str, path: PathBuf },
+    #[error("{what} {path}: {reason}")]
+    DirUnusable { what: &'static str, path: PathBuf, reason: String },
     #[error("cannot listen on {listen}: the socket directory {dir} does not exist")]
     SocketDirMissing { listen: String, dir: PathBuf },
     #[error("cannot listen on {listen}: {dir} is not a directory")]
@@ -37,12 +32,12 @@ pub enum PreflightError {
 /// Checks everything the children would fail on at start. The first cause found is reported.
 pub fn check(config: &Config) -> Result<(), PreflightError> {
     for root in &config.roots {
-        check_root(&root.path, if root.writable { "writable" } else { "readable" })?;
+        check_dir(&root.path, if root.writable { "writable root" } else { "readable root" })?;
     }
     // Every worker opens each allowed submount at birth: one that is not there would have them
     // all fail at start, behind a daemon that says it serves.
     for path in &config.allow_submounts {
-        check_submount(path)?;
+        check_dir(path, "allow_submounts")?;
     }
     for listen in &config.listen {
         if let Listen::Unix(path) | Listen::HttpUnix(path) = listen {
@@ -57,25 +52,15 @@ pub fn check(config: &Config) -> Result<(), PreflightError> {
     }
 }
 
-fn check_root(path: &Path, kind: &'static str) -> Result<(), PreflightError> {
+/// A directory the setting `what` names: it must exist and be a directory.
+fn check_dir(path: &Path, what: &'static str) -> Result<(), PreflightError> {
     match std::fs::metadata(path) {
         Ok(meta) if meta.is_dir() => Ok(()),
-        Ok(_) => Err(PreflightError::RootNotDirectory { kind, path: path.to_owned() }),
+        Ok(_) => Err(PreflightError::NotDirectory { what, path: path.to_owned() }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Err(PreflightError::RootMissing { kind, path: path.to_owned() })
+            Err(PreflightError::DirMissing { what, path: path.to_owned() })
         }
-        Err(e) => Err(PreflightError::RootUnusable { kind, path: path.to_owned(), reason: e.to_string() }),
-    }
-}
-
-fn check_submount(path: &Path) -> Result<(), PreflightError> {
-    match std::fs::metadata(path) {
-        Ok(meta) if meta.is_dir() => Ok(()),
-        Ok(_) => Err(PreflightError::SubmountNotDirectory { path: path.to_owned() }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Err(PreflightError::SubmountMissing { path: path.to_owned() })
-        }
-        Err(e) => Err(PreflightError::SubmountUnusable { path: path.to_owned(), reason: e.to_string() }),
+        Err(e) => Err(PreflightError::DirUnusable { what, path: path.to_owned(), reason: e.to_string() }),
     }
 }
 
@@ -113,16 +98,16 @@ mod tests {
         std::fs::write(&file, "x").unwrap_or_else(|e| panic!("write: {e}"));
         let missing = dir.path().join("missing");
         let check_root_case = |path: &Path, expected: Result<(), PreflightError>| {
-            assert_eq!(check_root(path, "writable"), expected, "{}", path.display());
+            assert_eq!(check_dir(path, "writable root"), expected, "{}", path.display());
         };
         check_root_case(dir.path(), Ok(()));
         check_root_case(
             &missing,
-            Err(PreflightError::RootMissing { kind: "writable", path: missing.clone() }),
+            Err(PreflightError::DirMissing { what: "writable root", path: missing.clone() }),
         );
         check_root_case(
             &file,
-            Err(PreflightError::RootNotDirectory { kind: "writable", path: file.clone() }),
+            Err(PreflightError::NotDirectory { what: "writable root", path: file.clone() }),
         );
         let socket = |p: PathBuf| (Listen::Unix(p.clone()), p);
         let (listen, path) = socket(dir.path().join("fsd.sock"));

@@ -33,14 +33,12 @@ pub(crate) fn seek<S: AsRef<str>>(lines: &[&str], pattern: &[S], start: usize, e
         return Some(start);
     }
     let last = lines.len().checked_sub(pattern.len())?;
-    if eof {
-        let at = last.max(start);
-        return (at == last)
-            .then(|| PASSES.iter().any(|eq| pattern.iter().zip(&lines[at..]).all(|(p, l)| eq(l, p.as_ref()))))
-            .and_then(|found| found.then_some(at));
-    }
     if start > last {
         return None;
+    }
+    if eof {
+        let at_end = |eq: &LineEq| pattern.iter().zip(&lines[last..]).all(|(p, l)| eq(l, p.as_ref()));
+        return PASSES.iter().any(at_end).then_some(last);
     }
     PASSES.iter().find_map(|eq| first_match(lines, pattern, start, eq))
 }

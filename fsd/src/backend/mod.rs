@@ -563,7 +563,7 @@ impl Backend {
 
     /// Whether `meta` is the directory of one of the roots.
     fn is_root_dir(&self, meta: &sys::Meta) -> bool {
-        self.roots.iter().any(|r| r.dir == (meta.dev, meta.ino))
+        self.roots.iter().any(|r| r.is_dir(meta))
     }
 
     /// Takes the per-target locks of a mutation.

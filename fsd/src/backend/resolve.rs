@@ -34,6 +34,11 @@ pub struct Root {
 }
 
 impl Root {
+    /// Whether `meta` is this root's directory (reached by any path).
+    pub fn is_dir(&self, meta: &Meta) -> bool {
+        self.dir == (meta.dev, meta.ino)
+    }
+
     fn components(&self) -> Vec<&OsStr> {
         components(self.path.as_os_str())
     }
@@ -345,7 +350,7 @@ pub fn resolve(
 
 /// The root, other than `current`, whose directory `meta` is.
 fn nested_root(roots: &[Root], current: usize, meta: &Meta) -> Option<usize> {
-    roots.iter().enumerate().position(|(i, r)| i != current && r.dir == (meta.dev, meta.ino))
+    roots.iter().enumerate().position(|(i, r)| i != current && r.is_dir(meta))
 }
 
 /// The opaque key of a resolved target: root id and the path below it.

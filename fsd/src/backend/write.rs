@@ -225,9 +225,9 @@ impl Staged<'_> {
     }
 }
 
-/// Test hook: a replace (or a guarded move onto) `fsd-fault-pause-exchange` pauses a second just
-/// before its exchange and, for a replace, again just after it, so a test can save over the name in the first window and write into
-/// the file at the name (then ours) in the second.
+/// Test hook: a replace of (or a guarded move onto) `fsd-fault-pause-exchange` pauses a second
+/// just before its exchange and, for a replace, again just after it, so a test can save over the
+/// name in the first window and write into the file at the name (then ours) in the second.
 #[cfg(feature = "fault-injection")]
 pub(super) fn pause_at_exchange(name: &OsStr) {
     if name == "fsd-fault-pause-exchange" {
