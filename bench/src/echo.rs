@@ -153,8 +153,11 @@ pub fn serve(listen: &[String]) -> Res<()> {
     })
 }
 
+/// The echo service's client on a tonic channel.
+pub type Client = EchoClient<Channel>;
+
 /// A client on the tools' own channel constructor.
-pub async fn client(endpoint: &Endpoint) -> Res<EchoClient<Channel>> {
+pub async fn client(endpoint: &Endpoint) -> Res<Client> {
     let channel = connect::channel(endpoint).await?;
     Ok(EchoClient::new(channel).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE))
 }

@@ -2,7 +2,9 @@
 //! streamText calls (most refused by its `open_streams` budget), 1000 idle connections and a
 //! flood of stats, another identity (the Unix peer uid) reads a 4 KiB file with the read tool.
 //! Its p50 is compared with its unloaded p50 in the same run; the daemon's RSS and thread count
-//! under the load are printed beside.
+//! under the load are printed beside. The same load against the bare tonic echo server, in the
+//! same run, is the floor: what a server that answers the flood as fast as tonic does leaves its
+//! other client on these CPUs.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -13,6 +15,7 @@ use fsd_tool_client::connect::{self, Endpoint};
 use fsd_tool_client::{ClientConfig, Session, Tools};
 use serde_json::json;
 
+use crate::echo::{self, Payloads, Shape};
 use crate::fixtures;
 use crate::procs::{Server, Transport};
 use crate::report::Section;
@@ -105,6 +108,81 @@ async fn noise(
     Ok(())
 }
 
+/// The echo floor's noisy identity: idle connections and stat-shaped echoes, 64 in flight, until
+/// `stop`. Streams are left out: the echo server holds nothing for a stream it is not asked for.
+async fn echo_noise(tcp: Endpoint, addr: String, answered: Arc<AtomicU64>, stop: Arc<AtomicBool>) -> Res<()> {
+    let mut idle = Vec::new();
+    for _ in 0..IDLE_CONNECTIONS {
+        if let Ok(stream) = tokio::net::TcpStream::connect(&addr).await {
+            idle.push(stream);
+        }
+    }
+    let mut flooders = Vec::new();
+    for _ in 0..4 {
+        flooders.push(echo::client(&tcp).await?);
+    }
+    let payloads = Payloads::new();
+    let mut flood = Vec::new();
+    for i in 0..FLOOD_IN_FLIGHT {
+        let (mut client, payloads, answered, stop) =
+            (flooders[i % flooders.len()].clone(), payloads.clone(), answered.clone(), stop.clone());
+        flood.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                if payloads.call(&mut client, &[STAT_SHAPE]).await.is_ok() {
+                    answered.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for task in flood {
+        let _ = task.await;
+    }
+    drop(idle);
+    Ok(())
+}
+
+/// A stat's encoded request and reply, and a 4 KiB readText's (as `concurrent` measures them).
+const STAT_SHAPE: Shape = Shape { request: 112, reply: 160 };
+const READ_SHAPE: Shape = Shape { request: 117, reply: 4252 };
+
+/// The echo floor, one run: the victim's read-shaped echo p50 unloaded and under the load, and
+/// the flood's echoes answered while the victim sampled.
+fn echo_floor(server: &Server, n: usize) -> Res<(f64, f64, u64)> {
+    let rt = crate::client_runtime()?;
+    let payloads = Payloads::new();
+    let mut client = rt.block_on(echo::client(&server.endpoint(Transport::Unix)))?;
+    let victim = |client: &mut echo::Client| -> Res<Samples> {
+        rt.block_on(async {
+            let mut samples = Samples::with_capacity(n);
+            for _ in 0..n {
+                let started = Instant::now();
+                payloads.call(client, &[READ_SHAPE]).await?;
+                samples.push(started.elapsed());
+            }
+            Ok(samples)
+        })
+    };
+    let quiet = victim(&mut client)?;
+    let Endpoint::Tcp(addr) = server.endpoint(Transport::Tcp) else { return Err("no TCP endpoint".into()) };
+    let (answered, stop) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
+    let noisy_rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let load =
+        noisy_rt.spawn(echo_noise(server.endpoint(Transport::Tcp), addr, answered.clone(), stop.clone()));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while answered.load(Ordering::Relaxed) < 1000 {
+        if load.is_finished() || Instant::now() > deadline {
+            return Err("the echo floor's noisy load did not start".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = answered.load(Ordering::Relaxed);
+    let busy = victim(&mut client)?;
+    let flood = answered.load(Ordering::Relaxed) - before;
+    stop.store(true, Ordering::Relaxed);
+    let _ = noisy_rt.block_on(load);
+    Ok((quiet.p50(), busy.p50(), flood))
+}
+
 async fn victim_reads(session: &mut Session, path: &str, n: usize) -> Res<Samples> {
     let mut samples = Samples::with_capacity(n);
     for _ in 0..n {
@@ -129,6 +207,9 @@ pub fn run(common: &Common) -> Res<Section> {
     let big_path = root.join("big.txt").to_string_lossy().into_owned();
     let n = common.n(400);
     let (mut unloaded, mut loaded, mut ratio) = (PerRun::default(), PerRun::default(), PerRun::default());
+    let (mut echo_unloaded, mut echo_loaded, mut echo_ratio) =
+        (PerRun::default(), PerRun::default(), PerRun::default());
+    let echo_server = Server::echo()?;
     let mut last = String::new();
     // The largest over runs: what the load cost the daemon at worst.
     let (mut peak_rss_kib, mut peak_threads) = (0u64, 0u64);
@@ -178,7 +259,9 @@ pub fn run(common: &Common) -> Res<Section> {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        let flood_before = stats.stats_ok.load(Ordering::Relaxed);
         let busy = rt.block_on(victim_reads(&mut session, &read_path, n))?;
+        let flood_during = stats.stats_ok.load(Ordering::Relaxed) - flood_before;
         let pids = fsd.pids();
         let thread_count: u64 = pids.iter().map(|p| threads(*p)).sum();
         let (rss, procs) = fsd.peak_rss_kib();
@@ -192,9 +275,13 @@ pub fn run(common: &Common) -> Res<Section> {
         unloaded.push(quiet.p50());
         loaded.push(busy.p50());
         ratio.push(busy.p50() / quiet.p50());
+        drop(fsd);
+        let (echo_quiet, echo_busy, echo_flood) = echo_floor(&echo_server, n)?;
         last = format!(
             "last run: {} stalled streams held and {} refused (FS_RATE_LIMITED), {} idle connections opened, \
-             {} flood stats answered and {} refused; daemon peak RSS {:.1} MiB over {procs} processes, {thread_count} threads under the load",
+             {} flood stats answered and {} refused ({flood_during} while the victim sampled, against \
+             {echo_flood} echoes of the echo floor's flood); daemon peak RSS {:.1} MiB over {procs} processes, \
+             {thread_count} threads under the load",
             stats.streams_held.load(Ordering::Relaxed),
             stats.streams_refused.load(Ordering::Relaxed),
             stats.idle_open.load(Ordering::Relaxed),
@@ -202,22 +289,37 @@ pub fn run(common: &Common) -> Res<Section> {
             stats.stats_refused.load(Ordering::Relaxed),
             rss as f64 / 1024.0,
         );
-        drop(fsd);
+        echo_unloaded.push(echo_quiet);
+        echo_loaded.push(echo_busy);
+        echo_ratio.push(echo_busy / echo_quiet);
     }
     let markdown = format!(
         "### Noisy neighbour\n\n\
          One identity (anonymous loopback TCP) opens {IDLE_CONNECTIONS} idle connections and {STALLED_STREAMS} streamText calls of a 64 MiB file \
          that it never reads, then floods stats with {FLOOD_IN_FLIGHT} in flight; meanwhile another identity (the Unix peer uid) \
          calls the read tool on a 4 KiB file, one call at a time ({n} samples). Default budgets. A fresh daemon per run.\n\n\
-         | victim read p50, unloaded | victim read p50, under the load | loaded ÷ unloaded |\n|---|---|---|\n| {} | {} | {} |\n\n{last}.\n",
+         The floor, in the same runs: the bare tonic echo server under the same idle connections and a flood of \
+         stat-shaped echoes ({FLOOD_IN_FLIGHT} in flight, from the same kind of client), its other client echoing \
+         readText-shaped replies one at a time over the Unix socket.\n\n\
+         | server | victim p50, unloaded | victim p50, under the load | loaded ÷ unloaded |\n|---|---|---|---|\n\
+         | fsd (read tool) | {} | {} | {} |\n\
+         | bare tonic echo (one RPC) | {} | {} | {} |\n\n{last}.\n",
         unloaded.micros(),
         loaded.micros(),
         ratio.times(),
+        echo_unloaded.micros(),
+        echo_loaded.micros(),
+        echo_ratio.times(),
     );
     let mut section = Section { markdown, ..Section::default() };
     section.verdict(
         "noisy neighbour: another identity's read tool p50 ≤ 1.5× its unloaded p50 (daemon peak RSS and threads under the load beside)",
-        format!("{}; {:.1} MiB, {peak_threads} threads", ratio.times(), peak_rss_kib as f64 / 1024.0),
+        format!(
+            "{}; {:.1} MiB, {peak_threads} threads; the bare echo under the same flood: {}",
+            ratio.times(),
+            peak_rss_kib as f64 / 1024.0,
+            echo_ratio.times()
+        ),
         ratio.median() <= 1.5,
     );
     Ok(section)
