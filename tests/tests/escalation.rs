@@ -192,6 +192,9 @@ fn the_rules_judge_the_path_the_daemon_acts_on() {
     let outside = p(s.outside.path());
     check(&mut t, format!("{outside}/\\x64enied/a.txt"), "denied/a.txt");
     check(&mut t, format!("{outside}/other/../denied/b.txt"), "denied/b.txt");
+    // A link on the way: the daemon follows it, so the rules judge where it leads.
+    std::os::unix::fs::symlink(s.outside.path().join("denied"), s.outside.path().join("other/link")).unwrap();
+    check(&mut t, format!("{outside}/other/link/c.txt"), "denied/c.txt");
 }
 
 #[test]
