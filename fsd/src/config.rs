@@ -588,6 +588,20 @@ impl Config {
             Some(other) => return Err(ConfigError::LogFormat(other.to_owned())),
         };
         let socket_access = socket_access(file.socket_mode.as_deref(), file.socket_group.as_deref())?;
+        // A size cap of 0 refuses every non-empty file, listing or upload: a typo, not a policy.
+        // (max_diff_text_bytes = 0 is one: never send a change's text; max_abandoned_workers = 0
+        // too: stop a mode at its first unkillable worker.)
+        for (key, value) in [
+            ("max_message_bytes", file.max_message_bytes),
+            ("max_editable_file_bytes", file.max_editable_file_bytes),
+            ("max_read_bytes", file.max_read_bytes),
+            ("max_upload_bytes", file.max_upload_bytes),
+            ("max_dir_entries", file.max_dir_entries.map(|n| n as u64)),
+        ] {
+            if value == Some(0) {
+                return Err(ConfigError::AtLeastOne(key));
+            }
+        }
         let defaults = Limits::default();
         let limits = Limits {
             max_editable_bytes: file.max_editable_file_bytes.unwrap_or(defaults.max_editable_bytes),
@@ -1026,5 +1040,49 @@ mod tests {
         );
         let limits = fleet("listen = [\"unix:/s\"]\nmax_concurrent_streams = 0").err();
         assert_eq!(limits.as_deref(), Some("invalid max_concurrent_streams: must be at least 1"));
+    }
+
+    /// Every size, count and time limit refuses 0 with one line naming its key; the two that
+    /// mean something at 0 keep it.
+    #[test]
+    fn zero_limits_are_refused_by_key() {
+        let check = |text: &str, expected: Result<(), &str>| {
+            let file: ConfigFile = toml::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            let got =
+                Config::resolve(file, flags(&["unix:/s"], &["/ws"])).map(drop).map_err(|e| e.to_string());
+            assert_eq!(got, expected.map_err(str::to_owned), "{text}");
+        };
+        for key in [
+            "max_read_bytes",
+            "max_editable_file_bytes",
+            "max_message_bytes",
+            "max_upload_bytes",
+            "max_dir_entries",
+            "workers_per_mode",
+            "max_queued_calls",
+            "max_connections",
+            "max_concurrent_streams",
+            "max_calls_per_connection",
+            "max_handshakes",
+            "max_handshakes_per_source",
+            "call_timeout_ms",
+            "shutdown_grace_ms",
+            "stream_idle_timeout_ms",
+            "escalation_ttl_secs",
+        ] {
+            let expected = match key {
+                "workers_per_mode" => "workers_per_mode must be between 1 and 64".to_owned(),
+                _ => format!("invalid {key}: must be at least 1"),
+            };
+            check(&format!("{key} = 0"), Err(&expected));
+        }
+        check(
+            "[budgets]
+calls_in_flight = 0",
+            Err("invalid budgets.calls_in_flight: must be a positive number (bursts at least 1)"),
+        );
+        check("max_diff_text_bytes = 0", Ok(()));
+        check("max_abandoned_workers = 0", Ok(()));
+        check("max_read_bytes = 1\nmax_dir_entries = 1\nmax_upload_bytes = 1", Ok(()));
     }
 }
