@@ -358,8 +358,9 @@ pub enum LandlockPolicy {
 pub enum ConfigError {
     #[error("cannot read config {0}: {1}")]
     Read(PathBuf, #[source] std::io::Error),
-    #[error("invalid config {0}: {1}")]
-    Parse(PathBuf, #[source] toml::de::Error),
+    /// One line: the toml crate's own rendering spans several (a snippet with a caret).
+    #[error("invalid config {}{}: {message}", path.display(), at.map(|(line, column)| format!(":{line}:{column}")).unwrap_or_default())]
+    Parse { path: PathBuf, at: Option<(usize, usize)>, message: String },
     #[error("invalid listen address {0:?}: {1}")]
     Listen(String, &'static str),
     #[error("invalid {key} {value:?}: expected read-only, workspace-write or danger-full-access")]
@@ -423,6 +424,18 @@ pub enum ConfigError {
         "the writable roots have different owners ({0}); workers take the owner's uid and gid: set worker_uid and worker_gid"
     )]
     RootOwners(String),
+}
+
+/// A TOML error as one line: the file, the 1-based line and column (in characters) where the
+/// error's span starts, and the message with its line breaks folded.
+fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
+    let at = e.span().map(|span| {
+        let before = text.get(..span.start).unwrap_or(text);
+        let line_start = before.rfind('\n').map_or(0, |at| at + 1);
+        (before.matches('\n').count() + 1, before[line_start..].chars().count() + 1)
+    });
+    let message = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+    ConfigError::Parse { path: path.to_owned(), at, message }
 }
 
 /// Who the confined workers run as.
@@ -530,7 +543,7 @@ impl Config {
             Some(path) => {
                 let text =
                     std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.to_owned(), e))?;
-                toml::from_str(&text).map_err(|e| ConfigError::Parse(path.to_owned(), e))?
+                toml::from_str(&text).map_err(|e| parse_error(path, &text, &e))?
             }
             None => ConfigFile::default(),
         };
@@ -1040,6 +1053,28 @@ mod tests {
         );
         let limits = fleet("listen = [\"unix:/s\"]\nmax_concurrent_streams = 0").err();
         assert_eq!(limits.as_deref(), Some("invalid max_concurrent_streams: must be at least 1"));
+    }
+
+    #[test]
+    fn parse_errors_are_one_line_with_their_place() {
+        let check = |text: &str, expected: &str| {
+            let e = toml::from_str::<ConfigFile>(text).err().unwrap_or_else(|| panic!("{text} parses"));
+            let got = parse_error(Path::new("/etc/fsd.toml"), text, &e).to_string();
+            assert!(got.starts_with(expected) && !got.contains('\n'), "{text}: {got}");
+        };
+        check(
+            "workers_per_mode = 2\nmax_mode = read-only\n",
+            "invalid config /etc/fsd.toml:2:12: string values must be quoted, expected literal string",
+        );
+        check(
+            "\n  listen = [\"unix:/s\"\n",
+            "invalid config /etc/fsd.toml:2:22: unclosed array, expected `]`",
+        );
+        check(
+            "# é\nworkers_per_mode = \"two\"",
+            "invalid config /etc/fsd.toml:2:20: invalid type: string \"two\", expected usize",
+        );
+        check("bogus = 1", "invalid config /etc/fsd.toml:1:1: unknown field `bogus`, expected one of");
     }
 
     /// Every size, count and time limit refuses 0 with one line naming its key; the two that
