@@ -134,6 +134,10 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         let writer = AsyncFrames::new(control).map_err(DaemonError::Runtime)?;
         tokio::spawn(serve_control(dispatcher.clone(), reader, stop_tx.clone()));
         tokio::spawn(send_control(writer, kill_rx));
+        // Once, beside the start rather than in its way: an approver may come up later.
+        if let Some(endpoint) = config.approver_endpoint.clone() {
+            tokio::spawn(async move { crate::approver::probe(&endpoint).await });
+        }
         dispatcher.wait_ready(&config.served_modes(), config.workers_per_mode, Duration::from_secs(10)).await;
         let service = FsdService::new(dispatcher.clone(), &config, roots, audit);
         serve(config, service, dispatcher, listeners, signals, (stop_tx, stop_rx)).await
