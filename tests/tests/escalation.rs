@@ -452,13 +452,15 @@ print(json.dumps({"replies": replies, "transcript": transcript.decode(errors="re
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "bye\n", "the approved edit only");
 }
 
-/// An escalated patch is applied to the whole current file before anyone is asked, which takes
-/// as long as the file is big. That work runs on the daemon's check threads, not its runtime:
-/// here the daemon is pinned to one CPU (so its runtime has one thread, which a check on it
-/// would hold), a check of a large file is held by the test build's hook, and meanwhile another
-/// client's stat is answered, by the daemon that says the check is held as it answers.
-#[test]
-fn a_large_patch_check_does_not_hold_another_clients_stat() {
+/// An escalation's checks before anyone is asked run on the whole current file (a patch's hunks
+/// applied to it, an edit's match), which takes as long as the file is big. That work runs on
+/// the daemon's check threads, not its runtime: here the daemon is pinned to one CPU (so its
+/// runtime has one thread, which a check on it would hold), a check of a large file is held by
+/// the test build's hook, and meanwhile another client's stat is answered, by the daemon that
+/// says the check is held as it answers.
+fn a_held_check_does_not_hold_another_clients_stat(
+    escalated: impl FnOnce(&std::path::Path) -> (v1::EscalatedOp, Option<String>),
+) {
     let config = "escalation = \"client\"\nmax_mode = \"danger-full-access\"\n";
     let d = Daemon::start_custom(&["taskset", "-c", "0"], &|_| {}, &[], config, &[]);
     let big = d.path("fsd-fault-hold-check");
@@ -466,7 +468,7 @@ fn a_large_patch_check_does_not_hold_another_clients_stat() {
     body.push_str("last\n");
     std::fs::write(&big, &body).unwrap();
     d.write("other.txt", "other\n");
-    let patch = format!("*** Begin Patch\n*** Update File: {}\n@@\n-last\n+changed\n*** End Patch", p(&big));
+    let (op, patch) = escalated(&big);
     let request = v1::EscalationRequest {
         context: Some(v1::CallContext {
             session_id: "checker".into(),
@@ -475,8 +477,8 @@ fn a_large_patch_check_does_not_hold_another_clients_stat() {
         }),
         requested_mode: v1::Mode::DangerFullAccess as i32,
         justification: "the user asked".into(),
-        ops: vec![v1::EscalatedOp { op: "writeText".into(), path: p(&big), ..Default::default() }],
-        patch: Some(patch),
+        ops: vec![op],
+        patch,
     };
     let (answered, answer) = std::sync::mpsc::channel();
     let mut checker = Rpc::connect(&d);
@@ -488,18 +490,17 @@ fn a_large_patch_check_does_not_hold_another_clients_stat() {
     let probe = d.path("fsd-fault-check-held");
     // Asked until the daemon answers that the check is held, unless the check's answer comes
     // first (it does when nothing else could be answered while the check ran).
-    let held = loop {
+    loop {
         if let Ok(reply) = answer.try_recv() {
-            panic!("no other call was answered while the patch check was held (its answer: {reply:?})");
+            panic!("no other call was answered while the check was held (its answer: {reply:?})");
         }
         let status = other.stat(&probe).expect_err("the probe answers with a status");
         match status.message() {
-            "held" => break true,
+            "held" => break,
             "not held" => std::thread::sleep(std::time::Duration::from_millis(5)),
             _ => panic!("the other client's stat was not answered while the check ran: {status:?}"),
         }
-    };
-    assert!(held);
+    }
     let stat = other.stat(&d.path("other.txt")).unwrap();
     assert!(stat.info.is_some(), "{stat:?}");
     assert!(
@@ -512,4 +513,27 @@ fn a_large_patch_check_does_not_hold_another_clients_stat() {
     assert!(!reply.digest.is_empty(), "{reply:?}");
     asked.join().unwrap();
     assert_eq!(std::fs::read(&big).unwrap(), body.as_bytes(), "a check writes nothing");
+}
+
+#[test]
+fn a_large_patch_check_does_not_hold_another_clients_stat() {
+    a_held_check_does_not_hold_another_clients_stat(|big| {
+        let patch =
+            format!("*** Begin Patch\n*** Update File: {}\n@@\n-last\n+changed\n*** End Patch", p(big));
+        (v1::EscalatedOp { op: "writeText".into(), path: p(big), ..Default::default() }, Some(patch))
+    });
+}
+
+#[test]
+fn a_large_edit_check_does_not_hold_another_clients_stat() {
+    a_held_check_does_not_hold_another_clients_stat(|big| {
+        let op = v1::EscalatedOp {
+            op: "editText".into(),
+            path: p(big),
+            old_string: Some("last\n".into()),
+            new_string: Some("changed\n".into()),
+            ..Default::default()
+        };
+        (op, None)
+    });
 }

@@ -1,8 +1,8 @@
 //! CPU work on whole files, off the runtime: applying an escalated patch's hunks to a file of up
-//! to `max_editable_file_bytes` takes as long as the file is big, and on a runtime thread it
-//! would hold every other client's calls scheduled there for that long. A few threads, started
-//! once, do it for everyone (no thread per call: issue 12), behind a bounded queue whose waiters
-//! wait as tasks, not threads.
+//! to `max_editable_file_bytes` (or matching an escalated edit in it) takes as long as the file
+//! is big, and on a runtime thread it would hold every other client's calls scheduled there for
+//! that long. A few threads, started once, do it for everyone (no thread per call: issue 12),
+//! behind a bounded queue whose waiters wait as tasks, not threads.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::mpsc as std_mpsc;
@@ -74,7 +74,7 @@ impl Cpu {
     }
 }
 
-/// Test hook: a patch check on a file named `fsd-fault-hold-check` is held, wherever it runs,
+/// Test hook: a patch or edit check on a file named `fsd-fault-hold-check` is held, wherever it runs,
 /// until a stat of a path ending in `/fsd-fault-release-check` releases it (or a minute passes,
 /// so a test that fails cannot hang the daemon). A stat of a path ending in
 /// `/fsd-fault-check-held` asks whether one is held now.

@@ -90,23 +90,37 @@ impl FsdService {
                 if wire.edit_guard.is_some() && !fsd_proto::version::same(&edit.version, &current.version) {
                     return Err(fail(FsError::Stale(StaleReason::Changed)));
                 }
-                if let (Ok(body), Some(old), Some(new)) = (&current.text, &wire.old_string, &wire.new_string)
+                if let (Ok(body), Some(old), Some(new)) =
+                    (current.text, wire.old_string.clone(), wire.new_string.clone())
                 {
-                    let (_, body) = text::split_bom(body);
+                    // Linear in the file's size: on the check threads, not this runtime thread.
                     // Bounded: this runs in the network process, which must not try to hold an
                     // edit no worker would write.
+                    let (path, replace_all) = (wire.path.clone(), wire.replace_all);
                     let limit = self.limits.max_editable_bytes;
-                    if let Err(e) = text::replace(body, old, new, wire.replace_all, limit) {
+                    let checked = self.dispatcher.cpu().run(move || {
+                        #[cfg(feature = "fault-injection")]
+                        crate::dispatch::cpu::hold::check(&path);
+                        let (_, body) = text::split_bom(&body);
+                        let Err(e) = text::replace(body, &old, &new, replace_all, limit) else {
+                            return Ok(());
+                        };
                         let ambiguous = matches!(e, FsError::AmbiguousEdit(_));
-                        let mut wire_error = Failure::new(e, wire.path.clone()).into_wire();
+                        let mut wire_error = Failure::new(e, path).into_wire();
                         if ambiguous {
                             // Where the matches start, for the tools that list them.
-                            let lines = match_lines(body, old);
+                            let lines = match_lines(body, &old);
                             let lines: Vec<String> = lines.iter().map(usize::to_string).collect();
                             wire_error = wire_error.with("lines", lines.join(","));
                         }
-                        return Err(wire_error.into_status());
-                    }
+                        Err(wire_error)
+                    });
+                    checked
+                        .await
+                        .map_err(|e| {
+                            WireError::new(ErrorCode::IoError, &wire.path, e.to_string()).into_status()
+                        })?
+                        .map_err(WireError::into_status)?;
                 }
                 Ok(())
             }
