@@ -29,8 +29,26 @@ pub enum ApproverError {
     Timeout(String, u64),
 }
 
+/// How long the start-up probe waits for a connection: the start never waits on it (it runs as
+/// a task), but a dead TCP peer must not keep the probe, and its warning, for a minute.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// An error with its sources, on one line: tonic's own message is only "transport error".
+fn reason(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        source = cause.source();
+    }
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 async fn channel(endpoint: &ApproverEndpoint) -> Result<Channel, ApproverError> {
-    let failed = |e: tonic::transport::Error| ApproverError::Connect(endpoint.to_string(), e.to_string());
+    let failed = |e: tonic::transport::Error| ApproverError::Connect(endpoint.to_string(), reason(&e));
     match endpoint {
         ApproverEndpoint::Unix(path) => {
             let path = path.clone();
@@ -75,4 +93,20 @@ pub async fn ask(
     tokio::time::timeout(within, call)
         .await
         .map_err(|_| ApproverError::Timeout(endpoint.to_string(), within.as_secs()))?
+}
+
+/// Tries once to connect to the approver, at start, and logs one line either way: a warning
+/// naming the endpoint and the reason when it cannot be reached (escalations are refused until
+/// it can: approvers may come up after the daemon, so the start goes on), else that it answered.
+pub async fn probe(endpoint: &ApproverEndpoint) {
+    let connected = tokio::time::timeout(PROBE_TIMEOUT, channel(endpoint))
+        .await
+        .unwrap_or_else(|_| Err(ApproverError::Timeout(endpoint.to_string(), PROBE_TIMEOUT.as_secs())));
+    match connected {
+        Ok(_) => tracing::info!(approver = %endpoint, "the approver accepts connections"),
+        Err(e) => tracing::warn!(
+            approver = %endpoint,
+            "{e}; escalations are refused until it can be reached (the daemon starts anyway)"
+        ),
+    }
 }

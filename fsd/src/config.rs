@@ -358,8 +358,9 @@ pub enum LandlockPolicy {
 pub enum ConfigError {
     #[error("cannot read config {0}: {1}")]
     Read(PathBuf, #[source] std::io::Error),
-    #[error("invalid config {0}: {1}")]
-    Parse(PathBuf, #[source] toml::de::Error),
+    /// One line: the toml crate's own rendering spans several (a snippet with a caret).
+    #[error("invalid config {}{}: {message}", path.display(), at.map(|(line, column)| format!(":{line}:{column}")).unwrap_or_default())]
+    Parse { path: PathBuf, at: Option<(usize, usize)>, message: String },
     #[error("invalid listen address {0:?}: {1}")]
     Listen(String, &'static str),
     #[error("invalid {key} {value:?}: expected read-only, workspace-write or danger-full-access")]
@@ -423,6 +424,18 @@ pub enum ConfigError {
         "the writable roots have different owners ({0}); workers take the owner's uid and gid: set worker_uid and worker_gid"
     )]
     RootOwners(String),
+}
+
+/// A TOML error as one line: the file, the 1-based line and column (in characters) where the
+/// error's span starts, and the message with its line breaks folded.
+fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
+    let at = e.span().map(|span| {
+        let before = text.get(..span.start).unwrap_or(text);
+        let line_start = before.rfind('\n').map_or(0, |at| at + 1);
+        (before.matches('\n').count() + 1, before[line_start..].chars().count() + 1)
+    });
+    let message = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+    ConfigError::Parse { path: path.to_owned(), at, message }
 }
 
 /// Who the confined workers run as.
@@ -530,7 +543,7 @@ impl Config {
             Some(path) => {
                 let text =
                     std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.to_owned(), e))?;
-                toml::from_str(&text).map_err(|e| ConfigError::Parse(path.to_owned(), e))?
+                toml::from_str(&text).map_err(|e| parse_error(path, &text, &e))?
             }
             None => ConfigFile::default(),
         };
@@ -588,6 +601,20 @@ impl Config {
             Some(other) => return Err(ConfigError::LogFormat(other.to_owned())),
         };
         let socket_access = socket_access(file.socket_mode.as_deref(), file.socket_group.as_deref())?;
+        // A size cap of 0 refuses every non-empty file, listing or upload: a typo, not a policy.
+        // (max_diff_text_bytes = 0 is one: never send a change's text; max_abandoned_workers = 0
+        // too: stop a mode at its first unkillable worker.)
+        for (key, value) in [
+            ("max_message_bytes", file.max_message_bytes),
+            ("max_editable_file_bytes", file.max_editable_file_bytes),
+            ("max_read_bytes", file.max_read_bytes),
+            ("max_upload_bytes", file.max_upload_bytes),
+            ("max_dir_entries", file.max_dir_entries.map(|n| n as u64)),
+        ] {
+            if value == Some(0) {
+                return Err(ConfigError::AtLeastOne(key));
+            }
+        }
         let defaults = Limits::default();
         let limits = Limits {
             max_editable_bytes: file.max_editable_file_bytes.unwrap_or(defaults.max_editable_bytes),
@@ -1026,5 +1053,71 @@ mod tests {
         );
         let limits = fleet("listen = [\"unix:/s\"]\nmax_concurrent_streams = 0").err();
         assert_eq!(limits.as_deref(), Some("invalid max_concurrent_streams: must be at least 1"));
+    }
+
+    #[test]
+    fn parse_errors_are_one_line_with_their_place() {
+        let check = |text: &str, expected: &str| {
+            let e = toml::from_str::<ConfigFile>(text).err().unwrap_or_else(|| panic!("{text} parses"));
+            let got = parse_error(Path::new("/etc/fsd.toml"), text, &e).to_string();
+            assert!(got.starts_with(expected) && !got.contains('\n'), "{text}: {got}");
+        };
+        check(
+            "workers_per_mode = 2\nmax_mode = read-only\n",
+            "invalid config /etc/fsd.toml:2:12: string values must be quoted, expected literal string",
+        );
+        check(
+            "\n  listen = [\"unix:/s\"\n",
+            "invalid config /etc/fsd.toml:2:22: unclosed array, expected `]`",
+        );
+        check(
+            "# é\nworkers_per_mode = \"two\"",
+            "invalid config /etc/fsd.toml:2:20: invalid type: string \"two\", expected usize",
+        );
+        check("bogus = 1", "invalid config /etc/fsd.toml:1:1: unknown field `bogus`, expected one of");
+    }
+
+    /// Every size, count and time limit refuses 0 with one line naming its key; the two that
+    /// mean something at 0 keep it.
+    #[test]
+    fn zero_limits_are_refused_by_key() {
+        let check = |text: &str, expected: Result<(), &str>| {
+            let file: ConfigFile = toml::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+            let got =
+                Config::resolve(file, flags(&["unix:/s"], &["/ws"])).map(drop).map_err(|e| e.to_string());
+            assert_eq!(got, expected.map_err(str::to_owned), "{text}");
+        };
+        for key in [
+            "max_read_bytes",
+            "max_editable_file_bytes",
+            "max_message_bytes",
+            "max_upload_bytes",
+            "max_dir_entries",
+            "workers_per_mode",
+            "max_queued_calls",
+            "max_connections",
+            "max_concurrent_streams",
+            "max_calls_per_connection",
+            "max_handshakes",
+            "max_handshakes_per_source",
+            "call_timeout_ms",
+            "shutdown_grace_ms",
+            "stream_idle_timeout_ms",
+            "escalation_ttl_secs",
+        ] {
+            let expected = match key {
+                "workers_per_mode" => "workers_per_mode must be between 1 and 64".to_owned(),
+                _ => format!("invalid {key}: must be at least 1"),
+            };
+            check(&format!("{key} = 0"), Err(&expected));
+        }
+        check(
+            "[budgets]
+calls_in_flight = 0",
+            Err("invalid budgets.calls_in_flight: must be a positive number (bursts at least 1)"),
+        );
+        check("max_diff_text_bytes = 0", Ok(()));
+        check("max_abandoned_workers = 0", Ok(()));
+        check("max_read_bytes = 1\nmax_dir_entries = 1\nmax_upload_bytes = 1", Ok(()));
     }
 }

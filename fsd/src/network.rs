@@ -23,6 +23,13 @@ use crate::sys::socket::SocketAccess;
 
 /// Threads that read the files of streamed reads, shared by every stream.
 const STREAM_READERS: usize = 4;
+/// Threads that apply escalated patches to whole files (`dispatch::cpu`), and the checks that
+/// may be queued for them. Two: such checks are rare (an escalation is asked of a person or a
+/// rule file) and each may take as long as its file is big, so two keep one big check from
+/// holding the next while leaving the runtime's threads (one per core) the cores; 64 queued
+/// are far more than the pending-escalation budgets let clients have in flight together.
+const CHECK_THREADS: usize = 2;
+const QUEUED_CHECKS: usize = 64;
 
 enum Bound {
     Unix(std::os::unix::net::UnixListener, String),
@@ -105,6 +112,7 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
     let Started { listeners, audit, roots, control_reader } = started;
 
     let readers = crate::dispatch::stream::Readers::start(STREAM_READERS).map_err(DaemonError::Runtime)?;
+    let cpu = crate::dispatch::cpu::Cpu::start(CHECK_THREADS, QUEUED_CHECKS).map_err(DaemonError::Runtime)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("fsd-net")
@@ -121,11 +129,15 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         let (stop_tx, stop_rx) = watch::channel(false);
         let (kill_tx, kill_rx) = tokio::sync::mpsc::unbounded_channel();
         let dispatcher =
-            Arc::new(Dispatcher::new(config.call_timeout, config.max_queued_calls, kill_tx, readers));
+            Arc::new(Dispatcher::new(config.call_timeout, config.max_queued_calls, kill_tx, readers, cpu));
         let reader = AsyncFrames::new(control_reader).map_err(DaemonError::Runtime)?;
         let writer = AsyncFrames::new(control).map_err(DaemonError::Runtime)?;
         tokio::spawn(serve_control(dispatcher.clone(), reader, stop_tx.clone()));
         tokio::spawn(send_control(writer, kill_rx));
+        // Once, beside the start rather than in its way: an approver may come up later.
+        if let Some(endpoint) = config.approver_endpoint.clone() {
+            tokio::spawn(async move { crate::approver::probe(&endpoint).await });
+        }
         dispatcher.wait_ready(&config.served_modes(), config.workers_per_mode, Duration::from_secs(10)).await;
         let service = FsdService::new(dispatcher.clone(), &config, roots, audit);
         serve(config, service, dispatcher, listeners, signals, (stop_tx, stop_rx)).await

@@ -454,3 +454,89 @@ print(json.dumps({"replies": replies, "transcript": transcript.decode(errors="re
     assert!(transcript.contains(&format!("path: {}", p(&target))), "{transcript}");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "bye\n", "the approved edit only");
 }
+
+/// An escalation's checks before anyone is asked run on the whole current file (a patch's hunks
+/// applied to it, an edit's match), which takes as long as the file is big. That work runs on
+/// the daemon's check threads, not its runtime: here the daemon is pinned to one CPU (so its
+/// runtime has one thread, which a check on it would hold), a check of a large file is held by
+/// the test build's hook, and meanwhile another client's stat is answered, by the daemon that
+/// says the check is held as it answers.
+fn a_held_check_does_not_hold_another_clients_stat(
+    escalated: impl FnOnce(&std::path::Path) -> (v1::EscalatedOp, Option<String>),
+) {
+    let config = "escalation = \"client\"\nmax_mode = \"danger-full-access\"\n";
+    let d = Daemon::start_custom(&["taskset", "-c", "0"], &|_| {}, &[], config, &[]);
+    let big = d.path("fsd-fault-hold-check");
+    let mut body = "a line of the large file\n".repeat((24 << 20) / 25);
+    body.push_str("last\n");
+    std::fs::write(&big, &body).unwrap();
+    d.write("other.txt", "other\n");
+    let (op, patch) = escalated(&big);
+    let request = v1::EscalationRequest {
+        context: Some(v1::CallContext {
+            session_id: "checker".into(),
+            call_id: "c".into(),
+            ..Default::default()
+        }),
+        requested_mode: v1::Mode::DangerFullAccess as i32,
+        justification: "the user asked".into(),
+        ops: vec![op],
+        patch,
+    };
+    let (answered, answer) = std::sync::mpsc::channel();
+    let mut checker = Rpc::connect(&d);
+    let asked = std::thread::spawn(move || {
+        let reply = checker.rt.block_on(checker.client.request_escalation(request));
+        let _ = answered.send(reply.map(tonic::Response::into_inner));
+    });
+    let mut other = Rpc::connect(&d);
+    let probe = d.path("fsd-fault-check-held");
+    // Asked until the daemon answers that the check is held, unless the check's answer comes
+    // first (it does when nothing else could be answered while the check ran).
+    loop {
+        if let Ok(reply) = answer.try_recv() {
+            panic!("no other call was answered while the check was held (its answer: {reply:?})");
+        }
+        let status = other.stat(&probe).expect_err("the probe answers with a status");
+        match status.message() {
+            "held" => break,
+            "not held" => std::thread::sleep(std::time::Duration::from_millis(5)),
+            _ => panic!("the other client's stat was not answered while the check ran: {status:?}"),
+        }
+    }
+    let stat = other.stat(&d.path("other.txt")).unwrap();
+    assert!(stat.info.is_some(), "{stat:?}");
+    assert!(
+        matches!(answer.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty)),
+        "the check was still held when the other client's stat was answered"
+    );
+    other.stat(&d.path("fsd-fault-release-check")).unwrap();
+    let reply = answer.recv().unwrap().unwrap_or_else(|s| panic!("{s:?}"));
+    assert_eq!(reply.decided_by, v1::Decider::Client as i32, "{reply:?}");
+    assert!(!reply.digest.is_empty(), "{reply:?}");
+    asked.join().unwrap();
+    assert_eq!(std::fs::read(&big).unwrap(), body.as_bytes(), "a check writes nothing");
+}
+
+#[test]
+fn a_large_patch_check_does_not_hold_another_clients_stat() {
+    a_held_check_does_not_hold_another_clients_stat(|big| {
+        let patch =
+            format!("*** Begin Patch\n*** Update File: {}\n@@\n-last\n+changed\n*** End Patch", p(big));
+        (v1::EscalatedOp { op: "writeText".into(), path: p(big), ..Default::default() }, Some(patch))
+    });
+}
+
+#[test]
+fn a_large_edit_check_does_not_hold_another_clients_stat() {
+    a_held_check_does_not_hold_another_clients_stat(|big| {
+        let op = v1::EscalatedOp {
+            op: "editText".into(),
+            path: p(big),
+            old_string: Some("last\n".into()),
+            new_string: Some("changed\n".into()),
+            ..Default::default()
+        };
+        (op, None)
+    });
+}

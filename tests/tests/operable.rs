@@ -86,6 +86,8 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
     let bad_key = config("key.toml", "escalation = \"signed\"\napprover_public_key = \"abc\"\n");
     let no_time = config("zero.toml", "call_timeout_ms = 0\n");
     let no_ttl = config("ttl.toml", "escalation_ttl_secs = 0\n");
+    let no_reads = config("no-reads.toml", "max_read_bytes = 0\n");
+    let bad_syntax = config("bad.toml", "workers_per_mode = 2\nmax_mode = read-only\n");
     let no_cert = config(
         "tls.toml",
         &format!(
@@ -151,6 +153,17 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
             vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), no_ttl],
             None,
             "invalid escalation_ttl_secs: must be at least 1".into(),
+        ),
+        (
+            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), no_reads],
+            None,
+            "invalid max_read_bytes: must be at least 1".into(),
+        ),
+        // A syntax error: one line with the file, line and column, not the toml crate's snippet.
+        (
+            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), bad_syntax.clone()],
+            None,
+            format!("invalid config {bad_syntax}:2:12: string values must be quoted"),
         ),
         (
             vec!["--listen".into(), format!("tcp:127.0.0.1:{busy_port}"), "--writable-root".into(), p(&ws)],

@@ -1173,3 +1173,90 @@ fn the_approvers_socket_appears_with_its_final_mode_and_group() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("exists and is not a socket"), "{out:?}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine\n");
 }
+
+/// The daemon's stderr, line by line, until a line of the start-up approver probe (its warning,
+/// or its word that the approver accepts connections) arrives; that line and those before it.
+fn until_probe(stderr: std::process::ChildStderr) -> Vec<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let probe = is_probe(&line);
+            if tx.send(line).is_err() || probe {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    loop {
+        // A bound on the test, not a measurement: the probe gives up after 3 s by itself.
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) => {
+                let probe = is_probe(&line);
+                lines.push(line);
+                if probe {
+                    return lines;
+                }
+            }
+            Err(e) => panic!("no line of the approver probe ({e}); stderr so far: {lines:#?}"),
+        }
+    }
+}
+
+/// A line of the probe: the only lines with an `approver` field.
+fn is_probe(line: &str) -> bool {
+    line.contains(" approver=")
+}
+
+fn start_signed_piped(keys: &Keys, endpoint: &str) -> (fsd_testkit::Daemon, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let config = format!(
+        "escalation = \"signed\"\nmax_mode = \"danger-full-access\"\napprover_public_key = \"{}\"\napprover_endpoint = \"{endpoint}\"\n",
+        keys.public
+    );
+    let d = launch()
+        .unix(dir.path().join("fsd.sock"))
+        .writable_root(&ws)
+        .config(dir.path().join("fsd.toml"), config)
+        .stderr(fsd_testkit::Stderr::Piped)
+        .env("FSD_LOG", "info")
+        .start()
+        .unwrap_or_else(|e| panic!("{e}"));
+    (d, dir)
+}
+
+/// An approver nobody answers at is warned about at start, in one line naming the endpoint and
+/// the reason, and the daemon serves anyway (an approver may come up later); a listening
+/// approver gets no warning.
+#[test]
+fn an_unreachable_approver_is_warned_about_at_start() {
+    let keys = Keys::new();
+    let gone = tempfile::tempdir().unwrap();
+    // A socket file nobody listens on any more, and a TCP port nobody listens on.
+    let dead_socket = gone.path().join("approver.sock");
+    drop(std::os::unix::net::UnixListener::bind(&dead_socket).unwrap());
+    let dead_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    for endpoint in [format!("unix:{}", dead_socket.display()), format!("tcp:127.0.0.1:{dead_port}")] {
+        // Started (every listener answers) with the approver unreachable.
+        let (mut d, _dir) = start_signed_piped(&keys, &endpoint);
+        let lines = until_probe(d.take_stderr().unwrap());
+        let warning = lines.last().unwrap();
+        assert!(warning.contains(" WARN "), "{lines:#?}");
+        assert!(
+            warning.contains(&format!("cannot reach the approver at {endpoint}: "))
+                && warning.contains("Connection refused")
+                && warning.contains("escalations are refused until it can be reached"),
+            "{warning}"
+        );
+        drop(d.terminate());
+    }
+    let approver = Approver::serve(&keys, &keys.rules("allow"));
+    let (mut d, _dir) = start_signed_piped(&keys, &format!("unix:{}", approver.socket.display()));
+    let lines = until_probe(d.take_stderr().unwrap());
+    assert!(lines.iter().all(|l| !l.contains("cannot reach the approver")), "{lines:#?}");
+    assert!(lines.last().unwrap().contains("the approver accepts connections"), "{lines:#?}");
+    drop(d.terminate());
+}

@@ -3,10 +3,11 @@
 //! queue of calls per mode (`queue`, in the mode's `pool`) that each worker's `driver` task
 //! takes its next call from, the per-target locks that hold across every worker of every mode
 //! (`locks`), per-call deadlines (a worker that overruns is reported to the supervisor, which
-//! kills or abandons it; only its call fails), and streamed reads (`stream`). No call holds a
-//! thread while it waits. Here: registering workers, the modes' availability, and queueing a
+//! kills or abandons it; only its call fails), streamed reads (`stream`) and the threads that
+//! do CPU work on whole files for the service (`cpu`). No call holds a thread while it waits. Here: registering workers, the modes' availability, and queueing a
 //! call and waiting for its answer.
 
+pub mod cpu;
 mod driver;
 mod locks;
 mod pool;
@@ -44,7 +45,8 @@ pub struct ModeReport {
     pub unavailable: Option<String>,
 }
 
-/// All pools, the lock table, the reader pool of streams and the line to the supervisor.
+/// All pools, the lock table, the reader pool of streams, the CPU pool and the line to the
+/// supervisor.
 #[derive(Debug)]
 pub struct Dispatcher {
     pools: HashMap<Mode, Arc<Pool>>,
@@ -53,6 +55,7 @@ pub struct Dispatcher {
     max_queued: usize,
     control: mpsc::UnboundedSender<ControlRequest>,
     readers: stream::Readers,
+    cpu: cpu::Cpu,
     /// Woken on every registration and availability change.
     changed: Notify,
 }
@@ -68,6 +71,7 @@ impl Dispatcher {
         max_queued: usize,
         control: mpsc::UnboundedSender<ControlRequest>,
         readers: stream::Readers,
+        cpu: cpu::Cpu,
     ) -> Dispatcher {
         let pools = [Mode::ReadOnly, Mode::WorkspaceWrite, Mode::DangerFullAccess]
             .into_iter()
@@ -80,6 +84,7 @@ impl Dispatcher {
             max_queued,
             control,
             readers,
+            cpu,
             changed: Notify::new(),
         }
     }
@@ -91,6 +96,10 @@ impl Dispatcher {
 
     pub fn readers(&self) -> &stream::Readers {
         &self.readers
+    }
+
+    pub fn cpu(&self) -> &cpu::Cpu {
+        &self.cpu
     }
 
     /// Registers a worker the supervisor started, once it says it is ready.

@@ -90,23 +90,37 @@ impl FsdService {
                 if wire.edit_guard.is_some() && !fsd_proto::version::same(&edit.version, &current.version) {
                     return Err(fail(FsError::Stale(StaleReason::Changed)));
                 }
-                if let (Ok(body), Some(old), Some(new)) = (&current.text, &wire.old_string, &wire.new_string)
+                if let (Ok(body), Some(old), Some(new)) =
+                    (current.text, wire.old_string.clone(), wire.new_string.clone())
                 {
-                    let (_, body) = text::split_bom(body);
+                    // Linear in the file's size: on the check threads, not this runtime thread.
                     // Bounded: this runs in the network process, which must not try to hold an
                     // edit no worker would write.
+                    let (path, replace_all) = (wire.path.clone(), wire.replace_all);
                     let limit = self.limits.max_editable_bytes;
-                    if let Err(e) = text::replace(body, old, new, wire.replace_all, limit) {
+                    let checked = self.dispatcher.cpu().run(move || {
+                        #[cfg(feature = "fault-injection")]
+                        crate::dispatch::cpu::hold::check(&path);
+                        let (_, body) = text::split_bom(&body);
+                        let Err(e) = text::replace(body, &old, &new, replace_all, limit) else {
+                            return Ok(());
+                        };
                         let ambiguous = matches!(e, FsError::AmbiguousEdit(_));
-                        let mut wire_error = Failure::new(e, wire.path.clone()).into_wire();
+                        let mut wire_error = Failure::new(e, path).into_wire();
                         if ambiguous {
                             // Where the matches start, for the tools that list them.
-                            let lines = match_lines(body, old);
+                            let lines = match_lines(body, &old);
                             let lines: Vec<String> = lines.iter().map(usize::to_string).collect();
                             wire_error = wire_error.with("lines", lines.join(","));
                         }
-                        return Err(wire_error.into_status());
-                    }
+                        Err(wire_error)
+                    });
+                    checked
+                        .await
+                        .map_err(|e| {
+                            WireError::new(ErrorCode::IoError, &wire.path, e.to_string()).into_status()
+                        })?
+                        .map_err(WireError::into_status)?;
                 }
                 Ok(())
             }
@@ -165,6 +179,7 @@ impl FsdService {
         wire: &v1::EscalatedOp,
         exists: bool,
         earlier: Option<Option<&str>>,
+        digested: Option<Vec<u8>>,
     ) -> (Vec<u8>, Preview) {
         const MAX_PREVIEW_LINES: usize = 200;
         let bounded = |mut lines: Vec<String>| {
@@ -200,7 +215,9 @@ impl FsdService {
                         .collect(),
                     None => vec!["(the current content is not text or too large to show)".to_owned()],
                 };
-                (digest::content(content.as_bytes()), bounded(lines))
+                // A patch's result was digested on the check threads (`digested`).
+                let digest = digested.unwrap_or_else(|| digest::content(content.as_bytes()));
+                (digest, bounded(lines))
             }
             (Op::EditText, _, Some(old), Some(new)) => {
                 let mut lines: Vec<String> = old.lines().map(|l| format!("-{l}")).collect();
@@ -271,7 +288,8 @@ impl FsdService {
         };
         let Some((patch, index)) = patch else {
             self.check(requested, op, wire).await?;
-            let (content_sha256, preview) = self.preview(requested, op, wire, version.is_some(), None).await;
+            let (content_sha256, preview) =
+                self.preview(requested, op, wire, version.is_some(), None, None).await;
             return Ok((
                 CanonicalOp { op, target_key, display, version, destination, content_sha256 },
                 preview,
@@ -297,16 +315,34 @@ impl FsdService {
                 }
             }
         };
-        let effect = patch.apply(index, &wire.path, current.as_deref()).map_err(WireError::into_status)?;
+        // The hunks and the digest of what they produce: linear in the file's size, so on the
+        // check threads, never on this runtime thread other clients' calls are scheduled on.
+        let applier = patch.applier(index);
+        let path = wire.path.clone();
+        let applied = self.dispatcher.cpu().run(move || {
+            let effect = applier.apply(&path, current.as_deref())?;
+            let digested = match &effect {
+                Effect::Write(content) | Effect::Move(Some(content)) => {
+                    Some(digest::content(content.as_bytes()))
+                }
+                Effect::Move(None) | Effect::Remove => None,
+            };
+            Ok::<_, WireError>((effect, digested))
+        });
+        let (effect, digested) = applied
+            .await
+            .map_err(|e| WireError::new(ErrorCode::IoError, &wire.path, e.to_string()).into_status())?
+            .map_err(WireError::into_status)?;
         let mut wire = wire.clone();
-        match &effect {
-            Effect::Write(content) => wire.content = Some(content.clone()),
-            Effect::Move(Some(content)) => wire.content_sha256 = digest::content(content.as_bytes()).into(),
-            Effect::Move(None) | Effect::Remove => {}
+        match (&effect, &digested) {
+            (Effect::Write(content), _) => wire.content = Some(content.clone()),
+            (Effect::Move(Some(_)), Some(digested)) => wire.content_sha256 = digested.clone().into(),
+            _ => {}
         }
         patch.record(&target_key, destination.as_ref().map(|(key, _)| key.as_str()), &effect);
         let before = earlier.as_ref().map(Option::as_deref);
-        let (content_sha256, preview) = self.preview(requested, op, &wire, version.is_some(), before).await;
+        let (content_sha256, preview) =
+            self.preview(requested, op, &wire, version.is_some(), before, digested).await;
         let version = if earlier.is_some() { Some(AFTER_EARLIER.to_owned()) } else { version };
         Ok((CanonicalOp { op, target_key, display, version, destination, content_sha256 }, preview))
     }

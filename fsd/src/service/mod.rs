@@ -227,6 +227,19 @@ impl Fsd for FsdService {
                 Err(e) => Err(Status::permission_denied(format!("network process: {e}"))),
             };
         }
+        #[cfg(feature = "fault-injection")]
+        {
+            // Test hooks of `dispatch::cpu::hold`: release a held patch check, or say whether
+            // one is held now (a stat answered at all while one is, is the point).
+            use crate::dispatch::cpu::hold;
+            let path = &request.get_ref().path;
+            if path.ends_with("/fsd-fault-release-check") {
+                hold::release();
+            }
+            if path.ends_with("/fsd-fault-check-held") {
+                return Err(Status::failed_precondition(if hold::held() { "held" } else { "not held" }));
+            }
+        }
         self.unary(request, wire::stat, wire::stat_reply).await
     }
 

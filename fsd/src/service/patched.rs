@@ -4,6 +4,7 @@
 //! and the approval binds the content the patch produces, shown to the approver as a diff.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use fsd_patch::{HunkErrorKind, Op as PatchOp};
 use fsd_proto::{ErrorCode, WireError, v1};
@@ -12,7 +13,8 @@ use tonic::Status;
 /// The parsed patch and what its earlier operations did to each target.
 #[derive(Debug)]
 pub(super) struct PatchCheck {
-    ops: Vec<PatchOp>,
+    /// Shared with the check threads that apply them (`dispatch::cpu`).
+    ops: Arc<Vec<PatchOp>>,
     /// Target key → content after an earlier operation (`None`: deleted or moved away).
     touched: HashMap<String, Option<String>>,
 }
@@ -50,7 +52,7 @@ impl PatchCheck {
                 "the escalated ops are not the operations of the escalated patch, in order",
             ));
         }
-        Ok(PatchCheck { ops: patch.ops, touched: HashMap::new() })
+        Ok(PatchCheck { ops: Arc::new(patch.ops), touched: HashMap::new() })
     }
 
     /// What an earlier operation of this patch left at `key`: `None` when none touched it.
@@ -58,10 +60,57 @@ impl PatchCheck {
         self.touched.get(key).map(Option::as_deref)
     }
 
-    /// Applies operation `index` to `current` (the file's text now: from an earlier operation,
-    /// or read from disk; `None` when absent), without recording it.
+    /// What applies operation `index`, apart from this check, so it can run on another thread.
+    pub fn applier(&self, index: usize) -> Applier {
+        Applier { ops: self.ops.clone(), index }
+    }
+
+    /// Applies operation `index` to `current` (see [`Applier::apply`]).
+    #[cfg(test)]
     pub fn apply(&self, index: usize, path: &str, current: Option<&str>) -> Result<Effect, WireError> {
-        let Some(op) = self.ops.get(index) else {
+        self.applier(index).apply(path, current)
+    }
+
+    /// Records an operation's effect on its target (and a move's destination).
+    pub fn record(&mut self, key: &str, destination: Option<&str>, effect: &Effect) {
+        match effect {
+            Effect::Write(content) => {
+                self.touched.insert(key.to_owned(), Some(content.clone()));
+            }
+            Effect::Remove => {
+                self.touched.insert(key.to_owned(), None);
+            }
+            Effect::Move(content) => {
+                let moved = content.clone().or_else(|| self.touched.get(key).cloned().flatten());
+                self.touched.insert(key.to_owned(), None);
+                if let Some(dst) = destination {
+                    self.touched.insert(dst.to_owned(), Some(moved.unwrap_or_default()));
+                }
+            }
+        }
+    }
+
+    /// Whether operation `index` is an update (its target must exist and be text).
+    pub fn updates(&self, index: usize) -> bool {
+        matches!(self.ops.get(index), Some(PatchOp::Update { .. }))
+    }
+}
+
+/// One operation of a patch, to apply to a file's text: linear in the file's size, which may be
+/// `max_editable_file_bytes`, so it runs on a check thread (`dispatch::cpu`), not the runtime.
+#[derive(Debug)]
+pub(super) struct Applier {
+    ops: Arc<Vec<PatchOp>>,
+    index: usize,
+}
+
+impl Applier {
+    /// Applies the operation to `current` (the file's text now: from an earlier operation, or
+    /// read from disk; `None` when absent), without recording it.
+    pub fn apply(&self, path: &str, current: Option<&str>) -> Result<Effect, WireError> {
+        #[cfg(feature = "fault-injection")]
+        crate::dispatch::cpu::hold::check(path);
+        let Some(op) = self.ops.get(self.index) else {
             return Err(WireError::new(ErrorCode::IoError, path, "no such patch operation"));
         };
         let updated = |chunks: &[fsd_patch::Chunk]| -> Result<String, WireError> {
@@ -87,30 +136,6 @@ impl PatchCheck {
                 Ok(Effect::Move(content))
             }
         }
-    }
-
-    /// Records an operation's effect on its target (and a move's destination).
-    pub fn record(&mut self, key: &str, destination: Option<&str>, effect: &Effect) {
-        match effect {
-            Effect::Write(content) => {
-                self.touched.insert(key.to_owned(), Some(content.clone()));
-            }
-            Effect::Remove => {
-                self.touched.insert(key.to_owned(), None);
-            }
-            Effect::Move(content) => {
-                let moved = content.clone().or_else(|| self.touched.get(key).cloned().flatten());
-                self.touched.insert(key.to_owned(), None);
-                if let Some(dst) = destination {
-                    self.touched.insert(dst.to_owned(), Some(moved.unwrap_or_default()));
-                }
-            }
-        }
-    }
-
-    /// Whether operation `index` is an update (its target must exist and be text).
-    pub fn updates(&self, index: usize) -> bool {
-        matches!(self.ops.get(index), Some(PatchOp::Update { .. }))
     }
 }
 
