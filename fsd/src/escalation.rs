@@ -82,6 +82,10 @@ struct Pending {
     expires: u64,
     /// Approved calls; each is used once.
     ops: Vec<(CanonicalOp, bool)>,
+    /// The reads of its content a target of an approved change has left (one per change that
+    /// names it): what the client's preflight needs (apply_patch reads each file it updates,
+    /// the editor re-reads the file it edits), no more.
+    content_reads: HashMap<String, usize>,
 }
 
 /// Where the daemon reaches `fsd-approver serve`.
@@ -175,6 +179,8 @@ pub enum TicketError {
     BadSignature,
     #[error("this call differs from every call the approver signed")]
     Mismatch,
+    #[error("the escalation's reads of the files it changes are used up")]
+    ReadsSpent,
 }
 
 impl TicketError {
@@ -188,6 +194,7 @@ impl TicketError {
             TicketError::WrongMode => "wrong_mode",
             TicketError::BadSignature => "bad_signature",
             TicketError::Mismatch => "mismatch",
+            TicketError::ReadsSpent => "reads_spent",
         }
     }
 }
@@ -411,8 +418,19 @@ impl Escalations {
             client: request.client.to_owned(),
             mode: request.mode,
             expires,
+            content_reads: HashMap::new(),
             ops: request.ops.into_iter().map(|(op, _)| (op, false)).collect(),
         };
+        let mut pending = pending;
+        for (op, _) in &pending.ops {
+            if op.op == Op::ReadText {
+                continue;
+            }
+            let keys = std::iter::once(&op.target_key).chain(op.destination.as_ref().map(|(key, _)| key));
+            for key in keys {
+                *pending.content_reads.entry(key.clone()).or_default() += 1;
+            }
+        }
         let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         table.insert(id.clone(), pending);
         Described { id, nonce, text, expires, digest }
@@ -528,8 +546,15 @@ impl Escalations {
     /// Checks a ticket for a read of one of the approved targets: an approved read, which this
     /// read takes (`Ok(true)`: good for one read, given back by [`Escalations::give_back_read`]
     /// when the read did not happen), or a target an approved change names (an apply_patch
-    /// preflight), which takes nothing (`Ok(false)`).
-    pub fn take_read(&self, ticket: &Ticket<'_>, target_key: &str) -> Result<bool, TicketError> {
+    /// preflight, the editor's re-read: `Ok(false)`). A read of such a target's `content` takes
+    /// one of the reads the change allows it (past them, [`TicketError::ReadsSpent`]); a look
+    /// at its metadata (a stat, a write check) takes nothing.
+    pub fn take_read(
+        &self,
+        ticket: &Ticket<'_>,
+        target_key: &str,
+        content: bool,
+    ) -> Result<bool, TicketError> {
         let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         let pending = table.get_mut(ticket.id).ok_or_else(|| self.gone(ticket.id))?;
         self.verify(pending, ticket)?;
@@ -550,7 +575,16 @@ impl Escalations {
                 && (op.target_key == target_key
                     || op.destination.as_ref().is_some_and(|(key, _)| key == target_key))
         });
-        if changed { Ok(false) } else { Err(TicketError::Mismatch) }
+        if !changed {
+            return Err(TicketError::Mismatch);
+        }
+        if content {
+            match pending.content_reads.get_mut(target_key) {
+                Some(left) if *left > 0 => *left -= 1,
+                _ => return Err(TicketError::ReadsSpent),
+            }
+        }
+        Ok(false)
     }
 
     /// Gives back the approved read of `target_key` a read took and did not use.
@@ -717,10 +751,10 @@ mod tests {
             Ok(())
         );
         let ticket = ticket(&d, "uid:0");
-        assert_eq!(esc.take_read(&ticket, "host:etc/x"), Ok(true));
-        assert_eq!(esc.take_read(&ticket, "host:etc/x"), Err(TicketError::Unknown));
+        assert_eq!(esc.take_read(&ticket, "host:etc/x", true), Ok(true));
+        assert_eq!(esc.take_read(&ticket, "host:etc/x", true), Err(TicketError::Unknown));
         esc.give_back_read(&ticket, "host:etc/x");
-        assert_eq!(esc.take_read(&ticket, "host:etc/x"), Ok(true));
+        assert_eq!(esc.take_read(&ticket, "host:etc/x", true), Ok(true));
         std::thread::sleep(Duration::from_millis(2100));
         assert!(esc.purge().is_empty(), "a spent escalation is not reported as expired");
         assert_eq!(esc.check(&ticket), Err(TicketError::Unknown));
@@ -796,6 +830,49 @@ mod tests {
             "{}",
             d.text
         );
+    }
+
+    /// A change's approval lets the client read what it changes as often as its preflight
+    /// needs: once per change naming the target (a stat or a write check is free), no more.
+    #[test]
+    fn a_change_admits_one_read_of_each_target_per_change() {
+        let (signing, esc) = setup(60);
+        let moved = CanonicalOp {
+            op: Op::MoveFile,
+            content_sha256: Vec::new(),
+            destination: Some(("host:etc/b".into(), "/etc/b".into())),
+            ..op("etc/a")
+        };
+        let ops = vec![
+            (op("etc/x"), Preview::default()),
+            (op("etc/a"), Preview::default()),
+            (moved, Preview::default()),
+        ];
+        let request = Describe {
+            session: "s1",
+            client: "uid:0",
+            mode: Mode::DangerFullAccess,
+            justification: "why",
+            ops,
+        };
+        let d = esc.describe(request, Vec::new());
+        let signed = fsd_proto::signed_decision(&d.text, "person");
+        assert_eq!(esc.approve(&d.id, &signing.sign(signed.as_bytes()).to_bytes(), "person"), Ok(()));
+        let ticket = ticket(&d, "uid:0");
+        let check = |key: &str, content: bool, want: Result<bool, TicketError>| {
+            assert_eq!(esc.take_read(&ticket, key, content), want, "{key} content={content}");
+        };
+        check("host:etc/x", false, Ok(false));
+        check("host:etc/x", true, Ok(false));
+        check("host:etc/x", false, Ok(false));
+        check("host:etc/x", true, Err(TicketError::ReadsSpent));
+        // Written, then moved: two changes name it, two reads.
+        check("host:etc/a", true, Ok(false));
+        check("host:etc/a", true, Ok(false));
+        check("host:etc/a", true, Err(TicketError::ReadsSpent));
+        check("host:etc/b", true, Ok(false));
+        check("host:etc/b", true, Err(TicketError::ReadsSpent));
+        check("host:etc/y", false, Err(TicketError::Mismatch));
     }
 
     #[test]

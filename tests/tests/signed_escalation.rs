@@ -764,6 +764,50 @@ fn an_approved_read_is_good_for_one_read() {
     }
 }
 
+/// An approved change lets its client read the file it changes as its preflight needs (once
+/// per change; a stat or a write check is free), not again and again until it expires.
+#[test]
+fn an_approved_change_admits_one_read_of_its_target() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let mut rpc = Rpc::connect(&s.d);
+    let target = s.outside.path().join("app.conf");
+    std::fs::write(&target, "v1\n").unwrap();
+    let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &target)]).unwrap());
+    assert_eq!(read(&mut rpc, "s1", &target, Some(tk)).unwrap(), "v1\n");
+    let tk = ticket(ask(&mut rpc, "s1", vec![write_op(&target, "v2\n")]).unwrap());
+    let stat = |rpc: &mut Rpc, check_write: bool| {
+        let request = v1::StatRequest {
+            context: context("s1", Some(tk.clone())),
+            path: p(&target),
+            no_follow: false,
+            check_write,
+        };
+        rpc.rt.block_on(rpc.client.stat(request)).map(drop).map_err(|s| WireError::from_status(&s).unwrap())
+    };
+    stat(&mut rpc, false).unwrap();
+    stat(&mut rpc, true).unwrap();
+    assert_eq!(read(&mut rpc, "s1", &target, Some(tk.clone())).unwrap(), "v1\n");
+    // Changed behind the approval's back: the change's ticket does not show it again.
+    std::fs::write(&target, "secret\n").unwrap();
+    let err = read(&mut rpc, "s1", &target, Some(tk.clone())).unwrap_err();
+    assert_eq!(
+        (err.code, err.get("ticket"), err.message.as_str()),
+        (
+            ErrorCode::SandboxDenied,
+            Some("reads_spent"),
+            "escalation ticket refused: the escalation's reads of the files it changes are used up"
+        )
+    );
+    stat(&mut rpc, false).unwrap();
+    assert!(
+        s.audit().iter().any(|l| l["op"] == "escalate:readText" && l["decision"] == "refused"),
+        "{:?}",
+        s.audit()
+    );
+}
+
 #[test]
 fn an_approved_read_of_a_large_file_streams_in_the_same_call() {
     let keys = Keys::new();

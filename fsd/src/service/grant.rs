@@ -335,7 +335,10 @@ impl FsdService {
         // Before the ticket is spent: its last call forgets the escalation.
         let decider = escalations.decider_of(&ticket.escalation_id);
         let result = if call.op == Op::Read {
-            let taken = escalations.take_read(&presented, &call.target_key);
+            // Reading bytes of a target is what a change's approval bounds; a stat is not.
+            let content =
+                matches!(request, backend::Request::ReadText { .. } | backend::Request::ReadBytes { .. });
+            let taken = escalations.take_read(&presented, &call.target_key, content);
             taken.map(|taken| taken.then(|| call.target_key.clone()))
         } else {
             escalations.redeem(&presented, &call).map(|()| None)
