@@ -138,9 +138,7 @@ impl Approver for Service {
             Some((path, rules)) => {
                 let (decision, why) = explain(rules, &description);
                 let decider = rules_decider(path, &why);
-                let approved = decision == Decision::Allow;
-                // An approval's reason is not sent: the rules that allowed it are in `decider`.
-                (approved, if approved { String::new() } else { why }, Decider::Rules, decider)
+                (decision == Decision::Allow, why, Decider::Rules, decider)
             }
             None => {
                 let text = description.clone();

@@ -408,6 +408,14 @@ impl Escalations {
         let expires = now() + self.ttl.as_secs().max(1);
         let text = render(&id, &nonce_hex, expires, &request);
         let digest = hex::encode(fsd_proto::digest::content(text.as_bytes()));
+        // One read of each changed target per change naming it (see `take_read`).
+        let mut content_reads: HashMap<String, usize> = HashMap::new();
+        for (op, _) in request.ops.iter().filter(|(op, _)| op.op != Op::ReadText) {
+            let keys = std::iter::once(&op.target_key).chain(op.destination.as_ref().map(|(key, _)| key));
+            for key in keys {
+                *content_reads.entry(key.clone()).or_default() += 1;
+            }
+        }
         let pending = Pending {
             nonce: nonce.clone(),
             description: text.clone(),
@@ -418,19 +426,9 @@ impl Escalations {
             client: request.client.to_owned(),
             mode: request.mode,
             expires,
-            content_reads: HashMap::new(),
+            content_reads,
             ops: request.ops.into_iter().map(|(op, _)| (op, false)).collect(),
         };
-        let mut pending = pending;
-        for (op, _) in &pending.ops {
-            if op.op == Op::ReadText {
-                continue;
-            }
-            let keys = std::iter::once(&op.target_key).chain(op.destination.as_ref().map(|(key, _)| key));
-            for key in keys {
-                *pending.content_reads.entry(key.clone()).or_default() += 1;
-            }
-        }
         let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         table.insert(id.clone(), pending);
         Described { id, nonce, text, expires, digest }
