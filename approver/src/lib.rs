@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use ed25519_dalek::{Signer, SigningKey};
 
-pub use rules::{Decision, Rule, Rules, allows, decide, explain, glob};
+pub use rules::{Decision, Rule, Rules, allows, decide, explain, glob, unbound};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -151,16 +151,29 @@ pub(crate) fn now_secs() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-/// The description as a person reads it: the expiry as a time, not an epoch.
+/// What a person is told under a write or an edit whose content the description does not bind
+/// (the daemon sends none; a description that has one says so before anyone approves it).
+pub const UNBOUND_WARNING: &str = "  content: NOT BOUND: approving lets this call write any content";
+
+/// The description as a person reads it: the expiry as a time, not an epoch, and a change whose
+/// content is not bound marked as such.
 pub fn for_people(description: &str, now: u64) -> String {
-    description
-        .lines()
-        .map(|line| match line.strip_prefix("expires: ").and_then(|t| t.parse::<u64>().ok()) {
-            Some(at) => format!("expires: {} (in {} s)", utc(at), at.saturating_sub(now)),
-            None => line.to_owned(),
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    let unbound = unbound(description);
+    let mut op = 0;
+    let mut out = Vec::new();
+    for line in description.lines() {
+        match line.strip_prefix("expires: ").and_then(|t| t.parse::<u64>().ok()) {
+            Some(at) => out.push(format!("expires: {} (in {} s)", utc(at), at.saturating_sub(now))),
+            None => out.push(line.to_owned()),
+        }
+        if line.starts_with("op ") {
+            op += 1;
+            if unbound.contains(&op) {
+                out.push(UNBOUND_WARNING.to_owned());
+            }
+        }
+    }
+    out.join("\n")
 }
 
 /// Signs exactly the description's bytes.
@@ -292,6 +305,16 @@ mod tests {
         assert_eq!(
             prompt_text(description, 1_780_000_000),
             "An fsd client asks to run these calls at a wider mode:\n\nfsd escalation v1\nid: 0a\nnonce: 0b\nsession: s1\nclient: uid:1000\nmode: danger-full-access\njustification: the user asked\nexpires: 2026-05-28 20:28:40 UTC (in 120 s)\nop 1: writeText /etc/passwd\n  requested-as: /\\x65tc/./passwd\n  target: host:etc/passwd\n  current: 1:2:3\n  content-sha256: 00ff\n  diff:\n    @@ -1 +1 @@\n    -root:x:0:0\n    +root:x:0:0\\u{1b}[2J\nop 2: readText /etc/hosts\n  target: host:etc/hosts\n  current: 4:5:6\n"
+        );
+    }
+
+    /// A change whose content the description does not bind is marked in front of the person.
+    #[test]
+    fn the_prompt_marks_a_change_whose_content_is_not_bound() {
+        let description = "fsd escalation v1\nmode: danger-full-access\nop 1: readText /etc/a\n  target: host:etc/a\nop 2: writeText /etc/x\n  target: host:etc/x\n  current: absent\nop 3: writeText /etc/y\n  target: host:etc/y\n  content-sha256: 00\n";
+        assert_eq!(
+            prompt_text(description, 0),
+            "An fsd client asks to run these calls at a wider mode:\n\nfsd escalation v1\nmode: danger-full-access\nop 1: readText /etc/a\n  target: host:etc/a\nop 2: writeText /etc/x\n  content: NOT BOUND: approving lets this call write any content\n  target: host:etc/x\n  current: absent\nop 3: writeText /etc/y\n  target: host:etc/y\n  content-sha256: 00\n"
         );
     }
 }

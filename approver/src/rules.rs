@@ -69,20 +69,11 @@ const CHANGES_CONTENT: &[&str] = &["writeText", "editText"];
 pub fn explain(rules: &Rules, description: &str) -> (Decision, String) {
     let mode = description.lines().find_map(|l| l.strip_prefix("mode: ")).unwrap_or("");
     let mut paths = Vec::new();
-    // Per operation: its number, whether it changes content, whether the content is bound.
-    let mut ops: Vec<(usize, bool, bool)> = Vec::new();
     for line in description.lines() {
         if let Some(rest) = line.strip_prefix("op ") {
             // "N: writeText /path"
-            let Some((_, op)) = rest.split_once(": ") else { continue };
-            let name = op.split_once(' ').map_or(op, |(name, _)| name);
-            ops.push((ops.len() + 1, CHANGES_CONTENT.contains(&name), false));
-            if let Some((_, path)) = op.split_once(' ') {
+            if let Some(path) = rest.split_once(": ").and_then(|(_, op)| op.split_once(' ')).map(|(_, p)| p) {
                 paths.push(path.to_owned());
-            }
-        } else if line.starts_with("  content-sha256: ") {
-            if let Some(last) = ops.last_mut() {
-                last.2 = true;
             }
         } else if let Some((path, _)) =
             line.strip_prefix("  destination: ").and_then(|rest| rest.rsplit_once(" ("))
@@ -93,7 +84,7 @@ pub fn explain(rules: &Rules, description: &str) -> (Decision, String) {
     if mode.is_empty() || paths.is_empty() {
         return (Decision::Deny, "the description names no mode or no path".to_owned());
     }
-    if let Some((n, _, _)) = ops.iter().find(|(_, changes, bound)| *changes && !bound) {
+    if let Some(n) = unbound(description).first() {
         return (Decision::Deny, format!("operation {n} does not bind its content: a person must decide"));
     }
     // Reasons name the operation's number, not its path: the daemon's resolved paths are the
@@ -110,6 +101,24 @@ pub fn explain(rules: &Rules, description: &str) -> (Decision, String) {
     }
     used.dedup();
     (Decision::Allow, used.join(", "))
+}
+
+/// The numbers of the operations that change content without binding it (a write or an edit
+/// with no `content-sha256:`): approving one would let any content be written.
+pub fn unbound(description: &str) -> Vec<usize> {
+    // Per operation: whether it changes content, whether the content is bound.
+    let mut ops: Vec<(bool, bool)> = Vec::new();
+    for line in description.lines() {
+        if let Some((_, op)) = line.strip_prefix("op ").and_then(|rest| rest.split_once(": ")) {
+            let name = op.split_once(' ').map_or(op, |(name, _)| name);
+            ops.push((CHANGES_CONTENT.contains(&name), false));
+        } else if line.starts_with("  content-sha256: ")
+            && let Some(last) = ops.last_mut()
+        {
+            last.1 = true;
+        }
+    }
+    ops.iter().enumerate().filter(|(_, (changes, bound))| *changes && !bound).map(|(i, _)| i + 1).collect()
 }
 
 /// The path as the daemon acts on it, which rules are written against: each component's
