@@ -158,7 +158,7 @@ impl FsdService {
         let shown = lexical(path);
         let requested = extra.requested.unwrap_or(path);
         // The approver's words, shown like every other name it did not choose to be safe.
-        let decided_by = extra.decided_by.map(escape);
+        let decided_by = extra.decided_by.filter(|d| !d.is_empty()).map(escape);
         let op = match step {
             Step::Call(op) => op.name().to_owned(),
             Step::Escalate(op) => format!("escalate:{}", op.name()),
