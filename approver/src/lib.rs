@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use ed25519_dalek::{Signer, SigningKey};
 
-pub use rules::{Decision, Rule, Rules, allows, decide, explain, glob};
+pub use rules::{Decision, Rule, Rules, allows, decide, explain, glob, unbound};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -151,16 +151,29 @@ pub(crate) fn now_secs() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
-/// The description as a person reads it: the expiry as a time, not an epoch.
+/// What a person is told under a write or an edit whose content the description does not bind
+/// (the daemon sends none; a description that has one says so before anyone approves it).
+pub const UNBOUND_WARNING: &str = "  content: NOT BOUND: approving lets this call write any content";
+
+/// The description as a person reads it: the expiry as a time, not an epoch, and a change whose
+/// content is not bound marked as such.
 pub fn for_people(description: &str, now: u64) -> String {
-    description
-        .lines()
-        .map(|line| match line.strip_prefix("expires: ").and_then(|t| t.parse::<u64>().ok()) {
-            Some(at) => format!("expires: {} (in {} s)", utc(at), at.saturating_sub(now)),
-            None => line.to_owned(),
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    let unbound = unbound(description);
+    let mut op = 0;
+    let mut out = Vec::new();
+    for line in description.lines() {
+        match line.strip_prefix("expires: ").and_then(|t| t.parse::<u64>().ok()) {
+            Some(at) => out.push(format!("expires: {} (in {} s)", utc(at), at.saturating_sub(now))),
+            None => out.push(line.to_owned()),
+        }
+        if line.starts_with("op ") {
+            op += 1;
+            if unbound.contains(&op) {
+                out.push(UNBOUND_WARNING.to_owned());
+            }
+        }
+    }
+    out.join("\n")
 }
 
 /// Signs exactly the description's bytes.
@@ -182,13 +195,22 @@ fn printable(text: &str) -> String {
         .collect()
 }
 
+/// What the person at the terminal reads before `Approve? [y/N] `: the description as the
+/// daemon made it (each path as the daemon will act on it, the caller's spelling beside it as
+/// `requested-as:` only where it differs), the expiry as a time, nothing a terminal interprets.
+pub fn prompt_text(description: &str, now: u64) -> String {
+    format!(
+        "An fsd client asks to run these calls at a wider mode:\n\n{}\n",
+        printable(&for_people(description, now))
+    )
+}
+
 /// Shows the description on the controlling terminal and asks; a refusal may carry a reason.
 pub(crate) fn ask(description: &str) -> Result<(bool, String), ApproverError> {
     let tty =
         std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty").map_err(ApproverError::Tty)?;
     let mut out = &tty;
-    writeln!(out, "An fsd client asks to run these calls at a wider mode:\n").map_err(ApproverError::Tty)?;
-    writeln!(out, "{}", printable(&for_people(description, now_secs()))).map_err(ApproverError::Tty)?;
+    write!(out, "{}", prompt_text(description, now_secs())).map_err(ApproverError::Tty)?;
     write!(out, "Approve? [y/N] ").map_err(ApproverError::Tty)?;
     out.flush().map_err(ApproverError::Tty)?;
     let mut reader = std::io::BufReader::new(&tty);
@@ -238,7 +260,14 @@ fn run(cli: Cli) -> Result<bool, ApproverError> {
         }
         Command::Serve { key, listen, rules, socket_mode, socket_group, log } => {
             let key = load_key(&key)?;
-            let rules = rules.map(|path| Rules::load(&path)).transpose()?;
+            let rules = rules
+                .map(|path| {
+                    let rules = Rules::load(&path)?;
+                    // Decisions name the file by the path it was loaded from, made absolute.
+                    let path = std::path::absolute(&path).unwrap_or(path);
+                    Ok::<_, ApproverError>((path, rules))
+                })
+                .transpose()?;
             if rules.is_none() {
                 std::fs::OpenOptions::new()
                     .read(true)
@@ -261,5 +290,31 @@ pub fn main() -> ExitCode {
             let _ = writeln!(std::io::stderr(), "fsd-approver: {e}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The person's prompt, whole: the path the daemon acts on in the operation's line, the
+    /// caller's spelling of it only beside it, the expiry as a time, a hidden character escaped.
+    #[test]
+    fn the_prompt_shows_the_path_acted_on_and_the_requested_one_beside_it() {
+        let description = "fsd escalation v1\nid: 0a\nnonce: 0b\nsession: s1\nclient: uid:1000\nmode: danger-full-access\njustification: the user asked\nexpires: 1780000120\nop 1: writeText /etc/passwd\n  requested-as: /\\x65tc/./passwd\n  target: host:etc/passwd\n  current: 1:2:3\n  content-sha256: 00ff\n  diff:\n    @@ -1 +1 @@\n    -root:x:0:0\n    +root:x:0:0\u{1b}[2J\nop 2: readText /etc/hosts\n  target: host:etc/hosts\n  current: 4:5:6\n";
+        assert_eq!(
+            prompt_text(description, 1_780_000_000),
+            "An fsd client asks to run these calls at a wider mode:\n\nfsd escalation v1\nid: 0a\nnonce: 0b\nsession: s1\nclient: uid:1000\nmode: danger-full-access\njustification: the user asked\nexpires: 2026-05-28 20:28:40 UTC (in 120 s)\nop 1: writeText /etc/passwd\n  requested-as: /\\x65tc/./passwd\n  target: host:etc/passwd\n  current: 1:2:3\n  content-sha256: 00ff\n  diff:\n    @@ -1 +1 @@\n    -root:x:0:0\n    +root:x:0:0\\u{1b}[2J\nop 2: readText /etc/hosts\n  target: host:etc/hosts\n  current: 4:5:6\n"
+        );
+    }
+
+    /// A change whose content the description does not bind is marked in front of the person.
+    #[test]
+    fn the_prompt_marks_a_change_whose_content_is_not_bound() {
+        let description = "fsd escalation v1\nmode: danger-full-access\nop 1: readText /etc/a\n  target: host:etc/a\nop 2: writeText /etc/x\n  target: host:etc/x\n  current: absent\nop 3: writeText /etc/y\n  target: host:etc/y\n  content-sha256: 00\n";
+        assert_eq!(
+            prompt_text(description, 0),
+            "An fsd client asks to run these calls at a wider mode:\n\nfsd escalation v1\nmode: danger-full-access\nop 1: readText /etc/a\n  target: host:etc/a\nop 2: writeText /etc/x\n  content: NOT BOUND: approving lets this call write any content\n  target: host:etc/x\n  current: absent\nop 3: writeText /etc/y\n  target: host:etc/y\n  content-sha256: 00\n"
+        );
     }
 }

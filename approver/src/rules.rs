@@ -60,7 +60,12 @@ pub fn decide(rules: &Rules, description: &str) -> Decision {
     explain(rules, description).0
 }
 
-/// The decision and why: the first path no rule allows, or which rule refused it.
+/// The operations that change content, which an approval must bind (`content-sha256:`).
+const CHANGES_CONTENT: &[&str] = &["writeText", "editText"];
+
+/// The decision and why: the first path no rule allows, or which rule refused it. A write or
+/// an edit whose content the description does not bind is refused whatever the rules say: no
+/// rule can know what it would approve (the daemon never sends one; this is the second wall).
 pub fn explain(rules: &Rules, description: &str) -> (Decision, String) {
     let mode = description.lines().find_map(|l| l.strip_prefix("mode: ")).unwrap_or("");
     let mut paths = Vec::new();
@@ -79,6 +84,9 @@ pub fn explain(rules: &Rules, description: &str) -> (Decision, String) {
     if mode.is_empty() || paths.is_empty() {
         return (Decision::Deny, "the description names no mode or no path".to_owned());
     }
+    if let Some(n) = unbound(description).first() {
+        return (Decision::Deny, format!("operation {n} does not bind its content: a person must decide"));
+    }
     // Reasons name the operation's number, not its path: the daemon's resolved paths are the
     // approver's to see, and a reason travels back to the client.
     let mut used = Vec::new();
@@ -93,6 +101,24 @@ pub fn explain(rules: &Rules, description: &str) -> (Decision, String) {
     }
     used.dedup();
     (Decision::Allow, used.join(", "))
+}
+
+/// The numbers of the operations that change content without binding it (a write or an edit
+/// with no `content-sha256:`): approving one would let any content be written.
+pub fn unbound(description: &str) -> Vec<usize> {
+    // Per operation: whether it changes content, whether the content is bound.
+    let mut ops: Vec<(bool, bool)> = Vec::new();
+    for line in description.lines() {
+        if let Some((_, op)) = line.strip_prefix("op ").and_then(|rest| rest.split_once(": ")) {
+            let name = op.split_once(' ').map_or(op, |(name, _)| name);
+            ops.push((CHANGES_CONTENT.contains(&name), false));
+        } else if line.starts_with("  content-sha256: ")
+            && let Some(last) = ops.last_mut()
+        {
+            last.1 = true;
+        }
+    }
+    ops.iter().enumerate().filter(|(_, (changes, bound))| *changes && !bound).map(|(i, _)| i + 1).collect()
 }
 
 /// The path as the daemon acts on it, which rules are written against: each component's
@@ -147,7 +173,7 @@ mod tests {
     fn description(mode: &str, ops: &[&str]) -> String {
         let mut text = format!("fsd escalation v1\nid: x\nmode: {mode}\n");
         for (i, op) in ops.iter().enumerate() {
-            text.push_str(&format!("op {}: {op}\n  target: host:x\n", i + 1));
+            text.push_str(&format!("op {}: {op}\n  target: host:x\n  content-sha256: 00\n", i + 1));
         }
         text
     }
@@ -182,6 +208,31 @@ mod tests {
     }
 
     #[test]
+    fn no_rule_approves_a_change_whose_content_is_not_bound() {
+        let allow_all =
+            Rules { rule: vec![Rule { mode: "*".into(), path: "/**".into(), decision: Decision::Allow }] };
+        let check = |description: &str, want: (Decision, &str)| {
+            let got = explain(&allow_all, description);
+            assert_eq!((got.0, got.1.as_str()), want, "{description}");
+        };
+        let head = "fsd escalation v1\nmode: danger-full-access\n";
+        let bound = "  target: host:x\n  current: absent\n  content-sha256: 00ff\n";
+        let unbound = "  target: host:x\n  current: absent\n";
+        check(&format!("{head}op 1: writeText /srv/a\n{bound}"), (Decision::Allow, "rule 1"));
+        check(
+            &format!("{head}op 1: writeText /srv/a\n{bound}op 2: editText /srv/b\n{unbound}"),
+            (Decision::Deny, "operation 2 does not bind its content: a person must decide"),
+        );
+        check(
+            &format!("{head}op 1: writeText /srv/a\n{unbound}"),
+            (Decision::Deny, "operation 1 does not bind its content: a person must decide"),
+        );
+        // Reads, deletes and moves without new content have no content to bind.
+        check(&format!("{head}op 1: readText /srv/a\n{unbound}"), (Decision::Allow, "rule 1"));
+        check(&format!("{head}op 1: deleteFile /srv/a\n{unbound}"), (Decision::Allow, "rule 1"));
+    }
+
+    #[test]
     fn rules_judge_the_path_the_daemon_acts_on() {
         let rules = Rules {
             rule: vec![
@@ -192,7 +243,9 @@ mod tests {
         };
         let check = |path: &str, want: bool| {
             assert_eq!(allows(&rules, "danger-full-access", &[path.to_owned()]), want, "{path}");
-            let described = format!("fsd escalation v1\nmode: danger-full-access\nop 1: writeText {path}\n");
+            let described = format!(
+                "fsd escalation v1\nmode: danger-full-access\nop 1: writeText {path}\n  content-sha256: 00\n"
+            );
             let want = if want { Decision::Allow } else { Decision::Deny };
             assert_eq!(decide(&rules, &described), want, "{path}");
         };

@@ -54,7 +54,8 @@ fn group_id(name: &str) -> Option<u32> {
 pub struct Options {
     pub key: SigningKey,
     pub listen: String,
-    pub rules: Option<Rules>,
+    /// The rule file's path (which decisions name) and its rules.
+    pub rules: Option<(PathBuf, Rules)>,
     pub socket: Socket,
     pub log: Option<PathBuf>,
 }
@@ -68,16 +69,26 @@ struct Logged<'a> {
     mode: &'a str,
     decision: &'a str,
     by: &'a str,
+    /// Who decided, as the signature names it: `person`, or `rules FILE: rule N`.
+    decider: &'a str,
     reason: &'a str,
 }
 
 #[derive(Debug)]
 struct Service {
     key: SigningKey,
-    rules: Option<Rules>,
+    rules: Option<(PathBuf, Rules)>,
     log: Option<std::sync::Mutex<std::fs::File>>,
     /// One prompt at a time on the terminal.
     turn: Arc<Mutex<()>>,
+}
+
+/// Who decided, when a person at this terminal did.
+const PERSON: &str = "person";
+
+/// Who decided, when the rule file did: the file and the rules (or the rule that refused).
+fn rules_decider(path: &Path, why: &str) -> String {
+    format!("rules {}: {why}", path.display())
 }
 
 fn field<'a>(description: &'a str, name: &str) -> &'a str {
@@ -85,7 +96,7 @@ fn field<'a>(description: &'a str, name: &str) -> &'a str {
 }
 
 impl Service {
-    fn record(&self, description: &str, approved: bool, by: Decider, reason: &str) {
+    fn record(&self, description: &str, approved: bool, by: Decider, decider: &str, reason: &str) {
         let Some(log) = &self.log else { return };
         let entry = Logged {
             time: crate::utc(crate::now_secs()),
@@ -97,6 +108,7 @@ impl Service {
                 Decider::Person => "person",
                 _ => "rules",
             },
+            decider,
             reason,
         };
         let Ok(mut line) = serde_json::to_vec(&entry) else { return };
@@ -118,13 +130,15 @@ impl Approver for Service {
                 signature: Default::default(),
                 reason: "not an fsd escalation description".into(),
                 decided_by: Decider::Rules as i32,
+                decider: "rules: not an fsd escalation description".into(),
             }));
         }
         let _turn = self.turn.lock().await;
-        let (approved, reason, by) = match &self.rules {
-            Some(rules) => {
+        let (approved, reason, by, decider) = match &self.rules {
+            Some((path, rules)) => {
                 let (decision, why) = explain(rules, &description);
-                (decision == Decision::Allow, why, Decider::Rules)
+                let decider = rules_decider(path, &why);
+                (decision == Decision::Allow, why, Decider::Rules, decider)
             }
             None => {
                 let text = description.clone();
@@ -132,20 +146,27 @@ impl Approver for Service {
                     .await
                     .map_err(|e| Status::internal(e.to_string()))?
                     .map_err(|e| Status::unavailable(e.to_string()))?;
-                (approved, reason, Decider::Person)
+                (approved, reason, Decider::Person, PERSON.to_owned())
             }
         };
-        self.record(&description, approved, by, &reason);
+        self.record(&description, approved, by, &decider, &reason);
         let reply = if approved {
-            let bytes = signature(&self.key, &description).to_vec();
+            let bytes = signature(&self.key, &fsd_proto::signed_decision(&description, &decider)).to_vec();
             ApproveReply {
                 approved: true,
                 signature: bytes.into(),
                 reason: String::new(),
                 decided_by: by as i32,
+                decider,
             }
         } else {
-            ApproveReply { approved: false, signature: Default::default(), reason, decided_by: by as i32 }
+            ApproveReply {
+                approved: false,
+                signature: Default::default(),
+                reason,
+                decided_by: by as i32,
+                decider,
+            }
         };
         Ok(Response::new(reply))
     }

@@ -14,8 +14,18 @@ use crate::escalation::ApproverEndpoint;
 /// What the approver decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
-    Approved { signature: Vec<u8>, by: Decider },
-    Refused { reason: String, by: Decider },
+    /// `decider`: who decided in the approver's words (`person`, `rules FILE: rule N`), which
+    /// its signature covers ([`fsd_proto::signed_decision`]).
+    Approved {
+        signature: Vec<u8>,
+        by: Decider,
+        decider: String,
+    },
+    Refused {
+        reason: String,
+        by: Decider,
+        decider: String,
+    },
 }
 
 /// Why no decision came back.
@@ -84,10 +94,11 @@ pub async fn ask(
             .map_err(|s| ApproverError::Call(endpoint.to_string(), s.message().to_owned()))?
             .into_inner();
         let by = reply.decided_by();
+        let decider = reply.decider;
         Ok(if reply.approved {
-            Answer::Approved { signature: reply.signature.to_vec(), by }
+            Answer::Approved { signature: reply.signature.to_vec(), by, decider }
         } else {
-            Answer::Refused { reason: reply.reason, by }
+            Answer::Refused { reason: reply.reason, by, decider }
         })
     };
     tokio::time::timeout(within, call)

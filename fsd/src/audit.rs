@@ -23,7 +23,12 @@ pub struct Entry<'a> {
     /// The peer uid on a Unix socket, else the transport's identity.
     pub client: String,
     pub op: &'a str,
+    /// The path the daemon acts on: resolved by the daemon where it resolved it, else the
+    /// request's path with its name escapes decoded and empty and `.` components dropped.
     pub path: &'a str,
+    /// The path as the request wrote it, only when it differs from `path`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requested_path: Option<&'a str>,
     pub mode: &'a str,
     /// "allowed", "denied", or for escalations "approved"/"refused".
     pub decision: &'a str,
@@ -32,6 +37,10 @@ pub struct Entry<'a> {
     /// For escalation decisions: SHA-256 (hex) of the description the approver decided on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub digest: Option<&'a str>,
+    /// For a signed approver's decision: who decided, as the approver signed it (`person`, or
+    /// `rules FILE: rule N`); for its refusals, as it said.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<&'a str>,
 }
 
 impl Audit {

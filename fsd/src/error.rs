@@ -166,6 +166,9 @@ pub enum EscalationDenial {
     NotWider(Mode),
     /// The ticket does not hold for this call.
     Ticket(TicketError),
+    /// An escalation request for a write or an edit without the change itself (a bare digest
+    /// or nothing): the approver would approve a path without seeing what is written there.
+    UnboundChange,
 }
 
 impl EscalationDenial {
@@ -179,6 +182,7 @@ impl EscalationDenial {
             EscalationDenial::NoMode => "no_mode",
             EscalationDenial::NotWider(_) => "not_wider",
             EscalationDenial::Ticket(_) => "ticket_refused",
+            EscalationDenial::UnboundChange => "unbound_change",
         }
     }
 
@@ -202,6 +206,10 @@ impl EscalationDenial {
             EscalationDenial::NoMode => "no mode requested".to_owned(),
             EscalationDenial::NotWider(mode) => format!("{} needs no escalation", mode.as_str()),
             EscalationDenial::Ticket(e) => format!("escalation ticket refused: {e}"),
+            EscalationDenial::UnboundChange => {
+                "an escalated write or edit must carry its change, so the approver sees what it approves"
+                    .to_owned()
+            }
         }
     }
 

@@ -32,11 +32,16 @@ pub struct CanonicalOp {
     pub content_sha256: Vec<u8>,
 }
 
-/// What an approver is shown besides the canonical fields: a diff the daemon made. Not part of
-/// what a call is compared against (the digest is).
+/// What an approver is shown besides the canonical fields: a diff the daemon made, and the
+/// paths as the caller wrote them where they differ from the ones the daemon acts on. Not part
+/// of what a call is compared against (the digest and the resolved targets are).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Preview {
     pub lines: Vec<String>,
+    /// The path as requested, when it is not the resolved one shown (`/\x65tc/x` for `/etc/x`).
+    pub requested: Option<String>,
+    /// The same for a move's destination.
+    pub requested_destination: Option<String>,
 }
 
 /// The version of a target an earlier call of the same escalation (an apply_patch operation)
@@ -44,15 +49,17 @@ pub struct Preview {
 pub const AFTER_EARLIER: &str = "after an earlier call of this escalation";
 
 impl CanonicalOp {
-    /// Whether `call` is this approved call. An approval without a content digest (a delete,
-    /// a move without new content, a client that sent no content) binds the operation, the
-    /// resolved targets and their versions, not the content.
+    /// Whether `call` is this approved call: the operation, the resolved targets, their
+    /// versions and the content digest. An approval without a digest (a delete, a move without
+    /// new content) admits only a call without content: the daemon never describes a write or
+    /// an edit without its change (`EscalationDenial::UnboundChange`), so nothing an approver
+    /// did not see can be written with its ticket.
     pub fn admits(&self, call: &CanonicalOp) -> bool {
         self.op == call.op
             && self.target_key == call.target_key
             && (self.version.as_deref() == Some(AFTER_EARLIER) || self.version == call.version)
             && self.destination == call.destination
-            && (self.content_sha256.is_empty() || self.content_sha256 == call.content_sha256)
+            && self.content_sha256 == call.content_sha256
     }
 }
 
@@ -63,8 +70,9 @@ struct Pending {
     description: String,
     /// SHA-256 of `description` (hex), for audit records.
     digest: String,
-    /// The approver's signature over `description`, verified when it arrived.
-    signature: Option<Vec<u8>>,
+    /// The approver's signature over `description` and who decided
+    /// ([`fsd_proto::signed_decision`]), verified when it arrived.
+    signature: Option<(Vec<u8>, String)>,
     /// The client's budgets (the pending escalation, the operations it lists), held until the
     /// escalation is spent, refused, released or expired.
     _permits: Vec<crate::budget::Permit>,
@@ -74,6 +82,10 @@ struct Pending {
     expires: u64,
     /// Approved calls; each is used once.
     ops: Vec<(CanonicalOp, bool)>,
+    /// The reads of its content a target of an approved change has left (one per change that
+    /// names it): what the client's preflight needs (apply_patch reads each file it updates,
+    /// the editor re-reads the file it edits), no more.
+    content_reads: HashMap<String, usize>,
 }
 
 /// Where the daemon reaches `fsd-approver serve`.
@@ -167,6 +179,8 @@ pub enum TicketError {
     BadSignature,
     #[error("this call differs from every call the approver signed")]
     Mismatch,
+    #[error("the escalation's reads of the files it changes are used up")]
+    ReadsSpent,
 }
 
 impl TicketError {
@@ -180,6 +194,7 @@ impl TicketError {
             TicketError::WrongMode => "wrong_mode",
             TicketError::BadSignature => "bad_signature",
             TicketError::Mismatch => "mismatch",
+            TicketError::ReadsSpent => "reads_spent",
         }
     }
 }
@@ -195,10 +210,16 @@ fn render(id: &str, nonce_hex: &str, expires: u64, request: &Describe<'_>) -> St
     );
     for (i, (op, preview)) in request.ops.iter().enumerate() {
         text.push_str(&format!("op {}: {} {}\n", i + 1, op.op.name(), escape(&op.display)));
+        if let Some(requested) = &preview.requested {
+            text.push_str(&format!("  requested-as: {}\n", escape(requested)));
+        }
         text.push_str(&format!("  target: {}\n", escape(&op.target_key)));
         text.push_str(&format!("  current: {}\n", op.version.as_deref().unwrap_or("absent")));
         if let Some((key, display)) = &op.destination {
             text.push_str(&format!("  destination: {} ({})\n", escape(display), escape(key)));
+            if let Some(requested) = &preview.requested_destination {
+                text.push_str(&format!("  destination-requested-as: {}\n", escape(requested)));
+            }
         }
         if !op.content_sha256.is_empty() {
             text.push_str(&format!("  content-sha256: {}\n", hex::encode(&op.content_sha256)));
@@ -256,6 +277,30 @@ pub fn escape(text: &str) -> String {
             |c| if c.is_ascii_graphic() || c == ' ' { c.to_string() } else { c.escape_unicode().to_string() },
         )
         .collect()
+}
+
+/// A request path as the daemon reads it, before any resolution: each component's name escapes
+/// decoded (then shown in the one display escaping), empty and `.` components dropped. A `..` is
+/// kept: the daemon resolves it after links, which only a resolution can tell.
+pub fn lexical(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for component in path.split('/').filter(|c| !c.is_empty() && *c != ".") {
+        match fsd_proto::names::unescape(component, true) {
+            Ok(raw) if raw == b"." => continue,
+            Ok(raw) => {
+                out.push('/');
+                out.push_str(&fsd_proto::names::escape(&raw));
+            }
+            Err(_) => {
+                out.push('/');
+                out.push_str(component);
+            }
+        }
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    out
 }
 
 /// A ticket as a call presents it, with who presents it. The signature stays in the daemon.
@@ -363,6 +408,14 @@ impl Escalations {
         let expires = now() + self.ttl.as_secs().max(1);
         let text = render(&id, &nonce_hex, expires, &request);
         let digest = hex::encode(fsd_proto::digest::content(text.as_bytes()));
+        // One read of each changed target per change naming it (see `take_read`).
+        let mut content_reads: HashMap<String, usize> = HashMap::new();
+        for (op, _) in request.ops.iter().filter(|(op, _)| op.op != Op::ReadText) {
+            let keys = std::iter::once(&op.target_key).chain(op.destination.as_ref().map(|(key, _)| key));
+            for key in keys {
+                *content_reads.entry(key.clone()).or_default() += 1;
+            }
+        }
         let pending = Pending {
             nonce: nonce.clone(),
             description: text.clone(),
@@ -373,6 +426,7 @@ impl Escalations {
             client: request.client.to_owned(),
             mode: request.mode,
             expires,
+            content_reads,
             ops: request.ops.into_iter().map(|(op, _)| (op, false)).collect(),
         };
         let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
@@ -381,16 +435,18 @@ impl Escalations {
     }
 
     /// Records the approver's signature, after checking it is the configured key's over exactly
-    /// the description; a bad one leaves the escalation refused.
-    pub fn approve(&self, id: &str, signature: &[u8]) -> Result<(), TicketError> {
+    /// the description and `decider` (who the approver says decided); a bad one leaves the
+    /// escalation refused.
+    pub fn approve(&self, id: &str, signature: &[u8], decider: &str) -> Result<(), TicketError> {
         let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         let pending = table.get_mut(id).ok_or(TicketError::Unknown)?;
-        let checked = Signature::from_slice(signature).map_err(|_| TicketError::BadSignature).and_then(|s| {
-            self.key.verify(pending.description.as_bytes(), &s).map_err(|_| TicketError::BadSignature)
-        });
+        let signed = fsd_proto::signed_decision(&pending.description, decider);
+        let checked = Signature::from_slice(signature)
+            .map_err(|_| TicketError::BadSignature)
+            .and_then(|s| self.key.verify(signed.as_bytes(), &s).map_err(|_| TicketError::BadSignature));
         match checked {
             Ok(()) => {
-                pending.signature = Some(signature.to_vec());
+                pending.signature = Some((signature.to_vec(), decider.to_owned()));
                 Ok(())
             }
             Err(e) => {
@@ -419,9 +475,16 @@ impl Escalations {
         if pending.mode != ticket.mode {
             return Err(TicketError::WrongMode);
         }
-        let signature = pending.signature.as_deref().ok_or(TicketError::NotApproved)?;
+        let (signature, decider) = pending.signature.as_ref().ok_or(TicketError::NotApproved)?;
         let signature = Signature::from_slice(signature).map_err(|_| TicketError::BadSignature)?;
-        self.key.verify(pending.description.as_bytes(), &signature).map_err(|_| TicketError::BadSignature)
+        let signed = fsd_proto::signed_decision(&pending.description, decider);
+        self.key.verify(signed.as_bytes(), &signature).map_err(|_| TicketError::BadSignature)
+    }
+
+    /// Who the approver said approved a pending escalation (signed with its approval).
+    pub fn decider_of(&self, id: &str) -> Option<String> {
+        let table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        table.get(id).and_then(|p| p.signature.as_ref().map(|(_, decider)| decider.clone()))
     }
 
     /// The digest of a pending (or lately expired) escalation's description, for audit records.
@@ -439,8 +502,11 @@ impl Escalations {
         if expired { TicketError::Expired } else { TicketError::Unknown }
     }
 
-    /// Whether a valid ticket's approved calls name `path` as the caller gave it.
+    /// Whether a valid ticket's approved calls name `path` (the caller's spelling, read as
+    /// [`lexical`] reads it: the approver was shown that form).
     pub fn names(&self, ticket: &Ticket<'_>, path: &str) -> bool {
+        let path = lexical(path);
+        let path = path.as_str();
         let table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         table.get(ticket.id).is_some_and(|p| {
             self.verify(p, ticket).is_ok()
@@ -478,8 +544,15 @@ impl Escalations {
     /// Checks a ticket for a read of one of the approved targets: an approved read, which this
     /// read takes (`Ok(true)`: good for one read, given back by [`Escalations::give_back_read`]
     /// when the read did not happen), or a target an approved change names (an apply_patch
-    /// preflight), which takes nothing (`Ok(false)`).
-    pub fn take_read(&self, ticket: &Ticket<'_>, target_key: &str) -> Result<bool, TicketError> {
+    /// preflight, the editor's re-read: `Ok(false)`). A read of such a target's `content` takes
+    /// one of the reads the change allows it (past them, [`TicketError::ReadsSpent`]); a look
+    /// at its metadata (a stat, a write check) takes nothing.
+    pub fn take_read(
+        &self,
+        ticket: &Ticket<'_>,
+        target_key: &str,
+        content: bool,
+    ) -> Result<bool, TicketError> {
         let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         let pending = table.get_mut(ticket.id).ok_or_else(|| self.gone(ticket.id))?;
         self.verify(pending, ticket)?;
@@ -500,7 +573,16 @@ impl Escalations {
                 && (op.target_key == target_key
                     || op.destination.as_ref().is_some_and(|(key, _)| key == target_key))
         });
-        if changed { Ok(false) } else { Err(TicketError::Mismatch) }
+        if !changed {
+            return Err(TicketError::Mismatch);
+        }
+        if content {
+            match pending.content_reads.get_mut(target_key) {
+                Some(left) if *left > 0 => *left -= 1,
+                _ => return Err(TicketError::ReadsSpent),
+            }
+        }
+        Ok(false)
     }
 
     /// Gives back the approved read of `target_key` a read took and did not use.
@@ -547,7 +629,8 @@ mod tests {
 
     fn describe(esc: &Escalations, client: &str, permit: Option<crate::budget::Permit>) -> Described {
         let permits = permit.into_iter().collect();
-        let ops = vec![(op("etc/x"), Preview { lines: vec!["+new\u{202e}".into()] })];
+        let preview = Preview { lines: vec!["+new\u{202e}".into()], ..Preview::default() };
+        let ops = vec![(op("etc/x"), preview)];
         let request = Describe {
             session: "s1",
             client,
@@ -583,9 +666,10 @@ mod tests {
         };
         // Not decided yet: nothing is admitted.
         assert_eq!(redeem(&op("etc/x"), "s1", Mode::DangerFullAccess), Err(TicketError::NotApproved));
-        let sig = signing.sign(d.text.as_bytes()).to_bytes();
+        let sig = signing.sign(fsd_proto::signed_decision(&d.text, "person").as_bytes()).to_bytes();
         assert_eq!(redeem(&op("etc/y"), "s1", Mode::DangerFullAccess), Err(TicketError::NotApproved));
-        assert_eq!(esc.approve(&d.id, &sig), Ok(()));
+        assert_eq!(esc.approve(&d.id, &sig, "person"), Ok(()));
+        assert_eq!(esc.decider_of(&d.id).as_deref(), Some("person"));
         assert_eq!(redeem(&op("etc/y"), "s1", Mode::DangerFullAccess), Err(TicketError::Mismatch));
         assert_eq!(redeem(&op("etc/x"), "s2", Mode::DangerFullAccess), Err(TicketError::WrongCaller));
         assert_eq!(redeem(&op("etc/x"), "s1", Mode::WorkspaceWrite), Err(TicketError::WrongMode));
@@ -611,8 +695,9 @@ mod tests {
     fn a_signature_by_another_key_refuses_the_escalation() {
         let (_, esc) = setup(60);
         let d = describe(&esc, "uid:0", None);
-        let forged = SigningKey::from_bytes(&[8u8; 32]).sign(d.text.as_bytes()).to_bytes();
-        assert_eq!(esc.approve(&d.id, &forged), Err(TicketError::BadSignature));
+        let signed = fsd_proto::signed_decision(&d.text, "person");
+        let forged = SigningKey::from_bytes(&[8u8; 32]).sign(signed.as_bytes()).to_bytes();
+        assert_eq!(esc.approve(&d.id, &forged, "person"), Err(TicketError::BadSignature));
         let ticket = ticket(&d, "uid:0");
         assert_eq!(esc.redeem(&ticket, &op("etc/x")), Err(TicketError::Unknown));
     }
@@ -658,15 +743,134 @@ mod tests {
             ops: vec![(read, Preview::default())],
         };
         let d = esc.describe(request, Vec::new());
-        assert_eq!(esc.approve(&d.id, &signing.sign(d.text.as_bytes()).to_bytes()), Ok(()));
+        let signed = fsd_proto::signed_decision(&d.text, "rules r.toml: rule 1");
+        assert_eq!(
+            esc.approve(&d.id, &signing.sign(signed.as_bytes()).to_bytes(), "rules r.toml: rule 1"),
+            Ok(())
+        );
         let ticket = ticket(&d, "uid:0");
-        assert_eq!(esc.take_read(&ticket, "host:etc/x"), Ok(true));
-        assert_eq!(esc.take_read(&ticket, "host:etc/x"), Err(TicketError::Unknown));
+        assert_eq!(esc.take_read(&ticket, "host:etc/x", true), Ok(true));
+        assert_eq!(esc.take_read(&ticket, "host:etc/x", true), Err(TicketError::Unknown));
         esc.give_back_read(&ticket, "host:etc/x");
-        assert_eq!(esc.take_read(&ticket, "host:etc/x"), Ok(true));
+        assert_eq!(esc.take_read(&ticket, "host:etc/x", true), Ok(true));
         std::thread::sleep(Duration::from_millis(2100));
         assert!(esc.purge().is_empty(), "a spent escalation is not reported as expired");
         assert_eq!(esc.check(&ticket), Err(TicketError::Unknown));
+    }
+
+    #[test]
+    fn who_decided_is_signed_with_the_approval() {
+        let check = |signed_as: &str, claimed: &str, want: Result<(), TicketError>| {
+            let (signing, esc) = setup(60);
+            let d = describe(&esc, "uid:0", None);
+            let signed = fsd_proto::signed_decision(&d.text, signed_as);
+            let sig = signing.sign(signed.as_bytes()).to_bytes();
+            assert_eq!(esc.approve(&d.id, &sig, claimed), want, "{signed_as} / {claimed}");
+        };
+        check("rules /etc/r.toml: rule 2", "rules /etc/r.toml: rule 2", Ok(()));
+        // Another decider than the one signed: a rule's approval cannot be passed off as a
+        // person's, nor the other way round.
+        check("rules /etc/r.toml: rule 2", "person", Err(TicketError::BadSignature));
+        check("person", "rules /etc/r.toml: rule 2", Err(TicketError::BadSignature));
+        // A signature over the description alone (the old form) names nobody: refused.
+        let (signing, esc) = setup(60);
+        let d = describe(&esc, "uid:0", None);
+        let bare = signing.sign(d.text.as_bytes()).to_bytes();
+        assert_eq!(esc.approve(&d.id, &bare, ""), Err(TicketError::BadSignature));
+    }
+
+    #[test]
+    fn an_approval_without_content_admits_no_content() {
+        let moved = CanonicalOp {
+            op: Op::MoveFile,
+            content_sha256: Vec::new(),
+            destination: Some(("host:etc/y".into(), "/etc/y".into())),
+            ..op("etc/x")
+        };
+        assert!(moved.admits(&moved.clone()));
+        assert!(!moved.admits(&CanonicalOp { content_sha256: vec![4, 5, 6], ..moved.clone() }));
+    }
+
+    /// The description as an approver reads it: the resolved paths first, the requested ones
+    /// beside them only where they differ.
+    #[test]
+    fn the_description_shows_the_resolved_path_and_the_requested_one_beside_it() {
+        let (_, esc) = setup(60);
+        let ops = vec![
+            (
+                CanonicalOp { display: "/etc/passwd".into(), ..op("etc/passwd") },
+                Preview { requested: Some(r"/\x65tc/./passwd".into()), ..Preview::default() },
+            ),
+            (
+                CanonicalOp {
+                    op: Op::MoveFile,
+                    display: "/etc/a".into(),
+                    content_sha256: Vec::new(),
+                    destination: Some(("host:etc/b".into(), "/etc/b".into())),
+                    ..op("etc/a")
+                },
+                Preview { requested_destination: Some("/etc/c/../b".into()), ..Preview::default() },
+            ),
+        ];
+        let request = Describe {
+            session: "s1",
+            client: "uid:0",
+            mode: Mode::DangerFullAccess,
+            justification: "why",
+            ops,
+        };
+        let d = esc.describe(request, Vec::new());
+        let body = d.text.split_once("justification: why\n").map(|(_, rest)| rest).unwrap_or_default();
+        let body = body.split_once('\n').map(|(_, rest)| rest).unwrap_or_default();
+        assert_eq!(
+            body,
+            "op 1: writeText /etc/passwd\n  requested-as: /\\x65tc/./passwd\n  target: host:etc/passwd\n  current: absent\n  content-sha256: 010203\nop 2: moveFile /etc/a\n  target: host:etc/a\n  current: absent\n  destination: /etc/b (host:etc/b)\n  destination-requested-as: /etc/c/../b\n",
+            "{}",
+            d.text
+        );
+    }
+
+    /// A change's approval lets the client read what it changes as often as its preflight
+    /// needs: once per change naming the target (a stat or a write check is free), no more.
+    #[test]
+    fn a_change_admits_one_read_of_each_target_per_change() {
+        let (signing, esc) = setup(60);
+        let moved = CanonicalOp {
+            op: Op::MoveFile,
+            content_sha256: Vec::new(),
+            destination: Some(("host:etc/b".into(), "/etc/b".into())),
+            ..op("etc/a")
+        };
+        let ops = vec![
+            (op("etc/x"), Preview::default()),
+            (op("etc/a"), Preview::default()),
+            (moved, Preview::default()),
+        ];
+        let request = Describe {
+            session: "s1",
+            client: "uid:0",
+            mode: Mode::DangerFullAccess,
+            justification: "why",
+            ops,
+        };
+        let d = esc.describe(request, Vec::new());
+        let signed = fsd_proto::signed_decision(&d.text, "person");
+        assert_eq!(esc.approve(&d.id, &signing.sign(signed.as_bytes()).to_bytes(), "person"), Ok(()));
+        let ticket = ticket(&d, "uid:0");
+        let check = |key: &str, content: bool, want: Result<bool, TicketError>| {
+            assert_eq!(esc.take_read(&ticket, key, content), want, "{key} content={content}");
+        };
+        check("host:etc/x", false, Ok(false));
+        check("host:etc/x", true, Ok(false));
+        check("host:etc/x", false, Ok(false));
+        check("host:etc/x", true, Err(TicketError::ReadsSpent));
+        // Written, then moved: two changes name it, two reads.
+        check("host:etc/a", true, Ok(false));
+        check("host:etc/a", true, Ok(false));
+        check("host:etc/a", true, Err(TicketError::ReadsSpent));
+        check("host:etc/b", true, Ok(false));
+        check("host:etc/b", true, Err(TicketError::ReadsSpent));
+        check("host:etc/y", false, Err(TicketError::Mismatch));
     }
 
     #[test]
@@ -689,6 +893,19 @@ mod tests {
         check("unix:relative", None);
         check("tcp:host", None);
         check("http://x", None);
+    }
+
+    #[test]
+    fn a_requested_path_is_read_as_the_daemon_reads_it() {
+        let check = |path: &str, want: &str| assert_eq!(lexical(path), want, "{path}");
+        check("/etc/passwd", "/etc/passwd");
+        check(r"/\x65tc/passwd", "/etc/passwd");
+        check("/etc//./passwd", "/etc/passwd");
+        check(r"/etc/\x2e/passwd", "/etc/passwd");
+        check(r"/srv/donn\u{e9}es", "/srv/données");
+        check(r"/tmp/a\x1bb", r"/tmp/a\x1bb");
+        check("/srv/a/../b", "/srv/a/../b");
+        check("/", "/");
     }
 
     #[test]

@@ -26,5 +26,13 @@ pub mod approver {
     tonic::include_proto!("fsd.approver.v1");
 }
 
+/// The bytes an approval's signature covers: the daemon's description followed by the line
+/// naming who decided (`person`, or `rules FILE: rule N`), so the approver vouches for both.
+/// Newlines in `decider` are escaped: it is one line whatever the approver sent.
+pub fn signed_decision(description: &str, decider: &str) -> String {
+    let decider = decider.replace('\\', "\\\\").replace('\n', "\\n").replace('\r', "\\r");
+    format!("{description}decided-by: {decider}\n")
+}
+
 /// The protocol version `hello` reports; bumped only on an incompatible wire change.
 pub const PROTOCOL_VERSION: u32 = 1;

@@ -372,9 +372,12 @@ fn the_terminal_prompt_decides_and_is_not_asked_what_would_fail() {
         args["justification"] = json!("the user asked");
         args
     };
+    // The read spells the path with a name escape: the person is shown the path the daemon
+    // reads, the spelling beside it.
+    let spelled = format!("{}/\\x61sked.txt", p(s.outside.path()));
     let requests = json!([
         {"id": 0, "tool": "edit", "args": esc(json!({"file_path": p(&target), "old_string": "hello", "new_string": "bye"}))},
-        {"id": 1, "tool": "read", "args": esc(json!({"file_path": p(&target)}))},
+        {"id": 1, "tool": "read", "args": esc(json!({"file_path": spelled}))},
         {"id": 2, "tool": "edit", "args": esc(json!({"file_path": p(&target), "old_string": "nope", "new_string": "x"}))},
         {"id": 3, "tool": "edit", "args": esc(json!({"file_path": p(&target), "old_string": "hello", "new_string": "bye"}))},
         {"id": 4, "tool": "edit", "args": esc(json!({"file_path": p(&target), "old_string": "bye", "new_string": "x"}))},
@@ -451,7 +454,15 @@ print(json.dumps({"replies": replies, "transcript": transcript.decode(errors="re
     let shown: Vec<_> = decisions.iter().map(|l| l["decision"].as_str().unwrap()).collect();
     assert_eq!(shown, ["approved", "approved", "refused"], "each answer is one record: {audit:?}");
     assert!(decisions.iter().all(|l| l["digest"].as_str().is_some_and(|d| d.len() == 64)), "{audit:?}");
-    assert!(transcript.contains(&format!("path: {}", p(&target))), "{transcript}");
+    assert!(
+        transcript.contains(&format!("  path: {} (requested as {spelled})\r\n", p(&target))),
+        "{transcript}"
+    );
+    assert!(transcript.contains(&format!("  path: {}\r\n", p(&target))), "{transcript}");
+    // The audit names the path the daemon acts on, the request's spelling beside it.
+    let read = audit.iter().find(|l| l["decision"] == "checked" && l["result"] == "ok").unwrap();
+    assert_eq!((&read["path"], &read["requested_path"]), (&json!(p(&target)), &json!(spelled)), "{audit:?}");
+    assert_eq!(decisions[0]["path"], json!(p(&target)), "{audit:?}");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "bye\n", "the approved edit only");
 }
 

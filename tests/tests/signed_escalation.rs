@@ -321,6 +321,13 @@ fn an_existing_file_outside_the_roots_is_read_then_edited_with_approval() {
         !std::fs::read_to_string(&s.audit).unwrap().contains("port ="),
         "the audit log holds no contents"
     );
+    // Who approved is in the approver's signed decision and in every record of its use: the
+    // rule file and its rule.
+    let by_rules = format!("rules {}: rule 1", keys.rules("allow").display());
+    assert!(decisions.iter().all(|l| l["decider"] == by_rules.as_str()), "{decisions:?}");
+    let approvals: Vec<_> = audit.iter().filter(|l| l["decision"] == "approved").collect();
+    assert_eq!(approvals.len(), 4, "two decisions, two uses: {audit:?}");
+    assert!(approvals.iter().all(|l| l["decided_by"] == by_rules.as_str()), "{audit:?}");
 }
 
 #[test]
@@ -343,8 +350,12 @@ fn a_refusal_changes_nothing_and_ends_the_loop() {
     assert_eq!(decisions[0]["decision"], "refused");
     assert_eq!(decisions[0]["reason"], "rule 1 denies path 1 at danger-full-access");
     let audit = s.audit();
+    let by_rules =
+        format!("rules {}: rule 1 denies path 1 at danger-full-access", keys.rules("deny").display());
     assert!(
-        audit.iter().any(|l| l["decision"] == "refused" && l["digest"] == decisions[0]["digest"]),
+        audit.iter().any(|l| l["decision"] == "refused"
+            && l["digest"] == decisions[0]["digest"]
+            && l["decided_by"] == by_rules.as_str()),
         "{audit:?}"
     );
 }
@@ -587,6 +598,95 @@ fn a_ticket_is_refused_for_anything_but_the_approved_call() {
     assert!(s.audit().iter().any(|l| l["op"] == "escalate:writeText" && l["decision"] == "refused"));
 }
 
+/// A write or an edit is approved only with its change, which the daemon shows the approver:
+/// a request without it (nothing, or a bare digest) is refused before anyone is asked, and a
+/// ticket approved for one content writes no other.
+#[test]
+fn an_approval_binds_the_content_the_approver_was_shown() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "[budgets]\npending_escalations = 64\n");
+    let mut rpc = Rpc::connect(&s.d);
+    let target = s.outside.path().join("x.conf");
+    std::fs::write(&target, "a = 1\n").unwrap();
+    let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &target)]).unwrap());
+    assert_eq!(read(&mut rpc, "s1", &target, Some(tk)).unwrap(), "a = 1\n");
+    let unbound = [
+        ("a write without content", op("writeText", &target)),
+        (
+            "a write with a bare digest",
+            v1::EscalatedOp {
+                content_sha256: fsd_proto::digest::content(b"evil\n").into(),
+                ..op("writeText", &target)
+            },
+        ),
+        ("an edit without its strings", op("editText", &target)),
+        (
+            "an edit without new_string",
+            v1::EscalatedOp { old_string: Some("a = 1".into()), ..op("editText", &target) },
+        ),
+    ];
+    for (name, unbound) in unbound {
+        let err = ask(&mut rpc, "s1", vec![unbound]).unwrap_err();
+        assert_eq!(
+            (err.code, err.get("reason"), err.message.as_str()),
+            (
+                ErrorCode::SandboxDenied,
+                Some("unbound_change"),
+                "an escalated write or edit must carry its change, so the approver sees what it approves"
+            ),
+            "{name}"
+        );
+    }
+    assert_eq!(jsonl(&keys.log()).len(), 1, "only the read reached the approver");
+    // Approved for content A: content B is refused, and nothing is written.
+    let tk = ticket(ask(&mut rpc, "s1", vec![write_op(&target, "a = 2\n")]).unwrap());
+    let err = write(&mut rpc, "s1", &target, "a = 3\n", tk.clone()).unwrap_err();
+    assert_eq!((err.code, err.get("ticket")), (ErrorCode::SandboxDenied, Some("mismatch")), "{err:?}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "a = 1\n");
+    write(&mut rpc, "s1", &target, "a = 2\n", tk).unwrap();
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "a = 2\n");
+}
+
+/// The editor's insert asks approval for the content it will write: the file is re-read (with
+/// an approved read, since the session's mode cannot), the new content computed, and only that
+/// content approved; the daemon's description shows it (its digest is in the approval).
+#[test]
+fn the_editors_insert_is_approved_for_the_content_it_writes() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let mut t = s.d.session_with_config("strReplaceEditor = true\n");
+    let target = s.outside.path().join("app.conf");
+    std::fs::write(&target, "one\nthree\n").unwrap();
+    let esc = |mut args: serde_json::Value| {
+        let fields = json!({"sandbox_permissions": "danger-full-access", "justification": "the user asked"});
+        args.as_object_mut().unwrap().extend(fields.as_object().unwrap().clone());
+        args
+    };
+    let insert = esc(json!({"command": "insert", "path": p(&target), "insert_line": 1, "new_str": "two"}));
+    let r = t.call("str_replace_editor", insert.clone());
+    assert_eq!(r.code(), Some("FS_NOT_OBSERVED"), "{}", r.json);
+    assert!(jsonl(&keys.log()).is_empty(), "the unobserved insert reached the approver");
+    let r = t.call("read", esc(json!({"file_path": p(&target)})));
+    assert!(!r.is_error(), "{}", r.json);
+    let r = t.call("str_replace_editor", insert);
+    assert!(!r.is_error(), "{}", r.json);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "one\ntwo\nthree\n");
+    // The read, the insert's re-read, the insert's content.
+    let decisions = jsonl(&keys.log());
+    assert_eq!(decisions.len(), 3, "{decisions:?}");
+    let audit = s.audit();
+    assert!(
+        audit.iter().any(|l| l["op"] == "escalate:writeText" && l["decision"] == "approved"),
+        "{audit:?}"
+    );
+    assert!(
+        !audit.iter().any(|l| l["result"] == "FS_SANDBOX_DENIED"),
+        "no unbound request was sent: {audit:?}"
+    );
+}
+
 #[test]
 fn an_approver_with_another_key_approves_nothing() {
     let keys = Keys::new();
@@ -662,6 +762,50 @@ fn an_approved_read_is_good_for_one_read() {
         });
         assert_eq!(read_ok, 1);
     }
+}
+
+/// An approved change lets its client read the file it changes as its preflight needs (once
+/// per change; a stat or a write check is free), not again and again until it expires.
+#[test]
+fn an_approved_change_admits_one_read_of_its_target() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let mut rpc = Rpc::connect(&s.d);
+    let target = s.outside.path().join("app.conf");
+    std::fs::write(&target, "v1\n").unwrap();
+    let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &target)]).unwrap());
+    assert_eq!(read(&mut rpc, "s1", &target, Some(tk)).unwrap(), "v1\n");
+    let tk = ticket(ask(&mut rpc, "s1", vec![write_op(&target, "v2\n")]).unwrap());
+    let stat = |rpc: &mut Rpc, check_write: bool| {
+        let request = v1::StatRequest {
+            context: context("s1", Some(tk.clone())),
+            path: p(&target),
+            no_follow: false,
+            check_write,
+        };
+        rpc.rt.block_on(rpc.client.stat(request)).map(drop).map_err(|s| WireError::from_status(&s).unwrap())
+    };
+    stat(&mut rpc, false).unwrap();
+    stat(&mut rpc, true).unwrap();
+    assert_eq!(read(&mut rpc, "s1", &target, Some(tk.clone())).unwrap(), "v1\n");
+    // Changed behind the approval's back: the change's ticket does not show it again.
+    std::fs::write(&target, "secret\n").unwrap();
+    let err = read(&mut rpc, "s1", &target, Some(tk.clone())).unwrap_err();
+    assert_eq!(
+        (err.code, err.get("ticket"), err.message.as_str()),
+        (
+            ErrorCode::SandboxDenied,
+            Some("reads_spent"),
+            "escalation ticket refused: the escalation's reads of the files it changes are used up"
+        )
+    );
+    stat(&mut rpc, false).unwrap();
+    assert!(
+        s.audit().iter().any(|l| l["op"] == "escalate:readText" && l["decision"] == "refused"),
+        "{:?}",
+        s.audit()
+    );
 }
 
 #[test]
@@ -908,7 +1052,9 @@ while True:
     let target = s.outside.path().join("asked.txt");
     std::fs::write(&target, "hello\n").unwrap();
     let mut t = s.d.session();
-    let r = t.call("read", json!({"file_path": p(&target), "sandbox_permissions": "danger-full-access", "justification": "to see it"}));
+    // Spelled with a name escape: the person is shown the path the daemon reads.
+    let spelled = format!("{}/\\x61sked.txt", p(s.outside.path()));
+    let r = t.call("read", json!({"file_path": spelled, "sandbox_permissions": "danger-full-access", "justification": "to see it"}));
     assert!(!r.is_error() && r.text().contains("hello"), "{}", r.json);
     let r = t.call("edit", json!({"file_path": p(&target), "old_string": "hello", "new_string": "bye", "sandbox_permissions": "danger-full-access", "justification": "to change it"}));
     let _ = person.kill();
@@ -921,8 +1067,26 @@ while True:
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "hello\n");
     let shown = std::fs::read_to_string(&transcript).unwrap();
     assert!(
-        shown.contains(&format!("op 1: readText {}", p(&target))),
-        "the person saw the description: {shown}"
+        shown.contains(&format!("op 1: readText {}\r\n  requested-as: {spelled}\r\n", p(&target))),
+        "the person saw the description, the path acted on first: {shown}"
+    );
+    assert!(
+        shown.contains(&format!("op 1: editText {}\r\n  target: ", p(&target))),
+        "a path spelled as it resolves is shown once: {shown}"
+    );
+    // Who decided is in the audit log: the person, for the approval and for the refusal.
+    let audit = s.audit();
+    let decided = |decision: &str| {
+        audit.iter().any(|l| {
+            l["op"] == "escalate:describe" && l["decision"] == decision && l["decided_by"] == "person"
+        })
+    };
+    assert!(decided("approved") && decided("refused"), "{audit:?}");
+    let used = audit.iter().find(|l| l["op"] == "escalate:readText" && l["decision"] == "approved").unwrap();
+    assert_eq!(
+        (&used["path"], &used["requested_path"], &used["decided_by"]),
+        (&json!(p(&target)), &json!(spelled), &json!("person")),
+        "{audit:?}"
     );
     assert!(shown.contains("    -hello\r\n    +bye"), "and the daemon's diff: {shown}");
     let expiry = shown.lines().find(|l| l.starts_with("expires: ")).unwrap();

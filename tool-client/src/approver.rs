@@ -58,11 +58,17 @@ pub trait Host: Send + Sync + std::fmt::Debug {
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = HostAnswer> + Send + '_>>;
 }
 
-/// What a person is shown: the tool, the mode, every path and the model's reason, escaped.
+/// What a person is shown: the tool, the mode, every path as the daemon will act on it (the
+/// model's spelling beside it only where that differs) and the model's reason, escaped.
 pub fn message(ask: &Ask<'_>) -> String {
     let mut text = format!("The agent asks to run {} at {} mode.\n", escape(ask.tool), escape(ask.mode));
-    for path in ask.paths {
-        text.push_str(&format!("  path: {}\n", escape(path)));
+    for (i, path) in ask.paths.iter().enumerate() {
+        match ask.requested.get(i).filter(|requested| *requested != path) {
+            Some(requested) => {
+                text.push_str(&format!("  path: {} (requested as {})\n", escape(path), escape(requested)))
+            }
+            None => text.push_str(&format!("  path: {}\n", escape(path))),
+        }
     }
     text.push_str(&format!("  reason: {}\n", escape(ask.justification)));
     text.push_str("Approve this one call?");
@@ -80,7 +86,10 @@ pub enum Verdict {
 #[derive(Debug)]
 pub struct Ask<'a> {
     pub tool: &'a str,
+    /// Each path (then each destination) as the daemon resolved it: what is shown and judged.
     pub paths: &'a [String],
+    /// The same paths as the model wrote them, in the same order.
+    pub requested: &'a [String],
     pub mode: &'a str,
     pub justification: &'a str,
 }
@@ -159,12 +168,52 @@ mod tests {
         let approver = Approver::Rules(rules);
         let ask = |path: &str, mode: &str| {
             let paths = vec![path.to_owned()];
-            approver.decide(&Ask { tool: "write", paths: &paths, mode, justification: "why" })
+            approver.decide(&Ask {
+                tool: "write",
+                paths: &paths,
+                requested: &paths,
+                mode,
+                justification: "why",
+            })
         };
         assert!(ask("/tmp/x", "danger-full-access"));
         assert!(!ask("/secret/x", "danger-full-access"));
         assert!(!ask("/tmp/x", "workspace-write"));
-        assert!(!Approver::None.decide(&Ask { tool: "write", paths: &[], mode: "x", justification: "" }));
+        let ask = Ask { tool: "write", paths: &[], requested: &[], mode: "x", justification: "" };
+        assert!(!Approver::None.decide(&ask));
+    }
+
+    /// The person's prompt, whole: the path the daemon will act on, the model's spelling beside
+    /// it only where it differs.
+    #[test]
+    fn the_prompt_shows_the_resolved_path_and_the_requested_one_beside_it() {
+        let check = |paths: &[&str], requested: &[&str], want: &str| {
+            let paths: Vec<String> = paths.iter().map(|p| (*p).to_owned()).collect();
+            let requested: Vec<String> = requested.iter().map(|p| (*p).to_owned()).collect();
+            let ask = Ask {
+                tool: "write",
+                paths: &paths,
+                requested: &requested,
+                mode: "danger-full-access",
+                justification: "the user asked",
+            };
+            assert_eq!(message(&ask), want);
+        };
+        check(
+            &["/etc/passwd"],
+            &[r"/\x65tc/./passwd"],
+            "The agent asks to run write at danger-full-access mode.\n  path: /etc/passwd (requested as /\\x65tc/./passwd)\n  reason: the user asked\nApprove this one call?",
+        );
+        check(
+            &["/etc/app.conf"],
+            &["/etc/app.conf"],
+            "The agent asks to run write at danger-full-access mode.\n  path: /etc/app.conf\n  reason: the user asked\nApprove this one call?",
+        );
+        check(
+            &["/srv/b", "/srv/c"],
+            &["/srv/a/../b", "/srv/c"],
+            "The agent asks to run write at danger-full-access mode.\n  path: /srv/b (requested as /srv/a/../b)\n  path: /srv/c\n  reason: the user asked\nApprove this one call?",
+        );
     }
 
     #[test]

@@ -13,14 +13,14 @@ use fsd_proto::{ErrorCode, WireError, digest};
 use tonic::{Request, Response, Status};
 
 use super::FsdService;
-use super::grant::{Caller, Decision, Step};
+use super::grant::{Caller, Decision, Extra, Step};
 use super::patched::{Effect, PatchCheck};
 use super::wire::{self, Called, mode_from_wire};
 use crate::approver::{self, Answer};
 use crate::backend::{self, Mode, Outcome, WriteGuard, text};
 use crate::config::Escalation;
 use crate::error::{EscalationDenial, Failure, FsError, StaleReason};
-use crate::escalation::{AFTER_EARLIER, CanonicalOp, Describe, Preview, escape};
+use crate::escalation::{AFTER_EARLIER, CanonicalOp, Describe, Preview, escape, lexical};
 use crate::op::Op;
 
 /// The most calls one escalation request may list, whatever the budgets say.
@@ -43,6 +43,23 @@ fn match_lines(body: &str, old: &str) -> Vec<usize> {
         }
     }
     lines
+}
+
+/// Whether a call outside a patch would be approved without the approver seeing its change: a
+/// write without its content, an edit without its strings, a move with new content (which only
+/// a patch gives, and the daemon then computes). Such a request is refused before any check.
+fn unbound(op: Op, wire: &v1::EscalatedOp) -> bool {
+    match op {
+        Op::WriteText => wire.content.is_none(),
+        Op::EditText => wire.old_string.is_none() || wire.new_string.is_none(),
+        Op::MoveFile => !wire.content_sha256.is_empty(),
+        _ => false,
+    }
+}
+
+/// What the approver is told of a path the caller wrote differently from the one shown.
+fn requested_as(requested: &str, shown: &str) -> Option<String> {
+    (requested != shown).then(|| requested.to_owned())
 }
 
 /// The file as a worker of `mode` reads it: `None` when absent; the text when it is text and
@@ -188,7 +205,7 @@ impl FsdService {
                 lines.truncate(MAX_PREVIEW_LINES);
                 lines.push(format!("… {more} more diff lines not shown"));
             }
-            Preview { lines }
+            Preview { lines, ..Preview::default() }
         };
         match (op, &wire.content, &wire.old_string, &wire.new_string) {
             (Op::WriteText, Some(content), _, _) => {
@@ -244,10 +261,13 @@ impl FsdService {
     ) -> Result<(CanonicalOp, Preview), Status> {
         // A target outside the caller's grant: one answer whatever is there, until an approver
         // let this caller read (or change) it. A read is what earns that, so reads go through.
+        if patch.is_none() && unbound(op, wire) {
+            return Err(EscalationDenial::UnboundChange.into_wire(&wire.path, base).into_status());
+        }
         let unresolved = |key: String| CanonicalOp {
             op,
             target_key: key,
-            display: wire.path.clone(),
+            display: lexical(&wire.path),
             version: None,
             destination: None,
             content_sha256: Vec::new(),
@@ -275,7 +295,10 @@ impl FsdService {
             if let Err(status) = &resolved {
                 // An approved read will meet this failure itself; the approver sees it now.
                 let why = WireError::from_status(status).map(|w| w.code.as_str()).unwrap_or("FS_IO_ERROR");
-                return Ok((unresolved(format!("unresolved:{why}")), Preview::default()));
+                let op = unresolved(format!("unresolved:{why}"));
+                let preview =
+                    Preview { requested: requested_as(&wire.path, &op.display), ..Preview::default() };
+                return Ok((op, preview));
             }
         }
         let (target_key, display, version) = resolved?;
@@ -286,10 +309,17 @@ impl FsdService {
             }
             _ => None,
         };
+        // Beside each resolved path, the caller's spelling of it when that differs.
+        let spelled = |preview: Preview| Preview {
+            requested: requested_as(&wire.path, &display),
+            requested_destination: destination.as_ref().and_then(|(_, d)| requested_as(&wire.destination, d)),
+            ..preview
+        };
         let Some((patch, index)) = patch else {
             self.check(requested, op, wire).await?;
             let (content_sha256, preview) =
                 self.preview(requested, op, wire, version.is_some(), None, None).await;
+            let preview = spelled(preview);
             return Ok((
                 CanonicalOp { op, target_key, display, version, destination, content_sha256 },
                 preview,
@@ -343,6 +373,7 @@ impl FsdService {
         let before = earlier.as_ref().map(Option::as_deref);
         let (content_sha256, preview) =
             self.preview(requested, op, &wire, version.is_some(), before, digested).await;
+        let preview = spelled(preview);
         let version = if earlier.is_some() { Some(AFTER_EARLIER.to_owned()) } else { version };
         Ok((CanonicalOp { op, target_key, display, version, destination, content_sha256 }, preview))
     }
@@ -417,6 +448,11 @@ impl FsdService {
             }
         }
         let client = caller.client();
+        // Audit records name the first call's path as the daemon resolved it.
+        let shown = ops.first().map(|(op, _)| op.display.clone()).unwrap_or_default();
+        let raw_first = first.clone();
+        let first = shown;
+        let extra = Extra { requested: Some(&raw_first), ..Extra::default() };
         let request = Describe {
             session: &caller.session,
             client: &client,
@@ -429,10 +465,20 @@ impl FsdService {
             // Client trust: the checks passed; the client's own approver decides, and reports
             // its decision naming this digest.
             let digest = crate::escalation::client_digest(&request);
-            self.audit_digest(&caller, &first, requested, Decision::Checked, "ok", &digest);
+            let step = Step::Escalate(Op::Describe);
+            let extra = Extra { digest: Some(&digest), ..extra };
+            self.audit_record(&caller, step, &first, requested, Decision::Checked, "ok", extra);
+            // The client's approver shows and judges what the daemon will act on.
+            let resolved_paths = request
+                .ops
+                .iter()
+                .map(|(op, _)| op.display.clone())
+                .chain(request.ops.iter().filter_map(|(op, _)| op.destination.clone().map(|(_, d)| d)))
+                .collect();
             return Ok(Response::new(v1::EscalationDescription {
                 decided_by: v1::Decider::Client as i32,
                 digest,
+                resolved_paths,
                 ..Default::default()
             }));
         };
@@ -465,14 +511,19 @@ impl FsdService {
             Ok(permit) => permit,
             Err(refusal) => {
                 let code = ErrorCode::RateLimited.as_str();
-                self.audit(&caller, Step::Escalate(Op::Describe), &first, requested, Decision::Refused, code);
-                return Err(refusal.into_wire(&first).into_status());
+                let step = Step::Escalate(Op::Describe);
+                self.audit_record(&caller, step, &first, requested, Decision::Refused, code, extra);
+                // The caller hears of its own spelling, never of the daemon's resolution.
+                return Err(refusal.into_wire(&raw_first).into_status());
             }
         };
         let described = escalations.describe(request, vec![permit, ops_permit]);
-        let audit = |decision: Decision, result: &str| {
-            self.audit_digest(&caller, &first, requested, decision, result, &described.digest);
+        let audit_by = |decision: Decision, result: &str, decided_by: Option<&str>| {
+            let extra = Extra { digest: Some(&described.digest), decided_by, ..extra };
+            let step = Step::Escalate(Op::Describe);
+            self.audit_record(&caller, step, &first, requested, decision, result, extra);
         };
+        let audit = |decision: Decision, result: &str| audit_by(decision, result, None);
         audit(Decision::Pending, "ok");
         let endpoint = self.approver_endpoint.as_ref();
         let answer = match endpoint {
@@ -488,30 +539,33 @@ impl FsdService {
             reason,
             // Signed trust: the digest is of a description the caller may not read; not sent.
             digest: String::new(),
+            resolved_paths: Vec::new(),
         };
-        let decider = |by: ApproverDecider| match by {
+        let decider_of = |by: ApproverDecider| match by {
             ApproverDecider::Person => v1::Decider::Person,
             _ => v1::Decider::Rules,
         };
         let out = match answer {
-            Ok(Answer::Approved { signature, by }) => match escalations.approve(&described.id, &signature) {
-                Ok(()) => {
-                    audit(Decision::Approved, "ok");
-                    for key in &keys {
-                        self.known.record(&caller.session, &client, key);
+            Ok(Answer::Approved { signature, by, decider }) => {
+                match escalations.approve(&described.id, &signature, &decider) {
+                    Ok(()) => {
+                        audit_by(Decision::Approved, "ok", Some(&decider));
+                        for key in &keys {
+                            self.known.record(&caller.session, &client, key);
+                        }
+                        reply(true, decider_of(by), String::new())
                     }
-                    reply(true, decider(by), String::new())
+                    Err(e) => {
+                        tracing::error!(error = %e, "the approver's signature does not verify with approver_public_key");
+                        audit(Decision::Refused, "bad_signature");
+                        reply(false, v1::Decider::Unreachable, String::new())
+                    }
                 }
-                Err(e) => {
-                    tracing::error!(error = %e, "the approver's signature does not verify with approver_public_key");
-                    audit(Decision::Refused, "bad_signature");
-                    reply(false, v1::Decider::Unreachable, String::new())
-                }
-            },
-            Ok(Answer::Refused { reason, by }) => {
+            }
+            Ok(Answer::Refused { reason, by, decider }) => {
                 escalations.refuse(&described.id);
-                audit(Decision::Refused, "ok");
-                reply(false, decider(by), bounded_reason(&reason))
+                audit_by(Decision::Refused, "ok", Some(&decider));
+                reply(false, decider_of(by), bounded_reason(&reason))
             }
             Err(e) => {
                 escalations.refuse(&described.id);
@@ -542,7 +596,8 @@ impl FsdService {
             let digest: String = escape(&decided.digest).chars().take(64).collect();
             let digest = (!digest.is_empty()).then_some(digest.as_str());
             let step = Step::Escalate(Op::Describe);
-            self.audit_record(&caller, step, &decided.path, mode, decision, by, digest);
+            let extra = Extra { digest, ..Extra::default() };
+            self.audit_record(&caller, step, &decided.path, mode, decision, by, extra);
         }
     }
 }

@@ -12,7 +12,7 @@ use crate::audit;
 use crate::backend::{self, Mode, Outcome};
 use crate::config::Escalation;
 use crate::error::EscalationDenial;
-use crate::escalation::{CanonicalOp, Escalations, Ticket, TicketError};
+use crate::escalation::{CanonicalOp, Escalations, Ticket, TicketError, escape, lexical};
 use crate::identity::Identity;
 use crate::op::Op;
 
@@ -84,6 +84,17 @@ impl Decision {
     }
 }
 
+/// The optional parts of an audit record.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Extra<'a> {
+    /// The digest of the description an approver decided on.
+    pub digest: Option<&'a str>,
+    /// The path as the request wrote it, when the record's path is the daemon's resolution.
+    pub requested: Option<&'a str>,
+    /// Who decided, as the signed approver said.
+    pub decided_by: Option<&'a str>,
+}
+
 /// Forgets expired escalations, one audit record each: waiting for a decision, or approved and
 /// not (wholly) used.
 pub(super) fn sweep(escalations: &Escalations, audit: Option<&audit::Audit>) {
@@ -101,10 +112,12 @@ pub(super) fn sweep(escalations: &Escalations, audit: Option<&audit::Audit>) {
             client: expired.client.clone(),
             op: "escalate:describe",
             path: &expired.path,
+            requested_path: None,
             mode: expired.mode.as_str(),
             decision: Decision::Expired.as_str(),
             result: &result,
             digest: Some(&expired.digest),
+            decided_by: None,
         });
     }
 }
@@ -125,22 +138,11 @@ impl FsdService {
         decision: Decision,
         result: &str,
     ) {
-        self.audit_record(caller, step, path, mode, decision, result, None);
+        self.audit_record(caller, step, path, mode, decision, result, Extra::default());
     }
 
-    /// Writes the audit record of an approver's step on one description.
-    pub(super) fn audit_digest(
-        &self,
-        caller: &Caller,
-        path: &str,
-        mode: Mode,
-        decision: Decision,
-        result: &str,
-        digest: &str,
-    ) {
-        self.audit_record(caller, Step::Escalate(Op::Describe), path, mode, decision, result, Some(digest));
-    }
-
+    /// Writes one audit record. `path` is shown as the daemon acts on it (see
+    /// [`audit::Entry::path`]), the request's own spelling beside it when that differs.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn audit_record(
         &self,
@@ -150,9 +152,13 @@ impl FsdService {
         mode: Mode,
         decision: Decision,
         result: &str,
-        digest: Option<&str>,
+        extra: Extra<'_>,
     ) {
         let Some(log) = &self.audit else { return };
+        let shown = lexical(path);
+        let requested = extra.requested.unwrap_or(path);
+        // The approver's words, shown like every other name it did not choose to be safe.
+        let decided_by = extra.decided_by.filter(|d| !d.is_empty()).map(escape);
         let op = match step {
             Step::Call(op) => op.name().to_owned(),
             Step::Escalate(op) => format!("escalate:{}", op.name()),
@@ -163,11 +169,13 @@ impl FsdService {
             call: &caller.call,
             client: caller.client(),
             op: &op,
-            path,
+            path: &shown,
+            requested_path: (requested != shown).then_some(requested),
             mode: mode.as_str(),
             decision: decision.as_str(),
             result,
-            digest,
+            digest: extra.digest,
+            decided_by: decided_by.as_deref(),
         });
     }
 
@@ -290,6 +298,7 @@ impl FsdService {
         let Some(ticket) = &grant.ticket else { return Ok(None) };
         let path = request.path();
         let digest = self.escalations.as_ref().and_then(|e| e.digest_of(&ticket.escalation_id));
+        let extra = Extra { digest: digest.as_deref(), ..Extra::default() };
         let refuse = |denial: EscalationDenial| {
             self.audit_record(
                 caller,
@@ -298,7 +307,7 @@ impl FsdService {
                 grant.mode,
                 Decision::Refused,
                 ErrorCode::SandboxDenied.as_str(),
-                digest.as_deref(),
+                extra,
             );
             denial.into_wire(path, self.default_mode).into_status()
         };
@@ -323,8 +332,13 @@ impl FsdService {
             Err(status) if escalations.names(&presented, path) => return Err(status),
             Err(_) => return Err(refuse(EscalationDenial::Ticket(TicketError::Mismatch))),
         };
+        // Before the ticket is spent: its last call forgets the escalation.
+        let decider = escalations.decider_of(&ticket.escalation_id);
         let result = if call.op == Op::Read {
-            let taken = escalations.take_read(&presented, &call.target_key);
+            // Reading bytes of a target is what a change's approval bounds; a stat is not.
+            let content =
+                matches!(request, backend::Request::ReadText { .. } | backend::Request::ReadBytes { .. });
+            let taken = escalations.take_read(&presented, &call.target_key, content);
             taken.map(|taken| taken.then(|| call.target_key.clone()))
         } else {
             escalations.redeem(&presented, &call).map(|()| None)
@@ -332,15 +346,9 @@ impl FsdService {
         match result {
             Ok(read) => {
                 let step = Step::Escalate(request.op());
-                self.audit_record(
-                    caller,
-                    step,
-                    path,
-                    grant.mode,
-                    Decision::Approved,
-                    "ok",
-                    digest.as_deref(),
-                );
+                // The record names the path the call resolved to, and who approved it.
+                let extra = Extra { requested: Some(path), decided_by: decider.as_deref(), ..extra };
+                self.audit_record(caller, step, &call.display, grant.mode, Decision::Approved, "ok", extra);
                 Ok(read)
             }
             Err(e) => Err(refuse(EscalationDenial::Ticket(e))),

@@ -435,6 +435,9 @@ pub struct Decision {
     pub reason: String,
     /// Client trust: the digest the client's report of its decision names.
     pub digest: String,
+    /// Client trust: each path (then each destination) as the daemon resolved it; empty for
+    /// one that did not resolve.
+    pub resolved_paths: Vec<String>,
 }
 
 /// What this client's own approver decided (client trust), as reported to the daemon.
@@ -458,6 +461,7 @@ impl From<v1::EscalationDescription> for Decision {
             nonce: d.nonce,
             reason: d.reason,
             digest: d.digest,
+            resolved_paths: d.resolved_paths,
         }
     }
 }

@@ -188,6 +188,10 @@ fn escalation_denial(reason: &str, wire: &WireError) -> Option<String> {
         "no_mode" => "the escalation names no mode".to_owned(),
         "not_wider" => format!("{requested} needs no escalation"),
         "ticket_refused" => format!("escalation ticket refused: {}", ticket_reason(wire.get("ticket"))),
+        "unbound_change" => {
+            "an escalated write or edit must carry its change, so the approver sees what it approves"
+                .to_owned()
+        }
         _ => return None,
     })
 }
@@ -202,6 +206,7 @@ fn ticket_reason(ticket: Option<&str>) -> &'static str {
         Some("wrong_mode") => "the escalation approved another mode",
         Some("bad_signature") => "the escalation ticket is not signed by the configured approver",
         Some("mismatch") => "this call differs from every call the approver signed",
+        Some("reads_spent") => "the escalation's reads of the files it changes are used up",
         _ => "it does not hold for this call",
     }
 }

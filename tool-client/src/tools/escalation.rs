@@ -315,8 +315,17 @@ async fn decide(
     };
     let ticket = match decision.decided_by {
         Decider::Client => {
-            let ask = Ask { tool, paths, mode: name, justification: &reason };
-            let path = paths.first().cloned().unwrap_or_default();
+            // Shown and judged as the daemon will act on them (a path that did not resolve, as
+            // written), the model's spelling beside.
+            let resolved: Vec<String> = paths
+                .iter()
+                .enumerate()
+                .map(|(i, raw)| {
+                    decision.resolved_paths.get(i).filter(|r| !r.is_empty()).unwrap_or(raw).clone()
+                })
+                .collect();
+            let ask = Ask { tool, paths: &resolved, requested: paths, mode: name, justification: &reason };
+            let path = resolved.first().cloned().unwrap_or_default();
             match session.decide(&ask).await {
                 Verdict::Approved => {
                     // For the daemon's audit log: every decision is one record.

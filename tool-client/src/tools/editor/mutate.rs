@@ -7,6 +7,8 @@
 //! observation: only view (or another read) authorizes a mutation. A requested wider mode
 //! (`sandbox_permissions`) is resolved first and covers the whole call: the re-read of the
 //! approved target (a signed ticket admits reads of the targets it names) and the one mutation.
+//! insert is the exception: its content depends on the re-read, so it re-reads first (with an
+//! approved read when the session's mode cannot) and asks approval for exactly that content.
 
 use fsd_policy::{EditRefusal, Version};
 use fsd_proto::ErrorCode;
@@ -16,7 +18,7 @@ use crate::tools::escalation::{self, PlannedCall};
 
 use super::lines::{self, FILE_CLIPPED};
 use super::{Session, ToolResult, is_directory, not_found};
-use crate::daemon::{DaemonError, FileKind, Operation, Target, TextChange, VersionGuard, WriteGuard};
+use crate::daemon::{DaemonError, FileKind, Target, TextChange, VersionGuard, WriteGuard};
 use crate::failure::ToolError;
 use crate::tools::diff_meta;
 
@@ -84,6 +86,28 @@ async fn reread(session: &mut Session, path: &str) -> Result<Current, ToolError>
         }
         _ => Err(ToolError::from_mutation(path, &error)),
     }
+}
+
+/// The re-read of an escalated insert, before anyone is asked to approve its content: at the
+/// session's own mode, or, when that mode may not read the file, with an approved read of it
+/// (asked first, on its own).
+async fn reread_escalated(
+    session: &mut Session,
+    args: &Map<String, Value>,
+    path: &str,
+) -> Result<Current, ToolError> {
+    session.daemon.set_call_mode(None);
+    let refused = match session.daemon.read_text(path, 0).await {
+        Ok(read) => return Ok(Current { target: read.target, version: read.version, text: read.text }),
+        Err(DaemonError::Refused(wire)) => {
+            matches!(wire.code, ErrorCode::SandboxDenied | ErrorCode::PermissionDenied)
+        }
+        Err(_) => false,
+    };
+    if refused {
+        escalation::resolve(session, args, "str_replace_editor", &[PlannedCall::read(path)]).await?;
+    }
+    reread(session, path).await
 }
 
 /// For a call that asks for a wider mode: the observed version its change is guarded by, or the
@@ -225,13 +249,18 @@ pub async fn insert(
     after: i64,
     text: &str,
 ) -> Result<ToolResult, ToolError> {
-    // The content depends on what the re-read finds, so a signed approval cannot bind it; the
-    // observation and the version are checked before anyone is asked.
-    escalated_guard(session, args, path)?;
-    let planned =
-        PlannedCall::unbound(Operation::WriteText, path, None).with_write_guard(session.write_guard(path));
-    escalation::resolve(session, args, "str_replace_editor", &[planned]).await?;
-    let current = reread(session, path).await?;
+    // Escalated, the approval binds the content the insert writes, so it is computed first:
+    // the observation is checked, the file re-read (at the session's own mode, or with an
+    // approved read when that mode cannot read it), and only then is anyone asked.
+    let wider = escalation::wants_wider(session, args);
+    if wider {
+        escalated_guard(session, args, path)?;
+    } else {
+        // The fields' own rules (a narrower mode, a reason without a mode); nobody is asked.
+        escalation::resolve(session, args, "str_replace_editor", &[PlannedCall::read(path)]).await?;
+    }
+    let current =
+        if wider { reread_escalated(session, args, path).await? } else { reread(session, path).await? };
     let version = basis(session, path, &current)?;
     let (bom, body) = lines::split_bom(&current.text);
     let range_error = |n: usize| {
@@ -243,6 +272,10 @@ pub async fn insert(
     let new_body = lines::insert(body, at, text).map_err(range_error)?;
     let content = format!("{bom}{new_body}");
     let guard = WriteGuard::ReplaceIfVersion(VersionGuard::new(version, Some(current.target.key.clone())));
+    if wider {
+        let planned = PlannedCall::write(path, &content).with_write_guard(Some(guard.clone()));
+        escalation::resolve(session, args, "str_replace_editor", &[planned]).await?;
+    }
     // The content already carries the file's BOM and endings.
     let reply = session
         .daemon
