@@ -331,3 +331,73 @@ fn an_outside_save_over_a_moves_destination_after_its_check_is_kept() {
     names.sort();
     assert_eq!(names, ["fsd-fault-pause-exchange", "source.txt"], "no temporary file is left");
 }
+
+/// A guarded removal through `rpc` of `path`, the request made by `call`, with an editor's save
+/// over the name placed by the test hook `fsd-fault-pause-remove` (a second's pause after the
+/// guard's check, before the removal acts): the save is kept and the removal is stale.
+fn outside_save_during_a_guarded_removal(
+    d: &Daemon,
+    call: impl FnOnce(Rpc, String) -> Result<(), tonic::Status> + Send + 'static,
+) {
+    let path = d.path("fsd-fault-pause-remove");
+    d.write("fsd-fault-pause-remove", "observed\n");
+    let mut rpc = Rpc::connect(d);
+    let version = rpc.version(&path);
+    let removing = std::thread::spawn(move || call(rpc, version));
+    std::thread::sleep(Duration::from_millis(500));
+    let tmp = path.with_extension("save");
+    std::fs::write(&tmp, "saved outside\n").unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    let done = removing.join().unwrap();
+    let kept = std::fs::read(&path).ok();
+    assert_eq!(kept.as_deref(), Some(&b"saved outside\n"[..]), "the outside save was deleted ({done:?})");
+    let status = done.unwrap_err();
+    assert_eq!(common::rpc::wire(&status).code, fsd_proto::ErrorCode::StaleVersion, "{status:?}");
+    let names: Vec<_> = std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["fsd-fault-pause-remove"], "no temporary file is left");
+}
+
+#[test]
+fn an_outside_save_during_a_guarded_delete_is_kept() {
+    let d = Daemon::start();
+    let path = common::rpc::p(&d.path("fsd-fault-pause-remove"));
+    outside_save_during_a_guarded_removal(&d, move |mut rpc, version| {
+        let guard = Some(fsd_proto::v1::EditGuard { version, ..Default::default() });
+        let request = fsd_proto::v1::DeleteFileRequest { path, guard, ..Default::default() };
+        rpc.rt.block_on(rpc.client.delete_file(request)).map(drop)
+    });
+}
+
+#[test]
+fn an_outside_save_during_a_guarded_remove_is_kept() {
+    let d = Daemon::start();
+    let path = common::rpc::p(&d.path("fsd-fault-pause-remove"));
+    outside_save_during_a_guarded_removal(&d, move |mut rpc, version| {
+        let guard = Some(fsd_proto::v1::EditGuard { version, ..Default::default() });
+        let request = fsd_proto::v1::RemoveRequest { path, guard, ..Default::default() };
+        rpc.rt.block_on(rpc.client.remove(request)).map(drop)
+    });
+}
+
+/// Without interference the same guarded removals remove the file, and leave nothing behind.
+#[test]
+fn a_guarded_delete_and_remove_still_remove() {
+    let d = Daemon::start();
+    let mut rpc = Rpc::connect(&d);
+    for name in ["deleted.txt", "removed.txt"] {
+        d.write(name, "observed\n");
+        let path = common::rpc::p(&d.path(name));
+        let version = rpc.version(&d.path(name));
+        let guard = Some(fsd_proto::v1::EditGuard { version, ..Default::default() });
+        let done = if name == "deleted.txt" {
+            let request = fsd_proto::v1::DeleteFileRequest { path, guard, ..Default::default() };
+            rpc.rt.block_on(rpc.client.delete_file(request)).map(drop)
+        } else {
+            let request = fsd_proto::v1::RemoveRequest { path, guard, ..Default::default() };
+            rpc.rt.block_on(rpc.client.remove(request)).map(drop)
+        };
+        done.unwrap_or_else(|status| panic!("{name}: {status:?}"));
+    }
+    let names: Vec<_> = std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(names.is_empty(), "left: {names:?}");
+}
