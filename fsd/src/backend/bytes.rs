@@ -121,6 +121,7 @@ impl Backend {
         let (file, meta) = staged.place(resolved.name(), place, file_mode).map_err(fail)?;
         // Every byte passed through here: the version carries their digest.
         let version = version::with_digest(version::of_file(&file, &meta), size, &hasher.finalize());
+        resolved.made.keep();
         Ok(Outcome::WriteBytes { target, operation, version, size })
     }
 

@@ -527,7 +527,13 @@ impl Backend {
                 {
                     let mut rel = resolved.rel.clone();
                     rel.extend(missing.into_iter().rev());
-                    let target = Resolved { root: resolved.root, rel, parent: None, meta: None };
+                    let target = Resolved {
+                        root: resolved.root,
+                        rel,
+                        parent: None,
+                        meta: None,
+                        made: Default::default(),
+                    };
                     self.may_write(mode, target.root, &target.rel).map_err(|e| self.fail(e, &target))?;
                 }
             }

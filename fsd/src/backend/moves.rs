@@ -225,6 +225,7 @@ impl Backend {
             Some(before) => self.change(before.as_deref(), before.is_some(), after.as_deref()),
             None => self.change(None, true, after.as_deref()),
         };
+        dst.made.keep();
         Ok(Outcome::MoveFile {
             source: src_target,
             destination: dst_target,

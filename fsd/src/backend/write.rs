@@ -444,6 +444,7 @@ impl Backend {
                 (WriteOperation::Update, version, change)
             }
         };
+        resolved.made.keep();
         Ok(Outcome::WriteText { target, operation, version, change })
     }
 }
