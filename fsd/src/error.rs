@@ -122,6 +122,10 @@ pub enum Denial {
     /// A path component is a git directory found by what it is, whatever its name (metadata
     /// `name`: its display path).
     GitDirectory(String),
+    /// The write would complete a git directory's shape in `dir` (its display path) by making
+    /// `entry` (`HEAD`, `objects`, `refs` or `commondir`): reason `git_directory` too, with
+    /// metadata `name` (the directory) and `entry`.
+    WouldBeGitDirectory { dir: String, entry: String },
     /// A path component is a mount point below the root that `allow_submounts` does not name
     /// (metadata `name`: its display path).
     Submount(String),
@@ -138,7 +142,7 @@ impl Denial {
             Denial::NotWritableRoot => "not_writable_root",
             Denial::Protected(_) => "protected",
             Denial::SameFile => "same_file",
-            Denial::GitDirectory(_) => "git_directory",
+            Denial::GitDirectory(_) | Denial::WouldBeGitDirectory { .. } => "git_directory",
             Denial::Submount(_) => "submount",
             Denial::Root => "root",
             Denial::Mount(_) => "mount",
@@ -430,12 +434,15 @@ impl Failure {
             FsError::OutsideRoots => wire = wire.with("reason", "outside_roots"),
             FsError::Denied(denial) => {
                 wire = wire.with("reason", denial.as_str());
-                if let Denial::Protected(name)
-                | Denial::GitDirectory(name)
-                | Denial::Submount(name)
-                | Denial::Mount(name) = denial
-                {
-                    wire = wire.with("name", name);
+                match denial {
+                    Denial::Protected(name)
+                    | Denial::GitDirectory(name)
+                    | Denial::Submount(name)
+                    | Denial::Mount(name) => wire = wire.with("name", name),
+                    Denial::WouldBeGitDirectory { dir, entry } => {
+                        wire = wire.with("name", dir).with("entry", entry);
+                    }
+                    Denial::ReadOnly | Denial::NotWritableRoot | Denial::SameFile | Denial::Root => {}
                 }
             }
             FsError::TooLarge { size, limit } => {

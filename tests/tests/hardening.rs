@@ -333,6 +333,78 @@ fn git_directories_are_protected_by_what_they_are_not_by_name() {
     }
 }
 
+/// Whether git, run inside `dir`, finds a repository there (the directory itself, bare), looking
+/// no higher than the daemon's root.
+fn git_finds_a_repository(root: &Path, dir: &Path) -> bool {
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "--git-dir"])
+        .current_dir(dir)
+        .env("GIT_CEILING_DIRECTORIES", root)
+        .output()
+        .expect("git is needed to check what its discovery finds and is not installed");
+    out.status.success()
+}
+
+/// A model cannot build a bare repository out of ordinary writes (`x/config` with a
+/// `core.fsmonitor` command, `x/objects/`, `x/refs/`, `x/HEAD`) that the user's next git command
+/// inside `x` would run: whichever piece comes last is refused, as a write into a git
+/// directory is, and nothing of it is made. Files named `config` or `HEAD` on their own are
+/// ordinary files.
+#[test]
+fn a_bare_repository_cannot_be_built_piece_by_piece_in_any_order() {
+    let d = Daemon::start();
+    let mut s = d.session();
+    let config = "[core]\n\tfsmonitor = touch /tmp/pwned\n";
+    let head = "ref: refs/heads/main\n";
+    // (directory, the writes that go through, the write refused, what it would have made)
+    let orders: [(&str, &[&str], &str, &str); 4] = [
+        ("head-last", &["config", "objects/info/packs", "refs/heads/main"], "HEAD", "HEAD"),
+        ("refs-last", &["HEAD", "config", "objects/info/packs"], "refs/heads/main", "refs"),
+        ("objects-last", &["refs/heads/main", "HEAD", "config"], "objects/info/packs", "objects"),
+        ("worktree", &["HEAD", "config"], "commondir", "commondir"),
+    ];
+    for (dir, allowed, refused, made) in orders {
+        for name in allowed {
+            let content = match *name {
+                "config" => config,
+                "HEAD" => head,
+                _ => "x\n",
+            };
+            let path = format!("{dir}/{name}");
+            let write = s.call("write", json!({"file_path": path, "content": content}));
+            assert!(!write.is_error(), "{path}: {}", write.json);
+        }
+        let path = format!("{dir}/{refused}");
+        let write = s.call("write", json!({"file_path": path, "content": head}));
+        assert_eq!(write.code(), Some("FS_SANDBOX_DENIED"), "{path}: {}", write.json);
+        let shown = d.path(dir).display().to_string();
+        let expected = format!("{made} would make {shown} a git directory (protected)");
+        assert!(write.text().contains(&expected), "{path}: {}", write.json);
+        assert!(!d.path(dir).join(made).exists(), "{path}: the last piece was made");
+        assert!(!git_finds_a_repository(&d.root, &d.path(dir)), "{dir}: git found a repository");
+    }
+    // The same through a move onto the last name, with the wire's structured reason.
+    d.write("moved/HEAD.txt", head);
+    let mut rpc = Rpc::connect(&d);
+    let request = fsd_proto::v1::MoveFileRequest {
+        source: common::rpc::p(&d.path("moved/HEAD.txt")),
+        destination: common::rpc::p(&d.path("head-last/HEAD")),
+        ..Default::default()
+    };
+    let status = rpc.rt.block_on(rpc.client.move_file(request)).unwrap_err();
+    let wire = common::rpc::wire(&status);
+    assert_eq!(wire.code, fsd_proto::ErrorCode::SandboxDenied, "{status:?}");
+    assert_eq!(wire.get("reason"), Some("git_directory"), "{status:?}");
+    assert_eq!(wire.get("entry"), Some("HEAD"), "{status:?}");
+    assert_eq!(wire.get("name"), Some(d.path("head-last").to_str().unwrap()), "{status:?}");
+    assert!(d.path("moved/HEAD.txt").exists() && !d.path("head-last/HEAD").exists());
+    // Ordinary files with those names, and the pieces one short of the shape, stay writable.
+    for path in ["plain/HEAD", "plain/config", "plain/refs/x", "other/objects/y", "other/config"] {
+        let write = s.call("write", json!({"file_path": path, "content": head}));
+        assert!(!write.is_error(), "{path}: {}", write.json);
+    }
+}
+
 #[test]
 fn apply_patch_asks_the_daemon_before_writing_anything() {
     let readable = tempfile::tempdir().unwrap();

@@ -335,7 +335,12 @@ fn sandbox_denied(verb: &str, path: &str, wire: &WireError) -> ToolError {
             Some(format!("{} is a protected path", wire.get("name").unwrap_or("a path component")))
         }
         Some("git_directory") => {
-            Some(format!("{} is a git directory (protected)", wire.get("name").unwrap_or("a path component")))
+            let name = wire.get("name").unwrap_or("a path component");
+            // The write would build one: this entry is the last piece git looks for.
+            Some(match wire.get("entry") {
+                Some(entry) => format!("{entry} would make {name} a git directory (protected)"),
+                None => format!("{name} is a git directory (protected)"),
+            })
         }
         Some("submount") => Some(format!(
             "{} is a mount point below the root (not in allow_submounts)",
