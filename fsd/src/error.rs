@@ -22,6 +22,9 @@ pub enum StaleReason {
     OtherFile,
     /// Replaced by someone else between the check and the rename (the replace was undone).
     ChangedWhileWriting,
+    /// Replaced by someone else between a removal's check and its move of the name aside: the
+    /// removal was undone, the other file kept.
+    ChangedWhileRemoving,
     /// A move's destination vanished right after the move.
     DestinationGone,
     /// The file was truncated, grew or was rewritten while it was read.
@@ -36,6 +39,7 @@ impl StaleReason {
             StaleReason::Symlink => "symlink",
             StaleReason::OtherFile => "other_file",
             StaleReason::ChangedWhileWriting => "changed_while_writing",
+            StaleReason::ChangedWhileRemoving => "changed_while_removing",
             StaleReason::DestinationGone => "destination_gone",
             StaleReason::ChangedWhileRead => "changed_while_read",
         }

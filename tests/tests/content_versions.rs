@@ -332,9 +332,17 @@ fn an_outside_save_over_a_moves_destination_after_its_check_is_kept() {
     assert_eq!(names, ["fsd-fault-pause-exchange", "source.txt"], "no temporary file is left");
 }
 
+/// An editor's save over `path`: a new file renamed over the name.
+fn save_over(path: &Path, text: &str) {
+    let tmp = path.with_extension("save");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
 /// A guarded removal through `rpc` of `path`, the request made by `call`, with an editor's save
 /// over the name placed by the test hook `fsd-fault-pause-remove` (a second's pause after the
-/// guard's check, before the removal acts): the save is kept and the removal is stale.
+/// guard's check, before the removal moves the name aside, and another after): the save is kept
+/// and the removal is stale.
 fn outside_save_during_a_guarded_removal(
     d: &Daemon,
     call: impl FnOnce(Rpc, String) -> Result<(), tonic::Status> + Send + 'static,
@@ -345,14 +353,14 @@ fn outside_save_during_a_guarded_removal(
     let version = rpc.version(&path);
     let removing = std::thread::spawn(move || call(rpc, version));
     std::thread::sleep(Duration::from_millis(500));
-    let tmp = path.with_extension("save");
-    std::fs::write(&tmp, "saved outside\n").unwrap();
-    std::fs::rename(&tmp, &path).unwrap();
+    save_over(&path, "saved outside\n");
     let done = removing.join().unwrap();
     let kept = std::fs::read(&path).ok();
     assert_eq!(kept.as_deref(), Some(&b"saved outside\n"[..]), "the outside save was deleted ({done:?})");
     let status = done.unwrap_err();
-    assert_eq!(common::rpc::wire(&status).code, fsd_proto::ErrorCode::StaleVersion, "{status:?}");
+    let wire = common::rpc::wire(&status);
+    assert_eq!(wire.code, fsd_proto::ErrorCode::StaleVersion, "{status:?}");
+    assert_eq!(wire.get("reason"), Some("changed_while_removing"), "{status:?}");
     let names: Vec<_> = std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names, ["fsd-fault-pause-remove"], "no temporary file is left");
 }
@@ -377,6 +385,40 @@ fn an_outside_save_during_a_guarded_remove_is_kept() {
         let request = fsd_proto::v1::RemoveRequest { path, guard, ..Default::default() };
         rpc.rt.block_on(rpc.client.remove(request)).map(drop)
     });
+}
+
+/// The rarer interleaving: the save caught by the move aside cannot go back, because another
+/// save took the name in the second pause. Neither is deleted: the name holds the newer one, and
+/// the other stays at the temporary name (no sweep removes it: its entry is dropped).
+#[test]
+fn a_name_taken_again_before_a_removal_puts_a_save_back_keeps_both_saves() {
+    let d = Daemon::start();
+    let path = d.path("fsd-fault-pause-remove");
+    d.write("fsd-fault-pause-remove", "observed\n");
+    let mut rpc = Rpc::connect(&d);
+    let version = rpc.version(&path);
+    let request = fsd_proto::v1::DeleteFileRequest {
+        path: common::rpc::p(&path),
+        guard: Some(fsd_proto::v1::EditGuard { version, ..Default::default() }),
+        ..Default::default()
+    };
+    let removing = std::thread::spawn(move || rpc.rt.block_on(rpc.client.delete_file(request)));
+    std::thread::sleep(Duration::from_millis(500));
+    save_over(&path, "first save\n");
+    std::thread::sleep(Duration::from_millis(1000));
+    save_over(&path, "second save\n");
+    let done = removing.join().unwrap();
+    assert_eq!(std::fs::read(&path).ok().as_deref(), Some(&b"second save\n"[..]), "{done:?}");
+    let aside: Vec<_> = std::fs::read_dir(&d.root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with(".fsd-tmp-"))
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    assert_eq!(aside, [b"first save\n".to_vec()], "the save moved aside was not kept ({done:?})");
+    let wire = common::rpc::wire(&done.unwrap_err());
+    assert_eq!(wire.code, fsd_proto::ErrorCode::StaleVersion);
+    assert_eq!(wire.get("reason"), Some("changed_while_removing"));
 }
 
 /// Without interference the same guarded removals remove the file, and leave nothing behind.

@@ -303,6 +303,8 @@ pub(super) fn remove_checked(
             });
         }
     }
+    #[cfg(feature = "fault-injection")]
+    pause_at_removal(name);
     let moved = sys::meta_at(dir, &temp);
     if moved.as_ref().is_ok_and(|m| m.kind == Kind::File && m.same_content(checked)) {
         // Should the unlink fail, the entry stays: the sweep removes the checked file later.
@@ -314,11 +316,12 @@ pub(super) fn remove_checked(
         tracing::warn!(?temp, ?name, %errno, "a save made during a removal is kept at a temporary name: its name was taken again");
     }
     entry.end();
-    Err(FsError::Stale(StaleReason::ChangedWhileWriting))
+    Err(FsError::Stale(StaleReason::ChangedWhileRemoving))
 }
 
 /// Test hook: a guarded removal of `fsd-fault-pause-remove` pauses a second after its check,
-/// before it moves the name aside, so a test can save over the name in between.
+/// before it moves the name aside, and again after, so a test can save over the name in the
+/// first window (the save is what gets moved aside) and take the name again in the second.
 #[cfg(feature = "fault-injection")]
 fn pause_at_removal(name: &OsStr) {
     if name == "fsd-fault-pause-remove" {

@@ -163,6 +163,9 @@ fn stale_reason(wire: &WireError) -> &'static str {
         Some("symlink") => "file was replaced by a symbolic link",
         Some("other_file") => "path now resolves to a different file than the one that was read",
         Some("changed_while_writing") => "file changed on disk while it was being written",
+        Some("changed_while_removing") => {
+            "file changed on disk while it was being deleted (the change was kept)"
+        }
         Some("destination_gone") => "destination disappeared after the move",
         Some("changed_while_read") => "file changed while it was read",
         _ => STALE_CHANGED,
