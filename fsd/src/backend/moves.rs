@@ -293,7 +293,12 @@ pub(super) fn remove_checked(
     let entry = journal.begin_removal(&temp, name, checked);
     #[cfg(feature = "fault-injection")]
     pause_at_removal(name);
-    match sys::rename(dir, name, dir, &temp, RenameHow::NoReplace) {
+    let aside = match sys::rename(dir, name, dir, &temp, RenameHow::NoReplace) {
+        // A filesystem without RENAME_NOREPLACE: the temporary name is 128 random bits, free.
+        Err(Errno::INVAL | Errno::OPNOTSUPP) => sys::rename(dir, name, dir, &temp, RenameHow::Replace),
+        other => other,
+    };
+    match aside {
         Ok(()) => {}
         Err(errno) => {
             entry.end();
