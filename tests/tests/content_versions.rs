@@ -443,3 +443,51 @@ fn a_guarded_delete_and_remove_still_remove() {
     let names: Vec<_> = std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(names.is_empty(), "left: {names:?}");
 }
+
+/// A worker killed in a guarded removal's second pause, after it moved the name aside: the
+/// supervisor's sweep of the dead worker's journal finishes the removal of the checked file, or
+/// puts an outside save the move caught back at its name. Nothing is lost, nothing is left.
+#[test]
+fn a_worker_killed_mid_removal_loses_no_outside_save() {
+    for outside_save in [false, true] {
+        let d = Daemon::start();
+        let path = d.path("fsd-fault-pause-remove");
+        d.write("fsd-fault-pause-remove", "observed\n");
+        let mut rpc = Rpc::connect(&d);
+        let version = rpc.version(&path);
+        let request = fsd_proto::v1::DeleteFileRequest {
+            path: common::rpc::p(&path),
+            guard: Some(fsd_proto::v1::EditGuard { version, ..Default::default() }),
+            ..Default::default()
+        };
+        let removing = std::thread::spawn(move || rpc.rt.block_on(rpc.client.delete_file(request)));
+        std::thread::sleep(Duration::from_millis(500));
+        if outside_save {
+            save_over(&path, "saved outside\n");
+        }
+        std::thread::sleep(Duration::from_millis(1000));
+        let workers = d.process.worker_pids("workspace-write");
+        assert!(!workers.is_empty(), "no workspace-write worker to kill");
+        for pid in workers {
+            fsd_testkit::kill(pid, rustix::process::Signal::KILL);
+        }
+        let done = removing.join().unwrap();
+        assert!(done.is_err(), "the call of a killed worker succeeded: {done:?}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let names: Vec<_> = std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().file_name()).collect();
+            let expected: &[&str] = if outside_save { &["fsd-fault-pause-remove"] } else { &[] };
+            if names == expected {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "outside save {outside_save}: the sweep left {names:?} ({done:?})"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if outside_save {
+            assert_eq!(std::fs::read(&path).unwrap(), b"saved outside\n");
+        }
+    }
+}
