@@ -403,6 +403,18 @@ fn a_bare_repository_cannot_be_built_piece_by_piece_in_any_order() {
         let write = s.call("write", json!({"file_path": path, "content": head}));
         assert!(!write.is_error(), "{path}: {}", write.json);
     }
+    // apply_patch's preflight asks about each directory the patch would make, so a patch whose
+    // new file's parent would be the last piece is refused before any change.
+    d.write("a.txt", "one\n");
+    let mut s = d.session_with_config("applyPatch = true\n");
+    assert!(!s.read("a.txt").is_error());
+    let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-one\n+two\n\
+                 *** Add File: refs-last/refs/heads/main\n+x\n*** End Patch\n";
+    let reply = s.call("apply_patch", json!({"input": patch}));
+    assert_eq!(reply.code(), Some("FS_SANDBOX_DENIED"), "{}", reply.json);
+    assert!(reply.text().starts_with("Error: Patch rejected before any change"), "{}", reply.json);
+    assert_eq!(d.read("a.txt"), b"one\n");
+    assert!(!d.path("refs-last/refs").exists());
 }
 
 #[test]

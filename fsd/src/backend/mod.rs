@@ -533,7 +533,12 @@ impl Backend {
                     && !missing.iter().any(|c| c == "..")
                 {
                     // Each missing name as the write would make it: the directories on the way
-                    // (which the walk asks about one by one), then the target.
+                    // (which the walk asks about one by one), then the target. The ancestor
+                    // found may be missing itself (a walk resolves an absent final name).
+                    if resolved.meta.is_none() {
+                        self.may_write(mode, resolved.root, &resolved.rel)
+                            .map_err(|e| self.fail(e, &resolved))?;
+                    }
                     let mut rel = resolved.rel.clone();
                     for name in missing.into_iter().rev() {
                         rel.push(name);
