@@ -417,6 +417,63 @@ fn a_bare_repository_cannot_be_built_piece_by_piece_in_any_order() {
     assert!(!d.path("refs-last/refs").exists());
 }
 
+/// Two calls racing to complete a git directory: each passes the fence's check before the other
+/// has made its piece (the test hook `fsd-fault-pause-git` holds a write of a piece into a
+/// directory of that name for a second after the check), on two workers. Each looks again once
+/// its piece exists; whichever sees both removes its own, so the directory never stays a git
+/// directory and at least one call is refused.
+#[test]
+fn racing_writes_cannot_complete_a_git_directory_together() {
+    // (a piece already there, the two racing pieces: a file or a move onto HEAD, or directories)
+    let cases: [(&str, &str, &str); 3] = [
+        ("objects/x", "HEAD", "refs/heads/main"),
+        ("HEAD", "refs/heads/main", "objects/info/packs"),
+        ("objects/x", "move:HEAD", "refs/heads/main"),
+    ];
+    for (present, a, b) in cases {
+        let d = Daemon::start_with(&[], "workers_per_mode = 2\n");
+        let dir = d.path("fsd-fault-pause-git");
+        std::fs::create_dir_all(dir.join(present).parent().unwrap()).unwrap();
+        std::fs::write(dir.join(present), "ref: refs/heads/main\n").unwrap();
+        d.write("source.txt", "ref: refs/heads/main\n");
+        let racers: Vec<_> = [a, b]
+            .into_iter()
+            .map(|piece| {
+                let mut rpc = Rpc::connect(&d);
+                let source = common::rpc::p(&d.path("source.txt"));
+                let target = common::rpc::p(&dir.join(piece.trim_start_matches("move:")));
+                let is_move = piece.starts_with("move:");
+                std::thread::spawn(move || {
+                    if is_move {
+                        let request = fsd_proto::v1::MoveFileRequest {
+                            source,
+                            destination: target,
+                            ..Default::default()
+                        };
+                        rpc.rt.block_on(rpc.client.move_file(request)).map(drop)
+                    } else {
+                        let path = Path::new(&target);
+                        rpc.write_text(path, "ref: refs/heads/main\n", None).map(drop)
+                    }
+                })
+            })
+            .collect();
+        let results: Vec<_> = racers.into_iter().map(|r| r.join().unwrap()).collect();
+        assert!(!git_finds_a_repository(&d.root, &dir), "{a} + {b}: git found a repository: {results:?}");
+        let shape = ["HEAD", "objects", "refs"].iter().all(|n| dir.join(n).exists());
+        assert!(!shape, "{a} + {b}: the directory has a git directory's shape: {results:?}");
+        assert!(results.iter().any(Result::is_err), "{a} + {b}: both racing calls succeeded");
+        for status in results.iter().filter_map(|r| r.as_ref().err()) {
+            let wire = common::rpc::wire(status);
+            assert_eq!(wire.code, fsd_proto::ErrorCode::SandboxDenied, "{a} + {b}: {status:?}");
+            assert_eq!(wire.get("reason"), Some("git_directory"), "{a} + {b}: {status:?}");
+        }
+        if a.starts_with("move:") && !dir.join("HEAD").exists() {
+            assert!(d.path("source.txt").exists(), "an undone move lost its source");
+        }
+    }
+}
+
 #[test]
 fn apply_patch_asks_the_daemon_before_writing_anything() {
     let readable = tempfile::tempdir().unwrap();

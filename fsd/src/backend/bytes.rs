@@ -119,6 +119,9 @@ impl Backend {
             Some((_, meta)) => (WriteOperation::Update, Place::Replace(meta)),
         };
         let (file, meta) = staged.place(resolved.name(), place, file_mode).map_err(fail)?;
+        if operation == WriteOperation::Create {
+            self.undo_git_piece(mode, &resolved, &meta)?;
+        }
         // Every byte passed through here: the version carries their digest.
         let version = version::with_digest(version::of_file(&file, &meta), size, &hasher.finalize());
         resolved.made.keep();

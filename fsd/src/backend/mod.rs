@@ -14,6 +14,7 @@ mod version;
 mod write;
 
 use std::ffi::{OsStr, OsString};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 
 use serde::{Deserialize, Serialize};
@@ -499,6 +500,8 @@ impl Backend {
                     let entry = resolve::escape_bytes(name.as_bytes());
                     return Err(FsError::Denied(Denial::WouldBeGitDirectory { dir: shown, entry }));
                 }
+                #[cfg(feature = "fault-injection")]
+                pause_after_git_check(rel);
                 Ok(())
             }
             Mode::DangerFullAccess => Ok(()),
@@ -611,6 +614,31 @@ impl Backend {
         Ok(git_dir_shape(kind))
     }
 
+    /// Asked again once a write made `resolved`'s name, when that name is a piece of a git
+    /// directory: two calls can each pass the check before either makes its piece (the check
+    /// and the creation take no lock on the directory). Whichever looks after both pieces are
+    /// there finds the shape complete and removes its own piece (`placed`, only if it is still
+    /// that file), so the directory never keeps it.
+    fn undo_git_piece(&self, mode: Mode, resolved: &Resolved, placed: &sys::Meta) -> Result<(), Failure> {
+        let Err(denied) = self.git_piece_still_allowed(mode, resolved) else { return Ok(()) };
+        if let Some(parent) = resolved.parent.as_ref()
+            && let Err(error) =
+                moves::remove_checked(parent.as_fd(), resolved.name(), placed, self.journal_scope(resolved))
+        {
+            tracing::warn!(%error, "a git directory's last piece, made by a racing write, could not be removed");
+        }
+        Err(denied)
+    }
+
+    /// [`Backend::undo_git_piece`]'s question alone, for a move (which undoes by renaming back).
+    fn git_piece_still_allowed(&self, mode: Mode, resolved: &Resolved) -> Result<(), Failure> {
+        let name = resolved.name();
+        if mode != Mode::WorkspaceWrite || !name.to_str().is_some_and(|n| GIT_DIR_ENTRIES.contains(&n)) {
+            return Ok(());
+        }
+        self.may_write(mode, resolved.root, &resolved.rel).map_err(|e| self.fail(e, resolved))
+    }
+
     /// Whether `meta` is the directory of one of the roots.
     fn is_root_dir(&self, meta: &sys::Meta) -> bool {
         self.roots.iter().any(|r| r.is_dir(meta))
@@ -636,6 +664,19 @@ impl Backend {
         } else {
             Change { before: None, after: None, omitted: true }
         }
+    }
+}
+
+/// Test hook: a write of a git directory's piece into a directory named `fsd-fault-pause-git`
+/// pauses a second once the fence allowed it, so two calls can both pass the check before either
+/// makes its piece.
+#[cfg(feature = "fault-injection")]
+fn pause_after_git_check(rel: &[OsString]) {
+    if let [.., dir, name] = rel
+        && dir == "fsd-fault-pause-git"
+        && name.to_str().is_some_and(|n| GIT_DIR_ENTRIES.contains(&n))
+    {
+        std::thread::sleep(std::time::Duration::from_secs(1));
     }
 }
 

@@ -182,6 +182,22 @@ impl Backend {
         };
         match renamed {
             Ok(()) => {
+                // A racing call may have made a git directory's other piece since the check:
+                // the rename is undone then (see `undo_git_piece`).
+                if existing.is_none()
+                    && let Err(denied) = self.git_piece_still_allowed(mode, &dst)
+                {
+                    if let Err(errno) = sys::rename(
+                        dst_parent.as_fd(),
+                        dst.name(),
+                        src_parent.as_fd(),
+                        src.name(),
+                        RenameHow::NoReplace,
+                    ) {
+                        tracing::warn!(%errno, "a move that made a git directory's last piece could not be undone");
+                    }
+                    return Err(denied);
+                }
                 after = src_text.clone();
                 sys::sync_dir(dst_parent.as_fd()).map_err(|e| self.fail(FsError::Sync(e), &dst))?;
                 sys::sync_dir(src_parent.as_fd()).map_err(|e| self.fail(FsError::Sync(e), &src))?;

@@ -321,6 +321,10 @@ pub fn resolve(
                     let meta = sys::meta(handle.as_fd()).map_err(FsError::Metadata)?;
                     let parent = dir.try_clone().map_err(|e| FsError::Walk(errno_of(&e)))?;
                     made.dirs.push((parent, name.clone(), (meta.dev, meta.ino)));
+                    // Asked again now that it exists: a call racing this one may have made
+                    // what the first answer did not see (a git directory's other pieces). A
+                    // refusal now removes it with the rest of `made`.
+                    may_create(walk.root, &rel)?;
                 }
                 handle
             }

@@ -412,6 +412,7 @@ impl Backend {
                     self.journal_scope(&resolved),
                 )
                 .map_err(fail)?;
+                self.undo_git_piece(mode, &resolved, &meta)?;
                 let change = self.change(None, true, Some(&content));
                 (WriteOperation::Create, version::of_content(&file, &meta, content.as_bytes()), change)
             }
