@@ -22,6 +22,9 @@ pub enum StaleReason {
     OtherFile,
     /// Replaced by someone else between the check and the rename (the replace was undone).
     ChangedWhileWriting,
+    /// Replaced by someone else between a removal's check and its move of the name aside: the
+    /// removal was undone, the other file kept.
+    ChangedWhileRemoving,
     /// A move's destination vanished right after the move.
     DestinationGone,
     /// The file was truncated, grew or was rewritten while it was read.
@@ -36,6 +39,7 @@ impl StaleReason {
             StaleReason::Symlink => "symlink",
             StaleReason::OtherFile => "other_file",
             StaleReason::ChangedWhileWriting => "changed_while_writing",
+            StaleReason::ChangedWhileRemoving => "changed_while_removing",
             StaleReason::DestinationGone => "destination_gone",
             StaleReason::ChangedWhileRead => "changed_while_read",
         }
@@ -122,6 +126,10 @@ pub enum Denial {
     /// A path component is a git directory found by what it is, whatever its name (metadata
     /// `name`: its display path).
     GitDirectory(String),
+    /// The write would complete a git directory's shape in `dir` (its display path) by making
+    /// `entry` (`HEAD`, `objects`, `refs` or `commondir`): reason `git_directory` too, with
+    /// metadata `name` (the directory) and `entry`.
+    WouldBeGitDirectory { dir: String, entry: String },
     /// A path component is a mount point below the root that `allow_submounts` does not name
     /// (metadata `name`: its display path).
     Submount(String),
@@ -138,7 +146,7 @@ impl Denial {
             Denial::NotWritableRoot => "not_writable_root",
             Denial::Protected(_) => "protected",
             Denial::SameFile => "same_file",
-            Denial::GitDirectory(_) => "git_directory",
+            Denial::GitDirectory(_) | Denial::WouldBeGitDirectory { .. } => "git_directory",
             Denial::Submount(_) => "submount",
             Denial::Root => "root",
             Denial::Mount(_) => "mount",
@@ -438,12 +446,15 @@ impl Failure {
             FsError::OutsideRoots => wire = wire.with("reason", "outside_roots"),
             FsError::Denied(denial) => {
                 wire = wire.with("reason", denial.as_str());
-                if let Denial::Protected(name)
-                | Denial::GitDirectory(name)
-                | Denial::Submount(name)
-                | Denial::Mount(name) = denial
-                {
-                    wire = wire.with("name", name);
+                match denial {
+                    Denial::Protected(name)
+                    | Denial::GitDirectory(name)
+                    | Denial::Submount(name)
+                    | Denial::Mount(name) => wire = wire.with("name", name),
+                    Denial::WouldBeGitDirectory { dir, entry } => {
+                        wire = wire.with("name", dir).with("entry", entry);
+                    }
+                    Denial::ReadOnly | Denial::NotWritableRoot | Denial::SameFile | Denial::Root => {}
                 }
             }
             FsError::TooLarge { size, limit } => {

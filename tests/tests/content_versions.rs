@@ -331,3 +331,163 @@ fn an_outside_save_over_a_moves_destination_after_its_check_is_kept() {
     names.sort();
     assert_eq!(names, ["fsd-fault-pause-exchange", "source.txt"], "no temporary file is left");
 }
+
+/// An editor's save over `path`: a new file renamed over the name.
+fn save_over(path: &Path, text: &str) {
+    let tmp = path.with_extension("save");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// A guarded removal through `rpc` of `path`, the request made by `call`, with an editor's save
+/// over the name placed by the test hook `fsd-fault-pause-remove` (a second's pause after the
+/// guard's check, before the removal moves the name aside, and another after): the save is kept
+/// and the removal is stale.
+fn outside_save_during_a_guarded_removal(
+    d: &Daemon,
+    call: impl FnOnce(Rpc, String) -> Result<(), tonic::Status> + Send + 'static,
+) {
+    let path = d.path("fsd-fault-pause-remove");
+    d.write("fsd-fault-pause-remove", "observed\n");
+    let mut rpc = Rpc::connect(d);
+    let version = rpc.version(&path);
+    let removing = std::thread::spawn(move || call(rpc, version));
+    std::thread::sleep(Duration::from_millis(500));
+    save_over(&path, "saved outside\n");
+    let done = removing.join().unwrap();
+    let kept = std::fs::read(&path).ok();
+    assert_eq!(kept.as_deref(), Some(&b"saved outside\n"[..]), "the outside save was deleted ({done:?})");
+    let status = done.unwrap_err();
+    let wire = common::rpc::wire(&status);
+    assert_eq!(wire.code, fsd_proto::ErrorCode::StaleVersion, "{status:?}");
+    assert_eq!(wire.get("reason"), Some("changed_while_removing"), "{status:?}");
+    let names: Vec<_> = std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["fsd-fault-pause-remove"], "no temporary file is left");
+}
+
+#[test]
+fn an_outside_save_during_a_guarded_delete_is_kept() {
+    let d = Daemon::start();
+    let path = common::rpc::p(&d.path("fsd-fault-pause-remove"));
+    outside_save_during_a_guarded_removal(&d, move |mut rpc, version| {
+        let guard = Some(fsd_proto::v1::EditGuard { version, ..Default::default() });
+        let request = fsd_proto::v1::DeleteFileRequest { path, guard, ..Default::default() };
+        rpc.rt.block_on(rpc.client.delete_file(request)).map(drop)
+    });
+}
+
+#[test]
+fn an_outside_save_during_a_guarded_remove_is_kept() {
+    let d = Daemon::start();
+    let path = common::rpc::p(&d.path("fsd-fault-pause-remove"));
+    outside_save_during_a_guarded_removal(&d, move |mut rpc, version| {
+        let guard = Some(fsd_proto::v1::EditGuard { version, ..Default::default() });
+        let request = fsd_proto::v1::RemoveRequest { path, guard, ..Default::default() };
+        rpc.rt.block_on(rpc.client.remove(request)).map(drop)
+    });
+}
+
+/// The rarer interleaving: the save caught by the move aside cannot go back, because another
+/// save took the name in the second pause. Neither is deleted: the name holds the newer one, and
+/// the other stays at the temporary name (no sweep removes it: its entry is dropped).
+#[test]
+fn a_name_taken_again_before_a_removal_puts_a_save_back_keeps_both_saves() {
+    let d = Daemon::start();
+    let path = d.path("fsd-fault-pause-remove");
+    d.write("fsd-fault-pause-remove", "observed\n");
+    let mut rpc = Rpc::connect(&d);
+    let version = rpc.version(&path);
+    let request = fsd_proto::v1::DeleteFileRequest {
+        path: common::rpc::p(&path),
+        guard: Some(fsd_proto::v1::EditGuard { version, ..Default::default() }),
+        ..Default::default()
+    };
+    let removing = std::thread::spawn(move || rpc.rt.block_on(rpc.client.delete_file(request)));
+    std::thread::sleep(Duration::from_millis(500));
+    save_over(&path, "first save\n");
+    std::thread::sleep(Duration::from_millis(1000));
+    save_over(&path, "second save\n");
+    let done = removing.join().unwrap();
+    assert_eq!(std::fs::read(&path).ok().as_deref(), Some(&b"second save\n"[..]), "{done:?}");
+    let aside: Vec<_> = std::fs::read_dir(&d.root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with(".fsd-tmp-"))
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    assert_eq!(aside, [b"first save\n".to_vec()], "the save moved aside was not kept ({done:?})");
+    let wire = common::rpc::wire(&done.unwrap_err());
+    assert_eq!(wire.code, fsd_proto::ErrorCode::StaleVersion);
+    assert_eq!(wire.get("reason"), Some("changed_while_removing"));
+}
+
+/// Without interference the same guarded removals remove the file, and leave nothing behind.
+#[test]
+fn a_guarded_delete_and_remove_still_remove() {
+    let d = Daemon::start();
+    let mut rpc = Rpc::connect(&d);
+    for name in ["deleted.txt", "removed.txt"] {
+        d.write(name, "observed\n");
+        let path = common::rpc::p(&d.path(name));
+        let version = rpc.version(&d.path(name));
+        let guard = Some(fsd_proto::v1::EditGuard { version, ..Default::default() });
+        let done = if name == "deleted.txt" {
+            let request = fsd_proto::v1::DeleteFileRequest { path, guard, ..Default::default() };
+            rpc.rt.block_on(rpc.client.delete_file(request)).map(drop)
+        } else {
+            let request = fsd_proto::v1::RemoveRequest { path, guard, ..Default::default() };
+            rpc.rt.block_on(rpc.client.remove(request)).map(drop)
+        };
+        done.unwrap_or_else(|status| panic!("{name}: {status:?}"));
+    }
+    let names: Vec<_> = std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(names.is_empty(), "left: {names:?}");
+}
+
+/// A worker killed in a guarded removal's second pause, after it moved the name aside: the
+/// supervisor's sweep of the dead worker's journal finishes the removal of the checked file, or
+/// puts an outside save the move caught back at its name. Nothing is lost, nothing is left.
+#[test]
+fn a_worker_killed_mid_removal_loses_no_outside_save() {
+    for outside_save in [false, true] {
+        let d = Daemon::start();
+        let path = d.path("fsd-fault-pause-remove");
+        d.write("fsd-fault-pause-remove", "observed\n");
+        let mut rpc = Rpc::connect(&d);
+        let version = rpc.version(&path);
+        let request = fsd_proto::v1::DeleteFileRequest {
+            path: common::rpc::p(&path),
+            guard: Some(fsd_proto::v1::EditGuard { version, ..Default::default() }),
+            ..Default::default()
+        };
+        let removing = std::thread::spawn(move || rpc.rt.block_on(rpc.client.delete_file(request)));
+        std::thread::sleep(Duration::from_millis(500));
+        if outside_save {
+            save_over(&path, "saved outside\n");
+        }
+        std::thread::sleep(Duration::from_millis(1000));
+        let workers = d.process.worker_pids("workspace-write");
+        assert!(!workers.is_empty(), "no workspace-write worker to kill");
+        for pid in workers {
+            fsd_testkit::kill(pid, rustix::process::Signal::KILL);
+        }
+        let done = removing.join().unwrap();
+        assert!(done.is_err(), "the call of a killed worker succeeded: {done:?}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let names: Vec<_> = std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().file_name()).collect();
+            let expected: &[&str] = if outside_save { &["fsd-fault-pause-remove"] } else { &[] };
+            if names == expected {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "outside save {outside_save}: the sweep left {names:?} ({done:?})"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if outside_save {
+            assert_eq!(std::fs::read(&path).unwrap(), b"saved outside\n");
+        }
+    }
+}

@@ -333,6 +333,147 @@ fn git_directories_are_protected_by_what_they_are_not_by_name() {
     }
 }
 
+/// Whether git, run inside `dir`, finds a repository there (the directory itself, bare), looking
+/// no higher than the daemon's root.
+fn git_finds_a_repository(root: &Path, dir: &Path) -> bool {
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "--git-dir"])
+        .current_dir(dir)
+        .env("GIT_CEILING_DIRECTORIES", root)
+        .output()
+        .expect("git is needed to check what its discovery finds and is not installed");
+    out.status.success()
+}
+
+/// A model cannot build a bare repository out of ordinary writes (`x/config` with a
+/// `core.fsmonitor` command, `x/objects/`, `x/refs/`, `x/HEAD`) that the user's next git command
+/// inside `x` would run: whichever piece comes last is refused, as a write into a git
+/// directory is, and nothing of it is made. Files named `config` or `HEAD` on their own are
+/// ordinary files.
+#[test]
+fn a_bare_repository_cannot_be_built_piece_by_piece_in_any_order() {
+    let d = Daemon::start();
+    let mut s = d.session();
+    let config = "[core]\n\tfsmonitor = touch /tmp/pwned\n";
+    let head = "ref: refs/heads/main\n";
+    // (directory, the writes that go through, the write refused, what it would have made)
+    let orders: [(&str, &[&str], &str, &str); 4] = [
+        ("head-last", &["config", "objects/info/packs", "refs/heads/main"], "HEAD", "HEAD"),
+        ("refs-last", &["HEAD", "config", "objects/info/packs"], "refs/heads/main", "refs"),
+        ("objects-last", &["refs/heads/main", "HEAD", "config"], "objects/info/packs", "objects"),
+        ("worktree", &["HEAD", "config"], "commondir", "commondir"),
+    ];
+    for (dir, allowed, refused, made) in orders {
+        for name in allowed {
+            let content = match *name {
+                "config" => config,
+                "HEAD" => head,
+                _ => "x\n",
+            };
+            let path = format!("{dir}/{name}");
+            let write = s.call("write", json!({"file_path": path, "content": content}));
+            assert!(!write.is_error(), "{path}: {}", write.json);
+        }
+        let path = format!("{dir}/{refused}");
+        let write = s.call("write", json!({"file_path": path, "content": head}));
+        assert_eq!(write.code(), Some("FS_SANDBOX_DENIED"), "{path}: {}", write.json);
+        let shown = d.path(dir).display().to_string();
+        let expected = format!("{made} would make {shown} a git directory (protected)");
+        assert!(write.text().contains(&expected), "{path}: {}", write.json);
+        assert!(!d.path(dir).join(made).exists(), "{path}: the last piece was made");
+        assert!(!git_finds_a_repository(&d.root, &d.path(dir)), "{dir}: git found a repository");
+    }
+    // The same through a move onto the last name, with the wire's structured reason.
+    d.write("moved/HEAD.txt", head);
+    let mut rpc = Rpc::connect(&d);
+    let request = fsd_proto::v1::MoveFileRequest {
+        source: common::rpc::p(&d.path("moved/HEAD.txt")),
+        destination: common::rpc::p(&d.path("head-last/HEAD")),
+        ..Default::default()
+    };
+    let status = rpc.rt.block_on(rpc.client.move_file(request)).unwrap_err();
+    let wire = common::rpc::wire(&status);
+    assert_eq!(wire.code, fsd_proto::ErrorCode::SandboxDenied, "{status:?}");
+    assert_eq!(wire.get("reason"), Some("git_directory"), "{status:?}");
+    assert_eq!(wire.get("entry"), Some("HEAD"), "{status:?}");
+    assert_eq!(wire.get("name"), Some(d.path("head-last").to_str().unwrap()), "{status:?}");
+    assert!(d.path("moved/HEAD.txt").exists() && !d.path("head-last/HEAD").exists());
+    // Ordinary files with those names, and the pieces one short of the shape, stay writable.
+    for path in ["plain/HEAD", "plain/config", "plain/refs/x", "other/objects/y", "other/config"] {
+        let write = s.call("write", json!({"file_path": path, "content": head}));
+        assert!(!write.is_error(), "{path}: {}", write.json);
+    }
+    // apply_patch's preflight asks about each directory the patch would make, so a patch whose
+    // new file's parent would be the last piece is refused before any change.
+    d.write("a.txt", "one\n");
+    let mut s = d.session_with_config("applyPatch = true\n");
+    assert!(!s.read("a.txt").is_error());
+    let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-one\n+two\n\
+                 *** Add File: refs-last/refs/heads/main\n+x\n*** End Patch\n";
+    let reply = s.call("apply_patch", json!({"input": patch}));
+    assert_eq!(reply.code(), Some("FS_SANDBOX_DENIED"), "{}", reply.json);
+    assert!(reply.text().starts_with("Error: Patch rejected before any change"), "{}", reply.json);
+    assert_eq!(d.read("a.txt"), b"one\n");
+    assert!(!d.path("refs-last/refs").exists());
+}
+
+/// Two calls racing to complete a git directory: each passes the fence's check before the other
+/// has made its piece (the test hook `fsd-fault-pause-git` holds a write of a piece into a
+/// directory of that name for a second after the check), on two workers. Each looks again once
+/// its piece exists; whichever sees both removes its own, so the directory never stays a git
+/// directory and at least one call is refused.
+#[test]
+fn racing_writes_cannot_complete_a_git_directory_together() {
+    // (a piece already there, the two racing pieces: a file or a move onto HEAD, or directories)
+    let cases: [(&str, &str, &str); 3] = [
+        ("objects/x", "HEAD", "refs/heads/main"),
+        ("HEAD", "refs/heads/main", "objects/info/packs"),
+        ("objects/x", "move:HEAD", "refs/heads/main"),
+    ];
+    for (present, a, b) in cases {
+        let d = Daemon::start_with(&[], "workers_per_mode = 2\n");
+        let dir = d.path("fsd-fault-pause-git");
+        std::fs::create_dir_all(dir.join(present).parent().unwrap()).unwrap();
+        std::fs::write(dir.join(present), "ref: refs/heads/main\n").unwrap();
+        d.write("source.txt", "ref: refs/heads/main\n");
+        let racers: Vec<_> = [a, b]
+            .into_iter()
+            .map(|piece| {
+                let mut rpc = Rpc::connect(&d);
+                let source = common::rpc::p(&d.path("source.txt"));
+                let target = common::rpc::p(&dir.join(piece.trim_start_matches("move:")));
+                let is_move = piece.starts_with("move:");
+                std::thread::spawn(move || {
+                    if is_move {
+                        let request = fsd_proto::v1::MoveFileRequest {
+                            source,
+                            destination: target,
+                            ..Default::default()
+                        };
+                        rpc.rt.block_on(rpc.client.move_file(request)).map(drop)
+                    } else {
+                        let path = Path::new(&target);
+                        rpc.write_text(path, "ref: refs/heads/main\n", None).map(drop)
+                    }
+                })
+            })
+            .collect();
+        let results: Vec<_> = racers.into_iter().map(|r| r.join().unwrap()).collect();
+        assert!(!git_finds_a_repository(&d.root, &dir), "{a} + {b}: git found a repository: {results:?}");
+        let shape = ["HEAD", "objects", "refs"].iter().all(|n| dir.join(n).exists());
+        assert!(!shape, "{a} + {b}: the directory has a git directory's shape: {results:?}");
+        assert!(results.iter().any(Result::is_err), "{a} + {b}: both racing calls succeeded");
+        for status in results.iter().filter_map(|r| r.as_ref().err()) {
+            let wire = common::rpc::wire(status);
+            assert_eq!(wire.code, fsd_proto::ErrorCode::SandboxDenied, "{a} + {b}: {status:?}");
+            assert_eq!(wire.get("reason"), Some("git_directory"), "{a} + {b}: {status:?}");
+        }
+        if a.starts_with("move:") && !dir.join("HEAD").exists() {
+            assert!(d.path("source.txt").exists(), "an undone move lost its source");
+        }
+    }
+}
+
 #[test]
 fn apply_patch_asks_the_daemon_before_writing_anything() {
     let readable = tempfile::tempdir().unwrap();

@@ -8,6 +8,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 
+use super::moves::remove_checked;
 use super::resolve::WalkOptions;
 use super::write::{Place, check_write_guard, current_file, same_key, stage};
 use super::{Backend, EditGuard, Mode, Outcome, WriteGuard, WriteOperation, version};
@@ -118,8 +119,12 @@ impl Backend {
             Some((_, meta)) => (WriteOperation::Update, Place::Replace(meta)),
         };
         let (file, meta) = staged.place(resolved.name(), place, file_mode).map_err(fail)?;
+        if operation == WriteOperation::Create {
+            self.undo_git_piece(mode, &resolved, &meta)?;
+        }
         // Every byte passed through here: the version carries their digest.
         let version = version::with_digest(version::of_file(&file, &meta), size, &hasher.finalize());
+        resolved.made.keep();
         Ok(Outcome::WriteBytes { target, operation, version, size })
     }
 
@@ -149,11 +154,16 @@ impl Backend {
         if (now.dev, now.ino) != (walked.dev, walked.ino) {
             return Err(fail(FsError::Stale(StaleReason::OtherFile)));
         }
+        // The file a guard was checked against: only that one is removed.
+        let mut checked = None;
         if let Some(guard) = &guard {
             same_key(guard.target_key.as_ref(), &target.key).map_err(fail)?;
             let holds = match now.kind {
                 Kind::File => match current_file(&resolved).map_err(fail)? {
-                    Some((file, meta)) => version::holds(&guard.version, &file, &meta).map_err(fail)?,
+                    Some((file, meta)) => {
+                        checked = Some(meta);
+                        version::holds(&guard.version, &file, &meta).map_err(fail)?
+                    }
                     None => return Err(fail(FsError::Stale(StaleReason::Gone))),
                 },
                 _ => version::of_meta(&now) == guard.version,
@@ -175,6 +185,9 @@ impl Backend {
                 Err(Errno::NOTEMPTY | Errno::EXIST) => return Err(fail(FsError::NotEmpty)),
                 Err(errno) => return Err(fail(FsError::Remove(errno))),
             }
+        } else if let Some(checked) = &checked {
+            remove_checked(parent.as_fd(), name, checked, self.journal_scope(&resolved)).map_err(fail)?;
+            1
         } else {
             sys::remove(parent.as_fd(), name).map_err(|e| fail(FsError::Remove(e)))?;
             1

@@ -19,6 +19,11 @@
 //!   for an entry recorded before the file's identity was known, an empty file (nothing was
 //!   written into it yet). The directory is reached from the root descriptor one component at a
 //!   time, never through a symbolic link. The entry is then dropped either way.
+//! - A guarded removal first renames the file it checked to a temporary name, then removes it
+//!   there only if it is still that file (see `moves::remove_checked`). Its entry names the
+//!   checked file and, after ` restore `, the original name (hex): a file at the temporary
+//!   name that is not the checked one is an outside save caught in the rename, and the sweep
+//!   renames it back (never over a name taken since) instead of leaving it hidden.
 //! - Where the attribute cannot be written (a filesystem without user extended attributes, a
 //!   root the worker may not change, no space for the attribute) the write goes on unjournaled:
 //!   such a temporary file is still removed on every error path, only not after a SIGKILL.
@@ -51,6 +56,9 @@ pub const ENTRY_PREFIX: &str = "user.fsd.tmp.";
 /// The environment variable that hands the supervisor's instance id to its children.
 pub const INSTANCE_ENV: &str = "FSD_JOURNAL_INSTANCE";
 const FORMAT: &str = "fsd-journal-1";
+/// Separates a removal entry's identity from the hex of the name it restores (a reader that
+/// predates removals matches no identity with it, so it removes nothing).
+const RESTORE: &str = " restore ";
 /// The anchor's name (outside `ENTRY_PREFIX`, so no sweep reads it as an entry).
 pub const ANCHOR: &str = "user.fsd.journal";
 /// Larger than the attribute space of an ext4 inode of up to 512 bytes (348 bytes), so the
@@ -125,16 +133,32 @@ pub(super) struct Scope<'a> {
 impl<'a> Scope<'a> {
     /// Records a temporary name before the file is created.
     pub(super) fn begin(self, temp: &OsStr) -> Entry<'a> {
-        let key = temp.as_bytes().strip_prefix(TEMP_PREFIX.as_bytes()).map(|hex| {
-            let mut key = ENTRY_PREFIX.as_bytes().to_vec();
-            key.extend_from_slice(hex);
-            OsString::from_vec(key)
-        });
+        let key = entry_key(temp);
         let mut entry =
             Entry { fd: self.fd, key, owner: self.owner, dir: self.dir, written: false, replaced: None };
         entry.record(None);
         entry
     }
+
+    /// Records a guarded removal before `name`, the file `checked` describes, is renamed to
+    /// `temp`: in one write, so a sweep at any later moment knows both the file and its name.
+    pub(super) fn begin_removal(self, temp: &OsStr, name: &OsStr, checked: &Meta) -> Entry<'a> {
+        let key = entry_key(temp);
+        let mut entry =
+            Entry { fd: self.fd, key, owner: self.owner, dir: self.dir, written: false, replaced: None };
+        let hex: String = name.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+        entry.record(Some(format!("{}{RESTORE}{hex}", identity_of(checked))));
+        entry
+    }
+}
+
+/// The journal key of a temporary name (none for a name without the prefix).
+fn entry_key(temp: &OsStr) -> Option<OsString> {
+    temp.as_bytes().strip_prefix(TEMP_PREFIX.as_bytes()).map(|hex| {
+        let mut key = ENTRY_PREFIX.as_bytes().to_vec();
+        key.extend_from_slice(hex);
+        OsString::from_vec(key)
+    })
 }
 
 /// One journaled temporary file; `end` drops the record once the name is gone.
@@ -204,6 +228,8 @@ fn identity_of(meta: &Meta) -> String {
 pub struct SweepReport {
     pub entries: usize,
     pub removed: usize,
+    /// Outside saves a killed removal had moved aside, put back at their names.
+    pub restored: usize,
 }
 
 /// The supervisor's side: the roots, each held with a shared lock for the daemon's lifetime.
@@ -289,6 +315,8 @@ impl Drop for Sweeper {
 struct Record<'v> {
     owner: &'v str,
     identity: Option<&'v str>,
+    /// For a removal: the name the checked file had, to which anything else goes back.
+    restore: Option<OsString>,
     dir: &'v [u8],
 }
 
@@ -300,7 +328,20 @@ fn parse(value: &[u8]) -> Option<Record<'_>> {
     let owner = std::str::from_utf8(parts.next()?).ok()?;
     let identity = std::str::from_utf8(parts.next()?).ok()?;
     let dir = parts.next()?;
-    Some(Record { owner, identity: (identity != "-").then_some(identity), dir })
+    let (identity, restore) = match identity.split_once(RESTORE) {
+        Some((identity, hex)) => (identity, Some(unhex(hex)?)),
+        None => (identity, None),
+    };
+    Some(Record { owner, identity: (identity != "-").then_some(identity), restore, dir })
+}
+
+fn unhex(hex: &str) -> Option<OsString> {
+    if hex.is_empty() || !hex.len().is_multiple_of(2) {
+        return None;
+    }
+    let bytes = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok());
+    let bytes = bytes.collect::<Option<Vec<u8>>>()?;
+    (!bytes.contains(&b'/') && bytes != b"." && bytes != b"..").then(|| OsString::from_vec(bytes))
 }
 
 /// Sweeps the entries of one root whose owner `matches`.
@@ -315,10 +356,10 @@ fn sweep_root(root: BorrowedFd<'_>, matches: impl Fn(&str) -> bool) -> SweepRepo
             continue;
         }
         report.entries += 1;
-        if let Some(record) = record
-            && remove_if_ours(root, key, &record)
-        {
-            report.removed += 1;
+        match record.map(|record| settle(root, key, &record)) {
+            Some(Settled::Removed) => report.removed += 1,
+            Some(Settled::Restored) => report.restored += 1,
+            Some(Settled::Left) | None => {}
         }
         if let Err(errno) = sys::remove_xattr(root, key) {
             tracing::warn!(%errno, "cannot drop a journal entry");
@@ -327,11 +368,19 @@ fn sweep_root(root: BorrowedFd<'_>, matches: impl Fn(&str) -> bool) -> SweepRepo
     report
 }
 
-/// Removes the entry's temporary file if it is the one the entry describes.
-fn remove_if_ours(root: BorrowedFd<'_>, key: &OsStr, record: &Record<'_>) -> bool {
-    let Some(hex) = key.as_bytes().strip_prefix(ENTRY_PREFIX.as_bytes()) else { return false };
+/// What the sweep did with an entry's temporary name.
+enum Settled {
+    Removed,
+    Restored,
+    Left,
+}
+
+/// Removes the entry's temporary file if it is the one the entry describes; for a removal's
+/// entry, puts anything else back at its name.
+fn settle(root: BorrowedFd<'_>, key: &OsStr, record: &Record<'_>) -> Settled {
+    let Some(hex) = key.as_bytes().strip_prefix(ENTRY_PREFIX.as_bytes()) else { return Settled::Left };
     if hex.len() != 32 || !hex.iter().all(u8::is_ascii_hexdigit) {
-        return false;
+        return Settled::Left;
     }
     let mut name = TEMP_PREFIX.as_bytes().to_vec();
     name.extend_from_slice(hex);
@@ -339,23 +388,39 @@ fn remove_if_ours(root: BorrowedFd<'_>, key: &OsStr, record: &Record<'_>) -> boo
     let mut dir: Option<OwnedFd> = None;
     for component in record.dir.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
         if component == b"." || component == b".." {
-            return false;
+            return Settled::Left;
         }
         let parent = dir.as_ref().map_or(root, AsFd::as_fd);
-        let Ok(next) = sys::open_component(parent, OsStr::from_bytes(component)) else { return false };
+        let Ok(next) = sys::open_component(parent, OsStr::from_bytes(component)) else {
+            return Settled::Left;
+        };
         if !sys::meta(next.as_fd()).is_ok_and(|m| m.kind == Kind::Directory) {
-            return false;
+            return Settled::Left;
         }
         dir = Some(next);
     }
     let dir = dir.as_ref().map_or(root, AsFd::as_fd);
-    let Ok(meta) = sys::meta_at(dir, &name) else { return false };
+    let Ok(meta) = sys::meta_at(dir, &name) else { return Settled::Left };
     let ours = meta.kind == Kind::File
         && match record.identity {
             Some(identities) => identities.split(',').any(|i| i == identity_of(&meta)),
             None => meta.size == 0,
         };
-    ours && sys::remove(dir, &name).is_ok()
+    if ours {
+        return if sys::remove(dir, &name).is_ok() { Settled::Removed } else { Settled::Left };
+    }
+    match &record.restore {
+        Some(original) if meta.kind != Kind::Directory => {
+            match sys::rename(dir, &name, dir, original, sys::RenameHow::NoReplace) {
+                Ok(()) => Settled::Restored,
+                Err(errno) => {
+                    tracing::warn!(?name, ?original, %errno, "an outside save a killed removal moved aside stays at its temporary name");
+                    Settled::Left
+                }
+            }
+        }
+        _ => Settled::Left,
+    }
 }
 
 #[cfg(test)]
@@ -398,5 +463,68 @@ mod tests {
         assert_eq!(record.identity, Some(both.as_str()));
         entry.end();
         assert_eq!(sys::get_xattr(root.as_fd(), &key).err(), Some(Errno::NODATA), "end drops the entry");
+    }
+
+    /// A worker killed in a guarded removal, after it moved the name aside: the sweep removes
+    /// the checked file, puts an outside save caught by the rename back at its name, and leaves
+    /// one whose name was taken again where it is.
+    #[test]
+    fn the_sweep_finishes_a_killed_removal_without_losing_an_outside_save() {
+        #[derive(Debug, Clone, Copy)]
+        enum Then {
+            /// Nothing happened between the check and the rename.
+            Nothing,
+            /// An editor's save replaced the checked file before the rename.
+            Saved,
+            /// That, and another save took the name after the rename.
+            SavedTwice,
+        }
+        fn check(
+            then: Then,
+            expected_name: Option<&str>,
+            expected_kept: Option<&str>,
+            report: (usize, usize),
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("f");
+            std::fs::write(&path, "checked").unwrap();
+            let root = sys::open_dir(dir.path()).unwrap();
+            let checked = sys::meta_at(root.as_fd(), OsStr::new("f")).unwrap();
+            let journal = Journal::open(&[dir.path().to_path_buf()]);
+            let temp = sys::temp_name().unwrap();
+            let _entry = journal.scope(0, &[]).begin_removal(&temp, OsStr::new("f"), &checked);
+            let save = |text: &str| {
+                std::fs::write(dir.path().join("save"), text).unwrap();
+                std::fs::rename(dir.path().join("save"), &path).unwrap();
+            };
+            if !matches!(then, Then::Nothing) {
+                save("first save");
+            }
+            std::fs::rename(&path, dir.path().join(&temp)).unwrap();
+            if matches!(then, Then::SavedTwice) {
+                save("second save");
+            }
+            let got = sweep_root(root.as_fd(), |_| true);
+            assert_eq!((got.entries, got.removed, got.restored), (1, report.0, report.1), "{then:?}");
+            assert_eq!(std::fs::read_to_string(&path).ok().as_deref(), expected_name, "{then:?}");
+            let kept = std::fs::read_to_string(dir.path().join(&temp)).ok();
+            assert_eq!(kept.as_deref(), expected_kept, "{then:?}");
+            let entries = sys::list_xattrs(root.as_fd()).unwrap();
+            assert!(!entries.iter().any(|n| n.as_bytes().starts_with(ENTRY_PREFIX.as_bytes())), "{then:?}");
+        }
+        check(Then::Nothing, None, None, (1, 0));
+        check(Then::Saved, Some("first save"), None, (0, 1));
+        check(Then::SavedTwice, Some("second save"), Some("first save"), (0, 0));
+    }
+
+    #[test]
+    fn restore_names_round_trip_and_never_leave_the_directory() {
+        let value = b"fsd-journal-1\nabc 42\n1:2:3.4 restore 612e74\nsub";
+        let record = parse(value).expect("parses");
+        assert_eq!((record.identity, record.restore.as_deref()), (Some("1:2:3.4"), Some(OsStr::new("a.t"))));
+        for bad in ["2f", "2e2e", "2e", "", "6", "zz"] {
+            let value = format!("fsd-journal-1\nabc 42\n1:2:3.4 restore {bad}\nsub");
+            assert!(parse(value.as_bytes()).is_none(), "{bad}");
+        }
     }
 }

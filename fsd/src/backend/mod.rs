@@ -13,7 +13,8 @@ pub mod text;
 mod version;
 mod write;
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 
 use serde::{Deserialize, Serialize};
@@ -492,6 +493,15 @@ impl Backend {
                     let shown = resolve::display_path(&self.roots, root, &rel[..depth]);
                     return Err(FsError::Denied(Denial::GitDirectory(shown)));
                 }
+                if let Some((name, dir)) = rel.split_last()
+                    && self.would_become_git_dir(root, dir, name)?
+                {
+                    let shown = resolve::display_path(&self.roots, root, dir);
+                    let entry = resolve::escape_bytes(name.as_bytes());
+                    return Err(FsError::Denied(Denial::WouldBeGitDirectory { dir: shown, entry }));
+                }
+                #[cfg(feature = "fault-injection")]
+                pause_after_git_check(rel);
                 Ok(())
             }
             Mode::DangerFullAccess => Ok(()),
@@ -525,10 +535,25 @@ impl Backend {
                 if let Some(resolved) = found
                     && !missing.iter().any(|c| c == "..")
                 {
+                    // Each missing name as the write would make it: the directories on the way
+                    // (which the walk asks about one by one), then the target. The ancestor
+                    // found may be missing itself (a walk resolves an absent final name).
+                    if resolved.meta.is_none() {
+                        self.may_write(mode, resolved.root, &resolved.rel)
+                            .map_err(|e| self.fail(e, &resolved))?;
+                    }
                     let mut rel = resolved.rel.clone();
-                    rel.extend(missing.into_iter().rev());
-                    let target = Resolved { root: resolved.root, rel, parent: None, meta: None };
-                    self.may_write(mode, target.root, &target.rel).map_err(|e| self.fail(e, &target))?;
+                    for name in missing.into_iter().rev() {
+                        rel.push(name);
+                        let target = Resolved {
+                            root: resolved.root,
+                            rel: rel.clone(),
+                            parent: None,
+                            meta: None,
+                            made: Default::default(),
+                        };
+                        self.may_write(mode, target.root, &target.rel).map_err(|e| self.fail(e, &target))?;
+                    }
                 }
             }
             Err(f) => return Err(f),
@@ -561,6 +586,59 @@ impl Backend {
         Ok(is_git_dir(&dir).then_some(dirs))
     }
 
+    /// Whether writing or creating `name` in the directory `dir` below `root` would give that
+    /// directory the shape git's repository discovery looks for: a model could otherwise build a
+    /// bare repository piece by piece (`x/config` with `core.fsmonitor`, `x/objects/`, `x/refs/`,
+    /// then `x/HEAD`), which the user's next git command inside `x` would run. Only the last piece
+    /// is refused, whichever it is; a missing entry of that name counts as the kind that
+    /// completes the shape. A directory that already has it is `git_dir_above`'s refusal.
+    fn would_become_git_dir(&self, root: usize, dir: &[OsString], name: &OsStr) -> Result<bool, FsError> {
+        let Some(name) = name.to_str().filter(|n| GIT_DIR_ENTRIES.contains(n)) else { return Ok(false) };
+        let mut fd = self.roots[root]
+            .fd
+            .try_clone()
+            .map_err(|e| FsError::Walk(sys::Errno::from_io_error(&e).unwrap_or(sys::Errno::IO)))?;
+        for component in dir {
+            fd = match sys::open_component(sys::borrow(&fd), component) {
+                Ok(next) => next,
+                // A directory about to be made holds nothing but this name.
+                Err(sys::Errno::NOENT) => return Ok(false),
+                Err(errno) => return Err(FsError::Walk(errno)),
+            };
+        }
+        let kind = |entry: &str| match sys::meta_at(sys::borrow(&fd), OsStr::new(entry)) {
+            Ok(meta) => Some(meta.kind),
+            Err(_) if entry == name => Some(sys::Kind::File),
+            Err(_) => None,
+        };
+        Ok(git_dir_shape(kind))
+    }
+
+    /// Asked again once a write made `resolved`'s name, when that name is a piece of a git
+    /// directory: two calls can each pass the check before either makes its piece (the check
+    /// and the creation take no lock on the directory). Whichever looks after both pieces are
+    /// there finds the shape complete and removes its own piece (`placed`, only if it is still
+    /// that file), so the directory never keeps it.
+    fn undo_git_piece(&self, mode: Mode, resolved: &Resolved, placed: &sys::Meta) -> Result<(), Failure> {
+        let Err(denied) = self.git_piece_still_allowed(mode, resolved) else { return Ok(()) };
+        if let Some(parent) = resolved.parent.as_ref()
+            && let Err(error) =
+                moves::remove_checked(parent.as_fd(), resolved.name(), placed, self.journal_scope(resolved))
+        {
+            tracing::warn!(%error, "a git directory's last piece, made by a racing write, could not be removed");
+        }
+        Err(denied)
+    }
+
+    /// [`Backend::undo_git_piece`]'s question alone, for a move (which undoes by renaming back).
+    fn git_piece_still_allowed(&self, mode: Mode, resolved: &Resolved) -> Result<(), Failure> {
+        let name = resolved.name();
+        if mode != Mode::WorkspaceWrite || !name.to_str().is_some_and(|n| GIT_DIR_ENTRIES.contains(&n)) {
+            return Ok(());
+        }
+        self.may_write(mode, resolved.root, &resolved.rel).map_err(|e| self.fail(e, resolved))
+    }
+
     /// Whether `meta` is the directory of one of the roots.
     fn is_root_dir(&self, meta: &sys::Meta) -> bool {
         self.roots.iter().any(|r| r.is_dir(meta))
@@ -589,13 +667,74 @@ impl Backend {
     }
 }
 
-/// A git directory: `HEAD` beside `objects/` and `refs/` (a repository, bare or not), or beside
-/// `commondir` (a linked worktree's git directory).
-fn is_git_dir(dir: &std::os::fd::OwnedFd) -> bool {
-    let kind = |name: &str| sys::meta_at(sys::borrow(dir), std::ffi::OsStr::new(name)).ok().map(|m| m.kind);
-    if kind("HEAD") != Some(sys::Kind::File) {
+/// Test hook: a write of a git directory's piece into a directory named `fsd-fault-pause-git`
+/// pauses a second once the fence allowed it, so two calls can both pass the check before either
+/// makes its piece.
+#[cfg(feature = "fault-injection")]
+fn pause_after_git_check(rel: &[OsString]) {
+    if let [.., dir, name] = rel
+        && dir == "fsd-fault-pause-git"
+        && name.to_str().is_some_and(|n| GIT_DIR_ENTRIES.contains(&n))
+    {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+}
+
+/// The entries that together make a git directory (see [`git_dir_shape`]).
+const GIT_DIR_ENTRIES: [&str; 4] = ["HEAD", "objects", "refs", "commondir"];
+
+/// Whether a directory whose entries have the kinds `kind` gives (`None`: absent) is a git
+/// directory as git's discovery sees one: a `HEAD` (a file, or a link as older gits wrote it)
+/// beside `objects` and `refs`, or beside `commondir` (a linked worktree's git directory). Git
+/// only checks that `objects` and `refs` can be searched, which a link to a directory (or an
+/// executable file) passes: any kind counts.
+fn git_dir_shape(kind: impl Fn(&str) -> Option<sys::Kind>) -> bool {
+    if !matches!(kind("HEAD"), Some(sys::Kind::File | sys::Kind::Symlink)) {
         return false;
     }
-    let is_dir = |name: &str| kind(name) == Some(sys::Kind::Directory);
-    (is_dir("objects") && is_dir("refs")) || kind("commondir") == Some(sys::Kind::File)
+    let present = |name: &str| kind(name).is_some();
+    (present("objects") && present("refs")) || present("commondir")
+}
+
+/// A git directory: a repository, bare or not, or a linked worktree's git directory.
+fn is_git_dir(dir: &std::os::fd::OwnedFd) -> bool {
+    git_dir_shape(|name| sys::meta_at(sys::borrow(dir), OsStr::new(name)).ok().map(|m| m.kind))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sys::Kind::{Directory as D, File as F, Symlink as L};
+
+    /// `entries` exist; does writing or creating `name` (absent: as a file) complete the shape?
+    fn check(entries: &[(&str, sys::Kind)], name: &str, expected: bool) {
+        let kind = |entry: &str| {
+            let found = entries.iter().find(|(n, _)| *n == entry).map(|(_, k)| *k);
+            found.or((entry == name).then_some(F))
+        };
+        assert_eq!(git_dir_shape(kind), expected, "{entries:?} + {name}");
+    }
+
+    #[test]
+    fn the_last_piece_of_a_git_directory_is_found_in_any_order() {
+        // Each of the three pieces last.
+        check(&[("objects", D), ("refs", D)], "HEAD", true);
+        check(&[("HEAD", F), ("refs", D)], "objects", true);
+        check(&[("HEAD", F), ("objects", D)], "refs", true);
+        // A linked worktree's git directory.
+        check(&[("HEAD", F)], "commondir", true);
+        check(&[("commondir", F)], "HEAD", true);
+        // Links and files pass git's search check too; a link can be HEAD.
+        check(&[("objects", L), ("refs", F)], "HEAD", true);
+        check(&[("HEAD", L), ("objects", D)], "refs", true);
+        // Not yet: pieces on their own, or with ordinary neighbours.
+        check(&[], "HEAD", false);
+        check(&[], "config", false);
+        check(&[("HEAD", F), ("objects", D)], "config", false);
+        check(&[("objects", D)], "HEAD", false);
+        check(&[("refs", D), ("config", F)], "objects", false);
+        check(&[("HEAD", F)], "refs", false);
+        // A directory named HEAD is no HEAD.
+        check(&[("HEAD", D), ("objects", D)], "refs", false);
+    }
 }

@@ -1,10 +1,12 @@
 //! moveFile and deleteFile: regular files only, a symlink source refused, guarded like edits,
 //! under the locks of every target they touch. A move onto a guarded destination exchanges the
-//! names and checks what it swapped out, as a replace does.
+//! names and checks what it swapped out, as a replace does; a guarded removal moves the name
+//! aside and checks what it moved (`remove_checked`).
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, BorrowedFd};
 
+use super::journal::Scope;
 use super::resolve::{Resolved, WalkOptions};
 use super::write::{Place, current_file, place_file, same_key};
 use super::{Backend, Change, EditGuard, Mode, Outcome, WriteGuard, read, text, version};
@@ -73,7 +75,12 @@ impl Backend {
         self.check_source_guard(guard.as_ref(), &target.key, &file, &meta).map_err(fail)?;
         let before = self.bounded_text(&file, &meta);
         let parent = resolved.parent.as_ref().ok_or_else(|| fail(FsError::NotRegularFile))?;
-        sys::remove(parent.as_fd(), resolved.name()).map_err(|e| fail(FsError::Remove(e)))?;
+        if guard.is_some() {
+            remove_checked(parent.as_fd(), resolved.name(), &meta, self.journal_scope(&resolved))
+                .map_err(fail)?;
+        } else {
+            sys::remove(parent.as_fd(), resolved.name()).map_err(|e| fail(FsError::Remove(e)))?;
+        }
         sys::sync_dir(parent.as_fd()).map_err(|e| fail(FsError::Sync(e)))?;
         let change = match before {
             Some(before) => Change { before: Some(before), after: None, omitted: false },
@@ -175,6 +182,22 @@ impl Backend {
         };
         match renamed {
             Ok(()) => {
+                // A racing call may have made a git directory's other piece since the check:
+                // the rename is undone then (see `undo_git_piece`).
+                if existing.is_none()
+                    && let Err(denied) = self.git_piece_still_allowed(mode, &dst)
+                {
+                    if let Err(errno) = sys::rename(
+                        dst_parent.as_fd(),
+                        dst.name(),
+                        src_parent.as_fd(),
+                        src.name(),
+                        RenameHow::NoReplace,
+                    ) {
+                        tracing::warn!(%errno, "a move that made a git directory's last piece could not be undone");
+                    }
+                    return Err(denied);
+                }
                 after = src_text.clone();
                 sys::sync_dir(dst_parent.as_fd()).map_err(|e| self.fail(FsError::Sync(e), &dst))?;
                 sys::sync_dir(src_parent.as_fd()).map_err(|e| self.fail(FsError::Sync(e), &src))?;
@@ -218,6 +241,7 @@ impl Backend {
             Some(before) => self.change(before.as_deref(), before.is_some(), after.as_deref()),
             None => self.change(None, true, after.as_deref()),
         };
+        dst.made.keep();
         Ok(Outcome::MoveFile {
             source: src_target,
             destination: dst_target,
@@ -266,4 +290,62 @@ fn swap_in(
         return Err(FsError::Stale(StaleReason::ChangedWhileWriting));
     }
     Ok(Swap::Moved { left_at_source: sys::remove(from_dir, from).err() })
+}
+
+/// Removes `name` from `dir` only if it is still the file `checked` describes. The guard was
+/// checked under fsd's lock, but an outside writer (an editor's save by rename) takes no lock: an
+/// unlink by name could delete a save made since. So the name is renamed to a journaled
+/// temporary name, and what was moved is looked at: the checked file is removed; anything else
+/// goes back to its name and the removal is stale. Should the name be taken again meanwhile,
+/// both saves are kept (the moved one at the temporary name, its entry dropped so no sweep
+/// removes it). A worker killed half-way leaves the entry, and the sweep finishes the same way.
+pub(super) fn remove_checked(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    checked: &sys::Meta,
+    journal: Scope<'_>,
+) -> Result<(), FsError> {
+    let temp = sys::temp_name().map_err(FsError::CreateTemp)?;
+    let entry = journal.begin_removal(&temp, name, checked);
+    #[cfg(feature = "fault-injection")]
+    pause_at_removal(name);
+    let aside = match sys::rename(dir, name, dir, &temp, RenameHow::NoReplace) {
+        // A filesystem without RENAME_NOREPLACE: the temporary name is 128 random bits, free.
+        Err(Errno::INVAL | Errno::OPNOTSUPP) => sys::rename(dir, name, dir, &temp, RenameHow::Replace),
+        other => other,
+    };
+    match aside {
+        Ok(()) => {}
+        Err(errno) => {
+            entry.end();
+            return Err(match errno {
+                Errno::NOENT => FsError::Stale(StaleReason::Gone),
+                errno => FsError::Remove(errno),
+            });
+        }
+    }
+    #[cfg(feature = "fault-injection")]
+    pause_at_removal(name);
+    let moved = sys::meta_at(dir, &temp);
+    if moved.as_ref().is_ok_and(|m| m.kind == Kind::File && m.same_content(checked)) {
+        // Should the unlink fail, the entry stays: the sweep removes the checked file later.
+        sys::remove(dir, &temp).map_err(FsError::Remove)?;
+        entry.end();
+        return Ok(());
+    }
+    if let Err(errno) = sys::rename(dir, &temp, dir, name, RenameHow::NoReplace) {
+        tracing::warn!(?temp, ?name, %errno, "a save made during a removal is kept at a temporary name: its name was taken again");
+    }
+    entry.end();
+    Err(FsError::Stale(StaleReason::ChangedWhileRemoving))
+}
+
+/// Test hook: a guarded removal of `fsd-fault-pause-remove` pauses a second after its check,
+/// before it moves the name aside, and again after, so a test can save over the name in the
+/// first window (the save is what gets moved aside) and take the name again in the second.
+#[cfg(feature = "fault-injection")]
+fn pause_at_removal(name: &OsStr) {
+    if name == "fsd-fault-pause-remove" {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
 }

@@ -270,7 +270,13 @@ impl Backend {
                     }
                 }
             } else {
-                Resolved { root: resolved.root, rel, parent: dir.try_clone().ok(), meta: Some(meta) }
+                Resolved {
+                    root: resolved.root,
+                    rel,
+                    parent: dir.try_clone().ok(),
+                    meta: Some(meta),
+                    made: Default::default(),
+                }
             };
             let Some(meta) = child_resolved.meta else {
                 entries.push(other(child));

@@ -64,6 +64,43 @@ pub struct Resolved {
     pub parent: Option<OwnedFd>,
     /// What the final name is now (`None`: absent). Never a symlink when links are followed.
     pub meta: Option<Meta>,
+    /// The parent directories this walk created, removed again unless the call keeps them.
+    pub made: MadeDirs,
+}
+
+/// The directories one walk created, outermost first. Dropped without [`MadeDirs::keep`] (the
+/// call failed), each is removed again, deepest first, if it is still the directory made: rmdir
+/// refuses one that holds anything, so what another call put there meanwhile stays, and so do
+/// the directories above it.
+#[derive(Debug, Default)]
+pub struct MadeDirs {
+    dirs: Vec<(OwnedFd, OsString, (u64, u64))>,
+    kept: std::cell::Cell<bool>,
+}
+
+impl MadeDirs {
+    /// The call succeeded: its directories stay.
+    pub fn keep(&self) {
+        self.kept.set(true);
+    }
+}
+
+impl Drop for MadeDirs {
+    fn drop(&mut self) {
+        if self.kept.get() {
+            return;
+        }
+        for (parent, name, made) in self.dirs.drain(..).rev() {
+            let ours = sys::meta_at(parent.as_fd(), &name)
+                .is_ok_and(|m| m.kind == Kind::Directory && (m.dev, m.ino) == made);
+            if !ours {
+                continue;
+            }
+            if let Err(errno) = sys::remove_dir(parent.as_fd(), &name) {
+                tracing::debug!(?name, %errno, "a directory a failed write made stays");
+            }
+        }
+    }
 }
 
 impl Resolved {
@@ -222,6 +259,8 @@ pub fn resolve(
     let mut queue: std::collections::VecDeque<OsString> = rest.into_iter().map(OsStr::to_os_string).collect();
     let mut hops = 0usize;
     let mut last: Option<(OsString, Option<Meta>)> = None;
+    // Dropped on any error below, which removes what was made so far.
+    let mut made = MadeDirs::default();
 
     while let Some(mut name) = queue.pop_front() {
         if name == ".." {
@@ -271,11 +310,23 @@ pub fn resolve(
                 let mut rel = walk.rel.clone();
                 rel.push(name.clone());
                 may_create(walk.root, &rel)?;
-                match sys::make_dir(dir.as_fd(), &name) {
-                    Ok(()) | Err(Errno::EXIST) => {}
+                let created = match sys::make_dir(dir.as_fd(), &name) {
+                    Ok(()) => true,
+                    // Another call made it: its directory, not this call's to remove.
+                    Err(Errno::EXIST) => false,
                     Err(errno) => return Err(FsError::MakeDir(errno)),
+                };
+                let handle = sys::open_component(dir.as_fd(), &name).map_err(FsError::Walk)?;
+                if created {
+                    let meta = sys::meta(handle.as_fd()).map_err(FsError::Metadata)?;
+                    let parent = dir.try_clone().map_err(|e| FsError::Walk(errno_of(&e)))?;
+                    made.dirs.push((parent, name.clone(), (meta.dev, meta.ino)));
+                    // Asked again now that it exists: a call racing this one may have made
+                    // what the first answer did not see (a git directory's other pieces). A
+                    // refusal now removes it with the rest of `made`.
+                    may_create(walk.root, &rel)?;
                 }
-                sys::open_component(dir.as_fd(), &name).map_err(FsError::Walk)?
+                handle
             }
             Err(Errno::NOTDIR) => return Err(FsError::NotDirectory),
             Err(errno) => return Err(FsError::Walk(errno)),
@@ -336,14 +387,14 @@ pub fn resolve(
             let parent = walk.dirs.pop().ok_or(FsError::OutsideRoots)?;
             let mut rel = walk.rel;
             rel.push(name);
-            Ok(Resolved { root: walk.root, rel, parent: Some(parent), meta })
+            Ok(Resolved { root: walk.root, rel, parent: Some(parent), meta, made })
         }
         // The path ended on a directory we entered (or on `..`): the target is that directory.
         None => {
             let target = walk.dirs.pop().ok_or(FsError::OutsideRoots)?;
             let meta = sys::meta(target.as_fd()).map_err(FsError::Metadata)?;
             let parent = walk.dirs.pop();
-            Ok(Resolved { root: walk.root, rel: walk.rel, parent, meta: Some(meta) })
+            Ok(Resolved { root: walk.root, rel: walk.rel, parent, meta: Some(meta), made })
         }
     }
 }

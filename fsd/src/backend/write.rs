@@ -412,6 +412,7 @@ impl Backend {
                     self.journal_scope(&resolved),
                 )
                 .map_err(fail)?;
+                self.undo_git_piece(mode, &resolved, &meta)?;
                 let change = self.change(None, true, Some(&content));
                 (WriteOperation::Create, version::of_content(&file, &meta, content.as_bytes()), change)
             }
@@ -444,6 +445,7 @@ impl Backend {
                 (WriteOperation::Update, version, change)
             }
         };
+        resolved.made.keep();
         Ok(Outcome::WriteText { target, operation, version, change })
     }
 }

@@ -163,6 +163,9 @@ fn stale_reason(wire: &WireError) -> &'static str {
         Some("symlink") => "file was replaced by a symbolic link",
         Some("other_file") => "path now resolves to a different file than the one that was read",
         Some("changed_while_writing") => "file changed on disk while it was being written",
+        Some("changed_while_removing") => {
+            "file changed on disk while it was being deleted (the change was kept)"
+        }
         Some("destination_gone") => "destination disappeared after the move",
         Some("changed_while_read") => "file changed while it was read",
         _ => STALE_CHANGED,
@@ -340,7 +343,12 @@ fn sandbox_denied(verb: &str, path: &str, wire: &WireError) -> ToolError {
             Some(format!("{} is a protected path", wire.get("name").unwrap_or("a path component")))
         }
         Some("git_directory") => {
-            Some(format!("{} is a git directory (protected)", wire.get("name").unwrap_or("a path component")))
+            let name = wire.get("name").unwrap_or("a path component");
+            // The write would build one: this entry is the last piece git looks for.
+            Some(match wire.get("entry") {
+                Some(entry) => format!("{entry} would make {name} a git directory (protected)"),
+                None => format!("{name} is a git directory (protected)"),
+            })
         }
         Some("submount") => Some(format!(
             "{} is a mount point below the root (not in allow_submounts)",

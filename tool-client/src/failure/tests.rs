@@ -38,6 +38,7 @@ fn provider_codes_render_as_the_seed_says() {
     stale("symlink", "file was replaced by a symbolic link");
     stale("other_file", "path now resolves to a different file than the one that was read");
     stale("changed_while_writing", "file changed on disk while it was being written");
+    stale("changed_while_removing", "file changed on disk while it was being deleted (the change was kept)");
     stale("destination_gone", "destination disappeared after the move");
     stale("a reason from a newer daemon", "file changed on disk since it was read");
     assert_eq!(
@@ -153,6 +154,9 @@ const SNAPSHOTS: &[Snapshot] = {
     (C::SandboxDenied, &[("reason", "git_directory"), ("name", "/ws/vendor/x/.git")],
         "Error: cannot read \"/ws/a.txt\": /ws/vendor/x/.git is a git directory (protected) [sandbox: file access denied under workspace-write mode]",
         "Error: cannot modify \"/ws/a.txt\": /ws/vendor/x/.git is a git directory (protected) [sandbox: file access denied under workspace-write mode]"),
+    (C::SandboxDenied, &[("reason", "git_directory"), ("name", "/ws/x"), ("entry", "HEAD")],
+        "Error: cannot read \"/ws/a.txt\": HEAD would make /ws/x a git directory (protected) [sandbox: file access denied under workspace-write mode]",
+        "Error: cannot modify \"/ws/a.txt\": HEAD would make /ws/x a git directory (protected) [sandbox: file access denied under workspace-write mode]"),
     (C::SandboxDenied, &[("reason", "submount"), ("name", "/ws/mnt")],
         "Error: cannot read \"/ws/a.txt\": /ws/mnt is a mount point below the root (not in allow_submounts) [sandbox: file access denied under workspace-write mode]",
         "Error: cannot modify \"/ws/a.txt\": /ws/mnt is a mount point below the root (not in allow_submounts) [sandbox: file access denied under workspace-write mode]"),
@@ -237,6 +241,9 @@ const SNAPSHOTS: &[Snapshot] = {
     (C::StaleVersion, &[("reason", "changed_while_writing")],
         "Error: cannot read \"/ws/a.txt\": file changed on disk while it was being written — read it again",
         "Error: cannot modify \"/ws/a.txt\": file changed on disk while it was being written — re-read the file, then retry"),
+    (C::StaleVersion, &[("reason", "changed_while_removing")],
+        "Error: cannot read \"/ws/a.txt\": file changed on disk while it was being deleted (the change was kept) — read it again",
+        "Error: cannot modify \"/ws/a.txt\": file changed on disk while it was being deleted (the change was kept) — re-read the file, then retry"),
     (C::StaleVersion, &[("reason", "destination_gone")],
         "Error: cannot read \"/ws/a.txt\": destination disappeared after the move — read it again",
         "Error: cannot modify \"/ws/a.txt\": destination disappeared after the move — re-read the file, then retry"),
