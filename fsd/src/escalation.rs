@@ -281,8 +281,12 @@ pub fn escape(text: &str) -> String {
 
 /// A request path as the daemon reads it, before any resolution: each component's name escapes
 /// decoded (then shown in the one display escaping), empty and `.` components dropped. A `..` is
-/// kept: the daemon resolves it after links, which only a resolution can tell.
+/// kept: the daemon resolves it after links, which only a resolution can tell. A path that is not
+/// absolute is kept as written: the daemon refuses it (`FS_INVALID_PATH`) and acts on no path.
 pub fn lexical(path: &str) -> String {
+    if !path.starts_with('/') {
+        return path.to_owned();
+    }
     let mut out = String::with_capacity(path.len());
     for component in path.split('/').filter(|c| !c.is_empty() && *c != ".") {
         match fsd_proto::names::unescape(component, true) {

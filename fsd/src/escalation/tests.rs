@@ -283,6 +283,9 @@ fn a_requested_path_is_read_as_the_daemon_reads_it() {
     check(r"/tmp/a\x1bb", r"/tmp/a\x1bb");
     check("/srv/a/../b", "/srv/a/../b");
     check("/", "/");
+    // Not absolute: refused by the daemon, so shown as sent, never as a path under `/`.
+    check("relative/a.txt", "relative/a.txt");
+    check("", "");
 }
 
 #[test]
