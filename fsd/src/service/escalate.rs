@@ -244,7 +244,9 @@ impl FsdService {
                 }
                 (digest::edit(old, new, wire.replace_all), bounded(lines))
             }
-            _ => (wire.content_sha256.to_vec(), Preview::default()),
+            // Nothing else has content the daemon computed (a patch's move has: `digested`); a
+            // digest the client sent beside a delete or a read is its word, never bound or shown.
+            _ => (digested.unwrap_or_default(), Preview::default()),
         }
     }
 
@@ -259,8 +261,7 @@ impl FsdService {
         wire: &v1::EscalatedOp,
         patch: Option<(&mut PatchCheck, usize)>,
     ) -> Result<(CanonicalOp, Preview), Status> {
-        // A target outside the caller's grant: one answer whatever is there, until an approver
-        // let this caller read (or change) it. A read is what earns that, so reads go through.
+        // Before anything is resolved: a change described without its content is never shown.
         if patch.is_none() && unbound(op, wire) {
             return Err(EscalationDenial::UnboundChange.into_wire(&wire.path, base).into_status());
         }
@@ -273,6 +274,8 @@ impl FsdService {
             content_sha256: Vec::new(),
         };
         let client = caller.client();
+        // A target outside the caller's grant: one answer whatever is there, until an approver
+        // let this caller read (or change) it. A read is what earns that, so reads go through.
         let gated = self.escalation == Escalation::Signed;
         let visible = !gated
             || (self.visible(base, &wire.path).await
