@@ -24,7 +24,7 @@ pub fn replace(body: &str, old: &str, new: &str, replace_all: bool, limit: u64) 
 }
 
 /// The most bytes of line numbers an ambiguous edit's error lists: it travels in the reply's
-/// metadata, which a peer bounds (16 KiB in h2 by default, with every other header).
+/// metadata, which a peer bounds (hyper's HTTP/2 accepts 16 KiB of headers by default, all told).
 const MAX_MATCH_LINES_BYTES: usize = 8 << 10;
 
 /// The distinct 1-based lines where the non-overlapping matches of `old` start (CRLF read as
