@@ -24,7 +24,8 @@ pub struct Entry<'a> {
     pub client: String,
     pub op: &'a str,
     /// The path the daemon acts on: resolved by the daemon where it resolved it, else the
-    /// request's path with its name escapes decoded and empty and `.` components dropped.
+    /// request's path with its name escapes decoded and empty and `.` components dropped (a
+    /// path that is not absolute, as sent).
     pub path: &'a str,
     /// The path as the request wrote it, only when it differs from `path`.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -358,6 +358,47 @@ fn an_existing_file_outside_the_roots_is_read_then_edited_with_the_rule_files_ap
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "port = 3\n");
 }
 
+/// A patch's paths are judged where each lands: the daemon returns every path, then every move's
+/// destination, resolved, and the client's rules judge each against its own (a destination
+/// through a link into a denied directory, between two allowed files, is refused; the same
+/// patch moving to an allowed directory is approved and runs).
+#[test]
+fn a_patchs_moves_are_judged_where_they_land() {
+    let s = setup("");
+    let outside = s.outside.path();
+    for dir in ["denied", "other"] {
+        std::fs::create_dir(outside.join(dir)).unwrap();
+    }
+    std::os::unix::fs::symlink(outside.join("denied"), outside.join("other/link")).unwrap();
+    let src = outside.join("src.txt");
+    std::fs::write(&src, "one\n").unwrap();
+    let with = |mut args: serde_json::Value| {
+        args["sandbox_permissions"] = json!("danger-full-access");
+        args["justification"] = json!("the user asked");
+        args
+    };
+    let mut t =
+        s.d.session_with_config(&format!("escalationRules = \"{}\"\napplyPatch = true\n", s.rules.display()));
+    assert!(!t.call("read", with(json!({"file_path": p(&src)}))).is_error());
+    let patch = |to: &str| {
+        format!(
+            "*** Begin Patch\n*** Add File: {0}/ok1.txt\n+a\n*** Update File: {0}/src.txt\n*** Move to: {0}/{to}\n@@\n-one\n+two\n*** Add File: {0}/ok2.txt\n+b\n*** End Patch",
+            p(outside)
+        )
+    };
+    let r = t.call("apply_patch", with(json!({"input": patch("other/link/moved.txt")})));
+    assert_eq!(r.code(), Some("FS_SANDBOX_DENIED"), "{}", r.json);
+    assert!(r.text().contains("refused by this client's escalation rules"), "{}", r.text());
+    for never in ["ok1.txt", "ok2.txt", "denied/moved.txt"] {
+        assert!(!outside.join(never).exists(), "{never} was written");
+    }
+    assert_eq!(std::fs::read_to_string(&src).unwrap(), "one\n");
+    let r = t.call("apply_patch", with(json!({"input": patch("other/moved.txt")})));
+    assert!(!r.is_error(), "{}", r.json);
+    assert_eq!(std::fs::read_to_string(outside.join("other/moved.txt")).unwrap(), "two\n");
+    assert!(!src.exists() && outside.join("ok1.txt").exists() && outside.join("ok2.txt").exists());
+}
+
 /// The terminal prompt of the client-level approver: `fsd-tools session` on a pseudo-terminal
 /// (Python's pty module) with its JSON lines on pipes; the person answers each prompt.
 #[test]

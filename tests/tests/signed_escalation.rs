@@ -648,6 +648,29 @@ fn an_approval_binds_the_content_the_approver_was_shown() {
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "a = 2\n");
 }
 
+/// A digest the client sends beside a call whose content the daemon does not compute (a delete,
+/// a read) binds nothing and is not shown as bound: the approval is the daemon's description of
+/// the call, and the call it admits is the delete the approver saw.
+#[test]
+fn a_clients_own_digest_on_a_delete_binds_nothing() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let mut rpc = Rpc::connect(&s.d);
+    let target = s.outside.path().join("old.conf");
+    std::fs::write(&target, "a = 1\n").unwrap();
+    let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &target)]).unwrap());
+    assert_eq!(read(&mut rpc, "s1", &target, Some(tk)).unwrap(), "a = 1\n");
+    let delete = v1::EscalatedOp {
+        content_sha256: fsd_proto::digest::content(b"evil\n").into(),
+        ..op("deleteFile", &target)
+    };
+    let tk = ticket(ask(&mut rpc, "s1", vec![delete]).unwrap());
+    let request = v1::DeleteFileRequest { context: context("s1", Some(tk)), path: p(&target), guard: None };
+    rpc.rt.block_on(rpc.client.delete_file(request)).unwrap_or_else(|s| panic!("{s:?}"));
+    assert!(!target.exists());
+}
+
 /// The editor's insert asks approval for the content it will write: the file is re-read (with
 /// an approved read, since the session's mode cannot), the new content computed, and only that
 /// content approved; the daemon's description shows it (its digest is in the approval).

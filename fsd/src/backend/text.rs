@@ -23,9 +23,58 @@ pub fn replace(body: &str, old: &str, new: &str, replace_all: bool, limit: u64) 
     })
 }
 
+/// The most bytes of line numbers an ambiguous edit's error lists: it travels in the reply's
+/// metadata, which a peer bounds (hyper's HTTP/2 accepts 16 KiB of headers by default, all told).
+const MAX_MATCH_LINES_BYTES: usize = 8 << 10;
+
+/// The distinct 1-based lines where the non-overlapping matches of `old` start (CRLF read as
+/// LF, as the edit itself matches), comma-separated; `None` past [`MAX_MATCH_LINES_BYTES`]. One
+/// pass over `body`, whatever the number of matches (a file of one-letter lines has millions).
+pub fn match_lines(body: &str, old: &str) -> Option<String> {
+    let (body, old) = (fsd_text::lf(body), fsd_text::lf(old));
+    if old.is_empty() {
+        return Some(String::new());
+    }
+    let (mut list, mut last, mut line, mut counted) = (String::new(), 0, 1, 0);
+    for (at, _) in body.match_indices(old.as_str()) {
+        line += body.as_bytes()[counted..at].iter().filter(|&&b| b == b'\n').count();
+        counted = at;
+        if line != last {
+            if !list.is_empty() {
+                list.push(',');
+            }
+            list.push_str(&line.to_string());
+            if list.len() > MAX_MATCH_LINES_BYTES {
+                return None;
+            }
+            last = line;
+        }
+    }
+    Some(list)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ambiguous_matches_are_listed_by_line_in_one_pass() {
+        let check = |body: &str, old: &str, expected: Option<&str>| {
+            assert_eq!(match_lines(body, old).as_deref(), expected, "{body:?} {old:?}");
+        };
+        check("a\nb\na\n", "a", Some("1,3"));
+        check("aa a\r\nb\r\naa\r\n", "a", Some("1,3"));
+        check("x\r\ny\r\nx\r\ny", "x\r\ny", Some("1,3"));
+        check("abc", "z", Some(""));
+        check("abc", "", Some(""));
+        // Millions of matches (4 MiB of them on one line, or of one-letter lines): one pass, and
+        // a list too long for an error's metadata is left out rather than sent.
+        check(&"a".repeat(4 << 20), "a", Some("1"));
+        let many = "a\n".repeat(2 << 20);
+        check(&many, "a", None);
+        let few = format!("{}a\n", "b\n".repeat(2 << 20));
+        check(&few, "a", Some(&(2usize << 20).saturating_add(1).to_string()));
+    }
 
     #[test]
     fn the_shared_reasons_become_backend_errors() {

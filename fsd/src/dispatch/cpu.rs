@@ -10,10 +10,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
-/// One unit of work and the queue room it holds until it has run.
+/// One unit of work, holding its queue room until it has run (or is dropped unrun).
 struct Job {
     work: Box<dyn FnOnce() + Send>,
-    _room: OwnedSemaphorePermit,
 }
 
 /// The pool. Cloning shares it.
@@ -65,11 +64,16 @@ impl Cpu {
         let room = self.room.clone().acquire_owned().await.map_err(|_| Stopped)?;
         let (reply, answer) = oneshot::channel();
         let work = Box::new(move || {
+            let room: OwnedSemaphorePermit = room;
             if !reply.is_closed() {
-                let _ = reply.send(work());
+                let out = work();
+                // Given back before the answer: a caller holding its answer finds the room it
+                // took free again (dropping it after, the next caller could still find it taken).
+                drop(room);
+                let _ = reply.send(out);
             }
         });
-        self.jobs.send(Job { work, _room: room }).map_err(|_| Stopped)?;
+        self.jobs.send(Job { work }).map_err(|_| Stopped)?;
         answer.await.map_err(|_| Stopped)
     }
 }

@@ -31,20 +31,6 @@ fn bounded_reason(reason: &str) -> String {
     escape(reason).chars().take(500).collect()
 }
 
-/// The distinct 1-based lines where the non-overlapping matches of `old` start (CRLF read as
-/// LF, as the edit itself matches).
-fn match_lines(body: &str, old: &str) -> Vec<usize> {
-    let (body, old) = (fsd_text::lf(body), fsd_text::lf(old));
-    let mut lines: Vec<usize> = Vec::new();
-    for (at, _) in body.match_indices(old.as_str()) {
-        let line = body[..at].matches('\n').count() + 1;
-        if lines.last() != Some(&line) {
-            lines.push(line);
-        }
-    }
-    lines
-}
-
 /// Whether a call outside a patch would be approved without the approver seeing its change: a
 /// write without its content, an edit without its strings, a move with new content (which only
 /// a patch gives, and the daemon then computes). Such a request is refused before any check.
@@ -124,11 +110,10 @@ impl FsdService {
                         };
                         let ambiguous = matches!(e, FsError::AmbiguousEdit(_));
                         let mut wire_error = Failure::new(e, path).into_wire();
-                        if ambiguous {
-                            // Where the matches start, for the tools that list them.
-                            let lines = match_lines(body, &old);
-                            let lines: Vec<String> = lines.iter().map(usize::to_string).collect();
-                            wire_error = wire_error.with("lines", lines.join(","));
+                        // Where the matches start, for the tools that list them, when the list
+                        // fits an error's metadata (else the tools word it without the lines).
+                        if let Some(lines) = ambiguous.then(|| text::match_lines(body, &old)).flatten() {
+                            wire_error = wire_error.with("lines", lines);
                         }
                         Err(wire_error)
                     });
@@ -244,7 +229,9 @@ impl FsdService {
                 }
                 (digest::edit(old, new, wire.replace_all), bounded(lines))
             }
-            _ => (wire.content_sha256.to_vec(), Preview::default()),
+            // Nothing else has content the daemon computed (a patch's move has: `digested`); a
+            // digest the client sent beside a delete or a read is its word, never bound or shown.
+            _ => (digested.unwrap_or_default(), Preview::default()),
         }
     }
 
@@ -259,8 +246,7 @@ impl FsdService {
         wire: &v1::EscalatedOp,
         patch: Option<(&mut PatchCheck, usize)>,
     ) -> Result<(CanonicalOp, Preview), Status> {
-        // A target outside the caller's grant: one answer whatever is there, until an approver
-        // let this caller read (or change) it. A read is what earns that, so reads go through.
+        // Before anything is resolved: a change described without its content is never shown.
         if patch.is_none() && unbound(op, wire) {
             return Err(EscalationDenial::UnboundChange.into_wire(&wire.path, base).into_status());
         }
@@ -273,6 +259,8 @@ impl FsdService {
             content_sha256: Vec::new(),
         };
         let client = caller.client();
+        // A target outside the caller's grant: one answer whatever is there, until an approver
+        // let this caller read (or change) it. A read is what earns that, so reads go through.
         let gated = self.escalation == Escalation::Signed;
         let visible = !gated
             || (self.visible(base, &wire.path).await

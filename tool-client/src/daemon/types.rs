@@ -435,8 +435,8 @@ pub struct Decision {
     pub reason: String,
     /// Client trust: the digest the client's report of its decision names.
     pub digest: String,
-    /// Client trust: each path (then each destination) as the daemon resolved it; empty for
-    /// one that did not resolve.
+    /// Client trust: each path (then each destination) as the daemon resolved it (a path that
+    /// does not resolve fails the checks instead; an older daemon lists none).
     pub resolved_paths: Vec<String>,
 }
 

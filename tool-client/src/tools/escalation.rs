@@ -315,8 +315,8 @@ async fn decide(
     };
     let ticket = match decision.decided_by {
         Decider::Client => {
-            // Shown and judged as the daemon will act on them (a path that did not resolve, as
-            // written), the model's spelling beside.
+            // Shown and judged as the daemon will act on them (a path the daemon did not list,
+            // as an older daemon lists none, as written), the model's spelling beside.
             let resolved: Vec<String> = paths
                 .iter()
                 .enumerate()

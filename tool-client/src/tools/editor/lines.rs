@@ -35,11 +35,15 @@ pub fn line_of(text: &str, at: usize) -> usize {
     text.as_bytes()[..at.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
 }
 
-/// The distinct start lines of the matches, in order.
+/// The distinct start lines of the matches (`starts` ascending, as [`match_starts`] gives them),
+/// in order: one pass over `text`, whatever the number of matches.
 pub fn start_lines(text: &str, starts: &[usize]) -> Vec<usize> {
-    let mut out: Vec<usize> = Vec::new();
+    let bytes = text.as_bytes();
+    let (mut out, mut line, mut counted): (Vec<usize>, usize, usize) = (Vec::new(), 1, 0);
     for &at in starts {
-        let line = line_of(text, at);
+        let at = at.clamp(counted, bytes.len());
+        line += bytes[counted..at].iter().filter(|&&b| b == b'\n').count();
+        counted = at;
         if out.last() != Some(&line) {
             out.push(line);
         }
@@ -122,6 +126,9 @@ mod tests {
         assert_eq!(match_starts("aaa", "aa").len(), 1);
         let block = "a\nb\nc\na\nb\n";
         assert_eq!(start_lines(block, &match_starts(block, "a\nb")), vec![1, 4]);
+        // Millions of matches on one line: one pass (it was one count from the top per match).
+        let long = "a".repeat(4 << 20);
+        assert_eq!(start_lines(&long, &match_starts(&long, "a")), vec![1]);
     }
 
     #[test]

@@ -1,0 +1,296 @@
+//! Unit tests of escalation tickets: binding, signatures, budgets, read counts, rendering.
+
+use super::*;
+use ed25519_dalek::{Signer, SigningKey};
+
+fn op(path: &str) -> CanonicalOp {
+    CanonicalOp {
+        op: Op::WriteText,
+        target_key: format!("host:{path}"),
+        display: format!("/{path}"),
+        version: None,
+        destination: None,
+        content_sha256: vec![1, 2, 3],
+    }
+}
+
+fn describe(esc: &Escalations, client: &str, permit: Option<crate::budget::Permit>) -> Described {
+    let permits = permit.into_iter().collect();
+    let preview = Preview { lines: vec!["+new\u{202e}".into()], ..Preview::default() };
+    let ops = vec![(op("etc/x"), preview)];
+    let request = Describe {
+        session: "s1",
+        client,
+        mode: Mode::DangerFullAccess,
+        justification: "needed\u{202e}",
+        ops,
+    };
+    esc.describe(request, permits)
+}
+
+/// The ticket of `d` as session `s1` of `client` presents it, at danger-full-access.
+fn ticket<'a>(d: &'a Described, client: &'a str) -> Ticket<'a> {
+    Ticket { id: &d.id, nonce: &d.nonce, session: "s1", client, mode: Mode::DangerFullAccess }
+}
+
+fn setup(ttl: u64) -> (SigningKey, Escalations) {
+    let signing = SigningKey::from_bytes(&[7u8; 32]);
+    let public = hex::encode(signing.verifying_key().to_bytes());
+    let esc = Escalations::new(&public, Duration::from_secs(ttl)).unwrap_or_else(|e| panic!("{e}"));
+    (signing, esc)
+}
+
+#[test]
+fn a_ticket_is_good_once_for_the_approved_call_only() {
+    let (signing, esc) = setup(60);
+    let d = describe(&esc, "uid:0", None);
+    assert!(d.text.contains("justification: needed\\u{202e}\n"), "{}", d.text);
+    assert!(d.text.contains("  diff:\n    +new\\u{202e}\n"), "{}", d.text);
+    assert_eq!(d.digest, hex::encode(fsd_proto::digest::content(d.text.as_bytes())));
+    let redeem = |call: &CanonicalOp, session: &str, mode: Mode| {
+        let ticket = Ticket { id: &d.id, nonce: &d.nonce, session, client: "uid:0", mode };
+        esc.redeem(&ticket, call)
+    };
+    // Not decided yet: nothing is admitted.
+    assert_eq!(redeem(&op("etc/x"), "s1", Mode::DangerFullAccess), Err(TicketError::NotApproved));
+    let sig = signing.sign(fsd_proto::signed_decision(&d.text, "person").as_bytes()).to_bytes();
+    assert_eq!(redeem(&op("etc/y"), "s1", Mode::DangerFullAccess), Err(TicketError::NotApproved));
+    assert_eq!(esc.approve(&d.id, &sig, "person"), Ok(()));
+    assert_eq!(esc.decider_of(&d.id).as_deref(), Some("person"));
+    assert_eq!(redeem(&op("etc/y"), "s1", Mode::DangerFullAccess), Err(TicketError::Mismatch));
+    assert_eq!(redeem(&op("etc/x"), "s2", Mode::DangerFullAccess), Err(TicketError::WrongCaller));
+    assert_eq!(redeem(&op("etc/x"), "s1", Mode::WorkspaceWrite), Err(TicketError::WrongMode));
+    // Another client in a session of the same name cannot end it either.
+    esc.release(&d.id, "s1", "uid:1");
+    assert_eq!(redeem(&op("etc/x"), "s1", Mode::DangerFullAccess), Ok(()));
+    assert_eq!(redeem(&op("etc/x"), "s1", Mode::DangerFullAccess), Err(TicketError::Unknown));
+}
+
+#[test]
+fn a_call_after_an_earlier_one_is_admitted_at_any_version_but_only_with_its_content() {
+    let approved = CanonicalOp { version: Some(AFTER_EARLIER.into()), ..op("etc/x") };
+    let check = |call: CanonicalOp, want: bool| assert_eq!(approved.admits(&call), want, "{call:?}");
+    check(CanonicalOp { version: Some("v2".into()), ..op("etc/x") }, true);
+    check(op("etc/x"), true);
+    check(CanonicalOp { content_sha256: vec![9], ..op("etc/x") }, false);
+    check(op("etc/y"), false);
+    let plain = CanonicalOp { version: Some("v1".into()), ..op("etc/x") };
+    assert!(!plain.admits(&CanonicalOp { version: Some("v2".into()), ..op("etc/x") }));
+}
+
+#[test]
+fn a_signature_by_another_key_refuses_the_escalation() {
+    let (_, esc) = setup(60);
+    let d = describe(&esc, "uid:0", None);
+    let signed = fsd_proto::signed_decision(&d.text, "person");
+    let forged = SigningKey::from_bytes(&[8u8; 32]).sign(signed.as_bytes()).to_bytes();
+    assert_eq!(esc.approve(&d.id, &forged, "person"), Err(TicketError::BadSignature));
+    let ticket = ticket(&d, "uid:0");
+    assert_eq!(esc.redeem(&ticket, &op("etc/x")), Err(TicketError::Unknown));
+}
+
+#[test]
+fn an_escalation_holds_its_clients_budget_until_it_is_decided_or_expires() {
+    use crate::budget::{Budgets, Limits};
+    use crate::identity::Identity;
+    let budgets = Budgets::new(Limits { pending_escalations: 1, ..Limits::default() });
+    let who = Identity { uid: Some(1), ..Identity::default() };
+    let (_, esc) = setup(60);
+    let first = describe(&esc, "uid:1", budgets.escalation(&who).ok());
+    assert!(budgets.escalation(&who).is_err(), "the pending escalation holds the budget");
+    esc.refuse(&first.id);
+    let permit = budgets.escalation(&who);
+    assert!(permit.is_ok(), "a refusal gives it back");
+    drop(permit);
+    let (_, short) = setup(1);
+    let late = describe(&short, "uid:1", budgets.escalation(&who).ok());
+    std::thread::sleep(Duration::from_millis(2100));
+    let expired = short.purge();
+    assert_eq!(expired.len(), 1);
+    assert_eq!(
+        (expired[0].path.as_str(), expired[0].approved, expired[0].used, expired[0].total),
+        ("/etc/x", false, 0, 1)
+    );
+    assert!(short.purge().is_empty(), "each expiry is returned once");
+    let ticket = ticket(&late, "uid:1");
+    assert_eq!(short.check(&ticket), Err(TicketError::Expired), "a late use is told it expired");
+    assert_eq!(short.digest_of(&late.id), Some(late.digest.clone()));
+    assert!(budgets.escalation(&who).is_ok(), "an expired escalation gives it back");
+}
+
+#[test]
+fn a_taken_read_is_spent_not_expired_and_a_too_large_one_is_given_back() {
+    let (signing, esc) = setup(1);
+    let read = CanonicalOp { op: Op::ReadText, content_sha256: Vec::new(), ..op("etc/x") };
+    let request = Describe {
+        session: "s1",
+        client: "uid:0",
+        mode: Mode::DangerFullAccess,
+        justification: "why",
+        ops: vec![(read, Preview::default())],
+    };
+    let d = esc.describe(request, Vec::new());
+    let signed = fsd_proto::signed_decision(&d.text, "rules r.toml: rule 1");
+    assert_eq!(
+        esc.approve(&d.id, &signing.sign(signed.as_bytes()).to_bytes(), "rules r.toml: rule 1"),
+        Ok(())
+    );
+    let ticket = ticket(&d, "uid:0");
+    assert_eq!(esc.take_read(&ticket, "host:etc/x", true), Ok(true));
+    assert_eq!(esc.take_read(&ticket, "host:etc/x", true), Err(TicketError::Unknown));
+    esc.give_back_read(&ticket, "host:etc/x");
+    assert_eq!(esc.take_read(&ticket, "host:etc/x", true), Ok(true));
+    std::thread::sleep(Duration::from_millis(2100));
+    assert!(esc.purge().is_empty(), "a spent escalation is not reported as expired");
+    assert_eq!(esc.check(&ticket), Err(TicketError::Unknown));
+}
+
+#[test]
+fn who_decided_is_signed_with_the_approval() {
+    let check = |signed_as: &str, claimed: &str, want: Result<(), TicketError>| {
+        let (signing, esc) = setup(60);
+        let d = describe(&esc, "uid:0", None);
+        let signed = fsd_proto::signed_decision(&d.text, signed_as);
+        let sig = signing.sign(signed.as_bytes()).to_bytes();
+        assert_eq!(esc.approve(&d.id, &sig, claimed), want, "{signed_as} / {claimed}");
+    };
+    check("rules /etc/r.toml: rule 2", "rules /etc/r.toml: rule 2", Ok(()));
+    // Another decider than the one signed: a rule's approval cannot be passed off as a
+    // person's, nor the other way round.
+    check("rules /etc/r.toml: rule 2", "person", Err(TicketError::BadSignature));
+    check("person", "rules /etc/r.toml: rule 2", Err(TicketError::BadSignature));
+    // A signature over the description alone (the old form) names nobody: refused.
+    let (signing, esc) = setup(60);
+    let d = describe(&esc, "uid:0", None);
+    let bare = signing.sign(d.text.as_bytes()).to_bytes();
+    assert_eq!(esc.approve(&d.id, &bare, ""), Err(TicketError::BadSignature));
+}
+
+#[test]
+fn an_approval_without_content_admits_no_content() {
+    let moved = CanonicalOp {
+        op: Op::MoveFile,
+        content_sha256: Vec::new(),
+        destination: Some(("host:etc/y".into(), "/etc/y".into())),
+        ..op("etc/x")
+    };
+    assert!(moved.admits(&moved.clone()));
+    assert!(!moved.admits(&CanonicalOp { content_sha256: vec![4, 5, 6], ..moved.clone() }));
+}
+
+/// The description as an approver reads it: the resolved paths first, the requested ones
+/// beside them only where they differ.
+#[test]
+fn the_description_shows_the_resolved_path_and_the_requested_one_beside_it() {
+    let (_, esc) = setup(60);
+    let ops = vec![
+        (
+            CanonicalOp { display: "/etc/passwd".into(), ..op("etc/passwd") },
+            Preview { requested: Some(r"/\x65tc/./passwd".into()), ..Preview::default() },
+        ),
+        (
+            CanonicalOp {
+                op: Op::MoveFile,
+                display: "/etc/a".into(),
+                content_sha256: Vec::new(),
+                destination: Some(("host:etc/b".into(), "/etc/b".into())),
+                ..op("etc/a")
+            },
+            Preview { requested_destination: Some("/etc/c/../b".into()), ..Preview::default() },
+        ),
+    ];
+    let request =
+        Describe { session: "s1", client: "uid:0", mode: Mode::DangerFullAccess, justification: "why", ops };
+    let d = esc.describe(request, Vec::new());
+    let body = d.text.split_once("justification: why\n").map(|(_, rest)| rest).unwrap_or_default();
+    let body = body.split_once('\n').map(|(_, rest)| rest).unwrap_or_default();
+    assert_eq!(
+        body,
+        "op 1: writeText /etc/passwd\n  requested-as: /\\x65tc/./passwd\n  target: host:etc/passwd\n  current: absent\n  content-sha256: 010203\nop 2: moveFile /etc/a\n  target: host:etc/a\n  current: absent\n  destination: /etc/b (host:etc/b)\n  destination-requested-as: /etc/c/../b\n",
+        "{}",
+        d.text
+    );
+}
+
+/// A change's approval lets the client read what it changes as often as its preflight
+/// needs: once per change naming the target (a stat or a write check is free), no more.
+#[test]
+fn a_change_admits_one_read_of_each_target_per_change() {
+    let (signing, esc) = setup(60);
+    let moved = CanonicalOp {
+        op: Op::MoveFile,
+        content_sha256: Vec::new(),
+        destination: Some(("host:etc/b".into(), "/etc/b".into())),
+        ..op("etc/a")
+    };
+    let ops = vec![
+        (op("etc/x"), Preview::default()),
+        (op("etc/a"), Preview::default()),
+        (moved, Preview::default()),
+    ];
+    let request =
+        Describe { session: "s1", client: "uid:0", mode: Mode::DangerFullAccess, justification: "why", ops };
+    let d = esc.describe(request, Vec::new());
+    let signed = fsd_proto::signed_decision(&d.text, "person");
+    assert_eq!(esc.approve(&d.id, &signing.sign(signed.as_bytes()).to_bytes(), "person"), Ok(()));
+    let ticket = ticket(&d, "uid:0");
+    let check = |key: &str, content: bool, want: Result<bool, TicketError>| {
+        assert_eq!(esc.take_read(&ticket, key, content), want, "{key} content={content}");
+    };
+    check("host:etc/x", false, Ok(false));
+    check("host:etc/x", true, Ok(false));
+    check("host:etc/x", false, Ok(false));
+    check("host:etc/x", true, Err(TicketError::ReadsSpent));
+    // Written, then moved: two changes name it, two reads.
+    check("host:etc/a", true, Ok(false));
+    check("host:etc/a", true, Ok(false));
+    check("host:etc/a", true, Err(TicketError::ReadsSpent));
+    check("host:etc/b", true, Ok(false));
+    check("host:etc/b", true, Err(TicketError::ReadsSpent));
+    check("host:etc/y", false, Err(TicketError::Mismatch));
+}
+
+#[test]
+fn known_targets_are_per_caller() {
+    let known = Known::default();
+    known.record("s1", "uid:1", "host:etc/x");
+    assert!(known.knows("s1", "uid:1", "host:etc/x"));
+    assert!(!known.knows("s2", "uid:1", "host:etc/x"));
+    assert!(!known.knows("s1", "uid:2", "host:etc/x"));
+    assert!(!known.knows("s1", "uid:1", "host:etc/y"));
+}
+
+#[test]
+fn approver_endpoints() {
+    let check = |text: &str, want: Option<ApproverEndpoint>| {
+        assert_eq!(ApproverEndpoint::parse(text), want, "{text}")
+    };
+    check("unix:/run/a.sock", Some(ApproverEndpoint::Unix("/run/a.sock".into())));
+    check("tcp:127.0.0.1:7000", Some(ApproverEndpoint::Tcp("127.0.0.1:7000".into())));
+    check("unix:relative", None);
+    check("tcp:host", None);
+    check("http://x", None);
+}
+
+#[test]
+fn a_requested_path_is_read_as_the_daemon_reads_it() {
+    let check = |path: &str, want: &str| assert_eq!(lexical(path), want, "{path}");
+    check("/etc/passwd", "/etc/passwd");
+    check(r"/\x65tc/passwd", "/etc/passwd");
+    check("/etc//./passwd", "/etc/passwd");
+    check(r"/etc/\x2e/passwd", "/etc/passwd");
+    check(r"/srv/donn\u{e9}es", "/srv/données");
+    check(r"/tmp/a\x1bb", r"/tmp/a\x1bb");
+    check("/srv/a/../b", "/srv/a/../b");
+    check("/", "/");
+    // Not absolute: refused by the daemon, so shown as sent, never as a path under `/`.
+    check("relative/a.txt", "relative/a.txt");
+    check("", "");
+}
+
+#[test]
+fn escaping_shows_what_is_there() {
+    assert_eq!(escape("a b/c"), "a b/c");
+    assert_eq!(escape("x\ny"), "x\\u{a}y");
+    assert_eq!(escape("é"), "\\u{e9}");
+}
