@@ -120,7 +120,9 @@ fn an_escalation_holds_its_clients_budget_until_it_is_decided_or_expires() {
 
 #[test]
 fn a_taken_read_is_spent_not_expired_and_a_too_large_one_is_given_back() {
-    let (signing, esc) = setup(1);
+    // Expiry counts whole seconds: a 1 s ticket can expire at once (at the next second), so
+    // this one lives at least 2 s for the calls below, and at most 3 s.
+    let (signing, esc) = setup(3);
     let read = CanonicalOp { op: Op::ReadText, content_sha256: Vec::new(), ..op("etc/x") };
     let request = Describe {
         session: "s1",
@@ -140,7 +142,7 @@ fn a_taken_read_is_spent_not_expired_and_a_too_large_one_is_given_back() {
     assert_eq!(esc.take_read(&ticket, "host:etc/x", true), Err(TicketError::Unknown));
     esc.give_back_read(&ticket, "host:etc/x");
     assert_eq!(esc.take_read(&ticket, "host:etc/x", true), Ok(true));
-    std::thread::sleep(Duration::from_millis(2100));
+    std::thread::sleep(Duration::from_millis(3100));
     assert!(esc.purge().is_empty(), "a spent escalation is not reported as expired");
     assert_eq!(esc.check(&ticket), Err(TicketError::Unknown));
 }
