@@ -55,7 +55,7 @@ pub fn glob(pattern: &str, path: &str) -> bool {
     go(&p, &s)
 }
 
-/// Decides a daemon description (`mode: …`, `op N: <op> <path>`, `  destination: <path> (…)`).
+/// Decides a daemon description (`mode: …`, `op N: <op> <path>`, `  destination: <path>`).
 pub fn decide(rules: &Rules, description: &str) -> Decision {
     explain(rules, description).0
 }
@@ -75,9 +75,7 @@ pub fn explain(rules: &Rules, description: &str) -> (Decision, String) {
             if let Some(path) = rest.split_once(": ").and_then(|(_, op)| op.split_once(' ')).map(|(_, p)| p) {
                 paths.push(path.to_owned());
             }
-        } else if let Some((path, _)) =
-            line.strip_prefix("  destination: ").and_then(|rest| rest.rsplit_once(" ("))
-        {
+        } else if let Some(path) = line.strip_prefix("  destination: ") {
             paths.push(path.to_owned());
         }
     }
@@ -188,8 +186,31 @@ mod tests {
         check("workspace-write", &["writeText /srv/a.txt"], Decision::Deny);
         check("danger-full-access", &["writeText /etc/passwd"], Decision::Deny);
         check("danger-full-access", &[], Decision::Deny);
-        let moved = "fsd escalation v1\nmode: danger-full-access\nop 1: moveFile /srv/a\n  destination: /etc/b (host:etc/b)\n";
+        let moved = "fsd escalation v1\nmode: danger-full-access\nop 1: moveFile /srv/a\n  destination: /etc/b\n  destination-target: host:etc/b\n";
         assert_eq!(decide(&rules(), moved), Decision::Deny);
+    }
+
+    /// A destination's name may hold " (": the whole line is its path, so a rule on how a name
+    /// ends judges the name it is, not a piece of it.
+    #[test]
+    fn a_destination_is_judged_whole_whatever_its_name_holds() {
+        let rules = Rules {
+            rule: vec![
+                Rule { mode: "*".into(), path: "/srv/**.key".into(), decision: Decision::Deny },
+                Rule { mode: "*".into(), path: "/srv/**".into(), decision: Decision::Allow },
+            ],
+        };
+        let check = |destination: &str, want: Decision| {
+            let moved = format!(
+                "fsd escalation v1\nmode: danger-full-access\nop 1: moveFile /srv/a\n  target: host:srv/a\n  destination: {destination}\n  destination-target: host:{}\n",
+                &destination[1..]
+            );
+            assert_eq!(decide(&rules, &moved), want, "{destination}");
+        };
+        check("/srv/b.txt", Decision::Allow);
+        check("/srv/b.key", Decision::Deny);
+        check("/srv/a (b.key", Decision::Deny);
+        check("/srv/x (y) (z.key", Decision::Deny);
     }
 
     #[test]

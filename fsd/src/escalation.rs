@@ -216,7 +216,10 @@ fn render(id: &str, nonce_hex: &str, expires: u64, request: &Describe<'_>) -> St
         text.push_str(&format!("  target: {}\n", escape(&op.target_key)));
         text.push_str(&format!("  current: {}\n", op.version.as_deref().unwrap_or("absent")));
         if let Some((key, display)) = &op.destination {
-            text.push_str(&format!("  destination: {} ({})\n", escape(display), escape(key)));
+            // The key on a line of its own, as the source's: a name may hold " (", so a key
+            // beside the path could not be told from it.
+            text.push_str(&format!("  destination: {}\n", escape(display)));
+            text.push_str(&format!("  destination-target: {}\n", escape(key)));
             if let Some(requested) = &preview.requested_destination {
                 text.push_str(&format!("  destination-requested-as: {}\n", escape(requested)));
             }

@@ -208,7 +208,7 @@ fn the_description_shows_the_resolved_path_and_the_requested_one_beside_it() {
     let body = body.split_once('\n').map(|(_, rest)| rest).unwrap_or_default();
     assert_eq!(
         body,
-        "op 1: writeText /etc/passwd\n  requested-as: /\\x65tc/./passwd\n  target: host:etc/passwd\n  current: absent\n  content-sha256: 010203\nop 2: moveFile /etc/a\n  target: host:etc/a\n  current: absent\n  destination: /etc/b (host:etc/b)\n  destination-requested-as: /etc/c/../b\n",
+        "op 1: writeText /etc/passwd\n  requested-as: /\\x65tc/./passwd\n  target: host:etc/passwd\n  current: absent\n  content-sha256: 010203\nop 2: moveFile /etc/a\n  target: host:etc/a\n  current: absent\n  destination: /etc/b\n  destination-target: host:etc/b\n  destination-requested-as: /etc/c/../b\n",
         "{}",
         d.text
     );
