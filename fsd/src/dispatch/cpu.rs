@@ -5,8 +5,8 @@
 //! behind a bounded queue whose waiters wait as tasks, not threads.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
 use std::sync::mpsc as std_mpsc;
-use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
@@ -38,21 +38,11 @@ pub struct Stopped;
 impl Cpu {
     /// Starts `threads` threads (at least one) behind a queue of `queued` jobs (at least one).
     pub fn start(threads: usize, queued: usize) -> std::io::Result<Cpu> {
-        let (tx, rx) = std_mpsc::channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
-        for n in 0..threads.max(1) {
-            let rx = rx.clone();
-            std::thread::Builder::new().name(format!("fsd-check-{n}")).spawn(move || {
-                loop {
-                    let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
-                    let Ok(job) = job else { return };
-                    // A panicking job loses its caller's answer (it sees `Stopped`), not the
-                    // thread.
-                    let _ = std::panic::catch_unwind(AssertUnwindSafe(job.work));
-                }
-            })?;
-        }
-        Ok(Cpu { jobs: tx, room: Arc::new(Semaphore::new(queued.max(1))) })
+        let jobs = super::threads::start("fsd-check", threads, |job: Job| {
+            // A panicking job loses its caller's answer (it sees `Stopped`), not the thread.
+            let _ = std::panic::catch_unwind(AssertUnwindSafe(job.work));
+        })?;
+        Ok(Cpu { jobs, room: Arc::new(Semaphore::new(queued.max(1))) })
     }
 
     /// Runs `work` on a pool thread and returns its result. A caller that goes away leaves a

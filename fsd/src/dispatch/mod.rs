@@ -13,6 +13,7 @@ mod locks;
 mod pool;
 mod queue;
 pub mod stream;
+mod threads;
 
 use std::collections::HashMap;
 use std::fs::File;

@@ -5,8 +5,8 @@
 
 use std::fs::File;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::mpsc as std_mpsc;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -52,30 +52,21 @@ impl std::fmt::Debug for JobBox {
 impl Readers {
     /// Starts `threads` readers.
     pub fn start(threads: usize) -> std::io::Result<Readers> {
-        let (tx, rx) = std_mpsc::channel::<JobBox>();
-        let rx = Arc::new(Mutex::new(rx));
-        for n in 0..threads.max(1) {
-            let rx = rx.clone();
-            std::thread::Builder::new().name(format!("fsd-reader-{n}")).spawn(move || {
-                loop {
-                    let job = rx.lock().unwrap_or_else(PoisonError::into_inner).recv();
-                    let Ok(JobBox(job)) = job else { return };
-                    if job.reply.is_closed() {
-                        continue;
-                    }
-                    let bytes = crate::sys::read_at_most(&job.file, job.offset, job.len)
-                        .map(Bytes::from)
-                        .map_err(std::io::Error::from);
-                    let shared = bytes.as_ref().ok().cloned();
-                    let _ = job.reply.send(bytes);
-                    if let (Some(bytes), Some(mut hashing)) = (shared, job.digest) {
-                        hashing.digest.update(&bytes);
-                        let _ = hashing.done.send(hashing.digest);
-                    }
-                }
-            })?;
-        }
-        Ok(Readers { jobs: tx })
+        let jobs = super::threads::start("fsd-reader", threads, |JobBox(job)| {
+            if job.reply.is_closed() {
+                return;
+            }
+            let bytes = crate::sys::read_at_most(&job.file, job.offset, job.len)
+                .map(Bytes::from)
+                .map_err(std::io::Error::from);
+            let shared = bytes.as_ref().ok().cloned();
+            let _ = job.reply.send(bytes);
+            if let (Some(bytes), Some(mut hashing)) = (shared, job.digest) {
+                hashing.digest.update(&bytes);
+                let _ = hashing.done.send(hashing.digest);
+            }
+        })?;
+        Ok(Readers { jobs })
     }
 
     async fn submit(
