@@ -96,6 +96,17 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
         ),
     );
     let p = |path: &Path| path.display().to_string();
+    // The usual start, with one of the configs above.
+    let with_config = |config: &str| -> Vec<String> {
+        vec![
+            "--listen".into(),
+            socket.clone(),
+            "--writable-root".into(),
+            p(&ws),
+            "--config".into(),
+            config.into(),
+        ]
+    };
     let cases: Vec<(Vec<String>, Option<&str>, String)> = vec![
         (
             vec!["--listen".into(), socket.clone(), "--writable-root".into(), "/does/not/exist".into()],
@@ -120,19 +131,19 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
                 .into(),
         ),
         (
-            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), big_reads],
+            with_config(&big_reads),
             None,
             "max_message_bytes 83886080 is too small for max_read_bytes 104857600: a message carries the whole \
              file plus 1 MiB of framing, so set max_message_bytes to at least 105906176"
                 .into(),
         ),
         (
-            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), no_submount],
+            with_config(&no_submount),
             None,
             "allow_submounts /does/not/exist does not exist".into(),
         ),
         (
-            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), bad_key],
+            with_config(&bad_key),
             None,
             "approver_public_key is not hex: Odd number of digits".into(),
         ),
@@ -145,23 +156,23 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
         ),
         // A zero time is refused, not quietly raised to 1 ms.
         (
-            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), no_time],
+            with_config(&no_time),
             None,
             "invalid call_timeout_ms: must be at least 1".into(),
         ),
         (
-            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), no_ttl],
+            with_config(&no_ttl),
             None,
             "invalid escalation_ttl_secs: must be at least 1".into(),
         ),
         (
-            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), no_reads],
+            with_config(&no_reads),
             None,
             "invalid max_read_bytes: must be at least 1".into(),
         ),
         // A syntax error: one line with the file, line and column, not the toml crate's snippet.
         (
-            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), bad_syntax.clone()],
+            with_config(&bad_syntax),
             None,
             format!("invalid config {bad_syntax}:2:12: string values must be quoted"),
         ),
@@ -171,7 +182,7 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
             format!("cannot listen on tcp:127.0.0.1:{busy_port}: Address already in use (os error 98)"),
         ),
         (
-            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--config".into(), bad_uid],
+            with_config(&bad_uid),
             None,
             "worker_uid/worker_gid 4294967295:0 cannot be used: 4294967295 means \"unchanged\" to the kernel".into(),
         ),
