@@ -113,6 +113,23 @@ pub fn count_lines(body: &str) -> usize {
     newlines + usize::from(!body.is_empty() && !body.ends_with('\n'))
 }
 
+/// The distinct 1-based lines of `text` on which the byte offsets `starts` (ascending) fall, in
+/// order and lazily: one pass over `text` however many offsets there are (a file of one-letter
+/// lines can have millions of matches), and a caller may stop early.
+pub fn start_lines(text: &str, starts: impl IntoIterator<Item = usize>) -> impl Iterator<Item = usize> {
+    let bytes = text.as_bytes();
+    let (mut line, mut counted, mut last) = (1, 0, 0);
+    starts.into_iter().filter_map(move |at| {
+        let at = at.clamp(counted, bytes.len());
+        line += bytes[counted..at].iter().filter(|&&b| b == b'\n').count();
+        counted = at;
+        (line != last).then(|| {
+            last = line;
+            line
+        })
+    })
+}
+
 /// `text` with every `\r\n` read as `\n`, and where each such pair sat (index in the result).
 struct LfView {
     text: String,
@@ -203,6 +220,20 @@ pub fn replace(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn offsets_map_to_their_distinct_lines_in_order() {
+        let check = |text: &str, starts: &[usize], expected: &[usize]| {
+            let got: Vec<usize> = start_lines(text, starts.iter().copied()).collect();
+            assert_eq!(got, expected, "{text:?} {starts:?}");
+        };
+        check("a\nb\nc\n", &[0, 2, 4], &[1, 2, 3]);
+        check("aa\nb\n", &[0, 1, 3], &[1, 2]);
+        check("a\n\n\nb", &[6], &[4]);
+        check("", &[], &[]);
+        // Past the end: the last line.
+        check("a\nb", &[99], &[2]);
+    }
 
     fn check(body: &str, old: &str, new: &str, all: bool, expected: Result<&str, &str>) {
         let got = replace(body, old, new, all, u64::MAX);

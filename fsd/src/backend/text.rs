@@ -35,19 +35,14 @@ pub fn match_lines(body: &str, old: &str) -> Option<String> {
     if old.is_empty() {
         return Some(String::new());
     }
-    let (mut list, mut last, mut line, mut counted) = (String::new(), 0, 1, 0);
-    for (at, _) in body.match_indices(old.as_str()) {
-        line += body.as_bytes()[counted..at].iter().filter(|&&b| b == b'\n').count();
-        counted = at;
-        if line != last {
-            if !list.is_empty() {
-                list.push(',');
-            }
-            list.push_str(&line.to_string());
-            if list.len() > MAX_MATCH_LINES_BYTES {
-                return None;
-            }
-            last = line;
+    let mut list = String::new();
+    for line in fsd_text::start_lines(&body, body.match_indices(old.as_str()).map(|(at, _)| at)) {
+        if !list.is_empty() {
+            list.push(',');
+        }
+        list.push_str(&line.to_string());
+        if list.len() > MAX_MATCH_LINES_BYTES {
+            return None;
         }
     }
     Some(list)

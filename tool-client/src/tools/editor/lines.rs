@@ -38,17 +38,7 @@ pub fn line_of(text: &str, at: usize) -> usize {
 /// The distinct start lines of the matches (`starts` ascending, as [`match_starts`] gives them),
 /// in order: one pass over `text`, whatever the number of matches.
 pub fn start_lines(text: &str, starts: &[usize]) -> Vec<usize> {
-    let bytes = text.as_bytes();
-    let (mut out, mut line, mut counted): (Vec<usize>, usize, usize) = (Vec::new(), 1, 0);
-    for &at in starts {
-        let at = at.clamp(counted, bytes.len());
-        line += bytes[counted..at].iter().filter(|&&b| b == b'\n').count();
-        counted = at;
-        if out.last() != Some(&line) {
-            out.push(line);
-        }
-    }
-    out
+    fsd_text::start_lines(text, starts.iter().copied()).collect()
 }
 
 /// Inserts `text` as whole lines after line `after` (0 = the top) of raw `body`.
