@@ -1,0 +1,454 @@
+//! The daemon's configuration: a TOML file (snake_case keys) overridden by flags. Roots and modes
+//! come only from here, never from a request. The file's form is in `file`, where and how the
+//! daemon listens in `listen`, the fleet keys (TLS, tokens, health) in `fleet`, the REST face's
+//! settings in `rest`; this module resolves them into one [`Config`].
+
+mod file;
+mod fleet;
+mod listen;
+mod rest;
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+
+use crate::backend::{Limits, Mode, RootSpec};
+
+pub use file::{BudgetsFile, ConfigFile, TokenFile};
+pub use listen::{Listen, Transport};
+pub use rest::Rest;
+
+use file::parse_error;
+use fleet::{FleetFile, fleet_settings};
+use listen::socket_access;
+use rest::rest_settings;
+
+/// How far the daemon trusts a client's claim that a wider mode was approved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Escalation {
+    Deny,
+    Client,
+    Signed,
+}
+
+impl Escalation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Escalation::Deny => "deny",
+            Escalation::Client => "client",
+            Escalation::Signed => "signed",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
+/// What the flags say; each set flag overrides the file.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub listen: Vec<String>,
+    pub writable_roots: Vec<PathBuf>,
+    pub readable_roots: Vec<PathBuf>,
+    pub log_format: Option<String>,
+    pub default_mode: Option<String>,
+}
+
+/// The resolved configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: Vec<Listen>,
+    pub roots: Vec<RootSpec>,
+    pub protected_names: Vec<String>,
+    pub allow_submounts: Vec<PathBuf>,
+    pub allow_backslash: bool,
+    pub default_mode: Mode,
+    pub max_mode: Mode,
+    pub escalation: Escalation,
+    pub approver_public_key: Option<String>,
+    pub escalation_ttl: std::time::Duration,
+    pub approver_endpoint: Option<crate::escalation::ApproverEndpoint>,
+    pub log_format: LogFormat,
+    /// Mode and group the Unix sockets have from the moment they exist.
+    pub socket_access: crate::sys::socket::SocketAccess,
+    pub max_message_bytes: u64,
+    pub limits: Limits,
+    pub landlock: LandlockPolicy,
+    pub workers_per_mode: usize,
+    /// As configured; [`Config::worker_identity`] decides the default.
+    pub worker_uid: Option<u32>,
+    pub worker_gid: Option<u32>,
+    pub call_timeout: std::time::Duration,
+    /// The whole of a graceful stop: in-flight calls finish within it, then what is left is killed.
+    pub shutdown_grace: std::time::Duration,
+    pub audit_log: Option<PathBuf>,
+    pub client_max_modes: std::collections::BTreeMap<crate::identity::ClientKey, Mode>,
+    /// TLS for every `tcp:` listener, when configured.
+    pub tls: Option<crate::tls::TlsConfig>,
+    pub tokens: Vec<crate::identity::TokenEntry>,
+    pub health_listen: Option<std::net::SocketAddr>,
+    pub transport: Transport,
+    pub budgets: crate::budget::Limits,
+    pub stream_idle_timeout: std::time::Duration,
+    pub max_queued_calls: usize,
+    pub max_abandoned_workers: usize,
+    pub rest: Rest,
+}
+
+/// Whether a kernel without the Landlock floor may still serve the confined modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LandlockPolicy {
+    Required,
+    BestEffort,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {0}: {1}")]
+    Read(PathBuf, #[source] std::io::Error),
+    /// One line: the toml crate's own rendering spans several (a snippet with a caret).
+    #[error("invalid config {}{}: {message}", path.display(), at.map(|(line, column)| format!(":{line}:{column}")).unwrap_or_default())]
+    Parse { path: PathBuf, at: Option<(usize, usize)>, message: String },
+    #[error("invalid listen address {0:?}: {1}")]
+    Listen(String, &'static str),
+    #[error("invalid {key} {value:?}: expected read-only, workspace-write or danger-full-access")]
+    Mode { key: &'static str, value: String },
+    #[error("invalid escalation {0:?}: expected \"deny\", \"client\" or \"signed\"")]
+    Escalation(String),
+    #[error(
+        "escalation = \"signed\" needs approver_endpoint (unix:PATH or tcp:HOST:PORT of fsd-approver serve)"
+    )]
+    NoApproverEndpoint,
+    #[error("invalid approver_endpoint {0:?}: expected unix:PATH or tcp:HOST:PORT")]
+    ApproverEndpoint(String),
+    #[error("escalation = \"signed\" needs approver_public_key (64 hex digits)")]
+    NoApproverKey,
+    /// The key's own reason, which names `approver_public_key`.
+    #[error("{0}")]
+    ApproverKey(String),
+    #[error("invalid log_format {0:?}: expected human or json")]
+    LogFormat(String),
+    #[error("no listen address: pass --listen unix:PATH or tcp:127.0.0.1:PORT")]
+    NoListen,
+    #[error("no root: pass --writable-root DIR or --readable-root DIR")]
+    NoRoots,
+    #[error("default_mode {default} is wider than max_mode {max}")]
+    DefaultAboveMax { default: &'static str, max: &'static str },
+    #[error("invalid landlock {0:?}: expected \"required\" or \"best-effort\"")]
+    Landlock(String),
+    #[error(
+        "invalid client_max_modes key {0:?}: expected uid:UID (or a bare uid), cert:NAME, token:NAME or tcp"
+    )]
+    ClientUid(String),
+    #[error(
+        "listener {0} is not on loopback: a non-loopback TCP listener needs TLS (set tls_cert and tls_key)"
+    )]
+    NeedsTls(String),
+    #[error("invalid TLS settings: {0}")]
+    Tls(&'static str),
+    #[error("invalid token {0:?}: {1}")]
+    Token(String, &'static str),
+    #[error("invalid health_listen {0:?}: expected tcp:IP:PORT")]
+    HealthListen(String),
+    #[error("invalid {0}: must be at least 1")]
+    AtLeastOne(&'static str),
+    #[error("invalid socket_mode {0:?}: expected octal permission bits such as \"0660\"")]
+    SocketMode(String),
+    #[error("invalid socket_group {0:?}: not a group in /etc/group nor a number")]
+    SocketGroup(String),
+    #[error("invalid budgets.{0}: must be a positive number (bursts at least 1)")]
+    Budget(&'static str),
+    #[error("workers_per_mode must be between 1 and 64")]
+    Workers,
+    #[error("rest_root {0} is not one of the configured roots")]
+    RestRoot(PathBuf),
+    #[error(
+        "max_message_bytes {message} is too small for {key} {bytes}: a message carries the whole file plus 1 MiB of framing, so set max_message_bytes to at least {needed}"
+    )]
+    MessageTooSmall { message: u64, key: &'static str, bytes: u64, needed: u64 },
+    #[error("cannot read the owner of root {0}: {1}")]
+    RootOwner(PathBuf, #[source] std::io::Error),
+    #[error(
+        "the writable roots have different owners ({0}); workers take the owner's uid and gid: set worker_uid and worker_gid"
+    )]
+    RootOwners(String),
+}
+
+/// Who the confined workers run as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerIdentity {
+    pub uid: u32,
+    pub gid: u32,
+    /// A root worker the operator asked for (`worker_uid = 0`): keeps the few capabilities
+    /// that keeping owners and modes of replaced files needs. Every other worker has none.
+    pub root_capabilities: bool,
+}
+
+fn mode(key: &'static str, value: Option<String>, default: Mode) -> Result<Mode, ConfigError> {
+    match value {
+        None => Ok(default),
+        Some(v) => Mode::parse(&v).ok_or(ConfigError::Mode { key, value: v }),
+    }
+}
+
+impl Config {
+    /// The workers' identity. Configured: as configured (the group defaults to the daemon's).
+    /// Unset under a root daemon: the owner of the writable roots (of the roots, when none is
+    /// writable), so the agent can do no more than the workspace's owner could; a root worker
+    /// only on an explicit `worker_uid = 0`. Unset otherwise: the daemon's own ids.
+    pub fn worker_identity(&self) -> Result<WorkerIdentity, ConfigError> {
+        use std::os::unix::fs::MetadataExt;
+        let (uid, gid) = crate::sys::effective_ids();
+        if let Some(worker_uid) = self.worker_uid {
+            let gid = self.worker_gid.unwrap_or(gid);
+            return Ok(WorkerIdentity { uid: worker_uid, gid, root_capabilities: worker_uid == 0 });
+        }
+        if uid != 0 {
+            return Ok(WorkerIdentity { uid, gid: self.worker_gid.unwrap_or(gid), root_capabilities: false });
+        }
+        let writable: Vec<&RootSpec> = self.roots.iter().filter(|r| r.writable).collect();
+        let owners_of = if writable.is_empty() { self.roots.iter().collect() } else { writable };
+        let mut owners = std::collections::BTreeSet::new();
+        for root in owners_of {
+            let meta =
+                std::fs::metadata(&root.path).map_err(|e| ConfigError::RootOwner(root.path.clone(), e))?;
+            owners.insert((meta.uid(), meta.gid()));
+        }
+        match owners.len() {
+            1 => {
+                let (uid, owner_gid) = owners.into_iter().next().unwrap_or((uid, gid));
+                Ok(WorkerIdentity {
+                    uid,
+                    gid: self.worker_gid.unwrap_or(owner_gid),
+                    root_capabilities: false,
+                })
+            }
+            _ => Err(ConfigError::RootOwners(
+                owners.iter().map(|(u, g)| format!("{u}:{g}")).collect::<Vec<_>>().join(", "),
+            )),
+        }
+    }
+
+    /// The modes any client of this daemon may reach: each gets a worker pool.
+    pub fn served_modes(&self) -> Vec<Mode> {
+        let highest =
+            self.client_max_modes.values().copied().chain([self.max_mode]).max().unwrap_or(self.max_mode);
+        [Mode::ReadOnly, Mode::WorkspaceWrite, Mode::DangerFullAccess]
+            .into_iter()
+            .filter(|m| *m <= highest)
+            .collect()
+    }
+
+    /// Loads the file (if any) and applies the flags.
+    pub fn load(file: Option<&Path>, flags: Overrides) -> Result<Config, ConfigError> {
+        let parsed = match file {
+            Some(path) => {
+                let text =
+                    std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.to_owned(), e))?;
+                toml::from_str(&text).map_err(|e| parse_error(path, &text, &e))?
+            }
+            None => ConfigFile::default(),
+        };
+        Config::resolve(parsed, flags)
+    }
+
+    pub fn resolve(file: ConfigFile, flags: Overrides) -> Result<Config, ConfigError> {
+        let listen_text =
+            if flags.listen.is_empty() { file.listen.unwrap_or_default() } else { flags.listen };
+        let listen = listen_text.iter().map(|l| Listen::parse(l)).collect::<Result<Vec<_>, _>>()?;
+        if listen.is_empty() {
+            return Err(ConfigError::NoListen);
+        }
+        let roots_given = !flags.writable_roots.is_empty() || !flags.readable_roots.is_empty();
+        let (writable, readable) = if roots_given {
+            (flags.writable_roots, flags.readable_roots)
+        } else {
+            (file.writable_roots.unwrap_or_default(), file.readable_roots.unwrap_or_default())
+        };
+        let mut roots: Vec<RootSpec> =
+            writable.into_iter().map(|path| RootSpec { path, writable: true }).collect();
+        roots.extend(readable.into_iter().map(|path| RootSpec { path, writable: false }));
+        if roots.is_empty() {
+            return Err(ConfigError::NoRoots);
+        }
+        let default_mode =
+            mode("default_mode", flags.default_mode.or(file.default_mode), Mode::WorkspaceWrite)?;
+        let max_mode = mode("max_mode", file.max_mode, default_mode)?;
+        if default_mode > max_mode {
+            return Err(ConfigError::DefaultAboveMax {
+                default: default_mode.as_str(),
+                max: max_mode.as_str(),
+            });
+        }
+        let escalation = match file.escalation.as_deref() {
+            None | Some("deny") => Escalation::Deny,
+            Some("client") => Escalation::Client,
+            Some("signed") => Escalation::Signed,
+            Some(other) => return Err(ConfigError::Escalation(other.to_owned())),
+        };
+        let mut approver_endpoint = None;
+        if escalation == Escalation::Signed {
+            let key = file.approver_public_key.as_deref().ok_or(ConfigError::NoApproverKey)?;
+            crate::escalation::Escalations::new(key, std::time::Duration::from_secs(1))
+                .map_err(ConfigError::ApproverKey)?;
+            let endpoint = file.approver_endpoint.as_deref().ok_or(ConfigError::NoApproverEndpoint)?;
+            approver_endpoint = Some(
+                crate::escalation::ApproverEndpoint::parse(endpoint)
+                    .ok_or_else(|| ConfigError::ApproverEndpoint(endpoint.to_owned()))?,
+            );
+        }
+        let log_format = match flags.log_format.or(file.log_format).as_deref() {
+            None | Some("human") => LogFormat::Human,
+            Some("json") => LogFormat::Json,
+            Some(other) => return Err(ConfigError::LogFormat(other.to_owned())),
+        };
+        let socket_access = socket_access(file.socket_mode.as_deref(), file.socket_group.as_deref())?;
+        // A size cap of 0 refuses every non-empty file, listing or upload: a typo, not a policy.
+        // (max_diff_text_bytes = 0 is one: never send a change's text; max_abandoned_workers = 0
+        // too: stop a mode at its first unkillable worker.)
+        for (key, value) in [
+            ("max_message_bytes", file.max_message_bytes),
+            ("max_editable_file_bytes", file.max_editable_file_bytes),
+            ("max_read_bytes", file.max_read_bytes),
+            ("max_upload_bytes", file.max_upload_bytes),
+            ("max_dir_entries", file.max_dir_entries.map(|n| n as u64)),
+        ] {
+            if value == Some(0) {
+                return Err(ConfigError::AtLeastOne(key));
+            }
+        }
+        let defaults = Limits::default();
+        let limits = Limits {
+            max_editable_bytes: file.max_editable_file_bytes.unwrap_or(defaults.max_editable_bytes),
+            max_read_bytes: file.max_read_bytes.unwrap_or(defaults.max_read_bytes),
+            max_diff_text_bytes: file.max_diff_text_bytes.unwrap_or(defaults.max_diff_text_bytes),
+            max_dir_entries: file.max_dir_entries.unwrap_or(defaults.max_dir_entries),
+            max_upload_bytes: file.max_upload_bytes.unwrap_or(defaults.max_upload_bytes),
+            ..defaults
+        };
+        let max_message_bytes = file.max_message_bytes.unwrap_or(80 << 20);
+        // A unary write (or a whole read) carries the file plus framing: the cap must leave room
+        // for it. The error names the key that needs the room, not always the editable size.
+        let (key, bytes) = if limits.max_read_bytes > limits.max_editable_bytes {
+            ("max_read_bytes", limits.max_read_bytes)
+        } else {
+            ("max_editable_file_bytes", limits.max_editable_bytes)
+        };
+        let needed = bytes.saturating_add(1 << 20);
+        if max_message_bytes < needed {
+            return Err(ConfigError::MessageTooSmall { message: max_message_bytes, key, bytes, needed });
+        }
+        let landlock = match file.landlock.as_deref() {
+            None | Some("required") => LandlockPolicy::Required,
+            Some("best-effort") => LandlockPolicy::BestEffort,
+            Some(other) => return Err(ConfigError::Landlock(other.to_owned())),
+        };
+        let workers_per_mode = file.workers_per_mode.unwrap_or(2);
+        if !(1..=64).contains(&workers_per_mode) {
+            return Err(ConfigError::Workers);
+        }
+        let mut client_max_modes = std::collections::BTreeMap::new();
+        for (key, value) in file.client_max_modes.unwrap_or_default() {
+            let client =
+                crate::identity::ClientKey::parse(&key).ok_or_else(|| ConfigError::ClientUid(key.clone()))?;
+            client_max_modes.insert(client, mode("client_max_modes", Some(value), max_mode)?);
+        }
+        let fleet = fleet_settings(
+            &listen,
+            FleetFile {
+                tls_cert: file.tls_cert,
+                tls_key: file.tls_key,
+                tls_client_ca: file.tls_client_ca,
+                tls_client_cert: file.tls_client_cert,
+                tokens: file.tokens,
+                health_listen: file.health_listen,
+            },
+        )?;
+        // A zero time would make the daemon time out everything at once: refused, not raised.
+        let at_least_one = |key: &'static str, value: Option<u64>, default: u64| match value {
+            Some(0) => Err(ConfigError::AtLeastOne(key)),
+            other => Ok(other.unwrap_or(default)),
+        };
+        let ms = |key: &'static str, value: Option<u64>, default: u64| {
+            at_least_one(key, value, default).map(std::time::Duration::from_millis)
+        };
+        let transport = Transport {
+            max_connections: file.max_connections.unwrap_or(256),
+            max_concurrent_streams: file.max_concurrent_streams.unwrap_or(256),
+            max_calls_per_connection: file.max_calls_per_connection.unwrap_or(64),
+            keepalive_interval: ms("keepalive_interval_ms", file.keepalive_interval_ms, 30_000)?,
+            keepalive_timeout: ms("keepalive_timeout_ms", file.keepalive_timeout_ms, 20_000)?,
+            handshake_timeout: ms("handshake_timeout_ms", file.handshake_timeout_ms, 10_000)?,
+            idle_timeout: ms("idle_timeout_ms", file.idle_timeout_ms, 300_000)?,
+            max_handshakes: file.max_handshakes.unwrap_or(256),
+            max_handshakes_per_source: file.max_handshakes_per_source.unwrap_or(16),
+            unauthenticated_idle: ms("unauthenticated_idle_ms", file.unauthenticated_idle_ms, 10_000)?,
+        };
+        let call_timeout = ms("call_timeout_ms", file.call_timeout_ms, 30_000)?;
+        let shutdown_grace = ms("shutdown_grace_ms", file.shutdown_grace_ms, 10_000)?;
+        let stream_idle_timeout = ms("stream_idle_timeout_ms", file.stream_idle_timeout_ms, 30_000)?;
+        let escalation_ttl = std::time::Duration::from_secs(at_least_one(
+            "escalation_ttl_secs",
+            file.escalation_ttl_secs,
+            120,
+        )?);
+        if transport.max_handshakes == 0 {
+            return Err(ConfigError::AtLeastOne("max_handshakes"));
+        }
+        if transport.max_handshakes_per_source == 0 {
+            return Err(ConfigError::AtLeastOne("max_handshakes_per_source"));
+        }
+        let max_queued_calls = file.max_queued_calls.unwrap_or(4096);
+        if max_queued_calls == 0 {
+            return Err(ConfigError::AtLeastOne("max_queued_calls"));
+        }
+        let budgets = file.budgets.unwrap_or_default().resolve()?;
+        if transport.max_connections == 0 {
+            return Err(ConfigError::AtLeastOne("max_connections"));
+        }
+        if transport.max_concurrent_streams == 0 {
+            return Err(ConfigError::AtLeastOne("max_concurrent_streams"));
+        }
+        if transport.max_calls_per_connection == 0 {
+            return Err(ConfigError::AtLeastOne("max_calls_per_connection"));
+        }
+        let rest = rest_settings(&roots, file.rest_root, file.metadata_env_prefix, file.metadata_env)?;
+        Ok(Config {
+            rest,
+            landlock,
+            workers_per_mode,
+            worker_uid: file.worker_uid,
+            worker_gid: file.worker_gid,
+            call_timeout,
+            shutdown_grace,
+            audit_log: file.audit_log,
+            client_max_modes,
+            tls: fleet.tls,
+            tokens: fleet.tokens,
+            health_listen: fleet.health_listen,
+            transport,
+            budgets,
+            stream_idle_timeout,
+            max_queued_calls,
+            max_abandoned_workers: file.max_abandoned_workers.unwrap_or(8),
+            listen,
+            roots,
+            protected_names: file.protected_names.unwrap_or_else(|| vec![".git".to_owned()]),
+            allow_submounts: file.allow_submounts.unwrap_or_default(),
+            allow_backslash: file.allow_backslash.unwrap_or(false),
+            default_mode,
+            max_mode,
+            escalation,
+            approver_public_key: file.approver_public_key.clone(),
+            escalation_ttl,
+            approver_endpoint,
+            log_format,
+            socket_access,
+            max_message_bytes,
+            limits,
+        })
+    }
+}

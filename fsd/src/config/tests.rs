@@ -1,0 +1,250 @@
+//! The configuration's resolution, table by table.
+
+use super::*;
+
+fn check(toml_text: &str, flags: Overrides, expected: Result<&str, &str>) {
+    let file: ConfigFile = match toml::from_str(toml_text) {
+        Ok(f) => f,
+        Err(e) => {
+            let want = expected.err().unwrap_or("a valid config");
+            assert!(e.to_string().contains(want), "{e} does not contain {want}");
+            return;
+        }
+    };
+    let got = Config::resolve(file, flags).map(|c| {
+        format!(
+            "{} {:?} {} {}",
+            c.listen.iter().map(ToString::to_string).collect::<Vec<_>>().join(","),
+            c.roots.iter().map(|r| (r.path.display().to_string(), r.writable)).collect::<Vec<_>>(),
+            c.default_mode.as_str(),
+            c.escalation.as_str()
+        )
+    });
+    assert_eq!(got.map_err(|e| e.to_string()), expected.map(str::to_owned).map_err(str::to_owned));
+}
+
+fn flags(listen: &[&str], writable: &[&str]) -> Overrides {
+    Overrides {
+        listen: listen.iter().map(|s| (*s).to_owned()).collect(),
+        writable_roots: writable.iter().map(PathBuf::from).collect(),
+        ..Overrides::default()
+    }
+}
+
+#[test]
+fn socket_access_values() {
+    let check = |mode: Option<&str>, group: Option<&str>, expected: Result<(u32, Option<u32>), &str>| {
+        let got = socket_access(mode, group).map(|a| (a.mode, a.gid)).map_err(|e| e.to_string());
+        match expected {
+            Ok(want) => assert_eq!(got, Ok(want), "{mode:?} {group:?}"),
+            Err(want) => {
+                assert!(got.as_ref().is_err_and(|e| e.contains(want)), "{mode:?} {group:?}: {got:?}")
+            }
+        }
+    };
+    check(None, None, Ok((0o660, None)));
+    check(Some("0600"), None, Ok((0o600, None)));
+    check(Some("666"), Some("0"), Ok((0o666, Some(0))));
+    check(Some("0o640"), Some("root"), Ok((0o640, Some(0))));
+    check(Some("0"), None, Ok((0, None)));
+    check(Some("01777"), None, Err("invalid socket_mode"));
+    check(Some("0689"), None, Err("invalid socket_mode"));
+    check(Some(""), None, Err("invalid socket_mode"));
+    check(Some("+660"), None, Err("invalid socket_mode"));
+    check(None, Some("no-such-group-fsd"), Err("invalid socket_group"));
+}
+
+#[test]
+fn config_table() {
+    check("", flags(&["unix:/s"], &["/ws"]), Ok("unix:/s [(\"/ws\", true)] workspace-write deny"));
+    check(
+        "listen = [\"tcp:127.0.0.1:7000\"]\nreadable_roots = [\"/r\"]\ndefault_mode = \"read-only\"",
+        Overrides::default(),
+        Ok("tcp:127.0.0.1:7000 [(\"/r\", false)] read-only deny"),
+    );
+    // Flags override the file.
+    check(
+        "writable_roots = [\"/a\"]",
+        flags(&["unix:/s"], &["/b"]),
+        Ok("unix:/s [(\"/b\", true)] workspace-write deny"),
+    );
+    check(
+        "",
+        flags(&["tcp:0.0.0.0:1"], &["/ws"]),
+        Err(
+            "listener tcp:0.0.0.0:1 is not on loopback: a non-loopback TCP listener needs TLS (set tls_cert and tls_key)",
+        ),
+    );
+    check(
+        "",
+        flags(&["http+plain:127.0.0.1:8080"], &["/ws"]),
+        Ok("http+plain:127.0.0.1:8080 [(\"/ws\", true)] workspace-write deny"),
+    );
+    check(
+        "tls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"",
+        flags(&["http+plain:0.0.0.0:8080"], &["/ws"]),
+        Err("invalid listen address \"http+plain:0.0.0.0:8080\": a plaintext listener must be on loopback"),
+    );
+    check("", flags(&[], &["/ws"]), Err("no listen address: pass --listen unix:PATH or tcp:127.0.0.1:PORT"));
+    check("", flags(&["unix:/s"], &[]), Err("no root: pass --writable-root DIR or --readable-root DIR"));
+    check(
+        "escalation = \"signed\"",
+        flags(&["unix:/s"], &["/ws"]),
+        Err("escalation = \"signed\" needs approver_public_key (64 hex digits)"),
+    );
+    let key = "approver_public_key = \"d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a\"";
+    check(
+        &format!("escalation = \"signed\"\n{key}"),
+        flags(&["unix:/s"], &["/ws"]),
+        Err(
+            "escalation = \"signed\" needs approver_endpoint (unix:PATH or tcp:HOST:PORT of fsd-approver serve)",
+        ),
+    );
+    check(
+        &format!("escalation = \"signed\"\n{key}\napprover_endpoint = \"approver.sock\""),
+        flags(&["unix:/s"], &["/ws"]),
+        Err("invalid approver_endpoint \"approver.sock\": expected unix:PATH or tcp:HOST:PORT"),
+    );
+    check(
+        "escalation = \"maybe\"",
+        flags(&["unix:/s"], &["/ws"]),
+        Err("invalid escalation \"maybe\": expected \"deny\", \"client\" or \"signed\""),
+    );
+    check(
+        "default_mode = \"danger-full-access\"\nmax_mode = \"read-only\"",
+        flags(&["unix:/s"], &["/ws"]),
+        Err("default_mode danger-full-access is wider than max_mode read-only"),
+    );
+    check("bogus = 1", flags(&["unix:/s"], &["/ws"]), Err("unknown field `bogus`"));
+    check(
+        "landlock = \"maybe\"",
+        flags(&["unix:/s"], &["/ws"]),
+        Err("invalid landlock \"maybe\": expected \"required\" or \"best-effort\""),
+    );
+    check(
+        "[client_max_modes]\nalice = \"read-only\"",
+        flags(&["unix:/s"], &["/ws"]),
+        Err(
+            "invalid client_max_modes key \"alice\": expected uid:UID (or a bare uid), cert:NAME, token:NAME or tcp",
+        ),
+    );
+}
+
+/// TLS, tokens and identity keys: what a fleet daemon's config may and may not say.
+#[test]
+fn fleet_config_table() {
+    let hash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+    let tls = "tls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\n";
+    let fleet = |text: &str| -> Result<Config, String> {
+        let file: ConfigFile = toml::from_str(text).map_err(|e| e.to_string())?;
+        Config::resolve(file, flags(&[], &["/ws"])).map_err(|e| e.to_string())
+    };
+    let listen = "listen = [\"tcp:10.99.0.1:7443\"]\n";
+    // TLS with required client certificates may listen beyond loopback.
+    let ok =
+        fleet(&format!("{listen}{tls}tls_client_ca = \"/ca.pem\"")).map(|c| c.tls.map(|t| t.client_certs));
+    assert_eq!(ok, Ok(Some(crate::tls::ClientCerts::Required)));
+    // Server-only TLS needs tokens, or nobody could authenticate.
+    assert_eq!(
+        fleet(&format!("{listen}{tls}")).err().as_deref(),
+        Some("invalid TLS settings: without required client certificates (tls_client_ca), configure tokens")
+    );
+    let with_token = fleet(&format!("{listen}{tls}[tokens.ci]\nsha256 = \"{hash}\"\ncert = \"agent-a\""));
+    assert_eq!(
+        with_token.map(|c| (c.tokens[0].name.clone(), c.tokens[0].cert.clone())),
+        Ok(("ci".into(), Some("agent-a".into())))
+    );
+    assert_eq!(
+        fleet(&format!("{listen}{tls}[tokens.ci]\nsha256 = \"abc\"")).err().as_deref(),
+        Some("invalid token \"ci\": sha256 must be 64 hex digits (sha256sum of the token)")
+    );
+    assert_eq!(
+        fleet(&format!("listen = [\"tcp:127.0.0.1:1\"]\n[tokens.ci]\nsha256 = \"{hash}\"")).err().as_deref(),
+        Some("invalid TLS settings: bearer tokens are accepted only over TLS: set tls_cert and tls_key")
+    );
+    assert_eq!(
+        fleet(&format!("{listen}tls_cert = \"/c.pem\"")).err().as_deref(),
+        Some("invalid TLS settings: tls_cert and tls_key go together")
+    );
+    assert_eq!(
+        fleet(&format!("{listen}{tls}tls_client_ca = \"/ca.pem\"\ntls_client_cert = \"sometimes\""))
+            .err()
+            .as_deref(),
+        Some("invalid TLS settings: tls_client_cert must be \"required\" or \"optional\"")
+    );
+    assert_eq!(
+        fleet("listen = [\"unix:/s\"]\nhealth_listen = \"0.0.0.0:8081\"").err().as_deref(),
+        Some("invalid health_listen \"0.0.0.0:8081\": expected tcp:IP:PORT")
+    );
+    // Identity keys: bare uids keep working beside the new forms.
+    let keys = fleet("listen = [\"unix:/s\"]\nmax_mode = \"danger-full-access\"\n[client_max_modes]\n1000 = \"read-only\"\n\"uid:1001\" = \"workspace-write\"\n\"cert:agent-a\" = \"read-only\"\n\"token:ci\" = \"danger-full-access\"")
+        .map(|c| c.client_max_modes.iter().map(|(k, m)| format!("{k}={}", m.as_str())).collect::<Vec<_>>().join(" "));
+    assert_eq!(
+        keys.as_deref(),
+        Ok("uid:1000=read-only uid:1001=workspace-write cert:agent-a=read-only token:ci=danger-full-access")
+    );
+    let limits = fleet("listen = [\"unix:/s\"]\nmax_concurrent_streams = 0").err();
+    assert_eq!(limits.as_deref(), Some("invalid max_concurrent_streams: must be at least 1"));
+}
+
+#[test]
+fn parse_errors_are_one_line_with_their_place() {
+    let check = |text: &str, expected: &str| {
+        let e = toml::from_str::<ConfigFile>(text).err().unwrap_or_else(|| panic!("{text} parses"));
+        let got = parse_error(Path::new("/etc/fsd.toml"), text, &e).to_string();
+        assert!(got.starts_with(expected) && !got.contains('\n'), "{text}: {got}");
+    };
+    check(
+        "workers_per_mode = 2\nmax_mode = read-only\n",
+        "invalid config /etc/fsd.toml:2:12: string values must be quoted, expected literal string",
+    );
+    check("\n  listen = [\"unix:/s\"\n", "invalid config /etc/fsd.toml:2:22: unclosed array, expected `]`");
+    check(
+        "# é\nworkers_per_mode = \"two\"",
+        "invalid config /etc/fsd.toml:2:20: invalid type: string \"two\", expected usize",
+    );
+    check("bogus = 1", "invalid config /etc/fsd.toml:1:1: unknown field `bogus`, expected one of");
+}
+
+/// Every size, count and time limit refuses 0 with one line naming its key; the two that
+/// mean something at 0 keep it.
+#[test]
+fn zero_limits_are_refused_by_key() {
+    let check = |text: &str, expected: Result<(), &str>| {
+        let file: ConfigFile = toml::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        let got = Config::resolve(file, flags(&["unix:/s"], &["/ws"])).map(drop).map_err(|e| e.to_string());
+        assert_eq!(got, expected.map_err(str::to_owned), "{text}");
+    };
+    for key in [
+        "max_read_bytes",
+        "max_editable_file_bytes",
+        "max_message_bytes",
+        "max_upload_bytes",
+        "max_dir_entries",
+        "workers_per_mode",
+        "max_queued_calls",
+        "max_connections",
+        "max_concurrent_streams",
+        "max_calls_per_connection",
+        "max_handshakes",
+        "max_handshakes_per_source",
+        "call_timeout_ms",
+        "shutdown_grace_ms",
+        "stream_idle_timeout_ms",
+        "escalation_ttl_secs",
+    ] {
+        let expected = match key {
+            "workers_per_mode" => "workers_per_mode must be between 1 and 64".to_owned(),
+            _ => format!("invalid {key}: must be at least 1"),
+        };
+        check(&format!("{key} = 0"), Err(&expected));
+    }
+    check(
+        "[budgets]
+calls_in_flight = 0",
+        Err("invalid budgets.calls_in_flight: must be a positive number (bursts at least 1)"),
+    );
+    check("max_diff_text_bytes = 0", Ok(()));
+    check("max_abandoned_workers = 0", Ok(()));
+    check("max_read_bytes = 1\nmax_dir_entries = 1\nmax_upload_bytes = 1", Ok(()));
+}
