@@ -38,7 +38,7 @@ const PROTO_EDGES: &[&str] = &[
     "fsd/src/service/",
     "fsd/src/network.rs",
     // The tools' channel, and their one typed client of the daemon (domain types out).
-    "tool-client/src/connect.rs",
+    "tool-client/src/connect/",
     "tool-client/src/daemon/",
     // The same channel over gRPC-Web (HTTP/1.1 routers).
     "tool-client/src/web.rs",
@@ -281,7 +281,7 @@ fn each_rule_catches_a_planted_violation() {
     check("fsd/src/dispatch.rs", "//! X.\nfn f(r: v1::ReadTextRequest) {}\n", &[(2, Rule::ProtoOutsideEdge)]);
     // The edges, other crates, comments and look-alike names are fine.
     check("fsd/src/service/wire.rs", "//! X.\nuse fsd_proto::v1;\nfn f(_: v1::Target) {}\n", &[]);
-    check("tool-client/src/connect.rs", "//! X.\nuse fsd_proto::v1::fsd_client::FsdClient;\n", &[]);
+    check("tool-client/src/connect/link.rs", "//! X.\nuse fsd_proto::v1::fsd_client::FsdClient;\n", &[]);
     check("tool-client/src/daemon/mod.rs", "//! X.\nuse fsd_proto::v1;\nfn f(_: tonic::Status) {}\n", &[]);
     // A tool executor is no edge: it speaks to the daemon through `daemon`'s domain types.
     check(
