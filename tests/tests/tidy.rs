@@ -291,7 +291,7 @@ fn each_rule_catches_a_planted_violation() {
     );
     check("tool-client/src/failure.rs", "//! X.\nuse fsd_proto::{ErrorCode, WireError};\n", &[]);
     // tonic is the daemon's server framework: only the tools are held to the daemon module.
-    check("fsd/src/edge.rs", "//! X.\nfn f() -> tonic::Status { todo() }\n", &[]);
+    check("fsd/src/edge/mod.rs", "//! X.\nfn f() -> tonic::Status { todo() }\n", &[]);
     check("tests/tests/read.rs", "//! X.\nuse fsd_proto::v1;\n", &[]);
     check("fsd/src/dispatch.rs", "//! X.\n// v1::Target is the wire's; ours is Target.\nfn pv1() {}\n", &[]);
     check(
