@@ -120,7 +120,7 @@ fn ports_after(text: &str, key: &str) -> Vec<u16> {
 
 #[test]
 fn every_config_key_the_daemon_accepts_is_documented_in_the_readme() {
-    let source = std::fs::read_to_string(repo().join("fsd/src/config.rs")).unwrap();
+    let source = std::fs::read_to_string(repo().join("fsd/src/config/file.rs")).unwrap();
     let body = source.split_once("pub struct ConfigFile {").unwrap().1.split_once("\n}").unwrap().0;
     let keys: Vec<&str> = body
         .lines()
