@@ -37,7 +37,8 @@ pub struct CanonicalOp {
 /// of what a call is compared against (the digest and the resolved targets are).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Preview {
-    pub lines: Vec<String>,
+    /// The diff as shown, bounded ([`diff::bounded`]).
+    pub lines: Vec<diff::Shown>,
     /// The path as requested, when it is not the resolved one shown (`/\x65tc/x` for `/etc/x`).
     pub requested: Option<String>,
     /// The same for a move's destination.
@@ -79,7 +80,10 @@ struct Pending {
     session: String,
     client: String,
     mode: Mode,
-    expires: u64,
+    /// When it expires, in Unix milliseconds: exact, whatever second the ttl started in. The
+    /// description signs the second this falls in, rounded up, so no use is ever admitted past
+    /// the expiry an approver signed.
+    expires_ms: u64,
     /// Approved calls; each is used once.
     ops: Vec<(CanonicalOp, bool)>,
     /// The reads of its content a target of an approved change has left (one per change that
@@ -201,13 +205,19 @@ impl TicketError {
 
 /// The canonical description of `request`: the bytes an approver signs.
 fn render(id: &str, nonce_hex: &str, expires: u64, request: &Describe<'_>) -> String {
+    let (justification, more) = diff::cut(request.justification, diff::MAX_JUSTIFICATION_CHARS);
     let mut text = format!(
-        "fsd escalation v1\nid: {id}\nnonce: {nonce_hex}\nsession: {}\nclient: {}\nmode: {}\njustification: {}\nexpires: {expires}\n",
+        "fsd escalation v1\nid: {id}\nnonce: {nonce_hex}\nsession: {}\nclient: {}\nmode: {}\njustification: {justification}\n",
         escape(request.session),
         escape(request.client),
         request.mode.as_str(),
-        escape(request.justification),
     );
+    if more > 0 {
+        // Said where the person reads it: the rest of the reason is there, not shown.
+        text.push_str(&format!("justification-not-shown: {more} more bytes\n"));
+    }
+    text.push_str(&format!("expires: {expires}\n"));
+    let mut diff_budget = diff::MAX_DESCRIPTION_BYTES;
     for (i, (op, preview)) in request.ops.iter().enumerate() {
         text.push_str(&format!("op {}: {} {}\n", i + 1, op.op.name(), escape(&op.display)));
         if let Some(requested) = &preview.requested {
@@ -227,12 +237,7 @@ fn render(id: &str, nonce_hex: &str, expires: u64, request: &Describe<'_>) -> St
         if !op.content_sha256.is_empty() {
             text.push_str(&format!("  content-sha256: {}\n", hex::encode(&op.content_sha256)));
         }
-        if !preview.lines.is_empty() {
-            text.push_str("  diff:\n");
-            for line in &preview.lines {
-                text.push_str(&format!("    {}\n", escape(line)));
-            }
-        }
+        text.push_str(&diff::render(&preview.lines, &mut diff_budget));
     }
     text
 }
@@ -250,7 +255,7 @@ pub struct Escalations {
     key: VerifyingKey,
     ttl: Duration,
     pending: Mutex<HashMap<String, Pending>>,
-    /// Escalations `purge` removed as expired, for a while: id → (expiry, digest), so a late
+    /// Escalations `purge` removed as expired, for a while: id → (expiry in ms, digest), so a late
     /// use is told it expired (and audited with the digest), not that it is unknown.
     expired: Mutex<HashMap<String, (u64, String)>>,
 }
@@ -258,10 +263,17 @@ pub struct Escalations {
 /// Lately expired escalations remembered at most, and for how long after their expiry (beyond,
 /// a late use is told "unknown").
 const MAX_TOMBSTONES: usize = 4096;
-const TOMBSTONE_SECS: u64 = 600;
+const TOMBSTONE_MS: u64 = 600_000;
 
 fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    now_ms() / 1000
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }
 
 fn random_hex(bytes: usize) -> String {
@@ -351,6 +363,7 @@ pub struct Described {
     pub id: String,
     pub nonce: Vec<u8>,
     pub text: String,
+    /// The expiry the description signs, in Unix seconds (the exact one rounded up).
     pub expires: u64,
     /// SHA-256 of `text` (hex): what audit records and the approver's log name.
     pub digest: String,
@@ -376,12 +389,12 @@ impl Escalations {
     /// Forgets expired escalations, giving their budgets back, and returns them for the audit
     /// log (an expiry is a decision too).
     pub fn purge(&self) -> Vec<Expired> {
-        let t = now();
+        let t = now_ms();
         let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         let ids: Vec<String> =
-            table.iter().filter(|(_, p)| p.expires <= t).map(|(id, _)| id.clone()).collect();
+            table.iter().filter(|(_, p)| p.expires_ms <= t).map(|(id, _)| id.clone()).collect();
         let mut tombstones = self.expired.lock().unwrap_or_else(PoisonError::into_inner);
-        tombstones.retain(|_, (expires, _)| expires.saturating_add(TOMBSTONE_SECS) > t);
+        tombstones.retain(|_, (expires_ms, _)| expires_ms.saturating_add(TOMBSTONE_MS) > t);
         let mut expired = Vec::with_capacity(ids.len());
         for id in ids {
             let Some(p) = table.remove(&id) else { continue };
@@ -390,7 +403,7 @@ impl Escalations {
                 continue;
             }
             if tombstones.len() < MAX_TOMBSTONES {
-                tombstones.insert(id, (p.expires, p.digest.clone()));
+                tombstones.insert(id, (p.expires_ms, p.digest.clone()));
             }
             expired.push(Expired {
                 path: p.ops.first().map(|(op, _)| op.display.clone()).unwrap_or_default(),
@@ -412,7 +425,9 @@ impl Escalations {
         let id = random_hex(16);
         let nonce_hex = random_hex(16);
         let nonce = hex::decode(&nonce_hex).unwrap_or_default();
-        let expires = now() + self.ttl.as_secs().max(1);
+        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let expires_ms = now_ms().saturating_add(ttl_ms);
+        let expires = expires_ms.div_ceil(1000);
         let text = render(&id, &nonce_hex, expires, &request);
         let digest = hex::encode(fsd_proto::digest::content(text.as_bytes()));
         // One read of each changed target per change naming it (see `take_read`).
@@ -432,7 +447,7 @@ impl Escalations {
             session: request.session.to_owned(),
             client: request.client.to_owned(),
             mode: request.mode,
-            expires,
+            expires_ms,
             content_reads,
             ops: request.ops.into_iter().map(|(op, _)| (op, false)).collect(),
         };
@@ -473,7 +488,7 @@ impl Escalations {
         if pending.nonce != ticket.nonce {
             return Err(TicketError::Unknown);
         }
-        if pending.expires <= now() {
+        if pending.expires_ms <= now_ms() {
             return Err(TicketError::Expired);
         }
         if pending.session != ticket.session || pending.client != ticket.client {
@@ -617,6 +632,8 @@ impl Escalations {
         }
     }
 }
+
+pub mod diff;
 
 #[cfg(test)]
 mod tests;

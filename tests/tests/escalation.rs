@@ -579,6 +579,23 @@ fn a_large_patch_check_does_not_hold_another_clients_stat() {
     });
 }
 
+/// A write's preview (the diff an approver sees, the digest the approval binds) is linear in
+/// the content's size too: made on the check threads, held there by the hook.
+#[test]
+fn a_large_write_preview_does_not_hold_another_clients_stat() {
+    a_held_check_does_not_hold_another_clients_stat(|big| {
+        let mut content = "a line of the new content\n".repeat((24 << 20) / 26);
+        content.push_str("changed\n");
+        let op = v1::EscalatedOp {
+            op: "writeText".into(),
+            path: p(big),
+            content: Some(content),
+            ..Default::default()
+        };
+        (op, None)
+    });
+}
+
 #[test]
 fn a_large_edit_check_does_not_hold_another_clients_stat() {
     a_held_check_does_not_hold_another_clients_stat(|big| {

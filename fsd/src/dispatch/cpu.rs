@@ -30,41 +30,64 @@ impl std::fmt::Debug for Cpu {
     }
 }
 
-/// The pool stopped (a job panicked, or the process is ending).
-#[derive(Debug, thiserror::Error)]
-#[error("the daemon's check threads stopped")]
-pub struct Stopped;
+/// Why a job gave no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CpuError {
+    /// The job panicked: that one check failed; the thread, and the pool, serve on.
+    #[error("the check failed")]
+    Failed,
+    /// The pool stopped (the process is ending).
+    #[error("the daemon's check threads stopped")]
+    Stopped,
+}
+
+impl CpuError {
+    /// The `reason` metadata of the `FS_IO_ERROR` it is reported as.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CpuError::Failed => "check_failed",
+            CpuError::Stopped => "check_pool_stopped",
+        }
+    }
+
+    /// The failure a caller of the check on `path` is answered with.
+    pub fn into_wire(self, path: &str) -> fsd_proto::WireError {
+        fsd_proto::WireError::new(fsd_proto::ErrorCode::IoError, path, self.to_string())
+            .with("reason", self.as_str())
+    }
+}
 
 impl Cpu {
     /// Starts `threads` threads (at least one) behind a queue of `queued` jobs (at least one).
     pub fn start(threads: usize, queued: usize) -> std::io::Result<Cpu> {
         let jobs = super::threads::start("fsd-check", threads, |job: Job| {
-            // A panicking job loses its caller's answer (it sees `Stopped`), not the thread.
+            // A job catches its own panic (`run`); this one is a second guard for the thread.
             let _ = std::panic::catch_unwind(AssertUnwindSafe(job.work));
         })?;
         Ok(Cpu { jobs, room: Arc::new(Semaphore::new(queued.max(1))) })
     }
 
     /// Runs `work` on a pool thread and returns its result. A caller that goes away leaves a
-    /// queued job to be skipped, a running one to finish unheard.
+    /// queued job to be skipped, a running one to finish unheard. A job that panics is answered
+    /// as the failed check it is ([`CpuError::Failed`]), not as a stopped pool.
     pub async fn run<T: Send + 'static>(
         &self,
         work: impl FnOnce() -> T + Send + 'static,
-    ) -> Result<T, Stopped> {
-        let room = self.room.clone().acquire_owned().await.map_err(|_| Stopped)?;
+    ) -> Result<T, CpuError> {
+        let room = self.room.clone().acquire_owned().await.map_err(|_| CpuError::Stopped)?;
         let (reply, answer) = oneshot::channel();
         let work = Box::new(move || {
             let room: OwnedSemaphorePermit = room;
             if !reply.is_closed() {
-                let out = work();
+                let out = std::panic::catch_unwind(AssertUnwindSafe(work)).map_err(|_| CpuError::Failed);
                 // Given back before the answer: a caller holding its answer finds the room it
                 // took free again (dropping it after, the next caller could still find it taken).
                 drop(room);
                 let _ = reply.send(out);
             }
         });
-        self.jobs.send(Job { work }).map_err(|_| Stopped)?;
-        answer.await.map_err(|_| Stopped)
+        self.jobs.send(Job { work }).map_err(|_| CpuError::Stopped)?;
+        answer.await.map_err(|_| CpuError::Stopped)?
     }
 }
 
@@ -124,7 +147,25 @@ mod tests {
         });
         assert_eq!(sum, 90);
         assert_eq!(cpu.room.available_permits(), 3, "every job gave its room back");
-        assert!(rt.block_on(cpu.run(|| panic!("a job that panics"))).is_err());
-        assert_eq!(rt.block_on(cpu.run(|| 1)).ok(), Some(1), "the pool survives a panicking job");
+    }
+
+    #[test]
+    fn a_panicking_job_is_a_failed_check_and_the_pool_serves_on() {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap_or_else(|e| panic!("{e}"));
+        // One thread: the job after the panic runs on the very thread that panicked.
+        let cpu = Cpu::start(1, 2).unwrap_or_else(|e| panic!("{e}"));
+        let check = |outcome: Result<u32, CpuError>, expected: Result<u32, CpuError>| {
+            assert_eq!(outcome, expected);
+        };
+        check(rt.block_on(cpu.run(|| panic!("a job that panics"))), Err(CpuError::Failed));
+        check(rt.block_on(cpu.run(|| 1)), Ok(1));
+        check(rt.block_on(cpu.run(|| panic!("another"))), Err(CpuError::Failed));
+        check(rt.block_on(cpu.run(|| 2)), Ok(2));
+        assert_eq!(cpu.room.available_permits(), 2, "a panicking job gave its room back");
+        let wire = CpuError::Failed.into_wire("/w/a.txt");
+        assert_eq!(
+            (wire.code, wire.path.as_str(), wire.metadata.get("reason").map(String::as_str)),
+            (fsd_proto::ErrorCode::IoError, "/w/a.txt", Some("check_failed"))
+        );
     }
 }

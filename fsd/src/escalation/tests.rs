@@ -16,7 +16,7 @@ fn op(path: &str) -> CanonicalOp {
 
 fn describe(esc: &Escalations, client: &str, permit: Option<crate::budget::Permit>) -> Described {
     let permits = permit.into_iter().collect();
-    let preview = Preview { lines: vec!["+new\u{202e}".into()], ..Preview::default() };
+    let preview = Preview { lines: diff::bounded(["+new\u{202e}"]), ..Preview::default() };
     let ops = vec![(op("etc/x"), preview)];
     let request = Describe {
         session: "s1",
@@ -118,11 +118,32 @@ fn an_escalation_holds_its_clients_budget_until_it_is_decided_or_expires() {
     assert!(budgets.escalation(&who).is_ok(), "an expired escalation gives it back");
 }
 
+/// A ttl of one second is one second from when the escalation is described, whatever second
+/// that falls in: described just before a second boundary, its ticket still serves after it
+/// (a whole-second expiry ended it at that boundary), and not once its second is over.
+#[test]
+fn a_one_second_ticket_is_good_for_its_second_and_no_longer() {
+    let (signing, esc) = setup(1);
+    while now_ms() % 1000 < 850 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let d = describe(&esc, "uid:0", None);
+    let signed = fsd_proto::signed_decision(&d.text, "person");
+    assert_eq!(esc.approve(&d.id, &signing.sign(signed.as_bytes()).to_bytes(), "person"), Ok(()));
+    // Past the second boundary, well within the second.
+    std::thread::sleep(Duration::from_millis(300));
+    let ticket = ticket(&d, "uid:0");
+    assert_eq!(esc.check(&ticket), Ok(()), "usable right after approval");
+    // The description signs the second the expiry falls in, rounded up: never an earlier one.
+    assert!(d.text.contains(&format!("expires: {}\n", d.expires)), "{}", d.text);
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(esc.check(&ticket), Err(TicketError::Expired), "refused once its second is over");
+    assert_eq!(esc.redeem(&ticket, &op("etc/x")), Err(TicketError::Expired));
+}
+
 #[test]
 fn a_taken_read_is_spent_not_expired_and_a_too_large_one_is_given_back() {
-    // Expiry counts whole seconds: a 1 s ticket can expire at once (at the next second), so
-    // this one lives at least 2 s for the calls below, and at most 3 s.
-    let (signing, esc) = setup(3);
+    let (signing, esc) = setup(2);
     let read = CanonicalOp { op: Op::ReadText, content_sha256: Vec::new(), ..op("etc/x") };
     let request = Describe {
         session: "s1",
@@ -142,7 +163,7 @@ fn a_taken_read_is_spent_not_expired_and_a_too_large_one_is_given_back() {
     assert_eq!(esc.take_read(&ticket, "host:etc/x", true), Err(TicketError::Unknown));
     esc.give_back_read(&ticket, "host:etc/x");
     assert_eq!(esc.take_read(&ticket, "host:etc/x", true), Ok(true));
-    std::thread::sleep(Duration::from_millis(3100));
+    std::thread::sleep(Duration::from_millis(2100));
     assert!(esc.purge().is_empty(), "a spent escalation is not reported as expired");
     assert_eq!(esc.check(&ticket), Err(TicketError::Unknown));
 }

@@ -31,12 +31,12 @@ impl FsdService {
             session: context.as_ref().map(|c| c.session_id.clone()).unwrap_or_default(),
             call: context.as_ref().map(|c| c.call_id.clone()).unwrap_or_default(),
         };
-        let call = wire::write_bytes(header);
+        let mut call = wire::write_bytes(header);
         let path = call.path().to_owned();
         let refused = |r: crate::budget::Refusal| r.into_wire(&path).into_status();
         let _in_flight = self.budgets.call(&caller.identity).map_err(refused)?;
         let grant = self.mode(&caller, context.as_ref(), &path, Op::WriteBytes)?;
-        self.redeem(&caller, &grant, &call).await?;
+        self.redeem(&caller, &grant, &mut call).await?;
         self.may_create(&caller, grant.mode, &call).await.map_err(WireError::into_status)?;
         let feed = |mut sink: super::BodySink| async move {
             loop {

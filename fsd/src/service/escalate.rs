@@ -20,6 +20,7 @@ use crate::approver::{self, Answer};
 use crate::backend::{self, Mode, Outcome, WriteGuard, text};
 use crate::config::Escalation;
 use crate::error::{EscalationDenial, Failure, FsError, StaleReason};
+use crate::escalation::diff::{self, Shown};
 use crate::escalation::{AFTER_EARLIER, CanonicalOp, Describe, Preview, escape, lexical};
 use crate::op::Op;
 
@@ -46,6 +47,26 @@ fn unbound(op: Op, wire: &v1::EscalatedOp) -> bool {
 /// What the approver is told of a path the caller wrote differently from the one shown.
 fn requested_as(requested: &str, shown: &str) -> Option<String> {
     (requested != shown).then(|| requested.to_owned())
+}
+
+/// What a call changes, taken out of its request for the check threads.
+#[derive(Debug, Default)]
+struct Change {
+    content: Option<String>,
+    old: Option<String>,
+    new: Option<String>,
+    replace_all: bool,
+}
+
+impl Change {
+    fn take(wire: &mut v1::EscalatedOp) -> Change {
+        Change {
+            content: wire.content.take(),
+            old: wire.old_string.take(),
+            new: wire.new_string.take(),
+            replace_all: wire.replace_all,
+        }
+    }
 }
 
 /// The file as a worker of `mode` reads it: `None` when absent; the text when it is text and
@@ -119,9 +140,7 @@ impl FsdService {
                     });
                     checked
                         .await
-                        .map_err(|e| {
-                            WireError::new(ErrorCode::IoError, &wire.path, e.to_string()).into_status()
-                        })?
+                        .map_err(|e| e.into_wire(&wire.path).into_status())?
                         .map_err(WireError::into_status)?;
                 }
                 Ok(())
@@ -174,30 +193,29 @@ impl FsdService {
 
     /// The digest an approval binds and the diff its approver sees (never the caller).
     /// `earlier`: what an earlier operation of the same patch left there, when one did.
+    /// `change`: the call's content (a write's, an edit's strings), taken from the request.
+    /// The diff and the digest are linear in the content's size: made on the check threads,
+    /// never on this runtime thread other clients' calls are scheduled on.
+    #[allow(clippy::too_many_arguments)]
     async fn preview(
         &self,
         mode: Mode,
         op: Op,
-        wire: &v1::EscalatedOp,
+        path: &str,
+        change: Change,
         exists: bool,
-        earlier: Option<Option<&str>>,
+        earlier: Option<Option<String>>,
         digested: Option<Vec<u8>>,
-    ) -> (Vec<u8>, Preview) {
-        const MAX_PREVIEW_LINES: usize = 200;
-        let bounded = |mut lines: Vec<String>| {
-            if lines.len() > MAX_PREVIEW_LINES {
-                let more = lines.len() - MAX_PREVIEW_LINES;
-                lines.truncate(MAX_PREVIEW_LINES);
-                lines.push(format!("… {more} more diff lines not shown"));
-            }
-            Preview { lines, ..Preview::default() }
-        };
-        match (op, &wire.content, &wire.old_string, &wire.new_string) {
-            (Op::WriteText, Some(content), _, _) => {
+    ) -> Result<(Vec<u8>, Preview), Status> {
+        // The test hook holds a write's preview whose digest is made here (a patch's was made,
+        // and held, where its hunks were applied; an edit's check was held before).
+        let run = |hold, work| self.previewed_off_runtime(path, hold, work);
+        let previewed = match (op, change) {
+            (Op::WriteText, Change { content: Some(content), .. }) => {
                 let current = if let Some(earlier) = earlier {
-                    Some(earlier.unwrap_or_default().to_owned())
+                    Some(earlier.unwrap_or_default())
                 } else if exists {
-                    let request = backend::Request::ReadText { path: wire.path.clone(), max_bytes: 1 << 20 };
+                    let request = backend::Request::ReadText { path: path.to_owned(), max_bytes: 1 << 20 };
                     match self.dispatch(mode, request).await {
                         Ok(Outcome::ReadText { text, .. }) => Some(text),
                         _ => None,
@@ -205,34 +223,73 @@ impl FsdService {
                 } else {
                     Some(String::new())
                 };
-                let lines = match current {
-                    Some(old) => similar::TextDiff::configure()
-                        .timeout(std::time::Duration::from_millis(100))
-                        .diff_lines(old.as_str(), content.as_str())
-                        .unified_diff()
-                        .context_radius(2)
-                        .to_string()
-                        .lines()
-                        .map(str::to_owned)
-                        .collect(),
-                    None => vec!["(the current content is not text or too large to show)".to_owned()],
-                };
-                // A patch's result was digested on the check threads (`digested`).
-                let digest = digested.unwrap_or_else(|| digest::content(content.as_bytes()));
-                (digest, bounded(lines))
+                run(
+                    digested.is_none(),
+                    Box::new(move || {
+                        let lines = match current {
+                            Some(old) => {
+                                let diff = similar::TextDiff::configure()
+                                    .timeout(std::time::Duration::from_millis(100))
+                                    .diff_lines(old.as_str(), content.as_str())
+                                    .unified_diff()
+                                    .context_radius(2)
+                                    .to_string();
+                                diff::bounded(diff.lines())
+                            }
+                            None => vec![Shown::Note("the current content is not text or too large to show")],
+                        };
+                        // A patch's result was digested on the check threads already (`digested`).
+                        let digest = digested.unwrap_or_else(|| digest::content(content.as_bytes()));
+                        (digest, lines)
+                    }),
+                )
+                .await
             }
-            (Op::EditText, _, Some(old), Some(new)) => {
-                let mut lines: Vec<String> = old.lines().map(|l| format!("-{l}")).collect();
-                lines.extend(new.lines().map(|l| format!("+{l}")));
-                if wire.replace_all {
-                    lines.insert(0, "(every occurrence)".to_owned());
-                }
-                (digest::edit(old, new, wire.replace_all), bounded(lines))
+            (Op::EditText, Change { old: Some(old), new: Some(new), replace_all, .. }) => {
+                run(
+                    false,
+                    Box::new(move || {
+                        let removed = old.lines().map(|l| format!("-{l}"));
+                        let added = new.lines().map(|l| format!("+{l}"));
+                        let mut lines = diff::bounded(removed.chain(added));
+                        if replace_all {
+                            lines.insert(0, Shown::Note("every occurrence"));
+                        }
+                        (digest::edit(&old, &new, replace_all), lines)
+                    }),
+                )
+                .await
             }
             // Nothing else has content the daemon computed (a patch's move has: `digested`); a
             // digest the client sent beside a delete or a read is its word, never bound or shown.
-            _ => (digested.unwrap_or_default(), Preview::default()),
-        }
+            _ => return Ok((digested.unwrap_or_default(), Preview::default())),
+        };
+        previewed.map_err(|e| e.into_wire(path).into_status())
+    }
+
+    /// Runs a preview's `work` on the check threads.
+    async fn previewed_off_runtime(
+        &self,
+        path: &str,
+        hold: bool,
+        work: Box<dyn FnOnce() -> (Vec<u8>, Vec<Shown>) + Send>,
+    ) -> Result<(Vec<u8>, Preview), crate::dispatch::cpu::CpuError> {
+        #[cfg(feature = "fault-injection")]
+        let held = hold.then(|| path.to_owned());
+        #[cfg(not(feature = "fault-injection"))]
+        let _ = (hold, path);
+        let (digest, lines) = self
+            .dispatcher
+            .cpu()
+            .run(move || {
+                #[cfg(feature = "fault-injection")]
+                if let Some(path) = held {
+                    crate::dispatch::cpu::hold::check(&path);
+                }
+                work()
+            })
+            .await?;
+        Ok((digest, Preview { lines, ..Preview::default() }))
     }
 
     /// One requested call: checked (where the caller may know the answer), then described.
@@ -243,7 +300,7 @@ impl FsdService {
         base: Mode,
         requested: Mode,
         op: Op,
-        wire: &v1::EscalatedOp,
+        wire: &mut v1::EscalatedOp,
         patch: Option<(&mut PatchCheck, usize)>,
     ) -> Result<(CanonicalOp, Preview), Status> {
         // Before anything is resolved: a change described without its content is never shown.
@@ -298,15 +355,17 @@ impl FsdService {
             _ => None,
         };
         // Beside each resolved path, the caller's spelling of it when that differs.
-        let spelled = |preview: Preview| Preview {
-            requested: requested_as(&wire.path, &display),
-            requested_destination: destination.as_ref().and_then(|(_, d)| requested_as(&wire.destination, d)),
-            ..preview
-        };
+        let requested_path = requested_as(&wire.path, &display);
+        let requested_destination =
+            destination.as_ref().and_then(|(_, d)| requested_as(&wire.destination, d));
+        let spelled =
+            move |preview: Preview| Preview { requested: requested_path, requested_destination, ..preview };
         let Some((patch, index)) = patch else {
             self.check(requested, op, wire).await?;
+            // Checked: the content goes to the check threads, not copied.
+            let change = Change::take(wire);
             let (content_sha256, preview) =
-                self.preview(requested, op, wire, version.is_some(), None, None).await;
+                self.preview(requested, op, &wire.path, change, version.is_some(), None, None).await?;
             let preview = spelled(preview);
             return Ok((
                 CanonicalOp { op, target_key, display, version, destination, content_sha256 },
@@ -349,20 +408,18 @@ impl FsdService {
         });
         let (effect, digested) = applied
             .await
-            .map_err(|e| WireError::new(ErrorCode::IoError, &wire.path, e.to_string()).into_status())?
+            .map_err(|e| e.into_wire(&wire.path).into_status())?
             .map_err(WireError::into_status)?;
-        let mut wire = wire.clone();
-        match (&effect, &digested) {
-            (Effect::Write(content), _) => wire.content = Some(content.clone()),
-            (Effect::Move(Some(_)), Some(digested)) => wire.content_sha256 = digested.clone().into(),
-            _ => {}
-        }
+        let change = match &effect {
+            Effect::Write(content) => Change { content: Some(content.clone()), ..Change::default() },
+            _ => Change::default(),
+        };
         patch.record(&target_key, destination.as_ref().map(|(key, _)| key.as_str()), &effect);
-        let before = earlier.as_ref().map(Option::as_deref);
+        let after_earlier = earlier.is_some();
         let (content_sha256, preview) =
-            self.preview(requested, op, &wire, version.is_some(), before, digested).await;
+            self.preview(requested, op, &wire.path, change, version.is_some(), earlier, digested).await?;
         let preview = spelled(preview);
-        let version = if earlier.is_some() { Some(AFTER_EARLIER.to_owned()) } else { version };
+        let version = if after_earlier { Some(AFTER_EARLIER.to_owned()) } else { version };
         Ok((CanonicalOp { op, target_key, display, version, destination, content_sha256 }, preview))
     }
 
@@ -371,7 +428,7 @@ impl FsdService {
         request: Request<v1::EscalationRequest>,
     ) -> Result<Response<v1::EscalationDescription>, Status> {
         let caller = Caller::of(&request, request.get_ref().context());
-        let r = request.into_inner();
+        let mut r = request.into_inner();
         let first = r.ops.first().map(|o| o.path.clone()).unwrap_or_default();
         let refuse = |denial: EscalationDenial| denial.into_wire(&first, self.default_mode).into_status();
         if self.escalation == Escalation::Deny {
@@ -414,7 +471,7 @@ impl FsdService {
         };
         let mut patch = r.patch.as_deref().map(|text| PatchCheck::new(text, &r.ops)).transpose()?;
         let mut ops = Vec::with_capacity(r.ops.len());
-        for (index, wire) in r.ops.iter().enumerate() {
+        for (index, wire) in r.ops.iter_mut().enumerate() {
             let Some(op) = Op::escalatable(&wire.op) else {
                 return Err(Status::invalid_argument(format!("cannot escalate operation {:?}", wire.op)));
             };

@@ -258,23 +258,53 @@ impl FsdService {
         }
     }
 
-    /// Describes one call as an approver would have seen it.
-    async fn canonical_op(&self, mode: Mode, request: &backend::Request) -> Result<CanonicalOp, Status> {
+    /// Describes one call as an approver would have seen it. Its content's digest is linear in
+    /// its size: made on the check threads (the content lent to them and given back, never
+    /// copied), not on this runtime thread other clients' calls are scheduled on.
+    async fn canonical_op(&self, mode: Mode, request: &mut backend::Request) -> Result<CanonicalOp, Status> {
         let op = match request.op() {
             op if op.is_mutation() => op,
             _ => Op::Read,
         };
+        let lent = |content: &mut String| std::mem::take(content);
         let (digest, destination) = match request {
-            backend::Request::WriteText { content, .. } => (digest::content(content.as_bytes()), None),
-            backend::Request::EditText { old, new, replace_all, .. } => {
-                (digest::edit(old, new, *replace_all), None)
+            backend::Request::WriteText { path, content, .. } => {
+                let lent = lent(content);
+                let (back, digest) = self
+                    .digested(path, move || {
+                        let digest = digest::content(lent.as_bytes());
+                        ((lent, String::new()), digest)
+                    })
+                    .await?;
+                *content = back.0;
+                (digest, None)
             }
-            backend::Request::MoveFile { destination, content, .. } => {
-                let digest = content.as_ref().map(|c| digest::content(c.as_bytes())).unwrap_or_default();
-                (digest, Some(destination))
+            backend::Request::EditText { path, old, new, replace_all, .. } => {
+                let (old_lent, new_lent, all) = (lent(old), lent(new), *replace_all);
+                let (back, digest) = self
+                    .digested(path, move || {
+                        let digest = digest::edit(&old_lent, &new_lent, all);
+                        ((old_lent, new_lent), digest)
+                    })
+                    .await?;
+                (*old, *new) = back;
+                (digest, None)
             }
+            backend::Request::MoveFile { source, destination, content: Some(content), .. } => {
+                let lent = lent(content);
+                let (back, digest) = self
+                    .digested(source, move || {
+                        let digest = digest::content(lent.as_bytes());
+                        ((lent, String::new()), digest)
+                    })
+                    .await?;
+                *content = back.0;
+                (digest, Some(destination.clone()))
+            }
+            backend::Request::MoveFile { destination, .. } => (Vec::new(), Some(destination.clone())),
             _ => (Vec::new(), None),
         };
+        let destination = destination.as_deref();
         let follow = request.op().follows_link();
         let (target_key, display, version) = self.canonical(mode, op, request.path(), follow).await?;
         let destination = match destination {
@@ -287,22 +317,35 @@ impl FsdService {
         Ok(CanonicalOp { op, target_key, display, version, destination, content_sha256: digest })
     }
 
+    /// A digest made on the check threads, with what it was made of given back.
+    async fn digested(
+        &self,
+        path: &str,
+        work: impl FnOnce() -> ((String, String), Vec<u8>) + Send + 'static,
+    ) -> Result<((String, String), Vec<u8>), Status> {
+        self.dispatcher.cpu().run(work).await.map_err(|e| e.into_wire(path).into_status())
+    }
+
     /// Redeems a signed ticket for this call, or refuses it (audited either way). For a read
     /// that took an approved read, its target key, for [`FsdService::give_back_read`].
     pub(super) async fn redeem(
         &self,
         caller: &Caller,
         grant: &Grant,
-        request: &backend::Request,
+        request: &mut backend::Request,
     ) -> Result<Option<String>, Status> {
         let Some(ticket) = &grant.ticket else { return Ok(None) };
-        let path = request.path();
+        let path = &request.path().to_owned();
+        let request_op = request.op();
+        // Reading bytes of a target is what a change's approval bounds; a stat is not.
+        let content =
+            matches!(request, backend::Request::ReadText { .. } | backend::Request::ReadBytes { .. });
         let digest = self.escalations.as_ref().and_then(|e| e.digest_of(&ticket.escalation_id));
         let extra = Extra { digest: digest.as_deref(), ..Extra::default() };
         let refuse = |denial: EscalationDenial| {
             self.audit_record(
                 caller,
-                Step::Escalate(request.op()),
+                Step::Escalate(request_op),
                 path,
                 grant.mode,
                 Decision::Refused,
@@ -335,9 +378,6 @@ impl FsdService {
         // Before the ticket is spent: its last call forgets the escalation.
         let decider = escalations.decider_of(&ticket.escalation_id);
         let result = if call.op == Op::Read {
-            // Reading bytes of a target is what a change's approval bounds; a stat is not.
-            let content =
-                matches!(request, backend::Request::ReadText { .. } | backend::Request::ReadBytes { .. });
             let taken = escalations.take_read(&presented, &call.target_key, content);
             taken.map(|taken| taken.then(|| call.target_key.clone()))
         } else {
@@ -345,7 +385,7 @@ impl FsdService {
         };
         match result {
             Ok(read) => {
-                let step = Step::Escalate(request.op());
+                let step = Step::Escalate(request_op);
                 // The record names the path the call resolved to, and who approved it.
                 let extra = Extra { requested: Some(path), decided_by: decider.as_deref(), ..extra };
                 self.audit_record(caller, step, &call.display, grant.mode, Decision::Approved, "ok", extra);

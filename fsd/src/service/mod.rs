@@ -104,8 +104,13 @@ impl FsdService {
 
     /// Runs one operation in a worker of the granted mode (after redeeming its ticket), logs
     /// and audits it.
-    async fn run(&self, caller: &Caller, grant: Grant, request: backend::Request) -> Result<Outcome, Status> {
-        let read = self.redeem(caller, &grant, &request).await?;
+    async fn run(
+        &self,
+        caller: &Caller,
+        grant: Grant,
+        mut request: backend::Request,
+    ) -> Result<Outcome, Status> {
+        let read = self.redeem(caller, &grant, &mut request).await?;
         let mode = grant.mode;
         let op = request.op();
         let path = request.path().to_owned();
@@ -262,8 +267,8 @@ impl Fsd for FsdService {
         let call_permit = self.budgets.call(&caller.identity).map_err(|e| refused(e, &r.path))?;
         let stream_permit = self.budgets.stream(&caller.identity).map_err(|e| refused(e, &r.path))?;
         let grant = self.mode(&caller, r.context.as_ref(), &r.path, Op::StreamText)?;
-        let probe = backend::Request::ReadText { path: r.path.clone(), max_bytes: 0 };
-        self.redeem(&caller, &grant, &probe).await?;
+        let mut probe = backend::Request::ReadText { path: r.path.clone(), max_bytes: 0 };
+        self.redeem(&caller, &grant, &mut probe).await?;
         let mode = grant.mode;
         let (header, file) = self
             .dispatcher
