@@ -308,6 +308,17 @@ mod tests {
         );
     }
 
+    /// A partial preview reaches the person as the daemon said it: what is not shown is said,
+    /// and a character the daemon left raw (it escapes them all) is escaped here again.
+    #[test]
+    fn the_prompt_says_what_a_partial_preview_leaves_out() {
+        let description = "fsd escalation v1\nmode: danger-full-access\njustification: why\u{202e}\njustification-not-shown: 20 more bytes\nop 1: writeText /etc/x\n  target: host:etc/x\n  current: absent\n  content-sha256: 00\n  diff (partial preview: the lines starting with ! say what is not shown; content-sha256 binds the whole change):\n    +a\u{1b}]0;title\u{7}\n    ! diff line 1: 99 more bytes not shown\n    ! 7 more diff lines not shown\n";
+        assert_eq!(
+            prompt_text(description, 0),
+            "An fsd client asks to run these calls at a wider mode:\n\nfsd escalation v1\nmode: danger-full-access\njustification: why\\u{202e}\njustification-not-shown: 20 more bytes\nop 1: writeText /etc/x\n  target: host:etc/x\n  current: absent\n  content-sha256: 00\n  diff (partial preview: the lines starting with ! say what is not shown; content-sha256 binds the whole change):\n    +a\\u{1b}]0;title\\u{7}\n    ! diff line 1: 99 more bytes not shown\n    ! 7 more diff lines not shown\n"
+        );
+    }
+
     /// A change whose content the description does not bind is marked in front of the person.
     #[test]
     fn the_prompt_marks_a_change_whose_content_is_not_bound() {

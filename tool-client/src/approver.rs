@@ -70,7 +70,7 @@ pub fn message(ask: &Ask<'_>) -> String {
             None => text.push_str(&format!("  path: {}\n", escape(path))),
         }
     }
-    text.push_str(&format!("  reason: {}\n", escape(ask.justification)));
+    text.push_str(&format!("  reason: {}\n", reason(ask.justification)));
     text.push_str("Approve this one call?");
     text
 }
@@ -126,19 +126,55 @@ impl Approver {
     }
 }
 
-/// Escapes control, bidi and other non-printing characters so a path cannot disguise itself.
+/// Escapes control, bidi and other non-printing characters so a path cannot disguise itself:
+/// controls (an ANSI escape starts with one), bidi embeddings, overrides and isolates, the
+/// marks, zero-width and invisible characters, line and paragraph separators, variation
+/// selectors and tags. Other non-ASCII text (`café`) is shown as it is.
 pub fn escape(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_control()
-                || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-            {
-                c.escape_unicode().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+    text.chars().map(|c| if hidden(c) { c.escape_unicode().to_string() } else { c.to_string() }).collect()
+}
+
+/// Whether a terminal could show `c` as nothing, or let it restyle or reorder what follows.
+fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{ad}'
+                | '\u{34f}'
+                | '\u{61c}'
+                | '\u{115f}'..='\u{1160}'
+                | '\u{17b4}'..='\u{17b5}'
+                | '\u{180b}'..='\u{180f}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{206f}'
+                | '\u{3164}'
+                | '\u{fe00}'..='\u{fe0f}'
+                | '\u{feff}'
+                | '\u{ffa0}'
+                | '\u{fff0}'..='\u{fffb}'
+                | '\u{1bca0}'..='\u{1bca3}'
+                | '\u{1d173}'..='\u{1d17a}'
+                | '\u{e0000}'..='\u{e0fff}'
+        )
+}
+
+/// Characters of the model's reason shown; the rest is said to be there, not shown.
+const MAX_REASON_CHARS: usize = 1000;
+
+/// The model's reason as shown: escaped, cut at [`MAX_REASON_CHARS`], the cut said.
+fn reason(text: &str) -> String {
+    let mut shown = String::new();
+    let mut chars = 0;
+    for (at, c) in text.char_indices() {
+        let escaped = escape(c.encode_utf8(&mut [0; 4]));
+        chars += escaped.chars().count();
+        if chars > MAX_REASON_CHARS {
+            return format!("{shown} [{} more bytes of the reason not shown]", text.len() - at);
+        }
+        shown.push_str(&escaped);
+    }
+    shown
 }
 
 fn prompt(ask: &Ask<'_>) -> std::io::Result<bool> {
@@ -218,8 +254,42 @@ mod tests {
 
     #[test]
     fn escaping_disarms_bidi_and_control_characters() {
-        assert_eq!(escape("a\u{202e}txt.exe"), "a\\u{202e}txt.exe");
-        assert_eq!(escape("line\nbreak"), "line\\u{a}break");
-        assert_eq!(escape("café"), "café");
+        let check = |text: &str, shown: &str| assert_eq!(escape(text), shown, "{text:?}");
+        check("a\u{202e}txt.exe", "a\\u{202e}txt.exe");
+        check("line\nbreak", "line\\u{a}break");
+        check("café", "café");
+        check("\u{1b}[2Jclear", "\\u{1b}[2Jclear");
+        check("ok\rfake", "ok\\u{d}fake");
+        check("a\u{2066}b\u{2069}", "a\\u{2066}b\\u{2069}");
+        check("zero\u{200b}width\u{feff}", "zero\\u{200b}width\\u{feff}");
+        check("soft\u{ad}hyphen", "soft\\u{ad}hyphen");
+        check("line\u{2028}sep", "line\\u{2028}sep");
+        check("tag\u{e0041}", "tag\\u{e0041}");
+        check("filler\u{3164}", "filler\\u{3164}");
+        check("\u{9b}31m", "\\u{9b}31m");
+    }
+
+    /// The prompt a person reads (terminal or MCP host), whole: nothing in the model's reason
+    /// or a path restyles, reorders or hides text, and a long reason is cut and says so.
+    #[test]
+    fn nothing_the_model_wrote_restyles_or_hides_the_prompt() {
+        let paths = vec!["/etc/\u{1b}[8mhidden\u{202e}txt.exe".to_owned()];
+        let requested = vec!["/etc/x\u{200b}".to_owned()];
+        let long = format!("fix\u{1b}[2K\r{}", "a".repeat(1200));
+        let ask = |justification| Ask {
+            tool: "write",
+            paths: &paths,
+            requested: &requested,
+            mode: "danger-full-access",
+            justification,
+        };
+        assert_eq!(
+            message(&ask(&long)),
+            format!(
+                "The agent asks to run write at danger-full-access mode.\n  path: /etc/\\u{{1b}}[8mhidden\\u{{202e}}txt.exe (requested as /etc/x\\u{{200b}})\n  reason: fix\\u{{1b}}[2K\\u{{d}}{} [217 more bytes of the reason not shown]\nApprove this one call?",
+                "a".repeat(1000 - 17)
+            )
+        );
+        assert!(message(&ask("short")).contains("  reason: short\n"));
     }
 }

@@ -235,6 +235,38 @@ fn the_description_shows_the_resolved_path_and_the_requested_one_beside_it() {
     );
 }
 
+/// A preview that cannot show everything says so where the person reads it: a cut line, the
+/// lines left out, a cut reason; and nothing in them can restyle the person's terminal.
+#[test]
+fn a_partial_preview_is_said_to_be_partial_in_the_description() {
+    let (_, esc) = setup(60);
+    let huge = format!("+{}\u{1b}[8m{}", " ".repeat(300), "x".repeat(1 << 20));
+    let lines = ["@@ -0,0 +1 @@".to_owned(), huge];
+    let preview = Preview { lines: diff::bounded(lines.iter()), ..Preview::default() };
+    let justification = format!("the user asked\u{202e}{}", "!".repeat(2000));
+    let request = Describe {
+        session: "s1",
+        client: "uid:0",
+        mode: Mode::DangerFullAccess,
+        justification: &justification,
+        ops: vec![(CanonicalOp { display: "/etc/x".into(), ..op("etc/x") }, preview)],
+    };
+    let d = esc.describe(request, Vec::new());
+    let body = d.text.split_once("mode: danger-full-access\n").map(|(_, rest)| rest).unwrap_or_default();
+    let expires = format!("expires: {}\n", d.expires);
+    let body = body.replace(&expires, "expires: <expiry>\n");
+    assert_eq!(
+        body,
+        format!(
+            "justification: the user asked\\u{{202e}}{}\njustification-not-shown: {} more bytes\nexpires: <expiry>\nop 1: writeText /etc/x\n  target: host:etc/x\n  current: absent\n  content-sha256: 010203\n  diff (partial preview: the lines starting with ! say what is not shown; content-sha256 binds the whole change):\n    @@ -0,0 +1 @@\n    +{}\n    ! diff line 2: {} more bytes not shown\n",
+            "!".repeat(1000 - 14 - 8),
+            2000 - (1000 - 14 - 8),
+            " ".repeat(239),
+            61 + 4 + (1 << 20),
+        )
+    );
+}
+
 /// A change's approval lets the client read what it changes as often as its preflight
 /// needs: once per change naming the target (a stat or a write check is free), no more.
 #[test]
