@@ -430,9 +430,11 @@ impl Escalations {
         let expires = expires_ms.div_ceil(1000);
         let text = render(&id, &nonce_hex, expires, &request);
         let digest = hex::encode(fsd_proto::digest::content(text.as_bytes()));
-        // One read of each changed target per change naming it (see `take_read`).
+        // One read of each changed target per change naming it (see `take_read`); a deletion
+        // changes no content a client need read, so it admits none.
         let mut content_reads: HashMap<String, usize> = HashMap::new();
-        for (op, _) in request.ops.iter().filter(|(op, _)| op.op != Op::ReadText) {
+        let reads = |op: &CanonicalOp| !matches!(op.op, Op::ReadText | Op::DeleteFile);
+        for (op, _) in request.ops.iter().filter(|(op, _)| reads(op)) {
             let keys = std::iter::once(&op.target_key).chain(op.destination.as_ref().map(|(key, _)| key));
             for key in keys {
                 *content_reads.entry(key.clone()).or_default() += 1;
@@ -563,12 +565,13 @@ impl Escalations {
         Ok(())
     }
 
-    /// Checks a ticket for a read of one of the approved targets: an approved read, which this
-    /// read takes (`Ok(true)`: good for one read, given back by [`Escalations::give_back_read`]
-    /// when the read did not happen), or a target an approved change names (an apply_patch
-    /// preflight, the editor's re-read: `Ok(false)`). A read of such a target's `content` takes
-    /// one of the reads the change allows it (past them, [`TicketError::ReadsSpent`]); a look
-    /// at its metadata (a stat, a write check) takes nothing.
+    /// Checks a ticket for a read of one of the approved targets: an approved read, which a
+    /// read of its `content` takes (`Ok(true)`: good for one read, given back by
+    /// [`Escalations::give_back_read`] when the read did not happen), or a target an approved
+    /// change names (an apply_patch preflight, the editor's re-read: `Ok(false)`). A read of
+    /// such a target's `content` takes one of the reads the change allows it (past them, or for
+    /// a deletion, which allows none: [`TicketError::ReadsSpent`]). A look at either's metadata
+    /// (a stat, a write check) takes nothing.
     pub fn take_read(
         &self,
         ticket: &Ticket<'_>,
@@ -582,11 +585,13 @@ impl Escalations {
         if pending.ops.iter().all(|(_, used)| *used) {
             return Err(TicketError::Unknown);
         }
-        let read = pending
-            .ops
-            .iter_mut()
-            .find(|(op, used)| !used && op.op == Op::ReadText && op.target_key == target_key);
-        if let Some(slot) = read {
+        // A look at an approved read's metadata takes nothing: the read is for its content.
+        let approved_read = |op: &CanonicalOp| op.op == Op::ReadText && op.target_key == target_key;
+        if !content && pending.ops.iter().any(|(op, _)| approved_read(op)) {
+            return Ok(false);
+        }
+        let read = pending.ops.iter_mut().find(|(op, used)| !used && approved_read(op));
+        if let (true, Some(slot)) = (content, read) {
             slot.1 = true;
             return Ok(true);
         }

@@ -831,6 +831,38 @@ fn an_approved_change_admits_one_read_of_its_target() {
     );
 }
 
+/// A stat with an approved read's ticket leaves the read for the content it was approved
+/// for; an approved deletion's ticket lets its client look at the file and delete it, never
+/// read it.
+#[test]
+fn a_stat_spends_no_approved_read_and_a_deletion_reads_nothing() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let mut rpc = Rpc::connect(&s.d);
+    let target = s.outside.path().join("notes.txt");
+    std::fs::write(&target, "v1\n").unwrap();
+    let stat = |rpc: &mut Rpc, tk: &v1::EscalationTicket| {
+        let request = v1::StatRequest {
+            context: context("s1", Some(tk.clone())),
+            path: p(&target),
+            ..Default::default()
+        };
+        rpc.rt.block_on(rpc.client.stat(request)).map(drop).map_err(|s| WireError::from_status(&s).unwrap())
+    };
+    let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &target)]).unwrap());
+    stat(&mut rpc, &tk).unwrap();
+    stat(&mut rpc, &tk).unwrap();
+    assert_eq!(read(&mut rpc, "s1", &target, Some(tk)).unwrap(), "v1\n", "the stats left the read");
+    let tk = ticket(ask(&mut rpc, "s1", vec![op("deleteFile", &target)]).unwrap());
+    stat(&mut rpc, &tk).unwrap();
+    let err = read(&mut rpc, "s1", &target, Some(tk.clone())).unwrap_err();
+    assert_eq!((err.code, err.get("ticket")), (ErrorCode::SandboxDenied, Some("reads_spent")), "{err:?}");
+    let request = v1::DeleteFileRequest { context: context("s1", Some(tk)), path: p(&target), guard: None };
+    rpc.rt.block_on(rpc.client.delete_file(request)).unwrap_or_else(|s| panic!("{s:?}"));
+    assert!(!target.exists());
+}
+
 #[test]
 fn an_approved_read_of_a_large_file_streams_in_the_same_call() {
     let keys = Keys::new();

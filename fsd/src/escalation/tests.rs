@@ -305,6 +305,32 @@ fn a_change_admits_one_read_of_each_target_per_change() {
     check("host:etc/y", false, Err(TicketError::Mismatch));
 }
 
+/// A stat under an approved read leaves the read for the content it was approved for; an
+/// approved deletion lets its client look at the file, not read it.
+#[test]
+fn a_stat_takes_no_approved_read_and_a_deletion_admits_no_content_read() {
+    let (signing, esc) = setup(60);
+    let read = CanonicalOp { op: Op::ReadText, content_sha256: Vec::new(), ..op("etc/r") };
+    let delete = CanonicalOp { op: Op::DeleteFile, content_sha256: Vec::new(), ..op("etc/d") };
+    let ops = vec![(read, Preview::default()), (delete.clone(), Preview::default())];
+    let request =
+        Describe { session: "s1", client: "uid:0", mode: Mode::DangerFullAccess, justification: "why", ops };
+    let d = esc.describe(request, Vec::new());
+    let signed = fsd_proto::signed_decision(&d.text, "person");
+    assert_eq!(esc.approve(&d.id, &signing.sign(signed.as_bytes()).to_bytes(), "person"), Ok(()));
+    let ticket = ticket(&d, "uid:0");
+    let check = |key: &str, content: bool, want: Result<bool, TicketError>| {
+        assert_eq!(esc.take_read(&ticket, key, content), want, "{key} content={content}");
+    };
+    check("host:etc/r", false, Ok(false));
+    check("host:etc/r", false, Ok(false));
+    check("host:etc/r", true, Ok(true));
+    check("host:etc/r", false, Ok(false));
+    check("host:etc/d", false, Ok(false));
+    check("host:etc/d", true, Err(TicketError::ReadsSpent));
+    assert_eq!(esc.redeem(&ticket, &delete), Ok(()), "the deletion itself is admitted");
+}
+
 #[test]
 fn known_targets_are_per_caller() {
     let known = Known::default();

@@ -72,6 +72,11 @@ impl Daemon {
         self.call_mode = mode;
     }
 
+    /// Whether this call runs on a signed approval, whose ticket bounds what it may read.
+    pub fn signed_call(&self) -> bool {
+        matches!(&self.call_mode, Some((_, Some(ticket))) if !ticket.escalation_id.is_empty())
+    }
+
     /// Ends the call's wider mode; a signed approval is handed back to the daemon, spent.
     pub async fn end_call(&mut self) {
         let Some((_, Some(ticket))) = self.call_mode.take() else { return };

@@ -213,7 +213,10 @@ async fn check(state: &mut State<'_>, planned: &Planned) -> Result<Prepared, Too
         }
         fsd_patch::Op::Delete { .. } => {
             state.fence(&planned.src, spelled, true).await?;
-            let sim = state.sim(&planned.src, spelled, true).await.map_err(|e| {
+            // The text is only for the report's diff: a signed deletion's ticket admits no read
+            // of what it deletes (the approver approved removing it, not showing it).
+            let need_text = !state.session.daemon.signed_call();
+            let sim = state.sim(&planned.src, spelled, need_text).await.map_err(|e| {
                 // A directory or special file: report it as the delete it is.
                 if e.code == ErrorCode::NotRegularFile.as_str() {
                     ToolError::new(e.code, format!("cannot delete \"{spelled}\": not a regular file"))
