@@ -132,6 +132,31 @@ fn several(old: &str, list: &str) -> ToolError {
     )
 }
 
+/// Too many occurrences for the daemon to list their lines (it says how many): the editor's
+/// words still, which know no `replace_all`.
+fn several_unlisted(old: &str, count: Option<&str>) -> ToolError {
+    let count = count.map(|n| format!("{n} occurrences, ")).unwrap_or_default();
+    ToolError::new(
+        ErrorCode::AmbiguousEdit.as_str(),
+        format!(
+            "No replacement was performed. Multiple occurrences of old_str `{old}` ({count}too many to list their lines). Please ensure it is unique."
+        ),
+    )
+}
+
+/// The daemon's checks refused an escalated replacement before anyone was asked: the
+/// editor's own words.
+fn checked(planned: &PlannedCall, old: &str, path: &str, error: &DaemonError) -> ToolError {
+    match error.wire() {
+        Some(w) if w.code == ErrorCode::EditNotFound => not_verbatim(old, path),
+        Some(w) if w.code == ErrorCode::AmbiguousEdit => match w.get("lines") {
+            Some(lines) => several(old, &lines.replace(',', ", ")),
+            None => several_unlisted(old, w.get("count")),
+        },
+        _ => escalation::checked(planned, error),
+    }
+}
+
 fn not_verbatim(old: &str, path: &str) -> ToolError {
     ToolError::new(
         ErrorCode::EditNotFound.as_str(),
@@ -191,16 +216,7 @@ pub async fn str_replace(
         Ok(()) => {}
         Err(escalation::Stop::Error(error)) => return Err(error),
         // The daemon's checks refused it before anyone was asked: in the editor's own words.
-        Err(escalation::Stop::Checked { error, .. }) => {
-            return Err(match error.wire() {
-                Some(w) if w.code == ErrorCode::EditNotFound => not_verbatim(old, path),
-                Some(w) if w.code == ErrorCode::AmbiguousEdit && w.get("lines").is_some() => {
-                    let list = w.get("lines").unwrap_or_default().replace(',', ", ");
-                    several(old, &list)
-                }
-                _ => escalation::checked(&planned, &error),
-            });
-        }
+        Err(escalation::Stop::Checked { error, .. }) => return Err(checked(&planned, old, path, &error)),
     }
     let current = reread(session, path).await?;
     let version = basis(session, path, &current)?;
@@ -293,4 +309,37 @@ pub async fn insert(
     let out =
         snippet(session, &head, &lines::lf(&new_body), at.saturating_sub(3).max(1), at + inserted + 4, tail);
     Ok(ToolResult::text_ok(out, mutation_meta(&display, reply.change.as_ref())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fsd_proto::WireError;
+
+    /// What the model reads when the daemon's checks find the string more than once, with the
+    /// match lines and (past what its metadata holds) without them.
+    #[test]
+    fn several_occurrences_are_worded_as_the_editor_words_them() {
+        let planned = PlannedCall::edit("/w/a.txt", "port", "host", false);
+        let check = |metadata: &[(&str, &str)], expected: &str| {
+            let mut wire = WireError::new(ErrorCode::AmbiguousEdit, "/w/a.txt", "ambiguous");
+            for (key, value) in metadata {
+                wire = wire.with(key, *value);
+            }
+            let error = checked(&planned, "port", "/w/a.txt", &DaemonError::Refused(wire));
+            assert_eq!((error.code.as_str(), error.message.as_str()), ("FS_AMBIGUOUS_EDIT", expected));
+        };
+        check(
+            &[("count", "2"), ("lines", "1,2")],
+            "No replacement was performed. Multiple occurrences of old_str `port` in lines [1, 2]. Please ensure it is unique.",
+        );
+        check(
+            &[("count", "2000")],
+            "No replacement was performed. Multiple occurrences of old_str `port` (2000 occurrences, too many to list their lines). Please ensure it is unique.",
+        );
+        check(
+            &[],
+            "No replacement was performed. Multiple occurrences of old_str `port` (too many to list their lines). Please ensure it is unique.",
+        );
+    }
 }
