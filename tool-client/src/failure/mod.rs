@@ -290,6 +290,8 @@ fn detail(wire: &WireError) -> String {
             ),
             Some("dispatch_failed") => "the file service could not run the call".to_owned(),
             Some("no_descriptor") => "the file service's worker sent no descriptor".to_owned(),
+            Some("check_failed") => "the file service's check of this call failed".to_owned(),
+            Some("check_pool_stopped") => "the file service's check threads stopped".to_owned(),
             _ => "an I/O error".to_owned(),
         },
     }
