@@ -91,7 +91,8 @@ impl Cpu {
     }
 }
 
-/// Test hook: a patch or edit check on a file named `fsd-fault-hold-check` is held, wherever it runs,
+/// Test hook: a patch or edit check, a write's preview or a ticketed call's digest on a file
+/// named `fsd-fault-hold-check` is held, wherever it runs,
 /// until a stat of a path ending in `/fsd-fault-release-check` releases it (or a minute passes,
 /// so a test that fails cannot hang the daemon). A stat of a path ending in
 /// `/fsd-fault-check-held` asks whether one is held now.

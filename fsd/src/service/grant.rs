@@ -323,7 +323,14 @@ impl FsdService {
         path: &str,
         work: impl FnOnce() -> ((String, String), Vec<u8>) + Send + 'static,
     ) -> Result<((String, String), Vec<u8>), Status> {
-        self.dispatcher.cpu().run(work).await.map_err(|e| e.into_wire(path).into_status())
+        #[cfg(feature = "fault-injection")]
+        let held = path.to_owned();
+        let digested = self.dispatcher.cpu().run(move || {
+            #[cfg(feature = "fault-injection")]
+            crate::dispatch::cpu::hold::check(&held);
+            work()
+        });
+        digested.await.map_err(|e| e.into_wire(path).into_status())
     }
 
     /// Redeems a signed ticket for this call, or refuses it (audited either way). For a read
