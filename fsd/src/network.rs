@@ -40,25 +40,49 @@ enum Bound {
     Http(std::net::TcpListener, String, bool),
 }
 
-/// A listener bound; a Unix socket not yet at its path (see [`Binding::publish`]).
+/// A listener bound; a Unix socket not yet at its path (see [`Published::publish`]).
 enum Binding {
     Ready(Bound),
-    Unix { pending: crate::sys::socket::Pending, name: String, http: bool },
+    Unix { pending: crate::sys::socket::Pending, path: std::path::PathBuf, name: String, http: bool },
 }
 
-impl Binding {
+/// The socket files this process put at their paths during a start that has not finished: a
+/// start that fails after them (its confinement) removes them again, so a failed start leaves
+/// no socket file behind. The supervisor cannot do it: it cannot tell our socket from another
+/// daemon's that made this start fail.
+#[derive(Default)]
+struct Published {
+    paths: Vec<std::path::PathBuf>,
+}
+
+impl Published {
     /// Puts a Unix socket at its path. Called for every listener in a row once all are bound,
     /// so a client that finds a socket finds every listener ready.
-    fn publish(self) -> Result<Bound, DaemonError> {
-        match self {
+    fn publish(&mut self, binding: Binding) -> Result<Bound, DaemonError> {
+        match binding {
             Binding::Ready(bound) => Ok(bound),
-            Binding::Unix { pending, name, http } => {
-                let listener = pending
-                    .publish()
-                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            Binding::Unix { pending, path, name, http } => {
+                let listener =
+                    pending.publish().map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+                self.paths.push(path);
+                listener
+                    .set_nonblocking(true)
                     .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
                 Ok(if http { Bound::HttpUnix(listener, name) } else { Bound::Unix(listener, name) })
             }
+        }
+    }
+
+    /// The start succeeded: the sockets stay until the supervisor removes them at shutdown.
+    fn keep(mut self) {
+        self.paths.clear();
+    }
+}
+
+impl Drop for Published {
+    fn drop(&mut self) {
+        for path in &self.paths {
+            let _ = std::fs::remove_file(path);
         }
     }
 }
@@ -70,7 +94,7 @@ fn bind(listen: &Listen, access: SocketAccess) -> Result<Binding, DaemonError> {
         crate::daemon::clear_stale_socket(path)?;
         // Mode and group are in place before the path exists (see `sys::socket`).
         let pending = crate::sys::socket::bind_unix(path, access).map_err(bind_err)?;
-        Ok(Binding::Unix { pending, name: name.clone(), http })
+        Ok(Binding::Unix { pending, path: path.to_owned(), name: name.clone(), http })
     };
     let tcp = |addr: &std::net::SocketAddr| -> Result<std::net::TcpListener, DaemonError> {
         let listener = std::net::TcpListener::bind(addr).map_err(bind_err)?;
@@ -176,9 +200,7 @@ struct Started {
 fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> {
     let bindings =
         config.listen.iter().map(|l| bind(l, config.socket_access)).collect::<Result<Vec<_>, _>>()?;
-    // Every listener is bound: only now do the Unix sockets appear at their paths, right after
-    // one another (a client that finds one finds every listener ready).
-    let bound = bindings.into_iter().map(Binding::publish).collect::<Result<Vec<_>, _>>()?;
+    // Everything else that may fail comes before the Unix sockets appear at their paths.
     let audit = match &config.audit_log {
         Some(path) => Some(Arc::new(
             Audit::open(path).map_err(|source| DaemonError::Audit { path: path.clone(), source })?,
@@ -223,7 +245,13 @@ fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> 
     let edge = Edge::new(&instance, config.tokens.clone())
         .map_err(|e| DaemonError::Runtime(std::io::Error::other(e)))?;
 
+    // Every listener is bound: only now do the Unix sockets appear at their paths, right after
+    // one another (a client that finds one finds every listener ready), and before confinement
+    // takes the right to rename them into place.
+    let mut published = Published::default();
+    let bound = bindings.into_iter().map(|b| published.publish(b)).collect::<Result<Vec<_>, _>>()?;
     let confinement = crate::confine::network(config).map_err(DaemonError::Confine)?;
+    published.keep();
     tracing::info!(fence = confinement.describe(), "network process confined: no filesystem rights");
     tracing::info!(instance = %instance, "daemon instance");
     let listeners = Listeners { bound, tls, tls_http, health: health_listener, edge, metadata };

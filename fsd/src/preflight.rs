@@ -16,6 +16,10 @@ pub enum PreflightError {
     NotDirectory { what: &'static str, path: PathBuf },
     #[error("{what} {path}: {reason}")]
     DirUnusable { what: &'static str, path: PathBuf, reason: String },
+    /// One directory named twice (also through a link, or as writable and readable): the
+    /// daemon would serve it twice and take its own journal lock for another daemon's.
+    #[error("{what} {path} is the same directory as {first_what} {first}: list each root once")]
+    SameRoot { what: &'static str, path: PathBuf, first_what: &'static str, first: PathBuf },
     #[error("cannot listen on {listen}: the socket directory {dir} does not exist")]
     SocketDirMissing { listen: String, dir: PathBuf },
     #[error("cannot listen on {listen}: {dir} is not a directory")]
@@ -31,8 +35,19 @@ pub enum PreflightError {
 
 /// Checks everything the children would fail on at start. The first cause found is reported.
 pub fn check(config: &Config) -> Result<(), PreflightError> {
+    let what = |writable: bool| if writable { "writable root" } else { "readable root" };
+    let mut seen: Vec<((u64, u64), &crate::backend::RootSpec)> = Vec::new();
     for root in &config.roots {
-        check_dir(&root.path, if root.writable { "writable root" } else { "readable root" })?;
+        let id = check_dir(&root.path, what(root.writable))?;
+        if let Some((_, first)) = seen.iter().find(|(seen_id, _)| *seen_id == id) {
+            return Err(PreflightError::SameRoot {
+                what: what(root.writable),
+                path: root.path.clone(),
+                first_what: what(first.writable),
+                first: first.path.clone(),
+            });
+        }
+        seen.push((id, root));
     }
     // Every worker opens each allowed submount at birth: one that is not there would have them
     // all fail at start, behind a daemon that says it serves.
@@ -52,10 +67,12 @@ pub fn check(config: &Config) -> Result<(), PreflightError> {
     }
 }
 
-/// A directory the setting `what` names: it must exist and be a directory.
-fn check_dir(path: &Path, what: &'static str) -> Result<(), PreflightError> {
+/// A directory the setting `what` names: it must exist and be a directory. Returns its device
+/// and inode, which say whether two settings name the same directory.
+fn check_dir(path: &Path, what: &'static str) -> Result<(u64, u64), PreflightError> {
+    use std::os::unix::fs::MetadataExt;
     match std::fs::metadata(path) {
-        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(meta) if meta.is_dir() => Ok((meta.dev(), meta.ino())),
         Ok(_) => Err(PreflightError::NotDirectory { what, path: path.to_owned() }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             Err(PreflightError::DirMissing { what, path: path.to_owned() })
@@ -97,10 +114,12 @@ mod tests {
         let file = dir.path().join("file");
         std::fs::write(&file, "x").unwrap_or_else(|e| panic!("write: {e}"));
         let missing = dir.path().join("missing");
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(dir.path()).unwrap_or_else(|e| panic!("stat: {e}"));
+        assert_eq!(check_dir(dir.path(), "writable root"), Ok((meta.dev(), meta.ino())));
         let check_root_case = |path: &Path, expected: Result<(), PreflightError>| {
-            assert_eq!(check_dir(path, "writable root"), expected, "{}", path.display());
+            assert_eq!(check_dir(path, "writable root").map(drop), expected, "{}", path.display());
         };
-        check_root_case(dir.path(), Ok(()));
         check_root_case(
             &missing,
             Err(PreflightError::DirMissing { what: "writable root", path: missing.clone() }),

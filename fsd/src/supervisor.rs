@@ -186,6 +186,10 @@ async fn supervise(
         .map_err(DaemonError::Signal)?;
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .map_err(DaemonError::Signal)?;
+    // A closed terminal or an operator expecting a reload: stopped in order rather than by the
+    // default action, which left the socket file and logged nothing. (There is no reload.)
+    let mut sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .map_err(DaemonError::Signal)?;
     let (control, network_end) = sys::ipc::pair().map_err(|e| DaemonError::Runtime(e.into()))?;
     let requests = control.try_clone().map_err(DaemonError::Runtime)?;
     let sockets: Vec<PathBuf> = config
@@ -311,6 +315,10 @@ async fn supervise(
         tokio::select! {
             _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); break; }
             _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); break; }
+            _ = sighup.recv() => {
+                tracing::info!("SIGHUP: stopping (fsd does not reload its configuration: start it again)");
+                break;
+            }
             _ = &mut parent_gone => { tracing::info!("parent pipe closed: stopping"); break; }
             Some(pid) = kill_rx.recv() => {
                 if unkillable_hook() {

@@ -1,5 +1,6 @@
 //! What an operator meets on a normal day, against the real binary: a start that cannot work
-//! exits 2 at once with one line naming the cause (in the configured log format); health tells
+//! exits 2 at once with one line naming the cause (in the configured log format) and leaves no
+//! socket file behind; health tells
 //! which modes are served; SIGTERM with a stuck worker stops within `shutdown_grace_ms`; plaintext
 //! loopback TCP is the `tcp` identity, read-only unless configured; a listener on port 0 logs the
 //! port it bound.
@@ -72,6 +73,8 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
     std::fs::create_dir(&ws).unwrap();
     let file = dir.path().join("file");
     std::fs::write(&file, "x").unwrap();
+    let link = dir.path().join("ws-link");
+    std::os::unix::fs::symlink(&ws, &link).unwrap();
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let busy_port = busy.local_addr().unwrap().port();
     let socket = format!("unix:{}", dir.path().join("fsd.sock").display());
@@ -117,6 +120,24 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
             vec!["--listen".into(), socket.clone(), "--readable-root".into(), p(&file)],
             None,
             format!("readable root {} is not a directory", p(&file)),
+        ),
+        // One directory named twice, under another spelling or through a link.
+        (
+            vec![
+                "--listen".into(),
+                socket.clone(),
+                "--writable-root".into(),
+                p(&ws),
+                "--writable-root".into(),
+                format!("{}/", p(&ws)),
+            ],
+            None,
+            format!("writable root {}/ is the same directory as writable root {}: list each root once", p(&ws), p(&ws)),
+        ),
+        (
+            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--readable-root".into(), p(&link)],
+            None,
+            format!("readable root {} is the same directory as writable root {}: list each root once", p(&link), p(&ws)),
         ),
         (
             vec!["--listen".into(), "unix:/does/not/exist/fsd.sock".into(), "--writable-root".into(), p(&ws)],
@@ -211,6 +232,63 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
             let got = message(&lines[0], json_format);
             assert!(got.starts_with(&want), "{args:?}: {got:?} does not start with {want:?}");
         }
+    }
+    drop(busy);
+}
+
+#[test]
+fn a_start_that_fails_after_binding_leaves_no_socket_file_behind() {
+    // The network process binds every listener, then opens the audit log, reads the TLS files
+    // and binds the health port: a failure there used to leave the Unix socket files in place.
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let sockets = dir.path().join("sockets");
+    std::fs::create_dir(&sockets).unwrap();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_port = busy.local_addr().unwrap().port();
+    let config = |name: &str, body: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, body).unwrap();
+        path.display().to_string()
+    };
+    let cases = [
+        (
+            config("audit.toml", "audit_log = \"/does/not/exist/audit.jsonl\"\n"),
+            "cannot open the audit log /does/not/exist/audit.jsonl: No such file or directory (os error 2)"
+                .to_owned(),
+        ),
+        (
+            config("health.toml", &format!("health_listen = \"tcp:127.0.0.1:{busy_port}\"\n")),
+            format!(
+                "cannot listen on health tcp:127.0.0.1:{busy_port}: Address already in use (os error 98)"
+            ),
+        ),
+        (
+            config(
+                "tls.toml",
+                &format!(
+                    "tls_cert = \"/does/not/exist.pem\"\ntls_key = \"/does/not/exist.key\"\n[tokens.ci]\nsha256 = \"{}\"\n",
+                    "0".repeat(64)
+                ),
+            ),
+            "TLS setup failed: cannot read tls_cert /does/not/exist.pem".to_owned(),
+        ),
+    ];
+    let grpc = format!("unix:{}", sockets.join("fsd.sock").display());
+    let http = format!("http+unix:{}", sockets.join("http.sock").display());
+    let ws = ws.display().to_string();
+    for (config, want) in cases {
+        let args = ["--listen", &grpc, "--listen", &http, "--writable-root", &ws, "--config", &config];
+        let (code, lines, secs) = start_failure(&args, None, None);
+        println!("{config}: exit {code:?} after {secs:.3} s: {lines:?}");
+        assert_eq!(code, Some(2), "{config}: {lines:?}");
+        assert_eq!(lines.len(), 1, "{config}: one line, the cause: {lines:?}");
+        let got = message(&lines[0], false);
+        assert!(got.starts_with(&want), "{config}: {got:?} does not start with {want:?}");
+        // Neither socket file, nor the private directories they were bound in.
+        let left: Vec<_> = std::fs::read_dir(&sockets).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(left.is_empty(), "{config}: a failed start left {left:?} in the socket directory");
     }
     drop(busy);
 }
