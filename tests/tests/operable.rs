@@ -622,6 +622,36 @@ fn client_errors_name_the_problem() {
 }
 
 #[test]
+fn a_client_config_error_is_one_line_naming_the_file_line_and_column() {
+    // As the daemon's: the toml crate's own rendering was a five-line snippet with a caret.
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "unknown.toml",
+            "readLimit = 10\nbogus = 1\n",
+            ":2:1: unknown field `bogus`, expected one of `read`, ",
+        ),
+        ("type.toml", "readLimit = \"ten\"\n", ":1:13: invalid type: string \"ten\", expected u64"),
+    ];
+    for (name, body, want) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, body).unwrap();
+        let output = Command::new(common::tools_bin())
+            .args(["schemas", "--config", path.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        println!("{name}: {stderr}");
+        assert_eq!(output.status.code(), Some(2), "{name}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{name}: one line: {lines:?}");
+        let head = format!("fsd-tools: invalid config {}{want}", path.display());
+        assert!(lines[0].starts_with(&head), "{name}: {:?} does not start with {head:?}", lines[0]);
+    }
+}
+
+#[test]
 fn doctor_says_what_the_daemon_serves_and_checks_a_client_config() {
     let daemon = common::Daemon::start();
     let config = daemon.dir.path().join("client.toml");
