@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod pki;
 
 use std::io::Read;
 use std::path::Path;
@@ -98,6 +99,23 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
             "0".repeat(64)
         ),
     );
+    // A key that belongs to another certificate, and a "key" file that holds a certificate.
+    let ca = pki::Ca::new(dir.path(), "ca");
+    let server = ca.server("server", &["localhost"], &["127.0.0.1".parse().unwrap()]);
+    let client = ca.client("client", "agent");
+    let tls = |name: &str, cert: &Path, key: &Path| {
+        config(
+            name,
+            &format!(
+                "tls_cert = \"{}\"\ntls_key = \"{}\"\ntls_client_ca = \"{}\"\n",
+                cert.display(),
+                key.display(),
+                ca.cert.display()
+            ),
+        )
+    };
+    let wrong_key = tls("wrong-key.toml", &server.cert, &client.key);
+    let cert_as_key = tls("cert-as-key.toml", &server.cert, &server.cert);
     let p = |path: &Path| path.display().to_string();
     // The usual start, with one of the configs above.
     let with_config = |config: &str| -> Vec<String> {
@@ -174,6 +192,20 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
             None,
             "TLS setup failed: cannot read tls_cert /does/not/exist.pem: I/O error: No such file or directory (os error 2)"
                 .into(),
+        ),
+        (
+            vec!["--listen".into(), "tcp:127.0.0.1:0".into(), "--writable-root".into(), p(&ws), "--config".into(), wrong_key],
+            None,
+            format!(
+                "TLS setup failed: tls_key {} is not the key of the certificate in tls_cert {}",
+                p(&client.key),
+                p(&server.cert)
+            ),
+        ),
+        (
+            vec!["--listen".into(), "tcp:127.0.0.1:0".into(), "--writable-root".into(), p(&ws), "--config".into(), cert_as_key],
+            None,
+            format!("TLS setup failed: tls_key {} holds no private key", p(&server.cert)),
         ),
         // A zero time is refused, not quietly raised to 1 ms.
         (
