@@ -67,6 +67,52 @@ pub fn check(config: &Config) -> Result<(), PreflightError> {
     }
 }
 
+/// The roots the confined workers may not enter, one warning each: every call beneath such a
+/// root fails with `FS_PERMISSION_DENIED`, behind a daemon that says it serves. (A warning, not
+/// a start error: an ACL may let the workers in where the mode bits do not.) Workers open their
+/// roots before they switch ids, so only each root's own search permission matters, for the
+/// worker identity with no supplementary groups and no capabilities.
+pub fn unenterable_roots(config: &Config, identity: crate::config::WorkerIdentity) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let confined = config.served_modes().iter().any(|m| *m != crate::backend::Mode::DangerFullAccess);
+    if !confined || identity.root_capabilities {
+        return Vec::new();
+    }
+    let (euid, egid) = crate::sys::effective_ids();
+    let mut warnings = Vec::new();
+    for root in &config.roots {
+        let Ok(meta) = std::fs::metadata(&root.path) else { continue };
+        let enters = if (identity.uid, identity.gid) == (euid, egid) {
+            // Workers keep this process's ids and groups: ask the kernel (ACLs included).
+            // A root daemon keeps capabilities its workers drop, so it cannot ask for them.
+            euid == 0 || std::fs::metadata(root.path.join(".")).is_ok()
+        } else {
+            let bits = if meta.uid() == identity.uid {
+                meta.mode() >> 6
+            } else if meta.gid() == identity.gid {
+                meta.mode() >> 3
+            } else {
+                meta.mode()
+            };
+            bits & 0o1 != 0
+        };
+        if !enters {
+            warnings.push(format!(
+                "{} {}: the workers (uid {}, gid {}) may not enter it (owner {}:{}, mode {:04o}): calls beneath it \
+                 fail with FS_PERMISSION_DENIED; change its permissions or set worker_uid/worker_gid",
+                if root.writable { "writable root" } else { "readable root" },
+                root.path.display(),
+                identity.uid,
+                identity.gid,
+                meta.uid(),
+                meta.gid(),
+                meta.mode() & 0o7777
+            ));
+        }
+    }
+    warnings
+}
+
 /// A directory the setting `what` names: it must exist and be a directory. Returns its device
 /// and inode, which say whether two settings name the same directory.
 fn check_dir(path: &Path, what: &'static str) -> Result<(u64, u64), PreflightError> {

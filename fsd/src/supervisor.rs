@@ -247,6 +247,9 @@ async fn supervise(
     // The roots another daemon serves are said only now: a start that fails (another daemon on
     // the socket, serving these very roots) is the one line naming its cause.
     sweeper.report_shared();
+    for warning in crate::preflight::unenterable_roots(&sup.config, identity) {
+        tracing::warn!("{warning}");
+    }
 
     let abi = sys::landlock_abi();
     let floor = sys::confine::LANDLOCK_FLOOR;

@@ -392,6 +392,43 @@ fn a_worker_identity_the_daemon_cannot_take_is_a_start_error() {
     );
 }
 
+#[test]
+fn a_root_the_workers_may_not_enter_is_a_warning_at_start() {
+    // Workers open their roots as the daemon, then switch to the worker identity: a root that
+    // identity may not search served nothing but FS_PERMISSION_DENIED, and the log said nothing.
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (closed, open) = (dir.path().join("closed"), dir.path().join("open"));
+    for (path, mode) in [(&closed, 0o700), (&open, 0o755)] {
+        std::fs::create_dir(path).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    assert_eq!(rustix::process::geteuid().as_raw(), 0, "this test's daemon runs as root: run it as root");
+    let socket = dir.path().join("fsd.sock");
+    let mut daemon = common::launch()
+        .unix(&socket)
+        .writable_root(&open)
+        .args(["--readable-root", closed.to_str().unwrap()])
+        .config(dir.path().join("fsd.toml"), "worker_uid = 65534\nworker_gid = 65534\n")
+        .env("FSD_LOG", "info")
+        .stderr(fsd_testkit::Stderr::Piped)
+        .start()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut pipe = daemon.take_stderr().unwrap();
+    daemon.signal(rustix::process::Signal::TERM);
+    let mut stderr = String::new();
+    pipe.read_to_string(&mut stderr).unwrap();
+    assert!(daemon.wait().unwrap().success(), "{stderr}");
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains(" WARN ")).collect();
+    let want = format!(
+        "readable root {}: the workers (uid 65534, gid 65534) may not enter it (owner 0:0, mode 0700): calls \
+         beneath it fail with FS_PERMISSION_DENIED; change its permissions or set worker_uid/worker_gid",
+        closed.display()
+    );
+    assert_eq!(warnings.len(), 1, "one warning, for the closed root only: {stderr}");
+    assert!(warnings[0].ends_with(&want), "{:?} does not end with {want:?}", warnings[0]);
+}
+
 fn health(rt: &tokio::runtime::Runtime, socket: &Path, service: &str) -> ServingStatus {
     health_check(rt, socket, service).unwrap_or_else(|s| panic!("health {service:?}: {s}"))
 }
