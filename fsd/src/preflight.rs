@@ -20,6 +20,10 @@ pub enum PreflightError {
     /// daemon would serve it twice and take its own journal lock for another daemon's.
     #[error("{what} {path} is the same directory as {first_what} {first}: list each root once")]
     SameRoot { what: &'static str, path: PathBuf, first_what: &'static str, first: PathBuf },
+    /// Two listeners on one socket path or one address: the second bind's own words (`File
+    /// exists`, `Address already in use`) sent the operator looking for another process.
+    #[error("{second} is the same {what} as {first}: list each listener once")]
+    SameListener { what: &'static str, first: String, second: String },
     #[error("cannot listen on {listen}: the socket directory {dir} does not exist")]
     SocketDirMissing { listen: String, dir: PathBuf },
     #[error("cannot listen on {listen}: {dir} is not a directory")]
@@ -59,6 +63,7 @@ pub fn check(config: &Config) -> Result<(), PreflightError> {
             check_socket_dir(listen, path)?;
         }
     }
+    check_listeners(&config.listen, config.health_listen)?;
     // An identity that cannot be decided (roots of different owners) is the supervisor's own
     // start-up error; one that can be decided must be one this process can take.
     match config.worker_identity() {
@@ -139,6 +144,35 @@ fn check_socket_dir(listen: &Listen, path: &Path) -> Result<(), PreflightError> 
     }
 }
 
+/// No two listeners (`health_listen` included) on one socket path or one TCP address; port 0
+/// asks the kernel for a fresh port each time, so it never collides.
+fn check_listeners(listen: &[Listen], health: Option<std::net::SocketAddr>) -> Result<(), PreflightError> {
+    #[derive(PartialEq)]
+    enum Place {
+        Path(PathBuf),
+        Addr(std::net::SocketAddr),
+    }
+    let place = |l: &Listen| match l {
+        Listen::Unix(p) | Listen::HttpUnix(p) => {
+            Place::Path(std::path::absolute(p).unwrap_or_else(|_| p.clone()))
+        }
+        Listen::Tcp(a) | Listen::Http(a) | Listen::HttpPlain(a) => Place::Addr(*a),
+    };
+    let health = health.map(|a| (Place::Addr(a), format!("health_listen tcp:{a}")));
+    let all: Vec<(Place, String)> =
+        listen.iter().map(|l| (place(l), format!("listen {l}"))).chain(health).collect();
+    for (at, (here, name)) in all.iter().enumerate() {
+        if matches!(here, Place::Addr(a) if a.port() == 0) {
+            continue;
+        }
+        if let Some((_, first)) = all[..at].iter().find(|(there, _)| there == here) {
+            let what = if matches!(here, Place::Path(_)) { "socket path" } else { "address" };
+            return Err(PreflightError::SameListener { what, first: first.clone(), second: name.clone() });
+        }
+    }
+    Ok(())
+}
+
 fn check_ids(uid: u32, gid: u32) -> Result<(), PreflightError> {
     if uid == u32::MAX || gid == u32::MAX {
         return Err(PreflightError::IdsInvalid { uid, gid });
@@ -192,6 +226,44 @@ mod tests {
         );
         let (listen, path) = socket(PathBuf::from("fsd.sock"));
         assert_eq!(check_socket_dir(&listen, &path), Ok(()));
+    }
+
+    #[test]
+    fn each_listener_once() {
+        let check = |listen: &[&str], health: Option<&str>, expected: Result<(), &str>| {
+            let listen: Vec<Listen> =
+                listen.iter().map(|l| Listen::parse(l).unwrap_or_else(|e| panic!("{l}: {e}"))).collect();
+            let health = health.map(|h| h.parse().unwrap_or_else(|e| panic!("{h}: {e}")));
+            let got = check_listeners(&listen, health).map_err(|e| e.to_string());
+            assert_eq!(got, expected.map_err(str::to_owned), "{listen:?} {health:?}");
+        };
+        check(
+            &["unix:/run/a.sock", "http+unix:/run/b.sock", "tcp:127.0.0.1:1", "http:127.0.0.1:2"],
+            None,
+            Ok(()),
+        );
+        check(&["tcp:127.0.0.1:0", "http:127.0.0.1:0"], Some("127.0.0.1:0"), Ok(()));
+        check(
+            &["unix:/run/a.sock", "http+unix:/run/./a.sock"],
+            None,
+            Err(
+                "listen http+unix:/run/./a.sock is the same socket path as listen unix:/run/a.sock: list each listener once",
+            ),
+        );
+        check(
+            &["tcp:127.0.0.1:7000", "http:127.0.0.1:7000"],
+            None,
+            Err(
+                "listen http:127.0.0.1:7000 is the same address as listen tcp:127.0.0.1:7000: list each listener once",
+            ),
+        );
+        check(
+            &["tcp:127.0.0.1:7000"],
+            Some("127.0.0.1:7000"),
+            Err(
+                "health_listen tcp:127.0.0.1:7000 is the same address as listen tcp:127.0.0.1:7000: list each listener once",
+            ),
+        );
     }
 
     #[test]

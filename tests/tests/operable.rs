@@ -157,6 +157,12 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
             None,
             format!("readable root {} is the same directory as writable root {}: list each root once", p(&link), p(&ws)),
         ),
+        // One socket listed twice: the second bind's "File exists" named no cause.
+        (
+            vec!["--listen".into(), socket.clone(), "--listen".into(), socket.clone(), "--writable-root".into(), p(&ws)],
+            None,
+            format!("listen {socket} is the same socket path as listen {socket}: list each listener once"),
+        ),
         (
             vec!["--listen".into(), "unix:/does/not/exist/fsd.sock".into(), "--writable-root".into(), p(&ws)],
             None,
