@@ -492,7 +492,11 @@ async fn serve(
                 let listener = tokio::net::TcpListener::from_std(std_listener)
                     .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
                 let tls = if plain { None } else { tls_http.clone() };
-                tracing::info!(listen = %name, tls = tls.is_some(), "listening (REST, gRPC-Web)");
+                if tls.is_some() {
+                    tracing::info!(listen = %name, tls = true, "listening (REST, gRPC-Web)");
+                } else {
+                    warn_plaintext(&config, &name, "listening (REST, gRPC-Web) on plaintext loopback TCP");
+                }
                 let incoming = crate::edge::incoming(listener, tls, tcp_limits, stop_rx.clone());
                 let (face, stop) = (face.clone(), stop_rx.clone());
                 servers.spawn(async move {
@@ -517,20 +521,7 @@ async fn serve(
                 if tls.is_some() {
                     tracing::info!(listen = %name, tls = true, "listening");
                 } else {
-                    // Any local user (and any container sharing this network namespace) can
-                    // connect here: its clients are one identity, `tcp`, capped at this mode.
-                    let max = config
-                        .client_max_modes
-                        .get(&crate::identity::ClientKey::Tcp)
-                        .copied()
-                        .unwrap_or(crate::identity::TCP_DEFAULT_MAX);
-                    tracing::warn!(
-                        listen = %name,
-                        tls = false,
-                        identity = "tcp",
-                        max_mode = max.as_str(),
-                        "listening on plaintext loopback TCP: every local user may connect (client_max_modes key \"tcp\")"
-                    );
+                    warn_plaintext(&config, &name, "listening on plaintext loopback TCP");
                 }
                 let incoming = crate::edge::incoming(listener, tls.clone(), tcp_limits, stop_rx.clone());
                 servers.spawn(async move {
@@ -597,6 +588,24 @@ async fn serve(
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// Any local user (and any container sharing this network namespace) can connect to a
+/// plaintext loopback listener, `tcp:` or `http:` alike: its clients are one identity, `tcp`,
+/// capped at this mode. Said once per listener, as a warning.
+fn warn_plaintext(config: &Config, name: &str, what: &str) {
+    let max = config
+        .client_max_modes
+        .get(&crate::identity::ClientKey::Tcp)
+        .copied()
+        .unwrap_or(crate::identity::TCP_DEFAULT_MAX);
+    tracing::warn!(
+        listen = %name,
+        tls = false,
+        identity = "tcp",
+        max_mode = max.as_str(),
+        "{what}: every local user may connect (client_max_modes key \"tcp\")"
+    );
 }
 
 /// The network process's share of `shutdown_grace`: all but a fifth (at most a second), which

@@ -554,7 +554,7 @@ fn plaintext_loopback_tcp_is_the_tcp_identity_read_only_unless_configured() {
 }
 
 #[test]
-fn a_tcp_listener_on_port_0_logs_the_port_it_bound() {
+fn a_tcp_listener_on_port_0_logs_the_port_it_bound_and_plaintext_is_a_warning() {
     use std::io::BufRead;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -576,12 +576,17 @@ fn a_tcp_listener_on_port_0_logs_the_port_it_bound() {
         let value: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
         if let Some(listen) = value["fields"]["listen"].as_str().filter(|l| l.contains("127.0.0.1:")) {
             named.push(listen.to_owned());
+            // Plaintext loopback, gRPC or HTTP: every local user may connect, as `tcp`.
+            assert_eq!(value["level"], json!("WARN"), "{line}");
+            assert_eq!(value["fields"]["identity"], json!("tcp"), "{line}");
+            assert_eq!(value["fields"]["max_mode"], json!("read-only"), "{line}");
         }
     }
     for listen in &named {
         let port: u16 = listen.rsplit_once(':').unwrap().1.parse().unwrap();
         assert_ne!(port, 0, "{listen}: the log names the bound port, not 0");
     }
+    assert!(named.iter().any(|l| l.starts_with("http:")), "{named:?}");
     // The logged port is the one that answers.
     let tcp = named.iter().find_map(|l| l.strip_prefix("tcp:")).expect("the tcp listener's line");
     let hello = hello_over(&rt, &Endpoint::Tcp(tcp.to_owned()));
