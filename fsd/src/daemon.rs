@@ -46,6 +46,11 @@ pub enum DaemonError {
     Serve { listen: String, source: tonic::transport::Error },
     #[error("the network process exited: {0}")]
     NetworkExited(std::process::ExitStatus),
+    /// It stopped cleanly, but nobody asked the supervisor: most likely it was sent the signal.
+    #[error(
+        "the network process stopped ({status}) without the supervisor asking, so the daemon stops; to stop fsd, signal the supervisor (pid {supervisor})"
+    )]
+    NetworkStopped { status: String, supervisor: u32 },
     #[error("TLS setup failed: {0}")]
     Tls(#[from] crate::tls::TlsError),
     #[error("server reflection setup failed: {0}")]

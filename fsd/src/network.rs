@@ -152,6 +152,7 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
     let served = runtime.block_on(async move {
         let (stop_tx, stop_rx) = watch::channel(false);
         let (kill_tx, kill_rx) = tokio::sync::mpsc::unbounded_channel();
+        let stopping = kill_tx.clone();
         let dispatcher =
             Arc::new(Dispatcher::new(config.call_timeout, config.max_queued_calls, kill_tx, readers, cpu));
         let reader = AsyncFrames::new(control_reader).map_err(DaemonError::Runtime)?;
@@ -164,7 +165,7 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         }
         dispatcher.wait_ready(&config.served_modes(), config.workers_per_mode, Duration::from_secs(10)).await;
         let service = FsdService::new(dispatcher.clone(), &config, roots, audit);
-        serve(config, service, dispatcher, listeners, signals, (stop_tx, stop_rx)).await
+        serve(config, service, dispatcher, listeners, (signals, stopping), (stop_tx, stop_rx)).await
     });
     // Calls still waiting on a stuck worker must not hold the exit: the supervisor kills that
     // worker once this process is gone.
@@ -382,7 +383,7 @@ async fn serve(
     service: FsdService,
     dispatcher: Arc<Dispatcher>,
     listeners: Listeners,
-    mut signals: Signals,
+    (mut signals, supervisor): (Signals, tokio::sync::mpsc::UnboundedSender<ControlRequest>),
     (stop_tx, stop_rx): (watch::Sender<bool>, watch::Receiver<bool>),
 ) -> Result<(), DaemonError> {
     let Listeners { bound, tls, tls_http, health, edge, metadata } = listeners;
@@ -568,6 +569,10 @@ async fn serve(
             if let Ok(Err(e)) = done { failure = Some(e); }
         }
     }
+    // Whatever stops this process (a signal sent to it rather than to the supervisor, a server
+    // that failed), the supervisor hears it before the workers' sockets close, so it does not
+    // replace the workers that exit next.
+    let _ = supervisor.send(ControlRequest::Stopping);
     modes_task.abort();
     let stopping: Vec<_> = served_modes.iter().map(|m| (*m, false)).collect();
     report_health(&reporter, health_statuses(&stopping)).await;

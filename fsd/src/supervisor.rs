@@ -295,8 +295,8 @@ async fn supervise(
         .name("fsd-kill-requests".into())
         .spawn(move || {
             while let Ok((request, _)) = ipc::recv::<ControlRequest>(&requests) {
-                if let ControlRequest::Kill { pid } = request
-                    && kill_tx.send(pid).is_err()
+                if matches!(request, ControlRequest::Kill { .. } | ControlRequest::Stopping)
+                    && kill_tx.send(request).is_err()
                 {
                     return;
                 }
@@ -314,6 +314,9 @@ async fn supervise(
     tokio::pin!(parent_gone);
     let mut outcome = Ok(());
     let mut network_alive = true;
+    // The network process said it is stopping though the supervisor did not ask (it was
+    // signalled itself): its workers exit next, and are not replaced.
+    let mut network_stopping = false;
     loop {
         tokio::select! {
             _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); break; }
@@ -323,7 +326,11 @@ async fn supervise(
                 break;
             }
             _ = &mut parent_gone => { tracing::info!("parent pipe closed: stopping"); break; }
-            Some(pid) = kill_rx.recv() => {
+            Some(request) = kill_rx.recv() => {
+                let ControlRequest::Kill { pid } = request else {
+                    network_stopping = true;
+                    continue;
+                };
                 if unkillable_hook() {
                     tracing::warn!(pid, "test hook: treating the worker as unkillable");
                 } else if let Err(e) = sys::ipc::signal(pid, true) {
@@ -356,12 +363,14 @@ async fn supervise(
                 let status_text = match &status { Ok(s) => s.to_string(), Err(e) => e.to_string() };
                 match role {
                     Role::Network => {
+                        // Unasked, even with status 0 (a SIGTERM sent to it rather than to the
+                        // supervisor): the daemon no longer serves, which must not read as a
+                        // clean stop to `Restart=on-failure`. Reported once, by main.
                         network_alive = false;
-                        tracing::error!(pid, status = %status_text, "network process exited");
-                        if let Ok(status) = status
-                            && !status.success() {
-                                outcome = Err(DaemonError::NetworkExited(status));
-                            }
+                        outcome = Err(match status {
+                            Ok(status) if !status.success() => DaemonError::NetworkExited(status),
+                            _ => DaemonError::NetworkStopped { status: status_text, supervisor: std::process::id() },
+                        });
                         break;
                     }
                     Role::Worker(mode) => match sup.hung.exited(pid) {
@@ -380,6 +389,10 @@ async fn supervise(
                             if let Err(e) = ipc::send(&sup.control, &Control::Available { mode }, None) {
                                 tracing::error!(error = %e, "cannot tell the network process");
                             }
+                        }
+                        crate::hung::Exited::Ordinary if network_stopping => {
+                            tracing::debug!(pid, mode = mode.as_str(), "worker exited with the network process");
+                            sweeper.worker_died(pid);
                         }
                         crate::hung::Exited::Ordinary => {
                         tracing::warn!(pid, mode = mode.as_str(), status = %status_text, "worker exited; replacing it");

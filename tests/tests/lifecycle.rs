@@ -37,6 +37,44 @@ fn a_stop_signal_exits_zero_and_removes_the_socket() {
     }
 }
 
+#[test]
+fn a_signal_sent_to_the_network_process_stops_the_daemon_as_a_failure() {
+    use std::io::Read;
+    // An operator who signals the wrong pid: the daemon stopped serving, exited 0 (so
+    // `Restart=on-failure` left it down) and logged "cannot replace worker" for each worker.
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let socket = dir.path().join("fsd.sock");
+    let mut daemon = launch()
+        .unix(&socket)
+        .writable_root(&ws)
+        .env("FSD_LOG", "info")
+        .stderr(fsd_testkit::Stderr::Piped)
+        .start()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let supervisor = daemon.pid();
+    let processes = daemon.pids();
+    let network: Vec<u32> =
+        processes.iter().copied().filter(|&p| fsd_testkit::role(p).as_deref() == Some("network")).collect();
+    assert_eq!(network.len(), 1, "one network process among {processes:?}");
+    let mut pipe = daemon.take_stderr().unwrap();
+    fsd_testkit::kill(network[0], rustix::process::Signal::TERM);
+    let mut stderr = String::new();
+    pipe.read_to_string(&mut stderr).unwrap();
+    let status = daemon.wait().unwrap();
+    assert_eq!(status.code(), Some(2), "{status}: {stderr}");
+    let loud: Vec<&str> = stderr.lines().filter(|l| !l.contains(" INFO ")).collect();
+    let want = format!(
+        "ERROR fsd: the network process stopped (exit status: 0) without the supervisor asking, so the \
+         daemon stops; to stop fsd, signal the supervisor (pid {supervisor})"
+    );
+    assert_eq!(loud.len(), 1, "one line, the cause: {stderr}");
+    assert!(loud[0].ends_with(&want), "{:?} does not end with {want:?}", loud[0]);
+    assert!(!socket.exists(), "the socket file is removed");
+    fsd_testkit::procs::wait_gone(&processes[1..], Duration::from_secs(10), "the daemon").unwrap();
+}
+
 /// Runs `fsd-tools` with these arguments, stdin closed, TMPDIR set to `tmp`.
 fn tools(args: &[&str], tmp: &Path) -> Output {
     Command::new(tools_bin())
