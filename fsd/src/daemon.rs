@@ -22,6 +22,10 @@ pub enum DaemonError {
     Reported,
     #[error("cannot listen on {listen}: {source}")]
     Bind { listen: String, source: std::io::Error },
+    #[error(
+        "cannot listen on {listen}: cannot give the socket to group {gid} (socket_group): {source}; run the daemon as root or as a member of that group"
+    )]
+    SocketGroup { listen: String, gid: u32, source: std::io::Error },
     #[error("another daemon already listens on {0}")]
     SocketInUse(PathBuf),
     #[error("{0} exists and is not a socket")]

@@ -92,8 +92,14 @@ fn bind(listen: &Listen, access: SocketAccess) -> Result<Binding, DaemonError> {
     let bind_err = |source| DaemonError::Bind { listen: name.clone(), source };
     let unix = |path: &std::path::Path, http: bool| -> Result<Binding, DaemonError> {
         crate::daemon::clear_stale_socket(path)?;
-        // Mode and group are in place before the path exists (see `sys::socket`).
-        let pending = crate::sys::socket::bind_unix(path, access).map_err(bind_err)?;
+        // Mode and group are in place before the path exists (see `sys::socket`). Only giving
+        // the socket its group can be EPERM (mkdir and bind refuse with EACCES): say which key.
+        let pending = crate::sys::socket::bind_unix(path, access).map_err(|source| match access.gid {
+            Some(gid) if source.raw_os_error() == Some(crate::sys::Errno::PERM.raw_os_error()) => {
+                DaemonError::SocketGroup { listen: name.clone(), gid, source }
+            }
+            _ => bind_err(source),
+        })?;
         Ok(Binding::Unix { pending, path: path.to_owned(), name: name.clone(), http })
     };
     let tcp = |addr: &std::net::SocketAddr| -> Result<std::net::TcpListener, DaemonError> {

@@ -435,6 +435,40 @@ fn a_root_the_workers_may_not_enter_is_a_warning_at_start() {
     assert!(warnings[0].ends_with(&want), "{:?} does not end with {want:?}", warnings[0]);
 }
 
+#[test]
+fn a_socket_group_the_daemon_may_not_give_names_socket_group() {
+    // An unprivileged daemon outside the group: the bare "Operation not permitted" named no key.
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let config = dir.path().join("fsd.toml");
+    std::fs::write(&config, "socket_group = \"0\"\n").unwrap();
+    assert_eq!(
+        rustix::process::geteuid().as_raw(),
+        0,
+        "this test starts the daemon as uid 65534: run it as root"
+    );
+    let socket = format!("unix:{}", dir.path().join("fsd.sock").display());
+    let args =
+        ["--listen", &socket, "--writable-root", ws.to_str().unwrap(), "--config", config.to_str().unwrap()];
+    let (code, lines, secs) = start_failure(&args, None, Some(65534));
+    println!("exit {code:?} after {secs:.3} s: {lines:?}");
+    assert_eq!(code, Some(2), "{lines:?}");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(
+        message(&lines[0], false),
+        format!(
+            "cannot listen on {socket}: cannot give the socket to group 0 (socket_group): Operation not permitted \
+             (os error 1); run the daemon as root or as a member of that group"
+        )
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left.len(), 2, "only ws and fsd.toml: {left:?}");
+}
+
 fn health(rt: &tokio::runtime::Runtime, socket: &Path, service: &str) -> ServingStatus {
     health_check(rt, socket, service).unwrap_or_else(|s| panic!("health {service:?}: {s}"))
 }
