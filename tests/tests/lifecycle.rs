@@ -58,9 +58,14 @@ fn a_signal_sent_to_the_network_process_stops_the_daemon_as_a_failure() {
     let network: Vec<u32> =
         processes.iter().copied().filter(|&p| fsd_testkit::role(p).as_deref() == Some("network")).collect();
     assert_eq!(network.len(), 1, "one network process among {processes:?}");
-    let mut pipe = daemon.take_stderr().unwrap();
-    fsd_testkit::kill(network[0], rustix::process::Signal::TERM);
+    // Signalled once it logs "listening", so with its handlers installed (a signal in the
+    // moment before is its default action: also exit 2, saying how it ended).
+    let mut pipe = std::io::BufReader::new(daemon.take_stderr().unwrap());
     let mut stderr = String::new();
+    while !stderr.contains("listening") {
+        assert_ne!(pipe.read_line(&mut stderr).unwrap(), 0, "the log ended before listening: {stderr}");
+    }
+    fsd_testkit::kill(network[0], rustix::process::Signal::TERM);
     pipe.read_to_string(&mut stderr).unwrap();
     let status = daemon.wait().unwrap();
     assert_eq!(status.code(), Some(2), "{status}: {stderr}");
