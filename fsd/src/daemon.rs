@@ -135,7 +135,7 @@ pub fn clear_stale_socket(path: &Path) -> Result<(), DaemonError> {
             }
             Ok(_) => {}
         }
-        let Ok(stream) = std::os::unix::net::UnixStream::connect(path) else { break };
+        let Ok(stream) = crate::sys::socket::connect_unix(path) else { break };
         let listener = crate::sys::ipc::listener_pid(&stream);
         drop(stream);
         if !listener.is_some_and(crate::sys::ipc::exiting) || Instant::now() >= deadline {
