@@ -22,6 +22,10 @@ pub enum DaemonError {
     Reported,
     #[error("cannot listen on {listen}: {source}")]
     Bind { listen: String, source: std::io::Error },
+    #[error(
+        "cannot listen on {listen}: cannot give the socket to group {gid} (socket_group): {source}; run the daemon as root or as a member of that group"
+    )]
+    SocketGroup { listen: String, gid: u32, source: std::io::Error },
     #[error("another daemon already listens on {0}")]
     SocketInUse(PathBuf),
     #[error("{0} exists and is not a socket")]
@@ -46,6 +50,11 @@ pub enum DaemonError {
     Serve { listen: String, source: tonic::transport::Error },
     #[error("the network process exited: {0}")]
     NetworkExited(std::process::ExitStatus),
+    /// It stopped cleanly, but nobody asked the supervisor: most likely it was sent the signal.
+    #[error(
+        "the network process stopped ({status}) without the supervisor asking, so the daemon stops; to stop fsd, signal the supervisor (pid {supervisor})"
+    )]
+    NetworkStopped { status: String, supervisor: u32 },
     #[error("TLS setup failed: {0}")]
     Tls(#[from] crate::tls::TlsError),
     #[error("server reflection setup failed: {0}")]
@@ -126,7 +135,7 @@ pub fn clear_stale_socket(path: &Path) -> Result<(), DaemonError> {
             }
             Ok(_) => {}
         }
-        let Ok(stream) = std::os::unix::net::UnixStream::connect(path) else { break };
+        let Ok(stream) = crate::sys::socket::connect_unix(path) else { break };
         let listener = crate::sys::ipc::listener_pid(&stream);
         drop(stream);
         if !listener.is_some_and(crate::sys::ipc::exiting) || Instant::now() >= deadline {

@@ -136,6 +136,9 @@ pub enum ControlRequest {
     /// The process cannot start (a listener that cannot bind, an unreadable TLS file...): why.
     /// It exits right after; the supervisor reports this one line.
     StartFailed { reason: String },
+    /// The process has begun to stop (a signal, a server that failed): its workers' sockets
+    /// close next, and their exits are not for replacing.
+    Stopping,
 }
 
 /// Why a message could not be exchanged.

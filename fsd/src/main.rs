@@ -46,7 +46,8 @@ const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), fault_injection!(), unh
 #[derive(Debug, Parser)]
 #[command(name = "fsd", version = VERSION)]
 struct Args {
-    /// Where to listen: unix:PATH or tcp:127.0.0.1:PORT (gRPC), http:127.0.0.1:PORT or http+unix:PATH (REST and gRPC-Web) (repeatable).
+    /// Where to listen (repeatable): unix:PATH or tcp:IP:PORT (gRPC), http:IP:PORT, http+unix:PATH or
+    /// http+plain:127.0.0.1:PORT (REST and gRPC-Web); a non-loopback IP needs TLS (tls_cert, tls_key).
     #[arg(long, value_name = "ADDR")]
     listen: Vec<String>,
     /// A directory the daemon may read and write (repeatable).

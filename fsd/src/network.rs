@@ -12,14 +12,13 @@ use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::audit::Audit;
-use crate::config::{Config, Listen};
+use crate::config::Config;
 use crate::daemon::DaemonError;
 use crate::dispatch::Dispatcher;
 use crate::edge::{Edge, TcpLimits};
 use crate::ipc::{self, Control, ControlRequest, IpcError};
 use crate::service::FsdService;
 use crate::sys::ipc::AsyncFrames;
-use crate::sys::socket::SocketAccess;
 
 /// Threads that read the files of streamed reads, shared by every stream.
 const STREAM_READERS: usize = 4;
@@ -31,72 +30,8 @@ const STREAM_READERS: usize = 4;
 const CHECK_THREADS: usize = 2;
 const QUEUED_CHECKS: usize = 64;
 
-enum Bound {
-    Unix(std::os::unix::net::UnixListener, String),
-    Tcp(std::net::TcpListener, String),
-    /// The REST face and gRPC-Web (`crate::rest`).
-    HttpUnix(std::os::unix::net::UnixListener, String),
-    /// `true`: plaintext whatever TLS is configured (`http+plain:`, loopback only).
-    Http(std::net::TcpListener, String, bool),
-}
-
-/// A listener bound; a Unix socket not yet at its path (see [`Binding::publish`]).
-enum Binding {
-    Ready(Bound),
-    Unix { pending: crate::sys::socket::Pending, name: String, http: bool },
-}
-
-impl Binding {
-    /// Puts a Unix socket at its path. Called for every listener in a row once all are bound,
-    /// so a client that finds a socket finds every listener ready.
-    fn publish(self) -> Result<Bound, DaemonError> {
-        match self {
-            Binding::Ready(bound) => Ok(bound),
-            Binding::Unix { pending, name, http } => {
-                let listener = pending
-                    .publish()
-                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
-                    .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
-                Ok(if http { Bound::HttpUnix(listener, name) } else { Bound::Unix(listener, name) })
-            }
-        }
-    }
-}
-
-fn bind(listen: &Listen, access: SocketAccess) -> Result<Binding, DaemonError> {
-    let name = listen.to_string();
-    let bind_err = |source| DaemonError::Bind { listen: name.clone(), source };
-    let unix = |path: &std::path::Path, http: bool| -> Result<Binding, DaemonError> {
-        crate::daemon::clear_stale_socket(path)?;
-        // Mode and group are in place before the path exists (see `sys::socket`).
-        let pending = crate::sys::socket::bind_unix(path, access).map_err(bind_err)?;
-        Ok(Binding::Unix { pending, name: name.clone(), http })
-    };
-    let tcp = |addr: &std::net::SocketAddr| -> Result<std::net::TcpListener, DaemonError> {
-        let listener = std::net::TcpListener::bind(addr).map_err(bind_err)?;
-        listener.set_nonblocking(true).map_err(bind_err)?;
-        Ok(listener)
-    };
-    // Port 0 asks the kernel for one: the logs name the port actually bound.
-    let bound = |listener: &std::net::TcpListener, as_listen: fn(std::net::SocketAddr) -> Listen| {
-        listener.local_addr().map(|a| as_listen(a).to_string()).unwrap_or_else(|_| name.clone())
-    };
-    match listen {
-        Listen::Unix(path) => unix(path, false),
-        Listen::Tcp(addr) => {
-            let listener = tcp(addr)?;
-            let name = bound(&listener, Listen::Tcp);
-            Ok(Binding::Ready(Bound::Tcp(listener, name)))
-        }
-        Listen::HttpUnix(path) => unix(path, true),
-        Listen::Http(addr) | Listen::HttpPlain(addr) => {
-            let plain = matches!(listen, Listen::HttpPlain(_));
-            let listener = tcp(addr)?;
-            let name = bound(&listener, if plain { Listen::HttpPlain } else { Listen::Http });
-            Ok(Binding::Ready(Bound::Http(listener, name, plain)))
-        }
-    }
-}
+mod bind;
+use bind::{Bound, Published, bind};
 
 pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
     let started = match start(&config, &control) {
@@ -128,6 +63,7 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
     let served = runtime.block_on(async move {
         let (stop_tx, stop_rx) = watch::channel(false);
         let (kill_tx, kill_rx) = tokio::sync::mpsc::unbounded_channel();
+        let stopping = kill_tx.clone();
         let dispatcher =
             Arc::new(Dispatcher::new(config.call_timeout, config.max_queued_calls, kill_tx, readers, cpu));
         let reader = AsyncFrames::new(control_reader).map_err(DaemonError::Runtime)?;
@@ -140,7 +76,7 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         }
         dispatcher.wait_ready(&config.served_modes(), config.workers_per_mode, Duration::from_secs(10)).await;
         let service = FsdService::new(dispatcher.clone(), &config, roots, audit);
-        serve(config, service, dispatcher, listeners, signals, (stop_tx, stop_rx)).await
+        serve(config, service, dispatcher, listeners, (signals, stopping), (stop_tx, stop_rx)).await
     });
     // Calls still waiting on a stuck worker must not hold the exit: the supervisor kills that
     // worker once this process is gone.
@@ -176,9 +112,7 @@ struct Started {
 fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> {
     let bindings =
         config.listen.iter().map(|l| bind(l, config.socket_access)).collect::<Result<Vec<_>, _>>()?;
-    // Every listener is bound: only now do the Unix sockets appear at their paths, right after
-    // one another (a client that finds one finds every listener ready).
-    let bound = bindings.into_iter().map(Binding::publish).collect::<Result<Vec<_>, _>>()?;
+    // Everything else that may fail comes before the Unix sockets appear at their paths.
     let audit = match &config.audit_log {
         Some(path) => Some(Arc::new(
             Audit::open(path).map_err(|source| DaemonError::Audit { path: path.clone(), source })?,
@@ -223,7 +157,13 @@ fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> 
     let edge = Edge::new(&instance, config.tokens.clone())
         .map_err(|e| DaemonError::Runtime(std::io::Error::other(e)))?;
 
+    // Every listener is bound: only now do the Unix sockets appear at their paths, right after
+    // one another (a client that finds one finds every listener ready), and before confinement
+    // takes the right to rename them into place.
+    let mut published = Published::default();
+    let bound = bindings.into_iter().map(|b| published.publish(b)).collect::<Result<Vec<_>, _>>()?;
     let confinement = crate::confine::network(config).map_err(DaemonError::Confine)?;
+    published.keep();
     tracing::info!(fence = confinement.describe(), "network process confined: no filesystem rights");
     tracing::info!(instance = %instance, "daemon instance");
     let listeners = Listeners { bound, tls, tls_http, health: health_listener, edge, metadata };
@@ -354,7 +294,7 @@ async fn serve(
     service: FsdService,
     dispatcher: Arc<Dispatcher>,
     listeners: Listeners,
-    mut signals: Signals,
+    (mut signals, supervisor): (Signals, tokio::sync::mpsc::UnboundedSender<ControlRequest>),
     (stop_tx, stop_rx): (watch::Sender<bool>, watch::Receiver<bool>),
 ) -> Result<(), DaemonError> {
     let Listeners { bound, tls, tls_http, health, edge, metadata } = listeners;
@@ -464,7 +404,11 @@ async fn serve(
                 let listener = tokio::net::TcpListener::from_std(std_listener)
                     .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
                 let tls = if plain { None } else { tls_http.clone() };
-                tracing::info!(listen = %name, tls = tls.is_some(), "listening (REST, gRPC-Web)");
+                if tls.is_some() {
+                    tracing::info!(listen = %name, tls = true, "listening (REST, gRPC-Web)");
+                } else {
+                    warn_plaintext(&config, &name, "listening (REST, gRPC-Web) on plaintext loopback TCP");
+                }
                 let incoming = crate::edge::incoming(listener, tls, tcp_limits, stop_rx.clone());
                 let (face, stop) = (face.clone(), stop_rx.clone());
                 servers.spawn(async move {
@@ -489,20 +433,7 @@ async fn serve(
                 if tls.is_some() {
                     tracing::info!(listen = %name, tls = true, "listening");
                 } else {
-                    // Any local user (and any container sharing this network namespace) can
-                    // connect here: its clients are one identity, `tcp`, capped at this mode.
-                    let max = config
-                        .client_max_modes
-                        .get(&crate::identity::ClientKey::Tcp)
-                        .copied()
-                        .unwrap_or(crate::identity::TCP_DEFAULT_MAX);
-                    tracing::warn!(
-                        listen = %name,
-                        tls = false,
-                        identity = "tcp",
-                        max_mode = max.as_str(),
-                        "listening on plaintext loopback TCP: every local user may connect (client_max_modes key \"tcp\")"
-                    );
+                    warn_plaintext(&config, &name, "listening on plaintext loopback TCP");
                 }
                 let incoming = crate::edge::incoming(listener, tls.clone(), tcp_limits, stop_rx.clone());
                 servers.spawn(async move {
@@ -549,6 +480,10 @@ async fn serve(
             if let Ok(Err(e)) = done { failure = Some(e); }
         }
     }
+    // Whatever stops this process (a signal sent to it rather than to the supervisor, a server
+    // that failed), the supervisor hears it before the workers' sockets close, so it does not
+    // replace the workers that exit next.
+    let _ = supervisor.send(ControlRequest::Stopping);
     modes_task.abort();
     let stopping: Vec<_> = served_modes.iter().map(|m| (*m, false)).collect();
     report_health(&reporter, health_statuses(&stopping)).await;
@@ -569,6 +504,24 @@ async fn serve(
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// Any local user (and any container sharing this network namespace) can connect to a
+/// plaintext loopback listener, `tcp:` or `http:` alike: its clients are one identity, `tcp`,
+/// capped at this mode. Said once per listener, as a warning.
+fn warn_plaintext(config: &Config, name: &str, what: &str) {
+    let max = config
+        .client_max_modes
+        .get(&crate::identity::ClientKey::Tcp)
+        .copied()
+        .unwrap_or(crate::identity::TCP_DEFAULT_MAX);
+    tracing::warn!(
+        listen = %name,
+        tls = false,
+        identity = "tcp",
+        max_mode = max.as_str(),
+        "{what}: every local user may connect (client_max_modes key \"tcp\")"
+    );
 }
 
 /// The network process's share of `shutdown_grace`: all but a fifth (at most a second), which

@@ -186,6 +186,10 @@ async fn supervise(
         .map_err(DaemonError::Signal)?;
     let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .map_err(DaemonError::Signal)?;
+    // A closed terminal or an operator expecting a reload: stopped in order rather than by the
+    // default action, which left the socket file and logged nothing. (There is no reload.)
+    let mut sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .map_err(DaemonError::Signal)?;
     let (control, network_end) = sys::ipc::pair().map_err(|e| DaemonError::Runtime(e.into()))?;
     let requests = control.try_clone().map_err(DaemonError::Runtime)?;
     let sockets: Vec<PathBuf> = config
@@ -243,6 +247,9 @@ async fn supervise(
     // The roots another daemon serves are said only now: a start that fails (another daemon on
     // the socket, serving these very roots) is the one line naming its cause.
     sweeper.report_shared();
+    for warning in crate::preflight::unenterable_roots(&sup.config, identity) {
+        tracing::warn!("{warning}");
+    }
 
     let abi = sys::landlock_abi();
     let floor = sys::confine::LANDLOCK_FLOOR;
@@ -288,8 +295,8 @@ async fn supervise(
         .name("fsd-kill-requests".into())
         .spawn(move || {
             while let Ok((request, _)) = ipc::recv::<ControlRequest>(&requests) {
-                if let ControlRequest::Kill { pid } = request
-                    && kill_tx.send(pid).is_err()
+                if matches!(request, ControlRequest::Kill { .. } | ControlRequest::Stopping)
+                    && kill_tx.send(request).is_err()
                 {
                     return;
                 }
@@ -307,12 +314,23 @@ async fn supervise(
     tokio::pin!(parent_gone);
     let mut outcome = Ok(());
     let mut network_alive = true;
+    // The network process said it is stopping though the supervisor did not ask (it was
+    // signalled itself): its workers exit next, and are not replaced.
+    let mut network_stopping = false;
     loop {
         tokio::select! {
             _ = sigterm.recv() => { tracing::info!("SIGTERM: stopping"); break; }
             _ = sigint.recv() => { tracing::info!("SIGINT: stopping"); break; }
+            _ = sighup.recv() => {
+                tracing::info!("SIGHUP: stopping (fsd does not reload its configuration: start it again)");
+                break;
+            }
             _ = &mut parent_gone => { tracing::info!("parent pipe closed: stopping"); break; }
-            Some(pid) = kill_rx.recv() => {
+            Some(request) = kill_rx.recv() => {
+                let ControlRequest::Kill { pid } = request else {
+                    network_stopping = true;
+                    continue;
+                };
                 if unkillable_hook() {
                     tracing::warn!(pid, "test hook: treating the worker as unkillable");
                 } else if let Err(e) = sys::ipc::signal(pid, true) {
@@ -345,12 +363,14 @@ async fn supervise(
                 let status_text = match &status { Ok(s) => s.to_string(), Err(e) => e.to_string() };
                 match role {
                     Role::Network => {
+                        // Unasked, even with status 0 (a SIGTERM sent to it rather than to the
+                        // supervisor): the daemon no longer serves, which must not read as a
+                        // clean stop to `Restart=on-failure`. Reported once, by main.
                         network_alive = false;
-                        tracing::error!(pid, status = %status_text, "network process exited");
-                        if let Ok(status) = status
-                            && !status.success() {
-                                outcome = Err(DaemonError::NetworkExited(status));
-                            }
+                        outcome = Err(match status {
+                            Ok(status) if !status.success() => DaemonError::NetworkExited(status),
+                            _ => DaemonError::NetworkStopped { status: status_text, supervisor: std::process::id() },
+                        });
                         break;
                     }
                     Role::Worker(mode) => match sup.hung.exited(pid) {
@@ -369,6 +389,10 @@ async fn supervise(
                             if let Err(e) = ipc::send(&sup.control, &Control::Available { mode }, None) {
                                 tracing::error!(error = %e, "cannot tell the network process");
                             }
+                        }
+                        crate::hung::Exited::Ordinary if network_stopping => {
+                            tracing::debug!(pid, mode = mode.as_str(), "worker exited with the network process");
+                            sweeper.worker_died(pid);
                         }
                         crate::hung::Exited::Ordinary => {
                         tracing::warn!(pid, mode = mode.as_str(), status = %status_text, "worker exited; replacing it");

@@ -36,6 +36,11 @@ pub enum TlsError {
     Pem(&'static str, PathBuf, String),
     #[error("{0} {1} holds no certificate")]
     NoCertificate(&'static str, PathBuf),
+    #[error("tls_key {0} holds no private key")]
+    NoKey(PathBuf),
+    /// The usual slip: the key of another certificate (the client's, the CA's, an old one).
+    #[error("tls_key {key} is not the key of the certificate in tls_cert {cert}")]
+    KeyMismatch { key: PathBuf, cert: PathBuf },
     #[error("invalid tls_client_ca {0}: {1}")]
     ClientCa(PathBuf, String),
     #[error("invalid TLS certificate or key: {0}")]
@@ -58,8 +63,10 @@ fn certificates(key: &'static str, path: &Path) -> Result<Vec<CertificateDer<'st
 pub fn server_config(tls: &TlsConfig) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let chain = certificates("tls_cert", &tls.cert)?;
-    let key = PrivateKeyDer::from_pem_file(&tls.key)
-        .map_err(|e| TlsError::Pem("tls_key", tls.key.clone(), e.to_string()))?;
+    let key = PrivateKeyDer::from_pem_file(&tls.key).map_err(|e| match e {
+        rustls_pki_types::pem::Error::NoItemsFound => TlsError::NoKey(tls.key.clone()),
+        e => TlsError::Pem("tls_key", tls.key.clone(), e.to_string()),
+    })?;
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13])?;
     let builder = match (&tls.client_ca, tls.client_certs) {
@@ -80,7 +87,12 @@ pub fn server_config(tls: &TlsConfig) -> Result<Arc<rustls::ServerConfig>, TlsEr
         }
         _ => builder.with_no_client_auth(),
     };
-    let mut config = builder.with_single_cert(chain, key)?;
+    let mut config = builder.with_single_cert(chain, key).map_err(|e| match e {
+        rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => {
+            TlsError::KeyMismatch { key: tls.key.clone(), cert: tls.cert.clone() }
+        }
+        e => TlsError::Rustls(e),
+    })?;
     // gRPC is HTTP/2 only.
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(config))

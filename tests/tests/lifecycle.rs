@@ -1,4 +1,4 @@
-//! The daemon's and the CLI's lifecycle: SIGTERM exits 0 and removes the socket; `fsd-tools call`
+//! The daemon's and the CLI's lifecycle: SIGTERM, SIGINT and SIGHUP exit 0 and remove the socket; `fsd-tools call`
 //! exit codes (0 success, 1 tool error, 2 usage or unreachable daemon); the embedded daemon of
 //! `--root` serves the call and leaves no socket directory behind; a restart waits for a
 //! predecessor that is still exiting instead of taking its listener for a live daemon; the
@@ -14,26 +14,70 @@ use std::time::{Duration, Instant};
 use common::*;
 
 #[test]
-fn sigterm_exits_zero_and_removes_the_socket() {
-    let mut d = Daemon::start();
-    assert!(d.socket.exists());
-    // A session that has finished its work does not keep the daemon from stopping.
-    d.write("a.txt", "a\n");
-    let mut s = d.session();
-    assert!(!s.read("a.txt").is_error());
-    assert!(s.finish().success());
-    let processes = d.pids();
-    let status = d.terminate();
-    assert_eq!(status.code(), Some(0), "{status}");
-    assert!(!d.socket.exists(), "the socket file is removed");
-    // No process of the daemon outlives it (a zombie awaiting its reaper counts as gone).
-    let fsd = fsd_bin();
-    for pid in processes {
-        let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) else { continue };
-        let state = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let zombie = state.lines().any(|l| l.starts_with("State:") && l.contains('Z'));
-        assert!(exe != fsd || zombie, "daemon process {pid} still runs after the daemon exited: {state}");
+fn a_stop_signal_exits_zero_and_removes_the_socket() {
+    use rustix::process::Signal;
+    // SIGHUP too (a closed terminal, an operator expecting a reload): its default action killed
+    // the supervisor alone, leaving the socket file and no log line.
+    for signal in [Signal::TERM, Signal::INT, Signal::HUP] {
+        let mut d = Daemon::start();
+        assert!(d.socket.exists());
+        // A session that has finished its work does not keep the daemon from stopping.
+        d.write("a.txt", "a\n");
+        let mut s = d.session();
+        assert!(!s.read("a.txt").is_error());
+        assert!(s.finish().success());
+        let processes = d.pids();
+        d.process.signal(signal);
+        let status = d.process.wait().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(status.code(), Some(0), "{signal:?}: {status}");
+        assert!(!d.socket.exists(), "{signal:?}: the socket file is removed");
+        // No process of the daemon outlives it (a zombie awaiting its reaper counts as gone).
+        fsd_testkit::procs::wait_gone(&processes[1..], Duration::from_secs(10), "the daemon")
+            .unwrap_or_else(|e| panic!("{signal:?}: {e}"));
     }
+}
+
+#[test]
+fn a_signal_sent_to_the_network_process_stops_the_daemon_as_a_failure() {
+    use std::io::Read;
+    // An operator who signals the wrong pid: the daemon stopped serving, exited 0 (so
+    // `Restart=on-failure` left it down) and logged "cannot replace worker" for each worker.
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let socket = dir.path().join("fsd.sock");
+    let mut daemon = launch()
+        .unix(&socket)
+        .writable_root(&ws)
+        .env("FSD_LOG", "info")
+        .stderr(fsd_testkit::Stderr::Piped)
+        .start()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let supervisor = daemon.pid();
+    let processes = daemon.pids();
+    let network: Vec<u32> =
+        processes.iter().copied().filter(|&p| fsd_testkit::role(p).as_deref() == Some("network")).collect();
+    assert_eq!(network.len(), 1, "one network process among {processes:?}");
+    // Signalled once it logs "listening", so with its handlers installed (a signal in the
+    // moment before is its default action: also exit 2, saying how it ended).
+    let mut pipe = std::io::BufReader::new(daemon.take_stderr().unwrap());
+    let mut stderr = String::new();
+    while !stderr.contains("listening") {
+        assert_ne!(pipe.read_line(&mut stderr).unwrap(), 0, "the log ended before listening: {stderr}");
+    }
+    fsd_testkit::kill(network[0], rustix::process::Signal::TERM);
+    pipe.read_to_string(&mut stderr).unwrap();
+    let status = daemon.wait().unwrap();
+    assert_eq!(status.code(), Some(2), "{status}: {stderr}");
+    let loud: Vec<&str> = stderr.lines().filter(|l| !l.contains(" INFO ")).collect();
+    let want = format!(
+        "ERROR fsd: the network process stopped (exit status: 0) without the supervisor asking, so the \
+         daemon stops; to stop fsd, signal the supervisor (pid {supervisor})"
+    );
+    assert_eq!(loud.len(), 1, "one line, the cause: {stderr}");
+    assert!(loud[0].ends_with(&want), "{:?} does not end with {want:?}", loud[0]);
+    assert!(!socket.exists(), "the socket file is removed");
+    fsd_testkit::procs::wait_gone(&processes[1..], Duration::from_secs(10), "the daemon").unwrap();
 }
 
 /// Runs `fsd-tools` with these arguments, stdin closed, TMPDIR set to `tmp`.

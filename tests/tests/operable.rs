@@ -1,11 +1,13 @@
 //! What an operator meets on a normal day, against the real binary: a start that cannot work
-//! exits 2 at once with one line naming the cause (in the configured log format); health tells
+//! exits 2 at once with one line naming the cause (in the configured log format) and leaves no
+//! socket file behind; health tells
 //! which modes are served; SIGTERM with a stuck worker stops within `shutdown_grace_ms`; plaintext
 //! loopback TCP is the `tcp` identity, read-only unless configured; a listener on port 0 logs the
 //! port it bound.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod pki;
 
 use std::io::Read;
 use std::path::Path;
@@ -72,6 +74,8 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
     std::fs::create_dir(&ws).unwrap();
     let file = dir.path().join("file");
     std::fs::write(&file, "x").unwrap();
+    let link = dir.path().join("ws-link");
+    std::os::unix::fs::symlink(&ws, &link).unwrap();
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let busy_port = busy.local_addr().unwrap().port();
     let socket = format!("unix:{}", dir.path().join("fsd.sock").display());
@@ -95,6 +99,23 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
             "0".repeat(64)
         ),
     );
+    // A key that belongs to another certificate, and a "key" file that holds a certificate.
+    let ca = pki::Ca::new(dir.path(), "ca");
+    let server = ca.server("server", &["localhost"], &["127.0.0.1".parse().unwrap()]);
+    let client = ca.client("client", "agent");
+    let tls = |name: &str, cert: &Path, key: &Path| {
+        config(
+            name,
+            &format!(
+                "tls_cert = \"{}\"\ntls_key = \"{}\"\ntls_client_ca = \"{}\"\n",
+                cert.display(),
+                key.display(),
+                ca.cert.display()
+            ),
+        )
+    };
+    let wrong_key = tls("wrong-key.toml", &server.cert, &client.key);
+    let cert_as_key = tls("cert-as-key.toml", &server.cert, &server.cert);
     let p = |path: &Path| path.display().to_string();
     // The usual start, with one of the configs above.
     let with_config = |config: &str| -> Vec<String> {
@@ -117,6 +138,30 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
             vec!["--listen".into(), socket.clone(), "--readable-root".into(), p(&file)],
             None,
             format!("readable root {} is not a directory", p(&file)),
+        ),
+        // One directory named twice, under another spelling or through a link.
+        (
+            vec![
+                "--listen".into(),
+                socket.clone(),
+                "--writable-root".into(),
+                p(&ws),
+                "--writable-root".into(),
+                format!("{}/", p(&ws)),
+            ],
+            None,
+            format!("writable root {}/ is the same directory as writable root {}: list each root once", p(&ws), p(&ws)),
+        ),
+        (
+            vec!["--listen".into(), socket.clone(), "--writable-root".into(), p(&ws), "--readable-root".into(), p(&link)],
+            None,
+            format!("readable root {} is the same directory as writable root {}: list each root once", p(&link), p(&ws)),
+        ),
+        // One socket listed twice: the second bind's "File exists" named no cause.
+        (
+            vec!["--listen".into(), socket.clone(), "--listen".into(), socket.clone(), "--writable-root".into(), p(&ws)],
+            None,
+            format!("listen {socket} is the same socket path as listen {socket}: list each listener once"),
         ),
         (
             vec!["--listen".into(), "unix:/does/not/exist/fsd.sock".into(), "--writable-root".into(), p(&ws)],
@@ -153,6 +198,20 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
             None,
             "TLS setup failed: cannot read tls_cert /does/not/exist.pem: I/O error: No such file or directory (os error 2)"
                 .into(),
+        ),
+        (
+            vec!["--listen".into(), "tcp:127.0.0.1:0".into(), "--writable-root".into(), p(&ws), "--config".into(), wrong_key],
+            None,
+            format!(
+                "TLS setup failed: tls_key {} is not the key of the certificate in tls_cert {}",
+                p(&client.key),
+                p(&server.cert)
+            ),
+        ),
+        (
+            vec!["--listen".into(), "tcp:127.0.0.1:0".into(), "--writable-root".into(), p(&ws), "--config".into(), cert_as_key],
+            None,
+            format!("TLS setup failed: tls_key {} holds no private key", p(&server.cert)),
         ),
         // A zero time is refused, not quietly raised to 1 ms.
         (
@@ -216,6 +275,63 @@ fn a_start_that_cannot_work_exits_2_with_one_line_naming_the_cause() {
 }
 
 #[test]
+fn a_start_that_fails_after_binding_leaves_no_socket_file_behind() {
+    // The network process binds every listener, then opens the audit log, reads the TLS files
+    // and binds the health port: a failure there used to leave the Unix socket files in place.
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let sockets = dir.path().join("sockets");
+    std::fs::create_dir(&sockets).unwrap();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy_port = busy.local_addr().unwrap().port();
+    let config = |name: &str, body: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, body).unwrap();
+        path.display().to_string()
+    };
+    let cases = [
+        (
+            config("audit.toml", "audit_log = \"/does/not/exist/audit.jsonl\"\n"),
+            "cannot open the audit log /does/not/exist/audit.jsonl: No such file or directory (os error 2)"
+                .to_owned(),
+        ),
+        (
+            config("health.toml", &format!("health_listen = \"tcp:127.0.0.1:{busy_port}\"\n")),
+            format!(
+                "cannot listen on health tcp:127.0.0.1:{busy_port}: Address already in use (os error 98)"
+            ),
+        ),
+        (
+            config(
+                "tls.toml",
+                &format!(
+                    "tls_cert = \"/does/not/exist.pem\"\ntls_key = \"/does/not/exist.key\"\n[tokens.ci]\nsha256 = \"{}\"\n",
+                    "0".repeat(64)
+                ),
+            ),
+            "TLS setup failed: cannot read tls_cert /does/not/exist.pem".to_owned(),
+        ),
+    ];
+    let grpc = format!("unix:{}", sockets.join("fsd.sock").display());
+    let http = format!("http+unix:{}", sockets.join("http.sock").display());
+    let ws = ws.display().to_string();
+    for (config, want) in cases {
+        let args = ["--listen", &grpc, "--listen", &http, "--writable-root", &ws, "--config", &config];
+        let (code, lines, secs) = start_failure(&args, None, None);
+        println!("{config}: exit {code:?} after {secs:.3} s: {lines:?}");
+        assert_eq!(code, Some(2), "{config}: {lines:?}");
+        assert_eq!(lines.len(), 1, "{config}: one line, the cause: {lines:?}");
+        let got = message(&lines[0], false);
+        assert!(got.starts_with(&want), "{config}: {got:?} does not start with {want:?}");
+        // Neither socket file, nor the private directories they were bound in.
+        let left: Vec<_> = std::fs::read_dir(&sockets).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(left.is_empty(), "{config}: a failed start left {left:?} in the socket directory");
+    }
+    drop(busy);
+}
+
+#[test]
 fn a_config_that_asks_for_json_logs_reports_its_own_errors_in_json() {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
@@ -252,6 +368,44 @@ fn a_second_daemon_on_a_served_socket_says_only_that() {
 }
 
 #[test]
+fn a_socket_path_longer_than_sun_path_is_served_reached_and_not_taken_over() {
+    // The daemon binds through the directory's descriptor, so any path length serves; but a
+    // connect by the long path fails at once: the tools could not reach it, and a second daemon
+    // took the live socket for a stale one and replaced it.
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    let deep = dir.path().join("d".repeat(60)).join("e".repeat(60));
+    std::fs::create_dir_all(&deep).unwrap();
+    let long = deep.join("fsd.sock");
+    assert!(long.as_os_str().len() > 108, "{}", long.display());
+    let listen = format!("unix:{}", long.display());
+    // The kit waits on the short socket; both are published together.
+    let daemon = common::launch()
+        .unix(dir.path().join("fsd.sock"))
+        .args(["--listen", &listen])
+        .writable_root(&ws)
+        .start()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = Command::new(common::tools_bin())
+        .args(["call", "read", r#"{"file_path": "a.txt"}"#, "--endpoint", &listen])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("1: a"), "{text}");
+    let (code, lines, secs) =
+        start_failure(&["--listen", &listen, "--writable-root", ws.to_str().unwrap()], None, None);
+    println!("exit {code:?} after {secs:.3} s: {lines:?}");
+    assert_eq!(code, Some(2), "{lines:?}");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(message(&lines[0], false), format!("another daemon already listens on {}", long.display()));
+    drop(daemon);
+}
+
+#[test]
 fn a_worker_identity_the_daemon_cannot_take_is_a_start_error() {
     // An unprivileged daemon asked to run its workers as root: needs CAP_SETUID, has none.
     let dir = tempfile::tempdir().unwrap();
@@ -280,6 +434,77 @@ fn a_worker_identity_the_daemon_cannot_take_is_a_start_error() {
         ),
         "{lines:?}"
     );
+}
+
+#[test]
+fn a_root_the_workers_may_not_enter_is_a_warning_at_start() {
+    // Workers open their roots as the daemon, then switch to the worker identity: a root that
+    // identity may not search served nothing but FS_PERMISSION_DENIED, and the log said nothing.
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (closed, open) = (dir.path().join("closed"), dir.path().join("open"));
+    for (path, mode) in [(&closed, 0o700), (&open, 0o755)] {
+        std::fs::create_dir(path).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    assert_eq!(rustix::process::geteuid().as_raw(), 0, "this test's daemon runs as root: run it as root");
+    let socket = dir.path().join("fsd.sock");
+    let mut daemon = common::launch()
+        .unix(&socket)
+        .writable_root(&open)
+        .args(["--readable-root", closed.to_str().unwrap()])
+        .config(dir.path().join("fsd.toml"), "worker_uid = 65534\nworker_gid = 65534\n")
+        .env("FSD_LOG", "info")
+        .stderr(fsd_testkit::Stderr::Piped)
+        .start()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut pipe = daemon.take_stderr().unwrap();
+    daemon.signal(rustix::process::Signal::TERM);
+    let mut stderr = String::new();
+    pipe.read_to_string(&mut stderr).unwrap();
+    assert!(daemon.wait().unwrap().success(), "{stderr}");
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains(" WARN ")).collect();
+    let want = format!(
+        "readable root {}: the workers (uid 65534, gid 65534) may not enter it (owner 0:0, mode 0700): calls \
+         beneath it fail with FS_PERMISSION_DENIED; change its permissions or set worker_uid/worker_gid",
+        closed.display()
+    );
+    assert_eq!(warnings.len(), 1, "one warning, for the closed root only: {stderr}");
+    assert!(warnings[0].ends_with(&want), "{:?} does not end with {want:?}", warnings[0]);
+}
+
+#[test]
+fn a_socket_group_the_daemon_may_not_give_names_socket_group() {
+    // An unprivileged daemon outside the group: the bare "Operation not permitted" named no key.
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let config = dir.path().join("fsd.toml");
+    std::fs::write(&config, "socket_group = \"0\"\n").unwrap();
+    assert_eq!(
+        rustix::process::geteuid().as_raw(),
+        0,
+        "this test starts the daemon as uid 65534: run it as root"
+    );
+    let socket = format!("unix:{}", dir.path().join("fsd.sock").display());
+    let args =
+        ["--listen", &socket, "--writable-root", ws.to_str().unwrap(), "--config", config.to_str().unwrap()];
+    let (code, lines, secs) = start_failure(&args, None, Some(65534));
+    println!("exit {code:?} after {secs:.3} s: {lines:?}");
+    assert_eq!(code, Some(2), "{lines:?}");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(
+        message(&lines[0], false),
+        format!(
+            "cannot listen on {socket}: cannot give the socket to group 0 (socket_group): Operation not permitted \
+             (os error 1); run the daemon as root or as a member of that group"
+        )
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left.len(), 2, "only ws and fsd.toml: {left:?}");
 }
 
 fn health(rt: &tokio::runtime::Runtime, socket: &Path, service: &str) -> ServingStatus {
@@ -401,7 +626,7 @@ fn plaintext_loopback_tcp_is_the_tcp_identity_read_only_unless_configured() {
 }
 
 #[test]
-fn a_tcp_listener_on_port_0_logs_the_port_it_bound() {
+fn a_tcp_listener_on_port_0_logs_the_port_it_bound_and_plaintext_is_a_warning() {
     use std::io::BufRead;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -423,12 +648,17 @@ fn a_tcp_listener_on_port_0_logs_the_port_it_bound() {
         let value: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
         if let Some(listen) = value["fields"]["listen"].as_str().filter(|l| l.contains("127.0.0.1:")) {
             named.push(listen.to_owned());
+            // Plaintext loopback, gRPC or HTTP: every local user may connect, as `tcp`.
+            assert_eq!(value["level"], json!("WARN"), "{line}");
+            assert_eq!(value["fields"]["identity"], json!("tcp"), "{line}");
+            assert_eq!(value["fields"]["max_mode"], json!("read-only"), "{line}");
         }
     }
     for listen in &named {
         let port: u16 = listen.rsplit_once(':').unwrap().1.parse().unwrap();
         assert_ne!(port, 0, "{listen}: the log names the bound port, not 0");
     }
+    assert!(named.iter().any(|l| l.starts_with("http:")), "{named:?}");
     // The logged port is the one that answers.
     let tcp = named.iter().find_map(|l| l.strip_prefix("tcp:")).expect("the tcp listener's line");
     let hello = hello_over(&rt, &Endpoint::Tcp(tcp.to_owned()));
@@ -541,6 +771,36 @@ fn client_errors_name_the_problem() {
              (mode 0660) and this user (nobody (uid 65534)) is neither; add this user to the group, or run as the owner"
         )
     );
+}
+
+#[test]
+fn a_client_config_error_is_one_line_naming_the_file_line_and_column() {
+    // As the daemon's: the toml crate's own rendering was a five-line snippet with a caret.
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "unknown.toml",
+            "readLimit = 10\nbogus = 1\n",
+            ":2:1: unknown field `bogus`, expected one of `read`, ",
+        ),
+        ("type.toml", "readLimit = \"ten\"\n", ":1:13: invalid type: string \"ten\", expected u64"),
+    ];
+    for (name, body, want) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, body).unwrap();
+        let output = Command::new(common::tools_bin())
+            .args(["schemas", "--config", path.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        println!("{name}: {stderr}");
+        assert_eq!(output.status.code(), Some(2), "{name}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{name}: one line: {lines:?}");
+        let head = format!("fsd-tools: invalid config {}{want}", path.display());
+        assert!(lines[0].starts_with(&head), "{name}: {:?} does not start with {head:?}", lines[0]);
+    }
 }
 
 #[test]

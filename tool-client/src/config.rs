@@ -65,20 +65,33 @@ impl Default for ClientConfig {
 pub enum ConfigError {
     #[error("cannot read config {0}: {1}")]
     Read(PathBuf, #[source] std::io::Error),
-    #[error("invalid config {0}: {1}")]
-    Parse(PathBuf, #[source] toml::de::Error),
+    /// One line, like the daemon's: the toml crate's own rendering spans several (a snippet with
+    /// a caret), which a log or an MCP host's error box shows badly.
+    #[error("invalid config {}{}: {message}", path.display(), at.map(|(line, column)| format!(":{line}:{column}")).unwrap_or_default())]
+    Parse { path: PathBuf, at: Option<(usize, usize)>, message: String },
     #[error(transparent)]
     Approver(#[from] crate::approver::ApproverError),
     #[error("invalid config: {0} must be at least 1")]
     Zero(&'static str),
 }
 
+/// A TOML error as one line: the file, the 1-based line and column (in characters) where the
+/// error's span starts, and the message with its line breaks folded.
+fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
+    let at = e.span().map(|span| {
+        let before = text.get(..span.start).unwrap_or(text);
+        let line_start = before.rfind('\n').map_or(0, |at| at + 1);
+        (before.matches('\n').count() + 1, before[line_start..].chars().count() + 1)
+    });
+    let message = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+    ConfigError::Parse { path: path.to_owned(), at, message }
+}
+
 impl ClientConfig {
     /// Reads a config file; keys it does not set keep their defaults.
     pub fn load(path: &Path) -> Result<ClientConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.to_owned(), e))?;
-        let config: ClientConfig =
-            toml::from_str(&text).map_err(|e| ConfigError::Parse(path.to_owned(), e))?;
+        let config: ClientConfig = toml::from_str(&text).map_err(|e| parse_error(path, &text, &e))?;
         config.validate()?;
         crate::approver::Approver::from_config(config.escalation_rules.as_deref(), config.escalation_prompt)
             .map_err(ConfigError::Approver)?;

@@ -119,6 +119,21 @@ fn private_name() -> std::io::Result<String> {
     }))
 }
 
+/// Connects to the Unix socket at `path`, whatever its length: through its directory's
+/// descriptor, as [`bind_unix`] binds, since `sun_path` holds 107 bytes and a daemon serves a
+/// socket in a deep directory. (A connect by the long path itself fails at once, which the
+/// stale-socket check took for a socket nobody listens on.)
+pub fn connect_unix(path: &Path) -> std::io::Result<std::os::unix::net::UnixStream> {
+    let name = path.file_name().ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let dir = rustix::fs::open(parent, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    let short = Path::new("/proc/self/fd").join(dir.as_raw_fd().to_string()).join(name);
+    std::os::unix::net::UnixStream::connect(short)
+}
+
 /// The socket file's mode and group as a path lookup sees them (for the tests).
 pub fn file_access(path: &Path) -> std::io::Result<(u32, u32)> {
     let stat = rustix::fs::lstat(path)?;

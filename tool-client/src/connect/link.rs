@@ -15,8 +15,8 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 use super::describe::{chain, describe_connect_failure};
 use super::{
-    ConnectError, Credentials, Endpoint, Failure, INSTANCE_HEADER, MAX_MESSAGE_BYTES, hello_failed,
-    plaintext_hello_failed, tonic_endpoint, unreachable,
+    ConnectError, Credentials, Endpoint, Failure, INSTANCE_HEADER, MAX_MESSAGE_BYTES, connect_unix,
+    hello_failed, plaintext_hello_failed, tonic_endpoint, unreachable,
 };
 
 /// How long a dropped connection is retried (with backoff) before the call fails.
@@ -233,8 +233,7 @@ pub async fn link(endpoint: &Endpoint, credentials: &Credentials) -> Result<(Lin
                 .connect_with_connector(tower::service_fn(move |_| {
                     let (path, state, named) = (path.clone(), state.clone(), named.clone());
                     async move {
-                        let socket =
-                            state.open(&named, || tokio::net::UnixStream::connect(path.clone())).await?;
+                        let socket = state.open(&named, || connect_unix(&path)).await?;
                         Ok::<_, std::io::Error>(TokioIo::new(socket))
                     }
                 }))

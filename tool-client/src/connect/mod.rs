@@ -178,7 +178,7 @@ pub async fn channel(endpoint: &Endpoint) -> Result<Channel, ConnectError> {
                 .connect_with_connector(tower::service_fn(move |_| {
                     let (path, failure, named) = (path.clone(), failure.clone(), named.clone());
                     async move {
-                        let socket = tokio::net::UnixStream::connect(path).await;
+                        let socket = connect_unix(&path).await;
                         socket.map(TokioIo::new).map_err(|e| remember(&failure, &named, e))
                     }
                 }))
@@ -188,6 +188,32 @@ pub async fn channel(endpoint: &Endpoint) -> Result<Channel, ConnectError> {
         Endpoint::Tcp(_) | Endpoint::Web(_) => tonic_endpoint.connect().await,
     };
     connected.map_err(|source| unreachable(endpoint, &failure, source))
+}
+
+/// Connects to a Unix socket at any path length. `sun_path` holds 107 bytes, and the daemon
+/// binds through its directory's descriptor, so a socket in a deep directory (a CI workspace, a
+/// home directory) serves fine; the client reaches it the same way, through
+/// `/proc/self/fd/N/NAME` of its directory opened for the connect.
+pub async fn connect_unix(path: &std::path::Path) -> std::io::Result<tokio::net::UnixStream> {
+    const SUN_PATH: usize = 108;
+    if path.as_os_str().len() < SUN_PATH {
+        return tokio::net::UnixStream::connect(path).await;
+    }
+    // A directory this user may search but not read cannot be opened here: the plain connect
+    // then says why it cannot work.
+    let opened = path
+        .parent()
+        .zip(path.file_name())
+        .and_then(|(dir, name)| Some((std::fs::File::open(dir).ok()?, name)));
+    let Some((dir, name)) = opened else {
+        return tokio::net::UnixStream::connect(path).await;
+    };
+    let short = std::path::Path::new("/proc/self/fd")
+        .join(std::os::fd::AsRawFd::as_raw_fd(&dir).to_string())
+        .join(name);
+    let socket = tokio::net::UnixStream::connect(&short).await;
+    drop(dir);
+    socket
 }
 
 /// The last connect failure of a channel, described.
