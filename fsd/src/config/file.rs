@@ -168,5 +168,40 @@ pub(super) fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> Confi
         (before.matches('\n').count() + 1, before[line_start..].chars().count() + 1)
     });
     let message = e.message().split_whitespace().collect::<Vec<_>>().join(" ");
+    let message = unknown_key(&message).unwrap_or(message);
     ConfigError::Parse { path: path.to_owned(), at, message }
+}
+
+/// serde's "unknown field `x`, expected one of `a`, `b`, …" lists every key of the section (52
+/// at the top level): the key that was meant, when one is close, says more.
+fn unknown_key(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (unknown, rest) = rest.split_once('`')?;
+    let expected = rest.strip_prefix(", expected one of ").or_else(|| rest.strip_prefix(", expected "))?;
+    let closest = expected
+        .split(", ")
+        .filter_map(|key| key.strip_prefix('`')?.strip_suffix('`'))
+        .map(|key| (edit_distance(unknown, key), key))
+        .min()
+        .filter(|(distance, _)| *distance <= (unknown.chars().count() / 3).max(2));
+    Some(match closest {
+        Some((_, key)) => format!("unknown key `{unknown}` (did you mean `{key}`?)"),
+        None => format!("unknown key `{unknown}` (README.md lists every key)"),
+    })
+}
+
+/// Levenshtein distance, by characters.
+pub(super) fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let next = (row[j + 1] + 1).min(row[j] + 1).min(diagonal + usize::from(ca != *cb));
+            diagonal = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
 }

@@ -49,7 +49,7 @@ pub(super) fn fleet_settings(listen: &[Listen], file: FleetFile) -> Result<Fleet
             if client_certs != ClientCerts::Required && tokens.is_empty() {
                 // Otherwise a client without a certificate could never authenticate.
                 return Err(ConfigError::Tls(
-                    "without required client certificates (tls_client_ca), configure tokens",
+                    "TLS without required client certificates (no tls_client_ca, or tls_client_cert = \"optional\") needs bearer tokens ([tokens.NAME]): no client could authenticate",
                 ));
             }
             Some(TlsConfig { cert, key, client_ca: file.tls_client_ca.clone(), client_certs })

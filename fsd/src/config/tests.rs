@@ -147,7 +147,9 @@ fn fleet_config_table() {
     // Server-only TLS needs tokens, or nobody could authenticate.
     assert_eq!(
         fleet(&format!("{listen}{tls}")).err().as_deref(),
-        Some("invalid TLS settings: without required client certificates (tls_client_ca), configure tokens")
+        Some(
+            "invalid TLS settings: TLS without required client certificates (no tls_client_ca, or tls_client_cert = \"optional\") needs bearer tokens ([tokens.NAME]): no client could authenticate",
+        )
     );
     let with_token = fleet(&format!("{listen}{tls}[tokens.ci]\nsha256 = \"{hash}\"\ncert = \"agent-a\""));
     assert_eq!(
@@ -203,7 +205,32 @@ fn parse_errors_are_one_line_with_their_place() {
         "# é\nworkers_per_mode = \"two\"",
         "invalid config /etc/fsd.toml:2:20: invalid type: string \"two\", expected usize",
     );
-    check("bogus = 1", "invalid config /etc/fsd.toml:1:1: unknown field `bogus`, expected one of");
+    // An unknown key names the one that was meant when one is close, never the whole list.
+    check("bogus = 1", "invalid config /etc/fsd.toml:1:1: unknown key `bogus` (README.md lists every key)");
+    check(
+        "max_read_byte = 1",
+        "invalid config /etc/fsd.toml:1:1: unknown key `max_read_byte` (did you mean `max_read_bytes`?)",
+    );
+    check(
+        "writeable_roots = []",
+        "invalid config /etc/fsd.toml:1:1: unknown key `writeable_roots` (did you mean `writable_roots`?)",
+    );
+    check(
+        "[budgets]\ncalls_per_sec = 5",
+        "invalid config /etc/fsd.toml:2:1: unknown key `calls_per_sec` (did you mean `calls_per_second`?)",
+    );
+}
+
+#[test]
+fn edit_distances() {
+    let check =
+        |a: &str, b: &str, expected: usize| assert_eq!(file::edit_distance(a, b), expected, "{a} {b}");
+    check("", "", 0);
+    check("abc", "", 3);
+    check("", "abc", 3);
+    check("kitten", "sitting", 3);
+    check("max_read_byte", "max_read_bytes", 1);
+    check("é", "e", 1);
 }
 
 /// Every size, count and time limit refuses 0 with one line naming its key; the two that
