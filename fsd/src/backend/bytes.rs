@@ -118,7 +118,7 @@ impl Backend {
             None => (WriteOperation::Create, Place::CreateOrReplace),
             Some((_, meta)) => (WriteOperation::Update, Place::Replace(meta)),
         };
-        let (file, meta) = staged.place(resolved.name(), place, file_mode).map_err(fail)?;
+        let (file, meta) = staged.place(resolved.name(), place, file_mode, None).map_err(fail)?;
         if operation == WriteOperation::Create {
             self.undo_git_piece(mode, &resolved, &meta)?;
         }
@@ -166,7 +166,13 @@ impl Backend {
                     }
                     None => return Err(fail(FsError::Stale(StaleReason::Gone))),
                 },
-                _ => version::of_meta(&now) == guard.version,
+                // A link (or another non-directory) is checked by its metadata, and only the
+                // one checked is removed: a save that replaced it since is another inode.
+                Kind::Directory => version::of_meta(&now) == guard.version,
+                _ => {
+                    checked = Some(now);
+                    version::of_meta(&now) == guard.version
+                }
             };
             if !holds {
                 return Err(fail(FsError::Stale(StaleReason::Changed)));

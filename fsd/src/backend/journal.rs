@@ -401,10 +401,15 @@ fn settle(root: BorrowedFd<'_>, key: &OsStr, record: &Record<'_>) -> Settled {
     }
     let dir = dir.as_ref().map_or(root, AsFd::as_fd);
     let Ok(meta) = sys::meta_at(dir, &name) else { return Settled::Left };
-    let ours = meta.kind == Kind::File
+    // A removal's entry may name a link (a guarded remove of one); its identity says which.
+    let kind_fits = match &record.restore {
+        Some(_) => meta.kind != Kind::Directory,
+        None => meta.kind == Kind::File,
+    };
+    let ours = kind_fits
         && match record.identity {
             Some(identities) => identities.split(',').any(|i| i == identity_of(&meta)),
-            None => meta.size == 0,
+            None => meta.size == 0 && meta.kind == Kind::File,
         };
     if ours {
         return if sys::remove(dir, &name).is_ok() { Settled::Removed } else { Settled::Left };
@@ -515,6 +520,36 @@ mod tests {
         check(Then::Nothing, None, None, (1, 0));
         check(Then::Saved, Some("first save"), None, (0, 1));
         check(Then::SavedTwice, Some("second save"), Some("first save"), (0, 0));
+    }
+
+    /// A killed guarded removal of a link: the sweep removes the checked link (not a file an
+    /// editor put at the temporary name's place, not the link's target), and puts a save that
+    /// replaced the link back.
+    #[test]
+    fn the_sweep_finishes_a_killed_removal_of_a_link() {
+        fn check(saved: bool, expected_name: Option<&str>, report: (usize, usize)) {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("target"), "target").unwrap();
+            let path = dir.path().join("l");
+            std::os::unix::fs::symlink("target", &path).unwrap();
+            let root = sys::open_dir(dir.path()).unwrap();
+            let checked = sys::meta_at(root.as_fd(), OsStr::new("l")).unwrap();
+            let journal = Journal::open(&[dir.path().to_path_buf()]);
+            let temp = sys::temp_name().unwrap();
+            let _entry = journal.scope(0, &[]).begin_removal(&temp, OsStr::new("l"), &checked);
+            if saved {
+                std::fs::write(dir.path().join("save"), "saved").unwrap();
+                std::fs::rename(dir.path().join("save"), &path).unwrap();
+            }
+            std::fs::rename(&path, dir.path().join(&temp)).unwrap();
+            let got = sweep_root(root.as_fd(), |_| true);
+            assert_eq!((got.entries, got.removed, got.restored), (1, report.0, report.1), "{saved}");
+            assert_eq!(std::fs::read_to_string(&path).ok().as_deref(), expected_name, "{saved}");
+            assert!(std::fs::symlink_metadata(dir.path().join(&temp)).is_err(), "{saved}");
+            assert_eq!(std::fs::read_to_string(dir.path().join("target")).unwrap(), "target");
+        }
+        check(false, None, (1, 0));
+        check(true, Some("saved"), (0, 1));
     }
 
     #[test]
