@@ -23,7 +23,8 @@
 //!   there only if it is still that file (see `moves::remove_checked`). Its entry names the
 //!   checked file and, after ` restore `, the original name (hex): a file at the temporary
 //!   name that is not the checked one is an outside save caught in the rename, and the sweep
-//!   renames it back (never over a name taken since) instead of leaving it hidden.
+//!   renames it back (never over a name taken since: then it is kept beside that name, visible,
+//!   as `<name>.kept-<8 hex>`) instead of leaving it hidden.
 //! - Where the attribute cannot be written (a filesystem without user extended attributes, a
 //!   root the worker may not change, no space for the attribute) the write goes on unjournaled:
 //!   such a temporary file is still removed on every error path, only not after a SIGKILL.
@@ -419,7 +420,9 @@ fn settle(root: BorrowedFd<'_>, key: &OsStr, record: &Record<'_>) -> Settled {
             match sys::rename(dir, &name, dir, original, sys::RenameHow::NoReplace) {
                 Ok(()) => Settled::Restored,
                 Err(errno) => {
-                    tracing::warn!(?name, ?original, %errno, "an outside save a killed removal moved aside stays at its temporary name");
+                    // Its name was taken again: kept beside it, visible, as a live removal does.
+                    let kept = super::moves::keep_aside(dir, original, &name);
+                    tracing::warn!(?kept, ?original, %errno, "an outside save a killed removal moved aside is kept at another name");
                     Settled::Left
                 }
             }
@@ -471,8 +474,8 @@ mod tests {
     }
 
     /// A worker killed in a guarded removal, after it moved the name aside: the sweep removes
-    /// the checked file, puts an outside save caught by the rename back at its name, and leaves
-    /// one whose name was taken again where it is.
+    /// the checked file, puts an outside save caught by the rename back at its name, and keeps
+    /// one whose name was taken again at a visible name beside it (`<name>.kept-<8 hex>`).
     #[test]
     fn the_sweep_finishes_a_killed_removal_without_losing_an_outside_save() {
         #[derive(Debug, Clone, Copy)]
@@ -512,8 +515,14 @@ mod tests {
             let got = sweep_root(root.as_fd(), |_| true);
             assert_eq!((got.entries, got.removed, got.restored), (1, report.0, report.1), "{then:?}");
             assert_eq!(std::fs::read_to_string(&path).ok().as_deref(), expected_name, "{then:?}");
-            let kept = std::fs::read_to_string(dir.path().join(&temp)).ok();
-            assert_eq!(kept.as_deref(), expected_kept, "{then:?}");
+            assert!(!dir.path().join(&temp).exists(), "{then:?}: a save is hidden at the temporary name");
+            let kept: Vec<_> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with("f.kept-"))
+                .map(|p| std::fs::read_to_string(p).unwrap())
+                .collect();
+            assert_eq!(kept.first().map(String::as_str), expected_kept, "{then:?}");
             let entries = sys::list_xattrs(root.as_fd()).unwrap();
             assert!(!entries.iter().any(|n| n.as_bytes().starts_with(ENTRY_PREFIX.as_bytes())), "{then:?}");
         }
