@@ -393,8 +393,33 @@ pub(super) fn same_key(expected: Option<&String>, actual: &str) -> Result<(), Fs
     }
 }
 
+/// Whether a write failed because a directory on its way vanished under it (`ENOENT` making
+/// a directory in it or a temporary file in the target's): a failed call's clean-up
+/// ([`super::resolve::MadeDirs`]) removes the empty directories it made, which this call may
+/// have found and entered a moment before. Nothing was written yet; the call walks again once.
+pub(super) fn parent_vanished(error: &FsError) -> bool {
+    matches!(error, FsError::CreateTemp(Errno::NOENT) | FsError::MakeDir(Errno::NOENT))
+}
+
 impl Backend {
     pub(super) fn write_text(
+        &self,
+        mode: Mode,
+        path: &str,
+        content: &str,
+        guard: Option<&WriteGuard>,
+        match_style: bool,
+    ) -> Result<Outcome, Failure> {
+        match self.write_text_once(mode, path, content, guard, match_style) {
+            Err(failure) if parent_vanished(&failure.error) => {
+                tracing::debug!(%failure.error, "a write's directory vanished under it; walking again");
+                self.write_text_once(mode, path, content, guard, match_style)
+            }
+            other => other,
+        }
+    }
+
+    fn write_text_once(
         &self,
         mode: Mode,
         path: &str,
