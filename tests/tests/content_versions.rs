@@ -462,6 +462,41 @@ fn an_outside_save_over_a_guarded_symlink_removal_is_kept() {
     assert_eq!(names, ["fsd-fault-pause-remove", "target.txt"], "no temporary file is left");
 }
 
+/// The link replaced by another link (renamed over it) between the check and the removal: a
+/// confined worker may not move a link aside (Landlock counts that as making one), so it looks
+/// at the name right before the unlink, finds another link, and removes nothing.
+#[test]
+fn a_link_replaced_by_another_during_a_guarded_removal_is_kept() {
+    let d = Daemon::start();
+    let path = d.path("fsd-fault-pause-remove");
+    d.write("target.txt", "the link's target\n");
+    std::os::unix::fs::symlink("target.txt", &path).unwrap();
+    let mut rpc = Rpc::connect(&d);
+    let request =
+        fsd_proto::v1::StatRequest { path: common::rpc::p(&path), no_follow: true, ..Default::default() };
+    let version = rpc.rt.block_on(rpc.client.stat(request)).unwrap().into_inner().info.unwrap().version;
+    let request = fsd_proto::v1::RemoveRequest {
+        path: common::rpc::p(&path),
+        guard: Some(fsd_proto::v1::EditGuard { version, ..Default::default() }),
+        ..Default::default()
+    };
+    let removing = std::thread::spawn(move || rpc.rt.block_on(rpc.client.remove(request)));
+    std::thread::sleep(Duration::from_millis(500));
+    let other = d.path("other-link");
+    std::os::unix::fs::symlink("elsewhere.txt", &other).unwrap();
+    std::fs::rename(&other, &path).unwrap();
+    let done = removing.join().unwrap();
+    let link = std::fs::read_link(&path);
+    assert_eq!(
+        link.ok().as_deref(),
+        Some(Path::new("elsewhere.txt")),
+        "the other link was removed ({done:?})"
+    );
+    let wire = common::rpc::wire(&done.unwrap_err());
+    assert_eq!(wire.code, fsd_proto::ErrorCode::StaleVersion);
+    assert_eq!(wire.get("reason"), Some("changed_while_removing"));
+}
+
 /// Without interference a guarded remove of a link removes the link, not its target, and leaves
 /// no temporary name.
 #[test]
