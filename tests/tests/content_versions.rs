@@ -337,6 +337,53 @@ fn an_outside_append_while_a_replace_is_undone_loses_no_save() {
     assert_eq!(r.text(), expected);
 }
 
+/// A worker killed while it undoes a replace, once the undo's exchange put the edit's file, which
+/// an outside writer wrote into at the name, back at the temporary name (the hook's third
+/// pause): the supervisor's sweep must not remove that file as the worker's own. The editor's
+/// save stays at the name, and the newer outside write is kept beside it, visible.
+#[test]
+fn a_worker_killed_while_undoing_a_replace_loses_no_outside_write() {
+    let d = Daemon::start();
+    let mut s = d.session();
+    let path = d.path("fsd-fault-pause-exchange");
+    d.write("fsd-fault-pause-exchange", "alpha\n");
+    assert!(!s.read("fsd-fault-pause-exchange").is_error());
+    let edit = std::thread::spawn(move || {
+        s.call(
+            "edit",
+            json!({"file_path": "fsd-fault-pause-exchange", "old_string": "alpha", "new_string": "mine"}),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    save_over(&path, "saved outside\n");
+    std::thread::sleep(Duration::from_millis(1000));
+    std::fs::write(&path, "bravo\n").unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    for pid in d.process.worker_pids("workspace-write") {
+        fsd_testkit::kill(pid, rustix::process::Signal::KILL);
+    }
+    let r = edit.join().unwrap();
+    assert!(r.is_error(), "the call of a killed worker succeeded: {}", r.json);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut contents: Vec<_> = std::fs::read_dir(&d.root)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .map(|p| (p.file_name().unwrap().to_str().unwrap().to_owned(), std::fs::read(&p).unwrap()))
+            .collect();
+        contents.sort();
+        let settled = contents.len() == 2
+            && contents[0] == ("fsd-fault-pause-exchange".to_owned(), b"saved outside\n".to_vec())
+            && contents[1].0.starts_with("fsd-fault-pause-exchange.kept-")
+            && contents[1].1 == b"bravo\n";
+        if settled {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "after the sweep: {contents:?} ({})", r.json);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The same hook on a move onto an observed destination: an editor saves over the destination
 /// after the move's check of its version. The move must not rename its source over that save.
 #[test]

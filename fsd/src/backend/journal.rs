@@ -203,6 +203,18 @@ impl Entry<'_> {
         }
     }
 
+    /// A replace is being undone: from now on the temporary name may hold an outside save, or
+    /// fsd's file with an outside write into it, neither of which a sweep may remove. The entry
+    /// becomes a removal's that names no removable file, so a sweep after a kill puts what it
+    /// finds back at `name`, or beside it when `name` is taken (only an empty file, never
+    /// written into, is removed).
+    pub(super) fn restore_to(&mut self, name: &OsStr) {
+        if self.written {
+            let hex: String = name.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+            self.record(Some(format!("-{RESTORE}{hex}")));
+        }
+    }
+
     /// Whether the entry already names `replaced` as the file a replace swaps out (so a replace
     /// whose target did not change since staging writes the entry once, not twice).
     pub(super) fn names_replaced(&self, replaced: &Meta) -> bool {

@@ -221,7 +221,9 @@ impl Staged<'_> {
 
 /// Test hook: a replace of (or a guarded move onto) `fsd-fault-pause-exchange` pauses a second
 /// just before its exchange and, for a replace, again just after it, so a test can save over the
-/// name in the first window and write into the file at the name (then ours) in the second.
+/// name in the first window and write into the file at the name (then ours) in the second; an
+/// undone replace pauses a third time once the undo's exchange put our file back at the
+/// temporary name, so a test can kill the worker there.
 #[cfg(feature = "fault-injection")]
 pub(super) fn pause_at_exchange(name: &OsStr) {
     if name == "fsd-fault-pause-exchange" {
@@ -249,11 +251,17 @@ fn swap_back(
     written: Option<&[u8]>,
     temp: &mut TempName<'_>,
 ) -> FsError {
+    // A worker killed from here on must not have its sweep remove what the temporary name holds.
+    if let Some(entry) = temp.entry.as_mut() {
+        entry.restore_to(name);
+    }
     if let Err(errno) = sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange) {
         // Both names hold someone's content now; delete neither.
         temp.armed = false;
         return FsError::Rename(errno);
     }
+    #[cfg(feature = "fault-injection")]
+    pause_at_exchange(name);
     let written_into = sys::meta(ours.as_fd()).is_ok_and(|now| !now.same_content(&staged));
     if written_into {
         if let Err(errno) = sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange) {
