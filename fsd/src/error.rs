@@ -271,6 +271,12 @@ pub enum FsError {
     TooLarge { size: u64, limit: u64 },
     #[error("stale: {}", .0.as_str())]
     Stale(StaleReason),
+    /// A removal or replace was undone (stale, `reason`), and an outside save it had moved aside
+    /// could not go back to its name, taken again by a newer change: it was kept at `kept` (a
+    /// bare name in the target's directory until `Backend::fail` makes it the full path), which
+    /// the reply names.
+    #[error("stale: {}; a save was kept at {}", .reason.as_str(), .kept.display())]
+    KeptAside { reason: StaleReason, kept: std::path::PathBuf },
     #[error("file already exists")]
     AlreadyExists,
     #[error("edit: no match")]
@@ -375,7 +381,7 @@ impl FsError {
             FsError::NotRegularFile => ErrorCode::NotRegularFile,
             FsError::NotText(_) => ErrorCode::NotText,
             FsError::TooLarge { .. } | FsError::TooManyEntries(_) => ErrorCode::TooLarge,
-            FsError::Stale(_) => ErrorCode::StaleVersion,
+            FsError::Stale(_) | FsError::KeptAside { .. } => ErrorCode::StaleVersion,
             FsError::AlreadyExists => ErrorCode::NotObserved,
             FsError::EditNotFound => ErrorCode::EditNotFound,
             FsError::AmbiguousEdit(_) => ErrorCode::AmbiguousEdit,
@@ -431,6 +437,11 @@ impl Failure {
         }
         match self.error {
             FsError::Stale(reason) => wire = wire.with("reason", reason.as_str()),
+            FsError::KeptAside { reason, kept } => {
+                use std::os::unix::ffi::OsStrExt;
+                let kept = fsd_proto::names::escape(kept.as_os_str().as_bytes());
+                wire = wire.with("reason", reason.as_str()).with("kept", kept);
+            }
             FsError::InvalidPath(problem) => {
                 wire = wire.with("reason", problem.as_str());
                 if let Some(limit) = problem.limit() {
@@ -502,6 +513,13 @@ mod tests {
     fn reasons_travel_as_metadata() {
         reasons(FsError::Stale(StaleReason::Gone), &[("reason", "gone")]);
         reasons(FsError::Stale(StaleReason::OtherFile), &[("reason", "other_file")]);
+        reasons(
+            FsError::KeptAside {
+                reason: StaleReason::ChangedWhileRemoving,
+                kept: "/ws/a.kept-0123abcd".into(),
+            },
+            &[("reason", "changed_while_removing"), ("kept", "/ws/a.kept-0123abcd")],
+        );
         reasons(
             FsError::Denied(Denial::Protected(".git".into())),
             &[("reason", "protected"), ("name", ".git")],

@@ -29,16 +29,33 @@ pub enum WorkerError {
 }
 
 /// Locks taken from the network process: ask, wait for the grant; released there when the
-/// call's reply arrives.
+/// call's reply arrives. A key this call already holds is not asked for again: the router would
+/// wait for this very call's reply to grant it (a call that walks again, see
+/// `backend::write::parent_vanished`, locks its target a second time).
 #[derive(Debug)]
 struct RemoteLocks {
     socket: UnixStream,
+    /// The keys granted to the current call.
+    held: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+impl RemoteLocks {
+    /// A new call: it holds nothing yet (the router released the last call's keys with its reply).
+    fn new_call(&self) {
+        self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+    }
 }
 
 impl Locking for RemoteLocks {
     fn lock(&self, keys: &[&str]) -> Result<Guard, FsError> {
         let lost = || FsError::Aborted;
-        let keys = keys.iter().map(|k| (*k).to_owned()).collect();
+        let mut held = self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let keys: Vec<String> =
+            keys.iter().filter(|k| !held.contains(**k)).map(|k| (*k).to_owned()).collect();
+        if keys.is_empty() {
+            return Ok(Guard::remote());
+        }
+        held.extend(keys.iter().cloned());
         ipc::send(&self.socket, &FromWorker::Lock { keys }, None).map_err(|_| lost())?;
         match ipc::recv::<ToWorker>(&self.socket) {
             Ok((ToWorker::LockGranted, _)) => Ok(Guard::remote()),
@@ -48,14 +65,17 @@ impl Locking for RemoteLocks {
 }
 
 pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), WorkerError> {
-    let locks = RemoteLocks { socket: socket.try_clone().map_err(WorkerError::Socket)? };
+    let locks = Arc::new(RemoteLocks {
+        socket: socket.try_clone().map_err(WorkerError::Socket)?,
+        held: Default::default(),
+    });
     let fence = Fence {
         protected: &config.protected_names,
         submounts: &config.allow_submounts,
         allow_backslash: config.allow_backslash,
         host_root: mode == Mode::DangerFullAccess,
     };
-    let backend = Backend::new(&config.roots, &fence, config.limits, Arc::new(locks))?;
+    let backend = Backend::new(&config.roots, &fence, config.limits, locks.clone())?;
     sys::ignore_file_size_signal().map_err(WorkerError::Signal)?;
     // Read before seccomp forbids asking: EFBIG replies name the limit.
     let _ = sys::file_size_limit();
@@ -76,6 +96,9 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
             Err(IpcError::Closed) => return Ok(()),
             Err(e) => return Err(e.into()),
         };
+        if matches!(message, ToWorker::Call(_)) {
+            locks.new_call();
+        }
         match message {
             ToWorker::Call(crate::backend::Request::WriteBytes { path, mode: file_mode, guard }) => {
                 let reply = match fd {

@@ -296,6 +296,94 @@ fn an_outside_write_while_a_replace_is_undone_is_kept() {
     assert_eq!(names, ["fsd-fault-pause-exchange"], "no temporary file is left");
 }
 
+/// The same interleaving, but the write into the edit's file at the name is an append (`>>`):
+/// the appended bytes stay at the name, on the edit's content, since the appender's descriptor is
+/// that file's; the editor's save the edit swapped out is not removed but kept at a visible name
+/// beside it, which the stale reply names, so nothing an outside writer saved is lost.
+#[test]
+fn an_outside_append_while_a_replace_is_undone_loses_no_save() {
+    let d = Daemon::start();
+    let mut s = d.session();
+    let path = d.path("fsd-fault-pause-exchange");
+    d.write("fsd-fault-pause-exchange", "alpha\n");
+    assert!(!s.read("fsd-fault-pause-exchange").is_error());
+    let edit = std::thread::spawn(move || {
+        s.call(
+            "edit",
+            json!({"file_path": "fsd-fault-pause-exchange", "old_string": "alpha", "new_string": "mine"}),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    save_over(&path, "saved outside\n");
+    std::thread::sleep(Duration::from_millis(1000));
+    let mut appender = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    std::io::Write::write_all(&mut appender, b"appended\n").unwrap();
+    drop(appender);
+    let r = edit.join().unwrap();
+    assert_eq!(r.code(), Some("FS_STALE_VERSION"), "{}", r.json);
+    assert_eq!(std::fs::read(&path).unwrap(), b"mine\nappended\n", "the appended bytes were lost");
+    let others: Vec<_> =
+        std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().path()).filter(|p| p != &path).collect();
+    let [kept] = &others[..] else {
+        panic!("the swapped-out save is not kept once: {others:?} ({})", r.json)
+    };
+    assert_eq!(std::fs::read(kept).unwrap(), b"saved outside\n");
+    assert!(kept.file_name().unwrap().to_str().unwrap().starts_with("fsd-fault-pause-exchange.kept-"));
+    let expected = format!(
+        "Error: cannot modify \"{}\": file changed on disk while it was being written (the newest change was kept; an earlier change it replaced was kept as \"{}\") — re-read the file, then retry",
+        path.display(),
+        kept.display()
+    );
+    assert_eq!(r.text(), expected);
+}
+
+/// A worker killed while it undoes a replace, once the undo's exchange put the edit's file, which
+/// an outside writer wrote into at the name, back at the temporary name (the hook's third
+/// pause): the supervisor's sweep must not remove that file as the worker's own. The editor's
+/// save stays at the name, and the newer outside write is kept beside it, visible.
+#[test]
+fn a_worker_killed_while_undoing_a_replace_loses_no_outside_write() {
+    let d = Daemon::start();
+    let mut s = d.session();
+    let path = d.path("fsd-fault-pause-exchange");
+    d.write("fsd-fault-pause-exchange", "alpha\n");
+    assert!(!s.read("fsd-fault-pause-exchange").is_error());
+    let edit = std::thread::spawn(move || {
+        s.call(
+            "edit",
+            json!({"file_path": "fsd-fault-pause-exchange", "old_string": "alpha", "new_string": "mine"}),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    save_over(&path, "saved outside\n");
+    std::thread::sleep(Duration::from_millis(1000));
+    std::fs::write(&path, "bravo\n").unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    for pid in d.process.worker_pids("workspace-write") {
+        fsd_testkit::kill(pid, rustix::process::Signal::KILL);
+    }
+    let r = edit.join().unwrap();
+    assert!(r.is_error(), "the call of a killed worker succeeded: {}", r.json);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut contents: Vec<_> = std::fs::read_dir(&d.root)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .map(|p| (p.file_name().unwrap().to_str().unwrap().to_owned(), std::fs::read(&p).unwrap()))
+            .collect();
+        contents.sort();
+        let settled = contents.len() == 2
+            && contents[0] == ("fsd-fault-pause-exchange".to_owned(), b"saved outside\n".to_vec())
+            && contents[1].0.starts_with("fsd-fault-pause-exchange.kept-")
+            && contents[1].1 == b"bravo\n";
+        if settled {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "after the sweep: {contents:?} ({})", r.json);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// The same hook on a move onto an observed destination: an editor saves over the destination
 /// after the move's check of its version. The move must not rename its source over that save.
 #[test]
@@ -387,9 +475,102 @@ fn an_outside_save_during_a_guarded_remove_is_kept() {
     });
 }
 
+/// A guarded remove of a symbolic link removes only the link it checked: an editor's save that
+/// replaced the link (by rename) between the check and the removal is kept, and so is the link's
+/// target. The pause is the test hook `fsd-fault-pause-remove`'s.
+#[test]
+fn an_outside_save_over_a_guarded_symlink_removal_is_kept() {
+    let d = Daemon::start();
+    let path = d.path("fsd-fault-pause-remove");
+    d.write("target.txt", "the link's target\n");
+    std::os::unix::fs::symlink("target.txt", &path).unwrap();
+    let mut rpc = Rpc::connect(&d);
+    let request =
+        fsd_proto::v1::StatRequest { path: common::rpc::p(&path), no_follow: true, ..Default::default() };
+    let version = rpc.rt.block_on(rpc.client.stat(request)).unwrap().into_inner().info.unwrap().version;
+    let request = fsd_proto::v1::RemoveRequest {
+        path: common::rpc::p(&path),
+        guard: Some(fsd_proto::v1::EditGuard { version, ..Default::default() }),
+        ..Default::default()
+    };
+    let removing = std::thread::spawn(move || rpc.rt.block_on(rpc.client.remove(request)));
+    std::thread::sleep(Duration::from_millis(500));
+    save_over(&path, "saved outside\n");
+    let done = removing.join().unwrap();
+    let kept = std::fs::symlink_metadata(&path).map(|m| m.file_type().is_file());
+    assert!(kept.as_ref().is_ok_and(|f| *f), "the outside save was deleted: {kept:?} ({done:?})");
+    assert_eq!(std::fs::read(&path).unwrap(), b"saved outside\n");
+    assert_eq!(d.read("target.txt"), b"the link's target\n");
+    let wire = common::rpc::wire(&done.unwrap_err());
+    assert_eq!(wire.code, fsd_proto::ErrorCode::StaleVersion);
+    assert_eq!(wire.get("reason"), Some("changed_while_removing"));
+    let mut names: Vec<_> = std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().file_name()).collect();
+    names.sort();
+    assert_eq!(names, ["fsd-fault-pause-remove", "target.txt"], "no temporary file is left");
+}
+
+/// The link replaced by another link (renamed over it) between the check and the removal: a
+/// confined worker may not move a link aside (Landlock counts that as making one), so it looks
+/// at the name right before the unlink, finds another link, and removes nothing.
+#[test]
+fn a_link_replaced_by_another_during_a_guarded_removal_is_kept() {
+    let d = Daemon::start();
+    let path = d.path("fsd-fault-pause-remove");
+    d.write("target.txt", "the link's target\n");
+    std::os::unix::fs::symlink("target.txt", &path).unwrap();
+    let mut rpc = Rpc::connect(&d);
+    let request =
+        fsd_proto::v1::StatRequest { path: common::rpc::p(&path), no_follow: true, ..Default::default() };
+    let version = rpc.rt.block_on(rpc.client.stat(request)).unwrap().into_inner().info.unwrap().version;
+    let request = fsd_proto::v1::RemoveRequest {
+        path: common::rpc::p(&path),
+        guard: Some(fsd_proto::v1::EditGuard { version, ..Default::default() }),
+        ..Default::default()
+    };
+    let removing = std::thread::spawn(move || rpc.rt.block_on(rpc.client.remove(request)));
+    std::thread::sleep(Duration::from_millis(500));
+    let other = d.path("other-link");
+    std::os::unix::fs::symlink("elsewhere.txt", &other).unwrap();
+    std::fs::rename(&other, &path).unwrap();
+    let done = removing.join().unwrap();
+    let link = std::fs::read_link(&path);
+    assert_eq!(
+        link.ok().as_deref(),
+        Some(Path::new("elsewhere.txt")),
+        "the other link was removed ({done:?})"
+    );
+    let wire = common::rpc::wire(&done.unwrap_err());
+    assert_eq!(wire.code, fsd_proto::ErrorCode::StaleVersion);
+    assert_eq!(wire.get("reason"), Some("changed_while_removing"));
+}
+
+/// Without interference a guarded remove of a link removes the link, not its target, and leaves
+/// no temporary name.
+#[test]
+fn a_guarded_remove_of_a_symlink_still_removes_it() {
+    let d = Daemon::start();
+    let path = d.path("link");
+    d.write("target.txt", "kept\n");
+    std::os::unix::fs::symlink("target.txt", &path).unwrap();
+    let mut rpc = Rpc::connect(&d);
+    let request =
+        fsd_proto::v1::StatRequest { path: common::rpc::p(&path), no_follow: true, ..Default::default() };
+    let version = rpc.rt.block_on(rpc.client.stat(request)).unwrap().into_inner().info.unwrap().version;
+    let request = fsd_proto::v1::RemoveRequest {
+        path: common::rpc::p(&path),
+        guard: Some(fsd_proto::v1::EditGuard { version, ..Default::default() }),
+        ..Default::default()
+    };
+    rpc.rt.block_on(rpc.client.remove(request)).unwrap();
+    let names: Vec<_> = std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, ["target.txt"]);
+    assert_eq!(d.read("target.txt"), b"kept\n");
+}
+
 /// The rarer interleaving: the save caught by the move aside cannot go back, because another
 /// save took the name in the second pause. Neither is deleted: the name holds the newer one, and
-/// the other stays at the temporary name (no sweep removes it: its entry is dropped).
+/// the other is kept at a visible name beside it (listed; no sweep removes it: its entry is
+/// dropped), which the stale reply names (`kept`).
 #[test]
 fn a_name_taken_again_before_a_removal_puts_a_save_back_keeps_both_saves() {
     let d = Daemon::start();
@@ -409,16 +590,19 @@ fn a_name_taken_again_before_a_removal_puts_a_save_back_keeps_both_saves() {
     save_over(&path, "second save\n");
     let done = removing.join().unwrap();
     assert_eq!(std::fs::read(&path).ok().as_deref(), Some(&b"second save\n"[..]), "{done:?}");
-    let aside: Vec<_> = std::fs::read_dir(&d.root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with(".fsd-tmp-"))
-        .map(|p| std::fs::read(p).unwrap())
-        .collect();
-    assert_eq!(aside, [b"first save\n".to_vec()], "the save moved aside was not kept ({done:?})");
+    let others: Vec<_> =
+        std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().path()).filter(|p| p != &path).collect();
+    let [kept] = &others[..] else { panic!("not one other name: {others:?} ({done:?})") };
+    assert_eq!(std::fs::read(kept).unwrap(), b"first save\n", "the save moved aside was not kept");
+    let kept_name = kept.file_name().unwrap().to_str().unwrap().to_owned();
+    assert!(kept_name.starts_with("fsd-fault-pause-remove.kept-"), "{kept_name}");
     let wire = common::rpc::wire(&done.unwrap_err());
     assert_eq!(wire.code, fsd_proto::ErrorCode::StaleVersion);
     assert_eq!(wire.get("reason"), Some("changed_while_removing"));
+    assert_eq!(wire.get("kept"), Some(kept.to_str().unwrap()), "the reply does not name the kept save");
+    let mut rpc = Rpc::connect(&d);
+    let listed: Vec<_> = rpc.list_dir(&d.root).unwrap().entries.into_iter().map(|e| e.name).collect();
+    assert!(listed.contains(&kept_name), "the kept save is not listed: {listed:?}");
 }
 
 /// Without interference the same guarded removals remove the file, and leave nothing behind.

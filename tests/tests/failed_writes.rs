@@ -111,3 +111,51 @@ fn a_failed_write_text_removes_the_directories_it_made() {
     let names: Vec<_> = std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(names.is_empty(), "left: {names:?}");
 }
+
+/// A failed call removes an empty directory it made just as another call, which found it there,
+/// is about to make its file in it: that call walks again (making the directory anew) and
+/// succeeds, rather than failing because its parent vanished. The upload into
+/// `fsd-fault-pause-git` made the directory; the write of `HEAD` there is held a second after
+/// its walk by the test hook, while the upload is aborted and its directory removed.
+#[test]
+fn a_write_whose_parent_a_failed_call_removed_walks_again() {
+    let d = Daemon::start_with(&[], "workers_per_mode = 2\n");
+    let dir = d.path("fsd-fault-pause-git");
+    let mut upload = Rpc::connect(&d);
+    let body =
+        tokio_stream::iter(vec![header(&dir.join("f.bin")), chunk(b"part")]).chain(tokio_stream::pending());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut writer = Some(Rpc::connect(&d));
+    let head = dir.join("HEAD");
+    let writing = upload.rt.block_on(async {
+        let call = upload.client.write_bytes(body);
+        tokio::pin!(call);
+        let mut writing = None;
+        let mut since = None;
+        // The upload stays under way until the write has walked into its directory.
+        while since.is_none_or(|at: Instant| at.elapsed() < Duration::from_millis(300)) {
+            tokio::select! {
+                done = &mut call => panic!("the upload ended on its own: {done:?}"),
+                () = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+            if let Some(mut writer) = writer.take_if(|_| dir.is_dir()) {
+                let head = head.clone();
+                writing = Some(std::thread::spawn(move || {
+                    writer.write_text(&head, "ref: refs/heads/main\n", None).map(drop)
+                }));
+                since = Some(Instant::now());
+            }
+            assert!(Instant::now() < deadline, "the upload never made its directory");
+        }
+        writing.unwrap()
+    });
+    drop(upload);
+    until_gone(&dir);
+    assert!(
+        !writing.is_finished(),
+        "the write ended before the directory was removed: the race was not set up"
+    );
+    let written = writing.join().unwrap();
+    assert!(written.is_ok(), "the write failed because its parent vanished: {written:?}");
+    assert_eq!(d.read("fsd-fault-pause-git/HEAD"), b"ref: refs/heads/main\n");
+}

@@ -474,6 +474,41 @@ fn racing_writes_cannot_complete_a_git_directory_together() {
     }
 }
 
+/// A move with new content writes its destination instead of renaming the source (as a move
+/// across filesystems does): it too looks again once its piece exists. The write of `refs`
+/// passes its check and makes its piece first; the move's check passed before that piece was
+/// there, and it places `HEAD` after the write looked again, so only the move's second look sees
+/// both, and it removes its own `HEAD`, keeping its source.
+#[test]
+fn a_move_with_content_cannot_complete_a_git_directory_in_a_race() {
+    let d = Daemon::start_with(&[], "workers_per_mode = 2\n");
+    let dir = d.path("fsd-fault-pause-git");
+    std::fs::create_dir_all(dir.join("objects")).unwrap();
+    d.write("source.txt", "ref: refs/heads/main\n");
+    let mut writer = Rpc::connect(&d);
+    let refs = dir.join("refs");
+    let writing = std::thread::spawn(move || writer.write_text(&refs, "x\n", None).map(drop));
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    let mut mover = Rpc::connect(&d);
+    let request = fsd_proto::v1::MoveFileRequest {
+        source: common::rpc::p(&d.path("source.txt")),
+        destination: common::rpc::p(&dir.join("HEAD")),
+        content: Some("ref: refs/heads/main\n".to_owned()),
+        ..Default::default()
+    };
+    let moved = mover.rt.block_on(mover.client.move_file(request)).map(drop);
+    let written = writing.join().unwrap();
+    let shape = ["HEAD", "objects", "refs"].iter().all(|n| dir.join(n).exists());
+    assert!(!shape, "the directory has a git directory's shape: write {written:?}, move {moved:?}");
+    assert!(!git_finds_a_repository(&d.root, &dir), "git found a repository");
+    assert!(written.is_ok(), "the write that came first was refused: {written:?}");
+    let status = moved.unwrap_err();
+    let wire = common::rpc::wire(&status);
+    assert_eq!(wire.code, fsd_proto::ErrorCode::SandboxDenied, "{status:?}");
+    assert_eq!(wire.get("reason"), Some("git_directory"), "{status:?}");
+    assert_eq!(d.read("source.txt"), b"ref: refs/heads/main\n", "the refused move lost its source");
+}
+
 #[test]
 fn apply_patch_asks_the_daemon_before_writing_anything() {
     let readable = tempfile::tempdir().unwrap();

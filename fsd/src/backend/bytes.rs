@@ -10,7 +10,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use super::moves::remove_checked;
 use super::resolve::WalkOptions;
-use super::write::{Place, check_write_guard, current_file, same_key, stage};
+use super::write::{Place, check_write_guard, current_file, parent_vanished, same_key, stage};
 use super::{Backend, EditGuard, Mode, Outcome, WriteGuard, WriteOperation, version};
 use crate::error::{Denial, Failure, FsError, StaleReason};
 use crate::sys::{self, Errno, Kind};
@@ -84,6 +84,27 @@ impl Backend {
         body: File,
         progress: &mut dyn FnMut(u64),
     ) -> Result<Outcome, Failure> {
+        let mut body = std::io::BufReader::with_capacity(MAX_FRAME + 4, body);
+        // A parent that vanished fails the call before its first byte is read (see
+        // `parent_vanished`): the whole body is still on the pipe for the second walk.
+        match self.write_bytes_once(mode, path, file_mode, guard.as_ref(), &mut body, progress) {
+            Err(failure) if parent_vanished(&failure.error) => {
+                tracing::debug!(%failure.error, "a write's directory vanished under it; walking again");
+                self.write_bytes_once(mode, path, file_mode, guard.as_ref(), &mut body, progress)
+            }
+            other => other,
+        }
+    }
+
+    fn write_bytes_once(
+        &self,
+        mode: Mode,
+        path: &str,
+        file_mode: Option<u32>,
+        guard: Option<&WriteGuard>,
+        body: &mut std::io::BufReader<File>,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<Outcome, Failure> {
         let create_parents = !matches!(guard, Some(WriteGuard::ReplaceIfVersion { .. }));
         let resolved = match self.walk(mode, path, WalkOptions { follow_final: true, create_parents }) {
             Err(Failure { error: FsError::NotFound, path, .. }) if !create_parents => {
@@ -97,14 +118,13 @@ impl Backend {
         let parent = resolved.parent.as_ref().ok_or_else(|| fail(FsError::NotRegularFile))?;
         // A guard that fails already refuses before any byte is read; it is checked again
         // under the lock, where it counts.
-        check_write_guard(guard.as_ref(), current_file(&resolved).map_err(fail)?.as_ref(), &target.key)
+        check_write_guard(guard, current_file(&resolved).map_err(fail)?.as_ref(), &target.key)
             .map_err(fail)?;
         let limit = self.limits.max_upload_bytes;
         let mut size = 0u64;
         let mut hasher = blake3::Hasher::new();
-        let mut body = std::io::BufReader::with_capacity(MAX_FRAME + 4, body);
         let mut fill = |file: &mut File| {
-            size = copy_frames(&mut body, file, limit, &mut hasher, progress)?;
+            size = copy_frames(&mut *body, file, limit, &mut hasher, progress)?;
             Ok(())
         };
         // The body streams into a temporary file with no lock held: a slow uploader does not
@@ -112,13 +132,13 @@ impl Backend {
         let staged = stage(parent.as_fd(), &mut fill, self.journal_scope(&resolved), None).map_err(fail)?;
         let _held = self.lock(&[&target.key], &resolved)?;
         let existing = current_file(&resolved).map_err(fail)?;
-        check_write_guard(guard.as_ref(), existing.as_ref(), &target.key).map_err(fail)?;
+        check_write_guard(guard, existing.as_ref(), &target.key).map_err(fail)?;
         let (operation, place) = match &existing {
             None if guard.is_some() => (WriteOperation::Create, Place::Create),
             None => (WriteOperation::Create, Place::CreateOrReplace),
             Some((_, meta)) => (WriteOperation::Update, Place::Replace(meta)),
         };
-        let (file, meta) = staged.place(resolved.name(), place, file_mode).map_err(fail)?;
+        let (file, meta) = staged.place(resolved.name(), place, file_mode, None).map_err(fail)?;
         if operation == WriteOperation::Create {
             self.undo_git_piece(mode, &resolved, &meta)?;
         }
@@ -166,7 +186,13 @@ impl Backend {
                     }
                     None => return Err(fail(FsError::Stale(StaleReason::Gone))),
                 },
-                _ => version::of_meta(&now) == guard.version,
+                // A link (or another non-directory) is checked by its metadata, and only the
+                // one checked is removed: a save that replaced it since is another inode.
+                Kind::Directory => version::of_meta(&now) == guard.version,
+                _ => {
+                    checked = Some(now);
+                    version::of_meta(&now) == guard.version
+                }
             };
             if !holds {
                 return Err(fail(FsError::Stale(StaleReason::Changed)));

@@ -23,7 +23,8 @@
 //!   there only if it is still that file (see `moves::remove_checked`). Its entry names the
 //!   checked file and, after ` restore `, the original name (hex): a file at the temporary
 //!   name that is not the checked one is an outside save caught in the rename, and the sweep
-//!   renames it back (never over a name taken since) instead of leaving it hidden.
+//!   renames it back (never over a name taken since: then it is kept beside that name, visible,
+//!   as `<name>.kept-<8 hex>`) instead of leaving it hidden.
 //! - Where the attribute cannot be written (a filesystem without user extended attributes, a
 //!   root the worker may not change, no space for the attribute) the write goes on unjournaled:
 //!   such a temporary file is still removed on every error path, only not after a SIGKILL.
@@ -199,6 +200,18 @@ impl Entry<'_> {
                 identity.push_str(replaced);
             }
             self.record(Some(identity));
+        }
+    }
+
+    /// A replace is being undone: from now on the temporary name may hold an outside save, or
+    /// fsd's file with an outside write into it, neither of which a sweep may remove. The entry
+    /// becomes a removal's that names no removable file, so a sweep after a kill puts what it
+    /// finds back at `name`, or beside it when `name` is taken (only an empty file, never
+    /// written into, is removed).
+    pub(super) fn restore_to(&mut self, name: &OsStr) {
+        if self.written {
+            let hex: String = name.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+            self.record(Some(format!("-{RESTORE}{hex}")));
         }
     }
 
@@ -401,10 +414,15 @@ fn settle(root: BorrowedFd<'_>, key: &OsStr, record: &Record<'_>) -> Settled {
     }
     let dir = dir.as_ref().map_or(root, AsFd::as_fd);
     let Ok(meta) = sys::meta_at(dir, &name) else { return Settled::Left };
-    let ours = meta.kind == Kind::File
+    // A removal's entry may name a link (a guarded remove of one); its identity says which.
+    let kind_fits = match &record.restore {
+        Some(_) => meta.kind != Kind::Directory,
+        None => meta.kind == Kind::File,
+    };
+    let ours = kind_fits
         && match record.identity {
             Some(identities) => identities.split(',').any(|i| i == identity_of(&meta)),
-            None => meta.size == 0,
+            None => meta.size == 0 && meta.kind == Kind::File,
         };
     if ours {
         return if sys::remove(dir, &name).is_ok() { Settled::Removed } else { Settled::Left };
@@ -414,7 +432,9 @@ fn settle(root: BorrowedFd<'_>, key: &OsStr, record: &Record<'_>) -> Settled {
             match sys::rename(dir, &name, dir, original, sys::RenameHow::NoReplace) {
                 Ok(()) => Settled::Restored,
                 Err(errno) => {
-                    tracing::warn!(?name, ?original, %errno, "an outside save a killed removal moved aside stays at its temporary name");
+                    // Its name was taken again: kept beside it, visible, as a live removal does.
+                    let kept = super::moves::keep_aside(dir, original, &name);
+                    tracing::warn!(?kept, ?original, %errno, "an outside save a killed removal moved aside is kept at another name");
                     Settled::Left
                 }
             }
@@ -466,8 +486,8 @@ mod tests {
     }
 
     /// A worker killed in a guarded removal, after it moved the name aside: the sweep removes
-    /// the checked file, puts an outside save caught by the rename back at its name, and leaves
-    /// one whose name was taken again where it is.
+    /// the checked file, puts an outside save caught by the rename back at its name, and keeps
+    /// one whose name was taken again at a visible name beside it (`<name>.kept-<8 hex>`).
     #[test]
     fn the_sweep_finishes_a_killed_removal_without_losing_an_outside_save() {
         #[derive(Debug, Clone, Copy)]
@@ -507,14 +527,50 @@ mod tests {
             let got = sweep_root(root.as_fd(), |_| true);
             assert_eq!((got.entries, got.removed, got.restored), (1, report.0, report.1), "{then:?}");
             assert_eq!(std::fs::read_to_string(&path).ok().as_deref(), expected_name, "{then:?}");
-            let kept = std::fs::read_to_string(dir.path().join(&temp)).ok();
-            assert_eq!(kept.as_deref(), expected_kept, "{then:?}");
+            assert!(!dir.path().join(&temp).exists(), "{then:?}: a save is hidden at the temporary name");
+            let kept: Vec<_> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with("f.kept-"))
+                .map(|p| std::fs::read_to_string(p).unwrap())
+                .collect();
+            assert_eq!(kept.first().map(String::as_str), expected_kept, "{then:?}");
             let entries = sys::list_xattrs(root.as_fd()).unwrap();
             assert!(!entries.iter().any(|n| n.as_bytes().starts_with(ENTRY_PREFIX.as_bytes())), "{then:?}");
         }
         check(Then::Nothing, None, None, (1, 0));
         check(Then::Saved, Some("first save"), None, (0, 1));
         check(Then::SavedTwice, Some("second save"), Some("first save"), (0, 0));
+    }
+
+    /// A killed guarded removal of a link: the sweep removes the checked link (not a file an
+    /// editor put at the temporary name's place, not the link's target), and puts a save that
+    /// replaced the link back.
+    #[test]
+    fn the_sweep_finishes_a_killed_removal_of_a_link() {
+        fn check(saved: bool, expected_name: Option<&str>, report: (usize, usize)) {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join("target"), "target").unwrap();
+            let path = dir.path().join("l");
+            std::os::unix::fs::symlink("target", &path).unwrap();
+            let root = sys::open_dir(dir.path()).unwrap();
+            let checked = sys::meta_at(root.as_fd(), OsStr::new("l")).unwrap();
+            let journal = Journal::open(&[dir.path().to_path_buf()]);
+            let temp = sys::temp_name().unwrap();
+            let _entry = journal.scope(0, &[]).begin_removal(&temp, OsStr::new("l"), &checked);
+            if saved {
+                std::fs::write(dir.path().join("save"), "saved").unwrap();
+                std::fs::rename(dir.path().join("save"), &path).unwrap();
+            }
+            std::fs::rename(&path, dir.path().join(&temp)).unwrap();
+            let got = sweep_root(root.as_fd(), |_| true);
+            assert_eq!((got.entries, got.removed, got.restored), (1, report.0, report.1), "{saved}");
+            assert_eq!(std::fs::read_to_string(&path).ok().as_deref(), expected_name, "{saved}");
+            assert!(std::fs::symlink_metadata(dir.path().join(&temp)).is_err(), "{saved}");
+            assert_eq!(std::fs::read_to_string(dir.path().join("target")).unwrap(), "target");
+        }
+        check(false, None, (1, 0));
+        check(true, Some("saved"), (0, 1));
     }
 
     #[test]

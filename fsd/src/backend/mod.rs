@@ -425,7 +425,7 @@ impl Backend {
             Request::ReadBytes { path, max_bytes } => self.read_bytes(mode, &path, max_bytes),
             Request::ListDir { path } => self.list_dir(mode, &path),
             Request::WriteText { path, content, guard, match_style } => {
-                self.write_text(mode, &path, content, guard, match_style)
+                self.write_text(mode, &path, &content, guard.as_ref(), match_style)
             }
             Request::EditText { path, old, new, replace_all, guard } => {
                 self.edit_text(mode, &path, &old, &new, replace_all, guard)
@@ -571,8 +571,20 @@ impl Backend {
         self.locks.lock(keys).map_err(|e| self.fail(e, resolved))
     }
 
-    /// A failure that names the resolved target.
+    /// A failure that names the resolved target (and, for a save kept at another name in its
+    /// directory, that name's full path).
     fn fail(&self, error: FsError, resolved: &Resolved) -> Failure {
+        let error = match error {
+            FsError::KeptAside { reason, kept } => {
+                let mut path = self.roots[resolved.root].path.clone();
+                for dir in resolved.rel.iter().take(resolved.rel.len().saturating_sub(1)) {
+                    path.push(dir);
+                }
+                path.push(kept);
+                FsError::KeptAside { reason, kept: path }
+            }
+            error => error,
+        };
         let target = self.target(resolved);
         Failure { error, path: target.display, target_key: Some(target.key) }
     }

@@ -215,8 +215,14 @@ impl Backend {
                     (None, true) => Place::Create,
                     (None, false) => Place::CreateOrReplace,
                 };
-                place_file(dst_parent.as_fd(), dst.name(), &bytes, place, self.journal_scope(&dst))
-                    .map_err(|e| self.fail(e, &dst))?;
+                let (_, placed) =
+                    place_file(dst_parent.as_fd(), dst.name(), &bytes, place, self.journal_scope(&dst))
+                        .map_err(|e| self.fail(e, &dst))?;
+                // As for a rename above, but what is undone is the file written here; the
+                // source is still in place.
+                if existing.is_none() {
+                    self.undo_git_piece(mode, &dst, &placed)?;
+                }
                 after = String::from_utf8(bytes).ok();
                 match sys::remove(src_parent.as_fd(), src.name()) {
                     Ok(()) => {
@@ -292,13 +298,15 @@ fn swap_in(
     Ok(Swap::Moved { left_at_source: sys::remove(from_dir, from).err() })
 }
 
-/// Removes `name` from `dir` only if it is still the file `checked` describes. The guard was
+/// Removes `name` from `dir` only if it is still the file (or link: anything but a directory)
+/// `checked` describes. The guard was
 /// checked under fsd's lock, but an outside writer (an editor's save by rename) takes no lock: an
 /// unlink by name could delete a save made since. So the name is renamed to a journaled
 /// temporary name, and what was moved is looked at: the checked file is removed; anything else
 /// goes back to its name and the removal is stale. Should the name be taken again meanwhile,
-/// both saves are kept (the moved one at the temporary name, its entry dropped so no sweep
-/// removes it). A worker killed half-way leaves the entry, and the sweep finishes the same way.
+/// both saves are kept (the moved one at a visible name beside it, `keep_aside`, which the error
+/// names; its entry dropped so no sweep removes it). A worker killed
+/// half-way leaves the entry, and the sweep finishes the same way.
 pub(super) fn remove_checked(
     dir: BorrowedFd<'_>,
     name: &OsStr,
@@ -316,6 +324,22 @@ pub(super) fn remove_checked(
     };
     match aside {
         Ok(()) => {}
+        // Landlock grants a confined worker no right to make a link (or a fifo or socket), and a
+        // rename that puts one at a name counts as making it: what the name holds is such a
+        // thing (whatever an outside writer put there since, a regular file, would have moved).
+        // It is removed only if it is still the one checked, looked at right before the unlink:
+        // a window of one system call rather than the call's.
+        Err(Errno::ACCESS) if checked.kind != Kind::File => {
+            entry.end();
+            return match sys::meta_at(dir, name) {
+                Ok(now) if now.kind == checked.kind && now.same_content(checked) => {
+                    sys::remove(dir, name).map_err(FsError::Remove)
+                }
+                Ok(_) => Err(FsError::Stale(StaleReason::ChangedWhileRemoving)),
+                Err(Errno::NOENT) => Err(FsError::Stale(StaleReason::Gone)),
+                Err(errno) => Err(FsError::Metadata(errno)),
+            };
+        }
         Err(errno) => {
             entry.end();
             return Err(match errno {
@@ -327,17 +351,44 @@ pub(super) fn remove_checked(
     #[cfg(feature = "fault-injection")]
     pause_at_removal(name);
     let moved = sys::meta_at(dir, &temp);
-    if moved.as_ref().is_ok_and(|m| m.kind == Kind::File && m.same_content(checked)) {
+    if moved.as_ref().is_ok_and(|m| m.kind == checked.kind && m.same_content(checked)) {
         // Should the unlink fail, the entry stays: the sweep removes the checked file later.
         sys::remove(dir, &temp).map_err(FsError::Remove)?;
         entry.end();
         return Ok(());
     }
     if let Err(errno) = sys::rename(dir, &temp, dir, name, RenameHow::NoReplace) {
-        tracing::warn!(?temp, ?name, %errno, "a save made during a removal is kept at a temporary name: its name was taken again");
+        // Left at the temporary name, the save would be hidden from listings: it gets a
+        // visible name beside its own, and the reply names it.
+        let kept = keep_aside(dir, name, &temp);
+        tracing::warn!(?kept, ?name, %errno, "a save made during a removal is kept at another name: its name was taken again");
+        entry.end();
+        return Err(FsError::KeptAside { reason: StaleReason::ChangedWhileRemoving, kept: kept.into() });
     }
     entry.end();
     Err(FsError::Stale(StaleReason::ChangedWhileRemoving))
+}
+
+/// Gives the outside save at the temporary name `temp` of `dir`, whose own name `name` was
+/// taken again, a visible name beside it ([`kept_name`]): at the temporary name it would be
+/// hidden from listings. Returns the name it is kept under (the temporary one should the
+/// rename fail).
+pub(super) fn keep_aside(dir: BorrowedFd<'_>, name: &OsStr, temp: &OsStr) -> std::ffi::OsString {
+    kept_name(name, temp)
+        .filter(|kept| sys::rename(dir, temp, dir, kept, RenameHow::NoReplace).is_ok())
+        .unwrap_or_else(|| temp.to_os_string())
+}
+
+/// The visible name a save caught by a removal is kept under when its own name was taken again:
+/// `<name>.kept-<8 hex digits of the temporary name>`, in the same directory (`None`: too long).
+fn kept_name(name: &OsStr, temp: &OsStr) -> Option<std::ffi::OsString> {
+    use std::os::unix::ffi::OsStrExt;
+    let random = temp.as_bytes().strip_prefix(super::TEMP_PREFIX.as_bytes())?.get(..8)?;
+    let mut kept = name.as_bytes().to_vec();
+    kept.extend_from_slice(b".kept-");
+    kept.extend_from_slice(random);
+    (kept.len() <= super::resolve::MAX_COMPONENT_BYTES)
+        .then(|| std::os::unix::ffi::OsStringExt::from_vec(kept))
 }
 
 /// Test hook: a guarded removal of `fsd-fault-pause-remove` pauses a second after its check,

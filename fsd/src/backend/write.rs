@@ -70,7 +70,15 @@ pub(super) fn place_file<'a>(
 ) -> Result<(File, Meta), FsError> {
     let mut fill =
         |file: &mut File| file.write_all(content).map_err(|e| write_failed(e, content.len() as u64));
-    place_file_with(dir, name, &mut fill, place, None, journal)
+    stage(dir, &mut fill, journal, replaced_by(&place))?.place(name, place, None, Some(content))
+}
+
+/// The file a replace will swap out, when `place` is a replace.
+fn replaced_by<'m>(place: &Place<'m>) -> Option<&'m Meta> {
+    match place {
+        Place::Replace(old) => Some(*old),
+        Place::Create | Place::CreateOrReplace => None,
+    }
 }
 
 /// A failed write into a temporary file. Past RLIMIT_FSIZE (EFBIG) the file is too large for
@@ -80,23 +88,6 @@ pub(super) fn write_failed(e: std::io::Error, size: u64) -> FsError {
         (Some(libc::EFBIG), Some(limit)) => FsError::TooLarge { size, limit },
         _ => FsError::WriteTemp(e),
     }
-}
-
-/// [`place_file`] with the content written by `fill` (a stream), and optionally explicit
-/// permission bits instead of the replaced file's (or 0644).
-pub(super) fn place_file_with<'a>(
-    dir: BorrowedFd<'a>,
-    name: &OsStr,
-    fill: &mut dyn FnMut(&mut File) -> Result<(), FsError>,
-    place: Place<'_>,
-    mode: Option<u32>,
-    journal: Scope<'a>,
-) -> Result<(File, Meta), FsError> {
-    let replacing = match &place {
-        Place::Replace(old) => Some(*old),
-        Place::Create | Place::CreateOrReplace => None,
-    };
-    stage(dir, fill, journal, replacing)?.place(name, place, mode)
 }
 
 /// A new file's content, complete, under a temporary name in the target's directory: nothing
@@ -145,11 +136,14 @@ impl Staged<'_> {
     /// Gives the staged file its owner and mode, syncs it and renames it to `name` as `place`
     /// says (run under the target lock, after the caller's guard held). Returns the new file
     /// and its metadata taken after the final rename.
+    ///
+    /// `written`, when known, is the content the staged file holds (see `swap_back`).
     pub(super) fn place(
         self,
         name: &OsStr,
         place: Place<'_>,
         mode: Option<u32>,
+        written: Option<&[u8]>,
     ) -> Result<(File, Meta), FsError> {
         let Staged { file, created, mut temp } = self;
         let dir = temp.dir;
@@ -204,7 +198,7 @@ impl Staged<'_> {
                     // The temporary name now holds whatever was at `name` a moment ago.
                     let swapped = sys::meta_at(dir, &temp.name);
                     if !swapped.as_ref().is_ok_and(|m| m.same_content(old)) {
-                        return Err(swap_back(dir, name, &file, staged, &mut temp));
+                        return Err(swap_back(dir, name, &file, staged, written, &mut temp));
                     }
                     // Still armed: dropping `temp` removes the old file; ours is in place.
                     temp.unplaced = None;
@@ -227,7 +221,9 @@ impl Staged<'_> {
 
 /// Test hook: a replace of (or a guarded move onto) `fsd-fault-pause-exchange` pauses a second
 /// just before its exchange and, for a replace, again just after it, so a test can save over the
-/// name in the first window and write into the file at the name (then ours) in the second.
+/// name in the first window and write into the file at the name (then ours) in the second; an
+/// undone replace pauses a third time once the undo's exchange put our file back at the
+/// temporary name, so a test can kill the worker there.
 #[cfg(feature = "fault-injection")]
 pub(super) fn pause_at_exchange(name: &OsStr) {
     if name == "fsd-fault-pause-exchange" {
@@ -237,32 +233,67 @@ pub(super) fn pause_at_exchange(name: &OsStr) {
 
 /// A replace swapped out a file other than the one it checked (an outside save got in between):
 /// the exchange is undone, and the call is stale. While our file sat at `name`, an outside writer
-/// may have written into it in place (`open(O_TRUNC)`, `>`): that write is newer than the file
-/// the undo brings back, which was at `name` before ours. Then ours, with that write, goes back
-/// to `name` and the older file is removed with the temporary name, so the newest outside change
-/// is the one that stays.
+/// may have written into it in place (`open(O_TRUNC)`, `>`, or an append, `>>`): that write is
+/// newer than the file the undo brings back, which was at `name` before ours. Then ours, with
+/// that write, goes back to `name`, so the newest outside change is the one at the name; the
+/// older outside save is kept too, at a visible name beside it ([`super::moves::keep_aside`]),
+/// which the error names: an append left fsd's content under the appended bytes, and the save
+/// it replaced must not be lost for it.
+///
+/// A write in place that replaced our bytes wholesale (they are no longer the file's start) would
+/// have replaced the older save just the same had fsd not been there: that save is removed with
+/// the temporary name, as before. Without `written` (a streamed body) the older save is kept.
 fn swap_back(
     dir: BorrowedFd<'_>,
     name: &OsStr,
     ours: &File,
     staged: Meta,
+    written: Option<&[u8]>,
     temp: &mut TempName<'_>,
 ) -> FsError {
+    // A worker killed from here on must not have its sweep remove what the temporary name holds.
+    if let Some(entry) = temp.entry.as_mut() {
+        entry.restore_to(name);
+    }
     if let Err(errno) = sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange) {
         // Both names hold someone's content now; delete neither.
         temp.armed = false;
         return FsError::Rename(errno);
     }
+    #[cfg(feature = "fault-injection")]
+    pause_at_exchange(name);
     let written_into = sys::meta(ours.as_fd()).is_ok_and(|now| !now.same_content(&staged));
     if written_into {
         if let Err(errno) = sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange) {
             temp.armed = false;
             return FsError::Rename(errno);
         }
-        // Ours is at `name` again; the temporary name holds the older file, removed on drop.
+        // Ours is at `name` again; the temporary name holds the older outside save.
         temp.unplaced = None;
+        if written.is_some_and(|written| !starts_with(dir, name, &staged, written)) {
+            // Removed with the temporary name on drop.
+            return FsError::Stale(StaleReason::ChangedWhileWriting);
+        }
+        temp.armed = false;
+        let kept = super::moves::keep_aside(dir, name, &temp.name);
+        tracing::warn!(
+            ?kept,
+            ?name,
+            "a save replaced by an outside write into fsd's file is kept at another name"
+        );
+        return FsError::KeptAside { reason: StaleReason::ChangedWhileWriting, kept: kept.into() };
     }
     FsError::Stale(StaleReason::ChangedWhileWriting)
+}
+
+/// Whether the file at `name`, still the inode `staged` describes, starts with `written` (an
+/// append kept our bytes; a rewrite did not). Unknown counts as kept: the older save stays then.
+fn starts_with(dir: BorrowedFd<'_>, name: &OsStr, staged: &Meta, written: &[u8]) -> bool {
+    let Ok(file) = sys::open_read(dir, name) else { return true };
+    if !sys::meta(file.as_fd()).is_ok_and(|m| (m.dev, m.ino) == (staged.dev, staged.ino)) {
+        return true;
+    }
+    sys::read_at_most(&file, 0, written.len()).ok().is_none_or(|start| start == written)
 }
 
 /// Copies the replaced file's POSIX ACL, `user.*` and `security.*` attributes to its
@@ -370,13 +401,38 @@ pub(super) fn same_key(expected: Option<&String>, actual: &str) -> Result<(), Fs
     }
 }
 
+/// Whether a write failed because a directory on its way vanished under it (`ENOENT` making
+/// a directory in it or a temporary file in the target's): a failed call's clean-up
+/// ([`super::resolve::MadeDirs`]) removes the empty directories it made, which this call may
+/// have found and entered a moment before. Nothing was written yet; the call walks again once.
+pub(super) fn parent_vanished(error: &FsError) -> bool {
+    matches!(error, FsError::CreateTemp(Errno::NOENT) | FsError::MakeDir(Errno::NOENT))
+}
+
 impl Backend {
     pub(super) fn write_text(
         &self,
         mode: Mode,
         path: &str,
-        content: String,
-        guard: Option<WriteGuard>,
+        content: &str,
+        guard: Option<&WriteGuard>,
+        match_style: bool,
+    ) -> Result<Outcome, Failure> {
+        match self.write_text_once(mode, path, content, guard, match_style) {
+            Err(failure) if parent_vanished(&failure.error) => {
+                tracing::debug!(%failure.error, "a write's directory vanished under it; walking again");
+                self.write_text_once(mode, path, content, guard, match_style)
+            }
+            other => other,
+        }
+    }
+
+    fn write_text_once(
+        &self,
+        mode: Mode,
+        path: &str,
+        content: &str,
+        guard: Option<&WriteGuard>,
         match_style: bool,
     ) -> Result<Outcome, Failure> {
         if content.len() as u64 > self.limits.max_editable_bytes {
@@ -398,7 +454,7 @@ impl Backend {
         let fail = |e| self.fail(e, &resolved);
 
         let existing = current_file(&resolved).map_err(fail)?;
-        check_write_guard(guard.as_ref(), existing.as_ref(), &target.key).map_err(fail)?;
+        check_write_guard(guard, existing.as_ref(), &target.key).map_err(fail)?;
 
         let parent = resolved.parent.as_ref().ok_or_else(|| fail(FsError::NotRegularFile))?;
         let (operation, version, change) = match existing {
@@ -413,7 +469,7 @@ impl Backend {
                 )
                 .map_err(fail)?;
                 self.undo_git_piece(mode, &resolved, &meta)?;
-                let change = self.change(None, true, Some(&content));
+                let change = self.change(None, true, Some(content));
                 (WriteOperation::Create, version::of_content(&file, &meta, content.as_bytes()), change)
             }
             Some((old_file, old_meta)) => {
@@ -423,9 +479,9 @@ impl Backend {
                 let old_text = if whole { text::decode(&old_bytes).ok() } else { None };
                 let new_content = if match_style {
                     let (bom, ending) = text::style_of(&old_bytes);
-                    text::apply_style(bom, ending, &content)
+                    std::borrow::Cow::Owned(text::apply_style(bom, ending, content))
                 } else {
-                    content
+                    std::borrow::Cow::Borrowed(content)
                 };
                 // The file's CRLF endings and BOM can make the content longer than it was sent.
                 let size = new_content.len() as u64;

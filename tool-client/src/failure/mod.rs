@@ -156,9 +156,28 @@ impl ToolError {
     }
 }
 
-/// Why a guard no longer holds, from the daemon's `reason`.
-fn stale_reason(wire: &WireError) -> &'static str {
-    match wire.get("reason") {
+/// Why a guard no longer holds, from the daemon's `reason` (and, for a removal that had to keep
+/// a save at another name, that name: `kept`).
+fn stale_reason(wire: &WireError) -> std::borrow::Cow<'static, str> {
+    if let Some(kept) = wire.get("kept") {
+        let kept = shown(kept);
+        match wire.get("reason") {
+            Some("changed_while_removing") => {
+                return format!(
+                    "file changed on disk while it was being deleted (the change was kept; an earlier change, whose name was taken again, was kept as \"{kept}\")"
+                )
+                .into();
+            }
+            Some("changed_while_writing") => {
+                return format!(
+                    "file changed on disk while it was being written (the newest change was kept; an earlier change it replaced was kept as \"{kept}\")"
+                )
+                .into();
+            }
+            _ => {}
+        }
+    }
+    std::borrow::Cow::Borrowed(match wire.get("reason") {
         Some("gone") => "file no longer exists",
         Some("symlink") => "file was replaced by a symbolic link",
         Some("other_file") => "path now resolves to a different file than the one that was read",
@@ -169,7 +188,7 @@ fn stale_reason(wire: &WireError) -> &'static str {
         Some("destination_gone") => "destination disappeared after the move",
         Some("changed_while_read") => "file changed while it was read",
         _ => STALE_CHANGED,
-    }
+    })
 }
 
 /// Why a call at a wider mode (or a request for one) was refused, from its `reason`, `requested`,
@@ -236,7 +255,7 @@ fn detail(wire: &WireError) -> String {
         ErrorCode::PermissionDenied => "permission denied".to_owned(),
         ErrorCode::SandboxDenied => "file access denied".to_owned(),
         ErrorCode::NotObserved => "file has not been read".to_owned(),
-        ErrorCode::StaleVersion => stale_reason(wire).to_owned(),
+        ErrorCode::StaleVersion => stale_reason(wire).into_owned(),
         ErrorCode::EditNotFound => "the string to replace was not found".to_owned(),
         ErrorCode::AmbiguousEdit => {
             format!("the string to replace was found {} times", wire.get("count").unwrap_or("several"))

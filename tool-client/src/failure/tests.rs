@@ -40,6 +40,26 @@ fn provider_codes_render_as_the_seed_says() {
     stale("changed_while_writing", "file changed on disk while it was being written");
     stale("changed_while_removing", "file changed on disk while it was being deleted (the change was kept)");
     stale("destination_gone", "destination disappeared after the move");
+    check(
+        wire(
+            ErrorCode::StaleVersion,
+            &[("reason", "changed_while_removing"), ("kept", "/ws/a.txt.kept-0123abcd")],
+        ),
+        false,
+        &format!(
+            "{m}file changed on disk while it was being deleted (the change was kept; an earlier change, whose name was taken again, was kept as \"/ws/a.txt.kept-0123abcd\") — re-read the file, then retry"
+        ),
+    );
+    check(
+        wire(
+            ErrorCode::StaleVersion,
+            &[("reason", "changed_while_writing"), ("kept", "/ws/a.txt.kept-0123abcd")],
+        ),
+        false,
+        &format!(
+            "{m}file changed on disk while it was being written (the newest change was kept; an earlier change it replaced was kept as \"/ws/a.txt.kept-0123abcd\") — re-read the file, then retry"
+        ),
+    );
     stale("a reason from a newer daemon", "file changed on disk since it was read");
     assert_eq!(
         ToolError::stale("/ws/a.txt").text(),
