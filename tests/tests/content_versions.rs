@@ -475,6 +475,27 @@ fn an_outside_save_during_a_guarded_remove_is_kept() {
     });
 }
 
+/// Makes `path` a link to `target.txt`, takes its version (of the link, not its target), and
+/// starts a remove guarded by it on a thread of its own; on the pause hook's name, half a second
+/// into the hook's pause.
+fn start_guarded_link_removal(d: &Daemon, path: &Path) -> std::thread::JoinHandle<Result<(), tonic::Status>> {
+    std::os::unix::fs::symlink("target.txt", path).unwrap();
+    let mut rpc = Rpc::connect(d);
+    let request =
+        fsd_proto::v1::StatRequest { path: common::rpc::p(path), no_follow: true, ..Default::default() };
+    let version = rpc.rt.block_on(rpc.client.stat(request)).unwrap().into_inner().info.unwrap().version;
+    let request = fsd_proto::v1::RemoveRequest {
+        path: common::rpc::p(path),
+        guard: Some(fsd_proto::v1::EditGuard { version, ..Default::default() }),
+        ..Default::default()
+    };
+    let removing = std::thread::spawn(move || rpc.rt.block_on(rpc.client.remove(request)).map(drop));
+    if path.ends_with("fsd-fault-pause-remove") {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    removing
+}
+
 /// A guarded remove of a symbolic link removes only the link it checked: an editor's save that
 /// replaced the link (by rename) between the check and the removal is kept, and so is the link's
 /// target. The pause is the test hook `fsd-fault-pause-remove`'s.
@@ -483,18 +504,7 @@ fn an_outside_save_over_a_guarded_symlink_removal_is_kept() {
     let d = Daemon::start();
     let path = d.path("fsd-fault-pause-remove");
     d.write("target.txt", "the link's target\n");
-    std::os::unix::fs::symlink("target.txt", &path).unwrap();
-    let mut rpc = Rpc::connect(&d);
-    let request =
-        fsd_proto::v1::StatRequest { path: common::rpc::p(&path), no_follow: true, ..Default::default() };
-    let version = rpc.rt.block_on(rpc.client.stat(request)).unwrap().into_inner().info.unwrap().version;
-    let request = fsd_proto::v1::RemoveRequest {
-        path: common::rpc::p(&path),
-        guard: Some(fsd_proto::v1::EditGuard { version, ..Default::default() }),
-        ..Default::default()
-    };
-    let removing = std::thread::spawn(move || rpc.rt.block_on(rpc.client.remove(request)));
-    std::thread::sleep(Duration::from_millis(500));
+    let removing = start_guarded_link_removal(&d, &path);
     save_over(&path, "saved outside\n");
     let done = removing.join().unwrap();
     let kept = std::fs::symlink_metadata(&path).map(|m| m.file_type().is_file());
@@ -517,18 +527,7 @@ fn a_link_replaced_by_another_during_a_guarded_removal_is_kept() {
     let d = Daemon::start();
     let path = d.path("fsd-fault-pause-remove");
     d.write("target.txt", "the link's target\n");
-    std::os::unix::fs::symlink("target.txt", &path).unwrap();
-    let mut rpc = Rpc::connect(&d);
-    let request =
-        fsd_proto::v1::StatRequest { path: common::rpc::p(&path), no_follow: true, ..Default::default() };
-    let version = rpc.rt.block_on(rpc.client.stat(request)).unwrap().into_inner().info.unwrap().version;
-    let request = fsd_proto::v1::RemoveRequest {
-        path: common::rpc::p(&path),
-        guard: Some(fsd_proto::v1::EditGuard { version, ..Default::default() }),
-        ..Default::default()
-    };
-    let removing = std::thread::spawn(move || rpc.rt.block_on(rpc.client.remove(request)));
-    std::thread::sleep(Duration::from_millis(500));
+    let removing = start_guarded_link_removal(&d, &path);
     let other = d.path("other-link");
     std::os::unix::fs::symlink("elsewhere.txt", &other).unwrap();
     std::fs::rename(&other, &path).unwrap();
@@ -551,17 +550,7 @@ fn a_guarded_remove_of_a_symlink_still_removes_it() {
     let d = Daemon::start();
     let path = d.path("link");
     d.write("target.txt", "kept\n");
-    std::os::unix::fs::symlink("target.txt", &path).unwrap();
-    let mut rpc = Rpc::connect(&d);
-    let request =
-        fsd_proto::v1::StatRequest { path: common::rpc::p(&path), no_follow: true, ..Default::default() };
-    let version = rpc.rt.block_on(rpc.client.stat(request)).unwrap().into_inner().info.unwrap().version;
-    let request = fsd_proto::v1::RemoveRequest {
-        path: common::rpc::p(&path),
-        guard: Some(fsd_proto::v1::EditGuard { version, ..Default::default() }),
-        ..Default::default()
-    };
-    rpc.rt.block_on(rpc.client.remove(request)).unwrap();
+    start_guarded_link_removal(&d, &path).join().unwrap().unwrap();
     let names: Vec<_> = std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names, ["target.txt"]);
     assert_eq!(d.read("target.txt"), b"kept\n");

@@ -405,26 +405,34 @@ fn a_socket_path_longer_than_sun_path_is_served_reached_and_not_taken_over() {
     drop(daemon);
 }
 
-#[test]
-fn a_worker_identity_the_daemon_cannot_take_is_a_start_error() {
-    // An unprivileged daemon asked to run its workers as root: needs CAP_SETUID, has none.
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
+/// A start as uid 65534 (the test runs as root): a directory and a workspace it may use, a config
+/// of `config`, a socket in the directory; the directory, the socket's address and the arguments.
+fn nobody_start(config: &str) -> (tempfile::TempDir, String, [String; 6]) {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let config = dir.path().join("fsd.toml");
-    std::fs::write(&config, "worker_uid = 0\nworker_gid = 0\n").unwrap();
-    let socket = format!("unix:{}", dir.path().join("fsd.sock").display());
-    let args =
-        ["--listen", &socket, "--writable-root", ws.to_str().unwrap(), "--config", config.to_str().unwrap()];
     assert_eq!(
         rustix::process::geteuid().as_raw(),
         0,
         "this test starts the daemon as uid 65534: run it as root"
     );
-    let (code, lines, secs) = start_failure(&args, None, Some(65534));
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let path = dir.path().join("fsd.toml");
+    std::fs::write(&path, config).unwrap();
+    let socket = format!("unix:{}", dir.path().join("fsd.sock").display());
+    let args =
+        ["--listen", &socket, "--writable-root", ws.to_str().unwrap(), "--config", path.to_str().unwrap()]
+            .map(str::to_owned);
+    (dir, socket, args)
+}
+
+#[test]
+fn a_worker_identity_the_daemon_cannot_take_is_a_start_error() {
+    // An unprivileged daemon asked to run its workers as root: needs CAP_SETUID, has none.
+    let (_dir, _socket, args) = nobody_start("worker_uid = 0\nworker_gid = 0\n");
+    let (code, lines, secs) = start_failure(&args.each_ref().map(String::as_str), None, Some(65534));
     println!("exit {code:?} after {secs:.3} s: {lines:?}");
     assert_eq!(code, Some(2), "{lines:?}");
     assert_eq!(lines.len(), 1, "{lines:?}");
@@ -476,23 +484,8 @@ fn a_root_the_workers_may_not_enter_is_a_warning_at_start() {
 #[test]
 fn a_socket_group_the_daemon_may_not_give_names_socket_group() {
     // An unprivileged daemon outside the group: the bare "Operation not permitted" named no key.
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let config = dir.path().join("fsd.toml");
-    std::fs::write(&config, "socket_group = \"0\"\n").unwrap();
-    assert_eq!(
-        rustix::process::geteuid().as_raw(),
-        0,
-        "this test starts the daemon as uid 65534: run it as root"
-    );
-    let socket = format!("unix:{}", dir.path().join("fsd.sock").display());
-    let args =
-        ["--listen", &socket, "--writable-root", ws.to_str().unwrap(), "--config", config.to_str().unwrap()];
-    let (code, lines, secs) = start_failure(&args, None, Some(65534));
+    let (dir, socket, args) = nobody_start("socket_group = \"0\"\n");
+    let (code, lines, secs) = start_failure(&args.each_ref().map(String::as_str), None, Some(65534));
     println!("exit {code:?} after {secs:.3} s: {lines:?}");
     assert_eq!(code, Some(2), "{lines:?}");
     assert_eq!(lines.len(), 1, "{lines:?}");

@@ -33,6 +33,16 @@ fn ticket<'a>(d: &'a Described, client: &'a str) -> Ticket<'a> {
     Ticket { id: &d.id, nonce: &d.nonce, session: "s1", client, mode: Mode::DangerFullAccess }
 }
 
+/// `ops` described for uid 0 at danger-full-access, and approved by a person.
+fn approved(signing: &SigningKey, esc: &Escalations, ops: Vec<(CanonicalOp, Preview)>) -> Described {
+    let request =
+        Describe { session: "s1", client: "uid:0", mode: Mode::DangerFullAccess, justification: "why", ops };
+    let d = esc.describe(request, Vec::new());
+    let signed = fsd_proto::signed_decision(&d.text, "person");
+    assert_eq!(esc.approve(&d.id, &signing.sign(signed.as_bytes()).to_bytes(), "person"), Ok(()));
+    d
+}
+
 fn setup(ttl: u64) -> (SigningKey, Escalations) {
     let signing = SigningKey::from_bytes(&[7u8; 32]);
     let public = hex::encode(signing.verifying_key().to_bytes());
@@ -283,11 +293,7 @@ fn a_change_admits_one_read_of_each_target_per_change() {
         (op("etc/a"), Preview::default()),
         (moved, Preview::default()),
     ];
-    let request =
-        Describe { session: "s1", client: "uid:0", mode: Mode::DangerFullAccess, justification: "why", ops };
-    let d = esc.describe(request, Vec::new());
-    let signed = fsd_proto::signed_decision(&d.text, "person");
-    assert_eq!(esc.approve(&d.id, &signing.sign(signed.as_bytes()).to_bytes(), "person"), Ok(()));
+    let d = approved(&signing, &esc, ops);
     let ticket = ticket(&d, "uid:0");
     let check = |key: &str, content: bool, want: Result<bool, TicketError>| {
         assert_eq!(esc.take_read(&ticket, key, content), want, "{key} content={content}");
@@ -313,11 +319,7 @@ fn a_stat_takes_no_approved_read_and_a_deletion_admits_no_content_read() {
     let read = CanonicalOp { op: Op::ReadText, content_sha256: Vec::new(), ..op("etc/r") };
     let delete = CanonicalOp { op: Op::DeleteFile, content_sha256: Vec::new(), ..op("etc/d") };
     let ops = vec![(read, Preview::default()), (delete.clone(), Preview::default())];
-    let request =
-        Describe { session: "s1", client: "uid:0", mode: Mode::DangerFullAccess, justification: "why", ops };
-    let d = esc.describe(request, Vec::new());
-    let signed = fsd_proto::signed_decision(&d.text, "person");
-    assert_eq!(esc.approve(&d.id, &signing.sign(signed.as_bytes()).to_bytes(), "person"), Ok(()));
+    let d = approved(&signing, &esc, ops);
     let ticket = ticket(&d, "uid:0");
     let check = |key: &str, content: bool, want: Result<bool, TicketError>| {
         assert_eq!(esc.take_read(&ticket, key, content), want, "{key} content={content}");
