@@ -271,23 +271,9 @@ fn a_same_content_rewrite_racing_a_real_change_never_loses_it() {
 #[test]
 fn an_outside_write_while_a_replace_is_undone_is_kept() {
     let d = Daemon::start();
-    let mut s = d.session();
-    let path = d.path("fsd-fault-pause-exchange");
-    d.write("fsd-fault-pause-exchange", "alpha\n");
-    assert!(!s.read("fsd-fault-pause-exchange").is_error());
-    let edit = std::thread::spawn(move || {
-        s.call(
-            "edit",
-            json!({"file_path": "fsd-fault-pause-exchange", "old_string": "alpha", "new_string": "mine"}),
-        )
-    });
     // In the first pause: an editor's save, the same bytes as a new file renamed over the name.
-    std::thread::sleep(Duration::from_millis(500));
-    let tmp = path.with_extension("save");
-    std::fs::write(&tmp, "alpha\n").unwrap();
-    std::fs::rename(&tmp, &path).unwrap();
+    let (path, edit) = edit_saved_over_in_the_exchange_pause(&d, "alpha\n");
     // In the second: a write in place into whatever is at the name.
-    std::thread::sleep(Duration::from_millis(1000));
     std::fs::write(&path, "bravo\n").unwrap();
     let r = edit.join().unwrap();
     assert_eq!(r.code(), Some("FS_STALE_VERSION"), "{}", r.json);
@@ -303,19 +289,7 @@ fn an_outside_write_while_a_replace_is_undone_is_kept() {
 #[test]
 fn an_outside_append_while_a_replace_is_undone_loses_no_save() {
     let d = Daemon::start();
-    let mut s = d.session();
-    let path = d.path("fsd-fault-pause-exchange");
-    d.write("fsd-fault-pause-exchange", "alpha\n");
-    assert!(!s.read("fsd-fault-pause-exchange").is_error());
-    let edit = std::thread::spawn(move || {
-        s.call(
-            "edit",
-            json!({"file_path": "fsd-fault-pause-exchange", "old_string": "alpha", "new_string": "mine"}),
-        )
-    });
-    std::thread::sleep(Duration::from_millis(500));
-    save_over(&path, "saved outside\n");
-    std::thread::sleep(Duration::from_millis(1000));
+    let (path, edit) = edit_saved_over_in_the_exchange_pause(&d, "saved outside\n");
     let mut appender = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
     std::io::Write::write_all(&mut appender, b"appended\n").unwrap();
     drop(appender);
@@ -344,19 +318,7 @@ fn an_outside_append_while_a_replace_is_undone_loses_no_save() {
 #[test]
 fn a_worker_killed_while_undoing_a_replace_loses_no_outside_write() {
     let d = Daemon::start();
-    let mut s = d.session();
-    let path = d.path("fsd-fault-pause-exchange");
-    d.write("fsd-fault-pause-exchange", "alpha\n");
-    assert!(!s.read("fsd-fault-pause-exchange").is_error());
-    let edit = std::thread::spawn(move || {
-        s.call(
-            "edit",
-            json!({"file_path": "fsd-fault-pause-exchange", "old_string": "alpha", "new_string": "mine"}),
-        )
-    });
-    std::thread::sleep(Duration::from_millis(500));
-    save_over(&path, "saved outside\n");
-    std::thread::sleep(Duration::from_millis(1000));
+    let (path, edit) = edit_saved_over_in_the_exchange_pause(&d, "saved outside\n");
     std::fs::write(&path, "bravo\n").unwrap();
     std::thread::sleep(Duration::from_millis(1000));
     for pid in d.process.worker_pids("workspace-write") {
@@ -421,6 +383,29 @@ fn an_outside_save_over_a_moves_destination_after_its_check_is_kept() {
 }
 
 /// An editor's save over `path`: a new file renamed over the name.
+/// An edit of `fsd-fault-pause-exchange` (`alpha` to `mine`, after a read) held by the test hook's
+/// pauses, with an editor's save of `saved` over the name in the first pause (before the edit's
+/// exchange); returns in the second (after it), with the edit still running.
+fn edit_saved_over_in_the_exchange_pause(
+    d: &Daemon,
+    saved: &str,
+) -> (std::path::PathBuf, std::thread::JoinHandle<Reply>) {
+    let mut s = d.session();
+    let path = d.path("fsd-fault-pause-exchange");
+    d.write("fsd-fault-pause-exchange", "alpha\n");
+    assert!(!s.read("fsd-fault-pause-exchange").is_error());
+    let edit = std::thread::spawn(move || {
+        s.call(
+            "edit",
+            json!({"file_path": "fsd-fault-pause-exchange", "old_string": "alpha", "new_string": "mine"}),
+        )
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    save_over(&path, saved);
+    std::thread::sleep(Duration::from_millis(1000));
+    (path, edit)
+}
+
 fn save_over(path: &Path, text: &str) {
     let tmp = path.with_extension("save");
     std::fs::write(&tmp, text).unwrap();
