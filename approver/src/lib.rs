@@ -73,6 +73,10 @@ pub enum ApproverError {
     Io(PathBuf, #[source] std::io::Error),
     #[error("{0} does not hold a key (64 hex digits)")]
     BadKey(PathBuf),
+    #[error(
+        "{0} already exists: keygen never replaces a key (daemons may trust its public key); remove it first or pass another --dir"
+    )]
+    KeyExists(PathBuf),
     #[error("no randomness available")]
     Random,
     #[error("invalid rules {0}: {1}")]
@@ -111,12 +115,12 @@ pub fn keygen(dir: &Path) -> Result<String, ApproverError> {
 
 fn write_private(path: &Path, text: &str) -> Result<(), ApproverError> {
     use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| ApproverError::Io(path.to_owned(), e))?;
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).map_err(
+        |e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => ApproverError::KeyExists(path.to_owned()),
+            _ => ApproverError::Io(path.to_owned(), e),
+        },
+    )?;
     writeln!(file, "{text}").map_err(|e| ApproverError::Io(path.to_owned(), e))
 }
 

@@ -232,6 +232,31 @@ fn read(
         .map_err(|s| WireError::from_status(&s).unwrap())
 }
 
+/// A second keygen into the same directory replaces nothing and says why in one line: a daemon
+/// may already trust the first public key.
+#[test]
+fn keygen_never_replaces_a_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let keygen = || Command::new(approver_bin()).arg("keygen").arg("--dir").arg(dir.path()).output().unwrap();
+    assert!(keygen().status.success());
+    let (private, public) = (
+        std::fs::read(dir.path().join("approver.key")).unwrap(),
+        std::fs::read(dir.path().join("approver.pub")).unwrap(),
+    );
+    let again = keygen();
+    assert!(!again.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&again.stderr).trim_end(),
+        format!(
+            "fsd-approver: {} already exists: keygen never replaces a key (daemons may trust its public key); \
+             remove it first or pass another --dir",
+            dir.path().join("approver.key").display()
+        )
+    );
+    assert_eq!(std::fs::read(dir.path().join("approver.key")).unwrap(), private);
+    assert_eq!(std::fs::read(dir.path().join("approver.pub")).unwrap(), public);
+}
+
 #[test]
 fn an_existing_file_outside_the_roots_is_read_then_edited_with_approval() {
     let keys = Keys::new();
