@@ -191,29 +191,25 @@ pub async fn channel(endpoint: &Endpoint) -> Result<Channel, ConnectError> {
 }
 
 /// Connects to a Unix socket at any path length. `sun_path` holds 107 bytes, and the daemon
-/// binds through its directory's descriptor, so a socket in a deep directory (a CI workspace, a
-/// home directory) serves fine; the client reaches it the same way, through
-/// `/proc/self/fd/N/NAME` of its directory opened for the connect.
+/// binds through its directory's descriptor and publishes by a rename, so a socket in a deep
+/// directory (a CI workspace, a home directory) or under a long name serves fine; the client
+/// reaches it through `/proc/self/fd/N` of the socket file opened with `O_PATH` (which needs
+/// only search permission on its directories, as a plain connect does).
 pub async fn connect_unix(path: &std::path::Path) -> std::io::Result<tokio::net::UnixStream> {
     const SUN_PATH: usize = 108;
     if path.as_os_str().len() < SUN_PATH {
         return tokio::net::UnixStream::connect(path).await;
     }
-    // A directory this user may search but not read cannot be opened here: the plain connect
-    // then says why it cannot work.
-    let opened = path
-        .parent()
-        .zip(path.file_name())
-        .and_then(|(dir, name)| Some((std::fs::File::open(dir).ok()?, name)));
-    let Some((dir, name)) = opened else {
+    use rustix::fs::{Mode, OFlags};
+    // A path that cannot be opened: the plain connect then says why it cannot work.
+    let Ok(socket) = rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()) else {
         return tokio::net::UnixStream::connect(path).await;
     };
-    let short = std::path::Path::new("/proc/self/fd")
-        .join(std::os::fd::AsRawFd::as_raw_fd(&dir).to_string())
-        .join(name);
-    let socket = tokio::net::UnixStream::connect(&short).await;
-    drop(dir);
-    socket
+    let short =
+        std::path::Path::new("/proc/self/fd").join(std::os::fd::AsRawFd::as_raw_fd(&socket).to_string());
+    let connected = tokio::net::UnixStream::connect(&short).await;
+    drop(socket);
+    connected
 }
 
 /// The last connect failure of a channel, described.
