@@ -437,6 +437,42 @@ fn nobody_start(config: &str) -> (tempfile::TempDir, String, [String; 6]) {
 }
 
 #[test]
+fn a_live_socket_a_second_daemon_may_not_connect_to_is_not_taken_over() {
+    // A daemon as root, its socket 0660 root:root in a directory anyone may write; a second
+    // start as uid 65534 on the same path cannot connect (EACCES). That said nothing about
+    // whether a daemon listens, yet it was taken for a stale socket: removed and replaced.
+    let (dir, socket, args) = nobody_start("");
+    let path = dir.path().join("fsd.sock");
+    let ws = dir.path().join("ws");
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    let daemon = common::launch().unix(&path).writable_root(&ws).start().unwrap_or_else(|e| panic!("{e}"));
+    let before = std::fs::symlink_metadata(&path).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap();
+    let (code, lines, secs) = start_failure(&args.each_ref().map(String::as_str), None, Some(65534));
+    println!("exit {code:?} after {secs:.3} s: {lines:?}");
+    assert_eq!(code, Some(2), "{lines:?}");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let path_shown = socket.trim_start_matches("unix:");
+    assert_eq!(
+        message(&lines[0], false),
+        format!(
+            "cannot tell whether another daemon listens on {path_shown} (connecting: Permission denied (os error 13)); remove it if none does"
+        )
+    );
+    let after = std::fs::symlink_metadata(&path).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap();
+    assert_eq!(before, after, "the live socket was replaced");
+    // The first daemon still serves on it.
+    let out = Command::new(common::tools_bin())
+        .args(["call", "read", r#"{"file_path": "a.txt"}"#, "--endpoint", &socket])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("1: a"), "{text}");
+    drop(daemon);
+}
+
+#[test]
 fn a_worker_identity_the_daemon_cannot_take_is_a_start_error() {
     // An unprivileged daemon asked to run its workers as root: needs CAP_SETUID, has none.
     let (_dir, _socket, args) = nobody_start("worker_uid = 0\nworker_gid = 0\n");
