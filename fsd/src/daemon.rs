@@ -30,6 +30,12 @@ pub enum DaemonError {
     SocketInUse(PathBuf),
     #[error("{0} exists and is not a socket")]
     NotASocket(PathBuf),
+    /// A connect to the socket failed otherwise than a stale socket fails (refused): whether a
+    /// daemon listens there cannot be told, so the socket is not removed.
+    #[error(
+        "cannot tell whether another daemon listens on {path} (connecting: {source}); remove it if none does"
+    )]
+    SocketUnchecked { path: PathBuf, source: std::io::Error },
     #[error("cannot open the audit log {path}: {source}")]
     Audit { path: PathBuf, source: std::io::Error },
     #[error("process setup failed: {0}")]
@@ -135,7 +141,14 @@ pub fn clear_stale_socket(path: &Path) -> Result<(), DaemonError> {
             }
             Ok(_) => {}
         }
-        let Ok(stream) = crate::sys::socket::connect_unix(path) else { break };
+        // Only a refused connect says nobody listens: one this process may not make (the
+        // socket's mode or group shuts it out) says nothing, and the socket may be live.
+        let stream = match crate::sys::socket::connect_unix(path) {
+            Ok(stream) => stream,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => break,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => return Err(DaemonError::SocketUnchecked { path: path.to_owned(), source }),
+        };
         let listener = crate::sys::ipc::listener_pid(&stream);
         drop(stream);
         if !listener.is_some_and(crate::sys::ipc::exiting) || Instant::now() >= deadline {

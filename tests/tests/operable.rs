@@ -369,40 +369,48 @@ fn a_second_daemon_on_a_served_socket_says_only_that() {
 
 #[test]
 fn a_socket_path_longer_than_sun_path_is_served_reached_and_not_taken_over() {
-    // The daemon binds through the directory's descriptor, so any path length serves; but a
-    // connect by the long path fails at once: the tools could not reach it, and a second daemon
-    // took the live socket for a stale one and replaced it.
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
-    let deep = dir.path().join("d".repeat(60)).join("e".repeat(60));
-    std::fs::create_dir_all(&deep).unwrap();
-    let long = deep.join("fsd.sock");
-    assert!(long.as_os_str().len() > 108, "{}", long.display());
-    let listen = format!("unix:{}", long.display());
-    // The kit waits on the short socket; both are published together.
-    let daemon = common::launch()
-        .unix(dir.path().join("fsd.sock"))
-        .args(["--listen", &listen])
-        .writable_root(&ws)
-        .start()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let out = Command::new(common::tools_bin())
-        .args(["call", "read", r#"{"file_path": "a.txt"}"#, "--endpoint", &listen])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("1: a"), "{text}");
-    let (code, lines, secs) =
-        start_failure(&["--listen", &listen, "--writable-root", ws.to_str().unwrap()], None, None);
-    println!("exit {code:?} after {secs:.3} s: {lines:?}");
-    assert_eq!(code, Some(2), "{lines:?}");
-    assert_eq!(lines.len(), 1, "{lines:?}");
-    assert_eq!(message(&lines[0], false), format!("another daemon already listens on {}", long.display()));
-    drop(daemon);
+    // The daemon binds through the directory's descriptor and publishes by a rename, so any
+    // path length serves; but a connect by the long path fails at once: the tools could not
+    // reach it, and a second daemon took the live socket for a stale one and replaced it. A
+    // long name in a short directory is long through the directory's descriptor too.
+    fn check(deep: &[String], name: &str) {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+        let deep = deep.iter().fold(dir.path().to_path_buf(), |path, d| path.join(d));
+        std::fs::create_dir_all(&deep).unwrap();
+        let long = deep.join(name);
+        assert!(long.as_os_str().len() > 108, "{}", long.display());
+        let listen = format!("unix:{}", long.display());
+        // The kit waits on the short socket; both are published together.
+        let daemon = common::launch()
+            .unix(dir.path().join("fsd.sock"))
+            .args(["--listen", &listen])
+            .writable_root(&ws)
+            .start()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let out = Command::new(common::tools_bin())
+            .args(["call", "read", r#"{"file_path": "a.txt"}"#, "--endpoint", &listen])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{name}: {text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(text.contains("1: a"), "{text}");
+        let (code, lines, secs) =
+            start_failure(&["--listen", &listen, "--writable-root", ws.to_str().unwrap()], None, None);
+        println!("exit {code:?} after {secs:.3} s: {lines:?}");
+        assert_eq!(code, Some(2), "{name}: {lines:?}");
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(
+            message(&lines[0], false),
+            format!("another daemon already listens on {}", long.display())
+        );
+        drop(daemon);
+    }
+    check(&["d".repeat(60), "e".repeat(60)], "fsd.sock");
+    check(&[], &format!("{}.sock", "s".repeat(100)));
 }
 
 /// A start as uid 65534 (the test runs as root): a directory and a workspace it may use, a config
@@ -426,6 +434,42 @@ fn nobody_start(config: &str) -> (tempfile::TempDir, String, [String; 6]) {
         ["--listen", &socket, "--writable-root", ws.to_str().unwrap(), "--config", path.to_str().unwrap()]
             .map(str::to_owned);
     (dir, socket, args)
+}
+
+#[test]
+fn a_live_socket_a_second_daemon_may_not_connect_to_is_not_taken_over() {
+    // A daemon as root, its socket 0660 root:root in a directory anyone may write; a second
+    // start as uid 65534 on the same path cannot connect (EACCES). That said nothing about
+    // whether a daemon listens, yet it was taken for a stale socket: removed and replaced.
+    let (dir, socket, args) = nobody_start("");
+    let path = dir.path().join("fsd.sock");
+    let ws = dir.path().join("ws");
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    let daemon = common::launch().unix(&path).writable_root(&ws).start().unwrap_or_else(|e| panic!("{e}"));
+    let before = std::fs::symlink_metadata(&path).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap();
+    let (code, lines, secs) = start_failure(&args.each_ref().map(String::as_str), None, Some(65534));
+    println!("exit {code:?} after {secs:.3} s: {lines:?}");
+    assert_eq!(code, Some(2), "{lines:?}");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let path_shown = socket.trim_start_matches("unix:");
+    assert_eq!(
+        message(&lines[0], false),
+        format!(
+            "cannot tell whether another daemon listens on {path_shown} (connecting: Permission denied (os error 13)); remove it if none does"
+        )
+    );
+    let after = std::fs::symlink_metadata(&path).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap();
+    assert_eq!(before, after, "the live socket was replaced");
+    // The first daemon still serves on it.
+    let out = Command::new(common::tools_bin())
+        .args(["call", "read", r#"{"file_path": "a.txt"}"#, "--endpoint", &socket])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("1: a"), "{text}");
+    drop(daemon);
 }
 
 #[test]

@@ -96,7 +96,15 @@ pub fn render(lines: &[Shown], budget: &mut usize) -> String {
     let body: Vec<String> = lines.iter().map(|l| format!("    {}\n", l.render())).collect();
     let size: usize = body.iter().map(String::len).sum();
     if size > *budget {
-        let not_shown = lines.iter().filter(|l| matches!(l, Shown::Line(_))).count();
+        // Those it would have shown and those it already left out.
+        let not_shown: usize = lines
+            .iter()
+            .map(|l| match l {
+                Shown::Line(_) => 1,
+                Shown::MoreLines(more) => *more,
+                Shown::Cut { .. } | Shown::Note(_) => 0,
+            })
+            .sum();
         return format!(
             "  diff: not shown (partial preview: this description's diffs reached {MAX_DESCRIPTION_BYTES} bytes; {not_shown} diff lines of this call not shown; content-sha256 binds the whole change)\n"
         );
@@ -171,6 +179,14 @@ mod tests {
             )
         );
         assert_eq!(spent, 10);
+        // Lines the call's diff had already left out are not shown either, and counted.
+        let mut spent = 10;
+        assert_eq!(
+            render(&shown, &mut spent),
+            format!(
+                "  diff: not shown (partial preview: this description's diffs reached {MAX_DESCRIPTION_BYTES} bytes; 303 diff lines of this call not shown; content-sha256 binds the whole change)\n"
+            )
+        );
         assert_eq!(
             render(&[Shown::Note("every occurrence")], &mut budget),
             "  diff:\n    (every occurrence)\n"

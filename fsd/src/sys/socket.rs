@@ -119,18 +119,15 @@ fn private_name() -> std::io::Result<String> {
     }))
 }
 
-/// Connects to the Unix socket at `path`, whatever its length: through its directory's
-/// descriptor, as [`bind_unix`] binds, since `sun_path` holds 107 bytes and a daemon serves a
-/// socket in a deep directory. (A connect by the long path itself fails at once, which the
-/// stale-socket check took for a socket nobody listens on.)
+/// Connects to the Unix socket at `path`, whatever its length: through a descriptor of the
+/// socket file itself (`O_PATH`), since `sun_path` holds 107 bytes and a daemon serves a socket
+/// in a deep directory or under a long name ([`bind_unix`] publishes any name by a rename). A
+/// connect by the long path fails at once, which the stale-socket check took for a socket
+/// nobody listens on; so did one through the directory's descriptor when the name alone was
+/// long (`/proc/self/fd/N/NAME`).
 pub fn connect_unix(path: &Path) -> std::io::Result<std::os::unix::net::UnixStream> {
-    let name = path.file_name().ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let dir = rustix::fs::open(parent, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
-    let short = Path::new("/proc/self/fd").join(dir.as_raw_fd().to_string()).join(name);
+    let socket = rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())?;
+    let short = Path::new("/proc/self/fd").join(socket.as_raw_fd().to_string());
     std::os::unix::net::UnixStream::connect(short)
 }
 

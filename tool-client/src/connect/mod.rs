@@ -191,29 +191,24 @@ pub async fn channel(endpoint: &Endpoint) -> Result<Channel, ConnectError> {
 }
 
 /// Connects to a Unix socket at any path length. `sun_path` holds 107 bytes, and the daemon
-/// binds through its directory's descriptor, so a socket in a deep directory (a CI workspace, a
-/// home directory) serves fine; the client reaches it the same way, through
-/// `/proc/self/fd/N/NAME` of its directory opened for the connect.
+/// binds through its directory's descriptor and publishes by a rename, so a socket in a deep
+/// directory (a CI workspace, a home directory) or under a long name serves fine; the client
+/// reaches it through `/proc/self/fd/N` of the socket file opened with `O_PATH` (which needs
+/// only search permission on its directories, as a plain connect does).
 pub async fn connect_unix(path: &std::path::Path) -> std::io::Result<tokio::net::UnixStream> {
     const SUN_PATH: usize = 108;
     if path.as_os_str().len() < SUN_PATH {
         return tokio::net::UnixStream::connect(path).await;
     }
-    // A directory this user may search but not read cannot be opened here: the plain connect
-    // then says why it cannot work.
-    let opened = path
-        .parent()
-        .zip(path.file_name())
-        .and_then(|(dir, name)| Some((std::fs::File::open(dir).ok()?, name)));
-    let Some((dir, name)) = opened else {
-        return tokio::net::UnixStream::connect(path).await;
-    };
-    let short = std::path::Path::new("/proc/self/fd")
-        .join(std::os::fd::AsRawFd::as_raw_fd(&dir).to_string())
-        .join(name);
-    let socket = tokio::net::UnixStream::connect(&short).await;
-    drop(dir);
-    socket
+    use rustix::fs::{Mode, OFlags};
+    // A socket that is not there (no daemon), or a directory this user may not search: the
+    // open's error is the connect's (a plain connect would only say the path is too long).
+    let socket = rustix::fs::open(path, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())?;
+    let short =
+        std::path::Path::new("/proc/self/fd").join(std::os::fd::AsRawFd::as_raw_fd(&socket).to_string());
+    let connected = tokio::net::UnixStream::connect(&short).await;
+    drop(socket);
+    connected
 }
 
 /// The last connect failure of a channel, described.
@@ -293,6 +288,33 @@ mod tests {
         check("unix:", None);
         check("tcp:7000", None);
         check("/run/fsd.sock", None);
+    }
+
+    /// A socket path past `sun_path`, a long name in a short directory included: reached when
+    /// something listens, and otherwise the error that says why (not "path too long").
+    #[tokio::test]
+    async fn a_long_socket_path_is_reached_or_says_why() {
+        use std::io::ErrorKind;
+        let dir = tempfile::tempdir().unwrap();
+        let bind_long = |name: &str| {
+            // Bound at a short name, then renamed to the long one (as the daemon publishes).
+            let short = dir.path().join("s");
+            let listener = std::os::unix::net::UnixListener::bind(&short).unwrap();
+            let long = dir.path().join(name);
+            std::fs::rename(&short, &long).unwrap();
+            assert!(long.as_os_str().len() >= 108, "{}", long.display());
+            (listener, long)
+        };
+        let (_live, live) = bind_long(&"l".repeat(110));
+        let (stale, refused) = bind_long(&"r".repeat(110));
+        drop(stale);
+        let missing = dir.path().join("m".repeat(110));
+        let check = |got: std::io::Result<tokio::net::UnixStream>, expected: Option<ErrorKind>| {
+            assert_eq!(got.map(drop).map_err(|e| e.kind()).err(), expected);
+        };
+        check(connect_unix(&live).await, None);
+        check(connect_unix(&refused).await, Some(ErrorKind::ConnectionRefused));
+        check(connect_unix(&missing).await, Some(ErrorKind::NotFound));
     }
 
     #[test]
