@@ -124,6 +124,10 @@ pub enum Control {
     Stuck { mode: Mode, abandoned: usize },
     /// `mode` is served again: enough abandoned workers finally exited.
     Available { mode: Mode },
+    /// The supervisor heard [`ControlRequest::Stopping`] (or stops the daemon itself): the
+    /// workers' exits that follow are not replaced. The network process closes their sockets
+    /// only after this, so the order never depends on which channel is read first.
+    StopSeen,
 }
 
 /// Network process → supervisor.

@@ -68,7 +68,8 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
             Arc::new(Dispatcher::new(config.call_timeout, config.max_queued_calls, kill_tx, readers, cpu));
         let reader = AsyncFrames::new(control_reader).map_err(DaemonError::Runtime)?;
         let writer = AsyncFrames::new(control).map_err(DaemonError::Runtime)?;
-        tokio::spawn(serve_control(dispatcher.clone(), reader, stop_tx.clone()));
+        let stop_seen = Arc::new(tokio::sync::Notify::new());
+        tokio::spawn(serve_control(dispatcher.clone(), reader, stop_tx.clone(), stop_seen.clone()));
         tokio::spawn(send_control(writer, kill_rx));
         // Once, beside the start rather than in its way: an approver may come up later.
         if let Some(endpoint) = config.approver_endpoint.clone() {
@@ -76,7 +77,8 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         }
         dispatcher.wait_ready(&config.served_modes(), config.workers_per_mode, Duration::from_secs(10)).await;
         let service = FsdService::new(dispatcher.clone(), &config, roots, audit);
-        serve(config, service, dispatcher, listeners, (signals, stopping), (stop_tx, stop_rx)).await
+        serve(config, service, dispatcher, listeners, (signals, stopping, stop_seen), (stop_tx, stop_rx))
+            .await
     });
     // Calls still waiting on a stuck worker must not hold the exit: the supervisor kills that
     // worker once this process is gone.
@@ -170,6 +172,8 @@ fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> 
     Ok(Started { listeners, audit, roots, control_reader })
 }
 
+/// How long a stopping network process waits for the supervisor to confirm it heard so.
+const STOP_SEEN_WAIT: Duration = Duration::from_secs(1);
 /// A random id of this network process's life: clients pin it, so a restarted daemon refuses
 /// the sessions of the one before instead of serving them as if nothing happened.
 fn instance_id() -> Result<String, DaemonError> {
@@ -189,7 +193,12 @@ struct Listeners {
 }
 
 /// Registers the workers the supervisor starts, until the supervisor goes away.
-async fn serve_control(dispatcher: Arc<Dispatcher>, mut control: AsyncFrames, stop: watch::Sender<bool>) {
+async fn serve_control(
+    dispatcher: Arc<Dispatcher>,
+    mut control: AsyncFrames,
+    stop: watch::Sender<bool>,
+    stop_seen: Arc<tokio::sync::Notify>,
+) {
     loop {
         match ipc::recv_async::<Control>(&mut control).await {
             Ok((Control::Worker { mode, pid }, Some(fd))) => {
@@ -213,6 +222,8 @@ async fn serve_control(dispatcher: Arc<Dispatcher>, mut control: AsyncFrames, st
                 tracing::info!(mode = mode.as_str(), "mode available again");
                 dispatcher.mark_available(mode);
             }
+            // A permit: it may come before this process asks (the supervisor stops the daemon).
+            Ok((Control::StopSeen, _)) => stop_seen.notify_one(),
             Err(IpcError::Closed) => {
                 tracing::info!("supervisor gone: shutting down");
                 let _ = stop.send(true);
@@ -294,7 +305,11 @@ async fn serve(
     service: FsdService,
     dispatcher: Arc<Dispatcher>,
     listeners: Listeners,
-    (mut signals, supervisor): (Signals, tokio::sync::mpsc::UnboundedSender<ControlRequest>),
+    (mut signals, supervisor, stop_seen): (
+        Signals,
+        tokio::sync::mpsc::UnboundedSender<ControlRequest>,
+        Arc<tokio::sync::Notify>,
+    ),
     (stop_tx, stop_rx): (watch::Sender<bool>, watch::Receiver<bool>),
 ) -> Result<(), DaemonError> {
     let Listeners { bound, tls, tls_http, health, edge, metadata } = listeners;
@@ -484,6 +499,8 @@ async fn serve(
     // that failed), the supervisor hears it before the workers' sockets close, so it does not
     // replace the workers that exit next.
     let _ = supervisor.send(ControlRequest::Stopping);
+    // Until it says it heard (bounded: a supervisor that is gone never will).
+    let _ = tokio::time::timeout(STOP_SEEN_WAIT, stop_seen.notified()).await;
     modes_task.abort();
     let stopping: Vec<_> = served_modes.iter().map(|m| (*m, false)).collect();
     report_health(&reporter, health_statuses(&stopping)).await;

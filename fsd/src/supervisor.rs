@@ -329,6 +329,10 @@ async fn supervise(
             Some(request) = kill_rx.recv() => {
                 let ControlRequest::Kill { pid } = request else {
                     network_stopping = true;
+                    // The network process closes its workers' sockets only once it has this.
+                    if let Err(e) = ipc::send(&sup.control, &Control::StopSeen, None) {
+                        tracing::debug!(error = %e, "cannot confirm the network process's stop");
+                    }
                     continue;
                 };
                 if unkillable_hook() {
@@ -416,6 +420,8 @@ async fn supervise(
     // then its worker sockets close and the workers exit on their own. The whole stop is
     // bounded by `shutdown_grace`: whatever is left then (a worker stuck in a syscall) is killed.
     if network_alive {
+        // The stop is ours: the network process need not wait to be heard.
+        let _ = ipc::send(&sup.control, &Control::StopSeen, None);
         let _ = sys::ipc::signal(network_pid, false);
     }
     if let Some(status) = sup.reap(Instant::now() + sup.config.shutdown_grace, network_alive).await
