@@ -412,6 +412,31 @@ fn save_over(path: &Path, text: &str) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
+/// Writes `fsd-fault-pause-remove`, takes its version and starts the removal `call` makes with
+/// it on a thread of its own; returns half a second into the test hook's first pause.
+fn start_guarded_removal<T: Send + 'static>(
+    d: &Daemon,
+    call: impl FnOnce(Rpc, String) -> T + Send + 'static,
+) -> (std::path::PathBuf, std::thread::JoinHandle<T>) {
+    let path = d.path("fsd-fault-pause-remove");
+    d.write("fsd-fault-pause-remove", "observed\n");
+    let mut rpc = Rpc::connect(d);
+    let version = rpc.version(&path);
+    let removing = std::thread::spawn(move || call(rpc, version));
+    std::thread::sleep(Duration::from_millis(500));
+    (path, removing)
+}
+
+/// A guarded delete of `path` through `rpc`, guarded by `version`.
+fn guarded_delete(mut rpc: Rpc, path: &Path, version: String) -> Result<(), tonic::Status> {
+    let request = fsd_proto::v1::DeleteFileRequest {
+        path: common::rpc::p(path),
+        guard: Some(fsd_proto::v1::EditGuard { version, ..Default::default() }),
+        ..Default::default()
+    };
+    rpc.rt.block_on(rpc.client.delete_file(request)).map(drop)
+}
+
 /// A guarded removal through `rpc` of `path`, the request made by `call`, with an editor's save
 /// over the name placed by the test hook `fsd-fault-pause-remove` (a second's pause after the
 /// guard's check, before the removal moves the name aside, and another after): the save is kept
@@ -420,12 +445,7 @@ fn outside_save_during_a_guarded_removal(
     d: &Daemon,
     call: impl FnOnce(Rpc, String) -> Result<(), tonic::Status> + Send + 'static,
 ) {
-    let path = d.path("fsd-fault-pause-remove");
-    d.write("fsd-fault-pause-remove", "observed\n");
-    let mut rpc = Rpc::connect(d);
-    let version = rpc.version(&path);
-    let removing = std::thread::spawn(move || call(rpc, version));
-    std::thread::sleep(Duration::from_millis(500));
+    let (path, removing) = start_guarded_removal(d, call);
     save_over(&path, "saved outside\n");
     let done = removing.join().unwrap();
     let kept = std::fs::read(&path).ok();
@@ -548,17 +568,9 @@ fn a_guarded_remove_of_a_symlink_still_removes_it() {
 #[test]
 fn a_name_taken_again_before_a_removal_puts_a_save_back_keeps_both_saves() {
     let d = Daemon::start();
-    let path = d.path("fsd-fault-pause-remove");
-    d.write("fsd-fault-pause-remove", "observed\n");
-    let mut rpc = Rpc::connect(&d);
-    let version = rpc.version(&path);
-    let request = fsd_proto::v1::DeleteFileRequest {
-        path: common::rpc::p(&path),
-        guard: Some(fsd_proto::v1::EditGuard { version, ..Default::default() }),
-        ..Default::default()
-    };
-    let removing = std::thread::spawn(move || rpc.rt.block_on(rpc.client.delete_file(request)));
-    std::thread::sleep(Duration::from_millis(500));
+    let target = d.path("fsd-fault-pause-remove");
+    let (path, removing) =
+        start_guarded_removal(&d, move |rpc, version| guarded_delete(rpc, &target, version));
     save_over(&path, "first save\n");
     std::thread::sleep(Duration::from_millis(1000));
     save_over(&path, "second save\n");
@@ -609,17 +621,9 @@ fn a_guarded_delete_and_remove_still_remove() {
 fn a_worker_killed_mid_removal_loses_no_outside_save() {
     for outside_save in [false, true] {
         let d = Daemon::start();
-        let path = d.path("fsd-fault-pause-remove");
-        d.write("fsd-fault-pause-remove", "observed\n");
-        let mut rpc = Rpc::connect(&d);
-        let version = rpc.version(&path);
-        let request = fsd_proto::v1::DeleteFileRequest {
-            path: common::rpc::p(&path),
-            guard: Some(fsd_proto::v1::EditGuard { version, ..Default::default() }),
-            ..Default::default()
-        };
-        let removing = std::thread::spawn(move || rpc.rt.block_on(rpc.client.delete_file(request)));
-        std::thread::sleep(Duration::from_millis(500));
+        let target = d.path("fsd-fault-pause-remove");
+        let (path, removing) =
+            start_guarded_removal(&d, move |rpc, version| guarded_delete(rpc, &target, version));
         if outside_save {
             save_over(&path, "saved outside\n");
         }
