@@ -174,6 +174,7 @@ fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> 
 
 /// How long a stopping network process waits for the supervisor to confirm it heard so.
 const STOP_SEEN_WAIT: Duration = Duration::from_secs(1);
+
 /// A random id of this network process's life: clients pin it, so a restarted daemon refuses
 /// the sessions of the one before instead of serving them as if nothing happened.
 fn instance_id() -> Result<String, DaemonError> {
