@@ -2,12 +2,49 @@
 //! SIGKILLed at random moments while four clients write and edit 4 KiB and 8 MiB files; the
 //! daemon restarts on the same root. Every file must hold its last acknowledged content or the
 //! content of the call the kill cut, and no `.fsd-tmp-*` file or journal entry may remain (the
-//! supervisor's start-up and dead-worker sweeps remove them; see docs/reliability.md).
+//! supervisor's start-up and dead-worker sweeps remove them; see docs/reliability.md). And a
+//! worker killed while idle costs no call: the next one goes to another worker.
+
+mod common;
 
 use std::time::Duration;
 
+use common::*;
 use fsd_soak::crash::{self, CrashOptions};
 use fsd_soak::daemon::Bins;
+use serde_json::json;
+
+/// Every worker of the mode killed while idle (the OOM killer, an operator), and the next call
+/// sent before anything noticed: each worker it is sent to is found gone before it took the
+/// call, so it goes to the next, and then to a replacement, instead of failing with an
+/// unknown outcome.
+#[test]
+fn a_call_sent_to_killed_idle_workers_is_served_by_their_replacement() {
+    let d = Daemon::start();
+    let mut s = d.session();
+    d.write("a.txt", "alpha\n");
+    assert!(!s.read("a.txt").is_error());
+    for round in 0..3 {
+        let killed = d.process.worker_pids("workspace-write");
+        assert!(!killed.is_empty(), "no workspace-write worker to kill");
+        for &pid in &killed {
+            fsd_testkit::kill(pid, rustix::process::Signal::KILL);
+        }
+        // Their sockets close when they die, before anyone reaps them.
+        std::thread::sleep(Duration::from_millis(100));
+        let content = format!("round {round}\n");
+        let r = s.call("write", json!({"file_path": "a.txt", "content": content}));
+        let path = d.path("a.txt");
+        ok(
+            &r,
+            &format!(
+                "<path>{}</path>\n<type>file</type>\n<content>\nUpdated file\n</content>",
+                path.display()
+            ),
+        );
+        assert_eq!(d.read("a.txt"), content.as_bytes());
+    }
+}
 
 #[test]
 fn kills_at_random_points_lose_no_acknowledged_write_and_leave_no_temporary_file() {

@@ -20,6 +20,10 @@ const READS_AHEAD: usize = 3;
 /// another worker: far above a healthy read, far below a call's deadline.
 const AHEAD_PATIENCE: Duration = Duration::from_millis(50);
 
+/// How many gone workers one call may be refused by before it is lost: as many as a mode may
+/// have (`workers_per_mode` is at most 64), so killing them all at once loses no call.
+const MAX_UNDELIVERED: u8 = 64;
+
 /// One live worker connection.
 #[derive(Debug)]
 pub(super) struct Worker {
@@ -53,6 +57,25 @@ impl Sent {
     }
 }
 
+/// Why a call's frame did not go out.
+#[derive(Debug)]
+enum Refused {
+    /// The socket refused it: the worker's end is closed.
+    Gone(std::io::Error),
+    /// It could not be encoded: no worker would take it.
+    Unsendable(IpcError),
+}
+
+impl Refused {
+    fn lost(self) -> Lost {
+        let detail = match self {
+            Refused::Gone(e) => e.to_string(),
+            Refused::Unsendable(e) => e.to_string(),
+        };
+        Lost("send_failed", format!("send: {detail}"))
+    }
+}
+
 impl Dispatcher {
     /// Serves `worker`'s calls in turn until it fails mid-call. The exchange runs here, not in
     /// the caller's task: a caller that goes away cannot leave a worker mid-call.
@@ -73,12 +96,11 @@ impl Dispatcher {
         loop {
             if sent.is_empty() {
                 let job = pool.next_job().await;
-                let result = Dispatcher::send(&worker, &job).await;
-                sent.push_back(Sent::Job(job));
-                if let Err(lost) = result {
-                    self.lose(mode, worker, lost, sent);
+                if let Err(refused) = Dispatcher::send(&worker, &job).await {
+                    self.undelivered(mode, worker, job, refused);
                     return;
                 }
+                sent.push_back(Sent::Job(job));
             }
             let recalled = sent.iter().any(|s| matches!(s, Sent::Recalled(_)));
             // With a deadline this short, a stuck worker is dropped about as soon as it would
@@ -91,8 +113,8 @@ impl Dispatcher {
             {
                 let result = Dispatcher::send(&worker, &next).await;
                 sent.push_back(Sent::Job(next));
-                if let Err(lost) = result {
-                    self.lose(mode, worker, lost, sent);
+                if let Err(refused) = result {
+                    self.lose(mode, worker, refused.lost(), sent);
                     return;
                 }
             }
@@ -174,12 +196,47 @@ impl Dispatcher {
         self.kill(worker.pid);
     }
 
-    async fn send(worker: &Worker, job: &Job) -> Result<(), Lost> {
+    /// The first call sent to an idle `worker` did not reach it. When the socket said the
+    /// worker's end is closed (`Refused::Gone`), the worker never read the whole frame, so the
+    /// call never ran: it goes back to the queue for another worker, unless its caller gave up
+    /// meanwhile, and this worker is discarded (each refusal uses up a worker, which the
+    /// supervisor replaces; after [`MAX_UNDELIVERED`] the call is lost). Without this, an idle
+    /// worker killed by the OOM killer or an operator failed the next call with an unknown
+    /// outcome.
+    fn undelivered(&self, mode: Mode, worker: Worker, mut job: Job, refused: Refused) {
+        match refused {
+            Refused::Gone(_) if job.answer.is_closed() => self.discard(mode, worker),
+            Refused::Gone(e) if job.undelivered < MAX_UNDELIVERED => {
+                tracing::warn!(
+                    pid = worker.pid,
+                    mode = mode.as_str(),
+                    %e,
+                    "worker gone before it took a call; the call goes to another"
+                );
+                job.undelivered += 1;
+                self.pool(mode).requeue(job);
+                self.discard(mode, worker);
+            }
+            refused => self.lose(mode, worker, refused.lost(), VecDeque::from([Sent::Job(job)])),
+        }
+    }
+
+    async fn send(worker: &Worker, job: &Job) -> Result<(), Refused> {
         use std::os::fd::AsFd;
         let fd = job.body.as_ref().map(|b| b.as_fd());
-        ipc::send_async(&worker.frames, &job.message, fd)
-            .await
-            .map_err(|e| Lost("send_failed", format!("send: {e}")))
+        ipc::send_async(&worker.frames, &job.message, fd).await.map_err(|e| match e {
+            // Only these say the worker's end is closed; a frame too large or a descriptor the
+            // kernel would not pass says nothing about the worker.
+            IpcError::Io(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EPIPE) | Some(libc::ECONNRESET) | Some(libc::ENOTCONN)
+                ) =>
+            {
+                Refused::Gone(e)
+            }
+            other => Refused::Unsendable(other),
+        })
     }
 
     /// Serves the worker's lock requests for the call it runs until its final reply; the first

@@ -272,6 +272,7 @@ impl Dispatcher {
             let job = Job {
                 identity: identity.to_owned(),
                 put_back: false,
+                undelivered: 0,
                 message,
                 body,
                 expect,

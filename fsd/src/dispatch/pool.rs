@@ -78,6 +78,9 @@ pub(super) struct Job {
     /// Sent ahead once and put back: it goes to a worker only as the call that worker runs next,
     /// so it is never held behind a slow call twice.
     pub(super) put_back: bool,
+    /// How many workers turned out to be gone before they could take it (see
+    /// `Dispatcher::undelivered`).
+    pub(super) undelivered: u8,
     pub(super) message: ToWorker,
     pub(super) body: Option<OwnedFd>,
     pub(super) expect: Expect,
