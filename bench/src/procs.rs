@@ -109,6 +109,11 @@ impl Server {
         self.process.pids()
     }
 
+    /// CPU seconds spent so far by the process tree.
+    pub fn cpu_seconds(&self) -> f64 {
+        fsd_testkit::procs::cpu_seconds(&self.pids())
+    }
+
     /// Peak resident memory in KiB, VmHWM summed over the process tree: an upper bound of the
     /// whole server's peak (the processes need not peak at the same moment). Also the count.
     pub fn peak_rss_kib(&self) -> (u64, usize) {

@@ -46,6 +46,11 @@ pub enum DaemonError {
     Spawn { role: String, source: std::io::Error },
     #[error("interprocess channel: {0}")]
     Ipc(#[from] crate::ipc::IpcError),
+    #[error("no randomness for the content digest key: {0}")]
+    NoDigestKey(getrandom::Error),
+    /// This process's tags would match no other process's.
+    #[error("a content digest was taken before the daemon's digest key was set")]
+    DigestKeyTooLate,
     #[error("inherited descriptor {0}: {1}")]
     Inherited(i32, #[source] crate::sys::Errno),
     #[error("confinement failed: {0}")]

@@ -39,6 +39,20 @@ impl Remote {
     }
 }
 
+/// Supervisor → every child, the first frame on its socket, before anything else is sent:
+/// what all of the daemon's processes share and no client may learn.
+#[derive(Serialize, Deserialize)]
+pub struct Start {
+    /// The key of the content digests in versions (`backend::digest`).
+    pub digest_key: [u8; crate::backend::digest::KEY_BYTES],
+}
+
+impl std::fmt::Debug for Start {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Start").finish_non_exhaustive()
+    }
+}
+
 /// Network process → worker.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum ToWorker {

@@ -110,10 +110,24 @@ fn child_args(args: &Args) -> Vec<OsString> {
     out
 }
 
+/// How long a child waits for the supervisor's first frame.
+const START_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The child's socket to its parent, once the supervisor's first frame (`ipc::Start`) is read
+/// from it and applied.
 fn ipc_socket(args: &Args) -> Result<UnixStream, DaemonError> {
     let raw = args.ipc_fd.ok_or(DaemonError::Inherited(-1, fsd::sys::Errno::BADF))?;
     let fd = fsd::sys::ipc::inherited(raw).map_err(|e| DaemonError::Inherited(raw, e))?;
-    Ok(UnixStream::from(fd))
+    let socket = UnixStream::from(fd);
+    // The supervisor writes it as soon as the child exists: one that waits longer was not
+    // started by a supervisor, and says so rather than hang.
+    socket.set_read_timeout(Some(START_WAIT)).map_err(DaemonError::Runtime)?;
+    let (start, _) = fsd::ipc::recv::<fsd::ipc::Start>(&socket)?;
+    socket.set_read_timeout(None).map_err(DaemonError::Runtime)?;
+    if !fsd::backend::digest::set_key(&start.digest_key) {
+        return Err(DaemonError::DigestKeyTooLate);
+    }
+    Ok(socket)
 }
 
 fn run(args: Args, config: Config) -> Result<(), DaemonError> {

@@ -54,6 +54,8 @@ struct Supervisor {
     alive: std::collections::HashSet<u32>,
     /// Workers killed for overrunning a deadline, and the ones that would not die.
     hung: crate::hung::HungWorkers,
+    /// The content digests' key, drawn at start, for every child (`backend::digest`).
+    digest_key: [u8; crate::backend::digest::KEY_BYTES],
 }
 
 impl Supervisor {
@@ -89,9 +91,19 @@ impl Supervisor {
         let (ours, theirs) = sys::ipc::pair().map_err(|e| DaemonError::Runtime(e.into()))?;
         let pid = self.spawn(Role::Worker(mode), &theirs)?;
         drop(theirs);
+        // Ahead of every frame the network process will send on this socket. A worker that
+        // died already cannot take it: its exit is reaped (and replaced) like any death at birth.
+        if let Err(e) = ipc::send(&ours, &self.start(), None) {
+            tracing::warn!(pid, mode = mode.as_str(), error = %e, "worker gone before its start");
+        }
         self.hung.started(pid, mode);
         ipc::send(&self.control, &Control::Worker { mode, pid }, Some(ours.as_fd()))?;
         Ok(())
+    }
+
+    /// What every child reads first.
+    fn start(&self) -> ipc::Start {
+        ipc::Start { digest_key: self.digest_key }
     }
 
     fn give_up(&mut self, mode: Mode, reason: String) -> Result<(), DaemonError> {
@@ -201,6 +213,7 @@ async fn supervise(
         })
         .collect();
     let config_max_abandoned = config.max_abandoned_workers;
+    let digest_key = crate::backend::digest::new_key().map_err(DaemonError::NoDigestKey)?;
     let mut sup = Supervisor {
         config,
         exe,
@@ -211,12 +224,17 @@ async fn supervise(
         given_up: Vec::new(),
         alive: Default::default(),
         hung: crate::hung::HungWorkers::new(config_max_abandoned, crate::hung::KILL_GRACE),
+        digest_key,
     };
     // Before any worker exists, and before the socket answers: remove the temporary files a
     // killed daemon left (backend::journal).
     let sweeper = journal::Sweeper::start(&sup.config.roots);
     let network_pid = sup.spawn(Role::Network, &network_end)?;
     drop(network_end);
+    // A network process that died already is reported below, by its silence and exit status.
+    if let Err(e) = ipc::send(&sup.control, &sup.start(), None) {
+        tracing::debug!(error = %e, "network process gone before its start");
+    }
     // Workers start once the network process has bound its listeners: a listener that cannot
     // bind is reported here, once, and no worker ever starts.
     let (requests, first) = tokio::task::spawn_blocking(move || {

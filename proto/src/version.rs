@@ -1,7 +1,8 @@
 //! The two parts of a version token, shared by the daemon that makes tokens and the clients that
 //! compare them. A token is `<metadata part>` or `<metadata part>~<length>.<digest>`, the digest
-//! (BLAKE3, hex) present when the daemon read or wrote the whole file. Clients never take a token
-//! apart: they ask [`same`] whether two tokens describe the same file state.
+//! (a MAC under a key only the daemon holds, hex) present when the daemon read or wrote the whole
+//! file. Clients never take a token apart: they ask [`same`] whether two tokens describe the same
+//! file state.
 
 /// Separates the metadata part from the content part.
 pub const CONTENT_SEPARATOR: char = '~';

@@ -99,6 +99,23 @@ pub fn peak_rss_kib(pids: &[u32]) -> u64 {
     pids.iter().filter_map(|&pid| pid_status_kib(pid, "VmHWM:")).sum()
 }
 
+/// CPU time (user and system, every thread's, the exited ones' too) summed over `pids`, in
+/// seconds, at the 10 ms resolution of /proc (USER_HZ is 100 in Linux's ABI). A process gone
+/// counts for nothing.
+pub fn cpu_seconds(pids: &[u32]) -> f64 {
+    let ticks: u64 = pids
+        .iter()
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // The name may hold spaces and parentheses: the fields start after the last `)`.
+            let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split(' ').collect();
+            // Fields 14 and 15 of proc(5), utime and stime, are the 12th and 13th after the name.
+            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+        })
+        .sum();
+    ticks as f64 / 100.0
+}
+
 /// Memory and descriptors of a tree at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Sample {

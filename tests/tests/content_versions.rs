@@ -157,6 +157,35 @@ fn a_streamed_read_to_the_end_carries_the_digest() {
     assert_eq!(d.read("big.txt"), b"alpha\ngamma\n");
 }
 
+/// One key for every process of a daemon: the workers that replace killed ones prove the
+/// versions their predecessors gave (a process with a key of its own would call the file
+/// changed after a `touch`).
+#[test]
+fn a_replaced_worker_proves_the_versions_its_predecessor_gave() {
+    let d = Daemon::start();
+    let mut s = d.session();
+    d.write("a.txt", "alpha\nbeta\n");
+    assert!(!s.read("a.txt").is_error());
+    let modes = ["read-only", "workspace-write"];
+    let killed: Vec<u32> = modes.iter().flat_map(|mode| d.process.worker_pids(mode)).collect();
+    assert!(!killed.is_empty(), "no worker to kill");
+    for &pid in &killed {
+        fsd_testkit::kill(pid, rustix::process::Signal::KILL);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !modes.iter().all(|mode| {
+        let now = d.process.worker_pids(mode);
+        !now.is_empty() && now.iter().all(|pid| !killed.contains(pid))
+    }) {
+        assert!(std::time::Instant::now() < deadline, "the killed workers {killed:?} were not replaced");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    disturb(&d, SameBytes::Touch, "a.txt");
+    let r = s.call("edit", json!({"file_path": "a.txt", "old_string": "beta", "new_string": "gamma"}));
+    ok(&r, &format!("The file {} has been updated successfully.", d.path("a.txt").display()));
+    assert_eq!(d.read("a.txt"), b"alpha\ngamma\n");
+}
+
 #[test]
 fn a_real_change_is_refused_before_matching_and_kept() {
     let d = Daemon::start();

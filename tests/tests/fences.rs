@@ -39,6 +39,9 @@ impl Worker {
             .spawn()
             .unwrap();
         drop(theirs);
+        // What the supervisor writes first on every child's socket.
+        fsd::ipc::send(&ours, &fsd::ipc::Start { digest_key: [7; fsd::backend::digest::KEY_BYTES] }, None)
+            .unwrap();
         let (ready, _) = fsd::ipc::recv::<FromWorker>(&ours).unwrap();
         assert!(
             matches!(ready, FromWorker::Ready { enforcement, .. } if enforcement == "landlock"),

@@ -8,6 +8,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 
+use super::digest::Digest;
 use super::moves::remove_checked;
 use super::resolve::WalkOptions;
 use super::write::{Place, check_write_guard, current_file, parent_vanished, same_key, stage};
@@ -34,7 +35,7 @@ pub fn copy_frames(
     body: &mut impl Read,
     out: &mut impl Write,
     limit: u64,
-    hasher: &mut blake3::Hasher,
+    hasher: &mut Digest,
     progress: &mut dyn FnMut(u64),
 ) -> Result<u64, FsError> {
     let mut buf = vec![0u8; MAX_FRAME];
@@ -122,7 +123,7 @@ impl Backend {
             .map_err(fail)?;
         let limit = self.limits.max_upload_bytes;
         let mut size = 0u64;
-        let mut hasher = blake3::Hasher::new();
+        let mut hasher = Digest::default();
         let mut fill = |file: &mut File| {
             size = copy_frames(&mut *body, file, limit, &mut hasher, progress)?;
             Ok(())
@@ -143,7 +144,7 @@ impl Backend {
             self.undo_git_piece(mode, &resolved, &meta)?;
         }
         // Every byte passed through here: the version carries their digest.
-        let version = version::with_digest(version::of_file(&file, &meta), size, &hasher.finalize());
+        let version = version::with_digest(version::of_file(&file, &meta), size, &hasher.finish());
         resolved.made.keep();
         Ok(Outcome::WriteBytes { target, operation, version, size })
     }
@@ -323,8 +324,7 @@ mod tests {
 
     fn check(input: Vec<u8>, limit: u64, expected: Result<&[u8], &str>) {
         let mut out = Vec::new();
-        let got =
-            copy_frames(&mut input.as_slice(), &mut out, limit, &mut blake3::Hasher::new(), &mut |_| {});
+        let got = copy_frames(&mut input.as_slice(), &mut out, limit, &mut Digest::default(), &mut |_| {});
         match (got, expected) {
             (Ok(n), Ok(want)) => {
                 assert_eq!(out, want);

@@ -3,6 +3,7 @@
 //! the service or the tools changing. Nothing here knows gRPC, models or tools.
 
 pub mod bytes;
+pub mod digest;
 mod edit;
 mod gitdir;
 pub mod journal;

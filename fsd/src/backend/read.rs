@@ -8,6 +8,7 @@ use std::io::Read;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 
+use super::digest::Digest;
 use super::resolve::{self, Resolved, WalkOptions};
 use super::{Backend, DirEntry, FileType, Info, Mode, Outcome, TEMP_PREFIX, Target, text, version};
 use crate::error::{Failure, FsError, StaleReason};
@@ -25,7 +26,7 @@ pub struct StreamHeader {
 /// version with a digest without a second read.
 #[derive(Debug, Default)]
 pub struct StreamDigest {
-    hasher: blake3::Hasher,
+    hasher: Digest,
     sent: u64,
 }
 
@@ -44,7 +45,7 @@ impl StreamDigest {
     /// from the one opened (the file changed while it was sent).
     pub fn finish(&self, header: &StreamHeader) -> Option<String> {
         (self.sent == header.size)
-            .then(|| version::with_digest(header.version.clone(), self.sent, &self.hasher.finalize()))
+            .then(|| version::with_digest(header.version.clone(), self.sent, &self.hasher.clone().finish()))
     }
 }
 

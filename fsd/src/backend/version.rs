@@ -1,5 +1,5 @@
 //! Version tokens: opaque, a metadata part taken on an open handle plus, when the daemon read or
-//! wrote the whole file, a BLAKE3 digest of its bytes. The metadata part is device, inode, inode
+//! wrote the whole file, a digest of its bytes (`digest`). The metadata part is device, inode, inode
 //! generation, birth time, size and nanosecond mtime and ctime: a replace makes a new inode and a
 //! rename changes ctime, so two successive writes never share one, and `touch -d` (which cannot
 //! set ctime) cannot forge one. The digest makes a guard content-aware: `touch`, a formatter's
@@ -12,6 +12,7 @@ use std::os::unix::fs::FileExt;
 
 use fsd_proto::version::{CONTENT_SEPARATOR, split};
 
+use super::digest::{self, Digest};
 use crate::error::FsError;
 use crate::sys::{self, Meta};
 
@@ -25,13 +26,13 @@ pub fn of_file(file: &File, meta: &Meta) -> String {
 
 /// The version of an open regular file whose whole content is `bytes` (just read or written).
 pub fn of_content(file: &File, meta: &Meta, bytes: &[u8]) -> String {
-    with_digest(of_file(file, meta), bytes.len() as u64, &blake3::hash(bytes))
+    with_digest(of_file(file, meta), bytes.len() as u64, &digest::of(bytes))
 }
 
 /// A metadata-only token completed with the digest of `length` bytes (a stream that reached the
 /// end hashes its chunks as they pass).
-pub fn with_digest(metadata: String, length: u64, digest: &blake3::Hash) -> String {
-    format!("{metadata}{CONTENT_SEPARATOR}{length:x}.{}", digest.to_hex())
+pub fn with_digest(metadata: String, length: u64, digest: &str) -> String {
+    format!("{metadata}{CONTENT_SEPARATOR}{length:x}.{digest}")
 }
 
 /// The version of an object that is not opened for I/O (directories, special files).
@@ -71,13 +72,13 @@ pub fn holds(guard: &str, file: &File, meta: &Meta) -> Result<bool, FsError> {
     if after != *meta {
         return Ok(false);
     }
-    Ok(current_digest.to_hex().as_str() == digest)
+    Ok(current_digest == digest)
 }
 
 /// The digest of the first `size` bytes of `file`, or `None` when it turns out to be shorter or
 /// longer (it changed under the check).
-fn digest_of(file: &File, size: u64) -> Result<Option<blake3::Hash>, FsError> {
-    let mut hasher = blake3::Hasher::new();
+fn digest_of(file: &File, size: u64) -> Result<Option<String>, FsError> {
+    let mut hasher = Digest::default();
     let mut buf = vec![0u8; HASH_CHUNK.min(size as usize + 1).max(1)];
     let mut offset = 0u64;
     loop {
@@ -95,7 +96,7 @@ fn digest_of(file: &File, size: u64) -> Result<Option<blake3::Hash>, FsError> {
             return Ok(None);
         }
     }
-    Ok((offset == size).then(|| hasher.finalize()))
+    Ok((offset == size).then(|| hasher.finish()))
 }
 
 #[cfg(test)]
