@@ -70,6 +70,11 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         let writer = AsyncFrames::new(control).map_err(DaemonError::Runtime)?;
         let stop_seen = Arc::new(tokio::sync::Notify::new());
         tokio::spawn(serve_control(dispatcher.clone(), reader, stop_tx.clone(), stop_seen.clone()));
+        // Test hook: the request a compromised network process could make.
+        #[cfg(feature = "fault-injection")]
+        if let Some(pid) = std::env::var("FSD_FAULT_ASK_KILL").ok().and_then(|p| p.parse().ok()) {
+            let _ = stopping.send(ipc::ControlRequest::Kill { pid });
+        }
         tokio::spawn(send_control(writer, kill_rx));
         // Once, beside the start rather than in its way: an approver may come up later.
         if let Some(endpoint) = config.approver_endpoint.clone() {

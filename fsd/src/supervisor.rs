@@ -353,6 +353,17 @@ async fn supervise(
                     }
                     continue;
                 };
+                // Only a live worker of this daemon: the network process faces clients, and a
+                // pid it names that is no worker of ours (reaped, perhaps reused since, or
+                // never ours) is not signalled by this privileged process.
+                if pid == network_pid {
+                    tracing::warn!(pid, "the network process asked to be killed; not signalled");
+                    continue;
+                }
+                if !sup.alive.contains(&pid) {
+                    tracing::debug!(pid, "asked to kill a process that is no live worker; not signalled");
+                    continue;
+                }
                 if unkillable_hook() {
                     tracing::warn!(pid, "test hook: treating the worker as unkillable");
                 } else if let Err(e) = sys::ipc::signal(pid, true) {

@@ -894,3 +894,23 @@ fn a_temporary_file_left_in_a_directory_moved_out_mid_write_holds_nothing() {
     d.write("after.txt", "a\n");
     assert!(!s.read("after.txt").is_error());
 }
+
+/// The supervisor is privileged and the network process faces clients: a kill the network
+/// process asks for is carried out only on a live worker of the daemon, never on another
+/// process (test hook `FSD_FAULT_ASK_KILL`: the network process asks, at start, for a pid of
+/// the test's choosing, as a compromised one could).
+#[test]
+fn the_network_process_cannot_have_the_supervisor_kill_another_process() {
+    let mut bystander = std::process::Command::new("sleep").arg("60").spawn().expect("sleep");
+    let pid = bystander.id().to_string();
+    let d = Daemon::start_with_env(&[], "", &[("FSD_FAULT_ASK_KILL", &pid)]);
+    d.write("a.txt", "a\n");
+    let mut s = d.session();
+    assert!(!s.read("a.txt").is_error());
+    // The request went out before the first worker was up; the supervisor has long read it.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let status = bystander.try_wait().expect("wait");
+    let _ = bystander.kill();
+    let _ = bystander.wait();
+    assert_eq!(status, None, "the supervisor killed a process that is not its worker");
+}
