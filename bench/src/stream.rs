@@ -60,8 +60,9 @@ async fn echo_stream(endpoint: &connect::Endpoint, chunk: usize, size: u64, path
     Ok(rate(got, started))
 }
 
-/// The rate of the content digest over the file's bytes in chunks of `chunk`, read first (what the network
-/// process adds to a stream that reaches the end: it hashes each chunk as it passes).
+/// The rate of the content digest over the file's bytes in chunks of `chunk`, read first (what
+/// the network process adds to a stream that reaches the end: it hashes each chunk as it
+/// passes).
 fn digest_rate(path: &Path, chunk: usize) -> Res<f64> {
     let mut file = std::fs::File::open(path)?;
     let mut buf = vec![0u8; chunk];

@@ -297,6 +297,16 @@ impl Daemon {
         self.pids().into_iter().filter(|&pid| procs::role(pid).as_deref() == Some(mode)).collect()
     }
 
+    /// SIGKILLs the workers of `modes` as they are now (the OOM killer, an operator, a crash)
+    /// and returns their pids: none when there were none.
+    pub fn kill_workers(&self, modes: &[&str]) -> Vec<u32> {
+        let pids: Vec<u32> = modes.iter().flat_map(|mode| self.worker_pids(mode)).collect();
+        for &pid in &pids {
+            procs::kill(pid, Signal::KILL);
+        }
+        pids
+    }
+
     /// Memory and descriptors summed over the tree.
     pub fn sample(&self) -> Sample {
         procs::sample(&self.pids())

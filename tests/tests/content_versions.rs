@@ -167,11 +167,8 @@ fn a_replaced_worker_proves_the_versions_its_predecessor_gave() {
     d.write("a.txt", "alpha\nbeta\n");
     assert!(!s.read("a.txt").is_error());
     let modes = ["read-only", "workspace-write"];
-    let killed: Vec<u32> = modes.iter().flat_map(|mode| d.process.worker_pids(mode)).collect();
+    let killed = d.process.kill_workers(&modes);
     assert!(!killed.is_empty(), "no worker to kill");
-    for &pid in &killed {
-        fsd_testkit::kill(pid, rustix::process::Signal::KILL);
-    }
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !modes.iter().all(|mode| {
         let now = d.process.worker_pids(mode);
@@ -350,9 +347,7 @@ fn a_worker_killed_while_undoing_a_replace_loses_no_outside_write() {
     let (path, edit) = edit_saved_over_in_the_exchange_pause(&d, "saved outside\n");
     std::fs::write(&path, "bravo\n").unwrap();
     std::thread::sleep(Duration::from_millis(1000));
-    for pid in d.process.worker_pids("workspace-write") {
-        fsd_testkit::kill(pid, rustix::process::Signal::KILL);
-    }
+    d.process.kill_workers(&["workspace-write"]);
     let r = edit.join().unwrap();
     assert!(r.is_error(), "the call of a killed worker succeeded: {}", r.json);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -657,11 +652,8 @@ fn a_worker_killed_mid_removal_loses_no_outside_save() {
             save_over(&path, "saved outside\n");
         }
         std::thread::sleep(Duration::from_millis(1000));
-        let workers = d.process.worker_pids("workspace-write");
+        let workers = d.process.kill_workers(&["workspace-write"]);
         assert!(!workers.is_empty(), "no workspace-write worker to kill");
-        for pid in workers {
-            fsd_testkit::kill(pid, rustix::process::Signal::KILL);
-        }
         let done = removing.join().unwrap();
         assert!(done.is_err(), "the call of a killed worker succeeded: {done:?}");
         let deadline = std::time::Instant::now() + Duration::from_secs(10);

@@ -367,6 +367,19 @@ fn a_second_daemon_on_a_served_socket_says_only_that() {
     assert!(!reply.is_error(), "{}", reply.json);
 }
 
+/// `fsd-tools call read a.txt` through `endpoint` exits 0 and shows the file's one line (`what`
+/// names the case in a failure).
+fn reads_a_through(endpoint: &str, what: &str) {
+    let out = Command::new(common::tools_bin())
+        .args(["call", "read", r#"{"file_path": "a.txt"}"#, "--endpoint", endpoint])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{what}: {text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("1: a"), "{what}: {text}");
+}
+
 #[test]
 fn a_socket_path_longer_than_sun_path_is_served_reached_and_not_taken_over() {
     // The daemon binds through the directory's descriptor and publishes by a rename, so any
@@ -390,14 +403,7 @@ fn a_socket_path_longer_than_sun_path_is_served_reached_and_not_taken_over() {
             .writable_root(&ws)
             .start()
             .unwrap_or_else(|e| panic!("{e}"));
-        let out = Command::new(common::tools_bin())
-            .args(["call", "read", r#"{"file_path": "a.txt"}"#, "--endpoint", &listen])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(out.status.code(), Some(0), "{name}: {text}{}", String::from_utf8_lossy(&out.stderr));
-        assert!(text.contains("1: a"), "{text}");
+        reads_a_through(&listen, name);
         let (code, lines, secs) =
             start_failure(&["--listen", &listen, "--writable-root", ws.to_str().unwrap()], None, None);
         println!("exit {code:?} after {secs:.3} s: {lines:?}");
@@ -461,14 +467,7 @@ fn a_live_socket_a_second_daemon_may_not_connect_to_is_not_taken_over() {
     let after = std::fs::symlink_metadata(&path).map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap();
     assert_eq!(before, after, "the live socket was replaced");
     // The first daemon still serves on it.
-    let out = Command::new(common::tools_bin())
-        .args(["call", "read", r#"{"file_path": "a.txt"}"#, "--endpoint", &socket])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("1: a"), "{text}");
+    reads_a_through(&socket, "the first daemon");
     drop(daemon);
 }
 

@@ -25,11 +25,8 @@ fn a_call_sent_to_killed_idle_workers_is_served_by_their_replacement() {
     d.write("a.txt", "alpha\n");
     assert!(!s.read("a.txt").is_error());
     for round in 0..3 {
-        let killed = d.process.worker_pids("workspace-write");
+        let killed = d.process.kill_workers(&["workspace-write"]);
         assert!(!killed.is_empty(), "no workspace-write worker to kill");
-        for &pid in &killed {
-            fsd_testkit::kill(pid, rustix::process::Signal::KILL);
-        }
         // Their sockets close when they die, before anyone reaps them.
         std::thread::sleep(Duration::from_millis(100));
         let content = format!("round {round}\n");

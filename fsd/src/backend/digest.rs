@@ -3,10 +3,10 @@
 //! (`ipc::Start`), never to a client. A tag is a pseudorandom function of the bytes for anyone
 //! without the key: two different contents share one only by chance, and nobody who sees tags
 //! can make a pair that does, which is the collision resistance a guard needs. AEGIS runs on
-//! the AES instructions at about 40 GB/s on one core here, seven times BLAKE3: a 1 GiB stream
-//! spends 0.03 core-seconds on its digest instead of 0.2 (BENCHMARKS.md). The price: a daemon
-//! restarted with a new key proves the content of a version issued before only by its metadata
-//! part.
+//! the AES instructions at 42–45 GB/s on one core here, 7–8× BLAKE3: a 1 GiB stream's readers
+//! spend 0.04 core-seconds more than without a digest instead of BLAKE3's 0.21
+//! (BENCHMARKS.md). The price: a daemon restarted with a new key proves the content of a
+//! version issued before only by its metadata part.
 
 use std::sync::OnceLock;
 
