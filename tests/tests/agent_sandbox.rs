@@ -4,7 +4,7 @@
 //! ETags and preconditions, error bodies, the mode query, metadata and health during shutdown.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::rest::{RestDaemon, connect, exchange, http, python, refused};
 

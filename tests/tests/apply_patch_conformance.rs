@@ -3,7 +3,7 @@
 //! session read every input file; the final tree must equal `expected/` byte for byte, except
 //! where the seed rules otherwise (005, 015).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

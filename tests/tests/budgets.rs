@@ -6,8 +6,8 @@
 //! connection), so no client makes the network process hold more than that per connection.
 //! Checked by outcome, never by timing.
 
-mod common;
-mod pki;
+use crate::common;
+use crate::pki;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! (`fsd-tools schemas | head -1`): no panic, no backtrace, no exit 101.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 

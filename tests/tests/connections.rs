@@ -3,8 +3,8 @@
 //! and are capped per source address; when the listener is full of idle strangers, an
 //! authenticated client still connects and calls. Checked by outcome.
 
-mod common;
-mod pki;
+use crate::common;
+use crate::pki;
 
 use std::time::Duration;
 

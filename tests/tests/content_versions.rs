@@ -3,7 +3,7 @@
 //! write, edit, apply_patch or editor call succeeds; a real change is refused and kept; and a
 //! same-content rewriter racing a real change never makes fsd lose the real change.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};

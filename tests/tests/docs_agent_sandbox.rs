@@ -8,8 +8,8 @@
 //! test, so the guide, the config and the template cannot drift apart.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod pki;
+use crate::common;
+use crate::pki;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, Ipv4Addr};

@@ -3,7 +3,7 @@
 //! off), and its `fsd-tools` command line is one `fsd-tools` accepts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

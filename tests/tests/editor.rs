@@ -4,7 +4,7 @@
 //! without trailing newlines, CRLF and BOM files), null placeholders, the observation policy, and
 //! the policy-off compare-and-swap path.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -3,7 +3,7 @@
 //! once at the wider mode and is audited; a refused one writes nothing; the daemon refuses what
 //! is above the client's maximum whatever the client claims.
 
-mod common;
+use crate::common;
 
 use common::rpc::{Rpc, p};
 use common::*;

@@ -4,7 +4,7 @@
 //! the walk — while directories that were already there, or that now hold someone else's file,
 //! stay.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

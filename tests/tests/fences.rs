@@ -3,7 +3,7 @@
 //! seccomp and few capabilities, links and moves cannot leave the roots, protected paths stay
 //! read-only, read-only mode refuses every mutation, and a hung worker costs only its own call.
 
-mod common;
+use crate::common;
 
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;

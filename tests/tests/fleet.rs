@@ -6,8 +6,8 @@
 //! identity keys the maximum mode; a daemon restart is a clear UNAVAILABLE, never a silent
 //! success. Loopback tests cover the reused connection, the idle timeout and reconnection.
 
-mod common;
-mod pki;
+use crate::common;
+use crate::pki;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! builds (`FSD_TEST_PYTHON`, with grpcio, grpcio-tools and grpcio-status).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! on another system (trailing slashes, drive letters, backslashes). Several tests change
 //! owners or limits, so they need root (and fail saying so without it).
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;

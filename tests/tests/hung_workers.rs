@@ -6,7 +6,7 @@
 //! `fsd-fault-slow` take half a second. Reads sent ahead to a busy worker (`fsd::dispatch`)
 //! never wait out a stuck worker's deadline.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

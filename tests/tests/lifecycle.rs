@@ -4,7 +4,7 @@
 //! predecessor that is still exiting instead of taking its listener for a live daemon; the
 //! journal's anchor attribute is held on writable roots while a daemon serves them.
 
-mod common;
+use crate::common;
 
 use std::io::BufRead;
 use std::path::Path;

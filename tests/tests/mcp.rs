@@ -2,7 +2,7 @@
 //! official MCP Python SDK through `tests/mcp/client.py`. The interpreter is the venv that
 //! `scripts/test.sh` builds; its path comes in `FSD_TEST_PYTHON`.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

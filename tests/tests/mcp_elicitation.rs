@@ -2,7 +2,7 @@
 //! the person through the MCP client's elicitation, driven by the official MCP Python SDK
 //! (`tests/mcp/elicitation.py`; the interpreter is the venv in `FSD_TEST_PYTHON`).
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -4,7 +4,7 @@
 //! file, and two distinct names never display alike or share a target key (nor does one file
 //! spelled with an escaped `.` get a second one).
 
-mod common;
+use crate::common;
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;

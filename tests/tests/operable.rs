@@ -6,8 +6,8 @@
 //! port it bound.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod pki;
+use crate::common;
+use crate::pki;
 
 use std::io::Read;
 use std::path::Path;

@@ -3,7 +3,7 @@
 //! the root, and the protected `.git` directory. Every refusal is FS_SANDBOX_DENIED with the
 //! seed's marker, and nothing outside the root is ever written.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! absent targets, readText's cap, and the guards of writeText and editText, with errors read
 //! from the `google.rpc.ErrorInfo` detail through `WireError::from_status`.
 
-mod common;
+use crate::common;
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;

@@ -2,7 +2,7 @@
 //! truncation, the byte cap, offsets, client caps, and every refusal text (not found, not a
 //! regular file, not text, bad arguments).
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::{Value, json};

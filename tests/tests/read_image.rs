@@ -3,7 +3,7 @@
 //! decompression-bomb header, images over the budget, the source byte cap, a text-only route, a
 //! FIFO, visibility, and the content-addressed store. Every image is generated here.
 
-mod common;
+use crate::common;
 
 use std::io::Cursor;
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@
 //! supervisor's start-up and dead-worker sweeps remove them; see docs/reliability.md). And a
 //! worker killed while idle costs no call: the next one goes to another worker.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

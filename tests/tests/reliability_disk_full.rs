@@ -4,7 +4,7 @@
 //! journal entry remains, and the daemon keeps serving: once space is freed the same call
 //! succeeds. Needs root and loop devices, and fails (never skips) without them.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! call on the file and its `If-Match` is checked when it commits.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};

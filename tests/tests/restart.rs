@@ -5,7 +5,7 @@
 //! `fsd-tools session`; the library face by `Session` itself.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;

@@ -5,8 +5,8 @@
 //! bearer token in `x-fsd-authorization`: read, write, edit, apply_patch and a streamed read.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-mod pki;
+use crate::common;
+use crate::pki;
 
 use std::net::{IpAddr, Ipv4Addr, TcpStream};
 use std::process::{Command, Stdio};

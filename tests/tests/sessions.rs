@@ -1,7 +1,7 @@
 //! Sessions on one daemon: observations never cross sessions, and two sessions racing guarded
 //! edits of one file end with exactly one winner and one stale refusal.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Barrier};
 

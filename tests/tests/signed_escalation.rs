@@ -4,7 +4,7 @@
 //! expires; a compromised client speaking raw gRPC learns neither content nor existence of
 //! anything outside its grant; every decision is audited with the description's digest.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;

@@ -1,6 +1,6 @@
 //! The shortest end-to-end path: a real daemon, a real session, read then edit.
 
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::json;

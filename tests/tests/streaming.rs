@@ -2,7 +2,7 @@
 //! the daemon in chunks, with the daemon's memory bounded, long lines cut, the byte cap ending
 //! the stream early, and bad bytes anywhere in what is read refused as FS_NOT_TEXT.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 

@@ -5,7 +5,7 @@
 //! it notifies its children), so its "supervisor gone" log line says nothing about how it ended;
 //! this test looks at how it ended.
 
-mod common;
+use crate::common;
 
 use common::*;
 

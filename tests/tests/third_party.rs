@@ -5,8 +5,8 @@
 //! health-only listener) and lists services through server reflection. The interpreter is the
 //! venv `scripts/test.sh` builds; its path comes in `FSD_TEST_PYTHON`.
 
-mod common;
-mod pki;
+use crate::common;
+use crate::pki;
 
 use std::path::PathBuf;
 use std::process::Command;

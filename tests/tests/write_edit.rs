@@ -2,7 +2,7 @@
 //! policy (not observed, stale, confirmed absence), atomic replace fidelity (mode bits, line
 //! endings, BOM, symlinks written through) and distinct versions.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

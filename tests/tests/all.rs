@@ -1,0 +1,50 @@
+//! The end-to-end tests as one binary: each file of this folder is a module, and `common`
+//! (with `pki`) is compiled once for all of them instead of once per file.
+
+mod common;
+mod pki;
+
+mod agent_sandbox;
+mod apply_patch_conformance;
+mod budgets;
+mod closed_pipes;
+mod connections;
+mod content_versions;
+mod deploy_examples;
+mod docs_agent_sandbox;
+mod docs_agents;
+mod editor;
+mod escalation;
+mod failed_writes;
+mod fences;
+mod fleet;
+mod grpc_clients;
+mod hardening;
+mod hung_workers;
+mod lifecycle;
+mod mcp;
+mod mcp_elicitation;
+mod mounts;
+mod names;
+mod operable;
+mod paths;
+mod provider;
+mod read;
+mod read_image;
+mod reliability_bad_input;
+mod reliability_crash;
+mod reliability_disk_full;
+mod reliability_fence;
+mod reliability_races;
+mod reliability_soak;
+mod rest_streams;
+mod restart;
+mod router;
+mod sessions;
+mod signed_escalation;
+mod smoke;
+mod streaming;
+mod supervisor_death;
+mod third_party;
+mod tidy;
+mod write_edit;
