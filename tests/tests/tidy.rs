@@ -406,3 +406,35 @@ fn the_tree_walk_reports_planted_files() {
     ];
     assert_eq!(got, expected);
 }
+
+/// The files of `tests/tests/` that `all.rs` does not declare as modules: cargo builds only
+/// `all.rs` (autotests are off), so a file left out would never compile nor run.
+fn undeclared_test_files(stems: &[&str], all: &str) -> Vec<String> {
+    stems
+        .iter()
+        .filter(|stem| **stem != "all" && !all.lines().any(|line| line.trim() == format!("mod {stem};")))
+        .map(|stem| (*stem).to_owned())
+        .collect()
+}
+
+#[test]
+fn every_test_file_is_a_module_of_the_one_test_binary() {
+    let dir = workspace_root().join("tests/tests");
+    let stems: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "rs"))
+        .map(|path| path.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert!(stems.len() > 30, "the walk found too few test files in {}", dir.display());
+    let stems: Vec<&str> = stems.iter().map(String::as_str).collect();
+    let all = std::fs::read_to_string(dir.join("all.rs")).unwrap();
+    assert_eq!(undeclared_test_files(&stems, &all), Vec::<String>::new());
+    // Planted: a new file nobody declared, and a declaration only in a comment.
+    let check = |stems: &[&str], all: &str, expected: &[&str]| {
+        assert_eq!(undeclared_test_files(stems, all), expected, "{all}");
+    };
+    check(&["all", "read", "write"], "mod read;\nmod write;\n", &[]);
+    check(&["all", "read", "planted"], "mod read;\n", &["planted"]);
+    check(&["read"], "// mod read;\n", &["read"]);
+}
