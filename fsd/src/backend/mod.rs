@@ -21,7 +21,7 @@ use std::os::unix::ffi::OsStrExt;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-pub use locks::{Guard, Locking, TargetLocks};
+pub use locks::{Guard, Locking};
 pub use read::{StreamDigest, StreamHeader, unchanged};
 use resolve::{Resolved, Root, WalkOptions};
 use std::sync::Arc;
