@@ -19,6 +19,10 @@
 //!
 //! docs/config.md's tables are checked against the config types both ways, with the keys and
 //! their kinds read from the types through serde.
+//!
+//! And every relative link of README.md, docs/*.md and deploy/README.md reaches its file and,
+//! with a `#anchor`, a heading of it: the reference moved out of the README, so its links must
+//! follow.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -723,4 +727,60 @@ fn the_config_reference_lists_every_key_of_the_config_types_and_no_other() {
         .collect();
     assert!(client.contains_key("applyPatch"), "{client:?}");
     same_keys("the client", &table_rows(&doc, "## The client: `fsd-tools --config client.toml`"), &client);
+}
+
+// ---- links ----
+
+/// GitHub's anchor of a heading: lower case, punctuation other than `-` and `_` dropped,
+/// spaces as `-`.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == '-' || *c == '_' || *c == ' ')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a markdown file's headings (outside code blocks).
+fn anchors(text: &str) -> Vec<String> {
+    let mut in_code = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+        } else if !in_code && line.starts_with('#') {
+            out.push(slug(line.trim_start_matches('#')));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_relative_link_of_the_readme_and_the_docs_reaches_its_file_and_heading() {
+    let mut checked = 0;
+    let mut docs = documents();
+    docs.push(("deploy/README.md".to_owned(), read("deploy/README.md")));
+    for (doc, text) in docs {
+        let base = repo().join(&doc).parent().unwrap().to_path_buf();
+        for (at, _) in text.match_indices("](") {
+            let target = text[at + 2..].split(')').next().unwrap();
+            if target.contains("://") || target.starts_with("mailto:") || target.contains(' ') {
+                continue;
+            }
+            let (file, anchor) = target.split_once('#').unwrap_or((target, ""));
+            let path = if file.is_empty() { repo().join(&doc) } else { base.join(file) };
+            assert!(path.exists(), "{doc}: link {target} reaches no file");
+            if !anchor.is_empty() {
+                let headings = anchors(&std::fs::read_to_string(&path).unwrap());
+                assert!(
+                    headings.iter().any(|h| h == anchor),
+                    "{doc}: link {target}: no such heading in {headings:?}"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 40, "{checked} links");
 }
