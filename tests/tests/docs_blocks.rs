@@ -1,8 +1,9 @@
 //! Every shell and config block of README.md and docs/*.md is run or parsed here, so what a
 //! reader copies cannot rot.
 //!
-//! Parsed, every block by its kind: `sh` by `bash -n` (and each `deploy/`, `scripts/` or `proto/`
-//! path it names must exist); `toml` by the parser of what it configures (the daemon's
+//! Parsed, every block by its kind: `sh` by `bash -n` (each command line of `fsd`, `fsd-tools` or
+//! `fsd-approver` by that binary's own parser, and each `deploy/`, `scripts/` or `proto/` path it
+//! names must exist); `toml` by the parser of what it configures (the daemon's
 //! `ConfigFile`, the client's `ClientConfig`, a fleet file, an escalation rule file, or a Codex
 //! `config.toml` whose fsd command line `fsd-tools` accepts); `json` by serde_json; `python` by
 //! the interpreter's compiler. A block without a kind fails; `text` blocks (synopses, output)
@@ -130,7 +131,7 @@ fn python() -> PathBuf {
 }
 
 /// `bash -n`: the block is shell the reader's bash accepts.
-fn bash_parses(block: &Block) {
+fn bash_parses(block: &Block) -> usize {
     let mut child =
         Command::new("bash").arg("-n").stdin(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     child.stdin.take().unwrap().write_all(block.body.as_bytes()).unwrap();
@@ -142,6 +143,7 @@ fn bash_parses(block: &Block) {
         block.line,
         String::from_utf8_lossy(&out.stderr)
     );
+    let checked = commands(&block.body).iter().filter(|command| binary_accepts(block, command)).count();
     for word in block.body.split(|c: char| c.is_whitespace() || "'\"=".contains(c)) {
         if ["deploy/", "scripts/", "proto/"].iter().any(|p| word.starts_with(p)) {
             assert!(
@@ -152,6 +154,7 @@ fn bash_parses(block: &Block) {
             );
         }
     }
+    checked
 }
 
 /// What a TOML block configures, found by the parser that accepts it.
@@ -191,14 +194,14 @@ fn toml_kind(block: &Block) -> &'static str {
 fn parse(block: &Block) -> String {
     match block.lang.as_str() {
         "sh" => {
-            bash_parses(block);
-            "shell (bash -n)".to_owned()
+            let checked = bash_parses(block);
+            format!("parsed as shell (bash -n; {checked} command lines of fsd binaries parsed by them)")
         }
-        "toml" => toml_kind(block).to_owned(),
+        "toml" => format!("parsed as {}", toml_kind(block)),
         "json" => {
             serde_json::from_str::<Value>(&block.body)
                 .unwrap_or_else(|e| panic!("{}:{}: {e}", block.doc, block.line));
-            "JSON".to_owned()
+            "parsed as JSON".to_owned()
         }
         "python" => {
             let out = Command::new(python())
@@ -218,9 +221,9 @@ fn parse(block: &Block) -> String {
                 block.line,
                 String::from_utf8_lossy(&out.stderr)
             );
-            "Python (compiled)".to_owned()
+            "parsed as Python (compiled)".to_owned()
         }
-        "text" => "nothing: text, neither shell nor config".to_owned(),
+        "text" => "not parsed: text, neither shell nor config".to_owned(),
         other => panic!(
             "{}:{}: a block of kind {other:?}: give it sh, toml, json, python or text",
             block.doc, block.line
@@ -246,7 +249,7 @@ fn every_block_of_the_readme_and_the_docs_is_run_or_parsed() {
                 }
             });
             report.push(format!(
-                "{doc}:{} {}: parsed as {parsed}{}",
+                "{doc}:{} {}: {parsed}{}",
                 block.line,
                 block.lang,
                 runner.map(|r| format!("; {r}")).unwrap_or_default()
@@ -286,6 +289,83 @@ fn words(line: &str) -> Vec<String> {
     }
     out.extend(word);
     out
+}
+
+/// The simple commands of a shell text: lines joined at `\`, split at unquoted `|`, `;` and `&`,
+/// comments dropped, each as its words.
+fn commands(text: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    for line in text.replace("\\\n", " ").lines() {
+        let mut current = String::new();
+        let mut quote = None;
+        for c in line.chars() {
+            match (quote, c) {
+                (None, '\'' | '"') => quote = Some(c),
+                (Some(q), c) if c == q => quote = None,
+                (None, '#') if current.is_empty() || current.ends_with(char::is_whitespace) => break,
+                (None, '|' | ';' | '&') => {
+                    out.push(std::mem::take(&mut current));
+                    continue;
+                }
+                _ => {}
+            }
+            current.push(c);
+        }
+        out.push(current);
+    }
+    out.iter().map(|c| words(c)).filter(|w| !w.is_empty()).collect()
+}
+
+/// A command line of fsd, fsd-tools or fsd-approver (after `sudo`, `sudo -u USER`, variable
+/// assignments and a `target/release/` prefix) is one the binary's parser accepts: run with
+/// `--help` appended, which it answers only when every argument before it parsed.
+fn binary_accepts(block: &Block, command: &[String]) -> bool {
+    let mut words = command.iter().map(String::as_str).peekable();
+    while let Some(&word) = words.peek() {
+        match word {
+            "sudo" => {
+                words.next();
+                if words.peek() == Some(&"-u") {
+                    words.nth(1);
+                }
+            }
+            w if w.contains('=') && !w.starts_with('-') => {
+                words.next();
+            }
+            _ => break,
+        }
+    }
+    let Some(program) = words.next() else { return false };
+    let name = program.strip_prefix("target/release/").unwrap_or(program);
+    if !["fsd", "fsd-tools", "fsd-approver"].contains(&name) {
+        return false;
+    }
+    let mut args = Vec::new();
+    while let Some(word) = words.next() {
+        // Redirections are the shell's: `> FILE`, `2>&1`, `<<'EOF'`.
+        if word.starts_with('>') || word.starts_with('<') || word.starts_with("2>") {
+            if matches!(word, ">" | ">>" | "<" | "2>") {
+                words.next();
+            }
+            continue;
+        }
+        args.push(word);
+    }
+    let out = Command::new(common::bin_dir().join(name))
+        .args(&args)
+        .arg("--help")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}:{}: `{name} {}` is not a command line {name} accepts: {}",
+        block.doc,
+        block.line,
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    true
 }
 
 /// Runs `fsd-tools ARGS` (stdin closed) and insists it got past argument parsing.
