@@ -19,7 +19,8 @@
 //! `grpc_clients.rs`. The inventory test prints which block is run and which parsed.
 //!
 //! docs/config.md's tables are checked against the config types both ways, with the keys and
-//! their kinds read from the types through serde.
+//! their kinds read from the types through serde; and each default the tables give as a value
+//! (not in words) is the real one: setting a key to it changes nothing.
 //!
 //! And every relative link of README.md, docs/*.md and deploy/README.md reaches its file and,
 //! with a `#anchor`, a heading of it: the reference moved out of the README, so its links must
@@ -738,15 +739,16 @@ fn keys_of<T: DeserializeOwned>() -> BTreeMap<&'static str, Kind> {
         .collect()
 }
 
-/// The rows of the first table under `heading` in docs/config.md: key and type.
-fn table_rows(doc: &str, heading: &str) -> BTreeMap<String, String> {
+/// The rows of the first table under `heading` in docs/config.md: key, then the other cells.
+fn table_rows(doc: &str, heading: &str) -> BTreeMap<String, Vec<String>> {
     let section = doc.split_once(&format!("\n{heading}\n")).unwrap_or_else(|| panic!("no {heading}")).1;
     let section = section.split("\n## ").next().unwrap();
     let mut rows = BTreeMap::new();
     for line in section.lines().filter(|l| l.starts_with("| `")) {
-        let cells: Vec<&str> = line.split(" | ").collect();
-        let key = cells[0].trim_start_matches("| `").trim_end_matches('`').to_owned();
-        assert!(rows.insert(key.clone(), cells[1].to_owned()).is_none(), "{key} has two rows");
+        let cells: Vec<&str> = line.trim_start_matches("| ").trim_end_matches(" |").split(" | ").collect();
+        let key = cells[0].trim_matches('`').to_owned();
+        let rest = cells[1..].iter().map(|c| (*c).to_owned()).collect();
+        assert!(rows.insert(key.clone(), rest).is_none(), "{key} has two rows");
     }
     rows
 }
@@ -764,9 +766,10 @@ fn names_kind(word: &str, kind: Kind) -> bool {
 }
 
 /// Both ways: every key of the types has a row of the right type, and every row is a key.
-fn same_keys(what: &str, rows: &BTreeMap<String, String>, keys: &BTreeMap<String, Kind>) {
+fn same_keys(what: &str, rows: &BTreeMap<String, Vec<String>>, keys: &BTreeMap<String, Kind>) {
     for (key, kind) in keys {
-        let row = rows.get(key).unwrap_or_else(|| panic!("{what}: key {key} is missing from docs/config.md"));
+        let row =
+            &rows.get(key).unwrap_or_else(|| panic!("{what}: key {key} is missing from docs/config.md"))[0];
         assert!(
             names_kind(row, *kind),
             "{what}: docs/config.md gives {key} the type {row:?}, the type is {kind:?}"
@@ -863,4 +866,77 @@ fn every_relative_link_of_the_readme_and_the_docs_reaches_its_file_and_heading()
         }
     }
     assert!(checked > 40, "{checked} links");
+}
+
+/// A default cell as a TOML value: a literal in backticks, or a size in MiB or GiB. Anything
+/// else (none, or a default that depends on other settings) is said in words and not checked.
+fn default_value(cell: &str) -> Option<String> {
+    if let Some(literal) = cell.strip_prefix('`').and_then(|c| c.strip_suffix('`')) {
+        return (!literal.contains('`')).then(|| literal.to_owned());
+    }
+    let (number, unit) = cell.split_once(' ')?;
+    let shift = match unit {
+        "MiB" => 20,
+        "GiB" => 30,
+        _ => return None,
+    };
+    Some((number.parse::<u64>().ok()? << shift).to_string())
+}
+
+#[test]
+fn the_config_reference_gives_the_daemons_defaults() {
+    let doc = read("docs/config.md");
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ws");
+    std::fs::create_dir(&root).unwrap();
+    let path = dir.path().join("fsd.toml");
+    let socket = dir.path().join("fsd.sock");
+    // Setting a key to its documented default must leave the resolved config as no setting does.
+    let load = |body: &str| {
+        std::fs::write(&path, body).unwrap();
+        let flags = fsd::config::Overrides {
+            listen: vec![format!("unix:{}", socket.display())],
+            writable_roots: vec![root.clone()],
+            ..Default::default()
+        };
+        let config = fsd::config::Config::load(Some(&path), flags).unwrap_or_else(|e| panic!("{body}: {e}"));
+        format!("{config:?}")
+    };
+    let unset = load("");
+    let mut checked = 0;
+    for (key, cells) in table_rows(&doc, "## The daemon: `fsd --config fsd.toml`") {
+        let Some(value) = default_value(&cells[1]) else { continue };
+        let body = format!("{key} = {value}\n");
+        assert!(load(&body) == unset, "docs/config.md gives {key} the default {}, which it is not", cells[1]);
+        checked += 1;
+    }
+    assert!(checked > 35, "{checked} defaults checked");
+}
+
+#[test]
+fn the_config_reference_gives_the_clients_defaults() {
+    let doc = read("docs/config.md");
+    let unset = format!("{:?}", fsd_tool_client::config::ClientConfig::default());
+    let mut checked = 0;
+    for (key, cells) in table_rows(&doc, "## The client: `fsd-tools --config client.toml`") {
+        let Some(value) = default_value(&cells[1]) else { continue };
+        // A key the type leaves unset (None) takes its default where it is used: not comparable here.
+        let snake: String = key
+            .chars()
+            .flat_map(|c| if c.is_ascii_uppercase() { vec!['_', c.to_ascii_lowercase()] } else { vec![c] })
+            .collect();
+        if unset.contains(&format!("{snake}: None")) {
+            continue;
+        }
+        let body = format!("{key} = {value}\n");
+        let set: fsd_tool_client::config::ClientConfig =
+            toml::from_str(&body).unwrap_or_else(|e| panic!("{body}: {e}"));
+        assert!(
+            format!("{set:?}") == unset,
+            "docs/config.md gives {key} the default {}, which it is not",
+            cells[1]
+        );
+        checked += 1;
+    }
+    assert!(checked > 10, "{checked} defaults checked");
 }
