@@ -119,23 +119,6 @@ fn ports_after(text: &str, key: &str) -> Vec<u16> {
 }
 
 #[test]
-fn every_config_key_the_daemon_accepts_is_documented_in_the_readme() {
-    let source = std::fs::read_to_string(repo().join("fsd/src/config/file.rs")).unwrap();
-    let body = source.split_once("pub struct ConfigFile {").unwrap().1.split_once("\n}").unwrap().0;
-    let keys: Vec<&str> = body
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("pub "))
-        .filter_map(|l| l.split_once(':').map(|(k, _)| k))
-        .collect();
-    assert!(keys.len() > 30, "parsed {keys:?}");
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    for key in keys {
-        let documented = readme.contains(&format!("`{key}`")) || readme.contains(&format!("`[{key}]`"));
-        assert!(documented, "config key {key} is not documented in README.md");
-    }
-}
-
-#[test]
 fn ports_are_consistent_and_tcp_keys_need_a_tcp_listener() {
     let mut health = Vec::new();
     let mut served = Vec::new();

@@ -186,7 +186,7 @@ fn unknown_key(message: &str) -> Option<String> {
         .filter(|(distance, _)| *distance <= (unknown.chars().count() / 3).max(2));
     Some(match closest {
         Some((_, key)) => format!("unknown key `{unknown}` (did you mean `{key}`?)"),
-        None => format!("unknown key `{unknown}` (README.md lists every key)"),
+        None => format!("unknown key `{unknown}` (docs/config.md lists every key)"),
     })
 }
 

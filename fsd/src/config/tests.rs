@@ -206,7 +206,10 @@ fn parse_errors_are_one_line_with_their_place() {
         "invalid config /etc/fsd.toml:2:20: invalid type: string \"two\", expected usize",
     );
     // An unknown key names the one that was meant when one is close, never the whole list.
-    check("bogus = 1", "invalid config /etc/fsd.toml:1:1: unknown key `bogus` (README.md lists every key)");
+    check(
+        "bogus = 1",
+        "invalid config /etc/fsd.toml:1:1: unknown key `bogus` (docs/config.md lists every key)",
+    );
     check(
         "max_read_byte = 1",
         "invalid config /etc/fsd.toml:1:1: unknown key `max_read_byte` (did you mean `max_read_bytes`?)",
