@@ -13,6 +13,7 @@ mod content_versions;
 mod deploy_examples;
 mod docs_agent_sandbox;
 mod docs_agents;
+mod docs_blocks;
 mod editor;
 mod escalation;
 mod failed_writes;
