@@ -93,7 +93,7 @@ struct Pending {
 }
 
 /// Where the daemon reaches `fsd-approver serve`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ApproverEndpoint {
     Unix(PathBuf),
     Tcp(String),

@@ -45,6 +45,10 @@ impl Remote {
 pub struct Start {
     /// The key of the content digests in versions (`backend::digest`).
     pub digest_key: [u8; crate::backend::digest::KEY_BYTES],
+    /// The configuration the supervisor resolved at start: a child never reads the config
+    /// file, so a replacement serves what the daemon was started with, whatever the file says
+    /// by then.
+    pub config: crate::config::Config,
 }
 
 impl std::fmt::Debug for Start {

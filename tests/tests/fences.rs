@@ -29,19 +29,26 @@ impl Worker {
         let (ours, theirs) = fsd::sys::ipc::pair().unwrap();
         fsd::sys::ipc::set_inheritable(theirs.as_fd(), true).unwrap();
         let child = fsd_command()
-            .args(["--role", "worker", "--worker-mode", mode, "--listen", "unix:/nonexistent/fsd.sock"])
+            .args(["--role", "worker", "--worker-mode", mode])
             .arg("--ipc-fd")
             .arg(theirs.as_raw_fd().to_string())
-            .arg("--writable-root")
-            .arg(root)
             .env("FSD_LOG", "warn")
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
         drop(theirs);
-        // What the supervisor writes first on every child's socket.
-        fsd::ipc::send(&ours, &fsd::ipc::Start { digest_key: [7; fsd::backend::digest::KEY_BYTES] }, None)
-            .unwrap();
+        // What the supervisor writes first on every child's socket: the key and the configuration.
+        let config = fsd::config::Config::resolve(
+            fsd::config::ConfigFile::default(),
+            fsd::config::Overrides {
+                listen: vec!["unix:/nonexistent/fsd.sock".into()],
+                writable_roots: vec![root.to_owned()],
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let start = fsd::ipc::Start { digest_key: [7; fsd::backend::digest::KEY_BYTES], config };
+        fsd::ipc::send(&ours, &start, None).unwrap();
         let (ready, _) = fsd::ipc::recv::<FromWorker>(&ours).unwrap();
         assert!(
             matches!(ready, FromWorker::Ready { enforcement, .. } if enforcement == "landlock"),

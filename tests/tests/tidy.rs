@@ -2,7 +2,8 @@
 //! every `.rs` file opens with a `//!` line; generated `fsd.v1` types appear only in the edge
 //! modules (in the tools, tonic types too: they reach the daemon only through `daemon`); `unsafe` appears only in `fsd::sys`; the daemon writes none of the sentences the tools
 //! render for the model; no test, bench or soak starts `fsd` except through the shared kit
-//! (`testkit/`). Each rule is also run on planted violations, so
+//! (`testkit/`); only the supervisor reads the config file (in `main.rs`; the children get the
+//! resolved configuration from it). Each rule is also run on planted violations, so
 //! a rule that silently stopped matching fails here too.
 
 use std::path::{Path, PathBuf};
@@ -20,6 +21,8 @@ enum Rule {
     ModelTextInDaemon,
     /// A test, bench or soak source spawning the `fsd` binary itself instead of through the kit.
     DaemonOutsideKit,
+    /// The config file loaded in the daemon outside the supervisor's start (`main.rs`).
+    ConfigReadOutsideSupervisor,
 }
 
 #[derive(Debug)]
@@ -76,6 +79,9 @@ const DAEMON: &str = "fsd/src/";
 
 /// Where `unsafe` may appear.
 const UNSAFE_HOME: &str = "fsd/src/sys/";
+
+/// Where the daemon may load its config file: the supervisor's start, and the module itself.
+const CONFIG_READERS: &[&str] = &["fsd/src/main.rs", "fsd/src/config/"];
 
 /// The crates that start daemons, which do it only through the kit (`fsd-testkit`, `testkit/`,
 /// is none of them).
@@ -178,6 +184,12 @@ fn check_source(rel: &str, source: &str) -> Vec<Violation> {
         }
         if HARNESSES.iter().any(|h| rel.starts_with(h)) && spawns_fsd(code) {
             push(index + 1, Rule::DaemonOutsideKit);
+        }
+        if rel.starts_with(DAEMON)
+            && !CONFIG_READERS.iter().any(|r| rel.starts_with(r))
+            && (code.contains("Config::load(") || has_word(code, "ConfigFile"))
+        {
+            push(index + 1, Rule::ConfigReadOutsideSupervisor);
         }
     }
     found
@@ -373,6 +385,15 @@ fn each_rule_catches_a_planted_violation() {
     check("testkit/src/bins.rs", &format!("//! X.\nlet c = {new}&self.fsd);\n"), &[]);
     check("tool-client/src/doctor.rs", &format!("//! X.\nlet c = {new}&fsd);\n"), &[]);
     check("tests/tests/x.rs", &format!("//! X.\n// never {new}fsd_bin()) here\n"), &[]);
+    // The config file is the supervisor's to read: a child takes what its first frame carries.
+    check(
+        "fsd/src/worker.rs",
+        "//! X.\nlet c = Config::load(Some(&path), flags)?;\nlet f: ConfigFile = toml::from_str(t)?;\n",
+        &[(2, Rule::ConfigReadOutsideSupervisor), (3, Rule::ConfigReadOutsideSupervisor)],
+    );
+    check("fsd/src/main.rs", "//! X.\nlet config = Config::load(args.config.as_deref(), o);\n", &[]);
+    check("fsd/src/config/mod.rs", "//! X.\npub fn load(file: Option<&Path>) -> ConfigFile {}\n", &[]);
+    check("tests/tests/deploy_examples.rs", "//! X.\nfsd::config::Config::load(Some(&p), o)\n", &[]);
 }
 
 #[test]
