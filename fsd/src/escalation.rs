@@ -189,16 +189,17 @@ pub enum TicketError {
 
 impl TicketError {
     /// The `ticket` metadata of the refusal.
-    pub fn as_str(&self) -> &'static str {
+    pub fn refusal(&self) -> fsd_proto::TicketRefusal {
+        use fsd_proto::TicketRefusal;
         match self {
-            TicketError::Unknown => "unknown",
-            TicketError::NotApproved => "not_approved",
-            TicketError::Expired => "expired",
-            TicketError::WrongCaller => "wrong_caller",
-            TicketError::WrongMode => "wrong_mode",
-            TicketError::BadSignature => "bad_signature",
-            TicketError::Mismatch => "mismatch",
-            TicketError::ReadsSpent => "reads_spent",
+            TicketError::Unknown => TicketRefusal::Unknown,
+            TicketError::NotApproved => TicketRefusal::NotApproved,
+            TicketError::Expired => TicketRefusal::Expired,
+            TicketError::WrongCaller => TicketRefusal::WrongCaller,
+            TicketError::WrongMode => TicketRefusal::WrongMode,
+            TicketError::BadSignature => TicketRefusal::BadSignature,
+            TicketError::Mismatch => TicketRefusal::Mismatch,
+            TicketError::ReadsSpent => TicketRefusal::ReadsSpent,
         }
     }
 }

@@ -112,7 +112,7 @@ fn the_kernel_refuses_what_the_resolver_is_bypassed_for() {
 
     // Through the normal request path, our own resolver refuses first, with the stable code.
     match w.ask(&ToWorker::Call(Request::Stat { path: p(&secret), no_follow: false })) {
-        FromWorker::Reply(Err(remote)) => assert_eq!(remote.code, "FS_SANDBOX_DENIED"),
+        FromWorker::Reply(Err(wire)) => assert_eq!(wire.code, ErrorCode::SandboxDenied),
         other => panic!("unexpected reply {other:?}"),
     }
     assert_eq!(std::fs::read_to_string(&secret).unwrap(), "secret\n");
@@ -130,7 +130,7 @@ fn a_read_only_worker_cannot_write_even_inside_its_root() {
     let request =
         Request::WriteText { path: p(&inside), content: "x".into(), guard: None, match_style: false };
     match w.ask(&ToWorker::Call(request)) {
-        FromWorker::Reply(Err(remote)) => assert_eq!(remote.code, "FS_SANDBOX_DENIED"),
+        FromWorker::Reply(Err(wire)) => assert_eq!(wire.code, ErrorCode::SandboxDenied),
         other => panic!("unexpected reply {other:?}"),
     }
     assert_eq!(std::fs::read_to_string(&inside).unwrap(), "inside\n");

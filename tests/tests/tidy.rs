@@ -3,7 +3,9 @@
 //! modules (in the tools, tonic types too: they reach the daemon only through `daemon`); `unsafe` appears only in `fsd::sys`; the daemon writes none of the sentences the tools
 //! render for the model; no test, bench or soak starts `fsd` except through the shared kit
 //! (`testkit/`); only the supervisor reads the config file (in `main.rs`; the children get the
-//! resolved configuration from it). Each rule is also run on planted violations, so
+//! resolved configuration from it); no code or metadata word (`reason`, `ticket`, `step`, `lost`)
+//! is set or read as a string in the daemon or the tools' failure texts (`fsd_proto`'s enums
+//! are). Each rule is also run on planted violations, so
 //! a rule that silently stopped matching fails here too.
 
 use std::path::{Path, PathBuf};
@@ -23,6 +25,8 @@ enum Rule {
     DaemonOutsideKit,
     /// The config file loaded in the daemon outside the supervisor's start (`main.rs`).
     ConfigReadOutsideSupervisor,
+    /// A code parsed, or a metadata word set or read, as a string rather than its enum.
+    StringTypedWord,
 }
 
 #[derive(Debug)]
@@ -79,6 +83,26 @@ const DAEMON: &str = "fsd/src/";
 
 /// Where `unsafe` may appear.
 const UNSAFE_HOME: &str = "fsd/src/sys/";
+
+/// The metadata keys whose values are `fsd_proto::reason` enums.
+const WORD_KEYS: &[&str] = &["reason", "ticket", "step", "lost"];
+
+/// Whether a line of code sets or reads a code or a metadata word as a string: in the daemon and
+/// the tools no code is parsed from text (the wire's decoding in `fsd_proto` does it), no word is
+/// set with `.with("reason", ...)`, and the failure texts read none with `get("reason")`.
+/// A unit-test file sends the daemon's words as a daemon's bytes would be, strings included.
+fn string_typed_word(rel: &str, code: &str) -> bool {
+    if rel.ends_with("/tests.rs") {
+        return false;
+    }
+    let typed_crates = [DAEMON, TOOLS, "proto/src/"];
+    let sets = typed_crates.iter().any(|c| rel.starts_with(c))
+        && WORD_KEYS.iter().any(|k| code.contains(&format!(".with(\"{k}\"")));
+    let parses = (rel.starts_with(DAEMON) || rel.starts_with(TOOLS)) && code.contains("ErrorCode::parse(");
+    let reads = rel.starts_with("tool-client/src/failure/")
+        && WORD_KEYS.iter().any(|k| code.contains(&format!("get(\"{k}\")")));
+    sets || parses || reads
+}
 
 /// Where the daemon may load its config file: the supervisor's start, and the module itself.
 const CONFIG_READERS: &[&str] = &["fsd/src/main.rs", "fsd/src/config/"];
@@ -190,6 +214,9 @@ fn check_source(rel: &str, source: &str) -> Vec<Violation> {
             && (code.contains("Config::load(") || has_word(code, "ConfigFile"))
         {
             push(index + 1, Rule::ConfigReadOutsideSupervisor);
+        }
+        if string_typed_word(rel, code) {
+            push(index + 1, Rule::StringTypedWord);
         }
     }
     found
@@ -394,6 +421,31 @@ fn each_rule_catches_a_planted_violation() {
     check("fsd/src/main.rs", "//! X.\nlet config = Config::load(args.config.as_deref(), o);\n", &[]);
     check("fsd/src/config/mod.rs", "//! X.\npub fn load(file: Option<&Path>) -> ConfigFile {}\n", &[]);
     check("tests/tests/deploy_examples.rs", "//! X.\nfsd::config::Config::load(Some(&p), o)\n", &[]);
+    // Codes and words cross every boundary as `fsd_proto`'s enums.
+    check(
+        "fsd/src/ipc.rs",
+        "//! X.\nlet code = ErrorCode::parse(&self.code).unwrap_or(ErrorCode::IoError);\n",
+        &[(2, Rule::StringTypedWord)],
+    );
+    check(
+        "fsd/src/dispatch/mod.rs",
+        "//! X.\nwire.with(\"reason\", \"worker_lost\").with(\"lost\", lost)\n",
+        &[(2, Rule::StringTypedWord)],
+    );
+    check(
+        "tool-client/src/failure/mod.rs",
+        "//! X.\nmatch wire.get(\"step\") {\n",
+        &[(2, Rule::StringTypedWord)],
+    );
+    check("proto/src/code.rs", "//! X.\nlet code = ErrorCode::parse(&info.reason)?;\n", &[]);
+    check("fsd/src/error.rs", "//! X.\nwire.with_reason(Reason::Gone).with(\"kept\", kept)\n", &[]);
+    check("tool-client/src/mcp.rs", "//! X.\nlet reason = content.get(\"reason\");\n", &[]);
+    check("tool-client/src/failure/tests.rs", "//! X.\nwire.with(\"reason\", \"read_only\")\n", &[]);
+    check(
+        "tests/tests/hardening.rs",
+        "//! X.\nassert_eq!(wire.get(\"reason\"), Some(\"protected\"));\n",
+        &[],
+    );
 }
 
 #[test]
