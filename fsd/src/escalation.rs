@@ -285,15 +285,9 @@ fn random_hex(bytes: usize) -> String {
     hex::encode(buf)
 }
 
-/// Escapes what could disguise a path or reason in front of a person: control, bidi and
-/// non-ASCII characters become `\u{…}`.
-pub fn escape(text: &str) -> String {
-    text.chars()
-        .map(
-            |c| if c.is_ascii_graphic() || c == ' ' { c.to_string() } else { c.escape_unicode().to_string() },
-        )
-        .collect()
-}
+/// Escapes what could disguise a path or reason in front of a person: the one escaper of
+/// person-facing text (`fsd_proto::names::for_people`).
+pub use fsd_proto::names::for_people as escape;
 
 /// A request path as the daemon reads it, before any resolution: each component's name escapes
 /// decoded (then shown in the one display escaping), empty and `.` components dropped. A `..` is

@@ -5,7 +5,8 @@
 //! (`testkit/`); only the supervisor reads the config file (in `main.rs`; the children get the
 //! resolved configuration from it); no code or metadata word (`reason`, `ticket`, `step`, `lost`)
 //! is set or read as a string in the daemon or the tools' failure texts (`fsd_proto`'s enums
-//! are). Each rule is also run on planted violations, so
+//! are); text a person reads is escaped by one function (`fsd_proto::names::for_people`), so no
+//! product crate escapes characters itself. Each rule is also run on planted violations, so
 //! a rule that silently stopped matching fails here too.
 
 use std::path::{Path, PathBuf};
@@ -27,6 +28,8 @@ enum Rule {
     ConfigReadOutsideSupervisor,
     /// A code parsed, or a metadata word set or read, as a string rather than its enum.
     StringTypedWord,
+    /// A character escaper outside `fsd_proto::names`, the one home of escaping.
+    SecondEscaper,
 }
 
 #[derive(Debug)]
@@ -83,6 +86,10 @@ const DAEMON: &str = "fsd/src/";
 
 /// Where `unsafe` may appear.
 const UNSAFE_HOME: &str = "fsd/src/sys/";
+
+/// The crates whose text reaches people, and the one file that escapes it for them.
+const PRODUCT: &[&str] = &["fsd/src/", "tool-client/src/", "approver/src/", "proto/src/"];
+const ESCAPER: &str = "proto/src/names.rs";
 
 /// The metadata keys whose values are `fsd_proto::reason` enums.
 const WORD_KEYS: &[&str] = &["reason", "ticket", "step", "lost"];
@@ -217,6 +224,9 @@ fn check_source(rel: &str, source: &str) -> Vec<Violation> {
         }
         if string_typed_word(rel, code) {
             push(index + 1, Rule::StringTypedWord);
+        }
+        if PRODUCT.iter().any(|p| rel.starts_with(p)) && rel != ESCAPER && code.contains("escape_unicode(") {
+            push(index + 1, Rule::SecondEscaper);
         }
     }
     found
@@ -446,6 +456,19 @@ fn each_rule_catches_a_planted_violation() {
         "//! X.\nassert_eq!(wire.get(\"reason\"), Some(\"protected\"));\n",
         &[],
     );
+    // One escaper for what people read.
+    check(
+        "approver/src/lib.rs",
+        "//! X.\ntext.chars().map(|c| c.escape_unicode().to_string()).collect()\n",
+        &[(2, Rule::SecondEscaper)],
+    );
+    check(
+        "tool-client/src/approver.rs",
+        "//! X.\nif hidden(c) { c.escape_unicode().to_string() } else { c.to_string() }\n",
+        &[(2, Rule::SecondEscaper)],
+    );
+    check("proto/src/names.rs", "//! X.\nc.escape_unicode().to_string()\n", &[]);
+    check("tests/tests/x.rs", "//! X.\nlet shown = c.escape_unicode().to_string();\n", &[]);
 }
 
 #[test]
