@@ -71,6 +71,9 @@ fn replaced_workers_serve_the_configuration_the_daemon_started_with() {
     std::fs::write(&config, roots(&[&first, &second])).unwrap();
     let killed = d.process.kill_workers(&["workspace-write"]);
     assert!(!killed.is_empty(), "no workspace-write worker to kill");
+    // Gone, their sockets are closed: the next call goes to a replacement, never into a socket
+    // a dying worker still holds (that call's outcome would be unknown).
+    fsd_testkit::procs::wait_gone(&killed, Duration::from_secs(10), "killed workers").unwrap();
     // The replacements serve the root the daemon started with...
     rpc.write_text(&first.join("b.txt"), "beta\n", None).expect("a write into the started root");
     assert_eq!(d.read("b.txt"), b"beta\n");
