@@ -185,18 +185,11 @@ pub fn signature(key: &SigningKey, description: &str) -> [u8; 64] {
     key.sign(description.as_bytes()).to_bytes()
 }
 
-/// Escapes anything a terminal could interpret; the daemon already escaped paths, this is the
-/// second wall against a description that tries to rewrite the screen.
+/// Escapes anything a terminal could interpret, line by line, with the one escaper of
+/// person-facing text (`fsd_proto::names::for_people`); the daemon already escaped the
+/// description, this is the second wall against one that tries to rewrite the screen.
 fn printable(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c == '\n' || c.is_ascii_graphic() || c == ' ' {
-                c.to_string()
-            } else {
-                c.escape_unicode().to_string()
-            }
-        })
-        .collect()
+    text.split('\n').map(fsd_proto::names::for_people).collect::<Vec<_>>().join("\n")
 }
 
 /// What the person at the terminal reads before `Approve? [y/N] `: the description as the

@@ -42,7 +42,7 @@ impl Budget {
 }
 
 /// The configured limits, the same for every identity.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Limits {
     pub calls_in_flight: usize,
     pub open_streams: usize,

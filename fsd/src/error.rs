@@ -3,7 +3,7 @@
 //! `size`, `limit`, and for an I/O failure its `step` and `errno`), never as sentences: the tools write what the model reads. The messages here
 //! are terse log and generic-client labels.
 
-use fsd_proto::{ErrorCode, WireError};
+use fsd_proto::{ErrorCode, Reason, Step, WireError};
 
 use crate::backend::Mode;
 use crate::escalation::TicketError;
@@ -32,16 +32,17 @@ pub enum StaleReason {
 }
 
 impl StaleReason {
-    pub fn as_str(self) -> &'static str {
+    /// The `reason` it travels as.
+    pub fn reason(self) -> Reason {
         match self {
-            StaleReason::Changed => "changed",
-            StaleReason::Gone => "gone",
-            StaleReason::Symlink => "symlink",
-            StaleReason::OtherFile => "other_file",
-            StaleReason::ChangedWhileWriting => "changed_while_writing",
-            StaleReason::ChangedWhileRemoving => "changed_while_removing",
-            StaleReason::DestinationGone => "destination_gone",
-            StaleReason::ChangedWhileRead => "changed_while_read",
+            StaleReason::Changed => Reason::Changed,
+            StaleReason::Gone => Reason::Gone,
+            StaleReason::Symlink => Reason::Symlink,
+            StaleReason::OtherFile => Reason::OtherFile,
+            StaleReason::ChangedWhileWriting => Reason::ChangedWhileWriting,
+            StaleReason::ChangedWhileRemoving => Reason::ChangedWhileRemoving,
+            StaleReason::DestinationGone => Reason::DestinationGone,
+            StaleReason::ChangedWhileRead => Reason::ChangedWhileRead,
         }
     }
 }
@@ -66,20 +67,21 @@ pub enum PathProblem {
 }
 
 impl PathProblem {
-    pub fn as_str(self) -> &'static str {
+    /// The `reason` it travels as.
+    pub fn reason(self) -> Reason {
         match self {
-            PathProblem::Empty => "empty",
-            PathProblem::TooLong => "too_long",
-            PathProblem::Nul => "nul",
-            PathProblem::DriveLetter => "drive_letter",
-            PathProblem::Relative => "relative",
-            PathProblem::ComponentTooLong => "component_too_long",
-            PathProblem::NotUtf8 => "not_utf8",
-            PathProblem::Backslash => "backslash",
-            PathProblem::BadEscape => "bad_escape",
-            PathProblem::EscapedSeparator => "escaped_separator",
-            PathProblem::TrailingSlash => "trailing_slash",
-            PathProblem::TooManyLinks => "too_many_links",
+            PathProblem::Empty => Reason::Empty,
+            PathProblem::TooLong => Reason::TooLong,
+            PathProblem::Nul => Reason::Nul,
+            PathProblem::DriveLetter => Reason::DriveLetter,
+            PathProblem::Relative => Reason::Relative,
+            PathProblem::ComponentTooLong => Reason::ComponentTooLong,
+            PathProblem::NotUtf8 => Reason::NotUtf8,
+            PathProblem::Backslash => Reason::Backslash,
+            PathProblem::BadEscape => Reason::BadEscape,
+            PathProblem::EscapedSeparator => Reason::EscapedSeparator,
+            PathProblem::TrailingSlash => Reason::TrailingSlash,
+            PathProblem::TooManyLinks => Reason::TooManyLinks,
         }
     }
 
@@ -140,16 +142,17 @@ pub enum Denial {
 }
 
 impl Denial {
-    pub fn as_str(&self) -> &'static str {
+    /// The `reason` it travels as.
+    pub fn reason(&self) -> Reason {
         match self {
-            Denial::ReadOnly => "read_only",
-            Denial::NotWritableRoot => "not_writable_root",
-            Denial::Protected(_) => "protected",
-            Denial::SameFile => "same_file",
-            Denial::GitDirectory(_) | Denial::WouldBeGitDirectory { .. } => "git_directory",
-            Denial::Submount(_) => "submount",
-            Denial::Root => "root",
-            Denial::Mount(_) => "mount",
+            Denial::ReadOnly => Reason::ReadOnly,
+            Denial::NotWritableRoot => Reason::NotWritableRoot,
+            Denial::Protected(_) => Reason::Protected,
+            Denial::SameFile => Reason::SameFile,
+            Denial::GitDirectory(_) | Denial::WouldBeGitDirectory { .. } => Reason::GitDirectory,
+            Denial::Submount(_) => Reason::Submount,
+            Denial::Root => Reason::Root,
+            Denial::Mount(_) => Reason::Mount,
         }
     }
 }
@@ -180,17 +183,18 @@ pub enum EscalationDenial {
 }
 
 impl EscalationDenial {
-    pub fn as_str(&self) -> &'static str {
+    /// The `reason` it travels as.
+    pub fn reason(&self) -> Reason {
         match self {
-            EscalationDenial::AboveMax { .. } => "above_max",
-            EscalationDenial::Disabled(_) => "escalation_disabled",
-            EscalationDenial::NeedsApproval(_) => "needs_approval",
-            EscalationDenial::NeedsTicket(_) => "needs_ticket",
-            EscalationDenial::NoSignedEscalation => "no_signed_escalation",
-            EscalationDenial::NoMode => "no_mode",
-            EscalationDenial::NotWider(_) => "not_wider",
-            EscalationDenial::Ticket(_) => "ticket_refused",
-            EscalationDenial::UnboundChange => "unbound_change",
+            EscalationDenial::AboveMax { .. } => Reason::AboveMax,
+            EscalationDenial::Disabled(_) => Reason::EscalationDisabled,
+            EscalationDenial::NeedsApproval(_) => Reason::NeedsApproval,
+            EscalationDenial::NeedsTicket(_) => Reason::NeedsTicket,
+            EscalationDenial::NoSignedEscalation => Reason::NoSignedEscalation,
+            EscalationDenial::NoMode => Reason::NoMode,
+            EscalationDenial::NotWider(_) => Reason::NotWider,
+            EscalationDenial::Ticket(_) => Reason::TicketRefused,
+            EscalationDenial::UnboundChange => Reason::UnboundChange,
         }
     }
 
@@ -236,13 +240,13 @@ impl EscalationDenial {
     pub fn into_wire(self, path: &str, mode: Mode) -> WireError {
         let mut wire = WireError::new(ErrorCode::SandboxDenied, path, self.label())
             .with("mode", mode.as_str())
-            .with("reason", self.as_str());
+            .with_reason(self.reason());
         if let Some(requested) = self.requested() {
             wire = wire.with("requested", requested.as_str());
         }
         match self {
             EscalationDenial::AboveMax { max, .. } => wire.with("max_mode", max.as_str()),
-            EscalationDenial::Ticket(e) => wire.with("ticket", e.as_str()),
+            EscalationDenial::Ticket(e) => wire.with_word(e.refusal()),
             _ => wire,
         }
     }
@@ -255,7 +259,7 @@ pub enum FsError {
     InvalidPath(PathProblem),
     #[error("path resolves outside every root of this daemon")]
     OutsideRoots,
-    #[error("denied: {}", .0.as_str())]
+    #[error("denied: {}", .0.reason())]
     Denied(Denial),
     #[error("not found")]
     NotFound,
@@ -269,13 +273,13 @@ pub enum FsError {
     NotText(&'static str),
     #[error("file is {size} bytes, over the limit of {limit} bytes")]
     TooLarge { size: u64, limit: u64 },
-    #[error("stale: {}", .0.as_str())]
+    #[error("stale: {}", .0.reason())]
     Stale(StaleReason),
     /// A removal or replace was undone (stale, `reason`), and an outside save it had moved aside
     /// could not go back to its name, taken again by a newer change: it was kept at `kept` (a
     /// bare name in the target's directory until `Backend::fail` makes it the full path), which
     /// the reply names.
-    #[error("stale: {}; a save was kept at {}", .reason.as_str(), .kept.display())]
+    #[error("stale: {}; a save was kept at {}", .reason.reason(), .kept.display())]
     KeptAside { reason: StaleReason, kept: std::path::PathBuf },
     #[error("file already exists")]
     AlreadyExists,
@@ -348,22 +352,22 @@ fn from_errno(errno: Errno) -> ErrorCode {
 impl FsError {
     /// The step an I/O failure happened in, and its errno when it has one: the `step` and
     /// `errno` metadata the tools word the failure from.
-    fn step(&self) -> Option<(&'static str, Option<i32>)> {
+    fn step(&self) -> Option<(Step, Option<i32>)> {
         let (step, errno) = match self {
-            FsError::KeepOwner(e) => ("keep_owner", e),
-            FsError::KeepAttributes(e) => ("keep_attributes", e),
-            FsError::Walk(e) => ("walk", e),
-            FsError::MakeDir(e) => ("make_dir", e),
-            FsError::Open(e) => ("open", e),
-            FsError::Metadata(e) => ("metadata", e),
-            FsError::List(e) => ("list", e),
-            FsError::CreateTemp(e) => ("create_temp", e),
-            FsError::SetMode(e) => ("set_mode", e),
-            FsError::Sync(e) => ("sync", e),
-            FsError::Rename(e) => ("rename", e),
-            FsError::Remove(e) => ("remove", e),
-            FsError::Read(e) => return Some(("read", e.raw_os_error())),
-            FsError::WriteTemp(e) => return Some(("write_temp", e.raw_os_error())),
+            FsError::KeepOwner(e) => (Step::KeepOwner, e),
+            FsError::KeepAttributes(e) => (Step::KeepAttributes, e),
+            FsError::Walk(e) => (Step::Walk, e),
+            FsError::MakeDir(e) => (Step::MakeDir, e),
+            FsError::Open(e) => (Step::Open, e),
+            FsError::Metadata(e) => (Step::Metadata, e),
+            FsError::List(e) => (Step::List, e),
+            FsError::CreateTemp(e) => (Step::CreateTemp, e),
+            FsError::SetMode(e) => (Step::SetMode, e),
+            FsError::Sync(e) => (Step::Sync, e),
+            FsError::Rename(e) => (Step::Rename, e),
+            FsError::Remove(e) => (Step::Remove, e),
+            FsError::Read(e) => return Some((Step::Read, e.raw_os_error())),
+            FsError::WriteTemp(e) => return Some((Step::WriteTemp, e.raw_os_error())),
             FsError::Partial { source, .. } => return source.step(),
             _ => return None,
         };
@@ -430,33 +434,33 @@ impl Failure {
             wire = wire.with("target_key", key);
         }
         if let Some((step, errno)) = self.error.step() {
-            wire = wire.with("step", step);
+            wire = wire.with_word(step);
             if let Some(errno) = errno {
                 wire = wire.with("errno", errno.to_string());
             }
         }
         match self.error {
-            FsError::Stale(reason) => wire = wire.with("reason", reason.as_str()),
+            FsError::Stale(reason) => wire = wire.with_reason(reason.reason()),
             FsError::KeptAside { reason, kept } => {
                 use std::os::unix::ffi::OsStrExt;
                 let kept = fsd_proto::names::escape(kept.as_os_str().as_bytes());
-                wire = wire.with("reason", reason.as_str()).with("kept", kept);
+                wire = wire.with_reason(reason.reason()).with("kept", kept);
             }
             FsError::InvalidPath(problem) => {
-                wire = wire.with("reason", problem.as_str());
+                wire = wire.with_reason(problem.reason());
                 if let Some(limit) = problem.limit() {
                     wire = wire.with("limit", limit.to_string());
                 }
             }
-            FsError::TooManyLinks => wire = wire.with("reason", PathProblem::TooManyLinks.as_str()),
+            FsError::TooManyLinks => wire = wire.with_reason(Reason::TooManyLinks),
             FsError::TooManyEntries(limit) => {
-                wire = wire.with("reason", "too_many_entries").with("limit", limit.to_string());
+                wire = wire.with_reason(Reason::TooManyEntries).with("limit", limit.to_string());
             }
-            FsError::Aborted => wire = wire.with("reason", "cancelled"),
-            FsError::Truncated => wire = wire.with("reason", "truncated"),
-            FsError::OutsideRoots => wire = wire.with("reason", "outside_roots"),
+            FsError::Aborted => wire = wire.with_reason(Reason::Cancelled),
+            FsError::Truncated => wire = wire.with_reason(Reason::Truncated),
+            FsError::OutsideRoots => wire = wire.with_reason(Reason::OutsideRoots),
             FsError::Denied(denial) => {
-                wire = wire.with("reason", denial.as_str());
+                wire = wire.with_reason(denial.reason());
                 match denial {
                     Denial::Protected(name)
                     | Denial::GitDirectory(name)

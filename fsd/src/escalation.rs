@@ -93,7 +93,7 @@ struct Pending {
 }
 
 /// Where the daemon reaches `fsd-approver serve`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ApproverEndpoint {
     Unix(PathBuf),
     Tcp(String),
@@ -189,16 +189,17 @@ pub enum TicketError {
 
 impl TicketError {
     /// The `ticket` metadata of the refusal.
-    pub fn as_str(&self) -> &'static str {
+    pub fn refusal(&self) -> fsd_proto::TicketRefusal {
+        use fsd_proto::TicketRefusal;
         match self {
-            TicketError::Unknown => "unknown",
-            TicketError::NotApproved => "not_approved",
-            TicketError::Expired => "expired",
-            TicketError::WrongCaller => "wrong_caller",
-            TicketError::WrongMode => "wrong_mode",
-            TicketError::BadSignature => "bad_signature",
-            TicketError::Mismatch => "mismatch",
-            TicketError::ReadsSpent => "reads_spent",
+            TicketError::Unknown => TicketRefusal::Unknown,
+            TicketError::NotApproved => TicketRefusal::NotApproved,
+            TicketError::Expired => TicketRefusal::Expired,
+            TicketError::WrongCaller => TicketRefusal::WrongCaller,
+            TicketError::WrongMode => TicketRefusal::WrongMode,
+            TicketError::BadSignature => TicketRefusal::BadSignature,
+            TicketError::Mismatch => TicketRefusal::Mismatch,
+            TicketError::ReadsSpent => TicketRefusal::ReadsSpent,
         }
     }
 }
@@ -284,15 +285,9 @@ fn random_hex(bytes: usize) -> String {
     hex::encode(buf)
 }
 
-/// Escapes what could disguise a path or reason in front of a person: control, bidi and
-/// non-ASCII characters become `\u{…}`.
-pub fn escape(text: &str) -> String {
-    text.chars()
-        .map(
-            |c| if c.is_ascii_graphic() || c == ' ' { c.to_string() } else { c.escape_unicode().to_string() },
-        )
-        .collect()
-}
+/// Escapes what could disguise a path or reason in front of a person: the one escaper of
+/// person-facing text (`fsd_proto::names::for_people`).
+pub use fsd_proto::names::for_people as escape;
 
 /// A request path as the daemon reads it, before any resolution: each component's name escapes
 /// decoded (then shown in the one display escaping), empty and `.` components dropped. A `..` is

@@ -11,7 +11,7 @@ use crate::backend::Mode;
 
 /// A key of `client_max_modes`: `uid:1000` (or a bare `1000`), `cert:NAME`, `token:NAME`, or
 /// `tcp` (every client of a plaintext loopback TCP listener).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ClientKey {
     Uid(u32),
     Cert(String),
@@ -106,7 +106,7 @@ impl Identity {
 
 /// A configured bearer token: its SHA-256 (the token itself is never stored) and, optionally,
 /// the certificate name it is bound to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TokenEntry {
     pub name: String,
     pub sha256: [u8; 32],

@@ -2,42 +2,14 @@
 //! replies, streamed-read descriptors), and the supervisor and the network process (new workers,
 //! kill requests). Encoded with postcard in the length-prefixed frames of `sys::ipc`.
 
-use std::collections::HashMap;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 
-use fsd_proto::{ErrorCode, WireError};
+use fsd_proto::WireError;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Mode, Outcome, Request, StreamHeader};
-use crate::error::Failure;
 use crate::sys::ipc::{self as raw, AsyncFrames, RecvError};
-
-/// A failure as it crosses a process boundary: already classified to a stable code.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct Remote {
-    pub code: String,
-    pub message: String,
-    pub path: String,
-    pub metadata: Vec<(String, String)>,
-}
-
-impl From<Failure> for Remote {
-    fn from(failure: Failure) -> Remote {
-        let wire = failure.into_wire();
-        let mut metadata: Vec<(String, String)> = wire.metadata.into_iter().collect();
-        metadata.sort();
-        Remote { code: wire.code.as_str().to_owned(), message: wire.message, path: wire.path, metadata }
-    }
-}
-
-impl Remote {
-    pub fn into_wire(self) -> WireError {
-        let code = ErrorCode::parse(&self.code).unwrap_or(ErrorCode::IoError);
-        let metadata: HashMap<String, String> = self.metadata.into_iter().collect();
-        WireError { code, message: self.message, path: self.path, metadata }
-    }
-}
 
 /// Supervisor → every child, the first frame on its socket, before anything else is sent:
 /// what all of the daemon's processes share and no client may learn.
@@ -45,6 +17,10 @@ impl Remote {
 pub struct Start {
     /// The key of the content digests in versions (`backend::digest`).
     pub digest_key: [u8; crate::backend::digest::KEY_BYTES],
+    /// The configuration the supervisor resolved at start: a child never reads the config
+    /// file, so a replacement serves what the daemon was started with, whatever the file says
+    /// by then.
+    pub config: crate::config::Config,
 }
 
 impl std::fmt::Debug for Start {
@@ -108,21 +84,16 @@ impl ToWorker {
 #[derive(Debug, Serialize, Deserialize)]
 pub enum FromWorker {
     /// Sent once, after confinement: how the fence is enforced.
-    Ready {
-        mode: Mode,
-        enforcement: String,
-    },
+    Ready { mode: Mode, enforcement: String },
     /// Take these per-target locks for the current call.
-    Lock {
-        keys: Vec<String>,
-    },
-    Reply(Result<Outcome, Remote>),
+    Lock { keys: Vec<String> },
+    /// The outcome, or the failure with its code and reasons typed (a value this build does not
+    /// know fails the frame's decode).
+    Reply(Result<Outcome, WireError>),
     /// A streamed write has taken this many bytes so far: the worker is busy, not hung.
-    Progress {
-        bytes: u64,
-    },
+    Progress { bytes: u64 },
     /// The header of a streamed read; the frame carries the file's descriptor.
-    Stream(Result<StreamHeader, Remote>),
+    Stream(Result<StreamHeader, WireError>),
     #[cfg(feature = "fault-injection")]
     RawOpened(Result<(), String>),
 }
@@ -212,4 +183,54 @@ pub async fn recv_async<T: for<'de> Deserialize<'de>>(
     let (bytes, fd) = frames.recv().await.map_err(recv_error)?;
     let message = postcard::from_bytes(bytes).map_err(IpcError::Decode)?;
     Ok((message, fd))
+}
+
+#[cfg(test)]
+mod tests {
+    use fsd_proto::{ErrorCode, Reason, Step, TicketRefusal, WireError, WorkerLost};
+
+    use super::*;
+
+    fn pair() -> (UnixStream, UnixStream) {
+        raw::pair().expect("socket pair")
+    }
+
+    #[test]
+    fn a_failure_crosses_with_its_code_and_words_typed() {
+        let (a, b) = pair();
+        let sent = WireError::new(ErrorCode::SandboxDenied, "/ws/a.txt", "label")
+            .with_reason(Reason::TicketRefused)
+            .with_word(TicketRefusal::Expired)
+            .with_word(Step::Rename)
+            .with_word(WorkerLost::Died)
+            .with("mode", "workspace-write");
+        send(&a, &FromWorker::Reply(Err(sent.clone())), None).unwrap();
+        let (got, _) = recv::<FromWorker>(&b).unwrap();
+        assert!(matches!(got, FromWorker::Reply(Err(wire)) if wire == sent));
+    }
+
+    /// A code or a word this build does not know fails the frame: never `FS_IO_ERROR`, never a
+    /// reason guessed.
+    #[test]
+    fn an_unknown_code_or_word_on_a_frame_is_a_decode_error() {
+        let (a, b) = pair();
+        // `FromWorker::Reply` (variant 2), `Err` (1), then a code index past every code: postcard
+        // writes a variant index as the varint of a u32.
+        let no_word: Option<u8> = None;
+        let frame =
+            |code: u32| (2u32, 1u32, code, "label", "/ws/a.txt", no_word, no_word, no_word, no_word, 0u8);
+        // The same bytes with a known code decode: only the code is wrong below.
+        raw::send_frame(&a, &postcard::to_stdvec(&frame(0)).unwrap(), None).unwrap();
+        assert!(
+            matches!(recv::<FromWorker>(&b), Ok((FromWorker::Reply(Err(wire)), _)) if wire.code == ErrorCode::ALL[0])
+        );
+        let unknown = ErrorCode::ALL.len() as u32 + 7;
+        raw::send_frame(&a, &postcard::to_stdvec(&frame(unknown)).unwrap(), None).unwrap();
+        assert!(matches!(recv::<FromWorker>(&b), Err(IpcError::Decode(_))));
+
+        let mut unknown = WireError::new(ErrorCode::StaleVersion, "/ws/a.txt", "label");
+        unknown.metadata.insert("reason".into(), "a reason of a newer build".into());
+        send(&a, &FromWorker::Reply(Err(unknown)), None).unwrap();
+        assert!(matches!(recv::<FromWorker>(&b), Err(IpcError::Decode(_))));
+    }
 }

@@ -2,7 +2,6 @@
 //! default; the network process and workers are re-executions of this binary by the supervisor).
 #![forbid(unsafe_code)]
 
-use std::ffi::OsString;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -75,47 +74,47 @@ struct Args {
     /// Exit when stdin reaches EOF and remove the socket directory (used by fsd-tools --root).
     #[arg(long, hide = true)]
     parent_pipe: bool,
-    /// Internal: the process role (supervisor, network, worker).
-    #[arg(long, hide = true, default_value = "supervisor")]
-    role: String,
+    /// Internal: the process role.
+    #[arg(long, hide = true, value_enum, default_value_t = Role::Supervisor)]
+    role: Role,
     /// Internal: the inherited IPC descriptor of a network process or worker.
     #[arg(long, hide = true)]
     ipc_fd: Option<i32>,
     /// Internal: a worker's mode.
-    #[arg(long, hide = true)]
-    worker_mode: Option<String>,
+    #[arg(long, hide = true, value_parser = worker_mode)]
+    worker_mode: Option<Mode>,
 }
 
-/// The flags a child gets: the configuration flags only, never the role or the parent pipe.
-fn child_args(args: &Args) -> Vec<OsString> {
-    let mut out: Vec<OsString> = Vec::new();
-    for l in &args.listen {
-        out.extend(["--listen".into(), l.into()]);
-    }
-    for r in &args.writable_root {
-        out.extend(["--writable-root".into(), r.into()]);
-    }
-    for r in &args.readable_root {
-        out.extend(["--readable-root".into(), r.into()]);
-    }
-    if let Some(c) = &args.config {
-        out.extend(["--config".into(), c.into()]);
-    }
-    if let Some(f) = &args.log_format {
-        out.extend(["--log-format".into(), f.into()]);
-    }
-    if let Some(m) = &args.default_mode {
-        out.extend(["--default-mode".into(), m.into()]);
-    }
-    out
+/// The process roles of this binary: the supervisor is the one an operator starts; it starts
+/// the others by re-executing this binary with `--role`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Role {
+    Supervisor,
+    Network,
+    Worker,
+}
+
+fn worker_mode(text: &str) -> Result<Mode, String> {
+    Mode::parse(text).ok_or_else(|| "expected read-only, workspace-write or danger-full-access".to_owned())
+}
+
+/// Whether a configuration flag is set (every flag but the log format, which the supervisor
+/// passes its children so that they report a failed start in the configured format).
+fn configured_by_flags(args: &Args) -> bool {
+    !args.listen.is_empty()
+        || !args.writable_root.is_empty()
+        || !args.readable_root.is_empty()
+        || args.config.is_some()
+        || args.default_mode.is_some()
+        || args.parent_pipe
 }
 
 /// How long a child waits for the supervisor's first frame.
 const START_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The child's socket to its parent, once the supervisor's first frame (`ipc::Start`) is read
-/// from it and applied.
-fn ipc_socket(args: &Args) -> Result<UnixStream, DaemonError> {
+/// from it and its digest key applied, and the configuration that frame carries.
+fn ipc_socket(args: &Args) -> Result<(UnixStream, Config), DaemonError> {
     let raw = args.ipc_fd.ok_or(DaemonError::Inherited(-1, fsd::sys::Errno::BADF))?;
     let fd = fsd::sys::ipc::inherited(raw).map_err(|e| DaemonError::Inherited(raw, e))?;
     let socket = UnixStream::from(fd);
@@ -127,17 +126,25 @@ fn ipc_socket(args: &Args) -> Result<UnixStream, DaemonError> {
     if !fsd::backend::digest::set_key(&start.digest_key) {
         return Err(DaemonError::DigestKeyTooLate);
     }
-    Ok(socket)
+    Ok((socket, start.config))
 }
 
-fn run(args: Args, config: Config) -> Result<(), DaemonError> {
-    if args.role != "supervisor" {
-        fsd::sys::ipc::die_with_parent().map_err(|e| DaemonError::Inherited(-1, e))?;
-    }
-    match args.role.as_str() {
-        "network" => fsd::network::run(config, ipc_socket(&args)?),
-        "worker" => {
-            let mode = args.worker_mode.as_deref().and_then(Mode::parse).unwrap_or(Mode::ReadOnly);
+/// A process the supervisor starts.
+#[derive(Debug, Clone, Copy)]
+enum Child {
+    Network,
+    Worker(Mode),
+}
+
+/// A network process or a worker: everything it serves comes from the supervisor's first frame.
+fn run_child(args: &Args, child: Child) -> Result<(), DaemonError> {
+    fsd::sys::ipc::die_with_parent().map_err(|e| DaemonError::Inherited(-1, e))?;
+    match child {
+        Child::Network => {
+            let (socket, config) = ipc_socket(args)?;
+            fsd::network::run(config, socket)
+        }
+        Child::Worker(mode) => {
             // Test hook: workers of this mode fail at start, as with a fence step the kernel
             // refuses, so the supervisor gives the mode up while the daemon runs.
             #[cfg(feature = "fault-injection")]
@@ -146,9 +153,40 @@ fn run(args: Args, config: Config) -> Result<(), DaemonError> {
                     "fault injection: this worker fails at start",
                 )));
             }
-            Ok(fsd::worker::run(&config, mode, ipc_socket(&args)?)?)
+            let (socket, config) = ipc_socket(args)?;
+            Ok(fsd::worker::run(&config, mode, socket)?)
         }
-        _ => fsd::supervisor::run(config, child_args(&args), RunOptions { parent_pipe: args.parent_pipe }),
+    }
+}
+
+/// The supervisor: the one process that reads the configuration (file and flags).
+fn run_supervisor(args: &Args) -> ExitCode {
+    let overrides = Overrides {
+        listen: args.listen.clone(),
+        writable_roots: args.writable_root.clone(),
+        readable_roots: args.readable_root.clone(),
+        log_format: args.log_format.clone(),
+        default_mode: args.default_mode.clone(),
+    };
+    let config = match Config::load(args.config.as_deref(), overrides) {
+        Ok(config) => config,
+        Err(e) => {
+            let _ = fsd::daemon::init_logging(failed_config_log_format(args));
+            return fatal(&e);
+        }
+    };
+    if let Err(e) = fsd::daemon::init_logging(config.log_format) {
+        return fatal(&e);
+    }
+    exit(fsd::supervisor::run(config, RunOptions { parent_pipe: args.parent_pipe }))
+}
+
+fn exit(outcome: Result<(), DaemonError>) -> ExitCode {
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        // A child told the supervisor, which reports it once.
+        Err(DaemonError::Reported) => ExitCode::from(2),
+        Err(e) => fatal(&e),
     }
 }
 
@@ -197,27 +235,30 @@ fn main() -> ExitCode {
     if let Some(code) = print_generated(&args) {
         return code;
     }
-    let overrides = Overrides {
-        listen: args.listen.clone(),
-        writable_roots: args.writable_root.clone(),
-        readable_roots: args.readable_root.clone(),
-        log_format: args.log_format.clone(),
-        default_mode: args.default_mode.clone(),
-    };
-    let config = match Config::load(args.config.as_deref(), overrides) {
-        Ok(config) => config,
-        Err(e) => {
-            let _ = fsd::daemon::init_logging(failed_config_log_format(&args));
-            return fatal(&e);
+    let child = match (args.role, args.worker_mode) {
+        (Role::Supervisor, _) => return run_supervisor(&args),
+        (Role::Network, _) => Child::Network,
+        (Role::Worker, Some(mode)) => Child::Worker(mode),
+        (Role::Worker, None) => {
+            usage_error(clap::error::ErrorKind::MissingRequiredArgument, "a worker needs --worker-mode")
         }
     };
-    if let Err(e) = fsd::daemon::init_logging(config.log_format) {
+    if configured_by_flags(&args) {
+        usage_error(
+            clap::error::ErrorKind::ArgumentConflict,
+            "the network process and workers take their configuration from the supervisor's first frame, never from flags or a file",
+        );
+    }
+    // Before the configuration arrives: the supervisor passes the resolved format as a flag, so a
+    // child that cannot read its first frame says so in that format.
+    let format = if args.log_format.as_deref() == Some("json") { LogFormat::Json } else { LogFormat::Human };
+    if let Err(e) = fsd::daemon::init_logging(format) {
         return fatal(&e);
     }
-    match run(args, config) {
-        Ok(()) => ExitCode::SUCCESS,
-        // A child told the supervisor, which reports it once.
-        Err(DaemonError::Reported) => ExitCode::from(2),
-        Err(e) => fatal(&e),
-    }
+    exit(run_child(&args, child))
+}
+
+/// Exits as clap does for a command line it refuses.
+fn usage_error(kind: clap::error::ErrorKind, message: &str) -> ! {
+    <Args as clap::CommandFactory>::command().error(kind, message).exit()
 }

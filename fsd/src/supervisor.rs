@@ -3,7 +3,6 @@
 //! network process reports hung, and on shutdown stops the network process first (in-flight
 //! calls finish), then the workers, then removes the socket files.
 
-use std::ffi::OsString;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -45,7 +44,6 @@ const WORKER_LINGER: Duration = Duration::from_millis(500);
 struct Supervisor {
     config: Config,
     exe: PathBuf,
-    args: Vec<OsString>,
     control: UnixStream,
     children: JoinSet<(Role, u32, Instant, std::io::Result<ExitStatus>)>,
     quick_deaths: std::collections::HashMap<Mode, u32>,
@@ -59,11 +57,13 @@ struct Supervisor {
 }
 
 impl Supervisor {
-    /// Starts one child of this binary with `inherit` as its IPC descriptor.
+    /// Starts one child of this binary with `inherit` as its IPC descriptor. Its command line
+    /// names its role and the log format only: the configuration follows in its first frame
+    /// (`ipc::Start`), never from the flags or the file.
     fn spawn(&mut self, role: Role, inherit: &UnixStream) -> Result<u32, DaemonError> {
         let fd = std::os::fd::AsRawFd::as_raw_fd(inherit);
         let mut command = tokio::process::Command::new(&self.exe);
-        command.args(&self.args).arg("--ipc-fd").arg(fd.to_string());
+        command.arg("--log-format").arg(self.config.log_format.as_str()).arg("--ipc-fd").arg(fd.to_string());
         match role {
             Role::Network => command.arg("--role").arg("network"),
             Role::Worker(mode) => command.arg("--role").arg("worker").arg("--worker-mode").arg(mode.as_str()),
@@ -103,7 +103,7 @@ impl Supervisor {
 
     /// What every child reads first.
     fn start(&self) -> ipc::Start {
-        ipc::Start { digest_key: self.digest_key }
+        ipc::Start { digest_key: self.digest_key, config: self.config.clone() }
     }
 
     fn give_up(&mut self, mode: Mode, reason: String) -> Result<(), DaemonError> {
@@ -175,21 +175,16 @@ impl Supervisor {
     }
 }
 
-pub fn run(config: Config, args: Vec<OsString>, options: RunOptions) -> Result<(), DaemonError> {
+pub fn run(config: Config, options: RunOptions) -> Result<(), DaemonError> {
     // Before any child: a cause found here is one line, not a crash loop behind a "serving".
     crate::preflight::check(&config)?;
     let exe = std::env::current_exe().map_err(DaemonError::Runtime)?;
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(DaemonError::Runtime)?;
-    runtime.block_on(supervise(config, exe, args, options))
+    runtime.block_on(supervise(config, exe, options))
 }
 
-async fn supervise(
-    config: Config,
-    exe: PathBuf,
-    args: Vec<OsString>,
-    options: RunOptions,
-) -> Result<(), DaemonError> {
+async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<(), DaemonError> {
     // Refuse to start, with the reason, when the workers' identity cannot be decided (writable
     // roots of different owners); every worker would fail the same way at birth.
     let identity = config.worker_identity()?;
@@ -217,7 +212,6 @@ async fn supervise(
     let mut sup = Supervisor {
         config,
         exe,
-        args,
         control,
         children: JoinSet::new(),
         quick_deaths: Default::default(),

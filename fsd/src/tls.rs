@@ -10,7 +10,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::{self, RootCertStore, server::WebPkiClientVerifier};
 
 /// Whether a TLS listener asks for a client certificate, and what it does without one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ClientCerts {
     /// No client certificate is requested: every call needs a bearer token.
     None,
@@ -21,7 +21,7 @@ pub enum ClientCerts {
 }
 
 /// The TLS part of the daemon's configuration (paths only; read by `server_config`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TlsConfig {
     pub cert: PathBuf,
     pub key: PathBuf,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::backend::{Backend, Fence, Guard, Locking, Mode};
 use crate::config::Config;
 use crate::error::FsError;
-use crate::ipc::{self, FromWorker, IpcError, Remote, ToWorker};
+use crate::ipc::{self, FromWorker, IpcError, ToWorker};
 use crate::sys;
 
 /// Why a worker stopped with an error.
@@ -110,7 +110,11 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
                     }
                     None => Err(crate::error::Failure::new(FsError::Truncated, path)),
                 };
-                ipc::send(&socket, &FromWorker::Reply(reply.map_err(Remote::from)), None)?;
+                ipc::send(
+                    &socket,
+                    &FromWorker::Reply(reply.map_err(crate::error::Failure::into_wire)),
+                    None,
+                )?;
             }
             ToWorker::Call(request) => {
                 #[cfg(feature = "fault-injection")]
@@ -118,14 +122,14 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
                     ipc::send(&socket, &FromWorker::Reply(Err(failure)), None)?;
                     continue;
                 }
-                let reply = backend.handle(mode, request).map_err(Remote::from);
+                let reply = backend.handle(mode, request).map_err(crate::error::Failure::into_wire);
                 ipc::send(&socket, &FromWorker::Reply(reply), None)?;
             }
             ToWorker::OpenStream { path } => match backend.open_stream(mode, &path) {
                 Ok((header, file)) => {
                     ipc::send(&socket, &FromWorker::Stream(Ok(header)), Some(file.as_fd()))?
                 }
-                Err(failure) => ipc::send(&socket, &FromWorker::Stream(Err(failure.into())), None)?,
+                Err(failure) => ipc::send(&socket, &FromWorker::Stream(Err(failure.into_wire())), None)?,
             },
             // A grant with no request pending: the router lost track; nothing to do.
             ToWorker::LockGranted => {}
@@ -162,7 +166,7 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
 /// second, then go on; `fsd-fault-hang-write` does the same as `fsd-fault-hang` for a write;
 /// `fsd-fault-io-error` fails a write with EIO before touching the disk.
 #[cfg(feature = "fault-injection")]
-fn fault(request: &crate::backend::Request) -> Option<Remote> {
+fn fault(request: &crate::backend::Request) -> Option<fsd_proto::WireError> {
     use crate::backend::Request;
     let hang = || loop {
         std::thread::sleep(std::time::Duration::from_secs(3600));
@@ -178,7 +182,7 @@ fn fault(request: &crate::backend::Request) -> Option<Remote> {
         Request::WriteText { path, .. } if path.ends_with("/fsd-fault-hang-write") => hang(),
         Request::WriteText { path, .. } if path.ends_with("/fsd-fault-io-error") => {
             let error = crate::error::FsError::Rename(crate::sys::Errno::IO);
-            Some(crate::error::Failure::new(error, path.clone()).into())
+            Some(crate::error::Failure::new(error, path.clone()).into_wire())
         }
         _ => None,
     }

@@ -5,13 +5,16 @@ use std::collections::HashMap;
 
 use tonic_types::{ErrorDetails, StatusExt};
 
+use crate::reason::{Reason, Step, TicketRefusal, Word, WorkerLost};
+
 /// The `ErrorInfo.domain` of every fsd error.
 pub const DOMAIN: &str = "fsd";
 
 macro_rules! codes {
     ($($variant:ident => $text:literal, $grpc:ident;)*) => {
         /// A stable, machine-readable failure code. Clients branch on this, never on message text.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        /// Its serde form (fsd's IPC frames) knows only these codes: another is a decode error.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
         pub enum ErrorCode { $($variant,)* }
 
         impl ErrorCode {
@@ -62,8 +65,10 @@ impl std::fmt::Display for ErrorCode {
     }
 }
 
-/// A decoded fsd error: what crosses the wire, independent of tonic.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A decoded fsd error: what crosses the wire, independent of tonic. Its serde form (fsd's IPC
+/// frames) carries the code and the metadata's words typed ([`Frame`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "Frame", try_from = "Frame")]
 pub struct WireError {
     pub code: ErrorCode,
     /// A human-readable reason without the path repeated in a parseable form.
@@ -89,6 +94,29 @@ impl WireError {
         self.metadata.get(key).map(String::as_str)
     }
 
+    /// Sets a word of the metadata (`reason`, `ticket`, `step`, `lost`): the only way the daemon
+    /// sets one.
+    #[must_use]
+    pub fn with_word<W: Word>(self, word: W) -> WireError {
+        self.with(W::KEY, word.as_str())
+    }
+
+    #[must_use]
+    pub fn with_reason(self, reason: Reason) -> WireError {
+        self.with_word(reason)
+    }
+
+    /// A word of the metadata; `None` when absent or when this build does not know it (a newer
+    /// daemon's: see [`crate::reason`] for the fallback).
+    pub fn word<W: Word>(&self) -> Option<W> {
+        W::parse(self.get(W::KEY)?)
+    }
+
+    /// The `reason`; `None` when absent or newer than this build.
+    pub fn reason(&self) -> Option<Reason> {
+        self.word()
+    }
+
     /// Encodes into a status with an `ErrorInfo` detail. Every error reaches the wire here, so
     /// this is where what it quotes is bounded (see [`bounded`]).
     pub fn into_status(self) -> tonic::Status {
@@ -107,6 +135,14 @@ impl WireError {
         let mut metadata = info.metadata;
         let path = metadata.remove("path").unwrap_or_default();
         Some(WireError { code, message: status.message().to_owned(), path, metadata })
+    }
+
+    /// Whether `status` is an fsd error whose code this build does not know: a daemon newer than
+    /// this client refused the call ([`WireError::from_status`] does not decode it).
+    pub fn newer_code(status: &tonic::Status) -> bool {
+        status
+            .get_details_error_info()
+            .is_some_and(|info| info.domain == DOMAIN && ErrorCode::parse(&info.reason).is_none())
     }
 }
 
@@ -151,6 +187,77 @@ fn cut(text: &mut String, cap: usize) {
         }
         text.truncate(at);
         text.push_str("...");
+    }
+}
+
+/// A [`WireError`] as serde encodes it: the code and each word typed, the other metadata sorted.
+/// A value this build does not know is a decode error: inside one daemon both ends are one
+/// build, so an unknown value is a bug to refuse, never a code or reason to guess.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Frame {
+    code: ErrorCode,
+    message: String,
+    path: String,
+    reason: Option<Reason>,
+    ticket: Option<TicketRefusal>,
+    step: Option<Step>,
+    lost: Option<WorkerLost>,
+    /// The rest of the metadata; a word key here is a word the encoder did not know.
+    metadata: Vec<(String, String)>,
+}
+
+/// Takes the word of `W` out of `metadata` when it is one this build knows.
+fn take<W: Word>(metadata: &mut HashMap<String, String>) -> Option<W> {
+    let word = W::parse(metadata.get(W::KEY)?)?;
+    metadata.remove(W::KEY);
+    Some(word)
+}
+
+impl From<WireError> for Frame {
+    fn from(wire: WireError) -> Frame {
+        let mut metadata = wire.metadata;
+        let (reason, ticket, step, lost) =
+            (take(&mut metadata), take(&mut metadata), take(&mut metadata), take(&mut metadata));
+        let mut rest: Vec<(String, String)> = metadata.into_iter().collect();
+        rest.sort();
+        Frame {
+            code: wire.code,
+            message: wire.message,
+            path: wire.path,
+            reason,
+            ticket,
+            step,
+            lost,
+            metadata: rest,
+        }
+    }
+}
+
+impl TryFrom<Frame> for WireError {
+    type Error = String;
+
+    fn try_from(frame: Frame) -> Result<WireError, String> {
+        let words = [Reason::KEY, TicketRefusal::KEY, Step::KEY, WorkerLost::KEY];
+        if let Some((key, value)) = frame.metadata.iter().find(|(key, _)| words.contains(&key.as_str())) {
+            return Err(format!("unknown {key} {value:?}"));
+        }
+        let mut wire = WireError {
+            code: frame.code,
+            message: frame.message,
+            path: frame.path,
+            metadata: HashMap::new(),
+        };
+        wire.metadata.extend(frame.metadata);
+        let mut put = |key: &str, value: Option<&'static str>| {
+            if let Some(value) = value {
+                wire.metadata.insert(key.to_owned(), value.to_owned());
+            }
+        };
+        put(Reason::KEY, frame.reason.map(Word::as_str));
+        put(TicketRefusal::KEY, frame.ticket.map(Word::as_str));
+        put(Step::KEY, frame.step.map(Word::as_str));
+        put(WorkerLost::KEY, frame.lost.map(Word::as_str));
+        Ok(wire)
     }
 }
 
@@ -204,5 +311,15 @@ mod tests {
     #[test]
     fn a_status_without_detail_is_not_an_fsd_error() {
         assert_eq!(WireError::from_status(&tonic::Status::unavailable("gone")), None);
+        assert!(!WireError::newer_code(&tonic::Status::unavailable("gone")));
+    }
+
+    #[test]
+    fn a_code_newer_than_this_build_is_told_apart() {
+        let details = ErrorDetails::with_error_info("FS_A_NEWER_CODE", DOMAIN, HashMap::new());
+        let status = tonic::Status::with_error_details(tonic::Code::PermissionDenied, "label", details);
+        assert_eq!(WireError::from_status(&status), None);
+        assert!(WireError::newer_code(&status));
+        assert!(!WireError::newer_code(&WireError::new(ErrorCode::NotFound, "/a", "m").into_status()));
     }
 }

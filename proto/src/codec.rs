@@ -10,7 +10,7 @@ use tonic::Status;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder};
 use tonic_prost::ProstEncoder;
 
-use crate::{ErrorCode, WireError};
+use crate::{ErrorCode, Reason, WireError};
 
 /// Why a body could not be decoded, as the `reason` metadata names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,10 +22,11 @@ pub enum Undecodable {
 }
 
 impl Undecodable {
-    pub fn as_str(self) -> &'static str {
+    /// The `reason` it travels as.
+    pub fn reason(self) -> Reason {
         match self {
-            Undecodable::InvalidUtf8 => "invalid_utf8",
-            Undecodable::Malformed => "malformed",
+            Undecodable::InvalidUtf8 => Reason::InvalidUtf8,
+            Undecodable::Malformed => Reason::Malformed,
         }
     }
 }
@@ -91,7 +92,7 @@ pub fn refusal(error: &prost::DecodeError) -> WireError {
     let field =
         detail.split(": ").next().filter(|first| first.contains('.') && !first.contains(' ')).unwrap_or("");
     WireError::new(ErrorCode::InvalidPath, "", "the request could not be decoded")
-        .with("reason", why.as_str())
+        .with_reason(why.reason())
         .with("field", field)
 }
 
@@ -105,7 +106,10 @@ mod tests {
         let wire = refusal(&error);
         assert_eq!(wire.code, ErrorCode::InvalidPath);
         assert_eq!(wire.clone().into_status().code(), tonic::Code::InvalidArgument);
-        assert_eq!((wire.get("reason"), wire.get("field")), (Some(expected.0.as_str()), Some(expected.1)));
+        assert_eq!(
+            (wire.get("reason"), wire.get("field")),
+            (Some(expected.0.reason().as_str()), Some(expected.1))
+        );
     }
 
     #[test]

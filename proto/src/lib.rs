@@ -6,10 +6,12 @@ mod code;
 pub mod codec;
 pub mod digest;
 pub mod names;
+pub mod reason;
 pub mod time;
 pub mod version;
 
 pub use code::{ErrorCode, WireError};
+pub use reason::{Reason, Step, TicketRefusal, Word, WorkerLost};
 
 /// Generated types of package `fsd.v1`.
 #[allow(clippy::all, missing_docs)]

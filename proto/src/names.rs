@@ -8,6 +8,13 @@
 //! that is not UTF-8 or a C0 control (and DEL) is `\xNN`, every other escaped character is
 //! `\u{HEX}`. [`unescape`] turns displayed text back into the exact bytes, so a name copied
 //! from a listing reaches exactly that file.
+//!
+//! [`for_people`] is the one escaper of text a person reads to decide on an escalation or
+//! operate the daemon: the approver's prompt (terminal and MCP elicitation), the description an
+//! approver signs and its terminal, the audit log's quotes of it. One character set: printable
+//! ASCII and the space as they are, every other character `\u{HEX}` (controls, bidi, invisible
+//! and look-alike letters alike), so what a person approves reads the same whichever program
+//! shows it.
 
 /// Whether a character is shown escaped: controls, bidi controls, zero-width characters and
 /// other invisible format characters.
@@ -60,6 +67,21 @@ pub fn sanitize(text: &str) -> String {
             c if (c as u32) < 0x20 || c == '\u{7f}' => out.push_str(&format!("\\x{:02x}", c as u32)),
             c if hidden(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
             c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Text a person reads (see the module's documentation): printable ASCII and the space shown,
+/// every other character as `\u{HEX}`. A newline is escaped too: a caller that shows lines
+/// escapes each one.
+pub fn for_people(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_ascii_graphic() || c == ' ' {
+            out.push(c);
+        } else {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
         }
     }
     out
@@ -157,6 +179,35 @@ mod tests {
         let shown = escape(b"a\xff\\b\n");
         assert_eq!(sanitize(&shown), shown);
         assert_eq!(sanitize("/ws/x\n\u{1b}[2J\u{202e}.md"), "/ws/x\\x0a\\x1b[2J\\u{202e}.md");
+    }
+
+    /// The hostile cases of every person-facing text (the approvers' prompts, the signed
+    /// description, its diff lines), one expectation each.
+    #[test]
+    fn text_for_people_shows_printable_ascii_and_escapes_every_other_character() {
+        let cases: &[(&str, &str)] = &[
+            ("a b/c", "a b/c"),
+            ("x\ny", "x\\u{a}y"),
+            ("line\nbreak", "line\\u{a}break"),
+            ("ok\rfake", "ok\\u{d}fake"),
+            ("\u{1b}[2Jclear", "\\u{1b}[2Jclear"),
+            ("\u{9b}31m", "\\u{9b}31m"),
+            ("a\u{202e}txt.exe", "a\\u{202e}txt.exe"),
+            ("a\u{2066}b\u{2069}", "a\\u{2066}b\\u{2069}"),
+            ("zero\u{200b}width\u{feff}", "zero\\u{200b}width\\u{feff}"),
+            ("soft\u{ad}hyphen", "soft\\u{ad}hyphen"),
+            ("line\u{2028}sep", "line\\u{2028}sep"),
+            ("tag\u{e0041}", "tag\\u{e0041}"),
+            ("filler\u{3164}", "filler\\u{3164}"),
+            ("caf\u{e9}", "caf\\u{e9}"),
+            // Cyrillic letters that look Latin are told apart.
+            ("p\u{430}yp\u{430}l", "p\\u{430}yp\\u{430}l"),
+            ("tab\there", "tab\\u{9}here"),
+            ("back\\slash", "back\\slash"),
+        ];
+        for (text, shown) in cases {
+            assert_eq!(for_people(text), *shown, "{text:?}");
+        }
     }
 
     #[test]

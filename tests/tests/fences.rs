@@ -29,19 +29,26 @@ impl Worker {
         let (ours, theirs) = fsd::sys::ipc::pair().unwrap();
         fsd::sys::ipc::set_inheritable(theirs.as_fd(), true).unwrap();
         let child = fsd_command()
-            .args(["--role", "worker", "--worker-mode", mode, "--listen", "unix:/nonexistent/fsd.sock"])
+            .args(["--role", "worker", "--worker-mode", mode])
             .arg("--ipc-fd")
             .arg(theirs.as_raw_fd().to_string())
-            .arg("--writable-root")
-            .arg(root)
             .env("FSD_LOG", "warn")
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
         drop(theirs);
-        // What the supervisor writes first on every child's socket.
-        fsd::ipc::send(&ours, &fsd::ipc::Start { digest_key: [7; fsd::backend::digest::KEY_BYTES] }, None)
-            .unwrap();
+        // What the supervisor writes first on every child's socket: the key and the configuration.
+        let config = fsd::config::Config::resolve(
+            fsd::config::ConfigFile::default(),
+            fsd::config::Overrides {
+                listen: vec!["unix:/nonexistent/fsd.sock".into()],
+                writable_roots: vec![root.to_owned()],
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let start = fsd::ipc::Start { digest_key: [7; fsd::backend::digest::KEY_BYTES], config };
+        fsd::ipc::send(&ours, &start, None).unwrap();
         let (ready, _) = fsd::ipc::recv::<FromWorker>(&ours).unwrap();
         assert!(
             matches!(ready, FromWorker::Ready { enforcement, .. } if enforcement == "landlock"),
@@ -105,7 +112,7 @@ fn the_kernel_refuses_what_the_resolver_is_bypassed_for() {
 
     // Through the normal request path, our own resolver refuses first, with the stable code.
     match w.ask(&ToWorker::Call(Request::Stat { path: p(&secret), no_follow: false })) {
-        FromWorker::Reply(Err(remote)) => assert_eq!(remote.code, "FS_SANDBOX_DENIED"),
+        FromWorker::Reply(Err(wire)) => assert_eq!(wire.code, ErrorCode::SandboxDenied),
         other => panic!("unexpected reply {other:?}"),
     }
     assert_eq!(std::fs::read_to_string(&secret).unwrap(), "secret\n");
@@ -123,7 +130,7 @@ fn a_read_only_worker_cannot_write_even_inside_its_root() {
     let request =
         Request::WriteText { path: p(&inside), content: "x".into(), guard: None, match_style: false };
     match w.ask(&ToWorker::Call(request)) {
-        FromWorker::Reply(Err(remote)) => assert_eq!(remote.code, "FS_SANDBOX_DENIED"),
+        FromWorker::Reply(Err(wire)) => assert_eq!(wire.code, ErrorCode::SandboxDenied),
         other => panic!("unexpected reply {other:?}"),
     }
     assert_eq!(std::fs::read_to_string(&inside).unwrap(), "inside\n");

@@ -2,7 +2,8 @@
 //! exit codes (0 success, 1 tool error, 2 usage or unreachable daemon); the embedded daemon of
 //! `--root` serves the call and leaves no socket directory behind; a restart waits for a
 //! predecessor that is still exiting instead of taking its listener for a live daemon; the
-//! journal's anchor attribute is held on writable roots while a daemon serves them.
+//! journal's anchor attribute is held on writable roots while a daemon serves them; the process
+//! role is one of three, and a child takes no configuration flag.
 
 use crate::common;
 
@@ -315,4 +316,31 @@ fn the_journal_anchor_is_held_on_writable_roots_while_a_daemon_serves_them() {
     assert_eq!(attributes(&first.root), [ANCHOR], "the other daemon still journals there");
     assert_eq!(second.terminate().unwrap().code(), Some(0));
     assert_eq!(attributes(&first.root), Vec::<String>::new(), "the last daemon to stop removes it");
+}
+
+/// The role is an enum with no catch-all: an unknown one is a usage error, not a supervisor
+/// (which it used to start); a worker names its mode; a child takes no configuration flag or
+/// file (its configuration is the supervisor's, in its first frame).
+#[test]
+fn a_role_is_one_of_three_and_a_child_takes_no_configuration_flag() {
+    let child_flag = "take their configuration from the supervisor's first frame, never from flags or a file";
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--role", "bogus", "--listen", "unix:/nonexistent/fsd.sock"],
+            "invalid value 'bogus' for '--role <ROLE>'",
+        ),
+        (&["--role", "worker", "--ipc-fd", "3"], "a worker needs --worker-mode"),
+        (&["--role", "worker", "--worker-mode", "sideways", "--ipc-fd", "3"], "invalid value 'sideways'"),
+        (&["--role", "network", "--ipc-fd", "3", "--config", "/nonexistent/fsd.toml"], child_flag),
+        (
+            &["--role", "worker", "--worker-mode", "read-only", "--ipc-fd", "3", "--writable-root", "/tmp"],
+            child_flag,
+        ),
+    ];
+    for (args, said) in cases {
+        let out = fsd_command().args(*args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+    }
 }

@@ -3,7 +3,8 @@
 //! daemon restarts on the same root. Every file must hold its last acknowledged content or the
 //! content of the call the kill cut, and no `.fsd-tmp-*` file or journal entry may remain (the
 //! supervisor's start-up and dead-worker sweeps remove them; see docs/reliability.md). And a
-//! worker killed while idle costs no call: the next one goes to another worker.
+//! worker killed while idle costs no call: the next one goes to another worker; its replacement
+//! serves the configuration the daemon started with, whatever the config file says by then.
 
 use crate::common;
 
@@ -41,6 +42,49 @@ fn a_call_sent_to_killed_idle_workers_is_served_by_their_replacement() {
         );
         assert_eq!(d.read("a.txt"), content.as_bytes());
     }
+}
+
+/// The configuration is read once, by the supervisor, and reaches every child in its first
+/// frame: workers that replace killed ones serve the roots the daemon was started with, not a
+/// root added to the config file since (they used to read the file again, and served it).
+#[test]
+fn replaced_workers_serve_the_configuration_the_daemon_started_with() {
+    use common::rpc::{Rpc, wire};
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("ws");
+    let second = dir.path().join("second");
+    std::fs::create_dir(&first).unwrap();
+    std::fs::create_dir(&second).unwrap();
+    let (first, second) = (std::fs::canonicalize(first).unwrap(), std::fs::canonicalize(second).unwrap());
+    std::fs::write(second.join("secret.txt"), "secret\n").unwrap();
+    let socket = dir.path().join("fsd.sock");
+    let config = dir.path().join("fsd.toml");
+    let roots = |roots: &[&std::path::Path]| {
+        let quoted: Vec<String> = roots.iter().map(|r| format!("{:?}", r.to_str().unwrap())).collect();
+        format!("writable_roots = [{}]\n", quoted.join(", "))
+    };
+    let process = launch().unix(&socket).config(&config, roots(&[&first])).start().unwrap();
+    let d = Daemon { process, socket, dir, root: first.clone() };
+    let mut rpc = Rpc::connect(&d);
+    // Served once: the workers are up.
+    rpc.write_text(&first.join("a.txt"), "alpha\n", None).expect("a write into the root");
+    std::fs::write(&config, roots(&[&first, &second])).unwrap();
+    let killed = d.process.kill_workers(&["workspace-write"]);
+    assert!(!killed.is_empty(), "no workspace-write worker to kill");
+    // Gone, their sockets are closed: the next call goes to a replacement, never into a socket
+    // a dying worker still holds (that call's outcome would be unknown).
+    fsd_testkit::procs::wait_gone(&killed, Duration::from_secs(10), "killed workers").unwrap();
+    // The replacements serve the root the daemon started with...
+    rpc.write_text(&first.join("b.txt"), "beta\n", None).expect("a write into the started root");
+    assert_eq!(d.read("b.txt"), b"beta\n");
+    // ...and neither read nor write the one the file names since.
+    let read = rpc.read_text(&second.join("secret.txt"), 1 << 20).expect_err("a read outside the roots");
+    let write =
+        rpc.write_text(&second.join("new.txt"), "new\n", None).expect_err("a write outside the roots");
+    for status in [read, write] {
+        assert_eq!(wire(&status).code, fsd_proto::ErrorCode::SandboxDenied, "{status:?}");
+    }
+    assert!(!second.join("new.txt").exists());
 }
 
 #[test]

@@ -2,7 +2,11 @@
 //! every `.rs` file opens with a `//!` line; generated `fsd.v1` types appear only in the edge
 //! modules (in the tools, tonic types too: they reach the daemon only through `daemon`); `unsafe` appears only in `fsd::sys`; the daemon writes none of the sentences the tools
 //! render for the model; no test, bench or soak starts `fsd` except through the shared kit
-//! (`testkit/`). Each rule is also run on planted violations, so
+//! (`testkit/`); only the supervisor reads the config file (in `main.rs`; the children get the
+//! resolved configuration from it); no code or metadata word (`reason`, `ticket`, `step`, `lost`)
+//! is set or read as a string in the daemon or the tools' failure texts (`fsd_proto`'s enums
+//! are); text a person reads is escaped by one function (`fsd_proto::names::for_people`), so no
+//! product crate escapes characters itself. Each rule is also run on planted violations, so
 //! a rule that silently stopped matching fails here too.
 
 use std::path::{Path, PathBuf};
@@ -20,6 +24,12 @@ enum Rule {
     ModelTextInDaemon,
     /// A test, bench or soak source spawning the `fsd` binary itself instead of through the kit.
     DaemonOutsideKit,
+    /// The config file loaded in the daemon outside the supervisor's start (`main.rs`).
+    ConfigReadOutsideSupervisor,
+    /// A code parsed, or a metadata word set or read, as a string rather than its enum.
+    StringTypedWord,
+    /// A character escaper outside `fsd_proto::names`, the one home of escaping.
+    SecondEscaper,
 }
 
 #[derive(Debug)]
@@ -76,6 +86,33 @@ const DAEMON: &str = "fsd/src/";
 
 /// Where `unsafe` may appear.
 const UNSAFE_HOME: &str = "fsd/src/sys/";
+
+/// The crates whose text reaches people, and the one file that escapes it for them.
+const PRODUCT: &[&str] = &["fsd/src/", "tool-client/src/", "approver/src/", "proto/src/"];
+const ESCAPER: &str = "proto/src/names.rs";
+
+/// The metadata keys whose values are `fsd_proto::reason` enums.
+const WORD_KEYS: &[&str] = &["reason", "ticket", "step", "lost"];
+
+/// Whether a line of code sets or reads a code or a metadata word as a string: in the daemon and
+/// the tools no code is parsed from text (the wire's decoding in `fsd_proto` does it), no word is
+/// set with `.with("reason", ...)`, and the failure texts read none with `get("reason")`.
+/// A unit-test file sends the daemon's words as a daemon's bytes would be, strings included.
+fn string_typed_word(rel: &str, code: &str) -> bool {
+    if rel.ends_with("/tests.rs") {
+        return false;
+    }
+    let typed_crates = [DAEMON, TOOLS, "proto/src/"];
+    let sets = typed_crates.iter().any(|c| rel.starts_with(c))
+        && WORD_KEYS.iter().any(|k| code.contains(&format!(".with(\"{k}\"")));
+    let parses = (rel.starts_with(DAEMON) || rel.starts_with(TOOLS)) && code.contains("ErrorCode::parse(");
+    let reads = rel.starts_with("tool-client/src/failure/")
+        && WORD_KEYS.iter().any(|k| code.contains(&format!("get(\"{k}\")")));
+    sets || parses || reads
+}
+
+/// Where the daemon may load its config file: the supervisor's start, and the module itself.
+const CONFIG_READERS: &[&str] = &["fsd/src/main.rs", "fsd/src/config/"];
 
 /// The crates that start daemons, which do it only through the kit (`fsd-testkit`, `testkit/`,
 /// is none of them).
@@ -178,6 +215,18 @@ fn check_source(rel: &str, source: &str) -> Vec<Violation> {
         }
         if HARNESSES.iter().any(|h| rel.starts_with(h)) && spawns_fsd(code) {
             push(index + 1, Rule::DaemonOutsideKit);
+        }
+        if rel.starts_with(DAEMON)
+            && !CONFIG_READERS.iter().any(|r| rel.starts_with(r))
+            && (code.contains("Config::load(") || has_word(code, "ConfigFile"))
+        {
+            push(index + 1, Rule::ConfigReadOutsideSupervisor);
+        }
+        if string_typed_word(rel, code) {
+            push(index + 1, Rule::StringTypedWord);
+        }
+        if PRODUCT.iter().any(|p| rel.starts_with(p)) && rel != ESCAPER && code.contains("escape_unicode(") {
+            push(index + 1, Rule::SecondEscaper);
         }
     }
     found
@@ -373,6 +422,53 @@ fn each_rule_catches_a_planted_violation() {
     check("testkit/src/bins.rs", &format!("//! X.\nlet c = {new}&self.fsd);\n"), &[]);
     check("tool-client/src/doctor.rs", &format!("//! X.\nlet c = {new}&fsd);\n"), &[]);
     check("tests/tests/x.rs", &format!("//! X.\n// never {new}fsd_bin()) here\n"), &[]);
+    // The config file is the supervisor's to read: a child takes what its first frame carries.
+    check(
+        "fsd/src/worker.rs",
+        "//! X.\nlet c = Config::load(Some(&path), flags)?;\nlet f: ConfigFile = toml::from_str(t)?;\n",
+        &[(2, Rule::ConfigReadOutsideSupervisor), (3, Rule::ConfigReadOutsideSupervisor)],
+    );
+    check("fsd/src/main.rs", "//! X.\nlet config = Config::load(args.config.as_deref(), o);\n", &[]);
+    check("fsd/src/config/mod.rs", "//! X.\npub fn load(file: Option<&Path>) -> ConfigFile {}\n", &[]);
+    check("tests/tests/deploy_examples.rs", "//! X.\nfsd::config::Config::load(Some(&p), o)\n", &[]);
+    // Codes and words cross every boundary as `fsd_proto`'s enums.
+    check(
+        "fsd/src/ipc.rs",
+        "//! X.\nlet code = ErrorCode::parse(&self.code).unwrap_or(ErrorCode::IoError);\n",
+        &[(2, Rule::StringTypedWord)],
+    );
+    check(
+        "fsd/src/dispatch/mod.rs",
+        "//! X.\nwire.with(\"reason\", \"worker_lost\").with(\"lost\", lost)\n",
+        &[(2, Rule::StringTypedWord)],
+    );
+    check(
+        "tool-client/src/failure/mod.rs",
+        "//! X.\nmatch wire.get(\"step\") {\n",
+        &[(2, Rule::StringTypedWord)],
+    );
+    check("proto/src/code.rs", "//! X.\nlet code = ErrorCode::parse(&info.reason)?;\n", &[]);
+    check("fsd/src/error.rs", "//! X.\nwire.with_reason(Reason::Gone).with(\"kept\", kept)\n", &[]);
+    check("tool-client/src/mcp.rs", "//! X.\nlet reason = content.get(\"reason\");\n", &[]);
+    check("tool-client/src/failure/tests.rs", "//! X.\nwire.with(\"reason\", \"read_only\")\n", &[]);
+    check(
+        "tests/tests/hardening.rs",
+        "//! X.\nassert_eq!(wire.get(\"reason\"), Some(\"protected\"));\n",
+        &[],
+    );
+    // One escaper for what people read.
+    check(
+        "approver/src/lib.rs",
+        "//! X.\ntext.chars().map(|c| c.escape_unicode().to_string()).collect()\n",
+        &[(2, Rule::SecondEscaper)],
+    );
+    check(
+        "tool-client/src/approver.rs",
+        "//! X.\nif hidden(c) { c.escape_unicode().to_string() } else { c.to_string() }\n",
+        &[(2, Rule::SecondEscaper)],
+    );
+    check("proto/src/names.rs", "//! X.\nc.escape_unicode().to_string()\n", &[]);
+    check("tests/tests/x.rs", "//! X.\nlet shown = c.escape_unicode().to_string();\n", &[]);
 }
 
 #[test]

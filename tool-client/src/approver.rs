@@ -8,6 +8,9 @@ use std::io::{BufRead, Write};
 use std::path::Path;
 
 use fsd_approver::Rules;
+// What could disguise a path or reason in the prompt is escaped by the one escaper of
+// person-facing text, shared with the daemon's description and `fsd-approver`'s terminal.
+use fsd_proto::names::for_people as escape;
 
 /// Who approves a wider mode.
 #[derive(Debug, Clone)]
@@ -126,39 +129,6 @@ impl Approver {
     }
 }
 
-/// Escapes control, bidi and other non-printing characters so a path cannot disguise itself:
-/// controls (an ANSI escape starts with one), bidi embeddings, overrides and isolates, the
-/// marks, zero-width and invisible characters, line and paragraph separators, variation
-/// selectors and tags. Other non-ASCII text (`café`) is shown as it is.
-pub fn escape(text: &str) -> String {
-    text.chars().map(|c| if hidden(c) { c.escape_unicode().to_string() } else { c.to_string() }).collect()
-}
-
-/// Whether a terminal could show `c` as nothing, or let it restyle or reorder what follows.
-fn hidden(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{ad}'
-                | '\u{34f}'
-                | '\u{61c}'
-                | '\u{115f}'..='\u{1160}'
-                | '\u{17b4}'..='\u{17b5}'
-                | '\u{180b}'..='\u{180f}'
-                | '\u{200b}'..='\u{200f}'
-                | '\u{2028}'..='\u{202e}'
-                | '\u{2060}'..='\u{206f}'
-                | '\u{3164}'
-                | '\u{fe00}'..='\u{fe0f}'
-                | '\u{feff}'
-                | '\u{ffa0}'
-                | '\u{fff0}'..='\u{fffb}'
-                | '\u{1bca0}'..='\u{1bca3}'
-                | '\u{1d173}'..='\u{1d17a}'
-                | '\u{e0000}'..='\u{e0fff}'
-        )
-}
-
 /// Characters of the model's reason shown; the rest is said to be there, not shown.
 const MAX_REASON_CHARS: usize = 1000;
 
@@ -250,23 +220,6 @@ mod tests {
             &["/srv/a/../b", "/srv/c"],
             "The agent asks to run write at danger-full-access mode.\n  path: /srv/b (requested as /srv/a/../b)\n  path: /srv/c\n  reason: the user asked\nApprove this one call?",
         );
-    }
-
-    #[test]
-    fn escaping_disarms_bidi_and_control_characters() {
-        let check = |text: &str, shown: &str| assert_eq!(escape(text), shown, "{text:?}");
-        check("a\u{202e}txt.exe", "a\\u{202e}txt.exe");
-        check("line\nbreak", "line\\u{a}break");
-        check("café", "café");
-        check("\u{1b}[2Jclear", "\\u{1b}[2Jclear");
-        check("ok\rfake", "ok\\u{d}fake");
-        check("a\u{2066}b\u{2069}", "a\\u{2066}b\\u{2069}");
-        check("zero\u{200b}width\u{feff}", "zero\\u{200b}width\\u{feff}");
-        check("soft\u{ad}hyphen", "soft\\u{ad}hyphen");
-        check("line\u{2028}sep", "line\\u{2028}sep");
-        check("tag\u{e0041}", "tag\\u{e0041}");
-        check("filler\u{3164}", "filler\\u{3164}");
-        check("\u{9b}31m", "\\u{9b}31m");
     }
 
     /// The prompt a person reads (terminal or MCP host), whole: nothing in the model's reason

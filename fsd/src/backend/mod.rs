@@ -61,7 +61,7 @@ impl Mode {
 }
 
 /// The backend's bounds; all reported by hello.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct Limits {
     pub max_editable_bytes: u64,
     pub max_read_bytes: u64,
@@ -275,7 +275,7 @@ pub enum Outcome {
 }
 
 /// The roots and policy a backend serves, fixed at startup.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RootSpec {
     pub path: PathBuf,
     pub writable: bool,

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use super::ConfigError;
 
 /// Where the daemon listens.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Listen {
     Unix(PathBuf),
     Tcp(std::net::SocketAddr),
@@ -107,7 +107,7 @@ fn group_id(name: &str) -> Option<u32> {
 }
 
 /// Connection limits (HTTP/2 and TCP) of the daemon's listeners.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Transport {
     /// Open connections per TCP listener; more are closed at accept.
     pub max_connections: usize,

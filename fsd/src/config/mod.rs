@@ -24,7 +24,7 @@ use listen::socket_access;
 use rest::rest_settings;
 
 /// How far the daemon trusts a client's claim that a wider mode was approved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Escalation {
     Deny,
     Client,
@@ -41,10 +41,20 @@ impl Escalation {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum LogFormat {
     Human,
     Json,
+}
+
+impl LogFormat {
+    /// The value of `log_format` and `--log-format`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Human => "human",
+            LogFormat::Json => "json",
+        }
+    }
 }
 
 /// What the flags say; each set flag overrides the file.
@@ -58,7 +68,7 @@ pub struct Overrides {
 }
 
 /// The resolved configuration.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Config {
     pub listen: Vec<Listen>,
     pub roots: Vec<RootSpec>,
@@ -99,7 +109,7 @@ pub struct Config {
 }
 
 /// Whether a kernel without the Landlock floor may still serve the confined modes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum LandlockPolicy {
     Required,
     BestEffort,

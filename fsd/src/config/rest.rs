@@ -6,7 +6,7 @@ use super::ConfigError;
 use crate::backend::RootSpec;
 
 /// The REST face's settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Rest {
     /// The absolute directory request paths are joined to (one of the roots).
     pub root: PathBuf,

@@ -43,17 +43,17 @@ pub enum CpuError {
 
 impl CpuError {
     /// The `reason` metadata of the `FS_IO_ERROR` it is reported as.
-    pub fn as_str(self) -> &'static str {
+    pub fn reason(self) -> fsd_proto::Reason {
         match self {
-            CpuError::Failed => "check_failed",
-            CpuError::Stopped => "check_pool_stopped",
+            CpuError::Failed => fsd_proto::Reason::CheckFailed,
+            CpuError::Stopped => fsd_proto::Reason::CheckPoolStopped,
         }
     }
 
     /// The failure a caller of the check on `path` is answered with.
     pub fn into_wire(self, path: &str) -> fsd_proto::WireError {
         fsd_proto::WireError::new(fsd_proto::ErrorCode::IoError, path, self.to_string())
-            .with("reason", self.as_str())
+            .with_reason(self.reason())
     }
 }
 

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use super::Dispatcher;
 use super::pool::{Answer, Expect, Job, Lost, Pool};
+use fsd_proto::WorkerLost;
+
 use crate::backend::Mode;
 use crate::ipc::{self, FromWorker, IpcError, ToWorker};
 use crate::sys::ipc::AsyncFrames;
@@ -72,7 +74,7 @@ impl Refused {
             Refused::Gone(e) => e.to_string(),
             Refused::Unsendable(e) => e.to_string(),
         };
-        Lost("send_failed", format!("send: {detail}"))
+        Lost(WorkerLost::SendFailed, format!("send: {detail}"))
     }
 }
 
@@ -258,7 +260,7 @@ impl Dispatcher {
                     // restarts once the grant is sent.
                     held = Some(self.locks.lock(&keys).await);
                     if ipc::send_async(&worker.frames, &ToWorker::LockGranted, None).await.is_err() {
-                        return Err(Lost("lock_wait", "gone while waiting for a lock".into()));
+                        return Err(Lost(WorkerLost::LockWait, "gone while waiting for a lock".into()));
                     }
                 }
                 // A streamed write in progress: the deadline restarts.
@@ -267,7 +269,7 @@ impl Dispatcher {
                     drop(held);
                     return expect
                         .accept(reply, fd)
-                        .ok_or_else(|| Lost("unexpected_message", "unexpected message".into()));
+                        .ok_or_else(|| Lost(WorkerLost::UnexpectedMessage, "unexpected message".into()));
                 }
                 Err(IpcError::TimedOut) => {
                     tracing::error!(
@@ -275,9 +277,9 @@ impl Dispatcher {
                         mode = mode.as_str(),
                         "call overran its deadline; killing the worker"
                     );
-                    return Err(Lost("deadline", "deadline passed; worker killed".into()));
+                    return Err(Lost(WorkerLost::Deadline, "deadline passed; worker killed".into()));
                 }
-                Err(e) => return Err(Lost("died", format!("died: {e}"))),
+                Err(e) => return Err(Lost(WorkerLost::Died, format!("died: {e}"))),
             }
         }
     }

@@ -22,7 +22,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fsd_proto::{ErrorCode, WireError};
+use fsd_proto::{ErrorCode, Reason, WireError};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::backend::{Mode, Outcome, Request, StreamHeader};
@@ -224,19 +224,19 @@ impl Dispatcher {
             // Not a fence decision: the mode is down; the call ran nowhere.
             let message = format!("{} mode is not serving: {reason}", mode.as_str());
             return failure(ErrorCode::IoError, path, &message)
-                .with("reason", "mode_stuck")
+                .with_reason(Reason::ModeStuck)
                 .with("mode", mode.as_str())
                 .with("abandoned_workers", abandoned.to_string());
         }
         let message = format!("{} mode is not served by this daemon: {reason}", mode.as_str());
         failure(ErrorCode::SandboxDenied, path, &message)
-            .with("reason", "mode_unserved")
+            .with_reason(Reason::ModeUnserved)
             .with("mode", mode.as_str())
     }
 
     /// A final reply of the wrong kind, which [`Expect`] already refused: unreachable.
     fn mismatched(path: &str) -> WireError {
-        failure(ErrorCode::IoError, path, "unexpected reply").with("reason", "unexpected_reply")
+        failure(ErrorCode::IoError, path, "unexpected reply").with_reason(Reason::UnexpectedReply)
     }
 
     /// Queues one call for a worker of `mode`, fairly among `identity`'s peers, and waits for
@@ -288,7 +288,7 @@ impl Dispatcher {
                 Ok(answer) => break answer,
                 Err(_) if queued.give_up() => {
                     return Err(failure(ErrorCode::Aborted, path, "queue: no free worker by the deadline")
-                        .with("reason", "no_free_worker"));
+                        .with_reason(Reason::NoFreeWorker));
                 }
                 // A driver has the call: its exchange answers within its own deadline, unless
                 // it puts the call back, which the next round sees.
@@ -299,8 +299,8 @@ impl Dispatcher {
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(Lost(lost, what))) => {
                 Err(failure(ErrorCode::Aborted, path, &format!("worker lost: {what}"))
-                    .with("reason", "worker_lost")
-                    .with("lost", lost))
+                    .with_reason(Reason::WorkerLost)
+                    .with_word(lost))
             }
             // The queue was emptied: the mode stopped being served.
             Err(_) => Err(Dispatcher::unavailable(mode, path, &pool.state())),
@@ -312,7 +312,7 @@ impl Dispatcher {
         let path = request.path().to_owned();
         let message = ToWorker::Call(request);
         match self.run(mode, identity, &path, message, None, Expect::Reply).await? {
-            Final::Reply(result) => result.map_err(|remote| remote.into_wire()),
+            Final::Reply(result) => result,
             Final::Stream(..) => Err(Dispatcher::mismatched(&path)),
         }
     }
@@ -329,7 +329,7 @@ impl Dispatcher {
         let path = request.path().to_owned();
         let message = ToWorker::Call(request);
         match self.run(mode, identity, &path, message, Some(body), Expect::Reply).await? {
-            Final::Reply(result) => result.map_err(|remote| remote.into_wire()),
+            Final::Reply(result) => result,
             Final::Stream(..) => Err(Dispatcher::mismatched(&path)),
         }
     }
@@ -346,9 +346,9 @@ impl Dispatcher {
         match self.run(mode, identity, path, message, None, Expect::Stream).await? {
             Final::Stream(Ok(header), Some(fd)) => Ok((header, File::from(fd))),
             Final::Stream(Ok(_), None) => {
-                Err(failure(ErrorCode::IoError, path, "no descriptor").with("reason", "no_descriptor"))
+                Err(failure(ErrorCode::IoError, path, "no descriptor").with_reason(Reason::NoDescriptor))
             }
-            Final::Stream(Err(remote), _) => Err(remote.into_wire()),
+            Final::Stream(Err(wire), _) => Err(wire),
             Final::Reply(_) => Err(Dispatcher::mismatched(path)),
         }
     }

@@ -10,7 +10,8 @@ use tokio::sync::{Notify, oneshot};
 
 use super::queue::FairQueue;
 use crate::backend::{Outcome, StreamHeader};
-use crate::ipc::{FromWorker, Remote, ToWorker};
+use crate::ipc::{FromWorker, ToWorker};
+use fsd_proto::WireError;
 
 /// The final reply a call waits for (lock requests and progress come before it).
 #[derive(Debug, Clone, Copy)]
@@ -22,9 +23,9 @@ pub(super) enum Expect {
 /// A worker's final reply to a call, of the kind the call expects.
 #[derive(Debug)]
 pub(super) enum Final {
-    Reply(Result<Outcome, Remote>),
+    Reply(Result<Outcome, WireError>),
     /// A streamed read's header, with the descriptor its frame carried.
-    Stream(Result<StreamHeader, Remote>, Option<OwnedFd>),
+    Stream(Result<StreamHeader, WireError>, Option<OwnedFd>),
 }
 
 impl Expect {
@@ -205,4 +206,4 @@ impl Drop for Queued<'_> {
 /// A worker that failed mid-call: the call's outcome is unknown. The `lost` metadata the tools
 /// word it from, and a label for the log.
 #[derive(Debug)]
-pub(super) struct Lost(pub(super) &'static str, pub(super) String);
+pub(super) struct Lost(pub(super) fsd_proto::WorkerLost, pub(super) String);

@@ -30,7 +30,7 @@ fn ended_error(ended: stream::Ended, path: &str, idle: std::time::Duration) -> O
         stream::Ended::Idle => {
             tracing::info!(path = %path, idle_ms = idle.as_millis() as u64, "stream not read; cancelled");
             WireError::new(ErrorCode::Aborted, path, "stream idle; cancelled")
-                .with("reason", "stream_idle")
+                .with_reason(fsd_proto::Reason::StreamIdle)
                 .with("limit_ms", idle.as_millis().to_string())
         }
         stream::Ended::Read(e) => Failure::new(FsError::Read(e), path.to_owned()).into_wire(),

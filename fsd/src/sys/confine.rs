@@ -174,79 +174,277 @@ pub fn landlock(grants: &[(PathBuf, Grant)], required: bool) -> Result<Enforceme
     Ok(enforcement)
 }
 
-/// The system calls a worker makes: descriptor-relative file operations, memory, its IPC
-/// socket, time and exit. Everything else fails with EPERM.
-const WORKER_SYSCALLS: &[i64] = &[
-    libc::SYS_read,
-    libc::SYS_write,
-    libc::SYS_readv,
-    libc::SYS_writev,
-    libc::SYS_pread64,
-    libc::SYS_pwrite64,
-    libc::SYS_lseek,
-    libc::SYS_close,
-    libc::SYS_openat,
-    libc::SYS_openat2,
-    libc::SYS_fstat,
-    libc::SYS_newfstatat,
-    libc::SYS_statx,
-    libc::SYS_fsync,
-    libc::SYS_fdatasync,
-    libc::SYS_fchmod,
-    libc::SYS_fchown,
-    // Emptying a temporary file whose name cannot be removed (sys::empty_file).
-    libc::SYS_ftruncate,
-    // The temporary-file journal on the roots (backend::journal), on descriptors only, as
-    // fchmod and fchown: a worker can reach no xattr a path would name.
-    libc::SYS_fsetxattr,
-    libc::SYS_fremovexattr,
-    // Keeping a replaced file's ACL and user attributes (backend::write), descriptors only.
-    libc::SYS_fgetxattr,
-    libc::SYS_flistxattr,
-    libc::SYS_renameat2,
-    libc::SYS_renameat,
-    libc::SYS_unlinkat,
-    libc::SYS_mkdirat,
-    libc::SYS_getdents64,
-    libc::SYS_readlinkat,
-    libc::SYS_fcntl,
-    libc::SYS_dup,
-    libc::SYS_recvmsg,
-    libc::SYS_sendmsg,
-    libc::SYS_recvfrom,
-    libc::SYS_sendto,
-    libc::SYS_mmap,
-    libc::SYS_munmap,
-    libc::SYS_mremap,
-    libc::SYS_mprotect,
-    libc::SYS_brk,
-    libc::SYS_madvise,
-    libc::SYS_futex,
-    libc::SYS_rt_sigprocmask,
-    libc::SYS_rt_sigaction,
-    libc::SYS_rt_sigreturn,
-    libc::SYS_sigaltstack,
-    libc::SYS_sched_yield,
-    libc::SYS_getrandom,
-    libc::SYS_clock_gettime,
-    libc::SYS_clock_nanosleep,
-    libc::SYS_nanosleep,
-    libc::SYS_getpid,
-    libc::SYS_gettid,
-    libc::SYS_tgkill,
-    libc::SYS_getuid,
-    libc::SYS_geteuid,
-    libc::SYS_getgid,
-    libc::SYS_getegid,
-    libc::SYS_poll,
-    libc::SYS_ppoll,
-    libc::SYS_restart_syscall,
-    libc::SYS_exit,
-    libc::SYS_exit_group,
+/// One system call an allowlist lets through, and why the role makes it.
+#[derive(Debug, Clone, Copy)]
+pub struct Allowed {
+    pub nr: i64,
+    /// The `libc` constant's name (`SYS_read`).
+    pub name: &'static str,
+    pub why: &'static str,
+}
+
+/// A call allowed only when argument `arg` (its low 32 bits) is one of `values`.
+#[derive(Debug, Clone, Copy)]
+pub struct AllowedIf {
+    pub nr: i64,
+    pub name: &'static str,
+    pub arg: u8,
+    pub values: &'static [Value],
+    pub why: &'static str,
+}
+
+/// A value an argument must have.
+#[derive(Debug, Clone, Copy)]
+pub enum Value {
+    Is(u64),
+    /// The confined process's own pid, known only when its filter is built.
+    OwnPid,
+}
+
+macro_rules! allowed {
+    ($($name:ident: $why:literal,)*) => {
+        &[$(Allowed { nr: libc::$name, name: stringify!($name), why: $why },)*]
+    };
+}
+
+/// Calls both confined roles make: their sockets' frames, memory, threads' waits, signals' plumbing,
+/// time and exit.
+const BASE: &[Allowed] = allowed! {
+    SYS_read: "socket frames (IPC, HTTP/2), files read through a descriptor",
+    SYS_write: "socket frames, files written through a descriptor, log lines on stderr",
+    SYS_readv: "vectored socket and file reads (std, tokio)",
+    SYS_writev: "vectored socket and file writes (std, tokio, the log)",
+    SYS_pread64: "reading a file at an offset: the content digest's pread, a stream's chunks",
+    SYS_lseek: "a file descriptor's position (std's read_to_end and seek)",
+    SYS_close: "closing descriptors",
+    SYS_fstat: "a descriptor's metadata (std's metadata of an open file)",
+    SYS_fsync: "durability of a written file (worker) or of the audit log (network)",
+    SYS_fdatasync: "durability of data without metadata (std's sync_data)",
+    SYS_fcntl: "descriptor flags: CLOEXEC, non-blocking sockets, F_DUPFD_CLOEXEC",
+    SYS_dup: "duplicating a descriptor (std's try_clone)",
+    SYS_sendto: "socket writes without a message header (std's send)",
+    SYS_recvfrom: "socket reads without a message header (std's recv)",
+    SYS_sendmsg: "IPC frames with SCM_RIGHTS (descriptors passed between processes)",
+    SYS_recvmsg: "IPC frames with SCM_RIGHTS",
+    SYS_poll: "waiting on a descriptor with a deadline (std's blocking reads with a timeout)",
+    SYS_ppoll: "poll with a signal mask (glibc's poll on some architectures)",
+    SYS_mmap: "the allocator's memory",
+    SYS_munmap: "the allocator's memory",
+    SYS_mremap: "the allocator growing a mapping",
+    SYS_mprotect: "the allocator and thread stacks' guard pages",
+    SYS_brk: "the allocator's heap",
+    SYS_madvise: "the allocator returning memory",
+    SYS_futex: "locks and condition variables",
+    SYS_sched_yield: "spin loops of locks and channels",
+    SYS_rt_sigprocmask: "signal masks around thread starts and waits",
+    SYS_rt_sigaction: "signal dispositions (SIGPIPE, SIGXFSZ ignored)",
+    SYS_rt_sigreturn: "returning from a signal handler",
+    SYS_sigaltstack: "std's stack overflow handler, per thread",
+    SYS_getrandom: "hash map seeds, temporary file names, nonces",
+    SYS_clock_gettime: "deadlines and timestamps (vDSO fallback)",
+    SYS_clock_nanosleep: "sleeps (std's thread::sleep)",
+    SYS_nanosleep: "sleeps (older glibc)",
+    SYS_getpid: "the process id, for logs and the network's own-thread signals",
+    SYS_gettid: "thread ids (locks, thread names)",
+    SYS_getuid: "the identity, reported in logs",
+    SYS_geteuid: "the identity, reported in logs",
+    SYS_getgid: "the identity, reported in logs",
+    SYS_getegid: "the identity, reported in logs",
+    SYS_restart_syscall: "the kernel's restart of a call a signal interrupted",
+    SYS_exit: "a thread's end",
+    SYS_exit_group: "the process's end",
+};
+
+/// What a worker adds: the descriptor-relative file calls of its one request at a time.
+const WORKER: &[Allowed] = allowed! {
+    SYS_pwrite64: "writing a file at an offset (the journal's record, a temporary file)",
+    SYS_openat: "the walk: one component at a time, relative to a root's descriptor",
+    SYS_openat2: "the walk with RESOLVE_BENEATH and RESOLVE_NO_MAGICLINKS",
+    SYS_newfstatat: "a component's metadata relative to its directory's descriptor",
+    SYS_statx: "versions (mount id, birth time, change time) of an open file",
+    SYS_fchmod: "a replaced file's mode kept on its temporary file, by descriptor",
+    SYS_fchown: "a replaced file's owner kept on its temporary file, by descriptor",
+    SYS_ftruncate: "emptying a temporary file whose name cannot be removed (sys::empty_file)",
+    SYS_fsetxattr: "the temporary-file journal's anchor on a root, by descriptor only",
+    SYS_fremovexattr: "the journal's anchor removed, by descriptor only",
+    SYS_fgetxattr: "a replaced file's ACL and user attributes read, by descriptor only",
+    SYS_flistxattr: "a replaced file's attribute names, by descriptor only",
+    SYS_renameat2: "the atomic replace (RENAME_EXCHANGE) and moves (RENAME_NOREPLACE)",
+    SYS_renameat: "rename where renameat2's flags are not needed",
+    SYS_unlinkat: "removals and temporary files, relative to a directory's descriptor",
+    SYS_mkdirat: "the parent directories a write makes, relative to a descriptor",
+    SYS_getdents64: "listDir and tree removal",
+    SYS_readlinkat: "a link's target, for stat and listings",
+    SYS_tgkill: "std's abort on a panic, to itself (a worker has no other process's pid)",
+};
+
+/// What the network process adds: its listeners and clients, tokio's epoll, eventfd and threads.
+/// Nothing that opens, creates, changes or runs a path.
+const NETWORK: &[Allowed] = allowed! {
+    SYS_dup3: "replacing a descriptor (tokio's signal pipe)",
+    SYS_socket: "the approver's connection (after confinement)",
+    SYS_connect: "the approver's connection",
+    SYS_accept: "accepting clients on a listener",
+    SYS_accept4: "accepting clients with CLOEXEC and non-blocking",
+    SYS_shutdown: "closing a connection's direction (HTTP/2, TLS close_notify)",
+    SYS_getsockopt: "a socket's error and peer credentials (SO_PEERCRED: who calls)",
+    SYS_setsockopt: "keepalive, TCP_NODELAY, buffer sizes",
+    SYS_getsockname: "a listener's bound address (port 0), logged",
+    SYS_getpeername: "a client's address, for per-source handshake caps",
+    SYS_sendmmsg: "batched socket writes (DNS-free hyper paths, tokio)",
+    SYS_recvmmsg: "batched socket reads",
+    SYS_socketpair: "internal wakeups of tokio and the worker channels",
+    SYS_pipe2: "tokio's signal pipe and stream bodies handed to workers",
+    SYS_epoll_create1: "tokio's event loop",
+    SYS_epoll_ctl: "tokio's event loop",
+    SYS_epoll_wait: "tokio's event loop",
+    SYS_epoll_pwait: "tokio's event loop (glibc's epoll_wait on some architectures)",
+    SYS_epoll_pwait2: "tokio's event loop with a nanosecond timeout",
+    SYS_eventfd2: "tokio's waker",
+    SYS_clone: "threads: tokio's workers and blocking pool, the check and reader pools (clone3 answers ENOSYS)",
+    SYS_set_robust_list: "a new thread's futex list (glibc)",
+    SYS_rseq: "a new thread's restartable sequences (glibc)",
+    SYS_sched_getaffinity: "how many threads to start (available_parallelism)",
+    SYS_clock_getres: "timer resolution (tokio's time driver)",
+    SYS_getppid: "whether the supervisor is still its parent",
+    SYS_uname: "the kernel release, for hello and logs",
+    SYS_prlimit64: "reading its descriptor limit (no raise: it is set before confinement)",
+};
+
+/// `FS_IOC_GETVERSION`: an inode's generation, part of a version.
+const FS_IOC_GETVERSION: u64 = 0x8008_7601;
+/// `FIONBIO`: std's `set_nonblocking` on a socket.
+const FIONBIO: u64 = 0x5421;
+/// `FIONREAD`, asked of sockets by some readers.
+const FIONREAD: u64 = 0x541b;
+/// `AT_EMPTY_PATH`.
+const AT_EMPTY_PATH: u64 = 0x1000;
+
+/// Calls both roles make with one argument fixed: the second filter's load.
+const BASE_IF: &[AllowedIf] = &[AllowedIf {
+    nr: libc::SYS_prctl,
+    name: "SYS_prctl",
+    arg: 0,
+    values: &[Value::Is(libc::PR_SET_NO_NEW_PRIVS as u64)],
+    why: "loading the clone3 filter after the allowlist (no_new_privs is set already: it narrows nothing)",
+}];
+
+const WORKER_IF: &[AllowedIf] = &[AllowedIf {
+    nr: libc::SYS_ioctl,
+    name: "SYS_ioctl",
+    arg: 1,
+    values: &[Value::Is(FS_IOC_GETVERSION)],
+    why: "an inode's generation for its version; the only ioctl a worker makes",
+}];
+
+const NETWORK_IF: &[AllowedIf] = &[
+    AllowedIf {
+        nr: libc::SYS_ioctl,
+        name: "SYS_ioctl",
+        arg: 1,
+        values: &[Value::Is(FIONBIO), Value::Is(FIONREAD)],
+        why: "non-blocking sockets (std's set_nonblocking) and bytes ready to read",
+    },
+    AllowedIf {
+        nr: libc::SYS_prctl,
+        name: "SYS_prctl",
+        arg: 0,
+        values: &[Value::Is(libc::PR_SET_NAME as u64), Value::Is(libc::PR_GET_NAME as u64)],
+        why: "naming tokio's `fsd-net` threads, reading a name",
+    },
+    AllowedIf {
+        nr: libc::SYS_newfstatat,
+        name: "SYS_newfstatat",
+        arg: 3,
+        values: &[Value::Is(AT_EMPTY_PATH)],
+        // A caller that passes a path with the flag still resolves the path (seccomp cannot
+        // read strings): a stat leaks metadata, never content, and Landlock refuses every open.
+        why: "glibc's fstat is newfstatat(fd, \"\", AT_EMPTY_PATH) (tokio's pipe check, std's metadata fallback)",
+    },
+    AllowedIf {
+        nr: libc::SYS_tgkill,
+        name: "SYS_tgkill",
+        arg: 0,
+        values: &[Value::OwnPid],
+        why: "signals to its own threads only: never the supervisor or the workers, which may share its uid",
+    },
 ];
 
-/// `FS_IOC_GETVERSION`, the only ioctl a worker makes.
-const FS_IOC_GETVERSION: u64 = 0x8008_7601;
+/// The two processes an allowlist confines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Filtered {
+    Worker,
+    Network,
+}
+
+impl Filtered {
+    /// The calls it makes with any arguments: the base and its own.
+    pub fn allowed(self) -> impl Iterator<Item = &'static Allowed> {
+        let own = match self {
+            Filtered::Worker => WORKER,
+            Filtered::Network => NETWORK,
+        };
+        BASE.iter().chain(own)
+    }
+
+    /// The calls it makes with one argument fixed.
+    pub fn allowed_if(self) -> impl Iterator<Item = &'static AllowedIf> {
+        let own = match self {
+            Filtered::Worker => WORKER_IF,
+            Filtered::Network => NETWORK_IF,
+        };
+        BASE_IF.iter().chain(own)
+    }
+
+    /// Its filters, in load order: the allowlist (everything else fails with EPERM), then one
+    /// that answers clone3 with ENOSYS, so a library that starts a thread falls back to clone
+    /// instead of failing outright. `own_pid` is the confined process's.
+    pub fn programs(self, own_pid: u32) -> Result<[seccompiler::BpfProgram; 2], ConfineError> {
+        let err = seccomp_err;
+        let mut rules: BTreeMap<i64, Vec<SeccompRule>> = self.allowed().map(|a| (a.nr, vec![])).collect();
+        // The second filter's load: seccomp(2) can only narrow what the process may do.
+        rules.insert(libc::SYS_seccomp, vec![]);
+        for allowed in self.allowed_if() {
+            for value in allowed.values {
+                let value = match value {
+                    Value::Is(v) => *v,
+                    Value::OwnPid => u64::from(own_pid),
+                };
+                let arg =
+                    SeccompCondition::new(allowed.arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)
+                        .map_err(|e| err(&e))?;
+                rules.entry(allowed.nr).or_default().push(SeccompRule::new(vec![arg]).map_err(|e| err(&e))?);
+            }
+        }
+        let allow = SeccompFilter::new(
+            rules,
+            SeccompAction::Errno(libc::EPERM as u32),
+            SeccompAction::Allow,
+            arch()?,
+        )
+        .map_err(|e| err(&e))?;
+        let clone3: BTreeMap<i64, Vec<SeccompRule>> = [(libc::SYS_clone3, vec![])].into_iter().collect();
+        let enosys = SeccompFilter::new(
+            clone3,
+            SeccompAction::Allow,
+            SeccompAction::Errno(libc::ENOSYS as u32),
+            arch()?,
+        )
+        .map_err(|e| err(&e))?;
+        let compile = |filter: SeccompFilter| -> Result<seccompiler::BpfProgram, ConfineError> {
+            filter.try_into().map_err(|e: seccompiler::BackendError| err(&e))
+        };
+        Ok([compile(allow)?, compile(enosys)?])
+    }
+
+    /// Loads its filters on the calling thread (and the threads it starts later).
+    fn load(self) -> Result<(), ConfineError> {
+        for program in self.programs(std::process::id())? {
+            seccompiler::apply_filter(&program).map_err(|e| seccomp_err(&e))?;
+        }
+        Ok(())
+    }
+}
 
 fn arch() -> Result<TargetArch, ConfineError> {
     std::env::consts::ARCH
@@ -254,178 +452,240 @@ fn arch() -> Result<TargetArch, ConfineError> {
         .map_err(|e: seccompiler::BackendError| ConfineError::Seccomp(e.to_string()))
 }
 
-/// Loads the worker's allowlist, then a second filter that answers clone3 with ENOSYS, so a
-/// library that starts a thread falls back to clone instead of failing outright.
+/// Loads the worker's allowlist: descriptor-relative file operations, memory, its IPC socket,
+/// time and exit ([`BASE`], [`WORKER`], [`WORKER_IF`]).
 pub fn seccomp_worker() -> Result<(), ConfineError> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = WORKER_SYSCALLS.iter().map(|&nr| (nr, vec![])).collect();
-    let ioctl = SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, FS_IOC_GETVERSION)
-        .map_err(|e| seccomp_err(&e))?;
-    rules.insert(libc::SYS_ioctl, vec![SeccompRule::new(vec![ioctl]).map_err(|e| seccomp_err(&e))?]);
-    load_allowlist(rules)
+    Filtered::Worker.load()
 }
 
-/// The system calls the network process makes once confined: its sockets (accepting, the
-/// approver's connection, the workers' and the supervisor's socket pairs with descriptor
-/// passing), reading the files workers pass it for streams, the audit log's descriptor, tokio's
-/// epoll, eventfd and threads, memory, time and signals to itself. Nothing that opens, creates,
-/// changes or runs a path (open, exec, unlink, chmod, statx ...), no mounts, namespaces, ptrace,
-/// bpf, io_uring, keyrings or signals to other processes: a compromised network process is left
-/// with the descriptors it holds.
-const NETWORK_SYSCALLS: &[i64] = &[
-    libc::SYS_read,
-    libc::SYS_write,
-    libc::SYS_readv,
-    libc::SYS_writev,
-    libc::SYS_pread64,
-    libc::SYS_lseek,
-    libc::SYS_close,
-    libc::SYS_fstat,
-    libc::SYS_fsync,
-    libc::SYS_fdatasync,
-    libc::SYS_fcntl,
-    libc::SYS_dup,
-    libc::SYS_dup3,
-    libc::SYS_socket,
-    libc::SYS_connect,
-    libc::SYS_accept,
-    libc::SYS_accept4,
-    libc::SYS_shutdown,
-    libc::SYS_getsockopt,
-    libc::SYS_setsockopt,
-    libc::SYS_getsockname,
-    libc::SYS_getpeername,
-    libc::SYS_sendto,
-    libc::SYS_recvfrom,
-    libc::SYS_sendmsg,
-    libc::SYS_recvmsg,
-    libc::SYS_sendmmsg,
-    libc::SYS_recvmmsg,
-    libc::SYS_socketpair,
-    libc::SYS_pipe2,
-    libc::SYS_epoll_create1,
-    libc::SYS_epoll_ctl,
-    libc::SYS_epoll_wait,
-    libc::SYS_epoll_pwait,
-    libc::SYS_epoll_pwait2,
-    libc::SYS_eventfd2,
-    libc::SYS_poll,
-    libc::SYS_ppoll,
-    libc::SYS_mmap,
-    libc::SYS_munmap,
-    libc::SYS_mremap,
-    libc::SYS_mprotect,
-    libc::SYS_brk,
-    libc::SYS_madvise,
-    // Threads: tokio's workers and blocking pool (clone3 answers ENOSYS, see below).
-    libc::SYS_clone,
-    libc::SYS_set_robust_list,
-    libc::SYS_rseq,
-    libc::SYS_futex,
-    libc::SYS_sched_yield,
-    libc::SYS_sched_getaffinity,
-    libc::SYS_rt_sigprocmask,
-    libc::SYS_rt_sigaction,
-    libc::SYS_rt_sigreturn,
-    libc::SYS_sigaltstack,
-    libc::SYS_getrandom,
-    libc::SYS_clock_gettime,
-    libc::SYS_clock_getres,
-    libc::SYS_clock_nanosleep,
-    libc::SYS_nanosleep,
-    libc::SYS_getpid,
-    libc::SYS_getppid,
-    libc::SYS_gettid,
-    libc::SYS_getuid,
-    libc::SYS_geteuid,
-    libc::SYS_getgid,
-    libc::SYS_getegid,
-    libc::SYS_uname,
-    libc::SYS_prlimit64,
-    libc::SYS_restart_syscall,
-    libc::SYS_exit,
-    libc::SYS_exit_group,
-];
-
-/// `FIONBIO`: std's `set_nonblocking` on a socket.
-const FIONBIO: u64 = 0x5421;
-/// `FIONREAD`, asked of sockets by some readers.
-const FIONREAD: u64 = 0x541b;
-
-/// Loads the network process's allowlist (and the clone3 filter). prctl only names threads
-/// (tokio's `fsd-net` workers) or reads a name.
+/// Loads the network process's allowlist ([`BASE`], [`NETWORK`], [`NETWORK_IF`]): its sockets
+/// (accepting, the approver's connection, the workers' and the supervisor's socket pairs with
+/// descriptor passing), reading the files workers pass it for streams, the audit log's
+/// descriptor, tokio's epoll, eventfd and threads, memory, time and signals to itself. Nothing
+/// that opens, creates, changes or runs a path (open, exec, unlink, chmod, statx ...), no mounts,
+/// namespaces, ptrace, bpf, io_uring, keyrings or signals to other processes: a compromised
+/// network process is left with the descriptors it holds.
 pub fn seccomp_network() -> Result<(), ConfineError> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
-        NETWORK_SYSCALLS.iter().map(|&nr| (nr, vec![])).collect();
-    let ioctls = [FIONBIO, FIONREAD]
-        .into_iter()
-        .map(|request| {
-            let arg = SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, request)
-                .map_err(|e| seccomp_err(&e))?;
-            SeccompRule::new(vec![arg]).map_err(|e| seccomp_err(&e))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    rules.insert(libc::SYS_ioctl, ioctls);
-    let prctls = [libc::PR_SET_NAME, libc::PR_GET_NAME]
-        .into_iter()
-        .map(|option| {
-            let arg = SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, option as u64)
-                .map_err(|e| seccomp_err(&e))?;
-            SeccompRule::new(vec![arg]).map_err(|e| seccomp_err(&e))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    rules.insert(libc::SYS_prctl, prctls);
-    // glibc's fstat is newfstatat(fd, "", AT_EMPTY_PATH) (tokio's pipe check, std's metadata
-    // fallback once statx is refused): allowed with exactly that flag. A caller that passes a
-    // path with it still resolves the path (seccomp cannot read strings): a stat leaks
-    // metadata, never content, and Landlock refuses every open.
-    let empty_path = SeccompCondition::new(3, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, AT_EMPTY_PATH)
-        .map_err(|e| seccomp_err(&e))?;
-    rules
-        .insert(libc::SYS_newfstatat, vec![SeccompRule::new(vec![empty_path]).map_err(|e| seccomp_err(&e))?]);
-    // Signals to its own threads only: not to the supervisor or the workers, which may share
-    // its uid.
-    let own =
-        SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, u64::from(std::process::id()))
-            .map_err(|e| seccomp_err(&e))?;
-    rules.insert(libc::SYS_tgkill, vec![SeccompRule::new(vec![own]).map_err(|e| seccomp_err(&e))?]);
-    load_allowlist(rules)
+    Filtered::Network.load()
 }
-
-/// `AT_EMPTY_PATH`.
-const AT_EMPTY_PATH: u64 = 0x1000;
 
 fn seccomp_err(e: &dyn std::fmt::Display) -> ConfineError {
     ConfineError::Seccomp(e.to_string())
 }
 
-/// Loads `rules` as an allowlist (everything else fails with EPERM), then a second filter that
-/// answers clone3 with ENOSYS, so a library that starts a thread falls back to clone instead of
-/// failing outright. Loading the second filter takes prctl(PR_SET_NO_NEW_PRIVS) and seccomp(2),
-/// which the first filter allows (both can only narrow what the process may do).
-fn load_allowlist(mut rules: BTreeMap<i64, Vec<SeccompRule>>) -> Result<(), ConfineError> {
-    let err = seccomp_err;
-    let nnp =
-        SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, libc::PR_SET_NO_NEW_PRIVS as u64)
-            .map_err(|e| err(&e))?;
-    rules.entry(libc::SYS_prctl).or_default().push(SeccompRule::new(vec![nnp]).map_err(|e| err(&e))?);
-    rules.insert(libc::SYS_seccomp, vec![]);
-    let allow =
-        SeccompFilter::new(rules, SeccompAction::Errno(libc::EPERM as u32), SeccompAction::Allow, arch()?)
-            .map_err(|e| err(&e))?;
-    let program: seccompiler::BpfProgram =
-        allow.try_into().map_err(|e: seccompiler::BackendError| err(&e))?;
-    seccompiler::apply_filter(&program).map_err(|e| err(&e))?;
-
-    let clone3: BTreeMap<i64, Vec<SeccompRule>> = [(libc::SYS_clone3, vec![])].into_iter().collect();
-    let enosys =
-        SeccompFilter::new(clone3, SeccompAction::Allow, SeccompAction::Errno(libc::ENOSYS as u32), arch()?)
-            .map_err(|e| err(&e))?;
-    let program: seccompiler::BpfProgram =
-        enosys.try_into().map_err(|e: seccompiler::BackendError| err(&e))?;
-    seccompiler::apply_filter(&program).map_err(|e| err(&e))
-}
-
 /// The running kernel's Landlock ABI as a number (0: none).
 pub fn landlock_abi() -> u32 {
     super::landlock_abi()
+}
+
+/// Each role's filters checked the way Firecracker checks its own: loaded in a process of their
+/// own (this test binary again, so no test thread of the caller is confined), every listed call
+/// made and let through, every other refused. Each call is made with arguments it refuses
+/// (descriptor -1, bad flags, a null length), so none acts: the kernel's own error (EBADF,
+/// EFAULT, EINVAL...) proves the filter let it through, EPERM that the filter refused it.
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
+    use super::*;
+
+    /// Set in the spawned copy: the role whose filters it loads.
+    const CHILD_ROLE: &str = "FSD_TEST_SECCOMP_ROLE";
+    /// The spawned copy's exit status when every check held (its exit_group is the last check).
+    const CHILD_OK: i32 = 42;
+
+    /// Arguments a call refuses without acting; `u64::MAX` (descriptor -1, a pointer no page
+    /// holds, flags no kernel knows) unless the call needs others to fail harmlessly.
+    fn refused_args(nr: i64) -> [u64; 6] {
+        match nr {
+            // A zero length.
+            libc::SYS_mmap => [0, 0, 0, 0, u64::MAX, 0],
+            // A new mount namespace sharing the filesystem context: always EINVAL.
+            libc::SYS_clone => [(libc::CLONE_NEWNS | libc::CLONE_FS) as u64, 0, 0, 0, 0, 0],
+            // No such process, and no signal.
+            libc::SYS_kill => [0x7fff_fff0, 0, 0, 0, 0, 0],
+            _ => [u64::MAX; 6],
+        }
+    }
+
+    /// Makes the call; the errno it failed with, if it failed.
+    fn call(nr: i64, args: [u64; 6]) -> Option<i32> {
+        // SAFETY: every argument makes the kernel refuse the call before it acts (see
+        // `refused_args`) or names no memory it writes; the raw call takes integers only.
+        let rc = unsafe { libc::syscall(nr, args[0], args[1], args[2], args[3], args[4], args[5]) };
+        (rc == -1).then(|| std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    }
+
+    /// Calls neither role makes, and the other role's own.
+    fn outside(role: Filtered) -> Vec<(i64, &'static str)> {
+        let own: Vec<i64> = role.allowed().map(|a| a.nr).collect();
+        let other = match role {
+            Filtered::Worker => Filtered::Network,
+            Filtered::Network => Filtered::Worker,
+        };
+        let never = [
+            (libc::SYS_execve, "SYS_execve"),
+            (libc::SYS_kill, "SYS_kill"),
+            (libc::SYS_ptrace, "SYS_ptrace"),
+            (libc::SYS_mount, "SYS_mount"),
+            (libc::SYS_unshare, "SYS_unshare"),
+            (libc::SYS_chdir, "SYS_chdir"),
+            (libc::SYS_bpf, "SYS_bpf"),
+            (libc::SYS_io_uring_setup, "SYS_io_uring_setup"),
+        ];
+        other
+            .allowed()
+            .map(|a| (a.nr, a.name))
+            .chain(never)
+            .filter(|(nr, _)| !own.contains(nr) && *nr != libc::SYS_newfstatat && *nr != libc::SYS_tgkill)
+            .collect()
+    }
+
+    static HANDLED: AtomicBool = AtomicBool::new(false);
+
+    extern "C" fn on_usr1(_: libc::c_int) {
+        HANDLED.store(true, Ordering::SeqCst);
+    }
+
+    /// The spawned copy: loads `role`'s filters on every thread, checks, reports on stderr, and
+    /// ends with exit_group (`CHILD_OK` when every check held).
+    fn confined_checks(role: Filtered) -> ! {
+        let pid = std::process::id();
+        let programs = role.programs(pid).expect("the filters compile");
+        // A thread that will end with a bare `exit` once confined: the call ends a thread only.
+        static EXITER: AtomicI32 = AtomicI32::new(0);
+        static GO: AtomicBool = AtomicBool::new(false);
+        static EXIT_REFUSED: AtomicI32 = AtomicI32::new(0);
+        std::thread::spawn(|| {
+            // SAFETY: gettid takes no argument.
+            EXITER.store(unsafe { libc::syscall(libc::SYS_gettid) } as i32, Ordering::SeqCst);
+            while !GO.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
+            let errno = call(libc::SYS_exit, [0; 6]).unwrap_or(-1);
+            EXIT_REFUSED.store(errno, Ordering::SeqCst);
+        });
+        while EXITER.load(Ordering::SeqCst) == 0 {
+            std::hint::spin_loop();
+        }
+        // SAFETY: `on_usr1` only stores to an atomic, which is async-signal-safe.
+        unsafe { libc::signal(libc::SIGUSR1, on_usr1 as *const () as libc::sighandler_t) };
+        for program in &programs {
+            seccompiler::apply_filter_all_threads(program).expect("the filters load");
+        }
+
+        let mut failures = Vec::new();
+        let special = [libc::SYS_exit, libc::SYS_exit_group, libc::SYS_rt_sigreturn];
+        for allowed in role.allowed().filter(|a| !special.contains(&a.nr)) {
+            if call(allowed.nr, refused_args(allowed.nr)) == Some(libc::EPERM) {
+                failures.push(format!("{} is listed but refused", allowed.name));
+            }
+        }
+        for allowed in role.allowed_if() {
+            for value in allowed.values {
+                let mut args = refused_args(allowed.nr);
+                args[usize::from(allowed.arg)] = match value {
+                    Value::Is(v) => *v,
+                    Value::OwnPid => u64::from(pid),
+                };
+                if call(allowed.nr, args) == Some(libc::EPERM) {
+                    failures.push(format!(
+                        "{} with argument {} = {value:?} is refused",
+                        allowed.name, allowed.arg
+                    ));
+                }
+                // Any other value of that argument is refused.
+                args[usize::from(allowed.arg)] = 0x7fff_0001;
+                if call(allowed.nr, args) != Some(libc::EPERM) {
+                    failures.push(format!(
+                        "{} with argument {} = 0x7fff0001 is let through",
+                        allowed.name, allowed.arg
+                    ));
+                }
+            }
+        }
+        for (nr, name) in outside(role) {
+            if call(nr, refused_args(nr)) != Some(libc::EPERM) {
+                failures.push(format!("{name} is not listed but let through"));
+            }
+        }
+        if call(libc::SYS_seccomp, [u64::MAX; 6]) == Some(libc::EPERM) {
+            failures.push("seccomp (the second filter's load) is refused".to_owned());
+        }
+        if call(libc::SYS_clone3, [0; 6]) != Some(libc::ENOSYS) {
+            failures.push("clone3 does not answer ENOSYS".to_owned());
+        }
+        // rt_sigreturn: a handler's return goes through it (refused, the process would crash).
+        // SAFETY: SIGUSR1 to this very thread, whose handler was installed above.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u64;
+        call(libc::SYS_tgkill, [u64::from(pid), tid, libc::SIGUSR1 as u64, 0, 0, 0]);
+        if !HANDLED.load(Ordering::SeqCst) {
+            failures.push("SIGUSR1 was not handled".to_owned());
+        }
+        // exit: the other thread ends (tgkill with signal 0 then finds no such thread).
+        GO.store(true, Ordering::SeqCst);
+        let exiter = u64::from(EXITER.load(Ordering::SeqCst) as u32);
+        loop {
+            if EXIT_REFUSED.load(Ordering::SeqCst) != 0 {
+                failures.push("exit is refused".to_owned());
+                break;
+            }
+            if call(libc::SYS_tgkill, [u64::from(pid), exiter, 0, 0, 0, 0]) == Some(libc::ESRCH) {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        for failure in &failures {
+            eprintln!("{role:?}: {failure}");
+        }
+        let status = if failures.is_empty() { CHILD_OK } else { 1 };
+        call(libc::SYS_exit_group, [status as u64, 0, 0, 0, 0, 0]);
+        unreachable!("exit_group returned: it is refused");
+    }
+
+    /// Runs this test again in a process of its own, as the confined copy of `role`.
+    fn check_in_own_process(role: Filtered, test: &str) {
+        if let Ok(child) = std::env::var(CHILD_ROLE) {
+            assert_eq!(child, format!("{role:?}"), "spawned for another role");
+            confined_checks(role);
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", test, "--nocapture", "--test-threads", "1"])
+            .env(CHILD_ROLE, format!("{role:?}"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(CHILD_OK), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    #[test]
+    fn the_worker_filter_lets_its_list_through_and_refuses_every_other_call() {
+        check_in_own_process(
+            Filtered::Worker,
+            "sys::confine::tests::the_worker_filter_lets_its_list_through_and_refuses_every_other_call",
+        );
+    }
+
+    #[test]
+    fn the_network_filter_lets_its_list_through_and_refuses_every_other_call() {
+        check_in_own_process(
+            Filtered::Network,
+            "sys::confine::tests::the_network_filter_lets_its_list_through_and_refuses_every_other_call",
+        );
+    }
+
+    /// Every entry says why, and the lists are sets: the base is not repeated in a role's own.
+    #[test]
+    fn every_entry_has_a_reason_and_is_listed_once() {
+        for role in [Filtered::Worker, Filtered::Network] {
+            let mut seen = std::collections::HashSet::new();
+            for allowed in role.allowed() {
+                assert!(!allowed.why.trim().is_empty(), "{} has no reason", allowed.name);
+                assert!(seen.insert(allowed.nr), "{} listed twice for {role:?}", allowed.name);
+            }
+            for allowed in role.allowed_if() {
+                assert!(!allowed.why.trim().is_empty(), "{} has no reason", allowed.name);
+                assert!(!allowed.values.is_empty(), "{} allows no value", allowed.name);
+            }
+        }
+    }
 }

@@ -14,7 +14,7 @@ use std::path::Path;
 use rustix::fs::{AtFlags, Gid, Mode, OFlags, RenameFlags};
 
 /// Who may connect: the socket file's permission bits and, if set, its group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SocketAccess {
     pub mode: u32,
     pub gid: Option<u32>,

@@ -509,12 +509,16 @@ pub enum Rejection {
     Malformed,
     /// The daemon failed internally.
     Internal,
+    /// An fsd error with a code this client does not know: the daemon is newer. Its gRPC status
+    /// code is not read as credentials or a malformed call (a new code may map to any).
+    NewerCode,
 }
 
 impl DaemonError {
     pub(super) fn from_status(status: tonic::Status) -> DaemonError {
         match WireError::from_status(&status) {
             Some(wire) => DaemonError::Refused(wire),
+            None if WireError::newer_code(&status) => DaemonError::Rejected(Rejection::NewerCode),
             None => match status.code() {
                 tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => {
                     DaemonError::Rejected(Rejection::Credentials)
@@ -567,5 +571,18 @@ mod tests {
         check(tonic::Status::unauthenticated("unknown token"), DaemonError::Rejected(Rejection::Credentials));
         check(tonic::Status::invalid_argument("bad"), DaemonError::Rejected(Rejection::Malformed));
         check(tonic::Status::internal("oops"), DaemonError::Rejected(Rejection::Internal));
+        let newer = tonic_types::ErrorDetails::with_error_info(
+            "FS_A_NEWER_CODE",
+            "fsd",
+            std::collections::HashMap::new(),
+        );
+        check(
+            <tonic::Status as tonic_types::StatusExt>::with_error_details(
+                tonic::Code::PermissionDenied,
+                "label",
+                newer,
+            ),
+            DaemonError::Rejected(Rejection::NewerCode),
+        );
     }
 }

@@ -3,8 +3,16 @@
 //! added here and only here. Every daemon failure is worded here from its code and metadata
 //! (`reason`, `step` and `errno`, `name`, `mode`, limits); the daemon's status message is a log
 //! label and never reaches the model. Each fact is stated once.
+//!
+//! Codes and the metadata's words (`reason`, `ticket`, `step`, `lost`) are matched as the enums
+//! of `fsd_proto` (`ErrorCode`, `fsd_proto::reason`). A daemon newer than this client may send a
+//! word it does not know: `WireError::reason` and `WireError::word` answer `None` for it, and the
+//! text falls back to what the code alone says (`detail`, the stale text of `FS_STALE_VERSION`,
+//! the bare sandbox marker), as for a failure without the word. A code this client does not know
+//! never reaches here: `WireError::from_status` does not decode it, and the call is
+//! `Rejection::NewerCode`, whose text says the daemon is newer and the outcome unknown.
 
-use fsd_proto::{ErrorCode, WireError};
+use fsd_proto::{ErrorCode, Reason, Step, TicketRefusal, WireError, Word, WorkerLost};
 
 use crate::daemon::{DaemonError, Rejection};
 
@@ -76,6 +84,9 @@ impl ToolError {
                 "the file service rejected the call as malformed (nothing was done); this client and the daemon may be of different versions"
             }
             Rejection::Internal => "the file service failed internally; the outcome is unknown",
+            Rejection::NewerCode => {
+                "the file service refused the call with a failure this client does not know (the daemon is newer than this client); the outcome is unknown"
+            }
         };
         ToolError::new("UNAVAILABLE", why)
     }
@@ -143,7 +154,7 @@ impl ToolError {
     pub fn source_removal_failed(errno: Option<i32>) -> ToolError {
         let why = match errno {
             Some(errno) => {
-                format!(": {}: {}", step_phrase("remove"), std::io::Error::from_raw_os_error(errno))
+                format!(": {}: {}", step_phrase(Some(Step::Remove)), std::io::Error::from_raw_os_error(errno))
             }
             None => String::new(),
         };
@@ -161,14 +172,14 @@ impl ToolError {
 fn stale_reason(wire: &WireError) -> std::borrow::Cow<'static, str> {
     if let Some(kept) = wire.get("kept") {
         let kept = shown(kept);
-        match wire.get("reason") {
-            Some("changed_while_removing") => {
+        match wire.reason() {
+            Some(Reason::ChangedWhileRemoving) => {
                 return format!(
                     "file changed on disk while it was being deleted (the change was kept; an earlier change, whose name was taken again, was kept as \"{kept}\")"
                 )
                 .into();
             }
-            Some("changed_while_writing") => {
+            Some(Reason::ChangedWhileWriting) => {
                 return format!(
                     "file changed on disk while it was being written (the newest change was kept; an earlier change it replaced was kept as \"{kept}\")"
                 )
@@ -177,40 +188,41 @@ fn stale_reason(wire: &WireError) -> std::borrow::Cow<'static, str> {
             _ => {}
         }
     }
-    std::borrow::Cow::Borrowed(match wire.get("reason") {
-        Some("gone") => "file no longer exists",
-        Some("symlink") => "file was replaced by a symbolic link",
-        Some("other_file") => "path now resolves to a different file than the one that was read",
-        Some("changed_while_writing") => "file changed on disk while it was being written",
-        Some("changed_while_removing") => {
+    std::borrow::Cow::Borrowed(match wire.reason() {
+        Some(Reason::Gone) => "file no longer exists",
+        Some(Reason::Symlink) => "file was replaced by a symbolic link",
+        Some(Reason::OtherFile) => "path now resolves to a different file than the one that was read",
+        Some(Reason::ChangedWhileWriting) => "file changed on disk while it was being written",
+        Some(Reason::ChangedWhileRemoving) => {
             "file changed on disk while it was being deleted (the change was kept)"
         }
-        Some("destination_gone") => "destination disappeared after the move",
-        Some("changed_while_read") => "file changed while it was read",
+        Some(Reason::DestinationGone) => "destination disappeared after the move",
+        Some(Reason::ChangedWhileRead) => "file changed while it was read",
+        // `changed`, a reason of another code, none, or one newer than this client.
         _ => STALE_CHANGED,
     })
 }
 
 /// Why a call at a wider mode (or a request for one) was refused, from its `reason`, `requested`,
-/// `max_mode` and `ticket`; `None` for a reason this client does not know (the marker stands).
-fn escalation_denial(reason: &str, wire: &WireError) -> Option<String> {
+/// `max_mode` and `ticket`; `None` for a reason of no escalation refusal (the marker stands).
+fn escalation_denial(reason: Reason, wire: &WireError) -> Option<String> {
     let requested = wire.get("requested").unwrap_or("the requested mode");
     Some(match reason {
-        "above_max" => format!(
+        Reason::AboveMax => format!(
             "{requested} is above this client's maximum mode {}",
             wire.get("max_mode").unwrap_or("of this daemon")
         ),
-        "escalation_disabled" => match wire.get("requested") {
+        Reason::EscalationDisabled => match wire.get("requested") {
             Some(mode) => format!("escalation to {mode} is disabled on this daemon"),
             None => "escalation is disabled on this daemon".to_owned(),
         },
-        "needs_approval" => format!("{requested} needs an approved escalation with a justification"),
-        "needs_ticket" => format!("{requested} needs a signed escalation ticket"),
-        "no_signed_escalation" => "this daemon does not take signed escalations".to_owned(),
-        "no_mode" => "the escalation names no mode".to_owned(),
-        "not_wider" => format!("{requested} needs no escalation"),
-        "ticket_refused" => format!("escalation ticket refused: {}", ticket_reason(wire.get("ticket"))),
-        "unbound_change" => {
+        Reason::NeedsApproval => format!("{requested} needs an approved escalation with a justification"),
+        Reason::NeedsTicket => format!("{requested} needs a signed escalation ticket"),
+        Reason::NoSignedEscalation => "this daemon does not take signed escalations".to_owned(),
+        Reason::NoMode => "the escalation names no mode".to_owned(),
+        Reason::NotWider => format!("{requested} needs no escalation"),
+        Reason::TicketRefused => format!("escalation ticket refused: {}", ticket_reason(wire.word())),
+        Reason::UnboundChange => {
             "an escalated write or edit must carry its change, so the approver sees what it approves"
                 .to_owned()
         }
@@ -218,18 +230,19 @@ fn escalation_denial(reason: &str, wire: &WireError) -> Option<String> {
     })
 }
 
-/// Why a signed ticket does not hold, from the daemon's `ticket`.
-fn ticket_reason(ticket: Option<&str>) -> &'static str {
+/// Why a signed ticket does not hold, from the daemon's `ticket` (none, or one newer than this
+/// client: it does not hold, whatever the cause).
+fn ticket_reason(ticket: Option<TicketRefusal>) -> &'static str {
     match ticket {
-        Some("unknown") => "unknown or already spent escalation",
-        Some("not_approved") => "the escalation was not approved",
-        Some("expired") => "the escalation expired",
-        Some("wrong_caller") => "the escalation belongs to another session or client",
-        Some("wrong_mode") => "the escalation approved another mode",
-        Some("bad_signature") => "the escalation ticket is not signed by the configured approver",
-        Some("mismatch") => "this call differs from every call the approver signed",
-        Some("reads_spent") => "the escalation's reads of the files it changes are used up",
-        _ => "it does not hold for this call",
+        Some(TicketRefusal::Unknown) => "unknown or already spent escalation",
+        Some(TicketRefusal::NotApproved) => "the escalation was not approved",
+        Some(TicketRefusal::Expired) => "the escalation expired",
+        Some(TicketRefusal::WrongCaller) => "the escalation belongs to another session or client",
+        Some(TicketRefusal::WrongMode) => "the escalation approved another mode",
+        Some(TicketRefusal::BadSignature) => "the escalation ticket is not signed by the configured approver",
+        Some(TicketRefusal::Mismatch) => "this call differs from every call the approver signed",
+        Some(TicketRefusal::ReadsSpent) => "the escalation's reads of the files it changes are used up",
+        None => "it does not hold for this call",
     }
 }
 
@@ -237,7 +250,9 @@ fn ticket_reason(ticket: Option<&str>) -> &'static str {
 /// its metadata (`step` and `errno` of an I/O failure, `reason`, `limit`, ...), never from the
 /// daemon's status message.
 fn detail(wire: &WireError) -> String {
-    if let Some(step) = wire.get("step") {
+    // Any step, a newer one too: the failure is an I/O step's, whichever.
+    if wire.get(Step::KEY).is_some() {
+        let step = wire.word::<Step>();
         let errno = wire.get("errno").and_then(|e| e.parse::<i32>().ok());
         return match errno {
             // The errno as this host's C library words it: "Input/output error (os error 5)".
@@ -245,7 +260,7 @@ fn detail(wire: &WireError) -> String {
             None => step_phrase(step).to_owned(),
         };
     }
-    let reason = wire.get("reason");
+    let reason = wire.reason();
     let limit = wire.get("limit");
     match wire.code {
         ErrorCode::NotFound => "not found".to_owned(),
@@ -264,88 +279,91 @@ fn detail(wire: &WireError) -> String {
         ErrorCode::NoSpace => "no space left on the file system".to_owned(),
         ErrorCode::RateLimited => "the file service is limiting this client's calls".to_owned(),
         ErrorCode::TooLarge => match (reason, wire.get("size"), limit) {
-            (Some("too_many_entries"), _, Some(limit)) => format!("directory has more than {limit} entries"),
-            (Some("too_many_entries"), _, None) => "directory has too many entries".to_owned(),
+            (Some(Reason::TooManyEntries), _, Some(limit)) => {
+                format!("directory has more than {limit} entries")
+            }
+            (Some(Reason::TooManyEntries), _, None) => "directory has too many entries".to_owned(),
             (_, Some(size), Some(limit)) => format!("file is {size} bytes, over the limit of {limit} bytes"),
             _ => "the file is too large".to_owned(),
         },
         ErrorCode::InvalidPath => match reason {
-            Some("empty") => "path is empty".to_owned(),
-            Some("too_long") => match limit {
+            Some(Reason::Empty) => "path is empty".to_owned(),
+            Some(Reason::TooLong) => match limit {
                 Some(limit) => format!("path is longer than {limit} bytes"),
                 None => "path is too long".to_owned(),
             },
-            Some("nul") => "path contains a NUL byte".to_owned(),
-            Some("drive_letter") => "path has a drive-letter prefix (a Windows path)".to_owned(),
-            Some("relative") => "path must be absolute".to_owned(),
-            Some("component_too_long") => match limit {
+            Some(Reason::Nul) => "path contains a NUL byte".to_owned(),
+            Some(Reason::DriveLetter) => "path has a drive-letter prefix (a Windows path)".to_owned(),
+            Some(Reason::Relative) => "path must be absolute".to_owned(),
+            Some(Reason::ComponentTooLong) => match limit {
                 Some(limit) => format!("a path component is longer than {limit} bytes"),
                 None => "a path component is too long".to_owned(),
             },
-            Some("not_utf8") => "path is not valid UTF-8".to_owned(),
-            Some("backslash") => "path contains a backslash (a Windows separator)".to_owned(),
-            Some("bad_escape") => "path has an escape that is not a character".to_owned(),
-            Some("escaped_separator") => "an escape in the path stands for '/' or NUL".to_owned(),
-            Some("trailing_slash") => "path ends with a slash but does not name a directory".to_owned(),
-            Some("too_many_links") => "too many levels of symbolic links".to_owned(),
+            Some(Reason::NotUtf8) => "path is not valid UTF-8".to_owned(),
+            Some(Reason::Backslash) => "path contains a backslash (a Windows separator)".to_owned(),
+            Some(Reason::BadEscape) => "path has an escape that is not a character".to_owned(),
+            Some(Reason::EscapedSeparator) => "an escape in the path stands for '/' or NUL".to_owned(),
+            Some(Reason::TrailingSlash) => "path ends with a slash but does not name a directory".to_owned(),
+            Some(Reason::TooManyLinks) => "too many levels of symbolic links".to_owned(),
             _ => "invalid path".to_owned(),
         },
         ErrorCode::Aborted => match reason {
-            Some("no_free_worker") => "no worker became free before the call's deadline".to_owned(),
-            Some("worker_lost") => format!("{}; the outcome is unknown", lost_phrase(wire.get("lost"))),
-            Some("stream_idle") => format!(
+            Some(Reason::NoFreeWorker) => "no worker became free before the call's deadline".to_owned(),
+            Some(Reason::WorkerLost) => format!("{}; the outcome is unknown", lost_phrase(wire.word())),
+            Some(Reason::StreamIdle) => format!(
                 "the stream was not read for {} ms and was cancelled",
                 wire.get("limit_ms").unwrap_or("too many")
             ),
-            Some("cancelled") => "the call was cancelled".to_owned(),
-            Some("truncated") => "the upload ended before its last byte".to_owned(),
+            Some(Reason::Cancelled) => "the call was cancelled".to_owned(),
+            Some(Reason::Truncated) => "the upload ended before its last byte".to_owned(),
             _ => "the call was aborted; the outcome is unknown".to_owned(),
         },
         ErrorCode::IoError => match reason {
-            Some("mode_stuck") => format!(
+            Some(Reason::ModeStuck) => format!(
                 "{} mode is not serving: {} of its workers are stuck in the filesystem and were abandoned",
                 wire.get("mode").unwrap_or("this"),
                 wire.get("abandoned_workers").unwrap_or("some")
             ),
-            Some("dispatch_failed") => "the file service could not run the call".to_owned(),
-            Some("no_descriptor") => "the file service's worker sent no descriptor".to_owned(),
-            Some("check_failed") => "the file service's check of this call failed".to_owned(),
-            Some("check_pool_stopped") => "the file service's check threads stopped".to_owned(),
+            Some(Reason::DispatchFailed) => "the file service could not run the call".to_owned(),
+            Some(Reason::NoDescriptor) => "the file service's worker sent no descriptor".to_owned(),
+            Some(Reason::CheckFailed) => "the file service's check of this call failed".to_owned(),
+            Some(Reason::CheckPoolStopped) => "the file service's check threads stopped".to_owned(),
             _ => "an I/O error".to_owned(),
         },
     }
 }
 
-/// The step of an I/O failure, from the daemon's `step`.
-fn step_phrase(step: &str) -> &'static str {
+/// The step of an I/O failure, from the daemon's `step` (`None`: one newer than this client).
+fn step_phrase(step: Option<Step>) -> &'static str {
     match step {
-        "walk" => "cannot resolve path",
-        "make_dir" => "cannot create parent directory",
-        "open" => "cannot open file",
-        "metadata" => "cannot read file metadata",
-        "read" => "cannot read file",
-        "list" => "cannot list directory",
-        "create_temp" => "cannot create temporary file",
-        "write_temp" => "cannot write temporary file",
-        "set_mode" => "cannot set file mode",
-        "sync" => "cannot sync",
-        "rename" => "cannot rename into place",
-        "remove" => "cannot remove file",
-        "keep_owner" => "cannot keep the replaced file's owner",
-        "keep_attributes" => "cannot keep the replaced file's ACL or extended attributes",
-        _ => "an I/O step failed",
+        Some(Step::Walk) => "cannot resolve path",
+        Some(Step::MakeDir) => "cannot create parent directory",
+        Some(Step::Open) => "cannot open file",
+        Some(Step::Metadata) => "cannot read file metadata",
+        Some(Step::Read) => "cannot read file",
+        Some(Step::List) => "cannot list directory",
+        Some(Step::CreateTemp) => "cannot create temporary file",
+        Some(Step::WriteTemp) => "cannot write temporary file",
+        Some(Step::SetMode) => "cannot set file mode",
+        Some(Step::Sync) => "cannot sync",
+        Some(Step::Rename) => "cannot rename into place",
+        Some(Step::Remove) => "cannot remove file",
+        Some(Step::KeepOwner) => "cannot keep the replaced file's owner",
+        Some(Step::KeepAttributes) => "cannot keep the replaced file's ACL or extended attributes",
+        None => "an I/O step failed",
     }
 }
 
-/// How the worker of a call was lost, from the daemon's `lost`.
-fn lost_phrase(lost: Option<&str>) -> &'static str {
+/// How the worker of a call was lost, from the daemon's `lost` (none, or one newer than this
+/// client).
+fn lost_phrase(lost: Option<WorkerLost>) -> &'static str {
     match lost {
-        Some("send_failed") => "the worker could not take the call",
-        Some("lock_wait") => "the worker went away while waiting for a lock",
-        Some("unexpected_message") => "the worker sent an unexpected message",
-        Some("deadline") => "the call exceeded its deadline and its worker was killed",
-        Some("died") => "the worker died",
-        _ => "the call's worker was lost",
+        Some(WorkerLost::SendFailed) => "the worker could not take the call",
+        Some(WorkerLost::LockWait) => "the worker went away while waiting for a lock",
+        Some(WorkerLost::UnexpectedMessage) => "the worker sent an unexpected message",
+        Some(WorkerLost::Deadline) => "the call exceeded its deadline and its worker was killed",
+        Some(WorkerLost::Died) => "the worker died",
+        None => "the call's worker was lost",
     }
 }
 
@@ -359,11 +377,11 @@ fn shown(path: &str) -> String {
 /// denial; the words before it add only what it does not say (which protected name, which root).
 fn sandbox_denied(verb: &str, path: &str, wire: &WireError) -> ToolError {
     let mode = wire.get("mode").unwrap_or("workspace-write");
-    let fact = match wire.get("reason") {
-        Some("protected") => {
+    let fact = match wire.reason() {
+        Some(Reason::Protected) => {
             Some(format!("{} is a protected path", wire.get("name").unwrap_or("a path component")))
         }
-        Some("git_directory") => {
+        Some(Reason::GitDirectory) => {
             let name = wire.get("name").unwrap_or("a path component");
             // The write would build one: this entry is the last piece git looks for.
             Some(match wire.get("entry") {
@@ -371,22 +389,23 @@ fn sandbox_denied(verb: &str, path: &str, wire: &WireError) -> ToolError {
                 None => format!("{name} is a git directory (protected)"),
             })
         }
-        Some("submount") => Some(format!(
+        Some(Reason::Submount) => Some(format!(
             "{} is a mount point below the root (not in allow_submounts)",
             wire.get("name").unwrap_or("a path component")
         )),
-        Some("not_writable_root") => Some("not inside a writable root".to_owned()),
-        Some("outside_roots") => Some("path resolves outside every root of this daemon".to_owned()),
-        Some("same_file") => Some("source and destination are the same file".to_owned()),
-        Some("root") => Some("a root itself cannot be removed".to_owned()),
-        Some("mount") => Some(format!(
+        Some(Reason::NotWritableRoot) => Some("not inside a writable root".to_owned()),
+        Some(Reason::OutsideRoots) => Some("path resolves outside every root of this daemon".to_owned()),
+        Some(Reason::SameFile) => Some("source and destination are the same file".to_owned()),
+        Some(Reason::Root) => Some("a root itself cannot be removed".to_owned()),
+        Some(Reason::Mount) => Some(format!(
             "{} is another mount below the tree (a removal does not cross it)",
             wire.get("name").unwrap_or("a path component")
         )),
         // The mode's workers are not up (the marker names the mode).
-        Some("mode_unserved") => Some("the daemon does not serve this mode now".to_owned()),
+        Some(Reason::ModeUnserved) => Some("the daemon does not serve this mode now".to_owned()),
         // Refusals of a wider mode: the marker names the mode the call runs at.
         Some(reason) => escalation_denial(reason, wire),
+        // None, or one newer than this client: the marker says it all.
         None => None,
     };
     let marker = format!("[sandbox: file access denied under {mode} mode]");

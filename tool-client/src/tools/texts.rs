@@ -106,6 +106,11 @@ fn the_tools_own_texts() {
         "Error: the file service failed internally; the outcome is unknown",
     );
     check(
+        ToolError::from_mutation("/ws/a.txt", &DaemonError::Rejected(Rejection::NewerCode)),
+        "UNAVAILABLE",
+        "Error: the file service refused the call with a failure this client does not know (the daemon is newer than this client); the outcome is unknown",
+    );
+    check(
         ToolError::source_removal_failed(Some(13)),
         "FS_IO_ERROR",
         "Error: source removal failed: cannot remove file: Permission denied (os error 13)",
