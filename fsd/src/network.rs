@@ -376,6 +376,7 @@ async fn serve(
         metadata,
         stopping: stop_rx.clone(),
         grpc: Some(grpc),
+        allowed: config.rest.allowed.clone(),
     });
     for listener in bound {
         let max = config.max_message_bytes as usize;
@@ -430,10 +431,12 @@ async fn serve(
                 } else {
                     warn_plaintext(&config, &name, "listening (REST, gRPC-Web) on plaintext loopback TCP");
                 }
+                let local = listener.local_addr().map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+                let reach = crate::rest::host::Reach::tcp(local, tls.is_some());
                 let incoming = crate::edge::incoming(listener, tls, tcp_limits, stop_rx.clone());
                 let (face, stop) = (face.clone(), stop_rx.clone());
                 servers.spawn(async move {
-                    crate::rest::serve_tcp(incoming, face, stop).await;
+                    crate::rest::serve_tcp(incoming, reach, face, stop).await;
                     Ok(())
                 });
             }

@@ -81,6 +81,11 @@ pub struct ConfigFile {
     pub metadata_env_prefix: Option<String>,
     /// ...and these, by name.
     pub metadata_env: Option<Vec<String>>,
+    /// Names (or addresses) the HTTP listeners answer to beside loopback ones (DNS rebinding:
+    /// `rest::host`).
+    pub http_allowed_hosts: Option<Vec<String>>,
+    /// Browser origins (`scheme://host[:port]`) whose requests the HTTP listeners serve.
+    pub http_allowed_origins: Option<Vec<String>>,
     /// TLS handshakes in progress per TCP listener, and per source address.
     pub max_handshakes: Option<usize>,
     pub max_handshakes_per_source: Option<usize>,

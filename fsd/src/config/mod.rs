@@ -165,6 +165,8 @@ pub enum ConfigError {
     Workers,
     #[error("rest_root {0} is not one of the configured roots")]
     RestRoot(PathBuf),
+    #[error("invalid {key} entry {value:?}: expected a host name or IP address (hosts) or scheme://host[:port] (origins)")]
+    AllowedName { key: &'static str, value: String },
     #[error(
         "max_message_bytes {message} is too small for {key} {bytes}: a message carries the whole file plus 1 MiB of framing, so set max_message_bytes to at least {needed}"
     )]
@@ -415,7 +417,13 @@ impl Config {
         if transport.max_calls_per_connection == 0 {
             return Err(ConfigError::AtLeastOne("max_calls_per_connection"));
         }
-        let rest = rest_settings(&roots, file.rest_root, file.metadata_env_prefix, file.metadata_env)?;
+        let rest = rest_settings(
+            &roots,
+            file.rest_root,
+            file.metadata_env_prefix,
+            file.metadata_env,
+            (file.http_allowed_hosts, file.http_allowed_origins),
+        )?;
         Ok(Config {
             rest,
             landlock,
