@@ -1,0 +1,233 @@
+//! What a hostile web page, a hostile local user or a hostile image cannot do to the daemon or
+//! the tools: reach the loopback HTTP face from a browser (DNS rebinding, a foreign `Origin`),
+//! starve other identities with trickling uploads or idle Unix connections, blow up read_image's
+//! memory with a compressed PNG chunk, or leave temporary files outside the fence.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::rest::{RestDaemon, read_head};
+use common::*;
+use serde_json::json;
+
+/// One HTTP/1.1 request with exactly these headers (no `Host` unless given), its status and body.
+fn raw_http(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, String) {
+    let (status, _, body) = raw_http_head(port, method, path, headers, body);
+    (status, body)
+}
+
+/// [`raw_http`], with the answer's headers.
+fn raw_http_head(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, Vec<(String, String)>, String) {
+    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut stream = BufReader::new(stream);
+    let mut head = format!("{method} {path} HTTP/1.1\r\ncontent-length: {}\r\nconnection: close\r\n", body.len());
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.get_mut().write_all(head.as_bytes()).unwrap();
+    stream.get_mut().write_all(body).unwrap();
+    let answer = read_head(&mut stream);
+    let mut body = String::new();
+    let _ = stream.read_to_string(&mut body);
+    (answer.status, answer.headers, body)
+}
+
+#[test]
+fn a_browser_page_cannot_reach_the_loopback_http_face() {
+    let d = RestDaemon::start("", &[]);
+    std::fs::write(d.path("secret.txt"), "the workspace's secret\n").unwrap();
+    let port = d.port;
+    let get = |headers: &[(&str, &str)]| raw_http(port, "GET", "/v1/files/secret.txt", headers, b"");
+    let put = |headers: &[(&str, &str)], name: &str| {
+        raw_http(port, "PUT", &format!("/v1/files/{name}"), headers, b"planted by a web page\n")
+    };
+    let here = format!("127.0.0.1:{port}");
+    for (what, headers) in [
+        // DNS rebinding: the attacker's name now resolves to 127.0.0.1, and the browser sends it.
+        ("a rebound name", vec![("host", "attacker.example:8080")]),
+        ("a rebound name and origin", vec![("host", "attacker.example"), ("origin", "http://attacker.example")]),
+        // A page elsewhere asking the loopback address directly.
+        ("a foreign origin", vec![("host", here.as_str()), ("origin", "http://attacker.example")]),
+        ("a sandboxed page (origin null)", vec![("host", "localhost"), ("origin", "null")]),
+        ("no host at all", vec![]),
+    ] {
+        let (status, body) = get(&headers);
+        assert_eq!(status, 403, "GET with {what}: {body}");
+        assert!(!body.contains("secret"), "GET with {what} read the file: {body}");
+        assert!(body.contains("PERMISSION_DENIED"), "{body}");
+        let (status, body) = put(&headers, "planted.txt");
+        assert_eq!(status, 403, "PUT with {what}: {body}");
+        assert!(!d.path("planted.txt").exists(), "PUT with {what} wrote the workspace");
+    }
+    // gRPC-Web on the same listener is refused the same way.
+    let (status, head, _) = raw_http_head(
+        port,
+        "POST",
+        "/fsd.v1.Fsd/Hello",
+        &[("host", "attacker.example"), ("content-type", "application/grpc-web+proto")],
+        &[0, 0, 0, 0, 0],
+    );
+    let grpc_status = head.iter().find(|(k, _)| k.eq_ignore_ascii_case("grpc-status")).map(|(_, v)| v.as_str());
+    assert_eq!((status, grpc_status), (200, Some("7")), "a gRPC-Web refusal is PERMISSION_DENIED: {head:?}");
+    // Loopback names and addresses are served.
+    for host in ["localhost", "127.0.0.1:1", "[::1]", here.as_str()] {
+        let (status, body) = get(&[("host", host)]);
+        assert_eq!((status, body.as_str()), (200, "the workspace's secret\n"), "{host}");
+    }
+    let (status, body) = put(&[("host", "localhost")], "ok.txt");
+    assert_eq!(status, 204, "{body}");
+    assert!(d.path("ok.txt").exists());
+}
+
+#[test]
+fn the_http_face_serves_the_names_and_origins_the_operator_lists() {
+    let d = RestDaemon::start(
+        "http_allowed_hosts = [\"sandbox.agents.svc\"]\nhttp_allowed_origins = [\"https://console.example\"]\n",
+        &[],
+    );
+    std::fs::write(d.path("notes.txt"), "notes\n").unwrap();
+    let get = |headers: &[(&str, &str)]| raw_http(d.port, "GET", "/v1/files/notes.txt", headers, b"");
+    for (headers, served) in [
+        (vec![("host", "sandbox.agents.svc:8080")], true),
+        (vec![("host", "SANDBOX.agents.svc.")], true),
+        (vec![("host", "localhost"), ("origin", "https://console.example")], true),
+        (vec![("host", "other.agents.svc")], false),
+        (vec![("host", "localhost"), ("origin", "https://console.example:8443")], false),
+        (vec![("host", "localhost"), ("origin", "http://console.example")], false),
+    ] {
+        let (status, body) = get(&headers);
+        assert_eq!(status == 200, served, "{headers:?}: {status} {body}");
+    }
+}
+
+#[test]
+fn http_allowed_names_are_checked_at_start() {
+    for (config, key) in [
+        ("http_allowed_hosts = [\"a b\"]\n", "http_allowed_hosts"),
+        ("http_allowed_hosts = [\"host:80\"]\n", "http_allowed_hosts"),
+        ("http_allowed_origins = [\"console.example\"]\n", "http_allowed_origins"),
+        ("http_allowed_origins = [\"ftp://console.example\"]\n", "http_allowed_origins"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("fsd.toml"), config).unwrap();
+        let out = fsd_command()
+            .arg("--listen")
+            .arg(format!("unix:{}", dir.path().join("s").display()))
+            .arg("--writable-root")
+            .arg(dir.path())
+            .arg("--config")
+            .arg(dir.path().join("fsd.toml"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(key), "{config}: {stderr}");
+    }
+}
+
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = 0xffff_ffffu32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xedb8_8320 } else { crc >> 1 };
+        }
+    }
+    !crc
+}
+
+/// LSB-first bit packing, as deflate writes everything but Huffman codes.
+struct Bits {
+    out: Vec<u8>,
+    acc: u64,
+    n: u32,
+}
+
+impl Bits {
+    fn put(&mut self, value: u64, count: u32) {
+        self.acc |= value << self.n;
+        self.n += count;
+        while self.n >= 8 {
+            self.out.push(self.acc as u8);
+            self.acc >>= 8;
+            self.n -= 8;
+        }
+    }
+
+    /// A Huffman code goes most significant bit first.
+    fn code(&mut self, code: u64, len: u32) {
+        let reversed = (0..len).fold(0, |r, i| (r << 1) | ((code >> i) & 1));
+        self.put(reversed, len);
+    }
+}
+
+/// A zlib stream of about `size` zero bytes: one fixed-Huffman block, a literal zero and then
+/// matches of 258 bytes at distance 1 (13 bits each: about 1:160).
+fn zeros_zlib(size: u64) -> Vec<u8> {
+    let matches = (size - 1) / 258;
+    let mut bits = Bits { out: vec![0x78, 0x01], acc: 0, n: 0 };
+    bits.put(1, 1); // the final block
+    bits.put(1, 2); // fixed Huffman codes
+    bits.code(0x30, 8); // literal 0
+    for _ in 0..matches {
+        bits.code(0xc5, 8); // length 258 (symbol 285)
+        bits.code(0, 5); // distance 1
+    }
+    bits.code(0, 7); // end of block
+    let mut out = bits.out;
+    if bits.n > 0 {
+        out.push(bits.acc as u8);
+    }
+    let total = 1 + matches * 258;
+    let adler = ((total % 65_521) << 16) | 1;
+    out.extend_from_slice(&(adler as u32).to_be_bytes());
+    out
+}
+
+/// A 64x64 PNG whose ICC profile chunk inflates to `size` bytes.
+fn iccp_bomb(size: u64) -> Vec<u8> {
+    let image = image::DynamicImage::ImageRgb8(image::ImageBuffer::from_fn(64, 64, |x, y| {
+        image::Rgb([(x * 4) as u8, (y * 4) as u8, 90])
+    }));
+    let mut png = std::io::Cursor::new(Vec::new());
+    image.write_to(&mut png, image::ImageFormat::Png).unwrap();
+    let png = png.into_inner();
+    let mut data = b"bomb\0\0".to_vec();
+    data.extend(zeros_zlib(size));
+    let mut chunk = (data.len() as u32).to_be_bytes().to_vec();
+    let typed: Vec<u8> = b"iCCP".iter().chain(&data).copied().collect();
+    chunk.extend(&typed);
+    chunk.extend(crc32(&typed).to_be_bytes());
+    // After the signature (8) and IHDR (25), before anything else.
+    [&png[..33], &chunk, &png[33..]].concat()
+}
+
+#[test]
+fn a_png_whose_icc_profile_inflates_to_256_mib_stays_within_the_image_limits() {
+    let d = Daemon::start();
+    let bomb = iccp_bomb(256 << 20);
+    println!("the PNG is {} bytes", bomb.len());
+    d.write("bomb.png", &bomb);
+    let store = d.root.join(".attachments");
+    let mut s = d.session_with_config(&format!(
+        "attachmentStore = \"{}\"\nimageInput = true\nmodel = \"vision-1\"\n",
+        store.display()
+    ));
+    let reply = s.call("read_image", json!({"file_path": d.path("bomb.png").display().to_string()}));
+    let peak = fsd_testkit::procs::pid_status_kib(s.pid(), "VmHWM:").unwrap();
+    println!("fsd-tools peak: {peak} KiB: {}", reply.text());
+    assert!(!reply.is_error(), "{}", reply.json);
+    // The profile is never inflated: the peak stays far below what inflating it takes.
+    assert!(peak < 128 << 10, "fsd-tools peaked at {peak} KiB reading a 64x64 image");
+}
