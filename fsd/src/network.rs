@@ -65,7 +65,13 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         let (kill_tx, kill_rx) = tokio::sync::mpsc::unbounded_channel();
         let stopping = kill_tx.clone();
         let dispatcher =
-            Arc::new(Dispatcher::new(config.call_timeout, config.max_queued_calls, kill_tx, readers, cpu));
+            Arc::new(Dispatcher::new(
+            config.call_timeout,
+            (config.max_queued_calls, config.workers_per_mode),
+            kill_tx,
+            readers,
+            cpu,
+        ));
         let reader = AsyncFrames::new(control_reader).map_err(DaemonError::Runtime)?;
         let writer = AsyncFrames::new(control).map_err(DaemonError::Runtime)?;
         let stop_seen = Arc::new(tokio::sync::Notify::new());

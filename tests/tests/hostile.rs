@@ -231,3 +231,61 @@ fn a_png_whose_icc_profile_inflates_to_256_mib_stays_within_the_image_limits() {
     // The profile is never inflated: the peak stays far below what inflating it takes.
     assert!(peak < 128 << 10, "fsd-tools peaked at {peak} KiB reading a 64x64 image");
 }
+
+/// A REST PUT of `len` bytes whose body drips one byte every 0.4 s until `stop`; returns the
+/// answer's status, if one came.
+fn trickle(port: u16, name: String, len: u64, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Option<u16> {
+    let mut stream = common::rest::connect(port);
+    common::rest::send_head(&mut stream, "PUT", &format!("/v1/files/{name}"), &[], len);
+    stream.get_ref().set_nonblocking(true).unwrap();
+    let mut answer = [0u8; 12];
+    for _ in 0..len {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        if stream.get_mut().write_all(b"x").is_err() {
+            break;
+        }
+        // The daemon gave up on it (a refusal): the status line is there to read.
+        if let Ok(n) = stream.get_mut().read(&mut answer)
+            && n > 9
+        {
+            return String::from_utf8_lossy(&answer[9..12]).parse().ok();
+        }
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    None
+}
+
+#[test]
+fn trickling_uploads_never_hold_every_worker() {
+    // Two workers a mode (the default); a short deadline, so a call that finds no worker fails
+    // while the uploads still drip.
+    let d = RestDaemon::start("call_timeout_ms = 3000\n", &[]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tricklers: Vec<_> = (0..4)
+        .map(|i| {
+            let (port, stop) = (d.port, stop.clone());
+            std::thread::spawn(move || trickle(port, format!("slow-{i}.bin"), 1000, stop))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    // Another identity (the Unix socket's uid) writes while they drip, for longer than the
+    // deadline: every write is served.
+    let socket = d.dir.path().join("fsd.sock");
+    let mut s = ToolSession::start(&format!("unix:{}", socket.display()), &d.root, None);
+    let started = std::time::Instant::now();
+    let mut n = 0;
+    while started.elapsed() < Duration::from_secs(5) {
+        let path = d.path(&format!("victim-{n}.txt"));
+        let r = s.call("write", json!({"file_path": path.display().to_string(), "content": "served\n"}));
+        assert!(!r.is_error(), "write {n} with uploads dripping: {}", r.json);
+        n += 1;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in tricklers {
+        let _ = t.join().unwrap();
+    }
+    println!("{n} writes served while four uploads dripped");
+}

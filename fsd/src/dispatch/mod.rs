@@ -14,6 +14,7 @@ mod pool;
 mod queue;
 pub mod stream;
 mod threads;
+mod uploads;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -51,6 +52,8 @@ pub struct ModeReport {
 #[derive(Debug)]
 pub struct Dispatcher {
     pools: HashMap<Mode, Arc<Pool>>,
+    /// The workers of each mode that uploads may hold (`uploads`).
+    uploads: HashMap<Mode, uploads::Uploads>,
     locks: AsyncLocks,
     deadline: Duration,
     max_queued: usize,
@@ -69,7 +72,7 @@ impl Dispatcher {
     /// `control`: requests to the supervisor (kill a worker), sent by the control task.
     pub fn new(
         deadline: Duration,
-        max_queued: usize,
+        (max_queued, workers_per_mode): (usize, usize),
         control: mpsc::UnboundedSender<ControlRequest>,
         readers: stream::Readers,
         cpu: cpu::Cpu,
@@ -78,8 +81,13 @@ impl Dispatcher {
             .into_iter()
             .map(|m| (m, Arc::new(Pool::default())))
             .collect();
+        let uploads = [Mode::ReadOnly, Mode::WorkspaceWrite, Mode::DangerFullAccess]
+            .into_iter()
+            .map(|m| (m, uploads::Uploads::new(workers_per_mode)))
+            .collect();
         Dispatcher {
             pools,
+            uploads,
             locks: AsyncLocks::default(),
             deadline,
             max_queued,
@@ -327,6 +335,13 @@ impl Dispatcher {
         body: OwnedFd,
     ) -> Result<Outcome, WireError> {
         let path = request.path().to_owned();
+        // A place among the workers uploads may hold, under the call's deadline; the body waits
+        // in its pipe meanwhile.
+        let uploads = &self.uploads[&mode];
+        let Ok(_place) = tokio::time::timeout(self.deadline, uploads.enter(identity)).await else {
+            return Err(failure(ErrorCode::Aborted, &path, "queue: no free worker by the deadline")
+                .with("reason", "no_free_worker"));
+        };
         let message = ToWorker::Call(request);
         match self.run(mode, identity, &path, message, Some(body), Expect::Reply).await? {
             Final::Reply(result) => result.map_err(|remote| remote.into_wire()),
