@@ -9,13 +9,12 @@ use std::time::Duration;
 
 use fsd_proto::v1::fsd_server::FsdServer;
 use tokio::sync::watch;
-use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::audit::Audit;
 use crate::config::Config;
 use crate::daemon::DaemonError;
 use crate::dispatch::Dispatcher;
-use crate::edge::{Edge, TcpLimits};
+use crate::edge::{Edge, TcpLimits, UnixLimits};
 use crate::ipc::{self, Control, ControlRequest, IpcError};
 use crate::service::FsdService;
 use crate::sys::ipc::AsyncFrames;
@@ -353,6 +352,12 @@ async fn serve(
         max_handshakes_per_source: transport.max_handshakes_per_source,
         unauthenticated_idle: transport.unauthenticated_idle,
     };
+    let unix_limits = UnixLimits {
+        idle_timeout: transport.idle_timeout,
+        unauthenticated_idle: transport.unauthenticated_idle,
+        max_connections: transport.max_unix_connections,
+        max_connections_per_uid: transport.max_unix_connections_per_uid,
+    };
     let mut servers = tokio::task::JoinSet::new();
     // The HTTP listeners also carry fsd.v1, health and reflection: gRPC-Web (HTTP/1.1, through
     // reverse proxies) translated to gRPC, behind the same edge as the gRPC listeners.
@@ -422,9 +427,10 @@ async fn serve(
                 let listener = tokio::net::UnixListener::from_std(std_listener)
                     .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
                 tracing::info!(listen = %name, "listening (REST, gRPC-Web)");
+                let incoming = crate::edge::incoming_unix(listener, unix_limits, stop_rx.clone());
                 let (face, stop) = (face.clone(), stop_rx.clone());
                 servers.spawn(async move {
-                    crate::rest::serve_unix(listener, face, stop).await;
+                    crate::rest::serve(incoming, crate::rest::host::Reach::Unix, face, stop).await;
                     Ok(())
                 });
             }
@@ -442,7 +448,7 @@ async fn serve(
                 let incoming = crate::edge::incoming(listener, tls, tcp_limits, stop_rx.clone());
                 let (face, stop) = (face.clone(), stop_rx.clone());
                 servers.spawn(async move {
-                    crate::rest::serve_tcp(incoming, reach, face, stop).await;
+                    crate::rest::serve(incoming, reach, face, stop).await;
                     Ok(())
                 });
             }
@@ -450,10 +456,9 @@ async fn serve(
                 let listener = tokio::net::UnixListener::from_std(std_listener)
                     .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
                 tracing::info!(listen = %name, "listening");
+                let incoming = crate::edge::incoming_unix(listener, unix_limits, stop_rx.clone());
                 servers.spawn(async move {
-                    let result = router
-                        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
-                        .await;
+                    let result = router.serve_with_incoming_shutdown(incoming, shutdown).await;
                     result.map_err(|source| DaemonError::Serve { listen: name, source })
                 });
             }

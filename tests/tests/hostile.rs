@@ -289,3 +289,59 @@ fn trickling_uploads_never_hold_every_worker() {
     }
     println!("{n} writes served while four uploads dripped");
 }
+
+/// Opens `count` connections to `socket` as uid/gid 65534 and keeps them open until its stdin
+/// closes; then one more, which it says was `served` when the daemon answered its HTTP/2 preface.
+const HOARDER: &str = r#"
+import socket, sys
+path, count = sys.argv[1], int(sys.argv[2])
+held = []
+for _ in range(count):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    held.append(s)
+s = socket.socket(socket.AF_UNIX)
+s.settimeout(20)
+s.connect(path)
+s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+try:
+    frame = s.recv(9)
+    print("served" if len(frame) == 9 and frame[3] == 4 else "closed", flush=True)
+except OSError:
+    print("not served", flush=True)
+sys.stdin.read()
+"#;
+
+#[test]
+fn idle_unix_connections_of_one_uid_leave_room_for_everyone_else() {
+    // Few descriptors, as under a service manager's default limit, so that hoarded connections
+    // would exhaust them; the socket open to every local user.
+    let d = Daemon::start_custom(&["prlimit", "--nofile=256:256", "--"], &|_| {}, &[], "socket_mode = \"0666\"\n", &[]);
+    let mut mode = std::fs::metadata(d.dir.path()).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut mode, 0o755);
+    std::fs::set_permissions(d.dir.path(), mode).unwrap();
+    d.write("a.txt", "a\n");
+    let mut hoarder = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", HOARDER])
+        .arg(&d.socket)
+        .arg("300")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut BufReader::new(hoarder.stdout.take().unwrap()), &mut line).unwrap();
+    // Its own newcomer is served: it takes the slot of one of its idle connections.
+    assert_eq!(line.trim(), "served", "the hoarding uid's own new connection");
+    // Another identity's session says hello and reads.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (endpoint, root) = (d.endpoint(), d.root.clone());
+    std::thread::spawn(move || {
+        let mut s = ToolSession::start(&endpoint, &root, None);
+        let _ = tx.send(s.read(root.join("a.txt").to_str().unwrap()).json);
+    });
+    let reply = rx.recv_timeout(Duration::from_secs(60)).expect("another uid's session got no answer");
+    assert_eq!(reply["is_error"], json!(false), "{reply}");
+    drop(hoarder.stdin.take());
+    hoarder.wait().unwrap();
+}

@@ -65,6 +65,9 @@ pub struct ConfigFile {
     pub health_listen: Option<String>,
     /// Connection limits of TCP listeners.
     pub max_connections: Option<usize>,
+    /// Connection limits of each Unix-socket listener: in total, and per peer uid.
+    pub max_unix_connections: Option<usize>,
+    pub max_unix_connections_per_uid: Option<usize>,
     pub max_concurrent_streams: Option<u32>,
     pub max_calls_per_connection: Option<usize>,
     pub keepalive_interval_ms: Option<u64>,

@@ -379,6 +379,8 @@ impl Config {
         };
         let transport = Transport {
             max_connections: file.max_connections.unwrap_or(256),
+            max_unix_connections: file.max_unix_connections.unwrap_or(512),
+            max_unix_connections_per_uid: file.max_unix_connections_per_uid.unwrap_or(128),
             max_concurrent_streams: file.max_concurrent_streams.unwrap_or(256),
             max_calls_per_connection: file.max_calls_per_connection.unwrap_or(64),
             keepalive_interval: ms("keepalive_interval_ms", file.keepalive_interval_ms, 30_000)?,
@@ -410,6 +412,12 @@ impl Config {
         let budgets = file.budgets.unwrap_or_default().resolve()?;
         if transport.max_connections == 0 {
             return Err(ConfigError::AtLeastOne("max_connections"));
+        }
+        if transport.max_unix_connections == 0 {
+            return Err(ConfigError::AtLeastOne("max_unix_connections"));
+        }
+        if transport.max_unix_connections_per_uid == 0 {
+            return Err(ConfigError::AtLeastOne("max_unix_connections_per_uid"));
         }
         if transport.max_concurrent_streams == 0 {
             return Err(ConfigError::AtLeastOne("max_concurrent_streams"));

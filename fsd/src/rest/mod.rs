@@ -166,8 +166,9 @@ async fn serve_connection<IO, X>(
     let _ = connection.await;
 }
 
-/// Serves TCP connections (TLS already negotiated by the edge when configured).
-pub async fn serve_tcp(
+/// Serves the connections the edge accepted (TCP, TLS already negotiated when configured, or a
+/// Unix socket's).
+pub async fn serve(
     incoming: tokio_stream::wrappers::ReceiverStream<Result<crate::edge::Conn, std::io::Error>>,
     reach: host::Reach,
     face: Arc<Face>,
@@ -180,32 +181,6 @@ pub async fn serve_tcp(
         let Ok(conn) = conn else { continue };
         let info = conn.connect_info();
         connections.spawn(serve_connection(conn, (info, reach), face.clone(), stop.clone()));
-    }
-    while connections.join_next().await.is_some() {}
-}
-
-/// Serves Unix-socket connections; the peer's credentials are the caller's identity.
-pub async fn serve_unix(
-    listener: tokio::net::UnixListener,
-    face: Arc<Face>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = stop.wait_for(|s| *s) => break,
-        };
-        match accepted {
-            Ok((stream, _)) => {
-                let info = stream.connect_info();
-                connections.spawn(serve_connection(stream, (info, host::Reach::Unix), face.clone(), stop.clone()));
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
     }
     while connections.join_next().await.is_some() {}
 }
