@@ -78,7 +78,7 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         // Test hook: the request a compromised network process could make.
         #[cfg(feature = "fault-injection")]
         if let Some(pid) = std::env::var("FSD_FAULT_ASK_KILL").ok().and_then(|p| p.parse().ok()) {
-            let _ = stopping.send(ipc::ControlRequest::Kill { pid });
+            let _ = stopping.send((ipc::ControlRequest::Kill { pid }, None));
         }
         tokio::spawn(send_control(writer, kill_rx));
         // Once, beside the start rather than in its way: an approver may come up later.
@@ -252,10 +252,10 @@ async fn serve_control(
 /// Sends the dispatcher's requests (kill a hung worker) to the supervisor.
 async fn send_control(
     control: AsyncFrames,
-    mut requests: tokio::sync::mpsc::UnboundedReceiver<ipc::ControlRequest>,
+    mut requests: tokio::sync::mpsc::UnboundedReceiver<(ipc::ControlRequest, Option<std::os::fd::OwnedFd>)>,
 ) {
-    while let Some(request) = requests.recv().await {
-        if let Err(e) = ipc::send_async(&control, &request, None).await {
+    while let Some((request, fd)) = requests.recv().await {
+        if let Err(e) = ipc::send_async(&control, &request, fd.as_ref().map(std::os::fd::AsFd::as_fd)).await {
             tracing::error!(error = %e, "cannot reach the supervisor");
             return;
         }
@@ -318,7 +318,7 @@ async fn serve(
     listeners: Listeners,
     (mut signals, supervisor, stop_seen): (
         Signals,
-        tokio::sync::mpsc::UnboundedSender<ControlRequest>,
+        tokio::sync::mpsc::UnboundedSender<(ControlRequest, Option<std::os::fd::OwnedFd>)>,
         Arc<tokio::sync::Notify>,
     ),
     (stop_tx, stop_rx): (watch::Sender<bool>, watch::Receiver<bool>),
@@ -518,7 +518,7 @@ async fn serve(
     // Whatever stops this process (a signal sent to it rather than to the supervisor, a server
     // that failed), the supervisor hears it before the workers' sockets close, so it does not
     // replace the workers that exit next.
-    let _ = supervisor.send(ControlRequest::Stopping);
+    let _ = supervisor.send((ControlRequest::Stopping, None));
     // Until it says it heard (bounded: a supervisor that is gone never will).
     let _ = tokio::time::timeout(STOP_SEEN_WAIT, stop_seen.notified()).await;
     modes_task.abort();

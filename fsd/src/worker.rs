@@ -110,6 +110,7 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
                     }
                     None => Err(crate::error::Failure::new(FsError::Truncated, path)),
                 };
+                hand_on_stranded(&socket)?;
                 ipc::send(&socket, &FromWorker::Reply(reply.map_err(Remote::from)), None)?;
             }
             ToWorker::Call(request) => {
@@ -119,6 +120,7 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
                     continue;
                 }
                 let reply = backend.handle(mode, request).map_err(Remote::from);
+                hand_on_stranded(&socket)?;
                 ipc::send(&socket, &FromWorker::Reply(reply), None)?;
             }
             ToWorker::OpenStream { path } => match backend.open_stream(mode, &path) {
@@ -155,6 +157,15 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
             }
         }
     }
+}
+
+/// Hands the temporary files the call could not remove to the network process, which passes
+/// them on to the supervisor, before the call's reply.
+fn hand_on_stranded(socket: &UnixStream) -> Result<(), IpcError> {
+    for (stranded, dir) in crate::backend::stranded::take() {
+        ipc::send(socket, &FromWorker::Stranded(stranded), Some(dir.as_fd()))?;
+    }
+    Ok(())
 }
 
 /// Test hooks on the final path component: `fsd-fault-hang` makes a stat or read never

@@ -345,3 +345,57 @@ fn idle_unix_connections_of_one_uid_leave_room_for_everyone_else() {
     drop(hoarder.stdin.take());
     hoarder.wait().unwrap();
 }
+
+#[test]
+fn temporary_files_of_writes_whose_directory_left_the_fence_are_removed() {
+    // Workers enough for the four writes at once (uploads hold all but one, one identity half).
+    let d = RestDaemon::start("workers_per_mode = 9\n", &[]);
+    let outside = d.dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::create_dir(d.path("d")).unwrap();
+    // Uploads into d/ that have sent part of their body, and a write that the test build pauses
+    // for 2 s between its last byte and its rename.
+    let uploads: Vec<_> = (0..3)
+        .map(|i| {
+            let mut stream = common::rest::connect(d.port);
+            common::rest::send_head(&mut stream, "PUT", &format!("/v1/files/d/upload-{i}.bin"), &[], 1 << 20);
+            stream.get_mut().write_all(&[b's'; 4096]).unwrap();
+            stream
+        })
+        .collect();
+    let port = d.port;
+    let paused = std::thread::spawn(move || {
+        common::rest::http(port, "PUT", "/v1/files/d/fsd-fault-pause-rename", &[], b"the caller's secret bytes\n")
+    });
+    let temps = |dir: &std::path::Path| {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with(".fsd-tmp-"))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while temps(&d.path("d")) < 4 {
+        assert!(std::time::Instant::now() < deadline, "the writes never made their temporary files");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // A shell moves the directory out of the fence while the writes are in flight; then the
+    // uploads' clients go away.
+    std::fs::rename(d.path("d"), outside.join("d")).unwrap();
+    drop(uploads);
+    let answer = paused.join().unwrap();
+    assert_ne!(answer.status, 204, "a write into a directory outside the fence must fail");
+    let moved = outside.join("d");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while temps(&moved) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "temporary files stay outside the fence: {:?}",
+            std::fs::read_dir(&moved).unwrap().map(|e| e.unwrap().file_name()).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left: Vec<_> = std::fs::read_dir(&moved).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "nothing of the writes is outside the fence: {left:?}");
+    // The daemon serves on.
+    assert_eq!(common::rest::http(d.port, "PUT", "/v1/files/after.txt", &[], b"a\n").status, 204);
+}

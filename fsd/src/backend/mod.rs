@@ -14,6 +14,7 @@ pub mod resolve;
 pub mod text;
 mod version;
 mod write;
+pub use write::stranded;
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;

@@ -57,7 +57,7 @@ pub struct Dispatcher {
     locks: AsyncLocks,
     deadline: Duration,
     max_queued: usize,
-    control: mpsc::UnboundedSender<ControlRequest>,
+    control: mpsc::UnboundedSender<(ControlRequest, Option<OwnedFd>)>,
     readers: stream::Readers,
     cpu: cpu::Cpu,
     /// Woken on every registration and availability change.
@@ -73,7 +73,7 @@ impl Dispatcher {
     pub fn new(
         deadline: Duration,
         (max_queued, workers_per_mode): (usize, usize),
-        control: mpsc::UnboundedSender<ControlRequest>,
+        control: mpsc::UnboundedSender<(ControlRequest, Option<OwnedFd>)>,
         readers: stream::Readers,
         cpu: cpu::Cpu,
     ) -> Dispatcher {
@@ -221,8 +221,19 @@ impl Dispatcher {
     }
 
     fn kill(&self, pid: u32) {
-        if self.control.send(ControlRequest::Kill { pid }).is_err() {
+        if self.control.send((ControlRequest::Kill { pid }, None)).is_err() {
             tracing::error!(pid, "cannot ask the supervisor to kill a worker: it is gone");
+        }
+    }
+
+    /// Passes a temporary file a worker could not remove on to the supervisor.
+    fn stranded(&self, stranded: ipc::Stranded, dir: Option<OwnedFd>) {
+        if dir.is_none() {
+            tracing::warn!(?stranded, "a worker reported a stranded file without its directory");
+            return;
+        }
+        if self.control.send((ControlRequest::RemoveStranded(stranded), dir)).is_err() {
+            tracing::error!("cannot ask the supervisor to remove a stranded file: it is gone");
         }
     }
 
