@@ -399,3 +399,35 @@ fn temporary_files_of_writes_whose_directory_left_the_fence_are_removed() {
     // The daemon serves on.
     assert_eq!(common::rest::http(d.port, "PUT", "/v1/files/after.txt", &[], b"a\n").status, 204);
 }
+
+#[test]
+fn an_upload_slower_than_the_minimum_rate_is_cut_off_and_another_identitys_upload_served() {
+    use fsd_proto::v1::{self, write_bytes_request::Item};
+    // Two workers a mode: uploads hold one. The default minimum rate (16 KiB/s past 10 s).
+    let d = RestDaemon::start("", &[]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (port, flag) = (d.port, stop.clone());
+    let trickler = std::thread::spawn(move || trickle(port, "slow.bin".into(), 100, flag));
+    std::thread::sleep(Duration::from_millis(1500));
+    // Another identity (the Unix socket's uid) uploads 1 MiB over gRPC, as long as the drip
+    // holds the uploads' worker and after: it is served once the drip is cut off.
+    let endpoint = fsd_tool_client::connect::Endpoint::Unix(d.dir.path().join("fsd.sock"));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let path = d.path("fast.bin").display().to_string();
+    let reply = rt.block_on(async {
+        let (mut client, _) = fsd_tool_client::connect::connect(&endpoint).await.unwrap();
+        let header = v1::WriteBytesHeader { context: None, path, guard: None, mode: None };
+        let messages = vec![
+            v1::WriteBytesRequest { item: Some(Item::Header(header)) },
+            v1::WriteBytesRequest { item: Some(Item::Chunk(vec![7u8; 1 << 20].into())) },
+        ];
+        client.write_bytes(tokio_stream::iter(messages)).await
+    });
+    let reply = reply.expect("the other identity's upload").into_inner();
+    assert_eq!(reply.size, 1 << 20);
+    assert_eq!(std::fs::read(d.path("fast.bin")).unwrap(), vec![7u8; 1 << 20]);
+    let cut = trickler.join().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(cut, Some(503), "the dripping upload is answered 503 once it falls behind");
+    assert!(!d.path("slow.bin").exists(), "nothing of the cut-off upload was written");
+}

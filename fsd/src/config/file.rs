@@ -79,6 +79,8 @@ pub struct ConfigFile {
     pub rest_root: Option<PathBuf>,
     /// The largest body a REST PUT (or a WriteBytes stream) may carry.
     pub max_upload_bytes: Option<u64>,
+    /// The slowest such a body may arrive, averaged, past a grace of 10 s (0: no minimum).
+    pub min_upload_bytes_per_sec: Option<u64>,
     /// `/v1/metadata` serves the environment variables with this prefix (default `SANDBOX_`;
     /// empty: none by prefix)...
     pub metadata_env_prefix: Option<String>,

@@ -329,6 +329,9 @@ impl Config {
             max_diff_text_bytes: file.max_diff_text_bytes.unwrap_or(defaults.max_diff_text_bytes),
             max_dir_entries: file.max_dir_entries.unwrap_or(defaults.max_dir_entries),
             max_upload_bytes: file.max_upload_bytes.unwrap_or(defaults.max_upload_bytes),
+            min_upload_bytes_per_sec: file
+                .min_upload_bytes_per_sec
+                .unwrap_or(defaults.min_upload_bytes_per_sec),
             ..defaults
         };
         let max_message_bytes = file.max_message_bytes.unwrap_or(80 << 20);

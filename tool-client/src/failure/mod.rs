@@ -298,6 +298,10 @@ fn detail(wire: &WireError) -> String {
                 wire.get("limit_ms").unwrap_or("too many")
             ),
             Some("cancelled") => "the call was cancelled".to_owned(),
+            Some("upload_too_slow") => format!(
+                "the upload's body came slower than {} bytes a second and was cut off; nothing was written",
+                wire.get("limit").unwrap_or("the daemon's minimum of")
+            ),
             Some("truncated") => "the upload ended before its last byte".to_owned(),
             _ => "the call was aborted; the outcome is unknown".to_owned(),
         },
