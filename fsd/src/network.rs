@@ -63,8 +63,7 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         let (stop_tx, stop_rx) = watch::channel(false);
         let (kill_tx, kill_rx) = tokio::sync::mpsc::unbounded_channel();
         let stopping = kill_tx.clone();
-        let dispatcher =
-            Arc::new(Dispatcher::new(
+        let dispatcher = Arc::new(Dispatcher::new(
             config.call_timeout,
             (config.max_queued_calls, config.workers_per_mode),
             kill_tx,
@@ -443,7 +442,9 @@ async fn serve(
                 } else {
                     warn_plaintext(&config, &name, "listening (REST, gRPC-Web) on plaintext loopback TCP");
                 }
-                let local = listener.local_addr().map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+                let local = listener
+                    .local_addr()
+                    .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
                 let reach = crate::rest::host::Reach::tcp(local, tls.is_some());
                 let incoming = crate::edge::incoming(listener, tls, tcp_limits, stop_rx.clone());
                 let (face, stop) = (face.clone(), stop_rx.clone());

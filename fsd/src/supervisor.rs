@@ -505,7 +505,9 @@ fn remove_stranded(stranded: &ipc::Stranded, dir: Option<std::os::fd::OwnedFd>) 
         {
             match sys::remove(dir.as_fd(), name) {
                 Ok(()) => tracing::info!(?name, "removed a temporary file left outside the fence"),
-                Err(errno) => tracing::warn!(?name, %errno, "cannot remove a temporary file left outside the fence"),
+                Err(errno) => {
+                    tracing::warn!(?name, %errno, "cannot remove a temporary file left outside the fence")
+                }
             }
         }
         Ok(_) => tracing::warn!(?name, "a stranded name holds something else now; left alone"),

@@ -31,7 +31,8 @@ fn raw_http_head(
     let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let mut stream = BufReader::new(stream);
-    let mut head = format!("{method} {path} HTTP/1.1\r\ncontent-length: {}\r\nconnection: close\r\n", body.len());
+    let mut head =
+        format!("{method} {path} HTTP/1.1\r\ncontent-length: {}\r\nconnection: close\r\n", body.len());
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -57,7 +58,10 @@ fn a_browser_page_cannot_reach_the_loopback_http_face() {
     for (what, headers) in [
         // DNS rebinding: the attacker's name now resolves to 127.0.0.1, and the browser sends it.
         ("a rebound name", vec![("host", "attacker.example:8080")]),
-        ("a rebound name and origin", vec![("host", "attacker.example"), ("origin", "http://attacker.example")]),
+        (
+            "a rebound name and origin",
+            vec![("host", "attacker.example"), ("origin", "http://attacker.example")],
+        ),
         // A page elsewhere asking the loopback address directly.
         ("a foreign origin", vec![("host", here.as_str()), ("origin", "http://attacker.example")]),
         ("a sandboxed page (origin null)", vec![("host", "localhost"), ("origin", "null")]),
@@ -79,7 +83,8 @@ fn a_browser_page_cannot_reach_the_loopback_http_face() {
         &[("host", "attacker.example"), ("content-type", "application/grpc-web+proto")],
         &[0, 0, 0, 0, 0],
     );
-    let grpc_status = head.iter().find(|(k, _)| k.eq_ignore_ascii_case("grpc-status")).map(|(_, v)| v.as_str());
+    let grpc_status =
+        head.iter().find(|(k, _)| k.eq_ignore_ascii_case("grpc-status")).map(|(_, v)| v.as_str());
     assert_eq!((status, grpc_status), (200, Some("7")), "a gRPC-Web refusal is PERMISSION_DENIED: {head:?}");
     // Loopback names and addresses are served.
     for host in ["localhost", "127.0.0.1:1", "[::1]", here.as_str()] {
@@ -234,7 +239,12 @@ fn a_png_whose_icc_profile_inflates_to_256_mib_stays_within_the_image_limits() {
 
 /// A REST PUT of `len` bytes whose body drips one byte every 0.4 s until `stop`; returns the
 /// answer's status, if one came.
-fn trickle(port: u16, name: String, len: u64, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Option<u16> {
+fn trickle(
+    port: u16,
+    name: String,
+    len: u64,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Option<u16> {
     let mut stream = common::rest::connect(port);
     common::rest::send_head(&mut stream, "PUT", &format!("/v1/files/{name}"), &[], len);
     stream.get_ref().set_nonblocking(true).unwrap();
@@ -316,7 +326,13 @@ sys.stdin.read()
 fn idle_unix_connections_of_one_uid_leave_room_for_everyone_else() {
     // Few descriptors, as under a service manager's default limit, so that hoarded connections
     // would exhaust them; the socket open to every local user.
-    let d = Daemon::start_custom(&["prlimit", "--nofile=256:256", "--"], &|_| {}, &[], "socket_mode = \"0666\"\n", &[]);
+    let d = Daemon::start_custom(
+        &["prlimit", "--nofile=256:256", "--"],
+        &|_| {},
+        &[],
+        "socket_mode = \"0666\"\n",
+        &[],
+    );
     let mut mode = std::fs::metadata(d.dir.path()).unwrap().permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut mode, 0o755);
     std::fs::set_permissions(d.dir.path(), mode).unwrap();
@@ -365,7 +381,13 @@ fn temporary_files_of_writes_whose_directory_left_the_fence_are_removed() {
         .collect();
     let port = d.port;
     let paused = std::thread::spawn(move || {
-        common::rest::http(port, "PUT", "/v1/files/d/fsd-fault-pause-rename", &[], b"the caller's secret bytes\n")
+        common::rest::http(
+            port,
+            "PUT",
+            "/v1/files/d/fsd-fault-pause-rename",
+            &[],
+            b"the caller's secret bytes\n",
+        )
     });
     let temps = |dir: &std::path::Path| {
         std::fs::read_dir(dir)

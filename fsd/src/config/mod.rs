@@ -165,7 +165,9 @@ pub enum ConfigError {
     Workers,
     #[error("rest_root {0} is not one of the configured roots")]
     RestRoot(PathBuf),
-    #[error("invalid {key} entry {value:?}: expected a host name or IP address (hosts) or scheme://host[:port] (origins)")]
+    #[error(
+        "invalid {key} entry {value:?}: expected a host name or IP address (hosts) or scheme://host[:port] (origins)"
+    )]
     AllowedName { key: &'static str, value: String },
     #[error(
         "max_message_bytes {message} is too small for {key} {bytes}: a message carries the whole file plus 1 MiB of framing, so set max_message_bytes to at least {needed}"

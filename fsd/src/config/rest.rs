@@ -86,7 +86,8 @@ fn valid_host(host: &str) -> bool {
     host.parse::<std::net::IpAddr>().is_ok()
         || (!host.is_empty()
             && host.split('.').all(|label| {
-                !label.is_empty() && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                !label.is_empty()
+                    && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
             }))
 }
 

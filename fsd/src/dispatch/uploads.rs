@@ -48,7 +48,9 @@ impl Uploads {
     pub(super) async fn enter(&self, identity: &str) -> Place<'_> {
         let own = {
             let mut map = self.by_identity.lock().unwrap_or_else(PoisonError::into_inner);
-            map.entry(identity.to_owned()).or_insert_with(|| Arc::new(Semaphore::new(self.per_identity))).clone()
+            map.entry(identity.to_owned())
+                .or_insert_with(|| Arc::new(Semaphore::new(self.per_identity)))
+                .clone()
         };
         let mut place = Place { uploads: self, identity: identity.to_owned(), permits: None };
         // Neither semaphore is ever closed.

@@ -344,7 +344,9 @@ async fn slot_or_evict(
 ) -> Option<tokio::sync::OwnedSemaphorePermit> {
     match slots.clone().try_acquire_owned() {
         Ok(slot) => Some(slot),
-        Err(_) if evict() => tokio::time::timeout(EVICTION_WAIT, slots.clone().acquire_owned()).await.ok()?.ok(),
+        Err(_) if evict() => {
+            tokio::time::timeout(EVICTION_WAIT, slots.clone().acquire_owned()).await.ok()?.ok()
+        }
         Err(_) => None,
     }
 }
@@ -512,11 +514,19 @@ pub fn incoming_unix(
             // Waiting for an evicted connection's slot must not hold up the accept loop.
             tokio::spawn(async move {
                 let Some(own) = slot_or_evict(&own, || unauthenticated.evict_oldest(Some(uid))).await else {
-                    tracing::warn!(?uid, max = limits.max_connections_per_uid, "connection cap of this uid reached; closing the new connection");
+                    tracing::warn!(
+                        ?uid,
+                        max = limits.max_connections_per_uid,
+                        "connection cap of this uid reached; closing the new connection"
+                    );
                     return;
                 };
                 let Some(slot) = slot_or_evict(&slots, || unauthenticated.evict_oldest(None)).await else {
-                    tracing::warn!(?uid, max = limits.max_connections, "connection cap reached; closing the new connection");
+                    tracing::warn!(
+                        ?uid,
+                        max = limits.max_connections,
+                        "connection cap reached; closing the new connection"
+                    );
                     return;
                 };
                 let state = Arc::new(ConnState::new());
@@ -524,7 +534,13 @@ pub fn incoming_unix(
                 let first_timer = limits.idle_timeout.min(limits.unauthenticated_idle);
                 let conn = Conn {
                     stream: Stream::Unix(stream),
-                    info: PeerInfo { remote: None, tls: false, cert_names: Arc::default(), unix: Some(uid), state },
+                    info: PeerInfo {
+                        remote: None,
+                        tls: false,
+                        cert_names: Arc::default(),
+                        unix: Some(uid),
+                        state,
+                    },
                     idle_timeout: limits.idle_timeout,
                     unauthenticated_idle: limits.unauthenticated_idle,
                     idle_timer: Box::pin(tokio::time::sleep(first_timer)),
