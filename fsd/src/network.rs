@@ -181,6 +181,10 @@ fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> 
     Ok(Started { listeners, audit, roots, control_reader })
 }
 
+/// Requests to the supervisor, each with the descriptor its frame carries.
+pub(crate) type ToSupervisor =
+    tokio::sync::mpsc::UnboundedSender<(ControlRequest, Option<std::os::fd::OwnedFd>)>;
+
 /// How long a stopping network process waits for the supervisor to confirm it heard so.
 const STOP_SEEN_WAIT: Duration = Duration::from_secs(1);
 
@@ -315,11 +319,7 @@ async fn serve(
     service: FsdService,
     dispatcher: Arc<Dispatcher>,
     listeners: Listeners,
-    (mut signals, supervisor, stop_seen): (
-        Signals,
-        tokio::sync::mpsc::UnboundedSender<(ControlRequest, Option<std::os::fd::OwnedFd>)>,
-        Arc<tokio::sync::Notify>,
-    ),
+    (mut signals, supervisor, stop_seen): (Signals, ToSupervisor, Arc<tokio::sync::Notify>),
     (stop_tx, stop_rx): (watch::Sender<bool>, watch::Receiver<bool>),
 ) -> Result<(), DaemonError> {
     let Listeners { bound, tls, tls_http, health, edge, metadata } = listeners;

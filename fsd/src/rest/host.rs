@@ -144,7 +144,8 @@ mod tests {
         };
         let none = Allowed::default();
         use Reach::*;
-        let cases: &[(&Allowed, Reach, Option<&str>, Option<&str>, bool)] = &[
+        type Case<'a> = (&'a Allowed, Reach, Option<&'a str>, Option<&'a str>, bool);
+        let cases: &[Case] = &[
             (&none, LoopbackPlain, Some("127.0.0.1:8080"), None, true),
             (&none, LoopbackPlain, Some("localhost:8080"), None, true),
             (&none, LoopbackPlain, Some("LOCALHOST."), None, true),
