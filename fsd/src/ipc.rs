@@ -94,6 +94,9 @@ pub enum FromWorker {
     Progress { bytes: u64 },
     /// The header of a streamed read; the frame carries the file's descriptor.
     Stream(Result<StreamHeader, WireError>),
+    /// A temporary file this worker emptied but could not remove: its directory left the fence
+    /// mid-write. The frame carries the directory's descriptor; the supervisor removes it.
+    Stranded(Stranded),
     #[cfg(feature = "fault-injection")]
     RawOpened(Result<(), String>),
 }
@@ -128,6 +131,17 @@ pub enum ControlRequest {
     /// The process has begun to stop (a signal, a server that failed): its workers' sockets
     /// close next, and their exits are not for replacing.
     Stopping,
+    /// A worker's [`FromWorker::Stranded`], passed on with the directory's descriptor.
+    RemoveStranded(Stranded),
+}
+
+/// A temporary file left outside the fence: its name in the directory the frame's descriptor
+/// holds, and the inode it must still be.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stranded {
+    pub name: Vec<u8>,
+    pub dev: u64,
+    pub ino: u64,
 }
 
 /// Why a message could not be exchanged.

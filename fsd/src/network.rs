@@ -9,13 +9,12 @@ use std::time::Duration;
 
 use fsd_proto::v1::fsd_server::FsdServer;
 use tokio::sync::watch;
-use tokio_stream::wrappers::UnixListenerStream;
 
 use crate::audit::Audit;
 use crate::config::Config;
 use crate::daemon::DaemonError;
 use crate::dispatch::Dispatcher;
-use crate::edge::{Edge, TcpLimits};
+use crate::edge::{Edge, TcpLimits, UnixLimits};
 use crate::ipc::{self, Control, ControlRequest, IpcError};
 use crate::service::FsdService;
 use crate::sys::ipc::AsyncFrames;
@@ -64,8 +63,13 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         let (stop_tx, stop_rx) = watch::channel(false);
         let (kill_tx, kill_rx) = tokio::sync::mpsc::unbounded_channel();
         let stopping = kill_tx.clone();
-        let dispatcher =
-            Arc::new(Dispatcher::new(config.call_timeout, config.max_queued_calls, kill_tx, readers, cpu));
+        let dispatcher = Arc::new(Dispatcher::new(
+            config.call_timeout,
+            (config.max_queued_calls, config.workers_per_mode),
+            kill_tx,
+            readers,
+            cpu,
+        ));
         let reader = AsyncFrames::new(control_reader).map_err(DaemonError::Runtime)?;
         let writer = AsyncFrames::new(control).map_err(DaemonError::Runtime)?;
         let stop_seen = Arc::new(tokio::sync::Notify::new());
@@ -73,7 +77,7 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         // Test hook: the request a compromised network process could make.
         #[cfg(feature = "fault-injection")]
         if let Some(pid) = std::env::var("FSD_FAULT_ASK_KILL").ok().and_then(|p| p.parse().ok()) {
-            let _ = stopping.send(ipc::ControlRequest::Kill { pid });
+            let _ = stopping.send((ipc::ControlRequest::Kill { pid }, None));
         }
         tokio::spawn(send_control(writer, kill_rx));
         // Once, beside the start rather than in its way: an approver may come up later.
@@ -177,6 +181,10 @@ fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> 
     Ok(Started { listeners, audit, roots, control_reader })
 }
 
+/// Requests to the supervisor, each with the descriptor its frame carries.
+pub(crate) type ToSupervisor =
+    tokio::sync::mpsc::UnboundedSender<(ControlRequest, Option<std::os::fd::OwnedFd>)>;
+
 /// How long a stopping network process waits for the supervisor to confirm it heard so.
 const STOP_SEEN_WAIT: Duration = Duration::from_secs(1);
 
@@ -247,10 +255,10 @@ async fn serve_control(
 /// Sends the dispatcher's requests (kill a hung worker) to the supervisor.
 async fn send_control(
     control: AsyncFrames,
-    mut requests: tokio::sync::mpsc::UnboundedReceiver<ipc::ControlRequest>,
+    mut requests: tokio::sync::mpsc::UnboundedReceiver<(ipc::ControlRequest, Option<std::os::fd::OwnedFd>)>,
 ) {
-    while let Some(request) = requests.recv().await {
-        if let Err(e) = ipc::send_async(&control, &request, None).await {
+    while let Some((request, fd)) = requests.recv().await {
+        if let Err(e) = ipc::send_async(&control, &request, fd.as_ref().map(std::os::fd::AsFd::as_fd)).await {
             tracing::error!(error = %e, "cannot reach the supervisor");
             return;
         }
@@ -311,11 +319,7 @@ async fn serve(
     service: FsdService,
     dispatcher: Arc<Dispatcher>,
     listeners: Listeners,
-    (mut signals, supervisor, stop_seen): (
-        Signals,
-        tokio::sync::mpsc::UnboundedSender<ControlRequest>,
-        Arc<tokio::sync::Notify>,
-    ),
+    (mut signals, supervisor, stop_seen): (Signals, ToSupervisor, Arc<tokio::sync::Notify>),
     (stop_tx, stop_rx): (watch::Sender<bool>, watch::Receiver<bool>),
 ) -> Result<(), DaemonError> {
     let Listeners { bound, tls, tls_http, health, edge, metadata } = listeners;
@@ -347,6 +351,12 @@ async fn serve(
         max_handshakes_per_source: transport.max_handshakes_per_source,
         unauthenticated_idle: transport.unauthenticated_idle,
     };
+    let unix_limits = UnixLimits {
+        idle_timeout: transport.idle_timeout,
+        unauthenticated_idle: transport.unauthenticated_idle,
+        max_connections: transport.max_unix_connections,
+        max_connections_per_uid: transport.max_unix_connections_per_uid,
+    };
     let mut servers = tokio::task::JoinSet::new();
     // The HTTP listeners also carry fsd.v1, health and reflection: gRPC-Web (HTTP/1.1, through
     // reverse proxies) translated to gRPC, behind the same edge as the gRPC listeners.
@@ -376,6 +386,7 @@ async fn serve(
         metadata,
         stopping: stop_rx.clone(),
         grpc: Some(grpc),
+        allowed: config.rest.allowed.clone(),
     });
     for listener in bound {
         let max = config.max_message_bytes as usize;
@@ -415,9 +426,10 @@ async fn serve(
                 let listener = tokio::net::UnixListener::from_std(std_listener)
                     .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
                 tracing::info!(listen = %name, "listening (REST, gRPC-Web)");
+                let incoming = crate::edge::incoming_unix(listener, unix_limits, stop_rx.clone());
                 let (face, stop) = (face.clone(), stop_rx.clone());
                 servers.spawn(async move {
-                    crate::rest::serve_unix(listener, face, stop).await;
+                    crate::rest::serve(incoming, crate::rest::host::Reach::Unix, face, stop).await;
                     Ok(())
                 });
             }
@@ -430,10 +442,14 @@ async fn serve(
                 } else {
                     warn_plaintext(&config, &name, "listening (REST, gRPC-Web) on plaintext loopback TCP");
                 }
+                let local = listener
+                    .local_addr()
+                    .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+                let reach = crate::rest::host::Reach::tcp(local, tls.is_some());
                 let incoming = crate::edge::incoming(listener, tls, tcp_limits, stop_rx.clone());
                 let (face, stop) = (face.clone(), stop_rx.clone());
                 servers.spawn(async move {
-                    crate::rest::serve_tcp(incoming, face, stop).await;
+                    crate::rest::serve(incoming, reach, face, stop).await;
                     Ok(())
                 });
             }
@@ -441,10 +457,9 @@ async fn serve(
                 let listener = tokio::net::UnixListener::from_std(std_listener)
                     .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
                 tracing::info!(listen = %name, "listening");
+                let incoming = crate::edge::incoming_unix(listener, unix_limits, stop_rx.clone());
                 servers.spawn(async move {
-                    let result = router
-                        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
-                        .await;
+                    let result = router.serve_with_incoming_shutdown(incoming, shutdown).await;
                     result.map_err(|source| DaemonError::Serve { listen: name, source })
                 });
             }
@@ -504,7 +519,7 @@ async fn serve(
     // Whatever stops this process (a signal sent to it rather than to the supervisor, a server
     // that failed), the supervisor hears it before the workers' sockets close, so it does not
     // replace the workers that exit next.
-    let _ = supervisor.send(ControlRequest::Stopping);
+    let _ = supervisor.send((ControlRequest::Stopping, None));
     // Until it says it heard (bounded: a supervisor that is gone never will).
     let _ = tokio::time::timeout(STOP_SEEN_WAIT, stop_seen.notified()).await;
     modes_task.abort();

@@ -306,7 +306,11 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
     std::thread::Builder::new()
         .name("fsd-kill-requests".into())
         .spawn(move || {
-            while let Ok((request, _)) = ipc::recv::<ControlRequest>(&requests) {
+            while let Ok((request, fd)) = ipc::recv::<ControlRequest>(&requests) {
+                if let ControlRequest::RemoveStranded(stranded) = &request {
+                    remove_stranded(stranded, fd);
+                    continue;
+                }
                 if matches!(request, ControlRequest::Kill { .. } | ControlRequest::Stopping)
                     && kill_tx.send(request).is_err()
                 {
@@ -468,6 +472,41 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
     }
     tracing::info!("stopped");
     outcome
+}
+
+/// Removes a temporary file a worker emptied but could not remove (its directory left the
+/// fence mid-write; Landlock keeps the worker out of it now). Only what the worker made and
+/// emptied goes: a name of fsd's temporary form, in the directory the worker held, that is still
+/// the worker's inode, a regular file, empty and with no permission bit. Anything else at the
+/// name is left alone.
+fn remove_stranded(stranded: &ipc::Stranded, dir: Option<std::os::fd::OwnedFd>) {
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::OsStr::from_bytes(&stranded.name);
+    let ours = name
+        .to_str()
+        .and_then(|n| n.strip_prefix(crate::backend::TEMP_PREFIX))
+        .is_some_and(|hex| hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()));
+    let Some(dir) = dir.filter(|_| ours) else {
+        tracing::warn!(?name, "refused to remove a stranded file: not a temporary name with its directory");
+        return;
+    };
+    match sys::meta_at(dir.as_fd(), name) {
+        Ok(meta)
+            if meta.kind == sys::Kind::File
+                && (meta.dev, meta.ino) == (stranded.dev, stranded.ino)
+                && meta.size == 0
+                && meta.mode & 0o7777 == 0 =>
+        {
+            match sys::remove(dir.as_fd(), name) {
+                Ok(()) => tracing::info!(?name, "removed a temporary file left outside the fence"),
+                Err(errno) => {
+                    tracing::warn!(?name, %errno, "cannot remove a temporary file left outside the fence")
+                }
+            }
+        }
+        Ok(_) => tracing::warn!(?name, "a stranded name holds something else now; left alone"),
+        Err(errno) => tracing::debug!(?name, %errno, "a stranded file is gone already"),
+    }
 }
 
 /// Test hook (cargo feature `fault-injection`, `FSD_FAULT_UNKILLABLE_WORKERS=1`): kill requests

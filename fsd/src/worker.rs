@@ -110,6 +110,7 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
                     }
                     None => Err(crate::error::Failure::new(FsError::Truncated, path)),
                 };
+                hand_on_stranded(&socket)?;
                 ipc::send(
                     &socket,
                     &FromWorker::Reply(reply.map_err(crate::error::Failure::into_wire)),
@@ -123,6 +124,7 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
                     continue;
                 }
                 let reply = backend.handle(mode, request).map_err(crate::error::Failure::into_wire);
+                hand_on_stranded(&socket)?;
                 ipc::send(&socket, &FromWorker::Reply(reply), None)?;
             }
             ToWorker::OpenStream { path } => match backend.open_stream(mode, &path) {
@@ -159,6 +161,15 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
             }
         }
     }
+}
+
+/// Hands the temporary files the call could not remove to the network process, which passes
+/// them on to the supervisor, before the call's reply.
+fn hand_on_stranded(socket: &UnixStream) -> Result<(), IpcError> {
+    for (stranded, dir) in crate::backend::stranded::take() {
+        ipc::send(socket, &FromWorker::Stranded(stranded), Some(dir.as_fd()))?;
+    }
+    Ok(())
 }
 
 /// Test hooks on the final path component: `fsd-fault-hang` makes a stat or read never

@@ -133,6 +133,8 @@ words! {
         Cancelled => "cancelled",
         /// An upload that ended before its last byte.
         Truncated => "truncated",
+        /// An upload whose body came slower than the daemon's minimum rate (metadata `limit`).
+        UploadTooSlow => "upload_too_slow",
         NoFreeWorker => "no_free_worker",
         /// The call's worker was lost (metadata `lost`); the outcome is unknown.
         WorkerLost => "worker_lost",

@@ -21,6 +21,7 @@ mod fences;
 mod fleet;
 mod grpc_clients;
 mod hardening;
+mod hostile;
 mod hung_workers;
 mod lifecycle;
 mod mcp;

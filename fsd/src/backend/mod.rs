@@ -14,6 +14,7 @@ pub mod resolve;
 pub mod text;
 mod version;
 mod write;
+pub use write::stranded;
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
@@ -71,6 +72,8 @@ pub struct Limits {
     pub max_chunk_bytes: usize,
     /// The largest streamed byte write (REST PUT, WriteBytes).
     pub max_upload_bytes: u64,
+    /// The slowest an upload's client may send its body, past a grace (0: no minimum).
+    pub min_upload_bytes_per_sec: u64,
 }
 
 impl Default for Limits {
@@ -86,6 +89,7 @@ impl Default for Limits {
             // what an identity's 64 stalled streams pin (32 MiB, not 128 with 1 MiB chunks).
             max_chunk_bytes: 256 << 10,
             max_upload_bytes: 4 << 30,
+            min_upload_bytes_per_sec: 16 << 10,
         }
     }
 }

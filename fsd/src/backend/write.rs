@@ -47,9 +47,13 @@ impl Drop for TempName<'_> {
             && let Err(errno) = sys::remove(self.dir, &self.name)
         {
             // Typically the directory was moved out of the fence mid-write, and Landlock
-            // refuses the unlink there. The name stays; the caller's bytes do not.
+            // refuses the unlink there. The caller's bytes go at once; the name is handed to
+            // the supervisor, which the fence does not hold, to remove (`stranded`).
             let emptied = self.unplaced.as_ref().map(sys::empty_file);
             tracing::warn!(name = ?self.name, %errno, ?emptied, "could not remove a temporary file");
+            if let (Some(Ok(())), Some(file)) = (emptied, self.unplaced.as_ref()) {
+                stranded::record(self.dir, &self.name, file);
+            }
             return;
         }
         if let Some(entry) = self.entry.take() {
@@ -513,4 +517,30 @@ fn read_prefix(file: &File, limit: u64, size: u64) -> Result<Vec<u8>, FsError> {
     let mut buf = Vec::with_capacity(usize::try_from(limit.min(size)).unwrap_or(0));
     std::io::Read::read_to_end(&mut std::io::Read::take(file, limit), &mut buf).map_err(FsError::Read)?;
     Ok(buf)
+}
+
+/// Temporary files this worker emptied but could not remove, kept until the worker hands them
+/// on after its call (`take`).
+pub mod stranded {
+    use std::ffi::OsStr;
+    use std::fs::File;
+    use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+    use std::os::unix::ffi::OsStrExt;
+    use std::sync::{Mutex, PoisonError};
+
+    use crate::ipc::Stranded;
+    use crate::sys;
+
+    static LEFT: Mutex<Vec<(Stranded, OwnedFd)>> = Mutex::new(Vec::new());
+
+    pub(super) fn record(dir: BorrowedFd<'_>, name: &OsStr, file: &File) {
+        let (Ok(dir), Ok(meta)) = (dir.try_clone_to_owned(), sys::meta(file.as_fd())) else { return };
+        let stranded = Stranded { name: name.as_bytes().to_vec(), dev: meta.dev, ino: meta.ino };
+        LEFT.lock().unwrap_or_else(PoisonError::into_inner).push((stranded, dir));
+    }
+
+    /// What the calls so far left behind, each with its directory.
+    pub fn take() -> Vec<(Stranded, OwnedFd)> {
+        std::mem::take(&mut *LEFT.lock().unwrap_or_else(PoisonError::into_inner))
+    }
 }

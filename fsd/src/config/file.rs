@@ -65,6 +65,9 @@ pub struct ConfigFile {
     pub health_listen: Option<String>,
     /// Connection limits of TCP listeners.
     pub max_connections: Option<usize>,
+    /// Connection limits of each Unix-socket listener: in total, and per peer uid.
+    pub max_unix_connections: Option<usize>,
+    pub max_unix_connections_per_uid: Option<usize>,
     pub max_concurrent_streams: Option<u32>,
     pub max_calls_per_connection: Option<usize>,
     pub keepalive_interval_ms: Option<u64>,
@@ -76,11 +79,18 @@ pub struct ConfigFile {
     pub rest_root: Option<PathBuf>,
     /// The largest body a REST PUT (or a WriteBytes stream) may carry.
     pub max_upload_bytes: Option<u64>,
+    /// The slowest such a body may arrive, averaged, past a grace of 10 s (0: no minimum).
+    pub min_upload_bytes_per_sec: Option<u64>,
     /// `/v1/metadata` serves the environment variables with this prefix (default `SANDBOX_`;
     /// empty: none by prefix)...
     pub metadata_env_prefix: Option<String>,
     /// ...and these, by name.
     pub metadata_env: Option<Vec<String>>,
+    /// Names (or addresses) the HTTP listeners answer to beside loopback ones (DNS rebinding:
+    /// `rest::host`).
+    pub http_allowed_hosts: Option<Vec<String>>,
+    /// Browser origins (`scheme://host[:port]`) whose requests the HTTP listeners serve.
+    pub http_allowed_origins: Option<Vec<String>>,
     /// TLS handshakes in progress per TCP listener, and per source address.
     pub max_handshakes: Option<usize>,
     pub max_handshakes_per_source: Option<usize>,

@@ -111,6 +111,9 @@ fn group_id(name: &str) -> Option<u32> {
 pub struct Transport {
     /// Open connections per TCP listener; more are closed at accept.
     pub max_connections: usize,
+    /// Open connections per Unix-socket listener, and per peer uid on one.
+    pub max_unix_connections: usize,
+    pub max_unix_connections_per_uid: usize,
     /// HTTP/2 streams a connection may have open at once.
     pub max_concurrent_streams: u32,
     /// Calls of one connection served at once; the rest wait their turn.

@@ -176,6 +176,10 @@ pub enum ConfigError {
     #[error("rest_root {0} is not one of the configured roots")]
     RestRoot(PathBuf),
     #[error(
+        "invalid {key} entry {value:?}: expected a host name or IP address (hosts) or scheme://host[:port] (origins)"
+    )]
+    AllowedName { key: &'static str, value: String },
+    #[error(
         "max_message_bytes {message} is too small for {key} {bytes}: a message carries the whole file plus 1 MiB of framing, so set max_message_bytes to at least {needed}"
     )]
     MessageTooSmall { message: u64, key: &'static str, bytes: u64, needed: u64 },
@@ -337,6 +341,9 @@ impl Config {
             max_diff_text_bytes: file.max_diff_text_bytes.unwrap_or(defaults.max_diff_text_bytes),
             max_dir_entries: file.max_dir_entries.unwrap_or(defaults.max_dir_entries),
             max_upload_bytes: file.max_upload_bytes.unwrap_or(defaults.max_upload_bytes),
+            min_upload_bytes_per_sec: file
+                .min_upload_bytes_per_sec
+                .unwrap_or(defaults.min_upload_bytes_per_sec),
             ..defaults
         };
         let max_message_bytes = file.max_message_bytes.unwrap_or(80 << 20);
@@ -387,6 +394,8 @@ impl Config {
         };
         let transport = Transport {
             max_connections: file.max_connections.unwrap_or(256),
+            max_unix_connections: file.max_unix_connections.unwrap_or(512),
+            max_unix_connections_per_uid: file.max_unix_connections_per_uid.unwrap_or(128),
             max_concurrent_streams: file.max_concurrent_streams.unwrap_or(256),
             max_calls_per_connection: file.max_calls_per_connection.unwrap_or(64),
             keepalive_interval: ms("keepalive_interval_ms", file.keepalive_interval_ms, 30_000)?,
@@ -419,13 +428,25 @@ impl Config {
         if transport.max_connections == 0 {
             return Err(ConfigError::AtLeastOne("max_connections"));
         }
+        if transport.max_unix_connections == 0 {
+            return Err(ConfigError::AtLeastOne("max_unix_connections"));
+        }
+        if transport.max_unix_connections_per_uid == 0 {
+            return Err(ConfigError::AtLeastOne("max_unix_connections_per_uid"));
+        }
         if transport.max_concurrent_streams == 0 {
             return Err(ConfigError::AtLeastOne("max_concurrent_streams"));
         }
         if transport.max_calls_per_connection == 0 {
             return Err(ConfigError::AtLeastOne("max_calls_per_connection"));
         }
-        let rest = rest_settings(&roots, file.rest_root, file.metadata_env_prefix, file.metadata_env)?;
+        let rest = rest_settings(
+            &roots,
+            file.rest_root,
+            file.metadata_env_prefix,
+            file.metadata_env,
+            (file.http_allowed_hosts, file.http_allowed_origins),
+        )?;
         Ok(Config {
             rest,
             landlock,

@@ -12,6 +12,8 @@ pub struct Rest {
     pub root: PathBuf,
     pub metadata_env_prefix: String,
     pub metadata_env: Vec<String>,
+    /// `http_allowed_hosts` and `http_allowed_origins` (`crate::rest::host`).
+    pub allowed: crate::rest::host::Allowed,
 }
 
 impl Rest {
@@ -34,6 +36,7 @@ pub(super) fn rest_settings(
     root: Option<PathBuf>,
     prefix: Option<String>,
     names: Option<Vec<String>>,
+    (hosts, origins): (Option<Vec<String>>, Option<Vec<String>>),
 ) -> Result<Rest, ConfigError> {
     let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_owned());
     let root = match root {
@@ -54,5 +57,47 @@ pub(super) fn rest_settings(
         root,
         metadata_env_prefix: prefix.unwrap_or_else(|| "SANDBOX_".to_owned()),
         metadata_env: names.unwrap_or_default(),
+        allowed: crate::rest::host::Allowed {
+            hosts: allowed_list("http_allowed_hosts", hosts, valid_host)?,
+            origins: allowed_list("http_allowed_origins", origins, valid_origin)?,
+        },
     })
+}
+
+/// A list of names, lower case, each checked by `valid`.
+fn allowed_list(
+    key: &'static str,
+    values: Option<Vec<String>>,
+    valid: fn(&str) -> bool,
+) -> Result<Vec<String>, ConfigError> {
+    let mut out = Vec::new();
+    for value in values.unwrap_or_default() {
+        let lower = value.trim_end_matches(['.', '/']).to_ascii_lowercase();
+        if !valid(&lower) {
+            return Err(ConfigError::AllowedName { key, value });
+        }
+        out.push(lower);
+    }
+    Ok(out)
+}
+
+/// A host name or an IP address, without a port.
+fn valid_host(host: &str) -> bool {
+    host.parse::<std::net::IpAddr>().is_ok()
+        || (!host.is_empty()
+            && host.split('.').all(|label| {
+                !label.is_empty()
+                    && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            }))
+}
+
+/// `scheme://host[:port]`, as a browser sends it in `Origin`.
+fn valid_origin(origin: &str) -> bool {
+    let Some((scheme, rest)) = origin.split_once("://") else { return false };
+    let (host, port) = match rest.rsplit_once(':') {
+        Some((host, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => (host, port),
+        _ => (rest, "0"),
+    };
+    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    matches!(scheme, "http" | "https") && port.parse::<u16>().is_ok() && valid_host(host)
 }

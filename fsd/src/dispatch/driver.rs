@@ -265,6 +265,7 @@ impl Dispatcher {
                 }
                 // A streamed write in progress: the deadline restarts.
                 Ok((FromWorker::Progress { .. }, _)) => {}
+                Ok((FromWorker::Stranded(stranded), dir)) => self.stranded(stranded, dir),
                 Ok((reply, fd)) => {
                     drop(held);
                     return expect

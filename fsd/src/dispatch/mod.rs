@@ -14,6 +14,7 @@ mod pool;
 mod queue;
 pub mod stream;
 mod threads;
+mod uploads;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -51,10 +52,12 @@ pub struct ModeReport {
 #[derive(Debug)]
 pub struct Dispatcher {
     pools: HashMap<Mode, Arc<Pool>>,
+    /// The workers of each mode that uploads may hold (`uploads`).
+    uploads: HashMap<Mode, uploads::Uploads>,
     locks: AsyncLocks,
     deadline: Duration,
     max_queued: usize,
-    control: mpsc::UnboundedSender<ControlRequest>,
+    control: mpsc::UnboundedSender<(ControlRequest, Option<OwnedFd>)>,
     readers: stream::Readers,
     cpu: cpu::Cpu,
     /// Woken on every registration and availability change.
@@ -69,8 +72,8 @@ impl Dispatcher {
     /// `control`: requests to the supervisor (kill a worker), sent by the control task.
     pub fn new(
         deadline: Duration,
-        max_queued: usize,
-        control: mpsc::UnboundedSender<ControlRequest>,
+        (max_queued, workers_per_mode): (usize, usize),
+        control: mpsc::UnboundedSender<(ControlRequest, Option<OwnedFd>)>,
         readers: stream::Readers,
         cpu: cpu::Cpu,
     ) -> Dispatcher {
@@ -78,8 +81,13 @@ impl Dispatcher {
             .into_iter()
             .map(|m| (m, Arc::new(Pool::default())))
             .collect();
+        let uploads = [Mode::ReadOnly, Mode::WorkspaceWrite, Mode::DangerFullAccess]
+            .into_iter()
+            .map(|m| (m, uploads::Uploads::new(workers_per_mode)))
+            .collect();
         Dispatcher {
             pools,
+            uploads,
             locks: AsyncLocks::default(),
             deadline,
             max_queued,
@@ -213,8 +221,19 @@ impl Dispatcher {
     }
 
     fn kill(&self, pid: u32) {
-        if self.control.send(ControlRequest::Kill { pid }).is_err() {
+        if self.control.send((ControlRequest::Kill { pid }, None)).is_err() {
             tracing::error!(pid, "cannot ask the supervisor to kill a worker: it is gone");
+        }
+    }
+
+    /// Passes a temporary file a worker could not remove on to the supervisor.
+    fn stranded(&self, stranded: ipc::Stranded, dir: Option<OwnedFd>) {
+        if dir.is_none() {
+            tracing::warn!(?stranded, "a worker reported a stranded file without its directory");
+            return;
+        }
+        if self.control.send((ControlRequest::RemoveStranded(stranded), dir)).is_err() {
+            tracing::error!("cannot ask the supervisor to remove a stranded file: it is gone");
         }
     }
 
@@ -327,6 +346,13 @@ impl Dispatcher {
         body: OwnedFd,
     ) -> Result<Outcome, WireError> {
         let path = request.path().to_owned();
+        // A place among the workers uploads may hold, under the call's deadline; the body waits
+        // in its pipe meanwhile.
+        let uploads = &self.uploads[&mode];
+        let Ok(_place) = tokio::time::timeout(self.deadline, uploads.enter(identity)).await else {
+            return Err(failure(ErrorCode::Aborted, &path, "queue: no free worker by the deadline")
+                .with_reason(fsd_proto::Reason::NoFreeWorker));
+        };
         let message = ToWorker::Call(request);
         match self.run(mode, identity, &path, message, Some(body), Expect::Reply).await? {
             Final::Reply(result) => result,

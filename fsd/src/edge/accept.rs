@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
@@ -115,6 +115,8 @@ pub struct PeerInfo {
     pub tls: bool,
     /// Names of the client certificate the handshake verified (empty without one).
     pub cert_names: Arc<Vec<String>>,
+    /// On a Unix socket: the peer's uid, as the kernel gave it (`None` inside when it could not).
+    pub unix: Option<Option<u32>>,
     state: Arc<ConnState>,
 }
 
@@ -123,7 +125,8 @@ impl PeerInfo {
     /// one (health) was admitted with a credential (or on a loopback plaintext listener, where
     /// the listener itself is the credential): the connection is no longer a stranger's.
     pub(super) fn begin_call(&self, open: bool) -> InFlight {
-        if !open {
+        // On a Unix socket the kernel named the peer: any call, health included, is a client's.
+        if !open || self.unix.is_some() {
             self.state.authenticated.store(true, Ordering::Release);
         }
         InFlight::begin(&self.state)
@@ -133,17 +136,20 @@ impl PeerInfo {
 enum Stream {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
+    Unix(UnixStream),
 }
 
-/// An accepted TCP connection (TLS already negotiated when the listener has TLS).
+/// An accepted TCP connection (TLS already negotiated when the listener has TLS), or a Unix
+/// socket connection.
 pub struct Conn {
     stream: Stream,
     info: PeerInfo,
     idle_timeout: Duration,
     unauthenticated_idle: Duration,
     idle_timer: Pin<Box<tokio::time::Sleep>>,
-    /// Held for the connection's life: the listener's connection cap.
-    _slot: tokio::sync::OwnedSemaphorePermit,
+    /// Held for the connection's life: the listener's connection cap (and on a Unix socket, its
+    /// uid's).
+    _slot: (tokio::sync::OwnedSemaphorePermit, Option<tokio::sync::OwnedSemaphorePermit>),
 }
 
 impl Connected for Conn {
@@ -205,6 +211,7 @@ impl AsyncRead for Conn {
         match &mut self.stream {
             Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -214,6 +221,7 @@ impl AsyncWrite for Conn {
         match &mut self.stream {
             Stream::Plain(s) => Pin::new(s).poll_write(cx, data),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, data),
+            Stream::Unix(s) => Pin::new(s).poll_write(cx, data),
         }
     }
 
@@ -225,6 +233,7 @@ impl AsyncWrite for Conn {
         match &mut self.stream {
             Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            Stream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
     }
 
@@ -232,6 +241,7 @@ impl AsyncWrite for Conn {
         match &self.stream {
             Stream::Plain(s) => s.is_write_vectored(),
             Stream::Tls(s) => s.is_write_vectored(),
+            Stream::Unix(s) => s.is_write_vectored(),
         }
     }
 
@@ -239,6 +249,7 @@ impl AsyncWrite for Conn {
         match &mut self.stream {
             Stream::Plain(s) => Pin::new(s).poll_flush(cx),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Stream::Unix(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
@@ -246,6 +257,7 @@ impl AsyncWrite for Conn {
         match &mut self.stream {
             Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
             Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }
@@ -291,28 +303,51 @@ impl Drop for SourceSlot {
     }
 }
 
-/// The listener's connections that have not authenticated yet, oldest first: the ones a
-/// newcomer may take a slot from when the listener is full.
+/// The listener's connections that have not authenticated yet, oldest first, each with the uid
+/// of its Unix peer (`None` on TCP): the ones a newcomer may take a slot from when the listener
+/// (or, on a Unix socket, its uid's share) is full.
 #[derive(Debug, Default)]
-struct Unauthenticated(Mutex<VecDeque<Weak<ConnState>>>);
+struct Unauthenticated(Mutex<VecDeque<(Option<u32>, Weak<ConnState>)>>);
 
 impl Unauthenticated {
-    fn push(&self, state: &Arc<ConnState>) {
+    fn push(&self, uid: Option<u32>, state: &Arc<ConnState>) {
         let mut list = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         // Keeps the list as short as the connections that can still be evicted.
-        list.retain(|w| w.upgrade().is_some_and(|s| !s.authenticated()));
-        list.push_back(Arc::downgrade(state));
+        list.retain(|(_, w)| w.upgrade().is_some_and(|s| !s.authenticated()));
+        list.push_back((uid, Arc::downgrade(state)));
     }
 
-    /// Evicts the oldest connection still unauthenticated; whether there was one.
-    fn evict_oldest(&self) -> bool {
+    /// Evicts the oldest connection still unauthenticated (of `uid`, when given); whether there
+    /// was one.
+    fn evict_oldest(&self, uid: Option<Option<u32>>) -> bool {
         let mut list = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        while let Some(weak) = list.pop_front() {
+        let mut at = 0;
+        while at < list.len() {
+            if uid.is_some_and(|uid| list[at].0 != uid) {
+                at += 1;
+                continue;
+            }
+            let Some((_, weak)) = list.remove(at) else { break };
             if weak.upgrade().is_some_and(|s| s.evict()) {
                 return true;
             }
         }
         false
+    }
+}
+
+/// A slot of `slots`, or, when they are all taken, the slot of the oldest unauthenticated
+/// connection `evict` closes (waited for a little); `None` when there is none to close.
+async fn slot_or_evict(
+    slots: &Arc<Semaphore>,
+    evict: impl FnOnce() -> bool,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    match slots.clone().try_acquire_owned() {
+        Ok(slot) => Some(slot),
+        Err(_) if evict() => {
+            tokio::time::timeout(EVICTION_WAIT, slots.clone().acquire_owned()).await.ok()?.ok()
+        }
+        Err(_) => None,
     }
 }
 
@@ -394,33 +429,122 @@ pub fn incoming(
                     }
                 };
                 drop((handshake, source));
-                let slot = match slots.clone().try_acquire_owned() {
-                    Ok(slot) => slot,
-                    Err(_) if unauthenticated.evict_oldest() => {
-                        match tokio::time::timeout(EVICTION_WAIT, slots.acquire_owned()).await {
-                            Ok(Ok(slot)) => slot,
-                            _ => {
-                                tracing::warn!(%remote, "connection cap reached; closing the new connection");
-                                return;
-                            }
-                        }
-                    }
-                    Err(_) => {
-                        tracing::warn!(%remote, max = limits.max_connections, "connection cap reached; closing the new connection");
-                        return;
-                    }
+                let Some(slot) = slot_or_evict(&slots, || unauthenticated.evict_oldest(None)).await else {
+                    tracing::warn!(%remote, max = limits.max_connections, "connection cap reached; closing the new connection");
+                    return;
                 };
                 let tls = matches!(stream, Stream::Tls(_));
                 let state = Arc::new(ConnState::new());
-                unauthenticated.push(&state);
+                unauthenticated.push(None, &state);
                 let first_timer = limits.idle_timeout.min(limits.unauthenticated_idle);
                 let conn = Conn {
                     stream,
-                    info: PeerInfo { remote: Some(remote), tls, cert_names: Arc::new(cert_names), state },
+                    info: PeerInfo {
+                        remote: Some(remote),
+                        tls,
+                        cert_names: Arc::new(cert_names),
+                        unix: None,
+                        state,
+                    },
                     idle_timeout: limits.idle_timeout,
                     unauthenticated_idle: limits.unauthenticated_idle,
                     idle_timer: Box::pin(tokio::time::sleep(first_timer)),
-                    _slot: slot,
+                    _slot: (slot, None),
+                };
+                let _ = tx.send(Ok(conn)).await;
+            });
+        }
+    });
+    ReceiverStream::new(rx)
+}
+
+/// Limits of one Unix-socket listener: the TCP listeners' idle timeouts, and its own caps.
+#[derive(Debug, Clone, Copy)]
+pub struct UnixLimits {
+    pub idle_timeout: Duration,
+    pub unauthenticated_idle: Duration,
+    pub max_connections: usize,
+    pub max_connections_per_uid: usize,
+}
+
+/// The connection slots of each peer uid of one Unix listener.
+#[derive(Debug, Default)]
+struct UidSlots(Mutex<HashMap<Option<u32>, Arc<Semaphore>>>);
+
+impl UidSlots {
+    fn of(&self, uid: Option<u32>, max: usize) -> Arc<Semaphore> {
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        // Forgets the uids that hold no connection, so the map is as long as the peers present.
+        map.retain(|_, slots| slots.available_permits() < max || Arc::strong_count(slots) > 1);
+        map.entry(uid).or_insert_with(|| Arc::new(Semaphore::new(max))).clone()
+    }
+}
+
+/// Accepts connections on a Unix `listener` until `stop`, under the same rules as TCP: the
+/// listener's cap, and a cap per peer uid so one local user cannot take every slot; when either
+/// is full, a newcomer takes the slot of the oldest connection that has made no call yet (of
+/// its own uid, for the uid's cap), else it is closed. Connections that make no call are closed
+/// after `unauthenticated_idle`, and idle ones after `idle_timeout`.
+pub fn incoming_unix(
+    listener: UnixListener,
+    limits: UnixLimits,
+    mut stop: watch::Receiver<bool>,
+) -> ReceiverStream<Result<Conn, io::Error>> {
+    let (tx, rx) = mpsc::channel(64);
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let uids = Arc::new(UidSlots::default());
+    let unauthenticated = Arc::new(Unauthenticated::default());
+    tokio::spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            let stream = match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let uid = stream.peer_cred().ok().map(|c| c.uid());
+            let own = uids.of(uid, limits.max_connections_per_uid);
+            let (tx, slots, unauthenticated) = (tx.clone(), slots.clone(), unauthenticated.clone());
+            // Waiting for an evicted connection's slot must not hold up the accept loop.
+            tokio::spawn(async move {
+                let Some(own) = slot_or_evict(&own, || unauthenticated.evict_oldest(Some(uid))).await else {
+                    tracing::warn!(
+                        ?uid,
+                        max = limits.max_connections_per_uid,
+                        "connection cap of this uid reached; closing the new connection"
+                    );
+                    return;
+                };
+                let Some(slot) = slot_or_evict(&slots, || unauthenticated.evict_oldest(None)).await else {
+                    tracing::warn!(
+                        ?uid,
+                        max = limits.max_connections,
+                        "connection cap reached; closing the new connection"
+                    );
+                    return;
+                };
+                let state = Arc::new(ConnState::new());
+                unauthenticated.push(uid, &state);
+                let first_timer = limits.idle_timeout.min(limits.unauthenticated_idle);
+                let conn = Conn {
+                    stream: Stream::Unix(stream),
+                    info: PeerInfo {
+                        remote: None,
+                        tls: false,
+                        cert_names: Arc::default(),
+                        unix: Some(uid),
+                        state,
+                    },
+                    idle_timeout: limits.idle_timeout,
+                    unauthenticated_idle: limits.unauthenticated_idle,
+                    idle_timer: Box::pin(tokio::time::sleep(first_timer)),
+                    _slot: (slot, Some(own)),
                 };
                 let _ = tx.send(Ok(conn)).await;
             });

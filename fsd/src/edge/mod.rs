@@ -18,11 +18,10 @@ use std::task::{Context, Poll};
 
 use tonic::body::Body;
 use tonic::codegen::http;
-use tonic::transport::server::UdsConnectInfo;
 
 use crate::identity::{self, Identity, TokenEntry};
 
-pub use accept::{Conn, TcpLimits, incoming};
+pub use accept::{Conn, TcpLimits, UnixLimits, incoming, incoming_unix};
 
 use accept::{InFlight, PeerInfo};
 
@@ -65,13 +64,13 @@ impl Edge {
             )));
         }
         let extensions = request.extensions();
-        if let Some(uds) = extensions.get::<UdsConnectInfo>() {
-            // The kernel vouches for a Unix peer; tokens are for TLS connections.
-            return Ok(Identity { uid: uds.peer_cred.map(|c| c.uid()), ..Identity::default() });
-        }
         let Some(peer) = extensions.get::<PeerInfo>() else {
             return Ok(Identity::default());
         };
+        if let Some(uid) = peer.unix {
+            // The kernel vouches for a Unix peer; tokens are for TLS connections.
+            return Ok(Identity { uid, ..Identity::default() });
+        }
         // Routers such as agent-sandbox's strip `authorization` (they consume it themselves); the
         // token then travels in a header they forward.
         let header = request

@@ -5,6 +5,7 @@
 //! modes, locks and audit as gRPC — and runs in a worker; this module opens no file.
 
 mod files;
+pub mod host;
 pub mod reply;
 
 use std::collections::BTreeMap;
@@ -50,6 +51,8 @@ pub struct Face {
     pub metadata: BTreeMap<String, String>,
     pub stopping: watch::Receiver<bool>,
     pub grpc: Option<Grpc>,
+    /// The names and origins the operator allows beside the listeners' own (`host`).
+    pub allowed: host::Allowed,
 }
 
 impl std::fmt::Debug for Face {
@@ -67,7 +70,16 @@ fn is_grpc(request: &Request<Incoming>) -> bool {
 }
 
 impl Face {
-    async fn handle(self: Arc<Face>, request: Request<Incoming>) -> Response<Body> {
+    async fn handle(self: Arc<Face>, reach: host::Reach, request: Request<Incoming>) -> Response<Body> {
+        // Before anything else, gRPC-Web included: a browser's request is never served.
+        if let Err(refusal) = self.allowed.check(reach, &request) {
+            tracing::info!(%refusal, "refused an HTTP request");
+            if is_grpc(&request) {
+                return tonic::Status::permission_denied(refusal.to_string()).into_http();
+            }
+            return RestError::new(StatusCode::FORBIDDEN, "PERMISSION_DENIED", refusal.to_string())
+                .into_response();
+        }
         if is_grpc(&request)
             && let Some(grpc) = &self.grpc
         {
@@ -126,15 +138,19 @@ impl Face {
 }
 
 /// Serves one connection until it closes, or until shutdown (after the drain window).
-async fn serve_connection<IO, X>(io: IO, info: X, face: Arc<Face>, mut stop: watch::Receiver<bool>)
-where
+async fn serve_connection<IO, X>(
+    io: IO,
+    (info, reach): (X, host::Reach),
+    face: Arc<Face>,
+    mut stop: watch::Receiver<bool>,
+) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     X: Clone + Send + Sync + 'static,
 {
     let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
         request.extensions_mut().insert(info.clone());
         let face = face.clone();
-        async move { Ok::<_, Infallible>(face.handle(request).await) }
+        async move { Ok::<_, Infallible>(face.handle(reach, request).await) }
     });
     let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     let connection = builder.serve_connection(TokioIo::new(io), service);
@@ -150,9 +166,11 @@ where
     let _ = connection.await;
 }
 
-/// Serves TCP connections (TLS already negotiated by the edge when configured).
-pub async fn serve_tcp(
+/// Serves the connections the edge accepted (TCP, TLS already negotiated when configured, or a
+/// Unix socket's).
+pub async fn serve(
     incoming: tokio_stream::wrappers::ReceiverStream<Result<crate::edge::Conn, std::io::Error>>,
+    reach: host::Reach,
     face: Arc<Face>,
     stop: watch::Receiver<bool>,
 ) {
@@ -162,33 +180,7 @@ pub async fn serve_tcp(
     while let Some(conn) = incoming.next().await {
         let Ok(conn) = conn else { continue };
         let info = conn.connect_info();
-        connections.spawn(serve_connection(conn, info, face.clone(), stop.clone()));
-    }
-    while connections.join_next().await.is_some() {}
-}
-
-/// Serves Unix-socket connections; the peer's credentials are the caller's identity.
-pub async fn serve_unix(
-    listener: tokio::net::UnixListener,
-    face: Arc<Face>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            _ = stop.wait_for(|s| *s) => break,
-        };
-        match accepted {
-            Ok((stream, _)) => {
-                let info = stream.connect_info();
-                connections.spawn(serve_connection(stream, info, face.clone(), stop.clone()));
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
+        connections.spawn(serve_connection(conn, (info, reach), face.clone(), stop.clone()));
     }
     while connections.join_next().await.is_some() {}
 }

@@ -4,6 +4,8 @@
 //! caller's default mode.
 
 use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use fsd_proto::{ErrorCode, WireError};
 use tokio::io::AsyncWriteExt;
@@ -15,11 +17,60 @@ use crate::backend::{self, Mode, Outcome, StreamHeader};
 use crate::dispatch::stream::Replies;
 use crate::identity::Identity;
 
+/// How long an upload's client may send slower than `min_upload_bytes_per_sec` before it is
+/// held to it: a start, a pause, a slow first second of a connection.
+const UPLOAD_GRACE: Duration = Duration::from_secs(10);
+
 /// The write end of an upload's pipe: frames go in, the worker reads them.
 #[derive(Debug)]
 pub struct BodySink {
     pipe: tokio::net::unix::pipe::Sender,
     sent: u64,
+    meter: Arc<Mutex<Meter>>,
+}
+
+/// How an upload's client keeps up: what it sent, and the time its body waited for the worker
+/// (a full pipe: a queued call, a slow disk), which is not the client's to account for.
+#[derive(Debug)]
+struct Meter {
+    started: Instant,
+    sent: u64,
+    waited: Duration,
+    waiting_since: Option<Instant>,
+    done: bool,
+}
+
+impl Meter {
+    fn new() -> Meter {
+        Meter { started: Instant::now(), sent: 0, waited: Duration::ZERO, waiting_since: None, done: false }
+    }
+
+    /// Whether the client has sent less than `rate` bytes a second over its own time, the
+    /// grace aside.
+    fn behind(&self, rate: u64, now: Instant) -> bool {
+        let waiting = self.waiting_since.map_or(Duration::ZERO, |since| now - since);
+        let client = (now - self.started).saturating_sub(self.waited + waiting);
+        let owed = client.saturating_sub(UPLOAD_GRACE).as_secs_f64() * rate as f64;
+        !self.done && client > UPLOAD_GRACE && (self.sent as f64) < owed
+    }
+}
+
+fn meter(meter: &Mutex<Meter>) -> std::sync::MutexGuard<'_, Meter> {
+    meter.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Resolves once the upload's client falls behind `rate` (never when `rate` is 0).
+async fn too_slow(upload: &Mutex<Meter>, rate: u64) {
+    if rate == 0 {
+        return std::future::pending().await;
+    }
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        if meter(upload).behind(rate, Instant::now()) {
+            return;
+        }
+    }
 }
 
 /// Why a body could not be passed on: the worker stopped reading (it refused the call or hit a
@@ -31,15 +82,26 @@ impl BodySink {
     /// Passes on one chunk of the body.
     pub async fn send(&mut self, bytes: &[u8]) -> Result<(), SinkClosed> {
         for chunk in bytes.chunks(backend::bytes::MAX_FRAME) {
-            self.pipe.write_all(&backend::bytes::frame_header(chunk.len())).await.map_err(|_| SinkClosed)?;
-            self.pipe.write_all(chunk).await.map_err(|_| SinkClosed)?;
+            meter(&self.meter).waiting_since = Some(Instant::now());
+            let written = async {
+                self.pipe.write_all(&backend::bytes::frame_header(chunk.len())).await?;
+                self.pipe.write_all(chunk).await
+            }
+            .await;
+            let mut upload = meter(&self.meter);
+            if let Some(since) = upload.waiting_since.take() {
+                upload.waited += since.elapsed();
+            }
+            written.map_err(|_| SinkClosed)?;
             self.sent += chunk.len() as u64;
+            upload.sent = self.sent;
         }
         Ok(())
     }
 
     /// The body is complete. Dropping the sink without this abandons the write.
     pub async fn finish(mut self) -> Result<(), SinkClosed> {
+        meter(&self.meter).done = true;
         self.pipe.write_all(&backend::bytes::frame_header(0)).await.map_err(|_| SinkClosed)
     }
 
@@ -173,16 +235,30 @@ impl FsdService {
             Ok(pipe) => pipe,
             Err(e) => return (None, Err(internal(&path, format!("cannot use the pipe: {e}")))),
         };
-        // The body flows while the worker writes it: both futures are polled together.
+        // The body flows while the worker writes it: both futures are polled together. A client
+        // that falls behind the minimum rate is cut off: its body and its place among the
+        // workers are let go at once, and the worker, if it had begun, sees the body end early.
         let client = caller.client();
         let worker = self.dispatcher.call_with_body(mode, &client, request, read);
-        let (fed, result) = tokio::join!(feed(BodySink { pipe, sent: 0 }), worker);
+        let upload = Arc::new(Mutex::new(Meter::new()));
+        let sink = BodySink { pipe, sent: 0, meter: upload.clone() };
+        let rate = self.limits.min_upload_bytes_per_sec;
+        let (fed, result) = tokio::select! {
+            both = async { tokio::join!(feed(sink), worker) } => (Some(both.0), both.1),
+            () = too_slow(&upload, rate) => {
+                let message = format!("the upload's body came slower than {rate} bytes a second");
+                let slow = WireError::new(ErrorCode::Aborted, &path, message)
+                    .with_reason(fsd_proto::Reason::UploadTooSlow)
+                    .with("limit", rate.to_string());
+                (None, Err(slow))
+            }
+        };
         let result = result.map_err(|w| w.with("mode", mode.as_str()));
         if let Ok(Outcome::WriteBytes { operation: backend::WriteOperation::Create, .. }) = &result {
             self.budgets.created(&caller.identity);
         }
         self.plain_done(caller, op, &path, mode, &result);
-        (Some(fed), result)
+        (fed, result)
     }
 
     /// Whether every mode this daemon serves has a live worker (what `/v1/health` reports).

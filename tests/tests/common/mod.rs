@@ -248,6 +248,11 @@ impl ToolSession {
         ToolSession { child, stdin, stdout, next_id: 0 }
     }
 
+    /// The session process's pid (to read its memory from /proc).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends one raw line and reads one reply line.
     pub fn raw(&mut self, line: &str) -> Reply {
         let stdin = self.stdin.as_mut().expect("session open");

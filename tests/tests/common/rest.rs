@@ -137,7 +137,7 @@ pub fn send_head(
     content_length: u64,
 ) {
     let mut request =
-        format!("{method} {path} HTTP/1.1\r\nhost: sandbox\r\ncontent-length: {content_length}\r\n");
+        format!("{method} {path} HTTP/1.1\r\nhost: localhost\r\ncontent-length: {content_length}\r\n");
     for (k, v) in headers {
         request.push_str(&format!("{k}: {v}\r\n"));
     }

@@ -315,6 +315,10 @@ fn detail(wire: &WireError) -> String {
                 wire.get("limit_ms").unwrap_or("too many")
             ),
             Some(Reason::Cancelled) => "the call was cancelled".to_owned(),
+            Some(Reason::UploadTooSlow) => format!(
+                "the upload's body came slower than {} bytes a second and was cut off; nothing was written",
+                wire.get("limit").unwrap_or("the daemon's minimum of")
+            ),
             Some(Reason::Truncated) => "the upload ended before its last byte".to_owned(),
             _ => "the call was aborted; the outcome is unknown".to_owned(),
         },

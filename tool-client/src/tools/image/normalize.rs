@@ -65,14 +65,17 @@ fn opened<'a>(decoder: Box<dyn ImageDecoder + 'a>, animated: bool, plain: bool) 
     Opened { decoder, animated, plain }
 }
 
-fn open(bytes: &[u8], format: Format) -> Result<Opened<'_>, Refusal> {
+fn open<'a>(bytes: &'a [u8], format: Format, limits: &Limits) -> Result<Opened<'a>, Refusal> {
     let cursor = Cursor::new(bytes);
     let bad = |_| Refusal::Undecodable;
     Ok(match format {
         Format::Png => {
-            let d = PngDecoder::new(cursor).map_err(bad)?;
-            let animated = d.is_apng().map_err(bad)?;
-            opened(Box::new(d), animated, true)
+            // The limits go in with the bytes: the PNG decoder inflates what it reads before the
+            // first IDAT as it opens, and `set_limits` afterwards would not reach its buffers.
+            match without_inflated_extras(bytes) {
+                None => open_png(cursor, limits)?,
+                Some(kept) => open_png(Cursor::new(kept), limits)?,
+            }
         }
         Format::Jpeg => {
             let markers = jpeg_markers(bytes);
@@ -89,6 +92,49 @@ fn open(bytes: &[u8], format: Format) -> Result<Opened<'_>, Refusal> {
         // GIF is always re-encoded (see the table above).
         Format::Gif => opened(Box::new(GifDecoder::new(cursor).map_err(bad)?), gif_frames(bytes) > 1, false),
     })
+}
+
+/// PNG chunks whose data is deflated and which normalization never uses: the ICC profile, which
+/// the decoder would inflate whole as it opens (a 500 KiB chunk can inflate to 512 MiB), and
+/// compressed text.
+const INFLATED_EXTRAS: [&[u8; 4]; 3] = [b"iCCP", b"zTXt", b"iTXt"];
+
+/// The PNG chunks in order, each as (type, whole chunk with length and CRC); a chunk cut off by
+/// the end of the bytes is the last, as it is.
+fn png_chunks(bytes: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    let mut pos = 8usize.min(bytes.len());
+    std::iter::from_fn(move || {
+        let rest = bytes.get(pos..).filter(|r| !r.is_empty())?;
+        let len = rest.get(..4).map_or(0, |l| u32::from_be_bytes([l[0], l[1], l[2], l[3]]) as usize);
+        let kind = rest.get(4..8).unwrap_or(&[]);
+        let end = len.saturating_add(12).min(rest.len());
+        pos += end;
+        Some((kind, &rest[..end]))
+    })
+}
+
+/// The PNG without [`INFLATED_EXTRAS`], when it has any (the decoder then never sees them).
+fn without_inflated_extras(bytes: &[u8]) -> Option<Vec<u8>> {
+    let extra = |kind: &[u8]| INFLATED_EXTRAS.iter().any(|k| k.as_slice() == kind);
+    if !png_chunks(bytes).any(|(kind, _)| extra(kind)) {
+        return None;
+    }
+    let mut kept = bytes[..8.min(bytes.len())].to_vec();
+    for (kind, chunk) in png_chunks(bytes) {
+        if !extra(kind) {
+            kept.extend_from_slice(chunk);
+        }
+    }
+    Some(kept)
+}
+
+fn open_png<'a, R: std::io::BufRead + std::io::Seek + 'a>(
+    source: R,
+    limits: &Limits,
+) -> Result<Opened<'a>, Refusal> {
+    let d = PngDecoder::with_limits(source, limits.clone()).map_err(|_| Refusal::Undecodable)?;
+    let animated = d.is_apng().map_err(|_| Refusal::Undecodable)?;
+    Ok(opened(Box::new(d), animated, true))
 }
 
 /// Counts a GIF's image descriptors, up to two, by walking its blocks without decoding pixels
@@ -235,8 +281,12 @@ fn to_8_bit(image: DynamicImage) -> DynamicImage {
 /// threads.
 pub fn normalize(bytes: &[u8], declared: &Declared, caps: &Caps) -> Result<Normalized, Refusal> {
     let source_format = admit(bytes, declared)?;
+    let mut limits = Limits::default();
+    // The decoded buffer (at most 8 bytes a pixel) plus the decoders' own working memory, from
+    // the first byte a decoder reads; the dimensions are judged below, with their own refusals.
+    limits.max_alloc = Some(caps.max_pixels.saturating_mul(8).saturating_add(64 * 1024 * 1024));
     // Header only: the decoders read dimensions without allocating pixels.
-    let Opened { mut decoder, animated, plain } = open(bytes, source_format)?;
+    let Opened { mut decoder, animated, plain } = open(bytes, source_format, &limits)?;
     let (width, height) = decoder.dimensions();
     if u64::from(width) > caps.max_dimension || u64::from(height) > caps.max_dimension {
         return Err(Refusal::DimensionTooLarge { width, height, cap: caps.max_dimension });
@@ -248,12 +298,9 @@ pub fn normalize(bytes: &[u8], declared: &Declared, caps: &Caps) -> Result<Norma
     if width == 0 || height == 0 {
         return Err(Refusal::Undecodable);
     }
-    let mut limits = Limits::default();
     let side = u32::try_from(caps.max_dimension).unwrap_or(u32::MAX);
     limits.max_image_width = Some(side);
     limits.max_image_height = Some(side);
-    // The decoded buffer (at most 8 bytes a pixel) plus the decoders' own working memory.
-    limits.max_alloc = Some(caps.max_pixels.saturating_mul(8).saturating_add(64 * 1024 * 1024));
     decoder.set_limits(limits).map_err(|_| Refusal::Undecodable)?;
     let orientation = decoder.orientation().unwrap_or(Orientation::NoTransforms);
     let source_16 = is_16_bit(decoder.color_type());
