@@ -437,6 +437,18 @@ async fn serve(
                     Ok(())
                 });
             }
+            Bound::HttpPod(std_listener, name) => {
+                let listener = tokio::net::TcpListener::from_std(std_listener)
+                    .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+                warn_pod_network(&config, &name);
+                let pod = crate::edge::PodNetwork { tokens: config.pod_network_tokens };
+                let incoming = crate::edge::incoming_pod(listener, pod, tcp_limits, stop_rx.clone());
+                let (face, stop) = (face.clone(), stop_rx.clone());
+                servers.spawn(async move {
+                    crate::rest::serve_tcp(incoming, face, stop).await;
+                    Ok(())
+                });
+            }
             Bound::Unix(std_listener, name) => {
                 let listener = tokio::net::UnixListener::from_std(std_listener)
                     .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
@@ -544,6 +556,25 @@ fn warn_plaintext(config: &Config, name: &str, what: &str) {
         identity = "tcp",
         max_mode = max.as_str(),
         "{what}: every local user may connect (client_max_modes key \"tcp\")"
+    );
+}
+
+/// An `http+pod:` listener serves in plaintext beyond loopback, on purpose: said loudly at every
+/// start, with what its callers may do, so an operator who did not mean it sees it in the log.
+fn warn_pod_network(config: &Config, name: &str) {
+    let max = config
+        .client_max_modes
+        .get(&crate::identity::ClientKey::Pod)
+        .copied()
+        .unwrap_or(crate::identity::POD_DEFAULT_MAX);
+    tracing::warn!(
+        listen = %name,
+        tls = false,
+        identity = "pod",
+        max_mode = max.as_str(),
+        tokens = config.pod_network_tokens,
+        "PLAINTEXT listener on the pod network (REST, gRPC-Web): whoever reaches this address is the client \"pod\" (client_max_modes key \"pod\"), bearer tokens {}; only a NetworkPolicy admitting the sandbox-router keeps anyone else off it",
+        if config.pod_network_tokens { "cross the network in clear text (pod_network_tokens = true)" } else { "are refused here" }
     );
 }
 

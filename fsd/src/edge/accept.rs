@@ -31,6 +31,13 @@ pub struct TcpLimits {
     pub unauthenticated_idle: Duration,
 }
 
+/// A plaintext listener the operator declared for a pod network (`http+pod:`): its callers are
+/// the identity `pod`, and a bearer token counts there only when `tokens` (`pod_network_tokens`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodNetwork {
+    pub tokens: bool,
+}
+
 /// How long a newcomer waits for the slot an evicted unauthenticated connection gives back.
 const EVICTION_WAIT: Duration = Duration::from_secs(2);
 
@@ -113,6 +120,8 @@ impl Drop for InFlight {
 pub struct PeerInfo {
     pub remote: Option<SocketAddr>,
     pub tls: bool,
+    /// Set on an `http+pod:` listener's connections.
+    pub pod: Option<PodNetwork>,
     /// Names of the client certificate the handshake verified (empty without one).
     pub cert_names: Arc<Vec<String>>,
     state: Arc<ConnState>,
@@ -325,6 +334,27 @@ pub fn incoming(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     limits: TcpLimits,
+    stop: watch::Receiver<bool>,
+) -> ReceiverStream<Result<Conn, io::Error>> {
+    accept(listener, tls, None, limits, stop)
+}
+
+/// [`incoming`] for an `http+pod:` listener: plaintext, its connections marked as the pod
+/// network's so the edge admits their requests as `pod`.
+pub fn incoming_pod(
+    listener: TcpListener,
+    pod: PodNetwork,
+    limits: TcpLimits,
+    stop: watch::Receiver<bool>,
+) -> ReceiverStream<Result<Conn, io::Error>> {
+    accept(listener, None, Some(pod), limits, stop)
+}
+
+fn accept(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    pod: Option<PodNetwork>,
+    limits: TcpLimits,
     mut stop: watch::Receiver<bool>,
 ) -> ReceiverStream<Result<Conn, io::Error>> {
     let (tx, rx) = mpsc::channel(64);
@@ -416,7 +446,13 @@ pub fn incoming(
                 let first_timer = limits.idle_timeout.min(limits.unauthenticated_idle);
                 let conn = Conn {
                     stream,
-                    info: PeerInfo { remote: Some(remote), tls, cert_names: Arc::new(cert_names), state },
+                    info: PeerInfo {
+                        remote: Some(remote),
+                        tls,
+                        pod,
+                        cert_names: Arc::new(cert_names),
+                        state,
+                    },
                     idle_timeout: limits.idle_timeout,
                     unauthenticated_idle: limits.unauthenticated_idle,
                     idle_timer: Box::pin(tokio::time::sleep(first_timer)),
