@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::rest::{free_port, http, python};
-use common::router::router;
+use common::router::{Sandbox, router};
 use serde_json::{Value, json};
 
 fn repo() -> PathBuf {
@@ -170,7 +170,8 @@ fn the_agent_sandbox_guide_works_as_written() {
     let ca = pki::Ca::new(dir.path(), "ca");
     let secret = ca.server("fsd-tls", &["fsd.test"], &[IpAddr::V4(Ipv4Addr::LOCALHOST)]);
     let token = "agent-sandbox-guide-token-0123456789";
-    let (pod_port, tls_port) = (free_port(), free_port());
+    // The pod's loopback listener, its pod-network listener (the router's), its TLS listener.
+    let (pod_port, net_port, tls_port) = (free_port(), free_port(), free_port());
 
     // Step 1: the example config with your token's hash; the rest is what stands in for the pod
     // here (the TLS listener on loopback too: tests bind nothing else).
@@ -182,6 +183,7 @@ fn the_agent_sandbox_guide_works_as_written() {
         &[
             (hash_line, format!("sha256 = \"{}\"", pki::sha256_hex(token))),
             ("\"http+plain:127.0.0.1:8080\"", format!("\"http+plain:127.0.0.1:{pod_port}\"")),
+            ("\"http+pod:0.0.0.0:8888\"", format!("\"http+pod:127.0.0.1:{net_port}\"")),
             ("\"http:0.0.0.0:8443\"", format!("\"http:127.0.0.1:{tls_port}\"")),
             ("\"/workspace\"", format!("{:?}", workspace.display().to_string())),
             ("\"/etc/fsd/tls/tls.crt\"", format!("{:?}", secret.cert.display().to_string())),
@@ -207,6 +209,7 @@ fn the_agent_sandbox_guide_works_as_written() {
         .env("SANDBOX_ID", "sb-1")
         .env("AWS_SECRET_ACCESS_KEY", "not-for-metadata")
         .awaits(fsd_testkit::Listener::Tcp(format!("127.0.0.1:{pod_port}")))
+        .awaits(fsd_testkit::Listener::Tcp(format!("127.0.0.1:{net_port}")))
         .awaits(fsd_testkit::Listener::Tcp(format!("127.0.0.1:{tls_port}")))
         .start()
         .unwrap_or_else(|e| panic!("{e}"));
@@ -240,10 +243,11 @@ fn the_agent_sandbox_guide_works_as_written() {
     );
     sdk_snippet(&python, &found["sdk.py"], &rest_addr, &workspace);
 
-    // The session and the fleet file through the router (nginx), its port-forward at a free
-    // loopback port; the pod's TLS port where the guide says 8443.
+    // The session and the fleet file through the router (nginx as the Go router proxies), its
+    // port-forward at a free loopback port; the pod's http+pod: port where the guide says 8888.
     let router_port = free_port();
-    let _router = router(dir.path(), router_port, tls_port, &ca.cert);
+    let sandbox = Sandbox { id: "sb-1", namespace: "agents", pod_ip: "127.0.0.1", port: net_port };
+    let _router = router(dir.path(), router_port, &sandbox);
     let (args, var) = session_command(&found["session.sh"]);
     // The variable the guide exports is the one its command and its fleet file name.
     assert_eq!(var, "FSD_TOKEN");
@@ -254,7 +258,7 @@ fn the_agent_sandbox_guide_works_as_written() {
         &args.join("\n"),
         &[
             ("http://127.0.0.1:18080", format!("http://127.0.0.1:{router_port}")),
-            ("8443", tls_port.to_string()),
+            ("8888", net_port.to_string()),
             ("/workspace", workspace.display().to_string()),
         ],
     );
@@ -266,7 +270,7 @@ fn the_agent_sandbox_guide_works_as_written() {
         &found["fleet.toml"],
         &[
             ("http://127.0.0.1:18080", format!("http://127.0.0.1:{router_port}")),
-            ("8443", tls_port.to_string()),
+            ("8888", net_port.to_string()),
         ],
     );
     let fleet_path = dir.path().join("fleet.toml");
