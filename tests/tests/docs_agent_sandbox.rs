@@ -125,6 +125,26 @@ fn sdk_snippet(python: &Path, snippet: &str, rest_addr: &str, workspace: &Path) 
     assert!(!workspace.join("src").exists(), "the snippet's recursive delete left src");
 }
 
+/// The guide's `kubectl exec` line for MCP: `-i` (stdin kept open) without a terminal, into a
+/// container the template has; what it runs there (the words after `--`).
+fn exec_command(block: &str, template: &str) -> Vec<String> {
+    let words: Vec<String> = block.replace("\\\n", " ").split_whitespace().map(str::to_owned).collect();
+    assert_eq!(&words[..2], ["kubectl", "exec"], "{block}");
+    let split = words.iter().position(|w| w == "--").expect("`--` before the container's command");
+    let flags = &words[2..split];
+    assert!(flags.iter().any(|f| f == "-i" || f == "--stdin"), "MCP needs stdin: {flags:?}");
+    assert!(
+        !flags.iter().any(|f| f == "-t" || f == "--tty" || f == "-it"),
+        "a terminal mangles JSON-RPC: {flags:?}"
+    );
+    let container = flags.windows(2).find(|w| w[0] == "-c").map(|w| w[1].clone()).expect("-c CONTAINER");
+    assert!(
+        template.contains(&format!("- name: {container}\n")),
+        "the template has no container {container}"
+    );
+    words[split + 1..].to_vec()
+}
+
 /// The guide's `fsd-tools session` command line (after `fsd-tools session`) and the variable
 /// its `export` line sets.
 fn session_command(block: &str) -> (Vec<String>, String) {
@@ -159,7 +179,10 @@ fn the_agent_sandbox_guide_works_as_written() {
     let python = python();
     let guide = std::fs::read_to_string(repo().join("docs/agent-sandbox.md")).unwrap();
     let found = common::docs::marked_blocks(&guide, "test");
-    assert_eq!(found.keys().map(String::as_str).collect::<Vec<_>>(), ["fleet.toml", "sdk.py", "session.sh"]);
+    assert_eq!(
+        found.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["fleet.toml", "mcp.sh", "sdk.py", "session.sh"]
+    );
     let example = repo().join("deploy/kubernetes/agent-sandbox");
     let template = std::fs::read_to_string(example.join("sandbox-template.yaml")).unwrap();
 
@@ -214,26 +237,40 @@ fn the_agent_sandbox_guide_works_as_written() {
         .start()
         .unwrap_or_else(|e| panic!("{e}"));
 
-    // The probes: the template's HTTPS one on the router's listener, and the pod's own.
+    // The template's probe, on the pod-network listener; the TLS listener over HTTPS; the pod's own.
+    let probe = http(net_port, "GET", "/v1/health", &[], b"");
+    assert_eq!(probe.status, 200, "{probe:?}");
+    assert_eq!(probe.json()["status"], "ok");
     let probe = https_probe(&python, tls_port, &ca.cert);
     assert!(probe.starts_with("200 ") && probe.contains("\"status\":\"ok\""), "{probe}");
     assert_eq!(http(pod_port, "GET", "/v1/health", &[], b"").status, 200);
     let metadata = http(pod_port, "GET", "/v1/metadata", &[], b"").json();
     assert_eq!(metadata, json!({"env": {"SANDBOX_ID": "sb-1"}}));
 
-    // The agent container's command, against the pod's loopback listener.
-    let command = yaml_array(&template, "command:");
-    let command = substitute(
-        "the agent container's command",
-        &command.join("\n"),
+    // The agent container, its stdin closed as a container's is: its process keeps running
+    // while the guide's `kubectl exec -i` line serves MCP in it (the part after `--` is what
+    // runs in the container, over the exec's stdin and stdout), against the loopback listener.
+    let main = yaml_array(&template, "command:");
+    let mut container = Command::new(&main[0]).args(&main[1..]).stdin(Stdio::null()).spawn().unwrap();
+    let exec = exec_command(&found["mcp.sh"], &template);
+    let exec = substitute(
+        "the MCP command line",
+        &exec.join("\n"),
         &[
             ("http://127.0.0.1:8080", format!("http://127.0.0.1:{pod_port}")),
             ("/workspace", workspace.display().to_string()),
         ],
     );
-    let command: Vec<String> = command.lines().map(str::to_owned).collect();
-    assert_eq!(&command[..2], ["fsd-tools", "mcp"]);
-    agent_container(&command, &workspace);
+    let exec: Vec<String> = exec.lines().map(str::to_owned).collect();
+    assert_eq!(&exec[..2], ["fsd-tools", "mcp"]);
+    agent_container(&exec, &workspace);
+    let running = container.try_wait().unwrap();
+    let _ = container.kill();
+    let _ = container.wait();
+    assert!(
+        running.is_none(),
+        "the agent container's {main:?} exited ({running:?}): the pod would crash-loop"
+    );
 
     // The SDK snippet, with the template's SANDBOXD_REST_ADDR.
     let rest_addr = substitute(
