@@ -54,6 +54,14 @@ if [ ! -x /usr/sbin/nginx ] && ! command -v nginx >/dev/null 2>&1; then
         || echo "scripts/test.sh: cannot install nginx; the router test will fail" >&2
 fi
 
+# The metrics test (tests/tests/metrics.rs) scrapes /metrics with Debian's Prometheus server and
+# queries it through its HTTP API. Without it that test fails and says why.
+if [ ! -x /usr/bin/prometheus ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get install -y -q prometheus || { apt-get update -q && apt-get install -y -q prometheus; }; } >/dev/null \
+        || echo "scripts/test.sh: cannot install prometheus; the metrics test will fail" >&2
+fi
+
 # The end-to-end tests start target/debug/fsd and target/debug/fsd-tools; the debug build of
 # fsd carries the test-only hooks (cargo feature fault-injection, never in a release build).
 cargo build --workspace --bins --locked --features fsd/fault-injection

@@ -62,7 +62,8 @@ pub struct ConfigFile {
     pub tls_client_cert: Option<String>,
     /// Bearer tokens (accepted only over TLS), by name.
     pub tokens: Option<std::collections::BTreeMap<String, TokenFile>>,
-    /// A plaintext listener that serves only `grpc.health.v1` (for orchestrator probes).
+    /// A plaintext listener that serves only `grpc.health.v1` (for orchestrator probes) and
+    /// `GET /metrics` (Prometheus).
     pub health_listen: Option<String>,
     /// Bearer tokens are accepted on the `http+pod:` listeners too, in plaintext (default
     /// false: a token sent there is refused, as over any plaintext listener).

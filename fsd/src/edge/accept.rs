@@ -153,6 +153,8 @@ pub struct Conn {
     idle_timer: Pin<Box<tokio::time::Sleep>>,
     /// Held for the connection's life: the listener's connection cap.
     _slot: tokio::sync::OwnedSemaphorePermit,
+    /// Counts it in `fsd_open_connections` while it lives.
+    _open: crate::metrics::Open,
 }
 
 impl Connected for Conn {
@@ -457,6 +459,7 @@ fn accept(
                     unauthenticated_idle: limits.unauthenticated_idle,
                     idle_timer: Box::pin(tokio::time::sleep(first_timer)),
                     _slot: slot,
+                    _open: crate::metrics::Open::connection(),
                 };
                 let _ = tx.send(Ok(conn)).await;
             });

@@ -58,21 +58,26 @@ impl std::fmt::Debug for Face {
     }
 }
 
-fn is_grpc(request: &Request<Incoming>) -> bool {
-    request
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/grpc"))
+/// The face of a gRPC request on this listener (by its content type), or `None` for REST.
+fn grpc_face(request: &Request<Incoming>) -> Option<crate::metrics::Face> {
+    let content_type = request.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok())?;
+    if content_type.starts_with("application/grpc-web") {
+        Some(crate::metrics::Face::GrpcWeb)
+    } else if content_type.starts_with("application/grpc") {
+        Some(crate::metrics::Face::Grpc)
+    } else {
+        None
+    }
 }
 
 impl Face {
     async fn handle(self: Arc<Face>, request: Request<Incoming>) -> Response<Body> {
-        if is_grpc(&request)
+        if let Some(face) = grpc_face(&request)
             && let Some(grpc) = &self.grpc
         {
             let mut grpc = grpc.clone();
-            let request = request.map(Body::new);
+            let mut request = request.map(Body::new);
+            request.extensions_mut().insert(face);
             return match tower::Service::call(&mut grpc, request).await {
                 Ok(response) => response,
                 Err(never) => match never {},
@@ -100,6 +105,7 @@ impl Face {
         }
         match (request.method(), path.as_str()) {
             (&Method::GET | &Method::HEAD, "/v1/health") => self.health(),
+            (&Method::GET, "/metrics") => reply::metrics(),
             (&Method::GET, "/v1/metadata") => {
                 reply::json(StatusCode::OK, &serde_json::json!({ "env": self.metadata }))
             }
