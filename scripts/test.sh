@@ -16,10 +16,12 @@ export FSD_TEST_PYTHON="$PWD/.venv/bin/python"
 # The third-party client test (tests/python/third_party.py) uses grpcio and its companions,
 # pinned, in the same venv; reinstalled only when a pin changes.
 # The agent-sandbox test (tests/tests/agent_sandbox.rs) drives the REST face with the real
-# Kubernetes agent-sandbox SDK, pinned with the same check.
+# Kubernetes agent-sandbox SDK, pinned with the same check; the template test
+# (tests/tests/agent_sandbox_template.rs) validates the Pod and NetworkPolicy offline with
+# kubernetes-validate.
 GRPC_PINS=(grpcio==1.85.1 grpcio-tools==1.85.1 grpcio-status==1.85.1 grpcio-health-checking==1.85.1
     grpcio-reflection==1.85.1 protobuf==7.36.2 googleapis-common-protos==1.76.0
-    k8s-agent-sandbox==1.0.8)
+    k8s-agent-sandbox==1.0.8 kubernetes-validate==1.37.0)
 if ! .venv/bin/python -c "
 import importlib.metadata as m, sys
 sys.exit(any(m.version(n) != v for n, v in (p.split('==') for p in sys.argv[1:])))" "${GRPC_PINS[@]}" 2>/dev/null; then
@@ -50,6 +52,14 @@ if [ ! -x /usr/sbin/nginx ] && ! command -v nginx >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
     { apt-get install -y -q nginx-light || { apt-get update -q && apt-get install -y -q nginx-light; }; } >/dev/null \
         || echo "scripts/test.sh: cannot install nginx; the router test will fail" >&2
+fi
+
+# The metrics test (tests/tests/metrics.rs) scrapes /metrics with Debian's Prometheus server and
+# queries it through its HTTP API. Without it that test fails and says why.
+if [ ! -x /usr/bin/prometheus ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get install -y -q prometheus || { apt-get update -q && apt-get install -y -q prometheus; }; } >/dev/null \
+        || echo "scripts/test.sh: cannot install prometheus; the metrics test will fail" >&2
 fi
 
 # The end-to-end tests start target/debug/fsd and target/debug/fsd-tools; the debug build of

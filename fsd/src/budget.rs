@@ -83,6 +83,7 @@ pub struct Refusal {
 impl Refusal {
     /// The wire form: `FS_RATE_LIMITED`, metadata `retry_after_ms` (at least 1) and `budget`.
     pub fn into_wire(self, path: &str) -> WireError {
+        crate::metrics::budget_refusal(self.budget.as_str());
         // Rounded up: a client that waits exactly this long finds a token.
         let ms = self.retry_after.as_micros().div_ceil(1000).clamp(1, u128::from(u32::MAX));
         WireError::new(

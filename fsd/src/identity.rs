@@ -9,20 +9,26 @@ use subtle::ConstantTimeEq;
 
 use crate::backend::Mode;
 
-/// A key of `client_max_modes`: `uid:1000` (or a bare `1000`), `cert:NAME`, `token:NAME`, or
-/// `tcp` (every client of a plaintext loopback TCP listener).
+/// A key of `client_max_modes`: `uid:1000` (or a bare `1000`), `cert:NAME`, `token:NAME`,
+/// `tcp` (every client of a plaintext loopback TCP listener), or `pod` (every caller of an
+/// `http+pod:` listener: the agent-sandbox router and whatever else the pod network lets in).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ClientKey {
     Uid(u32),
     Cert(String),
     Token(String),
     Tcp,
+    Pod,
 }
 
 /// The highest mode of a plaintext loopback TCP client without a `tcp` entry: any local user,
 /// and any container sharing the network namespace, can connect, so the 0660 socket's
 /// protection does not apply.
 pub const TCP_DEFAULT_MAX: Mode = Mode::ReadOnly;
+
+/// The highest mode of an `http+pod:` caller without a `pod` entry: whoever the pod network
+/// lets through (the router's callers, in-cluster clients) is nobody in particular.
+pub const POD_DEFAULT_MAX: Mode = Mode::ReadOnly;
 
 impl ClientKey {
     pub fn parse(text: &str) -> Option<ClientKey> {
@@ -32,6 +38,9 @@ impl ClientKey {
         }
         if text == "tcp" {
             return Some(ClientKey::Tcp);
+        }
+        if text == "pod" {
+            return Some(ClientKey::Pod);
         }
         let (kind, name) = text.split_once(':')?;
         if name.is_empty() {
@@ -53,6 +62,7 @@ impl std::fmt::Display for ClientKey {
             ClientKey::Cert(name) => write!(f, "cert:{name}"),
             ClientKey::Token(name) => write!(f, "token:{name}"),
             ClientKey::Tcp => f.write_str("tcp"),
+            ClientKey::Pod => f.write_str("pod"),
         }
     }
 }
@@ -69,6 +79,9 @@ pub struct Identity {
     pub token: Option<String>,
     /// The call came over a plaintext (loopback) TCP listener: no credential at all.
     pub tcp: bool,
+    /// The call came over an `http+pod:` listener (plaintext, the pod network): no credential
+    /// but, where the operator allowed it, a bearer token.
+    pub pod: bool,
 }
 
 impl Identity {
@@ -80,6 +93,9 @@ impl Identity {
         if let Some(name) = self.cert_names.first() {
             return format!("cert:{name}");
         }
+        if self.pod {
+            return "pod".to_owned();
+        }
         match self.uid {
             Some(uid) => format!("uid:{uid}"),
             None => "tcp".to_owned(),
@@ -88,7 +104,8 @@ impl Identity {
 
     /// This client's entry in `client_max_modes`, if it has one. A token's entry wins (it is a
     /// grant made for that token); then the certificate's names, the narrowest entry when
-    /// several names have one (a certificate must not gain by carrying more names); then the uid.
+    /// several names have one (a certificate must not gain by carrying more names); then the
+    /// listener's own identity (`pod`, `tcp`: capped even without an entry); then the uid.
     pub fn max_mode(&self, table: &BTreeMap<ClientKey, Mode>) -> Option<Mode> {
         if let Some(mode) = self.token.as_ref().and_then(|t| table.get(&ClientKey::Token(t.clone()))) {
             return Some(*mode);
@@ -96,6 +113,9 @@ impl Identity {
         let by_cert = self.cert_names.iter().filter_map(|n| table.get(&ClientKey::Cert(n.clone()))).min();
         if let Some(mode) = by_cert {
             return Some(*mode);
+        }
+        if self.pod {
+            return Some(table.get(&ClientKey::Pod).copied().unwrap_or(POD_DEFAULT_MAX));
         }
         if self.tcp {
             return Some(table.get(&ClientKey::Tcp).copied().unwrap_or(TCP_DEFAULT_MAX));
@@ -188,7 +208,9 @@ mod tests {
         assert_eq!(ClientKey::parse("token:ci"), Some(ClientKey::Token("ci".into())));
         assert_eq!(ClientKey::parse("tcp"), Some(ClientKey::Tcp));
         assert_eq!(ClientKey::Tcp.to_string(), "tcp");
-        for bad in ["alice", "uid:alice", "cert:", "group:1", "", "tcp:1", "TCP"] {
+        assert_eq!(ClientKey::parse("pod"), Some(ClientKey::Pod));
+        assert_eq!(ClientKey::Pod.to_string(), "pod");
+        for bad in ["alice", "uid:alice", "cert:", "group:1", "", "tcp:1", "TCP", "pod:1", "POD"] {
             assert_eq!(ClientKey::parse(bad), None, "{bad}");
         }
     }
@@ -208,6 +230,7 @@ mod tests {
             cert_names: names.iter().map(|s| (*s).to_owned()).collect(),
             token: token.map(str::to_owned),
             tcp: false,
+            pod: false,
         };
         assert_eq!(id(Some(7), &[], None).max_mode(&table), Some(Mode::DangerFullAccess));
         assert_eq!(id(None, &["a"], None).max_mode(&table), Some(Mode::WorkspaceWrite));
@@ -224,6 +247,34 @@ mod tests {
         let with_tcp: BTreeMap<ClientKey, Mode> =
             [(ClientKey::Tcp, Mode::WorkspaceWrite)].into_iter().collect();
         assert_eq!(tcp.max_mode(&with_tcp), Some(Mode::WorkspaceWrite));
+    }
+
+    /// An `http+pod:` caller is `pod`, capped by its own entry (read-only without one) and never
+    /// by `tcp`'s; a token the operator let count there keeps its own entry first.
+    #[test]
+    fn a_pod_network_caller_is_its_own_identity() {
+        let pod = Identity { pod: true, ..Identity::default() };
+        let with_token = Identity { pod: true, token: Some("router".into()), ..Identity::default() };
+        let table = |entries: &[(ClientKey, Mode)]| entries.iter().cloned().collect::<BTreeMap<_, _>>();
+        let cases = [
+            (&pod, table(&[]), Some(Mode::ReadOnly)),
+            (&pod, table(&[(ClientKey::Tcp, Mode::DangerFullAccess)]), Some(Mode::ReadOnly)),
+            (&pod, table(&[(ClientKey::Pod, Mode::WorkspaceWrite)]), Some(Mode::WorkspaceWrite)),
+            (&with_token, table(&[(ClientKey::Pod, Mode::ReadOnly)]), Some(Mode::ReadOnly)),
+            (
+                &with_token,
+                table(&[
+                    (ClientKey::Pod, Mode::ReadOnly),
+                    (ClientKey::Token("router".into()), Mode::WorkspaceWrite),
+                ]),
+                Some(Mode::WorkspaceWrite),
+            ),
+        ];
+        for (who, table, want) in cases {
+            assert_eq!(who.max_mode(&table), want, "{who:?} {table:?}");
+        }
+        assert_eq!(pod.label(), "pod");
+        assert_eq!(with_token.label(), "token:router");
     }
 
     #[test]

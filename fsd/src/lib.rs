@@ -19,6 +19,7 @@ pub mod escalation;
 pub mod hung;
 pub mod identity;
 pub mod ipc;
+pub mod metrics;
 pub mod network;
 pub mod op;
 pub mod preflight;

@@ -73,7 +73,8 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         let reader = AsyncFrames::new(control_reader).map_err(DaemonError::Runtime)?;
         let writer = AsyncFrames::new(control).map_err(DaemonError::Runtime)?;
         let stop_seen = Arc::new(tokio::sync::Notify::new());
-        tokio::spawn(serve_control(dispatcher.clone(), reader, stop_tx.clone(), stop_seen.clone()));
+        let per_mode = config.workers_per_mode;
+        tokio::spawn(serve_control(dispatcher.clone(), reader, stop_tx.clone(), stop_seen.clone(), per_mode));
         // Test hook: the request a compromised network process could make.
         #[cfg(feature = "fault-injection")]
         if let Some(pid) = std::env::var("FSD_FAULT_ASK_KILL").ok().and_then(|p| p.parse().ok()) {
@@ -212,10 +213,21 @@ async fn serve_control(
     mut control: AsyncFrames,
     stop: watch::Sender<bool>,
     stop_seen: Arc<tokio::sync::Notify>,
+    workers_per_mode: usize,
 ) {
+    // Workers announced per mode: past the pool's size, each one replaces a worker that died.
+    let mut announced: std::collections::HashMap<crate::backend::Mode, usize> = Default::default();
     loop {
         match ipc::recv_async::<Control>(&mut control).await {
             Ok((Control::Worker { mode, pid }, Some(fd))) => {
+                let seen = announced.entry(mode).or_default();
+                *seen += 1;
+                let start = if *seen > workers_per_mode {
+                    crate::metrics::WorkerStart::Replacement
+                } else {
+                    crate::metrics::WorkerStart::Initial
+                };
+                crate::metrics::worker_started(mode, start);
                 let dispatcher = dispatcher.clone();
                 let socket = UnixStream::from(fd);
                 // Waiting for the worker's ready message must not hold up the next one.
@@ -231,10 +243,12 @@ async fn serve_control(
             Ok((Control::Stuck { mode, abandoned }, _)) => {
                 tracing::error!(mode = mode.as_str(), abandoned, "mode stopped: its workers are stuck");
                 dispatcher.mark_stuck(mode, abandoned);
+                crate::metrics::workers_abandoned(mode, abandoned);
             }
             Ok((Control::Available { mode }, _)) => {
                 tracing::info!(mode = mode.as_str(), "mode available again");
                 dispatcher.mark_available(mode);
+                crate::metrics::workers_abandoned(mode, 0);
             }
             // A permit: it may come before this process asks (the supervisor stops the daemon).
             Ok((Control::StopSeen, _)) => stop_seen.notify_one(),
@@ -453,6 +467,21 @@ async fn serve(
                     Ok(())
                 });
             }
+            Bound::HttpPod(std_listener, name) => {
+                let listener = tokio::net::TcpListener::from_std(std_listener)
+                    .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+                warn_pod_network(&config, &name);
+                let pod = crate::edge::PodNetwork { tokens: config.pod_network_tokens };
+                let incoming = crate::edge::incoming_pod(listener, pod, tcp_limits, stop_rx.clone());
+                let (face, stop) = (face.clone(), stop_rx.clone());
+                // A pod is reached by its IP (the router, the SDK's in-cluster mode) or a service
+                // name the operator lists: the names a pod-network listener answers to.
+                let reach = crate::rest::host::Reach::NetworkPlain;
+                servers.spawn(async move {
+                    crate::rest::serve(incoming, reach, face, stop).await;
+                    Ok(())
+                });
+            }
             Bound::Unix(std_listener, name) => {
                 let listener = tokio::net::UnixListener::from_std(std_listener)
                     .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
@@ -484,9 +513,12 @@ async fn serve(
             std_listener.local_addr().map(|a| format!("health tcp:{a}")).unwrap_or_else(|_| "health".into());
         let listener = tokio::net::TcpListener::from_std(std_listener)
             .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
-        tracing::info!(listen = %name, "listening (grpc.health.v1 only, plaintext)");
-        // Health only: no fsd.v1, no reflection, nothing that needs a credential.
+        tracing::info!(listen = %name, "listening (grpc.health.v1 and /metrics only, plaintext)");
+        // Health and the metrics only: no fsd.v1, no reflection, nothing that needs a credential.
+        // HTTP/1.1 too, for Prometheus scrapers.
         let router = tonic::transport::Server::builder()
+            .accept_http1(true)
+            .layer(crate::metrics::Endpoint)
             .max_concurrent_streams(16)
             .concurrency_limit_per_connection(4)
             .http2_max_header_list_size(8 << 10)
@@ -559,6 +591,25 @@ fn warn_plaintext(config: &Config, name: &str, what: &str) {
         identity = "tcp",
         max_mode = max.as_str(),
         "{what}: every local user may connect (client_max_modes key \"tcp\")"
+    );
+}
+
+/// An `http+pod:` listener serves in plaintext beyond loopback, on purpose: said loudly at every
+/// start, with what its callers may do, so an operator who did not mean it sees it in the log.
+fn warn_pod_network(config: &Config, name: &str) {
+    let max = config
+        .client_max_modes
+        .get(&crate::identity::ClientKey::Pod)
+        .copied()
+        .unwrap_or(crate::identity::POD_DEFAULT_MAX);
+    tracing::warn!(
+        listen = %name,
+        tls = false,
+        identity = "pod",
+        max_mode = max.as_str(),
+        tokens = config.pod_network_tokens,
+        "PLAINTEXT listener on the pod network (REST, gRPC-Web): whoever reaches this address is the client \"pod\" (client_max_modes key \"pod\"), bearer tokens {}; only a NetworkPolicy admitting the sandbox-router keeps anyone else off it",
+        if config.pod_network_tokens { "cross the network in clear text (pod_network_tokens = true)" } else { "are refused here" }
     );
 }
 

@@ -156,7 +156,7 @@ fn check_listeners(listen: &[Listen], health: Option<std::net::SocketAddr>) -> R
         Listen::Unix(p) | Listen::HttpUnix(p) => {
             Place::Path(std::path::absolute(p).unwrap_or_else(|_| p.clone()))
         }
-        Listen::Tcp(a) | Listen::Http(a) | Listen::HttpPlain(a) => Place::Addr(*a),
+        Listen::Tcp(a) | Listen::Http(a) | Listen::HttpPlain(a) | Listen::HttpPod(a) => Place::Addr(*a),
     };
     let health = health.map(|a| (Place::Addr(a), format!("health_listen tcp:{a}")));
     let all: Vec<(Place, String)> =

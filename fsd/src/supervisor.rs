@@ -204,7 +204,7 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
         .iter()
         .filter_map(|l| match l {
             Listen::Unix(path) | Listen::HttpUnix(path) => Some(path.clone()),
-            Listen::Tcp(_) | Listen::Http(_) | Listen::HttpPlain(_) => None,
+            Listen::Tcp(_) | Listen::Http(_) | Listen::HttpPlain(_) | Listen::HttpPod(_) => None,
         })
         .collect();
     let config_max_abandoned = config.max_abandoned_workers;

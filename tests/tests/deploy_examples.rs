@@ -57,10 +57,13 @@ fn the_agent_sandbox_example_serves_rest_on_the_ports_the_template_names() {
     let dir = deploy().join("kubernetes/agent-sandbox");
     let config = fsd::config::Config::load(Some(&dir.join("fsd.toml")), Default::default()).unwrap();
     let listen: Vec<String> = config.listen.iter().map(ToString::to_string).collect();
-    assert_eq!(listen, ["http+plain:127.0.0.1:8080", "http:0.0.0.0:8443"]);
+    assert_eq!(listen, ["http+plain:127.0.0.1:8080", "http+pod:0.0.0.0:8888", "http:0.0.0.0:8443"]);
+    assert!(config.pod_network_tokens, "the router's token counts on the pod listener");
+    let pod = fsd::identity::ClientKey::Pod;
+    assert_eq!(config.client_max_modes.get(&pod), Some(&fsd::backend::Mode::ReadOnly));
     assert_eq!(config.rest.root, PathBuf::from("/workspace"));
     assert_eq!(config.rest.metadata_env_prefix, "SANDBOX_");
-    assert!(config.tls.is_some() && !config.tokens.is_empty(), "the router's listener needs TLS and a token");
+    assert!(config.tls.is_some() && !config.tokens.is_empty(), "the TLS listener needs TLS and a token");
     let template = std::fs::read_to_string(dir.join("sandbox-template.yaml")).unwrap();
     for line in [
         "kind: SandboxTemplate",
@@ -68,12 +71,13 @@ fn the_agent_sandbox_example_serves_rest_on_the_ports_the_template_names() {
         "automountServiceAccountToken: false",
         "runAsNonRoot: true",
         "path: /v1/health",
-        "scheme: HTTPS",
-        "port: 8443",
+        "port: 8888",
+        "containerPort: 8443",
         "name: SANDBOXD_REST_ADDR",
         "value: 127.0.0.1:8080",
         "mountPath: /workspace",
-        r#"command: ["fsd-tools", "mcp", "--endpoint", "http://127.0.0.1:8080", "--cwd", "/workspace"]"#,
+        "app: sandbox-router",
+        r#"command: ["sleep", "infinity"]"#,
     ] {
         assert!(template.contains(line), "sandbox-template.yaml lacks {line:?}");
     }

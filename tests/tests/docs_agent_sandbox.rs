@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::rest::{free_port, http, python};
-use common::router::router;
+use common::router::{Sandbox, router};
 use serde_json::{Value, json};
 
 fn repo() -> PathBuf {
@@ -125,6 +125,26 @@ fn sdk_snippet(python: &Path, snippet: &str, rest_addr: &str, workspace: &Path) 
     assert!(!workspace.join("src").exists(), "the snippet's recursive delete left src");
 }
 
+/// The guide's `kubectl exec` line for MCP: `-i` (stdin kept open) without a terminal, into a
+/// container the template has; what it runs there (the words after `--`).
+fn exec_command(block: &str, template: &str) -> Vec<String> {
+    let words: Vec<String> = block.replace("\\\n", " ").split_whitespace().map(str::to_owned).collect();
+    assert_eq!(&words[..2], ["kubectl", "exec"], "{block}");
+    let split = words.iter().position(|w| w == "--").expect("`--` before the container's command");
+    let flags = &words[2..split];
+    assert!(flags.iter().any(|f| f == "-i" || f == "--stdin"), "MCP needs stdin: {flags:?}");
+    assert!(
+        !flags.iter().any(|f| f == "-t" || f == "--tty" || f == "-it"),
+        "a terminal mangles JSON-RPC: {flags:?}"
+    );
+    let container = flags.windows(2).find(|w| w[0] == "-c").map(|w| w[1].clone()).expect("-c CONTAINER");
+    assert!(
+        template.contains(&format!("- name: {container}\n")),
+        "the template has no container {container}"
+    );
+    words[split + 1..].to_vec()
+}
+
 /// The guide's `fsd-tools session` command line (after `fsd-tools session`) and the variable
 /// its `export` line sets.
 fn session_command(block: &str) -> (Vec<String>, String) {
@@ -159,7 +179,10 @@ fn the_agent_sandbox_guide_works_as_written() {
     let python = python();
     let guide = std::fs::read_to_string(repo().join("docs/agent-sandbox.md")).unwrap();
     let found = common::docs::marked_blocks(&guide, "test");
-    assert_eq!(found.keys().map(String::as_str).collect::<Vec<_>>(), ["fleet.toml", "sdk.py", "session.sh"]);
+    assert_eq!(
+        found.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["fleet.toml", "mcp.sh", "sdk.py", "session.sh"]
+    );
     let example = repo().join("deploy/kubernetes/agent-sandbox");
     let template = std::fs::read_to_string(example.join("sandbox-template.yaml")).unwrap();
 
@@ -170,7 +193,8 @@ fn the_agent_sandbox_guide_works_as_written() {
     let ca = pki::Ca::new(dir.path(), "ca");
     let secret = ca.server("fsd-tls", &["fsd.test"], &[IpAddr::V4(Ipv4Addr::LOCALHOST)]);
     let token = "agent-sandbox-guide-token-0123456789";
-    let (pod_port, tls_port) = (free_port(), free_port());
+    // The pod's loopback listener, its pod-network listener (the router's), its TLS listener.
+    let (pod_port, net_port, tls_port) = (free_port(), free_port(), free_port());
 
     // Step 1: the example config with your token's hash; the rest is what stands in for the pod
     // here (the TLS listener on loopback too: tests bind nothing else).
@@ -182,6 +206,7 @@ fn the_agent_sandbox_guide_works_as_written() {
         &[
             (hash_line, format!("sha256 = \"{}\"", pki::sha256_hex(token))),
             ("\"http+plain:127.0.0.1:8080\"", format!("\"http+plain:127.0.0.1:{pod_port}\"")),
+            ("\"http+pod:0.0.0.0:8888\"", format!("\"http+pod:127.0.0.1:{net_port}\"")),
             ("\"http:0.0.0.0:8443\"", format!("\"http:127.0.0.1:{tls_port}\"")),
             ("\"/workspace\"", format!("{:?}", workspace.display().to_string())),
             ("\"/etc/fsd/tls/tls.crt\"", format!("{:?}", secret.cert.display().to_string())),
@@ -207,30 +232,45 @@ fn the_agent_sandbox_guide_works_as_written() {
         .env("SANDBOX_ID", "sb-1")
         .env("AWS_SECRET_ACCESS_KEY", "not-for-metadata")
         .awaits(fsd_testkit::Listener::Tcp(format!("127.0.0.1:{pod_port}")))
+        .awaits(fsd_testkit::Listener::Tcp(format!("127.0.0.1:{net_port}")))
         .awaits(fsd_testkit::Listener::Tcp(format!("127.0.0.1:{tls_port}")))
         .start()
         .unwrap_or_else(|e| panic!("{e}"));
 
-    // The probes: the template's HTTPS one on the router's listener, and the pod's own.
+    // The template's probe, on the pod-network listener; the TLS listener over HTTPS; the pod's own.
+    let probe = http(net_port, "GET", "/v1/health", &[], b"");
+    assert_eq!(probe.status, 200, "{probe:?}");
+    assert_eq!(probe.json()["status"], "ok");
     let probe = https_probe(&python, tls_port, &ca.cert);
     assert!(probe.starts_with("200 ") && probe.contains("\"status\":\"ok\""), "{probe}");
     assert_eq!(http(pod_port, "GET", "/v1/health", &[], b"").status, 200);
     let metadata = http(pod_port, "GET", "/v1/metadata", &[], b"").json();
     assert_eq!(metadata, json!({"env": {"SANDBOX_ID": "sb-1"}}));
 
-    // The agent container's command, against the pod's loopback listener.
-    let command = yaml_array(&template, "command:");
-    let command = substitute(
-        "the agent container's command",
-        &command.join("\n"),
+    // The agent container, its stdin closed as a container's is: its process keeps running
+    // while the guide's `kubectl exec -i` line serves MCP in it (the part after `--` is what
+    // runs in the container, over the exec's stdin and stdout), against the loopback listener.
+    let main = yaml_array(&template, "command:");
+    let mut container = Command::new(&main[0]).args(&main[1..]).stdin(Stdio::null()).spawn().unwrap();
+    let exec = exec_command(&found["mcp.sh"], &template);
+    let exec = substitute(
+        "the MCP command line",
+        &exec.join("\n"),
         &[
             ("http://127.0.0.1:8080", format!("http://127.0.0.1:{pod_port}")),
             ("/workspace", workspace.display().to_string()),
         ],
     );
-    let command: Vec<String> = command.lines().map(str::to_owned).collect();
-    assert_eq!(&command[..2], ["fsd-tools", "mcp"]);
-    agent_container(&command, &workspace);
+    let exec: Vec<String> = exec.lines().map(str::to_owned).collect();
+    assert_eq!(&exec[..2], ["fsd-tools", "mcp"]);
+    agent_container(&exec, &workspace);
+    let running = container.try_wait().unwrap();
+    let _ = container.kill();
+    let _ = container.wait();
+    assert!(
+        running.is_none(),
+        "the agent container's {main:?} exited ({running:?}): the pod would crash-loop"
+    );
 
     // The SDK snippet, with the template's SANDBOXD_REST_ADDR.
     let rest_addr = substitute(
@@ -240,10 +280,11 @@ fn the_agent_sandbox_guide_works_as_written() {
     );
     sdk_snippet(&python, &found["sdk.py"], &rest_addr, &workspace);
 
-    // The session and the fleet file through the router (nginx), its port-forward at a free
-    // loopback port; the pod's TLS port where the guide says 8443.
+    // The session and the fleet file through the router (nginx as the Go router proxies), its
+    // port-forward at a free loopback port; the pod's http+pod: port where the guide says 8888.
     let router_port = free_port();
-    let _router = router(dir.path(), router_port, tls_port, &ca.cert);
+    let sandbox = Sandbox { id: "sb-1", namespace: "agents", pod_ip: "127.0.0.1", port: net_port };
+    let _router = router(dir.path(), router_port, &sandbox);
     let (args, var) = session_command(&found["session.sh"]);
     // The variable the guide exports is the one its command and its fleet file name.
     assert_eq!(var, "FSD_TOKEN");
@@ -254,7 +295,7 @@ fn the_agent_sandbox_guide_works_as_written() {
         &args.join("\n"),
         &[
             ("http://127.0.0.1:18080", format!("http://127.0.0.1:{router_port}")),
-            ("8443", tls_port.to_string()),
+            ("8888", net_port.to_string()),
             ("/workspace", workspace.display().to_string()),
         ],
     );
@@ -266,7 +307,7 @@ fn the_agent_sandbox_guide_works_as_written() {
         &found["fleet.toml"],
         &[
             ("http://127.0.0.1:18080", format!("http://127.0.0.1:{router_port}")),
-            ("8443", tls_port.to_string()),
+            ("8888", net_port.to_string()),
         ],
     );
     let fleet_path = dir.path().join("fleet.toml");

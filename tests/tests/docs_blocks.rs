@@ -191,6 +191,22 @@ fn toml_kind(block: &Block) -> &'static str {
     }
 }
 
+/// Runs `program` in the tests' Python with the block on its standard input; fails the test with
+/// Python's error unless it exits 0.
+fn python_accepts(block: &Block, program: &str) {
+    let out = Command::new(python())
+        .args(["-c", program])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            child.stdin.take().unwrap().write_all(block.body.as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    assert!(out.status.success(), "{}:{}: {}", block.doc, block.line, String::from_utf8_lossy(&out.stderr));
+}
+
 /// Parses `block` as its kind and says what it is.
 fn parse(block: &Block) -> String {
     match block.lang.as_str() {
@@ -205,28 +221,17 @@ fn parse(block: &Block) -> String {
             "parsed as JSON".to_owned()
         }
         "python" => {
-            let out = Command::new(python())
-                .args(["-c", "import sys; compile(sys.stdin.read(), 'block', 'exec')"])
-                .stdin(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .and_then(|mut child| {
-                    child.stdin.take().unwrap().write_all(block.body.as_bytes())?;
-                    child.wait_with_output()
-                })
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{}:{}: {}",
-                block.doc,
-                block.line,
-                String::from_utf8_lossy(&out.stderr)
-            );
+            python_accepts(block, "import sys; compile(sys.stdin.read(), 'block', 'exec')");
             "parsed as Python (compiled)".to_owned()
+        }
+        "yaml" => {
+            // PyYAML comes with kubernetes-validate, which `scripts/test.sh` installs.
+            python_accepts(block, "import sys, yaml; list(yaml.safe_load_all(sys.stdin))");
+            "parsed as YAML".to_owned()
         }
         "text" => "not parsed: text, neither shell nor config".to_owned(),
         other => panic!(
-            "{}:{}: a block of kind {other:?}: give it sh, toml, json, python or text",
+            "{}:{}: a block of kind {other:?}: give it sh, toml, json, python, yaml or text",
             block.doc, block.line
         ),
     }

@@ -49,7 +49,8 @@ pub struct ConfigFile {
     pub audit_log: Option<PathBuf>,
     /// Highest mode per client, keyed by identity: `uid:1000` (or a bare `1000`, the Unix peer
     /// uid), `cert:NAME` (a verified client certificate's SAN or CN), `token:NAME`, `tcp` (every
-    /// plaintext loopback TCP client; read-only without an entry).
+    /// plaintext loopback TCP client; read-only without an entry), `pod` (every caller of an
+    /// `http+pod:` listener; read-only without an entry).
     pub client_max_modes: Option<std::collections::BTreeMap<String, String>>,
     /// TLS for every `tcp:` listener: the PEM certificate chain and private key.
     pub tls_cert: Option<PathBuf>,
@@ -61,8 +62,12 @@ pub struct ConfigFile {
     pub tls_client_cert: Option<String>,
     /// Bearer tokens (accepted only over TLS), by name.
     pub tokens: Option<std::collections::BTreeMap<String, TokenFile>>,
-    /// A plaintext listener that serves only `grpc.health.v1` (for orchestrator probes).
+    /// A plaintext listener that serves only `grpc.health.v1` (for orchestrator probes) and
+    /// `GET /metrics` (Prometheus).
     pub health_listen: Option<String>,
+    /// Bearer tokens are accepted on the `http+pod:` listeners too, in plaintext (default
+    /// false: a token sent there is refused, as over any plaintext listener).
+    pub pod_network_tokens: Option<bool>,
     /// Connection limits of TCP listeners.
     pub max_connections: Option<usize>,
     /// Connection limits of each Unix-socket listener: in total, and per peer uid.

@@ -1,5 +1,5 @@
 //! The fleet keys, resolved together because they constrain one another: TLS for the TCP
-//! listeners, bearer tokens, and the plaintext health listener.
+//! listeners, bearer tokens (and where plaintext ones count), and the plaintext health listener.
 
 use std::path::PathBuf;
 
@@ -13,12 +13,14 @@ pub(super) struct FleetFile {
     pub(super) tls_client_cert: Option<String>,
     pub(super) tokens: Option<std::collections::BTreeMap<String, TokenFile>>,
     pub(super) health_listen: Option<String>,
+    pub(super) pod_network_tokens: Option<bool>,
 }
 
 pub(super) struct Fleet {
     pub(super) tls: Option<crate::tls::TlsConfig>,
     pub(super) tokens: Vec<crate::identity::TokenEntry>,
     pub(super) health_listen: Option<std::net::SocketAddr>,
+    pub(super) pod_network_tokens: bool,
 }
 
 pub(super) fn fleet_settings(listen: &[Listen], file: FleetFile) -> Result<Fleet, ConfigError> {
@@ -59,7 +61,8 @@ pub(super) fn fleet_settings(listen: &[Listen], file: FleetFile) -> Result<Fleet
     if tls.is_none() && (file.tls_client_ca.is_some() || file.tls_client_cert.is_some()) {
         return Err(ConfigError::Tls("tls_client_ca needs tls_cert and tls_key"));
     }
-    if tls.is_none() && !tokens.is_empty() {
+    let pod_network_tokens = super::listen::pod_network_tokens(listen, file.pod_network_tokens, &tokens)?;
+    if tls.is_none() && !tokens.is_empty() && !pod_network_tokens {
         return Err(ConfigError::Tls("bearer tokens are accepted only over TLS: set tls_cert and tls_key"));
     }
     for l in listen {
@@ -78,5 +81,5 @@ pub(super) fn fleet_settings(listen: &[Listen], file: FleetFile) -> Result<Fleet
                 .ok_or(ConfigError::HealthListen(text))?,
         ),
     };
-    Ok(Fleet { tls, tokens, health_listen })
+    Ok(Fleet { tls, tokens, health_listen, pod_network_tokens })
 }

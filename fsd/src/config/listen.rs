@@ -14,13 +14,25 @@ pub enum Listen {
     /// The same face in plaintext even when TLS is configured, on loopback only: for the other
     /// containers of a pod (they share its network namespace) beside a TLS listener for the rest.
     HttpPlain(std::net::SocketAddr),
+    /// The same face in plaintext on any address, declared for a pod network behind the
+    /// agent-sandbox router (which only ever speaks plain HTTP to a pod): its callers are the
+    /// identity `pod` (read-only unless `client_max_modes` says otherwise), a bearer token over
+    /// it counts only with `pod_network_tokens = true`, and the start logs a warning. Nothing
+    /// but a NetworkPolicy keeps others off it; the template ships one.
+    HttpPod(std::net::SocketAddr),
     HttpUnix(PathBuf),
 }
 
 impl Listen {
-    /// Parses `unix:PATH`, `tcp:HOST:PORT`, `http:HOST:PORT`, `http+plain:HOST:PORT` or
-    /// `http+unix:PATH`.
+    /// Parses `unix:PATH`, `tcp:HOST:PORT`, `http:HOST:PORT`, `http+plain:HOST:PORT`,
+    /// `http+pod:HOST:PORT` or `http+unix:PATH`.
     pub fn parse(text: &str) -> Result<Listen, ConfigError> {
+        if let Some(addr) = text.strip_prefix("http+pod:") {
+            let addr: std::net::SocketAddr = addr
+                .parse()
+                .map_err(|_| ConfigError::Listen(text.to_owned(), "expected http+pod:IP:PORT"))?;
+            return Ok(Listen::HttpPod(addr));
+        }
         if let Some(addr) = text.strip_prefix("http+plain:") {
             let addr: std::net::SocketAddr = addr
                 .parse()
@@ -55,7 +67,7 @@ impl Listen {
         }
         Err(ConfigError::Listen(
             text.to_owned(),
-            "expected unix:PATH, tcp:IP:PORT, http:IP:PORT, http+plain:IP:PORT or http+unix:PATH",
+            "expected unix:PATH, tcp:IP:PORT, http:IP:PORT, http+plain:IP:PORT, http+pod:IP:PORT or http+unix:PATH",
         ))
     }
 }
@@ -67,9 +79,30 @@ impl std::fmt::Display for Listen {
             Listen::Tcp(addr) => write!(f, "tcp:{addr}"),
             Listen::Http(addr) => write!(f, "http:{addr}"),
             Listen::HttpPlain(addr) => write!(f, "http+plain:{addr}"),
+            Listen::HttpPod(addr) => write!(f, "http+pod:{addr}"),
             Listen::HttpUnix(path) => write!(f, "http+unix:{}", path.display()),
         }
     }
+}
+
+/// `pod_network_tokens`: whether bearer tokens count on the `http+pod:` listeners. Only an
+/// explicit `true` turns it on, and only where it means something: an `http+pod:` listener to
+/// accept them on and a token to accept (a key that would do nothing is a mistake, said at start).
+pub(super) fn pod_network_tokens(
+    listen: &[Listen],
+    value: Option<bool>,
+    tokens: &[crate::identity::TokenEntry],
+) -> Result<bool, ConfigError> {
+    if value != Some(true) {
+        return Ok(false);
+    }
+    if !listen.iter().any(|l| matches!(l, Listen::HttpPod(_))) {
+        return Err(ConfigError::PodNetworkTokens("it applies to http+pod: listeners and there is none"));
+    }
+    if tokens.is_empty() {
+        return Err(ConfigError::PodNetworkTokens("no token to accept: add [tokens.NAME]"));
+    }
+    Ok(true)
 }
 
 /// `socket_mode` (octal text, at most 0777; default 0660: owner and group) and `socket_group`.

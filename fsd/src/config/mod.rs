@@ -100,6 +100,8 @@ pub struct Config {
     pub tls: Option<crate::tls::TlsConfig>,
     pub tokens: Vec<crate::identity::TokenEntry>,
     pub health_listen: Option<std::net::SocketAddr>,
+    /// Bearer tokens count on the `http+pod:` listeners (`pod_network_tokens`).
+    pub pod_network_tokens: bool,
     pub transport: Transport,
     pub budgets: crate::budget::Limits,
     pub stream_idle_timeout: std::time::Duration,
@@ -150,7 +152,7 @@ pub enum ConfigError {
     #[error("invalid landlock {0:?}: expected \"required\" or \"best-effort\"")]
     Landlock(String),
     #[error(
-        "invalid client_max_modes key {0:?}: expected uid:UID (or a bare uid), cert:NAME, token:NAME or tcp"
+        "invalid client_max_modes key {0:?}: expected uid:UID (or a bare uid), cert:NAME, token:NAME, tcp or pod"
     )]
     ClientUid(String),
     #[error(
@@ -161,6 +163,8 @@ pub enum ConfigError {
     Tls(&'static str),
     #[error("invalid token {0:?}: {1}")]
     Token(String, &'static str),
+    #[error("invalid pod_network_tokens: {0}")]
+    PodNetworkTokens(&'static str),
     #[error("invalid health_listen {0:?}: expected tcp:IP:PORT")]
     HealthListen(String),
     #[error("invalid {0}: must be at least 1")]
@@ -382,6 +386,7 @@ impl Config {
                 tls_client_cert: file.tls_client_cert,
                 tokens: file.tokens,
                 health_listen: file.health_listen,
+                pod_network_tokens: file.pod_network_tokens,
             },
         )?;
         // A zero time would make the daemon time out everything at once: refused, not raised.
@@ -460,6 +465,7 @@ impl Config {
             tls: fleet.tls,
             tokens: fleet.tokens,
             health_listen: fleet.health_listen,
+            pod_network_tokens: fleet.pod_network_tokens,
             transport,
             budgets,
             stream_idle_timeout,

@@ -125,7 +125,7 @@ fn config_table() {
         "[client_max_modes]\nalice = \"read-only\"",
         flags(&["unix:/s"], &["/ws"]),
         Err(
-            "invalid client_max_modes key \"alice\": expected uid:UID (or a bare uid), cert:NAME, token:NAME or tcp",
+            "invalid client_max_modes key \"alice\": expected uid:UID (or a bare uid), cert:NAME, token:NAME, tcp or pod",
         ),
     );
 }
@@ -187,6 +187,83 @@ fn fleet_config_table() {
     );
     let limits = fleet("listen = [\"unix:/s\"]\nmax_concurrent_streams = 0").err();
     assert_eq!(limits.as_deref(), Some("invalid max_concurrent_streams: must be at least 1"));
+}
+
+/// The pod-network listener: plaintext on any address because the operator declared it, its
+/// tokens only on `pod_network_tokens = true`, and nothing else relaxes with it.
+#[test]
+fn pod_network_config_table() {
+    let hash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+    let token = format!("[tokens.router]\nsha256 = \"{hash}\"\n");
+    let tls = "tls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\n";
+    let pod = |text: &str| -> Result<String, String> {
+        let file: ConfigFile = toml::from_str(text).map_err(|e| e.to_string())?;
+        Config::resolve(file, flags(&[], &["/ws"])).map_err(|e| e.to_string()).map(|c| {
+            let listen = c.listen.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+            format!("{listen} tokens={} over_pod={}", c.tokens.len(), c.pod_network_tokens)
+        })
+    };
+    let table: Vec<(String, Result<&str, &str>)> = vec![
+        ("listen = [\"http+pod:0.0.0.0:8888\"]".into(), Ok("http+pod:0.0.0.0:8888 tokens=0 over_pod=false")),
+        ("listen = [\"http+pod:[::]:8888\"]".into(), Ok("http+pod:[::]:8888 tokens=0 over_pod=false")),
+        (
+            format!("listen = [\"http+pod:10.1.2.3:8888\"]\npod_network_tokens = true\n{token}"),
+            Ok("http+pod:10.1.2.3:8888 tokens=1 over_pod=true"),
+        ),
+        // Beside TLS for everything else: the TLS listener keeps its rules.
+        (
+            format!("listen = [\"http+pod:0.0.0.0:8888\", \"http:0.0.0.0:8443\"]\n{tls}{token}"),
+            Ok("http+pod:0.0.0.0:8888,http:0.0.0.0:8443 tokens=1 over_pod=false"),
+        ),
+        (
+            "listen = [\"http+pod:pod:8888\"]".into(),
+            Err("invalid listen address \"http+pod:pod:8888\": expected http+pod:IP:PORT"),
+        ),
+        // Tokens without TLS still need the opt-in...
+        (
+            format!("listen = [\"http+pod:0.0.0.0:8888\"]\n{token}"),
+            Err("invalid TLS settings: bearer tokens are accepted only over TLS: set tls_cert and tls_key"),
+        ),
+        (
+            "listen = [\"http+pod:0.0.0.0:8888\"]\npod_network_tokens = false\n".to_owned() + &token,
+            Err("invalid TLS settings: bearer tokens are accepted only over TLS: set tls_cert and tls_key"),
+        ),
+        // ...which does nothing, and so is refused, without a pod listener or a token.
+        (
+            format!("listen = [\"http+plain:127.0.0.1:8080\"]\npod_network_tokens = true\n{token}"),
+            Err("invalid pod_network_tokens: it applies to http+pod: listeners and there is none"),
+        ),
+        (
+            "listen = [\"http+pod:0.0.0.0:8888\"]\npod_network_tokens = true".into(),
+            Err("invalid pod_network_tokens: no token to accept: add [tokens.NAME]"),
+        ),
+        // Nothing else relaxes: other plaintext listeners stay on loopback.
+        (
+            "listen = [\"http+pod:0.0.0.0:8888\", \"http:0.0.0.0:8080\"]".into(),
+            Err(
+                "listener http:0.0.0.0:8080 is not on loopback: a non-loopback TCP listener needs TLS (set tls_cert and tls_key)",
+            ),
+        ),
+        (
+            format!(
+                "listen = [\"http+pod:0.0.0.0:8888\", \"tcp:0.0.0.0:7443\"]\npod_network_tokens = true\n{token}"
+            ),
+            Err(
+                "listener tcp:0.0.0.0:7443 is not on loopback: a non-loopback TCP listener needs TLS (set tls_cert and tls_key)",
+            ),
+        ),
+        (
+            "listen = [\"http+pod:0.0.0.0:8888\", \"http+plain:0.0.0.0:8080\"]".into(),
+            Err(
+                "invalid listen address \"http+plain:0.0.0.0:8080\": a plaintext listener must be on loopback",
+            ),
+        ),
+    ];
+    for (text, want) in table {
+        assert_eq!(pod(&text), want.map(str::to_owned).map_err(str::to_owned), "{text}");
+    }
+    let modes = pod("listen = [\"http+pod:0.0.0.0:8888\"]\n[client_max_modes]\npod = \"workspace-write\"");
+    assert!(modes.is_ok(), "{modes:?}");
 }
 
 #[test]

@@ -31,6 +31,13 @@ pub struct TcpLimits {
     pub unauthenticated_idle: Duration,
 }
 
+/// A plaintext listener the operator declared for a pod network (`http+pod:`): its callers are
+/// the identity `pod`, and a bearer token counts there only when `tokens` (`pod_network_tokens`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodNetwork {
+    pub tokens: bool,
+}
+
 /// How long a newcomer waits for the slot an evicted unauthenticated connection gives back.
 const EVICTION_WAIT: Duration = Duration::from_secs(2);
 
@@ -113,6 +120,8 @@ impl Drop for InFlight {
 pub struct PeerInfo {
     pub remote: Option<SocketAddr>,
     pub tls: bool,
+    /// Set on an `http+pod:` listener's connections.
+    pub pod: Option<PodNetwork>,
     /// Names of the client certificate the handshake verified (empty without one).
     pub cert_names: Arc<Vec<String>>,
     /// On a Unix socket: the peer's uid, as the kernel gave it (`None` inside when it could not).
@@ -150,6 +159,8 @@ pub struct Conn {
     /// Held for the connection's life: the listener's connection cap (and on a Unix socket, its
     /// uid's).
     _slot: (tokio::sync::OwnedSemaphorePermit, Option<tokio::sync::OwnedSemaphorePermit>),
+    /// Counts it in `fsd_open_connections` while it lives.
+    _open: crate::metrics::Open,
 }
 
 impl Connected for Conn {
@@ -360,6 +371,27 @@ pub fn incoming(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     limits: TcpLimits,
+    stop: watch::Receiver<bool>,
+) -> ReceiverStream<Result<Conn, io::Error>> {
+    accept(listener, tls, None, limits, stop)
+}
+
+/// [`incoming`] for an `http+pod:` listener: plaintext, its connections marked as the pod
+/// network's so the edge admits their requests as `pod`.
+pub fn incoming_pod(
+    listener: TcpListener,
+    pod: PodNetwork,
+    limits: TcpLimits,
+    stop: watch::Receiver<bool>,
+) -> ReceiverStream<Result<Conn, io::Error>> {
+    accept(listener, None, Some(pod), limits, stop)
+}
+
+fn accept(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    pod: Option<PodNetwork>,
+    limits: TcpLimits,
     mut stop: watch::Receiver<bool>,
 ) -> ReceiverStream<Result<Conn, io::Error>> {
     let (tx, rx) = mpsc::channel(64);
@@ -442,6 +474,7 @@ pub fn incoming(
                     info: PeerInfo {
                         remote: Some(remote),
                         tls,
+                        pod,
                         cert_names: Arc::new(cert_names),
                         unix: None,
                         state,
@@ -450,6 +483,7 @@ pub fn incoming(
                     unauthenticated_idle: limits.unauthenticated_idle,
                     idle_timer: Box::pin(tokio::time::sleep(first_timer)),
                     _slot: (slot, None),
+                    _open: crate::metrics::Open::connection(),
                 };
                 let _ = tx.send(Ok(conn)).await;
             });
@@ -537,6 +571,7 @@ pub fn incoming_unix(
                     info: PeerInfo {
                         remote: None,
                         tls: false,
+                        pod: None,
                         cert_names: Arc::default(),
                         unix: Some(uid),
                         state,
@@ -545,6 +580,7 @@ pub fn incoming_unix(
                     unauthenticated_idle: limits.unauthenticated_idle,
                     idle_timer: Box::pin(tokio::time::sleep(first_timer)),
                     _slot: (slot, Some(own)),
+                    _open: crate::metrics::Open::connection(),
                 };
                 let _ = tx.send(Ok(conn)).await;
             });

@@ -21,7 +21,7 @@ use tonic::codegen::http;
 
 use crate::identity::{self, Identity, TokenEntry};
 
-pub use accept::{Conn, TcpLimits, UnixLimits, incoming, incoming_unix};
+pub use accept::{Conn, PodNetwork, TcpLimits, UnixLimits, incoming, incoming_pod, incoming_unix};
 
 use accept::{InFlight, PeerInfo};
 
@@ -77,6 +77,9 @@ impl Edge {
             .headers()
             .get(http::header::AUTHORIZATION)
             .or_else(|| request.headers().get(FORWARDED_AUTHORIZATION));
+        if let Some(pod) = peer.pod {
+            return self.admit_pod(pod, header, peer);
+        }
         if !peer.tls {
             if header.is_some() {
                 // A token sent in clear text is compromised: refuse loudly rather than use it.
@@ -106,7 +109,45 @@ impl Edge {
                 "this daemon needs a client certificate or a bearer token (authorization: Bearer <token>)",
             ));
         }
-        Ok(Identity { uid: None, cert_names: peer.cert_names.as_ref().clone(), token, tcp: false })
+        Ok(Identity {
+            uid: None,
+            cert_names: peer.cert_names.as_ref().clone(),
+            token,
+            tcp: false,
+            pod: false,
+        })
+    }
+
+    /// A request on an `http+pod:` listener: the caller is `pod`. A bearer token there crossed
+    /// the pod network in clear text, so it counts only where the operator said it may
+    /// (`pod_network_tokens`); otherwise it is refused loudly, as on any plaintext listener.
+    fn admit_pod(
+        &self,
+        pod: PodNetwork,
+        header: Option<&http::HeaderValue>,
+        peer: &PeerInfo,
+    ) -> Result<Identity, tonic::Status> {
+        let token = match header {
+            None => None,
+            Some(_) if !pod.tokens => {
+                return Err(tonic::Status::unauthenticated(
+                    "bearer tokens are accepted only over TLS (this pod-network listener does not take them: pod_network_tokens)",
+                ));
+            }
+            Some(value) => {
+                let text = value
+                    .to_str()
+                    .map_err(|_| tonic::Status::unauthenticated("malformed authorization header"))?;
+                match identity::verify_bearer(text, &self.tokens, &[]) {
+                    Ok(name) => Some(name),
+                    Err(e) => {
+                        tracing::info!(remote = peer.remote.map(|r| r.to_string()), listener = "http+pod", reason = %e, "refused a bearer token");
+                        return Err(tonic::Status::unauthenticated(e.to_string()));
+                    }
+                }
+            }
+        };
+        Ok(Identity { token, pod: true, ..Identity::default() })
     }
 }
 

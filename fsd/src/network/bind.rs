@@ -12,6 +12,8 @@ pub(super) enum Bound {
     HttpUnix(std::os::unix::net::UnixListener, String),
     /// `true`: plaintext whatever TLS is configured (`http+plain:`, loopback only).
     Http(std::net::TcpListener, String, bool),
+    /// `http+pod:`: plaintext on the pod network, behind the agent-sandbox router.
+    HttpPod(std::net::TcpListener, String),
 }
 
 /// A listener bound; a Unix socket not yet at its path (see [`Published::publish`]).
@@ -93,6 +95,11 @@ pub(super) fn bind(listen: &Listen, access: SocketAccess) -> Result<Binding, Dae
             Ok(Binding::Ready(Bound::Tcp(listener, name)))
         }
         Listen::HttpUnix(path) => unix(path, true),
+        Listen::HttpPod(addr) => {
+            let listener = tcp(addr)?;
+            let name = bound(&listener, Listen::HttpPod);
+            Ok(Binding::Ready(Bound::HttpPod(listener, name)))
+        }
         Listen::Http(addr) | Listen::HttpPlain(addr) => {
             let plain = matches!(listen, Listen::HttpPlain(_));
             let listener = tcp(addr)?;

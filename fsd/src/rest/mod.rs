@@ -61,12 +61,16 @@ impl std::fmt::Debug for Face {
     }
 }
 
-fn is_grpc(request: &Request<Incoming>) -> bool {
-    request
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/grpc"))
+/// The face of a gRPC request on this listener (by its content type), or `None` for REST.
+fn grpc_face(request: &Request<Incoming>) -> Option<crate::metrics::Face> {
+    let content_type = request.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok())?;
+    if content_type.starts_with("application/grpc-web") {
+        Some(crate::metrics::Face::GrpcWeb)
+    } else if content_type.starts_with("application/grpc") {
+        Some(crate::metrics::Face::Grpc)
+    } else {
+        None
+    }
 }
 
 impl Face {
@@ -74,17 +78,18 @@ impl Face {
         // Before anything else, gRPC-Web included: a browser's request is never served.
         if let Err(refusal) = self.allowed.check(reach, &request) {
             tracing::info!(%refusal, "refused an HTTP request");
-            if is_grpc(&request) {
+            if grpc_face(&request).is_some() {
                 return tonic::Status::permission_denied(refusal.to_string()).into_http();
             }
             return RestError::new(StatusCode::FORBIDDEN, "PERMISSION_DENIED", refusal.to_string())
                 .into_response();
         }
-        if is_grpc(&request)
+        if let Some(face) = grpc_face(&request)
             && let Some(grpc) = &self.grpc
         {
             let mut grpc = grpc.clone();
-            let request = request.map(Body::new);
+            let mut request = request.map(Body::new);
+            request.extensions_mut().insert(face);
             return match tower::Service::call(&mut grpc, request).await {
                 Ok(response) => response,
                 Err(never) => match never {},
@@ -112,6 +117,7 @@ impl Face {
         }
         match (request.method(), path.as_str()) {
             (&Method::GET | &Method::HEAD, "/v1/health") => self.health(),
+            (&Method::GET, "/metrics") => reply::metrics(),
             (&Method::GET, "/v1/metadata") => {
                 reply::json(StatusCode::OK, &serde_json::json!({ "env": self.metadata }))
             }

@@ -17,6 +17,7 @@ impl FsdService {
         request: Request<Streaming<v1::WriteBytesRequest>>,
     ) -> Result<Response<v1::WriteBytesReply>, Status> {
         let identity = request.extensions().get::<Identity>().cloned().unwrap_or_default();
+        let face = super::grant::face_of(&request);
         let mut stream = request.into_inner();
         let header = match stream.message().await? {
             Some(v1::WriteBytesRequest { item: Some(Item::Header(header)) }) => header,
@@ -30,6 +31,7 @@ impl FsdService {
             identity,
             session: context.as_ref().map(|c| c.session_id.clone()).unwrap_or_default(),
             call: context.as_ref().map(|c| c.call_id.clone()).unwrap_or_default(),
+            face,
         };
         let mut call = wire::write_bytes(header);
         let path = call.path().to_owned();

@@ -29,6 +29,8 @@ pub(super) struct Caller {
     pub identity: Identity,
     pub session: String,
     pub call: String,
+    /// How the call came (gRPC, gRPC-Web or REST), for the metrics.
+    pub face: crate::metrics::Face,
 }
 
 impl Caller {
@@ -40,6 +42,7 @@ impl Caller {
             identity,
             session: context.map(|c| c.session_id.clone()).unwrap_or_default(),
             call: context.map(|c| c.call_id.clone()).unwrap_or_default(),
+            face: face_of(request),
         }
     }
 
@@ -47,6 +50,12 @@ impl Caller {
     pub fn client(&self) -> String {
         self.identity.label()
     }
+}
+
+/// The face a gRPC request came by: gRPC-Web when the HTTP face said so (`crate::rest`), else
+/// gRPC.
+pub(super) fn face_of<T>(request: &Request<T>) -> crate::metrics::Face {
+    request.extensions().get::<crate::metrics::Face>().copied().unwrap_or(crate::metrics::Face::Grpc)
 }
 
 /// What an audit record is about: a call, or a step of an escalation (`escalate:OP`).
@@ -154,6 +163,7 @@ impl FsdService {
         result: &str,
         extra: Extra<'_>,
     ) {
+        crate::metrics::decision(matches!(step, Step::Escalate(_)), decision.as_str());
         let Some(log) = &self.audit else { return };
         let shown = lexical(path);
         let requested = extra.requested.unwrap_or(path);

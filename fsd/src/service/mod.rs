@@ -116,7 +116,12 @@ impl FsdService {
         let path = request.path().to_owned();
         let started = std::time::Instant::now();
         self.may_create(caller, mode, &request).await.map_err(WireError::into_status)?;
+        let written = match &request {
+            backend::Request::WriteText { content, .. } => content.len() as u64,
+            _ => 0,
+        };
         let result = self.dispatcher.call(mode, &caller.client(), request).await;
+        measure(caller, op, mode, &result, written, started);
         if let (Some(key), Err(w)) = (&read, &result)
             && w.code == ErrorCode::TooLarge
         {
@@ -197,6 +202,35 @@ impl FsdService {
     }
 }
 
+/// Counts one finished call in the metrics: its operation, mode, face and code, its time since
+/// `started`, and the file bytes it moved (`written`: what the request carried).
+fn measure(
+    caller: &Caller,
+    op: Op,
+    mode: Mode,
+    result: &Result<Outcome, WireError>,
+    written: u64,
+    started: std::time::Instant,
+) {
+    use crate::metrics::{self, Direction};
+    let code = result.as_ref().err().map(|w| w.code.as_str()).unwrap_or("ok");
+    metrics::call(op.name(), mode, caller.face, code, started.elapsed());
+    let (direction, bytes) = match result {
+        Ok(Outcome::ReadText { text, .. }) => (Direction::Read, text.len() as u64),
+        Ok(Outcome::ReadBytes { data, .. }) => (Direction::Read, data.len() as u64),
+        Ok(Outcome::WriteBytes { size, .. }) => (Direction::Written, *size),
+        Ok(Outcome::WriteText { .. }) => (Direction::Written, written),
+        _ => return,
+    };
+    metrics::file_bytes(direction, caller.face, bytes);
+}
+
+/// Counts the opening of a streamed read (its bytes are counted when it reaches the end).
+fn measure_open<T>(caller: &Caller, mode: Mode, opened: &Result<T, WireError>, started: std::time::Instant) {
+    let code = opened.as_ref().err().map(|w| w.code.as_str()).unwrap_or("ok");
+    crate::metrics::call(Op::StreamText.name(), mode, caller.face, code, started.elapsed());
+}
+
 fn unexpected() -> Status {
     Status::internal("backend returned an outcome of another operation")
 }
@@ -270,11 +304,10 @@ impl Fsd for FsdService {
         let mut probe = backend::Request::ReadText { path: r.path.clone(), max_bytes: 0 };
         self.redeem(&caller, &grant, &mut probe).await?;
         let mode = grant.mode;
-        let (header, file) = self
-            .dispatcher
-            .open_stream(mode, &caller.client(), &r.path)
-            .await
-            .map_err(|w| w.with("mode", mode.as_str()).into_status())?;
+        let started = std::time::Instant::now();
+        let opened = self.dispatcher.open_stream(mode, &caller.client(), &r.path).await;
+        measure_open(&caller, mode, &opened, started);
+        let (header, file) = opened.map_err(|w| w.with("mode", mode.as_str()).into_status())?;
         drop(call_permit);
         let chunk = match r.chunk_bytes as usize {
             0 => self.limits.default_chunk_bytes,
@@ -286,7 +319,14 @@ impl Fsd for FsdService {
             trailer: |version| Some(Ok(wire::stream_trailer(version))),
             failed: |error| Err(error.into_status()),
         };
-        Ok(Response::new(self.spawn_stream((header, file), r.path, chunk, mode, stream_permit, shape)))
+        Ok(Response::new(self.spawn_stream(
+            (header, file),
+            r.path,
+            chunk,
+            (mode, caller.face),
+            stream_permit,
+            shape,
+        )))
     }
 
     async fn read_bytes(

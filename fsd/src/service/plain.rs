@@ -116,7 +116,7 @@ fn internal(path: &str, what: impl std::fmt::Display) -> WireError {
 
 impl FsdService {
     fn plain_caller(identity: Identity) -> Caller {
-        Caller { identity, session: String::new(), call: String::new() }
+        Caller { identity, session: String::new(), call: String::new(), face: crate::metrics::Face::Rest }
     }
 
     /// The mode a plain call runs at.
@@ -134,7 +134,9 @@ impl FsdService {
         path: &str,
         mode: Mode,
         result: &Result<Outcome, WireError>,
+        started: std::time::Instant,
     ) {
+        super::measure(caller, op, mode, result, 0, started);
         if let Err(w) = result {
             tracing::info!(op = op.name(), mode = mode.as_str(), path = %w.path, code = %w.code, error = %w.message, "refused");
         }
@@ -153,9 +155,10 @@ impl FsdService {
         // Over budget: refused before anything else happens, so nothing is touched.
         let _in_flight = self.budgets.call(&caller.identity).map_err(|r| r.into_wire(&path))?;
         let mode = self.plain_mode(&caller, &path, op)?;
+        let started = std::time::Instant::now();
         let result = self.dispatcher.call(mode, &caller.client(), request).await;
         let result = result.map_err(|w| w.with("mode", mode.as_str()));
-        self.plain_done(&caller, op, &path, mode, &result);
+        self.plain_done(&caller, op, &path, mode, &result, started);
         result
     }
 
@@ -172,15 +175,23 @@ impl FsdService {
         let caller = Self::plain_caller(identity);
         let call_permit = self.budgets.call(&caller.identity).map_err(|r| r.into_wire(path))?;
         let mode = self.plain_mode(&caller, path, crate::op::Op::StreamText)?;
+        let started = std::time::Instant::now();
         let opened = self.dispatcher.open_stream(mode, &caller.client(), path).await;
+        super::measure_open(&caller, mode, &opened, started);
         let (header, file) = opened.map_err(|w| w.with("mode", mode.as_str()))?;
         // Taken once the path proved a file: a GET of a directory is a listing, not a stream,
         // and must not be refused for the caller's open streams.
         let stream_permit = self.budgets.stream(&caller.identity).map_err(|r| r.into_wire(path))?;
         drop(call_permit);
         let shape = Shape { header: None, chunk: Ok, trailer: |_| None, failed: Err };
-        let replies =
-            self.spawn_stream((header.clone(), file), path.to_owned(), chunk, mode, stream_permit, shape);
+        let replies = self.spawn_stream(
+            (header.clone(), file),
+            path.to_owned(),
+            chunk,
+            (mode, caller.face),
+            stream_permit,
+            shape,
+        );
         Ok((header, replies))
     }
 
@@ -238,6 +249,7 @@ impl FsdService {
         // The body flows while the worker writes it: both futures are polled together. A client
         // that falls behind the minimum rate is cut off: its body and its place among the
         // workers are let go at once, and the worker, if it had begun, sees the body end early.
+        let started = std::time::Instant::now();
         let client = caller.client();
         let worker = self.dispatcher.call_with_body(mode, &client, request, read);
         let upload = Arc::new(Mutex::new(Meter::new()));
@@ -257,7 +269,7 @@ impl FsdService {
         if let Ok(Outcome::WriteBytes { operation: backend::WriteOperation::Create, .. }) = &result {
             self.budgets.created(&caller.identity);
         }
-        self.plain_done(caller, op, &path, mode, &result);
+        self.plain_done(caller, op, &path, mode, &result, started);
         (fed, result)
     }
 

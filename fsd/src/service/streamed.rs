@@ -51,7 +51,7 @@ impl FsdService {
         (header, file): (StreamHeader, File),
         path: String,
         chunk: usize,
-        mode: Mode,
+        (mode, face): (Mode, crate::metrics::Face),
         permit: Permit,
         shape: Shape<T>,
     ) -> stream::Replies<T> {
@@ -60,7 +60,7 @@ impl FsdService {
         let dispatcher = self.dispatcher.clone();
         let idle = self.stream_idle;
         tokio::spawn(async move {
-            let _open = permit;
+            let _open = (permit, crate::metrics::Open::stream());
             let sent_header = match shape.header {
                 Some(item) => stream::send(&tx, item, idle).await,
                 None => Ok(()),
@@ -73,6 +73,7 @@ impl FsdService {
             };
             let error = match ended {
                 Ok(version) => {
+                    crate::metrics::file_bytes(crate::metrics::Direction::Read, face, header.size);
                     if let Some(item) = (shape.trailer)(version) {
                         let _ = stream::send(&tx, item, idle).await;
                     }

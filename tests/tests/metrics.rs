@@ -1,0 +1,202 @@
+//! `/metrics` scraped by a real Prometheus server (Debian's `prometheus`, installed by
+//! `scripts/test.sh`): a daemon with an HTTP listener and a health listener serves calls over
+//! gRPC (a session on its Unix socket), gRPC-Web and REST, one refused by a budget, and has a
+//! mode's workers killed and replaced; Prometheus scrapes both listeners, and its HTTP API
+//! answers counters (calls by operation, mode, face and code; bytes; budget refusals; worker
+//! replacements) and a histogram (call latency per operation) with what was done.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::rest::{RestDaemon, free_port, http, python};
+use common::router::{Killed, wait_port};
+use serde_json::{Value, json};
+
+fn prometheus_bin() -> PathBuf {
+    ["/usr/bin/prometheus", "/usr/local/bin/prometheus"].iter().map(PathBuf::from).find(|p| p.exists()).unwrap_or_else(
+        || panic!("prometheus is not installed: this test scrapes with Debian's prometheus (scripts/test.sh installs it)"),
+    )
+}
+
+/// One query through Prometheus's HTTP API: the `data.result` vector.
+fn query(python: &Path, port: u16, promql: &str) -> Vec<Value> {
+    let script = "import json, sys, urllib.parse, urllib.request\n\
+        url = f'http://127.0.0.1:{sys.argv[1]}/api/v1/query?' + urllib.parse.urlencode({'query': sys.argv[2]})\n\
+        print(urllib.request.urlopen(url, timeout=10).read().decode())\n";
+    let out = Command::new(python).arg("-c").arg(script).arg(port.to_string()).arg(promql).output().unwrap();
+    assert!(out.status.success(), "query {promql}: {}", String::from_utf8_lossy(&out.stderr));
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["status"], "success", "{answer}");
+    answer["data"]["result"].as_array().cloned().unwrap_or_default()
+}
+
+/// The value of a one-series answer, once Prometheus has scraped it with the wanted value
+/// (it scrapes every second; the deadline only bounds a failure).
+fn value_once(python: &Path, port: u16, promql: &str, want: f64) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let result = query(python, port, promql);
+        let got = result.first().and_then(|s| s["value"][1].as_str()).and_then(|v| v.parse::<f64>().ok());
+        if got == Some(want) {
+            return want;
+        }
+        assert!(Instant::now() < deadline, "{promql}: {result:?}, want {want}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn prometheus_scrapes_calls_and_latencies() {
+    let python = python();
+    let health = free_port();
+    // One call per second per identity, a burst of 40: the session's calls fit; a REST burst
+    // past it is refused by the budget.
+    let mut daemon = RestDaemon::start(
+        &format!(
+            "health_listen = \"tcp:127.0.0.1:{health}\"\n[budgets]\ncalls_per_second = 1\ncall_burst = 40\n"
+        ),
+        &[],
+    );
+    std::fs::write(daemon.path("notes.txt"), "alpha\nbeta\n").unwrap();
+
+    // gRPC on the Unix socket: three reads, a write, an edit, a read of nothing.
+    let endpoint = format!("unix:{}", daemon.dir.path().join("fsd.sock").display());
+    let mut s = common::ToolSession::start(&endpoint, &daemon.root, None);
+    for _ in 0..3 {
+        assert!(!s.read("notes.txt").is_error());
+    }
+    assert!(!s.call("write", json!({"file_path": "new.txt", "content": "x\n"})).is_error());
+    assert!(
+        !s.call("edit", json!({"file_path": "notes.txt", "old_string": "beta", "new_string": "gamma"}))
+            .is_error()
+    );
+    assert_eq!(s.read("missing.txt").code(), Some("FS_NOT_FOUND"));
+    assert!(s.finish().success());
+    // gRPC-Web on the HTTP listener: one read.
+    let port = daemon.port;
+    let mut s = common::ToolSession::start(&format!("http://127.0.0.1:{port}"), &daemon.root, None);
+    assert!(!s.read("notes.txt").is_error());
+    assert!(s.finish().success());
+    // REST: two writes and a read, then calls until the budget refuses one.
+    assert_eq!(http(port, "PUT", "/v1/files/a.txt", &[], b"0123456789").status, 204);
+    assert_eq!(http(port, "PUT", "/v1/files/b.txt", &[], b"01234").status, 204);
+    assert_eq!(http(port, "GET", "/v1/files/a.txt", &[], b"").body, b"0123456789");
+    let refused =
+        (0..100).map(|_| http(port, "HEAD", "/v1/files/a.txt", &[], b"").status).find(|s| *s == 429);
+    assert_eq!(refused, Some(429), "the budget never refused a call");
+
+    // The read-only mode's workers die (as under the OOM killer); the supervisor replaces them.
+    let killed = daemon.process.kill_workers(&["read-only"]);
+    assert_eq!(killed.len(), 2, "{killed:?}");
+    let replaced = "fsd_workers_started_total{mode=\"read-only\",start=\"replacement\"} 2";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !String::from_utf8(http(health, "GET", "/metrics", &[], b"").body).unwrap().contains(replaced) {
+        assert!(Instant::now() < deadline, "the replacements were never counted: {replaced}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // The text itself, the same on both listeners (nothing was called in between).
+    let scrape = |at: u16| {
+        let answer = http(at, "GET", "/metrics", &[], b"");
+        assert_eq!(answer.status, 200);
+        assert!(answer.header("content-type").is_some_and(|t| t.starts_with("text/plain")), "{answer:?}");
+        String::from_utf8(answer.body).unwrap()
+    };
+    let text = scrape(health);
+    let value = |series: &str| -> f64 {
+        let line =
+            text.lines().find(|l| l.starts_with(series)).unwrap_or_else(|| panic!("no {series} in\n{text}"));
+        line.rsplit_once(' ').unwrap().1.parse().unwrap()
+    };
+    let ok_reads =
+        value("fsd_calls_total{op=\"readText\",mode=\"workspace-write\",face=\"grpc\",code=\"ok\"}");
+    assert!(ok_reads >= 3.0, "{text}");
+    assert_eq!(
+        value(
+            "fsd_calls_total{op=\"readText\",mode=\"workspace-write\",face=\"grpc\",code=\"FS_NOT_FOUND\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        value("fsd_calls_total{op=\"writeText\",mode=\"workspace-write\",face=\"grpc\",code=\"ok\"}"),
+        1.0
+    );
+    assert_eq!(
+        value("fsd_calls_total{op=\"streamText\",mode=\"workspace-write\",face=\"rest\",code=\"ok\"}"),
+        1.0
+    );
+    assert_eq!(value("fsd_file_bytes_total{direction=\"written\",face=\"rest\"}"), 15.0);
+    assert_eq!(value("fsd_file_bytes_total{direction=\"read\",face=\"rest\"}"), 10.0);
+    assert!(value("fsd_budget_refusals_total{budget=\"calls_per_second\"}") >= 1.0, "{text}");
+    assert_eq!(value("fsd_workers_started_total{mode=\"workspace-write\",start=\"initial\"}"), 2.0);
+    let web_reads = "fsd_calls_total{op=\"readText\",mode=\"workspace-write\",face=\"grpc-web\",code=\"ok\"}";
+    assert_eq!(value(web_reads), 1.0);
+    assert_eq!(value("fsd_call_duration_seconds_count{op=\"readText\"}"), ok_reads + 2.0);
+    let rest_writes =
+        value("fsd_calls_total{op=\"writeBytes\",mode=\"workspace-write\",face=\"rest\",code=\"ok\"}");
+    assert_eq!(rest_writes, 2.0);
+    // The connection gauge differs by the scraping connections themselves.
+    let calls = |text: &str| {
+        text.lines().filter(|l| !l.starts_with("fsd_open_connections")).collect::<Vec<_>>().join("\n")
+    };
+    assert_eq!(calls(&scrape(port)), calls(&text), "the HTTP listener serves the same metrics");
+
+    // A real Prometheus scrapes both listeners every second.
+    let dir = tempfile::tempdir().unwrap();
+    let web = free_port();
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: fsd-health\n    static_configs:\n      - targets: [\"127.0.0.1:{health}\"]\n  - job_name: fsd-http\n    static_configs:\n      - targets: [\"127.0.0.1:{port}\"]\n"
+        ),
+    )
+    .unwrap();
+    let child = Command::new(prometheus_bin())
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{web}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn prometheus");
+    let mut prometheus = Killed(child);
+    wait_port(web, &mut prometheus.0, "prometheus");
+
+    // The counter: the gRPC reads that found their file, and the one that did not; the REST
+    // writes (summed over the series of both jobs' scrapes of one of them).
+    let reads = "fsd_calls_total{job=\"fsd-health\",op=\"readText\",face=\"grpc\",mode=\"workspace-write\",code=\"ok\"}";
+    value_once(&python, web, reads, ok_reads);
+    let missing = "fsd_calls_total{job=\"fsd-http\",op=\"readText\",code=\"FS_NOT_FOUND\"}";
+    value_once(&python, web, missing, 1.0);
+    let rest_writes_query =
+        "sum(fsd_calls_total{job=\"fsd-http\",face=\"rest\",op=\"writeBytes\",code=\"ok\"})";
+    value_once(&python, web, rest_writes_query, rest_writes);
+    let written = "fsd_file_bytes_total{job=\"fsd-health\",face=\"rest\",direction=\"written\"}";
+    value_once(&python, web, written, 15.0);
+    // The histogram: every readText call in its +Inf bucket and its count, the median inside
+    // the buckets.
+    let bucket = "fsd_call_duration_seconds_bucket{job=\"fsd-health\",op=\"readText\",le=\"+Inf\"}";
+    value_once(&python, web, bucket, ok_reads + 2.0);
+    value_once(
+        &python,
+        web,
+        "fsd_call_duration_seconds_count{job=\"fsd-health\",op=\"readText\"}",
+        ok_reads + 2.0,
+    );
+    let median = "histogram_quantile(0.5, sum by (le) (fsd_call_duration_seconds_bucket{job=\"fsd-health\",op=\"readText\"}))";
+    let result = query(&python, web, median);
+    let p50: f64 = result[0]["value"][1].as_str().unwrap().parse().unwrap();
+    assert!(p50 > 0.0 && p50 < 60.0, "{result:?}");
+    let refusals = "sum(fsd_budget_refusals_total{job=\"fsd-health\",budget=\"calls_per_second\"}) > 0";
+    assert_eq!(query(&python, web, refusals).len(), 1);
+    let replacements = "fsd_workers_started_total{job=\"fsd-http\",mode=\"read-only\",start=\"replacement\"}";
+    value_once(&python, web, replacements, 2.0);
+    daemon.terminate();
+    daemon.wait();
+}
