@@ -423,6 +423,47 @@ fn unsigned(trusted: Option<&VerifyingKey>, verified: &mut Verified) -> Result<(
     Ok(())
 }
 
+/// What `fsd audit verify` and `fsd-approver verify-log` say about a log file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Exit 0; the line for stdout.
+    Intact(String),
+    /// Exit 1; the line for stdout: `FILE:LINE: why`.
+    Broken(String),
+    /// Exit 2: the file or the key could not be read.
+    Failed(String),
+}
+
+/// Verifies the log at `path`, checking its checkpoints against `public_key` (hex, or a file
+/// holding it) when given.
+pub fn verify_file(path: &Path, log: LogKind, public_key: Option<&str>) -> Verdict {
+    let trusted = match public_key.map(read_public_key).transpose() {
+        Ok(key) => key,
+        Err(e) => return Verdict::Failed(e.to_string()),
+    };
+    let text = match std::fs::read(path) {
+        Ok(text) => text,
+        Err(e) => return Verdict::Failed(format!("cannot read {}: {e}", path.display())),
+    };
+    match verify(&text, log, trusted.as_ref()) {
+        Err(broken) => Verdict::Broken(format!("{}:{}: {}", path.display(), broken.line, broken.why)),
+        Ok(v) => {
+            let mut line =
+                format!("{}: intact: {} records, {} checkpoints", path.display(), v.records, v.checkpoints);
+            if !v.keys.is_empty() {
+                line.push_str(&format!(", signed by {}", v.keys.join(", ")));
+                if trusted.is_none() {
+                    line.push_str(" (the key the log names: pass --public-key to check it is the expected one)");
+                }
+            }
+            if v.unsigned > 0 {
+                line.push_str(&format!(", {} unsigned (the writer had no key)", v.unsigned));
+            }
+            Verdict::Intact(line)
+        }
+    }
+}
+
 /// Why a key file cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
