@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ed25519_dalek::SigningKey;
-use fsd_proto::chain::{CheckpointKind, LogKind, Writer};
 use fsd_proto::approver::approver_server::{Approver, ApproverServer};
 use fsd_proto::approver::{ApproveReply, ApproveRequest, Decider};
+use fsd_proto::chain::{CheckpointKind, LogKind, Writer};
 use tokio::sync::Mutex;
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tonic::{Request, Response, Status};

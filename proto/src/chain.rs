@@ -34,7 +34,7 @@ impl LogKind {
 /// Why a checkpoint was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CheckpointKind {
-    /// After each record whose `seq` is a multiple of `every`.
+    /// After every `every` records.
     Interval,
     /// When the writer stops; a log must end with one.
     Shutdown,
@@ -139,30 +139,55 @@ pub fn checkpoint(
     finish(body, at)
 }
 
-/// The end of an existing log, so a writer that starts again continues its chain: the last
-/// complete line's link, and whether the file ends in the middle of a line (a writer killed while
-/// writing). A last line that is not a chained record (a log from before chaining) starts a new
-/// chain, which [`verify`] reports there.
-pub fn resume(path: &Path) -> std::io::Result<(Link, bool)> {
-    /// Far more than a record: a decision's reason is the longest field.
+/// Where an existing log ends, so a writer that starts again continues its chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resumed {
+    /// The last complete line's link. A last line that is not a chained record (a log from
+    /// before chaining) starts a new chain, which [`verify`] reports there.
+    pub at: Link,
+    /// Records after the last checkpoint; `None` when none is in the part of the file read.
+    pub since: Option<u64>,
+    /// The file ends in the middle of a line (a writer killed while writing).
+    pub cut: bool,
+}
+
+/// Reads the end of the log at `path` (a missing file is an empty log).
+pub fn resume(path: &Path) -> std::io::Result<Resumed> {
+    /// Far more than the records between two checkpoints at the default interval.
     const TAIL: u64 = 1 << 20;
     let mut file = match std::fs::File::open(path) {
         Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Link::START, false)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Resumed { at: Link::START, since: Some(0), cut: false });
+        }
         Err(e) => return Err(e),
     };
     let len = file.seek(SeekFrom::End(0))?;
-    file.seek(SeekFrom::Start(len.saturating_sub(TAIL)))?;
+    let start = len.saturating_sub(TAIL);
+    file.seek(SeekFrom::Start(start))?;
     let mut tail = Vec::new();
     file.read_to_end(&mut tail)?;
     let cut = !tail.is_empty() && !tail.ends_with(b"\n");
-    let complete = match tail.iter().rposition(|b| *b == b'\n') {
-        Some(end) => &tail[..end],
-        None => return Ok((Link::START, cut)),
+    let Some(end) = tail.iter().rposition(|b| *b == b'\n') else {
+        return Ok(Resumed { at: Link::START, since: (start == 0).then_some(0), cut });
     };
-    let last = complete.rsplit(|b| *b == b'\n').next().unwrap_or_default();
-    let link = std::str::from_utf8(last).ok().and_then(|line| record(line).ok()).map(|r| r.link);
-    Ok((link.unwrap_or(Link::START), cut))
+    // The first line of a tail that starts inside the file may be cut by the seek: never read.
+    let mut complete: Vec<&[u8]> = tail[..end].split(|b| *b == b'\n').collect();
+    if start > 0 {
+        complete.remove(0);
+    }
+    let parsed = |line: &[u8]| std::str::from_utf8(line).ok().and_then(|line| record(line).ok());
+    let at = complete.last().and_then(|line| parsed(line)).map_or(Link::START, |r| r.link);
+    let mut since = 0;
+    let mut found = start == 0;
+    for line in complete.iter().rev() {
+        if parsed(line).is_some_and(|r| r.value.get("checkpoint").is_some()) {
+            found = true;
+            break;
+        }
+        since += 1;
+    }
+    Ok(Resumed { at, since: found.then_some(since), cut })
 }
 
 /// A chained log being written: a file opened for appending, and where its chain ends.
@@ -173,6 +198,8 @@ pub struct Writer {
     log: LogKind,
     every: u64,
     key: Option<SigningKey>,
+    /// Records since the last checkpoint.
+    since: u64,
     /// A line left cut by a writer before: the next record starts on a line of its own.
     cut: bool,
 }
@@ -186,8 +213,11 @@ impl Writer {
         every: u64,
         key: Option<SigningKey>,
     ) -> std::io::Result<Writer> {
-        let (at, cut) = resume(path)?;
-        Ok(Writer { file, at, log, every: every.max(1), key, cut })
+        let every = every.max(1);
+        let Resumed { at, since, cut } = resume(path)?;
+        // Without a checkpoint in sight, the next record is followed by one.
+        let since = since.unwrap_or(every);
+        Ok(Writer { file, at, log, every, key, since, cut })
     }
 
     fn write(&mut self, line: &str, next: Link) -> std::io::Result<()> {
@@ -210,7 +240,8 @@ impl Writer {
         let (line, next) = seal(object, self.at)
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a JSON object"))?;
         self.write(&line, next)?;
-        if next.seq % self.every == 0 {
+        self.since += 1;
+        if self.since >= self.every {
             self.checkpoint(CheckpointKind::Interval, time)?;
         }
         Ok(())
@@ -219,7 +250,9 @@ impl Writer {
     /// Appends a checkpoint now.
     pub fn checkpoint(&mut self, kind: CheckpointKind, time: &str) -> std::io::Result<()> {
         let (line, next) = checkpoint(self.log, kind, self.every, time, self.key.as_ref(), self.at);
-        self.write(&line, next)
+        self.write(&line, next)?;
+        self.since = 0;
+        Ok(())
     }
 }
 
@@ -453,7 +486,9 @@ pub fn verify_file(path: &Path, log: LogKind, public_key: Option<&str>) -> Verdi
             if !v.keys.is_empty() {
                 line.push_str(&format!(", signed by {}", v.keys.join(", ")));
                 if trusted.is_none() {
-                    line.push_str(" (the key the log names: pass --public-key to check it is the expected one)");
+                    line.push_str(
+                        " (the key the log names: pass --public-key to check it is the expected one)",
+                    );
                 }
             }
             if v.unsigned > 0 {

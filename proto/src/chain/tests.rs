@@ -8,8 +8,8 @@ fn key(seed: u8) -> SigningKey {
     SigningKey::from_bytes(&[seed; 32])
 }
 
-/// A log as the writer makes it: eight records (checkpoints after records 3, 6 and 9 of the
-/// chain) and the shutdown checkpoint; twelve lines.
+/// A log as the writer makes it: eight records, a checkpoint after each three (lines 4 and 8)
+/// and the shutdown checkpoint; eleven lines.
 fn written(key: Option<SigningKey>) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("log.jsonl");
@@ -59,7 +59,7 @@ fn the_verifier_names_the_first_broken_line_and_why() {
     let public = signer.verifying_key();
     let public_hex = hex::encode(public.to_bytes());
     let intact = written(Some(signer.clone()));
-    assert_eq!(intact.len(), 12);
+    assert_eq!(intact.len(), 11);
     let with = |edit: &dyn Fn(&mut Vec<String>)| {
         let mut lines = intact.clone();
         edit(&mut lines);
@@ -84,8 +84,8 @@ fn the_verifier_names_the_first_broken_line_and_why() {
     };
     let broken = |line, why| Err(Broken { line, why });
     let cases: Vec<(&str, Vec<u8>, Option<&VerifyingKey>, Result<Verified, Broken>)> = vec![
-        ("intact, with the trusted key", text(&intact), Some(&public), ok(8, 4, &[&public_hex], 0)),
-        ("intact, against the key it names", text(&intact), None, ok(8, 4, &[&public_hex], 0)),
+        ("intact, with the trusted key", text(&intact), Some(&public), ok(8, 3, &[&public_hex], 0)),
+        ("intact, against the key it names", text(&intact), None, ok(8, 3, &[&public_hex], 0)),
         (
             "one byte edited",
             with(&|l| l[1] = l[1].replace("/w/f2", "/w/g2")),
@@ -120,13 +120,13 @@ fn the_verifier_names_the_first_broken_line_and_why() {
             "the last records cut",
             with(&|l| l.truncate(9)),
             Some(&public),
-            broken(10, Why::Unclosed { uncovered: 2 }),
+            broken(10, Why::Unclosed { uncovered: 1 }),
         ),
         (
             "cut after a checkpoint",
-            with(&|l| l.truncate(7)),
+            with(&|l| l.truncate(8)),
             Some(&public),
-            broken(8, Why::Unclosed { uncovered: 0 }),
+            broken(9, Why::Unclosed { uncovered: 0 }),
         ),
         (
             "cut inside a line",
@@ -136,7 +136,7 @@ fn the_verifier_names_the_first_broken_line_and_why() {
                 bytes
             },
             Some(&public),
-            broken(12, Why::Cut),
+            broken(11, Why::Cut),
         ),
         ("empty", Vec::new(), Some(&public), broken(1, Why::Unclosed { uncovered: 0 })),
         (
@@ -155,7 +155,7 @@ fn the_verifier_names_the_first_broken_line_and_why() {
             "forged with another key, verified against the key it names: that key is reported",
             text(&relinked(&intact, Some(&thief))),
             None,
-            ok(8, 4, &[&hex::encode(thief.verifying_key().to_bytes())], 0),
+            ok(8, 3, &[&hex::encode(thief.verifying_key().to_bytes())], 0),
         ),
         (
             "a checkpoint's kind changed and its hash recomputed",
@@ -163,7 +163,7 @@ fn the_verifier_names_the_first_broken_line_and_why() {
             Some(&public),
             broken(4, Why::BadSignature { key: public_hex.clone() }),
         ),
-        ("unsigned checkpoints, no key given", text(&unsigned), None, ok(8, 4, &[], 4)),
+        ("unsigned checkpoints, no key given", text(&unsigned), None, ok(8, 3, &[], 3)),
         ("unsigned checkpoints, a key given", text(&unsigned), Some(&public), broken(4, Why::Unsigned)),
         (
             "a missing checkpoint",
@@ -225,6 +225,34 @@ fn a_restarted_writer_continues_the_chain() {
         verify(&log, LogKind::Decisions, Some(&signer.verifying_key())),
         Err(Broken { line: lines - 2, why: Why::NotARecord })
     );
+}
+
+/// A writer killed between checkpoints: the next one counts the records it left unsealed, so
+/// no more than `every` records ever stand between two checkpoints.
+#[test]
+fn a_restarted_writer_keeps_the_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.jsonl");
+    let open = || std::fs::OpenOptions::new().create(true).append(true).open(&path).unwrap();
+    let mut killed = Writer::new(&path, open(), LogKind::Audit, 2, None).unwrap();
+    killed.append("{\"n\":1}", "t").unwrap();
+    drop(killed);
+    let mut writer = Writer::new(&path, open(), LogKind::Audit, 2, None).unwrap();
+    for n in 2..=4 {
+        writer.append(&format!("{{\"n\":{n}}}"), "t").unwrap();
+    }
+    writer.checkpoint(CheckpointKind::Shutdown, "t").unwrap();
+    let log = std::fs::read(&path).unwrap();
+    let kinds: Vec<Option<String>> = String::from_utf8_lossy(&log)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["checkpoint"].as_str().map(str::to_owned)
+        })
+        .collect();
+    let interval = Some("interval".to_owned());
+    let shutdown = Some("shutdown".to_owned());
+    assert_eq!(kinds, [None, None, interval.clone(), None, None, interval, shutdown]);
+    assert_eq!(verify(&log, LogKind::Audit, None).map(|v| v.checkpoints), Ok(3));
 }
 
 /// Key files: a private key must be 0600 and not the public one; a public key is hex or a file.
