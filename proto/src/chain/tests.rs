@@ -49,6 +49,9 @@ fn relinked(lines: &[String], key: Option<&SigningKey>) -> Vec<String> {
     out
 }
 
+/// A name, a log, the key it is checked against, and the verdict.
+type Case<'a> = (&'a str, Vec<u8>, Option<&'a VerifyingKey>, Result<Verified, Broken>);
+
 fn text(lines: &[String]) -> Vec<u8> {
     lines.iter().flat_map(|l| format!("{l}\n").into_bytes()).collect()
 }
@@ -83,7 +86,7 @@ fn the_verifier_names_the_first_broken_line_and_why() {
         Ok(Verified { records, checkpoints, keys: keys.iter().map(|k| (*k).to_owned()).collect(), unsigned })
     };
     let broken = |line, why| Err(Broken { line, why });
-    let cases: Vec<(&str, Vec<u8>, Option<&VerifyingKey>, Result<Verified, Broken>)> = vec![
+    let cases: Vec<Case<'_>> = vec![
         ("intact, with the trusted key", text(&intact), Some(&public), ok(8, 3, &[&public_hex], 0)),
         ("intact, against the key it names", text(&intact), None, ok(8, 3, &[&public_hex], 0)),
         (
