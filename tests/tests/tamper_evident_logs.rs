@@ -113,6 +113,13 @@ fn the_audit_log_verifies_and_names_the_line_a_tampering_broke() {
         command.args(["audit", "verify", "--public-key", key]).arg(file);
         run(command)
     };
+    // A command is never a daemon's run: the daemon's flags (the internal role among them) are
+    // refused beside it.
+    for flags in [&["--role", "network"][..], &["--listen", "unix:/nonexistent/fsd.sock"][..]] {
+        let out = fsd_command().args(flags).args(["audit", "verify"]).arg(&audit).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{flags:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).starts_with("error: "), "{flags:?}");
+    }
     let (records, checkpoints) = counts(&audit);
     assert!(
         records >= 6 && checkpoints >= 3,
