@@ -54,9 +54,24 @@ enum Command {
         /// Group of the Unix socket (a name from /etc/group or a number).
         #[arg(long, value_name = "GROUP")]
         socket_group: Option<String>,
-        /// Append one JSON line per decision here.
+        /// Append one JSON line per decision here (a hash chain with checkpoints signed by --key).
         #[arg(long, value_name = "FILE")]
         log: Option<PathBuf>,
+        /// Decisions between two signed checkpoints of the log (one is also written at exit).
+        #[arg(long, value_name = "N", default_value_t = fsd_proto::chain::DEFAULT_EVERY,
+              value_parser = clap::value_parser!(u64).range(1..))]
+        checkpoint_every: u64,
+    },
+    /// Check a decision log's hash chain and signed checkpoints; name the first broken record
+    /// (exit 1), or say it is intact (exit 0).
+    VerifyLog {
+        /// The decision log (serve --log).
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// The approver's public key: 64 hex digits, or a file holding them (approver.pub).
+        /// Without it, each checkpoint is checked against the key it names.
+        #[arg(long, value_name = "KEY")]
+        public_key: Option<String>,
     },
     /// Print a shell completion script for fsd-approver.
     Completions {
@@ -97,6 +112,9 @@ pub enum ApproverError {
     SocketMode(String),
     #[error("unknown --socket-group {0:?}")]
     SocketGroup(String),
+    /// The log or the key could not be read (not a broken log: that is exit 1).
+    #[error("{0}")]
+    Verify(String),
 }
 
 /// Writes a new key pair; the public key is also returned (hex).
@@ -255,7 +273,21 @@ fn run(cli: Cli) -> Result<bool, ApproverError> {
             let _ = writeln!(std::io::stdout(), "{public}");
             Ok(true)
         }
-        Command::Serve { key, listen, rules, socket_mode, socket_group, log } => {
+        Command::VerifyLog { file, public_key } => {
+            use fsd_proto::chain::{LogKind, Verdict, verify_file};
+            match verify_file(&file, LogKind::Decisions, public_key.as_deref()) {
+                Verdict::Intact(line) => {
+                    let _ = writeln!(std::io::stdout(), "{line}");
+                    Ok(true)
+                }
+                Verdict::Broken(line) => {
+                    let _ = writeln!(std::io::stdout(), "{line}");
+                    Ok(false)
+                }
+                Verdict::Failed(reason) => Err(ApproverError::Verify(reason)),
+            }
+        }
+        Command::Serve { key, listen, rules, socket_mode, socket_group, log, checkpoint_every } => {
             let key = load_key(&key)?;
             let rules = rules
                 .map(|path| {
@@ -273,7 +305,7 @@ fn run(cli: Cli) -> Result<bool, ApproverError> {
                     .map_err(|e| ApproverError::NoDecider(e.to_string()))?;
             }
             let socket = serve::Socket::parse(&socket_mode, socket_group.as_deref())?;
-            serve::run(serve::Options { key, listen, rules, socket, log })?;
+            serve::run(serve::Options { key, listen, rules, socket, log, checkpoint_every })?;
             Ok(true)
         }
     }

@@ -1,15 +1,16 @@
 //! `fsd-approver serve`: the approver as a small gRPC service (fsd.approver.v1) that the daemon
 //! asks, so the private key can live on another host or under another user than the agent.
 //! Requests are decided one at a time, by the rule file or by the person at this terminal, and
-//! every decision is one JSON line in the decision log.
+//! every decision is one JSON line in the decision log: a hash chain whose checkpoints this key
+//! signs ([`fsd_proto::chain`]), every `--checkpoint-every` decisions and at exit.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ed25519_dalek::SigningKey;
 use fsd_proto::approver::approver_server::{Approver, ApproverServer};
 use fsd_proto::approver::{ApproveReply, ApproveRequest, Decider};
+use fsd_proto::chain::{CheckpointKind, LogKind, Writer};
 use tokio::sync::Mutex;
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tonic::{Request, Response, Status};
@@ -58,6 +59,7 @@ pub struct Options {
     pub rules: Option<(PathBuf, Rules)>,
     pub socket: Socket,
     pub log: Option<PathBuf>,
+    pub checkpoint_every: u64,
 }
 
 /// One decision as the log keeps it.
@@ -78,7 +80,7 @@ struct Logged<'a> {
 struct Service {
     key: SigningKey,
     rules: Option<(PathBuf, Rules)>,
-    log: Option<std::sync::Mutex<std::fs::File>>,
+    log: Option<Arc<std::sync::Mutex<Writer>>>,
     /// One prompt at a time on the terminal.
     turn: Arc<Mutex<()>>,
 }
@@ -111,10 +113,9 @@ impl Service {
             decider,
             reason,
         };
-        let Ok(mut line) = serde_json::to_vec(&entry) else { return };
-        line.push(b'\n');
-        let mut file = log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Err(e) = file.write_all(&line) {
+        let Ok(line) = serde_json::to_string(&entry) else { return };
+        let mut writer = log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Err(e) = writer.append(&line, &entry.time) {
             eprintln!("fsd-approver: cannot write the decision log: {e}");
         }
     }
@@ -222,17 +223,40 @@ fn bind_unix(path: &Path, socket: Socket) -> Result<tokio::net::UnixListener, Ap
 }
 
 pub fn run(options: Options) -> Result<(), ApproverError> {
-    let Options { key, listen, rules, socket, log } = options;
+    let Options { key, listen, rules, socket, log, checkpoint_every } = options;
     let log = match log {
-        Some(path) => Some(std::sync::Mutex::new(
-            std::fs::OpenOptions::new()
+        Some(path) => {
+            let file = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(&path)
-                .map_err(|e| ApproverError::Io(path.clone(), e))?,
-        )),
+                .map_err(|e| ApproverError::Io(path.clone(), e))?;
+            // The chain goes on where the file ends, signed by this approver's key.
+            let writer = Writer::new(&path, file, LogKind::Decisions, checkpoint_every, Some(key.clone()))
+                .map_err(|e| ApproverError::Io(path.clone(), e))?;
+            Some(Arc::new(std::sync::Mutex::new(writer)))
+        }
         None => None,
     };
+    let sealed = log.clone();
+    let served = serve(key, listen, rules, socket, log);
+    // However serving ended, the log ends with a signed checkpoint.
+    if let Some(log) = sealed {
+        let mut writer = log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Err(e) = writer.checkpoint(CheckpointKind::Shutdown, &crate::utc(crate::now_secs())) {
+            eprintln!("fsd-approver: cannot write the decision log's shutdown checkpoint: {e}");
+        }
+    }
+    served
+}
+
+fn serve(
+    key: SigningKey,
+    listen: String,
+    rules: Option<(PathBuf, Rules)>,
+    socket: Socket,
+    log: Option<Arc<std::sync::Mutex<Writer>>>,
+) -> Result<(), ApproverError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -1,17 +1,18 @@
 //! The audit log: one JSON line per mutation and per escalation decision (time, session, client,
 //! operation, path, mode, decision, result, and for approver decisions the description's digest). Never file contents. Opened before confinement; the
-//! network process keeps only the descriptor.
+//! network process keeps only the descriptor (and the checkpoint key, read then). The lines form a
+//! hash chain with signed checkpoints ([`fsd_proto::chain`]), which `fsd audit verify` checks.
 
-use std::fs::File;
-use std::io::Write;
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 
+use ed25519_dalek::SigningKey;
+use fsd_proto::chain::{CheckpointKind, LogKind, Writer};
 use serde::Serialize;
 
 #[derive(Debug)]
 pub struct Audit {
-    file: Mutex<File>,
+    writer: Mutex<Writer>,
 }
 
 /// One audit record.
@@ -45,17 +46,27 @@ pub struct Entry<'a> {
 }
 
 impl Audit {
-    pub fn open(path: &Path) -> std::io::Result<Audit> {
+    /// Opens the log for appending and continues the chain where the file ends; a checkpoint is
+    /// written after every `every` records, signed with `key` when there is one.
+    pub fn open(path: &Path, every: u64, key: Option<SigningKey>) -> std::io::Result<Audit> {
         let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
-        Ok(Audit { file: Mutex::new(file) })
+        let writer = Writer::new(path, file, LogKind::Audit, every, key)?;
+        Ok(Audit { writer: Mutex::new(writer) })
     }
 
     pub fn record(&self, entry: &Entry<'_>) {
-        let Ok(mut line) = serde_json::to_vec(entry) else { return };
-        line.push(b'\n');
-        let mut file = self.file.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Err(e) = file.write_all(&line) {
+        let Ok(line) = serde_json::to_string(entry) else { return };
+        let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Err(e) = writer.append(&line, &now()) {
             tracing::error!(error = %e, "cannot write the audit log");
+        }
+    }
+
+    /// The shutdown checkpoint: the log ends sealed, so a cut after it is found.
+    pub fn close(&self) {
+        let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Err(e) = writer.checkpoint(CheckpointKind::Shutdown, &now()) {
+            tracing::error!(error = %e, "cannot write the audit log's shutdown checkpoint");
         }
     }
 }

@@ -38,6 +38,8 @@ pub enum DaemonError {
     SocketUnchecked { path: PathBuf, source: std::io::Error },
     #[error("cannot open the audit log {path}: {source}")]
     Audit { path: PathBuf, source: std::io::Error },
+    #[error("cannot use audit_signing_key: {0}")]
+    AuditKey(#[source] fsd_proto::chain::KeyError),
     #[error("process setup failed: {0}")]
     Runtime(#[source] std::io::Error),
     #[error("cannot install signal handler: {0}")]

@@ -42,9 +42,14 @@ macro_rules! unhashed_streams {
 const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), fault_injection!(), unhashed_streams!());
 
 /// fsd: the file daemon that owns the disk of one sandbox and serves fsd.v1 over gRPC.
+// Without a command it runs the daemon. A command never takes the daemon's flags (nor the
+// internal `--role`), so it cannot be taken for a role the supervisor starts, and children get
+// only flags, never a command.
 #[derive(Debug, Parser)]
-#[command(name = "fsd", version = VERSION)]
+#[command(name = "fsd", version = VERSION, args_conflicts_with_subcommands = true)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Where to listen (repeatable): unix:PATH or tcp:IP:PORT (gRPC), http:IP:PORT, http+unix:PATH or
     /// http+plain:127.0.0.1:PORT (REST and gRPC-Web); a non-loopback IP needs TLS (tls_cert, tls_key).
     #[arg(long, value_name = "ADDR")]
@@ -83,6 +88,48 @@ struct Args {
     /// Internal: a worker's mode.
     #[arg(long, hide = true, value_parser = worker_mode)]
     worker_mode: Option<Mode>,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// The audit log (audit_log).
+    #[command(subcommand)]
+    Audit(AuditCommand),
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum AuditCommand {
+    /// Check an audit log's hash chain and signed checkpoints; name the first broken record
+    /// (exit 1), or say it is intact (exit 0).
+    Verify {
+        /// The audit log (JSON lines).
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// The public key of audit_signing_key: 64 hex digits, or a file holding them. Without it,
+        /// each checkpoint is checked against the key it names.
+        #[arg(long, value_name = "KEY")]
+        public_key: Option<String>,
+    },
+}
+
+/// `fsd audit verify`: the verdict on stdout, exit 0 (intact), 1 (broken) or 2 (unreadable).
+fn audit_command(command: &AuditCommand) -> ExitCode {
+    use std::io::Write;
+    let AuditCommand::Verify { file, public_key } = command;
+    match fsd_proto::chain::verify_file(file, fsd_proto::chain::LogKind::Audit, public_key.as_deref()) {
+        fsd_proto::chain::Verdict::Intact(line) => {
+            let _ = writeln!(std::io::stdout(), "{line}");
+            ExitCode::SUCCESS
+        }
+        fsd_proto::chain::Verdict::Broken(line) => {
+            let _ = writeln!(std::io::stdout(), "{line}");
+            ExitCode::from(1)
+        }
+        fsd_proto::chain::Verdict::Failed(reason) => {
+            let _ = writeln!(std::io::stderr(), "fsd: {reason}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// The process roles of this binary: the supervisor is the one an operator starts; it starts
@@ -232,6 +279,9 @@ fn failed_config_log_format(args: &Args) -> LogFormat {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(Command::Audit(command)) = &args.command {
+        return audit_command(command);
+    }
     if let Some(code) = print_generated(&args) {
         return code;
     }

@@ -44,6 +44,7 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         }
     };
     let Started { listeners, audit, roots, control_reader } = started;
+    let sealed = audit.clone();
 
     let readers = crate::dispatch::stream::Readers::start(STREAM_READERS).map_err(DaemonError::Runtime)?;
     let cpu = crate::dispatch::cpu::Cpu::start(CHECK_THREADS, QUEUED_CHECKS).map_err(DaemonError::Runtime)?;
@@ -93,6 +94,10 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
     // Calls still waiting on a stuck worker must not hold the exit: the supervisor kills that
     // worker once this process is gone.
     runtime.shutdown_timeout(Duration::from_millis(100));
+    // After the last call's record: the log ends with a signed checkpoint.
+    if let Some(audit) = sealed {
+        audit.close();
+    }
     served
 }
 
@@ -125,9 +130,17 @@ fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> 
     let bindings =
         config.listen.iter().map(|l| bind(l, config.socket_access)).collect::<Result<Vec<_>, _>>()?;
     // Everything else that may fail comes before the Unix sockets appear at their paths.
+    // The checkpoint key is read now: after confinement this process cannot open it.
+    let audit_key = config
+        .audit_signing_key
+        .as_deref()
+        .map(fsd_proto::chain::read_signing_key)
+        .transpose()
+        .map_err(DaemonError::AuditKey)?;
     let audit = match &config.audit_log {
         Some(path) => Some(Arc::new(
-            Audit::open(path).map_err(|source| DaemonError::Audit { path: path.clone(), source })?,
+            Audit::open(path, config.audit_checkpoint_every, audit_key)
+                .map_err(|source| DaemonError::Audit { path: path.clone(), source })?,
         )),
         None => None,
     };

@@ -2,6 +2,7 @@
 //! and their mapping to and from `tonic::Status` with a `google.rpc.ErrorInfo` detail.
 #![forbid(unsafe_code)]
 
+pub mod chain;
 mod code;
 pub mod codec;
 pub mod digest;

@@ -50,6 +50,7 @@ mod signed_escalation;
 mod smoke;
 mod streaming;
 mod supervisor_death;
+mod tamper_evident_logs;
 mod third_party;
 mod tidy;
 mod write_edit;

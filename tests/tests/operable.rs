@@ -290,6 +290,10 @@ fn a_start_that_fails_after_binding_leaves_no_socket_file_behind() {
         std::fs::write(&path, body).unwrap();
         path.display().to_string()
     };
+    // The audit log's signing key, as keygen writes it but left readable by everyone.
+    let open_key = dir.path().join("audit.key");
+    std::fs::write(&open_key, format!("{}\n", "7".repeat(64))).unwrap();
+    std::fs::set_permissions(&open_key, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     let cases = [
         (
             config("audit.toml", "audit_log = \"/does/not/exist/audit.jsonl\"\n"),
@@ -311,6 +315,20 @@ fn a_start_that_fails_after_binding_leaves_no_socket_file_behind() {
                 ),
             ),
             "TLS setup failed: cannot read tls_cert /does/not/exist.pem".to_owned(),
+        ),
+        (
+            config(
+                "audit-key.toml",
+                &format!(
+                    "audit_log = \"{}\"\naudit_signing_key = \"{}\"\n",
+                    dir.path().join("audit.jsonl").display(),
+                    open_key.display()
+                ),
+            ),
+            format!(
+                "cannot use audit_signing_key: {} is readable by other users: a private key must be mode 0600",
+                open_key.display()
+            ),
         ),
     ];
     let grpc = format!("unix:{}", sockets.join("fsd.sock").display());

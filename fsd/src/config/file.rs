@@ -47,6 +47,10 @@ pub struct ConfigFile {
     /// How long SIGTERM may take in total before stuck children are killed (default 10000).
     pub shutdown_grace_ms: Option<u64>,
     pub audit_log: Option<PathBuf>,
+    /// The Ed25519 private key (64 hex digits, mode 0600) that signs the audit log's checkpoints.
+    pub audit_signing_key: Option<PathBuf>,
+    /// Audit records between two signed checkpoints (default 100).
+    pub audit_checkpoint_every: Option<u64>,
     /// Highest mode per client, keyed by identity: `uid:1000` (or a bare `1000`, the Unix peer
     /// uid), `cert:NAME` (a verified client certificate's SAN or CN), `token:NAME`, `tcp` (every
     /// plaintext loopback TCP client; read-only without an entry), `pod` (every caller of an

@@ -95,6 +95,11 @@ pub struct Config {
     /// The whole of a graceful stop: in-flight calls finish within it, then what is left is killed.
     pub shutdown_grace: std::time::Duration,
     pub audit_log: Option<PathBuf>,
+    /// The key that signs the audit log's checkpoints, read by the network process before it
+    /// confines itself.
+    pub audit_signing_key: Option<PathBuf>,
+    /// Audit records between two checkpoints.
+    pub audit_checkpoint_every: u64,
     pub client_max_modes: std::collections::BTreeMap<crate::identity::ClientKey, Mode>,
     /// TLS for every `tcp:` listener, when configured.
     pub tls: Option<crate::tls::TlsConfig>,
@@ -169,6 +174,8 @@ pub enum ConfigError {
     HealthListen(String),
     #[error("invalid {0}: must be at least 1")]
     AtLeastOne(&'static str),
+    #[error("audit_signing_key needs audit_log: it signs that log's checkpoints")]
+    SigningKeyWithoutLog,
     #[error("invalid socket_mode {0:?}: expected octal permission bits such as \"0660\"")]
     SocketMode(String),
     #[error("invalid socket_group {0:?}: not a group in /etc/group nor a number")]
@@ -452,6 +459,14 @@ impl Config {
             file.metadata_env,
             (file.http_allowed_hosts, file.http_allowed_origins),
         )?;
+        if file.audit_signing_key.is_some() && file.audit_log.is_none() {
+            return Err(ConfigError::SigningKeyWithoutLog);
+        }
+        let audit_checkpoint_every = at_least_one(
+            "audit_checkpoint_every",
+            file.audit_checkpoint_every,
+            fsd_proto::chain::DEFAULT_EVERY,
+        )?;
         Ok(Config {
             rest,
             landlock,
@@ -461,6 +476,8 @@ impl Config {
             call_timeout,
             shutdown_grace,
             audit_log: file.audit_log,
+            audit_signing_key: file.audit_signing_key,
+            audit_checkpoint_every,
             client_max_modes,
             tls: fleet.tls,
             tokens: fleet.tokens,

@@ -117,6 +117,16 @@ fn config_table() {
     );
     check("bogus = 1", flags(&["unix:/s"], &["/ws"]), Err("unknown field `bogus`"));
     check(
+        "audit_signing_key = \"/k/audit.key\"",
+        flags(&["unix:/s"], &["/ws"]),
+        Err("audit_signing_key needs audit_log: it signs that log's checkpoints"),
+    );
+    check(
+        "audit_log = \"/a.jsonl\"\naudit_checkpoint_every = 0",
+        flags(&["unix:/s"], &["/ws"]),
+        Err("invalid audit_checkpoint_every: must be at least 1"),
+    );
+    check(
         "landlock = \"maybe\"",
         flags(&["unix:/s"], &["/ws"]),
         Err("invalid landlock \"maybe\": expected \"required\" or \"best-effort\""),
