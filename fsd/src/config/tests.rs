@@ -323,7 +323,7 @@ fn edit_distances() {
     check("é", "e", 1);
 }
 
-/// Every size, count and time limit refuses 0 with one line naming its key; the two that
+/// Every size, count and time limit refuses 0 with one line naming its key; the three that
 /// mean something at 0 keep it.
 #[test]
 fn zero_limits_are_refused_by_key() {
@@ -341,6 +341,8 @@ fn zero_limits_are_refused_by_key() {
         "workers_per_mode",
         "max_queued_calls",
         "max_connections",
+        "max_unix_connections",
+        "max_unix_connections_per_uid",
         "max_concurrent_streams",
         "max_calls_per_connection",
         "max_handshakes",
@@ -363,5 +365,6 @@ calls_in_flight = 0",
     );
     check("max_diff_text_bytes = 0", Ok(()));
     check("max_abandoned_workers = 0", Ok(()));
+    check("min_upload_bytes_per_sec = 0", Ok(()));
     check("max_read_bytes = 1\nmax_dir_entries = 1\nmax_upload_bytes = 1", Ok(()));
 }

@@ -501,16 +501,33 @@ pub struct UnixLimits {
     pub max_connections_per_uid: usize,
 }
 
-/// The connection slots of each peer uid of one Unix listener.
+/// Newcomers of one uid that may wait at once for the slot of a connection they evicted: each
+/// holds its descriptor meanwhile, so a uid that connects faster than its evictions complete
+/// has the rest closed at once rather than pile up descriptors.
+const MAX_WAITING_NEWCOMERS: usize = 16;
+
+/// One peer uid's share of a Unix listener: its connection slots, and its newcomers waiting.
+#[derive(Debug)]
+struct UidShare {
+    slots: Arc<Semaphore>,
+    waiting: Arc<Semaphore>,
+}
+
+/// The shares of the peer uids of one Unix listener.
 #[derive(Debug, Default)]
-struct UidSlots(Mutex<HashMap<Option<u32>, Arc<Semaphore>>>);
+struct UidSlots(Mutex<HashMap<Option<u32>, UidShare>>);
 
 impl UidSlots {
-    fn of(&self, uid: Option<u32>, max: usize) -> Arc<Semaphore> {
+    fn of(&self, uid: Option<u32>, max: usize) -> (Arc<Semaphore>, Arc<Semaphore>) {
         let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        // Forgets the uids that hold no connection, so the map is as long as the peers present.
-        map.retain(|_, slots| slots.available_permits() < max || Arc::strong_count(slots) > 1);
-        map.entry(uid).or_insert_with(|| Arc::new(Semaphore::new(max))).clone()
+        // Forgets the uids that hold no connection and have none waiting, so the map is as long
+        // as the peers present.
+        map.retain(|_, share| Arc::strong_count(&share.slots) > 1 || Arc::strong_count(&share.waiting) > 1);
+        let share = map.entry(uid).or_insert_with(|| UidShare {
+            slots: Arc::new(Semaphore::new(max)),
+            waiting: Arc::new(Semaphore::new(MAX_WAITING_NEWCOMERS)),
+        });
+        (share.slots.clone(), share.waiting.clone())
     }
 }
 
@@ -543,10 +560,25 @@ pub fn incoming_unix(
                 }
             };
             let uid = stream.peer_cred().ok().map(|c| c.uid());
-            let own = uids.of(uid, limits.max_connections_per_uid);
+            let (own, waiting) = uids.of(uid, limits.max_connections_per_uid);
+            // Room in both caps: the connection is served at once.
+            if let Ok(own) = own.clone().try_acquire_owned()
+                && let Ok(slot) = slots.clone().try_acquire_owned()
+            {
+                let conn = unix_conn(stream, uid, (slot, own), &unauthenticated, limits);
+                if tx.send(Ok(conn)).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            let Ok(newcomer) = waiting.try_acquire_owned() else {
+                tracing::debug!(?uid, "too many new connections of this uid at once; closing one");
+                continue;
+            };
             let (tx, slots, unauthenticated) = (tx.clone(), slots.clone(), unauthenticated.clone());
             // Waiting for an evicted connection's slot must not hold up the accept loop.
             tokio::spawn(async move {
+                let _newcomer = newcomer;
                 let Some(own) = slot_or_evict(&own, || unauthenticated.evict_oldest(Some(uid))).await else {
                     tracing::warn!(
                         ?uid,
@@ -563,28 +595,38 @@ pub fn incoming_unix(
                     );
                     return;
                 };
-                let state = Arc::new(ConnState::new());
-                unauthenticated.push(uid, &state);
-                let first_timer = limits.idle_timeout.min(limits.unauthenticated_idle);
-                let conn = Conn {
-                    stream: Stream::Unix(stream),
-                    info: PeerInfo {
-                        remote: None,
-                        tls: false,
-                        pod: None,
-                        cert_names: Arc::default(),
-                        unix: Some(uid),
-                        state,
-                    },
-                    idle_timeout: limits.idle_timeout,
-                    unauthenticated_idle: limits.unauthenticated_idle,
-                    idle_timer: Box::pin(tokio::time::sleep(first_timer)),
-                    _slot: (slot, Some(own)),
-                    _open: crate::metrics::Open::connection(),
-                };
-                let _ = tx.send(Ok(conn)).await;
+                let _ = tx.send(Ok(unix_conn(stream, uid, (slot, own), &unauthenticated, limits))).await;
             });
         }
     });
     ReceiverStream::new(rx)
+}
+
+/// A Unix connection that holds its slots, listed as not yet authenticated.
+fn unix_conn(
+    stream: UnixStream,
+    uid: Option<u32>,
+    (slot, own): (tokio::sync::OwnedSemaphorePermit, tokio::sync::OwnedSemaphorePermit),
+    unauthenticated: &Unauthenticated,
+    limits: UnixLimits,
+) -> Conn {
+    let state = Arc::new(ConnState::new());
+    unauthenticated.push(uid, &state);
+    let first_timer = limits.idle_timeout.min(limits.unauthenticated_idle);
+    Conn {
+        stream: Stream::Unix(stream),
+        info: PeerInfo {
+            remote: None,
+            tls: false,
+            pod: None,
+            cert_names: Arc::default(),
+            unix: Some(uid),
+            state,
+        },
+        idle_timeout: limits.idle_timeout,
+        unauthenticated_idle: limits.unauthenticated_idle,
+        idle_timer: Box::pin(tokio::time::sleep(first_timer)),
+        _slot: (slot, Some(own)),
+        _open: crate::metrics::Open::connection(),
+    }
 }

@@ -281,3 +281,36 @@ impl FsdService {
             .all(|m| report.iter().any(|r| r.mode == *m && r.live_workers > 0 && r.unavailable.is_none()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_upload_falls_behind_only_on_its_clients_time_past_the_grace() {
+        let start = Instant::now();
+        let s = Duration::from_secs;
+        // (seconds since the start, seconds waited for the worker, bytes sent, done, behind)
+        let cases = [
+            (5, 0, 0, false, false),
+            (11, 0, 0, false, true),
+            (11, 0, 20_000, false, false),
+            (20, 0, 150_000, false, true),
+            (20, 0, 170_000, false, false),
+            (40, 30, 0, false, false),
+            (40, 25, 0, false, true),
+            (100, 0, 0, true, false),
+        ];
+        for (at, waited, sent, done, behind) in cases {
+            let meter = Meter { started: start, sent, waited: s(waited), waiting_since: None, done };
+            assert_eq!(
+                meter.behind(16 << 10, start + s(at)),
+                behind,
+                "{at} s, waited {waited} s, {sent} bytes"
+            );
+        }
+        let waiting =
+            Meter { started: start, sent: 0, waited: s(0), waiting_since: Some(start + s(1)), done: false };
+        assert!(!waiting.behind(16 << 10, start + s(60)), "time waiting for the worker is not the client's");
+    }
+}
