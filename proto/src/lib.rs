@@ -5,6 +5,7 @@
 mod code;
 pub mod codec;
 pub mod digest;
+pub mod glob;
 pub mod names;
 pub mod time;
 pub mod version;
