@@ -351,10 +351,13 @@ fn python_grpcio_meets_the_same_refusals() {
 #[test]
 fn python_mcp_client_meets_the_same_refusals() {
     let d = Daemon::start_custom(&[], &seed, &[], "", &[]);
+    let config = d.dir.path().join("client.toml");
+    std::fs::write(&config, BARE).unwrap();
     let seen = run_python("tests/mcp/denied.py", &json!({
         "fsd_tools": tools_bin(),
         "endpoint": d.endpoint(),
         "root": d.root,
+        "config": config,
     }));
     let env = d.root.join(".env");
     let link = d.root.join("innocent.txt");
