@@ -167,6 +167,15 @@ fn protected_on_the_tools(t: &mut ToolSession, root: &Path) {
     let write = t.call("write", json!({"file_path": p(&tasks), "content": "{}\n"}));
     err(&write, "FS_SANDBOX_DENIED", &protected_text("modify", &tasks, ".vscode"));
     assert!(!root.join("conf/tasks.json").exists());
+    // An edit and a delete make no directory, so only the walk's record of the links it
+    // followed shows that `.vscode` was on the way.
+    std::fs::write(root.join("conf/settings.json"), "{}\n").unwrap();
+    let settings_link = root.join(".vscode/settings.json");
+    let edit = t.call("edit", json!({"file_path": p(&settings_link), "old_string": "{}", "new_string": "[]"}));
+    err(&edit, "FS_SANDBOX_DENIED", &protected_text("modify", &settings_link, ".vscode"));
+    let patch = format!("*** Begin Patch\n*** Delete File: {}\n*** End Patch", p(&settings_link));
+    assert_eq!(t.call("apply_patch", json!({"input": patch})).code(), Some("FS_SANDBOX_DENIED"));
+    assert_eq!(std::fs::read_to_string(root.join("conf/settings.json")).unwrap(), "{}\n");
     // Reading them stays allowed: the names are read-only, not hidden.
     let read = t.read(&p(&settings));
     assert!(!read.is_error(), "{}", read.json);
@@ -296,6 +305,36 @@ fn no_escalation_reaches_a_denied_file() {
     };
     let status = rpc.rt.block_on(rpc.client.move_file(moved)).unwrap_err();
     assert_eq!(wire(&status).code, ErrorCode::ReadDenied);
+    untouched(&d.root);
+}
+
+/// Under signed trust the daemon refuses a read-denied path before it asks its approver (here
+/// there is none to ask: asking would answer "could not be reached"), inside the roots and
+/// outside them (where a target outside the grant otherwise goes to the approver unresolved).
+#[test]
+fn a_signed_escalation_of_a_denied_file_is_refused_before_any_approver() {
+    let outside = tempfile::tempdir().unwrap();
+    let outside_env = outside.path().join(".env");
+    std::fs::write(&outside_env, SECRET).unwrap();
+    let config = format!(
+        "escalation = \"signed\"\nmax_mode = \"danger-full-access\"\napprover_public_key = \"{}\"\napprover_endpoint = \"unix:{}\"\n",
+        // A valid point (the curve's base point), whose private key no approver holds.
+        format!("58{}", "66".repeat(31)),
+        outside.path().join("no-approver.sock").display()
+    );
+    let d = Daemon::start_custom(&[], &seed, &[], &config, &[]);
+    let mut t = d.session_with_config(BARE);
+    let inside_env = d.root.join(".env");
+    for env in [&inside_env, &outside_env] {
+        let args = json!({
+            "file_path": p(env),
+            "sandbox_permissions": "danger-full-access",
+            "justification": "the user asked for the key",
+        });
+        let reply = t.call("read", args);
+        err(&reply, "FS_READ_DENIED", &denied_text("read", env, None, "**/.env"));
+    }
+    assert_eq!(std::fs::read_to_string(&outside_env).unwrap(), SECRET);
     untouched(&d.root);
 }
 
