@@ -509,7 +509,10 @@ mod tests {
         check(FsError::Read(std::io::Error::from_raw_os_error(5)), ErrorCode::IoError);
         check(FsError::OutsideRoots, ErrorCode::SandboxDenied);
         check(FsError::Denied(Denial::Protected(".git".into())), ErrorCode::SandboxDenied);
-        check(FsError::ReadDenied { pattern: "**/.env".into(), name: "/ws/.env".into() }, ErrorCode::ReadDenied);
+        check(
+            FsError::ReadDenied { pattern: "**/.env".into(), name: "/ws/.env".into() },
+            ErrorCode::ReadDenied,
+        );
         check(FsError::Stale(StaleReason::Changed), ErrorCode::StaleVersion);
         check(FsError::AlreadyExists, ErrorCode::NotObserved);
         check(FsError::TooLarge { size: 2, limit: 1 }, ErrorCode::TooLarge);

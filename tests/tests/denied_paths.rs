@@ -147,8 +147,11 @@ fn protected_on_the_tools(t: &mut ToolSession, root: &Path) {
     // A move into a protected directory, a move out of one and a delete of one, in a patch.
     let a = root.join("a.txt");
     let into = root.join(".claude/hooks.json");
-    let patch =
-        format!("*** Begin Patch\n*** Update File: {}\n*** Move to: {}\n@@\n-alpha\n+beta\n*** End Patch", p(&a), p(&into));
+    let patch = format!(
+        "*** Begin Patch\n*** Update File: {}\n*** Move to: {}\n@@\n-alpha\n+beta\n*** End Patch",
+        p(&a),
+        p(&into)
+    );
     let moved = t.call("apply_patch", json!({"input": patch}));
     assert_eq!(moved.code(), Some("FS_SANDBOX_DENIED"), "{}", moved.json);
     assert!(!into.exists());
@@ -171,7 +174,8 @@ fn protected_on_the_tools(t: &mut ToolSession, root: &Path) {
     // followed shows that `.vscode` was on the way.
     std::fs::write(root.join("conf/settings.json"), "{}\n").unwrap();
     let settings_link = root.join(".vscode/settings.json");
-    let edit = t.call("edit", json!({"file_path": p(&settings_link), "old_string": "{}", "new_string": "[]"}));
+    let edit =
+        t.call("edit", json!({"file_path": p(&settings_link), "old_string": "{}", "new_string": "[]"}));
     err(&edit, "FS_SANDBOX_DENIED", &protected_text("modify", &settings_link, ".vscode"));
     let patch = format!("*** Begin Patch\n*** Delete File: {}\n*** End Patch", p(&settings_link));
     assert_eq!(t.call("apply_patch", json!({"input": patch})).code(), Some("FS_SANDBOX_DENIED"));
@@ -316,10 +320,10 @@ fn a_signed_escalation_of_a_denied_file_is_refused_before_any_approver() {
     let outside = tempfile::tempdir().unwrap();
     let outside_env = outside.path().join(".env");
     std::fs::write(&outside_env, SECRET).unwrap();
+    // A valid point (the curve's base point), whose private key no approver holds.
+    let key = format!("58{}", "66".repeat(31));
     let config = format!(
-        "escalation = \"signed\"\nmax_mode = \"danger-full-access\"\napprover_public_key = \"{}\"\napprover_endpoint = \"unix:{}\"\n",
-        // A valid point (the curve's base point), whose private key no approver holds.
-        format!("58{}", "66".repeat(31)),
+        "escalation = \"signed\"\nmax_mode = \"danger-full-access\"\napprover_public_key = \"{key}\"\napprover_endpoint = \"unix:{}\"\n",
         outside.path().join("no-approver.sock").display()
     );
     let d = Daemon::start_custom(&[], &seed, &[], &config, &[]);
@@ -367,21 +371,34 @@ fn grpc_calls_refuse_denied_files_and_list_them() {
 #[test]
 fn python_grpcio_meets_the_same_refusals() {
     let d = Daemon::start_custom(&[], &seed, &[], "", &[]);
-    let seen = run_python("tests/python/denied.py", &json!({
-        "proto_dir": repo().join("proto"),
-        "stub_dir": d.dir.path(),
-        "socket": d.socket,
-        "root": d.root,
-    }));
+    let seen = run_python(
+        "tests/python/denied.py",
+        &json!({
+            "proto_dir": repo().join("proto"),
+            "stub_dir": d.dir.path(),
+            "socket": d.socket,
+            "root": d.root,
+        }),
+    );
     let root = p(&d.root);
-    assert_eq!(seen["read"], json!(["PERMISSION_DENIED", "FS_READ_DENIED", "never", "**/.env", format!("{root}/.env")]));
-    assert_eq!(seen["read_link"], json!(["PERMISSION_DENIED", "FS_READ_DENIED", "never", "**/.env", format!("{root}/.env")]));
+    assert_eq!(
+        seen["read"],
+        json!(["PERMISSION_DENIED", "FS_READ_DENIED", "never", "**/.env", format!("{root}/.env")])
+    );
+    assert_eq!(
+        seen["read_link"],
+        json!(["PERMISSION_DENIED", "FS_READ_DENIED", "never", "**/.env", format!("{root}/.env")])
+    );
     for call in ["edit_hit", "edit_miss", "write", "move_to_plain", "delete", "stream"] {
         assert_eq!(seen[call][1], json!("FS_READ_DENIED"), "{call}: {seen}");
     }
     assert_eq!(seen["listed"], json!([".env", false, false]));
     for call in ["protected_write", "protected_move", "late_link_write"] {
-        assert_eq!(seen[call], json!(["PERMISSION_DENIED", "FS_SANDBOX_DENIED", "protected"]), "{call}: {seen}");
+        assert_eq!(
+            seen[call],
+            json!(["PERMISSION_DENIED", "FS_SANDBOX_DENIED", "protected"]),
+            "{call}: {seen}"
+        );
     }
     untouched(&d.root);
 }
@@ -392,12 +409,15 @@ fn python_mcp_client_meets_the_same_refusals() {
     let d = Daemon::start_custom(&[], &seed, &[], "", &[]);
     let config = d.dir.path().join("client.toml");
     std::fs::write(&config, BARE).unwrap();
-    let seen = run_python("tests/mcp/denied.py", &json!({
-        "fsd_tools": tools_bin(),
-        "endpoint": d.endpoint(),
-        "root": d.root,
-        "config": config,
-    }));
+    let seen = run_python(
+        "tests/mcp/denied.py",
+        &json!({
+            "fsd_tools": tools_bin(),
+            "endpoint": d.endpoint(),
+            "root": d.root,
+            "config": config,
+        }),
+    );
     let env = d.root.join(".env");
     let link = d.root.join("innocent.txt");
     assert_eq!(seen["read"], json!([true, denied_text("read", &env, None, "**/.env")]));
@@ -428,5 +448,6 @@ fn run_python(script: &str, args: &Value) -> Value {
         .unwrap_or_else(|e| panic!("cannot run {} (FSD_TEST_PYTHON): {e}", python.display()));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{script} failed ({}):\n{stderr}", out.status);
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }

@@ -488,9 +488,8 @@ impl Backend {
         }
         let full = resolve::display_path(&self.roots, root, rel);
         // The path and each directory above it, longest first: `/a/b/c`, `/a/b`, `/a`.
-        let prefixes = std::iter::successors(Some(full.as_str()), |p| {
-            p.rfind('/').filter(|&i| i > 0).map(|i| &p[..i])
-        });
+        let prefixes =
+            std::iter::successors(Some(full.as_str()), |p| p.rfind('/').filter(|&i| i > 0).map(|i| &p[..i]));
         for prefix in prefixes {
             if let Some(pattern) = self.read_denied.iter().find(|p| fsd_proto::glob::matches(p, prefix)) {
                 return Err(FsError::ReadDenied { pattern: pattern.clone(), name: prefix.to_owned() });

@@ -303,3 +303,14 @@ fn protected_names_and_read_denied_patterns() {
         assert_eq!(denied, want_denied, "{toml_text}");
     }
 }
+
+/// The example in docs/protected-and-denied.md is a config the daemon takes.
+#[test]
+fn the_documented_example_resolves() {
+    let page = include_str!("../../../docs/protected-and-denied.md");
+    let example = page.split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).unwrap();
+    let file: ConfigFile = toml::from_str(example).unwrap();
+    let c = Config::resolve(file, flags(&["unix:/tmp/fsd-test.sock"], &["/tmp"])).unwrap();
+    assert!(c.protected_names.contains(&".devcontainer".to_owned()));
+    assert_eq!(c.read_denied, ["**/.env", "**/*.pem", "**/id_*", "/srv/keys/**"]);
+}
