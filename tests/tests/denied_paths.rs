@@ -264,8 +264,12 @@ fn no_escalation_reaches_a_denied_file() {
     let outside = tempfile::tempdir().unwrap();
     let rules = outside.path().join("rules.toml");
     std::fs::write(&rules, "[[rule]]\nmode = \"*\"\npath = \"/**\"\ndecision = \"allow\"\n").unwrap();
-    let config = "escalation = \"client\"\nmax_mode = \"danger-full-access\"\n";
-    let d = Daemon::start_custom(&[], &seed, &[], config, &[]);
+    let audit = outside.path().join("audit.jsonl");
+    let config = format!(
+        "escalation = \"client\"\nmax_mode = \"danger-full-access\"\naudit_log = \"{}\"\n",
+        audit.display()
+    );
+    let d = Daemon::start_custom(&[], &seed, &[], &config, &[]);
     let env = d.root.join(".env");
     let mut t = d.session_with_config(&format!("escalationRules = \"{}\"\n{BARE}", rules.display()));
     for (tool, args) in [
@@ -310,6 +314,15 @@ fn no_escalation_reaches_a_denied_file() {
     let status = rpc.rt.block_on(rpc.client.move_file(moved)).unwrap_err();
     assert_eq!(wire(&status).code, ErrorCode::ReadDenied);
     untouched(&d.root);
+    // The audit log records the refused move as denied, at the mode it was claimed for.
+    let log = std::fs::read_to_string(&audit).unwrap();
+    let denied = log.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).any(|l| {
+        l["op"] == "moveFile"
+            && l["decision"] == "denied"
+            && l["result"] == "FS_READ_DENIED"
+            && l["mode"] == "danger-full-access"
+    });
+    assert!(denied, "{log}");
 }
 
 /// Under signed trust the daemon refuses a read-denied path before it asks its approver (here
@@ -358,6 +371,21 @@ fn grpc_calls_refuse_denied_files_and_list_them() {
         }
     });
     assert_eq!(wire(&status).code, ErrorCode::ReadDenied);
+    // A pattern naming a directory denies what is in it, and a write never makes it.
+    std::fs::create_dir(d.root.join(".ssh")).unwrap();
+    std::fs::write(d.root.join(".ssh/config"), "Host *\n").unwrap();
+    let refusal = wire(&rpc.read_text(&d.root.join(".ssh/config"), 1 << 20).unwrap_err());
+    let ssh = p(&d.root.join(".ssh"));
+    assert_eq!(
+        (refusal.code, refusal.get("pattern"), refusal.get("name")),
+        (ErrorCode::ReadDenied, Some("**/.ssh"), Some(ssh.as_str()))
+    );
+    let keys = d.root.join("new/.ssh/authorized_keys");
+    assert_eq!(
+        wire(&rpc.write_text(&keys, "ssh-ed25519 AAAA\n", None).unwrap_err()).code,
+        ErrorCode::ReadDenied
+    );
+    assert!(!d.root.join("new").exists());
     let listing = rpc.list_dir(&d.root).unwrap();
     let entry = listing.entries.iter().find(|e| e.name == ".env").expect(".env listed");
     assert_eq!((entry.r#type(), entry.version.as_deref(), entry.size), (v1::FileType::File, None, None));
