@@ -304,7 +304,7 @@ pub struct Backend {
     roots: Vec<Root>,
     configured: usize,
     protected: Vec<OsString>,
-    read_denied: Vec<String>,
+    read_denied: Vec<fsd_proto::glob::Glob>,
     allow_backslash: bool,
     limits: Limits,
     locks: Arc<dyn Locking>,
@@ -394,7 +394,7 @@ impl Backend {
             roots,
             configured,
             protected: fence.protected.iter().map(OsString::from).collect(),
-            read_denied: fence.read_denied.to_vec(),
+            read_denied: fence.read_denied.iter().map(|p| fsd_proto::glob::Glob::new(p)).collect(),
             allow_backslash: fence.allow_backslash,
             limits,
             locks,
@@ -491,8 +491,11 @@ impl Backend {
         let prefixes =
             std::iter::successors(Some(full.as_str()), |p| p.rfind('/').filter(|&i| i > 0).map(|i| &p[..i]));
         for prefix in prefixes {
-            if let Some(pattern) = self.read_denied.iter().find(|p| fsd_proto::glob::matches(p, prefix)) {
-                return Err(FsError::ReadDenied { pattern: pattern.clone(), name: prefix.to_owned() });
+            if let Some(pattern) = self.read_denied.iter().find(|p| p.matches(prefix)) {
+                return Err(FsError::ReadDenied {
+                    pattern: pattern.as_str().to_owned(),
+                    name: prefix.to_owned(),
+                });
             }
         }
         Ok(())
