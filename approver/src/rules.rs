@@ -38,22 +38,7 @@ impl Rules {
 }
 
 /// `**` any run of characters, `*` any run without `/`, `?` one character other than `/`.
-pub fn glob(pattern: &str, path: &str) -> bool {
-    fn go(p: &[char], s: &[char]) -> bool {
-        match p {
-            [] => s.is_empty(),
-            ['*', '*', rest @ ..] => (0..=s.len()).any(|i| go(rest, &s[i..])),
-            ['*', rest @ ..] => {
-                (0..=s.len()).take_while(|&i| i == 0 || s[i - 1] != '/').any(|i| go(rest, &s[i..]))
-            }
-            ['?', rest @ ..] => s.first().is_some_and(|&c| c != '/') && go(rest, &s[1..]),
-            [c, rest @ ..] => s.first() == Some(c) && go(rest, &s[1..]),
-        }
-    }
-    let p: Vec<char> = pattern.chars().collect();
-    let s: Vec<char> = path.chars().collect();
-    go(&p, &s)
-}
+pub use fsd_proto::glob::matches as glob;
 
 /// Decides a daemon description (`mode: …`, `op N: <op> <path>`, `  destination: <path>`).
 pub fn decide(rules: &Rules, description: &str) -> Decision {

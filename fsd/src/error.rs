@@ -261,6 +261,10 @@ pub enum FsError {
     OutsideRoots,
     #[error("denied: {}", .0.reason())]
     Denied(Denial),
+    /// The resolved target, or the directory `name` (its display path) holding it, matches the
+    /// `read_denied` glob `pattern`: refused at every mode, whatever an approver says.
+    #[error("read denied by {pattern}")]
+    ReadDenied { pattern: String, name: String },
     #[error("not found")]
     NotFound,
     #[error("a path component is not a directory")]
@@ -380,6 +384,7 @@ impl FsError {
         match self {
             FsError::InvalidPath(_) | FsError::TooManyLinks => ErrorCode::InvalidPath,
             FsError::OutsideRoots | FsError::Denied(_) => ErrorCode::SandboxDenied,
+            FsError::ReadDenied { .. } => ErrorCode::ReadDenied,
             FsError::NotFound => ErrorCode::NotFound,
             FsError::NotDirectory => ErrorCode::NotDirectory,
             FsError::NotRegularFile => ErrorCode::NotRegularFile,
@@ -472,6 +477,14 @@ impl Failure {
                     Denial::ReadOnly | Denial::NotWritableRoot | Denial::SameFile | Denial::Root => {}
                 }
             }
+            FsError::ReadDenied { pattern, name } => {
+                // `escalation = never`: no mode and no approval reaches it, and clients say so.
+                wire = wire
+                    .with_reason(fsd_proto::Reason::ReadDenied)
+                    .with("pattern", pattern)
+                    .with("name", name)
+                    .with("escalation", "never");
+            }
             FsError::TooLarge { size, limit } => {
                 wire = wire.with("size", size.to_string()).with("limit", limit.to_string());
             }
@@ -500,6 +513,10 @@ mod tests {
         check(FsError::Read(std::io::Error::from_raw_os_error(5)), ErrorCode::IoError);
         check(FsError::OutsideRoots, ErrorCode::SandboxDenied);
         check(FsError::Denied(Denial::Protected(".git".into())), ErrorCode::SandboxDenied);
+        check(
+            FsError::ReadDenied { pattern: "**/.env".into(), name: "/ws/.env".into() },
+            ErrorCode::ReadDenied,
+        );
         check(FsError::Stale(StaleReason::Changed), ErrorCode::StaleVersion);
         check(FsError::AlreadyExists, ErrorCode::NotObserved);
         check(FsError::TooLarge { size: 2, limit: 1 }, ErrorCode::TooLarge);

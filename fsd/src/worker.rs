@@ -71,6 +71,7 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
     });
     let fence = Fence {
         protected: &config.protected_names,
+        read_denied: &config.read_denied,
         submounts: &config.allow_submounts,
         allow_backslash: config.allow_backslash,
         host_root: mode == Mode::DangerFullAccess,

@@ -57,6 +57,8 @@ codes! {
     InvalidPath => "FS_INVALID_PATH", InvalidArgument;
     NotEmpty => "FS_NOT_EMPTY", FailedPrecondition;
     RateLimited => "FS_RATE_LIMITED", ResourceExhausted;
+    // A path the daemon's `read_denied` patterns name: refused at every mode, never escalated.
+    ReadDenied => "FS_READ_DENIED", PermissionDenied;
 }
 
 impl std::fmt::Display for ErrorCode {

@@ -6,6 +6,7 @@ pub mod chain;
 mod code;
 pub mod codec;
 pub mod digest;
+pub mod glob;
 pub mod names;
 pub mod reason;
 pub mod time;

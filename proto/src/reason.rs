@@ -126,6 +126,10 @@ words! {
         TicketRefused => "ticket_refused",
         /// An escalated write or edit that does not carry its change.
         UnboundChange => "unbound_change",
+        // FS_READ_DENIED.
+        /// A path the daemon's `read_denied` patterns name (metadata `pattern`, `name`,
+        /// `escalation = never`).
+        ReadDenied => "read_denied",
         // FS_TOO_LARGE.
         /// A listing over the entry limit (metadata `limit`).
         TooManyEntries => "too_many_entries",

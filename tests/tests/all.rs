@@ -11,6 +11,7 @@ mod budgets;
 mod closed_pipes;
 mod connections;
 mod content_versions;
+mod denied_paths;
 mod deploy_examples;
 mod docs_agent_sandbox;
 mod docs_agents;

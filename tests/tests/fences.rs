@@ -237,7 +237,12 @@ fn hello_reports_the_abi_the_walls_and_the_trust_level() {
         h.landlock_abi
     );
     assert_eq!(h.escalation, "deny");
-    assert_eq!(h.protected_names, vec![".git".to_owned()]);
+    let defaults: Vec<&str> = fsd::config::DEFAULT_PROTECTED_NAMES.iter().map(|(name, _)| *name).collect();
+    assert_eq!(h.protected_names, defaults);
+    assert_eq!(
+        defaults,
+        [".git", ".githooks", ".husky", ".claude", ".codex", ".gemini", ".cursor", ".vscode", ".mcp.json"]
+    );
     let modes: Vec<(i32, bool, &str)> =
         h.modes.iter().map(|m| (m.mode, m.available, m.enforcement.as_str())).collect();
     assert_eq!(

@@ -114,7 +114,7 @@ impl Backend {
             other => other?,
         };
         let fail = |e| self.fail(e, &resolved);
-        self.may_write(mode, resolved.root, &resolved.rel).map_err(fail)?;
+        self.may_change(mode, &resolved).map_err(fail)?;
         let target = self.target(&resolved);
         let parent = resolved.parent.as_ref().ok_or_else(|| fail(FsError::NotRegularFile))?;
         // A guard that fails already refuses before any byte is read; it is checked again
@@ -162,7 +162,7 @@ impl Backend {
         let Some(parent) = resolved.parent.as_ref() else {
             return Err(fail(FsError::Denied(Denial::Root)));
         };
-        self.may_write(mode, resolved.root, &resolved.rel).map_err(fail)?;
+        self.may_change(mode, &resolved).map_err(fail)?;
         let target = self.target(&resolved);
         let _held = self.lock(&[&target.key], &resolved)?;
         let name = resolved.name();
@@ -280,6 +280,8 @@ impl Tree<'_> {
             let mut child_rel = rel.to_vec();
             child_rel.push(child.clone());
             self.backend.may_write(self.mode, self.root, &child_rel)?;
+            // A tree holding a denied file is not removed: removing it is a change of it too.
+            self.backend.read_denied(self.root, &child_rel)?;
             let meta = match sys::meta_at(dir.as_fd(), &child) {
                 Ok(meta) => meta,
                 Err(Errno::NOENT) => continue,

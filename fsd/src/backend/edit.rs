@@ -29,7 +29,7 @@ impl Backend {
         if resolved.meta.is_none() {
             return Err(fail(FsError::Stale(StaleReason::Gone)));
         }
-        self.may_write(mode, resolved.root, &resolved.rel).map_err(fail)?;
+        self.may_change(mode, &resolved).map_err(fail)?;
         let target = self.target(&resolved);
         let _held = self.lock(&[&target.key], &resolved)?;
 

@@ -290,6 +290,8 @@ pub struct RootSpec {
 pub struct Fence<'a> {
     /// Names read-only under workspace-write wherever they appear below a root.
     pub protected: &'a [String],
+    /// Globs of paths no call reaches at any mode (`config::guarded`: anchored already).
+    pub read_denied: &'a [String],
     /// Mounts below a root the walk may enter (`allow_submounts`).
     pub submounts: &'a [PathBuf],
     /// Whether a backslash may appear in a name (`allow_backslash`).
@@ -306,6 +308,7 @@ pub struct Backend {
     roots: Vec<Root>,
     configured: usize,
     protected: Vec<OsString>,
+    read_denied: Vec<fsd_proto::glob::Glob>,
     allow_backslash: bool,
     limits: Limits,
     locks: Arc<dyn Locking>,
@@ -395,6 +398,7 @@ impl Backend {
             roots,
             configured,
             protected: fence.protected.iter().map(OsString::from).collect(),
+            read_denied: fence.read_denied.iter().map(|p| fsd_proto::glob::Glob::new(p)).collect(),
             allow_backslash: fence.allow_backslash,
             limits,
             locks,
@@ -466,9 +470,39 @@ impl Backend {
                 return Err(Failure::new(FsError::Denied(denial), path));
             }
         }
-        let may_create = |root: usize, rel: &[OsString]| self.may_write(mode, root, rel);
-        resolve::resolve(roots, path, self.allow_backslash, options, &may_create)
-            .map_err(|e| Failure::new(e, path))
+        // A directory on the way to a denied name is not made for a call that will be refused.
+        let may_create = |root: usize, rel: &[OsString]| {
+            self.may_write(mode, root, rel)?;
+            self.read_denied(root, rel)
+        };
+        let resolved = resolve::resolve(roots, path, self.allow_backslash, options, &may_create)
+            .map_err(|e| Failure::new(e, path))?;
+        // Every call resolves here, at every mode: a denied target is refused whatever the call
+        // (a read, a write or an edit whose outcome holds the old text, a move or a delete).
+        self.read_denied(resolved.root, &resolved.rel).map_err(|e| Failure::new(e, path))?;
+        Ok(resolved)
+    }
+
+    /// Whether the resolved path `rel` below `root`, or a directory holding it, matches a
+    /// `read_denied` glob: the one check of that rule, on names as the walk resolved them (a
+    /// link is judged by where it leads). Patterns match the escaped absolute path.
+    pub(super) fn read_denied(&self, root: usize, rel: &[OsString]) -> Result<(), FsError> {
+        if self.read_denied.is_empty() {
+            return Ok(());
+        }
+        let full = resolve::display_path(&self.roots, root, rel);
+        // The path and each directory above it, longest first: `/a/b/c`, `/a/b`, `/a`.
+        let prefixes =
+            std::iter::successors(Some(full.as_str()), |p| p.rfind('/').filter(|&i| i > 0).map(|i| &p[..i]));
+        for prefix in prefixes {
+            if let Some(pattern) = self.read_denied.iter().find(|p| p.matches(prefix)) {
+                return Err(FsError::ReadDenied {
+                    pattern: pattern.as_str().to_owned(),
+                    name: prefix.to_owned(),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Resolves for reading: links followed, nothing created.
@@ -481,6 +515,18 @@ impl Backend {
             key: resolve::target_key(&self.roots, resolved.root, &resolved.rel),
             display: resolve::display_path(&self.roots, resolved.root, &resolved.rel),
         }
+    }
+
+    /// Whether `mode` may change what `resolved` names: the fence on its resolved components,
+    /// and the protected names among the links the walk followed to reach it (a `.claude` that
+    /// is a link to another directory protects that directory's files when reached through it).
+    fn may_change(&self, mode: Mode, resolved: &Resolved) -> Result<(), FsError> {
+        if mode == Mode::WorkspaceWrite
+            && let Some(name) = resolved.links.iter().find(|c| self.protected.contains(c))
+        {
+            return Err(FsError::Denied(Denial::Protected(resolve::escape_bytes(name.as_bytes()))));
+        }
+        self.may_write(mode, resolved.root, &resolved.rel)
     }
 
     /// Whether `mode` may change `rel` below `root`: the fence as the resolver enforces it.
@@ -520,7 +566,7 @@ impl Backend {
         let options = WalkOptions { follow_final: !no_follow, create_parents: false };
         match self.walk(mode, path, options) {
             Ok(resolved) => {
-                self.may_write(mode, resolved.root, &resolved.rel).map_err(|e| self.fail(e, &resolved))?;
+                self.may_change(mode, &resolved).map_err(|e| self.fail(e, &resolved))?;
             }
             Err(Failure { error: FsError::NotFound, .. }) => {
                 let raw =
@@ -544,8 +590,7 @@ impl Backend {
                     // (which the walk asks about one by one), then the target. The ancestor
                     // found may be missing itself (a walk resolves an absent final name).
                     if resolved.meta.is_none() {
-                        self.may_write(mode, resolved.root, &resolved.rel)
-                            .map_err(|e| self.fail(e, &resolved))?;
+                        self.may_change(mode, &resolved).map_err(|e| self.fail(e, &resolved))?;
                     }
                     let mut rel = resolved.rel.clone();
                     for name in missing.into_iter().rev() {
@@ -556,8 +601,10 @@ impl Backend {
                             parent: None,
                             meta: None,
                             made: Default::default(),
+                            links: Vec::new(),
                         };
                         self.may_write(mode, target.root, &target.rel).map_err(|e| self.fail(e, &target))?;
+                        self.read_denied(target.root, &target.rel).map_err(|e| self.fail(e, &target))?;
                     }
                 }
             }

@@ -67,7 +67,7 @@ impl Backend {
     ) -> Result<Outcome, Failure> {
         let resolved = self.walk_source(mode, path, guard.is_some())?;
         let fail = |e| self.fail(e, &resolved);
-        self.may_write(mode, resolved.root, &resolved.rel).map_err(fail)?;
+        self.may_change(mode, &resolved).map_err(fail)?;
         let target = self.target(&resolved);
         let _held = self.lock(&[&target.key], &resolved)?;
         let missing = if guard.is_some() { FsError::Stale(StaleReason::Gone) } else { FsError::NotFound };
@@ -106,7 +106,7 @@ impl Backend {
             return Err(Failure::new(error, destination));
         }
         let src = self.walk_source(mode, source, source_guard.is_some())?;
-        self.may_write(mode, src.root, &src.rel).map_err(|e| self.fail(e, &src))?;
+        self.may_change(mode, &src).map_err(|e| self.fail(e, &src))?;
         // A source guard that fails already refuses before the destination's directories are
         // made; it is checked again under the locks, where it counts.
         if let Some((file, meta)) = current_file(&src).map_err(|e| self.fail(e, &src))? {
@@ -116,7 +116,7 @@ impl Backend {
         }
         let create_parents = !matches!(destination_guard, Some(WriteGuard::ReplaceIfVersion { .. }));
         let dst = self.walk(mode, destination, WalkOptions { follow_final: true, create_parents })?;
-        self.may_write(mode, dst.root, &dst.rel).map_err(|e| self.fail(e, &dst))?;
+        self.may_change(mode, &dst).map_err(|e| self.fail(e, &dst))?;
         let src_target = self.target(&src);
         let dst_target = self.target(&dst);
         if src_target.key == dst_target.key {

@@ -271,12 +271,18 @@ impl Backend {
                     }
                 }
             } else {
+                // A denied entry is shown, and nothing of it: not even its size.
+                if self.read_denied(resolved.root, &rel).is_err() {
+                    entries.push(DirEntry { file_type: file_type(meta.kind), ..other(child) });
+                    continue;
+                }
                 Resolved {
                     root: resolved.root,
                     rel,
                     parent: dir.try_clone().ok(),
                     meta: Some(meta),
                     made: Default::default(),
+                    links: Vec::new(),
                 }
             };
             let Some(meta) = child_resolved.meta else {

@@ -66,6 +66,9 @@ pub struct Resolved {
     pub meta: Option<Meta>,
     /// The parent directories this walk created, removed again unless the call keeps them.
     pub made: MadeDirs,
+    /// The names of the links the walk followed on its way, which `rel` no longer shows: a
+    /// protected name that is a link protects what it leads to (`Backend::may_change`).
+    pub links: Vec<OsString>,
 }
 
 /// The directories one walk created, outermost first. Dropped without [`MadeDirs::keep`] (the
@@ -261,6 +264,7 @@ pub fn resolve(
     let mut last: Option<(OsString, Option<Meta>)> = None;
     // Dropped on any error below, which removes what was made so far.
     let mut made = MadeDirs::default();
+    let mut links = Vec::new();
 
     while let Some(mut name) = queue.pop_front() {
         if name == ".." {
@@ -344,6 +348,7 @@ pub fn resolve(
                     return Err(FsError::TooManyLinks);
                 }
                 let target = sys::read_link(handle.as_fd()).map_err(FsError::Walk)?;
+                links.push(name);
                 let target_components: Vec<OsString> =
                     components(&target).into_iter().map(OsStr::to_os_string).collect();
                 if target.as_bytes().starts_with(b"/") {
@@ -387,14 +392,14 @@ pub fn resolve(
             let parent = walk.dirs.pop().ok_or(FsError::OutsideRoots)?;
             let mut rel = walk.rel;
             rel.push(name);
-            Ok(Resolved { root: walk.root, rel, parent: Some(parent), meta, made })
+            Ok(Resolved { root: walk.root, rel, parent: Some(parent), meta, made, links })
         }
         // The path ended on a directory we entered (or on `..`): the target is that directory.
         None => {
             let target = walk.dirs.pop().ok_or(FsError::OutsideRoots)?;
             let meta = sys::meta(target.as_fd()).map_err(FsError::Metadata)?;
             let parent = walk.dirs.pop();
-            Ok(Resolved { root: walk.root, rel: walk.rel, parent, meta: Some(meta), made })
+            Ok(Resolved { root: walk.root, rel: walk.rel, parent, meta: Some(meta), made, links })
         }
     }
 }

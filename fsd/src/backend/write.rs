@@ -452,7 +452,7 @@ impl Backend {
             }
             other => other?,
         };
-        self.may_write(mode, resolved.root, &resolved.rel).map_err(|e| self.fail(e, &resolved))?;
+        self.may_change(mode, &resolved).map_err(|e| self.fail(e, &resolved))?;
         let target = self.target(&resolved);
         let _held = self.lock(&[&target.key], &resolved)?;
         let fail = |e| self.fail(e, &resolved);

@@ -15,6 +15,8 @@ pub struct ConfigFile {
     pub writable_roots: Option<Vec<PathBuf>>,
     pub readable_roots: Option<Vec<PathBuf>>,
     pub protected_names: Option<Vec<String>>,
+    /// Globs of paths no call may read, change, move or delete, at any mode.
+    pub read_denied: Option<Vec<String>>,
     /// Mounts below a root that resolution may enter (any other mount below a root is refused).
     pub allow_submounts: Option<Vec<PathBuf>>,
     /// Accept `\\` in path names (refused by default: a Windows path would become a literal name).

@@ -5,6 +5,7 @@
 
 mod file;
 mod fleet;
+mod guarded;
 mod listen;
 mod rest;
 #[cfg(test)]
@@ -15,6 +16,7 @@ use std::path::{Path, PathBuf};
 use crate::backend::{Limits, Mode, RootSpec};
 
 pub use file::{BudgetsFile, ConfigFile, TokenFile};
+pub use guarded::{DEFAULT_PROTECTED_NAMES, DEFAULT_READ_DENIED};
 pub use listen::{Listen, Transport};
 pub use rest::Rest;
 
@@ -73,6 +75,8 @@ pub struct Config {
     pub listen: Vec<Listen>,
     pub roots: Vec<RootSpec>,
     pub protected_names: Vec<String>,
+    /// Globs of paths whose content never reaches a caller, at any mode (`config::guarded`).
+    pub read_denied: Vec<String>,
     pub allow_submounts: Vec<PathBuf>,
     pub allow_backslash: bool,
     pub default_mode: Mode,
@@ -490,7 +494,8 @@ impl Config {
             max_abandoned_workers: file.max_abandoned_workers.unwrap_or(8),
             listen,
             roots,
-            protected_names: file.protected_names.unwrap_or_else(|| vec![".git".to_owned()]),
+            protected_names: guarded::protected_names(file.protected_names),
+            read_denied: guarded::read_denied(file.read_denied),
             allow_submounts: file.allow_submounts.unwrap_or_default(),
             allow_backslash: file.allow_backslash.unwrap_or(false),
             default_mode,

@@ -368,3 +368,42 @@ calls_in_flight = 0",
     check("min_upload_bytes_per_sec = 0", Ok(()));
     check("max_read_bytes = 1\nmax_dir_entries = 1\nmax_upload_bytes = 1", Ok(()));
 }
+
+#[test]
+fn protected_names_and_read_denied_patterns() {
+    let resolve = |toml_text: &str| {
+        let file: ConfigFile = toml::from_str(toml_text).unwrap();
+        let c = Config::resolve(file, flags(&["unix:/tmp/fsd-test.sock"], &["/tmp"])).unwrap();
+        (c.protected_names, c.read_denied)
+    };
+    let (protected, denied) = resolve("");
+    assert_eq!(protected, DEFAULT_PROTECTED_NAMES.iter().map(|(n, _)| *n).collect::<Vec<_>>());
+    assert_eq!(denied, DEFAULT_READ_DENIED.iter().map(|(p, _)| *p).collect::<Vec<_>>());
+    // Every default is already anchored, so the list the daemon enforces is the list documented.
+    assert!(denied.iter().all(|p| p.starts_with("**/")));
+    for (toml_text, want_protected, want_denied) in [
+        // Empty lists turn each rule off (`.git` stays protected by identity: `backend::gitdir`).
+        ("protected_names = []\nread_denied = []\n", vec![], vec![]),
+        // A pattern without a leading `/` matches at any depth, as a `.gitignore` line does.
+        (
+            "protected_names = [\".git\"]\nread_denied = [\".env\", \"secrets/*.txt\", \"/srv/keys/**\", \"**/x\", \"\"]\n",
+            vec![".git"],
+            vec!["**/.env", "**/secrets/*.txt", "/srv/keys/**", "**/x"],
+        ),
+    ] {
+        let (protected, denied) = resolve(toml_text);
+        assert_eq!(protected, want_protected, "{toml_text}");
+        assert_eq!(denied, want_denied, "{toml_text}");
+    }
+}
+
+/// The example in docs/protected-and-denied.md is a config the daemon takes.
+#[test]
+fn the_documented_example_resolves() {
+    let page = include_str!("../../../docs/protected-and-denied.md");
+    let example = page.split("```toml\n").nth(1).and_then(|rest| rest.split("```").next()).unwrap();
+    let file: ConfigFile = toml::from_str(example).unwrap();
+    let c = Config::resolve(file, flags(&["unix:/tmp/fsd-test.sock"], &["/tmp"])).unwrap();
+    assert!(c.protected_names.contains(&".devcontainer".to_owned()));
+    assert_eq!(c.read_denied, ["**/.env", "**/*.pem", "**/id_*", "/srv/keys/**"]);
+}

@@ -73,6 +73,8 @@ pub fn status_of(code: ErrorCode) -> (StatusCode, &'static str) {
         ErrorCode::Aborted => (StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE"),
         ErrorCode::IoError => (StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL"),
         ErrorCode::RateLimited => (StatusCode::TOO_MANY_REQUESTS, "FS_RATE_LIMITED"),
+        // Its own code, not PERMISSION_DENIED: no credential or mode would change the answer.
+        ErrorCode::ReadDenied => (StatusCode::FORBIDDEN, "FS_READ_DENIED"),
     }
 }
 
@@ -234,5 +236,6 @@ mod tests {
         check(ErrorCode::Aborted, 503, "UNAVAILABLE");
         check(ErrorCode::IoError, 500, "INTERNAL");
         check(ErrorCode::RateLimited, 429, "FS_RATE_LIMITED");
+        check(ErrorCode::ReadDenied, 403, "FS_READ_DENIED");
     }
 }

@@ -323,6 +323,13 @@ impl FsdService {
             || (self.visible(base, &wire.path).await
                 && (op != Op::MoveFile || self.visible(base, &wire.destination).await));
         let resolved = self.canonical(requested, op, &wire.path, op.follows_link()).await;
+        // A read-denied path is refused at every mode: no approver is asked for what no
+        // approval could grant (the answer depends on the path's name, not on what is there).
+        if let Err(status) = &resolved
+            && WireError::from_status(status).is_some_and(|w| w.code == ErrorCode::ReadDenied)
+        {
+            return Err(status.clone());
+        }
         if !visible {
             let known = match &resolved {
                 Ok((key, _, _)) => self.known.knows(&caller.session, &client, key),

@@ -80,6 +80,15 @@ pub(super) enum Decision {
 }
 
 impl Decision {
+    /// What the audit log records of a call that ran: denied when the fence or a read-denied
+    /// pattern refused it, else allowed (whatever else then failed).
+    pub(super) fn of_call(error: Option<ErrorCode>) -> Decision {
+        match error {
+            Some(ErrorCode::SandboxDenied | ErrorCode::ReadDenied) => Decision::Denied,
+            _ => Decision::Allowed,
+        }
+    }
+
     fn as_str(self) -> &'static str {
         match self {
             Decision::Allowed => "allowed",

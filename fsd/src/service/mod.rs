@@ -145,8 +145,7 @@ impl FsdService {
         }
         if op.is_mutation() {
             let code = result.as_ref().err().map(|w| w.code.as_str()).unwrap_or("ok");
-            let decision =
-                if code == ErrorCode::SandboxDenied.as_str() { Decision::Denied } else { Decision::Allowed };
+            let decision = Decision::of_call(result.as_ref().err().map(|w| w.code));
             self.audit(caller, Step::Call(op), &path, mode, decision, code);
         }
         result.map_err(|w| w.with("mode", mode.as_str()).into_status())

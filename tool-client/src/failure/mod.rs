@@ -109,6 +109,7 @@ impl ToolError {
                 format!("cannot modify \"{path}\": {}{STALE_REMEDY}", stale_reason(wire)),
             ),
             ErrorCode::SandboxDenied => sandbox_denied("modify", path, wire),
+            ErrorCode::ReadDenied => read_denied("modify", path, wire),
             ErrorCode::RateLimited => rate_limited("modify", path, wire),
             ErrorCode::NotRegularFile => {
                 ToolError::new(wire.code.as_str(), format!("cannot modify \"{path}\": not a regular file"))
@@ -139,6 +140,7 @@ impl ToolError {
             }
             ErrorCode::NotText => ToolError::new(code, format!("cannot read \"{path}\": {NOT_TEXT}")),
             ErrorCode::SandboxDenied => sandbox_denied("read", path, wire),
+            ErrorCode::ReadDenied => read_denied("read", path, wire),
             ErrorCode::RateLimited => rate_limited("read", path, wire),
             // A file rewritten in place under the read: nothing was returned; reading again helps.
             ErrorCode::StaleVersion => ToolError::new(
@@ -278,6 +280,7 @@ fn detail(wire: &WireError) -> String {
         ErrorCode::NotEmpty => "directory is not empty".to_owned(),
         ErrorCode::NoSpace => "no space left on the file system".to_owned(),
         ErrorCode::RateLimited => "the file service is limiting this client's calls".to_owned(),
+        ErrorCode::ReadDenied => "the daemon denies every access to this path".to_owned(),
         ErrorCode::TooLarge => match (reason, wire.get("size"), limit) {
             (Some(Reason::TooManyEntries), _, Some(limit)) => {
                 format!("directory has more than {limit} entries")
@@ -418,6 +421,26 @@ fn sandbox_denied(verb: &str, path: &str, wire: &WireError) -> ToolError {
         None => format!("cannot {verb} \"{path}\" {marker}"),
     };
     ToolError::new(ErrorCode::SandboxDenied.as_str(), message)
+}
+
+/// A path the daemon's `read_denied` patterns name: refused at every mode, so no escalation
+/// hint and no seed marker (which invites one); the words say that retrying wider is useless.
+/// `name` is what matched (the target, or a directory holding it, as the daemon resolved it).
+fn read_denied(verb: &str, path: &str, wire: &WireError) -> ToolError {
+    let by = match wire.get("pattern") {
+        Some(pattern) => format!("the daemon's read_denied pattern \"{}\"", shown(pattern)),
+        None => "the daemon's read_denied patterns".to_owned(),
+    };
+    let denied = match wire.get("name").map(shown) {
+        Some(name) if name != path => format!("\"{name}\" is denied"),
+        _ => "denied".to_owned(),
+    };
+    ToolError::new(
+        ErrorCode::ReadDenied.as_str(),
+        format!(
+            "cannot {verb} \"{path}\": {denied} by {by} (no mode or approval grants access to it; do not retry with sandbox_permissions)"
+        ),
+    )
 }
 
 /// A per-client budget of the daemon is spent: nothing was done; the daemon says how long to
