@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{Semaphore, mpsc, watch};
-use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
@@ -358,7 +357,7 @@ async fn slot_or_evict(
 /// full, a newcomer takes the slot of the oldest connection that never authenticated.
 pub fn incoming(
     listener: TcpListener,
-    tls: Option<TlsAcceptor>,
+    tls: Option<crate::tls::Acceptor>,
     limits: TcpLimits,
     mut stop: watch::Receiver<bool>,
 ) -> ReceiverStream<Result<Conn, io::Error>> {
@@ -406,7 +405,9 @@ pub fn incoming(
                 let (stream, cert_names) = match tls {
                     None => (Stream::Plain(stream), Vec::new()),
                     Some(acceptor) => {
-                        match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream)).await {
+                        // The configuration in use now: a rotation changes the next handshake.
+                        let handshake = acceptor.get().accept(stream);
+                        match tokio::time::timeout(limits.handshake_timeout, handshake).await {
                             Ok(Ok(tls)) => {
                                 let names = tls
                                     .get_ref()
