@@ -169,6 +169,18 @@ impl Fixture {
         tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
     }
 
+    /// What `fsd-tools doctor` says of the certificate, asked over the daemon's Unix socket.
+    fn doctor_line(&self) -> String {
+        let out = std::process::Command::new(common::tools_bin())
+            .args(["doctor", &format!("unix:{}", self.dir.path().join("fsd.sock").display())])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "doctor: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+        stdout.lines().find(|l| l.contains("TLS certificate")).unwrap_or_default().trim().to_owned()
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -212,6 +224,9 @@ fn rotation_keeps_connections(layout: Layout) {
     assert!(hello.tls_certificate.as_ref().is_some_and(|c| c.not_after > 0));
     rt.block_on(client.stat(stat.clone())).unwrap();
     assert_eq!(rt.block_on(f.presented()), der(&f.dir.path().join("first.pem")));
+    // rcgen's certificates are valid until 4096 unless told otherwise.
+    let doctor = |serial| format!("TLS certificate: serial {}, expires 4096-01-01 00:00:00 UTC", hex(serial));
+    assert_eq!(f.doctor_line(), doctor(FIRST));
 
     f.files.install(&second.cert, &second.key);
     rt.block_on(until("the new certificate on a new connection", || async {
@@ -219,6 +234,7 @@ fn rotation_keeps_connections(layout: Layout) {
     }));
     let (_, hello, _) = rt.block_on(connect::open(&f.endpoint(), &f.credentials(&f.client))).unwrap();
     assert_eq!(hello.tls_certificate.map(|c| c.serial), Some(hex(SECOND)));
+    assert_eq!(f.doctor_line(), doctor(SECOND));
     // The connection made before goes on: the same one, still answering.
     rt.block_on(client.stat(stat)).unwrap();
     assert_eq!(link.connections(), 1, "the client kept its connection across the rotation");
