@@ -72,7 +72,7 @@ fn certificates(
 /// The contents of the TLS files. The network process reads them itself before it confines
 /// itself; after that the supervisor reads them whenever they change (`tls::watch`) and hands
 /// them over in a [`crate::ipc::Control::Tls`] frame.
-#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub struct TlsFiles {
     pub cert: Vec<u8>,
     pub key: Vec<u8>,

@@ -57,8 +57,9 @@ pub enum Change {
 pub struct Watch {
     tls: TlsConfig,
     seen: Vec<Option<Stamp>>,
-    /// The contents last loaded (at start, or handed over since), and their certificate.
-    loaded: Option<(TlsFiles, CertInfo)>,
+    /// The digest of the contents last loaded (at start, or handed over since; not the
+    /// contents: the supervisor keeps no copy of the key), and their certificate.
+    loaded: Option<([u8; 32], CertInfo)>,
 }
 
 impl Watch {
@@ -68,7 +69,7 @@ impl Watch {
         let seen = Watch::stamps(&tls);
         let loaded = TlsFiles::read(&tls)
             .ok()
-            .and_then(|files| build(&tls, &files).ok().map(|served| (files, served.certificate)));
+            .and_then(|files| build(&tls, &files).ok().map(|served| (digest(&files), served.certificate)));
         Watch { tls, seen, loaded }
     }
 
@@ -91,9 +92,9 @@ impl Watch {
             Ok((files, served.certificate))
         });
         match loaded {
-            Ok((files, _)) if self.loaded.as_ref().is_some_and(|(old, _)| *old == files) => None,
+            Ok((files, _)) if self.loaded.as_ref().is_some_and(|(old, _)| *old == digest(&files)) => None,
             Ok((files, info)) => {
-                self.loaded = Some((files.clone(), info.clone()));
+                self.loaded = Some((digest(&files), info.clone()));
                 Some(Change::Loaded(files, info))
             }
             Err(error) => {
@@ -101,6 +102,18 @@ impl Watch {
             }
         }
     }
+}
+
+/// SHA-256 over the three contents, each behind its length (no two sets of files share one).
+fn digest(files: &TlsFiles) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    let none: &[u8] = &[];
+    for part in [&files.cert[..], &files.key[..], files.client_ca.as_deref().unwrap_or(none)] {
+        hash.update((part.len() as u64).to_le_bytes());
+        hash.update(part);
+    }
+    hash.finalize().into()
 }
 
 #[cfg(test)]
