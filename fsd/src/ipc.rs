@@ -1,6 +1,6 @@
 //! The messages between fsd's processes: the network process and its workers (calls, locks,
 //! replies, streamed-read descriptors), and the supervisor and the network process (new workers,
-//! kill requests). Encoded with postcard in the length-prefixed frames of `sys::ipc`.
+//! kill requests, rotated TLS files). Encoded with postcard in the length-prefixed frames of `sys::ipc`.
 
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -116,6 +116,9 @@ pub enum Control {
     /// workers' exits that follow are not replaced. The network process closes their sockets
     /// only after this, so the order never depends on which channel is read first.
     StopSeen,
+    /// The TLS files changed and load: new handshakes use them (`tls::watch`). The supervisor
+    /// reads them because the confined network process may not.
+    Tls(crate::tls::TlsFiles),
 }
 
 /// Network process → supervisor.

@@ -1,7 +1,7 @@
 //! The network process: binds the listeners, opens the audit log, reads the TLS files, then
 //! confines itself to no filesystem rights at all before any thread starts; serves gRPC (fsd.v1,
 //! grpc.health.v1 and server reflection, behind the identity edge) and routes every call to a
-//! worker of the call's mode.
+//! worker of the call's mode. Rotated TLS files come from the supervisor.
 
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
@@ -45,6 +45,7 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
     };
     let Started { listeners, audit, roots, control_reader } = started;
     let sealed = audit.clone();
+    let tls = config.tls.clone().zip(listeners.tls.clone());
 
     let readers = crate::dispatch::stream::Readers::start(STREAM_READERS).map_err(DaemonError::Runtime)?;
     let cpu = crate::dispatch::cpu::Cpu::start(CHECK_THREADS, QUEUED_CHECKS).map_err(DaemonError::Runtime)?;
@@ -75,7 +76,14 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         let writer = AsyncFrames::new(control).map_err(DaemonError::Runtime)?;
         let stop_seen = Arc::new(tokio::sync::Notify::new());
         let per_mode = config.workers_per_mode;
-        tokio::spawn(serve_control(dispatcher.clone(), reader, stop_tx.clone(), stop_seen.clone(), per_mode));
+        tokio::spawn(serve_control(
+            dispatcher.clone(),
+            reader,
+            tls,
+            stop_tx.clone(),
+            stop_seen.clone(),
+            per_mode,
+        ));
         // Test hook: the request a compromised network process could make.
         #[cfg(feature = "fault-injection")]
         if let Some(pid) = std::env::var("FSD_FAULT_ASK_KILL").ok().and_then(|p| p.parse().ok()) {
@@ -87,7 +95,7 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
             tokio::spawn(async move { crate::approver::probe(&endpoint).await });
         }
         dispatcher.wait_ready(&config.served_modes(), config.workers_per_mode, Duration::from_secs(10)).await;
-        let service = FsdService::new(dispatcher.clone(), &config, roots, audit);
+        let service = FsdService::new(dispatcher.clone(), &config, roots, audit, listeners.tls.clone());
         serve(config, service, dispatcher, listeners, (signals, stopping, stop_seen), (stop_tx, stop_rx))
             .await
     });
@@ -153,19 +161,15 @@ fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> 
         })
         .collect::<Vec<_>>();
     let control_reader = control.try_clone().map_err(DaemonError::Runtime)?;
-    // The TLS files are read now: after confinement this process cannot open them.
-    let (tls, tls_http) = match &config.tls {
+    // The TLS files are read now: after confinement this process cannot open them, and later
+    // versions come from the supervisor (`Control::Tls`).
+    let tls = match &config.tls {
         Some(tls) => {
-            let grpc = crate::tls::server_config(tls)?;
-            // The HTTP listeners also serve HTTP/1.1 (REST, gRPC-Web through proxies).
-            let mut http = (*grpc).clone();
-            http.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-            (
-                Some(tokio_rustls::TlsAcceptor::from(grpc)),
-                Some(tokio_rustls::TlsAcceptor::from(Arc::new(http))),
-            )
+            let served = crate::tls::build(tls, &crate::tls::TlsFiles::read(tls)?)?;
+            tracing::info!(serial = %served.certificate.serial, not_after = %served.certificate.expires(), "TLS certificate");
+            Some(crate::tls::Current::new(served))
         }
-        None => (None, None),
+        None => None,
     };
     let health_listener = match config.health_listen {
         Some(addr) => {
@@ -191,7 +195,7 @@ fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> 
     published.keep();
     tracing::info!(fence = confinement.describe(), "network process confined: no filesystem rights");
     tracing::info!(instance = %instance, "daemon instance");
-    let listeners = Listeners { bound, tls, tls_http, health: health_listener, edge, metadata };
+    let listeners = Listeners { bound, tls, health: health_listener, edge, metadata };
     Ok(Started { listeners, audit, roots, control_reader })
 }
 
@@ -213,17 +217,19 @@ fn instance_id() -> Result<String, DaemonError> {
 /// What `serve` serves on.
 struct Listeners {
     bound: Vec<Bound>,
-    tls: Option<tokio_rustls::TlsAcceptor>,
-    tls_http: Option<tokio_rustls::TlsAcceptor>,
+    /// Every TLS listener's configuration, swapped when the files are rotated.
+    tls: Option<crate::tls::Current>,
     health: Option<std::net::TcpListener>,
     edge: Edge,
     metadata: std::collections::BTreeMap<String, String>,
 }
 
-/// Registers the workers the supervisor starts, until the supervisor goes away.
+/// Registers the workers the supervisor starts, and takes the TLS files it hands over, until
+/// the supervisor goes away.
 async fn serve_control(
     dispatcher: Arc<Dispatcher>,
     mut control: AsyncFrames,
+    tls: Option<(crate::tls::TlsConfig, crate::tls::Current)>,
     stop: watch::Sender<bool>,
     stop_seen: Arc<tokio::sync::Notify>,
     workers_per_mode: usize,
@@ -265,6 +271,20 @@ async fn serve_control(
             }
             // A permit: it may come before this process asks (the supervisor stops the daemon).
             Ok((Control::StopSeen, _)) => stop_seen.notify_one(),
+            Ok((Control::Tls(files), _)) => match &tls {
+                // The supervisor checked these files; they build here the same way.
+                Some((config, current)) => match crate::tls::build(config, &files) {
+                    Ok(served) => {
+                        let certificate = served.certificate.clone();
+                        current.replace(served);
+                        tracing::info!(serial = %certificate.serial, not_after = %certificate.expires(), "TLS certificate rotated: new handshakes use it");
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "rotated TLS files refused; keeping the certificate in use")
+                    }
+                },
+                None => tracing::error!("TLS files handed over, but no listener uses TLS"),
+            },
             Err(IpcError::Closed) => {
                 tracing::info!("supervisor gone: shutting down");
                 let _ = stop.send(true);
@@ -349,7 +369,7 @@ async fn serve(
     (mut signals, supervisor, stop_seen): (Signals, ToSupervisor, Arc<tokio::sync::Notify>),
     (stop_tx, stop_rx): (watch::Sender<bool>, watch::Receiver<bool>),
 ) -> Result<(), DaemonError> {
-    let Listeners { bound, tls, tls_http, health, edge, metadata } = listeners;
+    let Listeners { bound, tls, health, edge, metadata } = listeners;
     // Standard health: "" and "fsd.v1.Fsd" for the daemon, "fsd.v1.Fsd/<mode>" per mode.
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let served_modes = config.served_modes();
@@ -463,7 +483,7 @@ async fn serve(
             Bound::Http(std_listener, name, plain) => {
                 let listener = tokio::net::TcpListener::from_std(std_listener)
                     .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
-                let tls = if plain { None } else { tls_http.clone() };
+                let tls = if plain { None } else { tls.as_ref().map(|t| t.acceptor(true)) };
                 if tls.is_some() {
                     tracing::info!(listen = %name, tls = true, "listening (REST, gRPC-Web)");
                 } else {
@@ -513,7 +533,8 @@ async fn serve(
                 } else {
                     warn_plaintext(&config, &name, "listening on plaintext loopback TCP");
                 }
-                let incoming = crate::edge::incoming(listener, tls.clone(), tcp_limits, stop_rx.clone());
+                let tls = tls.as_ref().map(|t| t.acceptor(false));
+                let incoming = crate::edge::incoming(listener, tls, tcp_limits, stop_rx.clone());
                 servers.spawn(async move {
                     let result = router.serve_with_incoming_shutdown(incoming, shutdown).await;
                     result.map_err(|source| DaemonError::Serve { listen: name, source })

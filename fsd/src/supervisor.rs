@@ -223,6 +223,10 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
     // Before any worker exists, and before the socket answers: remove the temporary files a
     // killed daemon left (backend::journal).
     let sweeper = journal::Sweeper::start(&sup.config.roots);
+    // Before the network process reads the TLS files: any change after its read is seen.
+    let mut tls_watch = sup.config.tls.clone().map(crate::tls::watch::Watch::new);
+    let mut tls_poll = tokio::time::interval(crate::tls::watch::POLL);
+    tls_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let network_pid = sup.spawn(Role::Network, &network_end)?;
     drop(network_end);
     // A network process that died already is reported below, by its silence and exit status.
@@ -342,6 +346,11 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
                 break;
             }
             _ = &mut parent_gone => { tracing::info!("parent pipe closed: stopping"); break; }
+            _ = tls_poll.tick(), if tls_watch.is_some() => {
+                if let Some(change) = tls_watch.as_mut().and_then(crate::tls::watch::Watch::poll) {
+                    hand_over_tls(&sup.control, change);
+                }
+            }
             Some(request) = kill_rx.recv() => {
                 let ControlRequest::Kill { pid } = request else {
                     network_stopping = true;
@@ -472,6 +481,27 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
     }
     tracing::info!("stopped");
     outcome
+}
+
+/// Hands rotated TLS files to the network process, or says in one line why the certificate in
+/// use stays.
+fn hand_over_tls(control: &UnixStream, change: crate::tls::watch::Change) {
+    use crate::tls::watch::Change;
+    match change {
+        Change::Loaded(files, certificate) => match ipc::send(control, &Control::Tls(files), None) {
+            Ok(()) => tracing::info!(
+                serial = %certificate.serial,
+                not_after = %certificate.expires(),
+                "TLS files changed: handed to the network process for new handshakes"
+            ),
+            Err(e) => tracing::error!(error = %e, "TLS files changed but cannot reach the network process"),
+        },
+        Change::Refused { error, serving } => tracing::error!(
+            error = %error,
+            serial = %serving.as_ref().map_or("", |c| c.serial.as_str()),
+            "TLS files changed but do not load; keeping the certificate in use"
+        ),
+    }
 }
 
 /// Removes a temporary file a worker emptied but could not remove (its directory left the

@@ -45,6 +45,7 @@ mod reliability_races;
 mod reliability_soak;
 mod rest_streams;
 mod restart;
+mod rotation;
 mod router;
 mod sessions;
 mod signed_escalation;

@@ -1,5 +1,5 @@
 //! `fsd-tools doctor ENDPOINT`: what a daemon serves, as its hello says (version, roots, modes
-//! and how each is fenced, limits, escalation trust), and whether a client configuration fits
+//! and how each is fenced, limits, escalation trust, the TLS certificate in use), and whether a client configuration fits
 //! it. For people setting up a host, not for models.
 
 use std::fmt::Write;
@@ -85,6 +85,13 @@ pub fn report(endpoint: &Endpoint, hello: &v1::HelloReply, config: Option<&Clien
         );
     }
     let _ = writeln!(out, "  escalation: {}", escalation_words(&hello.escalation));
+    if let Some(tls) = &hello.tls_certificate {
+        // Rotated certificates show here without a restart: the one new handshakes get.
+        let expires = u64::try_from(tls.not_after)
+            .map(|secs| format!("{} UTC", fsd_proto::time::Civil::from_unix(secs).format(' ')))
+            .unwrap_or_else(|_| tls.not_after.to_string());
+        let _ = writeln!(out, "  TLS certificate: serial {}, expires {expires}", tls.serial);
+    }
     if let Some(config) = config {
         out.push_str(&check_config(hello, config));
     }
@@ -170,6 +177,10 @@ mod tests {
             readable_roots: vec!["/ref".into()],
             writable_roots: vec!["/ws".into()],
             protected_names: vec![".git".into()],
+            tls_certificate: Some(v1::TlsCertificate {
+                serial: "1122334455667788".into(),
+                not_after: 1_800_000_000,
+            }),
         };
         let config = ClientConfig { escalation_prompt: true, ..ClientConfig::default() };
         let text = report(&Endpoint::Unix("/run/fsd.sock".into()), &hello, Some(&config));
@@ -185,6 +196,7 @@ mod tests {
   mode workspace-write: NOT served, fence refused (workers keep exiting at start)
   limits: message 80 MiB, editable file 10 MiB, read 32 KiB, diff text 1 MiB, 10000 directory entries, path 4 KiB
   escalation: deny (no call runs above the default mode)
+  TLS certificate: serial 1122334455667788, expires 2027-01-15 08:00:00 UTC
 client config: tools read, write, edit
   warning: readMaxBytes 50 KiB is above the daemon's max_read_bytes 32 KiB: reads stop at the daemon's
   warning: an approver is configured, but the daemon denies every escalation

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{Semaphore, mpsc, watch};
-use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::server::Connected;
@@ -369,7 +368,7 @@ async fn slot_or_evict(
 /// full, a newcomer takes the slot of the oldest connection that never authenticated.
 pub fn incoming(
     listener: TcpListener,
-    tls: Option<TlsAcceptor>,
+    tls: Option<crate::tls::Acceptor>,
     limits: TcpLimits,
     stop: watch::Receiver<bool>,
 ) -> ReceiverStream<Result<Conn, io::Error>> {
@@ -389,7 +388,7 @@ pub fn incoming_pod(
 
 fn accept(
     listener: TcpListener,
-    tls: Option<TlsAcceptor>,
+    tls: Option<crate::tls::Acceptor>,
     pod: Option<PodNetwork>,
     limits: TcpLimits,
     mut stop: watch::Receiver<bool>,
@@ -438,7 +437,9 @@ fn accept(
                 let (stream, cert_names) = match tls {
                     None => (Stream::Plain(stream), Vec::new()),
                     Some(acceptor) => {
-                        match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream)).await {
+                        // The configuration in use now: a rotation changes the next handshake.
+                        let handshake = acceptor.get().accept(stream);
+                        match tokio::time::timeout(limits.handshake_timeout, handshake).await {
                             Ok(Ok(tls)) => {
                                 let names = tls
                                     .get_ref()

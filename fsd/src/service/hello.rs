@@ -1,5 +1,5 @@
 //! Hello: what this daemon serves to this caller (its modes and their enforcement, limits,
-//! roots, escalation trust).
+//! roots, escalation trust, the TLS certificate in use).
 
 use fsd_proto::v1;
 use tonic::{Request, Response};
@@ -57,6 +57,10 @@ impl FsdService {
             readable_roots: roots.iter().map(|(p, _)| p.clone()).collect(),
             writable_roots: roots.iter().filter(|(_, w)| *w).map(|(p, _)| p.clone()).collect(),
             protected_names: self.protected.clone(),
+            tls_certificate: self.tls.as_ref().map(|tls| {
+                let certificate = &tls.get().certificate;
+                v1::TlsCertificate { serial: certificate.serial.clone(), not_after: certificate.not_after }
+            }),
         })
     }
 }

@@ -56,6 +56,8 @@ pub struct FsdService {
     stream_idle: std::time::Duration,
     /// Started with the first signed escalation: audits expiries as they happen.
     sweeper: Arc<std::sync::Once>,
+    /// The TLS configuration in use, whose certificate hello names (rotated without a restart).
+    tls: Option<crate::tls::Current>,
 }
 
 impl FsdService {
@@ -65,6 +67,7 @@ impl FsdService {
         config: &Config,
         roots: Vec<(String, bool)>,
         audit: Option<Arc<crate::audit::Audit>>,
+        tls: Option<crate::tls::Current>,
     ) -> FsdService {
         FsdService {
             dispatcher,
@@ -88,6 +91,7 @@ impl FsdService {
             budgets: Arc::new(Budgets::new(config.budgets)),
             stream_idle: config.stream_idle_timeout,
             sweeper: Arc::new(std::sync::Once::new()),
+            tls,
         }
     }
 

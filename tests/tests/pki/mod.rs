@@ -59,6 +59,17 @@ impl Ca {
         self.issue(file, params)
     }
 
+    /// A server certificate for `dns` names with this serial number (a rotation test tells the
+    /// certificates apart by it).
+    pub fn server_serial(&self, file: &str, dns: &[&str], serial: u64) -> Pair {
+        let mut params =
+            CertificateParams::new(dns.iter().map(|d| (*d).to_owned()).collect::<Vec<_>>()).expect("params");
+        params.distinguished_name.push(DnType::CommonName, dns.first().copied().unwrap_or("fsd"));
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.serial_number = Some(rcgen::SerialNumber::from(serial));
+        self.issue(file, params)
+    }
+
     /// A client certificate whose identity (subject CN) is `name`.
     pub fn client(&self, file: &str, name: &str) -> Pair {
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
