@@ -137,6 +137,10 @@ pub enum Denial {
     Root,
     /// A tree removal that would cross into another mount (metadata `name`).
     Mount(String),
+    /// An approved call whose own walk found another object than the one its approver was
+    /// shown (a directory on the way or the final entry swapped since): nothing is done, and
+    /// a new approval is needed.
+    NotApproved,
 }
 
 impl Denial {
@@ -150,6 +154,7 @@ impl Denial {
             Denial::Submount(_) => "submount",
             Denial::Root => "root",
             Denial::Mount(_) => "mount",
+            Denial::NotApproved => "not_approved_object",
         }
     }
 }
@@ -465,7 +470,11 @@ impl Failure {
                     Denial::WouldBeGitDirectory { dir, entry } => {
                         wire = wire.with("name", dir).with("entry", entry);
                     }
-                    Denial::ReadOnly | Denial::NotWritableRoot | Denial::SameFile | Denial::Root => {}
+                    Denial::ReadOnly
+                    | Denial::NotWritableRoot
+                    | Denial::SameFile
+                    | Denial::Root
+                    | Denial::NotApproved => {}
                 }
             }
             FsError::TooLarge { size, limit } => {

@@ -99,6 +99,17 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
         if matches!(message, ToWorker::Call(_)) {
             locks.new_call();
         }
+        // An approved call's walks are held to what its approver was shown, for this call only.
+        let (message, _bound) = match message {
+            ToWorker::Call(request) => {
+                let (request, bindings) = request.unbind();
+                (ToWorker::Call(request), backend.bind(bindings))
+            }
+            ToWorker::OpenStream { path, bindings } => {
+                (ToWorker::OpenStream { path, bindings: Vec::new() }, backend.bind(bindings))
+            }
+            other => (other, backend.bind(Vec::new())),
+        };
         match message {
             ToWorker::Call(crate::backend::Request::WriteBytes { path, mode: file_mode, guard }) => {
                 let reply = match fd {
@@ -121,7 +132,7 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
                 let reply = backend.handle(mode, request).map_err(Remote::from);
                 ipc::send(&socket, &FromWorker::Reply(reply), None)?;
             }
-            ToWorker::OpenStream { path } => match backend.open_stream(mode, &path) {
+            ToWorker::OpenStream { path, .. } => match backend.open_stream(mode, &path) {
                 Ok((header, file)) => {
                     ipc::send(&socket, &FromWorker::Stream(Ok(header)), Some(file.as_fd()))?
                 }

@@ -110,6 +110,7 @@ impl Backend {
         if meta.kind != Kind::File {
             return Err(FsError::NotRegularFile);
         }
+        resolved.same_final(Some(&meta))?;
         Ok((file, meta))
     }
 
@@ -128,19 +129,21 @@ impl Backend {
         let resolved = match self.walk(mode, path, options) {
             Ok(r) => r,
             // A missing parent directory means the target is absent, not an error.
-            Err(Failure { error: FsError::NotFound | FsError::NotDirectory, path, .. }) => {
-                let target = Target { key: String::new(), display: path };
-                return Ok(Outcome::Stat { target, info: None });
+            Err(Failure { error: FsError::NotFound | FsError::NotDirectory, path: shown, .. }) => {
+                let target = Target { key: String::new(), display: shown };
+                let binding = self.binding_below(mode, path);
+                return Ok(Outcome::Stat { target, info: None, binding });
             }
             Err(f) => return Err(f),
         };
         let target = self.target(&resolved);
+        let binding = Some(resolved.binding());
         let info = resolved.meta.map(|meta| Info {
             version: self.version_at(&resolved, &meta),
             file_type: file_type(meta.kind),
             size: (meta.kind == Kind::File).then_some(meta.size),
         });
-        Ok(Outcome::Stat { target, info })
+        Ok(Outcome::Stat { target, info, binding })
     }
 
     pub(super) fn read_text(&self, mode: Mode, path: &str, max_bytes: u64) -> Result<Outcome, Failure> {
@@ -277,6 +280,8 @@ impl Backend {
                     parent: dir.try_clone().ok(),
                     meta: Some(meta),
                     made: Default::default(),
+                    dirs: Vec::new(),
+                    bound: false,
                 }
             };
             let Some(meta) = child_resolved.meta else {

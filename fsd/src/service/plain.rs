@@ -110,7 +110,7 @@ impl FsdService {
         let caller = Self::plain_caller(identity);
         let call_permit = self.budgets.call(&caller.identity).map_err(|r| r.into_wire(path))?;
         let mode = self.plain_mode(&caller, path, crate::op::Op::StreamText)?;
-        let opened = self.dispatcher.open_stream(mode, &caller.client(), path).await;
+        let opened = self.dispatcher.open_stream(mode, &caller.client(), path, Vec::new()).await;
         let (header, file) = opened.map_err(|w| w.with("mode", mode.as_str()))?;
         // Taken once the path proved a file: a GET of a directory is a listing, not a stream,
         // and must not be refused for the caller's open streams.
