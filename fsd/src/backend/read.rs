@@ -11,7 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use super::digest::Digest;
 use super::resolve::{self, Resolved, WalkOptions};
 use super::{Backend, DirEntry, FileType, Info, Mode, Outcome, TEMP_PREFIX, Target, text, version};
-use crate::error::{Failure, FsError, StaleReason};
+use crate::error::{Denial, Failure, FsError, StaleReason};
 use crate::sys::{self, Errno, Kind, Meta};
 
 /// The first message of a streamed read.
@@ -102,7 +102,9 @@ impl Backend {
         let file = match sys::open_read(parent.as_fd(), resolved.name()) {
             Ok(file) => file,
             Err(Errno::NOENT) => return Err(FsError::NotFound),
-            // The name became a link after the walk: not the file that was resolved.
+            // The name became a link after the walk: not the file that was resolved (for an
+            // approved call, not the object approved).
+            Err(Errno::LOOP) if resolved.bound => return Err(FsError::Denied(Denial::NotApproved)),
             Err(Errno::LOOP) => return Err(FsError::NotRegularFile),
             Err(errno) => return Err(FsError::Open(errno)),
         };

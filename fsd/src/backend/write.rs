@@ -373,7 +373,13 @@ pub(super) fn current_file(resolved: &Resolved) -> Result<Option<(File, Meta)>, 
 
 /// [`current_file`], which for an approved call must still be the object its walk was held to.
 pub(super) fn current_checked(resolved: &Resolved) -> Result<Option<(File, Meta)>, FsError> {
-    let current = current_file(resolved)?;
+    let current = match current_file(resolved) {
+        // A link put at the name since the walk: not the object approved.
+        Err(FsError::Stale(StaleReason::Symlink)) if resolved.bound => {
+            return Err(FsError::Denied(crate::error::Denial::NotApproved));
+        }
+        other => other?,
+    };
     resolved.same_final(current.as_ref().map(|(_, meta)| meta))?;
     Ok(current)
 }
