@@ -182,6 +182,10 @@ pub enum EscalationDenial {
     /// An escalation request for a write or an edit without the change itself (a bare digest
     /// or nothing): the approver would approve a path without seeing what is written there.
     UnboundChange,
+    /// An escalation request to read or change the content of a file with more than one hard
+    /// link that its requester could not read or change itself: the approver would see one
+    /// name of a file that other names (a root-only one among them) share.
+    HardLinked,
 }
 
 impl EscalationDenial {
@@ -196,6 +200,7 @@ impl EscalationDenial {
             EscalationDenial::NotWider(_) => "not_wider",
             EscalationDenial::Ticket(_) => "ticket_refused",
             EscalationDenial::UnboundChange => "unbound_change",
+            EscalationDenial::HardLinked => "hard_linked",
         }
     }
 
@@ -222,6 +227,9 @@ impl EscalationDenial {
             EscalationDenial::UnboundChange => {
                 "an escalated write or edit must carry its change, so the approver sees what it approves"
                     .to_owned()
+            }
+            EscalationDenial::HardLinked => {
+                "the file has more than one hard link, and its requester may not access it itself".to_owned()
             }
         }
     }

@@ -309,10 +309,10 @@ fn render_bound(text: &mut String, prefix: &str, bound: Option<&Binding>) {
                 object(o),
                 shown.uid,
                 shown.gid,
-                shown.mode,
+                shown.mode & 0o7777,
                 shown.nlink
             ));
-            if shown.nlink > 1 {
+            if shown.hard_linked() {
                 text.push_str(&format!(
                     "  {prefix}hard-linked: this file has {} names; the call changes it under all of them\n",
                     shown.nlink

@@ -1887,3 +1887,62 @@ fn a_call_that_meets_another_object_spends_its_approval() {
     write(&mut rpc, "s1", &race.target(), "mine\n", tk).unwrap();
     assert_eq!(std::fs::read_to_string(race.target()).unwrap(), "mine\n");
 }
+
+/// `Rpc::connect` as Unix uid `uid`: the connecting thread alone takes it as its effective uid
+/// (the peer credentials the daemon reads), its real uid still root's so that it can reach the
+/// socket's directory.
+fn connect_as(d: &Daemon, uid: u32) -> Rpc {
+    std::fs::set_permissions(&d.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let mut dir = d.socket.parent();
+    while let Some(at) = dir.filter(|at| *at != Path::new("/")) {
+        let mode = std::fs::metadata(at).unwrap().permissions().mode();
+        std::fs::set_permissions(at, std::fs::Permissions::from_mode(mode | 0o011)).unwrap();
+        dir = at.parent();
+    }
+    let socket = d.socket.clone();
+    std::thread::spawn(move || {
+        let root = rustix::process::Uid::ROOT;
+        rustix::thread::set_thread_res_uid(root, rustix::process::Uid::from_raw(uid), root).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let endpoint = fsd_tool_client::connect::Endpoint::Unix(socket);
+        let (client, hello) = rt.block_on(fsd_tool_client::connect::connect(&endpoint)).unwrap();
+        Rpc { rt, client, hello }
+    })
+    .join()
+    .unwrap()
+}
+
+/// A file with more than one hard link is acted on under all its names: an escalated call on
+/// it reaches only what its requester could reach itself, whatever an approver would approve.
+#[test]
+fn a_hard_linked_file_is_escalated_only_within_its_requesters_own_authority() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let agent = 65534;
+    let mut rpc = connect_as(&s.d, agent);
+    let out = s.outside.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    // A root-only file, and a second name of it where the agent asks.
+    let shadow = s.outside.path().join("shadow");
+    std::fs::write(&shadow, SECRET).unwrap();
+    std::fs::set_permissions(&shadow, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::hard_link(&shadow, out.join("linked.txt")).unwrap();
+    // The agent's own file with a second name: within its authority.
+    let own = s.outside.path().join("own");
+    std::fs::write(&own, PUBLIC).unwrap();
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&own, Some(agent), Some(agent)).unwrap();
+    std::fs::hard_link(&own, out.join("own.txt")).unwrap();
+    for ops in [vec![op("readText", &out.join("linked.txt"))], vec![op("readText", &shadow)]] {
+        let err = ask(&mut rpc, "s1", ops).unwrap_err();
+        assert_eq!((err.code, err.get("reason")), (ErrorCode::SandboxDenied, Some("hard_linked")), "{err:?}");
+    }
+    assert!(jsonl(&keys.log()).is_empty(), "nothing reached the approver");
+    let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &out.join("own.txt"))]).unwrap());
+    assert_eq!(read(&mut rpc, "s1", &out.join("own.txt"), Some(tk)).unwrap(), PUBLIC);
+    // Root may act on the root-only file itself: approved, under every name.
+    let mut root = Rpc::connect(&s.d);
+    let tk = ticket(ask(&mut root, "s1", vec![op("readText", &out.join("linked.txt"))]).unwrap());
+    assert_eq!(read(&mut root, "s1", &out.join("linked.txt"), Some(tk)).unwrap(), SECRET);
+}

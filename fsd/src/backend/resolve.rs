@@ -167,13 +167,33 @@ impl ObjectId {
 pub struct Shown {
     pub uid: u32,
     pub gid: u32,
+    /// `st_mode`, file type included.
     pub mode: u32,
     pub nlink: u64,
 }
 
 impl Shown {
     fn of(meta: &Meta) -> Shown {
-        Shown { uid: meta.uid, gid: meta.gid, mode: meta.mode & 0o7777, nlink: meta.nlink }
+        Shown { uid: meta.uid, gid: meta.gid, mode: meta.mode, nlink: meta.nlink }
+    }
+
+    /// Whether a requester of Unix uid `uid` (`None`: a client with no Unix identity, which
+    /// holds no authority of its own over any file) could itself read (or, with `write`, change)
+    /// the content of this object. Group bits do not count (the daemon does not know the
+    /// requester's groups): a refusal errs on the safe side.
+    pub fn grants(&self, uid: Option<u32>, write: bool) -> bool {
+        let bit = if write { 0o2 } else { 0o4 };
+        match uid {
+            Some(0) => true,
+            Some(uid) if uid == self.uid => self.mode & (bit << 6) != 0,
+            Some(_) => self.mode & bit != 0,
+            None => false,
+        }
+    }
+
+    /// A file other names share: more than one hard link (directories always have several).
+    pub fn hard_linked(&self) -> bool {
+        self.mode & 0o170000 != 0o040000 && self.nlink > 1
     }
 }
 

@@ -458,3 +458,31 @@ fn a_call_that_meets_another_object_spends_the_escalation() {
     );
     assert_eq!(esc.take_read(&ticket, &read.display, &read, true).map(|(t, _)| t), Err(TicketError::Unknown));
 }
+
+/// The approver is shown the object a path resolved to: the directories walked, and the final
+/// entry's owner, mode and links, a file with more than one name said in words.
+#[test]
+fn the_description_shows_the_resolved_object_and_a_hard_linked_file() {
+    let (_, esc) = setup(60);
+    let shown = crate::backend::resolve::Shown { uid: 0, gid: 0, mode: 0o100600, nlink: 2 };
+    let object = crate::backend::ObjectId { dev: 1, ino: 9, mount: 2 };
+    let linked = CanonicalOp {
+        version: Some("v1".into()),
+        bound: Some(Binding { last: Last::Is(object, shown), ..binding(7) }),
+        ..op("etc/x")
+    };
+    let made = CanonicalOp { bound: Some(Binding { missing: 2, ..binding(7) }), ..op("etc/new/deeper/y") };
+    let request = Describe {
+        session: "s1",
+        client: "uid:0",
+        mode: Mode::DangerFullAccess,
+        justification: "why",
+        ops: vec![(linked, Preview::default()), (made, Preview::default())],
+    };
+    let text = esc.describe(request, Vec::new()).text;
+    let ops = &text[text.find("op 1:").unwrap()..];
+    assert_eq!(
+        ops,
+        "op 1: writeText /etc/x\n  target: host:etc/x\n  current: v1\n  resolved: 1:7@2\n  object: 1:9@2 owner 0:0 mode 0600 links 2\n  hard-linked: this file has 2 names; the call changes it under all of them\n  content-sha256: 010203\nop 2: writeText /etc/new/deeper/y\n  target: host:etc/new/deeper/y\n  current: absent\n  resolved: 1:7@2\n  makes-directories: 2\n  object: absent\n  content-sha256: 010203\n"
+    );
+}

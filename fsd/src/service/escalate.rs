@@ -349,6 +349,14 @@ impl FsdService {
             }
         }
         let resolved = resolved?;
+        // A file other names share is acted on under all of them: the approval reaches only
+        // what its requester could reach itself (an approver sees one name, not the others).
+        if let Some(crate::backend::Last::Is(_, shown)) = resolved.binding.as_ref().map(|b| b.last)
+            && shown.hard_linked()
+            && !shown.grants(caller.identity.uid, op != Op::ReadText)
+        {
+            return Err(EscalationDenial::HardLinked.into_wire(&wire.path, base).into_status());
+        }
         let (target_key, display, version, bound) =
             (resolved.key, resolved.display, resolved.version, resolved.binding);
         let (destination, destination_bound) = match op {

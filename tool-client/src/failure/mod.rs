@@ -214,6 +214,13 @@ fn escalation_denial(reason: &str, wire: &WireError) -> Option<String> {
             "an escalated write or edit must carry its change, so the approver sees what it approves"
                 .to_owned()
         }
+        "hard_linked" => {
+            "the file has more than one hard link, and its requester may not access it itself".to_owned()
+        }
+        "not_approved_object" => {
+            "the path now leads to another file or directory than the one the approver was shown; a new approval is needed"
+                .to_owned()
+        }
         _ => return None,
     })
 }
