@@ -141,6 +141,10 @@ pub enum Denial {
     /// shown (a directory on the way or the final entry swapped since): nothing is done, and
     /// a new approval is needed.
     NotApproved,
+    /// A change at a mode wider than the daemon's default that the worker performing it finds
+    /// no valid approver's signature for (signed trust): the network process cannot grant
+    /// what no person approved.
+    Unsigned,
 }
 
 impl Denial {
@@ -155,6 +159,7 @@ impl Denial {
             Denial::Root => "root",
             Denial::Mount(_) => "mount",
             Denial::NotApproved => "not_approved_object",
+            Denial::Unsigned => "unsigned_escalation",
         }
     }
 }
@@ -482,7 +487,8 @@ impl Failure {
                     | Denial::NotWritableRoot
                     | Denial::SameFile
                     | Denial::Root
-                    | Denial::NotApproved => {}
+                    | Denial::NotApproved
+                    | Denial::Unsigned => {}
                 }
             }
             FsError::TooLarge { size, limit } => {

@@ -13,6 +13,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ed25519_dalek::{Signature, Verifier, VerifyingKey};
+use serde::{Deserialize, Serialize};
 
 use crate::backend::{Binding, Last, Mode};
 use crate::op::Op;
@@ -289,6 +290,122 @@ fn render(id: &str, nonce_hex: &str, expires: u64, request: &Describe<'_>) -> St
         text.push_str(&diff::render(&preview.lines, &mut diff_budget));
     }
     text
+}
+
+/// What an approver signed, handed with an approved call to the worker that performs it, which
+/// checks it itself ([`WorkerCheck`]): the network process cannot grant what no person approved.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignedApproval {
+    pub description: String,
+    pub decider: String,
+    pub signature: Vec<u8>,
+}
+
+impl std::fmt::Debug for SignedApproval {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignedApproval").field("decider", &self.decider).finish_non_exhaustive()
+    }
+}
+
+/// Why a worker refuses an approved call on its own check of the approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Unsigned {
+    #[error("the call carries no approval")]
+    Missing,
+    #[error("the approval is not signed by the configured approver")]
+    BadSignature,
+    #[error("the approval expired")]
+    Expired,
+    #[error("the approval lists no such call on that object with that content")]
+    NotListed,
+}
+
+/// A worker's own check of the approvals of the calls it runs: under signed trust, a worker of
+/// a mode wider than the daemon's default performs a change only with the approver's
+/// signature over a description that lists that change, on the objects its walks are held to
+/// (the bindings it was handed) with the content it writes, before the approval's expiry.
+#[derive(Debug, Clone)]
+pub struct WorkerCheck {
+    key: VerifyingKey,
+}
+
+impl WorkerCheck {
+    /// For a worker of `mode`: `None` when its changes need no approval (not signed trust, or
+    /// a mode the daemon grants without one).
+    pub fn new(config: &crate::config::Config, mode: Mode) -> Result<Option<WorkerCheck>, String> {
+        if config.escalation != crate::config::Escalation::Signed || mode <= config.default_mode {
+            return Ok(None);
+        }
+        let key = config.approver_public_key.as_deref().ok_or("signed trust without approver_public_key")?;
+        Ok(Some(WorkerCheck { key: Escalations::new(key, Duration::ZERO)?.key }))
+    }
+
+    /// Checks `request` (its bindings and approval already taken off it) before it runs.
+    pub fn check(
+        &self,
+        request: &crate::backend::Request,
+        bindings: &crate::backend::Bindings,
+        approval: Option<&SignedApproval>,
+    ) -> Result<(), Unsigned> {
+        use crate::backend::Request as R;
+        let op = request.op();
+        if !op.is_mutation() {
+            return Ok(());
+        }
+        let approval = approval.ok_or(Unsigned::Missing)?;
+        let signed = fsd_proto::signed_decision(&approval.description, &approval.decider);
+        let signature = Signature::from_slice(&approval.signature).map_err(|_| Unsigned::BadSignature)?;
+        self.key.verify(signed.as_bytes(), &signature).map_err(|_| Unsigned::BadSignature)?;
+        let text = &approval.description;
+        let expires = text
+            .lines()
+            .find_map(|l| l.strip_prefix("expires: "))
+            .and_then(|e| e.parse::<u64>().ok())
+            .ok_or(Unsigned::NotListed)?;
+        if now() > expires {
+            return Err(Unsigned::Expired);
+        }
+        // The lines the description holds for this very call: its objects and its content.
+        let mut wanted = String::new();
+        let path = request.path();
+        let (source, destination) = match request {
+            R::MoveFile { destination, .. } => (path, Some(destination.as_str())),
+            _ => (path, None),
+        };
+        let bound = |p: &str| bindings.iter().find(|(b, _)| b == p).map(|(_, b)| b);
+        render_bound(&mut wanted, "", Some(bound(source).ok_or(Unsigned::NotListed)?));
+        if let Some(destination) = destination {
+            render_bound(&mut wanted, "destination-", Some(bound(destination).ok_or(Unsigned::NotListed)?));
+        }
+        let digest = match request {
+            R::WriteText { content, .. } | R::MoveFile { content: Some(content), .. } => {
+                fsd_proto::digest::content(content.as_bytes())
+            }
+            R::EditText { old, new, replace_all, .. } => fsd_proto::digest::edit(old, new, *replace_all),
+            _ => Vec::new(),
+        };
+        let content_line = format!("  content-sha256: {}\n", hex::encode(&digest));
+        let head = format!(": {} ", op.name());
+        let listed = blocks(text).any(|block| {
+            let first = block.lines().next().unwrap_or_default();
+            let named = first.starts_with("op ") && first.contains(&head);
+            let objects = wanted.lines().all(|line| block.lines().any(|l| l == line));
+            let content = if digest.is_empty() {
+                !block.contains("\n  content-sha256: ")
+            } else {
+                block.contains(&content_line)
+            };
+            named && objects && content
+        });
+        if listed { Ok(()) } else { Err(Unsigned::NotListed) }
+    }
+}
+
+/// The calls of a description, each from its `op N:` line to the next.
+fn blocks(text: &str) -> impl Iterator<Item = &str> {
+    let starts: Vec<usize> = text.match_indices("\nop ").map(|(i, _)| i + 1).collect();
+    let ends: Vec<usize> = starts.iter().skip(1).copied().chain(std::iter::once(text.len())).collect();
+    starts.into_iter().zip(ends).map(move |(a, b)| &text[a..b])
 }
 
 /// The object a path resolved to, as the approver signs it: each directory walked (device,
@@ -622,6 +739,14 @@ impl Escalations {
         })
     }
 
+    /// What the approver signed for an approved escalation, for the worker performing its calls.
+    pub fn signed(&self, id: &str) -> Option<SignedApproval> {
+        let table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let pending = table.get(id)?;
+        let (signature, decider) = pending.signature.clone()?;
+        Some(SignedApproval { description: pending.description.clone(), decider, signature })
+    }
+
     /// Checks a ticket without looking at the call: known, approved, this caller, this mode.
     pub fn check(&self, ticket: &Ticket<'_>) -> Result<(), TicketError> {
         let table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
@@ -752,6 +877,25 @@ impl Escalations {
 }
 
 pub mod diff;
+
+/// Test hook (cargo feature `fault-injection`): what a compromised network process could hand
+/// the worker performing an approved change. `FSD_FAULT_TAMPER_APPROVAL=none` sends the call
+/// without the approver's signature, `forged` with a signature that is not the approver's.
+#[cfg(feature = "fault-injection")]
+pub mod fault {
+    use super::SignedApproval;
+
+    pub fn tampered(approval: Option<SignedApproval>) -> Option<SignedApproval> {
+        match std::env::var("FSD_FAULT_TAMPER_APPROVAL").as_deref() {
+            Ok("none") => None,
+            Ok("forged") => approval.map(|mut a| {
+                a.signature.iter_mut().for_each(|b| *b ^= 0x5a);
+                a
+            }),
+            _ => approval,
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests;

@@ -133,6 +133,10 @@ impl Signed {
     }
 
     fn start_with_key(keys: &Keys, public: &str, extra: &str) -> Signed {
+        Signed::start_env(keys, public, extra, &[])
+    }
+
+    fn start_env(keys: &Keys, public: &str, extra: &str, env: &[(&str, &str)]) -> Signed {
         let outside = tempfile::tempdir().unwrap();
         let audit = outside.path().join("audit.jsonl");
         let config = format!(
@@ -140,7 +144,7 @@ impl Signed {
             keys.socket().display(),
             audit.display()
         );
-        Signed { d: Daemon::start_with(&[], &config), outside, audit }
+        Signed { d: Daemon::start_with_env(&[], &config, env), outside, audit }
     }
 
     fn audit(&self) -> Vec<serde_json::Value> {
@@ -1945,4 +1949,32 @@ fn a_hard_linked_file_is_escalated_only_within_its_requesters_own_authority() {
     let mut root = Rpc::connect(&s.d);
     let tk = ticket(ask(&mut root, "s1", vec![op("readText", &out.join("linked.txt"))]).unwrap());
     assert_eq!(read(&mut root, "s1", &out.join("linked.txt"), Some(tk)).unwrap(), SECRET);
+}
+
+/// The worker that performs an approved change checks the approver's signature itself: a
+/// network process that hands it a change without the signature, or with a signature that is
+/// not the approver's (the hook `FSD_FAULT_TAMPER_APPROVAL` plays such a compromised process,
+/// after every check of the ticket passed), changes nothing.
+#[test]
+fn a_change_the_approver_did_not_sign_is_refused_by_the_worker_itself() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    for tamper in ["none", "forged"] {
+        let s = Signed::start_env(&keys, &keys.public, "", &[("FSD_FAULT_TAMPER_APPROVAL", tamper)]);
+        let mut rpc = Rpc::connect(&s.d);
+        let target = s.outside.path().join("root-only.txt");
+        std::fs::write(&target, SECRET).unwrap();
+        read_first(&mut rpc, "s1", &[target.clone()]);
+        let tk = ticket(ask(&mut rpc, "s1", vec![write_op(&target, "evil\n")]).unwrap());
+        let err = write(&mut rpc, "s1", &target, "evil\n", tk).unwrap_err();
+        assert_eq!(
+            (err.code, err.get("reason")),
+            (ErrorCode::SandboxDenied, Some("unsigned_escalation")),
+            "{tamper}: {err:?}"
+        );
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), SECRET, "{tamper}");
+        // Reads are not held to it: the network process reads for the previews it shows.
+        let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &target)]).unwrap());
+        assert_eq!(read(&mut rpc, "s1", &target, Some(tk)).unwrap(), SECRET, "{tamper}");
+    }
 }

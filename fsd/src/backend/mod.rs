@@ -212,16 +212,22 @@ pub enum Request {
     /// the object the approval binds (see [`Binding`]).
     Bound {
         bindings: Bindings,
+        /// What the approver signed, which the worker checks itself (signed trust).
+        approval: Option<crate::escalation::SignedApproval>,
         request: Box<Request>,
     },
 }
 
+/// An approved call taken apart: the call, the bindings it is held to, what was signed.
+pub type Unbound = (Request, Bindings, Option<crate::escalation::SignedApproval>);
+
 impl Request {
-    /// The call itself, and the bindings an approval holds it to (none for a plain call).
-    pub fn unbind(self) -> (Request, Bindings) {
+    /// The call itself, the bindings an approval holds it to and the approval (none for a
+    /// plain call).
+    pub fn unbind(self) -> Unbound {
         match self {
-            Request::Bound { bindings, request } => (*request, bindings),
-            plain => (plain, Vec::new()),
+            Request::Bound { bindings, approval, request } => (*request, bindings, approval),
+            plain => (plain, Vec::new(), None),
         }
     }
 
@@ -500,7 +506,8 @@ impl Backend {
             }
             Request::DeleteFile { path, guard } => self.delete_file(mode, &path, guard),
             Request::Remove { path, recursive, guard } => self.remove(mode, &path, recursive, guard),
-            Request::Bound { bindings, request } => {
+            // The approval is the worker's to check before the call gets here (`worker`).
+            Request::Bound { bindings, request, .. } => {
                 let _bound = self.bind(bindings);
                 self.handle(mode, *request)
             }

@@ -399,6 +399,10 @@ impl FsdService {
         };
         // Before the ticket is spent: its last call forgets the escalation.
         let decider = escalations.decider_of(&ticket.escalation_id);
+        // What the approver signed, for the worker performing a change to check itself.
+        let approval = (call.op != Op::Read).then(|| escalations.signed(&ticket.escalation_id)).flatten();
+        #[cfg(feature = "fault-injection")]
+        let approval = crate::escalation::fault::tampered(approval);
         let destination = match request.plain() {
             backend::Request::MoveFile { destination, .. } => Some(destination.clone()),
             _ => None,
@@ -420,7 +424,7 @@ impl FsdService {
             Ok((read, bindings)) => {
                 // The worker that performs the call holds its own walk to what was approved.
                 let plain = std::mem::replace(request, backend::Request::ListDir { path: String::new() });
-                *request = backend::Request::Bound { bindings, request: Box::new(plain) };
+                *request = backend::Request::Bound { bindings, approval, request: Box::new(plain) };
                 let step = Step::Escalate(request_op);
                 // The record names the path the call resolved to, and who approved it.
                 let extra = Extra { requested: Some(path), decided_by: decider.as_deref(), ..extra };

@@ -270,7 +270,7 @@ impl Fsd for FsdService {
         let mut probe = backend::Request::ReadText { path: r.path.clone(), max_bytes: 0 };
         self.redeem(&caller, &grant, &mut probe).await?;
         // An approved read's stream is opened on the object the approval binds.
-        let (_, bindings) = probe.unbind();
+        let (_, bindings, _) = probe.unbind();
         let mode = grant.mode;
         let (header, file) = self
             .dispatcher
