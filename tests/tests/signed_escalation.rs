@@ -1964,7 +1964,7 @@ fn a_change_the_approver_did_not_sign_is_refused_by_the_worker_itself() {
         let mut rpc = Rpc::connect(&s.d);
         let target = s.outside.path().join("root-only.txt");
         std::fs::write(&target, SECRET).unwrap();
-        read_first(&mut rpc, "s1", &[target.clone()]);
+        read_first(&mut rpc, "s1", std::slice::from_ref(&target));
         let tk = ticket(ask(&mut rpc, "s1", vec![write_op(&target, "evil\n")]).unwrap());
         let err = write(&mut rpc, "s1", &target, "evil\n", tk).unwrap_err();
         assert_eq!(

@@ -81,6 +81,9 @@ pub fn meta(fd: BorrowedFd<'_>) -> Result<Meta, Errno> {
 fn from_stat(st: &rustix::fs::Stat) -> Meta {
     let mode = st.st_mode;
     let dev = st.st_dev;
+    // `nlink_t` is 64 bits here, 32 on other targets.
+    #[allow(clippy::useless_conversion)]
+    let nlink = u64::from(st.st_nlink);
     Meta {
         kind: kind_of(mode),
         dev: (u64::from(rustix::fs::major(dev)) << 32) | u64::from(rustix::fs::minor(dev)),
@@ -93,7 +96,7 @@ fn from_stat(st: &rustix::fs::Stat) -> Meta {
         ctime: (st.st_ctime, u32::try_from(st.st_ctime_nsec).unwrap_or(0)),
         btime: (0, 0),
         mount: 0,
-        nlink: u64::from(st.st_nlink),
+        nlink,
     }
 }
 
