@@ -486,3 +486,38 @@ fn the_description_shows_the_resolved_object_and_a_hard_linked_file() {
         "op 1: writeText /etc/x\n  target: host:etc/x\n  current: v1\n  resolved: 1:7@2\n  object: 1:9@2 owner 0:0 mode 0600 links 2\n  hard-linked: this file has 2 names; the call changes it under all of them\n  content-sha256: 010203\nop 2: writeText /etc/new/deeper/y\n  target: host:etc/new/deeper/y\n  current: absent\n  resolved: 1:7@2\n  makes-directories: 2\n  object: absent\n  content-sha256: 010203\n"
     );
 }
+
+/// The worker's own check of an approval: the approver's signature over a description that
+/// lists this change, on the objects the worker's walk is held to, with the content it writes.
+#[test]
+fn a_worker_performs_only_a_change_its_approver_signed() {
+    use crate::backend::Request;
+    let (signing, esc) = setup(60);
+    let approved_op = CanonicalOp { content_sha256: fsd_proto::digest::content(b"new\n"), ..op("etc/x") };
+    let d = approved(&signing, &esc, vec![(approved_op, Preview::default())]);
+    let signature = signing.sign(fsd_proto::signed_decision(&d.text, "person").as_bytes()).to_bytes();
+    let approval = SignedApproval {
+        description: d.text.clone(),
+        decider: "person".into(),
+        signature: signature.to_vec(),
+    };
+    let check = WorkerCheck { key: signing.verifying_key() };
+    let write = |content: &str| Request::WriteText {
+        path: "/etc/x".into(),
+        content: content.into(),
+        guard: None,
+        match_style: false,
+    };
+    let bound = |ino: u64| vec![("/etc/x".to_owned(), binding(ino))];
+    assert_eq!(check.check(&write("new\n"), &bound(7), Some(&approval)), Ok(()));
+    assert_eq!(check.check(&write("evil\n"), &bound(7), Some(&approval)), Err(Unsigned::NotListed));
+    assert_eq!(check.check(&write("new\n"), &bound(8), Some(&approval)), Err(Unsigned::NotListed));
+    assert_eq!(check.check(&write("new\n"), &Vec::new(), Some(&approval)), Err(Unsigned::NotListed));
+    assert_eq!(check.check(&write("new\n"), &bound(7), None), Err(Unsigned::Missing));
+    let other_decider = SignedApproval { decider: "rules x.toml: rule 1".into(), ..approval.clone() };
+    assert_eq!(check.check(&write("new\n"), &bound(7), Some(&other_decider)), Err(Unsigned::BadSignature));
+    let delete = Request::DeleteFile { path: "/etc/x".into(), guard: None };
+    assert_eq!(check.check(&delete, &bound(7), Some(&approval)), Err(Unsigned::NotListed));
+    let read = Request::ReadText { path: "/etc/x".into(), max_bytes: 0 };
+    assert_eq!(check.check(&read, &Vec::new(), None), Ok(()), "reads are not held to a signature");
+}
