@@ -110,7 +110,7 @@ impl Backend {
         self.may_write(mode, src.root, &src.rel).map_err(|e| self.fail(e, &src))?;
         // A source guard that fails already refuses before the destination's directories are
         // made; it is checked again under the locks, where it counts.
-        if let Some((file, meta)) = current_file(&src).map_err(|e| self.fail(e, &src))? {
+        if let Some((file, meta)) = current_checked(&src).map_err(|e| self.fail(e, &src))? {
             let key = self.target(&src).key;
             self.check_source_guard(source_guard.as_ref(), &key, &file, &meta)
                 .map_err(|e| self.fail(e, &src))?;
@@ -283,11 +283,17 @@ fn renamed_checked(
     how: RenameHow,
     checked: &sys::Meta,
 ) -> Result<Result<(), Errno>, FsError> {
+    let checked_at =
+        |dir, name| sys::meta_at(dir, name).is_ok_and(|m| (m.dev, m.ino) == (checked.dev, checked.ino));
     if let Err(errno) = sys::rename(from_dir, from, to_dir, to, how) {
+        // Refused for what the name holds now (a link a worker may not place): not the file
+        // checked, and nothing moved.
+        if !checked_at(from_dir, from) {
+            return Err(FsError::Denied(Denial::NotApproved));
+        }
         return Ok(Err(errno));
     }
-    let moved = sys::meta_at(to_dir, to);
-    if moved.as_ref().is_ok_and(|m| (m.dev, m.ino) == (checked.dev, checked.ino)) {
+    if checked_at(to_dir, to) {
         return Ok(Ok(()));
     }
     // Should the undo fail, the object stays at the destination, under the approved name.
