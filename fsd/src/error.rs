@@ -139,6 +139,14 @@ pub enum Denial {
     Root,
     /// A tree removal that would cross into another mount (metadata `name`).
     Mount(String),
+    /// An approved call whose own walk found another object than the one its approver was
+    /// shown (a directory on the way or the final entry swapped since): nothing is done, and
+    /// a new approval is needed.
+    NotApproved,
+    /// A change at a mode wider than the daemon's default that the worker performing it finds
+    /// no valid approver's signature for (signed trust): the network process cannot grant
+    /// what no person approved.
+    Unsigned,
 }
 
 impl Denial {
@@ -153,6 +161,8 @@ impl Denial {
             Denial::Submount(_) => Reason::Submount,
             Denial::Root => Reason::Root,
             Denial::Mount(_) => Reason::Mount,
+            Denial::NotApproved => Reason::NotApprovedObject,
+            Denial::Unsigned => Reason::UnsignedEscalation,
         }
     }
 }
@@ -180,6 +190,10 @@ pub enum EscalationDenial {
     /// An escalation request for a write or an edit without the change itself (a bare digest
     /// or nothing): the approver would approve a path without seeing what is written there.
     UnboundChange,
+    /// An escalation request to read or change the content of a file with more than one hard
+    /// link that its requester could not read or change itself: the approver would see one
+    /// name of a file that other names (a root-only one among them) share.
+    HardLinked,
 }
 
 impl EscalationDenial {
@@ -195,6 +209,7 @@ impl EscalationDenial {
             EscalationDenial::NotWider(_) => Reason::NotWider,
             EscalationDenial::Ticket(_) => Reason::TicketRefused,
             EscalationDenial::UnboundChange => Reason::UnboundChange,
+            EscalationDenial::HardLinked => Reason::HardLinked,
         }
     }
 
@@ -221,6 +236,9 @@ impl EscalationDenial {
             EscalationDenial::UnboundChange => {
                 "an escalated write or edit must carry its change, so the approver sees what it approves"
                     .to_owned()
+            }
+            EscalationDenial::HardLinked => {
+                "the file has more than one hard link, and its requester may not access it itself".to_owned()
             }
         }
     }
@@ -474,7 +492,12 @@ impl Failure {
                     Denial::WouldBeGitDirectory { dir, entry } => {
                         wire = wire.with("name", dir).with("entry", entry);
                     }
-                    Denial::ReadOnly | Denial::NotWritableRoot | Denial::SameFile | Denial::Root => {}
+                    Denial::ReadOnly
+                    | Denial::NotWritableRoot
+                    | Denial::SameFile
+                    | Denial::Root
+                    | Denial::NotApproved
+                    | Denial::Unsigned => {}
                 }
             }
             FsError::ReadDenied { pattern, name } => {

@@ -13,8 +13,9 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ed25519_dalek::{Signature, Verifier, VerifyingKey};
+use serde::{Deserialize, Serialize};
 
-use crate::backend::Mode;
+use crate::backend::{Binding, Last, Mode};
 use crate::op::Op;
 
 /// One approved call, as the daemon resolved it.
@@ -30,6 +31,11 @@ pub struct CanonicalOp {
     /// For moves: the destination's key and display path.
     pub destination: Option<(String, String)>,
     pub content_sha256: Vec<u8>,
+    /// The object the (source) path resolved to: each directory on the way with its mount,
+    /// and the final entry. The worker performing the approved call holds its own walk to it.
+    pub bound: Option<Binding>,
+    /// The same for a move's destination.
+    pub destination_bound: Option<Binding>,
 }
 
 /// What an approver is shown besides the canonical fields: a diff the daemon made, and the
@@ -56,11 +62,53 @@ impl CanonicalOp {
     /// an edit without its change (`EscalationDenial::UnboundChange`), so nothing an approver
     /// did not see can be written with its ticket.
     pub fn admits(&self, call: &CanonicalOp) -> bool {
+        let after_earlier = self.after_earlier();
         self.op == call.op
             && self.target_key == call.target_key
-            && (self.version.as_deref() == Some(AFTER_EARLIER) || self.version == call.version)
             && self.destination == call.destination
+            && (after_earlier || self.version == call.version)
+            && bound_holds(self.bound.as_ref(), call.bound.as_ref(), after_earlier)
+            && bound_holds(self.destination_bound.as_ref(), call.destination_bound.as_ref(), false)
             && self.content_sha256 == call.content_sha256
+    }
+
+    /// Whether `call`, made for `path`, is this approved call by path and content, and is
+    /// still not admitted: it met another object than the one approved (another version, or a
+    /// directory on the way or the final entry swapped, which may resolve the path elsewhere).
+    fn met_another_object(&self, path: &str, call: &CanonicalOp) -> bool {
+        self.op == call.op
+            && (self.target_key == call.target_key || self.display == lexical(path))
+            && self.content_sha256 == call.content_sha256
+            && !self.admits(call)
+    }
+
+    /// Whether an earlier call of the same escalation changes the target first.
+    fn after_earlier(&self) -> bool {
+        self.version.as_deref() == Some(AFTER_EARLIER)
+    }
+
+    /// What the worker holds the approved call's walks to: each path and its binding (an
+    /// earlier call of the escalation changes the final entry first: the directories still
+    /// bind). `None` when a path has none: the call is refused rather than left unbound.
+    pub fn bindings(&self, source: &str, destination: Option<&str>) -> Option<crate::backend::Bindings> {
+        let mut bound = self.bound.clone()?;
+        if self.after_earlier() {
+            bound.last = Last::Unchecked;
+        }
+        let mut bindings = vec![(source.to_owned(), bound)];
+        if let Some(destination) = destination {
+            bindings.push((destination.to_owned(), self.destination_bound.clone()?));
+        }
+        Some(bindings)
+    }
+}
+
+/// Whether a call's walk (`call`) is the object an approval bound (`approved`): equal, or with
+/// `directories_only`, the same directories (the final entry changes first).
+fn bound_holds(approved: Option<&Binding>, call: Option<&Binding>, directories_only: bool) -> bool {
+    match (approved, call) {
+        (Some(a), Some(c)) if directories_only => a.dirs == c.dirs && a.missing == c.missing,
+        (a, c) => a == c,
     }
 }
 
@@ -226,6 +274,7 @@ fn render(id: &str, nonce_hex: &str, expires: u64, request: &Describe<'_>) -> St
         }
         text.push_str(&format!("  target: {}\n", escape(&op.target_key)));
         text.push_str(&format!("  current: {}\n", op.version.as_deref().unwrap_or("absent")));
+        render_bound(&mut text, "", op.bound.as_ref());
         if let Some((key, display)) = &op.destination {
             // The key on a line of its own, as the source's: a name may hold " (", so a key
             // beside the path could not be told from it.
@@ -234,6 +283,7 @@ fn render(id: &str, nonce_hex: &str, expires: u64, request: &Describe<'_>) -> St
             if let Some(requested) = &preview.requested_destination {
                 text.push_str(&format!("  destination-requested-as: {}\n", escape(requested)));
             }
+            render_bound(&mut text, "destination-", op.destination_bound.as_ref());
         }
         if !op.content_sha256.is_empty() {
             text.push_str(&format!("  content-sha256: {}\n", hex::encode(&op.content_sha256)));
@@ -241,6 +291,155 @@ fn render(id: &str, nonce_hex: &str, expires: u64, request: &Describe<'_>) -> St
         text.push_str(&diff::render(&preview.lines, &mut diff_budget));
     }
     text
+}
+
+/// What an approver signed, handed with an approved call to the worker that performs it, which
+/// checks it itself ([`WorkerCheck`]): the network process cannot grant what no person approved.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignedApproval {
+    pub description: String,
+    pub decider: String,
+    pub signature: Vec<u8>,
+}
+
+impl std::fmt::Debug for SignedApproval {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignedApproval").field("decider", &self.decider).finish_non_exhaustive()
+    }
+}
+
+/// Why a worker refuses an approved call on its own check of the approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Unsigned {
+    #[error("the call carries no approval")]
+    Missing,
+    #[error("the approval is not signed by the configured approver")]
+    BadSignature,
+    #[error("the approval expired")]
+    Expired,
+    #[error("the approval lists no such call on that object with that content")]
+    NotListed,
+}
+
+/// A worker's own check of the approvals of the calls it runs: under signed trust, a worker of
+/// a mode wider than the daemon's default performs a change only with the approver's
+/// signature over a description that lists that change, on the objects its walks are held to
+/// (the bindings it was handed) with the content it writes, before the approval's expiry.
+#[derive(Debug, Clone)]
+pub struct WorkerCheck {
+    key: VerifyingKey,
+}
+
+impl WorkerCheck {
+    /// For a worker of `mode`: `None` when its changes need no approval (not signed trust, or
+    /// a mode the daemon grants without one).
+    pub fn new(config: &crate::config::Config, mode: Mode) -> Result<Option<WorkerCheck>, String> {
+        if config.escalation != crate::config::Escalation::Signed || mode <= config.default_mode {
+            return Ok(None);
+        }
+        let key = config.approver_public_key.as_deref().ok_or("signed trust without approver_public_key")?;
+        Ok(Some(WorkerCheck { key: Escalations::new(key, Duration::ZERO)?.key }))
+    }
+
+    /// Checks `request` (its bindings and approval already taken off it) before it runs.
+    pub fn check(
+        &self,
+        request: &crate::backend::Request,
+        bindings: &crate::backend::Bindings,
+        approval: Option<&SignedApproval>,
+    ) -> Result<(), Unsigned> {
+        use crate::backend::Request as R;
+        let op = request.op();
+        if !op.is_mutation() {
+            return Ok(());
+        }
+        let approval = approval.ok_or(Unsigned::Missing)?;
+        let signed = fsd_proto::signed_decision(&approval.description, &approval.decider);
+        let signature = Signature::from_slice(&approval.signature).map_err(|_| Unsigned::BadSignature)?;
+        self.key.verify(signed.as_bytes(), &signature).map_err(|_| Unsigned::BadSignature)?;
+        let text = &approval.description;
+        let expires = text
+            .lines()
+            .find_map(|l| l.strip_prefix("expires: "))
+            .and_then(|e| e.parse::<u64>().ok())
+            .ok_or(Unsigned::NotListed)?;
+        if now() > expires {
+            return Err(Unsigned::Expired);
+        }
+        // The lines the description holds for this very call: its objects and its content.
+        let mut wanted = String::new();
+        let path = request.path();
+        let (source, destination) = match request {
+            R::MoveFile { destination, .. } => (path, Some(destination.as_str())),
+            _ => (path, None),
+        };
+        let bound = |p: &str| bindings.iter().find(|(b, _)| b == p).map(|(_, b)| b);
+        render_bound(&mut wanted, "", Some(bound(source).ok_or(Unsigned::NotListed)?));
+        if let Some(destination) = destination {
+            render_bound(&mut wanted, "destination-", Some(bound(destination).ok_or(Unsigned::NotListed)?));
+        }
+        let digest = match request {
+            R::WriteText { content, .. } | R::MoveFile { content: Some(content), .. } => {
+                fsd_proto::digest::content(content.as_bytes())
+            }
+            R::EditText { old, new, replace_all, .. } => fsd_proto::digest::edit(old, new, *replace_all),
+            _ => Vec::new(),
+        };
+        let content_line = format!("  content-sha256: {}\n", hex::encode(&digest));
+        let head = format!(": {} ", op.name());
+        let listed = blocks(text).any(|block| {
+            let first = block.lines().next().unwrap_or_default();
+            let named = first.starts_with("op ") && first.contains(&head);
+            let objects = wanted.lines().all(|line| block.lines().any(|l| l == line));
+            let content = if digest.is_empty() {
+                !block.contains("\n  content-sha256: ")
+            } else {
+                block.contains(&content_line)
+            };
+            named && objects && content
+        });
+        if listed { Ok(()) } else { Err(Unsigned::NotListed) }
+    }
+}
+
+/// The calls of a description, each from its `op N:` line to the next.
+fn blocks(text: &str) -> impl Iterator<Item = &str> {
+    let starts: Vec<usize> = text.match_indices("\nop ").map(|(i, _)| i + 1).collect();
+    let ends: Vec<usize> = starts.iter().skip(1).copied().chain(std::iter::once(text.len())).collect();
+    starts.into_iter().zip(ends).map(move |(a, b)| &text[a..b])
+}
+
+/// The object a path resolved to, as the approver signs it: each directory walked (device,
+/// inode, mount), how many the call would make, and the final entry with its owner, mode and
+/// hard links (a file with more than one is reachable by other names, said in words).
+fn render_bound(text: &mut String, prefix: &str, bound: Option<&Binding>) {
+    let Some(bound) = bound else { return };
+    let object = |o: &crate::backend::ObjectId| format!("{}:{}@{}", o.dev, o.ino, o.mount);
+    let dirs: Vec<String> = bound.dirs.iter().map(object).collect();
+    text.push_str(&format!("  {prefix}resolved: {}\n", dirs.join(" ")));
+    if bound.missing > 0 {
+        text.push_str(&format!("  {prefix}makes-directories: {}\n", bound.missing));
+    }
+    match &bound.last {
+        Last::Is(o, shown) => {
+            text.push_str(&format!(
+                "  {prefix}object: {} owner {}:{} mode {:04o} links {}\n",
+                object(o),
+                shown.uid,
+                shown.gid,
+                shown.mode & 0o7777,
+                shown.nlink
+            ));
+            if shown.hard_linked() {
+                text.push_str(&format!(
+                    "  {prefix}hard-linked: this file has {} names; the call changes it under all of them\n",
+                    shown.nlink
+                ));
+            }
+        }
+        Last::Absent => text.push_str(&format!("  {prefix}object: absent\n")),
+        Last::Unchecked => {}
+    }
 }
 
 /// Client trust: the digest of the daemon's description of a checked request (a fresh id makes
@@ -535,6 +734,14 @@ impl Escalations {
         })
     }
 
+    /// What the approver signed for an approved escalation, for the worker performing its calls.
+    pub fn signed(&self, id: &str) -> Option<SignedApproval> {
+        let table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let pending = table.get(id)?;
+        let (signature, decider) = pending.signature.clone()?;
+        Some(SignedApproval { description: pending.description.clone(), decider, signature })
+    }
+
     /// Checks a ticket without looking at the call: known, approved, this caller, this mode.
     pub fn check(&self, ticket: &Ticket<'_>) -> Result<(), TicketError> {
         let table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
@@ -542,22 +749,35 @@ impl Escalations {
         self.verify(pending, ticket)
     }
 
-    /// Checks a ticket for one call and spends that call's approval.
-    pub fn redeem(&self, ticket: &Ticket<'_>, call: &CanonicalOp) -> Result<(), TicketError> {
+    /// Checks a ticket for one call and spends that call's approval; returns the approved call
+    /// (what the worker holds the call to). A call that is an approved one by path and content
+    /// but meets another object there (another version, a directory on the way or the file
+    /// swapped) spends the whole escalation: a new approval is needed, so one approval is never
+    /// a licence to retry a race. Any other mismatch leaves it (CONTRACT's rules).
+    pub fn redeem(
+        &self,
+        ticket: &Ticket<'_>,
+        path: &str,
+        call: &CanonicalOp,
+    ) -> Result<CanonicalOp, TicketError> {
         let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         let pending = table.get_mut(ticket.id).ok_or_else(|| self.gone(ticket.id))?;
         // An expired escalation stays until `purge`, which records its expiry.
         self.verify(pending, ticket)?;
-        let slot = pending
-            .ops
-            .iter_mut()
-            .find(|(op, used)| !used && op.admits(call))
-            .ok_or(TicketError::Mismatch)?;
+        let Some(slot) = pending.ops.iter_mut().find(|(op, used)| !used && op.admits(call)) else {
+            let other_object =
+                pending.ops.iter().any(|(op, used)| !used && op.met_another_object(path, call));
+            if other_object {
+                table.remove(ticket.id);
+            }
+            return Err(TicketError::Mismatch);
+        };
         slot.1 = true;
+        let approved = slot.0.clone();
         if pending.ops.iter().all(|(_, used)| *used) {
             table.remove(ticket.id);
         }
-        Ok(())
+        Ok(approved)
     }
 
     /// Checks a ticket for a read of one of the approved targets: an approved read, which a
@@ -570,9 +790,11 @@ impl Escalations {
     pub fn take_read(
         &self,
         ticket: &Ticket<'_>,
-        target_key: &str,
+        path: &str,
+        call: &CanonicalOp,
         content: bool,
-    ) -> Result<bool, TicketError> {
+    ) -> Result<(bool, Binding), TicketError> {
+        let target_key = call.target_key.as_str();
         let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         let pending = table.get_mut(ticket.id).ok_or_else(|| self.gone(ticket.id))?;
         self.verify(pending, ticket)?;
@@ -580,22 +802,38 @@ impl Escalations {
         if pending.ops.iter().all(|(_, used)| *used) {
             return Err(TicketError::Unknown);
         }
-        // A look at an approved read's metadata takes nothing: the read is for its content.
+        let walked = call.bound.clone().ok_or(TicketError::Mismatch)?;
+        // An approved read of the object the read's walk met; the approved path leading to
+        // another object spends the escalation (see `redeem`).
         let approved_read = |op: &CanonicalOp| op.op == Op::ReadText && op.target_key == target_key;
+        let shown = lexical(path);
+        let other_object = |op: &CanonicalOp| {
+            op.op == Op::ReadText
+                && (op.target_key == target_key || op.display == shown)
+                && op.bound.as_ref() != Some(&walked)
+        };
+        if pending.ops.iter().any(|(op, used)| !used && other_object(op)) {
+            table.remove(ticket.id);
+            return Err(TicketError::Mismatch);
+        }
+        // A look at an approved read's metadata takes nothing: the read is for its content.
         if !content && pending.ops.iter().any(|(op, _)| approved_read(op)) {
-            return Ok(false);
+            return Ok((false, walked));
         }
         let read = pending.ops.iter_mut().find(|(op, used)| !used && approved_read(op));
         if let (true, Some(slot)) = (content, read) {
             slot.1 = true;
-            return Ok(true);
+            return Ok((true, walked));
         }
-        let changed = pending.ops.iter().any(|(op, _)| {
+        // A target an approved change names: the same directories (its file the change may
+        // have replaced already, as the editor's re-read after its edit finds).
+        let changed = |op: &CanonicalOp| {
             op.op != Op::ReadText
-                && (op.target_key == target_key
-                    || op.destination.as_ref().is_some_and(|(key, _)| key == target_key))
-        });
-        if !changed {
+                && ((op.target_key == target_key && bound_holds(op.bound.as_ref(), Some(&walked), true))
+                    || op.destination.as_ref().is_some_and(|(key, _)| key == target_key)
+                        && bound_holds(op.destination_bound.as_ref(), Some(&walked), true))
+        };
+        if !pending.ops.iter().any(|(op, _)| changed(op)) {
             return Err(TicketError::Mismatch);
         }
         if content {
@@ -604,7 +842,7 @@ impl Escalations {
                 _ => return Err(TicketError::ReadsSpent),
             }
         }
-        Ok(false)
+        Ok((false, Binding { last: Last::Unchecked, ..walked }))
     }
 
     /// Gives back the approved read of `target_key` a read took and did not use.
@@ -634,6 +872,25 @@ impl Escalations {
 }
 
 pub mod diff;
+
+/// Test hook (cargo feature `fault-injection`): what a compromised network process could hand
+/// the worker performing an approved change. `FSD_FAULT_TAMPER_APPROVAL=none` sends the call
+/// without the approver's signature, `forged` with a signature that is not the approver's.
+#[cfg(feature = "fault-injection")]
+pub mod fault {
+    use super::SignedApproval;
+
+    pub fn tampered(approval: Option<SignedApproval>) -> Option<SignedApproval> {
+        match std::env::var("FSD_FAULT_TAMPER_APPROVAL").as_deref() {
+            Ok("none") => None,
+            Ok("forged") => approval.map(|mut a| {
+                a.signature.iter_mut().for_each(|b| *b ^= 0x5a);
+                a
+            }),
+            _ => approval,
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests;

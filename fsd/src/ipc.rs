@@ -36,6 +36,8 @@ pub enum ToWorker {
     /// Open a file for a streamed read; the reply carries the open descriptor.
     OpenStream {
         path: String,
+        /// For an approved read: the object its approval binds (see `backend::Binding`).
+        bindings: crate::backend::Bindings,
     },
     /// The locks the worker asked for are held.
     LockGranted,
@@ -59,7 +61,7 @@ impl ToWorker {
     pub fn is_read(&self) -> bool {
         use crate::backend::Request;
         match self {
-            ToWorker::Call(request) => match request {
+            ToWorker::Call(request) => match request.plain() {
                 Request::Stat { .. }
                 | Request::CheckWrite { .. }
                 | Request::ReadText { .. }
@@ -71,6 +73,7 @@ impl ToWorker {
                 | Request::DeleteFile { .. }
                 | Request::WriteBytes { .. }
                 | Request::Remove { .. } => false,
+                Request::Bound { .. } => false,
             },
             ToWorker::OpenStream { .. } => true,
             ToWorker::LockGranted => false,

@@ -81,6 +81,7 @@ impl Request {
             Request::DeleteFile { .. } => Op::DeleteFile,
             Request::WriteBytes { .. } => Op::WriteBytes,
             Request::Remove { .. } => Op::Remove,
+            Request::Bound { request, .. } => request.op(),
         }
     }
 
@@ -98,6 +99,7 @@ impl Request {
             | Request::WriteBytes { path, .. }
             | Request::Remove { path, .. } => path,
             Request::MoveFile { source, .. } => source,
+            Request::Bound { request, .. } => request.path(),
         }
     }
 }

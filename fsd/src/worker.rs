@@ -26,6 +26,8 @@ pub enum WorkerError {
     Signal(#[source] crate::sys::Errno),
     #[error("cannot duplicate the ipc socket: {0}")]
     Socket(#[source] std::io::Error),
+    #[error("approver_public_key: {0}")]
+    Approvals(String),
 }
 
 /// Locks taken from the network process: ask, wait for the grant; released there when the
@@ -80,6 +82,9 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
     sys::ignore_file_size_signal().map_err(WorkerError::Signal)?;
     // Read before seccomp forbids asking: EFBIG replies name the limit.
     let _ = sys::file_size_limit();
+    // Read before confinement like the rest of the config: the approver's key this worker
+    // checks the approvals of its changes with.
+    let approvals = crate::escalation::WorkerCheck::new(config, mode).map_err(WorkerError::Approvals)?;
     let identity = config.worker_identity()?;
     let confinement = crate::confine::worker(config, mode, identity)?;
     tracing::debug!(mode = mode.as_str(), fence = confinement.describe(), "worker ready");
@@ -100,6 +105,29 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
         if matches!(message, ToWorker::Call(_)) {
             locks.new_call();
         }
+        // An approved call's walks are held to what its approver was shown, for this call only.
+        let (message, _bound) = match message {
+            ToWorker::Call(request) => {
+                let (request, bindings, approval) = request.unbind();
+                // A change this worker's mode makes only with an approval: checked here, by the
+                // process that makes it, not taken on the network process's word.
+                let unsigned = approvals.as_ref().map(|a| a.check(&request, &bindings, approval.as_ref()));
+                if let Some(Err(why)) = unsigned {
+                    tracing::warn!(path = request.path(), %why, "an escalated change without a valid approval is refused");
+                    let denied = FsError::Denied(crate::error::Denial::Unsigned);
+                    let failure = crate::error::Failure::new(denied, request.path().to_owned());
+                    ipc::send(&socket, &FromWorker::Reply(Err(failure.into_wire())), None)?;
+                    continue;
+                }
+                (ToWorker::Call(request), backend.bind(bindings))
+            }
+            // A read: the network process reads at a wider mode for the previews it shows an
+            // approver, so reads are not held to a signature (see docs/escalation.md).
+            ToWorker::OpenStream { path, bindings } => {
+                (ToWorker::OpenStream { path, bindings: Vec::new() }, backend.bind(bindings))
+            }
+            other => (other, backend.bind(Vec::new())),
+        };
         match message {
             ToWorker::Call(crate::backend::Request::WriteBytes { path, mode: file_mode, guard }) => {
                 let reply = match fd {
@@ -128,7 +156,7 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
                 hand_on_stranded(&socket)?;
                 ipc::send(&socket, &FromWorker::Reply(reply), None)?;
             }
-            ToWorker::OpenStream { path } => match backend.open_stream(mode, &path) {
+            ToWorker::OpenStream { path, .. } => match backend.open_stream(mode, &path) {
                 Ok((header, file)) => {
                     ipc::send(&socket, &FromWorker::Stream(Ok(header)), Some(file.as_fd()))?
                 }

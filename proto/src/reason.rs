@@ -126,6 +126,12 @@ words! {
         TicketRefused => "ticket_refused",
         /// An escalated write or edit that does not carry its change.
         UnboundChange => "unbound_change",
+        /// An approved call whose walk met another object than the approver was shown.
+        NotApprovedObject => "not_approved_object",
+        /// A change at an escalated mode that carries no valid approver signature.
+        UnsignedEscalation => "unsigned_escalation",
+        /// An escalation of a hard-linked file beyond its requester's own authority.
+        HardLinked => "hard_linked",
         // FS_READ_DENIED.
         /// A path the daemon's `read_denied` patterns name (metadata `pattern`, `name`,
         /// `escalation = never`).

@@ -133,6 +133,10 @@ impl Signed {
     }
 
     fn start_with_key(keys: &Keys, public: &str, extra: &str) -> Signed {
+        Signed::start_env(keys, public, extra, &[])
+    }
+
+    fn start_env(keys: &Keys, public: &str, extra: &str, env: &[(&str, &str)]) -> Signed {
         let outside = tempfile::tempdir().unwrap();
         let audit = outside.path().join("audit.jsonl");
         let config = format!(
@@ -140,7 +144,7 @@ impl Signed {
             keys.socket().display(),
             audit.display()
         );
-        Signed { d: Daemon::start_with(&[], &config), outside, audit }
+        Signed { d: Daemon::start_with_env(&[], &config, env), outside, audit }
     }
 
     fn audit(&self) -> Vec<serde_json::Value> {
@@ -1571,4 +1575,406 @@ fn an_unreachable_approver_is_warned_about_at_start() {
     assert!(lines.iter().all(|l| !l.contains("cannot reach the approver")), "{lines:#?}");
     assert!(lines.last().unwrap().contains("the approver accepts connections"), "{lines:#?}");
     drop(d.terminate());
+}
+
+/// An agent that can write a directory outside the roots swaps it, as fast as it can, with a
+/// symlink to a root-only place: `a` and `b` exchange names (`renameat2(RENAME_EXCHANGE)`, one
+/// system call), and back. `pause` stops it with everything as set up, for the test's own
+/// setup and for each description (the race is against the approved call, not its approval).
+struct Swapper {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pause: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    paused: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl Swapper {
+    fn start(a: PathBuf, b: PathBuf) -> Swapper {
+        use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+        let (stop, pause, paused) = (
+            std::sync::Arc::new(AtomicBool::new(false)),
+            std::sync::Arc::new(AtomicBool::new(true)),
+            std::sync::Arc::new(AtomicBool::new(false)),
+        );
+        let (stop2, pause2, paused2) = (stop.clone(), pause.clone(), paused.clone());
+        let thread = std::thread::spawn(move || {
+            let exchange = || {
+                rustix::fs::renameat_with(
+                    rustix::fs::CWD,
+                    &a,
+                    rustix::fs::CWD,
+                    &b,
+                    rustix::fs::RenameFlags::EXCHANGE,
+                )
+                .unwrap()
+            };
+            let mut swaps = 0u64;
+            while !stop2.load(SeqCst) {
+                if pause2.load(SeqCst) {
+                    paused2.store(true, SeqCst);
+                    std::thread::yield_now();
+                    continue;
+                }
+                paused2.store(false, SeqCst);
+                exchange();
+                exchange();
+                swaps += 1;
+            }
+            swaps
+        });
+        let swapper = Swapper { stop, pause, paused, thread: Some(thread) };
+        swapper.hold();
+        swapper
+    }
+
+    /// Stops swapping, with `a` and `b` as set up, until [`Swapper::go`].
+    fn hold(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.pause.store(true, SeqCst);
+        while !self.paused.load(SeqCst) {
+            std::thread::yield_now();
+        }
+    }
+
+    fn go(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.paused.store(false, SeqCst);
+        self.pause.store(false, SeqCst);
+    }
+
+    /// Stops it; returns how many round trips it made.
+    fn finish(mut self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+impl Drop for Swapper {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Where the race is run: `out` (outside the roots, writable by the agent) holds `d`, a real
+/// directory with `pub.txt`, and `link`, a symlink to `secret`: a root-owned 0700 directory
+/// holding a 0600 `pub.txt`. `d/pub.lnk` is a symlink to that root-only file.
+struct Race {
+    out: PathBuf,
+    secret: tempfile::TempDir,
+}
+
+const SECRET: &str = "root only\n";
+const PUBLIC: &str = "public\n";
+
+/// How the agent swaps: a directory on the way, or the final entry.
+#[derive(Debug, Clone, Copy)]
+enum Swap {
+    Parent,
+    Final,
+}
+
+impl Race {
+    fn new(s: &Signed) -> Race {
+        let out = s.outside.path().join("out");
+        let secret = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(secret.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let file = secret.path().join("pub.txt");
+        std::fs::write(&file, SECRET).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::create_dir_all(out.join("d")).unwrap();
+        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::fs::write(out.join("d/pub.txt"), PUBLIC).unwrap();
+        std::os::unix::fs::symlink(secret.path(), out.join("link")).unwrap();
+        std::os::unix::fs::symlink(&file, out.join("d/pub.lnk")).unwrap();
+        Race { out, secret }
+    }
+
+    fn swapper(&self, swap: Swap) -> Swapper {
+        match swap {
+            Swap::Parent => Swapper::start(self.out.join("d"), self.out.join("link")),
+            Swap::Final => Swapper::start(self.out.join("d/pub.txt"), self.out.join("d/pub.lnk")),
+        }
+    }
+
+    fn target(&self) -> PathBuf {
+        self.out.join("d/pub.txt")
+    }
+
+    /// The root-only file is as it was, and nothing new appeared beside it.
+    fn secret_intact(&self, what: &str) {
+        let file = self.secret.path().join("pub.txt");
+        assert_eq!(std::fs::read_to_string(&file).ok().as_deref(), Some(SECRET), "{what}");
+        let names: Vec<_> =
+            std::fs::read_dir(self.secret.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["pub.txt"], "{what}");
+    }
+}
+
+/// How many approvals each race is given: the attack this guards against won within 1 to 8.
+const RACE_APPROVALS: usize = 40;
+
+/// A refusal of an approved call that met another object: by the daemon's check of the ticket
+/// or by the worker's own walk. Never the root-only object's content or any other outcome.
+fn refused_as_another_object(err: &WireError, what: &str) {
+    let reason = (err.code, err.get("reason"), err.get("ticket"));
+    let allowed = [
+        (ErrorCode::SandboxDenied, Some("ticket_refused"), Some("mismatch")),
+        (ErrorCode::SandboxDenied, Some("not_approved_object"), None),
+    ];
+    assert!(allowed.contains(&reason), "{what}: {err:?}");
+}
+
+/// The client's end of a tool call: what is left of the escalation is spent, its budget freed.
+fn release(rpc: &mut Rpc, session: &str, tk: &v1::EscalationTicket) {
+    let release = v1::ReleaseEscalationRequest {
+        context: context(session, None),
+        escalation_id: tk.escalation_id.clone(),
+        ..Default::default()
+    };
+    rpc.rt.block_on(rpc.client.release_escalation(release)).unwrap();
+}
+
+/// An approved read of each of `paths` (absent ones too): what lets the checks before an
+/// approver talk about them to this client.
+fn read_first(rpc: &mut Rpc, session: &str, paths: &[PathBuf]) {
+    let ops = paths.iter().map(|path| op("readText", path)).collect();
+    let tk = ticket(ask(rpc, session, ops).unwrap());
+    release(rpc, session, &tk);
+}
+
+fn move_file(
+    rpc: &mut Rpc,
+    session: &str,
+    source: &Path,
+    destination: &Path,
+    ticket: v1::EscalationTicket,
+) -> Result<(), WireError> {
+    let request = v1::MoveFileRequest {
+        context: context(session, Some(ticket)),
+        source: p(source),
+        destination: p(destination),
+        ..Default::default()
+    };
+    rpc.rt.block_on(rpc.client.move_file(request)).map(drop).map_err(|s| WireError::from_status(&s).unwrap())
+}
+
+/// An approved read of a file in a directory the agent writes, while the agent swaps that
+/// directory (or the file) with a symlink to a root-only one: the read returns the approved
+/// file or is refused, never the root-only file's content.
+#[test]
+fn an_approved_read_raced_by_a_symlink_swap_never_reads_a_root_only_file() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let mut rpc = Rpc::connect(&s.d);
+    let race = Race::new(&s);
+    for swap in [Swap::Parent, Swap::Final] {
+        let swapper = race.swapper(swap);
+        for i in 0..RACE_APPROVALS {
+            swapper.hold();
+            let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &race.target())]).unwrap());
+            swapper.go();
+            match read(&mut rpc, "s1", &race.target(), Some(tk.clone())) {
+                Ok(text) => assert_eq!(text, PUBLIC, "{swap:?} approval {i}"),
+                Err(err) => refused_as_another_object(&err, &format!("{swap:?} approval {i}")),
+            }
+            release(&mut rpc, "s1", &tk);
+        }
+        assert!(swapper.finish() > 0);
+        race.secret_intact(&format!("{swap:?}"));
+    }
+}
+
+/// The same race against an approved write of the file, and an approved creation beside it:
+/// the root-only directory and file are never written.
+#[test]
+fn an_approved_write_or_creation_raced_by_a_symlink_swap_never_writes_a_root_only_file() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let mut rpc = Rpc::connect(&s.d);
+    let race = Race::new(&s);
+    let fresh = race.out.join("d/new.txt");
+    read_first(&mut rpc, "s1", &[race.target(), fresh.clone()]);
+    for swap in [Swap::Parent, Swap::Final] {
+        let swapper = race.swapper(swap);
+        for i in 0..RACE_APPROVALS {
+            let what = format!("{swap:?} approval {i}");
+            swapper.hold();
+            let _ = std::fs::remove_file(&fresh);
+            let content = format!("written {i}\n");
+            for target in [race.target(), fresh.clone()] {
+                swapper.hold();
+                let tk = ticket(ask(&mut rpc, "s1", vec![write_op(&target, &content)]).unwrap());
+                swapper.go();
+                if let Err(err) = write(&mut rpc, "s1", &target, &content, tk.clone()) {
+                    refused_as_another_object(&err, &what);
+                }
+                release(&mut rpc, "s1", &tk);
+            }
+            race.secret_intact(&what);
+        }
+        swapper.finish();
+    }
+    // Between the races, the approved writes reached the approved files.
+    assert!(std::fs::read_to_string(race.target()).unwrap().starts_with("written "));
+}
+
+/// The same race against an approved move of the file out of the swapped directory: the
+/// root-only file is never moved, and the destination never holds it.
+#[test]
+fn an_approved_move_raced_by_a_symlink_swap_never_moves_a_root_only_file() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let mut rpc = Rpc::connect(&s.d);
+    let race = Race::new(&s);
+    let moved = race.out.join("moved.txt");
+    read_first(&mut rpc, "s1", &[race.target(), moved.clone()]);
+    for swap in [Swap::Parent, Swap::Final] {
+        let swapper = race.swapper(swap);
+        for i in 0..RACE_APPROVALS {
+            let what = format!("{swap:?} approval {i}");
+            swapper.hold();
+            if moved.exists() {
+                assert_eq!(std::fs::read_to_string(&moved).unwrap(), PUBLIC, "{what}");
+                std::fs::rename(&moved, race.target()).unwrap();
+            }
+            let mut ask_move = op("moveFile", &race.target());
+            ask_move.destination = p(&moved);
+            let tk = ticket(ask(&mut rpc, "s1", vec![ask_move]).unwrap());
+            swapper.go();
+            if let Err(err) = move_file(&mut rpc, "s1", &race.target(), &moved, tk.clone()) {
+                refused_as_another_object(&err, &what);
+            }
+            release(&mut rpc, "s1", &tk);
+            race.secret_intact(&what);
+        }
+        swapper.hold();
+        if let Ok(text) = std::fs::read_to_string(&moved) {
+            assert_eq!(text, PUBLIC);
+            std::fs::rename(&moved, race.target()).unwrap();
+        }
+        swapper.finish();
+    }
+}
+
+/// A call that meets another object than the approved one spends its approval: the agent
+/// gets one try per approval, not as many as it likes until the approval expires.
+#[test]
+fn a_call_that_meets_another_object_spends_its_approval() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let mut rpc = Rpc::connect(&s.d);
+    let race = Race::new(&s);
+    read_first(&mut rpc, "s1", &[race.target()]);
+    let tk = ticket(ask(&mut rpc, "s1", vec![write_op(&race.target(), "mine\n")]).unwrap());
+    // The directory swapped for the link to the root-only one: refused.
+    let exchange = |a: &Path, b: &Path| {
+        rustix::fs::renameat_with(rustix::fs::CWD, a, rustix::fs::CWD, b, rustix::fs::RenameFlags::EXCHANGE)
+            .unwrap()
+    };
+    exchange(&race.out.join("d"), &race.out.join("link"));
+    let err = write(&mut rpc, "s1", &race.target(), "mine\n", tk.clone()).unwrap_err();
+    assert_eq!((err.code, err.get("ticket")), (ErrorCode::SandboxDenied, Some("mismatch")), "{err:?}");
+    race.secret_intact("swapped");
+    // Swapped back, the approval is gone: a new one is needed.
+    exchange(&race.out.join("d"), &race.out.join("link"));
+    let err = write(&mut rpc, "s1", &race.target(), "mine\n", tk).unwrap_err();
+    assert_eq!((err.code, err.get("ticket")), (ErrorCode::SandboxDenied, Some("unknown")), "{err:?}");
+    assert_eq!(std::fs::read_to_string(race.target()).unwrap(), PUBLIC);
+    let tk = ticket(ask(&mut rpc, "s1", vec![write_op(&race.target(), "mine\n")]).unwrap());
+    write(&mut rpc, "s1", &race.target(), "mine\n", tk).unwrap();
+    assert_eq!(std::fs::read_to_string(race.target()).unwrap(), "mine\n");
+}
+
+/// `Rpc::connect` as Unix uid `uid`: the connecting thread alone takes it as its effective uid
+/// (the peer credentials the daemon reads), its real uid still root's so that it can reach the
+/// socket's directory.
+fn connect_as(d: &Daemon, uid: u32) -> Rpc {
+    std::fs::set_permissions(&d.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let mut dir = d.socket.parent();
+    while let Some(at) = dir.filter(|at| *at != Path::new("/")) {
+        let mode = std::fs::metadata(at).unwrap().permissions().mode();
+        std::fs::set_permissions(at, std::fs::Permissions::from_mode(mode | 0o011)).unwrap();
+        dir = at.parent();
+    }
+    let socket = d.socket.clone();
+    std::thread::spawn(move || {
+        let root = rustix::process::Uid::ROOT;
+        rustix::thread::set_thread_res_uid(root, rustix::process::Uid::from_raw(uid), root).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let endpoint = fsd_tool_client::connect::Endpoint::Unix(socket);
+        let (client, hello) = rt.block_on(fsd_tool_client::connect::connect(&endpoint)).unwrap();
+        Rpc { rt, client, hello }
+    })
+    .join()
+    .unwrap()
+}
+
+/// A file with more than one hard link is acted on under all its names: an escalated call on
+/// it reaches only what its requester could reach itself, whatever an approver would approve.
+#[test]
+fn a_hard_linked_file_is_escalated_only_within_its_requesters_own_authority() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let agent = 65534;
+    let mut rpc = connect_as(&s.d, agent);
+    let out = s.outside.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    // A root-only file, and a second name of it where the agent asks.
+    let shadow = s.outside.path().join("shadow");
+    std::fs::write(&shadow, SECRET).unwrap();
+    std::fs::set_permissions(&shadow, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::hard_link(&shadow, out.join("linked.txt")).unwrap();
+    // The agent's own file with a second name: within its authority.
+    let own = s.outside.path().join("own");
+    std::fs::write(&own, PUBLIC).unwrap();
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&own, Some(agent), Some(agent)).unwrap();
+    std::fs::hard_link(&own, out.join("own.txt")).unwrap();
+    for ops in [vec![op("readText", &out.join("linked.txt"))], vec![op("readText", &shadow)]] {
+        let err = ask(&mut rpc, "s1", ops).unwrap_err();
+        assert_eq!((err.code, err.get("reason")), (ErrorCode::SandboxDenied, Some("hard_linked")), "{err:?}");
+    }
+    assert!(jsonl(&keys.log()).is_empty(), "nothing reached the approver");
+    let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &out.join("own.txt"))]).unwrap());
+    assert_eq!(read(&mut rpc, "s1", &out.join("own.txt"), Some(tk)).unwrap(), PUBLIC);
+    // Root may act on the root-only file itself: approved, under every name.
+    let mut root = Rpc::connect(&s.d);
+    let tk = ticket(ask(&mut root, "s1", vec![op("readText", &out.join("linked.txt"))]).unwrap());
+    assert_eq!(read(&mut root, "s1", &out.join("linked.txt"), Some(tk)).unwrap(), SECRET);
+}
+
+/// The worker that performs an approved change checks the approver's signature itself: a
+/// network process that hands it a change without the signature, or with a signature that is
+/// not the approver's (the hook `FSD_FAULT_TAMPER_APPROVAL` plays such a compromised process,
+/// after every check of the ticket passed), changes nothing.
+#[test]
+fn a_change_the_approver_did_not_sign_is_refused_by_the_worker_itself() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    for tamper in ["none", "forged"] {
+        let s = Signed::start_env(&keys, &keys.public, "", &[("FSD_FAULT_TAMPER_APPROVAL", tamper)]);
+        let mut rpc = Rpc::connect(&s.d);
+        let target = s.outside.path().join("root-only.txt");
+        std::fs::write(&target, SECRET).unwrap();
+        read_first(&mut rpc, "s1", std::slice::from_ref(&target));
+        let tk = ticket(ask(&mut rpc, "s1", vec![write_op(&target, "evil\n")]).unwrap());
+        let err = write(&mut rpc, "s1", &target, "evil\n", tk).unwrap_err();
+        assert_eq!(
+            (err.code, err.get("reason")),
+            (ErrorCode::SandboxDenied, Some("unsigned_escalation")),
+            "{tamper}: {err:?}"
+        );
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), SECRET, "{tamper}");
+        // Reads are not held to it: the network process reads for the previews it shows.
+        let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &target)]).unwrap());
+        assert_eq!(read(&mut rpc, "s1", &target, Some(tk)).unwrap(), SECRET, "{tamper}");
+    }
 }

@@ -11,7 +11,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use super::digest::Digest;
 use super::moves::remove_checked;
 use super::resolve::WalkOptions;
-use super::write::{Place, check_write_guard, current_file, parent_vanished, same_key, stage};
+use super::write::{Place, check_write_guard, current_checked, parent_vanished, same_key, stage};
 use super::{Backend, EditGuard, Mode, Outcome, WriteGuard, WriteOperation, version};
 use crate::error::{Denial, Failure, FsError, StaleReason};
 use crate::sys::{self, Errno, Kind};
@@ -119,7 +119,7 @@ impl Backend {
         let parent = resolved.parent.as_ref().ok_or_else(|| fail(FsError::NotRegularFile))?;
         // A guard that fails already refuses before any byte is read; it is checked again
         // under the lock, where it counts.
-        check_write_guard(guard, current_file(&resolved).map_err(fail)?.as_ref(), &target.key)
+        check_write_guard(guard, current_checked(&resolved).map_err(fail)?.as_ref(), &target.key)
             .map_err(fail)?;
         let limit = self.limits.max_upload_bytes;
         let mut size = 0u64;
@@ -132,10 +132,11 @@ impl Backend {
         // hold up the other calls on this file. The lock covers only the guard and the rename.
         let staged = stage(parent.as_fd(), &mut fill, self.journal_scope(&resolved), None).map_err(fail)?;
         let _held = self.lock(&[&target.key], &resolved)?;
-        let existing = current_file(&resolved).map_err(fail)?;
+        let existing = current_checked(&resolved).map_err(fail)?;
         check_write_guard(guard, existing.as_ref(), &target.key).map_err(fail)?;
         let (operation, place) = match &existing {
-            None if guard.is_some() => (WriteOperation::Create, Place::Create),
+            // An approved creation never replaces what appears at the name meanwhile.
+            None if guard.is_some() || self.creation_only(path) => (WriteOperation::Create, Place::Create),
             None => (WriteOperation::Create, Place::CreateOrReplace),
             Some((_, meta)) => (WriteOperation::Update, Place::Replace(meta)),
         };
@@ -180,7 +181,7 @@ impl Backend {
         if let Some(guard) = &guard {
             same_key(guard.target_key.as_ref(), &target.key).map_err(fail)?;
             let holds = match now.kind {
-                Kind::File => match current_file(&resolved).map_err(fail)? {
+                Kind::File => match current_checked(&resolved).map_err(fail)? {
                     Some((file, meta)) => {
                         checked = Some(meta);
                         version::holds(&guard.version, &file, &meta).map_err(fail)?

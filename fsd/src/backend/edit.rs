@@ -4,7 +4,7 @@
 use std::os::fd::AsFd;
 
 use super::resolve::WalkOptions;
-use super::write::{Place, current_file, place_file, same_key};
+use super::write::{Place, current_checked, place_file, same_key};
 use super::{Backend, EditGuard, Mode, Outcome, read, text, version};
 use crate::error::{Failure, FsError, StaleReason};
 
@@ -33,8 +33,9 @@ impl Backend {
         let target = self.target(&resolved);
         let _held = self.lock(&[&target.key], &resolved)?;
 
-        let (file, meta) =
-            current_file(&resolved).map_err(fail)?.ok_or_else(|| fail(FsError::Stale(StaleReason::Gone)))?;
+        let (file, meta) = current_checked(&resolved)
+            .map_err(fail)?
+            .ok_or_else(|| fail(FsError::Stale(StaleReason::Gone)))?;
         // The stale check comes before matching, so a stale edit never reports a match failure
         // against content the caller has not seen.
         if let Some(guard) = &guard {

@@ -24,6 +24,7 @@ use std::path::PathBuf;
 
 pub use locks::{Guard, Locking};
 pub use read::{StreamDigest, StreamHeader, unchanged};
+pub use resolve::{Binding, Last, ObjectId};
 use resolve::{Resolved, Root, WalkOptions};
 use std::sync::Arc;
 
@@ -211,6 +212,36 @@ pub enum Request {
         recursive: bool,
         guard: Option<EditGuard>,
     },
+    /// An approved escalated call: `request`, each of whose paths the worker's own walk holds to
+    /// the object the approval binds (see [`Binding`]).
+    Bound {
+        bindings: Bindings,
+        /// What the approver signed, which the worker checks itself (signed trust).
+        approval: Option<crate::escalation::SignedApproval>,
+        request: Box<Request>,
+    },
+}
+
+/// An approved call taken apart: the call, the bindings it is held to, what was signed.
+pub type Unbound = (Request, Bindings, Option<crate::escalation::SignedApproval>);
+
+impl Request {
+    /// The call itself, the bindings an approval holds it to and the approval (none for a
+    /// plain call).
+    pub fn unbind(self) -> Unbound {
+        match self {
+            Request::Bound { bindings, approval, request } => (*request, bindings, approval),
+            plain => (plain, Vec::new(), None),
+        }
+    }
+
+    /// The call itself, without the bindings of an approval.
+    pub fn plain(&self) -> &Request {
+        match self {
+            Request::Bound { request, .. } => request.plain(),
+            plain => plain,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -225,6 +256,8 @@ pub enum Outcome {
     Stat {
         target: Target,
         info: Option<Info>,
+        /// The object the walk stood on, which an approval of this target binds.
+        binding: Option<Binding>,
     },
     ReadText {
         target: Target,
@@ -314,6 +347,21 @@ pub struct Backend {
     locks: Arc<dyn Locking>,
     /// Where temporary files are recorded until their names are gone (see `journal`).
     journal: journal::Journal,
+    /// The bindings of the approved call being run ([`Request::Bound`]): each of its paths'
+    /// walks must stand on the object its approver was shown. Empty for every other call.
+    bound: std::sync::Mutex<Bindings>,
+}
+
+/// An approved call's paths (as the call names them) and the object each is bound to.
+pub type Bindings = Vec<(String, Binding)>;
+
+/// Clears the bindings of the approved call being run when it ends, however it ends.
+pub struct BoundCall<'b>(&'b Backend);
+
+impl Drop for BoundCall<'_> {
+    fn drop(&mut self) {
+        self.0.bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+    }
 }
 
 /// Why the backend could not start.
@@ -375,6 +423,7 @@ impl Backend {
                 writable: spec.writable,
                 mounts: Some(mounts),
                 dir: (own.dev, own.ino),
+                mount: own.mount,
             });
         }
         let configured = roots.len();
@@ -392,6 +441,7 @@ impl Backend {
                 writable: true,
                 mounts: None,
                 dir: (own.dev, own.ino),
+                mount: own.mount,
             });
         }
         Ok(Backend {
@@ -403,7 +453,27 @@ impl Backend {
             limits,
             locks,
             journal,
+            bound: Default::default(),
         })
+    }
+
+    /// Holds the next walks of the paths `bindings` names to the objects they bind, until the
+    /// returned guard drops (one call: a worker serves its calls one at a time).
+    pub fn bind(&self, bindings: Bindings) -> BoundCall<'_> {
+        *self.bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = bindings;
+        BoundCall(self)
+    }
+
+    /// The binding of `path` in the approved call being run, if any.
+    fn binding_of(&self, path: &str) -> Option<Binding> {
+        let bound = self.bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        bound.iter().find(|(p, _)| p == path).map(|(_, b)| b.clone())
+    }
+
+    /// Whether the approved call being run was approved to create `path`, which then never
+    /// replaces what appears at the name meanwhile (a link included).
+    fn creation_only(&self, path: &str) -> bool {
+        self.binding_of(path).is_some_and(|b| b.last == Last::Absent)
     }
 
     /// The journal scope of a resolved target's directory (none outside the configured roots).
@@ -444,6 +514,11 @@ impl Backend {
             }
             Request::DeleteFile { path, guard } => self.delete_file(mode, &path, guard),
             Request::Remove { path, recursive, guard } => self.remove(mode, &path, recursive, guard),
+            // The approval is the worker's to check before the call gets here (`worker`).
+            Request::Bound { bindings, request, .. } => {
+                let _bound = self.bind(bindings);
+                self.handle(mode, *request)
+            }
             // The bytes travel on a pipe: `write_bytes` is called with it by the worker.
             Request::WriteBytes { path, .. } => {
                 Err(Failure::new(FsError::WriteTemp(std::io::Error::other("no body was sent")), path))
@@ -475,11 +550,18 @@ impl Backend {
             self.may_write(mode, root, rel)?;
             self.read_denied(root, rel)
         };
-        let resolved = resolve::resolve(roots, path, self.allow_backslash, options, &may_create)
+        let mut resolved = resolve::resolve(roots, path, self.allow_backslash, options, &may_create)
             .map_err(|e| Failure::new(e, path))?;
         // Every call resolves here, at every mode: a denied target is refused whatever the call
         // (a read, a write or an edit whose outcome holds the old text, a move or a delete).
         self.read_denied(resolved.root, &resolved.rel).map_err(|e| Failure::new(e, path))?;
+        // An approved call acts only on what its approver was shown: this walk is the one the
+        // call acts on, so it is the one held to the approval (dropped on a refusal, the walk's
+        // own directories go with it).
+        if let Some(binding) = self.binding_of(path) {
+            binding.holds(&resolved).map_err(|e| self.fail(e, &resolved))?;
+            resolved.bound = true;
+        }
         Ok(resolved)
     }
 
@@ -503,6 +585,27 @@ impl Backend {
             }
         }
         Ok(())
+    }
+
+    /// What an approval of `path` binds when a directory on its way is missing: the deepest
+    /// ancestor that exists, and how many names below it the call would make. `None` when not
+    /// even that resolves, or the rest holds a `..` (the call would fail, and is refused).
+    fn binding_below(&self, mode: Mode, path: &str) -> Option<Binding> {
+        let mut known = resolve::raw_components(path, self.allow_backslash).ok()?;
+        let options = WalkOptions { follow_final: true, create_parents: false };
+        let mut below = 0usize;
+        loop {
+            if known.pop()? == ".." {
+                return None;
+            }
+            below += 1;
+            let prefix: Vec<String> = known.iter().map(|c| resolve::escape_bytes(c.as_bytes())).collect();
+            match self.walk(mode, &format!("/{}", prefix.join("/")), options) {
+                Ok(found) => return Binding::below(&found, below),
+                Err(Failure { error: FsError::NotFound | FsError::NotDirectory, .. }) => {}
+                Err(_) => return None,
+            }
+        }
     }
 
     /// Resolves for reading: links followed, nothing created.
@@ -602,6 +705,8 @@ impl Backend {
                             meta: None,
                             made: Default::default(),
                             links: Vec::new(),
+                            dirs: Vec::new(),
+                            bound: false,
                         };
                         self.may_write(mode, target.root, &target.rel).map_err(|e| self.fail(e, &target))?;
                         self.read_denied(target.root, &target.rel).map_err(|e| self.fail(e, &target))?;

@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use super::journal::Scope;
 use super::resolve::{Resolved, WalkOptions};
-use super::write::{Place, current_file, place_file, same_key};
+use super::write::{Place, current_checked, current_file, place_file, same_key};
 use super::{Backend, Change, EditGuard, Mode, Outcome, WriteGuard, read, text, version};
 use crate::error::{Denial, Failure, FsError, StaleReason};
 use crate::sys::{self, Errno, Kind, RenameHow};
@@ -71,11 +71,12 @@ impl Backend {
         let target = self.target(&resolved);
         let _held = self.lock(&[&target.key], &resolved)?;
         let missing = if guard.is_some() { FsError::Stale(StaleReason::Gone) } else { FsError::NotFound };
-        let (file, meta) = current_file(&resolved).map_err(fail)?.ok_or_else(|| fail(missing))?;
+        let (file, meta) = current_checked(&resolved).map_err(fail)?.ok_or_else(|| fail(missing))?;
         self.check_source_guard(guard.as_ref(), &target.key, &file, &meta).map_err(fail)?;
         let before = self.bounded_text(&file, &meta);
         let parent = resolved.parent.as_ref().ok_or_else(|| fail(FsError::NotRegularFile))?;
-        if guard.is_some() {
+        // An approved deletion removes the file it was shown, bound to its inode.
+        if guard.is_some() || resolved.bound {
             remove_checked(parent.as_fd(), resolved.name(), &meta, self.journal_scope(&resolved))
                 .map_err(fail)?;
         } else {
@@ -109,7 +110,7 @@ impl Backend {
         self.may_change(mode, &src).map_err(|e| self.fail(e, &src))?;
         // A source guard that fails already refuses before the destination's directories are
         // made; it is checked again under the locks, where it counts.
-        if let Some((file, meta)) = current_file(&src).map_err(|e| self.fail(e, &src))? {
+        if let Some((file, meta)) = current_checked(&src).map_err(|e| self.fail(e, &src))? {
             let key = self.target(&src).key;
             self.check_source_guard(source_guard.as_ref(), &key, &file, &meta)
                 .map_err(|e| self.fail(e, &src))?;
@@ -126,12 +127,12 @@ impl Backend {
 
         let src_missing =
             if source_guard.is_some() { FsError::Stale(StaleReason::Gone) } else { FsError::NotFound };
-        let (src_file, src_meta) = current_file(&src)
+        let (src_file, src_meta) = current_checked(&src)
             .map_err(|e| self.fail(e, &src))?
             .ok_or_else(|| self.fail(src_missing, &src))?;
         self.check_source_guard(source_guard.as_ref(), &src_target.key, &src_file, &src_meta)
             .map_err(|e| self.fail(e, &src))?;
-        let existing = current_file(&dst).map_err(|e| self.fail(e, &dst))?;
+        let existing = current_checked(&dst).map_err(|e| self.fail(e, &dst))?;
         match (&destination_guard, &existing) {
             (Some(WriteGuard::CreateIfAbsent), Some(_)) => {
                 return Err(self.fail(FsError::AlreadyExists, &dst));
@@ -154,8 +155,10 @@ impl Backend {
 
         let mut source_removal_errno = None;
         let after: Option<String>;
+        // An approved move never replaces what appears at a destination shown absent.
+        let create_only = destination_guard.is_some() || self.creation_only(destination);
         let how = match (&destination_guard, &existing) {
-            (_, None) if destination_guard.is_some() => RenameHow::NoReplace,
+            (_, None) if create_only => RenameHow::NoReplace,
             // A guarded replace swaps, then checks that what it swapped out is the file it
             // checked (see `swap_in`): a save over the destination since then is never lost.
             (Some(WriteGuard::ReplaceIfVersion { .. }), Some(_)) => RenameHow::Exchange,
@@ -177,6 +180,15 @@ impl Backend {
                     Swap::Failed(errno) => Err(errno),
                 }
             }
+            (None, _) if src.bound => renamed_checked(
+                src_parent.as_fd(),
+                src.name(),
+                dst_parent.as_fd(),
+                dst.name(),
+                how,
+                &src_meta,
+            )
+            .map_err(|e| self.fail(e, &src))?,
             (None, _) => sys::rename(src_parent.as_fd(), src.name(), dst_parent.as_fd(), dst.name(), how),
             (Some(_), _) => Err(Errno::XDEV),
         };
@@ -210,7 +222,7 @@ impl Backend {
                     None => read::read_bounded(&src_file, &src_meta, self.limits.max_editable_bytes)
                         .map_err(|e| self.fail(e, &src))?,
                 };
-                let place = match (&existing, destination_guard.is_some()) {
+                let place = match (&existing, create_only) {
                     (Some((_, meta)), _) => Place::Replace(meta),
                     (None, true) => Place::Create,
                     (None, false) => Place::CreateOrReplace,
@@ -257,6 +269,38 @@ impl Backend {
             source_removal_errno,
         })
     }
+}
+
+/// Renames `from` to `to` for an approved move, which moves only the file it checked
+/// (`checked`): should the name have been given to another object since (the source's
+/// directory is writable by others), the rename is undone and the move refused. The rename's
+/// own error is returned as the plain rename's would be.
+fn renamed_checked(
+    from_dir: BorrowedFd<'_>,
+    from: &OsStr,
+    to_dir: BorrowedFd<'_>,
+    to: &OsStr,
+    how: RenameHow,
+    checked: &sys::Meta,
+) -> Result<Result<(), Errno>, FsError> {
+    let checked_at =
+        |dir, name| sys::meta_at(dir, name).is_ok_and(|m| (m.dev, m.ino) == (checked.dev, checked.ino));
+    if let Err(errno) = sys::rename(from_dir, from, to_dir, to, how) {
+        // Refused for what the name holds now (a link a worker may not place): not the file
+        // checked, and nothing moved.
+        if !checked_at(from_dir, from) {
+            return Err(FsError::Denied(Denial::NotApproved));
+        }
+        return Ok(Err(errno));
+    }
+    if checked_at(to_dir, to) {
+        return Ok(Ok(()));
+    }
+    // Should the undo fail, the object stays at the destination, under the approved name.
+    if let Err(errno) = sys::rename(to_dir, to, from_dir, from, RenameHow::NoReplace) {
+        tracing::warn!(%errno, "an approved move that moved another object could not be undone");
+    }
+    Err(FsError::Denied(Denial::NotApproved))
 }
 
 /// How a guarded move onto an existing destination went, short of a stale destination.

@@ -11,7 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use super::digest::Digest;
 use super::resolve::{self, Resolved, WalkOptions};
 use super::{Backend, DirEntry, FileType, Info, Mode, Outcome, TEMP_PREFIX, Target, text, version};
-use crate::error::{Failure, FsError, StaleReason};
+use crate::error::{Denial, Failure, FsError, StaleReason};
 use crate::sys::{self, Errno, Kind, Meta};
 
 /// The first message of a streamed read.
@@ -102,7 +102,9 @@ impl Backend {
         let file = match sys::open_read(parent.as_fd(), resolved.name()) {
             Ok(file) => file,
             Err(Errno::NOENT) => return Err(FsError::NotFound),
-            // The name became a link after the walk: not the file that was resolved.
+            // The name became a link after the walk: not the file that was resolved (for an
+            // approved call, not the object approved).
+            Err(Errno::LOOP) if resolved.bound => return Err(FsError::Denied(Denial::NotApproved)),
             Err(Errno::LOOP) => return Err(FsError::NotRegularFile),
             Err(errno) => return Err(FsError::Open(errno)),
         };
@@ -110,6 +112,7 @@ impl Backend {
         if meta.kind != Kind::File {
             return Err(FsError::NotRegularFile);
         }
+        resolved.same_final(Some(&meta))?;
         Ok((file, meta))
     }
 
@@ -128,19 +131,21 @@ impl Backend {
         let resolved = match self.walk(mode, path, options) {
             Ok(r) => r,
             // A missing parent directory means the target is absent, not an error.
-            Err(Failure { error: FsError::NotFound | FsError::NotDirectory, path, .. }) => {
-                let target = Target { key: String::new(), display: path };
-                return Ok(Outcome::Stat { target, info: None });
+            Err(Failure { error: FsError::NotFound | FsError::NotDirectory, path: shown, .. }) => {
+                let target = Target { key: String::new(), display: shown };
+                let binding = self.binding_below(mode, path);
+                return Ok(Outcome::Stat { target, info: None, binding });
             }
             Err(f) => return Err(f),
         };
         let target = self.target(&resolved);
+        let binding = Some(resolved.binding());
         let info = resolved.meta.map(|meta| Info {
             version: self.version_at(&resolved, &meta),
             file_type: file_type(meta.kind),
             size: (meta.kind == Kind::File).then_some(meta.size),
         });
-        Ok(Outcome::Stat { target, info })
+        Ok(Outcome::Stat { target, info, binding })
     }
 
     pub(super) fn read_text(&self, mode: Mode, path: &str, max_bytes: u64) -> Result<Outcome, Failure> {
@@ -283,6 +288,8 @@ impl Backend {
                     meta: Some(meta),
                     made: Default::default(),
                     links: Vec::new(),
+                    dirs: Vec::new(),
+                    bound: false,
                 }
             };
             let Some(meta) = child_resolved.meta else {

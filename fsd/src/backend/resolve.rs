@@ -9,6 +9,8 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
+
 use crate::error::{Denial, FsError, PathProblem};
 use crate::sys::{self, Errno, Kind, Meta};
 
@@ -31,12 +33,18 @@ pub struct Root {
     /// The root directory's device and inode: a walk that reaches it from another root is in
     /// this one.
     pub dir: (u64, u64),
+    /// The mount the root directory is on.
+    pub mount: u64,
 }
 
 impl Root {
     /// Whether `meta` is this root's directory (reached by any path).
     pub fn is_dir(&self, meta: &Meta) -> bool {
         self.dir == (meta.dev, meta.ino)
+    }
+
+    fn object(&self) -> ObjectId {
+        ObjectId { dev: self.dir.0, ino: self.dir.1, mount: self.mount }
     }
 
     fn components(&self) -> Vec<&OsStr> {
@@ -69,6 +77,12 @@ pub struct Resolved {
     /// The names of the links the walk followed on its way, which `rel` no longer shows: a
     /// protected name that is a link protects what it leads to (`Backend::may_change`).
     pub links: Vec<OsString>,
+    /// Every directory the walk stands in, from its root down to `parent`: what an approval of
+    /// this target binds ([`Binding`]).
+    pub dirs: Vec<ObjectId>,
+    /// Whether an approved call's [`Binding`] was checked on this walk: its later opens of the
+    /// final name must find the same object too ([`Resolved::same_final`]).
+    pub bound: bool,
 }
 
 /// The directories one walk created, outermost first. Dropped without [`MadeDirs::keep`] (the
@@ -110,6 +124,145 @@ impl Resolved {
     /// The final component's name (empty for a root).
     pub fn name(&self) -> &OsStr {
         self.rel.last().map(OsString::as_os_str).unwrap_or(OsStr::new(""))
+    }
+
+    /// What an approval of this target binds: the directories walked and the final object.
+    pub fn binding(&self) -> Binding {
+        Binding {
+            dirs: self.dirs.clone(),
+            missing: 0,
+            last: match &self.meta {
+                Some(meta) => Last::Is(ObjectId::of(meta), Shown::of(meta)),
+                None => Last::Absent,
+            },
+        }
+    }
+
+    /// Whether `opened` (what a later look at the final name found, `None`: nothing) is the
+    /// object a bound walk resolved: an approved call acts only on what its approver was shown,
+    /// whatever was put at the name since. Unbound walks are not held to it (an editor's save
+    /// between a walk and its open is no error for them).
+    pub fn same_final(&self, opened: Option<&Meta>) -> Result<(), FsError> {
+        if self.bound && self.meta.as_ref().map(ObjectId::of) != opened.map(ObjectId::of) {
+            return Err(FsError::Denied(Denial::NotApproved));
+        }
+        Ok(())
+    }
+}
+
+/// One object as the kernel names it: device, inode and the mount it was reached on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectId {
+    pub dev: u64,
+    pub ino: u64,
+    pub mount: u64,
+}
+
+impl ObjectId {
+    pub fn of(meta: &Meta) -> ObjectId {
+        ObjectId { dev: meta.dev, ino: meta.ino, mount: meta.mount }
+    }
+}
+
+/// What a person is shown of an existing final object besides its identity: who owns it, its
+/// permission bits and its hard links (a file with more than one is reachable by other names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shown {
+    pub uid: u32,
+    pub gid: u32,
+    /// `st_mode`, file type included.
+    pub mode: u32,
+    pub nlink: u64,
+}
+
+impl Shown {
+    fn of(meta: &Meta) -> Shown {
+        Shown { uid: meta.uid, gid: meta.gid, mode: meta.mode, nlink: meta.nlink }
+    }
+
+    /// Whether a requester of Unix uid `uid` (`None`: a client with no Unix identity, which
+    /// holds no authority of its own over any file) could itself read (or, with `write`, change)
+    /// the content of this object. Group bits do not count (the daemon does not know the
+    /// requester's groups): a refusal errs on the safe side.
+    pub fn grants(&self, uid: Option<u32>, write: bool) -> bool {
+        let bit = if write { 0o2 } else { 0o4 };
+        match uid {
+            Some(0) => true,
+            Some(uid) if uid == self.uid => self.mode & (bit << 6) != 0,
+            Some(_) => self.mode & bit != 0,
+            None => false,
+        }
+    }
+
+    /// A file other names share: more than one hard link (directories always have several).
+    pub fn hard_linked(&self) -> bool {
+        self.mode & 0o170000 != 0o040000 && self.nlink > 1
+    }
+}
+
+/// The final entry of a bound target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Last {
+    /// Nothing at the name: an approved creation, which never replaces what appears there.
+    Absent,
+    /// This object.
+    Is(ObjectId, Shown),
+    /// Whatever an earlier call of the same approval left there (an apply_patch operation):
+    /// the directories still bind.
+    Unchecked,
+}
+
+/// The object an approval names, as the walk of its path resolved it when the approver was
+/// asked: each directory it stood in (root first, mount included), the components below them
+/// that did not exist yet (which only the approved call may create), and the final entry. The
+/// worker performing the approved call walks the path again, once, and refuses
+/// ([`Denial::NotApproved`]) if its own walk stands anywhere else.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Binding {
+    pub dirs: Vec<ObjectId>,
+    /// Directories below `dirs` missing when described (the final name not counted).
+    pub missing: usize,
+    pub last: Last,
+}
+
+impl Binding {
+    /// The binding of a target whose directories are missing from some point on: `found` is
+    /// the walk of the deepest ancestor that resolved, `below` the components after it (the
+    /// final name included).
+    pub fn below(found: &Resolved, below: usize) -> Option<Binding> {
+        let mut dirs = found.dirs.clone();
+        let missing = match &found.meta {
+            // The ancestor's own name is missing too: made by the call, like the ones below.
+            None => below,
+            Some(meta) if meta.kind == Kind::Directory => {
+                dirs.push(ObjectId::of(meta));
+                below.checked_sub(1)?
+            }
+            Some(_) => return None,
+        };
+        Some(Binding { dirs, missing, last: Last::Absent })
+    }
+
+    /// Whether `resolved` (this call's walk) is the bound object: the same directories, any
+    /// more of them made by this very walk, and the same final entry.
+    pub fn holds(&self, resolved: &Resolved) -> Result<(), FsError> {
+        let refused = Err(FsError::Denied(Denial::NotApproved));
+        let (known, more) = match resolved.dirs.split_at_checked(self.dirs.len()) {
+            Some(split) => split,
+            None => return refused,
+        };
+        let made = |d: &ObjectId| resolved.made.dirs.iter().any(|(_, _, made)| *made == (d.dev, d.ino));
+        let made_here = more.len() <= self.missing && more.iter().all(made);
+        if known != self.dirs.as_slice() || !made_here {
+            return refused;
+        }
+        let walked = resolved.meta.as_ref().map(ObjectId::of);
+        let same = match self.last {
+            Last::Absent => walked.is_none(),
+            Last::Is(object, _) => walked == Some(object),
+            Last::Unchecked => true,
+        };
+        if same { Ok(()) } else { refused }
     }
 }
 
@@ -220,6 +373,8 @@ struct Walk<'r> {
     root: usize,
     /// `dirs[i]` is the directory `rel[..i]`; `dirs` is one longer than `rel`'s directory part.
     dirs: Vec<OwnedFd>,
+    /// The identity of each of `dirs`.
+    ids: Vec<ObjectId>,
     rel: Vec<OsString>,
 }
 
@@ -228,8 +383,10 @@ impl<'r> Walk<'r> {
         self.root = root;
         self.rel.clear();
         self.dirs.clear();
+        self.ids.clear();
         let dup = self.roots[root].fd.try_clone().map_err(|e| FsError::Walk(errno_of(&e)))?;
         self.dirs.push(dup);
+        self.ids.push(self.roots[root].object());
         Ok(())
     }
 
@@ -256,7 +413,7 @@ pub fn resolve(
     let all = raw_components(path, allow_backslash)?;
     let all: Vec<&OsStr> = all.iter().map(OsString::as_os_str).collect();
     let (root, rest) = pick_root(roots, &all).ok_or(FsError::OutsideRoots)?;
-    let mut walk = Walk { roots, root, dirs: Vec::new(), rel: Vec::new() };
+    let mut walk = Walk { roots, root, dirs: Vec::new(), ids: Vec::new(), rel: Vec::new() };
     walk.enter_root(root)?;
 
     let mut queue: std::collections::VecDeque<OsString> = rest.into_iter().map(OsStr::to_os_string).collect();
@@ -273,6 +430,7 @@ pub fn resolve(
             }
             walk.rel.pop();
             walk.dirs.pop();
+            walk.ids.pop();
             continue;
         }
         let is_final = queue.is_empty();
@@ -377,6 +535,7 @@ pub fn resolve(
             Kind::Directory if !is_final => {
                 walk.rel.push(name);
                 walk.dirs.push(handle);
+                walk.ids.push(ObjectId::of(&meta));
             }
             _ if !is_final => return Err(FsError::NotDirectory),
             _ => {
@@ -392,14 +551,18 @@ pub fn resolve(
             let parent = walk.dirs.pop().ok_or(FsError::OutsideRoots)?;
             let mut rel = walk.rel;
             rel.push(name);
-            Ok(Resolved { root: walk.root, rel, parent: Some(parent), meta, made, links })
+            let dirs = walk.ids;
+            Ok(Resolved { root: walk.root, rel, parent: Some(parent), meta, made, links, dirs, bound: false })
         }
         // The path ended on a directory we entered (or on `..`): the target is that directory.
         None => {
             let target = walk.dirs.pop().ok_or(FsError::OutsideRoots)?;
             let meta = sys::meta(target.as_fd()).map_err(FsError::Metadata)?;
             let parent = walk.dirs.pop();
-            Ok(Resolved { root: walk.root, rel: walk.rel, parent, meta: Some(meta), made, links })
+            let mut dirs = walk.ids;
+            dirs.pop();
+            let (root, rel) = (walk.root, walk.rel);
+            Ok(Resolved { root, rel, parent, meta: Some(meta), made, links, dirs, bound: false })
         }
     }
 }

@@ -375,6 +375,19 @@ pub(super) fn current_file(resolved: &Resolved) -> Result<Option<(File, Meta)>, 
     Ok(Some((file, meta)))
 }
 
+/// [`current_file`], which for an approved call must still be the object its walk was held to.
+pub(super) fn current_checked(resolved: &Resolved) -> Result<Option<(File, Meta)>, FsError> {
+    let current = match current_file(resolved) {
+        // A link put at the name since the walk: not the object approved.
+        Err(FsError::Stale(StaleReason::Symlink)) if resolved.bound => {
+            return Err(FsError::Denied(crate::error::Denial::NotApproved));
+        }
+        other => other?,
+    };
+    resolved.same_final(current.as_ref().map(|(_, meta)| meta))?;
+    Ok(current)
+}
+
 /// Checks a target key a guard names against the resolved one.
 /// Whether a write guard holds for the file found under the target lock (`existing`): create
 /// only where nothing is, replace only the observed version of the observed target.
@@ -457,13 +470,18 @@ impl Backend {
         let _held = self.lock(&[&target.key], &resolved)?;
         let fail = |e| self.fail(e, &resolved);
 
-        let existing = current_file(&resolved).map_err(fail)?;
+        let existing = current_checked(&resolved).map_err(fail)?;
         check_write_guard(guard, existing.as_ref(), &target.key).map_err(fail)?;
 
         let parent = resolved.parent.as_ref().ok_or_else(|| fail(FsError::NotRegularFile))?;
         let (operation, version, change) = match existing {
             None => {
-                let place = if guard.is_some() { Place::Create } else { Place::CreateOrReplace };
+                // An approved creation never replaces what appears at the name meanwhile.
+                let place = if guard.is_some() || self.creation_only(path) {
+                    Place::Create
+                } else {
+                    Place::CreateOrReplace
+                };
                 let (file, meta) = place_file(
                     parent.as_fd(),
                     resolved.name(),

@@ -362,13 +362,15 @@ impl Dispatcher {
 
     /// Opens a file for a streamed read in a worker of `mode`; the read itself happens here, on
     /// the descriptor the worker opened under its fence.
+    /// `bindings`: for an approved read, the object its approval binds.
     pub async fn open_stream(
         &self,
         mode: Mode,
         identity: &str,
         path: &str,
+        bindings: crate::backend::Bindings,
     ) -> Result<(StreamHeader, File), WireError> {
-        let message = ToWorker::OpenStream { path: path.to_owned() };
+        let message = ToWorker::OpenStream { path: path.to_owned(), bindings };
         match self.run(mode, identity, path, message, None, Expect::Stream).await? {
             Final::Stream(Ok(header), Some(fd)) => Ok((header, File::from(fd))),
             Final::Stream(Ok(_), None) => {

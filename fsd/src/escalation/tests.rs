@@ -11,7 +11,19 @@ fn op(path: &str) -> CanonicalOp {
         version: None,
         destination: None,
         content_sha256: vec![1, 2, 3],
+        bound: Some(binding(7)),
+        destination_bound: None,
     }
+}
+
+/// A binding of a walk that stood in directory `ino` (on device 1, mount 2).
+fn binding(ino: u64) -> Binding {
+    Binding { dirs: vec![crate::backend::ObjectId { dev: 1, ino, mount: 2 }], missing: 0, last: Last::Absent }
+}
+
+/// A read of `key` whose walk stood in directory 7, as `op`'s did.
+fn read_of(key: &str) -> CanonicalOp {
+    CanonicalOp { op: Op::ReadText, target_key: key.to_owned(), content_sha256: Vec::new(), ..op("etc/x") }
 }
 
 fn describe(esc: &Escalations, client: &str, permit: Option<crate::budget::Permit>) -> Described {
@@ -59,7 +71,7 @@ fn a_ticket_is_good_once_for_the_approved_call_only() {
     assert_eq!(d.digest, hex::encode(fsd_proto::digest::content(d.text.as_bytes())));
     let redeem = |call: &CanonicalOp, session: &str, mode: Mode| {
         let ticket = Ticket { id: &d.id, nonce: &d.nonce, session, client: "uid:0", mode };
-        esc.redeem(&ticket, call)
+        esc.redeem(&ticket, &call.display, call).map(drop)
     };
     // Not decided yet: nothing is admitted.
     assert_eq!(redeem(&op("etc/x"), "s1", Mode::DangerFullAccess), Err(TicketError::NotApproved));
@@ -96,7 +108,7 @@ fn a_signature_by_another_key_refuses_the_escalation() {
     let forged = SigningKey::from_bytes(&[8u8; 32]).sign(signed.as_bytes()).to_bytes();
     assert_eq!(esc.approve(&d.id, &forged, "person"), Err(TicketError::BadSignature));
     let ticket = ticket(&d, "uid:0");
-    assert_eq!(esc.redeem(&ticket, &op("etc/x")), Err(TicketError::Unknown));
+    assert_eq!(esc.redeem(&ticket, "/etc/x", &op("etc/x")).map(drop), Err(TicketError::Unknown));
 }
 
 #[test]
@@ -148,7 +160,7 @@ fn a_one_second_ticket_is_good_for_its_second_and_no_longer() {
     assert!(d.text.contains(&format!("expires: {}\n", d.expires)), "{}", d.text);
     std::thread::sleep(Duration::from_millis(1200));
     assert_eq!(esc.check(&ticket), Err(TicketError::Expired), "refused once its second is over");
-    assert_eq!(esc.redeem(&ticket, &op("etc/x")), Err(TicketError::Expired));
+    assert_eq!(esc.redeem(&ticket, "/etc/x", &op("etc/x")).map(drop), Err(TicketError::Expired));
 }
 
 #[test]
@@ -169,10 +181,19 @@ fn a_taken_read_is_spent_not_expired_and_a_too_large_one_is_given_back() {
         Ok(())
     );
     let ticket = ticket(&d, "uid:0");
-    assert_eq!(esc.take_read(&ticket, "host:etc/x", true), Ok(true));
-    assert_eq!(esc.take_read(&ticket, "host:etc/x", true), Err(TicketError::Unknown));
+    assert_eq!(
+        esc.take_read(&ticket, "/unnamed", &read_of("host:etc/x"), true).map(|(taken, _)| taken),
+        Ok(true)
+    );
+    assert_eq!(
+        esc.take_read(&ticket, "/unnamed", &read_of("host:etc/x"), true).map(|(taken, _)| taken),
+        Err(TicketError::Unknown)
+    );
     esc.give_back_read(&ticket, "host:etc/x");
-    assert_eq!(esc.take_read(&ticket, "host:etc/x", true), Ok(true));
+    assert_eq!(
+        esc.take_read(&ticket, "/unnamed", &read_of("host:etc/x"), true).map(|(taken, _)| taken),
+        Ok(true)
+    );
     std::thread::sleep(Duration::from_millis(2100));
     assert!(esc.purge().is_empty(), "a spent escalation is not reported as expired");
     assert_eq!(esc.check(&ticket), Err(TicketError::Unknown));
@@ -239,7 +260,7 @@ fn the_description_shows_the_resolved_path_and_the_requested_one_beside_it() {
     let body = body.split_once('\n').map(|(_, rest)| rest).unwrap_or_default();
     assert_eq!(
         body,
-        "op 1: writeText /etc/passwd\n  requested-as: /\\x65tc/./passwd\n  target: host:etc/passwd\n  current: absent\n  content-sha256: 010203\nop 2: moveFile /etc/a\n  target: host:etc/a\n  current: absent\n  destination: /etc/b\n  destination-target: host:etc/b\n  destination-requested-as: /etc/c/../b\n",
+        "op 1: writeText /etc/passwd\n  requested-as: /\\x65tc/./passwd\n  target: host:etc/passwd\n  current: absent\n  resolved: 1:7@2\n  object: absent\n  content-sha256: 010203\nop 2: moveFile /etc/a\n  target: host:etc/a\n  current: absent\n  resolved: 1:7@2\n  object: absent\n  destination: /etc/b\n  destination-target: host:etc/b\n  destination-requested-as: /etc/c/../b\n",
         "{}",
         d.text
     );
@@ -268,7 +289,7 @@ fn a_partial_preview_is_said_to_be_partial_in_the_description() {
     assert_eq!(
         body,
         format!(
-            "justification: the user asked\\u{{202e}}{}\njustification-not-shown: {} more bytes\nexpires: <expiry>\nop 1: writeText /etc/x\n  target: host:etc/x\n  current: absent\n  content-sha256: 010203\n  diff (partial preview: the lines starting with ! say what is not shown; content-sha256 binds the whole change):\n    @@ -0,0 +1 @@\n    +{}\n    ! diff line 2: {} more bytes not shown\n",
+            "justification: the user asked\\u{{202e}}{}\njustification-not-shown: {} more bytes\nexpires: <expiry>\nop 1: writeText /etc/x\n  target: host:etc/x\n  current: absent\n  resolved: 1:7@2\n  object: absent\n  content-sha256: 010203\n  diff (partial preview: the lines starting with ! say what is not shown; content-sha256 binds the whole change):\n    @@ -0,0 +1 @@\n    +{}\n    ! diff line 2: {} more bytes not shown\n",
             "!".repeat(1000 - 14 - 8),
             2000 - (1000 - 14 - 8),
             " ".repeat(239),
@@ -286,6 +307,7 @@ fn a_change_admits_one_read_of_each_target_per_change() {
         op: Op::MoveFile,
         content_sha256: Vec::new(),
         destination: Some(("host:etc/b".into(), "/etc/b".into())),
+        destination_bound: Some(binding(7)),
         ..op("etc/a")
     };
     let ops = vec![
@@ -296,7 +318,11 @@ fn a_change_admits_one_read_of_each_target_per_change() {
     let d = approved(&signing, &esc, ops);
     let ticket = ticket(&d, "uid:0");
     let check = |key: &str, content: bool, want: Result<bool, TicketError>| {
-        assert_eq!(esc.take_read(&ticket, key, content), want, "{key} content={content}");
+        assert_eq!(
+            esc.take_read(&ticket, "/unnamed", &read_of(key), content).map(|(taken, _)| taken),
+            want,
+            "{key} content={content}"
+        );
     };
     check("host:etc/x", false, Ok(false));
     check("host:etc/x", true, Ok(false));
@@ -322,7 +348,11 @@ fn a_stat_takes_no_approved_read_and_a_deletion_admits_no_content_read() {
     let d = approved(&signing, &esc, ops);
     let ticket = ticket(&d, "uid:0");
     let check = |key: &str, content: bool, want: Result<bool, TicketError>| {
-        assert_eq!(esc.take_read(&ticket, key, content), want, "{key} content={content}");
+        assert_eq!(
+            esc.take_read(&ticket, "/unnamed", &read_of(key), content).map(|(taken, _)| taken),
+            want,
+            "{key} content={content}"
+        );
     };
     check("host:etc/r", false, Ok(false));
     check("host:etc/r", false, Ok(false));
@@ -330,7 +360,11 @@ fn a_stat_takes_no_approved_read_and_a_deletion_admits_no_content_read() {
     check("host:etc/r", false, Ok(false));
     check("host:etc/d", false, Ok(false));
     check("host:etc/d", true, Err(TicketError::ReadsSpent));
-    assert_eq!(esc.redeem(&ticket, &delete), Ok(()), "the deletion itself is admitted");
+    assert_eq!(
+        esc.redeem(&ticket, &delete.display, &delete).map(drop),
+        Ok(()),
+        "the deletion itself is admitted"
+    );
 }
 
 #[test]
@@ -376,4 +410,114 @@ fn escaping_shows_what_is_there() {
     assert_eq!(escape("a b/c"), "a b/c");
     assert_eq!(escape("x\ny"), "x\\u{a}y");
     assert_eq!(escape("é"), "\\u{e9}");
+}
+
+/// A call that is the approved one by path and content but meets another object (a directory
+/// on the way swapped, the final entry replaced, another version) spends the escalation: one
+/// approval is one try. Other content is refused and leaves the approval for the right call.
+#[test]
+fn a_call_that_meets_another_object_spends_the_escalation() {
+    let (signing, esc) = setup(60);
+    let moved_dir = CanonicalOp { bound: Some(binding(8)), ..op("etc/x") };
+    let replaced = CanonicalOp {
+        bound: Some(Binding {
+            last: Last::Is(
+                crate::backend::ObjectId { dev: 1, ino: 9, mount: 2 },
+                crate::backend::resolve::Shown { uid: 0, gid: 0, mode: 0o600, nlink: 1 },
+            ),
+            ..binding(7)
+        }),
+        ..op("etc/x")
+    };
+    let newer = CanonicalOp { version: Some("v2".into()), ..op("etc/x") };
+    for other in [moved_dir, replaced, newer] {
+        let d = approved(&signing, &esc, vec![(op("etc/x"), Preview::default())]);
+        let ticket = ticket(&d, "uid:0");
+        let content = CanonicalOp { content_sha256: vec![9], ..op("etc/x") };
+        assert_eq!(esc.redeem(&ticket, &content.display, &content).map(drop), Err(TicketError::Mismatch));
+        assert_eq!(esc.check(&ticket), Ok(()), "other content leaves the approval");
+        assert_eq!(
+            esc.redeem(&ticket, &other.display, &other).map(drop),
+            Err(TicketError::Mismatch),
+            "{other:?}"
+        );
+        assert_eq!(
+            esc.redeem(&ticket, "/etc/x", &op("etc/x")).map(drop),
+            Err(TicketError::Unknown),
+            "{other:?}"
+        );
+    }
+    // An approved read of a path whose walk met another object: spent too.
+    let read = CanonicalOp { op: Op::ReadText, content_sha256: Vec::new(), ..op("etc/r") };
+    let d = approved(&signing, &esc, vec![(read.clone(), Preview::default())]);
+    let ticket = ticket(&d, "uid:0");
+    let swapped = CanonicalOp { bound: Some(binding(8)), ..read.clone() };
+    assert_eq!(
+        esc.take_read(&ticket, &swapped.display, &swapped, true).map(|(t, _)| t),
+        Err(TicketError::Mismatch)
+    );
+    assert_eq!(esc.take_read(&ticket, &read.display, &read, true).map(|(t, _)| t), Err(TicketError::Unknown));
+}
+
+/// The approver is shown the object a path resolved to: the directories walked, and the final
+/// entry's owner, mode and links, a file with more than one name said in words.
+#[test]
+fn the_description_shows_the_resolved_object_and_a_hard_linked_file() {
+    let (_, esc) = setup(60);
+    let shown = crate::backend::resolve::Shown { uid: 0, gid: 0, mode: 0o100600, nlink: 2 };
+    let object = crate::backend::ObjectId { dev: 1, ino: 9, mount: 2 };
+    let linked = CanonicalOp {
+        version: Some("v1".into()),
+        bound: Some(Binding { last: Last::Is(object, shown), ..binding(7) }),
+        ..op("etc/x")
+    };
+    let made = CanonicalOp { bound: Some(Binding { missing: 2, ..binding(7) }), ..op("etc/new/deeper/y") };
+    let request = Describe {
+        session: "s1",
+        client: "uid:0",
+        mode: Mode::DangerFullAccess,
+        justification: "why",
+        ops: vec![(linked, Preview::default()), (made, Preview::default())],
+    };
+    let text = esc.describe(request, Vec::new()).text;
+    let ops = &text[text.find("op 1:").unwrap()..];
+    assert_eq!(
+        ops,
+        "op 1: writeText /etc/x\n  target: host:etc/x\n  current: v1\n  resolved: 1:7@2\n  object: 1:9@2 owner 0:0 mode 0600 links 2\n  hard-linked: this file has 2 names; the call changes it under all of them\n  content-sha256: 010203\nop 2: writeText /etc/new/deeper/y\n  target: host:etc/new/deeper/y\n  current: absent\n  resolved: 1:7@2\n  makes-directories: 2\n  object: absent\n  content-sha256: 010203\n"
+    );
+}
+
+/// The worker's own check of an approval: the approver's signature over a description that
+/// lists this change, on the objects the worker's walk is held to, with the content it writes.
+#[test]
+fn a_worker_performs_only_a_change_its_approver_signed() {
+    use crate::backend::Request;
+    let (signing, esc) = setup(60);
+    let approved_op = CanonicalOp { content_sha256: fsd_proto::digest::content(b"new\n"), ..op("etc/x") };
+    let d = approved(&signing, &esc, vec![(approved_op, Preview::default())]);
+    let signature = signing.sign(fsd_proto::signed_decision(&d.text, "person").as_bytes()).to_bytes();
+    let approval = SignedApproval {
+        description: d.text.clone(),
+        decider: "person".into(),
+        signature: signature.to_vec(),
+    };
+    let check = WorkerCheck { key: signing.verifying_key() };
+    let write = |content: &str| Request::WriteText {
+        path: "/etc/x".into(),
+        content: content.into(),
+        guard: None,
+        match_style: false,
+    };
+    let bound = |ino: u64| vec![("/etc/x".to_owned(), binding(ino))];
+    assert_eq!(check.check(&write("new\n"), &bound(7), Some(&approval)), Ok(()));
+    assert_eq!(check.check(&write("evil\n"), &bound(7), Some(&approval)), Err(Unsigned::NotListed));
+    assert_eq!(check.check(&write("new\n"), &bound(8), Some(&approval)), Err(Unsigned::NotListed));
+    assert_eq!(check.check(&write("new\n"), &Vec::new(), Some(&approval)), Err(Unsigned::NotListed));
+    assert_eq!(check.check(&write("new\n"), &bound(7), None), Err(Unsigned::Missing));
+    let other_decider = SignedApproval { decider: "rules x.toml: rule 1".into(), ..approval.clone() };
+    assert_eq!(check.check(&write("new\n"), &bound(7), Some(&other_decider)), Err(Unsigned::BadSignature));
+    let delete = Request::DeleteFile { path: "/etc/x".into(), guard: None };
+    assert_eq!(check.check(&delete, &bound(7), Some(&approval)), Err(Unsigned::NotListed));
+    let read = Request::ReadText { path: "/etc/x".into(), max_bytes: 0 };
+    assert_eq!(check.check(&read, &Vec::new(), None), Ok(()), "reads are not held to a signature");
 }

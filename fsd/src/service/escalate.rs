@@ -314,6 +314,8 @@ impl FsdService {
             version: None,
             destination: None,
             content_sha256: Vec::new(),
+            bound: None,
+            destination_bound: None,
         };
         let client = caller.client();
         // A target outside the caller's grant: one answer whatever is there, until an approver
@@ -332,7 +334,7 @@ impl FsdService {
         }
         if !visible {
             let known = match &resolved {
-                Ok((key, _, _)) => self.known.knows(&caller.session, &client, key),
+                Ok(resolved) => self.known.knows(&caller.session, &client, &resolved.key),
                 Err(_) => false,
             };
             if !known && op != Op::ReadText {
@@ -353,13 +355,23 @@ impl FsdService {
                 return Ok((op, preview));
             }
         }
-        let (target_key, display, version) = resolved?;
-        let destination = match op {
+        let resolved = resolved?;
+        // A file other names share is acted on under all of them: the approval reaches only
+        // what its requester could reach itself (an approver sees one name, not the others).
+        if let Some(crate::backend::Last::Is(_, shown)) = resolved.binding.as_ref().map(|b| b.last)
+            && shown.hard_linked()
+            && !shown.grants(caller.identity.uid, op != Op::ReadText)
+        {
+            return Err(EscalationDenial::HardLinked.into_wire(&wire.path, base).into_status());
+        }
+        let (target_key, display, version, bound) =
+            (resolved.key, resolved.display, resolved.version, resolved.binding);
+        let (destination, destination_bound) = match op {
             Op::MoveFile => {
-                let (key, display, _) = self.canonical(requested, op, &wire.destination, true).await?;
-                Some((key, display))
+                let dst = self.canonical(requested, op, &wire.destination, true).await?;
+                (Some((dst.key, dst.display)), dst.binding)
             }
-            _ => None,
+            _ => (None, None),
         };
         // Beside each resolved path, the caller's spelling of it when that differs.
         let requested_path = requested_as(&wire.path, &display);
@@ -375,7 +387,16 @@ impl FsdService {
                 self.preview(requested, op, &wire.path, change, version.is_some(), None, None).await?;
             let preview = spelled(preview);
             return Ok((
-                CanonicalOp { op, target_key, display, version, destination, content_sha256 },
+                CanonicalOp {
+                    op,
+                    target_key,
+                    display,
+                    version,
+                    destination,
+                    content_sha256,
+                    bound,
+                    destination_bound,
+                },
                 preview,
             ));
         };
@@ -427,7 +448,17 @@ impl FsdService {
             self.preview(requested, op, &wire.path, change, version.is_some(), earlier, digested).await?;
         let preview = spelled(preview);
         let version = if after_earlier { Some(AFTER_EARLIER.to_owned()) } else { version };
-        Ok((CanonicalOp { op, target_key, display, version, destination, content_sha256 }, preview))
+        let call = CanonicalOp {
+            op,
+            target_key,
+            display,
+            version,
+            destination,
+            content_sha256,
+            bound,
+            destination_bound,
+        };
+        Ok((call, preview))
     }
 
     pub(super) async fn describe(

@@ -262,17 +262,23 @@ impl FsdService {
         }
     }
 
-    /// The daemon's own canonical form of a path: resolved in a worker of `mode`.
+    /// The daemon's own canonical form of a path: resolved in a worker of `mode`, with the
+    /// object that resolution stood on (what an approval binds).
     pub(super) async fn canonical(
         &self,
         mode: Mode,
         op: Op,
         path: &str,
         follow: bool,
-    ) -> Result<(String, String, Option<String>), Status> {
+    ) -> Result<Canonical, Status> {
         let request = backend::Request::Stat { path: path.to_owned(), no_follow: !follow };
         match self.dispatch(mode, request).await.map_err(|w| w.into_status())? {
-            Outcome::Stat { target, info } => Ok((target.key, target.display, info.map(|i| i.version))),
+            Outcome::Stat { target, info, binding } => Ok(Canonical {
+                key: target.key,
+                display: target.display,
+                version: info.map(|i| i.version),
+                binding,
+            }),
             _ => Err(Status::internal(format!("{}: unexpected outcome", op.name()))),
         }
     }
@@ -325,15 +331,24 @@ impl FsdService {
         };
         let destination = destination.as_deref();
         let follow = request.op().follows_link();
-        let (target_key, display, version) = self.canonical(mode, op, request.path(), follow).await?;
-        let destination = match destination {
+        let source = self.canonical(mode, op, request.path(), follow).await?;
+        let (destination, destination_bound) = match destination {
             Some(dst) => {
-                let (key, display, _) = self.canonical(mode, op, dst, true).await?;
-                Some((key, display))
+                let dst = self.canonical(mode, op, dst, true).await?;
+                (Some((dst.key, dst.display)), dst.binding)
             }
-            None => None,
+            None => (None, None),
         };
-        Ok(CanonicalOp { op, target_key, display, version, destination, content_sha256: digest })
+        Ok(CanonicalOp {
+            op,
+            target_key: source.key,
+            display: source.display,
+            version: source.version,
+            destination,
+            content_sha256: digest,
+            bound: source.binding,
+            destination_bound,
+        })
     }
 
     /// A digest made on the check threads, with what it was made of given back.
@@ -403,14 +418,32 @@ impl FsdService {
         };
         // Before the ticket is spent: its last call forgets the escalation.
         let decider = escalations.decider_of(&ticket.escalation_id);
+        // What the approver signed, for the worker performing a change to check itself.
+        let approval = (call.op != Op::Read).then(|| escalations.signed(&ticket.escalation_id)).flatten();
+        #[cfg(feature = "fault-injection")]
+        let approval = crate::escalation::fault::tampered(approval);
+        let destination = match request.plain() {
+            backend::Request::MoveFile { destination, .. } => Some(destination.clone()),
+            _ => None,
+        };
         let result = if call.op == Op::Read {
-            let taken = escalations.take_read(&presented, &call.target_key, content);
-            taken.map(|taken| taken.then(|| call.target_key.clone()))
+            let taken = escalations.take_read(&presented, path, &call, content);
+            taken.map(|(taken, binding)| {
+                (taken.then(|| call.target_key.clone()), vec![(path.clone(), binding)])
+            })
         } else {
-            escalations.redeem(&presented, &call).map(|()| None)
+            escalations.redeem(&presented, path, &call).and_then(|approved| {
+                // An approved call with nothing to hold it to is refused, not run unbound.
+                let bindings =
+                    approved.bindings(path, destination.as_deref()).ok_or(TicketError::Mismatch)?;
+                Ok((None, bindings))
+            })
         };
         match result {
-            Ok(read) => {
+            Ok((read, bindings)) => {
+                // The worker that performs the call holds its own walk to what was approved.
+                let plain = std::mem::replace(request, backend::Request::ListDir { path: String::new() });
+                *request = backend::Request::Bound { bindings, approval, request: Box::new(plain) };
                 let step = Step::Escalate(request_op);
                 // The record names the path the call resolved to, and who approved it.
                 let extra = Extra { requested: Some(path), decided_by: decider.as_deref(), ..extra };
@@ -428,6 +461,16 @@ impl FsdService {
         let client = caller.client();
         escalations.give_back_read(&presented(ticket, caller, &client, grant.mode), key);
     }
+}
+
+/// A path as the daemon resolved it.
+pub(super) struct Canonical {
+    pub key: String,
+    pub display: String,
+    /// The version found, `None` for an absent target.
+    pub version: Option<String>,
+    /// The object the resolution stood on.
+    pub binding: Option<backend::Binding>,
 }
 
 /// The ticket a call presents: the escalation it names, for the caller's session and `client`.

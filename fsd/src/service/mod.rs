@@ -166,7 +166,7 @@ impl FsdService {
         request: &backend::Request,
     ) -> Result<(), WireError> {
         use backend::{Request as R, WriteGuard};
-        let target = match request {
+        let target = match request.plain() {
             R::WriteText { path, guard, .. } | R::WriteBytes { path, guard, .. } => match guard {
                 Some(WriteGuard::ReplaceIfVersion { .. }) => return Ok(()),
                 Some(WriteGuard::CreateIfAbsent) | None => path,
@@ -175,7 +175,7 @@ impl FsdService {
             _ => return Ok(()),
         };
         let Err(refusal) = self.budgets.may_create(&caller.identity) else { return Ok(()) };
-        if matches!(request, R::WriteText { guard: Some(WriteGuard::CreateIfAbsent), .. }) {
+        if matches!(request.plain(), R::WriteText { guard: Some(WriteGuard::CreateIfAbsent), .. }) {
             return Err(refusal.into_wire(target));
         }
         let probe = R::Stat { path: target.clone(), no_follow: false };
@@ -306,9 +306,11 @@ impl Fsd for FsdService {
         let grant = self.mode(&caller, r.context.as_ref(), &r.path, Op::StreamText)?;
         let mut probe = backend::Request::ReadText { path: r.path.clone(), max_bytes: 0 };
         self.redeem(&caller, &grant, &mut probe).await?;
+        // An approved read's stream is opened on the object the approval binds.
+        let (_, bindings, _) = probe.unbind();
         let mode = grant.mode;
         let started = std::time::Instant::now();
-        let opened = self.dispatcher.open_stream(mode, &caller.client(), &r.path).await;
+        let opened = self.dispatcher.open_stream(mode, &caller.client(), &r.path, bindings).await;
         measure_open(&caller, mode, &opened, started);
         let (header, file) = opened.map_err(|w| w.with("mode", mode.as_str()).into_status())?;
         drop(call_permit);

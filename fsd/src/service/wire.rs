@@ -165,7 +165,7 @@ pub(super) fn write_bytes_reply(outcome: Outcome) -> Option<v1::WriteBytesReply>
 }
 
 pub(super) fn stat_reply(outcome: Outcome) -> Option<v1::StatReply> {
-    let Outcome::Stat { target: t, info } = outcome else { return None };
+    let Outcome::Stat { target: t, info, .. } = outcome else { return None };
     Some(v1::StatReply {
         target: target(t),
         info: info.map(|i| v1::FsInfo { version: i.version, r#type: file_type(i.file_type), size: i.size }),

@@ -40,6 +40,8 @@ pub struct Meta {
     pub btime: (i64, u32),
     /// The mount the object is on (`STATX_MNT_ID`): the walk refuses to cross into another.
     pub mount: u64,
+    /// Hard links: a file with more than one is reachable by other names too.
+    pub nlink: u64,
 }
 
 impl Meta {
@@ -79,6 +81,9 @@ pub fn meta(fd: BorrowedFd<'_>) -> Result<Meta, Errno> {
 fn from_stat(st: &rustix::fs::Stat) -> Meta {
     let mode = st.st_mode;
     let dev = st.st_dev;
+    // `nlink_t` is 64 bits here, 32 on other targets.
+    #[allow(clippy::useless_conversion)]
+    let nlink = u64::from(st.st_nlink);
     Meta {
         kind: kind_of(mode),
         dev: (u64::from(rustix::fs::major(dev)) << 32) | u64::from(rustix::fs::minor(dev)),
@@ -91,6 +96,7 @@ fn from_stat(st: &rustix::fs::Stat) -> Meta {
         ctime: (st.st_ctime, u32::try_from(st.st_ctime_nsec).unwrap_or(0)),
         btime: (0, 0),
         mount: 0,
+        nlink,
     }
 }
 
@@ -124,6 +130,7 @@ fn from_statx(st: &rustix::fs::Statx) -> Meta {
         ctime: (st.stx_ctime.tv_sec, st.stx_ctime.tv_nsec),
         btime,
         mount: st.stx_mnt_id,
+        nlink: u64::from(st.stx_nlink),
     }
 }
 

@@ -228,6 +228,13 @@ fn escalation_denial(reason: Reason, wire: &WireError) -> Option<String> {
             "an escalated write or edit must carry its change, so the approver sees what it approves"
                 .to_owned()
         }
+        Reason::HardLinked => {
+            "the file has more than one hard link, and its requester may not access it itself".to_owned()
+        }
+        Reason::NotApprovedObject => {
+            "the path now leads to another file or directory than the one the approver was shown; a new approval is needed"
+                .to_owned()
+        }
         _ => return None,
     })
 }
