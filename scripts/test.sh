@@ -34,16 +34,6 @@ if ! command -v ip >/dev/null 2>&1 && [ ! -x /usr/sbin/ip ] && [ ! -x /sbin/ip ]
         || echo "scripts/test.sh: cannot install iproute2; the fleet test will fail" >&2
 fi
 
-# The daemon serves its confined modes only with the kernel's link protection on
-# (fs.protected_hardlinks and fs.protected_symlinks = 1, every distribution's default). A machine
-# that turned them off gets them back for the run; without the privilege the tests fail and say why.
-for name in protected_hardlinks protected_symlinks; do
-    if [ "$(cat /proc/sys/fs/$name 2>/dev/null)" = 0 ]; then
-        echo 1 2>/dev/null >"/proc/sys/fs/$name" \
-            || echo "scripts/test.sh: cannot set fs.$name = 1; the daemon tests will fail" >&2
-    fi
-done
-
 # The router test (tests/tests/router.rs) puts Debian's nginx, as an HTTP/1.1 reverse proxy like
 # the agent-sandbox router, between fsd-tools and fsd. Without it that test fails and says why.
 if [ ! -x /usr/sbin/nginx ] && ! command -v nginx >/dev/null 2>&1; then
