@@ -230,8 +230,15 @@ impl ServerHandler for McpServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
         if !self.visible.iter().any(|v| *v == name) {
+            // A tool that is off says so, with the setting (the host's user reads this).
+            let not_offered = self.session.lock().await.tools().not_offered(&name);
+            let message = if not_offered.starts_with("unknown tool") {
+                format!("Unknown tool: {name}")
+            } else {
+                format!("Unknown tool: {name} ({not_offered})")
+            };
             return Err(ErrorData::invalid_params(
-                format!("Unknown tool: {name}"),
+                message,
                 Some(json!({"fsd/code": "UNKNOWN_TOOL"})),
             ));
         }

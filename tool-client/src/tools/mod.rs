@@ -89,19 +89,38 @@ impl Tools {
 
     /// The visible tools, in schema order.
     pub fn visible_tools(&self) -> Vec<Tool> {
+        Tool::ALL.into_iter().filter(|tool| self.turned_on_by(*tool).is_none()).collect()
+    }
+
+    /// For a tool this composition leaves off, the client config setting that turns it on
+    /// (None: the tool is on).
+    pub fn turned_on_by(&self, tool: Tool) -> Option<&'static str> {
         let c = &self.config;
-        Tool::ALL
-            .into_iter()
-            .filter(|tool| match tool {
-                Tool::Read => c.read,
-                // read_image needs durable storage for its blocks: without a store it is not offered.
-                Tool::ReadImage => c.read_image && c.attachment_store.is_some(),
-                Tool::Write => c.write,
-                Tool::Edit => c.edit,
-                Tool::ApplyPatch => c.apply_patch,
-                Tool::StrReplaceEditor => c.str_replace_editor,
-            })
-            .collect()
+        match tool {
+            Tool::Read => (!c.read).then_some("read = true"),
+            // read_image needs durable storage for its blocks: without a store it is not offered.
+            Tool::ReadImage => match (c.read_image, c.attachment_store.is_some()) {
+                (true, true) => None,
+                (true, false) => Some("attachmentStore = \"DIR\""),
+                (false, true) => Some("readImage = true"),
+                (false, false) => Some("readImage = true with attachmentStore = \"DIR\""),
+            },
+            Tool::Write => (!c.write).then_some("write = true"),
+            Tool::Edit => (!c.edit).then_some("edit = true"),
+            Tool::ApplyPatch => (!c.apply_patch).then_some("applyPatch = true"),
+            Tool::StrReplaceEditor => (!c.str_replace_editor).then_some("strReplaceEditor = true"),
+        }
+    }
+
+    /// The refusal of a call to a tool that is not offered: an unknown name, or a tool that is
+    /// off, with the one setting that turns it on.
+    pub fn not_offered(&self, name: &str) -> String {
+        match Tool::parse(name).and_then(|tool| self.turned_on_by(tool)) {
+            Some(setting) => format!(
+                "tool \"{name}\" is off in this client; {setting} in the client config (--config FILE) turns it on"
+            ),
+            None => format!("unknown tool \"{name}\""),
+        }
     }
 
     /// Visible tool names, in schema order.
@@ -209,7 +228,7 @@ impl Session {
     /// Runs a tool by name with JSON arguments.
     pub async fn call(&mut self, name: &str, args: Value) -> ToolResult {
         let Some(tool) = Tool::parse(name).filter(|t| self.tools.visible_tools().contains(t)) else {
-            return ToolResult::error(ToolError::new("UNKNOWN_TOOL", format!("unknown tool \"{name}\"")));
+            return ToolResult::error(ToolError::new("UNKNOWN_TOOL", self.tools.not_offered(name)));
         };
         self.daemon.begin_call();
         self.escalation_asked = false;
