@@ -150,3 +150,80 @@ fn a_tool_that_is_off_says_so_and_names_its_setting() {
     let reply = s.call("apply_patch", json!({"input": "*** Begin Patch\n*** End Patch\n"}));
     assert_ne!(reply.code(), Some("UNKNOWN_TOOL"), "{}", reply.json);
 }
+
+/// A daemon that accepts client-approved escalation up to danger-full-access, and a client
+/// config that asks the person (`escalationPrompt`).
+fn escalating_daemon() -> (Daemon, std::path::PathBuf) {
+    let d = Daemon::start_with(&[], "escalation = \"client\"\nmax_mode = \"danger-full-access\"\n");
+    let config = d.dir.path().join("client.toml");
+    std::fs::write(&config, "escalationPrompt = true\n").unwrap();
+    (d, config)
+}
+
+/// `fsd-tools ARGS` in a session of its own (`setsid`): no controlling terminal to prompt on.
+fn without_terminal(args: &[&str]) -> std::process::Child {
+    Command::new("setsid")
+        .arg(tools_bin())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("setsid fsd-tools")
+}
+
+/// Writes `lines` to the child, closes its stdin and returns its stdout lines as JSON.
+fn exchange(mut child: std::process::Child, lines: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    use std::io::Write;
+    let mut stdin = child.stdin.take().unwrap();
+    for line in lines {
+        writeln!(stdin, "{line}").unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+const NO_ONE: &str = "escalation to danger-full-access was refused: no one could be asked (there is no terminal \
+                      to prompt on); nothing was changed. Do not retry this call with sandbox_permissions; continue \
+                      under workspace-write mode or ask the user. [sandbox: file access denied under workspace-write \
+                      mode]";
+
+#[test]
+fn where_no_one_can_be_asked_escalation_is_not_offered_and_its_refusal_says_so() {
+    let (d, config) = escalating_daemon();
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("x.txt");
+    let write = json!({"file_path": target.to_str().unwrap(), "content": "x\n",
+        "sandbox_permissions": "danger-full-access", "justification": "the user asked"});
+
+    // The session face with no terminal: before, "refused by the user" though nobody was asked.
+    let session = without_terminal(&["session", "--endpoint", &d.endpoint(), "--config", config.to_str().unwrap()]);
+    let replies = exchange(session, &[json!({"id": 1, "tool": "write", "args": write})]);
+    assert_eq!(replies[0]["text"], json!(format!("Error: {NO_ONE}")), "{}", replies[0]);
+    assert!(!target.exists());
+
+    // MCP: a host without elicitation is not offered the fields; one with it is.
+    let has_fields = |tools: &serde_json::Value| {
+        tools["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["inputSchema"]["properties"].get("sandbox_permissions").is_some())
+            .count()
+    };
+    for (capabilities, fields) in [(json!({}), false), (json!({"elicitation": {}}), true)] {
+        let mcp = without_terminal(&["mcp", "--endpoint", &d.endpoint(), "--config", config.to_str().unwrap()]);
+        let replies = exchange(
+            mcp,
+            &[
+                json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18",
+                    "capabilities": capabilities, "clientInfo": {"name": "first-minute", "version": "1"}}}),
+                json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+                json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+            ],
+        );
+        let list = replies.iter().find(|r| r["id"] == json!(2)).unwrap_or_else(|| panic!("{replies:?}"));
+        assert_eq!(has_fields(list) > 0, fields, "{capabilities}: {list}");
+    }
+}

@@ -169,6 +169,18 @@ pub struct Session {
     host: Option<std::sync::Arc<dyn crate::approver::Host>>,
 }
 
+/// Whether an escalation could reach anyone who decides: the daemon's approver (`signed`), this
+/// client's rule file, or a person (`escalationPrompt`) on the controlling terminal or through
+/// the host (`host_asks`).
+fn someone_to_ask(hello: &Hello, approver: &Approver, host_asks: bool) -> bool {
+    match approver {
+        _ if hello.escalation == "signed" => true,
+        Approver::Rules(_) => true,
+        Approver::Prompt => host_asks || crate::approver::terminal_available(),
+        Approver::None => false,
+    }
+}
+
 impl Session {
     pub fn new(
         mut tools: Tools,
@@ -179,7 +191,6 @@ impl Session {
         let hello = hello.into();
         let session_id = format!("s-{}-{}", std::process::id(), unique_suffix());
         let offer = escalation::Offer::from_hello(&hello);
-        tools.escalation = offer.is_some();
         let config = &tools.config;
         let approver =
             match Approver::from_config(config.escalation_rules.as_deref(), config.escalation_prompt) {
@@ -190,6 +201,9 @@ impl Session {
                     Approver::None
                 }
             };
+        // Where no one can be asked, the fields are not advertised: a call that used them could
+        // only be refused.
+        tools.escalation = offer.is_some() && someone_to_ask(&hello, &approver, false);
         Session {
             tools,
             daemon: Daemon::new(client.into(), session_id),
@@ -289,7 +303,8 @@ impl Session {
         match self.daemon.hello().await {
             Ok(hello) => {
                 self.escalation = escalation::Offer::from_hello(&hello);
-                self.tools.escalation = self.escalation.is_some();
+                self.tools.escalation =
+                    self.escalation.is_some() && someone_to_ask(&hello, &self.approver, false);
                 self.hello = hello;
             }
             // Down again: the next call that reaches it re-pins, and the old hello stands.
@@ -305,6 +320,15 @@ impl Session {
             names.extend([escalation::MODE_FIELD, escalation::REASON_FIELD]);
         }
         names
+    }
+
+    /// The tools' schemas as a host that can ask the person (`host_asks`: an MCP client with
+    /// elicitation) or cannot should list them: the escalation fields only where a wider mode
+    /// is on offer and someone can be asked.
+    pub fn schemas_for_host(&self, host_asks: bool) -> Vec<Value> {
+        let mut tools = self.tools.clone();
+        tools.escalation = self.escalation.is_some() && someone_to_ask(&self.hello, &self.approver, host_asks);
+        tools.schemas()
     }
 
     /// Sends prompts to this host instead of the terminal (the MCP face, per call).
