@@ -46,7 +46,11 @@ pub struct Entry<'a> {
 
 impl Audit {
     pub fn open(path: &Path) -> std::io::Result<Audit> {
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        // Records name clients and paths: the daemon's user writes, its group (operators) reads.
+        let file = std::os::unix::fs::OpenOptionsExt::mode(&mut std::fs::OpenOptions::new(), 0o640)
+            .create(true)
+            .append(true)
+            .open(path)?;
         Ok(Audit { file: Mutex::new(file) })
     }
 
