@@ -42,6 +42,14 @@ if [ ! -x /usr/sbin/nginx ] && ! command -v nginx >/dev/null 2>&1; then
         || echo "scripts/test.sh: cannot install nginx; the router test will fail" >&2
 fi
 
+# deploy_examples runs `systemd-analyze verify` on the example unit (Debian's systemd package).
+# Without it that test fails and says why.
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get install -y -q systemd || { apt-get update -q && apt-get install -y -q systemd; }; } >/dev/null \
+        || echo "scripts/test.sh: cannot install systemd-analyze; the deploy_examples test will fail" >&2
+fi
+
 # The end-to-end tests start target/debug/fsd and target/debug/fsd-tools; the debug build of
 # fsd carries the test-only hooks (cargo feature fault-injection, never in a release build).
 cargo build --workspace --bins --locked --features fsd/fault-injection

@@ -227,3 +227,34 @@ fn where_no_one_can_be_asked_escalation_is_not_offered_and_its_refusal_says_so()
         assert_eq!(has_fields(list) > 0, fields, "{capabilities}: {list}");
     }
 }
+
+#[test]
+fn a_write_over_plaintext_tcp_names_client_max_modes_to_the_operator() {
+    // Before: only `denied: read_only`, no pointer to the setting. The model's text stays the
+    // seed's denial; the hint goes to the CLI's stderr (and `doctor`).
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ws");
+    std::fs::create_dir(&root).unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let daemon = common::launch().tcp(&addr).writable_root(&root).start().unwrap_or_else(|e| panic!("{e}"));
+    let endpoint = format!("tcp:{addr}");
+    let target = root.join("a.txt");
+    let out = Command::new(tools_bin())
+        .args(["call", "write", &json!({"file_path": target, "content": "a\n"}).to_string(), "--endpoint", &endpoint])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout} {stderr}");
+    assert!(stdout.ends_with("[sandbox: file access denied under read-only mode]\n"), "{stdout}");
+    assert!(!stdout.contains("client_max_modes"), "an operator's setting in the model's text: {stdout}");
+    assert_eq!(
+        stderr,
+        format!(
+            "fsd-tools: note: this client may only read at {endpoint} (plaintext TCP callers are the identity tcp, \
+             read-only unless the daemon's client_max_modes names it); writes will be refused\n"
+        )
+    );
+    assert!(!target.exists());
+    drop(daemon);
+}
