@@ -221,10 +221,22 @@ fn where_no_one_can_be_asked_escalation_is_not_offered_and_its_refusal_says_so()
                     "capabilities": capabilities, "clientInfo": {"name": "first-minute", "version": "1"}}}),
                 json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
                 json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+                json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                    "params": {"name": "apply_patch", "arguments": {"input": ""}}}),
             ],
         );
         let list = replies.iter().find(|r| r["id"] == json!(2)).unwrap_or_else(|| panic!("{replies:?}"));
         assert_eq!(has_fields(list) > 0, fields, "{capabilities}: {list}");
+        // A tool that is off, through MCP: the protocol error names the setting.
+        let off = replies.iter().find(|r| r["id"] == json!(3)).unwrap_or_else(|| panic!("{replies:?}"));
+        assert_eq!(
+            off["error"]["message"],
+            json!(
+                "Unknown tool: apply_patch (tool \"apply_patch\" is off in this client; applyPatch = true in the \
+                 client config (--config FILE) turns it on)"
+            ),
+            "{off}"
+        );
     }
 }
 

@@ -183,6 +183,10 @@ impl Drop for EmbeddedDaemon {
                 Ok(None) => std::thread::sleep(Duration::from_millis(2)),
             }
         }
+        // The daemon's last lines (how it stopped) are on their way through the relay.
+        if let Some(relay) = &self.stderr {
+            let _ = relay.done.recv_timeout(Duration::from_secs(1));
+        }
         if let Some(dir) = self.dir.take() {
             // The daemon removes the directory itself; this covers a daemon that was killed.
             let _ = dir.close();
