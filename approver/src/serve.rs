@@ -211,7 +211,8 @@ fn bind_unix(path: &Path, socket: Socket) -> Result<tokio::net::UnixListener, Ap
     let placed = (|| {
         let listener = tokio::net::UnixListener::bind(&staged)?;
         if let Some(gid) = socket.gid {
-            std::os::unix::fs::chown(&staged, None, Some(gid)).inspect_err(|_| group_refused.set(Some(gid)))?;
+            std::os::unix::fs::chown(&staged, None, Some(gid))
+                .inspect_err(|_| group_refused.set(Some(gid)))?;
         }
         std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(socket.mode))?;
         std::fs::hard_link(&staged, path)?;

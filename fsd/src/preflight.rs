@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::backend::Mode;
-use crate::sys::Errno;
 use crate::config::{Config, LandlockPolicy, LinkProtection, Listen, WorkerIdentity};
+use crate::sys::Errno;
 
 /// A configuration the daemon cannot serve, found before anything started.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -43,7 +43,16 @@ pub enum PreflightError {
         "{what} {path}: the workers (uid {uid}, gid {gid}) may not enter it ({errno}; owner {owner}:{group}, \
          mode {mode:04o}): change its permissions or set worker_uid/worker_gid"
     )]
-    RootUnenterable { what: &'static str, path: PathBuf, uid: u32, gid: u32, errno: Errno, owner: u32, group: u32, mode: u32 },
+    RootUnenterable {
+        what: &'static str,
+        path: PathBuf,
+        uid: u32,
+        gid: u32,
+        errno: Errno,
+        owner: u32,
+        group: u32,
+        mode: u32,
+    },
     #[error(
         "writable root {path}: the workers (uid {uid}, gid {gid}) may not create files in it ({errno}; owner \
          {owner}:{group}, mode {mode:04o}): every write would fail; give them write access (chown or chmod), \
@@ -88,7 +97,9 @@ pub enum LinksMatter {
 impl std::fmt::Display for LinksMatter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            LinksMatter::RootCapabilities => write!(f, "worker_uid = 0 keeps root's capabilities in the workers"),
+            LinksMatter::RootCapabilities => {
+                write!(f, "worker_uid = 0 keeps root's capabilities in the workers")
+            }
             LinksMatter::Escalation => {
                 write!(f, "an escalated call may run with the daemon's own rights")
             }

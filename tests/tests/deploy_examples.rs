@@ -38,7 +38,9 @@ fn the_unit_verifies_without_the_man_page_installed() {
     let analyze = ["/usr/bin/systemd-analyze", "/bin/systemd-analyze"]
         .into_iter()
         .find(|p| Path::new(p).exists())
-        .unwrap_or_else(|| panic!("systemd-analyze is not installed (Debian's systemd package): this test runs it"));
+        .unwrap_or_else(|| {
+            panic!("systemd-analyze is not installed (Debian's systemd package): this test runs it")
+        });
     let dir = tempfile::tempdir().unwrap();
     let unit = std::fs::read_to_string(deploy().join("systemd/fsd.service")).unwrap();
     let unit = unit.replace("/usr/local/bin/fsd", common::fsd_bin().to_str().unwrap());

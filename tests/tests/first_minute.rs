@@ -21,7 +21,11 @@ fn call_read(endpoint: &str, extra: &[&str]) -> (Option<i32>, String, String) {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// An nginx on `listen`: without `X-Sandbox-ID` a 400 with the router's JSON body, with it a
@@ -198,7 +202,8 @@ fn where_no_one_can_be_asked_escalation_is_not_offered_and_its_refusal_says_so()
         "sandbox_permissions": "danger-full-access", "justification": "the user asked"});
 
     // The session face with no terminal: before, "refused by the user" though nobody was asked.
-    let session = without_terminal(&["session", "--endpoint", &d.endpoint(), "--config", config.to_str().unwrap()]);
+    let session =
+        without_terminal(&["session", "--endpoint", &d.endpoint(), "--config", config.to_str().unwrap()]);
     let replies = exchange(session, &[json!({"id": 1, "tool": "write", "args": write})]);
     assert_eq!(replies[0]["text"], json!(format!("Error: {NO_ONE}")), "{}", replies[0]);
     assert!(!target.exists());
@@ -213,7 +218,8 @@ fn where_no_one_can_be_asked_escalation_is_not_offered_and_its_refusal_says_so()
             .count()
     };
     for (capabilities, fields) in [(json!({}), false), (json!({"elicitation": {}}), true)] {
-        let mcp = without_terminal(&["mcp", "--endpoint", &d.endpoint(), "--config", config.to_str().unwrap()]);
+        let mcp =
+            without_terminal(&["mcp", "--endpoint", &d.endpoint(), "--config", config.to_str().unwrap()]);
         let replies = exchange(
             mcp,
             &[
@@ -252,7 +258,13 @@ fn a_write_over_plaintext_tcp_names_client_max_modes_to_the_operator() {
     let endpoint = format!("tcp:{addr}");
     let target = root.join("a.txt");
     let out = Command::new(tools_bin())
-        .args(["call", "write", &json!({"file_path": target, "content": "a\n"}).to_string(), "--endpoint", &endpoint])
+        .args([
+            "call",
+            "write",
+            &json!({"file_path": target, "content": "a\n"}).to_string(),
+            "--endpoint",
+            &endpoint,
+        ])
         .stdin(Stdio::null())
         .output()
         .unwrap();

@@ -606,12 +606,18 @@ fn link_protection_is_required_only_where_it_guards_something_and_turned_on_ther
         (
             "worker_uid = 0\nlink_protection = \"require\"\n",
             Some(("0", "1")),
-            Err("fs.protected_hardlinks = 0: the confined modes need the kernel's link protection here (worker_uid \
+            Err(
+                "fs.protected_hardlinks = 0: the confined modes need the kernel's link protection here (worker_uid \
                  = 0 keeps root's capabilities in the workers); turn it on with `sysctl -w \
-                 fs.protected_hardlinks=1`; fsd does not change it itself under link_protection = \"require\""),
+                 fs.protected_hardlinks=1`; fsd does not change it itself under link_protection = \"require\"",
+            ),
         ),
         // best-effort serves anyway (with a warning), values untouched.
-        ("worker_uid = 0\nlink_protection = \"require\"\nlandlock = \"best-effort\"\n", Some(("0", "0")), Ok((Some("SERVING WITHOUT THE KERNEL'S LINK PROTECTION"), "0 0"))),
+        (
+            "worker_uid = 0\nlink_protection = \"require\"\nlandlock = \"best-effort\"\n",
+            Some(("0", "0")),
+            Ok((Some("SERVING WITHOUT THE KERNEL'S LINK PROTECTION"), "0 0")),
+        ),
         // Unreadable (a /proc without sys/, as systemd's ProcSubset=pid makes it).
         ("worker_uid = 0\n", None, Err("cannot read whether the kernel protects links (")),
         // Both on: nothing to say.
@@ -647,7 +653,10 @@ fn link_protection_is_required_only_where_it_guards_something_and_turned_on_ther
                     .unwrap_or_else(|e| panic!("{config:?}: {e}"));
                 let endpoint = format!("unix:{}", socket.display());
                 let mut s = ToolSession::start(&endpoint, &root, None);
-                assert!(!s.read("a.txt").is_error(), "{config:?} {values:?}: a daemon that started must serve");
+                assert!(
+                    !s.read("a.txt").is_error(),
+                    "{config:?} {values:?}: a daemon that started must serve"
+                );
                 drop(s);
                 let mut pipe = daemon.take_stderr().unwrap();
                 daemon.signal(rustix::process::Signal::TERM);
@@ -669,7 +678,8 @@ fn link_protection_is_required_only_where_it_guards_something_and_turned_on_ther
                 std::fs::write(&config_path, config).unwrap();
                 let socket = format!("unix:{}", ws.path().join("fsd.sock").display());
                 let root = ws.path().to_str().unwrap();
-                let args = ["--listen", &socket, "--writable-root", root, "--config", config_path.to_str().unwrap()];
+                let args =
+                    ["--listen", &socket, "--writable-root", root, "--config", config_path.to_str().unwrap()];
                 let (code, lines, secs) = failed_start(&args, &env);
                 println!("exit {code:?} after {secs:.3} s: {lines:?}");
                 assert_eq!(code, Some(2), "{config:?}: {lines:?}");
@@ -726,7 +736,8 @@ fn readme_command_one_works_with_the_real_link_protection_off() {
     let found = names.map(|n| std::fs::read_to_string(n).unwrap());
     let set = |values: [&str; 2]| {
         for (name, value) in names.iter().zip(values) {
-            std::fs::write(name, value).unwrap_or_else(|e| panic!("cannot set {name} (needed for this test): {e}"));
+            std::fs::write(name, value)
+                .unwrap_or_else(|e| panic!("cannot set {name} (needed for this test): {e}"));
         }
     };
     let ws = tempfile::tempdir().unwrap();
@@ -753,7 +764,6 @@ fn readme_command_one_works_with_the_real_link_protection_off() {
     d.write("a.txt", "a\n");
     assert!(!d.session().read("a.txt").is_error());
 }
-
 
 /// A POSIX ACL in its xattr form: the owner rw, user 4242 rw, the owning group only r, mask rw.
 fn narrow_group_acl() -> Vec<u8> {

@@ -493,21 +493,43 @@ fn a_root_the_workers_cannot_use_is_a_start_error() {
     // (FS_PERMISSION_DENIED, "cannot create temporary file: Permission denied"). Asked as the
     // worker identity, ACLs and all, before anything is served.
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(rustix::process::geteuid().as_raw(), 0, "this test's daemons run as root or 65534: run it as root");
+    assert_eq!(
+        rustix::process::geteuid().as_raw(),
+        0,
+        "this test's daemons run as root or 65534: run it as root"
+    );
     // (root's mode, how it is named, the daemon's uid (None: root), config, the start line)
     let cases: &[(u32, &str, Option<u32>, &str, &str)] = &[
         // A non-root daemon on a root-owned 0755 directory (its workers keep its uid).
-        (0o755, "--writable-root", Some(65534), "", "writable root {ROOT}: the workers (uid 65534, gid 65534) may \
+        (
+            0o755,
+            "--writable-root",
+            Some(65534),
+            "",
+            "writable root {ROOT}: the workers (uid 65534, gid 65534) may \
           not create files in it (Permission denied (os error 13); owner 0:0, mode 0755): every write would fail; \
-          give them write access (chown or chmod), set worker_uid/worker_gid, or name it with --readable-root"),
+          give them write access (chown or chmod), set worker_uid/worker_gid, or name it with --readable-root",
+        ),
         // A root daemon whose worker identity may not enter a readable root.
-        (0o700, "--readable-root", None, "worker_uid = 65534\nworker_gid = 65534\n", "readable root {ROOT}: the \
+        (
+            0o700,
+            "--readable-root",
+            None,
+            "worker_uid = 65534\nworker_gid = 65534\n",
+            "readable root {ROOT}: the \
           workers (uid 65534, gid 65534) may not enter it (Permission denied (os error 13); owner 0:0, mode 0700): \
-          change its permissions or set worker_uid/worker_gid"),
+          change its permissions or set worker_uid/worker_gid",
+        ),
         // ... nor a writable one.
-        (0o700, "--writable-root", None, "worker_uid = 65534\nworker_gid = 65534\n", "writable root {ROOT}: the \
+        (
+            0o700,
+            "--writable-root",
+            None,
+            "worker_uid = 65534\nworker_gid = 65534\n",
+            "writable root {ROOT}: the \
           workers (uid 65534, gid 65534) may not enter it (Permission denied (os error 13); owner 0:0, mode 0700): \
-          change its permissions or set worker_uid/worker_gid"),
+          change its permissions or set worker_uid/worker_gid",
+        ),
     ];
     for (mode, flag, uid, config, want) in cases {
         let dir = tempfile::tempdir().unwrap();
@@ -521,7 +543,8 @@ fn a_root_the_workers_cannot_use_is_a_start_error() {
         let path = dir.path().join("fsd.toml");
         std::fs::write(&path, config).unwrap();
         let socket = format!("unix:{}", dir.path().join("fsd.sock").display());
-        let mut args = vec!["--listen", &socket, "--config", path.to_str().unwrap(), *flag, root.to_str().unwrap()];
+        let mut args =
+            vec!["--listen", &socket, "--config", path.to_str().unwrap(), *flag, root.to_str().unwrap()];
         if *flag == "--readable-root" {
             args.extend(["--writable-root", open.to_str().unwrap()]);
         }

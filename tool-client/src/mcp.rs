@@ -244,10 +244,7 @@ impl ServerHandler for McpServer {
             } else {
                 format!("Unknown tool: {name} ({not_offered})")
             };
-            return Err(ErrorData::invalid_params(
-                message,
-                Some(json!({"fsd/code": "UNKNOWN_TOOL"})),
-            ));
+            return Err(ErrorData::invalid_params(message, Some(json!({"fsd/code": "UNKNOWN_TOOL"}))));
         }
         let args = Value::Object(request.arguments.unwrap_or_default());
         tokio::select! {

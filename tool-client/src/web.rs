@@ -87,7 +87,8 @@ impl tower::Service<http::Request<GrpcWebCall<Body>>> for Checked {
         let future = self.client.request(request);
         let below = self.below.clone();
         Box::pin(async move {
-            let note = |what: Below| *below.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(what);
+            let note =
+                |what: Below| *below.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(what);
             let response = match future.await {
                 Ok(response) => response,
                 Err(error) => {
@@ -123,12 +124,12 @@ impl tower::Service<http::Request<GrpcWebCall<Body>>> for Checked {
                 }
             }
             head.truncate(QUOTED_BODY_BYTES);
-            let status = format!(
-                "{} {}",
-                parts.status.as_u16(),
-                parts.status.canonical_reason().unwrap_or_default()
-            );
-            note(Below::NotGrpcWeb { status: status.trim_end().to_owned(), body: String::from_utf8_lossy(&head).into_owned() });
+            let status =
+                format!("{} {}", parts.status.as_u16(), parts.status.canonical_reason().unwrap_or_default());
+            note(Below::NotGrpcWeb {
+                status: status.trim_end().to_owned(),
+                body: String::from_utf8_lossy(&head).into_owned(),
+            });
             Ok(http::Response::from_parts(parts, Body::empty()))
         })
     }
@@ -228,15 +229,15 @@ pub async fn open(
     let hello = client
         .hello(v1::HelloRequest { context: None })
         .await
-        .map_err(|status| {
-            match below.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
-                Some(Below::NotGrpcWeb { status, body }) => ConnectError::NotGrpcWeb { endpoint: name, status, body },
-                Some(Below::Connect(kind, text)) => ConnectError::Unreachable {
-                    reason: crate::connect::describe_connect_failure(endpoint, &std::io::Error::new(kind, text)),
-                    endpoint: name,
-                },
-                None => crate::connect::hello_failed(name, status),
+        .map_err(|status| match below.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+            Some(Below::NotGrpcWeb { status, body }) => {
+                ConnectError::NotGrpcWeb { endpoint: name, status, body }
             }
+            Some(Below::Connect(kind, text)) => ConnectError::Unreachable {
+                reason: crate::connect::describe_connect_failure(endpoint, &std::io::Error::new(kind, text)),
+                endpoint: name,
+            },
+            None => crate::connect::hello_failed(name, status),
         })?
         .into_inner();
     Ok((SessionClient::Web(Box::new(client), state.clone()), hello, state))

@@ -490,9 +490,10 @@ fn sent(code: ErrorCode, meta: &[(&str, &str)]) -> DaemonError {
 #[test]
 fn an_unserved_mode_is_unavailable_not_a_sandbox_denial() {
     let error = sent(ErrorCode::SandboxDenied, &[("reason", "mode_unserved")]);
-    for (got, verb) in
-        [(ToolError::from_read("/ws/a.txt", &error), "read"), (ToolError::from_mutation("/ws/a.txt", &error), "modify")]
-    {
+    for (got, verb) in [
+        (ToolError::from_read("/ws/a.txt", &error), "read"),
+        (ToolError::from_mutation("/ws/a.txt", &error), "modify"),
+    ] {
         assert_eq!(
             got.text(),
             format!(

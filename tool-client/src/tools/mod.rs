@@ -327,7 +327,8 @@ impl Session {
     /// is on offer and someone can be asked.
     pub fn schemas_for_host(&self, host_asks: bool) -> Vec<Value> {
         let mut tools = self.tools.clone();
-        tools.escalation = self.escalation.is_some() && someone_to_ask(&self.hello, &self.approver, host_asks);
+        tools.escalation =
+            self.escalation.is_some() && someone_to_ask(&self.hello, &self.approver, host_asks);
         tools.schemas()
     }
 
