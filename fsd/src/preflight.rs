@@ -183,7 +183,7 @@ pub fn links_matter(config: &Config, identity: WorkerIdentity) -> Option<LinksMa
     }
     config.roots.iter().find_map(|root| {
         let meta = std::fs::metadata(&root.path).ok()?;
-        let others_write = meta.uid() != identity.uid && meta.uid() != 0 || meta.mode() & 0o022 != 0;
+        let others_write = (meta.uid() != identity.uid && meta.uid() != 0) || meta.mode() & 0o022 != 0;
         others_write.then(|| LinksMatter::SharedRoot {
             path: root.path.clone(),
             uid: meta.uid(),

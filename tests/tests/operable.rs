@@ -432,7 +432,10 @@ fn nobody_start(config: &str) -> (tempfile::TempDir, String, [String; 6]) {
     let ws = dir.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // The workers' own workspace, no one else's to write: the kernel's link protection guards
+    // nothing there, so these starts do not depend on the machine's fs.protected_* settings.
+    std::os::unix::fs::chown(&ws, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = dir.path().join("fsd.toml");
     std::fs::write(&path, config).unwrap();
     let socket = format!("unix:{}", dir.path().join("fsd.sock").display());
