@@ -590,7 +590,8 @@ fn link_protection_is_required_only_where_it_guards_something_and_turned_on_ther
     // Err(the one start line)).
     type Want = Result<(Option<&'static str>, &'static str), &'static str>;
     let why_root = "worker_uid = 0 keeps root's capabilities in the workers";
-    let cases: &[(&str, Option<(&str, &str)>, Want)] = &[
+    type Case = (&'static str, Option<(&'static str, &'static str)>, Want);
+    let cases: &[Case] = &[
         // The workers (the root's owner, no capabilities) reach through a link only what whoever
         // made it could: nothing to protect, nothing changed (README set-up command 1).
         ("", Some(("0", "0")), Ok((None, "0 0"))),
