@@ -36,16 +36,6 @@ if ! command -v ip >/dev/null 2>&1 && [ ! -x /usr/sbin/ip ] && [ ! -x /sbin/ip ]
         || echo "scripts/test.sh: cannot install iproute2; the fleet test will fail" >&2
 fi
 
-# The daemon serves its confined modes only with the kernel's link protection on
-# (fs.protected_hardlinks and fs.protected_symlinks = 1, every distribution's default). A machine
-# that turned them off gets them back for the run; without the privilege the tests fail and say why.
-for name in protected_hardlinks protected_symlinks; do
-    if [ "$(cat /proc/sys/fs/$name 2>/dev/null)" = 0 ]; then
-        echo 1 2>/dev/null >"/proc/sys/fs/$name" \
-            || echo "scripts/test.sh: cannot set fs.$name = 1; the daemon tests will fail" >&2
-    fi
-done
-
 # The router test (tests/tests/router.rs) puts Debian's nginx, as an HTTP/1.1 reverse proxy like
 # the agent-sandbox router, between fsd-tools and fsd. Without it that test fails and says why.
 if [ ! -x /usr/sbin/nginx ] && ! command -v nginx >/dev/null 2>&1; then
@@ -60,6 +50,14 @@ if [ ! -x /usr/bin/prometheus ]; then
     export DEBIAN_FRONTEND=noninteractive
     { apt-get install -y -q prometheus || { apt-get update -q && apt-get install -y -q prometheus; }; } >/dev/null \
         || echo "scripts/test.sh: cannot install prometheus; the metrics test will fail" >&2
+fi
+
+# deploy_examples runs `systemd-analyze verify` on the example unit (Debian's systemd package).
+# Without it that test fails and says why.
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get install -y -q systemd || { apt-get update -q && apt-get install -y -q systemd; }; } >/dev/null \
+        || echo "scripts/test.sh: cannot install systemd-analyze; the deploy_examples test will fail" >&2
 fi
 
 # The end-to-end tests start target/debug/fsd and target/debug/fsd-tools; the debug build of

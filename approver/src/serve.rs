@@ -208,10 +208,12 @@ fn bind_unix(path: &Path, socket: Socket) -> Result<tokio::net::UnixListener, Ap
     let private = parent.join(private_name);
     std::fs::DirBuilder::new().mode(0o700).create(&private).map_err(failed)?;
     let staged = private.join(name);
+    let group_refused = std::cell::Cell::new(None);
     let placed = (|| {
         let listener = tokio::net::UnixListener::bind(&staged)?;
         if let Some(gid) = socket.gid {
-            std::os::unix::fs::chown(&staged, None, Some(gid))?;
+            std::os::unix::fs::chown(&staged, None, Some(gid))
+                .inspect_err(|_| group_refused.set(Some(gid)))?;
         }
         std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(socket.mode))?;
         std::fs::hard_link(&staged, path)?;
@@ -219,14 +221,23 @@ fn bind_unix(path: &Path, socket: Socket) -> Result<tokio::net::UnixListener, Ap
     })();
     let _ = std::fs::remove_file(&staged);
     let _ = std::fs::remove_dir(&private);
-    placed.map_err(failed)
+    // Only root or a member may give a file to a group: the bare EPERM named neither.
+    placed.map_err(|e| match group_refused.get() {
+        Some(gid) => ApproverError::Serve(format!(
+            "{}: cannot give the socket to group {gid} (--socket-group): {e}; add the approver's user to that \
+             group (usermod -aG GROUP USER) or run it as root",
+            path.display()
+        )),
+        None => failed(e),
+    })
 }
 
 pub fn run(options: Options) -> Result<(), ApproverError> {
     let Options { key, listen, rules, socket, log, checkpoint_every } = options;
     let log = match log {
+        // Decisions name paths and reasons: readable by the approver's user alone.
         Some(path) => {
-            let file = std::fs::OpenOptions::new()
+            let file = std::os::unix::fs::OpenOptionsExt::mode(&mut std::fs::OpenOptions::new(), 0o600)
                 .create(true)
                 .append(true)
                 .open(&path)

@@ -49,7 +49,11 @@ impl Audit {
     /// Opens the log for appending and continues the chain where the file ends; a checkpoint is
     /// written after every `every` records, signed with `key` when there is one.
     pub fn open(path: &Path, every: u64, key: Option<SigningKey>) -> std::io::Result<Audit> {
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        // Records name clients and paths: the daemon's user writes, its group (operators) reads.
+        let file = std::os::unix::fs::OpenOptionsExt::mode(&mut std::fs::OpenOptions::new(), 0o640)
+            .create(true)
+            .append(true)
+            .open(path)?;
         let writer = Writer::new(path, file, LogKind::Audit, every, key)?;
         Ok(Audit { writer: Mutex::new(writer) })
     }

@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::{Config, Listen};
+use crate::backend::Mode;
+use crate::config::{Config, LandlockPolicy, LinkProtection, Listen, WorkerIdentity};
+use crate::sys::Errno;
 
 /// A configuration the daemon cannot serve, found before anything started.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -35,6 +37,79 @@ pub enum PreflightError {
          CAP_SETUID/CAP_SETGID (run it as root, or drop worker_uid and worker_gid)"
     )]
     IdsUnusable { uid: u32, gid: u32, euid: u32, egid: u32 },
+    /// Workers open their roots before they take their identity, so only each root's own
+    /// directory is asked about, as that identity.
+    #[error(
+        "{what} {path}: the workers (uid {uid}, gid {gid}) may not enter it ({errno}; owner {owner}:{group}, \
+         mode {mode:04o}): change its permissions or set worker_uid/worker_gid"
+    )]
+    RootUnenterable {
+        what: &'static str,
+        path: PathBuf,
+        uid: u32,
+        gid: u32,
+        errno: Errno,
+        owner: u32,
+        group: u32,
+        mode: u32,
+    },
+    #[error(
+        "writable root {path}: the workers (uid {uid}, gid {gid}) may not create files in it ({errno}; owner \
+         {owner}:{group}, mode {mode:04o}): every write would fail; give them write access (chown or chmod), \
+         set worker_uid/worker_gid, or name it with --readable-root"
+    )]
+    RootUnwritable { path: PathBuf, uid: u32, gid: u32, errno: Errno, owner: u32, group: u32, mode: u32 },
+    #[error("cannot check what the workers may do in the roots: {0}")]
+    AccessCheck(String),
+    #[error(
+        "landlock: the kernel offers Landlock ABI {abi}; the confined modes need ABI {floor} (a newer kernel, \
+         or landlock = \"best-effort\" to serve them without the kernel fence)"
+    )]
+    LandlockTooOld { abi: u32, floor: u32 },
+    /// Link protection is off where it guards something, and stays off: `cause` says why fsd
+    /// did not turn it on.
+    #[error(
+        "{settings}: the confined modes need the kernel's link protection here ({why}); \
+         turn it on with `sysctl -w {fix}`{cause}"
+    )]
+    LinksUnprotected { settings: String, why: LinksMatter, fix: String, cause: String },
+    #[error(
+        "cannot read whether the kernel protects links ({paths}), which the confined modes need here ({why}); \
+         make /proc/sys/fs readable to the daemon (no ProcSubset=pid in a systemd unit)"
+    )]
+    LinksUnknown { paths: String, why: LinksMatter },
+}
+
+/// Why `fs.protected_hardlinks` and `fs.protected_symlinks` guard something for this daemon:
+/// someone may plant a link in a root that a worker (or an escalated call) would follow with
+/// more authority than the one who planted it. Without such a reason the workers can reach
+/// through a link only what whoever made it could reach, and the settings protect nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinksMatter {
+    /// `worker_uid = 0`: the workers keep root's capabilities.
+    RootCapabilities,
+    /// An escalated call runs with the daemon's own authority.
+    Escalation,
+    /// Someone other than the workers' uid (and root) may write the root's directory.
+    SharedRoot { path: PathBuf, uid: u32, gid: u32, mode: u32 },
+}
+
+impl std::fmt::Display for LinksMatter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LinksMatter::RootCapabilities => {
+                write!(f, "worker_uid = 0 keeps root's capabilities in the workers")
+            }
+            LinksMatter::Escalation => {
+                write!(f, "an escalated call may run with the daemon's own rights")
+            }
+            LinksMatter::SharedRoot { path, uid, gid, mode } => write!(
+                f,
+                "others than the workers may make links in root {}, owner {uid}:{gid}, mode {mode:04o}",
+                path.display()
+            ),
+        }
+    }
 }
 
 /// Checks everything the children would fail on at start. The first cause found is reported.
@@ -66,56 +141,171 @@ pub fn check(config: &Config) -> Result<(), PreflightError> {
     check_listeners(&config.listen, config.health_listen)?;
     // An identity that cannot be decided (roots of different owners) is the supervisor's own
     // start-up error; one that can be decided must be one this process can take.
-    match config.worker_identity() {
-        Ok(identity) => check_ids(identity.uid, identity.gid),
-        Err(_) => Ok(()),
+    let Ok(identity) = config.worker_identity() else { return Ok(()) };
+    check_ids(identity.uid, identity.gid)?;
+    if !config.served_modes().iter().any(|m| *m != Mode::DangerFullAccess) {
+        return Ok(());
     }
+    check_roots_usable(config, identity)?;
+    check_landlock(config.landlock, crate::sys::landlock_abi())?;
+    check_links(config, identity, &sysctl_dir())
 }
 
-/// The roots the confined workers may not enter, one warning each: every call beneath such a
-/// root fails with `FS_PERMISSION_DENIED`, behind a daemon that says it serves. (A warning, not
-/// a start error: an ACL may let the workers in where the mode bits do not.) Workers open their
-/// roots before they switch ids, so only each root's own search permission matters, for the
-/// worker identity with no supplementary groups and no capabilities.
-pub fn unenterable_roots(config: &Config, identity: crate::config::WorkerIdentity) -> Vec<String> {
-    use std::os::unix::fs::MetadataExt;
-    let confined = config.served_modes().iter().any(|m| *m != crate::backend::Mode::DangerFullAccess);
-    if !confined || identity.root_capabilities {
-        return Vec::new();
+/// The confined modes' kernel fence: below the floor they are not served at all, unless the
+/// operator chose `landlock = "best-effort"` (served, loudly).
+fn check_landlock(policy: LandlockPolicy, abi: u32) -> Result<(), PreflightError> {
+    let floor = crate::sys::confine::LANDLOCK_FLOOR;
+    if abi >= floor {
+        return Ok(());
     }
-    let (euid, egid) = crate::sys::effective_ids();
-    let mut warnings = Vec::new();
-    for root in &config.roots {
-        let Ok(meta) = std::fs::metadata(&root.path) else { continue };
-        let enters = if (identity.uid, identity.gid) == (euid, egid) {
-            // Workers keep this process's ids and groups: ask the kernel (ACLs included).
-            // A root daemon keeps capabilities its workers drop, so it cannot ask for them.
-            euid == 0 || std::fs::metadata(root.path.join(".")).is_ok()
-        } else {
-            let bits = if meta.uid() == identity.uid {
-                meta.mode() >> 6
-            } else if meta.gid() == identity.gid {
-                meta.mode() >> 3
-            } else {
-                meta.mode()
-            };
-            bits & 0o1 != 0
-        };
-        if !enters {
-            warnings.push(format!(
-                "{} {}: the workers (uid {}, gid {}) may not enter it (owner {}:{}, mode {:04o}): calls beneath it \
-                 fail with FS_PERMISSION_DENIED; change its permissions or set worker_uid/worker_gid",
-                if root.writable { "writable root" } else { "readable root" },
-                root.path.display(),
-                identity.uid,
-                identity.gid,
-                meta.uid(),
-                meta.gid(),
-                meta.mode() & 0o7777
-            ));
+    if policy == LandlockPolicy::Required {
+        return Err(PreflightError::LandlockTooOld { abi, floor });
+    }
+    tracing::warn!(
+        reason = %format!("the kernel offers Landlock ABI {abi}; the fence needs ABI {floor}"),
+        "SERVING WITHOUT A KERNEL FENCE (landlock = \"best-effort\")"
+    );
+    Ok(())
+}
+
+/// Whether the kernel's link protection guards anything here (see [`LinksMatter`]). Only the
+/// roots' own directories are looked at: a subdirectory the owner opened to others is the
+/// owner's choice, and a scan of the whole tree at every start is not affordable.
+pub fn links_matter(config: &Config, identity: WorkerIdentity) -> Option<LinksMatter> {
+    use std::os::unix::fs::MetadataExt;
+    if identity.root_capabilities {
+        return Some(LinksMatter::RootCapabilities);
+    }
+    if config.escalation != crate::config::Escalation::Deny
+        && config.served_modes().contains(&Mode::DangerFullAccess)
+    {
+        return Some(LinksMatter::Escalation);
+    }
+    config.roots.iter().find_map(|root| {
+        let meta = std::fs::metadata(&root.path).ok()?;
+        let others_write = (meta.uid() != identity.uid && meta.uid() != 0) || meta.mode() & 0o022 != 0;
+        others_write.then(|| LinksMatter::SharedRoot {
+            path: root.path.clone(),
+            uid: meta.uid(),
+            gid: meta.gid(),
+            mode: meta.mode() & 0o7777,
+        })
+    })
+}
+
+/// `fs.protected_hardlinks = 0` lets anyone hard-link a file they cannot write (a root-only
+/// file) into the workspace, where a worker with more rights would read or keep its owner;
+/// `fs.protected_symlinks = 0` lets a link planted in a sticky directory be followed for anyone.
+/// Where they matter and are off, fsd turns them on (every distribution's default: nothing
+/// that works with them on breaks), logged, unless `link_protection = "require"`; where that
+/// fails or is not wanted, it does not start.
+fn check_links(config: &Config, identity: WorkerIdentity, dir: &Path) -> Result<(), PreflightError> {
+    const NAMES: [&str; 2] = ["protected_hardlinks", "protected_symlinks"];
+    let mut off = Vec::new();
+    let mut unknown = Vec::new();
+    for name in NAMES {
+        match std::fs::read_to_string(dir.join(name)) {
+            Ok(v) if v.trim() == "0" => off.push(name),
+            Ok(_) => {}
+            // Unreadable counts as off: the precondition is not known to hold. It is said
+            // apart, for a /proc without sys/ (systemd's ProcSubset=pid, a container's masked
+            // /proc/sys) is a setting to change there, not the kernel's.
+            Err(e) => unknown.push(format!("{}: {e}", dir.join(name).display())),
         }
     }
-    warnings
+    if off.is_empty() && unknown.is_empty() {
+        return Ok(());
+    }
+    let Some(why) = links_matter(config, identity) else {
+        tracing::info!(
+            off = %off.iter().map(|n| format!("fs.{n}")).chain(unknown.iter().cloned()).collect::<Vec<_>>().join(", "),
+            "the kernel's link protection is off; it guards nothing here (the workers have no more rights than \
+             whoever may make links in the roots)"
+        );
+        return Ok(());
+    };
+    let best_effort = |reason: String| {
+        tracing::warn!(%reason, "SERVING WITHOUT THE KERNEL'S LINK PROTECTION (landlock = \"best-effort\")");
+    };
+    if !unknown.is_empty() {
+        let error = PreflightError::LinksUnknown { paths: unknown.join(", "), why };
+        if config.landlock == LandlockPolicy::BestEffort {
+            best_effort(error.to_string());
+            return Ok(());
+        }
+        return Err(error);
+    }
+    let settings = off.iter().map(|n| format!("fs.{n} = 0")).collect::<Vec<_>>().join(", ");
+    let fix = off.iter().map(|n| format!("fs.{n}=1")).collect::<Vec<_>>().join(" ");
+    let refusal = if config.link_protection == LinkProtection::Require {
+        Some("; fsd does not change it itself under link_protection = \"require\"".to_owned())
+    } else {
+        off.iter()
+            .try_for_each(|name| std::fs::write(dir.join(name), "1\n").map_err(|e| (*name, e)))
+            .err()
+            .map(|(name, e)| format!("; fsd could not set fs.{name} itself: {e}"))
+    };
+    let Some(cause) = refusal else {
+        tracing::warn!(
+            "{settings}: turned on, for the confined modes need it here ({why}); set link_protection = \"require\" \
+             to refuse to start instead"
+        );
+        return Ok(());
+    };
+    let error = PreflightError::LinksUnprotected { settings, why, fix, cause };
+    if config.landlock == LandlockPolicy::BestEffort {
+        best_effort(error.to_string());
+        return Ok(());
+    }
+    Err(error)
+}
+
+/// Where the `fs.*` sysctls are read; the test build may point elsewhere
+/// (`FSD_FAULT_SYSCTL_FS_DIR`) so a test can show every outcome without changing the machine.
+fn sysctl_dir() -> PathBuf {
+    #[cfg(feature = "fault-injection")]
+    if let Some(dir) = std::env::var_os("FSD_FAULT_SYSCTL_FS_DIR") {
+        return PathBuf::from(dir);
+    }
+    PathBuf::from("/proc/sys/fs")
+}
+
+/// Every root the confined workers serve must be usable by them: entered, and for a writable
+/// root under workspace-write, written. Otherwise the daemon would say it serves while every
+/// call beneath the root failed (`FS_PERMISSION_DENIED`, "cannot create temporary file"). A
+/// root worker keeps the capabilities that override both, so it is not asked.
+fn check_roots_usable(config: &Config, identity: WorkerIdentity) -> Result<(), PreflightError> {
+    use crate::sys::confine::RootUse;
+    use std::os::unix::fs::MetadataExt;
+    if identity.root_capabilities {
+        return Ok(());
+    }
+    let writes = config.served_modes().contains(&Mode::WorkspaceWrite);
+    let wants: Vec<(PathBuf, RootUse)> = config
+        .roots
+        .iter()
+        .map(|r| (r.path.clone(), if r.writable && writes { RootUse::Create } else { RootUse::Enter }))
+        .collect();
+    let answers = crate::sys::confine::worker_may(identity.uid, identity.gid, wants.clone())
+        .map_err(|e| PreflightError::AccessCheck(e.to_string()))?;
+    for ((path, want), answer) in wants.into_iter().zip(answers) {
+        let Err(errno) = answer else { continue };
+        let Ok(meta) = std::fs::metadata(&path) else { continue };
+        let (uid, gid, owner, group, mode) =
+            (identity.uid, identity.gid, meta.uid(), meta.gid(), meta.mode() & 0o7777);
+        let enters = crate::sys::confine::worker_may(uid, gid, vec![(path.clone(), RootUse::Enter)])
+            .map_err(|e| PreflightError::AccessCheck(e.to_string()))?
+            .into_iter()
+            .all(|a| a.is_ok());
+        return Err(if want == RootUse::Create && enters {
+            PreflightError::RootUnwritable { path, uid, gid, errno, owner, group, mode }
+        } else {
+            let writable = config.roots.iter().any(|r| r.path == path && r.writable);
+            let what = if writable { "writable root" } else { "readable root" };
+            PreflightError::RootUnenterable { what, path, uid, gid, errno, owner, group, mode }
+        });
+    }
+    Ok(())
 }
 
 /// A directory the setting `what` names: it must exist and be a directory. Returns its device

@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 
 use crate::backend::Mode;
 use crate::backend::journal;
-use crate::config::{Config, LandlockPolicy, Listen};
+use crate::config::{Config, Listen};
 use crate::daemon::DaemonError;
 use crate::ipc::{self, Control, ControlRequest};
 use crate::sys;
@@ -263,30 +263,11 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
     // The roots another daemon serves are said only now: a start that fails (another daemon on
     // the socket, serving these very roots) is the one line naming its cause.
     sweeper.report_shared();
-    for warning in crate::preflight::unenterable_roots(&sup.config, identity) {
-        tracing::warn!("{warning}");
-    }
 
     let abi = sys::landlock_abi();
-    let floor = sys::confine::LANDLOCK_FLOOR;
+    // The kernel's fence and link protection were settled by the preflight: a mode that could
+    // not be served stopped the start there.
     for mode in sup.config.served_modes() {
-        if mode != Mode::DangerFullAccess && abi < floor {
-            let reason = format!("the kernel offers Landlock ABI {abi}; the fence needs ABI {floor}");
-            if sup.config.landlock == LandlockPolicy::Required {
-                sup.give_up(mode, reason)?;
-                continue;
-            }
-            tracing::warn!(mode = mode.as_str(), %reason, "SERVING WITHOUT A KERNEL FENCE (landlock = \"best-effort\")");
-        }
-        if mode != Mode::DangerFullAccess
-            && let Some(reason) = crate::confine::missing_link_protection()
-        {
-            if sup.config.landlock == LandlockPolicy::Required {
-                sup.give_up(mode, reason)?;
-                continue;
-            }
-            tracing::warn!(mode = mode.as_str(), %reason, "SERVING WITHOUT THE KERNEL'S LINK PROTECTION (landlock = \"best-effort\")");
-        }
         for _ in 0..sup.config.workers_per_mode {
             sup.spawn_worker(mode)?;
         }

@@ -20,6 +20,7 @@ mod editor;
 mod escalation;
 mod failed_writes;
 mod fences;
+mod first_minute;
 mod fleet;
 mod grpc_clients;
 mod hardening;

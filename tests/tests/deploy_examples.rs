@@ -1,8 +1,10 @@
-//! The deployment examples in `deploy/` cannot run here (no systemd, container runtime or
-//! cluster), but their configs must stay valid: every `fsd.toml` loads with the daemon's parser
+//! The deployment examples in `deploy/` cannot run here (no running systemd, container runtime
+//! or cluster; the unit is checked with `systemd-analyze verify`), but their configs must stay valid: every `fsd.toml` loads with the daemon's parser
 //! and `fleet.toml` with the client's, so the examples cannot rot silently.
 
-use std::path::PathBuf;
+use crate::common;
+
+use std::path::{Path, PathBuf};
 
 fn deploy() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("deploy")
@@ -27,6 +29,30 @@ fn the_example_fleet_file_loads() {
     assert_eq!(fleet.names().collect::<Vec<_>>(), ["alpha", "bravo", "local"]);
     let alpha = fleet.target("alpha").unwrap();
     assert_eq!(alpha.ca, Some(deploy().join("tls/fleet-ca.pem")));
+}
+
+#[test]
+fn the_unit_verifies_without_the_man_page_installed() {
+    // It named man:fsd(1), and `systemd-analyze verify` failed until the page was installed.
+    // The binary is the one thing of the install it needs: the test build stands in for it.
+    let analyze = ["/usr/bin/systemd-analyze", "/bin/systemd-analyze"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .unwrap_or_else(|| {
+            panic!("systemd-analyze is not installed (Debian's systemd package): this test runs it")
+        });
+    let dir = tempfile::tempdir().unwrap();
+    let unit = std::fs::read_to_string(deploy().join("systemd/fsd.service")).unwrap();
+    let unit = unit.replace("/usr/local/bin/fsd", common::fsd_bin().to_str().unwrap());
+    let path = dir.path().join("fsd.service");
+    std::fs::write(&path, unit).unwrap();
+    let out = std::process::Command::new(analyze).arg("verify").arg(&path).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

@@ -12,11 +12,18 @@ use fsd_tool_client::connect::{self, Endpoint};
 use fsd_tool_client::{ClientConfig, Session, Tools};
 use serde_json::json;
 
-/// The input schema property names of `tool` as a session on `d` advertises them.
+/// The input schema property names of `tool` as a session on `d` advertises them, for a client
+/// with an approver (a rule file): someone who can be asked.
 fn advertised(d: &Daemon, tool: &str) -> Vec<String> {
+    let rules = d.dir.path().join("any-rules.toml");
+    std::fs::write(&rules, "").unwrap();
+    advertised_with(d, tool, ClientConfig { escalation_rules: Some(rules), ..ClientConfig::default() })
+}
+
+fn advertised_with(d: &Daemon, tool: &str, config: ClientConfig) -> Vec<String> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let (client, hello) = rt.block_on(connect::connect(&Endpoint::Unix(d.socket.clone()))).unwrap();
-    let session = Session::new(Tools::new(ClientConfig::default()), client, hello, d.root.clone());
+    let session = Session::new(Tools::new(config), client, hello, d.root.clone());
     let schema = session.tools().schemas().into_iter().find(|s| s["name"] == tool).unwrap();
     schema["input_schema"]["properties"].as_object().unwrap().keys().cloned().collect()
 }
@@ -58,6 +65,8 @@ fn the_fields_are_advertised_only_when_a_wider_mode_is_offered() {
         advertised(&s.d, "read"),
         ["file_path", "offset", "limit", "sandbox_permissions", "justification"]
     );
+    // No one to ask (no approver configured): a call with the fields could only be refused.
+    assert_eq!(advertised_with(&s.d, "write", ClientConfig::default()), ["file_path", "content"]);
     let deny = Daemon::start();
     assert_eq!(advertised(&deny, "write"), ["file_path", "content"]);
     assert_eq!(advertised(&deny, "edit"), ["file_path", "old_string", "new_string", "replace_all"]);

@@ -12,7 +12,6 @@ use std::process::Stdio;
 use common::rpc::Rpc;
 use common::*;
 use serde_json::json;
-use tonic_health::pb::health_check_response::ServingStatus;
 
 fn need_root() {
     assert!(
@@ -566,85 +565,205 @@ fn apply_patch_asks_the_daemon_before_writing_anything() {
     assert!(!d.path("b.txt").exists());
 }
 
-/// A stand-in for /proc/sys/fs with these two values.
-fn sysctls(hardlinks: &str, symlinks: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("protected_hardlinks"), format!("{hardlinks}\n")).unwrap();
-    std::fs::write(dir.path().join("protected_symlinks"), format!("{symlinks}\n")).unwrap();
-    dir
+/// A start that must fail: its exit code, its stderr lines and how long it took.
+fn failed_start(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, Vec<String>, f64) {
+    let mut cmd = common::fsd_command();
+    cmd.args(args).stdout(Stdio::null()).stderr(Stdio::piped()).env_remove("FSD_LOG");
+    for (key, value) in env {
+        cmd.env(key, value);
+    }
+    let started = std::time::Instant::now();
+    let output = cmd.spawn().unwrap().wait_with_output().unwrap();
+    let secs = started.elapsed().as_secs_f64();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    (output.status.code(), stderr.lines().map(str::to_owned).collect(), secs)
 }
 
-fn mode_status(rpc: &Rpc, mode: fsd_proto::v1::Mode) -> fsd_proto::v1::ModeStatus {
-    rpc.hello.modes.iter().find(|m| m.mode == mode as i32).cloned().unwrap()
+/// The message of a human-format log line.
+fn logged(line: &str) -> &str {
+    line.split_once(" fsd: ").or_else(|| line.split_once(" fsd::preflight: ")).map_or(line, |(_, m)| m)
 }
 
 #[test]
-fn confined_modes_need_the_kernels_link_protection() {
-    use fsd_proto::v1::Mode;
-    let off = sysctls("0", "1");
-    let env = [("FSD_FAULT_SYSCTL_FS_DIR", off.path().to_str().unwrap())];
-    let d = Daemon::start_with_env(&[], "", &env);
-    let rpc = Rpc::connect(&d);
-    for mode in [Mode::ReadOnly, Mode::WorkspaceWrite] {
-        let status = mode_status(&rpc, mode);
-        assert!(!status.available, "{status:?}");
-        assert!(status.reason.contains("fs.protected_hardlinks = 0"), "{status:?}");
-    }
-    // Health says so too: each confined mode and the daemon as a whole are NOT_SERVING.
-    for service in ["", "fsd.v1.Fsd", "fsd.v1.Fsd/read-only", "fsd.v1.Fsd/workspace-write"] {
-        assert_eq!(health(&d, service), ServingStatus::NotServing, "health of {service:?}");
-    }
-    d.write("a.txt", "a\n");
-    let mut s = d.session();
-    assert!(s.read("a.txt").is_error(), "a confined mode served without link protection");
-
-    // best-effort serves, with a warning in the log.
-    let d = Daemon::start_with_env(&[], "landlock = \"best-effort\"\n", &env);
-    d.write("a.txt", "a\n");
-    let mut s = d.session();
-    assert!(!s.read("a.txt").is_error());
-
-    // Unreadable (a /proc without sys/, as systemd's ProcSubset=pid makes it): not served, and
-    // the reason says the values could not be read, not that they are 0.
-    let hidden = tempfile::tempdir().unwrap();
-    let d = Daemon::start_with_env(&[], "", &[("FSD_FAULT_SYSCTL_FS_DIR", hidden.path().to_str().unwrap())]);
-    let status = mode_status(&Rpc::connect(&d), Mode::WorkspaceWrite);
-    assert!(!status.available, "{status:?}");
-    assert!(
-        status.reason.starts_with("cannot read whether the kernel protects links (")
-            && status.reason.contains("protected_hardlinks: No such file or directory")
-            && !status.reason.contains("= 0"),
-        "{status:?}"
-    );
-
-    // Both on: served as usual.
-    let on = sysctls("1", "1");
-    let d = Daemon::start_with_env(&[], "", &[("FSD_FAULT_SYSCTL_FS_DIR", on.path().to_str().unwrap())]);
-    let rpc = Rpc::connect(&d);
-    assert!(mode_status(&rpc, Mode::WorkspaceWrite).available);
-    assert_eq!(health(&d, "fsd.v1.Fsd/workspace-write"), ServingStatus::Serving);
-}
-
-/// The daemon's grpc.health.v1 answer for `service`.
-fn health(d: &Daemon, service: &str) -> ServingStatus {
-    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async {
-        let endpoint = fsd_tool_client::connect::Endpoint::Unix(d.socket.clone());
-        let channel = fsd_tool_client::connect::channel(&endpoint).await.unwrap();
-        // The first health report may trail the first answer: until then a name is unknown.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        loop {
-            let request = HealthCheckRequest { service: service.to_owned() };
-            match HealthClient::new(channel.clone()).check(request).await {
-                Ok(reply) => return ServingStatus::try_from(reply.into_inner().status).unwrap(),
-                Err(s) if s.code() == tonic::Code::NotFound && std::time::Instant::now() < deadline => {
-                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+fn link_protection_is_required_only_where_it_guards_something_and_turned_on_there() {
+    // (config, sysctls (None: unreadable), expected: Ok(log line wanted, values after) or
+    // Err(the one start line)).
+    type Want = Result<(Option<&'static str>, &'static str), &'static str>;
+    let why_root = "worker_uid = 0 keeps root's capabilities in the workers";
+    type Case = (&'static str, Option<(&'static str, &'static str)>, Want);
+    let cases: &[Case] = &[
+        // The workers (the root's owner, no capabilities) reach through a link only what whoever
+        // made it could: nothing to protect, nothing changed (README set-up command 1).
+        ("", Some(("0", "0")), Ok((None, "0 0"))),
+        // Root workers with capabilities: turned on, logged.
+        ("worker_uid = 0\n", Some(("0", "1")), Ok((Some("fs.protected_hardlinks = 0: turned on"), "1 1"))),
+        // An escalation may run with the daemon's own rights.
+        (
+            "max_mode = \"danger-full-access\"\nescalation = \"client\"\n",
+            Some(("1", "0")),
+            Ok((Some("fs.protected_symlinks = 0: turned on"), "1 1")),
+        ),
+        // The operator keeps the refusal.
+        (
+            "worker_uid = 0\nlink_protection = \"require\"\n",
+            Some(("0", "1")),
+            Err(
+                "fs.protected_hardlinks = 0: the confined modes need the kernel's link protection here (worker_uid \
+                 = 0 keeps root's capabilities in the workers); turn it on with `sysctl -w \
+                 fs.protected_hardlinks=1`; fsd does not change it itself under link_protection = \"require\"",
+            ),
+        ),
+        // best-effort serves anyway (with a warning), values untouched.
+        (
+            "worker_uid = 0\nlink_protection = \"require\"\nlandlock = \"best-effort\"\n",
+            Some(("0", "0")),
+            Ok((Some("SERVING WITHOUT THE KERNEL'S LINK PROTECTION"), "0 0")),
+        ),
+        // Unreadable (a /proc without sys/, as systemd's ProcSubset=pid makes it).
+        ("worker_uid = 0\n", None, Err("cannot read whether the kernel protects links (")),
+        // Both on: nothing to say.
+        ("worker_uid = 0\n", Some(("1", "1")), Ok((None, "1 1"))),
+    ];
+    for (config, values, want) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        if let Some((hard, sym)) = values {
+            std::fs::write(dir.path().join("protected_hardlinks"), format!("{hard}\n")).unwrap();
+            std::fs::write(dir.path().join("protected_symlinks"), format!("{sym}\n")).unwrap();
+        }
+        let env = [("FSD_FAULT_SYSCTL_FS_DIR", dir.path().to_str().unwrap())];
+        let values_now = || {
+            ["protected_hardlinks", "protected_symlinks"]
+                .map(|n| std::fs::read_to_string(dir.path().join(n)).unwrap().trim().to_owned())
+                .join(" ")
+        };
+        match want {
+            Ok((line, after)) => {
+                let ws = tempfile::tempdir().unwrap();
+                let socket = ws.path().join("fsd.sock");
+                let root = ws.path().join("ws");
+                std::fs::create_dir(&root).unwrap();
+                std::fs::write(root.join("a.txt"), "a\n").unwrap();
+                let mut daemon = common::launch()
+                    .unix(&socket)
+                    .writable_root(&root)
+                    .config(ws.path().join("fsd.toml"), *config)
+                    .env("FSD_FAULT_SYSCTL_FS_DIR", env[0].1)
+                    .env("FSD_LOG", "warn")
+                    .stderr(fsd_testkit::Stderr::Piped)
+                    .start()
+                    .unwrap_or_else(|e| panic!("{config:?}: {e}"));
+                let endpoint = format!("unix:{}", socket.display());
+                let mut s = ToolSession::start(&endpoint, &root, None);
+                assert!(
+                    !s.read("a.txt").is_error(),
+                    "{config:?} {values:?}: a daemon that started must serve"
+                );
+                drop(s);
+                let mut pipe = daemon.take_stderr().unwrap();
+                daemon.signal(rustix::process::Signal::TERM);
+                let mut stderr = String::new();
+                std::io::Read::read_to_string(&mut pipe, &mut stderr).unwrap();
+                daemon.wait().unwrap();
+                match line {
+                    Some(line) => assert!(stderr.contains(line), "{config:?}: {line:?} not in {stderr}"),
+                    None => assert!(!stderr.contains("link"), "{config:?}: {stderr}"),
                 }
-                Err(s) => panic!("health {service:?}: {s}"),
+                if line.is_some_and(|l| l.contains("turned on")) {
+                    assert!(stderr.contains(why_root) || stderr.contains("escalated call"), "{stderr}");
+                }
+                assert_eq!(values_now(), *after, "{config:?} {values:?}");
+            }
+            Err(start) => {
+                let ws = tempfile::tempdir().unwrap();
+                let config_path = ws.path().join("fsd.toml");
+                std::fs::write(&config_path, config).unwrap();
+                let socket = format!("unix:{}", ws.path().join("fsd.sock").display());
+                let root = ws.path().to_str().unwrap();
+                let args =
+                    ["--listen", &socket, "--writable-root", root, "--config", config_path.to_str().unwrap()];
+                let (code, lines, secs) = failed_start(&args, &env);
+                println!("exit {code:?} after {secs:.3} s: {lines:?}");
+                assert_eq!(code, Some(2), "{config:?}: {lines:?}");
+                assert_eq!(lines.len(), 1, "one line: {lines:?}");
+                assert!(logged(&lines[0]).starts_with(start), "{:?} does not start with {start:?}", lines[0]);
+                assert!(secs < 1.0, "a start that cannot serve must fail at once, took {secs:.3} s");
+                assert!(!ws.path().join("fsd.sock").exists(), "nothing listens");
+                if values.is_some() {
+                    assert_eq!(values_now(), format!("{} {}", values.unwrap().0, values.unwrap().1));
+                }
             }
         }
-    })
+    }
+}
+
+#[test]
+fn the_embedded_daemon_that_cannot_start_says_why_in_the_clients_error() {
+    // A root anyone may write: links in it matter, and the settings cannot be read. Before, the
+    // daemon started, served nothing, and the model read a sandbox denial.
+    let hidden = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(ws.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::write(ws.path().join("README.md"), "# hi\n").unwrap();
+    let out = std::process::Command::new(common::tools_bin())
+        .args(["call", "read", r#"{"file_path": "README.md", "limit": 5}"#, "--root", "."])
+        .current_dir(ws.path())
+        .env("FSD_FAULT_SYSCTL_FS_DIR", hidden.path())
+        .env_remove("FSD_LOG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stdout {stdout} stderr {stderr}");
+    assert!(!stdout.contains("[sandbox:") && !stderr.contains("[sandbox:"), "{stdout} {stderr}");
+    let want = format!(
+        "fsd-tools: fsd exited before it listened (exit status: 2): cannot read whether the kernel protects links \
+         ({0}/protected_hardlinks: No such file or directory (os error 2), {0}/protected_symlinks: No such file or \
+         directory (os error 2)), which the confined modes need here (others than the workers may make links in \
+         root {1}, owner 0:0, mode 0777); make /proc/sys/fs readable to the daemon (no ProcSubset=pid in a systemd \
+         unit)\n",
+        hidden.path().display(),
+        std::fs::canonicalize(ws.path()).unwrap().display()
+    );
+    assert_eq!(stderr, want);
+}
+
+#[test]
+fn readme_command_one_works_with_the_real_link_protection_off() {
+    // As root, for real: the machine's own settings at 0 for as short a time as a daemon's start
+    // (other tests on this machine need them), then put back as they were. The README's first
+    // command serves, and a daemon that needs them turns them on itself.
+    assert_eq!(rustix::process::geteuid().as_raw(), 0, "this test sets /proc/sys/fs: run it as root");
+    let names = ["/proc/sys/fs/protected_hardlinks", "/proc/sys/fs/protected_symlinks"];
+    let found = names.map(|n| std::fs::read_to_string(n).unwrap());
+    let set = |values: [&str; 2]| {
+        for (name, value) in names.iter().zip(values) {
+            std::fs::write(name, value)
+                .unwrap_or_else(|e| panic!("cannot set {name} (needed for this test): {e}"));
+        }
+    };
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("README.md"), "# one\ntwo\n").unwrap();
+    // The README's command runs the whole daemon start inside the window.
+    set(["0", "0"]);
+    let out = std::process::Command::new(common::tools_bin())
+        .args(["call", "read", r#"{"file_path": "README.md", "limit": 5}"#, "--root", "."])
+        .current_dir(ws.path())
+        .env_remove("FSD_LOG")
+        .output();
+    set([found[0].as_str(), found[1].as_str()]);
+    let out = out.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("1: # one\n2: two\n"), "{stdout}");
+
+    // Root workers need them: the daemon turns them on before it serves.
+    set(["0", "1"]);
+    let d = Daemon::start_with_env(&[], "worker_uid = 0\n", &[("FSD_LOG", "warn")]);
+    let after = std::fs::read_to_string(names[0]).unwrap();
+    set([found[0].as_str(), found[1].as_str()]);
+    assert_eq!(after.trim(), "1", "the daemon turned fs.protected_hardlinks on");
+    d.write("a.txt", "a\n");
+    assert!(!d.session().read("a.txt").is_error());
 }
 
 /// A POSIX ACL in its xattr form: the owner rw, user 4242 rw, the owning group only r, mask rw.

@@ -450,7 +450,10 @@ fn nobody_start(config: &str) -> (tempfile::TempDir, String, [String; 6]) {
     let ws = dir.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // The workers' own workspace, no one else's to write: the kernel's link protection guards
+    // nothing there, so these starts do not depend on the machine's fs.protected_* settings.
+    std::os::unix::fs::chown(&ws, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o755)).unwrap();
     let path = dir.path().join("fsd.toml");
     std::fs::write(&path, config).unwrap();
     let socket = format!("unix:{}", dir.path().join("fsd.sock").display());
@@ -506,40 +509,72 @@ fn a_worker_identity_the_daemon_cannot_take_is_a_start_error() {
 }
 
 #[test]
-fn a_root_the_workers_may_not_enter_is_a_warning_at_start() {
-    // Workers open their roots as the daemon, then switch to the worker identity: a root that
-    // identity may not search served nothing but FS_PERMISSION_DENIED, and the log said nothing.
+fn a_root_the_workers_cannot_use_is_a_start_error() {
+    // Before, each started cleanly and said SERVING; then every call beneath the root failed
+    // (FS_PERMISSION_DENIED, "cannot create temporary file: Permission denied"). Asked as the
+    // worker identity, ACLs and all, before anything is served.
     use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    let (closed, open) = (dir.path().join("closed"), dir.path().join("open"));
-    for (path, mode) in [(&closed, 0o700), (&open, 0o755)] {
-        std::fs::create_dir(path).unwrap();
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
-    }
-    assert_eq!(rustix::process::geteuid().as_raw(), 0, "this test's daemon runs as root: run it as root");
-    let socket = dir.path().join("fsd.sock");
-    let mut daemon = common::launch()
-        .unix(&socket)
-        .writable_root(&open)
-        .args(["--readable-root", closed.to_str().unwrap()])
-        .config(dir.path().join("fsd.toml"), "worker_uid = 65534\nworker_gid = 65534\n")
-        .env("FSD_LOG", "info")
-        .stderr(fsd_testkit::Stderr::Piped)
-        .start()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let mut pipe = daemon.take_stderr().unwrap();
-    daemon.signal(rustix::process::Signal::TERM);
-    let mut stderr = String::new();
-    pipe.read_to_string(&mut stderr).unwrap();
-    assert!(daemon.wait().unwrap().success(), "{stderr}");
-    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains(" WARN ")).collect();
-    let want = format!(
-        "readable root {}: the workers (uid 65534, gid 65534) may not enter it (owner 0:0, mode 0700): calls \
-         beneath it fail with FS_PERMISSION_DENIED; change its permissions or set worker_uid/worker_gid",
-        closed.display()
+    assert_eq!(
+        rustix::process::geteuid().as_raw(),
+        0,
+        "this test's daemons run as root or 65534: run it as root"
     );
-    assert_eq!(warnings.len(), 1, "one warning, for the closed root only: {stderr}");
-    assert!(warnings[0].ends_with(&want), "{:?} does not end with {want:?}", warnings[0]);
+    // (root's mode, how it is named, the daemon's uid (None: root), config, the start line)
+    let cases: &[(u32, &str, Option<u32>, &str, &str)] = &[
+        // A non-root daemon on a root-owned 0755 directory (its workers keep its uid).
+        (
+            0o755,
+            "--writable-root",
+            Some(65534),
+            "",
+            "writable root {ROOT}: the workers (uid 65534, gid 65534) may \
+          not create files in it (Permission denied (os error 13); owner 0:0, mode 0755): every write would fail; \
+          give them write access (chown or chmod), set worker_uid/worker_gid, or name it with --readable-root",
+        ),
+        // A root daemon whose worker identity may not enter a readable root.
+        (
+            0o700,
+            "--readable-root",
+            None,
+            "worker_uid = 65534\nworker_gid = 65534\n",
+            "readable root {ROOT}: the \
+          workers (uid 65534, gid 65534) may not enter it (Permission denied (os error 13); owner 0:0, mode 0700): \
+          change its permissions or set worker_uid/worker_gid",
+        ),
+        // ... nor a writable one.
+        (
+            0o700,
+            "--writable-root",
+            None,
+            "worker_uid = 65534\nworker_gid = 65534\n",
+            "writable root {ROOT}: the \
+          workers (uid 65534, gid 65534) may not enter it (Permission denied (os error 13); owner 0:0, mode 0700): \
+          change its permissions or set worker_uid/worker_gid",
+        ),
+    ];
+    for (mode, flag, uid, config, want) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(*mode)).unwrap();
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let path = dir.path().join("fsd.toml");
+        std::fs::write(&path, config).unwrap();
+        let socket = format!("unix:{}", dir.path().join("fsd.sock").display());
+        let mut args =
+            vec!["--listen", &socket, "--config", path.to_str().unwrap(), *flag, root.to_str().unwrap()];
+        if *flag == "--readable-root" {
+            args.extend(["--writable-root", open.to_str().unwrap()]);
+        }
+        let (code, lines, secs) = start_failure(&args, None, *uid);
+        println!("exit {code:?} after {secs:.3} s: {lines:?}");
+        assert_eq!(code, Some(2), "{lines:?}");
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(message(&lines[0], false), want.replace("{ROOT}", root.to_str().unwrap()));
+    }
 }
 
 #[test]

@@ -42,6 +42,13 @@ pub enum RefusedBy {
     NoApprover,
     /// The MCP host cannot ask the user (no elicitation support).
     NoElicitation,
+    /// A prompt was configured, but there is no terminal to ask on.
+    NoOne,
+}
+
+/// Whether this process has a controlling terminal to prompt on.
+pub fn terminal_available() -> bool {
+    std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty").is_ok()
 }
 
 /// What a person said through the tool's host (an MCP client's elicitation).
@@ -121,9 +128,7 @@ impl Approver {
             Approver::Prompt => match prompt(ask) {
                 Ok(true) => Verdict::Approved,
                 Ok(false) => refused(RefusedBy::User),
-                Err(e) => {
-                    Verdict::Refused { by: RefusedBy::User, reason: format!("no terminal to ask on: {e}") }
-                }
+                Err(_) => refused(RefusedBy::NoOne),
             },
         }
     }

@@ -266,6 +266,17 @@ async fn open(
     let roots: Vec<&str> =
         hello.writable_roots.iter().chain(&hello.readable_roots).map(String::as_str).collect();
     let cwd = session_cwd(target.cwd.as_deref(), &std::env::current_dir()?, &roots)?;
+    // The operator's hint, on stderr (the model reads only the seed's denial): a daemon with
+    // writable roots that caps this client at read-only refuses every write.
+    let modes = crate::daemon::Hello::from(hello.clone());
+    if modes.max_mode == Some(crate::daemon::Mode::ReadOnly) && !modes.writable_roots.is_empty() {
+        let who = if matches!(endpoint, Endpoint::Tcp(_)) && credentials.tls.is_none() {
+            "plaintext TCP callers are the identity tcp, read-only unless the daemon's client_max_modes names it"
+        } else {
+            "the daemon's client_max_modes caps this client"
+        };
+        eprintln!("fsd-tools: note: this client may only read at {endpoint} ({who}); writes will be refused");
+    }
     Ok(Session::new(Tools::new(config), client, hello, cwd))
 }
 

@@ -124,7 +124,9 @@ fn check_config(hello: &v1::HelloReply, config: &ClientConfig) -> String {
     let read_only = hello.max_mode == v1::Mode::ReadOnly as i32;
     if read_only && (config.write || config.edit || config.apply_patch) {
         findings.push(
-            "this client may only read (highest mode read-only): write, edit and apply_patch will be refused"
+            "this client may only read (highest mode read-only): write, edit and apply_patch will be refused; \
+             the daemon's client_max_modes raises it (plaintext loopback TCP is the identity tcp, read-only \
+             unless client_max_modes names it)"
                 .to_owned(),
         );
     }
@@ -200,7 +202,7 @@ mod tests {
 client config: tools read, write, edit
   warning: readMaxBytes 50 KiB is above the daemon's max_read_bytes 32 KiB: reads stop at the daemon's
   warning: an approver is configured, but the daemon denies every escalation
-  warning: this client may only read (highest mode read-only): write, edit and apply_patch will be refused"
+  warning: this client may only read (highest mode read-only): write, edit and apply_patch will be refused; the daemon's client_max_modes raises it (plaintext loopback TCP is the identity tcp, read-only unless client_max_modes names it)"
         );
     }
 }

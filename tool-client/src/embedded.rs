@@ -15,6 +15,70 @@ pub struct EmbeddedDaemon {
     pipe: Option<ChildStdin>,
     dir: Option<tempfile::TempDir>,
     socket: PathBuf,
+    stderr: Option<StderrRelay>,
+}
+
+/// The daemon's stderr, read by a thread: held back until the daemon listens (so a start error
+/// becomes the client's own error, which MCP hosts show, rather than a line on a stderr they
+/// hide), passed through to this process's stderr afterwards.
+#[derive(Debug)]
+struct StderrRelay {
+    held: std::sync::Arc<std::sync::Mutex<Option<Vec<String>>>>,
+    done: std::sync::mpsc::Receiver<()>,
+}
+
+impl StderrRelay {
+    fn start(pipe: std::process::ChildStderr) -> StderrRelay {
+        use std::io::{BufRead, Write};
+        let held = std::sync::Arc::new(std::sync::Mutex::new(Some(Vec::new())));
+        let (tx, done) = std::sync::mpsc::channel();
+        let lines = held.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                let mut held = lines.lock().unwrap_or_else(|p| p.into_inner());
+                match held.as_mut() {
+                    Some(held) => held.push(line),
+                    None => {
+                        let _ = writeln!(std::io::stderr(), "{line}");
+                    }
+                }
+            }
+            let _ = tx.send(());
+        });
+        StderrRelay { held, done }
+    }
+
+    /// From now on, lines go straight to this process's stderr; those held so far go first.
+    fn pass_through(&self) {
+        use std::io::Write;
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        for line in held.take().unwrap_or_default() {
+            let _ = writeln!(std::io::stderr(), "{line}");
+        }
+    }
+
+    /// The daemon exited before it listened: the last line it wrote (its one start error line),
+    /// once its stderr is closed (its children are gone too) or after a short wait.
+    fn last_line(&self) -> Option<String> {
+        let _ = self.done.recv_timeout(Duration::from_secs(1));
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.as_ref()?.iter().rev().find(|l| !l.trim().is_empty()).map(|l| start_error(l))
+    }
+}
+
+/// The message of the daemon's log line: the human format's timestamp, level and target go
+/// (`2026-… ERROR fsd: message`), and JSON lines keep their `fields.message`.
+fn start_error(line: &str) -> String {
+    if let Ok(json) = serde_json::from_str::<serde_json::Value>(line)
+        && let Some(message) = json.pointer("/fields/message").and_then(|m| m.as_str())
+    {
+        return message.to_owned();
+    }
+    match line.split_once(" ERROR ").and_then(|(_, rest)| rest.split_once(": ")) {
+        Some((_, message)) => message.to_owned(),
+        None => line.trim().to_owned(),
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -27,8 +91,9 @@ pub enum EmbeddedError {
     TempDir(#[source] std::io::Error),
     #[error("cannot start {0}: {1}")]
     Spawn(PathBuf, #[source] std::io::Error),
-    #[error("fsd exited before it listened ({0})")]
-    Exited(std::process::ExitStatus),
+    /// `said`: the last line the daemon wrote (its start error), when it wrote one.
+    #[error("fsd exited before it listened ({status}){}", said.as_ref().map(|l| format!(": {l}")).unwrap_or_default())]
+    Exited { status: std::process::ExitStatus, said: Option<String> },
     #[error("fsd did not listen within 10 s")]
     Timeout,
 }
@@ -67,12 +132,16 @@ impl EmbeddedDaemon {
             .env("FSD_LOG", std::env::var("FSD_LOG").unwrap_or_else(|_| "warn".to_owned()))
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| EmbeddedError::Spawn(bin.clone(), e))?;
         let pipe = child.stdin.take();
-        let mut daemon = EmbeddedDaemon { child, pipe, dir: Some(dir), socket };
+        let stderr = child.stderr.take().map(StderrRelay::start);
+        let mut daemon = EmbeddedDaemon { child, pipe, dir: Some(dir), socket, stderr };
         daemon.wait_listening()?;
+        if let Some(relay) = &daemon.stderr {
+            relay.pass_through();
+        }
         Ok(daemon)
     }
 
@@ -83,7 +152,8 @@ impl EmbeddedDaemon {
                 return Ok(());
             }
             if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(EmbeddedError::Exited(status));
+                let said = self.stderr.as_ref().and_then(StderrRelay::last_line);
+                return Err(EmbeddedError::Exited { status, said });
             }
             if Instant::now() > deadline {
                 return Err(EmbeddedError::Timeout);
@@ -112,6 +182,10 @@ impl Drop for EmbeddedDaemon {
                 }
                 Ok(None) => std::thread::sleep(Duration::from_millis(2)),
             }
+        }
+        // The daemon's last lines (how it stopped) are on their way through the relay.
+        if let Some(relay) = &self.stderr {
+            let _ = relay.done.recv_timeout(Duration::from_secs(1));
         }
         if let Some(dir) = self.dir.take() {
             // The daemon removes the directory itself; this covers a daemon that was killed.

@@ -55,6 +55,9 @@ pub enum McpError {
 #[derive(Debug, Clone)]
 pub struct McpServer {
     tools: Arc<Vec<Tool>>,
+    /// The list for a host that cannot ask the person (no elicitation): without the escalation
+    /// fields where no one else could be asked either.
+    tools_no_elicitation: Arc<Vec<Tool>>,
     visible: Arc<Vec<&'static str>>,
     instructions: String,
     /// Calls take turns on the session (observations are per session and calls run in order);
@@ -65,9 +68,11 @@ pub struct McpServer {
 impl McpServer {
     pub fn new(session: Session) -> McpServer {
         let tools = session.tools();
-        let listed = tools.schemas().iter().filter_map(tool_of).collect();
+        let listed = session.schemas_for_host(true).iter().filter_map(tool_of).collect();
+        let no_elicitation = session.schemas_for_host(false).iter().filter_map(tool_of).collect();
         McpServer {
             tools: Arc::new(listed),
+            tools_no_elicitation: Arc::new(no_elicitation),
             visible: Arc::new(tools.visible()),
             instructions: tools.guidance(),
             session: Arc::new(Mutex::new(session)),
@@ -218,9 +223,11 @@ impl ServerHandler for McpServer {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
+        let elicits = context.peer.peer_info().is_some_and(|info| info.capabilities.elicitation.is_some());
+        let tools = if elicits { &self.tools } else { &self.tools_no_elicitation };
+        Ok(ListToolsResult::with_all_items(tools.as_ref().clone()))
     }
 
     async fn call_tool(
@@ -230,10 +237,14 @@ impl ServerHandler for McpServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
         if !self.visible.iter().any(|v| *v == name) {
-            return Err(ErrorData::invalid_params(
-                format!("Unknown tool: {name}"),
-                Some(json!({"fsd/code": "UNKNOWN_TOOL"})),
-            ));
+            // A tool that is off says so, with the setting (the host's user reads this).
+            let not_offered = self.session.lock().await.tools().not_offered(&name);
+            let message = if not_offered.starts_with("unknown tool") {
+                format!("Unknown tool: {name}")
+            } else {
+                format!("Unknown tool: {name} ({not_offered})")
+            };
+            return Err(ErrorData::invalid_params(message, Some(json!({"fsd/code": "UNKNOWN_TOOL"}))));
         }
         let args = Value::Object(request.arguments.unwrap_or_default());
         tokio::select! {

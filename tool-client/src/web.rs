@@ -51,7 +51,89 @@ pub fn parse_header(text: &str) -> Option<(String, String)> {
     (valid && !name.is_empty()).then(|| (name.to_owned(), value.to_owned()))
 }
 
-type Inner = GrpcWebClientService<Client<HttpConnector, GrpcWebCall<Body>>>;
+type Inner = GrpcWebClientService<Checked>;
+
+/// What went wrong below gRPC-Web on the last call, in the words a person needs: tonic-web
+/// would only say "Invalid header bit 60" of a web server's HTML or "client error (Connect)".
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Below {
+    /// The server answered, but not in gRPC-Web: its status line and the start of its body.
+    NotGrpcWeb { status: String, body: String },
+    /// No connection: the socket error.
+    Connect(std::io::ErrorKind, String),
+}
+
+/// How much of a foreign reply's body is quoted.
+const QUOTED_BODY_BYTES: usize = 200;
+
+/// The HTTP client under tonic-web, which notes a reply that is not gRPC-Web (and keeps its
+/// body from tonic-web's decoder) and a connection that failed.
+#[derive(Clone)]
+struct Checked {
+    client: Client<HttpConnector, GrpcWebCall<Body>>,
+    below: Arc<std::sync::Mutex<Option<Below>>>,
+}
+
+impl tower::Service<http::Request<GrpcWebCall<Body>>> for Checked {
+    type Response = http::Response<Body>;
+    type Error = hyper_util::client::legacy::Error;
+    type Future = BoxFuture<http::Response<Body>, Self::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        tower::Service::poll_ready(&mut self.client, cx)
+    }
+
+    fn call(&mut self, request: http::Request<GrpcWebCall<Body>>) -> Self::Future {
+        let future = self.client.request(request);
+        let below = self.below.clone();
+        Box::pin(async move {
+            let note =
+                |what: Below| *below.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(what);
+            let response = match future.await {
+                Ok(response) => response,
+                Err(error) => {
+                    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+                    while let Some(e) = source {
+                        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                            note(Below::Connect(io.kind(), io.to_string()));
+                            break;
+                        }
+                        source = e.source();
+                    }
+                    return Err(error);
+                }
+            };
+            let grpc_web = response
+                .headers()
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|t| t.starts_with("application/grpc-web"));
+            if response.status() == http::StatusCode::OK && grpc_web {
+                return Ok(response.map(Body::new));
+            }
+            let (parts, mut body) = response.into_parts();
+            let mut head = Vec::new();
+            while head.len() < QUOTED_BODY_BYTES {
+                match http_body_util::BodyExt::frame(&mut body).await {
+                    Some(Ok(frame)) => {
+                        if let Some(data) = frame.data_ref() {
+                            head.extend_from_slice(data);
+                        }
+                    }
+                    _ => break,
+                }
+            }
+            head.truncate(QUOTED_BODY_BYTES);
+            let status =
+                format!("{} {}", parts.status.as_u16(), parts.status.canonical_reason().unwrap_or_default());
+            note(Below::NotGrpcWeb {
+                status: status.trim_end().to_owned(),
+                body: String::from_utf8_lossy(&head).into_owned(),
+            });
+            Ok(http::Response::from_parts(parts, Body::empty()))
+        })
+    }
+}
 
 /// A session's gRPC-Web channel.
 #[derive(Clone)]
@@ -135,7 +217,8 @@ pub async fn open(
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(std::time::Duration::from_secs(10)));
     let client = Client::builder(TokioExecutor::new()).http2_only(false).build(connector);
-    let inner = tower::Layer::layer(&GrpcWebClientLayer::new(), client);
+    let below = Arc::new(std::sync::Mutex::new(None));
+    let inner = tower::Layer::layer(&GrpcWebClientLayer::new(), Checked { client, below: below.clone() });
     let state = LinkState::default();
     let link = WebLink { inner, headers: Arc::new(headers), state: state.clone() };
     let origin: http::Uri =
@@ -146,7 +229,16 @@ pub async fn open(
     let hello = client
         .hello(v1::HelloRequest { context: None })
         .await
-        .map_err(|status| crate::connect::hello_failed(name, status))?
+        .map_err(|status| match below.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take() {
+            Some(Below::NotGrpcWeb { status, body }) => {
+                ConnectError::NotGrpcWeb { endpoint: name, status, body }
+            }
+            Some(Below::Connect(kind, text)) => ConnectError::Unreachable {
+                reason: crate::connect::describe_connect_failure(endpoint, &std::io::Error::new(kind, text)),
+                endpoint: name,
+            },
+            None => crate::connect::hello_failed(name, status),
+        })?
         .into_inner();
     Ok((SessionClient::Web(Box::new(client), state.clone()), hello, state))
 }

@@ -42,6 +42,9 @@ pub struct ConfigFile {
     pub max_diff_text_bytes: Option<u64>,
     pub max_dir_entries: Option<usize>,
     pub landlock: Option<String>,
+    /// What to do when the confined modes need the kernel's link protection and it is off:
+    /// "enable" (default: turn it on, logged) or "require" (refuse to start).
+    pub link_protection: Option<String>,
     pub workers_per_mode: Option<usize>,
     pub worker_uid: Option<u32>,
     pub worker_gid: Option<u32>,

@@ -91,6 +91,7 @@ pub struct Config {
     pub max_message_bytes: u64,
     pub limits: Limits,
     pub landlock: LandlockPolicy,
+    pub link_protection: LinkProtection,
     pub workers_per_mode: usize,
     /// As configured; [`Config::worker_identity`] decides the default.
     pub worker_uid: Option<u32>,
@@ -124,6 +125,17 @@ pub struct Config {
 pub enum LandlockPolicy {
     Required,
     BestEffort,
+}
+
+/// What the daemon does when its confined modes need `fs.protected_hardlinks` and
+/// `fs.protected_symlinks` (see `preflight::link_protection`) and the kernel has them off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum LinkProtection {
+    /// Turn them on (every distribution's default; minimal VM images leave them off), with a
+    /// logged line; refuse to start only where that is not possible.
+    Enable,
+    /// Refuse to start: an operator who keeps them off on purpose decides.
+    Require,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -160,6 +172,8 @@ pub enum ConfigError {
     DefaultAboveMax { default: &'static str, max: &'static str },
     #[error("invalid landlock {0:?}: expected \"required\" or \"best-effort\"")]
     Landlock(String),
+    #[error("invalid link_protection {0:?}: expected \"enable\" or \"require\"")]
+    LinkProtection(String),
     #[error(
         "invalid client_max_modes key {0:?}: expected uid:UID (or a bare uid), cert:NAME, token:NAME, tcp or pod"
     )]
@@ -378,6 +392,11 @@ impl Config {
             Some("best-effort") => LandlockPolicy::BestEffort,
             Some(other) => return Err(ConfigError::Landlock(other.to_owned())),
         };
+        let link_protection = match file.link_protection.as_deref() {
+            None | Some("enable") => LinkProtection::Enable,
+            Some("require") => LinkProtection::Require,
+            Some(other) => return Err(ConfigError::LinkProtection(other.to_owned())),
+        };
         let workers_per_mode = file.workers_per_mode.unwrap_or(2);
         if !(1..=64).contains(&workers_per_mode) {
             return Err(ConfigError::Workers);
@@ -474,6 +493,7 @@ impl Config {
         Ok(Config {
             rest,
             landlock,
+            link_protection,
             workers_per_mode,
             worker_uid: file.worker_uid,
             worker_gid: file.worker_gid,

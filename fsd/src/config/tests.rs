@@ -132,6 +132,11 @@ fn config_table() {
         Err("invalid landlock \"maybe\": expected \"required\" or \"best-effort\""),
     );
     check(
+        "link_protection = \"off\"",
+        flags(&["unix:/s"], &["/ws"]),
+        Err("invalid link_protection \"off\": expected \"enable\" or \"require\""),
+    );
+    check(
         "[client_max_modes]\nalice = \"read-only\"",
         flags(&["unix:/s"], &["/ws"]),
         Err(

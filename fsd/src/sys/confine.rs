@@ -31,6 +31,52 @@ pub enum ConfineError {
     LandlockNotEnforced(u32),
     #[error("seccomp: {0}")]
     Seccomp(String),
+    #[error("the thread that checks the worker identity's access failed")]
+    AccessCheck,
+}
+
+/// What a worker needs of a root's directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RootUse {
+    /// Search it (every call beneath it).
+    Enter,
+    /// Also create and remove names in it (a write's temporary file).
+    Create,
+}
+
+/// Asks the kernel whether a worker of `uid:gid` (its groups and no capability, as
+/// [`switch_ids`] and the confinement leave it) may use each directory as said: `faccessat`
+/// with `AT_EACCESS`, so ACLs, read-only mounts and the worker's own ids all count. Asked on a
+/// thread of its own that takes that identity and then ends: in the kernel a thread's ids and
+/// capabilities are its own (rustix makes the raw calls, not libc's process-wide ones), so the
+/// rest of the process keeps its own.
+pub fn worker_may(
+    uid: u32,
+    gid: u32,
+    dirs: Vec<(PathBuf, RootUse)>,
+) -> Result<Vec<Result<(), rustix::io::Errno>>, ConfineError> {
+    let check = move || -> Result<Vec<Result<(), rustix::io::Errno>>, ConfineError> {
+        switch_ids(uid, gid, false)?;
+        let current = rustix::thread::capabilities(None).map_err(ConfineError::Capabilities)?;
+        let none = CapabilitySets { effective: CapabilitySet::empty(), ..current };
+        rustix::thread::set_capabilities(None, none).map_err(ConfineError::Capabilities)?;
+        Ok(dirs
+            .iter()
+            .map(|(dir, want)| {
+                let access = match want {
+                    RootUse::Enter => rustix::fs::Access::EXEC_OK,
+                    RootUse::Create => rustix::fs::Access::EXEC_OK | rustix::fs::Access::WRITE_OK,
+                };
+                rustix::fs::accessat(rustix::fs::CWD, dir, access, rustix::fs::AtFlags::EACCESS)
+            })
+            .collect())
+    };
+    std::thread::Builder::new()
+        .name("fsd-worker-access".into())
+        .spawn(check)
+        .map_err(|_| ConfineError::AccessCheck)?
+        .join()
+        .map_err(|_| ConfineError::AccessCheck)?
 }
 
 /// Drops supplementary groups and switches real, effective and saved ids. Keeps capabilities

@@ -37,7 +37,7 @@ pub fn describe_connect_failure(endpoint: &Endpoint, error: &std::io::Error) -> 
             path.display()
         ),
         (Endpoint::Unix(path), ErrorKind::PermissionDenied) => permission_denied(endpoint, path),
-        (Endpoint::Tcp(_), ErrorKind::ConnectionRefused) => {
+        (Endpoint::Tcp(_) | Endpoint::Web(_), ErrorKind::ConnectionRefused) => {
             format!("no daemon at {endpoint}: the connection was refused (nothing listens on that port)")
         }
         _ => format!("cannot connect to {endpoint}: {error}"),

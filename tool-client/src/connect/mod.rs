@@ -68,6 +68,10 @@ pub enum ConnectError {
         status_text(status)
     )]
     NotFsd { endpoint: String, status: tonic::Status },
+    /// An `http://` endpoint answered, but not as fsd: a router's refusal, a dead upstream, a
+    /// web server. Its status line and the start of its body say which.
+    #[error("the server at {endpoint} did not answer as fsd (gRPC-Web): HTTP {status}, body {body:?}")]
+    NotGrpcWeb { endpoint: String, status: String, body: String },
     #[error("refusing to connect to {endpoint}: {reason}")]
     Insecure { endpoint: String, reason: &'static str },
     #[error("invalid bearer token for {endpoint}: it must be printable ASCII")]

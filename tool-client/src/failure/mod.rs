@@ -391,6 +391,17 @@ fn shown(path: &str) -> String {
 /// denial; the words before it add only what it does not say (which protected name, which root).
 fn sandbox_denied(verb: &str, path: &str, wire: &WireError) -> ToolError {
     let mode = wire.get("mode").unwrap_or("workspace-write");
+    // The mode's workers are not up: no fence refused anything, so no sandbox marker (it would
+    // invite an escalation that cannot help); the operator's reason is in the daemon's log.
+    if wire.reason() == Some(Reason::ModeUnserved) {
+        return ToolError::new(
+            "UNAVAILABLE",
+            format!(
+                "cannot {verb} \"{path}\": the file service cannot serve {mode} mode now (nothing was done); \
+                 ask the user to check the daemon's log"
+            ),
+        );
+    }
     let fact = match wire.reason() {
         Some(Reason::Protected) => {
             Some(format!("{} is a protected path", wire.get("name").unwrap_or("a path component")))
@@ -415,8 +426,6 @@ fn sandbox_denied(verb: &str, path: &str, wire: &WireError) -> ToolError {
             "{} is another mount below the tree (a removal does not cross it)",
             wire.get("name").unwrap_or("a path component")
         )),
-        // The mode's workers are not up (the marker names the mode).
-        Some(Reason::ModeUnserved) => Some("the daemon does not serve this mode now".to_owned()),
         // Refusals of a wider mode: the marker names the mode the call runs at.
         Some(reason) => escalation_denial(reason, wire),
         // None, or one newer than this client: the marker says it all.

@@ -198,9 +198,6 @@ const SNAPSHOTS: &[Snapshot] = {
     (C::SandboxDenied, &[("reason", "mount"), ("name", "/ws/mnt")],
         "Error: cannot read \"/ws/a.txt\": /ws/mnt is another mount below the tree (a removal does not cross it) [sandbox: file access denied under workspace-write mode]",
         "Error: cannot modify \"/ws/a.txt\": /ws/mnt is another mount below the tree (a removal does not cross it) [sandbox: file access denied under workspace-write mode]"),
-    (C::SandboxDenied, &[("reason", "mode_unserved")],
-        "Error: cannot read \"/ws/a.txt\": the daemon does not serve this mode now [sandbox: file access denied under workspace-write mode]",
-        "Error: cannot modify \"/ws/a.txt\": the daemon does not serve this mode now [sandbox: file access denied under workspace-write mode]"),
     (C::SandboxDenied, &[("reason", "above_max"), ("requested", "danger-full-access"), ("max_mode", "workspace-write")],
         "Error: cannot read \"/ws/a.txt\": danger-full-access is above this client's maximum mode workspace-write [sandbox: file access denied under workspace-write mode]",
         "Error: cannot modify \"/ws/a.txt\": danger-full-access is above this client's maximum mode workspace-write [sandbox: file access denied under workspace-write mode]"),
@@ -505,6 +502,26 @@ fn sent(code: ErrorCode, meta: &[(&str, &str)]) -> DaemonError {
         wire = wire.with(key, *value);
     }
     DaemonError::Refused(wire)
+}
+
+/// A mode whose workers are not up is no fence's refusal: no sandbox marker (which would invite
+/// an escalation), the code `UNAVAILABLE`.
+#[test]
+fn an_unserved_mode_is_unavailable_not_a_sandbox_denial() {
+    let error = sent(ErrorCode::SandboxDenied, &[("reason", "mode_unserved")]);
+    for (got, verb) in [
+        (ToolError::from_read("/ws/a.txt", &error), "read"),
+        (ToolError::from_mutation("/ws/a.txt", &error), "modify"),
+    ] {
+        assert_eq!(
+            got.text(),
+            format!(
+                "Error: cannot {verb} \"/ws/a.txt\": the file service cannot serve workspace-write mode now (nothing \
+                 was done); ask the user to check the daemon's log"
+            )
+        );
+        assert_eq!(got.code, "UNAVAILABLE");
+    }
 }
 
 #[test]

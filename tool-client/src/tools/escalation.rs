@@ -156,6 +156,7 @@ pub fn refused(by: RefusedBy, mode: &str, effective: &str, reason: &str) -> Tool
         RefusedBy::ClientRules => "refused by this client's escalation rules",
         RefusedBy::User => "refused by the user",
         RefusedBy::NoApprover => "refused: no approver is configured for this client",
+        RefusedBy::NoOne => "refused: no one could be asked (there is no terminal to prompt on)",
         RefusedBy::NoElicitation => {
             "refused: the MCP host cannot ask the user (it does not support elicitation)"
         }
@@ -417,6 +418,10 @@ mod tests {
         check(
             refused(RefusedBy::NoElicitation, mode, ws, ""),
             "Error: escalation to danger-full-access was refused: the MCP host cannot ask the user (it does not support elicitation); nothing was changed. Do not retry this call with sandbox_permissions; continue under workspace-write mode or ask the user. [sandbox: file access denied under workspace-write mode]",
+        );
+        check(
+            refused(RefusedBy::NoOne, mode, ws, ""),
+            "Error: escalation to danger-full-access was refused: no one could be asked (there is no terminal to prompt on); nothing was changed. Do not retry this call with sandbox_permissions; continue under workspace-write mode or ask the user. [sandbox: file access denied under workspace-write mode]",
         );
         check(
             read_first("/etc/app.conf", mode),

@@ -89,19 +89,38 @@ impl Tools {
 
     /// The visible tools, in schema order.
     pub fn visible_tools(&self) -> Vec<Tool> {
+        Tool::ALL.into_iter().filter(|tool| self.turned_on_by(*tool).is_none()).collect()
+    }
+
+    /// For a tool this composition leaves off, the client config setting that turns it on
+    /// (None: the tool is on).
+    pub fn turned_on_by(&self, tool: Tool) -> Option<&'static str> {
         let c = &self.config;
-        Tool::ALL
-            .into_iter()
-            .filter(|tool| match tool {
-                Tool::Read => c.read,
-                // read_image needs durable storage for its blocks: without a store it is not offered.
-                Tool::ReadImage => c.read_image && c.attachment_store.is_some(),
-                Tool::Write => c.write,
-                Tool::Edit => c.edit,
-                Tool::ApplyPatch => c.apply_patch,
-                Tool::StrReplaceEditor => c.str_replace_editor,
-            })
-            .collect()
+        match tool {
+            Tool::Read => (!c.read).then_some("read = true"),
+            // read_image needs durable storage for its blocks: without a store it is not offered.
+            Tool::ReadImage => match (c.read_image, c.attachment_store.is_some()) {
+                (true, true) => None,
+                (true, false) => Some("attachmentStore = \"DIR\""),
+                (false, true) => Some("readImage = true"),
+                (false, false) => Some("readImage = true with attachmentStore = \"DIR\""),
+            },
+            Tool::Write => (!c.write).then_some("write = true"),
+            Tool::Edit => (!c.edit).then_some("edit = true"),
+            Tool::ApplyPatch => (!c.apply_patch).then_some("applyPatch = true"),
+            Tool::StrReplaceEditor => (!c.str_replace_editor).then_some("strReplaceEditor = true"),
+        }
+    }
+
+    /// The refusal of a call to a tool that is not offered: an unknown name, or a tool that is
+    /// off, with the one setting that turns it on.
+    pub fn not_offered(&self, name: &str) -> String {
+        match Tool::parse(name).and_then(|tool| self.turned_on_by(tool)) {
+            Some(setting) => format!(
+                "tool \"{name}\" is off in this client; {setting} in the client config (--config FILE) turns it on"
+            ),
+            None => format!("unknown tool \"{name}\""),
+        }
     }
 
     /// Visible tool names, in schema order.
@@ -150,6 +169,18 @@ pub struct Session {
     host: Option<std::sync::Arc<dyn crate::approver::Host>>,
 }
 
+/// Whether an escalation could reach anyone who decides: the daemon's approver (`signed`), this
+/// client's rule file, or a person (`escalationPrompt`) on the controlling terminal or through
+/// the host (`host_asks`).
+fn someone_to_ask(hello: &Hello, approver: &Approver, host_asks: bool) -> bool {
+    match approver {
+        _ if hello.escalation == "signed" => true,
+        Approver::Rules(_) => true,
+        Approver::Prompt => host_asks || crate::approver::terminal_available(),
+        Approver::None => false,
+    }
+}
+
 impl Session {
     pub fn new(
         mut tools: Tools,
@@ -160,7 +191,6 @@ impl Session {
         let hello = hello.into();
         let session_id = format!("s-{}-{}", std::process::id(), unique_suffix());
         let offer = escalation::Offer::from_hello(&hello);
-        tools.escalation = offer.is_some();
         let config = &tools.config;
         let approver =
             match Approver::from_config(config.escalation_rules.as_deref(), config.escalation_prompt) {
@@ -171,6 +201,9 @@ impl Session {
                     Approver::None
                 }
             };
+        // Where no one can be asked, the fields are not advertised: a call that used them could
+        // only be refused.
+        tools.escalation = offer.is_some() && someone_to_ask(&hello, &approver, false);
         Session {
             tools,
             daemon: Daemon::new(client.into(), session_id),
@@ -209,7 +242,7 @@ impl Session {
     /// Runs a tool by name with JSON arguments.
     pub async fn call(&mut self, name: &str, args: Value) -> ToolResult {
         let Some(tool) = Tool::parse(name).filter(|t| self.tools.visible_tools().contains(t)) else {
-            return ToolResult::error(ToolError::new("UNKNOWN_TOOL", format!("unknown tool \"{name}\"")));
+            return ToolResult::error(ToolError::new("UNKNOWN_TOOL", self.tools.not_offered(name)));
         };
         self.daemon.begin_call();
         self.escalation_asked = false;
@@ -270,7 +303,8 @@ impl Session {
         match self.daemon.hello().await {
             Ok(hello) => {
                 self.escalation = escalation::Offer::from_hello(&hello);
-                self.tools.escalation = self.escalation.is_some();
+                self.tools.escalation =
+                    self.escalation.is_some() && someone_to_ask(&hello, &self.approver, false);
                 self.hello = hello;
             }
             // Down again: the next call that reaches it re-pins, and the old hello stands.
@@ -286,6 +320,16 @@ impl Session {
             names.extend([escalation::MODE_FIELD, escalation::REASON_FIELD]);
         }
         names
+    }
+
+    /// The tools' schemas as a host that can ask the person (`host_asks`: an MCP client with
+    /// elicitation) or cannot should list them: the escalation fields only where a wider mode
+    /// is on offer and someone can be asked.
+    pub fn schemas_for_host(&self, host_asks: bool) -> Vec<Value> {
+        let mut tools = self.tools.clone();
+        tools.escalation =
+            self.escalation.is_some() && someone_to_ask(&self.hello, &self.approver, host_asks);
+        tools.schemas()
     }
 
     /// Sends prompts to this host instead of the terminal (the MCP face, per call).
