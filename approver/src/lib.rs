@@ -8,6 +8,7 @@
 mod rules;
 mod serve;
 
+use fsd_proto::chain::KeyError;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -145,23 +146,23 @@ fn write_private(path: &Path, text: &str) -> Result<(), ApproverError> {
 /// Loads the private key, refusing what is plainly the public one (a `.pub` file, the text
 /// of the `approver.pub` beside it) or a private key others can read.
 pub fn load_key(path: &Path) -> Result<SigningKey, ApproverError> {
-    use std::os::unix::fs::PermissionsExt;
-    if path.extension().is_some_and(|e| e == "pub") {
-        return Err(ApproverError::PublicKey(path.to_owned()));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| ApproverError::Io(path.to_owned(), e))?;
+    // A copy of `approver.pub` passed as the key is named as the public key it is; the rest of
+    // what makes a private key file (64 hex digits, mode 0600) is checked in one place for both
+    // logs' signers (`fsd_proto::chain::read_signing_key`).
     let sibling = path.with_file_name("approver.pub");
-    if sibling != path && std::fs::read_to_string(&sibling).is_ok_and(|public| public.trim() == text.trim()) {
+    if sibling != path
+        && let (Ok(text), Ok(public)) = (std::fs::read_to_string(path), std::fs::read_to_string(&sibling))
+        && public.trim() == text.trim()
+    {
         return Err(ApproverError::PublicKey(path.to_owned()));
     }
-    let bytes = hex::decode(text.trim()).map_err(|_| ApproverError::BadKey(path.to_owned()))?;
-    let seed: [u8; 32] = bytes.try_into().map_err(|_| ApproverError::BadKey(path.to_owned()))?;
-    let mode =
-        std::fs::metadata(path).map_err(|e| ApproverError::Io(path.to_owned(), e))?.permissions().mode();
-    if mode & 0o077 != 0 {
-        return Err(ApproverError::OpenKey(path.to_owned()));
-    }
-    Ok(SigningKey::from_bytes(&seed))
+    fsd_proto::chain::read_signing_key(path).map_err(|e| match e {
+        KeyError::Io(path, e) => ApproverError::Io(path, e),
+        KeyError::Public(path) => ApproverError::PublicKey(path),
+        KeyError::Open(path) => ApproverError::OpenKey(path),
+        KeyError::NotAKey(path) => ApproverError::BadKey(path),
+        KeyError::NotAPublicKey(given) => ApproverError::BadKey(given.into()),
+    })
 }
 
 /// Civil UTC time of a Unix timestamp, `YYYY-MM-DD HH:MM:SS UTC`.
