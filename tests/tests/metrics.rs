@@ -22,16 +22,24 @@ fn prometheus_bin() -> PathBuf {
     )
 }
 
-/// One query through Prometheus's HTTP API: the `data.result` vector.
-fn query(python: &Path, port: u16, promql: &str) -> Vec<Value> {
+/// One query through Prometheus's HTTP API: the `data.result` vector, or why there is none
+/// (Prometheus answers 503 until its storage is ready).
+fn try_query(python: &Path, port: u16, promql: &str) -> Result<Vec<Value>, String> {
     let script = "import json, sys, urllib.parse, urllib.request\n\
         url = f'http://127.0.0.1:{sys.argv[1]}/api/v1/query?' + urllib.parse.urlencode({'query': sys.argv[2]})\n\
         print(urllib.request.urlopen(url, timeout=10).read().decode())\n";
     let out = Command::new(python).arg("-c").arg(script).arg(port.to_string()).arg(promql).output().unwrap();
-    assert!(out.status.success(), "query {promql}: {}", String::from_utf8_lossy(&out.stderr));
+    if !out.status.success() {
+        return Err(format!("query {promql}: {}", String::from_utf8_lossy(&out.stderr)));
+    }
     let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(answer["status"], "success", "{answer}");
-    answer["data"]["result"].as_array().cloned().unwrap_or_default()
+    Ok(answer["data"]["result"].as_array().cloned().unwrap_or_default())
+}
+
+/// [`try_query`] once Prometheus is known to be ready.
+fn query(python: &Path, port: u16, promql: &str) -> Vec<Value> {
+    try_query(python, port, promql).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The value of a one-series answer, once Prometheus has scraped it with the wanted value
@@ -39,8 +47,14 @@ fn query(python: &Path, port: u16, promql: &str) -> Vec<Value> {
 fn value_once(python: &Path, port: u16, promql: &str, want: f64) -> f64 {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let result = query(python, port, promql);
-        let got = result.first().and_then(|s| s["value"][1].as_str()).and_then(|v| v.parse::<f64>().ok());
+        // Until Prometheus is ready its API answers 503: that is "not yet", like a stale value.
+        let result = try_query(python, port, promql);
+        let got = result
+            .as_ref()
+            .ok()
+            .and_then(|r| r.first())
+            .and_then(|s| s["value"][1].as_str())
+            .and_then(|v| v.parse::<f64>().ok());
         if got == Some(want) {
             return want;
         }
