@@ -5,7 +5,7 @@ use crate::common;
 
 use std::process::{Command, Stdio};
 
-use common::router::{Killed, nginx_bin, wait_port};
+use common::router::{Killed, start_nginx};
 use common::*;
 use serde_json::json;
 
@@ -60,20 +60,7 @@ http {{
 "#,
         prefix = prefix.display(),
     );
-    let path = dir.join("nginx.conf");
-    std::fs::write(&path, conf).unwrap();
-    let mut child = Command::new(nginx_bin())
-        .arg("-p")
-        .arg(&prefix)
-        .arg("-c")
-        .arg(&path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn nginx");
-    wait_port(listen, &mut child, "nginx");
-    Killed(child)
+    start_nginx(dir, &prefix, &conf, listen)
 }
 
 #[test]

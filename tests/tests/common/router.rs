@@ -139,11 +139,17 @@ http {{
 "#,
         prefix = prefix.display(),
     );
+    start_nginx(dir, &prefix, &conf, listen)
+}
+
+/// Starts Debian's nginx on `conf` (written into `dir`) with `prefix` as its prefix, once it
+/// listens on `listen`; killed when dropped.
+pub fn start_nginx(dir: &Path, prefix: &Path, conf: &str, listen: u16) -> Killed {
     let path = dir.join("nginx.conf");
     std::fs::write(&path, conf).unwrap();
     let mut child = Command::new(nginx_bin())
         .arg("-p")
-        .arg(&prefix)
+        .arg(prefix)
         .arg("-c")
         .arg(&path)
         .stdin(Stdio::null())
