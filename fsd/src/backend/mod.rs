@@ -219,6 +219,7 @@ impl Backend {
                 Some(mutation) => self.mutate(mode, mutation),
                 None => Err(Failure::new(FsError::NotRegularFile, request.path())),
             },
+            Request::Check { request } => self.dry_run(mode, &request),
             // The approval is the worker's to check before the call gets here (`worker`).
             Request::Bound { bindings, request, .. } => {
                 let _bound = self.bind(bindings);

@@ -12,7 +12,8 @@
 //!   approved call, still the object approved), the guard against it, and the transform: a
 //!   write's styled content, an edit's replacement, what a delete or a move takes, what a removal
 //!   finds. The result, [`Checked`], is everything the commit does and the outcome it returns,
-//!   before anything is placed.
+//!   before anything is placed: a dry run (`Backend::dry_run`, `Request::Check`) ends here, with
+//!   the outcome the commit would return ([`Checked::outcome`]).
 //! - **commit** (`Backend::commit`): the change placed (the atomic replace, the rename, the
 //!   unlink), each journaled while it has a temporary name.
 
@@ -136,6 +137,9 @@ pub(crate) struct Plan<'a> {
     pub(crate) target: Planned,
     /// A move's destination.
     pub(crate) destination: Option<Planned>,
+    /// A dry run's plan: no directory made, and the check says more of a failure (where an
+    /// ambiguous edit's matches start).
+    pub(crate) dry: bool,
 }
 
 impl Plan<'_> {
@@ -215,6 +219,72 @@ pub(crate) struct Checked<'p> {
     pub(crate) decided: Decided,
 }
 
+impl Checked<'_> {
+    /// The outcome the commit would return, without committing (a dry run): the change with
+    /// its before and after, and the version of what is there now (the one a guard of this
+    /// change names; none for a creation).
+    pub(crate) fn outcome(&self, backend: &Backend) -> Result<Outcome, Failure> {
+        let target = self.plan.target.target.clone();
+        let current = |planned: &Planned| -> Result<String, Failure> {
+            match planned.current().map_err(|e| backend.fail(e, &planned.resolved))? {
+                Some((file, meta)) => Ok(version::of_file(&file, &meta)),
+                None => Ok(String::new()),
+            }
+        };
+        Ok(match &self.decided {
+            Decided::Put { placement, change, replacements: None, .. } => Outcome::WriteText {
+                target,
+                operation: placement.operation(),
+                version: current(&self.plan.target)?,
+                change: change.clone(),
+            },
+            Decided::Put { change, replacements: Some(count), .. } => Outcome::EditText {
+                target,
+                version: current(&self.plan.target)?,
+                replacements: *count,
+                change: change.clone(),
+            },
+            Decided::PutStaged { placement } => Outcome::WriteBytes {
+                target,
+                operation: placement.operation(),
+                version: current(&self.plan.target)?,
+                size: 0,
+            },
+            Decided::Delete { change, .. } => Outcome::DeleteFile { target, change: change.clone() },
+            Decided::Move { source_text, destination_before, .. } => {
+                let planned = self.plan.destination.as_ref().unwrap_or(&self.plan.target);
+                let after = self.move_after(source_text);
+                Outcome::MoveFile {
+                    source: target,
+                    destination: planned.target.clone(),
+                    destination_version: current(planned)?,
+                    source_change: source_change(source_text.clone()),
+                    destination_change: backend.destination_change(destination_before, after.as_deref()),
+                    source_removal_errno: None,
+                }
+            }
+            Decided::Remove { .. } => Outcome::Remove { target, removed: 0 },
+        })
+    }
+
+    /// What a move leaves at its destination: the new content, else the source's text.
+    fn move_after(&self, source_text: &Option<String>) -> Option<String> {
+        match self.plan.mutation {
+            Mutation::Move { content: Some(content), .. } => Some(content.to_owned()),
+            _ => source_text.clone(),
+        }
+    }
+}
+
+/// A replace that found a link put at the name since its check: for an approved call, not the
+/// object approved (as `write::current_checked` says of one found at the check).
+fn approved_object(error: FsError, resolved: &Resolved) -> FsError {
+    match error {
+        FsError::Stale(StaleReason::Symlink) if resolved.bound => FsError::Denied(Denial::NotApproved),
+        error => error,
+    }
+}
+
 /// A removed source's change: its text before, when shown.
 fn source_change(text: Option<String>) -> Change {
     match text {
@@ -242,6 +312,22 @@ impl Backend {
             }
             other => other,
         }
+    }
+
+    /// A dry run of one change: the whole pipeline but the commit. Returns the outcome the
+    /// commit would return, or the failure it would meet; nothing is made or changed.
+    pub(crate) fn dry_run(&self, mode: Mode, request: &Request) -> Result<Outcome, Failure> {
+        let mutation = match Mutation::of(request) {
+            // A body travels on a pipe a dry run has none of.
+            Some(Mutation::Bytes { .. }) | None => {
+                let error = std::io::Error::other("only a change whose content the call carries is checked");
+                return Err(Failure::new(FsError::WriteTemp(error), request.path()));
+            }
+            Some(mutation) => mutation,
+        };
+        let plan = self.plan(mode, mutation, true)?;
+        let _held = self.lock_plans(&[&plan])?;
+        self.check(&plan)?.outcome(self)
     }
 
     /// Takes the locks of every target of `plans` at once, in the one global order.
@@ -332,7 +418,7 @@ impl Backend {
                 (self.fenced(mode, resolved)?, None)
             }
         };
-        Ok(Plan { mode, mutation, target, destination })
+        Ok(Plan { mode, mutation, target, destination, dry })
     }
 
     /// A walked target the mode may change, named.
@@ -468,7 +554,7 @@ impl Backend {
                         return Err(fail(FsError::Stale(StaleReason::Changed)));
                     }
                 }
-                let edited = self.edited(&file, &meta, old, new, replace_all).map_err(fail)?;
+                let edited = self.edited(&file, &meta, old, new, replace_all, plan.dry).map_err(fail)?;
                 Decided::Put {
                     change: self.change(Some(&edited.body), true, Some(&edited.replaced)),
                     content: edited.after,
@@ -607,6 +693,8 @@ impl Backend {
 
     /// The literal replacement of an edit over the file under the lock: the file's text must
     /// decode, and the whole file, BOM included, stay within what a write of it could be.
+    /// `lines`: an ambiguous edit says where its matches start (a dry run's answer, which the
+    /// tools list).
     fn edited(
         &self,
         file: &File,
@@ -614,6 +702,7 @@ impl Backend {
         old: &str,
         new: &str,
         replace_all: bool,
+        lines: bool,
     ) -> Result<Edited, FsError> {
         let bytes = read::read_bounded(file, meta, self.limits.max_editable_bytes)?;
         let current = text::decode(&bytes)?;
@@ -622,6 +711,11 @@ impl Backend {
         let room = limit.saturating_sub(bom.len() as u64);
         let replaced = text::replace(body, old, new, replace_all, room).map_err(|e| match e {
             FsError::TooLarge { size, .. } => FsError::TooLarge { size: size + bom.len() as u64, limit },
+            // Where the matches start, when the list fits an error's metadata (else the tools
+            // word it without the lines).
+            FsError::AmbiguousEdit { count, .. } if lines => {
+                FsError::AmbiguousEdit { count, lines: text::match_lines(body, old) }
+            }
             e => e,
         })?;
         Ok(Edited {
@@ -671,7 +765,7 @@ impl Backend {
                     placement.place(),
                     self.journal_scope(resolved),
                 )
-                .map_err(fail)?;
+                .map_err(|e| fail(approved_object(e, resolved)))?;
                 let version = version::of_content(&file, &meta, content.as_bytes());
                 if let Some(replacements) = replacements {
                     return Ok(Outcome::EditText { target, version, replacements, change });
@@ -688,8 +782,9 @@ impl Backend {
                 };
                 let Body { staged, size, digest } =
                     body.ok_or_else(|| fail(FsError::WriteTemp(std::io::Error::other("no body was sent"))))?;
-                let (file, meta) =
-                    staged.place(resolved.name(), placement.place(), file_mode, None).map_err(fail)?;
+                let (file, meta) = staged
+                    .place(resolved.name(), placement.place(), file_mode, None)
+                    .map_err(|e| fail(approved_object(e, resolved)))?;
                 if placement.replaced().is_none() {
                     self.undo_git_piece(mode, resolved, &meta)?;
                 }

@@ -309,6 +309,8 @@ fn keep_attributes(dir: BorrowedFd<'_>, name: &OsStr, old: &Meta, new: &File) ->
     let replaced = match sys::open_read(dir, name) {
         Ok(file) => file,
         Err(Errno::NOENT) => return Err(FsError::Stale(StaleReason::Gone)),
+        // A link put at the name since the check (the open follows none): not the file checked.
+        Err(Errno::LOOP) => return Err(FsError::Stale(StaleReason::Symlink)),
         Err(errno) => return Err(FsError::KeepAttributes(errno)),
     };
     let now = sys::meta(replaced.as_fd()).map_err(FsError::Metadata)?;
