@@ -5,7 +5,7 @@
 pub mod bytes;
 mod gitdir;
 pub mod journal;
-mod locks;
+mod locking;
 mod moves;
 pub(crate) mod pipeline;
 mod read;
@@ -20,7 +20,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use locks::{Guard, Locking};
+pub use locking::{Guard, Locking};
 pub use read::{StreamDigest, unchanged};
 use resolve::{Resolved, Root, WalkOptions};
 
