@@ -24,7 +24,8 @@ use std::time::Duration;
 use fsd_proto::{ErrorCode, Reason, WireError, WorkerLost};
 use tokio::sync::oneshot;
 
-use crate::backend::{Backend, Fence, Guard, Locking, Mode, Outcome, Request, StreamHeader};
+use crate::backend::{Backend, Fence, Guard, Locking};
+use crate::op::{Mode, Outcome, Request, StreamHeader};
 use crate::config::Config;
 use crate::error::{Failure, FsError};
 use crate::sys::confine::Enforcement;

@@ -10,8 +10,8 @@ use super::Dispatcher;
 use super::pool::{Answer, Expect, Job, Lost, Pool};
 use fsd_proto::WorkerLost;
 
-use crate::backend::Mode;
 use crate::ipc::{self, FromWorker, IpcError, ToWorker};
+use crate::op::Mode;
 use crate::sys::ipc::AsyncFrames;
 
 /// How many reads a driver sends behind the read its worker runs (see `Dispatcher::drive`):
