@@ -237,32 +237,38 @@ fn local_once(op: Op, local: &mut Local, i: u64) -> Res<()> {
     }
 }
 
-/// `n` samples each of the fsd call, its RPC floor and its I/O floor, interleaved one by one
-/// (after `n / 10` unmeasured rounds): the three series see the same machine, which matters
-/// most for fsync, whose latency on this shared ext4 follows other processes' writeback.
+/// `n` samples each of the fsd call on every connection of `conns` (one transport: the daemon
+/// with direct reads, the one with reads in workers), its RPC floor and its I/O floor,
+/// interleaved one by one (after `n / 10` unmeasured rounds): every series sees the same
+/// machine, which matters most for fsync, whose latency on this shared ext4 follows other
+/// processes' writeback, and for the direct-versus-workers comparison.
 async fn time_op(
     op: Op,
-    conn: &mut Conn,
+    conns: &mut [Conn],
     local: &mut Local,
     payloads: &Payloads,
     shapes: &[Shape],
     n: usize,
-) -> Res<(Samples, Samples, Samples)> {
-    let (mut fsd, mut rpc, mut io) =
-        (Samples::with_capacity(n), Samples::with_capacity(n), Samples::with_capacity(n));
+) -> Res<(Vec<Samples>, Samples, Samples)> {
+    let mut fsd: Vec<Samples> = conns.iter().map(|_| Samples::with_capacity(n)).collect();
+    let (mut rpc, mut io) = (Samples::with_capacity(n), Samples::with_capacity(n));
     let warm = n / 10;
     for i in 0..warm + n {
+        for (c, conn) in conns.iter_mut().enumerate() {
+            let started = Instant::now();
+            fsd_once(op, conn).await?;
+            if i >= warm {
+                fsd[c].push(started.elapsed());
+            }
+        }
+        let echo = &mut conns.first_mut().ok_or("no connection")?.echo;
         let started = Instant::now();
-        fsd_once(op, conn).await?;
-        let fsd_time = started.elapsed();
-        let started = Instant::now();
-        payloads.call(&mut conn.echo, shapes).await?;
+        payloads.call(echo, shapes).await?;
         let rpc_time = started.elapsed();
         let started = Instant::now();
         local_once(op, local, i as u64)?;
         let io_time = started.elapsed();
         if i >= warm {
-            fsd.push(fsd_time);
             rpc.push(rpc_time);
             io.push(io_time);
         }
@@ -337,9 +343,10 @@ pub fn run(common: &Common) -> Res<Section> {
     let mut local = Local::new(&local_dir, &fixtures::four_k())?;
     let payloads = Payloads::new();
 
+    // Grouped by transport (direct, then workers), the groups sampled in turn per round.
     let mut conns = Vec::new();
-    for (fsd, reads, root) in &daemons {
-        for transport in Transport::ALL {
+    for transport in Transport::ALL {
+        for (fsd, reads, root) in &daemons {
             conns.push(rt.block_on(open((fsd, *reads), &echo_server, transport, root))?);
         }
     }
@@ -355,17 +362,20 @@ pub fn run(common: &Common) -> Res<Section> {
     for run in 0..common.runs {
         digest.push(digest_p50(four_k.as_bytes(), common.n(20_000)));
         note!("  per call: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
-        for (c, conn) in conns.iter_mut().enumerate() {
+        let per_transport = Reads::ALL.len();
+        for (g, group) in conns.chunks_mut(per_transport).enumerate() {
             for (o, op) in Op::ALL.into_iter().enumerate() {
                 let n = op.samples(common);
                 let shapes = op.shapes(&shapes);
                 let (fsd_samples, rpc, io) =
-                    rt.block_on(time_op(op, conn, &mut local, &payloads, &shapes, n))?;
-                let row = &mut rows[c][o];
-                row.fsd_p50.push(fsd_samples.p50());
-                row.fsd_p99.push(fsd_samples.p99());
-                row.rpc_p50.push(rpc.p50());
-                row.io_p50.push(io.p50());
+                    rt.block_on(time_op(op, group, &mut local, &payloads, &shapes, n))?;
+                for (k, samples) in fsd_samples.iter().enumerate() {
+                    let row = &mut rows[g * per_transport + k][o];
+                    row.fsd_p50.push(samples.p50());
+                    row.fsd_p99.push(samples.p99());
+                    row.rpc_p50.push(rpc.p50());
+                    row.io_p50.push(io.p50());
+                }
             }
         }
     }
@@ -419,7 +429,7 @@ fn render(conns: &[Conn], rows: &[Vec<Row>], shapes: &Shapes) -> Section {
     let mut section = Section::default();
     let mut md = String::from("### Per call, one client, one call at a time\n\n");
     md.push_str(&format!(
-        "p50 of each run's samples, median [min–max] over runs; ratios are per run, then the median. In each run the fsd call, its RPC floor and its I/O floor are sampled in turn, one of each per round, so all three see the same machine. \
+        "p50 of each run's samples, median [min–max] over runs; ratios are per run, then the median. In each run the fsd call (on both daemons), its RPC floor and its I/O floor are sampled in turn, one of each per round, so all of them see the same machine. \
          RPC floor: bare tonic echo calls with the request/reply sizes of the fsd RPCs the call makes \
          (stat {}/{} B, readText {}/{} B, writeText {}/{} B, editText {}/{} B; apply_patch = stat + readText + writeText). \
          I/O floor: the same file operation done locally with std on the same filesystem. \

@@ -25,9 +25,9 @@ use fsd_proto::{ErrorCode, Reason, WireError, WorkerLost};
 use tokio::sync::oneshot;
 
 use crate::backend::{Backend, Fence, Guard, Locking};
-use crate::op::{Mode, Outcome, Request, StreamHeader};
 use crate::config::Config;
 use crate::error::{Failure, FsError};
+use crate::op::{Mode, Outcome, Request, StreamHeader};
 use crate::sys::confine::Enforcement;
 
 /// Threads that serve direct reads: the calls are short (a walk and one read), and a hung one
@@ -267,7 +267,7 @@ impl Direct {
 }
 
 fn lost(path: &str, lost: WorkerLost, what: &str) -> WireError {
-    WireError::new(ErrorCode::Aborted, path, &format!("worker lost: {what}"))
+    WireError::new(ErrorCode::Aborted, path, format!("worker lost: {what}"))
         .with_reason(Reason::WorkerLost)
         .with_word(lost)
 }
