@@ -18,7 +18,7 @@ use tonic::transport::Channel;
 use crate::echo::{self, Payloads, Shape, pb::echo_client::EchoClient};
 use crate::fixtures;
 use crate::local::Local;
-use crate::procs::{Server, Transport};
+use crate::procs::{Reads, Server, Transport};
 use crate::report::Section;
 use crate::stats::{PerRun, Samples};
 use crate::{Common, Res};
@@ -87,9 +87,13 @@ struct Shapes {
     edit: Shape,
 }
 
-/// One transport's connections: a raw client, a tool session, an echo client.
+/// One transport's connections to one daemon: a raw client, a tool session, an echo client.
 struct Conn {
     transport: Transport,
+    /// Where that daemon serves plain reads.
+    reads: Reads,
+    /// The 4 KiB file the reads read, below that daemon's root.
+    read_path: String,
     client: FsdClient<Channel>,
     session: Session,
     echo: EchoClient<Channel>,
@@ -172,7 +176,9 @@ async fn shapes(client: &mut FsdClient<Channel>, root: &Path) -> Res<Shapes> {
 }
 
 /// One fsd call of `op`.
-async fn fsd_once(op: Op, conn: &mut Conn, read_path: &str) -> Res<()> {
+async fn fsd_once(op: Op, conn: &mut Conn) -> Res<()> {
+    let read_path = conn.read_path.clone();
+    let read_path = read_path.as_str();
     let result = match op {
         Op::Stat => {
             let request = v1::StatRequest {
@@ -231,33 +237,38 @@ fn local_once(op: Op, local: &mut Local, i: u64) -> Res<()> {
     }
 }
 
-/// `n` samples each of the fsd call, its RPC floor and its I/O floor, interleaved one by one
-/// (after `n / 10` unmeasured rounds): the three series see the same machine, which matters
-/// most for fsync, whose latency on this shared ext4 follows other processes' writeback.
+/// `n` samples each of the fsd call on every connection of `conns` (one transport: the daemon
+/// with direct reads, the one with reads in workers), its RPC floor and its I/O floor,
+/// interleaved one by one (after `n / 10` unmeasured rounds): every series sees the same
+/// machine, which matters most for fsync, whose latency on this shared ext4 follows other
+/// processes' writeback, and for the direct-versus-workers comparison.
 async fn time_op(
     op: Op,
-    conn: &mut Conn,
+    conns: &mut [Conn],
     local: &mut Local,
     payloads: &Payloads,
     shapes: &[Shape],
-    read_path: &str,
     n: usize,
-) -> Res<(Samples, Samples, Samples)> {
-    let (mut fsd, mut rpc, mut io) =
-        (Samples::with_capacity(n), Samples::with_capacity(n), Samples::with_capacity(n));
+) -> Res<(Vec<Samples>, Samples, Samples)> {
+    let mut fsd: Vec<Samples> = conns.iter().map(|_| Samples::with_capacity(n)).collect();
+    let (mut rpc, mut io) = (Samples::with_capacity(n), Samples::with_capacity(n));
     let warm = n / 10;
     for i in 0..warm + n {
+        for (c, conn) in conns.iter_mut().enumerate() {
+            let started = Instant::now();
+            fsd_once(op, conn).await?;
+            if i >= warm {
+                fsd[c].push(started.elapsed());
+            }
+        }
+        let echo = &mut conns.first_mut().ok_or("no connection")?.echo;
         let started = Instant::now();
-        fsd_once(op, conn, read_path).await?;
-        let fsd_time = started.elapsed();
-        let started = Instant::now();
-        payloads.call(&mut conn.echo, shapes).await?;
+        payloads.call(echo, shapes).await?;
         let rpc_time = started.elapsed();
         let started = Instant::now();
         local_once(op, local, i as u64)?;
         let io_time = started.elapsed();
         if i >= warm {
-            fsd.push(fsd_time);
             rpc.push(rpc_time);
             io.push(io_time);
         }
@@ -265,13 +276,11 @@ async fn time_op(
     Ok((fsd, rpc, io))
 }
 
-/// The fixtures: the root with the read file and one write, edit and patch target per
-/// transport, and the local floor's directory.
-fn setup(dir: &Path) -> Res<(PathBuf, PathBuf)> {
-    let root = dir.join("ws");
-    let local = dir.join("local");
+/// The fixtures: a root per daemon (`name`) with the read file and one write, edit and patch
+/// target per transport.
+fn setup_root(dir: &Path, name: &str) -> Res<PathBuf> {
+    let root = dir.join(name);
     std::fs::create_dir(&root)?;
-    std::fs::create_dir(&local)?;
     let root = std::fs::canonicalize(&root)?;
     std::fs::write(root.join("f4k.txt"), fixtures::four_k())?;
     for t in ["unix", "tcp"] {
@@ -279,10 +288,15 @@ fn setup(dir: &Path) -> Res<(PathBuf, PathBuf)> {
             std::fs::write(root.join(format!("{kind}4k-{t}.txt")), fixtures::four_k())?;
         }
     }
-    Ok((root, local))
+    Ok(root)
 }
 
-async fn open(fsd: &Server, echo_server: &Server, transport: Transport, root: &Path) -> Res<Conn> {
+async fn open(
+    (fsd, reads): (&Server, Reads),
+    echo_server: &Server,
+    transport: Transport,
+    root: &Path,
+) -> Res<Conn> {
     let (client, hello) = connect::connect(&fsd.endpoint(transport)).await?;
     let config = ClientConfig { apply_patch: true, ..ClientConfig::default() };
     let mut session = Session::new(Tools::new(config), client.clone(), hello, root.to_owned());
@@ -301,6 +315,8 @@ async fn open(fsd: &Server, echo_server: &Server, transport: Transport, root: &P
     let [write_file, edit_file, patch_file] = names;
     Ok(Conn {
         transport,
+        reads,
+        read_path: root.join("f4k.txt").to_string_lossy().into_owned(),
         client,
         session,
         echo: echo::client(&echo_server.endpoint(transport)).await?,
@@ -313,21 +329,30 @@ async fn open(fsd: &Server, echo_server: &Server, transport: Transport, root: &P
 
 pub fn run(common: &Common) -> Res<Section> {
     let dir = tempfile::Builder::new().prefix("fsd-bench-percall-").tempdir_in("/tmp")?;
-    let (root, local_dir) = setup(dir.path())?;
-    let fsd = Server::fsd(&common.bin_dir()?, &root)?;
+    let local_dir = dir.path().join("local");
+    std::fs::create_dir(&local_dir)?;
+    // Two daemons, one whose plain reads are direct and one whose reads go to its workers, in
+    // the same run.
+    let mut daemons = Vec::new();
+    for reads in Reads::ALL {
+        let root = setup_root(dir.path(), &format!("ws-{}", reads.name()))?;
+        daemons.push((Server::fsd_reads(&common.bin_dir()?, &root, reads)?, reads, root));
+    }
     let echo_server = Server::echo()?;
     let rt = crate::client_runtime()?;
     let mut local = Local::new(&local_dir, &fixtures::four_k())?;
     let payloads = Payloads::new();
-    let read_path = root.join("f4k.txt").to_string_lossy().into_owned();
 
+    // Grouped by transport (direct, then workers), the groups sampled in turn per round.
     let mut conns = Vec::new();
     for transport in Transport::ALL {
-        conns.push(rt.block_on(open(&fsd, &echo_server, transport, &root))?);
+        for (fsd, reads, root) in &daemons {
+            conns.push(rt.block_on(open((fsd, *reads), &echo_server, transport, root))?);
+        }
     }
-    let shapes = match conns.first_mut() {
-        Some(conn) => rt.block_on(shapes(&mut conn.client, &root))?,
-        None => return Err("no connection".into()),
+    let shapes = match (conns.first_mut(), daemons.first()) {
+        (Some(conn), Some((_, _, root))) => rt.block_on(shapes(&mut conn.client, root))?,
+        _ => return Err("no connection".into()),
     };
 
     let mut rows: Vec<Vec<Row>> =
@@ -337,17 +362,20 @@ pub fn run(common: &Common) -> Res<Section> {
     for run in 0..common.runs {
         digest.push(digest_p50(four_k.as_bytes(), common.n(20_000)));
         note!("  per call: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
-        for (c, conn) in conns.iter_mut().enumerate() {
+        let per_transport = Reads::ALL.len();
+        for (g, group) in conns.chunks_mut(per_transport).enumerate() {
             for (o, op) in Op::ALL.into_iter().enumerate() {
                 let n = op.samples(common);
                 let shapes = op.shapes(&shapes);
                 let (fsd_samples, rpc, io) =
-                    rt.block_on(time_op(op, conn, &mut local, &payloads, &shapes, &read_path, n))?;
-                let row = &mut rows[c][o];
-                row.fsd_p50.push(fsd_samples.p50());
-                row.fsd_p99.push(fsd_samples.p99());
-                row.rpc_p50.push(rpc.p50());
-                row.io_p50.push(io.p50());
+                    rt.block_on(time_op(op, group, &mut local, &payloads, &shapes, n))?;
+                for (k, samples) in fsd_samples.iter().enumerate() {
+                    let row = &mut rows[g * per_transport + k][o];
+                    row.fsd_p50.push(samples.p50());
+                    row.fsd_p99.push(samples.p99());
+                    row.rpc_p50.push(rpc.p50());
+                    row.io_p50.push(io.p50());
+                }
             }
         }
     }
@@ -378,12 +406,17 @@ fn digest_line(section: &mut Section, conns: &[Conn], rows: &[Vec<Row>], digest:
         let Some(row) = read.and_then(|r| per_op.get(r)) else { continue };
         let share = digest.ratio(&row.fsd_p50);
         md.push_str(&format!(
-            ", {} of the read tool's p50 ({})",
+            ", {} of the read tool's p50 ({}, {} reads)",
             share.percent_fine(),
-            conn.transport.name()
+            conn.transport.name(),
+            conn.reads.name()
         ));
         section.verdict(
-            format!("content digest ≤ 3% of the read tool, 4 KiB ({})", conn.transport.name()),
+            format!(
+                "content digest ≤ 3% of the read tool, 4 KiB ({}, {} reads)",
+                conn.transport.name(),
+                conn.reads.name()
+            ),
             share.percent_fine(),
             share.median() <= 0.03,
         );
@@ -396,10 +429,11 @@ fn render(conns: &[Conn], rows: &[Vec<Row>], shapes: &Shapes) -> Section {
     let mut section = Section::default();
     let mut md = String::from("### Per call, one client, one call at a time\n\n");
     md.push_str(&format!(
-        "p50 of each run's samples, median [min–max] over runs; ratios are per run, then the median. In each run the fsd call, its RPC floor and its I/O floor are sampled in turn, one of each per round, so all three see the same machine. \
+        "p50 of each run's samples, median [min–max] over runs; ratios are per run, then the median. In each run the fsd call (on both daemons), its RPC floor and its I/O floor are sampled in turn, one of each per round, so all of them see the same machine. \
          RPC floor: bare tonic echo calls with the request/reply sizes of the fsd RPCs the call makes \
          (stat {}/{} B, readText {}/{} B, writeText {}/{} B, editText {}/{} B; apply_patch = stat + readText + writeText). \
-         I/O floor: the same file operation done locally with std on the same filesystem.\n\n",
+         I/O floor: the same file operation done locally with std on the same filesystem. \
+         Reads: `direct`, a daemon that serves plain reads in its network process (`direct_reads`, the default); `workers`, one whose reads take the hop to a worker (`direct_reads = false`); both daemons run in the same run.\n\n",
         shapes.stat.request,
         shapes.stat.reply,
         shapes.read.request,
@@ -409,15 +443,16 @@ fn render(conns: &[Conn], rows: &[Vec<Row>], shapes: &Shapes) -> Section {
         shapes.edit.request,
         shapes.edit.reply,
     ));
-    md.push_str("| transport | call | fsd p50 | fsd p99 | RPC floor p50 | I/O floor p50 (what) | fsd ÷ RPC floor | fsd ÷ (I/O + RPC floor) |\n");
-    md.push_str("|---|---|---|---|---|---|---|---|\n");
+    md.push_str("| transport | reads | call | fsd p50 | fsd p99 | RPC floor p50 | I/O floor p50 (what) | fsd ÷ RPC floor | fsd ÷ (I/O + RPC floor) |\n");
+    md.push_str("|---|---|---|---|---|---|---|---|---|\n");
     for (conn, per_op) in conns.iter().zip(rows) {
         for (op, row) in Op::ALL.into_iter().zip(per_op) {
             let vs_rpc = row.fsd_p50.ratio(&row.rpc_p50);
             let vs_both = row.fsd_p50.ratio(&row.io_p50.plus(&row.rpc_p50));
             md.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} ({}) | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} |\n",
                 conn.transport.name(),
+                conn.reads.name(),
                 op.label(),
                 row.fsd_p50.micros(),
                 row.fsd_p99.micros(),
@@ -427,19 +462,29 @@ fn render(conns: &[Conn], rows: &[Vec<Row>], shapes: &Shapes) -> Section {
                 vs_rpc.times(),
                 vs_both.times(),
             ));
+            let on = format!("{}, {} reads", conn.transport.name(), conn.reads.name());
             match op {
+                Op::Stat => section.verdict(
+                    format!("stat ≤ 1.1× the echo plus the local statx ({on})"),
+                    vs_both.times(),
+                    vs_both.median() <= 1.1,
+                ),
                 Op::Read => section.verdict(
-                    format!("read tool ≤ 1.3× the bare unary RPC ({})", conn.transport.name()),
-                    vs_rpc.times(),
-                    vs_rpc.median() <= 1.3,
+                    format!("read tool ≤ 1.2× the echo plus the local read ({on})"),
+                    vs_both.times(),
+                    vs_both.median() <= 1.2,
                 ),
                 Op::Write => section.verdict(
                     format!(
-                        "durable write ≤ 1.3× (local atomic replace with both fsyncs + one bare RPC) ({})",
-                        conn.transport.name()
+                        "durable write ≤ 1.3× (local atomic replace with both fsyncs + one bare RPC) ({on})"
                     ),
                     vs_both.times(),
                     vs_both.median() <= 1.3,
+                ),
+                Op::Patch => section.verdict(
+                    format!("apply_patch, one file ≤ 1.5× its floors ({on})"),
+                    vs_both.times(),
+                    vs_both.median() <= 1.5,
                 ),
                 _ => {}
             }

@@ -28,6 +28,32 @@ impl Transport {
     }
 }
 
+/// Where the daemon serves plain reads: in its network process (`direct_reads`, the default) or
+/// in its workers. The benchmarks measure both in the same run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reads {
+    Direct,
+    Workers,
+}
+
+impl Reads {
+    pub const ALL: [Reads; 2] = [Reads::Direct, Reads::Workers];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Reads::Direct => "direct",
+            Reads::Workers => "workers",
+        }
+    }
+
+    fn config(self) -> &'static str {
+        match self {
+            Reads::Direct => "direct_reads = true\n",
+            Reads::Workers => "direct_reads = false\n",
+        }
+    }
+}
+
 /// A child server with a Unix socket and a TCP port, started and stopped by the shared kit.
 #[derive(Debug)]
 pub struct Server {
@@ -59,6 +85,22 @@ impl Server {
         let config = "client_max_modes = { tcp = \"workspace-write\" }\n\
                       [budgets]\ncalls_per_second = 1000000\ncall_burst = 1000000\n";
         Server::fsd_started(bin_dir, root, &[], Some(config))
+    }
+
+    /// [`Server::fsd`] with its reads served as `reads` says (`direct_reads`).
+    pub fn fsd_reads(bin_dir: &Path, root: &Path, reads: Reads) -> Res<Server> {
+        let config = format!("client_max_modes = {{ tcp = \"workspace-write\" }}\n{}", reads.config());
+        Server::fsd_started(bin_dir, root, &[], Some(&config))
+    }
+
+    /// [`Server::fsd_unmetered`] with its reads served as `reads` says.
+    pub fn fsd_unmetered_reads(bin_dir: &Path, root: &Path, reads: Reads) -> Res<Server> {
+        let config = format!(
+            "client_max_modes = {{ tcp = \"workspace-write\" }}\n{}\
+             [budgets]\ncalls_per_second = 1000000\ncall_burst = 1000000\n",
+            reads.config()
+        );
+        Server::fsd_started(bin_dir, root, &[], Some(&config))
     }
 
     /// [`Server::fsd`] with more arguments (a config, another listener) instead of its config.

@@ -76,10 +76,35 @@ pub fn worker(config: &Config, mode: Mode, identity: WorkerIdentity) -> Result<C
     Ok(Confinement { landlock })
 }
 
+/// The Landlock grants of a direct read thread: reading beneath every root, nothing else.
+pub fn direct_grants(config: &Config) -> Vec<(PathBuf, Grant)> {
+    grants(config, Mode::ReadOnly)
+}
+
+/// Confines one direct read thread of the network process (`dispatch::direct`), on that
+/// thread, before the rest of the process confines itself: the identity a read-only worker
+/// has (uid and groups), no capability, no_new_privs, a Landlock domain of its own that grants
+/// reading beneath the roots and nothing else (required: the caller serves nothing unless it is
+/// fully enforced), and the direct allowlist. In the kernel a thread's ids, capabilities,
+/// Landlock domain and seccomp filters are its own (the raw calls, not libc's process-wide
+/// ones), so the network process's other threads keep theirs, and these keep these.
+pub fn direct_reader(
+    grants: &[(PathBuf, Grant)],
+    identity: WorkerIdentity,
+) -> Result<Confinement, ConfineError> {
+    step::drop_bounding_set(CapabilitySet::empty())?;
+    step::switch_ids(identity.uid, identity.gid, false)?;
+    step::set_capabilities(CapabilitySet::empty())?;
+    step::no_new_privs()?;
+    let landlock = step::landlock(grants, true)?;
+    step::seccomp_direct()?;
+    Ok(Confinement { landlock })
+}
+
 /// Confines the network process after it bound its listeners: no filesystem rights at all, no
 /// capabilities, and a seccomp allowlist without any call that names a path. Must run before
-/// any thread starts (Landlock and seccomp bind the calling thread and the threads it creates
-/// later).
+/// any thread starts but the direct read threads, which confined themselves already (Landlock
+/// and seccomp bind the calling thread and the threads it creates later).
 pub fn network(config: &Config) -> Result<Confinement, ConfineError> {
     step::drop_bounding_set(CapabilitySet::empty())?;
     step::set_capabilities(CapabilitySet::empty())?;

@@ -215,13 +215,20 @@ fn run_supervisor(args: &Args) -> ExitCode {
         log_format: args.log_format.clone(),
         default_mode: args.default_mode.clone(),
     };
-    let config = match Config::load(args.config.as_deref(), overrides) {
+    #[cfg_attr(not(feature = "fault-injection"), allow(unused_mut))]
+    let mut config = match Config::load(args.config.as_deref(), overrides) {
         Ok(config) => config,
         Err(e) => {
             let _ = fsd::daemon::init_logging(failed_config_log_format(args));
             return fatal(&e);
         }
     };
+    // Test hook: the whole test suite run with the direct read path off, as `direct_reads =
+    // false` turns it off (`FSD_FAULT_DIRECT_READS_OFF=1 cargo test ...`).
+    #[cfg(feature = "fault-injection")]
+    if std::env::var_os("FSD_FAULT_DIRECT_READS_OFF").is_some() {
+        config.direct_reads = false;
+    }
     if let Err(e) = fsd::daemon::init_logging(config.log_format) {
         return fatal(&e);
     }

@@ -43,7 +43,7 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
             return Err(e);
         }
     };
-    let Started { listeners, audit, roots, control_reader } = started;
+    let Started { listeners, audit, roots, control_reader, direct } = started;
     let sealed = audit.clone();
     let tls = config.tls.clone().zip(listeners.tls.clone());
 
@@ -71,6 +71,7 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
             kill_tx,
             readers,
             cpu,
+            direct,
         ));
         let reader = AsyncFrames::new(control_reader).map_err(DaemonError::Runtime)?;
         let writer = AsyncFrames::new(control).map_err(DaemonError::Runtime)?;
@@ -131,6 +132,7 @@ struct Started {
     audit: Option<Arc<Audit>>,
     roots: Vec<(String, bool)>,
     control_reader: UnixStream,
+    direct: crate::dispatch::direct::Direct,
 }
 
 /// Every step that needs the filesystem or may fail on the configuration, then confinement.
@@ -191,12 +193,15 @@ fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> 
     // takes the right to rename them into place.
     let mut published = Published::default();
     let bound = bindings.into_iter().map(|b| published.publish(b)).collect::<Result<Vec<_>, _>>()?;
+    // The direct read threads open the roots and confine themselves, each as a read-only worker
+    // would, before this thread takes every filesystem right from the rest of the process.
+    let direct = crate::dispatch::direct::Direct::start(config);
     let confinement = crate::confine::network(config).map_err(DaemonError::Confine)?;
     published.keep();
     tracing::info!(fence = confinement.describe(), "network process confined: no filesystem rights");
     tracing::info!(instance = %instance, "daemon instance");
     let listeners = Listeners { bound, tls, health: health_listener, edge, metadata };
-    Ok(Started { listeners, audit, roots, control_reader })
+    Ok(Started { listeners, audit, roots, control_reader, direct })
 }
 
 /// Requests to the supervisor, each with the descriptor its frame carries.
@@ -317,13 +322,20 @@ pub fn mode_health_name(mode: crate::op::Mode) -> String {
     format!("{}/{}", <FsdServer<FsdService> as tonic::server::NamedService>::NAME, mode.as_str())
 }
 
+/// The health service name of the direct read path: `fsd.v1.Fsd/direct-reads`.
+pub fn direct_reads_health_name() -> String {
+    format!("{}/direct-reads", <FsdServer<FsdService> as tonic::server::NamedService>::NAME)
+}
+
 /// Health statuses from the modes' states: each mode's own name, and the overall ("") and
-/// `fsd.v1.Fsd` names, SERVING only while every served mode is.
-fn health_statuses(modes: &[(crate::op::Mode, bool)]) -> Vec<(String, bool)> {
+/// `fsd.v1.Fsd` names, SERVING only while every served mode is; and the direct read path's own
+/// name, which does not count for the overall one (reads go to the workers while it is off).
+fn health_statuses(modes: &[(crate::op::Mode, bool)], direct: bool) -> Vec<(String, bool)> {
     let all = modes.iter().all(|(_, serving)| *serving);
     let fsd = <FsdServer<FsdService> as tonic::server::NamedService>::NAME;
     let mut out = vec![(String::new(), all), (fsd.to_owned(), all)];
     out.extend(modes.iter().map(|(mode, serving)| (mode_health_name(*mode), *serving)));
+    out.push((direct_reads_health_name(), direct));
     out
 }
 
@@ -356,7 +368,8 @@ async fn report_modes(
             .filter(|r| modes.contains(&r.mode))
             .map(|r| (r.mode, r.unavailable.is_none()))
             .collect();
-        report_health(&reporter, health_statuses(&states)).await;
+        let direct = dispatcher.direct().off_reason().is_none();
+        report_health(&reporter, health_statuses(&states, direct)).await;
         changed.await;
     }
 }
@@ -590,7 +603,7 @@ async fn serve(
     let _ = tokio::time::timeout(STOP_SEEN_WAIT, stop_seen.notified()).await;
     modes_task.abort();
     let stopping: Vec<_> = served_modes.iter().map(|m| (*m, false)).collect();
-    report_health(&reporter, health_statuses(&stopping)).await;
+    report_health(&reporter, health_statuses(&stopping, false)).await;
     let _ = stop_tx.send(true);
     // In-flight calls get most of the grace (the supervisor needs the rest to stop the
     // workers); a client that keeps an idle connection open does not hold the daemon up past it.

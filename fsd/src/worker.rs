@@ -208,12 +208,13 @@ fn hand_on_stranded(socket: &UnixStream) -> Result<(), IpcError> {
     Ok(())
 }
 
-/// Test hooks on the final path component: `fsd-fault-hang` makes a stat or read never
-/// return, as a worker stuck on a dead NFS server would; `fsd-fault-slow` makes one take half a
+/// Test hooks on the final path component (asked by a worker and by a direct read thread alike):
+/// `fsd-fault-hang` makes a stat or read never return, as a worker stuck on a dead NFS server
+/// would; `fsd-fault-slow` makes one take half a
 /// second, then go on; `fsd-fault-hang-write` does the same as `fsd-fault-hang` for a write;
 /// `fsd-fault-io-error` fails a write with EIO before touching the disk.
 #[cfg(feature = "fault-injection")]
-fn fault(request: &crate::op::Request) -> Option<fsd_proto::WireError> {
+pub(crate) fn fault(request: &crate::op::Request) -> Option<fsd_proto::WireError> {
     use crate::op::Request;
     let hang = || loop {
         std::thread::sleep(std::time::Duration::from_secs(3600));

@@ -13,6 +13,7 @@ mod connections;
 mod content_versions;
 mod denied_paths;
 mod deploy_examples;
+mod direct_reads;
 mod docs_agent_sandbox;
 mod docs_agents;
 mod docs_blocks;

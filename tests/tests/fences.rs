@@ -339,7 +339,8 @@ fn read_only_mode_refuses_every_mutation() {
 
 #[test]
 fn a_hung_worker_is_killed_and_only_its_call_fails() {
-    let d = Daemon::start_with(&[], "call_timeout_ms = 1500\n");
+    // Reads in the workers: a hung direct read is `direct_reads.rs`'s.
+    let d = Daemon::start_with(&[], "call_timeout_ms = 1500\ndirect_reads = false\n");
     d.write("a.txt", "a\n");
     let mut s = d.session();
     // The first answered call means the pools are up.

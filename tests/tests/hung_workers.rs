@@ -4,7 +4,8 @@
 //! test hook `FSD_FAULT_UNKILLABLE_WORKERS=1` (fault-injection builds) makes the supervisor
 //! treat every worker it is asked to kill as unkillable; `fsd-fault-hang` makes a read hang,
 //! `fsd-fault-slow` take half a second. Reads sent ahead to a busy worker (`fsd::dispatch`)
-//! never wait out a stuck worker's deadline.
+//! never wait out a stuck worker's deadline. Reads take the worker hop here (`direct_reads =
+//! false`); a hung direct read is `direct_reads.rs`'s.
 
 use crate::common;
 
@@ -57,7 +58,7 @@ fn health(daemon: &Daemon, service: &str) -> ServingStatus {
 fn an_unkillable_worker_is_abandoned_and_replaced_and_past_the_cap_the_mode_stops() {
     let d = Daemon::start_with_env(
         &[],
-        "call_timeout_ms = 800\nworkers_per_mode = 1\nmax_abandoned_workers = 1\nmax_mode = \"workspace-write\"\n",
+        "call_timeout_ms = 800\nworkers_per_mode = 1\nmax_abandoned_workers = 1\nmax_mode = \"workspace-write\"\ndirect_reads = false\n",
         &[("FSD_FAULT_UNKILLABLE_WORKERS", "1")],
     );
     d.write("a.txt", "a\n");
@@ -92,9 +93,10 @@ fn an_unkillable_worker_is_abandoned_and_replaced_and_past_the_cap_the_mode_stop
     assert_eq!(workers(&d).len(), 3, "no replacement past the cap: {:?}", workers(&d));
 }
 
-/// A daemon with `config`, a one-line `a.txt` and a file at each fault-hook path of `faults`.
+/// A daemon with `config`, a one-line `a.txt` and a file at each fault-hook path of `faults`;
+/// its reads go to the workers (`direct_reads = false`), whose hangs these tests are about.
 fn faulty_daemon(config: &str, faults: &[&str]) -> Daemon {
-    let d = Daemon::start_with(&[], config);
+    let d = Daemon::start_with(&[], &format!("{config}direct_reads = false\n"));
     d.write("a.txt", "a\n");
     for fault in faults {
         d.write(fault, "x");

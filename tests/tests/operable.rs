@@ -652,7 +652,9 @@ fn health_names_each_mode_and_a_mode_given_up_turns_the_daemon_not_serving() {
 #[test]
 fn sigterm_with_a_stuck_worker_stops_within_the_shutdown_grace() {
     let grace_ms = 2000;
-    let mut daemon = common::Daemon::start_with(&[], &format!("shutdown_grace_ms = {grace_ms}\n"));
+    // The read hangs in a worker, not in a direct read thread (`direct_reads = false`).
+    let mut daemon =
+        common::Daemon::start_with(&[], &format!("shutdown_grace_ms = {grace_ms}\ndirect_reads = false\n"));
     daemon.write("fsd-fault-hang", "x");
     // A read that never returns: the worker is stuck in it.
     let mut session = daemon.session();

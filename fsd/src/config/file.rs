@@ -46,6 +46,8 @@ pub struct ConfigFile {
     /// "enable" (default: turn it on, logged) or "require" (refuse to start).
     pub link_protection: Option<String>,
     pub workers_per_mode: Option<usize>,
+    /// Serve plain reads in the network process's confined read threads (default true).
+    pub direct_reads: Option<bool>,
     pub worker_uid: Option<u32>,
     pub worker_gid: Option<u32>,
     pub call_timeout_ms: Option<u64>,

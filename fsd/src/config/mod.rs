@@ -93,6 +93,8 @@ pub struct Config {
     pub landlock: LandlockPolicy,
     pub link_protection: LinkProtection,
     pub workers_per_mode: usize,
+    /// Plain reads served in the network process (`dispatch::direct`) rather than a worker.
+    pub direct_reads: bool,
     /// As configured; [`Config::worker_identity`] decides the default.
     pub worker_uid: Option<u32>,
     pub worker_gid: Option<u32>,
@@ -495,6 +497,7 @@ impl Config {
             landlock,
             link_protection,
             workers_per_mode,
+            direct_reads: file.direct_reads.unwrap_or(true),
             worker_uid: file.worker_uid,
             worker_gid: file.worker_gid,
             call_timeout,

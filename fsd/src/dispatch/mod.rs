@@ -8,6 +8,7 @@
 //! call and waiting for its answer.
 
 pub mod cpu;
+pub mod direct;
 mod driver;
 mod locks;
 mod pool;
@@ -60,6 +61,8 @@ pub struct Dispatcher {
     control: mpsc::UnboundedSender<(ControlRequest, Option<OwnedFd>)>,
     readers: stream::Readers,
     cpu: cpu::Cpu,
+    /// Plain reads served in this process (`direct`), when it serves.
+    direct: direct::Direct,
     /// Woken on every registration and availability change.
     changed: Notify,
 }
@@ -76,6 +79,7 @@ impl Dispatcher {
         control: mpsc::UnboundedSender<(ControlRequest, Option<OwnedFd>)>,
         readers: stream::Readers,
         cpu: cpu::Cpu,
+        direct: direct::Direct,
     ) -> Dispatcher {
         let pools = [Mode::ReadOnly, Mode::WorkspaceWrite, Mode::DangerFullAccess]
             .into_iter()
@@ -94,6 +98,7 @@ impl Dispatcher {
             control,
             readers,
             cpu,
+            direct,
             changed: Notify::new(),
         }
     }
@@ -109,6 +114,11 @@ impl Dispatcher {
 
     pub fn cpu(&self) -> &cpu::Cpu {
         &self.cpu
+    }
+
+    /// The direct read path, for hello, health and its test hook.
+    pub fn direct(&self) -> &direct::Direct {
+        &self.direct
     }
 
     /// Registers a worker the supervisor started, once it says it is ready.
@@ -334,6 +344,38 @@ impl Dispatcher {
             Final::Reply(result) => result,
             Final::Stream(..) => Err(Dispatcher::mismatched(&path)),
         }
+    }
+
+    /// Runs a call that is neither escalated nor a mutation: a plain read runs in this process
+    /// when the direct path serves its mode (`direct`), anything else in a worker of `mode`.
+    pub async fn read(&self, mode: Mode, identity: &str, request: Request) -> Result<Outcome, WireError> {
+        let request = match self.direct.call(mode, request).await {
+            direct::Served::Here { result, tripped } => {
+                if tripped {
+                    self.changed.notify_waiters();
+                }
+                return result;
+            }
+            direct::Served::NotHere(request) => request,
+        };
+        self.call(mode, identity, request).await
+    }
+
+    /// Opens a plain (not escalated) streamed read: in this process when the direct path serves
+    /// `mode`, else in a worker.
+    pub async fn open_read_stream(
+        &self,
+        mode: Mode,
+        identity: &str,
+        path: &str,
+    ) -> Result<(StreamHeader, File), WireError> {
+        if let Some((result, tripped)) = self.direct.open_stream(mode, path).await {
+            if tripped {
+                self.changed.notify_waiters();
+            }
+            return result;
+        }
+        self.open_stream(mode, identity, path, Vec::new()).await
     }
 
     /// Runs one operation whose body arrives on `body` (the read end of a pipe) in a worker of

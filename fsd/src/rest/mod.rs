@@ -139,7 +139,13 @@ impl Face {
             return RestError::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", message).into_response();
         }
         let uptime = self.started.elapsed().as_secs();
-        reply::json(StatusCode::OK, &serde_json::json!({ "status": "ok", "uptime_seconds": uptime }))
+        // Reads go to the workers while the direct path is off: the daemon is healthy, and says so.
+        let direct = match self.service.direct_reads_off() {
+            None => serde_json::json!({ "serving": true }),
+            Some(reason) => serde_json::json!({ "serving": false, "reason": reason }),
+        };
+        let body = serde_json::json!({ "status": "ok", "uptime_seconds": uptime, "direct_reads": direct });
+        reply::json(StatusCode::OK, &body)
     }
 }
 

@@ -18,6 +18,10 @@ impl FsdService {
         let default_mode = self.default_mode.min(max_mode);
         let limits = self.limits;
         let reports = self.dispatcher.report();
+        let direct = match self.dispatcher.direct().off_reason() {
+            None => "plain reads served in the network process by threads confined as a read-only worker (direct reads)".to_owned(),
+            Some(off) => format!("direct reads {}", off.describe()),
+        };
         let modes = reports
             .iter()
             .map(|report| {
@@ -30,7 +34,7 @@ impl FsdService {
                     let enforcement = report.enforcement.clone().unwrap_or_else(|| "starting".to_owned());
                     let reason = match mode {
                         Mode::DangerFullAccess => "workers keep the daemon's privileges under the seccomp allowlist".to_owned(),
-                        _ => format!("{} worker processes confined at birth (uid, capabilities, no_new_privs, Landlock, seccomp); protected names by the resolver", report.live_workers),
+                        _ => format!("{} worker processes confined at birth (uid, capabilities, no_new_privs, Landlock, seccomp); protected names by the resolver; {}", report.live_workers, direct),
                     };
                     (report.live_workers > 0, enforcement, reason)
                 };

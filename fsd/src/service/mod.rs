@@ -119,7 +119,13 @@ impl FsdService {
             op::Request::WriteText { content, .. } => content.len() as u64,
             _ => 0,
         };
-        let result = self.dispatcher.call(mode, &caller.client(), request).await;
+        // A call at the caller's own mode, unescalated, may be a direct read; an escalated one
+        // (a ticket, or a mode above the caller's default) always takes the worker hop.
+        let result = if grant.ticket.is_none() && !self.escalated(caller, mode) {
+            self.dispatcher.read(mode, &caller.client(), request).await
+        } else {
+            self.dispatcher.call(mode, &caller.client(), request).await
+        };
         measure(caller, op, mode, &result, written, started);
         if let (Some(key), Err(w)) = (&read, &result)
             && w.code == ErrorCode::TooLarge
@@ -148,6 +154,11 @@ impl FsdService {
             self.audit(caller, Step::Call(op), &path, mode, decision, code);
         }
         result.map_err(|w| w.with("mode", mode.as_str()).into_status())
+    }
+
+    /// Whether `mode` is wider than the caller runs at without asking.
+    fn escalated(&self, caller: &Caller, mode: Mode) -> bool {
+        mode > self.default_mode.min(self.max_for(caller))
     }
 
     /// The new-file budget, for a call that would create a file: while it is spent, a write
@@ -260,6 +271,16 @@ impl Fsd for FsdService {
             };
         }
         #[cfg(feature = "fault-injection")]
+        if let Some(dir) = request.get_ref().path.strip_suffix("/fsd-fault-direct-write") {
+            // Test hook: a direct read thread of the network process tries to create a file in
+            // a root; its Landlock domain must refuse (it grants reading only).
+            let target = std::path::Path::new(dir).join("fsd-direct-wrote");
+            return match self.dispatcher.direct().try_write(target).await {
+                Ok(()) => Err(Status::internal("a direct read thread could create a file")),
+                Err(e) => Err(Status::permission_denied(format!("direct read thread: {e}"))),
+            };
+        }
+        #[cfg(feature = "fault-injection")]
         {
             // Test hooks of `dispatch::cpu::hold`: release a held patch check, or say whether
             // one is held now (a stat answered at all while one is, is the point).
@@ -300,7 +321,11 @@ impl Fsd for FsdService {
         let (_, bindings, _) = probe.unbind();
         let mode = grant.mode;
         let started = std::time::Instant::now();
-        let opened = self.dispatcher.open_stream(mode, &caller.client(), &r.path, bindings).await;
+        let opened = if grant.ticket.is_none() && !self.escalated(&caller, mode) {
+            self.dispatcher.open_read_stream(mode, &caller.client(), &r.path).await
+        } else {
+            self.dispatcher.open_stream(mode, &caller.client(), &r.path, bindings).await
+        };
         measure_open(&caller, mode, &opened, started);
         let (header, file) = opened.map_err(|w| w.with("mode", mode.as_str()).into_status())?;
         drop(call_permit);

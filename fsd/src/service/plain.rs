@@ -155,7 +155,8 @@ impl FsdService {
         let _in_flight = self.budgets.call(&caller.identity).map_err(|r| r.into_wire(&path))?;
         let mode = self.plain_mode(&caller, &path, op)?;
         let started = std::time::Instant::now();
-        let result = self.dispatcher.call(mode, &caller.client(), request).await;
+        // Another face's calls are never escalated: a plain read may run directly.
+        let result = self.dispatcher.read(mode, &caller.client(), request).await;
         let result = result.map_err(|w| w.with("mode", mode.as_str()));
         self.plain_done(&caller, op, &path, mode, &result, started);
         result
@@ -175,7 +176,7 @@ impl FsdService {
         let call_permit = self.budgets.call(&caller.identity).map_err(|r| r.into_wire(path))?;
         let mode = self.plain_mode(&caller, path, crate::op::Op::StreamText)?;
         let started = std::time::Instant::now();
-        let opened = self.dispatcher.open_stream(mode, &caller.client(), path, Vec::new()).await;
+        let opened = self.dispatcher.open_read_stream(mode, &caller.client(), path).await;
         super::measure_open(&caller, mode, &opened, started);
         let (header, file) = opened.map_err(|w| w.with("mode", mode.as_str()))?;
         // Taken once the path proved a file: a GET of a directory is a listing, not a stream,
@@ -273,6 +274,11 @@ impl FsdService {
     }
 
     /// Whether every mode this daemon serves has a live worker (what `/v1/health` reports).
+    /// Why the direct read path does not serve, if it does not (for health).
+    pub fn direct_reads_off(&self) -> Option<String> {
+        self.dispatcher.direct().off_reason().map(|off| off.describe())
+    }
+
     pub fn all_modes_served(&self, modes: &[Mode]) -> bool {
         let report = self.dispatcher.report();
         modes

@@ -357,6 +357,18 @@ const NETWORK: &[Allowed] = allowed! {
     SYS_prlimit64: "reading its descriptor limit (no raise: it is set before confinement)",
 };
 
+/// What a direct read thread of the network process adds (`dispatch::direct`): the walk and the
+/// read of one plain read at a time, descriptor-relative. Its Landlock domain grants reading
+/// beneath the roots and nothing else, so the `openat` here can open nothing for writing and
+/// nothing outside them; none of the calls changes a name, a mode, an owner or an attribute.
+const DIRECT: &[Allowed] = allowed! {
+    SYS_openat: "the walk: one component at a time, relative to a root's descriptor (Landlock: read only, beneath the roots)",
+    SYS_newfstatat: "a component's metadata relative to its directory's descriptor",
+    SYS_statx: "versions (mount id, birth time, change time) of an open file",
+    SYS_getdents64: "listDir",
+    SYS_readlinkat: "a link's target, for stat and listings",
+};
+
 /// `FS_IOC_GETVERSION`: an inode's generation, part of a version.
 const FS_IOC_GETVERSION: u64 = 0x8008_7601;
 /// `FIONBIO`: std's `set_nonblocking` on a socket.
@@ -416,11 +428,30 @@ const NETWORK_IF: &[AllowedIf] = &[
     },
 ];
 
-/// The two processes an allowlist confines.
+const DIRECT_IF: &[AllowedIf] = &[
+    AllowedIf {
+        nr: libc::SYS_ioctl,
+        name: "SYS_ioctl",
+        arg: 1,
+        values: &[Value::Is(FS_IOC_GETVERSION)],
+        why: "an inode's generation for its version; the only ioctl a direct read makes",
+    },
+    AllowedIf {
+        nr: libc::SYS_tgkill,
+        name: "SYS_tgkill",
+        arg: 0,
+        values: &[Value::OwnPid],
+        why: "std's abort on a panic, to its own process only",
+    },
+];
+
+/// The confinements an allowlist belongs to: two processes, and the direct read threads of the
+/// network process, which load theirs on each thread before the rest of it confines itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Filtered {
     Worker,
     Network,
+    Direct,
 }
 
 impl Filtered {
@@ -429,6 +460,7 @@ impl Filtered {
         let own = match self {
             Filtered::Worker => WORKER,
             Filtered::Network => NETWORK,
+            Filtered::Direct => DIRECT,
         };
         BASE.iter().chain(own)
     }
@@ -438,6 +470,7 @@ impl Filtered {
         let own = match self {
             Filtered::Worker => WORKER_IF,
             Filtered::Network => NETWORK_IF,
+            Filtered::Direct => DIRECT_IF,
         };
         BASE_IF.iter().chain(own)
     }
@@ -515,6 +548,13 @@ pub fn seccomp_network() -> Result<(), ConfineError> {
     Filtered::Network.load()
 }
 
+/// Loads a direct read thread's allowlist on the calling thread only ([`BASE`], [`DIRECT`],
+/// [`DIRECT_IF`]): the descriptor-relative calls of a walk and a read, memory, futexes, time and
+/// exit. No socket, no thread, nothing that changes a path.
+pub fn seccomp_direct() -> Result<(), ConfineError> {
+    Filtered::Direct.load()
+}
+
 fn seccomp_err(e: &dyn std::fmt::Display) -> ConfineError {
     ConfineError::Seccomp(e.to_string())
 }
@@ -565,9 +605,10 @@ mod tests {
     /// Calls neither role makes, and the other role's own.
     fn outside(role: Filtered) -> Vec<(i64, &'static str)> {
         let own: Vec<i64> = role.allowed().map(|a| a.nr).collect();
-        let other = match role {
-            Filtered::Worker => Filtered::Network,
-            Filtered::Network => Filtered::Worker,
+        let others: &[Filtered] = match role {
+            Filtered::Worker => &[Filtered::Network],
+            Filtered::Network => &[Filtered::Worker],
+            Filtered::Direct => &[Filtered::Worker, Filtered::Network],
         };
         let never = [
             (libc::SYS_execve, "SYS_execve"),
@@ -579,12 +620,16 @@ mod tests {
             (libc::SYS_bpf, "SYS_bpf"),
             (libc::SYS_io_uring_setup, "SYS_io_uring_setup"),
         ];
-        other
-            .allowed()
+        let mut calls: Vec<(i64, &'static str)> = others
+            .iter()
+            .flat_map(|o| o.allowed())
             .map(|a| (a.nr, a.name))
             .chain(never)
             .filter(|(nr, _)| !own.contains(nr) && *nr != libc::SYS_newfstatat && *nr != libc::SYS_tgkill)
-            .collect()
+            .collect();
+        calls.sort_unstable();
+        calls.dedup();
+        calls
     }
 
     static HANDLED: AtomicBool = AtomicBool::new(false);
@@ -719,10 +764,18 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_direct_read_filter_lets_its_list_through_and_refuses_every_other_call() {
+        check_in_own_process(
+            Filtered::Direct,
+            "sys::confine::tests::the_direct_read_filter_lets_its_list_through_and_refuses_every_other_call",
+        );
+    }
+
     /// Every entry says why, and the lists are sets: the base is not repeated in a role's own.
     #[test]
     fn every_entry_has_a_reason_and_is_listed_once() {
-        for role in [Filtered::Worker, Filtered::Network] {
+        for role in [Filtered::Worker, Filtered::Network, Filtered::Direct] {
             let mut seen = std::collections::HashSet::new();
             for allowed in role.allowed() {
                 assert!(!allowed.why.trim().is_empty(), "{} has no reason", allowed.name);

@@ -1,6 +1,8 @@
-//! `view`: one stat for type and size routing (a miss records confirmed absence), then a file as
-//! `cat -n` numbered lines or a directory as a two-level listing. A file view counts as a read.
-//! Files at or above readStreamMinSize are streamed with constant memory, like read's.
+//! `view`: a file as `cat -n` numbered lines or a directory as a two-level listing. A file view
+//! counts as a read. A file below readStreamMinSize (most views) is one readText; anything else
+//! (a directory, another type, a large file, a failure) is routed by a stat as before the read
+//! was tried (a miss records confirmed absence), so its outcome and text are the stat's. Files at
+//! or above readStreamMinSize are streamed with constant memory, like read's.
 
 use fsd_proto::ErrorCode;
 use serde_json::{Map, json};
@@ -21,6 +23,11 @@ pub async fn run(
     path: &str,
     range: Option<(i64, i64)>,
 ) -> Result<ToolResult, ToolError> {
+    // The read first: one daemon call for the common view instead of a stat and a read.
+    let max_bytes = session.tools.config.read_stream_min_size.saturating_sub(1).max(1);
+    if let Ok(reply) = session.daemon.read_text(path, max_bytes).await {
+        return file(session, path, Some(shown_of(reply)), range).await;
+    }
     let reply = session.daemon.stat(path, false).await.map_err(|e| ToolError::from_read(path, &e))?;
     let target = reply.target;
     let Some(info) = reply.info else {
@@ -36,7 +43,9 @@ pub async fn run(
         }
         return directory(session, path, &target.display).await;
     }
-    file(session, path, info.size, range).await
+    let large = info.size.is_none_or(|s| s >= session.tools.config.read_stream_min_size);
+    let whole = if large { None } else { whole(session, path).await? };
+    file(session, path, whole, range).await
 }
 
 /// The lines a file view shows, and what is known of the whole file.
@@ -68,11 +77,16 @@ async fn whole(session: &mut Session, path: &str) -> Result<Option<Shown>, ToolE
         Err(error) if error.code() == Some(ErrorCode::TooLarge) => return Ok(None),
         Err(error) => return Err(read_error(session, path, &error)),
     };
+    Ok(Some(shown_of(reply)))
+}
+
+/// A whole file's lines as a view shows them.
+fn shown_of(reply: crate::daemon::TextRead) -> Shown {
     let (_, body) = lines::split_bom(&reply.text);
     let text = lines::lf(body);
     let all: Vec<String> = lines::lines(&text).into_iter().map(str::to_owned).collect();
     let total = Some(all.len());
-    Ok(Some(Shown { target: reply.target, version: reply.version, first: 1, lines: all, total }))
+    Shown { target: reply.target, version: reply.version, first: 1, lines: all, total }
 }
 
 /// A large file: streamed through the read tool's window builder with constant memory. Only the
@@ -97,14 +111,14 @@ async fn streamed(session: &mut Session, path: &str, range: Option<(i64, i64)>) 
     Ok(Shown { target, version, first: offset as usize, lines, total })
 }
 
+/// A file's view: its whole text when it was read whole (`whole`), else streamed.
 async fn file(
     session: &mut Session,
     path: &str,
-    size: Option<u64>,
+    whole: Option<Shown>,
     range: Option<(i64, i64)>,
 ) -> Result<ToolResult, ToolError> {
-    let large = size.is_none_or(|s| s >= session.tools.config.read_stream_min_size);
-    let shown = match if large { None } else { whole(session, path).await? } {
+    let shown = match whole {
         Some(shown) => shown,
         None => streamed(session, path, range).await?,
     };
