@@ -1,0 +1,229 @@
+//! `fsd-approver serve --config FILE`: the web page people approve from, the people who may log
+//! in to it, the daemons that may ask, and the webhook told when a request waits. Everything is
+//! read and checked once at start; the page's process gets the resolved result in its first
+//! message, so a mistake is one line before anything listens.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::ApproverError;
+
+/// The file as written (`serve --config`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    web: Option<WebFile>,
+    #[serde(default)]
+    person: Vec<PersonFile>,
+    #[serde(default)]
+    daemon: Vec<DaemonFile>,
+    webhook: Option<WebhookFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WebFile {
+    listen: String,
+    url: Option<String>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PersonFile {
+    name: String,
+    token_file: PathBuf,
+    #[serde(default)]
+    clients: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DaemonFile {
+    sandbox: String,
+    token_file: PathBuf,
+    #[serde(default)]
+    require_another_person: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WebhookFile {
+    url: String,
+    attempts: Option<u32>,
+    ca_file: Option<PathBuf>,
+}
+
+/// A bearer token: compared in constant time, never printed.
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Token(String);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(..)")
+    }
+}
+
+impl Token {
+    /// Whether `given` is this token, in time that does not depend on where they differ.
+    pub fn is(&self, given: &str) -> bool {
+        use subtle::ConstantTimeEq;
+        self.0.len() == given.len() && bool::from(self.0.as_bytes().ct_eq(given.as_bytes()))
+    }
+}
+
+/// The resolved configuration (the page's process receives it whole).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Config {
+    pub web: Option<Web>,
+    pub people: Vec<Person>,
+    pub daemons: Vec<Daemon>,
+    pub webhook: Option<Webhook>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Web {
+    pub listen: SocketAddr,
+    /// The page's address as people reach it, without a trailing slash (links in webhooks).
+    pub url: String,
+    /// The certificate chain and the key (PEM): HTTPS. Without them, a loopback address only.
+    pub tls: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Person {
+    pub name: String,
+    pub token: Token,
+    /// The daemons' names for this person's agents (`client:` of a description, e.g.
+    /// `uid:1000`): a request that requires another person is not theirs to decide.
+    pub clients: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Daemon {
+    pub sandbox: String,
+    pub token: Token,
+    pub require_another_person: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Webhook {
+    pub url: String,
+    pub attempts: u32,
+    /// Trusted roots for an https webhook (PEM).
+    pub roots: Vec<u8>,
+}
+
+/// Where an https webhook's roots come from when `ca_file` is not set.
+pub const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// Tries of one notification when `attempts` is not set.
+pub const DEFAULT_ATTEMPTS: u32 = 3;
+/// The most tries `attempts` may ask for: a notification is never worth a queue of retries.
+pub const MAX_ATTEMPTS: u32 = 10;
+
+fn invalid(path: &Path, what: String) -> ApproverError {
+    ApproverError::Config(path.to_owned(), what)
+}
+
+/// A token file's token: one line of at least 16 characters that can travel in a cookie and a
+/// header unchanged (letters, digits, `-._~`).
+fn token(config: &Path, file: &Path) -> Result<Token, ApproverError> {
+    let text = std::fs::read_to_string(file).map_err(|e| ApproverError::Io(file.to_owned(), e))?;
+    let token = text.trim();
+    let fits = |c: char| c.is_ascii_alphanumeric() || "-._~".contains(c);
+    if token.len() < 16 || !token.chars().all(fits) {
+        return Err(invalid(
+            config,
+            format!("{}: a token is one line of at least 16 letters, digits, '-', '.', '_' or '~'", file.display()),
+        ));
+    }
+    Ok(Token(token.to_owned()))
+}
+
+/// A name shown on the page and in the log: letters, digits, `-._@`, 1 to 64 of them.
+fn name_ok(name: &str) -> bool {
+    (1..=64).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || "-._@".contains(c))
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ApproverError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ApproverError::Io(path.to_owned(), e))?;
+        let file: File = toml::from_str(&text).map_err(|e| invalid(path, e.to_string()))?;
+        let web = file.web.map(|w| web(path, w)).transpose()?;
+        let mut people = Vec::new();
+        for p in file.person {
+            if !name_ok(&p.name) || people.iter().any(|q: &Person| q.name == p.name) {
+                return Err(invalid(path, format!("person name {:?}: unique, 1-64 of letters, digits, -._@", p.name)));
+            }
+            people.push(Person { token: token(path, &p.token_file)?, name: p.name, clients: p.clients });
+        }
+        let mut daemons = Vec::new();
+        for d in file.daemon {
+            if !name_ok(&d.sandbox) || daemons.iter().any(|e: &Daemon| e.sandbox == d.sandbox) {
+                return Err(invalid(path, format!("sandbox {:?}: unique, 1-64 of letters, digits, -._@", d.sandbox)));
+            }
+            daemons.push(Daemon {
+                token: token(path, &d.token_file)?,
+                sandbox: d.sandbox,
+                require_another_person: d.require_another_person,
+            });
+        }
+        let tokens: Vec<&Token> = people.iter().map(|p| &p.token).chain(daemons.iter().map(|d| &d.token)).collect();
+        if tokens.iter().enumerate().any(|(i, t)| tokens[..i].contains(t)) {
+            return Err(invalid(path, "two people or daemons share a token: each needs its own".into()));
+        }
+        if web.is_some() && people.is_empty() {
+            return Err(invalid(path, "[web] needs at least one [[person]] to log in".into()));
+        }
+        let webhook = file.webhook.map(|h| webhook(path, h)).transpose()?;
+        Ok(Config { web, people, daemons, webhook })
+    }
+}
+
+fn web(path: &Path, w: WebFile) -> Result<Web, ApproverError> {
+    let listen: SocketAddr = w
+        .listen
+        .strip_prefix("tcp:")
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| invalid(path, format!("[web] listen {:?}: expected tcp:IP:PORT", w.listen)))?;
+    let tls = match (w.tls_cert, w.tls_key) {
+        (Some(cert), Some(key)) => Some((
+            std::fs::read(&cert).map_err(|e| ApproverError::Io(cert, e))?,
+            std::fs::read(&key).map_err(|e| ApproverError::Io(key, e))?,
+        )),
+        (None, None) => None,
+        _ => return Err(invalid(path, "[web] needs both tls_cert and tls_key, or neither".into())),
+    };
+    // Tokens and descriptions never cross a network in the clear: plain HTTP is for loopback.
+    if tls.is_none() && !listen.ip().is_loopback() {
+        return Err(invalid(
+            path,
+            format!("[web] listen {listen}: plain HTTP only on a loopback address; set tls_cert and tls_key"),
+        ));
+    }
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let url = w.url.unwrap_or_else(|| format!("{scheme}://{listen}")).trim_end_matches('/').to_owned();
+    if !(url.starts_with("https://") || url.starts_with("http://")) {
+        return Err(invalid(path, format!("[web] url {url:?}: expected http:// or https://")));
+    }
+    Ok(Web { listen, url, tls })
+}
+
+fn webhook(path: &Path, h: WebhookFile) -> Result<Webhook, ApproverError> {
+    let attempts = h.attempts.unwrap_or(DEFAULT_ATTEMPTS);
+    if !(1..=MAX_ATTEMPTS).contains(&attempts) {
+        return Err(invalid(path, format!("[webhook] attempts {attempts}: 1 to {MAX_ATTEMPTS}")));
+    }
+    let roots = if h.url.starts_with("https://") {
+        let file = h.ca_file.unwrap_or_else(|| PathBuf::from(SYSTEM_ROOTS));
+        std::fs::read(&file).map_err(|e| ApproverError::Io(file, e))?
+    } else if h.url.starts_with("http://") {
+        Vec::new()
+    } else {
+        return Err(invalid(path, format!("[webhook] url {:?}: expected http:// or https://", h.url)));
+    };
+    Ok(Webhook { url: h.url, attempts, roots })
+}
