@@ -128,7 +128,8 @@ fn respond(status: StatusCode, content_type: &str, body: String) -> Page {
     headers.insert(header::CONTENT_SECURITY_POLICY, set(&policy));
     headers.insert(header::CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, http::HeaderValue::from_static("nosniff"));
-    headers.insert(header::REFERRER_POLICY, http::HeaderValue::from_static("no-referrer"));
+    // Not `no-referrer`: under it a browser sends `Origin: null` with the page's own forms.
+    headers.insert(header::REFERRER_POLICY, http::HeaderValue::from_static("same-origin"));
     headers.insert(header::X_FRAME_OPTIONS, http::HeaderValue::from_static("DENY"));
     response
 }
