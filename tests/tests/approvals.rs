@@ -476,3 +476,43 @@ while True:
     let shown = std::fs::read_to_string(&transcript).unwrap();
     assert!(shown.contains(&format!("op 1: writeText {}\r\n", p(&target))), "{shown}");
 }
+
+/// Inside an MCP host that supports URL-mode elicitation (the official Python SDK), an
+/// escalation sends the person to the approver's page for the session's request; the page
+/// decides (`tests/mcp/url_elicitation.py` says what it checks).
+#[test]
+fn an_mcp_host_with_url_elicitation_sends_the_person_to_the_page() {
+    let port = rest::free_port();
+    let files = Files::new(&format!("listen = \"tcp:127.0.0.1:{port}\"\n"), None);
+    let mut serve = Command::new(approver_bin());
+    serve.args(files.serve_args()).stdin(Stdio::null()).stderr(Stdio::null());
+    let mut child = serve.spawn().unwrap();
+    files.wait_listening(&mut child);
+    let _approver = Stop(child);
+    let alpha = files.daemon("alpha", "");
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("app.conf"), "port = 1\n").unwrap();
+    let page = format!("http://127.0.0.1:{port}");
+    let config = alpha.dir.path().join("client.toml");
+    std::fs::write(&config, format!("approverUrl = \"{page}/\"\n")).unwrap();
+    let out = Command::new(python())
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp").join("url_elicitation.py"))
+        .arg("--fsd-tools")
+        .arg(tools_bin())
+        .args(["--endpoint", &alpha.endpoint(), "--cwd", &p(&alpha.root), "--config", &p(&config)])
+        .args(["--outside", &p(outside.path()), "--page", &page, "--token", BOB])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "tests/mcp/url_elicitation.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let decided: Vec<(String, String)> = files
+        .decisions()
+        .iter()
+        .map(|l| (l["decision"].as_str().unwrap().to_owned(), l["decider"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(decided, [("approved".into(), "person bob".into()), ("refused".into(), "person bob".into())]);
+}
