@@ -148,6 +148,12 @@ fn name_ok(name: &str) -> bool {
     (1..=64).contains(&name.len()) && name.chars().all(|c| c.is_ascii_alphanumeric() || "-._@".contains(c))
 }
 
+/// Whether `text` is an approver config as written (its keys and their types; the files it
+/// names are not read): for checking examples.
+pub fn parses(text: &str) -> Result<(), String> {
+    toml::from_str::<File>(text).map(drop).map_err(|e| e.to_string())
+}
+
 impl Config {
     pub fn load(path: &Path) -> Result<Config, ApproverError> {
         let text = std::fs::read_to_string(path).map_err(|e| ApproverError::Io(path.to_owned(), e))?;
@@ -226,4 +232,66 @@ fn webhook(path: &Path, h: WebhookFile) -> Result<Webhook, ApproverError> {
         return Err(invalid(path, format!("[webhook] url {:?}: expected http:// or https://", h.url)));
     };
     Ok(Webhook { url: h.url, attempts, roots })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A config file and its token files in a fresh directory; the loaded result.
+    fn load(body: &str, tokens: &[(&str, &str)]) -> Result<Config, String> {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, token) in tokens {
+            std::fs::write(dir.path().join(name), format!("{token}\n")).unwrap();
+        }
+        let path = dir.path().join("approver.toml");
+        std::fs::write(&path, body.replace("DIR", &dir.path().display().to_string())).unwrap();
+        Config::load(&path).map_err(|e| e.to_string().replace(&dir.path().display().to_string(), "DIR"))
+    }
+
+    const PEOPLE: &str = "[[person]]\nname = \"alice\"\ntoken_file = \"DIR/a\"\nclients = [\"uid:1000\"]\n";
+    const GOOD: &str = "alice-token-0123456789";
+
+    #[test]
+    fn a_config_is_read_whole_or_refused_with_its_reason() {
+        let config = load(&format!("[web]\nlisten = \"tcp:127.0.0.1:8080\"\n{PEOPLE}"), &[("a", GOOD)]).unwrap();
+        let web = config.web.unwrap();
+        assert_eq!((web.url.as_str(), web.tls.is_none()), ("http://127.0.0.1:8080", true));
+        assert!(config.people[0].token.is(GOOD) && !config.people[0].token.is("alice-token-012345678X"));
+        assert_eq!(format!("{:?}", config.people[0].token), "Token(..)");
+        let refused = [
+            (
+                format!("[web]\nlisten = \"tcp:0.0.0.0:8080\"\n{PEOPLE}"),
+                "invalid config DIR/approver.toml: [web] listen 0.0.0.0:8080: plain HTTP only on a loopback address; set tls_cert and tls_key",
+            ),
+            (
+                "[web]\nlisten = \"tcp:127.0.0.1:8080\"\n".to_owned(),
+                "invalid config DIR/approver.toml: [web] needs at least one [[person]] to log in",
+            ),
+            (
+                "[[person]]\nname = \"bob\"\ntoken_file = \"DIR/short\"\n".to_owned(),
+                "invalid config DIR/approver.toml: DIR/short: a token is one line of at least 16 letters, digits, '-', '.', '_' or '~'",
+            ),
+            (
+                format!("{PEOPLE}[[daemon]]\nsandbox = \"s\"\ntoken_file = \"DIR/a\"\n"),
+                "invalid config DIR/approver.toml: two people or daemons share a token: each needs its own",
+            ),
+            (
+                format!("{PEOPLE}[[daemon]]\nsandbox = \"a b\"\ntoken_file = \"DIR/b\"\n"),
+                "invalid config DIR/approver.toml: sandbox \"a b\": unique, 1-64 of letters, digits, -._@",
+            ),
+            (
+                "[webhook]\nurl = \"http://h/x\"\nattempts = 11\n".to_owned(),
+                "invalid config DIR/approver.toml: [webhook] attempts 11: 1 to 10",
+            ),
+            (
+                "[webhook]\nurl = \"ftp://h/x\"\n".to_owned(),
+                "invalid config DIR/approver.toml: [webhook] url \"ftp://h/x\": expected http:// or https://",
+            ),
+        ];
+        for (body, expected) in refused {
+            let tokens = [("a", GOOD), ("b", "beta-token-0123456789"), ("short", "short")];
+            assert_eq!(load(&body, &tokens).unwrap_err(), expected, "{body}");
+        }
+    }
 }

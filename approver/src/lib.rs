@@ -21,6 +21,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use ed25519_dalek::{Signer, SigningKey};
 
+pub use config::parses as config_parses;
 pub use rules::{Decision, Rule, Rules, allows, decide, explain, glob, unbound};
 
 #[derive(Debug, Parser)]

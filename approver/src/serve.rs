@@ -489,3 +489,81 @@ fn keep(
         ended
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Daemon, Person};
+
+    fn keeper() -> (Keeper, tokio::sync::mpsc::UnboundedReceiver<ToFront>) {
+        let token = |t: &str| serde_json::from_value(serde_json::json!(t)).unwrap();
+        let config = Config {
+            web: None,
+            people: vec![Person { name: "alice".into(), token: token("a"), clients: vec!["uid:0".into()] }],
+            daemons: vec![Daemon { sandbox: "beta".into(), token: token("b"), require_another_person: true }],
+            webhook: None,
+        };
+        let (out, told) = tokio::sync::mpsc::unbounded_channel();
+        let keeper = Keeper {
+            key: SigningKey::from_bytes(&[7; 32]),
+            rules: None,
+            log: None,
+            config,
+            queue: Vec::new(),
+            finished: Default::default(),
+            terminal: None,
+            out,
+        };
+        (keeper, told)
+    }
+
+    fn description(id: &str, expires: u64) -> String {
+        format!(
+            "fsd escalation v1\nid: {id}\nnonce: 00\nsession: s\nclient: uid:0\nmode: danger-full-access\njustification: j\nexpires: {expires}\nop 1: readText /etc/x\n"
+        )
+    }
+
+    /// One queue in arrival order; a decision is taken once, signed for exactly that
+    /// description and the person who took it; an expired request and a request that needs
+    /// another person are refused, saying why.
+    #[test]
+    fn the_queue_takes_each_decision_once_and_refuses_what_it_may_not_take() {
+        let (mut k, mut told) = keeper();
+        let later = crate::now_secs() + 600;
+        let gone = crate::now_secs();
+        let (a, b, c) = (description("a", later), description("b", later), description("c", gone));
+        k.ask(1, "alpha".into(), a.clone());
+        k.ask(2, "beta".into(), b.clone());
+        k.ask(3, "alpha".into(), c.clone());
+        let keys: Vec<String> = k.queue.iter().map(|w| w.entry.key.clone()).collect();
+        assert_eq!(keys, [key_of(&a), key_of(&b), key_of(&c)]);
+        let page = |name: &str| Who::Page(name.to_owned());
+        let cases: Vec<(&str, Who, Result<(), String>)> = vec![
+            (&b, page("alice"), Err("This request needs a person other than the one whose agent asked (uid:0 is yours): ask someone else to decide it.".into())),
+            (&a, page("alice"), Ok(())),
+            (&a, page("bob"), Err("This request is no longer waiting: approved by person alice.".into())),
+            (&b, page("bob"), Ok(())),
+            (&c, Who::Terminal, Err(format!("This request is no longer waiting: it expired at {} before anyone decided.", crate::utc(gone)))),
+            ("fsd escalation v1\nother\n", page("bob"), Err("No such request is waiting.".into())),
+        ];
+        for (description, who, expected) in cases {
+            let approve = !matches!(&who, Who::Page(p) if p == "bob");
+            assert_eq!(k.decide(&key_of(description), who, approve, "no".into()), expected, "{description}");
+        }
+        assert!(k.queue.is_empty());
+        let mut answers = Vec::new();
+        while let Ok(message) = told.try_recv() {
+            if let ToFront::Answer { ask, reply } = message {
+                answers.push((ask, reply));
+            }
+        }
+        let public = k.key.verifying_key();
+        let (ask, approved) = &answers[0];
+        let signature = ed25519_dalek::Signature::from_slice(&hex::decode(&approved.signature).unwrap()).unwrap();
+        assert_eq!((*ask, approved.approved, approved.decider.as_str()), (1, true, "person alice"));
+        public.verify_strict(fsd_proto::signed_decision(&a, "person alice").as_bytes(), &signature).unwrap();
+        let refused: Vec<(u64, bool, &str, &str)> =
+            answers[1..].iter().map(|(ask, r)| (*ask, r.approved, r.decider.as_str(), r.reason.as_str())).collect();
+        assert_eq!(refused, [(2, false, "person bob", "no"), (3, false, "", "nobody decided before it expired")]);
+    }
+}

@@ -313,7 +313,7 @@ fn class(line: &str) -> Option<&'static str> {
 
 /// The description as the page shows it: the terminal's text (expiry as a time, unbound content
 /// marked, everything escaped by the one escaper), each line then escaped for HTML and marked.
-pub fn description(text: &str, now: u64) -> String {
+pub fn description_html(text: &str, now: u64) -> String {
     let shown = crate::printable(&crate::for_people(text, now));
     let mut out = String::new();
     for line in shown.lines() {
@@ -348,7 +348,7 @@ fn request(entry: &Entry, now: u64) -> String {
         expires = crate::utc(entry.expires),
         left = entry.expires.saturating_sub(now),
         justification = show(&summary.justification),
-        description = description(&entry.description, now),
+        description = description_html(&entry.description, now),
     )
 }
 
@@ -371,4 +371,37 @@ fn queue(front: &Front, person: &str, shown: impl Fn(&Entry) -> bool) -> Page {
     );
     let title = format!("fsd approvals ({} waiting)", entries.len());
     respond(StatusCode::OK, "text/html; charset=utf-8", document(&title, Some(generation), &body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The description on the page: the diff as a diff (each kind of line marked), every
+    /// omission marked as the daemon said it, unbound content warned of, markup and controls
+    /// escaped (the one escaper first, then HTML).
+    #[test]
+    fn the_page_shows_the_diff_as_a_diff_and_escapes_everything() {
+        let description = "fsd escalation v1\nmode: danger-full-access\njustification: <script>x</script>\njustification-not-shown: 5 more bytes\nexpires: 1780000120\nop 1: writeText /etc/a\n  target: host:etc/a\n  content-sha256: 00\n  diff (partial preview: the lines starting with ! say what is not shown; content-sha256 binds the whole change):\n    @@ -1 +1 @@\n    -old\n    +new\u{1b}[2J & \"q\"\n    ! 7 more diff lines not shown\nop 2: writeText /etc/b\n  target: host:etc/b\n";
+        assert_eq!(
+            description_html(description, 1_780_000_000),
+            "fsd escalation v1\nmode: danger-full-access\njustification: &lt;script&gt;x&lt;/script&gt;\n\
+             <span class=\"omit\">justification-not-shown: 5 more bytes</span>\n\
+             expires: 2026-05-28 20:28:40 UTC (in 120 s)\nop 1: writeText /etc/a\n  target: host:etc/a\n  content-sha256: 00\n\
+             \x20 diff (partial preview: the lines starting with ! say what is not shown; content-sha256 binds the whole change):\n\
+             <span class=\"hunk\">    @@ -1 +1 @@</span>\n<span class=\"del\">    -old</span>\n\
+             <span class=\"add\">    +new\\u{1b}[2J &amp; &quot;q&quot;</span>\n\
+             <span class=\"omit\">    ! 7 more diff lines not shown</span>\nop 2: writeText /etc/b\n\
+             <span class=\"warn\">  content: NOT BOUND: approving lets this call write any content</span>\n  target: host:etc/b\n"
+        );
+    }
+
+    #[test]
+    fn forms_and_queries_decode() {
+        let pairs = form("key=ab&decision=deny&reason=not+on+Fridays%21&empty");
+        assert_eq!(get(&pairs, "reason"), "not on Fridays!");
+        assert_eq!(get(&pairs, "decision"), "deny");
+        assert_eq!(get(&pairs, "empty"), "");
+        assert_eq!(get(&pairs, "missing"), "");
+    }
 }

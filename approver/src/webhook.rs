@@ -169,3 +169,57 @@ async fn connect_tls(
     let name = rustls_pki_types::ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
     tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp).await.map_err(|e| e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(description: &str) -> Entry {
+        Entry {
+            key: "0123456789abcdef".into(),
+            sandbox: "alpha".into(),
+            description: description.into(),
+            arrived: 1_780_000_000,
+            expires: 1_780_000_120,
+        }
+    }
+
+    /// The notification names what waits, escaped and cut, and carries no byte of content: the
+    /// diff, the digest and the version of the description stay out.
+    #[test]
+    fn a_notification_names_what_waits_and_never_its_content() {
+        let long = "x".repeat(250);
+        let mut description = format!(
+            "fsd escalation v1\nid: 0a\nnonce: 0b\nsession: s1\nclient: uid:0\nmode: danger-full-access\njustification: <why> & \u{202e}{long}\nexpires: 1780000120\n"
+        );
+        for i in 0..12 {
+            description.push_str(&format!(
+                "op {}: writeText /etc/f{i}\n  target: host:etc/f{i}\n  current: 1:2:3\n  content-sha256: 00ff\n  diff:\n    +SECRET\n",
+                i + 1
+            ));
+        }
+        let sent = payload(&entry(&description), "https://a.example");
+        let text = sent.to_string();
+        assert!(!text.contains("SECRET") && !text.contains("00ff") && !text.contains("1:2:3"), "{text}");
+        let justification = format!("<why> & \\u{{202e}}{}... (66 more bytes not shown)", "x".repeat(184));
+        assert_eq!(sent["fsd"]["justification"], justification.as_str());
+        assert_eq!(sent["fsd"]["ops"].as_array().unwrap().len(), MAX_OPS);
+        assert_eq!(sent["fsd"]["operations"], 12);
+        assert_eq!(sent["fsd"]["ops"][0], json!({"op": "writeText", "path": "/etc/f0"}));
+        assert_eq!(sent["fsd"]["url"], "https://a.example/r/0123456789abcdef");
+        assert_eq!(sent["fsd"]["expires"], "2026-05-28 20:28:40 UTC");
+        let listed: Vec<String> = (0..10).map(|i| format!("writeText /etc/f{i}")).collect();
+        assert_eq!(
+            sent["text"],
+            format!(
+                "fsd: an escalation waits in sandbox alpha: {}, and 2 more at danger-full-access. Justification: {} <https://a.example/r/0123456789abcdef|Open the approver page>",
+                listed.join(", "),
+                justification.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+            )
+        );
+        // Without a page there is no link.
+        let unlinked = payload(&entry(&description), "");
+        assert_eq!(unlinked["fsd"]["url"], "");
+        assert!(!unlinked["text"].as_str().unwrap().contains("Open the approver page"));
+    }
+}
