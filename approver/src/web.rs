@@ -35,8 +35,9 @@ input[type=text],input[type=password]{width:100%;box-sizing:border-box;font-size
 button{font-size:1em;padding:.5em 1.2em;margin:.3em .3em 0 0}.approve{background:#2a7;color:#fff}.deny{background:#c33;color:#fff}\
 .notice{padding:.5em;border-left:.3em solid #c80;background:#fff8e6}";
 
-/// Reloads when the queue changes, unless the person is typing a reason (then it says so).
-const SCRIPT: &str = "(function(){var g=document.body.dataset.generation;setInterval(function(){\
+/// Reloads when the queue changes, unless the person is typing a reason (then it says so);
+/// marks the page as live (`data-live`), which says the page's policy let it run.
+const SCRIPT: &str = "(function(){document.documentElement.dataset.live='1';var g=document.body.dataset.generation;setInterval(function(){\
 fetch('/generation',{credentials:'same-origin',cache:'no-store'}).then(function(r){return r.ok?r.text():g})\
 .then(function(t){if(t.trim()===g)return;var busy=[].some.call(document.querySelectorAll('input[name=reason]'),\
 function(i){return i.value!==''||document.activeElement===i});if(busy){document.getElementById('status')\
@@ -112,13 +113,15 @@ type Page = Response<Full<Bytes>>;
 /// A response with the headers every answer of the page carries: nothing loads from elsewhere,
 /// nothing is cached, nothing embeds the page.
 fn respond(status: StatusCode, content_type: &str, body: String) -> Page {
-    let script = base64::Engine::encode(
-        &base64::engine::general_purpose::STANDARD,
-        fsd_proto::digest::content(SCRIPT.as_bytes()),
-    );
+    // The inline style and script are allowed by their hashes, nothing else inline.
+    let hash = |text: &str| {
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, fsd_proto::digest::content(text.as_bytes()))
+    };
     let policy = format!(
-        "default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-{script}'; connect-src 'self'; \
-         form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+        "default-src 'none'; style-src 'sha256-{}'; script-src 'sha256-{}'; connect-src 'self'; \
+         form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        hash(STYLE),
+        hash(SCRIPT)
     );
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;

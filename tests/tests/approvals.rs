@@ -305,6 +305,8 @@ fn two_daemons_wait_in_one_queue_and_people_decide_on_the_page_in_chromium() {
     assert_eq!(said["alpha_added"], json!([format!("    +{secret}")]), "the diff, as a diff: {said}");
     assert!(said["alpha_pre"].as_str().unwrap().contains("content-sha256: "), "{said}");
     assert_eq!((said["scripts"].as_u64(), said["external"].as_u64()), (Some(1), Some(0)), "{said}");
+    // The page's policy lets its own style and script run (by their hashes), nothing else.
+    assert_eq!((&said["styled"], &said["live"]), (&json!("rgb(34, 170, 119)"), &json!("1")), "{said}");
     assert!(said["width"].as_u64() <= said["viewport"].as_u64(), "wider than a phone: {said}");
     assert_eq!((&said["alpha_read"]["title"], &said["alpha"]["title"]), (&json!("Approved"), &json!("Approved")), "{said}");
     assert_eq!(said["beta_by_alice"]["title"], "Not decided", "{said}");

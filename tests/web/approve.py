@@ -112,6 +112,8 @@ try:
     said["alpha_pre"] = alpha.find_element(By.TAG_NAME, "pre").text
     said["scripts"] = driver.execute_script("return document.scripts.length")
     said["external"] = driver.execute_script("return document.querySelectorAll('[src],link[href]').length")
+    said["styled"] = driver.execute_script("return getComputedStyle(document.querySelector('button.approve')).backgroundColor")
+    said["live"] = driver.execute_script("return document.documentElement.dataset.live || ''")
     said["width"] = driver.execute_script("return document.documentElement.scrollWidth")
     said["viewport"] = driver.execute_script("return window.innerWidth")
     driver.save_screenshot(screenshot)
