@@ -137,7 +137,10 @@ fn token(config: &Path, file: &Path) -> Result<Token, ApproverError> {
     if token.len() < 16 || !token.chars().all(fits) {
         return Err(invalid(
             config,
-            format!("{}: a token is one line of at least 16 letters, digits, '-', '.', '_' or '~'", file.display()),
+            format!(
+                "{}: a token is one line of at least 16 letters, digits, '-', '.', '_' or '~'",
+                file.display()
+            ),
         ));
     }
     Ok(Token(token.to_owned()))
@@ -162,14 +165,20 @@ impl Config {
         let mut people = Vec::new();
         for p in file.person {
             if !name_ok(&p.name) || people.iter().any(|q: &Person| q.name == p.name) {
-                return Err(invalid(path, format!("person name {:?}: unique, 1-64 of letters, digits, -._@", p.name)));
+                return Err(invalid(
+                    path,
+                    format!("person name {:?}: unique, 1-64 of letters, digits, -._@", p.name),
+                ));
             }
             people.push(Person { token: token(path, &p.token_file)?, name: p.name, clients: p.clients });
         }
         let mut daemons = Vec::new();
         for d in file.daemon {
             if !name_ok(&d.sandbox) || daemons.iter().any(|e: &Daemon| e.sandbox == d.sandbox) {
-                return Err(invalid(path, format!("sandbox {:?}: unique, 1-64 of letters, digits, -._@", d.sandbox)));
+                return Err(invalid(
+                    path,
+                    format!("sandbox {:?}: unique, 1-64 of letters, digits, -._@", d.sandbox),
+                ));
             }
             daemons.push(Daemon {
                 token: token(path, &d.token_file)?,
@@ -177,7 +186,8 @@ impl Config {
                 require_another_person: d.require_another_person,
             });
         }
-        let tokens: Vec<&Token> = people.iter().map(|p| &p.token).chain(daemons.iter().map(|d| &d.token)).collect();
+        let tokens: Vec<&Token> =
+            people.iter().map(|p| &p.token).chain(daemons.iter().map(|d| &d.token)).collect();
         if tokens.iter().enumerate().any(|(i, t)| tokens[..i].contains(t)) {
             return Err(invalid(path, "two people or daemons share a token: each needs its own".into()));
         }
@@ -254,7 +264,8 @@ mod tests {
 
     #[test]
     fn a_config_is_read_whole_or_refused_with_its_reason() {
-        let config = load(&format!("[web]\nlisten = \"tcp:127.0.0.1:8080\"\n{PEOPLE}"), &[("a", GOOD)]).unwrap();
+        let config =
+            load(&format!("[web]\nlisten = \"tcp:127.0.0.1:8080\"\n{PEOPLE}"), &[("a", GOOD)]).unwrap();
         let web = config.web.unwrap();
         assert_eq!((web.url.as_str(), web.tls.is_none()), ("http://127.0.0.1:8080", true));
         assert!(config.people[0].token.is(GOOD) && !config.people[0].token.is("alice-token-012345678X"));

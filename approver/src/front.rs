@@ -121,7 +121,8 @@ impl Approver for Service {
 /// the link. A failure to start is sent to the keeper, which reports it (and exits).
 pub fn main() -> Result<(), ApproverError> {
     use std::os::fd::AsFd;
-    let fd = std::io::stdin().as_fd().try_clone_to_owned().map_err(|e| ApproverError::Serve(e.to_string()))?;
+    let fd =
+        std::io::stdin().as_fd().try_clone_to_owned().map_err(|e| ApproverError::Serve(e.to_string()))?;
     let link = std::os::unix::net::UnixStream::from(fd);
     link.set_nonblocking(true).map_err(|e| ApproverError::Serve(e.to_string()))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

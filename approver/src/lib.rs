@@ -120,7 +120,9 @@ pub enum ApproverError {
     PublicKey(PathBuf),
     #[error("{0} is readable by other users: a private key must be mode 0600")]
     OpenKey(PathBuf),
-    #[error("nobody would decide: pass --rules FILE, a --config with a [web] page, or run serve on a terminal ({0})")]
+    #[error(
+        "nobody would decide: pass --rules FILE, a --config with a [web] page, or run serve on a terminal ({0})"
+    )]
     NoDecider(String),
     #[error("invalid --socket-mode {0:?}: expected octal such as 0660")]
     SocketMode(String),
@@ -329,7 +331,16 @@ fn run(cli: Cli) -> Result<bool, ApproverError> {
                     Err(e) => return Err(ApproverError::NoDecider(e.to_string())),
                 };
             let socket = serve::Socket::parse(&socket_mode, socket_group.as_deref())?;
-            serve::run(serve::Options { key, listen, rules, socket, log, checkpoint_every, config, terminal })?;
+            serve::run(serve::Options {
+                key,
+                listen,
+                rules,
+                socket,
+                log,
+                checkpoint_every,
+                config,
+                terminal,
+            })?;
             Ok(true)
         }
     }

@@ -160,7 +160,14 @@ impl Keeper {
     }
 
     /// The decision, signed when it approves, as the daemon receives it.
-    fn reply(&self, description: &str, approved: bool, by: Decider, decider: String, reason: String) -> Reply {
+    fn reply(
+        &self,
+        description: &str,
+        approved: bool,
+        by: Decider,
+        decider: String,
+        reason: String,
+    ) -> Reply {
         let signature = if approved {
             hex::encode(signature(&self.key, &fsd_proto::signed_decision(description, &decider)))
         } else {
@@ -173,7 +180,13 @@ impl Keeper {
         if !description.starts_with("fsd escalation v1\n") {
             let reason = "not an fsd escalation description".to_owned();
             let decider = format!("rules: {reason}");
-            let reply = Reply { approved: false, signature: String::new(), reason, decided_by: Decider::Rules as i32, decider };
+            let reply = Reply {
+                approved: false,
+                signature: String::new(),
+                reason,
+                decided_by: Decider::Rules as i32,
+                decider,
+            };
             return self.tell(ToFront::Answer { ask, reply });
         }
         if let Some((path, rules)) = &self.rules {
@@ -189,7 +202,8 @@ impl Keeper {
         let now = crate::now_secs();
         let key = key_of(&description);
         let expires = crate::link::expires(&description).unwrap_or(now);
-        let entry = Entry { key: key.clone(), sandbox, description: description.clone(), arrived: now, expires };
+        let entry =
+            Entry { key: key.clone(), sandbox, description: description.clone(), arrived: now, expires };
         if let Some(terminal) = &self.terminal {
             let _ = terminal.send((key, description));
         }
@@ -210,7 +224,8 @@ impl Keeper {
 
     /// Nobody decided before the request's expiry: logged, refused, off the queue.
     fn expire(&mut self, i: usize) {
-        let outcome = format!("it expired at {} before anyone decided", crate::utc(self.queue[i].entry.expires));
+        let outcome =
+            format!("it expired at {} before anyone decided", crate::utc(self.queue[i].entry.expires));
         let w = self.finish(i, outcome);
         self.record((&w.entry.description, &w.entry.sandbox), "expired", "nobody", "", "");
         let reply = Reply {
@@ -229,7 +244,10 @@ impl Keeper {
         // The daemon waits as long as the description's expiry, rounded up to the second.
         let expired = crate::now_secs() + 1 >= self.queue[i].entry.expires;
         let (decision, outcome) = if expired {
-            ("expired", format!("it expired at {} before anyone decided", crate::utc(self.queue[i].entry.expires)))
+            (
+                "expired",
+                format!("it expired at {} before anyone decided", crate::utc(self.queue[i].entry.expires)),
+            )
         } else {
             ("withdrawn", "the daemon stopped waiting for it".to_owned())
         };
@@ -257,7 +275,8 @@ impl Keeper {
         if let Who::Page(name) = &who {
             let entry = &self.queue[i].entry;
             let client = Summary::of(&entry.description).client;
-            let another = self.config.daemons.iter().any(|d| d.sandbox == entry.sandbox && d.require_another_person);
+            let another =
+                self.config.daemons.iter().any(|d| d.sandbox == entry.sandbox && d.require_another_person);
             let theirs = self.config.people.iter().any(|p| &p.name == name && p.clients.contains(&client));
             if another && theirs {
                 return Err(format!(
@@ -337,7 +356,6 @@ pub(crate) fn bind_unix(path: &Path, socket: Socket) -> Result<tokio::net::UnixL
     })
 }
 
-
 /// Runs serving: the front in its own process, this one keeping the key and the queue until a
 /// signal or the front's end; the log then ends with a signed checkpoint and the socket file
 /// is removed.
@@ -361,7 +379,8 @@ pub fn run(options: Options) -> Result<(), ApproverError> {
         }
         None => None,
     };
-    let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(|e| ApproverError::Serve(e.to_string()))?;
+    let (ours, theirs) =
+        std::os::unix::net::UnixStream::pair().map_err(|e| ApproverError::Serve(e.to_string()))?;
     let exe = std::env::current_exe().map_err(|e| ApproverError::Serve(e.to_string()))?;
     let mut front = std::process::Command::new(exe)
         .arg("front")
@@ -370,18 +389,24 @@ pub fn run(options: Options) -> Result<(), ApproverError> {
         .spawn()
         .map_err(|e| ApproverError::Serve(format!("cannot start the front: {e}")))?;
     let socket_path = listen.strip_prefix("unix:").map(PathBuf::from);
-    let start = ToFront::Start { config: config.clone(), listen, socket_mode: socket.mode, socket_gid: socket.gid };
+    let start =
+        ToFront::Start { config: config.clone(), listen, socket_mode: socket.mode, socket_gid: socket.gid };
     let sealed = log.clone();
-    let served = keep(ours, start, Keeper {
-        key,
-        rules,
-        log,
-        config,
-        queue: Vec::new(),
-        finished: Default::default(),
-        terminal: None,
-        out: tokio::sync::mpsc::unbounded_channel().0,
-    }, terminal);
+    let served = keep(
+        ours,
+        start,
+        Keeper {
+            key,
+            rules,
+            log,
+            config,
+            queue: Vec::new(),
+            finished: Default::default(),
+            terminal: None,
+            out: tokio::sync::mpsc::unbounded_channel().0,
+        },
+        terminal,
+    );
     // The front ends when its end of the link closes (ours is closed by now).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while matches!(front.try_wait(), Ok(None)) && std::time::Instant::now() < deadline {
@@ -559,11 +584,17 @@ mod tests {
         }
         let public = k.key.verifying_key();
         let (ask, approved) = &answers[0];
-        let signature = ed25519_dalek::Signature::from_slice(&hex::decode(&approved.signature).unwrap()).unwrap();
+        let signature =
+            ed25519_dalek::Signature::from_slice(&hex::decode(&approved.signature).unwrap()).unwrap();
         assert_eq!((*ask, approved.approved, approved.decider.as_str()), (1, true, "person alice"));
         public.verify_strict(fsd_proto::signed_decision(&a, "person alice").as_bytes(), &signature).unwrap();
-        let refused: Vec<(u64, bool, &str, &str)> =
-            answers[1..].iter().map(|(ask, r)| (*ask, r.approved, r.decider.as_str(), r.reason.as_str())).collect();
-        assert_eq!(refused, [(2, false, "person bob", "no"), (3, false, "", "nobody decided before it expired")]);
+        let refused: Vec<(u64, bool, &str, &str)> = answers[1..]
+            .iter()
+            .map(|(ask, r)| (*ask, r.approved, r.decider.as_str(), r.reason.as_str()))
+            .collect();
+        assert_eq!(
+            refused,
+            [(2, false, "person bob", "no"), (3, false, "", "nobody decided before it expired")]
+        );
     }
 }

@@ -80,7 +80,11 @@ pub fn acceptor(cert: &[u8], key: &[u8]) -> Result<tokio_rustls::TlsAcceptor, Ap
 }
 
 /// Accepts connections until the process ends.
-pub async fn serve(front: Arc<Front>, listener: tokio::net::TcpListener, tls: Option<tokio_rustls::TlsAcceptor>) {
+pub async fn serve(
+    front: Arc<Front>,
+    listener: tokio::net::TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
     let https = tls.is_some();
     loop {
         let Ok((stream, _)) = listener.accept().await else { continue };
@@ -115,7 +119,10 @@ type Page = Response<Full<Bytes>>;
 fn respond(status: StatusCode, content_type: &str, body: String) -> Page {
     // The inline style and script are allowed by their hashes, nothing else inline.
     let hash = |text: &str| {
-        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, fsd_proto::digest::content(text.as_bytes()))
+        base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            fsd_proto::digest::content(text.as_bytes()),
+        )
     };
     let policy = format!(
         "default-src 'none'; style-src 'sha256-{}'; script-src 'sha256-{}'; connect-src 'self'; \
@@ -161,9 +168,8 @@ fn redirect(to: &str, cookie: Option<String>) -> Page {
 
 /// `application/x-www-form-urlencoded` (a query string too) as pairs.
 fn form(text: &str) -> Vec<(String, String)> {
-    let decode = |s: &str| {
-        percent_encoding::percent_decode_str(&s.replace('+', " ")).decode_utf8_lossy().into_owned()
-    };
+    let decode =
+        |s: &str| percent_encoding::percent_decode_str(&s.replace('+', " ")).decode_utf8_lossy().into_owned();
     text.split('&')
         .filter(|p| !p.is_empty())
         .map(|p| match p.split_once('=') {
@@ -180,8 +186,10 @@ fn get<'a>(pairs: &'a [(String, String)], name: &str) -> &'a str {
 /// The token a request carries: a bearer header, else the page's cookie.
 fn token(request: &http::Request<Incoming>) -> Option<String> {
     let headers = request.headers();
-    if let Some(bearer) =
-        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "))
+    if let Some(bearer) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
     {
         return Some(bearer.trim().to_owned());
     }
@@ -221,7 +229,10 @@ async fn handle(front: &Front, request: http::Request<Incoming>, https: bool) ->
             match front.person(get(&pairs, "token")) {
                 Some(_) => {
                     let secure = if https { "; Secure" } else { "" };
-                    let cookie = format!("{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict{secure}", get(&pairs, "token"));
+                    let cookie = format!(
+                        "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict{secure}",
+                        get(&pairs, "token")
+                    );
                     redirect(next, Some(cookie))
                 }
                 None => login(StatusCode::FORBIDDEN, next, Some("That token is not known here.")),
@@ -231,7 +242,9 @@ async fn handle(front: &Front, request: http::Request<Incoming>, https: bool) ->
             redirect("/", Some(format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")))
         }
         (Method::GET, "/generation") => match person {
-            Some(_) => respond(StatusCode::OK, "text/plain; charset=utf-8", front.generation.borrow().to_string()),
+            Some(_) => {
+                respond(StatusCode::OK, "text/plain; charset=utf-8", front.generation.borrow().to_string())
+            }
             None => respond(StatusCode::UNAUTHORIZED, "text/plain; charset=utf-8", "log in first\n".into()),
         },
         (Method::POST, "/decide") => {
@@ -251,14 +264,19 @@ async fn handle(front: &Front, request: http::Request<Incoming>, https: bool) ->
             let reason: String = get(&pairs, "reason").trim().chars().take(MAX_REASON).collect();
             let what = if approve { "Approved" } else { "Denied" };
             match front.decide(key.clone(), person, approve, reason).await {
-                None => message(StatusCode::OK, what, &format!("You decided request {key}: {}.", what.to_lowercase())),
+                None => message(
+                    StatusCode::OK,
+                    what,
+                    &format!("You decided request {key}: {}.", what.to_lowercase()),
+                ),
                 Some(why) => message(StatusCode::CONFLICT, "Not decided", &why),
             }
         }
         (Method::GET, "/") => match person {
             Some(person) => queue(front, &person, |e| {
                 let session = get(&query, "session");
-                session.is_empty() || Summary::of(&e.description).session == fsd_proto::names::for_people(session)
+                session.is_empty()
+                    || Summary::of(&e.description).session == fsd_proto::names::for_people(session)
             }),
             None => {
                 let next = request.uri().path_and_query().map_or("/", |p| p.as_str());
@@ -332,7 +350,11 @@ fn request(entry: &Entry, now: u64) -> String {
     let summary = Summary::of(&entry.description);
     let show = |s: &str| html(&fsd_proto::names::for_people(s));
     let sandbox = if entry.sandbox.is_empty() { "(unnamed daemon)".to_owned() } else { show(&entry.sandbox) };
-    let ops: String = summary.ops.iter().map(|(op, path)| format!("<li>{} <code>{}</code></li>", show(op), show(path))).collect();
+    let ops: String = summary
+        .ops
+        .iter()
+        .map(|(op, path)| format!("<li>{} <code>{}</code></li>", show(op), show(path)))
+        .collect();
     format!(
         "<section class=\"request\" id=\"r-{key}\">\n<h2>{sandbox}: {mode}</h2>\n\
          <p>Request <a href=\"/r/{key}\">{key}</a> from {client}, session {session}; \
@@ -358,8 +380,14 @@ fn request(entry: &Entry, now: u64) -> String {
 fn queue(front: &Front, person: &str, shown: impl Fn(&Entry) -> bool) -> Page {
     let generation = *front.generation.borrow();
     let now = crate::now_secs();
-    let entries: Vec<Entry> =
-        front.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter().filter(|e| shown(e)).cloned().collect();
+    let entries: Vec<Entry> = front
+        .queue
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .filter(|e| shown(e))
+        .cloned()
+        .collect();
     let status = match entries.len() {
         0 => "Nothing waits here now.".to_owned(),
         1 => "1 request waits.".to_owned(),

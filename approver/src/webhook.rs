@@ -49,8 +49,12 @@ pub fn payload(entry: &Entry, page: &str) -> Value {
     let sandbox = cut(&entry.sandbox);
     let justification = cut(&summary.justification);
     let mode = cut(&summary.mode);
-    let ops: Vec<Value> =
-        summary.ops.iter().take(MAX_OPS).map(|(op, path)| json!({"op": cut(op), "path": cut(path)})).collect();
+    let ops: Vec<Value> = summary
+        .ops
+        .iter()
+        .take(MAX_OPS)
+        .map(|(op, path)| json!({"op": cut(op), "path": cut(path)}))
+        .collect();
     let mut listed: Vec<String> =
         summary.ops.iter().take(MAX_OPS).map(|(op, path)| format!("{} {}", cut(op), cut(path))).collect();
     if summary.ops.len() > MAX_OPS {
@@ -143,7 +147,8 @@ async fn send<T>(io: T, request: http::Request<Full<Bytes>>) -> Result<http::Sta
 where
     T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(io).await.map_err(|e| e.to_string())?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(io).await.map_err(|e| e.to_string())?;
     tokio::spawn(connection);
     let response = sender.send_request(request).await.map_err(|e| e.to_string())?;
     Ok(response.status())

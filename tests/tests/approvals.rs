@@ -190,13 +190,25 @@ fn ask(rpc: &mut Rpc, session: &str, op: v1::EscalatedOp) -> v1::EscalationDescr
 /// An approved read of `path` (an outside path is written only after one), then the write of
 /// `content` asked: that decision.
 fn ask_write(rpc: &mut Rpc, session: &str, path: &Path, content: &str) -> v1::EscalationDescription {
-    let read = ask(rpc, session, v1::EscalatedOp { op: "readText".into(), path: p(path), ..Default::default() });
+    let read =
+        ask(rpc, session, v1::EscalatedOp { op: "readText".into(), path: p(path), ..Default::default() });
     assert!(read.approved, "{read:?}");
-    let op = v1::EscalatedOp { op: "writeText".into(), path: p(path), content: Some(content.into()), ..Default::default() };
+    let op = v1::EscalatedOp {
+        op: "writeText".into(),
+        path: p(path),
+        content: Some(content.into()),
+        ..Default::default()
+    };
     ask(rpc, session, op)
 }
 
-fn write(rpc: &mut Rpc, session: &str, path: &Path, content: &str, reply: &v1::EscalationDescription) -> Result<(), WireError> {
+fn write(
+    rpc: &mut Rpc,
+    session: &str,
+    path: &Path,
+    content: &str,
+    reply: &v1::EscalationDescription,
+) -> Result<(), WireError> {
     let ticket = v1::EscalationTicket {
         approved_mode: v1::Mode::DangerFullAccess as i32,
         justification: "the user asked".into(),
@@ -240,7 +252,9 @@ fn webhook() -> (String, Arc<Mutex<Vec<String>>>) {
             reader.read_exact(&mut body).unwrap();
             assert!(first.starts_with("POST /hooks/fsd "), "{first}");
             seen.lock().unwrap().push(String::from_utf8(body).unwrap());
-            let _ = reader.get_mut().write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+            let _ = reader
+                .get_mut()
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
         }
     });
     (url, bodies)
@@ -258,7 +272,11 @@ fn two_daemons_wait_in_one_queue_and_people_decide_on_the_page_in_chromium() {
     let pair = ca.server("web", &["localhost"], &["127.0.0.1".parse().unwrap()]);
     let (hook, bodies) = webhook();
     let files = Files::new(
-        &format!("listen = \"tcp:127.0.0.1:{port}\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n", p(&pair.cert), p(&pair.key)),
+        &format!(
+            "listen = \"tcp:127.0.0.1:{port}\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n",
+            p(&pair.cert),
+            p(&pair.key)
+        ),
         Some(&hook),
     );
     let mut serve = Command::new(approver_bin());
@@ -308,7 +326,11 @@ fn two_daemons_wait_in_one_queue_and_people_decide_on_the_page_in_chromium() {
     // The page's policy lets its own style and script run (by their hashes), nothing else.
     assert_eq!((&said["styled"], &said["live"]), (&json!("rgb(34, 170, 119)"), &json!("1")), "{said}");
     assert!(said["width"].as_u64() <= said["viewport"].as_u64(), "wider than a phone: {said}");
-    assert_eq!((&said["alpha_read"]["title"], &said["alpha"]["title"]), (&json!("Approved"), &json!("Approved")), "{said}");
+    assert_eq!(
+        (&said["alpha_read"]["title"], &said["alpha"]["title"]),
+        (&json!("Approved"), &json!("Approved")),
+        "{said}"
+    );
     assert_eq!(said["beta_by_alice"]["title"], "Not decided", "{said}");
     assert_eq!(
         said["beta_by_alice"]["outcome"],
@@ -362,7 +384,11 @@ fn two_daemons_wait_in_one_queue_and_people_decide_on_the_page_in_chromium() {
             "{body}"
         );
     }
-    let beta_hook: Value = bodies.iter().map(|b| serde_json::from_str::<Value>(b).unwrap()).find(|v| v["fsd"]["sandbox"] == "beta").unwrap();
+    let beta_hook: Value = bodies
+        .iter()
+        .map(|b| serde_json::from_str::<Value>(b).unwrap())
+        .find(|v| v["fsd"]["sandbox"] == "beta")
+        .unwrap();
     let key = beta_hook["fsd"]["request"].as_str().unwrap();
     assert_eq!(
         beta_hook["fsd"],
@@ -450,12 +476,19 @@ while True:
     let late = outside.path().join("late.txt");
     let waiting = {
         let late = late.clone();
-        std::thread::spawn(move || ask(&mut other, "s2", v1::EscalatedOp { op: "readText".into(), path: p(&late), ..Default::default() }))
+        std::thread::spawn(move || {
+            ask(
+                &mut other,
+                "s2",
+                v1::EscalatedOp { op: "readText".into(), path: p(&late), ..Default::default() },
+            )
+        })
     };
     let keys = wait_for_requests(port, 1);
     let expired = waiting.join().unwrap();
     assert!(!expired.approved, "{expired:?}");
-    let (status, page) = http(port, "POST", "/decide", BOB, &format!("key={}&decision=approve&reason=", keys[0]));
+    let (status, page) =
+        http(port, "POST", "/decide", BOB, &format!("key={}&decision=approve&reason=", keys[0]));
     assert_eq!(status, 409, "{page}");
     assert!(page.contains("This request is no longer waiting: it expired at "), "{page}");
     assert!(!late.exists());

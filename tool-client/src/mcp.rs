@@ -194,12 +194,11 @@ impl Host for Elicitor {
     }
 
     fn sent_done(&self, id: String) {
-        let notification = rmcp::model::ServerNotification::CustomNotification(
-            rmcp::model::CustomNotification::new(
+        let notification =
+            rmcp::model::ServerNotification::CustomNotification(rmcp::model::CustomNotification::new(
                 "notifications/elicitation/complete",
                 Some(json!({"elicitationId": id})),
-            ),
-        );
+            ));
         let peer = self.peer.clone();
         tokio::spawn(async move {
             let _ = peer.send_notification(notification).await;

@@ -611,8 +611,9 @@ impl FsdService {
         let endpoint = self.approver_endpoint.as_ref();
         let answer = match endpoint {
             Some(endpoint) => {
-                approver::ask(endpoint, self.approver_token.as_ref(), &described.text, escalations.ttl()).await
-            },
+                approver::ask(endpoint, self.approver_token.as_ref(), &described.text, escalations.ttl())
+                    .await
+            }
             None => Err(approver::ApproverError::Connect("(none)".into(), "no approver_endpoint".into())),
         };
         let reply = |approved: bool, by: v1::Decider, reason: String| v1::EscalationDescription {
