@@ -117,13 +117,137 @@ impl Approver for Service {
     }
 }
 
-/// The front's main: reads its start from the keeper on stdin, serves until the keeper closes
-/// the link. A failure to start is sent to the keeper, which reports it (and exits).
+/// What the front binds before it is confined, then serves on.
+struct Listeners {
+    daemons: Bound,
+    web: Option<(std::net::TcpListener, Option<tokio_rustls::TlsAcceptor>)>,
+}
+
+enum Bound {
+    Unix(std::os::unix::net::UnixListener),
+    Tcp(std::net::TcpListener),
+}
+
+/// Binds every listener and says where each listens (before any thread exists, so the
+/// confinement that follows covers the whole process).
+fn bind(config: &Config, listen: &str, socket: Socket) -> Result<Listeners, ApproverError> {
+    let daemons = if let Some(path) = listen.strip_prefix("unix:") {
+        Bound::Unix(bind_unix(Path::new(path), socket)?)
+    } else if let Some(addr) = listen.strip_prefix("tcp:") {
+        Bound::Tcp(std::net::TcpListener::bind(addr).map_err(|e| ApproverError::Serve(e.to_string()))?)
+    } else {
+        return Err(ApproverError::Listen(listen.to_owned()));
+    };
+    eprintln!("fsd-approver: listening on {listen}");
+    let web = match &config.web {
+        Some(web) => {
+            let listener = std::net::TcpListener::bind(web.listen)
+                .map_err(|e| ApproverError::Serve(format!("[web] listen {}: {e}", web.listen)))?;
+            let tls = web.tls.as_ref().map(|(cert, key)| crate::web::acceptor(cert, key)).transpose()?;
+            eprintln!("fsd-approver: the page is at {}/", web.url);
+            Some((listener, tls))
+        }
+        None => None,
+    };
+    Ok(Listeners { daemons, web })
+}
+
+/// What the front may still read once it serves: what the C library reads to resolve the
+/// webhook's host name (and the modules it loads for that). Nothing of the approver's own files:
+/// not the key, not the log, not the config.
+const READABLE: &[&str] = &[
+    "/etc/resolv.conf",
+    "/etc/hosts",
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/gai.conf",
+    "/etc/services",
+    "/etc/ld.so.cache",
+    "/lib",
+    "/lib64",
+    "/usr/lib",
+    "/usr/lib64",
+];
+
+/// Confines the front with Landlock: every filesystem right the kernel knows is handled and only
+/// [`READABLE`] is granted (reading); signals and abstract sockets are scoped, and a confined
+/// process cannot trace the keeper. So a front taken over through its HTTP cannot read the key
+/// file or the keeper's memory, though both run as the same user. Where the kernel has no
+/// Landlock the front serves unconfined and says so.
+fn confine() -> Result<(), ApproverError> {
+    use landlock::{
+        ABI, Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+        RulesetCreatedAttr, RulesetStatus, Scope,
+    };
+    let failed = |e: &dyn std::fmt::Display| ApproverError::Serve(format!("cannot confine the front: {e}"));
+    let mut created = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::from_all(ABI::V6))
+        .map_err(|e| failed(&e))?
+        .scope(Scope::from_all(ABI::V6))
+        .map_err(|e| failed(&e))?
+        .create()
+        .map_err(|e| failed(&e))?;
+    for path in READABLE {
+        let Ok(fd) = PathFd::new(path) else { continue };
+        let rights = if Path::new(path).is_dir() {
+            AccessFs::ReadFile | AccessFs::ReadDir | AccessFs::Execute
+        } else {
+            AccessFs::ReadFile.into()
+        };
+        created = created.add_rule(PathBeneath::new(fd, rights)).map_err(|e| failed(&e))?;
+    }
+    let status = created.restrict_self().map_err(|e| failed(&e))?;
+    if status.ruleset == RulesetStatus::NotEnforced {
+        eprintln!(
+            "fsd-approver: this kernel enforces no Landlock: the front process (HTTP, gRPC) is not kept from the key file"
+        );
+    }
+    Ok(())
+}
+
+/// Reads one line from the link, byte by byte: nothing past it is taken from the socket.
+fn first_line(link: &std::os::unix::net::UnixStream) -> Option<String> {
+    use std::io::Read;
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    loop {
+        match (&*link).read(&mut byte) {
+            Ok(1) if byte[0] == b'\n' => return String::from_utf8(line).ok(),
+            Ok(1) => line.push(byte[0]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            _ => return None,
+        }
+    }
+}
+
+/// The front's main: reads its start from the keeper on stdin, binds, confines itself, serves
+/// until the keeper closes the link. A failure to start is sent to the keeper, which reports it
+/// (and exits).
 pub fn main() -> Result<(), ApproverError> {
+    use std::io::Write;
     use std::os::fd::AsFd;
     let fd =
         std::io::stdin().as_fd().try_clone_to_owned().map_err(|e| ApproverError::Serve(e.to_string()))?;
     let link = std::os::unix::net::UnixStream::from(fd);
+    let Some(Ok(ToFront::Start { config, listen, socket_mode, socket_gid })) =
+        first_line(&link).map(|line| serde_json::from_str::<ToFront>(&line))
+    else {
+        return Err(ApproverError::Serve("the keeper sent no start".into()));
+    };
+    let socket = Socket { mode: socket_mode, gid: socket_gid };
+    let listeners = match bind(&config, &listen, socket).and_then(|l| confine().map(|()| l)) {
+        Ok(listeners) => listeners,
+        Err(e) => {
+            let mut line = serde_json::to_vec(&ToKeeper::Failed { reason: e.to_string() })
+                .map_err(|e| ApproverError::Serve(e.to_string()))?;
+            line.push(b'\n');
+            let _ = (&link).write_all(&line);
+            // Until the keeper has read it and closed the link.
+            let _ = first_line(&link);
+            return Ok(());
+        }
+    };
     link.set_nonblocking(true).map_err(|e| ApproverError::Serve(e.to_string()))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -141,28 +265,18 @@ pub fn main() -> Result<(), ApproverError> {
                 }
             }
         });
-        let Ok(Some(ToFront::Start { config, listen, socket_mode, socket_gid })) =
-            crate::link::recv::<_, ToFront>(&mut read).await
-        else {
-            return Err(ApproverError::Serve("the keeper sent no start".into()));
-        };
         let front = Arc::new(Front {
             config,
-            to_keeper: to_keeper.clone(),
+            to_keeper,
             next: AtomicU64::new(0),
             asks: Mutex::default(),
             decisions: Mutex::default(),
             queue: Mutex::default(),
             generation: watch::Sender::new(0),
         });
-        let socket = Socket { mode: socket_mode, gid: socket_gid };
-        if let Err(e) = start(&front, &listen, socket).await {
-            let _ = to_keeper.send(ToKeeper::Failed { reason: e.to_string() });
-            // Until the keeper has read it and closed the link.
-            while let Ok(Some(_)) = crate::link::recv::<_, ToFront>(&mut read).await {}
-            return Ok(());
-        }
+        serve(&front, listeners)?;
         let hooks = front.config.webhook.clone().map(crate::webhook::Notifier::new);
+        let page = front.config.web.as_ref().map_or("", |w| w.url.as_str()).to_owned();
         loop {
             match crate::link::recv::<_, ToFront>(&mut read).await {
                 Ok(Some(ToFront::Answer { ask, reply })) => {
@@ -171,10 +285,8 @@ pub fn main() -> Result<(), ApproverError> {
                     }
                 }
                 Ok(Some(ToFront::Queued { entry })) => {
-                    if let (Some(hooks), Some(web)) = (&hooks, &front.config.web) {
-                        hooks.notify(&entry, &web.url);
-                    } else if let Some(hooks) = &hooks {
-                        hooks.notify(&entry, "");
+                    if let Some(hooks) = &hooks {
+                        hooks.notify(&entry, &page);
                     }
                     locked(&front.queue).push(entry);
                     front.generation.send_modify(|g| *g += 1);
@@ -196,26 +308,25 @@ pub fn main() -> Result<(), ApproverError> {
     })
 }
 
-/// Binds every listener, says where it listens, and starts serving on each.
-async fn start(front: &Arc<Front>, listen: &str, socket: Socket) -> Result<(), ApproverError> {
+/// Serves the daemons' gRPC and the page on what [`bind`] bound.
+fn serve(front: &Arc<Front>, listeners: Listeners) -> Result<(), ApproverError> {
+    let failed = |e: std::io::Error| ApproverError::Serve(e.to_string());
     let router = tonic::transport::Server::builder().add_service(ApproverServer::new(Service(front.clone())));
-    if let Some(path) = listen.strip_prefix("unix:") {
-        let listener = bind_unix(Path::new(path), socket)?;
-        tokio::spawn(router.serve_with_incoming(UnixListenerStream::new(listener)));
-    } else if let Some(addr) = listen.strip_prefix("tcp:") {
-        let listener =
-            tokio::net::TcpListener::bind(addr).await.map_err(|e| ApproverError::Serve(e.to_string()))?;
-        tokio::spawn(router.serve_with_incoming(TcpListenerStream::new(listener)));
-    } else {
-        return Err(ApproverError::Listen(listen.to_owned()));
+    match listeners.daemons {
+        Bound::Unix(listener) => {
+            listener.set_nonblocking(true).map_err(failed)?;
+            let listener = tokio::net::UnixListener::from_std(listener).map_err(failed)?;
+            tokio::spawn(router.serve_with_incoming(UnixListenerStream::new(listener)));
+        }
+        Bound::Tcp(listener) => {
+            listener.set_nonblocking(true).map_err(failed)?;
+            let listener = tokio::net::TcpListener::from_std(listener).map_err(failed)?;
+            tokio::spawn(router.serve_with_incoming(TcpListenerStream::new(listener)));
+        }
     }
-    eprintln!("fsd-approver: listening on {listen}");
-    if let Some(web) = &front.config.web {
-        let listener = tokio::net::TcpListener::bind(web.listen)
-            .await
-            .map_err(|e| ApproverError::Serve(format!("[web] listen {}: {e}", web.listen)))?;
-        let tls = web.tls.as_ref().map(|(cert, key)| crate::web::acceptor(cert, key)).transpose()?;
-        eprintln!("fsd-approver: the page is at {}/", web.url);
+    if let Some((listener, tls)) = listeners.web {
+        listener.set_nonblocking(true).map_err(failed)?;
+        let listener = tokio::net::TcpListener::from_std(listener).map_err(failed)?;
         tokio::spawn(crate::web::serve(front.clone(), listener, tls));
     }
     Ok(())

@@ -310,7 +310,10 @@ impl Keeper {
 /// gives it its mode and group there, and only then links it at `path`: no client ever sees it
 /// with the umask's mode or the wrong group, and a file that appears at `path` meanwhile is never
 /// replaced (the link fails instead).
-pub(crate) fn bind_unix(path: &Path, socket: Socket) -> Result<tokio::net::UnixListener, ApproverError> {
+pub(crate) fn bind_unix(
+    path: &Path,
+    socket: Socket,
+) -> Result<std::os::unix::net::UnixListener, ApproverError> {
     use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
     let failed = |e: std::io::Error| ApproverError::Serve(format!("{}: {e}", path.display()));
     // Only a stale socket is replaced, never another kind of file.
@@ -334,7 +337,7 @@ pub(crate) fn bind_unix(path: &Path, socket: Socket) -> Result<tokio::net::UnixL
     let staged = private.join(name);
     let group_refused = std::cell::Cell::new(None);
     let placed = (|| {
-        let listener = tokio::net::UnixListener::bind(&staged)?;
+        let listener = std::os::unix::net::UnixListener::bind(&staged)?;
         if let Some(gid) = socket.gid {
             std::os::unix::fs::chown(&staged, None, Some(gid))
                 .inspect_err(|_| group_refused.set(Some(gid)))?;
