@@ -523,6 +523,15 @@ fn an_mcp_host_with_url_elicitation_sends_the_person_to_the_page() {
     serve.args(files.serve_args()).stdin(Stdio::null()).stderr(Stdio::null());
     let mut child = serve.spawn().unwrap();
     files.wait_listening(&mut child);
+    // The front (its one child) confined itself (Landlock sets no_new_privs); the keeper did not.
+    let keeper = child.id();
+    let children = std::fs::read_to_string(format!("/proc/{keeper}/task/{keeper}/children")).unwrap();
+    let front: u32 = children.split_whitespace().next().unwrap().parse().unwrap();
+    let no_new_privs = |pid: u32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        status.lines().find_map(|l| l.strip_prefix("NoNewPrivs:")).unwrap().trim().to_owned()
+    };
+    assert_eq!((no_new_privs(keeper), no_new_privs(front)), ("0".into(), "1".into()));
     let _approver = Stop(child);
     let alpha = files.daemon("alpha", "");
     let outside = tempfile::tempdir().unwrap();
