@@ -129,6 +129,8 @@ struct Keeper {
     finished: std::collections::VecDeque<(String, String)>,
     /// The terminal's turn: each waiting request, in arrival order.
     terminal: Option<std::sync::mpsc::Sender<(String, String)>>,
+    /// The keys of the queue, for the terminal's thread.
+    waiting: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     out: tokio::sync::mpsc::UnboundedSender<ToFront>,
 }
 
@@ -204,6 +206,8 @@ impl Keeper {
         let expires = crate::link::expires(&description).unwrap_or(now);
         let entry =
             Entry { key: key.clone(), sandbox, description: description.clone(), arrived: now, expires };
+        // Waiting before the terminal's thread can look for it.
+        self.waiting.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key.clone());
         if let Some(terminal) = &self.terminal {
             let _ = terminal.send((key, description));
         }
@@ -213,6 +217,10 @@ impl Keeper {
 
     /// Takes a request off the queue, tells the page, and remembers what became of it.
     fn finish(&mut self, i: usize, outcome: String) -> Waiting {
+        self.waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.queue[i].entry.key);
         let waiting = self.queue.remove(i);
         self.tell(ToFront::Removed { key: waiting.entry.key.clone() });
         if self.finished.len() == REMEMBERED {
@@ -406,6 +414,7 @@ pub fn run(options: Options) -> Result<(), ApproverError> {
             queue: Vec::new(),
             finished: Default::default(),
             terminal: None,
+            waiting: Arc::default(),
             out: tokio::sync::mpsc::unbounded_channel().0,
         },
         terminal,
@@ -434,14 +443,19 @@ pub fn run(options: Options) -> Result<(), ApproverError> {
 }
 
 /// The person at this terminal, asked about each waiting request in arrival order on a thread
-/// of its own (a read of the terminal cannot be cancelled); a request decided on the page
-/// meanwhile is said so there when its answer comes.
+/// of its own (a read of the terminal cannot be cancelled). A request that waits no more when
+/// its turn comes is skipped (`waiting` is the queue's keys); one decided on the page while the
+/// terminal asked is said so there when its answer comes.
 fn terminal_turns(
     answers: tokio::sync::mpsc::UnboundedSender<(String, bool, String)>,
+    waiting: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 ) -> std::sync::mpsc::Sender<(String, String)> {
     let (turns, asked) = std::sync::mpsc::channel::<(String, String)>();
     std::thread::spawn(move || {
         while let Ok((key, description)) = asked.recv() {
+            if !waiting.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(&key) {
+                continue;
+            }
             match ask(&description) {
                 Ok((approved, reason)) => {
                     if answers.send((key, approved, reason)).is_err() {
@@ -485,7 +499,7 @@ fn keep(
         });
         let (answers, mut answered) = tokio::sync::mpsc::unbounded_channel();
         if terminal {
-            keeper.terminal = Some(terminal_turns(answers));
+            keeper.terminal = Some(terminal_turns(answers, keeper.waiting.clone()));
         }
         let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -540,6 +554,7 @@ mod tests {
             queue: Vec::new(),
             finished: Default::default(),
             terminal: None,
+            waiting: Arc::default(),
             out,
         };
         (keeper, told)

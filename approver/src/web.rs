@@ -95,7 +95,10 @@ pub async fn serve(
                 let front = front.clone();
                 async move { Ok::<_, std::convert::Infallible>(handle(&front, request, https).await) }
             });
-            let http = hyper::server::conn::http1::Builder::new();
+            // A client that never finishes its request's head is dropped, not kept.
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(std::time::Duration::from_secs(20));
             match tls {
                 Some(tls) => {
                     if let Ok(Ok(stream)) =
