@@ -412,12 +412,16 @@ fn two_daemons_wait_in_one_queue_and_people_decide_on_the_page_in_chromium() {
     );
 }
 
-/// The terminal decides from the same queue (in arrival order); a request nobody decides
-/// expires, and the page cannot approve it then; alpha's approval is nothing at beta.
+/// The terminal decides from the same queue (in arrival order) while the webhook hangs; a
+/// request nobody decides expires, and the page cannot approve it then; alpha's approval is
+/// nothing at beta.
 #[test]
 fn the_terminal_decides_an_expired_request_cannot_be_approved_and_no_approval_crosses_daemons() {
     let port = rest::free_port();
-    let files = Files::new(&format!("listen = \"tcp:127.0.0.1:{port}\"\n"), None);
+    // A webhook that takes the connection and never answers: no decision waits for it.
+    let hanging = TcpListener::bind("127.0.0.1:0").unwrap();
+    let hook = format!("http://{}/hook", hanging.local_addr().unwrap());
+    let files = Files::new(&format!("listen = \"tcp:127.0.0.1:{port}\"\n"), Some(&hook));
     let transcript = files.path("transcript.txt");
     // The person at the approver's terminal (a pseudo-terminal from Python's pty module)
     // approves the first request it is shown and leaves the next unanswered.
