@@ -29,13 +29,15 @@ struct WebFile {
     url: Option<String>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
+    client_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PersonFile {
     name: String,
-    token_file: PathBuf,
+    token_file: Option<PathBuf>,
+    certificate: Option<String>,
     #[serde(default)]
     clients: Vec<String>,
 }
@@ -91,12 +93,18 @@ pub struct Web {
     pub url: String,
     /// The certificate chain and the key (PEM): HTTPS. Without them, a loopback address only.
     pub tls: Option<(Vec<u8>, Vec<u8>)>,
+    /// The CA of people's client certificates (PEM), when people may log in with one.
+    pub client_ca: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Person {
     pub name: String,
-    pub token: Token,
+    /// Their bearer token, when they log in with one.
+    pub token: Option<Token>,
+    /// The name their client certificate answers to (a SAN or the subject CN), when they log
+    /// in with one (HTTPS with `client_ca`).
+    pub certificate: Option<String>,
     /// The daemons' names for this person's agents (`client:` of a description, e.g.
     /// `uid:1000`): a request that requires another person is not theirs to decide.
     pub clients: Vec<String>,
@@ -170,7 +178,18 @@ impl Config {
                     format!("person name {:?}: unique, 1-64 of letters, digits, -._@", p.name),
                 ));
             }
-            people.push(Person { token: token(path, &p.token_file)?, name: p.name, clients: p.clients });
+            let by_certificate = p.certificate.is_some();
+            if !by_certificate && p.token_file.is_none() {
+                return Err(invalid(path, format!("person {:?} needs token_file or certificate", p.name)));
+            }
+            if by_certificate && web.as_ref().is_none_or(|w| w.client_ca.is_none()) {
+                return Err(invalid(
+                    path,
+                    format!("person {:?} has a certificate: [web] needs client_ca", p.name),
+                ));
+            }
+            let token = p.token_file.as_deref().map(|file| token(path, file)).transpose()?;
+            people.push(Person { token, certificate: p.certificate, name: p.name, clients: p.clients });
         }
         let mut daemons = Vec::new();
         for d in file.daemon {
@@ -187,7 +206,7 @@ impl Config {
             });
         }
         let tokens: Vec<&Token> =
-            people.iter().map(|p| &p.token).chain(daemons.iter().map(|d| &d.token)).collect();
+            people.iter().filter_map(|p| p.token.as_ref()).chain(daemons.iter().map(|d| &d.token)).collect();
         if tokens.iter().enumerate().any(|(i, t)| tokens[..i].contains(t)) {
             return Err(invalid(path, "two people or daemons share a token: each needs its own".into()));
         }
@@ -213,6 +232,13 @@ fn web(path: &Path, w: WebFile) -> Result<Web, ApproverError> {
         (None, None) => None,
         _ => return Err(invalid(path, "[web] needs both tls_cert and tls_key, or neither".into())),
     };
+    let client_ca = match w.client_ca {
+        Some(_) if tls.is_none() => {
+            return Err(invalid(path, "[web] client_ca needs HTTPS (tls_cert and tls_key)".into()));
+        }
+        Some(file) => Some(std::fs::read(&file).map_err(|e| ApproverError::Io(file, e))?),
+        None => None,
+    };
     // Tokens and descriptions never cross a network in the clear: plain HTTP is for loopback.
     if tls.is_none() && !listen.ip().is_loopback() {
         return Err(invalid(
@@ -225,7 +251,7 @@ fn web(path: &Path, w: WebFile) -> Result<Web, ApproverError> {
     if !(url.starts_with("https://") || url.starts_with("http://")) {
         return Err(invalid(path, format!("[web] url {url:?}: expected http:// or https://")));
     }
-    Ok(Web { listen, url, tls })
+    Ok(Web { listen, url, tls, client_ca })
 }
 
 fn webhook(path: &Path, h: WebhookFile) -> Result<Webhook, ApproverError> {
@@ -268,8 +294,9 @@ mod tests {
             load(&format!("[web]\nlisten = \"tcp:127.0.0.1:8080\"\n{PEOPLE}"), &[("a", GOOD)]).unwrap();
         let web = config.web.unwrap();
         assert_eq!((web.url.as_str(), web.tls.is_none()), ("http://127.0.0.1:8080", true));
-        assert!(config.people[0].token.is(GOOD) && !config.people[0].token.is("alice-token-012345678X"));
-        assert_eq!(format!("{:?}", config.people[0].token), "Token(..)");
+        let token = config.people[0].token.as_ref().unwrap();
+        assert!(token.is(GOOD) && !token.is("alice-token-012345678X"));
+        assert_eq!(format!("{token:?}"), "Token(..)");
         let refused = [
             (
                 format!("[web]\nlisten = \"tcp:0.0.0.0:8080\"\n{PEOPLE}"),
@@ -290,6 +317,18 @@ mod tests {
             (
                 format!("{PEOPLE}[[daemon]]\nsandbox = \"a b\"\ntoken_file = \"DIR/b\"\n"),
                 "invalid config DIR/approver.toml: sandbox \"a b\": unique, 1-64 of letters, digits, -._@",
+            ),
+            (
+                "[[person]]\nname = \"carol\"\ncertificate = \"carol\"\n".to_owned(),
+                "invalid config DIR/approver.toml: person \"carol\" has a certificate: [web] needs client_ca",
+            ),
+            (
+                "[[person]]\nname = \"dave\"\n".to_owned(),
+                "invalid config DIR/approver.toml: person \"dave\" needs token_file or certificate",
+            ),
+            (
+                format!("[web]\nlisten = \"tcp:127.0.0.1:1\"\nclient_ca = \"DIR/a\"\n{PEOPLE}"),
+                "invalid config DIR/approver.toml: [web] client_ca needs HTTPS (tls_cert and tls_key)",
             ),
             (
                 "[webhook]\nurl = \"http://h/x\"\nattempts = 11\n".to_owned(),

@@ -52,7 +52,19 @@ impl Front {
 
     /// The person a bearer token belongs to.
     pub fn person(&self, token: &str) -> Option<&str> {
-        self.config.people.iter().find(|p| p.token.is(token)).map(|p| p.name.as_str())
+        self.config
+            .people
+            .iter()
+            .find(|p| p.token.as_ref().is_some_and(|t| t.is(token)))
+            .map(|p| p.name.as_str())
+    }
+
+    /// The person a verified client certificate belongs to, by the first of its names that
+    /// one person's `certificate` gives.
+    pub fn person_of_certificate(&self, names: &[String]) -> Option<String> {
+        names.iter().find_map(|n| {
+            self.config.people.iter().find(|p| p.certificate.as_ref() == Some(n)).map(|p| p.name.clone())
+        })
     }
 }
 
@@ -143,7 +155,11 @@ fn bind(config: &Config, listen: &str, socket: Socket) -> Result<Listeners, Appr
         Some(web) => {
             let listener = std::net::TcpListener::bind(web.listen)
                 .map_err(|e| ApproverError::Serve(format!("[web] listen {}: {e}", web.listen)))?;
-            let tls = web.tls.as_ref().map(|(cert, key)| crate::web::acceptor(cert, key)).transpose()?;
+            let tls = web
+                .tls
+                .as_ref()
+                .map(|(cert, key)| crate::web::acceptor(cert, key, web.client_ca.as_deref()))
+                .transpose()?;
             eprintln!("fsd-approver: the page is at {}/", web.url);
             Some((listener, tls))
         }

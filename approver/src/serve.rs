@@ -541,7 +541,12 @@ mod tests {
         let token = |t: &str| serde_json::from_value(serde_json::json!(t)).unwrap();
         let config = Config {
             web: None,
-            people: vec![Person { name: "alice".into(), token: token("a"), clients: vec!["uid:0".into()] }],
+            people: vec![Person {
+                name: "alice".into(),
+                token: Some(token("a")),
+                certificate: None,
+                clients: vec!["uid:0".into()],
+            }],
             daemons: vec![Daemon { sandbox: "beta".into(), token: token("b"), require_another_person: true }],
             webhook: None,
         };

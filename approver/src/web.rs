@@ -59,8 +59,13 @@ fn html(text: &str) -> String {
     out
 }
 
-/// The TLS side of the page's listener.
-pub fn acceptor(cert: &[u8], key: &[u8]) -> Result<tokio_rustls::TlsAcceptor, ApproverError> {
+/// The TLS side of the page's listener; with `client_ca`, a person may present a client
+/// certificate it issued (optional: tokens still log in).
+pub fn acceptor(
+    cert: &[u8],
+    key: &[u8],
+    client_ca: Option<&[u8]>,
+) -> Result<tokio_rustls::TlsAcceptor, ApproverError> {
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::{CertificateDer, PrivateKeyDer};
     use tokio_rustls::rustls;
@@ -70,12 +75,26 @@ pub fn acceptor(cert: &[u8], key: &[u8]) -> Result<tokio_rustls::TlsAcceptor, Ap
         .map_err(|e| bad("tls_cert", e.to_string()))?;
     let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| bad("tls_key", e.to_string()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| bad("tls", e.to_string()))?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)
-        .map_err(|e| bad("tls_cert", e.to_string()))?;
+        .map_err(|e| bad("tls", e.to_string()))?;
+    let builder = match client_ca {
+        Some(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert = cert.map_err(|e| bad("client_ca", e.to_string()))?;
+                roots.add(cert).map_err(|e| bad("client_ca", e.to_string()))?;
+            }
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                    .allow_unauthenticated()
+                    .build()
+                    .map_err(|e| bad("client_ca", e.to_string()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let config = builder.with_single_cert(chain, key).map_err(|e| bad("tls_cert", e.to_string()))?;
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
@@ -91,10 +110,16 @@ pub async fn serve(
         let front = front.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request| {
-                let front = front.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(&front, request, https).await) }
-            });
+            // A client certificate the handshake verified names a person for the connection.
+            let service_for = |front: Arc<Front>, certified: Option<String>| {
+                hyper::service::service_fn(move |request| {
+                    let front = front.clone();
+                    let certified = certified.clone();
+                    async move {
+                        Ok::<_, std::convert::Infallible>(handle(&front, request, https, certified).await)
+                    }
+                })
+            };
             // A client that never finishes its request's head is dropped, not kept.
             let mut http = hyper::server::conn::http1::Builder::new();
             http.timer(hyper_util::rt::TokioTimer::new())
@@ -104,10 +129,19 @@ pub async fn serve(
                     if let Ok(Ok(stream)) =
                         tokio::time::timeout(std::time::Duration::from_secs(10), tls.accept(stream)).await
                     {
+                        let names = stream
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .and_then(|c| c.first())
+                            .map(certificate_names);
+                        let certified = names.and_then(|n| front.person_of_certificate(&n));
+                        let service = service_for(front, certified);
                         let _ = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service).await;
                     }
                 }
                 None => {
+                    let service = service_for(front, None);
                     let _ = http.serve_connection(hyper_util::rt::TokioIo::new(stream), service).await;
                 }
             }
@@ -219,10 +253,37 @@ async fn body(request: http::Request<Incoming>) -> Option<String> {
     String::from_utf8(collected.to_bytes().to_vec()).ok()
 }
 
-async fn handle(front: &Front, request: http::Request<Incoming>, https: bool) -> Page {
+/// The names a verified client certificate answers to: its DNS, e-mail and URI SANs, then its
+/// subject CNs.
+fn certificate_names(der: &rustls_pki_types::CertificateDer<'_>) -> Vec<String> {
+    use x509_parser::extensions::GeneralName;
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der.as_ref()) else { return Vec::new() };
+    let mut names = Vec::new();
+    if let Ok(Some(san)) = cert.subject_alternative_name() {
+        for name in &san.value.general_names {
+            match name {
+                GeneralName::DNSName(n) | GeneralName::RFC822Name(n) | GeneralName::URI(n) => {
+                    names.push((*n).to_owned())
+                }
+                _ => {}
+            }
+        }
+    }
+    names.extend(cert.subject().iter_common_name().filter_map(|cn| cn.as_str().ok().map(str::to_owned)));
+    names
+}
+
+async fn handle(
+    front: &Front,
+    request: http::Request<Incoming>,
+    https: bool,
+    certified: Option<String>,
+) -> Page {
     let path = request.uri().path().to_owned();
     let query = form(request.uri().query().unwrap_or(""));
-    let person = token(&request).and_then(|t| front.person(&t).map(str::to_owned));
+    // A token names the person first (one may log in as another on a shared machine); else
+    // the connection's certificate.
+    let person = token(&request).and_then(|t| front.person(&t).map(str::to_owned)).or(certified);
     match (request.method().clone(), path.as_str()) {
         (Method::POST, "/login") => {
             let pairs = form(&body(request).await.unwrap_or_default());

@@ -271,11 +271,14 @@ fn two_daemons_wait_in_one_queue_and_people_decide_on_the_page_in_chromium() {
     let ca = pki::Ca::new(certs.path(), "ca");
     let pair = ca.server("web", &["localhost"], &["127.0.0.1".parse().unwrap()]);
     let (hook, bodies) = webhook();
+    let carol = ca.client("carol", "carol@example.org");
     let files = Files::new(
         &format!(
-            "listen = \"tcp:127.0.0.1:{port}\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n",
+            "listen = \"tcp:127.0.0.1:{port}\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\nclient_ca = \"{}\"\n\n\
+             [[person]]\nname = \"carol\"\ncertificate = \"carol@example.org\"\n",
             p(&pair.cert),
-            p(&pair.key)
+            p(&pair.key),
+            p(&ca.cert)
         ),
         Some(&hook),
     );
@@ -338,6 +341,26 @@ fn two_daemons_wait_in_one_queue_and_people_decide_on_the_page_in_chromium() {
     );
     assert_eq!(said["beta"]["title"], "Denied", "{said}");
     assert_eq!(said["after"], "Nothing waits here now. All waiting requests", "{said}");
+    // A person may log in with a client certificate instead of a token; without one (or a
+    // token) the page asks for a login.
+    let as_carol = r#"
+import ssl, sys, urllib.request
+url, ca, cert, key = sys.argv[1:5]
+context = ssl.create_default_context(cafile=ca)
+if cert:
+    context.load_cert_chain(cert, key)
+print(urllib.request.urlopen(url, context=context, timeout=30).read().decode())
+"#;
+    let page = |cert: &str, key: &str| {
+        let out = Command::new(python())
+            .args(["-c", as_carol, &format!("https://127.0.0.1:{port}/"), &p(&ca.cert), cert, key])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert!(page(&p(&carol.cert), &p(&carol.key)).contains("<span>Logged in as carol</span>"));
+    assert!(page("", "").contains("name=\"token\""));
     let png = std::fs::read(&shot).unwrap();
     assert!(png.starts_with(b"\x89PNG"), "the screenshot {} is a PNG", shot.display());
     // alpha's write landed with alice's approval; bob's denial and its reason reached the model.
