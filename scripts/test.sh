@@ -28,6 +28,21 @@ sys.exit(any(m.version(n) != v for n, v in (p.split('==') for p in sys.argv[1:])
     .venv/bin/pip install --quiet --disable-pip-version-check "${GRPC_PINS[@]}"
 fi
 
+# The approver page's test (tests/tests/approvals.rs, tests/web/approve.py) drives Debian's
+# headless Chromium through its chromedriver with selenium, pinned in the same venv (4.38: a
+# release before the one whose certifi pin the registry here cannot give).
+WEB_PINS=(selenium==4.38.0)
+if ! .venv/bin/python -c "
+import importlib.metadata as m, sys
+sys.exit(any(m.version(n) != v for n, v in (p.split('==') for p in sys.argv[1:])))" "${WEB_PINS[@]}" 2>/dev/null; then
+    .venv/bin/pip install --quiet --disable-pip-version-check "${WEB_PINS[@]}"
+fi
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get install -y -q chromium chromium-driver || { apt-get update -q && apt-get install -y -q chromium chromium-driver; }; } >/dev/null \
+        || echo "scripts/test.sh: cannot install chromium; the approver page's test will fail" >&2
+fi
+
 # The two-host fleet test builds network namespaces with iproute2's `ip`. Without it (or without
 # the privilege) that test fails and says why; it never skips.
 if ! command -v ip >/dev/null 2>&1 && [ ! -x /usr/sbin/ip ] && [ ! -x /sbin/ip ]; then

@@ -5,8 +5,13 @@
 //! key, so a compromised client can neither forge an approval nor read the description.
 #![forbid(unsafe_code)]
 
+mod config;
+mod front;
+mod link;
 mod rules;
 mod serve;
+mod web;
+mod webhook;
 
 use fsd_proto::chain::KeyError;
 use std::io::{BufRead, Write};
@@ -16,6 +21,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use ed25519_dalek::{Signer, SigningKey};
 
+pub use config::parses as config_parses;
 pub use rules::{Decision, Rule, Rules, allows, decide, explain, glob, unbound};
 
 #[derive(Debug, Parser)]
@@ -62,7 +68,14 @@ enum Command {
         #[arg(long, value_name = "N", default_value_t = fsd_proto::chain::DEFAULT_EVERY,
               value_parser = clap::value_parser!(u64).range(1..))]
         checkpoint_every: u64,
+        /// The page people approve from, the people, the daemons and the webhook (TOML; see
+        /// docs/approvals.md).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
+    /// The process of serve that speaks to the network (started by serve itself).
+    #[command(hide = true)]
+    Front,
     /// Check a decision log's hash chain and signed checkpoints; name the first broken record
     /// (exit 1), or say it is intact (exit 0).
     VerifyLog {
@@ -107,7 +120,9 @@ pub enum ApproverError {
     PublicKey(PathBuf),
     #[error("{0} is readable by other users: a private key must be mode 0600")]
     OpenKey(PathBuf),
-    #[error("nobody would decide: pass --rules FILE, or run serve on a terminal ({0})")]
+    #[error(
+        "nobody would decide: pass --rules FILE, a --config with a [web] page, or run serve on a terminal ({0})"
+    )]
     NoDecider(String),
     #[error("invalid --socket-mode {0:?}: expected octal such as 0660")]
     SocketMode(String),
@@ -116,6 +131,11 @@ pub enum ApproverError {
     /// The log or the key could not be read (not a broken log: that is exit 1).
     #[error("{0}")]
     Verify(String),
+    #[error("invalid config {0}: {1}")]
+    Config(PathBuf, String),
+    /// Why the front process could not serve, in its own words.
+    #[error("{0}")]
+    Front(String),
 }
 
 /// Writes a new key pair; the public key is also returned (hex).
@@ -207,7 +227,7 @@ pub fn signature(key: &SigningKey, description: &str) -> [u8; 64] {
 /// Escapes anything a terminal could interpret, line by line, with the one escaper of
 /// person-facing text (`fsd_proto::names::for_people`); the daemon already escaped the
 /// description, this is the second wall against one that tries to rewrite the screen.
-fn printable(text: &str) -> String {
+pub(crate) fn printable(text: &str) -> String {
     text.split('\n').map(fsd_proto::names::for_people).collect::<Vec<_>>().join("\n")
 }
 
@@ -288,7 +308,11 @@ fn run(cli: Cli) -> Result<bool, ApproverError> {
                 Verdict::Failed(reason) => Err(ApproverError::Verify(reason)),
             }
         }
-        Command::Serve { key, listen, rules, socket_mode, socket_group, log, checkpoint_every } => {
+        Command::Front => {
+            front::main()?;
+            Ok(true)
+        }
+        Command::Serve { key, listen, rules, socket_mode, socket_group, log, checkpoint_every, config } => {
             let key = load_key(&key)?;
             let rules = rules
                 .map(|path| {
@@ -298,15 +322,25 @@ fn run(cli: Cli) -> Result<bool, ApproverError> {
                     Ok::<_, ApproverError>((path, rules))
                 })
                 .transpose()?;
-            if rules.is_none() {
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open("/dev/tty")
-                    .map_err(|e| ApproverError::NoDecider(e.to_string()))?;
-            }
+            let config = config.map(|path| config::Config::load(&path)).transpose()?.unwrap_or_default();
+            // Without a rule file a person decides: on the page, at this terminal, or both.
+            let terminal = rules.is_none()
+                && match std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty") {
+                    Ok(_) => true,
+                    Err(_) if config.web.is_some() => false,
+                    Err(e) => return Err(ApproverError::NoDecider(e.to_string())),
+                };
             let socket = serve::Socket::parse(&socket_mode, socket_group.as_deref())?;
-            serve::run(serve::Options { key, listen, rules, socket, log, checkpoint_every })?;
+            serve::run(serve::Options {
+                key,
+                listen,
+                rules,
+                socket,
+                log,
+                checkpoint_every,
+                config,
+                terminal,
+            })?;
             Ok(true)
         }
     }

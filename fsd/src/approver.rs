@@ -11,6 +11,28 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::escalation::ApproverEndpoint;
 
+/// The bearer token the daemon presents to its approver, which names the sandbox by it; never
+/// printed (it travels to the network process in the start frame with the rest of the config).
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Token(String);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(..)")
+    }
+}
+
+impl Token {
+    /// The same form `fsd-approver`'s token files take: at least 16 letters, digits, `-._~`.
+    pub fn new(text: &str) -> Result<Token, &'static str> {
+        let fits = |c: char| c.is_ascii_alphanumeric() || "-._~".contains(c);
+        if text.len() < 16 || !text.chars().all(fits) {
+            return Err("a token is one line of at least 16 letters, digits, '-', '.', '_' or '~'");
+        }
+        Ok(Token(text.to_owned()))
+    }
+}
+
 /// What the approver decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
@@ -83,13 +105,20 @@ async fn channel(endpoint: &ApproverEndpoint) -> Result<Channel, ApproverError> 
 /// Asks the approver about `description`, waiting at most `within` (a person may be slow).
 pub async fn ask(
     endpoint: &ApproverEndpoint,
+    token: Option<&Token>,
     description: &str,
     within: Duration,
 ) -> Result<Answer, ApproverError> {
     let call = async {
         let mut client = ApproverClient::new(channel(endpoint).await?);
+        let mut request = tonic::Request::new(ApproveRequest { description: description.to_owned() });
+        if let Some(Token(token)) = token
+            && let Ok(value) = format!("Bearer {token}").parse()
+        {
+            request.metadata_mut().insert("authorization", value);
+        }
         let reply = client
-            .approve(ApproveRequest { description: description.to_owned() })
+            .approve(request)
             .await
             .map_err(|s| ApproverError::Call(endpoint.to_string(), s.message().to_owned()))?
             .into_inner();

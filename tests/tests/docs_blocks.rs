@@ -176,6 +176,12 @@ fn toml_kind(block: &Block) -> &'static str {
     if toml::from_str::<fsd_tool_client::config::ClientConfig>(&block.body).is_ok() {
         return "the client's config";
     }
+    if table.contains_key("web") || table.contains_key("person") || table.contains_key("daemon") {
+        if let Err(e) = fsd_approver::config_parses(&block.body) {
+            panic!("{}:{}: not an approver config: {e}", block.doc, block.line);
+        }
+        return "the approver's config";
+    }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("block.toml");
     std::fs::write(&path, &block.body).unwrap();

@@ -1173,7 +1173,7 @@ fn the_approver_refuses_to_run_misconfigured() {
     assert_eq!(code, Some(2), "{text}");
     assert!(
         text.starts_with(
-            "fsd-approver: nobody would decide: pass --rules FILE, or run serve on a terminal ("
+            "fsd-approver: nobody would decide: pass --rules FILE, a --config with a [web] page, or run serve on a terminal ("
         ),
         "{text}"
     );

@@ -66,6 +66,37 @@ pub trait Host: Send + Sync + std::fmt::Debug {
         &self,
         message: String,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = HostAnswer> + Send + '_>>;
+
+    /// Sends the person to a page (an MCP host's URL-mode elicitation) without waiting for
+    /// them: the elicitation's id, when the host can. The page decides, not the host's answer.
+    fn send_to(&self, _url: String, _message: String) -> Option<String> {
+        None
+    }
+
+    /// Tells the host that what the page was for is over (the decision came).
+    fn sent_done(&self, _id: String) {}
+}
+
+/// The approver page's address for this session's waiting request: it names the request (the
+/// session has one escalation waiting at a time) and carries no authority (the person logs in
+/// on the page), so a host that follows it cannot approve anything by doing so.
+pub fn page_url(base: &str, session: &str) -> String {
+    // Everything but the unreserved characters of RFC 3986 is encoded.
+    const QUERY: &percent_encoding::AsciiSet =
+        &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+    let session = percent_encoding::utf8_percent_encode(session, QUERY);
+    format!("{}/?session={session}", base.trim_end_matches('/'))
+}
+
+/// What the host shows beside the page's link: the tool, the mode and the paths, escaped.
+pub fn page_message(tool: &str, mode: &str, paths: &[String]) -> String {
+    let paths: Vec<String> = paths.iter().map(|p| escape(p)).collect();
+    format!(
+        "The agent asks to run {} at {} mode on {}. Approve or deny it on the approver's page (log in there).",
+        escape(tool),
+        escape(mode),
+        paths.join(", ")
+    )
 }
 
 /// What a person is shown: the tool, the mode, every path as the daemon will act on it (the

@@ -31,6 +31,10 @@ pub struct ClientConfig {
     /// the controlling terminal. Neither: every escalation is refused.
     pub escalation_rules: Option<PathBuf>,
     pub escalation_prompt: bool,
+    /// The daemon's approver page (`fsd-approver serve`'s `[web] url`), for `signed` trust:
+    /// inside an MCP host with URL-mode elicitation the person is sent there for each
+    /// escalation this session asks.
+    pub approver_url: Option<String>,
 }
 
 impl Default for ClientConfig {
@@ -57,6 +61,7 @@ impl Default for ClientConfig {
             max_image_dimension: None,
             escalation_rules: None,
             escalation_prompt: false,
+            approver_url: None,
         }
     }
 }
@@ -73,6 +78,8 @@ pub enum ConfigError {
     Approver(#[from] crate::approver::ApproverError),
     #[error("invalid config: {0} must be at least 1")]
     Zero(&'static str),
+    #[error("invalid config: approverUrl {0:?} must start with https:// or http://")]
+    ApproverUrl(String),
 }
 
 /// A TOML error as one line: the file, the 1-based line and column (in characters) where the
@@ -100,6 +107,11 @@ impl ClientConfig {
 
     /// Read caps stay validated even while read is disabled (the seed).
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(url) = &self.approver_url
+            && !(url.starts_with("https://") || url.starts_with("http://"))
+        {
+            return Err(ConfigError::ApproverUrl(url.clone()));
+        }
         for (name, value) in [
             ("readLimit", self.read_limit),
             ("readMaxLineLength", self.read_max_line_length),

@@ -166,6 +166,53 @@ impl Host for Elicitor {
             }
         })
     }
+
+    /// URL-mode elicitation (MCP 2025-11-25), for a host that declared it and negotiated a
+    /// version with server-to-client requests: sent on a task of its own, since the host may
+    /// answer only once the person is done (or never); the approver's decision is what counts.
+    fn send_to(&self, url: String, message: String) -> Option<String> {
+        let info = self.peer.peer_info()?;
+        let url_mode = info.capabilities.elicitation.as_ref().is_some_and(|e| e.url.is_some());
+        if !url_mode || !info.protocol_version.has_initialize() {
+            return None;
+        }
+        let id = elicitation_id();
+        let params = rmcp::model::ElicitRequestParams::UrlElicitationParams {
+            meta: None,
+            message,
+            url,
+            elicitation_id: id.clone(),
+        };
+        let request = rmcp::model::ServerRequest::ElicitRequest(rmcp::model::Request::new(params));
+        let peer = self.peer.clone();
+        tokio::spawn(async move {
+            if let Err(e) = peer.send_request(request).await {
+                tracing::debug!(error = %e, "the host did not take the approver page's link");
+            }
+        });
+        Some(id)
+    }
+
+    fn sent_done(&self, id: String) {
+        let notification =
+            rmcp::model::ServerNotification::CustomNotification(rmcp::model::CustomNotification::new(
+                "notifications/elicitation/complete",
+                Some(json!({"elicitationId": id})),
+            ));
+        let peer = self.peer.clone();
+        tokio::spawn(async move {
+            let _ = peer.send_notification(notification).await;
+        });
+    }
+}
+
+/// A fresh elicitation id: unique in this process and unlikely to repeat across processes.
+fn elicitation_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    format!("fsd-{}-{nanos:08x}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// One tools/list entry from a `Tools::schemas()` entry.

@@ -31,6 +31,9 @@ pub struct ConfigFile {
     /// Where the daemon asks its approver (`fsd-approver serve`), for `escalation = "signed"`:
     /// `unix:PATH` or `tcp:HOST:PORT`.
     pub approver_endpoint: Option<String>,
+    /// A file holding the bearer token this daemon presents to its approver (an approver with
+    /// `[[daemon]]` entries names the sandbox by it).
+    pub approver_token_file: Option<PathBuf>,
     pub log_format: Option<String>,
     /// Permission bits of every Unix socket the daemon listens on (octal text, default "0660").
     pub socket_mode: Option<String>,

@@ -85,6 +85,8 @@ pub struct Config {
     pub approver_public_key: Option<String>,
     pub escalation_ttl: std::time::Duration,
     pub approver_endpoint: Option<crate::escalation::ApproverEndpoint>,
+    /// The token presented to the approver (`approver_token_file`, read at start).
+    pub approver_token: Option<crate::approver::Token>,
     pub log_format: LogFormat,
     /// Mode and group the Unix sockets have from the moment they exist.
     pub socket_access: crate::sys::socket::SocketAccess,
@@ -157,6 +159,8 @@ pub enum ConfigError {
         "escalation = \"signed\" needs approver_endpoint (unix:PATH or tcp:HOST:PORT of fsd-approver serve)"
     )]
     NoApproverEndpoint,
+    #[error("invalid approver_token_file {0}: {1}")]
+    ApproverToken(PathBuf, String),
     #[error("invalid approver_endpoint {0:?}: expected unix:PATH or tcp:HOST:PORT")]
     ApproverEndpoint(String),
     #[error("escalation = \"signed\" needs approver_public_key (64 hex digits)")]
@@ -345,6 +349,16 @@ impl Config {
                     .ok_or_else(|| ConfigError::ApproverEndpoint(endpoint.to_owned()))?,
             );
         }
+        let approver_token = file
+            .approver_token_file
+            .as_deref()
+            .map(|path| {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| ConfigError::ApproverToken(path.to_owned(), e.to_string()))?;
+                crate::approver::Token::new(text.trim())
+                    .map_err(|why| ConfigError::ApproverToken(path.to_owned(), why.to_owned()))
+            })
+            .transpose()?;
         let log_format = match flags.log_format.or(file.log_format).as_deref() {
             None | Some("human") => LogFormat::Human,
             Some("json") => LogFormat::Json,
@@ -527,6 +541,7 @@ impl Config {
             approver_public_key: file.approver_public_key.clone(),
             escalation_ttl,
             approver_endpoint,
+            approver_token,
             log_format,
             socket_access,
             max_message_bytes,

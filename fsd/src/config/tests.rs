@@ -105,6 +105,35 @@ fn config_table() {
         flags(&["unix:/s"], &["/ws"]),
         Err("invalid approver_endpoint \"approver.sock\": expected unix:PATH or tcp:HOST:PORT"),
     );
+    // The approver's token: read at start, in the approver's own form.
+    let dir = std::env::temp_dir().join(format!("fsd-config-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (short, good) = (dir.join("short"), dir.join("good"));
+    std::fs::write(&short, "short\n").unwrap();
+    std::fs::write(&good, "alpha-daemon-token-0123\n").unwrap();
+    let signed = format!("escalation = \"signed\"\n{key}\napprover_endpoint = \"unix:/a.sock\"\n");
+    check(
+        &format!("{signed}approver_token_file = \"{}\"", short.display()),
+        flags(&["unix:/s"], &["/ws"]),
+        Err(&format!(
+            "invalid approver_token_file {}: a token is one line of at least 16 letters, digits, '-', '.', '_' or '~'",
+            short.display()
+        )),
+    );
+    check(
+        &format!("{signed}approver_token_file = \"{}\"", dir.join("absent").display()),
+        flags(&["unix:/s"], &["/ws"]),
+        Err(&format!(
+            "invalid approver_token_file {}: No such file or directory (os error 2)",
+            dir.join("absent").display()
+        )),
+    );
+    check(
+        &format!("{signed}approver_token_file = \"{}\"", good.display()),
+        flags(&["unix:/s"], &["/ws"]),
+        Ok("unix:/s [(\"/ws\", true)] workspace-write signed"),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
     check(
         "escalation = \"maybe\"",
         flags(&["unix:/s"], &["/ws"]),

@@ -584,7 +584,10 @@ impl FsdService {
         audit(Decision::Pending, "ok");
         let endpoint = self.approver_endpoint.as_ref();
         let answer = match endpoint {
-            Some(endpoint) => approver::ask(endpoint, &described.text, escalations.ttl()).await,
+            Some(endpoint) => {
+                approver::ask(endpoint, self.approver_token.as_ref(), &described.text, escalations.ttl())
+                    .await
+            }
             None => Err(approver::ApproverError::Connect("(none)".into(), "no approver_endpoint".into())),
         };
         let reply = |approved: bool, by: v1::Decider, reason: String| v1::EscalationDescription {

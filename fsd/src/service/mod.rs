@@ -48,6 +48,7 @@ pub struct FsdService {
     escalations: Option<Arc<Escalations>>,
     /// Where the daemon asks its approver (signed trust).
     approver_endpoint: Option<crate::escalation::ApproverEndpoint>,
+    approver_token: Option<crate::approver::Token>,
     /// What each caller has been approved to read or change.
     known: Arc<crate::escalation::Known>,
     /// Per-identity budgets; other parts of the service (escalation requests) draw on them too.
@@ -86,6 +87,7 @@ impl FsdService {
                 _ => None,
             },
             approver_endpoint: config.approver_endpoint.clone(),
+            approver_token: config.approver_token.clone(),
             known: Arc::default(),
             audit,
             budgets: Arc::new(Budgets::new(config.budgets)),

@@ -306,8 +306,23 @@ async fn decide(
     session.escalation_asked = true;
     let name = requested.name();
     let effective = offer.effective.name();
+    // Signed trust with an approver page: a host that can open a URL sends the person there
+    // while the daemon's approver waits for the page's decision.
+    let sent = match (&session.host, &session.tools.config.approver_url) {
+        (Some(host), Some(base)) if session.hello.escalation == "signed" => host
+            .send_to(
+                crate::approver::page_url(base, session.daemon.session_id()),
+                crate::approver::page_message(tool, name, paths),
+            )
+            .map(|id| (host.clone(), id)),
+        _ => None,
+    };
     // The daemon's checks first, at both trust levels: what would fail reaches nobody.
-    let decision = match session.daemon.request_escalation(requested, &reason, calls, patch).await {
+    let decision = session.daemon.request_escalation(requested, &reason, calls, patch).await;
+    if let Some((host, id)) = sent {
+        host.sent_done(id);
+    }
+    let decision = match decision {
         Ok(decision) => decision,
         Err(error) => {
             let index = error.wire().and_then(|w| calls.iter().position(|c| c.path == w.path)).unwrap_or(0);
