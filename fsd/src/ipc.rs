@@ -72,7 +72,8 @@ impl ToWorker {
                 | Request::MoveFile { .. }
                 | Request::DeleteFile { .. }
                 | Request::WriteBytes { .. }
-                | Request::Remove { .. } => false,
+                | Request::Remove { .. }
+                | Request::Transact { .. } => false,
                 Request::Bound { .. } => false,
             },
             ToWorker::OpenStream { .. } => true,

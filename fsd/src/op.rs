@@ -17,6 +17,8 @@ pub enum Op {
     DeleteFile,
     WriteBytes,
     Remove,
+    /// Operations committed all-or-nothing.
+    Transact,
     /// Any read at an escalated mode: what a read ticket is checked against.
     Read,
     /// RequestEscalation: the daemon describes calls for an approver.
@@ -38,6 +40,7 @@ impl Op {
             Op::DeleteFile => "deleteFile",
             Op::WriteBytes => "writeBytes",
             Op::Remove => "remove",
+            Op::Transact => "transact",
             Op::Read => "read",
             Op::Describe => "describe",
         }
@@ -58,7 +61,13 @@ impl Op {
     pub fn is_mutation(self) -> bool {
         matches!(
             self,
-            Op::WriteText | Op::EditText | Op::MoveFile | Op::DeleteFile | Op::WriteBytes | Op::Remove
+            Op::WriteText
+                | Op::EditText
+                | Op::MoveFile
+                | Op::DeleteFile
+                | Op::WriteBytes
+                | Op::Remove
+                | Op::Transact
         )
     }
 
@@ -81,6 +90,7 @@ impl Request {
             Request::DeleteFile { .. } => Op::DeleteFile,
             Request::WriteBytes { .. } => Op::WriteBytes,
             Request::Remove { .. } => Op::Remove,
+            Request::Transact { .. } => Op::Transact,
             Request::Bound { request, .. } => request.op(),
         }
     }
@@ -99,6 +109,7 @@ impl Request {
             | Request::WriteBytes { path, .. }
             | Request::Remove { path, .. } => path,
             Request::MoveFile { source, .. } => source,
+            Request::Transact { ops } => ops.first().map_or("", crate::backend::txn::TxnOp::path),
             Request::Bound { request, .. } => request.path(),
         }
     }

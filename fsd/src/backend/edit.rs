@@ -44,19 +44,8 @@ impl Backend {
                 return Err(fail(FsError::Stale(StaleReason::Changed)));
             }
         }
-        let bytes = read::read_bounded(&file, &meta, self.limits.max_editable_bytes).map_err(fail)?;
-        let current = text::decode(&bytes).map_err(fail)?;
-        let (bom, body) = text::split_bom(current);
-        // The whole file, BOM included, stays within what a write of it could be.
-        let limit = self.limits.max_editable_bytes;
-        let room = limit.saturating_sub(bom.len() as u64);
-        let replaced = text::replace(body, old, new, replace_all, room)
-            .map_err(|e| match e {
-                FsError::TooLarge { size, .. } => FsError::TooLarge { size: size + bom.len() as u64, limit },
-                e => e,
-            })
-            .map_err(fail)?;
-        let after = format!("{bom}{}", replaced.text);
+        let edited = self.edited(&file, &meta, old, new, replace_all).map_err(fail)?;
+        let after = &edited.after;
         let parent = resolved.parent.as_ref().ok_or_else(|| fail(FsError::NotRegularFile))?;
         let (file, new_meta) = place_file(
             parent.as_fd(),
@@ -69,8 +58,44 @@ impl Backend {
         Ok(Outcome::EditText {
             target,
             version: version::of_content(&file, &new_meta, after.as_bytes()),
-            replacements: replaced.count,
-            change: self.change(Some(body), true, Some(&replaced.text)),
+            replacements: edited.count,
+            change: self.change(Some(&edited.body), true, Some(&edited.replaced)),
         })
     }
+
+    /// The literal replacement of an edit over the file under the lock: the file's text must
+    /// decode, and the whole file, BOM included, stay within what a write of it could be.
+    pub(super) fn edited(
+        &self,
+        file: &std::fs::File,
+        meta: &crate::sys::Meta,
+        old: &str,
+        new: &str,
+        replace_all: bool,
+    ) -> Result<Edited, FsError> {
+        let bytes = read::read_bounded(file, meta, self.limits.max_editable_bytes)?;
+        let current = text::decode(&bytes)?;
+        let (bom, body) = text::split_bom(current);
+        let limit = self.limits.max_editable_bytes;
+        let room = limit.saturating_sub(bom.len() as u64);
+        let replaced = text::replace(body, old, new, replace_all, room).map_err(|e| match e {
+            FsError::TooLarge { size, .. } => FsError::TooLarge { size: size + bom.len() as u64, limit },
+            e => e,
+        })?;
+        Ok(Edited {
+            after: format!("{bom}{}", replaced.text),
+            body: body.to_owned(),
+            replaced: replaced.text,
+            count: replaced.count,
+        })
+    }
+}
+
+/// An edit's result: the whole new content (`after`, BOM included), the text before and after
+/// without the BOM (the reply's change) and how many matches were replaced.
+pub(super) struct Edited {
+    pub(super) after: String,
+    pub(super) body: String,
+    pub(super) replaced: String,
+    pub(super) count: usize,
 }

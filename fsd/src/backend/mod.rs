@@ -12,6 +12,7 @@ mod moves;
 mod read;
 pub mod resolve;
 pub mod text;
+pub mod txn;
 mod version;
 mod write;
 pub use write::stranded;
@@ -75,6 +76,10 @@ pub struct Limits {
     pub max_upload_bytes: u64,
     /// The slowest an upload's client may send its body, past a grace (0: no minimum).
     pub min_upload_bytes_per_sec: u64,
+    /// Operations one transaction may carry (`txn`).
+    pub max_transaction_operations: usize,
+    /// Bytes one transaction may stage: the new content of every file it writes.
+    pub max_transaction_bytes: u64,
 }
 
 impl Default for Limits {
@@ -91,6 +96,8 @@ impl Default for Limits {
             max_chunk_bytes: 256 << 10,
             max_upload_bytes: 4 << 30,
             min_upload_bytes_per_sec: 16 << 10,
+            max_transaction_operations: 1000,
+            max_transaction_bytes: 256 << 20,
         }
     }
 }
@@ -212,6 +219,10 @@ pub enum Request {
         recursive: bool,
         guard: Option<EditGuard>,
     },
+    /// Operations committed all-or-nothing (`txn`).
+    Transact {
+        ops: Vec<txn::TxnOp>,
+    },
     /// An approved escalated call: `request`, each of whose paths the worker's own walk holds to
     /// the object the approval binds (see [`Binding`]).
     Bound {
@@ -309,6 +320,10 @@ pub enum Outcome {
         /// Names removed (a tree counts every entry, itself included).
         removed: u64,
     },
+    /// Each operation's outcome, in order (a write's, an edit's, a delete's or a move's).
+    Transact {
+        outcomes: Vec<Outcome>,
+    },
 }
 
 /// The roots and policy a backend serves, fixed at startup.
@@ -347,6 +362,9 @@ pub struct Backend {
     locks: Arc<dyn Locking>,
     /// Where temporary files are recorded until their names are gone (see `journal`).
     journal: journal::Journal,
+    /// The state directory's intent records (`txn`), opened before confinement; none without a
+    /// `state_dir`.
+    intents: Option<std::os::fd::OwnedFd>,
     /// The bindings of the approved call being run ([`Request::Bound`]): each of its paths'
     /// walks must stand on the object its approver was shown. Empty for every other call.
     bound: std::sync::Mutex<Bindings>,
@@ -453,8 +471,15 @@ impl Backend {
             limits,
             locks,
             journal,
+            intents: None,
             bound: Default::default(),
         })
+    }
+
+    /// Where transactions write their intent records (`state_dir/txn`, see `txn`).
+    pub fn with_intents(mut self, dir: Option<std::os::fd::OwnedFd>) -> Backend {
+        self.intents = dir;
+        self
     }
 
     /// Holds the next walks of the paths `bindings` names to the objects they bind, until the
@@ -514,6 +539,7 @@ impl Backend {
             }
             Request::DeleteFile { path, guard } => self.delete_file(mode, &path, guard),
             Request::Remove { path, recursive, guard } => self.remove(mode, &path, recursive, guard),
+            Request::Transact { ops } => self.transact(mode, ops),
             // The approval is the worker's to check before the call gets here (`worker`).
             Request::Bound { bindings, request, .. } => {
                 let _bound = self.bind(bindings);
@@ -743,7 +769,7 @@ impl Backend {
             error => error,
         };
         let target = self.target(resolved);
-        Failure { error, path: target.display, target_key: Some(target.key) }
+        Failure { error, path: target.display, target_key: Some(target.key), operation: None }
     }
 
     /// Bounds a before/after pair for the reply.

@@ -16,7 +16,7 @@ use crate::sys::{self, Errno, Kind, RenameHow};
 impl Backend {
     /// Resolves a move or delete source: the final link is not followed, and only a regular
     /// file qualifies.
-    fn walk_source(&self, mode: Mode, path: &str, guarded: bool) -> Result<Resolved, Failure> {
+    pub(super) fn walk_source(&self, mode: Mode, path: &str, guarded: bool) -> Result<Resolved, Failure> {
         let options = WalkOptions { follow_final: false, create_parents: false };
         let missing = |path: String| {
             let error = if guarded { FsError::Stale(StaleReason::Gone) } else { FsError::NotFound };
@@ -34,7 +34,7 @@ impl Backend {
     }
 
     /// Checks an edit-style guard against the current file.
-    fn check_source_guard(
+    pub(super) fn check_source_guard(
         &self,
         guard: Option<&EditGuard>,
         key: &str,
@@ -51,7 +51,7 @@ impl Backend {
     }
 
     /// The text of a file for a removal diff, when bounded and text.
-    fn bounded_text(&self, file: &std::fs::File, meta: &sys::Meta) -> Option<String> {
+    pub(super) fn bounded_text(&self, file: &std::fs::File, meta: &sys::Meta) -> Option<String> {
         if meta.size > self.limits.max_diff_text_bytes {
             return None;
         }
