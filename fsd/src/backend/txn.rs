@@ -61,11 +61,13 @@ pub enum TxnOp {
         path: String,
         guard: Option<EditGuard>,
     },
+    /// With `content`, the destination gets it and the source goes.
     Move {
         source: String,
         destination: String,
         source_guard: Option<EditGuard>,
         destination_guard: Option<WriteGuard>,
+        content: Option<String>,
     },
 }
 
@@ -370,7 +372,9 @@ impl Backend {
         let sent: u64 = ops
             .iter()
             .map(|op| match op {
-                TxnOp::Write { content, .. } => content.len() as u64,
+                TxnOp::Write { content, .. } | TxnOp::Move { content: Some(content), .. } => {
+                    content.len() as u64
+                }
                 _ => 0,
             })
             .sum();
@@ -399,7 +403,7 @@ impl Backend {
                         Ok((r, None))
                     })
                 }
-                TxnOp::Move { source, destination, source_guard, destination_guard } => {
+                TxnOp::Move { source, destination, source_guard, destination_guard, .. } => {
                     self.walk_source(mode, source, source_guard.is_some()).and_then(|src| {
                         self.may_change(mode, &src).map_err(|e| self.fail(e, &src))?;
                         let create = !matches!(destination_guard, Some(WriteGuard::ReplaceIfVersion { .. }));
@@ -516,7 +520,7 @@ impl Backend {
                     decided[a] = Some(Decided::Remove { old: meta });
                     planned.push(Planned::Delete { target: a, change });
                 }
-                TxnOp::Move { source_guard, destination_guard, .. } => {
+                TxnOp::Move { source_guard, destination_guard, content, .. } => {
                     let d = b.unwrap_or(a);
                     let missing = if source_guard.is_some() {
                         FsError::Stale(StaleReason::Gone)
@@ -531,12 +535,26 @@ impl Backend {
                     let existing = current_checked(&targets[d]).map_err(|e| fail(e, d))?;
                     check_write_guard(destination_guard.as_ref(), existing.as_ref(), &keys[d])
                         .map_err(|e| fail(e, d))?;
-                    let bytes = read::read_bounded(&src_file, &src_meta, self.limits.max_editable_bytes)
-                        .map_err(|e| fail(e, a))?;
+                    let bytes = match content {
+                        Some(content) if content.len() as u64 > self.limits.max_editable_bytes => {
+                            let error = FsError::TooLarge {
+                                size: content.len() as u64,
+                                limit: self.limits.max_editable_bytes,
+                            };
+                            return Err(fail(error, d));
+                        }
+                        Some(content) => content.clone().into_bytes(),
+                        None => read::read_bounded(&src_file, &src_meta, self.limits.max_editable_bytes)
+                            .map_err(|e| fail(e, a))?,
+                    };
                     let src_text = self.bounded_text(&src_file, &src_meta);
+                    let after = match content {
+                        Some(content) => Some(content.clone()),
+                        None => src_text.clone(),
+                    };
                     let destination_change = match existing.as_ref().map(|(f, m)| self.bounded_text(f, m)) {
-                        Some(before) => self.change(before.as_deref(), before.is_some(), src_text.as_deref()),
-                        None => self.change(None, true, src_text.as_deref()),
+                        Some(before) => self.change(before.as_deref(), before.is_some(), after.as_deref()),
+                        None => self.change(None, true, after.as_deref()),
                     };
                     let source_change = match src_text {
                         Some(text) => Change { before: Some(text), after: None, omitted: false },
@@ -1137,6 +1155,7 @@ mod tests {
                     destination: fixture.path(NAMES[*to]),
                     source_guard: guard(*pick, NAMES[*from]),
                     destination_guard: write_guard(*to_guard, false, NAMES[*to]),
+                    content: None,
                 },
                 Gen::Fail { step } => TxnOp::Write {
                     path: fixture.path(&format!("fsd-fault-txn-fail-{step}")),
@@ -1201,6 +1220,7 @@ mod tests {
                     destination: fixture.path("dst"),
                     source_guard: None,
                     destination_guard: None,
+                    content: None,
                 },
                 TxnOp::Write {
                     path: fixture.path(&format!("fsd-fault-txn-die-{step}")),

@@ -62,6 +62,9 @@ pub struct Dispatcher {
     cpu: cpu::Cpu,
     /// Woken on every registration and availability change.
     changed: Notify,
+    /// The locks of transactions whose worker was lost mid-call, kept until the supervisor has
+    /// recovered them (`locks::Parked`).
+    parked: locks::Parked,
 }
 
 fn failure(code: ErrorCode, path: &str, message: &str) -> WireError {
@@ -89,6 +92,7 @@ impl Dispatcher {
             pools,
             uploads,
             locks: AsyncLocks::default(),
+            parked: locks::Parked::default(),
             deadline,
             max_queued,
             control,
@@ -218,6 +222,12 @@ impl Dispatcher {
                 }
             })
             .collect()
+    }
+
+    /// The supervisor recovered worker `pid`'s transaction (if it was running one): the locks
+    /// kept for it go.
+    pub fn recovered(&self, pid: u32) {
+        self.parked.recovered(pid);
     }
 
     fn kill(&self, pid: u32) {
