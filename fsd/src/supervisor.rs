@@ -226,15 +226,19 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
     if let Some(dir) = &sup.config.state_dir {
         prepare_state_dir(dir, &sup.config.roots, identity)?;
         let report = crate::backend::txn::recover(dir, |_| true);
-        tracing::info!(
-            state_dir = %dir.display(),
-            records = report.records,
-            finished = report.finished,
-            rolled_back = report.rolled_back,
-            undone = report.undone,
-            unreadable = report.unreadable,
-            "transaction recovery done"
-        );
+        if report.records > 0 {
+            tracing::warn!(
+                state_dir = %dir.display(),
+                records = report.records,
+                finished = report.finished,
+                rolled_back = report.rolled_back,
+                undone = report.undone,
+                unreadable = report.unreadable,
+                "transaction recovery done: transactions a killed daemon left were settled"
+            );
+        } else {
+            tracing::info!(state_dir = %dir.display(), "transaction recovery done: none to settle");
+        }
     }
     let sweeper = journal::Sweeper::start(&sup.config.roots);
     // Before the network process reads the TLS files: any change after its read is seen.

@@ -299,7 +299,8 @@ pub fn recover(state_dir: &Path, matches: impl Fn(&str) -> bool) -> RecoveryRepo
 /// `fsd-fault-txn-die-<k>` exits its worker right after commit step `k` (as a SIGKILL would
 /// leave it: nothing undone; in a unit test the call returns `FS_ABORTED` having left
 /// everything as the exit would); one naming `fsd-fault-txn-fail-<k>` fails step `k` with EIO
-/// before making it, and undoes the steps before it.
+/// before making it, and undoes the steps before it; one naming `fsd-fault-txn-pause-<k>`
+/// pauses a second after step `k` (a window for a test to kill a process in).
 #[cfg(any(test, feature = "fault-injection"))]
 fn fault_at(names: &[&OsStr], prefix: &str, step: usize) -> bool {
     let wanted = format!("{prefix}{step}");
@@ -681,6 +682,11 @@ impl Backend {
                 break;
             }
             slots[k].done = true;
+            #[cfg(feature = "fault-injection")]
+            if fault_at(&names, "fsd-fault-txn-pause-", k + 1) {
+                // A window in which a test kills the worker, the network process or the daemon.
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
             #[cfg(any(test, feature = "fault-injection"))]
             if fault_at(&names, "fsd-fault-txn-die-", k + 1) {
                 // As a SIGKILL would leave it: nothing undone, the record in place.
