@@ -361,7 +361,7 @@ fn digest_p50(bytes: &[u8], n: usize) -> f64 {
     let mut samples = Samples::with_capacity(n);
     for _ in 0..n {
         let started = Instant::now();
-        std::hint::black_box(fsd::backend::digest::of(std::hint::black_box(bytes)));
+        std::hint::black_box(fsd::digest::of(std::hint::black_box(bytes)));
         samples.push(started.elapsed());
     }
     samples.p50()

@@ -66,7 +66,7 @@ async fn echo_stream(endpoint: &connect::Endpoint, chunk: usize, size: u64, path
 fn digest_rate(path: &Path, chunk: usize) -> Res<f64> {
     let mut file = std::fs::File::open(path)?;
     let mut buf = vec![0u8; chunk];
-    let mut hasher = fsd::backend::digest::Digest::default();
+    let mut hasher = fsd::digest::Digest::default();
     let mut hashing = std::time::Duration::ZERO;
     let mut got = 0u64;
     loop {

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use rustix::thread::CapabilitySet;
 
-use crate::backend::Mode;
 use crate::config::{Config, LandlockPolicy, WorkerIdentity};
+use crate::op::Mode;
 use crate::sys::confine::{self as step, ConfineError, Enforcement, Grant};
 
 /// How a process ended up confined, for hello and the logs.

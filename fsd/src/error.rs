@@ -5,8 +5,8 @@
 
 use fsd_proto::{ErrorCode, Reason, Step, WireError};
 
-use crate::backend::Mode;
 use crate::escalation::TicketError;
+use crate::op::Mode;
 use crate::sys::Errno;
 
 /// Why a guard no longer holds: the `reason` metadata of `FS_STALE_VERSION`.
@@ -106,8 +106,8 @@ impl PathProblem {
     /// The limit a length problem exceeded.
     fn limit(self) -> Option<usize> {
         match self {
-            PathProblem::TooLong => Some(crate::backend::resolve::MAX_PATH_BYTES),
-            PathProblem::ComponentTooLong => Some(crate::backend::resolve::MAX_COMPONENT_BYTES),
+            PathProblem::TooLong => Some(crate::op::MAX_PATH_BYTES),
+            PathProblem::ComponentTooLong => Some(crate::op::MAX_COMPONENT_BYTES),
             _ => None,
         }
     }

@@ -13,10 +13,8 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ed25519_dalek::{Signature, Verifier, VerifyingKey};
-use serde::{Deserialize, Serialize};
 
-use crate::backend::{Binding, Last, Mode};
-use crate::op::Op;
+use crate::op::{Binding, Last, Mode, Op, SignedApproval};
 
 /// One approved call, as the daemon resolved it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,7 +88,7 @@ impl CanonicalOp {
     /// What the worker holds the approved call's walks to: each path and its binding (an
     /// earlier call of the escalation changes the final entry first: the directories still
     /// bind). `None` when a path has none: the call is refused rather than left unbound.
-    pub fn bindings(&self, source: &str, destination: Option<&str>) -> Option<crate::backend::Bindings> {
+    pub fn bindings(&self, source: &str, destination: Option<&str>) -> Option<crate::op::Bindings> {
         let mut bound = self.bound.clone()?;
         if self.after_earlier() {
             bound.last = Last::Unchecked;
@@ -293,21 +291,6 @@ fn render(id: &str, nonce_hex: &str, expires: u64, request: &Describe<'_>) -> St
     text
 }
 
-/// What an approver signed, handed with an approved call to the worker that performs it, which
-/// checks it itself ([`WorkerCheck`]): the network process cannot grant what no person approved.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SignedApproval {
-    pub description: String,
-    pub decider: String,
-    pub signature: Vec<u8>,
-}
-
-impl std::fmt::Debug for SignedApproval {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SignedApproval").field("decider", &self.decider).finish_non_exhaustive()
-    }
-}
-
 /// Why a worker refuses an approved call on its own check of the approval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Unsigned {
@@ -331,24 +314,21 @@ pub struct WorkerCheck {
 }
 
 impl WorkerCheck {
-    /// For a worker of `mode`: `None` when its changes need no approval (not signed trust, or
-    /// a mode the daemon grants without one).
-    pub fn new(config: &crate::config::Config, mode: Mode) -> Result<Option<WorkerCheck>, String> {
-        if config.escalation != crate::config::Escalation::Signed || mode <= config.default_mode {
-            return Ok(None);
-        }
-        let key = config.approver_public_key.as_deref().ok_or("signed trust without approver_public_key")?;
-        Ok(Some(WorkerCheck { key: Escalations::new(key, Duration::ZERO)?.key }))
+    /// For a worker whose changes need the approval of the holder of `key` (the worker decides
+    /// whether they do: `worker::run`).
+    pub fn new(key: Option<&str>) -> Result<WorkerCheck, String> {
+        let key = key.ok_or("signed trust without approver_public_key")?;
+        Ok(WorkerCheck { key: Escalations::new(key, Duration::ZERO)?.key })
     }
 
     /// Checks `request` (its bindings and approval already taken off it) before it runs.
     pub fn check(
         &self,
-        request: &crate::backend::Request,
-        bindings: &crate::backend::Bindings,
+        request: &crate::op::Request,
+        bindings: &crate::op::Bindings,
         approval: Option<&SignedApproval>,
     ) -> Result<(), Unsigned> {
-        use crate::backend::Request as R;
+        use crate::op::Request as R;
         let op = request.op();
         if !op.is_mutation() {
             return Ok(());
@@ -414,7 +394,7 @@ fn blocks(text: &str) -> impl Iterator<Item = &str> {
 /// hard links (a file with more than one is reachable by other names, said in words).
 fn render_bound(text: &mut String, prefix: &str, bound: Option<&Binding>) {
     let Some(bound) = bound else { return };
-    let object = |o: &crate::backend::ObjectId| format!("{}:{}@{}", o.dev, o.ino, o.mount);
+    let object = |o: &crate::op::ObjectId| format!("{}:{}@{}", o.dev, o.ino, o.mount);
     let dirs: Vec<String> = bound.dirs.iter().map(object).collect();
     text.push_str(&format!("  {prefix}resolved: {}\n", dirs.join(" ")));
     if bound.missing > 0 {
@@ -878,7 +858,7 @@ pub mod diff;
 /// without the approver's signature, `forged` with a signature that is not the approver's.
 #[cfg(feature = "fault-injection")]
 pub mod fault {
-    use super::SignedApproval;
+    use crate::op::SignedApproval;
 
     pub fn tampered(approval: Option<SignedApproval>) -> Option<SignedApproval> {
         match std::env::var("FSD_FAULT_TAMPER_APPROVAL").as_deref() {

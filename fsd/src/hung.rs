@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::task::JoinSet;
 
-use crate::backend::Mode;
+use crate::op::Mode;
 
 /// How long a killed worker may take to die before it counts as unkillable.
 pub const KILL_GRACE: Duration = Duration::from_secs(2);

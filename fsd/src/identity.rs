@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::backend::Mode;
+use crate::op::Mode;
 
 /// A key of `client_max_modes`: `uid:1000` (or a bare `1000`), `cert:NAME`, `token:NAME`,
 /// `tcp` (every client of a plaintext loopback TCP listener), or `pod` (every caller of an

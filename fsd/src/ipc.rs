@@ -8,7 +8,7 @@ use std::os::unix::net::UnixStream;
 use fsd_proto::WireError;
 use serde::{Deserialize, Serialize};
 
-use crate::backend::{Mode, Outcome, Request, StreamHeader};
+use crate::op::{Mode, Outcome, Request, StreamHeader};
 use crate::sys::ipc::{self as raw, AsyncFrames, RecvError};
 
 /// Supervisor → every child, the first frame on its socket, before anything else is sent:
@@ -16,7 +16,7 @@ use crate::sys::ipc::{self as raw, AsyncFrames, RecvError};
 #[derive(Serialize, Deserialize)]
 pub struct Start {
     /// The key of the content digests in versions (`backend::digest`).
-    pub digest_key: [u8; crate::backend::digest::KEY_BYTES],
+    pub digest_key: [u8; crate::digest::KEY_BYTES],
     /// The configuration the supervisor resolved at start: a child never reads the config
     /// file, so a replacement serves what the daemon was started with, whatever the file says
     /// by then.
@@ -37,7 +37,7 @@ pub enum ToWorker {
     OpenStream {
         path: String,
         /// For an approved read: the object its approval binds (see `backend::Binding`).
-        bindings: crate::backend::Bindings,
+        bindings: crate::op::Bindings,
     },
     /// The locks the worker asked for are held.
     LockGranted,
@@ -59,7 +59,7 @@ impl ToWorker {
     /// A call that reads and takes no locks: the network process may send it behind another
     /// read the worker is running (see `dispatch`).
     pub fn is_read(&self) -> bool {
-        use crate::backend::Request;
+        use crate::op::Request;
         match self {
             ToWorker::Call(request) => match request.plain() {
                 Request::Stat { .. }
@@ -103,6 +103,16 @@ pub enum FromWorker {
     Stranded(Stranded),
     #[cfg(feature = "fault-injection")]
     RawOpened(Result<(), String>),
+}
+
+/// The largest frame of a body on the pipe that travels with a WriteBytes call (the network
+/// process writes them, `backend::bytes` reads them).
+pub const MAX_BODY_FRAME: usize = 1 << 20;
+
+/// The header of one body frame: its length (little-endian). A zero-length frame ends the body;
+/// a pipe that closes before it means the sender gave up, and nothing is replaced.
+pub fn body_frame_header(len: usize) -> [u8; 4] {
+    (len as u32).to_le_bytes()
 }
 
 /// Supervisor → network process.

@@ -12,6 +12,7 @@ pub mod budget;
 pub mod config;
 pub mod confine;
 pub mod daemon;
+pub mod digest;
 pub mod dispatch;
 pub mod edge;
 pub mod error;

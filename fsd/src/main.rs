@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use fsd::backend::Mode;
 use fsd::config::{Config, LogFormat, Overrides};
 use fsd::daemon::DaemonError;
+use fsd::op::Mode;
 use fsd::supervisor::RunOptions;
 
 #[cfg(feature = "fault-injection")]
@@ -170,7 +170,7 @@ fn ipc_socket(args: &Args) -> Result<(UnixStream, Config), DaemonError> {
     socket.set_read_timeout(Some(START_WAIT)).map_err(DaemonError::Runtime)?;
     let (start, _) = fsd::ipc::recv::<fsd::ipc::Start>(&socket)?;
     socket.set_read_timeout(None).map_err(DaemonError::Runtime)?;
-    if !fsd::backend::digest::set_key(&start.digest_key) {
+    if !fsd::digest::set_key(&start.digest_key) {
         return Err(DaemonError::DigestKeyTooLate);
     }
     Ok((socket, start.config))

@@ -16,7 +16,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::backend::Mode;
+use crate::op::Mode;
 
 /// The content type of the text format, as Prometheus negotiates it.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";

@@ -157,7 +157,7 @@ fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> 
         .iter()
         .map(|r| {
             let path = std::fs::canonicalize(&r.path).unwrap_or_else(|_| r.path.clone());
-            (crate::backend::resolve::path_string(&path), r.writable)
+            (crate::op::path_string(&path), r.writable)
         })
         .collect::<Vec<_>>();
     let control_reader = control.try_clone().map_err(DaemonError::Runtime)?;
@@ -235,7 +235,7 @@ async fn serve_control(
     workers_per_mode: usize,
 ) {
     // Workers announced per mode: past the pool's size, each one replaces a worker that died.
-    let mut announced: std::collections::HashMap<crate::backend::Mode, usize> = Default::default();
+    let mut announced: std::collections::HashMap<crate::op::Mode, usize> = Default::default();
     loop {
         match ipc::recv_async::<Control>(&mut control).await {
             Ok((Control::Worker { mode, pid }, Some(fd))) => {
@@ -314,13 +314,13 @@ async fn send_control(
 }
 
 /// The health service name of one mode: `fsd.v1.Fsd/<mode>`.
-pub fn mode_health_name(mode: crate::backend::Mode) -> String {
+pub fn mode_health_name(mode: crate::op::Mode) -> String {
     format!("{}/{}", <FsdServer<FsdService> as tonic::server::NamedService>::NAME, mode.as_str())
 }
 
 /// Health statuses from the modes' states: each mode's own name, and the overall ("") and
 /// `fsd.v1.Fsd` names, SERVING only while every served mode is.
-fn health_statuses(modes: &[(crate::backend::Mode, bool)]) -> Vec<(String, bool)> {
+fn health_statuses(modes: &[(crate::op::Mode, bool)]) -> Vec<(String, bool)> {
     let all = modes.iter().all(|(_, serving)| *serving);
     let fsd = <FsdServer<FsdService> as tonic::server::NamedService>::NAME;
     let mut out = vec![(String::new(), all), (fsd.to_owned(), all)];
@@ -344,7 +344,7 @@ async fn report_health(reporter: &tonic_health::server::HealthReporter, statuses
 /// any served mode is.
 async fn report_modes(
     dispatcher: Arc<Dispatcher>,
-    modes: Vec<crate::backend::Mode>,
+    modes: Vec<crate::op::Mode>,
     reporter: tonic_health::server::HealthReporter,
 ) {
     loop {
@@ -426,7 +426,7 @@ async fn serve(
     let face = std::sync::Arc::new(crate::rest::Face {
         service: service.clone(),
         edge: edge.clone(),
-        root: crate::backend::resolve::path_string(&config.rest.root),
+        root: crate::op::path_string(&config.rest.root),
         max_upload: config.limits.max_upload_bytes,
         chunk: config.limits.default_chunk_bytes,
         modes: config.served_modes(),

@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::backend::Mode;
 use crate::config::{Config, LandlockPolicy, LinkProtection, Listen, WorkerIdentity};
+use crate::op::Mode;
 use crate::sys::Errno;
 
 /// A configuration the daemon cannot serve, found before anything started.
@@ -115,7 +115,7 @@ impl std::fmt::Display for LinksMatter {
 /// Checks everything the children would fail on at start. The first cause found is reported.
 pub fn check(config: &Config) -> Result<(), PreflightError> {
     let what = |writable: bool| if writable { "writable root" } else { "readable root" };
-    let mut seen: Vec<((u64, u64), &crate::backend::RootSpec)> = Vec::new();
+    let mut seen: Vec<((u64, u64), &crate::op::RootSpec)> = Vec::new();
     for root in &config.roots {
         let id = check_dir(&root.path, what(root.writable))?;
         if let Some((_, first)) = seen.iter().find(|(seen_id, _)| *seen_id == id) {

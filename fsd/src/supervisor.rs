@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
-use crate::backend::Mode;
 use crate::backend::journal;
 use crate::config::{Config, Listen};
 use crate::daemon::DaemonError;
 use crate::ipc::{self, Control, ControlRequest};
+use crate::op::Mode;
 use crate::sys;
 
 /// How this process was started (not configuration).
@@ -53,7 +53,7 @@ struct Supervisor {
     /// Workers killed for overrunning a deadline, and the ones that would not die.
     hung: crate::hung::HungWorkers,
     /// The content digests' key, drawn at start, for every child (`backend::digest`).
-    digest_key: [u8; crate::backend::digest::KEY_BYTES],
+    digest_key: [u8; crate::digest::KEY_BYTES],
 }
 
 impl Supervisor {
@@ -208,7 +208,7 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
         })
         .collect();
     let config_max_abandoned = config.max_abandoned_workers;
-    let digest_key = crate::backend::digest::new_key().map_err(DaemonError::NoDigestKey)?;
+    let digest_key = crate::digest::new_key().map_err(DaemonError::NoDigestKey)?;
     let mut sup = Supervisor {
         config,
         exe,
@@ -511,7 +511,7 @@ fn settle(sweeper: &journal::Sweeper, sup: &Supervisor, pid: u32) {
 /// identity, which writes the records, and refuses one inside a root.
 fn prepare_state_dir(
     dir: &std::path::Path,
-    roots: &[crate::backend::RootSpec],
+    roots: &[crate::op::RootSpec],
     identity: crate::config::WorkerIdentity,
 ) -> Result<(), DaemonError> {
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -565,7 +565,7 @@ fn remove_stranded(stranded: &ipc::Stranded, dir: Option<std::os::fd::OwnedFd>) 
     let name = std::ffi::OsStr::from_bytes(&stranded.name);
     let ours = name
         .to_str()
-        .and_then(|n| n.strip_prefix(crate::backend::TEMP_PREFIX))
+        .and_then(|n| n.strip_prefix(crate::op::TEMP_PREFIX))
         .is_some_and(|hex| hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()));
     let Some(dir) = dir.filter(|_| ours) else {
         tracing::warn!(?name, "refused to remove a stranded file: not a temporary name with its directory");

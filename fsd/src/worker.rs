@@ -5,10 +5,12 @@ use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 
-use crate::backend::{Backend, Fence, Guard, Locking, Mode};
+use crate::backend::{Backend, Fence, Guard, Locking};
+
 use crate::config::Config;
 use crate::error::FsError;
 use crate::ipc::{self, FromWorker, IpcError, ToWorker};
+use crate::op::Mode;
 use crate::sys;
 
 /// Why a worker stopped with an error.
@@ -88,7 +90,12 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
     let _ = sys::file_size_limit();
     // Read before confinement like the rest of the config: the approver's key this worker
     // checks the approvals of its changes with.
-    let approvals = crate::escalation::WorkerCheck::new(config, mode).map_err(WorkerError::Approvals)?;
+    // Under signed trust a mode wider than the daemon's default changes nothing unsigned.
+    let signed = config.escalation == crate::config::Escalation::Signed && mode > config.default_mode;
+    let approvals = signed
+        .then(|| crate::escalation::WorkerCheck::new(config.approver_public_key.as_deref()))
+        .transpose()
+        .map_err(WorkerError::Approvals)?;
     let identity = config.worker_identity()?;
     let confinement = crate::confine::worker(config, mode, identity)?;
     tracing::debug!(mode = mode.as_str(), fence = confinement.describe(), "worker ready");
@@ -133,7 +140,7 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
             other => (other, backend.bind(Vec::new())),
         };
         match message {
-            ToWorker::Call(crate::backend::Request::WriteBytes { path, mode: file_mode, guard }) => {
+            ToWorker::Call(crate::op::Request::WriteBytes { path, mode: file_mode, guard }) => {
                 let reply = match fd {
                     Some(body) => {
                         let mut progress = |bytes| {
@@ -210,8 +217,8 @@ fn hand_on_stranded(socket: &UnixStream) -> Result<(), IpcError> {
 /// second, then go on; `fsd-fault-hang-write` does the same as `fsd-fault-hang` for a write;
 /// `fsd-fault-io-error` fails a write with EIO before touching the disk.
 #[cfg(feature = "fault-injection")]
-fn fault(request: &crate::backend::Request) -> Option<fsd_proto::WireError> {
-    use crate::backend::Request;
+fn fault(request: &crate::op::Request) -> Option<fsd_proto::WireError> {
+    use crate::op::Request;
     let hang = || loop {
         std::thread::sleep(std::time::Duration::from_secs(3600));
     };

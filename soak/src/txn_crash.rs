@@ -199,7 +199,10 @@ fn transaction(
                 _ => {
                     // A move to a name no other operation of this transaction names and that is
                     // absent; a delete when there is none.
-                    let free = order.iter().map(|&j| &names[j]).find(|n| !used.contains(*n) && !after.contains_key(*n));
+                    let free = order
+                        .iter()
+                        .map(|&j| &names[j])
+                        .find(|n| !used.contains(*n) && !after.contains_key(*n));
                     match free.cloned() {
                         Some(to) => {
                             used.insert(to.clone());
@@ -306,7 +309,9 @@ enum Ended {
 }
 
 fn call(endpoint: &Endpoint, ops: Vec<v1::TransactOperation>) -> Ended {
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return Ended::Cut };
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+        return Ended::Cut;
+    };
     let Ok((mut fsd, _)) = rt.block_on(connect::connect(endpoint)) else { return Ended::Cut };
     let fsd: &mut FsdClient<_> = &mut fsd;
     match rt.block_on(fsd.transact(v1::TransactRequest { context: None, operations: ops })) {
@@ -339,8 +344,9 @@ pub fn run(bins: &Bins, options: &TxnCrashOptions) -> Result<TxnCrashReport> {
     let state = dir.path().join("state");
     let mut rng = Rng::new(options.seed);
     let mut report = TxnCrashReport { seed: options.seed, ..Default::default() };
-    let names: Vec<String> =
-        (0..options.files).map(|i| if i % 2 == 0 { format!("t{i}.txt") } else { format!("sub/t{i}.txt") }).collect();
+    let names: Vec<String> = (0..options.files)
+        .map(|i| if i % 2 == 0 { format!("t{i}.txt") } else { format!("sub/t{i}.txt") })
+        .collect();
     let mut seq = 0u64;
     let mut model = Tree::new();
     for name in names.iter().step_by(2) {
@@ -349,7 +355,8 @@ pub fn run(bins: &Bins, options: &TxnCrashOptions) -> Result<TxnCrashReport> {
         std::fs::write(root.join(name), &bytes)?;
         model.insert(name.clone(), bytes);
     }
-    let outside = Arc::new(Outside { saves: Mutex::new(vec![(None, None); OUTSIDE_FILES.len()]), count: 0.into() });
+    let outside =
+        Arc::new(Outside { saves: Mutex::new(vec![(None, None); OUTSIDE_FILES.len()]), count: 0.into() });
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
         let (root, outside, stop) = (root.clone(), outside.clone(), stop.clone());
@@ -360,7 +367,8 @@ pub fn run(bins: &Bins, options: &TxnCrashOptions) -> Result<TxnCrashReport> {
     let started = Instant::now();
     while started.elapsed() < options.duration {
         report.transactions += 1;
-        let (mut ops, after, steps) = transaction(&mut rng, &root, &names, &model, &mut seq, options.file_bytes);
+        let (mut ops, after, steps) =
+            transaction(&mut rng, &root, &names, &model, &mut seq, options.file_bytes);
         let roll = rng.below(100);
         let cut = match roll {
             0..30 => Cut::None,
@@ -410,7 +418,8 @@ pub fn run(bins: &Bins, options: &TxnCrashOptions) -> Result<TxnCrashReport> {
                 report.worker_kills += 1;
             }
             Some(Victim::Network) => {
-                let network = daemon.pids().into_iter().find(|&p| daemon::role(p).as_deref() == Some("network"));
+                let network =
+                    daemon.pids().into_iter().find(|&p| daemon::role(p).as_deref() == Some("network"));
                 if let Some(pid) = network {
                     daemon::kill(pid, rustix::process::Signal::KILL);
                 }
@@ -481,7 +490,9 @@ pub fn run(bins: &Bins, options: &TxnCrashOptions) -> Result<TxnCrashReport> {
                 let now = std::fs::read(root.join(name)).ok();
                 if now.as_ref() != Some(done) && now.as_ref() != doing.as_ref() {
                     report.lost_outside_saves += 1;
-                    report.violations.push(format!("outside save of {name} lost: disk {:?}", now.map(|b| header(&b))));
+                    report
+                        .violations
+                        .push(format!("outside save of {name} lost: disk {:?}", now.map(|b| header(&b))));
                 }
             }
         }

@@ -86,7 +86,7 @@ fn the_agent_sandbox_example_serves_rest_on_the_ports_the_template_names() {
     assert_eq!(listen, ["http+plain:127.0.0.1:8080", "http+pod:0.0.0.0:8888", "http:0.0.0.0:8443"]);
     assert!(config.pod_network_tokens, "the router's token counts on the pod listener");
     let pod = fsd::identity::ClientKey::Pod;
-    assert_eq!(config.client_max_modes.get(&pod), Some(&fsd::backend::Mode::ReadOnly));
+    assert_eq!(config.client_max_modes.get(&pod), Some(&fsd::op::Mode::ReadOnly));
     assert_eq!(config.rest.root, PathBuf::from("/workspace"));
     assert_eq!(config.rest.metadata_env_prefix, "SANDBOX_");
     assert!(config.tls.is_some() && !config.tokens.is_empty(), "the TLS listener needs TLS and a token");

@@ -12,8 +12,8 @@ use std::process::{Child, Stdio};
 
 use common::rpc::{Rpc, p};
 use common::*;
-use fsd::backend::Request;
 use fsd::ipc::{FromWorker, ToWorker};
+use fsd::op::Request;
 use fsd_proto::{ErrorCode, WireError, v1};
 use serde_json::json;
 
@@ -47,7 +47,7 @@ impl Worker {
             },
         )
         .unwrap();
-        let start = fsd::ipc::Start { digest_key: [7; fsd::backend::digest::KEY_BYTES], config };
+        let start = fsd::ipc::Start { digest_key: [7; fsd::digest::KEY_BYTES], config };
         fsd::ipc::send(&ours, &start, None).unwrap();
         let (ready, _) = fsd::ipc::recv::<FromWorker>(&ours).unwrap();
         assert!(

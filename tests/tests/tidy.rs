@@ -6,7 +6,8 @@
 //! resolved configuration from it); no code or metadata word (`reason`, `ticket`, `step`, `lost`)
 //! is set or read as a string in the daemon or the tools' failure texts (`fsd_proto`'s enums
 //! are); text a person reads is escaped by one function (`fsd_proto::names::for_people`), so no
-//! product crate escapes characters itself. Each rule is also run on planted violations, so
+//! product crate escapes characters itself; the daemon's modules import each other in no circle
+//! and its vocabulary (`fsd::op`) imports none of them. Each rule is also run on planted violations, so
 //! a rule that silently stopped matching fails here too.
 
 use std::path::{Path, PathBuf};
@@ -533,4 +534,126 @@ fn every_test_file_is_a_module_of_the_one_test_binary() {
     check(&["all", "read", "write"], "mod read;\nmod write;\n", &[]);
     check(&["all", "read", "planted"], "mod read;\n", &["planted"]);
     check(&["read"], "// mod read;\n", &["read"]);
+}
+
+/// The daemon's vocabulary (`fsd::op`): requests, outcomes, modes, limits. It imports nothing of
+/// the daemon, so every process can speak it without the code that touches the disk.
+const VOCABULARY: &str = "op";
+
+/// The top-level module of a daemon library source (`fsd/src/backend/write.rs`: `backend`);
+/// `None` for the crate roots (`main.rs` is another crate, `lib.rs` only declares modules).
+fn daemon_module(rel: &str) -> Option<&str> {
+    let inner = rel.strip_prefix(DAEMON)?;
+    let first = inner.split('/').next()?;
+    let module = first.strip_suffix(".rs").unwrap_or(first);
+    (!matches!(module, "main" | "lib")).then_some(module)
+}
+
+/// The first identifier of `text`.
+fn leading_ident(text: &str) -> &str {
+    let text = text.trim_start();
+    &text[..text.find(|c: char| !is_ident(c)).unwrap_or(text.len())]
+}
+
+/// The top-level modules a source names through `crate::` paths: `crate::x::…` and each item
+/// of a `use crate::{x, y::z}` group (comments dropped).
+fn crate_modules(source: &str) -> std::collections::BTreeSet<String> {
+    let code: String = source.lines().map(code_of).collect::<Vec<_>>().join("\n");
+    let mut found = std::collections::BTreeSet::new();
+    for (at, word) in code.match_indices("crate::") {
+        if code[..at].chars().next_back().is_some_and(is_ident) {
+            continue;
+        }
+        let rest = &code[at + word.len()..];
+        let Some(group) = rest.trim_start().strip_prefix('{') else {
+            found.insert(leading_ident(rest).to_owned());
+            continue;
+        };
+        // The group's items at its own depth, up to its closing brace.
+        let mut depth = 0usize;
+        let mut start = 0usize;
+        for (i, c) in group.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' | ',' if depth == 0 => {
+                    found.insert(leading_ident(&group[start..i]).to_owned());
+                    start = i + 1;
+                    if c == '}' {
+                        break;
+                    }
+                }
+                '}' => depth -= 1,
+                _ => {}
+            }
+        }
+    }
+    found.retain(|m| !m.is_empty() && m != "self");
+    found
+}
+
+type Graph = std::collections::BTreeMap<String, std::collections::BTreeSet<String>>;
+
+/// The daemon's module graph: each top-level module of `fsd/src` and the others it names.
+fn daemon_graph(sources: &[(String, String)]) -> Graph {
+    let mut graph = Graph::new();
+    for (rel, source) in sources {
+        let Some(module) = daemon_module(rel) else { continue };
+        let names = graph.entry(module.to_owned()).or_default();
+        names.extend(crate_modules(source).into_iter().filter(|m| m != module));
+    }
+    graph
+}
+
+/// The modules on a circle of `graph`: those that reach themselves.
+fn on_a_circle(graph: &Graph) -> Vec<String> {
+    let reaches_itself = |start: &String| {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut stack: Vec<&String> = graph.get(start).into_iter().flatten().collect();
+        while let Some(module) = stack.pop() {
+            if module == start {
+                return true;
+            }
+            if seen.insert(module) {
+                stack.extend(graph.get(module).into_iter().flatten());
+            }
+        }
+        false
+    };
+    graph.keys().filter(|m| reaches_itself(m)).cloned().collect()
+}
+
+#[test]
+fn the_daemon_modules_import_no_circle_and_the_vocabulary_imports_nothing() {
+    let root = workspace_root();
+    let sources: Vec<(String, String)> = sources(&root.join(DAEMON))
+        .into_iter()
+        .map(|path| {
+            let rel = path.strip_prefix(&root).unwrap().to_string_lossy().replace('\\', "/");
+            (rel, std::fs::read_to_string(&path).unwrap())
+        })
+        .collect();
+    let graph = daemon_graph(&sources);
+    assert!(graph.len() > 20 && graph.contains_key(VOCABULARY), "the walk found too few modules: {graph:?}");
+    assert_eq!(on_a_circle(&graph), Vec::<String>::new(), "{graph:#?}");
+    assert_eq!(graph[VOCABULARY], Default::default(), "`{VOCABULARY}` imports nothing of the daemon");
+    // Planted: paths, groups (nested, over lines), comments and the crate roots.
+    let planted = |files: &[(&str, &str)]| {
+        daemon_graph(&files.iter().map(|(r, s)| ((*r).to_owned(), (*s).to_owned())).collect::<Vec<_>>())
+    };
+    let graph = planted(&[
+        ("fsd/src/op/mod.rs", "//! X.\n// crate::backend in a comment\nfn f(_: fsd_crate::x::Y) {}\n"),
+        (
+            "fsd/src/backend/mod.rs",
+            "//! X.\nuse crate::{\n    op::{Mode, Request},\n    sys::{self, Meta}, error,\n};\n",
+        ),
+        ("fsd/src/sys/mod.rs", "//! X.\nconst P: &str = crate::op::TEMP_PREFIX;\n"),
+        ("fsd/src/error.rs", "//! X.\nuse crate::backend::Failure;\nuse crate::error::Other;\n"),
+        ("fsd/src/main.rs", "//! X.\nuse crate::backend;\n"),
+    ]);
+    let names = |m: &str| graph[m].iter().map(String::as_str).collect::<Vec<_>>();
+    assert_eq!(names("op"), Vec::<&str>::new());
+    assert_eq!(names("backend"), ["error", "op", "sys"]);
+    assert_eq!(names("error"), ["backend"]);
+    assert!(!graph.contains_key("main"));
+    assert_eq!(on_a_circle(&graph), ["backend", "error"]);
 }

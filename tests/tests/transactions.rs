@@ -31,7 +31,9 @@ fn edit(path: &Path, old: &str, new: &str, version: Option<String>) -> v1::Trans
 }
 
 fn delete(path: &Path) -> v1::TransactOperation {
-    v1::TransactOperation { kind: Some(Kind::Delete(v1::DeleteFileRequest { path: p(path), ..Default::default() })) }
+    v1::TransactOperation {
+        kind: Some(Kind::Delete(v1::DeleteFileRequest { path: p(path), ..Default::default() })),
+    }
 }
 
 fn moved(from: &Path, to: &Path) -> v1::TransactOperation {
@@ -104,19 +106,23 @@ fn a_mix_of_operations_commits_whole_and_answers_each() {
         })
         .collect();
     assert_eq!(kinds, ["write", "edit", "delete", "move", "write"]);
-    let expected: Vec<(String, Vec<u8>)> = [
-        ("a.txt", "ALPHA\n"),
-        ("b.txt", "BETA\n"),
-        ("new.txt", "new\n"),
-        ("sub/to.txt", "moved\n"),
-    ]
-    .iter()
-    .map(|(n, c)| ((*n).to_owned(), c.as_bytes().to_vec()))
-    .collect();
+    let expected: Vec<(String, Vec<u8>)> =
+        [("a.txt", "ALPHA\n"), ("b.txt", "BETA\n"), ("new.txt", "new\n"), ("sub/to.txt", "moved\n")]
+            .iter()
+            .map(|(n, c)| ((*n).to_owned(), c.as_bytes().to_vec()))
+            .collect();
     assert_eq!(tree(&d.root), expected);
     // Each reply's version is the file's: a guarded edit with it goes through.
     let v1::transact_result::Kind::Write(a) = reply.results[0].kind.clone().unwrap() else { unreachable!() };
-    assert!(rpc.edit_text(&d.path("a.txt"), "ALPHA", "alpha", Some(v1::EditGuard { version: a.version, target_key: String::new() })).is_ok());
+    assert!(
+        rpc.edit_text(
+            &d.path("a.txt"),
+            "ALPHA",
+            "alpha",
+            Some(v1::EditGuard { version: a.version, target_key: String::new() })
+        )
+        .is_ok()
+    );
 }
 
 /// The same transactions whose check or commit fails: nothing changes, and the error names the
@@ -134,13 +140,27 @@ fn a_failing_transaction_changes_nothing_and_names_its_operation() {
     let cases: Vec<(Vec<v1::TransactOperation>, ErrorCode, &str, &str)> = vec![
         // Refused at its check: nothing was committed.
         (
-            vec![write(&d.path("a.txt"), "A"), delete(&d.path("b.txt")), edit(&d.path("c.txt"), "gamma", "G", stale)],
+            vec![
+                write(&d.path("a.txt"), "A"),
+                delete(&d.path("b.txt")),
+                edit(&d.path("c.txt"), "gamma", "G", stale),
+            ],
             ErrorCode::StaleVersion,
             "2",
             "0",
         ),
-        (vec![write(&d.path("a.txt"), "A"), edit(&d.path("c.txt"), "none", "x", None)], ErrorCode::EditNotFound, "1", "0"),
-        (vec![write(&d.path("a.txt"), "A"), write(&d.path("a.txt"), "again")], ErrorCode::SandboxDenied, "1", "0"),
+        (
+            vec![write(&d.path("a.txt"), "A"), edit(&d.path("c.txt"), "none", "x", None)],
+            ErrorCode::EditNotFound,
+            "1",
+            "0",
+        ),
+        (
+            vec![write(&d.path("a.txt"), "A"), write(&d.path("a.txt"), "again")],
+            ErrorCode::SandboxDenied,
+            "1",
+            "0",
+        ),
         // The third commit step fails: the two before it are undone.
         (
             vec![write(&d.path("a.txt"), "A"), delete(&d.path("b.txt")), write(&fault, "")],
@@ -170,10 +190,17 @@ fn bounds_are_refused_up_front_and_a_daemon_without_state_dir_refuses_transactio
     let three = vec![write(&d.path("a"), ""), write(&d.path("b"), ""), write(&d.path("c"), "")];
     let too_many = transact(&mut rpc, three).expect_err("too many");
     assert_eq!(too_many.code, ErrorCode::TooLarge);
-    assert_eq!((too_many.metadata.get("size").unwrap().as_str(), too_many.metadata.get("limit").unwrap().as_str()), ("3", "2"));
-    let too_big = transact(&mut rpc, vec![write(&d.path("a"), "12345"), write(&d.path("b"), "6789")]).expect_err("too big");
+    assert_eq!(
+        (too_many.metadata.get("size").unwrap().as_str(), too_many.metadata.get("limit").unwrap().as_str()),
+        ("3", "2")
+    );
+    let too_big = transact(&mut rpc, vec![write(&d.path("a"), "12345"), write(&d.path("b"), "6789")])
+        .expect_err("too big");
     assert_eq!(too_big.code, ErrorCode::TooLarge);
-    assert_eq!((too_big.metadata.get("size").unwrap().as_str(), too_big.metadata.get("limit").unwrap().as_str()), ("9", "8"));
+    assert_eq!(
+        (too_big.metadata.get("size").unwrap().as_str(), too_big.metadata.get("limit").unwrap().as_str()),
+        ("9", "8")
+    );
     assert!(tree(&d.root).is_empty());
 
     let plain = Daemon::start();
@@ -208,7 +235,12 @@ fn a_worker_dying_mid_commit_is_rolled_back_before_its_targets_unlock() {
     )
     .expect_err("its worker died");
     assert_eq!(cut.code, ErrorCode::Aborted, "{cut:?}");
-    let edited = rpc.edit_text(&d.path("a.txt"), "alpha", "ALPHA", Some(v1::EditGuard { version, target_key: String::new() }));
+    let edited = rpc.edit_text(
+        &d.path("a.txt"),
+        "alpha",
+        "ALPHA",
+        Some(v1::EditGuard { version, target_key: String::new() }),
+    );
     assert!(edited.is_ok(), "{edited:?}");
     let mut expected = before;
     expected[0].1 = b"ALPHA\n".to_vec();

@@ -8,27 +8,20 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 
-use super::digest::Digest;
 use super::moves::remove_checked;
 use super::resolve::WalkOptions;
 use super::write::{Place, check_write_guard, current_checked, parent_vanished, same_key, stage};
-use super::{Backend, EditGuard, Mode, Outcome, WriteGuard, WriteOperation, version};
+use super::{Backend, version};
+use crate::digest::Digest;
 use crate::error::{Denial, Failure, FsError, StaleReason};
+use crate::ipc::MAX_BODY_FRAME;
+use crate::op::{EditGuard, Mode, Outcome, WriteGuard, WriteOperation};
 use crate::sys::{self, Errno, Kind};
 
 /// A worker reports progress this often (bytes, or time with any byte) while a body streams in,
 /// so a long or slow upload is not mistaken for a hung worker; one that stalls still is.
 pub const PROGRESS_BYTES: u64 = 8 << 20;
 const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-/// The largest frame the network process sends.
-pub const MAX_FRAME: usize = 1 << 20;
-
-/// The header of one body frame: its length (little-endian). A zero-length frame ends the body;
-/// a pipe that closes before it means the sender gave up, and nothing is replaced.
-pub fn frame_header(len: usize) -> [u8; 4] {
-    (len as u32).to_le_bytes()
-}
-
 /// Copies a framed body into `out`, refusing more than `limit` bytes, hashing what passes (the
 /// digest of the file's content version). Returns the byte count.
 pub fn copy_frames(
@@ -38,7 +31,7 @@ pub fn copy_frames(
     hasher: &mut Digest,
     progress: &mut dyn FnMut(u64),
 ) -> Result<u64, FsError> {
-    let mut buf = vec![0u8; MAX_FRAME];
+    let mut buf = vec![0u8; MAX_BODY_FRAME];
     let mut total = 0u64;
     let mut reported = 0u64;
     let mut reported_at = std::time::Instant::now();
@@ -49,7 +42,7 @@ pub fn copy_frames(
         if len == 0 {
             return Ok(total);
         }
-        if len > MAX_FRAME {
+        if len > MAX_BODY_FRAME {
             return Err(FsError::WriteTemp(std::io::Error::other("body frame over the limit")));
         }
         total += len as u64;
@@ -85,7 +78,7 @@ impl Backend {
         body: File,
         progress: &mut dyn FnMut(u64),
     ) -> Result<Outcome, Failure> {
-        let mut body = std::io::BufReader::with_capacity(MAX_FRAME + 4, body);
+        let mut body = std::io::BufReader::with_capacity(MAX_BODY_FRAME + 4, body);
         // A parent that vanished fails the call before its first byte is read (see
         // `parent_vanished`): the whole body is still on the pipe for the second walk.
         match self.write_bytes_once(mode, path, file_mode, guard.as_ref(), &mut body, progress) {
@@ -312,15 +305,16 @@ impl Tree<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ipc::body_frame_header;
 
     fn framed(chunks: &[&[u8]], end: bool) -> Vec<u8> {
         let mut out = Vec::new();
         for c in chunks {
-            out.extend_from_slice(&frame_header(c.len()));
+            out.extend_from_slice(&body_frame_header(c.len()));
             out.extend_from_slice(c);
         }
         if end {
-            out.extend_from_slice(&frame_header(0));
+            out.extend_from_slice(&body_frame_header(0));
         }
         out
     }

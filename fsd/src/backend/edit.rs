@@ -5,8 +5,9 @@ use std::os::fd::AsFd;
 
 use super::resolve::WalkOptions;
 use super::write::{Place, current_checked, place_file, same_key};
-use super::{Backend, EditGuard, Mode, Outcome, read, text, version};
+use super::{Backend, read, text, version};
 use crate::error::{Failure, FsError, StaleReason};
+use crate::op::{EditGuard, Mode, Outcome};
 
 impl Backend {
     pub(super) fn edit_text(

@@ -6,8 +6,9 @@ use std::ffi::{OsStr, OsString};
 use std::os::fd::AsFd;
 
 use super::resolve::Resolved;
-use super::{Backend, Mode, moves};
+use super::{Backend, moves};
 use crate::error::{Failure, FsError};
+use crate::op::Mode;
 use crate::sys;
 
 impl Backend {

@@ -48,8 +48,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::RootSpec;
-use super::TEMP_PREFIX;
+use crate::op::{RootSpec, TEMP_PREFIX};
 use crate::sys::{self, Errno, Kind, Meta};
 
 /// The extended attribute names of journal entries start with this.

@@ -9,8 +9,9 @@ use std::os::fd::{AsFd, BorrowedFd};
 use super::journal::Scope;
 use super::resolve::{Resolved, WalkOptions};
 use super::write::{Place, current_checked, current_file, place_file, same_key};
-use super::{Backend, Change, EditGuard, Mode, Outcome, WriteGuard, read, text, version};
+use super::{Backend, read, text, version};
 use crate::error::{Denial, Failure, FsError, StaleReason};
+use crate::op::{Change, EditGuard, Mode, Outcome, WriteGuard};
 use crate::sys::{self, Errno, Kind, RenameHow};
 
 impl Backend {
@@ -427,12 +428,11 @@ pub(super) fn keep_aside(dir: BorrowedFd<'_>, name: &OsStr, temp: &OsStr) -> std
 /// `<name>.kept-<8 hex digits of the temporary name>`, in the same directory (`None`: too long).
 fn kept_name(name: &OsStr, temp: &OsStr) -> Option<std::ffi::OsString> {
     use std::os::unix::ffi::OsStrExt;
-    let random = temp.as_bytes().strip_prefix(super::TEMP_PREFIX.as_bytes())?.get(..8)?;
+    let random = temp.as_bytes().strip_prefix(crate::op::TEMP_PREFIX.as_bytes())?.get(..8)?;
     let mut kept = name.as_bytes().to_vec();
     kept.extend_from_slice(b".kept-");
     kept.extend_from_slice(random);
-    (kept.len() <= super::resolve::MAX_COMPONENT_BYTES)
-        .then(|| std::os::unix::ffi::OsStringExt::from_vec(kept))
+    (kept.len() <= crate::op::MAX_COMPONENT_BYTES).then(|| std::os::unix::ffi::OsStringExt::from_vec(kept))
 }
 
 /// Test hook: a guarded removal of `fsd-fault-pause-remove` pauses a second after its check,

@@ -8,19 +8,12 @@ use std::io::Read;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 
-use super::digest::Digest;
 use super::resolve::{self, Resolved, WalkOptions};
-use super::{Backend, DirEntry, FileType, Info, Mode, Outcome, TEMP_PREFIX, Target, text, version};
+use super::{Backend, text, version};
+use crate::digest::Digest;
 use crate::error::{Denial, Failure, FsError, StaleReason};
+use crate::op::{DirEntry, FileType, Info, Mode, Outcome, StreamHeader, TEMP_PREFIX, Target};
 use crate::sys::{self, Errno, Kind, Meta};
-
-/// The first message of a streamed read.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct StreamHeader {
-    pub target: Target,
-    pub version: String,
-    pub size: u64,
-}
 
 /// Hashes a streamed file's chunks as they pass, so that a stream that reached the end yields a
 /// version with a digest without a second read.

@@ -7,18 +7,15 @@
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
-
-use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 
 use crate::error::{Denial, FsError, PathProblem};
+pub use crate::op::path_string;
+use crate::op::{Binding, Last, MAX_COMPONENT_BYTES, MAX_PATH_BYTES, ObjectId, Shown};
 use crate::sys::{self, Errno, Kind, Meta};
 
 /// At most this many symlinks are followed in one resolution (the kernel's own limit).
 const MAX_LINK_HOPS: usize = 40;
-/// Request paths longer than this are refused before any syscall.
-pub const MAX_PATH_BYTES: usize = 4096;
-pub const MAX_COMPONENT_BYTES: usize = 255;
 
 /// A directory tree the daemon serves, opened once at startup.
 #[derive(Debug)]
@@ -150,13 +147,7 @@ impl Resolved {
     }
 }
 
-/// One object as the kernel names it: device, inode and the mount it was reached on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ObjectId {
-    pub dev: u64,
-    pub ino: u64,
-    pub mount: u64,
-}
+// The walk's side of the approval vocabulary (`crate::op::binding`): the objects a walk stood on.
 
 impl ObjectId {
     pub fn of(meta: &Meta) -> ObjectId {
@@ -164,65 +155,10 @@ impl ObjectId {
     }
 }
 
-/// What a person is shown of an existing final object besides its identity: who owns it, its
-/// permission bits and its hard links (a file with more than one is reachable by other names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Shown {
-    pub uid: u32,
-    pub gid: u32,
-    /// `st_mode`, file type included.
-    pub mode: u32,
-    pub nlink: u64,
-}
-
 impl Shown {
     fn of(meta: &Meta) -> Shown {
         Shown { uid: meta.uid, gid: meta.gid, mode: meta.mode, nlink: meta.nlink }
     }
-
-    /// Whether a requester of Unix uid `uid` (`None`: a client with no Unix identity, which
-    /// holds no authority of its own over any file) could itself read (or, with `write`, change)
-    /// the content of this object. Group bits do not count (the daemon does not know the
-    /// requester's groups): a refusal errs on the safe side.
-    pub fn grants(&self, uid: Option<u32>, write: bool) -> bool {
-        let bit = if write { 0o2 } else { 0o4 };
-        match uid {
-            Some(0) => true,
-            Some(uid) if uid == self.uid => self.mode & (bit << 6) != 0,
-            Some(_) => self.mode & bit != 0,
-            None => false,
-        }
-    }
-
-    /// A file other names share: more than one hard link (directories always have several).
-    pub fn hard_linked(&self) -> bool {
-        self.mode & 0o170000 != 0o040000 && self.nlink > 1
-    }
-}
-
-/// The final entry of a bound target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Last {
-    /// Nothing at the name: an approved creation, which never replaces what appears there.
-    Absent,
-    /// This object.
-    Is(ObjectId, Shown),
-    /// Whatever an earlier call of the same approval left there (an apply_patch operation):
-    /// the directories still bind.
-    Unchecked,
-}
-
-/// The object an approval names, as the walk of its path resolved it when the approver was
-/// asked: each directory it stood in (root first, mount included), the components below them
-/// that did not exist yet (which only the approved call may create), and the final entry. The
-/// worker performing the approved call walks the path again, once, and refuses
-/// ([`Denial::NotApproved`]) if its own walk stands anywhere else.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Binding {
-    pub dirs: Vec<ObjectId>,
-    /// Directories below `dirs` missing when described (the final name not counted).
-    pub missing: usize,
-    pub last: Last,
 }
 
 impl Binding {
@@ -594,12 +530,6 @@ pub fn display_path(roots: &[Root], root: usize, rel: &[OsString]) -> String {
         path.push(c);
     }
     path_string(&path)
-}
-
-/// A path as text a model or a log may show, escaped ([`fsd_proto::names`]): reversible, so
-/// two names never collide and the text leads back to the file.
-pub fn path_string(path: &Path) -> String {
-    escape_bytes(path.as_os_str().as_bytes())
 }
 
 /// Escapes a name for display (see [`fsd_proto::names::escape`]).

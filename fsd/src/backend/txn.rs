@@ -32,65 +32,15 @@ use serde::{Deserialize, Serialize};
 use super::journal::Entry;
 use super::resolve::{Resolved, WalkOptions};
 use super::write::{Place, Ready, check_write_guard, current_checked, stage, write_failed};
-use super::{Backend, Change, EditGuard, Mode, Outcome, WriteGuard, WriteOperation, read, version};
+use super::{Backend, read, version};
 use crate::error::{Denial, Failure, FsError, StaleReason};
+use crate::op::{Change, Mode, Outcome, TxnOp, WriteGuard, WriteOperation};
 use crate::sys::{self, Errno, Kind, Meta, RenameHow};
 
 /// The state directory's subdirectory of intent records.
 pub const INTENTS: &str = "txn";
 const FORMAT: &str = "fsd-txn-1";
 const RECORD_PREFIX: &str = "txn-";
-
-/// One operation of a transaction, with its guard.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum TxnOp {
-    Write {
-        path: String,
-        content: String,
-        guard: Option<WriteGuard>,
-        match_style: bool,
-    },
-    Edit {
-        path: String,
-        old: String,
-        new: String,
-        replace_all: bool,
-        guard: Option<EditGuard>,
-    },
-    Delete {
-        path: String,
-        guard: Option<EditGuard>,
-    },
-    /// With `content`, the destination gets it and the source goes.
-    Move {
-        source: String,
-        destination: String,
-        source_guard: Option<EditGuard>,
-        destination_guard: Option<WriteGuard>,
-        content: Option<String>,
-    },
-}
-
-impl TxnOp {
-    /// The path the operation names (the source of a move).
-    pub fn path(&self) -> &str {
-        match self {
-            TxnOp::Write { path, .. } | TxnOp::Edit { path, .. } | TxnOp::Delete { path, .. } => path,
-            TxnOp::Move { source, .. } => source,
-        }
-    }
-
-    /// The operation it is, as a single call.
-    pub fn op(&self) -> crate::op::Op {
-        use crate::op::Op;
-        match self {
-            TxnOp::Write { .. } => Op::WriteText,
-            TxnOp::Edit { .. } => Op::EditText,
-            TxnOp::Delete { .. } => Op::DeleteFile,
-            TxnOp::Move { .. } => Op::MoveFile,
-        }
-    }
-}
 
 /// What a slot's commit step does at its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -868,7 +818,8 @@ impl Intent<'_> {
 /// Writes and syncs the record, then its directory: durable before the first rename.
 fn write_record(dir: BorrowedFd<'_>, record: &Record) -> Result<OsString, FsError> {
     let random = sys::temp_name().map_err(FsError::CreateTemp)?;
-    let suffix = random.as_bytes().strip_prefix(super::TEMP_PREFIX.as_bytes()).unwrap_or(random.as_bytes());
+    let suffix =
+        random.as_bytes().strip_prefix(crate::op::TEMP_PREFIX.as_bytes()).unwrap_or(random.as_bytes());
     let mut name = RECORD_PREFIX.as_bytes().to_vec();
     name.extend_from_slice(suffix);
     let name = OsString::from_vec(name);
@@ -893,7 +844,8 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::backend::{Fence, Guard, Info, Limits, Locking, Request, RootSpec};
+    use crate::backend::{Fence, Guard, Locking};
+    use crate::op::{EditGuard, Info, Limits, Request, RootSpec};
 
     /// The unit tests' locks: one call at a time, so nothing to take.
     #[derive(Debug)]

@@ -12,7 +12,7 @@ use std::os::unix::fs::FileExt;
 
 use fsd_proto::version::{CONTENT_SEPARATOR, split};
 
-use super::digest::{self, Digest};
+use crate::digest::{self, Digest};
 use crate::error::FsError;
 use crate::sys::{self, Meta};
 

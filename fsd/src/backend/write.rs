@@ -10,8 +10,9 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use super::journal::{Entry, Scope};
 use super::resolve::{Resolved, WalkOptions};
-use super::{Backend, Mode, Outcome, WriteGuard, WriteOperation, text, version};
+use super::{Backend, text, version};
 use crate::error::{Failure, FsError, StaleReason};
+use crate::op::{Mode, Outcome, WriteGuard, WriteOperation};
 use crate::sys::{self, Errno, Kind, Meta, RenameHow};
 
 /// Mode bits of files the daemon creates.

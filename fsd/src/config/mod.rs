@@ -13,12 +13,12 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 
-use crate::backend::{Limits, Mode, RootSpec};
+use crate::op::{Limits, Mode, RootSpec};
 
 pub use file::{BudgetsFile, ConfigFile, TokenFile};
 pub use guarded::{DEFAULT_PROTECTED_NAMES, DEFAULT_READ_DENIED};
 pub use listen::{Listen, Transport};
-pub use rest::Rest;
+pub use rest::{Allowed, Rest};
 
 use file::parse_error;
 use fleet::{FleetFile, fleet_settings};

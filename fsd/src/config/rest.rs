@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use super::ConfigError;
-use crate::backend::RootSpec;
+use crate::op::RootSpec;
 
 /// The REST face's settings.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -13,7 +13,15 @@ pub struct Rest {
     pub metadata_env_prefix: String,
     pub metadata_env: Vec<String>,
     /// `http_allowed_hosts` and `http_allowed_origins` (`crate::rest::host`).
-    pub allowed: crate::rest::host::Allowed,
+    pub allowed: Allowed,
+}
+
+/// The names and origins the operator allows (lower case; hosts without a port), which
+/// `crate::rest::host` judges requests by.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Allowed {
+    pub hosts: Vec<String>,
+    pub origins: Vec<String>,
 }
 
 impl Rest {
@@ -57,7 +65,7 @@ pub(super) fn rest_settings(
         root,
         metadata_env_prefix: prefix.unwrap_or_else(|| "SANDBOX_".to_owned()),
         metadata_env: names.unwrap_or_default(),
-        allowed: crate::rest::host::Allowed {
+        allowed: Allowed {
             hosts: allowed_list("http_allowed_hosts", hosts, valid_host)?,
             origins: allowed_list("http_allowed_origins", origins, valid_origin)?,
         },

@@ -10,8 +10,8 @@ use super::Dispatcher;
 use super::pool::{Answer, Expect, Job, Lost, Pool};
 use fsd_proto::WorkerLost;
 
-use crate::backend::Mode;
 use crate::ipc::{self, FromWorker, IpcError, ToWorker};
+use crate::op::Mode;
 use crate::sys::ipc::AsyncFrames;
 
 /// How many reads a driver sends behind the read its worker runs (see `Dispatcher::drive`):
@@ -52,7 +52,7 @@ impl Sent {
 
     /// A transaction, whose locks outlive a lost worker (`locks::Parked`).
     fn is_transaction(&self) -> bool {
-        matches!(self, Sent::Job(job) if matches!(&job.message, ToWorker::Call(request) if matches!(request.plain(), crate::backend::Request::Transact { .. })))
+        matches!(self, Sent::Job(job) if matches!(&job.message, ToWorker::Call(request) if matches!(request.plain(), crate::op::Request::Transact { .. })))
     }
 
     fn is_read(&self) -> bool {

@@ -26,8 +26,8 @@ use std::time::Duration;
 use fsd_proto::{ErrorCode, Reason, WireError};
 use tokio::sync::{Notify, mpsc, oneshot};
 
-use crate::backend::{Mode, Outcome, Request, StreamHeader};
 use crate::ipc::{self, ControlRequest, FromWorker, ToWorker};
+use crate::op::{Mode, Outcome, Request, StreamHeader};
 use crate::sys::ipc::AsyncFrames;
 use driver::Worker;
 use locks::AsyncLocks;
@@ -378,7 +378,7 @@ impl Dispatcher {
         mode: Mode,
         identity: &str,
         path: &str,
-        bindings: crate::backend::Bindings,
+        bindings: crate::op::Bindings,
     ) -> Result<(StreamHeader, File), WireError> {
         let message = ToWorker::OpenStream { path: path.to_owned(), bindings };
         match self.run(mode, identity, path, message, None, Expect::Stream).await? {

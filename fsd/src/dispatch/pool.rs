@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::{Notify, oneshot};
 
 use super::queue::FairQueue;
-use crate::backend::{Outcome, StreamHeader};
 use crate::ipc::{FromWorker, ToWorker};
+use crate::op::{Outcome, StreamHeader};
 use fsd_proto::WireError;
 
 /// The final reply a call waits for (lock requests and progress come before it).

@@ -13,7 +13,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::backend::{StreamDigest, StreamHeader};
+use crate::backend::StreamDigest;
+
+use crate::op::StreamHeader;
 
 /// One chunk to read, and the digest of the stream's bytes so far when it is to be hashed too.
 /// The reader thread hands the bytes back first and hashes them after: the chunk is on its way
@@ -242,7 +244,7 @@ mod tests {
         file.write_all(&data).expect("write");
         let (tx, mut rx) = mpsc::channel(64);
         let header = StreamHeader {
-            target: crate::backend::Target { key: "k".into(), display: "d".into() },
+            target: crate::op::Target { key: "k".into(), display: "d".into() },
             version: "v".into(),
             size: data.len() as u64,
         };
@@ -270,7 +272,7 @@ mod tests {
         let file = File::open("/proc/self/status").expect("procfs");
         let (tx, mut rx) = mpsc::channel(64);
         let header = StreamHeader {
-            target: crate::backend::Target { key: "k".into(), display: "d".into() },
+            target: crate::op::Target { key: "k".into(), display: "d".into() },
             version: "v".into(),
             size: 0,
         };
@@ -291,7 +293,7 @@ mod tests {
             b.len()
         };
         let header = StreamHeader {
-            target: crate::backend::Target { key: "k".into(), display: "d".into() },
+            target: crate::op::Target { key: "k".into(), display: "d".into() },
             version: "v".into(),
             size: 100_000,
         };
@@ -314,7 +316,7 @@ mod tests {
         let (cancel_tx, cancel_rx) = oneshot::channel();
         let mut replies = Replies::new(rx, cancel_rx);
         let header = StreamHeader {
-            target: crate::backend::Target { key: "k".into(), display: "d".into() },
+            target: crate::op::Target { key: "k".into(), display: "d".into() },
             version: "v".into(),
             size: 64 << 10,
         };

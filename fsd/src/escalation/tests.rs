@@ -18,7 +18,7 @@ fn op(path: &str) -> CanonicalOp {
 
 /// A binding of a walk that stood in directory `ino` (on device 1, mount 2).
 fn binding(ino: u64) -> Binding {
-    Binding { dirs: vec![crate::backend::ObjectId { dev: 1, ino, mount: 2 }], missing: 0, last: Last::Absent }
+    Binding { dirs: vec![crate::op::ObjectId { dev: 1, ino, mount: 2 }], missing: 0, last: Last::Absent }
 }
 
 /// A read of `key` whose walk stood in directory 7, as `op`'s did.
@@ -422,8 +422,8 @@ fn a_call_that_meets_another_object_spends_the_escalation() {
     let replaced = CanonicalOp {
         bound: Some(Binding {
             last: Last::Is(
-                crate::backend::ObjectId { dev: 1, ino: 9, mount: 2 },
-                crate::backend::resolve::Shown { uid: 0, gid: 0, mode: 0o600, nlink: 1 },
+                crate::op::ObjectId { dev: 1, ino: 9, mount: 2 },
+                crate::op::Shown { uid: 0, gid: 0, mode: 0o600, nlink: 1 },
             ),
             ..binding(7)
         }),
@@ -464,8 +464,8 @@ fn a_call_that_meets_another_object_spends_the_escalation() {
 #[test]
 fn the_description_shows_the_resolved_object_and_a_hard_linked_file() {
     let (_, esc) = setup(60);
-    let shown = crate::backend::resolve::Shown { uid: 0, gid: 0, mode: 0o100600, nlink: 2 };
-    let object = crate::backend::ObjectId { dev: 1, ino: 9, mount: 2 };
+    let shown = crate::op::Shown { uid: 0, gid: 0, mode: 0o100600, nlink: 2 };
+    let object = crate::op::ObjectId { dev: 1, ino: 9, mount: 2 };
     let linked = CanonicalOp {
         version: Some("v1".into()),
         bound: Some(Binding { last: Last::Is(object, shown), ..binding(7) }),
@@ -491,7 +491,7 @@ fn the_description_shows_the_resolved_object_and_a_hard_linked_file() {
 /// lists this change, on the objects the worker's walk is held to, with the content it writes.
 #[test]
 fn a_worker_performs_only_a_change_its_approver_signed() {
-    use crate::backend::Request;
+    use crate::op::Request;
     let (signing, esc) = setup(60);
     let approved_op = CanonicalOp { content_sha256: fsd_proto::digest::content(b"new\n"), ..op("etc/x") };
     let d = approved(&signing, &esc, vec![(approved_op, Preview::default())]);

@@ -11,9 +11,9 @@ use tonic::body::Body;
 
 use super::Face;
 use super::reply::{self, DirectoryListing, RestError};
-use crate::backend::{self, EditGuard, Outcome, WriteGuard};
 use crate::dispatch::stream::Replies;
 use crate::identity::Identity;
+use crate::op::{self, EditGuard, Outcome, WriteGuard};
 use crate::service::BodySink;
 
 /// The daemon path a request names: `{path}` percent-decoded and joined to the REST root. `..`
@@ -101,7 +101,7 @@ impl Face {
             Err(w) if w.code == ErrorCode::NotRegularFile => w,
             Err(w) => return Err(RestError::from_wire(&w)),
         };
-        let listing = backend::Request::ListDir { path: path.to_owned() };
+        let listing = op::Request::ListDir { path: path.to_owned() };
         match self.service.call_as(identity, listing).await {
             Ok(Outcome::ListDir { target, entries }) => {
                 let entries = entries.into_iter().filter_map(reply::file_entry).collect();
@@ -115,7 +115,7 @@ impl Face {
     }
 
     async fn head(&self, identity: Identity, path: &str) -> Result<Response<Body>, RestError> {
-        let stat = backend::Request::Stat { path: path.to_owned(), no_follow: false };
+        let stat = op::Request::Stat { path: path.to_owned(), no_follow: false };
         match self.service.call_as(identity, stat).await.map_err(|w| RestError::from_wire(&w))? {
             Outcome::Stat { info: None, .. } => Ok(reply::empty(StatusCode::NOT_FOUND)),
             Outcome::Stat { info: Some(info), .. } => {
@@ -123,7 +123,7 @@ impl Face {
                 let headers = response.headers_mut();
                 headers.insert(header::ETAG, etag(&info.version));
                 match info.file_type {
-                    backend::FileType::File => {
+                    op::FileType::File => {
                         let kind = header::HeaderValue::from_static("application/octet-stream");
                         headers.insert(header::CONTENT_TYPE, kind);
                         headers.insert(
@@ -184,7 +184,7 @@ impl Face {
                 multer::parse_boundary(v).map_err(|_| RestError::invalid("multipart body without a boundary"))
             })
             .transpose()?;
-        let write = backend::Request::WriteBytes { path, mode, guard };
+        let write = op::Request::WriteBytes { path, mode, guard };
         let body = request.into_body();
         let (fed, result) = match boundary {
             None => self.service.write_stream_as(identity, write, |sink| feed_raw(body, sink)).await,
@@ -228,7 +228,7 @@ impl Face {
                 return Err(RestError::invalid("If-None-Match: * makes no sense for DELETE"));
             }
         };
-        let remove = backend::Request::Remove { path, recursive, guard };
+        let remove = op::Request::Remove { path, recursive, guard };
         match self.service.call_as(identity, remove).await.map_err(|w| RestError::from_wire(&w))? {
             Outcome::Remove { .. } => Ok(reply::empty(StatusCode::NO_CONTENT)),
             _ => Err(unexpected()),
@@ -240,7 +240,7 @@ impl Face {
 /// ends early (its reader stalled past the idle timeout, the file changed while it was read)
 /// ends the body with an error: the connection is cut before Content-Length bytes, never a
 /// short body that passes for the file.
-fn stream(header: backend::StreamHeader, replies: Replies<Result<Bytes, WireError>>) -> Response<Body> {
+fn stream(header: op::StreamHeader, replies: Replies<Result<Bytes, WireError>>) -> Response<Body> {
     use tokio_stream::StreamExt;
     let frames = replies.map(|item| match item {
         Ok(bytes) => Ok(Frame::data(bytes)),

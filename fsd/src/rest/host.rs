@@ -12,6 +12,8 @@
 
 use tonic::codegen::http;
 
+pub use crate::config::Allowed;
+
 /// What reaches a listener, which decides the names it accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reach {
@@ -52,13 +54,6 @@ impl std::fmt::Display for Refusal {
             Refusal::Origin(origin) => write!(f, "requests from origin {origin:?} are not accepted"),
         }
     }
-}
-
-/// The names and origins the operator allows (lower case; hosts without a port).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Allowed {
-    pub hosts: Vec<String>,
-    pub origins: Vec<String>,
 }
 
 /// The host part of an authority (`name`, `name:port`, `[v6]:port`), lower case, without a

@@ -20,9 +20,9 @@ use tokio::sync::watch;
 use tonic::body::Body;
 use tonic::transport::server::Connected;
 
-use crate::backend::Mode;
 use crate::edge::{Admitted, Edge};
 use crate::identity::Identity;
+use crate::op::Mode;
 use crate::service::FsdService;
 use reply::RestError;
 

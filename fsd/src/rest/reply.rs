@@ -7,7 +7,7 @@ use hyper::{Response, StatusCode, header};
 use serde::Serialize;
 use tonic::body::Body;
 
-use crate::backend::{DirEntry, FileType};
+use crate::op::{DirEntry, FileType};
 
 /// One error of the REST face: the HTTP status and the spec's code.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,12 +17,13 @@ use super::grant::{Caller, Decision, Extra, Step};
 use super::patched::{Effect, PatchCheck};
 use super::wire::{self, Called, mode_from_wire};
 use crate::approver::{self, Answer};
-use crate::backend::{self, Mode, Outcome, WriteGuard, text};
+use crate::backend::text;
 use crate::config::Escalation;
 use crate::error::{EscalationDenial, Failure, FsError, StaleReason};
 use crate::escalation::diff::{self, Shown};
 use crate::escalation::{AFTER_EARLIER, CanonicalOp, Describe, Preview, escape, lexical};
 use crate::op::Op;
+use crate::op::{self, Mode, Outcome, WriteGuard};
 
 /// The most calls one escalation request may list, whatever the budgets say.
 const MAX_ESCALATED_OPS: usize = 10_000;
@@ -79,14 +80,14 @@ struct Current {
 impl FsdService {
     async fn current(&self, mode: Mode, path: &str) -> Result<Option<Current>, WireError> {
         let max_bytes = self.limits.max_editable_bytes;
-        match self.dispatch(mode, backend::Request::ReadText { path: path.to_owned(), max_bytes }).await {
+        match self.dispatch(mode, op::Request::ReadText { path: path.to_owned(), max_bytes }).await {
             Ok(Outcome::ReadText { version, text, .. }) => Ok(Some(Current { version, text: Ok(text) })),
             Ok(_) => Err(WireError::new(ErrorCode::IoError, path, "unexpected outcome")),
             Err(w) if w.code == ErrorCode::NotFound => Ok(None),
             Err(w)
                 if matches!(w.code, ErrorCode::TooLarge | ErrorCode::NotText | ErrorCode::NotRegularFile) =>
             {
-                let stat = backend::Request::Stat { path: path.to_owned(), no_follow: false };
+                let stat = op::Request::Stat { path: path.to_owned(), no_follow: false };
                 match self.dispatch(mode, stat).await? {
                     Outcome::Stat { info: Some(info), .. } => {
                         Ok(Some(Current { version: info.version, text: Err(w.code) }))
@@ -104,7 +105,7 @@ impl FsdService {
         let fail = |e: FsError| Failure::new(e, wire.path.clone()).into_wire().into_status();
         match op {
             Op::EditText => {
-                let edit = backend::EditGuard {
+                let edit = op::EditGuard {
                     version: wire.edit_guard.as_ref().map(|g| g.version.clone()).unwrap_or_default(),
                     target_key: None,
                 };
@@ -162,7 +163,7 @@ impl FsdService {
             }
             Op::DeleteFile | Op::MoveFile => {
                 let Some(guard) = &wire.edit_guard else { return Ok(()) };
-                let stat = backend::Request::Stat { path: wire.path.clone(), no_follow: true };
+                let stat = op::Request::Stat { path: wire.path.clone(), no_follow: true };
                 match self.dispatch(mode, stat).await.map_err(|w| w.into_status())? {
                     Outcome::Stat { info: None, .. } => Err(fail(FsError::Stale(StaleReason::Gone))),
                     Outcome::Stat { info: Some(info), .. }
@@ -183,11 +184,11 @@ impl FsdService {
     /// with the approval of a change than one outside its grant.
     async fn visible(&self, base: Mode, path: &str) -> bool {
         let denied = |w: &WireError| matches!(w.code, ErrorCode::SandboxDenied | ErrorCode::PermissionDenied);
-        let stat = backend::Request::Stat { path: path.to_owned(), no_follow: true };
+        let stat = op::Request::Stat { path: path.to_owned(), no_follow: true };
         if matches!(self.dispatch(base, stat).await, Err(w) if denied(&w)) {
             return false;
         }
-        let probe = backend::Request::ReadBytes { path: path.to_owned(), max_bytes: 1 };
+        let probe = op::Request::ReadBytes { path: path.to_owned(), max_bytes: 1 };
         !matches!(self.dispatch(base, probe).await, Err(w) if denied(&w))
     }
 
@@ -215,7 +216,7 @@ impl FsdService {
                 let current = if let Some(earlier) = earlier {
                     Some(earlier.unwrap_or_default())
                 } else if exists {
-                    let request = backend::Request::ReadText { path: path.to_owned(), max_bytes: 1 << 20 };
+                    let request = op::Request::ReadText { path: path.to_owned(), max_bytes: 1 << 20 };
                     match self.dispatch(mode, request).await {
                         Ok(Outcome::ReadText { text, .. }) => Some(text),
                         _ => None,
@@ -358,7 +359,7 @@ impl FsdService {
         let resolved = resolved?;
         // A file other names share is acted on under all of them: the approval reaches only
         // what its requester could reach itself (an approver sees one name, not the others).
-        if let Some(crate::backend::Last::Is(_, shown)) = resolved.binding.as_ref().map(|b| b.last)
+        if let Some(crate::op::Last::Is(_, shown)) = resolved.binding.as_ref().map(|b| b.last)
             && shown.hard_linked()
             && !shown.grants(caller.identity.uid, op != Op::ReadText)
         {

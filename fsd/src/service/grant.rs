@@ -9,12 +9,12 @@ use tonic::{Request, Status};
 use super::FsdService;
 use super::wire::mode_from_wire;
 use crate::audit;
-use crate::backend::{self, Mode, Outcome};
 use crate::config::Escalation;
 use crate::error::EscalationDenial;
 use crate::escalation::{CanonicalOp, Escalations, Ticket, TicketError, escape, lexical};
 use crate::identity::Identity;
 use crate::op::Op;
+use crate::op::{self, Mode, Outcome};
 
 /// The mode a call runs at, and the signed ticket it must redeem first (signed trust only).
 #[derive(Debug, Clone)]
@@ -271,7 +271,7 @@ impl FsdService {
         path: &str,
         follow: bool,
     ) -> Result<Canonical, Status> {
-        let request = backend::Request::Stat { path: path.to_owned(), no_follow: !follow };
+        let request = op::Request::Stat { path: path.to_owned(), no_follow: !follow };
         match self.dispatch(mode, request).await.map_err(|w| w.into_status())? {
             Outcome::Stat { target, info, binding } => Ok(Canonical {
                 key: target.key,
@@ -286,14 +286,14 @@ impl FsdService {
     /// Describes one call as an approver would have seen it. Its content's digest is linear in
     /// its size: made on the check threads (the content lent to them and given back, never
     /// copied), not on this runtime thread other clients' calls are scheduled on.
-    async fn canonical_op(&self, mode: Mode, request: &mut backend::Request) -> Result<CanonicalOp, Status> {
+    async fn canonical_op(&self, mode: Mode, request: &mut op::Request) -> Result<CanonicalOp, Status> {
         let op = match request.op() {
             op if op.is_mutation() => op,
             _ => Op::Read,
         };
         let lent = |content: &mut String| std::mem::take(content);
         let (digest, destination) = match request {
-            backend::Request::WriteText { path, content, .. } => {
+            op::Request::WriteText { path, content, .. } => {
                 let lent = lent(content);
                 let (back, digest) = self
                     .digested(path, move || {
@@ -304,7 +304,7 @@ impl FsdService {
                 *content = back.0;
                 (digest, None)
             }
-            backend::Request::EditText { path, old, new, replace_all, .. } => {
+            op::Request::EditText { path, old, new, replace_all, .. } => {
                 let (old_lent, new_lent, all) = (lent(old), lent(new), *replace_all);
                 let (back, digest) = self
                     .digested(path, move || {
@@ -315,7 +315,7 @@ impl FsdService {
                 (*old, *new) = back;
                 (digest, None)
             }
-            backend::Request::MoveFile { source, destination, content: Some(content), .. } => {
+            op::Request::MoveFile { source, destination, content: Some(content), .. } => {
                 let lent = lent(content);
                 let (back, digest) = self
                     .digested(source, move || {
@@ -326,7 +326,7 @@ impl FsdService {
                 *content = back.0;
                 (digest, Some(destination.clone()))
             }
-            backend::Request::MoveFile { destination, .. } => (Vec::new(), Some(destination.clone())),
+            op::Request::MoveFile { destination, .. } => (Vec::new(), Some(destination.clone())),
             _ => (Vec::new(), None),
         };
         let destination = destination.as_deref();
@@ -373,14 +373,13 @@ impl FsdService {
         &self,
         caller: &Caller,
         grant: &Grant,
-        request: &mut backend::Request,
+        request: &mut op::Request,
     ) -> Result<Option<String>, Status> {
         let Some(ticket) = &grant.ticket else { return Ok(None) };
         let path = &request.path().to_owned();
         let request_op = request.op();
         // Reading bytes of a target is what a change's approval bounds; a stat is not.
-        let content =
-            matches!(request, backend::Request::ReadText { .. } | backend::Request::ReadBytes { .. });
+        let content = matches!(request, op::Request::ReadText { .. } | op::Request::ReadBytes { .. });
         let digest = self.escalations.as_ref().and_then(|e| e.digest_of(&ticket.escalation_id));
         let extra = Extra { digest: digest.as_deref(), ..Extra::default() };
         let refuse = |denial: EscalationDenial| {
@@ -423,7 +422,7 @@ impl FsdService {
         #[cfg(feature = "fault-injection")]
         let approval = crate::escalation::fault::tampered(approval);
         let destination = match request.plain() {
-            backend::Request::MoveFile { destination, .. } => Some(destination.clone()),
+            op::Request::MoveFile { destination, .. } => Some(destination.clone()),
             _ => None,
         };
         let result = if call.op == Op::Read {
@@ -442,8 +441,8 @@ impl FsdService {
         match result {
             Ok((read, bindings)) => {
                 // The worker that performs the call holds its own walk to what was approved.
-                let plain = std::mem::replace(request, backend::Request::ListDir { path: String::new() });
-                *request = backend::Request::Bound { bindings, approval, request: Box::new(plain) };
+                let plain = std::mem::replace(request, op::Request::ListDir { path: String::new() });
+                *request = op::Request::Bound { bindings, approval, request: Box::new(plain) };
                 let step = Step::Escalate(request_op);
                 // The record names the path the call resolved to, and who approved it.
                 let extra = Extra { requested: Some(path), decided_by: decider.as_deref(), ..extra };
@@ -470,7 +469,7 @@ pub(super) struct Canonical {
     /// The version found, `None` for an absent target.
     pub version: Option<String>,
     /// The object the resolution stood on.
-    pub binding: Option<backend::Binding>,
+    pub binding: Option<op::Binding>,
 }
 
 /// The ticket a call presents: the escalation it names, for the caller's session and `client`.

@@ -7,7 +7,7 @@ use tonic::{Request, Response};
 use super::FsdService;
 use super::grant::Caller;
 use super::wire::mode_to_wire;
-use crate::backend::{self, Mode};
+use crate::op::{self, Mode};
 use crate::sys;
 
 impl FsdService {
@@ -52,7 +52,7 @@ impl FsdService {
                 max_read_bytes: limits.max_read_bytes,
                 max_diff_text_bytes: limits.max_diff_text_bytes,
                 max_dir_entries: limits.max_dir_entries as u64,
-                max_path_bytes: backend::resolve::MAX_PATH_BYTES as u64,
+                max_path_bytes: op::MAX_PATH_BYTES as u64,
             }),
             readable_roots: roots.iter().map(|(p, _)| p.clone()).collect(),
             writable_roots: roots.iter().filter(|(_, w)| *w).map(|(p, _)| p.clone()).collect(),

@@ -21,12 +21,12 @@ use fsd_proto::v1::{self, fsd_server::Fsd};
 use fsd_proto::{ErrorCode, WireError};
 use tonic::{Request, Response, Status};
 
-use crate::backend::{self, Limits, Mode, Outcome, WriteOperation};
 use crate::budget::Budgets;
 use crate::config::{Config, Escalation};
 use crate::dispatch::{Dispatcher, stream};
 use crate::escalation::Escalations;
 use crate::op::Op;
+use crate::op::{self, Limits, Mode, Outcome, WriteOperation};
 use grant::{Caller, Decision, Grant, Step};
 pub use plain::{BodySink, SinkClosed};
 use wire::Called;
@@ -102,18 +102,13 @@ impl FsdService {
 
     /// One backend operation the service makes for itself (checks before a grant), queued as
     /// the daemon's own identity.
-    async fn dispatch(&self, mode: Mode, request: backend::Request) -> Result<Outcome, WireError> {
+    async fn dispatch(&self, mode: Mode, request: op::Request) -> Result<Outcome, WireError> {
         self.dispatcher.call(mode, "daemon", request).await
     }
 
     /// Runs one operation in a worker of the granted mode (after redeeming its ticket), logs
     /// and audits it.
-    async fn run(
-        &self,
-        caller: &Caller,
-        grant: Grant,
-        mut request: backend::Request,
-    ) -> Result<Outcome, Status> {
+    async fn run(&self, caller: &Caller, grant: Grant, mut request: op::Request) -> Result<Outcome, Status> {
         let read = self.redeem(caller, &grant, &mut request).await?;
         let mode = grant.mode;
         let op = request.op();
@@ -121,7 +116,7 @@ impl FsdService {
         let started = std::time::Instant::now();
         self.may_create(caller, mode, &request).await.map_err(WireError::into_status)?;
         let written = match &request {
-            backend::Request::WriteText { content, .. } => content.len() as u64,
+            op::Request::WriteText { content, .. } => content.len() as u64,
             _ => 0,
         };
         let result = self.dispatcher.call(mode, &caller.client(), request).await;
@@ -159,13 +154,8 @@ impl FsdService {
     /// that can only replace (guarded by a version) or whose target exists goes ahead, and only
     /// one that creates is refused. The stat is made only then, so a call within the budget
     /// pays nothing. (A file created between that stat and the write is replaced, not created.)
-    async fn may_create(
-        &self,
-        caller: &Caller,
-        mode: Mode,
-        request: &backend::Request,
-    ) -> Result<(), WireError> {
-        use backend::{Request as R, WriteGuard};
+    async fn may_create(&self, caller: &Caller, mode: Mode, request: &op::Request) -> Result<(), WireError> {
+        use op::{Request as R, WriteGuard};
         let target = match request.plain() {
             R::WriteText { path, guard, .. } | R::WriteBytes { path, guard, .. } => match guard {
                 Some(WriteGuard::ReplaceIfVersion { .. }) => return Ok(()),
@@ -189,7 +179,7 @@ impl FsdService {
     async fn unary<T: Called, R>(
         &self,
         request: Request<T>,
-        into: impl FnOnce(T) -> backend::Request,
+        into: impl FnOnce(T) -> op::Request,
         reply: impl FnOnce(Outcome) -> Option<R>,
     ) -> Result<Response<R>, Status> {
         let caller = Caller::of(&request, request.get_ref().context());
@@ -304,7 +294,7 @@ impl Fsd for FsdService {
         let call_permit = self.budgets.call(&caller.identity).map_err(|e| refused(e, &r.path))?;
         let stream_permit = self.budgets.stream(&caller.identity).map_err(|e| refused(e, &r.path))?;
         let grant = self.mode(&caller, r.context.as_ref(), &r.path, Op::StreamText)?;
-        let mut probe = backend::Request::ReadText { path: r.path.clone(), max_bytes: 0 };
+        let mut probe = op::Request::ReadText { path: r.path.clone(), max_bytes: 0 };
         self.redeem(&caller, &grant, &mut probe).await?;
         // An approved read's stream is opened on the object the approval binds.
         let (_, bindings, _) = probe.unbind();

@@ -13,9 +13,9 @@ use tokio::io::AsyncWriteExt;
 use super::FsdService;
 use super::grant::{Caller, Decision, Step};
 use super::streamed::Shape;
-use crate::backend::{self, Mode, Outcome, StreamHeader};
 use crate::dispatch::stream::Replies;
 use crate::identity::Identity;
+use crate::op::{self, Mode, Outcome, StreamHeader};
 
 /// How long an upload's client may send slower than `min_upload_bytes_per_sec` before it is
 /// held to it: a start, a pause, a slow first second of a connection.
@@ -81,10 +81,10 @@ pub struct SinkClosed;
 impl BodySink {
     /// Passes on one chunk of the body.
     pub async fn send(&mut self, bytes: &[u8]) -> Result<(), SinkClosed> {
-        for chunk in bytes.chunks(backend::bytes::MAX_FRAME) {
+        for chunk in bytes.chunks(crate::ipc::MAX_BODY_FRAME) {
             meter(&self.meter).waiting_since = Some(Instant::now());
             let written = async {
-                self.pipe.write_all(&backend::bytes::frame_header(chunk.len())).await?;
+                self.pipe.write_all(&crate::ipc::body_frame_header(chunk.len())).await?;
                 self.pipe.write_all(chunk).await
             }
             .await;
@@ -102,7 +102,7 @@ impl BodySink {
     /// The body is complete. Dropping the sink without this abandons the write.
     pub async fn finish(mut self) -> Result<(), SinkClosed> {
         meter(&self.meter).done = true;
-        self.pipe.write_all(&backend::bytes::frame_header(0)).await.map_err(|_| SinkClosed)
+        self.pipe.write_all(&crate::ipc::body_frame_header(0)).await.map_err(|_| SinkClosed)
     }
 
     pub fn sent(&self) -> u64 {
@@ -148,7 +148,7 @@ impl FsdService {
     }
 
     /// One operation for a caller of another face.
-    pub async fn call_as(&self, identity: Identity, request: backend::Request) -> Result<Outcome, WireError> {
+    pub async fn call_as(&self, identity: Identity, request: op::Request) -> Result<Outcome, WireError> {
         let caller = Self::plain_caller(identity);
         let (op, path) = (request.op(), request.path().to_owned());
         // Over budget: refused before anything else happens, so nothing is touched.
@@ -200,7 +200,7 @@ impl FsdService {
     pub async fn write_stream_as<F, Fut, T>(
         &self,
         identity: Identity,
-        request: backend::Request,
+        request: op::Request,
         feed: F,
     ) -> (Option<T>, Result<Outcome, WireError>)
     where
@@ -229,7 +229,7 @@ impl FsdService {
         &self,
         caller: &Caller,
         mode: Mode,
-        request: backend::Request,
+        request: op::Request,
         feed: F,
     ) -> (Option<T>, Result<Outcome, WireError>)
     where
@@ -265,7 +265,7 @@ impl FsdService {
             }
         };
         let result = result.map_err(|w| w.with("mode", mode.as_str()));
-        if let Ok(Outcome::WriteBytes { operation: backend::WriteOperation::Create, .. }) = &result {
+        if let Ok(Outcome::WriteBytes { operation: op::WriteOperation::Create, .. }) = &result {
             self.budgets.created(&caller.identity);
         }
         self.plain_done(caller, op, &path, mode, &result, started);

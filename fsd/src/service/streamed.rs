@@ -8,10 +8,10 @@ use std::fs::File;
 use fsd_proto::{ErrorCode, WireError};
 
 use super::FsdService;
-use crate::backend::{Mode, StreamHeader};
 use crate::budget::Permit;
 use crate::dispatch::stream;
 use crate::error::{Failure, FsError, StaleReason};
+use crate::op::{Mode, StreamHeader};
 
 /// How one face's stream carries the file: what goes before the bytes, each chunk, what follows
 /// a complete file (the version with the digest of every byte sent), and a failure.

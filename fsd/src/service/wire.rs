@@ -3,7 +3,7 @@
 
 use fsd_proto::v1;
 
-use crate::backend::{self, Mode, Outcome};
+use crate::op::{self, Mode, Outcome};
 
 /// A request message that carries the common call context.
 pub(super) trait Called {
@@ -53,61 +53,61 @@ pub fn mode_to_wire(mode: Mode) -> v1::Mode {
     }
 }
 
-pub(super) fn target(t: backend::Target) -> Option<v1::Target> {
+pub(super) fn target(t: op::Target) -> Option<v1::Target> {
     Some(v1::Target { target_key: t.key, display_path: t.display })
 }
 
-fn file_type(t: backend::FileType) -> i32 {
+fn file_type(t: op::FileType) -> i32 {
     match t {
-        backend::FileType::File => v1::FileType::File as i32,
-        backend::FileType::Directory => v1::FileType::Directory as i32,
-        backend::FileType::Other => v1::FileType::Other as i32,
-        backend::FileType::Symlink => v1::FileType::Symlink as i32,
+        op::FileType::File => v1::FileType::File as i32,
+        op::FileType::Directory => v1::FileType::Directory as i32,
+        op::FileType::Other => v1::FileType::Other as i32,
+        op::FileType::Symlink => v1::FileType::Symlink as i32,
     }
 }
 
-fn change(c: backend::Change) -> Option<v1::TextChange> {
+fn change(c: op::Change) -> Option<v1::TextChange> {
     Some(v1::TextChange { before: c.before, after: c.after, omitted: c.omitted })
 }
 
-pub(super) fn write_guard(g: Option<v1::WriteGuard>) -> Option<backend::WriteGuard> {
+pub(super) fn write_guard(g: Option<v1::WriteGuard>) -> Option<op::WriteGuard> {
     match g?.kind? {
-        v1::write_guard::Kind::CreateIfAbsent(_) => Some(backend::WriteGuard::CreateIfAbsent),
-        v1::write_guard::Kind::ReplaceIfVersion(r) => Some(backend::WriteGuard::ReplaceIfVersion {
+        v1::write_guard::Kind::CreateIfAbsent(_) => Some(op::WriteGuard::CreateIfAbsent),
+        v1::write_guard::Kind::ReplaceIfVersion(r) => Some(op::WriteGuard::ReplaceIfVersion {
             version: r.version,
             target_key: (!r.target_key.is_empty()).then_some(r.target_key),
         }),
     }
 }
 
-pub(super) fn edit_guard(g: Option<v1::EditGuard>) -> Option<backend::EditGuard> {
-    g.map(|g| backend::EditGuard {
+pub(super) fn edit_guard(g: Option<v1::EditGuard>) -> Option<op::EditGuard> {
+    g.map(|g| op::EditGuard {
         version: g.version,
         target_key: (!g.target_key.is_empty()).then_some(g.target_key),
     })
 }
 
-pub(super) fn stat(r: v1::StatRequest) -> backend::Request {
+pub(super) fn stat(r: v1::StatRequest) -> op::Request {
     if r.check_write {
-        return backend::Request::CheckWrite { path: r.path, no_follow: r.no_follow };
+        return op::Request::CheckWrite { path: r.path, no_follow: r.no_follow };
     }
-    backend::Request::Stat { path: r.path, no_follow: r.no_follow }
+    op::Request::Stat { path: r.path, no_follow: r.no_follow }
 }
 
-pub(super) fn read_text(r: v1::ReadTextRequest) -> backend::Request {
-    backend::Request::ReadText { path: r.path, max_bytes: r.max_bytes }
+pub(super) fn read_text(r: v1::ReadTextRequest) -> op::Request {
+    op::Request::ReadText { path: r.path, max_bytes: r.max_bytes }
 }
 
-pub(super) fn read_bytes(r: v1::ReadBytesRequest) -> backend::Request {
-    backend::Request::ReadBytes { path: r.path, max_bytes: r.max_bytes }
+pub(super) fn read_bytes(r: v1::ReadBytesRequest) -> op::Request {
+    op::Request::ReadBytes { path: r.path, max_bytes: r.max_bytes }
 }
 
-pub(super) fn list_dir(r: v1::ListDirRequest) -> backend::Request {
-    backend::Request::ListDir { path: r.path }
+pub(super) fn list_dir(r: v1::ListDirRequest) -> op::Request {
+    op::Request::ListDir { path: r.path }
 }
 
-pub(super) fn write_text(r: v1::WriteTextRequest) -> backend::Request {
-    backend::Request::WriteText {
+pub(super) fn write_text(r: v1::WriteTextRequest) -> op::Request {
+    op::Request::WriteText {
         path: r.path,
         content: r.content,
         guard: write_guard(r.guard),
@@ -115,8 +115,8 @@ pub(super) fn write_text(r: v1::WriteTextRequest) -> backend::Request {
     }
 }
 
-pub(super) fn edit_text(r: v1::EditTextRequest) -> backend::Request {
-    backend::Request::EditText {
+pub(super) fn edit_text(r: v1::EditTextRequest) -> op::Request {
+    op::Request::EditText {
         path: r.path,
         old: r.old_string,
         new: r.new_string,
@@ -125,8 +125,8 @@ pub(super) fn edit_text(r: v1::EditTextRequest) -> backend::Request {
     }
 }
 
-pub(super) fn move_file(r: v1::MoveFileRequest) -> backend::Request {
-    backend::Request::MoveFile {
+pub(super) fn move_file(r: v1::MoveFileRequest) -> op::Request {
+    op::Request::MoveFile {
         source: r.source,
         destination: r.destination,
         source_guard: edit_guard(r.source_guard),
@@ -135,22 +135,22 @@ pub(super) fn move_file(r: v1::MoveFileRequest) -> backend::Request {
     }
 }
 
-pub(super) fn delete_file(r: v1::DeleteFileRequest) -> backend::Request {
-    backend::Request::DeleteFile { path: r.path, guard: edit_guard(r.guard) }
+pub(super) fn delete_file(r: v1::DeleteFileRequest) -> op::Request {
+    op::Request::DeleteFile { path: r.path, guard: edit_guard(r.guard) }
 }
 
-pub(super) fn remove(r: v1::RemoveRequest) -> backend::Request {
-    backend::Request::Remove { path: r.path, recursive: r.recursive, guard: edit_guard(r.guard) }
+pub(super) fn remove(r: v1::RemoveRequest) -> op::Request {
+    op::Request::Remove { path: r.path, recursive: r.recursive, guard: edit_guard(r.guard) }
 }
 
-pub(super) fn write_bytes(h: v1::WriteBytesHeader) -> backend::Request {
-    backend::Request::WriteBytes { path: h.path, mode: h.mode, guard: write_guard(h.guard) }
+pub(super) fn write_bytes(h: v1::WriteBytesHeader) -> op::Request {
+    op::Request::WriteBytes { path: h.path, mode: h.mode, guard: write_guard(h.guard) }
 }
 
 /// A transaction: each operation as the single call's request says it. An operation with no
 /// kind is refused by the caller (`None`).
-pub(super) fn transact(r: v1::TransactRequest) -> Option<backend::Request> {
-    use crate::backend::txn::TxnOp;
+pub(super) fn transact(r: v1::TransactRequest) -> Option<op::Request> {
+    use crate::op::TxnOp;
     use v1::transact_operation::Kind;
     let ops = r.operations.into_iter().map(|op| {
         Some(match op.kind? {
@@ -177,7 +177,7 @@ pub(super) fn transact(r: v1::TransactRequest) -> Option<backend::Request> {
             },
         })
     });
-    Some(backend::Request::Transact { ops: ops.collect::<Option<Vec<_>>>()? })
+    Some(op::Request::Transact { ops: ops.collect::<Option<Vec<_>>>()? })
 }
 
 pub(super) fn transact_reply(outcome: Outcome) -> Option<v1::TransactReply> {
@@ -206,8 +206,8 @@ pub(super) fn write_bytes_reply(outcome: Outcome) -> Option<v1::WriteBytesReply>
     Some(v1::WriteBytesReply {
         target: target(t),
         operation: match operation {
-            backend::WriteOperation::Create => v1::WriteOperation::Create as i32,
-            backend::WriteOperation::Update => v1::WriteOperation::Update as i32,
+            op::WriteOperation::Create => v1::WriteOperation::Create as i32,
+            op::WriteOperation::Update => v1::WriteOperation::Update as i32,
         },
         version,
         size,
@@ -255,8 +255,8 @@ pub(super) fn write_text_reply(outcome: Outcome) -> Option<v1::WriteTextReply> {
     Some(v1::WriteTextReply {
         target: target(t),
         operation: match operation {
-            backend::WriteOperation::Create => v1::WriteOperation::Create as i32,
-            backend::WriteOperation::Update => v1::WriteOperation::Update as i32,
+            op::WriteOperation::Create => v1::WriteOperation::Create as i32,
+            op::WriteOperation::Update => v1::WriteOperation::Update as i32,
         },
         version,
         change: change(c),
@@ -306,7 +306,7 @@ pub(super) fn delete_file_reply(outcome: Outcome) -> Option<v1::DeleteFileReply>
     Some(v1::DeleteFileReply { target: target(t), change: change(c) })
 }
 
-pub(super) fn stream_header(header: backend::StreamHeader) -> v1::StreamTextReply {
+pub(super) fn stream_header(header: op::StreamHeader) -> v1::StreamTextReply {
     v1::StreamTextReply {
         item: Some(v1::stream_text_reply::Item::Header(v1::StreamHeader {
             target: target(header.target),

@@ -352,7 +352,7 @@ pub fn effective_ids() -> (u32, u32) {
 pub fn temp_name() -> Result<OsString, Errno> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).map_err(|_| Errno::IO)?;
-    let mut name = String::from(crate::backend::TEMP_PREFIX);
+    let mut name = String::from(crate::op::TEMP_PREFIX);
     for b in bytes {
         name.push_str(&format!("{b:02x}"));
     }

@@ -1,0 +1,84 @@
+//! What an approval binds: the objects the walk of a path stood on when the approver was asked,
+//! which the worker performing the approved call holds its own walk to, and what was signed.
+
+use serde::{Deserialize, Serialize};
+
+/// One object as the kernel names it: device, inode and the mount it was reached on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectId {
+    pub dev: u64,
+    pub ino: u64,
+    pub mount: u64,
+}
+
+/// What a person is shown of an existing final object besides its identity: who owns it, its
+/// permission bits and its hard links (a file with more than one is reachable by other names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shown {
+    pub uid: u32,
+    pub gid: u32,
+    /// `st_mode`, file type included.
+    pub mode: u32,
+    pub nlink: u64,
+}
+
+impl Shown {
+    /// Whether a requester of Unix uid `uid` (`None`: a client with no Unix identity, which
+    /// holds no authority of its own over any file) could itself read (or, with `write`, change)
+    /// the content of this object. Group bits do not count (the daemon does not know the
+    /// requester's groups): a refusal errs on the safe side.
+    pub fn grants(&self, uid: Option<u32>, write: bool) -> bool {
+        let bit = if write { 0o2 } else { 0o4 };
+        match uid {
+            Some(0) => true,
+            Some(uid) if uid == self.uid => self.mode & (bit << 6) != 0,
+            Some(_) => self.mode & bit != 0,
+            None => false,
+        }
+    }
+
+    /// A file other names share: more than one hard link (directories always have several).
+    pub fn hard_linked(&self) -> bool {
+        self.mode & 0o170000 != 0o040000 && self.nlink > 1
+    }
+}
+
+/// The final entry of a bound target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Last {
+    /// Nothing at the name: an approved creation, which never replaces what appears there.
+    Absent,
+    /// This object.
+    Is(ObjectId, Shown),
+    /// Whatever an earlier call of the same approval left there (an apply_patch operation):
+    /// the directories still bind.
+    Unchecked,
+}
+
+/// The object an approval names, as the walk of its path resolved it when the approver was
+/// asked: each directory it stood in (root first, mount included), the components below them
+/// that did not exist yet (which only the approved call may create), and the final entry. The
+/// worker performing the approved call walks the path again, once, and refuses
+/// (`Denial::NotApproved`) if its own walk stands anywhere else.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Binding {
+    pub dirs: Vec<ObjectId>,
+    /// Directories below `dirs` missing when described (the final name not counted).
+    pub missing: usize,
+    pub last: Last,
+}
+
+/// What an approver signed, handed with an approved call to the worker that performs it, which
+/// checks it itself (`escalation::WorkerCheck`): the network process cannot grant what no person approved.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignedApproval {
+    pub description: String,
+    pub decider: String,
+    pub signature: Vec<u8>,
+}
+
+impl std::fmt::Debug for SignedApproval {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignedApproval").field("decider", &self.decider).finish_non_exhaustive()
+    }
+}

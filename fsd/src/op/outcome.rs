@@ -1,0 +1,129 @@
+//! What a worker answers: each operation's outcome, the targets replies name, entries and
+//! before/after text.
+
+use serde::{Deserialize, Serialize};
+
+use super::binding::Binding;
+
+/// A resolved target as replies name it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Target {
+    pub key: String,
+    pub display: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileType {
+    File,
+    Directory,
+    Other,
+    Symlink,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Info {
+    pub version: String,
+    pub file_type: FileType,
+    pub size: Option<u64>,
+}
+
+/// Before/after text of a change, when within the reply bound.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    pub before: Option<String>,
+    pub after: Option<String>,
+    pub omitted: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntry {
+    pub name: String,
+    pub raw_name: Vec<u8>,
+    pub file_type: FileType,
+    pub target: Target,
+    pub version: Option<String>,
+    pub size: Option<u64>,
+    /// Modification time (seconds, nanoseconds) and permission bits of what the entry leads
+    /// to, when known.
+    pub modified: Option<(i64, u32)>,
+    pub mode: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WriteOperation {
+    Create,
+    Update,
+}
+
+/// What an operation did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Outcome {
+    Stat {
+        target: Target,
+        info: Option<Info>,
+        /// The object the walk stood on, which an approval of this target binds.
+        binding: Option<Binding>,
+    },
+    ReadText {
+        target: Target,
+        version: String,
+        text: String,
+    },
+    ReadBytes {
+        target: Target,
+        version: String,
+        data: Vec<u8>,
+    },
+    ListDir {
+        target: Target,
+        entries: Vec<DirEntry>,
+    },
+    WriteText {
+        target: Target,
+        operation: WriteOperation,
+        version: String,
+        change: Change,
+    },
+    EditText {
+        target: Target,
+        version: String,
+        replacements: usize,
+        change: Change,
+    },
+    MoveFile {
+        source: Target,
+        destination: Target,
+        destination_version: String,
+        source_change: Change,
+        destination_change: Change,
+        /// The errno of a failed removal of the source (the destination was written).
+        source_removal_errno: Option<i32>,
+    },
+    DeleteFile {
+        target: Target,
+        change: Change,
+    },
+    WriteBytes {
+        target: Target,
+        operation: WriteOperation,
+        version: String,
+        size: u64,
+    },
+    Remove {
+        target: Target,
+        /// Names removed (a tree counts every entry, itself included).
+        removed: u64,
+    },
+    /// Each operation's outcome, in order (a write's, an edit's, a delete's or a move's).
+    Transact {
+        outcomes: Vec<Outcome>,
+    },
+}
+
+/// The first message of a streamed read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamHeader {
+    pub target: Target,
+    pub version: String,
+    pub size: u64,
+}

@@ -1,0 +1,207 @@
+//! A call as the network process hands it to a worker: the operation, its paths, its guards,
+//! and for an approved escalated call the objects its walks are held to and what was signed.
+
+use serde::{Deserialize, Serialize};
+
+use super::Op;
+use super::binding::{Binding, SignedApproval};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WriteGuard {
+    CreateIfAbsent,
+    ReplaceIfVersion { version: String, target_key: Option<String> },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EditGuard {
+    pub version: String,
+    pub target_key: Option<String>,
+}
+
+/// An approved call's paths (as the call names them) and the object each is bound to.
+pub type Bindings = Vec<(String, Binding)>;
+
+/// One operation, as the service hands it over.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Request {
+    Stat {
+        path: String,
+        no_follow: bool,
+    },
+    /// A stat that also checks that the mode may write the target, writing nothing.
+    CheckWrite {
+        path: String,
+        no_follow: bool,
+    },
+    ReadText {
+        path: String,
+        max_bytes: u64,
+    },
+    ReadBytes {
+        path: String,
+        max_bytes: u64,
+    },
+    ListDir {
+        path: String,
+    },
+    WriteText {
+        path: String,
+        content: String,
+        guard: Option<WriteGuard>,
+        match_style: bool,
+    },
+    EditText {
+        path: String,
+        old: String,
+        new: String,
+        replace_all: bool,
+        guard: Option<EditGuard>,
+    },
+    MoveFile {
+        source: String,
+        destination: String,
+        source_guard: Option<EditGuard>,
+        destination_guard: Option<WriteGuard>,
+        content: Option<String>,
+    },
+    DeleteFile {
+        path: String,
+        guard: Option<EditGuard>,
+    },
+    /// A whole file of raw bytes, any size: the bytes arrive on a pipe that travels with the
+    /// call (see `bytes`), so neither process holds the file in memory.
+    WriteBytes {
+        path: String,
+        /// Permission bits for the file (`None`: new files 0644, replaced files keep theirs).
+        mode: Option<u32>,
+        guard: Option<WriteGuard>,
+    },
+    /// A file, a symlink (not followed), an empty directory or, with `recursive`, a tree.
+    Remove {
+        path: String,
+        recursive: bool,
+        guard: Option<EditGuard>,
+    },
+    /// Operations committed all-or-nothing (`backend::txn`).
+    Transact {
+        ops: Vec<TxnOp>,
+    },
+    /// An approved escalated call: `request`, each of whose paths the worker's own walk holds to
+    /// the object the approval binds (see [`Binding`]).
+    Bound {
+        bindings: Bindings,
+        /// What the approver signed, which the worker checks itself (signed trust).
+        approval: Option<SignedApproval>,
+        request: Box<Request>,
+    },
+}
+
+/// One operation of a transaction, with its guard.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum TxnOp {
+    Write {
+        path: String,
+        content: String,
+        guard: Option<WriteGuard>,
+        match_style: bool,
+    },
+    Edit {
+        path: String,
+        old: String,
+        new: String,
+        replace_all: bool,
+        guard: Option<EditGuard>,
+    },
+    Delete {
+        path: String,
+        guard: Option<EditGuard>,
+    },
+    /// With `content`, the destination gets it and the source goes.
+    Move {
+        source: String,
+        destination: String,
+        source_guard: Option<EditGuard>,
+        destination_guard: Option<WriteGuard>,
+        content: Option<String>,
+    },
+}
+
+impl TxnOp {
+    /// The path the operation names (the source of a move).
+    pub fn path(&self) -> &str {
+        match self {
+            TxnOp::Write { path, .. } | TxnOp::Edit { path, .. } | TxnOp::Delete { path, .. } => path,
+            TxnOp::Move { source, .. } => source,
+        }
+    }
+
+    /// The operation it is, as a single call.
+    pub fn op(&self) -> Op {
+        match self {
+            TxnOp::Write { .. } => Op::WriteText,
+            TxnOp::Edit { .. } => Op::EditText,
+            TxnOp::Delete { .. } => Op::DeleteFile,
+            TxnOp::Move { .. } => Op::MoveFile,
+        }
+    }
+}
+
+/// An approved call taken apart: the call, the bindings it is held to, what was signed.
+pub type Unbound = (Request, Bindings, Option<SignedApproval>);
+
+impl Request {
+    /// The call itself, the bindings an approval holds it to and the approval (none for a
+    /// plain call).
+    pub fn unbind(self) -> Unbound {
+        match self {
+            Request::Bound { bindings, approval, request } => (*request, bindings, approval),
+            plain => (plain, Vec::new(), None),
+        }
+    }
+
+    /// The call itself, without the bindings of an approval.
+    pub fn plain(&self) -> &Request {
+        match self {
+            Request::Bound { request, .. } => request.plain(),
+            plain => plain,
+        }
+    }
+}
+
+impl Request {
+    pub fn op(&self) -> Op {
+        match self {
+            Request::Stat { .. } | Request::CheckWrite { .. } => Op::Stat,
+            Request::ReadText { .. } => Op::ReadText,
+            Request::ReadBytes { .. } => Op::ReadBytes,
+            Request::ListDir { .. } => Op::ListDir,
+            Request::WriteText { .. } => Op::WriteText,
+            Request::EditText { .. } => Op::EditText,
+            Request::MoveFile { .. } => Op::MoveFile,
+            Request::DeleteFile { .. } => Op::DeleteFile,
+            Request::WriteBytes { .. } => Op::WriteBytes,
+            Request::Remove { .. } => Op::Remove,
+            Request::Transact { .. } => Op::Transact,
+            Request::Bound { request, .. } => request.op(),
+        }
+    }
+
+    /// The path the call names (the source of a move).
+    pub fn path(&self) -> &str {
+        match self {
+            Request::Stat { path, .. }
+            | Request::CheckWrite { path, .. }
+            | Request::ReadText { path, .. }
+            | Request::ReadBytes { path, .. }
+            | Request::ListDir { path }
+            | Request::WriteText { path, .. }
+            | Request::EditText { path, .. }
+            | Request::DeleteFile { path, .. }
+            | Request::WriteBytes { path, .. }
+            | Request::Remove { path, .. } => path,
+            Request::MoveFile { source, .. } => source,
+            Request::Transact { ops } => ops.first().map_or("", TxnOp::path),
+            Request::Bound { request, .. } => request.path(),
+        }
+    }
+}
