@@ -230,6 +230,8 @@ fn a_worker_dying_mid_commit_is_rolled_back_before_its_targets_unlock() {
             write(&d.path("a.txt"), "A\n"),
             delete(&d.path("b.txt")),
             write(&d.path("c.txt"), "C\n"),
+            // The supervisor recovers this one a second late: the edit below comes first.
+            write(&d.path("fsd-fault-txn-slow-recovery"), ""),
             write(&d.path("fsd-fault-txn-die-2"), ""),
         ],
     )

@@ -214,6 +214,14 @@ pub fn recover(state_dir: &Path, matches: impl Fn(&str) -> bool) -> RecoveryRepo
             continue;
         }
         report.records += 1;
+        // Test hook: a transaction naming `fsd-fault-txn-slow-recovery` is recovered a second
+        // late, a window in which a call on its targets would find it half-committed were they
+        // not kept locked.
+        #[cfg(feature = "fault-injection")]
+        if record.slots.iter().any(|s| component(&s.name).is_some_and(|n| n == "fsd-fault-txn-slow-recovery"))
+        {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
         let dirs: Vec<Option<OwnedFd>> = record.slots.iter().map(open_slot_dir).collect();
         let all = record
             .slots
@@ -250,7 +258,8 @@ pub fn recover(state_dir: &Path, matches: impl Fn(&str) -> bool) -> RecoveryRepo
 /// leave it: nothing undone; in a unit test the call returns `FS_ABORTED` having left
 /// everything as the exit would); one naming `fsd-fault-txn-fail-<k>` fails step `k` with EIO
 /// before making it, and undoes the steps before it; one naming `fsd-fault-txn-pause-<k>`
-/// pauses a second after step `k` (a window for a test to kill a process in).
+/// pauses a second after step `k` (a window for a test to kill a process in). The single write's
+/// `fsd-fault-io-error` and `fsd-fault-hang-write` act at their own target's step.
 #[cfg(any(test, feature = "fault-injection"))]
 fn fault_at(names: &[&OsStr], prefix: &str, step: usize) -> bool {
     let wanted = format!("{prefix}{step}");
@@ -626,6 +635,20 @@ impl Backend {
             if fault_at(&names, "fsd-fault-txn-fail-", k + 1) {
                 failed = Some((k, FsError::Rename(Errno::IO)));
                 break;
+            }
+            // The single write's hooks (`worker::fault`), at this target's own commit step.
+            #[cfg(feature = "fault-injection")]
+            {
+                let name = slots[k].resolved.name();
+                if name == "fsd-fault-io-error" {
+                    failed = Some((k, FsError::Rename(Errno::IO)));
+                    break;
+                }
+                if name == "fsd-fault-hang-write" {
+                    loop {
+                        std::thread::sleep(std::time::Duration::from_secs(3600));
+                    }
+                }
             }
             if let Err(e) = self.commit_step(&mut slots[k]) {
                 failed = Some((k, e));
