@@ -446,10 +446,12 @@ pub struct Failure {
     pub error: FsError,
     /// The display path: resolved where resolution got that far, else the request's path.
     pub path: String,
-    pub target_key: Option<String>,
+    /// Boxed, as `operation`: every call's result carries a `Failure`, which stays under the
+    /// size clippy lets an error be.
+    pub target_key: Option<Box<str>>,
     /// In a transaction: which operation failed (from 0), and how many committed operations
     /// before it were undone (metadata `operation`, `undone`).
-    pub operation: Option<(usize, usize)>,
+    pub operation: Option<Box<(usize, usize)>>,
 }
 
 impl Failure {
@@ -461,7 +463,7 @@ impl Failure {
 
     /// The failure of a transaction's operation `index`, after `undone` earlier ones were undone.
     pub fn in_transaction(mut self, index: usize, undone: usize) -> Failure {
-        self.operation = Some((index, undone));
+        self.operation = Some(Box::new((index, undone)));
         self
     }
 
@@ -469,9 +471,9 @@ impl Failure {
         let code = self.error.code();
         let mut wire = WireError::new(code, self.path, self.error.to_string());
         if let Some(key) = self.target_key {
-            wire = wire.with("target_key", key);
+            wire = wire.with("target_key", String::from(key));
         }
-        if let Some((index, undone)) = self.operation {
+        if let Some((index, undone)) = self.operation.map(|o| *o) {
             wire = wire.with("operation", index.to_string()).with("undone", undone.to_string());
         }
         if let Some((step, errno)) = self.error.step() {

@@ -232,11 +232,13 @@ fn transaction(
     (ops, after, steps)
 }
 
+/// One outside file: its last finished save and the one being made.
+type Saves = (Option<Vec<u8>>, Option<Vec<u8>>);
+
 /// The outside writer: saves its own files beside the targets (write, then rename over), and
 /// records each save it finished. A save in progress when checked may be either.
 struct Outside {
-    /// Per file: the last finished save and the one being made.
-    saves: Mutex<Vec<(Option<Vec<u8>>, Option<Vec<u8>>)>>,
+    saves: Mutex<Vec<Saves>>,
     count: std::sync::atomic::AtomicU64,
 }
 

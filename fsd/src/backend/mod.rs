@@ -462,7 +462,7 @@ impl Backend {
             error => error,
         };
         let target = self.target(resolved);
-        Failure { error, path: target.display, target_key: Some(target.key), operation: None }
+        Failure { error, path: target.display, target_key: Some(target.key.into()), operation: None }
     }
 
     /// Bounds a before/after pair for the reply.

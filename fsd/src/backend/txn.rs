@@ -294,7 +294,6 @@ struct Slot<'r> {
     /// The temporary name: the staged file's, or the one a removal moves the name to.
     temp: OsString,
     aside: Option<Entry<'r>>,
-    done: bool,
 }
 
 impl Backend {
@@ -579,7 +578,6 @@ impl Backend {
                         old,
                         temp,
                         aside: None,
-                        done: false,
                     }
                 }
                 Some(Decided::Remove { old }) => {
@@ -595,7 +593,6 @@ impl Backend {
                         old: Some(old),
                         temp,
                         aside: None,
-                        done: false,
                     }
                 }
                 None => return Err(fail(FsError::NotRegularFile)),
@@ -630,7 +627,9 @@ impl Backend {
         #[cfg(any(test, feature = "fault-injection"))]
         let names: Vec<&OsStr> = targets.iter().map(|t| t.name()).collect();
         let mut failed = None;
-        for k in 0..slots.len() {
+        #[cfg(test)]
+        let mut died = false;
+        for (k, slot) in slots.iter_mut().enumerate() {
             #[cfg(any(test, feature = "fault-injection"))]
             if fault_at(&names, "fsd-fault-txn-fail-", k + 1) {
                 failed = Some((k, FsError::Rename(Errno::IO)));
@@ -639,7 +638,7 @@ impl Backend {
             // The single write's hooks (`worker::fault`), at this target's own commit step.
             #[cfg(feature = "fault-injection")]
             {
-                let name = slots[k].resolved.name();
+                let name = slot.resolved.name();
                 if name == "fsd-fault-io-error" {
                     failed = Some((k, FsError::Rename(Errno::IO)));
                     break;
@@ -650,11 +649,10 @@ impl Backend {
                     }
                 }
             }
-            if let Err(e) = self.commit_step(&mut slots[k]) {
+            if let Err(e) = self.commit_step(slot) {
                 failed = Some((k, e));
                 break;
             }
-            slots[k].done = true;
             #[cfg(feature = "fault-injection")]
             if fault_at(&names, "fsd-fault-txn-pause-", k + 1) {
                 // A window in which a test kills the worker, the network process or the daemon.
@@ -663,18 +661,24 @@ impl Backend {
             #[cfg(any(test, feature = "fault-injection"))]
             if fault_at(&names, "fsd-fault-txn-die-", k + 1) {
                 // As a SIGKILL would leave it: nothing undone, the record in place.
-                #[cfg(test)]
-                {
-                    std::mem::forget(slots);
-                    std::mem::forget(intent);
-                    return Err(Failure::new(FsError::Aborted, first));
-                }
                 #[cfg(not(test))]
                 std::process::exit(137);
+                #[cfg(test)]
+                {
+                    died = true;
+                    break;
+                }
             }
+        }
+        #[cfg(test)]
+        if died {
+            std::mem::forget(slots);
+            std::mem::forget(intent);
+            return Err(Failure::new(FsError::Aborted, first));
         }
         if let Some((k, error)) = failed {
             let mut undone_ops = std::collections::BTreeSet::new();
+            let slots_op_failed = slots[k].op;
             for j in (0..k).rev() {
                 let slot_record = &record.slots[j];
                 let slot = &mut slots[j];
@@ -692,7 +696,10 @@ impl Backend {
                         }
                     }
                 }
-                undone_ops.insert(slot.op);
+                // A move's destination undone when its source failed is the failing operation.
+                if slot.op != slots_op_failed {
+                    undone_ops.insert(slot.op);
+                }
             }
             intent.remove();
             let slot = &slots[k];
