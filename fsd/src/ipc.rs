@@ -74,7 +74,8 @@ impl ToWorker {
                 | Request::WriteBytes { .. }
                 | Request::Remove { .. }
                 | Request::Transact { .. } => false,
-                Request::Bound { .. } => false,
+                // A dry run takes its targets' locks.
+                Request::Check { .. } | Request::Bound { .. } => false,
             },
             ToWorker::OpenStream { .. } => true,
             ToWorker::LockGranted => false,

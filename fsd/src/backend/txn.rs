@@ -30,11 +30,12 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::journal::Entry;
-use super::resolve::{Resolved, WalkOptions};
-use super::write::{Place, Ready, check_write_guard, current_checked, stage, write_failed};
+use super::pipeline::{self, Mutation, Placement, Plan};
+use super::resolve::Resolved;
+use super::write::{Place, Ready, stage, write_failed};
 use super::{Backend, read, version};
 use crate::error::{Denial, Failure, FsError, StaleReason};
-use crate::op::{Change, Mode, Outcome, TxnOp, WriteGuard, WriteOperation};
+use crate::op::{Change, Mode, Outcome, TxnOp, WriteOperation};
 use crate::sys::{self, Errno, Kind, Meta, RenameHow};
 
 /// The state directory's subdirectory of intent records.
@@ -266,8 +267,8 @@ fn fault_at(names: &[&OsStr], prefix: &str, step: usize) -> bool {
     names.iter().any(|n| n.as_bytes() == wanted.as_bytes())
 }
 
-/// A target's change, decided under the locks.
-enum Decided {
+/// What a target's commit step needs, from the pipeline's check.
+enum Staging {
     Put { content: Vec<u8>, old: Option<Meta> },
     Remove { old: Meta },
 }
@@ -306,19 +307,6 @@ impl Backend {
         Ok(())
     }
 
-    /// Walks one target of operation `op` for a change: `create` makes missing parents.
-    fn walk_change(&self, mode: Mode, path: &str, create: bool) -> Result<Resolved, Failure> {
-        let resolved = match self.walk(mode, path, WalkOptions { follow_final: true, create_parents: create })
-        {
-            Err(Failure { error: FsError::NotFound, path, .. }) if !create => {
-                return Err(Failure::new(FsError::Stale(StaleReason::Gone), path));
-            }
-            other => other?,
-        };
-        self.may_change(mode, &resolved).map_err(|e| self.fail(e, &resolved))?;
-        Ok(resolved)
-    }
-
     /// Runs a transaction (see the module's comment). On failure nothing it changed stays
     /// changed, and the failure names the operation and how many were undone.
     pub(super) fn transact(&self, mode: Mode, ops: Vec<TxnOp>) -> Result<Outcome, Failure> {
@@ -343,197 +331,107 @@ impl Backend {
         };
         let at = |op: usize| move |f: Failure| f.in_transaction(op, 0);
 
-        // Plan: every target walked, each named once.
-        let mut targets: Vec<Resolved> = Vec::new();
-        let mut of_op: Vec<(usize, Option<usize>)> = Vec::new();
-        for (i, op) in ops.iter().enumerate() {
-            let walked = match op {
-                TxnOp::Write { path, guard, .. } => {
-                    let create = !matches!(guard, Some(WriteGuard::ReplaceIfVersion { .. }));
-                    self.walk_change(mode, path, create).map(|r| (r, None))
-                }
-                TxnOp::Edit { path, .. } => self.walk_change(mode, path, false).and_then(|r| match r.meta {
-                    None => Err(self.fail(FsError::Stale(StaleReason::Gone), &r)),
-                    Some(_) => Ok((r, None)),
-                }),
-                TxnOp::Delete { path, guard } => {
-                    self.walk_source(mode, path, guard.is_some()).and_then(|r| {
-                        self.may_change(mode, &r).map_err(|e| self.fail(e, &r))?;
-                        Ok((r, None))
-                    })
-                }
-                TxnOp::Move { source, destination, source_guard, destination_guard, .. } => {
-                    self.walk_source(mode, source, source_guard.is_some()).and_then(|src| {
-                        self.may_change(mode, &src).map_err(|e| self.fail(e, &src))?;
-                        let create = !matches!(destination_guard, Some(WriteGuard::ReplaceIfVersion { .. }));
-                        let dst = self.walk_change(mode, destination, create)?;
-                        Ok((src, Some(dst)))
-                    })
-                }
-            };
-            let (a, b) = walked.map_err(at(i))?;
-            for r in std::iter::once(&a).chain(b.as_ref()) {
-                if r.parent.is_none() {
-                    return Err(self.fail(FsError::NotRegularFile, r).in_transaction(i, 0));
-                }
-                let key = self.target(r).key;
-                if targets.iter().any(|t| self.target(t).key == key) {
-                    let denied = if b.is_some() && self.target(&a).key == key && !std::ptr::eq(r, &a) {
-                        Denial::SameFile
-                    } else {
-                        Denial::RepeatedTarget
-                    };
-                    return Err(self.fail(FsError::Denied(denied), r).in_transaction(i, 0));
+        // Plan: each operation as the pipeline plans the single call (walk, binding,
+        // read_denied, the fence of a change); each target named once.
+        let mutations: Vec<Mutation<'_>> = ops.iter().map(mutation).collect();
+        let mut plans: Vec<Plan<'_>> = Vec::with_capacity(ops.len());
+        for (i, m) in mutations.iter().enumerate() {
+            let plan = self.plan(mode, *m, false).map_err(at(i))?;
+            for key in plan.keys() {
+                if plans.iter().any(|p| p.keys().any(|k| k == key)) {
+                    let failure = self.fail(FsError::Denied(Denial::RepeatedTarget), &plan.target.resolved);
+                    return Err(failure.in_transaction(i, 0));
                 }
             }
-            let first_index = targets.len();
-            targets.push(a);
-            let second = b.map(|b| {
-                targets.push(b);
-                first_index + 1
-            });
-            if let Some(second) = second
-                && self.target(&targets[first_index]).key == self.target(&targets[second]).key
-            {
-                return Err(self
-                    .fail(FsError::Denied(Denial::SameFile), &targets[second])
-                    .in_transaction(i, 0));
-            }
-            of_op.push((first_index, second));
+            plans.push(plan);
         }
-        let keys: Vec<String> = targets.iter().map(|t| self.target(t).key).collect();
-        let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-        let Some(anchor) = targets.first() else {
+        let Some(first_plan) = plans.first() else {
             return Ok(Outcome::Transact { outcomes: Vec::new() });
         };
-        // One request for every key: the router takes them together, in one order.
-        let _held = self.lock(&key_refs, anchor)?;
+        // Every target of every operation, a move's source before its destination.
+        let mut targets: Vec<&Resolved> = Vec::new();
+        let mut of_op: Vec<(usize, Option<usize>)> = Vec::new();
+        for plan in &plans {
+            let a = targets.len();
+            targets.push(&plan.target.resolved);
+            let b = plan.destination.as_ref().map(|d| {
+                targets.push(&d.resolved);
+                a + 1
+            });
+            of_op.push((a, b));
+        }
+        let anchor = &first_plan.target.resolved;
+        // The pipeline's one lock site: every key in one request, taken in one global order.
+        let refs: Vec<&Plan<'_>> = plans.iter().collect();
+        let _held = self.lock_plans(&refs)?;
 
-        // Check: every guard under the locks, every new content computed.
-        let mut decided: Vec<Option<Decided>> = (0..targets.len()).map(|_| None).collect();
+        // Check: every operation as the pipeline checks the single call, under the locks.
+        let mut staging: Vec<Option<Staging>> = (0..targets.len()).map(|_| None).collect();
         let mut planned = Vec::with_capacity(ops.len());
-        for (i, op) in ops.iter().enumerate() {
+        for (i, plan) in plans.iter().enumerate() {
             let (a, b) = of_op[i];
-            let fail = |e, t: usize| self.fail(e, &targets[t]).in_transaction(i, 0);
-            match op {
-                TxnOp::Write { content, guard, match_style, .. } => {
-                    if content.len() as u64 > self.limits.max_editable_bytes {
-                        let error = FsError::TooLarge {
-                            size: content.len() as u64,
-                            limit: self.limits.max_editable_bytes,
-                        };
-                        return Err(fail(error, a));
-                    }
-                    let existing = current_checked(&targets[a]).map_err(|e| fail(e, a))?;
-                    check_write_guard(guard.as_ref(), existing.as_ref(), &keys[a]).map_err(|e| fail(e, a))?;
-                    match existing {
-                        Some((file, meta)) => {
-                            let (old_text, new) =
-                                self.restyled(&file, &meta, content, *match_style).map_err(|e| fail(e, a))?;
-                            let change = self.change(old_text.as_deref(), old_text.is_some(), Some(&new));
-                            decided[a] = Some(Decided::Put {
-                                content: new.into_owned().into_bytes(),
-                                old: Some(meta),
-                            });
-                            planned.push(Planned::Write {
-                                target: a,
-                                operation: WriteOperation::Update,
-                                change,
-                            });
-                        }
-                        None => {
-                            let change = self.change(None, true, Some(content));
-                            decided[a] =
-                                Some(Decided::Put { content: content.clone().into_bytes(), old: None });
-                            planned.push(Planned::Write {
-                                target: a,
-                                operation: WriteOperation::Create,
-                                change,
-                            });
-                        }
-                    }
-                }
-                TxnOp::Edit { old, new, replace_all, guard, .. } => {
-                    let (file, meta) = current_checked(&targets[a])
-                        .map_err(|e| fail(e, a))?
-                        .ok_or_else(|| fail(FsError::Stale(StaleReason::Gone), a))?;
-                    self.check_source_guard(guard.as_ref(), &keys[a], &file, &meta)
-                        .map_err(|e| fail(e, a))?;
-                    let edited = self.edited(&file, &meta, old, new, *replace_all).map_err(|e| fail(e, a))?;
-                    let change = self.change(Some(&edited.body), true, Some(&edited.replaced));
-                    decided[a] = Some(Decided::Put { content: edited.after.into_bytes(), old: Some(meta) });
-                    planned.push(Planned::Edit { target: a, replacements: edited.count, change });
-                }
-                TxnOp::Delete { guard, .. } => {
-                    let missing =
-                        if guard.is_some() { FsError::Stale(StaleReason::Gone) } else { FsError::NotFound };
-                    let (file, meta) = current_checked(&targets[a])
-                        .map_err(|e| fail(e, a))?
-                        .ok_or_else(|| fail(missing, a))?;
-                    self.check_source_guard(guard.as_ref(), &keys[a], &file, &meta)
-                        .map_err(|e| fail(e, a))?;
-                    let change = match self.bounded_text(&file, &meta) {
-                        Some(before) => Change { before: Some(before), after: None, omitted: false },
-                        None => Change { before: None, after: None, omitted: true },
+            let checked = self.check(plan).map_err(at(i))?;
+            let fail = |e, t: usize| self.fail(e, targets[t]).in_transaction(i, 0);
+            match (checked.decided, plan.mutation) {
+                (pipeline::Decided::Put { content, placement, change, replacements }, _) => {
+                    let old = match placement {
+                        Placement::Replace(meta) => Some(meta),
+                        Placement::Create | Placement::CreateOrReplace => None,
                     };
-                    decided[a] = Some(Decided::Remove { old: meta });
+                    let operation =
+                        if old.is_some() { WriteOperation::Update } else { WriteOperation::Create };
+                    staging[a] = Some(Staging::Put { content: content.into_bytes(), old });
+                    planned.push(match replacements {
+                        Some(replacements) => Planned::Edit { target: a, replacements, change },
+                        None => Planned::Write { target: a, operation, change },
+                    });
+                }
+                (pipeline::Decided::Delete { meta, change, .. }, _) => {
+                    staging[a] = Some(Staging::Remove { old: meta });
                     planned.push(Planned::Delete { target: a, change });
                 }
-                TxnOp::Move { source_guard, destination_guard, content, .. } => {
-                    let d = b.unwrap_or(a);
-                    let missing = if source_guard.is_some() {
-                        FsError::Stale(StaleReason::Gone)
-                    } else {
-                        FsError::NotFound
-                    };
-                    let (src_file, src_meta) = current_checked(&targets[a])
-                        .map_err(|e| fail(e, a))?
-                        .ok_or_else(|| fail(missing, a))?;
-                    self.check_source_guard(source_guard.as_ref(), &keys[a], &src_file, &src_meta)
-                        .map_err(|e| fail(e, a))?;
-                    let existing = current_checked(&targets[d]).map_err(|e| fail(e, d))?;
-                    check_write_guard(destination_guard.as_ref(), existing.as_ref(), &keys[d])
-                        .map_err(|e| fail(e, d))?;
+                (
+                    pipeline::Decided::Move {
+                        source: (file, meta),
+                        existing,
+                        source_text,
+                        destination_before,
+                        ..
+                    },
+                    Mutation::Move { content, .. },
+                ) => {
+                    let d = b.ok_or_else(|| fail(FsError::NotRegularFile, a))?;
                     let bytes = match content {
-                        Some(content) if content.len() as u64 > self.limits.max_editable_bytes => {
-                            let error = FsError::TooLarge {
-                                size: content.len() as u64,
-                                limit: self.limits.max_editable_bytes,
-                            };
-                            return Err(fail(error, d));
+                        Some(content) => content.as_bytes().to_vec(),
+                        None => {
+                            // The check read the source for its text: from its start again.
+                            std::io::Seek::rewind(&mut &file).map_err(|e| fail(FsError::Read(e), a))?;
+                            read::read_bounded(&file, &meta, self.limits.max_editable_bytes)
+                                .map_err(|e| fail(e, a))?
                         }
-                        Some(content) => content.clone().into_bytes(),
-                        None => read::read_bounded(&src_file, &src_meta, self.limits.max_editable_bytes)
-                            .map_err(|e| fail(e, a))?,
                     };
-                    let src_text = self.bounded_text(&src_file, &src_meta);
-                    let after = match content {
-                        Some(content) => Some(content.clone()),
-                        None => src_text.clone(),
-                    };
-                    let destination_change = match existing.as_ref().map(|(f, m)| self.bounded_text(f, m)) {
+                    let after = content.map(str::to_owned).or_else(|| source_text.clone());
+                    let destination_change = match destination_before {
                         Some(before) => self.change(before.as_deref(), before.is_some(), after.as_deref()),
                         None => self.change(None, true, after.as_deref()),
                     };
-                    let source_change = match src_text {
-                        Some(text) => Change { before: Some(text), after: None, omitted: false },
-                        None => Change { before: None, after: None, omitted: true },
-                    };
-                    decided[d] = Some(Decided::Put { content: bytes, old: existing.map(|(_, m)| m) });
-                    decided[a] = Some(Decided::Remove { old: src_meta });
+                    staging[d] = Some(Staging::Put { content: bytes, old: existing });
+                    staging[a] = Some(Staging::Remove { old: meta });
                     planned.push(Planned::Move {
                         source: a,
                         destination: d,
-                        source_change,
+                        source_change: pipeline::source_change(source_text),
                         destination_change,
                     });
                 }
+                // A transaction carries text changes only (`TxnOp`).
+                _ => return Err(fail(FsError::NotRegularFile, a)),
             }
         }
-        let staged_bytes: u64 = decided
+        let staged_bytes: u64 = staging
             .iter()
             .map(|d| match d {
-                Some(Decided::Put { content, .. }) => content.len() as u64,
+                Some(Staging::Put { content, .. }) => content.len() as u64,
                 _ => 0,
             })
             .sum();
@@ -549,12 +447,12 @@ impl Backend {
         }
         let mut slots: Vec<Slot<'_>> = Vec::with_capacity(order.len());
         for (op, t) in order {
-            let resolved = &targets[t];
+            let resolved: &Resolved = targets[t];
             let fail = |e| self.fail(e, resolved).in_transaction(op, 0);
             let dir =
                 resolved.parent.as_ref().map(AsFd::as_fd).ok_or_else(|| fail(FsError::NotRegularFile))?;
-            let slot = match decided[t].take() {
-                Some(Decided::Put { content, old }) => {
+            let slot = match staging[t].take() {
+                Some(Staging::Put { content, old }) => {
                     let place = match &old {
                         Some(meta) => Place::Replace(meta),
                         None => Place::Create,
@@ -580,7 +478,7 @@ impl Backend {
                         aside: None,
                     }
                 }
-                Some(Decided::Remove { old }) => {
+                Some(Staging::Remove { old }) => {
                     let temp = sys::temp_name().map_err(|e| fail(FsError::CreateTemp(e)))?;
                     Slot {
                         op,
@@ -831,6 +729,26 @@ impl Backend {
     }
 }
 
+/// The pipeline's view of one operation: the single call's change.
+fn mutation(op: &TxnOp) -> Mutation<'_> {
+    match op {
+        TxnOp::Write { path, content, guard, match_style } => {
+            Mutation::Write { path, content, guard: guard.as_ref(), match_style: *match_style }
+        }
+        TxnOp::Edit { path, old, new, replace_all, guard } => {
+            Mutation::Edit { path, old, new, replace_all: *replace_all, guard: guard.as_ref() }
+        }
+        TxnOp::Delete { path, guard } => Mutation::Delete { path, guard: guard.as_ref() },
+        TxnOp::Move { source, destination, source_guard, destination_guard, content } => Mutation::Move {
+            source,
+            destination,
+            source_guard: source_guard.as_ref(),
+            destination_guard: destination_guard.as_ref(),
+            content: content.as_deref(),
+        },
+    }
+}
+
 /// The intent record's file while the transaction runs.
 struct Intent<'d> {
     dir: BorrowedFd<'d>,
@@ -875,7 +793,7 @@ mod tests {
 
     use super::*;
     use crate::backend::{Fence, Guard, Locking};
-    use crate::op::{EditGuard, Info, Limits, Request, RootSpec};
+    use crate::op::{EditGuard, Info, Limits, Request, RootSpec, WriteGuard};
 
     /// The unit tests' locks: one call at a time, so nothing to take.
     #[derive(Debug)]
@@ -1088,7 +1006,8 @@ mod tests {
                 Gen::Fail { step } => {
                     let n = format!("fsd-fault-txn-fail-{step}");
                     let fresh = named.insert(n.clone());
-                    fail_at.get_or_insert(*step);
+                    // The first step any hook names is where the commit fails.
+                    fail_at = Some(fail_at.map_or(*step, |at: usize| at.min(*step)));
                     steps += 1;
                     after.insert(n, Vec::new());
                     fresh

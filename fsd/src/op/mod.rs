@@ -37,6 +37,9 @@ pub enum Op {
     Read,
     /// RequestEscalation: the daemon describes calls for an approver.
     Describe,
+    /// A dry run of a change ([`Request::Check`]): the network process's own question, never a
+    /// client's call.
+    Check,
 }
 
 impl Op {
@@ -57,6 +60,7 @@ impl Op {
             Op::Transact => "transact",
             Op::Read => "read",
             Op::Describe => "describe",
+            Op::Check => "check",
         }
     }
 

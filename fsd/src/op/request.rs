@@ -86,6 +86,14 @@ pub enum Request {
     Transact {
         ops: Vec<TxnOp>,
     },
+    /// A dry run of the change `request` makes: the whole pipeline but its commit, in a worker
+    /// of the mode asked, answered with the outcome the change would have (its `version` the
+    /// one there now, which a guard of the change names) or the failure it would meet; nothing
+    /// is made or changed. Never a client's call: the network process asks it before an
+    /// escalation is approved, and the outcome's content goes to the approver only.
+    Check {
+        request: Box<Request>,
+    },
     /// An approved escalated call: `request`, each of whose paths the worker's own walk holds to
     /// the object the approval binds (see [`Binding`]).
     Bound {
@@ -182,6 +190,7 @@ impl Request {
             Request::WriteBytes { .. } => Op::WriteBytes,
             Request::Remove { .. } => Op::Remove,
             Request::Transact { .. } => Op::Transact,
+            Request::Check { .. } => Op::Check,
             Request::Bound { request, .. } => request.op(),
         }
     }
@@ -201,7 +210,7 @@ impl Request {
             | Request::Remove { path, .. } => path,
             Request::MoveFile { source, .. } => source,
             Request::Transact { ops } => ops.first().map_or("", TxnOp::path),
-            Request::Bound { request, .. } => request.path(),
+            Request::Check { request } | Request::Bound { request, .. } => request.path(),
         }
     }
 }
