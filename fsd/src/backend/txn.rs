@@ -640,24 +640,24 @@ impl Backend {
             .into_iter()
             .map(|p| match p {
                 Planned::Write { target, operation, change } => Outcome::WriteText {
-                    target: self.target(&targets[target]),
+                    target: self.target(targets[target]),
                     operation,
                     version: version(target),
                     change,
                 },
                 Planned::Edit { target, replacements, change } => Outcome::EditText {
-                    target: self.target(&targets[target]),
+                    target: self.target(targets[target]),
                     version: version(target),
                     replacements,
                     change,
                 },
                 Planned::Delete { target, change } => {
-                    Outcome::DeleteFile { target: self.target(&targets[target]), change }
+                    Outcome::DeleteFile { target: self.target(targets[target]), change }
                 }
                 Planned::Move { source, destination, source_change, destination_change } => {
                     Outcome::MoveFile {
-                        source: self.target(&targets[source]),
-                        destination: self.target(&targets[destination]),
+                        source: self.target(targets[source]),
+                        destination: self.target(targets[destination]),
                         destination_version: version(destination),
                         source_change,
                         destination_change,
