@@ -451,15 +451,16 @@ pub fn run(bins: &Bins, options: &TxnCrashOptions) -> Result<TxnCrashReport> {
             report.violations.push(format!("transaction {}: left behind: {left:?}", report.transactions));
         }
         let disk = read_tree(&root, &names);
-        let hooked = hook.is_some();
         match ended {
-            Ended::Committed if disk == after && !hooked => report.committed += 1,
+            // A kill that came before the transaction reached its worker (a loaded machine) or
+            // after its reply missed it: committed, whole.
+            Ended::Committed if disk == after => report.committed += 1,
             Ended::Failed(_) if disk == before => {}
             Ended::Cut if disk == before => report.rolled_back += 1,
-            // A commit cut after its last step (a random kill) is whole; a cut one is never.
-            Ended::Cut if disk == after && !hooked => report.whole += 1,
-            // The network process killed in a pause: the worker may finish the commit alone.
-            Ended::Cut if disk == after && matches!(cut, Cut::Paused(Victim::Network)) => report.whole += 1,
+            // Cut after its last step (a random kill), or its worker finishing alone while the
+            // network process was killed: whole. A worker that exits at a step before the last is
+            // never.
+            Ended::Cut if disk == after && cut != Cut::StepExit => report.whole += 1,
             ended => {
                 let torn: Vec<&String> = names
                     .iter()
