@@ -5,7 +5,7 @@
 pub mod bytes;
 mod gitdir;
 pub mod journal;
-mod locks;
+mod locking;
 mod moves;
 pub(crate) mod pipeline;
 mod read;
@@ -21,7 +21,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use locks::{Guard, Locking};
+pub use locking::{Guard, Locking};
 pub use read::{StreamDigest, unchanged};
 use resolve::{Resolved, Root, WalkOptions};
 
@@ -380,20 +380,14 @@ impl Backend {
         }
     }
 
-    /// Whether `mode` may write `path` (the fence, not the guards), writing nothing: the plan
-    /// of a change's target (`pipeline`), a path whose directories are missing judged by the
-    /// names a write would make. Answers the stat of the target.
+    /// Whether `mode` may write `path` (the fence, not the guards), writing nothing: the dry
+    /// plan of a write of it (`pipeline`; a path whose directories are missing is judged by the
+    /// names the write would make). Answers the stat of the target.
     fn check_write(&self, mode: Mode, path: &str, no_follow: bool) -> Result<Outcome, Failure> {
-        let options = WalkOptions { follow_final: !no_follow, create_parents: false };
-        match self.walk(mode, path, options) {
-            Ok(resolved) => {
-                self.may_change(mode, &resolved).map_err(|e| self.fail(e, &resolved))?;
-            }
-            Err(Failure { error: FsError::NotFound, .. }) => match self.plan_beyond(mode, path, options) {
-                Err(Failure { error: FsError::NotFound, .. }) | Ok(_) => {}
-                Err(failure) => return Err(failure),
-            },
-            Err(f) => return Err(f),
+        match self.plan_written(mode, path, !no_follow, None, true) {
+            // Nothing to judge: the stat says what is missing.
+            Ok(_) | Err(Failure { error: FsError::NotFound, .. }) => {}
+            Err(failure) => return Err(failure),
         }
         self.stat(mode, path, no_follow)
     }

@@ -438,8 +438,20 @@ impl Backend {
         guard: Option<&WriteGuard>,
         dry: bool,
     ) -> Result<Planned, Failure> {
+        self.plan_written(mode, path, true, guard, dry)
+    }
+
+    /// [`Backend::plan_write`], the final link followed or not (`check_write` asks either).
+    pub(super) fn plan_written(
+        &self,
+        mode: Mode,
+        path: &str,
+        follow_final: bool,
+        guard: Option<&WriteGuard>,
+        dry: bool,
+    ) -> Result<Planned, Failure> {
         let create_parents = Mutation::creates_parents(guard);
-        let options = WalkOptions { follow_final: true, create_parents: create_parents && !dry };
+        let options = WalkOptions { follow_final, create_parents: create_parents && !dry };
         match self.walk(mode, path, options) {
             Err(Failure { error: FsError::NotFound, path, .. }) if !create_parents => {
                 Err(Failure::new(FsError::Stale(StaleReason::Gone), path))
@@ -451,13 +463,8 @@ impl Backend {
 
     /// Plans a target whose directories do not all exist, making none: resolved as far as it
     /// exists, the missing rest judged as the names a write would make (no links among them,
-    /// since they do not exist). Also what `check_write` asks of such a path.
-    pub(super) fn plan_beyond(
-        &self,
-        mode: Mode,
-        path: &str,
-        options: WalkOptions,
-    ) -> Result<Planned, Failure> {
+    /// since they do not exist).
+    fn plan_beyond(&self, mode: Mode, path: &str, options: WalkOptions) -> Result<Planned, Failure> {
         let options = WalkOptions { create_parents: false, ..options };
         let not_found = || Failure::new(FsError::NotFound, path);
         let mut known =
