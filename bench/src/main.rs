@@ -20,6 +20,7 @@ mod report;
 mod rest;
 mod stats;
 mod stream;
+mod txn;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -111,6 +112,11 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// One transaction of 1, 10 and 100 files against the same writes as separate calls.
+    Txn {
+        #[command(flatten)]
+        common: Common,
+    },
     /// `fsd-tools mcp` against the MCP reference filesystem server, one raw JSON-RPC client.
     Mcp {
         #[command(flatten)]
@@ -198,6 +204,10 @@ fn run(command: Command) -> Res<()> {
             say!("{}", patchscale::run(&common)?);
             Ok(())
         }
+        Command::Txn { common } => {
+            say!("{}", txn::run(&common)?);
+            Ok(())
+        }
         Command::Rest { common, rest_mib } => {
             say!("{}", rest::run(&common, rest_mib)?);
             Ok(())
@@ -221,6 +231,8 @@ fn run(command: Command) -> Res<()> {
             doc.push(stream::run(&common, stream_mib)?);
             step("apply_patch scaling");
             doc.push(patchscale::run(&common)?);
+            step("transactions");
+            doc.push(txn::run(&common)?);
             step("MCP side by side");
             doc.push(mcp::run(&common, &mcp_peer)?);
             step("noisy neighbour");

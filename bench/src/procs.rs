@@ -103,6 +103,11 @@ impl Server {
         Server::fsd_started(bin_dir, root, &[], Some(&config))
     }
 
+    /// [`Server::fsd`] with this config body instead of its own.
+    pub fn fsd_config(bin_dir: &Path, root: &Path, config: &str) -> Res<Server> {
+        Server::fsd_started(bin_dir, root, &[], Some(config))
+    }
+
     /// [`Server::fsd`] with more arguments (a config, another listener) instead of its config.
     pub fn fsd_with(bin_dir: &Path, root: &Path, args: &[std::ffi::OsString]) -> Res<Server> {
         Server::fsd_started(bin_dir, root, args, None)

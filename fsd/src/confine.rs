@@ -34,6 +34,8 @@ fn grants(config: &Config, mode: Mode) -> Vec<(PathBuf, Grant)> {
             .roots
             .iter()
             .map(|r| (r.path.clone(), if r.writable { Grant::Write } else { Grant::Read }))
+            // Transactions' intent records (`backend::txn`), outside every root.
+            .chain(config.state_dir.iter().map(|d| (d.join(crate::backend::txn::INTENTS), Grant::Write)))
             .collect(),
         Mode::DangerFullAccess => vec![(PathBuf::from("/"), Grant::Write)],
     }

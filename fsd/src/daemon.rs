@@ -42,6 +42,8 @@ pub enum DaemonError {
     AuditKey(#[source] fsd_proto::chain::KeyError),
     #[error("process setup failed: {0}")]
     Runtime(#[source] std::io::Error),
+    #[error("cannot prepare state_dir {path}: {source}")]
+    StateDir { path: PathBuf, source: std::io::Error },
     #[error("cannot install signal handler: {0}")]
     Signal(#[source] std::io::Error),
     #[error("cannot start {role}: {source}")]

@@ -125,6 +125,10 @@ pub enum Denial {
     Protected(String),
     /// A move whose source and destination are one file.
     SameFile,
+    /// A transaction naming one target in two operations (each target is changed once).
+    RepeatedTarget,
+    /// A transaction on a daemon without a `state_dir`: no durable place for its intent record.
+    NoStateDir,
     /// A path component is a git directory found by what it is, whatever its name (metadata
     /// `name`: its display path).
     GitDirectory(String),
@@ -157,6 +161,8 @@ impl Denial {
             Denial::NotWritableRoot => Reason::NotWritableRoot,
             Denial::Protected(_) => Reason::Protected,
             Denial::SameFile => Reason::SameFile,
+            Denial::RepeatedTarget => Reason::RepeatedTarget,
+            Denial::NoStateDir => Reason::NoStateDir,
             Denial::GitDirectory(_) | Denial::WouldBeGitDirectory { .. } => Reason::GitDirectory,
             Denial::Submount(_) => Reason::Submount,
             Denial::Root => Reason::Root,
@@ -441,21 +447,35 @@ pub struct Failure {
     pub error: FsError,
     /// The display path: resolved where resolution got that far, else the request's path.
     pub path: String,
-    pub target_key: Option<String>,
+    /// Boxed, as `operation`: every call's result carries a `Failure`, which stays under the
+    /// size clippy lets an error be.
+    pub target_key: Option<Box<str>>,
+    /// In a transaction: which operation failed (from 0), and how many committed operations
+    /// before it were undone (metadata `operation`, `undone`).
+    pub operation: Option<Box<(usize, usize)>>,
 }
 
 impl Failure {
     pub fn new(error: FsError, path: impl Into<String>) -> Failure {
         // A request path as the client sent it may hold raw control characters; replies and
         // logs carry it defanged (display paths are escaped already and pass unchanged).
-        Failure { error, path: fsd_proto::names::sanitize(&path.into()), target_key: None }
+        Failure { error, path: fsd_proto::names::sanitize(&path.into()), target_key: None, operation: None }
+    }
+
+    /// The failure of a transaction's operation `index`, after `undone` earlier ones were undone.
+    pub fn in_transaction(mut self, index: usize, undone: usize) -> Failure {
+        self.operation = Some(Box::new((index, undone)));
+        self
     }
 
     pub fn into_wire(self) -> WireError {
         let code = self.error.code();
         let mut wire = WireError::new(code, self.path, self.error.to_string());
         if let Some(key) = self.target_key {
-            wire = wire.with("target_key", key);
+            wire = wire.with("target_key", String::from(key));
+        }
+        if let Some((index, undone)) = self.operation.map(|o| *o) {
+            wire = wire.with("operation", index.to_string()).with("undone", undone.to_string());
         }
         if let Some((step, errno)) = self.error.step() {
             wire = wire.with_word(step);
@@ -496,6 +516,8 @@ impl Failure {
                     Denial::ReadOnly
                     | Denial::NotWritableRoot
                     | Denial::SameFile
+                    | Denial::RepeatedTarget
+                    | Denial::NoStateDir
                     | Denial::Root
                     | Denial::NotApproved
                     | Denial::Unsigned => {}

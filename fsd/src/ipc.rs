@@ -72,7 +72,8 @@ impl ToWorker {
                 | Request::MoveFile { .. }
                 | Request::DeleteFile { .. }
                 | Request::WriteBytes { .. }
-                | Request::Remove { .. } => false,
+                | Request::Remove { .. }
+                | Request::Transact { .. } => false,
                 // A dry run takes its targets' locks.
                 Request::Check { .. } | Request::Bound { .. } => false,
             },
@@ -130,6 +131,9 @@ pub enum Control {
     /// workers' exits that follow are not replaced. The network process closes their sockets
     /// only after this, so the order never depends on which channel is read first.
     StopSeen,
+    /// A dead worker's transaction (if any) was recovered and its temporary files swept: the
+    /// locks its last call held, kept since it was lost mid-transaction, may go.
+    Recovered { pid: u32 },
     /// The TLS files changed and load: new handshakes use them (`tls::watch`). The supervisor
     /// reads them because the confined network process may not.
     Tls(crate::tls::TlsFiles),

@@ -276,6 +276,7 @@ async fn serve_control(
             }
             // A permit: it may come before this process asks (the supervisor stops the daemon).
             Ok((Control::StopSeen, _)) => stop_seen.notify_one(),
+            Ok((Control::Recovered { pid }, _)) => dispatcher.recovered(pid),
             Ok((Control::Tls(files), _)) => match &tls {
                 // The supervisor checked these files; they build here the same way.
                 Some((config, current)) => match crate::tls::build(config, &files) {

@@ -220,8 +220,26 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
         hung: crate::hung::HungWorkers::new(config_max_abandoned, crate::hung::KILL_GRACE),
         digest_key,
     };
-    // Before any worker exists, and before the socket answers: remove the temporary files a
-    // killed daemon left (backend::journal).
+    // Before any worker exists, and before the socket answers: settle the transactions a killed
+    // daemon left (backend::txn: rolled back, or finished), then remove the temporary files it
+    // left (backend::journal), the rolled-back transactions' staged files among them.
+    if let Some(dir) = &sup.config.state_dir {
+        prepare_state_dir(dir, &sup.config.roots, identity)?;
+        let report = crate::backend::txn::recover(dir, |_| true);
+        if report.records > 0 {
+            tracing::warn!(
+                state_dir = %dir.display(),
+                records = report.records,
+                finished = report.finished,
+                rolled_back = report.rolled_back,
+                undone = report.undone,
+                unreadable = report.unreadable,
+                "transaction recovery done: transactions a killed daemon left were settled"
+            );
+        } else {
+            tracing::info!(state_dir = %dir.display(), "transaction recovery done: none to settle");
+        }
+    }
     let sweeper = journal::Sweeper::start(&sup.config.roots);
     // Before the network process reads the TLS files: any change after its read is seen.
     let mut tls_watch = sup.config.tls.clone().map(crate::tls::watch::Watch::new);
@@ -397,11 +415,11 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
                     Role::Worker(mode) => match sup.hung.exited(pid) {
                         crate::hung::Exited::Abandoned => {
                             tracing::warn!(pid, mode = mode.as_str(), "an abandoned worker finally exited");
-                            sweeper.worker_died(pid);
+                            settle(&sweeper, &sup, pid);
                         }
                         crate::hung::Exited::Recovered { mode, owed } => {
                             tracing::warn!(pid, mode = mode.as_str(), "an abandoned worker exited; serving the mode again");
-                            sweeper.worker_died(pid);
+                            settle(&sweeper, &sup, pid);
                             for _ in 0..owed {
                                 if let Err(e) = sup.spawn_worker(mode) {
                                     tracing::error!(error = %e, "cannot start a worker");
@@ -413,11 +431,11 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
                         }
                         crate::hung::Exited::Ordinary if network_stopping => {
                             tracing::debug!(pid, mode = mode.as_str(), "worker exited with the network process");
-                            sweeper.worker_died(pid);
+                            settle(&sweeper, &sup, pid);
                         }
                         crate::hung::Exited::Ordinary => {
                         tracing::warn!(pid, mode = mode.as_str(), status = %status_text, "worker exited; replacing it");
-                        sweeper.worker_died(pid);
+                        settle(&sweeper, &sup, pid);
                         let failed_itself = status.as_ref().is_ok_and(|s| s.code().is_some_and(|c| c != 0));
                         if let Err(e) = sup.replace(mode, started, failed_itself, &status_text) {
                             tracing::error!(error = %e, "cannot replace worker");
@@ -466,6 +484,58 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
 
 /// Hands rotated TLS files to the network process, or says in one line why the certificate in
 /// use stays.
+/// A worker died: its transaction, if it was committing one, is rolled back (or finished) before
+/// its temporary files are swept, and only then does the network process release the locks it
+/// kept for that transaction (`Control::Recovered`): no call sees it half-committed.
+fn settle(sweeper: &journal::Sweeper, sup: &Supervisor, pid: u32) {
+    if let Some(dir) = &sup.config.state_dir {
+        let owner = journal::owner_of(pid);
+        let report = crate::backend::txn::recover(dir, |o| o == owner);
+        if report.records > 0 {
+            tracing::warn!(
+                pid,
+                finished = report.finished,
+                rolled_back = report.rolled_back,
+                undone = report.undone,
+                "recovered the transaction of a dead worker"
+            );
+        }
+    }
+    sweeper.worker_died(pid);
+    if let Err(e) = ipc::send(&sup.control, &Control::Recovered { pid }, None) {
+        tracing::debug!(error = %e, "cannot tell the network process a worker was settled");
+    }
+}
+
+/// Makes `state_dir` and its intent-record directory (mode 0700), owned by the workers'
+/// identity, which writes the records, and refuses one inside a root.
+fn prepare_state_dir(
+    dir: &std::path::Path,
+    roots: &[crate::op::RootSpec],
+    identity: crate::config::WorkerIdentity,
+) -> Result<(), DaemonError> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let failed = |source| DaemonError::StateDir { path: dir.to_owned(), source };
+    // Inside a root, a worker could reach the records through its walk; the config refused the
+    // lexical case, this is the one through links.
+    let canonical = |path: &std::path::Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    let intents = dir.join(crate::backend::txn::INTENTS);
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&intents).map_err(failed)?;
+    let state = canonical(dir);
+    if roots
+        .iter()
+        .map(|r| canonical(&r.path))
+        .any(|root| state.starts_with(&root) || root.starts_with(&state))
+    {
+        return Err(failed(std::io::Error::other("it is inside a root, or holds one")));
+    }
+    std::fs::set_permissions(&intents, std::fs::Permissions::from_mode(0o700)).map_err(failed)?;
+    if crate::sys::effective_ids() != (identity.uid, identity.gid) {
+        std::os::unix::fs::chown(&intents, Some(identity.uid), Some(identity.gid)).map_err(failed)?;
+    }
+    Ok(())
+}
+
 fn hand_over_tls(control: &UnixStream, change: crate::tls::watch::Change) {
     use crate::tls::watch::Change;
     match change {

@@ -80,7 +80,11 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
         allow_backslash: config.allow_backslash,
         host_root: mode == Mode::DangerFullAccess,
     };
-    let backend = Backend::new(&config.roots, &fence, config.limits, locks.clone())?;
+    // The intent records of transactions, in the state directory the supervisor made (which the
+    // worker's Landlock grant covers, see `confine::grants`).
+    let intents =
+        config.state_dir.as_ref().and_then(|dir| sys::open_dir(&dir.join(crate::backend::txn::INTENTS)).ok());
+    let backend = Backend::new(&config.roots, &fence, config.limits, locks.clone())?.with_intents(intents);
     sys::ignore_file_size_signal().map_err(WorkerError::Signal)?;
     // Read before seccomp forbids asking: EFBIG replies name the limit.
     let _ = sys::file_size_limit();

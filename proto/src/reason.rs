@@ -103,6 +103,10 @@ words! {
         /// A path component is a protected name (metadata `name`).
         Protected => "protected",
         SameFile => "same_file",
+        /// A transaction that names one target in two of its operations.
+        RepeatedTarget => "repeated_target",
+        /// A transaction on a daemon configured without a `state_dir` for its intent records.
+        NoStateDir => "no_state_dir",
         /// A git directory, or the piece that would make one (metadata `name`, `entry`).
         GitDirectory => "git_directory",
         /// A mount below the root not in `allow_submounts` (metadata `name`).

@@ -18,6 +18,12 @@ impl Verdict for crate::crash::CrashReport {
     }
 }
 
+impl Verdict for crate::txn_crash::TxnCrashReport {
+    fn violations(&self) -> &[String] {
+        &self.violations
+    }
+}
+
 impl Verdict for crate::races::RaceReport {
     fn violations(&self) -> &[String] {
         &self.violations

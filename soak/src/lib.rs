@@ -1,6 +1,7 @@
 //! The reliability suite's workloads against a real `fsd` process tree: crash safety under
 //! SIGKILL (`crash`), no lost updates between racing sessions (`races`), and a mixed-load soak
-//! that watches memory and descriptors (`soak`). The CI short forms in
+//! that watches memory and descriptors (`soak`), transactions all-or-nothing under SIGKILL
+//! (`txn_crash`). The CI short forms in
 //! `tests/tests/reliability_*.rs` and the long-run binaries (`fsd-crash`, `fsd-races`,
 //! `fsd-soak`, each with `--duration`) call the same functions; docs/reliability.md says how.
 #![forbid(unsafe_code)]
@@ -16,6 +17,7 @@ pub mod races;
 pub mod session;
 pub mod soak;
 pub mod tree;
+pub mod txn_crash;
 pub mod util;
 
 pub use util::{Error, Result, Rng};

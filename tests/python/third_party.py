@@ -86,6 +86,24 @@ def main():
         except grpc.RpcError as err:
             seen["stale"] = {"code": err.code().name, "reason": error_info(err).reason}
 
+        # A transaction: a stale operation refuses it whole (naming the operation), then it commits.
+        other = os.path.join(root, "other.txt")
+        write = lambda p, c: fsd_pb2.TransactOperation(write=fsd_pb2.WriteTextRequest(path=p, content=c))
+        stale_edit = fsd_pb2.TransactOperation(edit=fsd_pb2.EditTextRequest(
+            path=path, old_string="python", new_string="grpcio", guard=fsd_pb2.EditGuard(version=text.version)))
+        try:
+            fsd.Transact(fsd_pb2.TransactRequest(operations=[write(other, "other\n"), stale_edit]), timeout=10)
+            raise AssertionError("a transaction with a stale operation committed")
+        except grpc.RpcError as err:
+            info = error_info(err)
+            seen["transact_refused"] = {"reason": info.reason, "operation": info.metadata["operation"],
+                                        "other_exists": os.path.exists(other)}
+        fresh = fsd.ReadText(fsd_pb2.ReadTextRequest(path=path), timeout=10).version
+        edit = fsd_pb2.TransactOperation(edit=fsd_pb2.EditTextRequest(
+            path=path, old_string="python", new_string="grpcio", guard=fsd_pb2.EditGuard(version=fresh)))
+        reply = fsd.Transact(fsd_pb2.TransactRequest(operations=[write(other, "other\n"), edit]), timeout=10)
+        seen["transact"] = [r.WhichOneof("kind") for r in reply.results]
+
         # Request compression is refused, never inflated.
         try:
             fsd.Stat(fsd_pb2.StatRequest(path=path), timeout=10, compression=grpc.Compression.Gzip)

@@ -58,4 +58,5 @@ mod supervisor_death;
 mod tamper_evident_logs;
 mod third_party;
 mod tidy;
+mod transactions;
 mod write_edit;

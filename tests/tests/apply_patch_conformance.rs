@@ -313,3 +313,103 @@ fn symlink_sources_and_fenced_moves() {
     assert_eq!(std::fs::read_to_string(&src).unwrap(), "keep\n");
     assert!(!d.path("moved.txt").exists());
 }
+
+/// The client config that commits apply_patch as one daemon transaction, and a daemon that can.
+fn atomic_daemon(extra: &str) -> (Daemon, tempfile::TempDir) {
+    let state = tempfile::tempdir().unwrap();
+    let d = Daemon::start_with(&[], &format!("state_dir = \"{}\"\n{extra}", state.path().display()));
+    (d, state)
+}
+
+const ATOMIC: &str = "applyPatch = true\nobservationPolicy = false\napplyPatchAtomic = true\n";
+
+/// With `applyPatchAtomic`, every scenario ends in the same tree as without it: the successful
+/// ones commit whole, the rejected ones change nothing.
+#[test]
+fn every_scenario_with_the_atomic_commit() {
+    let (d, _state) = atomic_daemon("");
+    let mut scenarios: Vec<PathBuf> =
+        std::fs::read_dir(fixtures()).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
+    scenarios.sort();
+    let path = d.dir.path().join("atomic.toml");
+    std::fs::write(&path, ATOMIC).unwrap();
+    let mut failures = Vec::new();
+    for scenario in &scenarios {
+        let name = scenario.file_name().unwrap().to_string_lossy().into_owned();
+        let cwd = d.root.join(&name);
+        copy_tree(&scenario.join("input"), &cwd);
+        let mut s = ToolSession::start(&d.endpoint(), &cwd, Some(&path));
+        let patch = std::fs::read_to_string(scenario.join("patch.txt")).unwrap();
+        let reply = s.call("apply_patch", json!({"input": patch}));
+        if tree(&cwd) != expected_tree(scenario, &name) {
+            failures.push(format!("{name}: tree differs; reply {}", reply.text()));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The stopped commits above, with `applyPatchAtomic`: the failure is reported as before, the
+/// operations before it are undone, and the tree is as it was.
+#[test]
+fn an_atomic_commit_that_fails_changes_nothing_and_says_so() {
+    let (d, _state) = atomic_daemon("call_timeout_ms = 1500\n");
+    d.write("a.txt", "a\n");
+    let before = tree(&d.root);
+    let mut s = d.session_with_config(ATOMIC);
+    let cases = [
+        (
+            "*** Begin Patch\n*** Update File: a.txt\n@@\n-a\n+b\n*** Add File: fsd-fault-io-error\n+x\n*** Add File: c.txt\n+c\n*** End Patch",
+            "Patch rolled back: operation 2 of 3 failed, so no file was changed.\nUndone:\nM a.txt\nFailed:\n- operation 2 (add fsd-fault-io-error, patch line 6): cannot modify \"fsd-fault-io-error\": cannot rename into place: Input/output error (os error 5)\nNot executed:\n- operation 3 (add c.txt)",
+            ["undone", "failed", "skipped"],
+        ),
+        (
+            "*** Begin Patch\n*** Add File: b.txt\n+b\n*** Add File: fsd-fault-hang-write\n+x\n*** Add File: c.txt\n+c\n*** End Patch",
+            "Patch outcome unknown: the commit was cut; all 3 operations were applied or none.\nOutcome unknown:\n- operation 1 (add b.txt, patch line 2)\n- operation 2 (add fsd-fault-hang-write, patch line 4)\n- operation 3 (add c.txt, patch line 6)\nCause: cannot modify \"b.txt\": the call exceeded its deadline and its worker was killed; the outcome is unknown — re-read the file, then retry",
+            ["unknown", "unknown", "unknown"],
+        ),
+    ];
+    for (patch, text, statuses) in cases {
+        let r = s.call("apply_patch", json!({"input": patch}));
+        ok(&r, text);
+        assert_eq!(r.meta()["atomic"], json!(true));
+        let got: Vec<&str> = (0..3).map(|i| r.meta()["operations"][i]["status"].as_str().unwrap()).collect();
+        assert_eq!(got, statuses);
+        // A cut commit is rolled back, and its staged files swept, by the supervisor before the
+        // next call on one of its targets runs (`c.txt` is one in both patches).
+        let probe = s.call("write", json!({"file_path": "c.txt", "content": "p"}));
+        assert!(!probe.is_error(), "{}", probe.json);
+        std::fs::remove_file(d.path("c.txt")).unwrap();
+        assert_eq!(tree(&d.root), before, "{text}");
+    }
+
+    // The move whose source cannot be removed: its destination is undone too.
+    d.write("src/a.txt", "a\n");
+    std::fs::create_dir_all(d.path("dst")).unwrap();
+    let before = tree(&d.root);
+    chattr("+a", &d.path("src"));
+    let patch =
+        "*** Begin Patch\n*** Update File: src/a.txt\n*** Move to: dst/a.txt\n@@\n-a\n+b\n*** End Patch";
+    let r = s.call("apply_patch", json!({"input": patch}));
+    chattr("-a", &d.path("src"));
+    ok(
+        &r,
+        "Patch rolled back: operation 1 of 1 failed, so no file was changed.\nFailed:\n- operation 1 (move src/a.txt -> dst/a.txt, patch line 2): cannot modify \"src/a.txt\": cannot remove file: Operation not permitted (os error 1)",
+    );
+    assert_eq!(tree(&d.root), before);
+}
+
+/// Off, the same patch keeps the seed's report and its partial change (the option changes
+/// nothing unless it is on).
+#[test]
+fn without_the_option_a_daemon_with_state_dir_commits_in_order() {
+    let (d, _state) = atomic_daemon("");
+    d.write("a.txt", "a\n");
+    let mut s = d.session_with_config("applyPatch = true\nobservationPolicy = false\n");
+    let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-a\n+b\n*** Add File: fsd-fault-io-error\n+x\n*** Add File: c.txt\n+c\n*** End Patch";
+    let r = s.call("apply_patch", json!({"input": patch}));
+    ok(
+        &r,
+        "Patch stopped after 1 of 3 operations.\nCompleted:\nM a.txt\nFailed:\n- operation 2 (add fsd-fault-io-error, patch line 6): cannot modify \"fsd-fault-io-error\": cannot rename into place: Input/output error (os error 5)\nNot executed:\n- operation 3 (add c.txt)",
+    );
+    assert_eq!(d.read("a.txt"), b"b\n");
+}

@@ -1,7 +1,7 @@
 //! A third-party client end to end: `tests/python/third_party.py` generates Python stubs from
 //! our proto with grpcio-tools and, over TLS (a client certificate, or a bearer token), calls
 //! stat, readText and writeText, reads the `google.rpc.ErrorInfo` reason of refusals, sees a
-//! compressed request refused, gets SERVING from a grpcio health stub (also on the plaintext
+//! compressed request refused, commits a Transact (after one refused whole), gets SERVING from a grpcio health stub (also on the plaintext
 //! health-only listener) and lists services through server reflection. The interpreter is the
 //! venv `scripts/test.sh` builds; its path comes in `FSD_TEST_PYTHON`.
 
@@ -40,12 +40,14 @@ fn python_grpcio_client_calls_fsd_over_tls() {
     let client = ca.client("py-client", "py-client");
     let token = "py-token-5b1f0e7c2d9a4e8f";
     let (port, health_port) = (free_port(), free_port());
+    let state = tempfile::tempdir().unwrap();
     let config = format!(
         "tls_cert = {:?}\ntls_key = {:?}\ntls_client_ca = {:?}\ntls_client_cert = \"optional\"\n\
-         health_listen = \"tcp:127.0.0.1:{health_port}\"\n[tokens.py]\nsha256 = \"{}\"\n",
+         health_listen = \"tcp:127.0.0.1:{health_port}\"\nstate_dir = {:?}\n[tokens.py]\nsha256 = \"{}\"\n",
         server.cert,
         server.key,
         ca.cert,
+        state.path(),
         pki::sha256_hex(token)
     );
     let daemon = common::Daemon::start_with(&["--listen", &format!("tcp:127.0.0.1:{port}")], &config);
@@ -78,7 +80,13 @@ fn python_grpcio_client_calls_fsd_over_tls() {
     assert_eq!(seen["stat_size"], json!(15));
     assert_eq!(seen["read_text"], json!("hello from fsd\n"));
     assert_eq!(seen["write_display_path"], json!(path));
-    assert_eq!(String::from_utf8(daemon.read("hello.txt")).unwrap(), "written from python\n");
+    assert_eq!(
+        seen["transact_refused"],
+        json!({"reason": "FS_STALE_VERSION", "operation": "1", "other_exists": false})
+    );
+    assert_eq!(seen["transact"], json!(["write", "edit"]));
+    assert_eq!(String::from_utf8(daemon.read("hello.txt")).unwrap(), "written from grpcio\n");
+    assert_eq!(daemon.read("other.txt"), b"other\n");
     assert_eq!(
         seen["missing"],
         json!({"code": "NOT_FOUND", "reason": "FS_NOT_FOUND", "domain": "fsd", "path": daemon.path("missing.txt")})

@@ -13,6 +13,9 @@ pub struct ClientConfig {
     pub edit: bool,
     pub read_image: bool,
     pub apply_patch: bool,
+    /// apply_patch commits as one daemon transaction: a failed commit changes nothing (off: the
+    /// seed's commit in order, which stops at the first failure and rolls nothing back).
+    pub apply_patch_atomic: bool,
     pub str_replace_editor: bool,
     pub read_limit: u64,
     pub read_max_line_length: u64,
@@ -45,6 +48,7 @@ impl Default for ClientConfig {
             edit: true,
             read_image: true,
             apply_patch: false,
+            apply_patch_atomic: false,
             str_replace_editor: false,
             read_limit: 2000,
             read_max_line_length: 2000,

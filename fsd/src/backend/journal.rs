@@ -100,6 +100,17 @@ fn warn_once(errno: Errno) {
     }
 }
 
+/// This process's owner string in entries (and in transactions' intent records): the daemon
+/// instance and the pid.
+pub fn owner() -> String {
+    format!("{} {}", instance(), std::process::id())
+}
+
+/// The owner string of another process of this daemon (a worker that died).
+pub fn owner_of(pid: u32) -> String {
+    format!("{} {pid}", instance())
+}
+
 /// A worker's journal: a descriptor per configured root it may write entries on.
 #[derive(Debug)]
 pub struct Journal {
@@ -111,7 +122,7 @@ impl Journal {
     /// Opens each configured root (canonical paths, in backend order) before confinement.
     pub fn open(roots: &[PathBuf]) -> Journal {
         let roots = roots.iter().map(|path| sys::open_dir(path).ok()).collect();
-        Journal { roots, owner: format!("{} {}", instance(), std::process::id()) }
+        Journal { roots, owner: owner() }
     }
 
     /// Where the temporary files of a target in `rel_dir` below root `root` are journaled.
@@ -293,7 +304,7 @@ impl Sweeper {
 
     /// A worker died: removes what it left (it can no longer be writing).
     pub fn worker_died(&self, pid: u32) {
-        let owner = format!("{} {pid}", instance());
+        let owner = owner_of(pid);
         for (path, fd) in &self.roots {
             let report = sweep_root(fd.as_fd(), |o| o == owner);
             if report.removed > 0 {

@@ -11,6 +11,7 @@ pub(crate) mod pipeline;
 mod read;
 pub mod resolve;
 pub mod text;
+pub mod txn;
 mod version;
 mod write;
 pub use write::stranded;
@@ -57,6 +58,9 @@ pub struct Backend {
     locks: Arc<dyn Locking>,
     /// Where temporary files are recorded until their names are gone (see `journal`).
     journal: journal::Journal,
+    /// The state directory's intent records (`txn`), opened before confinement; none without a
+    /// `state_dir`.
+    intents: Option<std::os::fd::OwnedFd>,
     /// The bindings of the approved call being run ([`Request::Bound`]): each of its paths'
     /// walks must stand on the object its approver was shown. Empty for every other call.
     bound: std::sync::Mutex<Bindings>,
@@ -160,8 +164,15 @@ impl Backend {
             limits,
             locks,
             journal,
+            intents: None,
             bound: Default::default(),
         })
+    }
+
+    /// Where transactions write their intent records (`state_dir/txn`, see `txn`).
+    pub fn with_intents(mut self, dir: Option<std::os::fd::OwnedFd>) -> Backend {
+        self.intents = dir;
+        self
     }
 
     /// Holds the next walks of the paths `bindings` names to the objects they bind, until the
@@ -220,6 +231,7 @@ impl Backend {
                 None => Err(Failure::new(FsError::NotRegularFile, request.path())),
             },
             Request::Check { request } => self.dry_run(mode, &request),
+            Request::Transact { ops } => self.transact(mode, ops),
             // The approval is the worker's to check before the call gets here (`worker`).
             Request::Bound { bindings, request, .. } => {
                 let _bound = self.bind(bindings);
@@ -400,7 +412,7 @@ impl Backend {
             error => error,
         };
         let target = self.target(resolved);
-        Failure { error, path: target.display, target_key: Some(target.key) }
+        Failure { error, path: target.display, target_key: Some(target.key.into()), operation: None }
     }
 
     /// Bounds a before/after pair for the reply.

@@ -286,7 +286,7 @@ fn approved_object(error: FsError, resolved: &Resolved) -> FsError {
 }
 
 /// A removed source's change: its text before, when shown.
-fn source_change(text: Option<String>) -> Change {
+pub(super) fn source_change(text: Option<String>) -> Change {
     match text {
         Some(text) => Change { before: Some(text), after: None, omitted: false },
         None => Change { before: None, after: None, omitted: true },

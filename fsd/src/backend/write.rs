@@ -150,28 +150,7 @@ impl Staged<'_> {
     ) -> Result<(File, Meta), FsError> {
         let Staged { file, created, mut temp } = self;
         let dir = temp.dir;
-        match place {
-            Place::Replace(old) => {
-                // A replace names the file it swaps out, which sits at the temporary name from
-                // the exchange until it is removed.
-                if let Some(entry) = temp.entry.as_mut()
-                    && !entry.names_replaced(old)
-                {
-                    entry.identify(&created, Some(old));
-                }
-                let (uid, gid) = sys::effective_ids();
-                if (old.uid, old.gid) != (uid, gid) {
-                    sys::set_owner(&file, old.uid, old.gid).map_err(FsError::KeepOwner)?;
-                }
-                // After chown, which clears set-id bits; those are not carried over on purpose.
-                sys::set_mode(&file, mode.unwrap_or(old.mode) & 0o777).map_err(FsError::SetMode)?;
-                keep_attributes(dir, name, old, &file)?;
-            }
-            Place::Create | Place::CreateOrReplace => {
-                sys::set_mode(&file, mode.unwrap_or(NEW_FILE_MODE) & 0o777).map_err(FsError::SetMode)?;
-            }
-        }
-        sys::sync(file.as_fd()).map_err(FsError::Sync)?;
+        prepare(&file, &created, &mut temp, name, place, mode)?;
         // Our file as placed: should it be written into while at `name` (see `swap_back`).
         let staged = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
         #[cfg(feature = "fault-injection")]
@@ -219,6 +198,90 @@ impl Staged<'_> {
         sys::sync_dir(dir).map_err(FsError::Sync)?;
         let meta = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
         Ok((file, meta))
+    }
+}
+
+/// Gives a staged file the owner, mode and attributes its place asks for, and syncs it: all but
+/// the rename (for a replace, the journal entry names the file the exchange will swap out).
+fn prepare(
+    file: &File,
+    created: &Meta,
+    temp: &mut TempName<'_>,
+    name: &OsStr,
+    place: Place<'_>,
+    mode: Option<u32>,
+) -> Result<(), FsError> {
+    let dir = temp.dir;
+    match place {
+        Place::Replace(old) => {
+            // A replace names the file it swaps out, which sits at the temporary name from
+            // the exchange until it is removed.
+            if let Some(entry) = temp.entry.as_mut()
+                && !entry.names_replaced(old)
+            {
+                entry.identify(created, Some(old));
+            }
+            let (uid, gid) = sys::effective_ids();
+            if (old.uid, old.gid) != (uid, gid) {
+                sys::set_owner(file, old.uid, old.gid).map_err(FsError::KeepOwner)?;
+            }
+            // After chown, which clears set-id bits; those are not carried over on purpose.
+            sys::set_mode(file, mode.unwrap_or(old.mode) & 0o777).map_err(FsError::SetMode)?;
+            keep_attributes(dir, name, old, file)?;
+        }
+        Place::Create | Place::CreateOrReplace => {
+            sys::set_mode(file, mode.unwrap_or(NEW_FILE_MODE) & 0o777).map_err(FsError::SetMode)?;
+        }
+    }
+    sys::sync(file.as_fd()).map_err(FsError::Sync)
+}
+
+impl<'a> Staged<'a> {
+    /// For a transaction (`txn`): the staged file made ready for `place` as [`Staged::place`]
+    /// would (owner, mode, attributes, synced), without the rename, which the transaction makes
+    /// with its other files' once its intent record is durable.
+    pub(super) fn ready(self, name: &OsStr, place: Place<'_>) -> Result<Ready<'a>, FsError> {
+        let Staged { file, created, mut temp } = self;
+        prepare(&file, &created, &mut temp, name, place, None)?;
+        let staged = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
+        Ok(Ready { file, staged, temp })
+    }
+}
+
+/// A staged file ready to take its place, still at its temporary name. Dropped, the temporary
+/// name is removed unless [`Ready::placed`] said it holds nothing of the transaction's any more
+/// (after a replace's exchange it holds the replaced file, which goes then).
+pub(super) struct Ready<'a> {
+    pub(super) file: File,
+    /// The staged file's metadata once synced: what the intent record knows it by.
+    pub(super) staged: Meta,
+    temp: TempName<'a>,
+}
+
+impl Ready<'_> {
+    pub(super) fn temp_name(&self) -> &OsStr {
+        &self.temp.name
+    }
+
+    /// The temporary name now holds something to remove when this is dropped: the replaced file
+    /// after an exchange, or the staged file again after an undo.
+    pub(super) fn holds(&mut self) {
+        self.temp.armed = true;
+        // Not ours to empty should the removal fail: it may be the replaced file.
+        self.temp.unplaced = None;
+    }
+
+    /// A replace's exchange swapped out another file than the one checked: undone as a single
+    /// replace undoes it ([`swap_back`]); the failure to reply.
+    pub(super) fn swap_back(&mut self, name: &OsStr, written: &[u8]) -> FsError {
+        let dir = self.temp.dir;
+        swap_back(dir, name, &self.file, self.staged, Some(written), &mut self.temp)
+    }
+
+    /// The temporary name is free: the staged file took its place by a rename.
+    pub(super) fn placed(&mut self) {
+        self.temp.armed = false;
+        self.temp.unplaced = None;
     }
 }
 

@@ -98,6 +98,13 @@ pub struct ConfigFile {
     pub rest_root: Option<PathBuf>,
     /// The largest body a REST PUT (or a WriteBytes stream) may carry.
     pub max_upload_bytes: Option<u64>,
+    /// The directory the supervisor owns for the daemon's durable state (transactions' intent
+    /// records, `backend::txn`): outside every root.
+    pub state_dir: Option<PathBuf>,
+    /// Operations one transaction may carry.
+    pub max_transaction_operations: Option<usize>,
+    /// Bytes one transaction may stage (the new content of every file it writes).
+    pub max_transaction_bytes: Option<u64>,
     /// The slowest such a body may arrive, averaged, past a grace of 10 s (0: no minimum).
     pub min_upload_bytes_per_sec: Option<u64>,
     /// `/v1/metadata` serves the environment variables with this prefix (default `SANDBOX_`;

@@ -122,6 +122,8 @@ pub struct Config {
     pub max_queued_calls: usize,
     pub max_abandoned_workers: usize,
     pub rest: Rest,
+    /// The supervisor's durable state (transactions' intent records), outside every root.
+    pub state_dir: Option<PathBuf>,
 }
 
 /// Whether a kernel without the Landlock floor may still serve the confined modes.
@@ -176,6 +178,8 @@ pub enum ConfigError {
     NoRoots,
     #[error("default_mode {default} is wider than max_mode {max}")]
     DefaultAboveMax { default: &'static str, max: &'static str },
+    #[error("invalid state_dir {0:?}: expected an absolute path outside every root")]
+    StateDir(PathBuf),
     #[error("invalid landlock {0:?}: expected \"required\" or \"best-effort\"")]
     Landlock(String),
     #[error("invalid link_protection {0:?}: expected \"enable\" or \"require\"")]
@@ -374,6 +378,8 @@ impl Config {
             ("max_read_bytes", file.max_read_bytes),
             ("max_upload_bytes", file.max_upload_bytes),
             ("max_dir_entries", file.max_dir_entries.map(|n| n as u64)),
+            ("max_transaction_operations", file.max_transaction_operations.map(|n| n as u64)),
+            ("max_transaction_bytes", file.max_transaction_bytes),
         ] {
             if value == Some(0) {
                 return Err(ConfigError::AtLeastOne(key));
@@ -389,6 +395,10 @@ impl Config {
             min_upload_bytes_per_sec: file
                 .min_upload_bytes_per_sec
                 .unwrap_or(defaults.min_upload_bytes_per_sec),
+            max_transaction_operations: file
+                .max_transaction_operations
+                .unwrap_or(defaults.max_transaction_operations),
+            max_transaction_bytes: file.max_transaction_bytes.unwrap_or(defaults.max_transaction_bytes),
             ..defaults
         };
         let max_message_bytes = file.max_message_bytes.unwrap_or(80 << 20);
@@ -506,7 +516,15 @@ impl Config {
             file.audit_checkpoint_every,
             fsd_proto::chain::DEFAULT_EVERY,
         )?;
+        let state_dir = file.state_dir;
+        if let Some(dir) = &state_dir
+            && (!dir.is_absolute()
+                || roots.iter().any(|r| dir.starts_with(&r.path) || r.path.starts_with(dir)))
+        {
+            return Err(ConfigError::StateDir(dir.clone()));
+        }
         Ok(Config {
+            state_dir,
             rest,
             landlock,
             link_protection,

@@ -50,6 +50,11 @@ impl Sent {
         }
     }
 
+    /// A transaction, whose locks outlive a lost worker (`locks::Parked`).
+    fn is_transaction(&self) -> bool {
+        matches!(self, Sent::Job(job) if matches!(&job.message, ToWorker::Call(request) if matches!(request.plain(), crate::op::Request::Transact { .. })))
+    }
+
     fn is_read(&self) -> bool {
         match self {
             Sent::Job(job) => job.message.is_read(),
@@ -121,22 +126,23 @@ impl Dispatcher {
                 }
             }
             let expect = sent[0].expect();
+            let transaction = sent[0].is_transaction();
             let answer = if sent.len() > 1 && !recalled {
                 // Reads sent ahead wait only so long for a worker that may be stuck. The call it
                 // runs is a read, which takes no locks, so the answer is dropped, if at all,
                 // while it receives, which is cancel-safe (a frame half-read stays in
                 // `worker.frames`); the call's deadline goes on.
-                let patient = self.answer(mode, &mut worker, expect, self.deadline);
+                let patient = self.answer(mode, &mut worker, (expect, transaction), self.deadline);
                 match tokio::time::timeout(AHEAD_PATIENCE, patient).await {
                     Ok(answer) => answer,
                     Err(_) => {
                         Dispatcher::recall(&pool, &mut sent);
                         let rest = self.deadline.saturating_sub(AHEAD_PATIENCE);
-                        self.answer(mode, &mut worker, expect, rest).await
+                        self.answer(mode, &mut worker, (expect, transaction), rest).await
                     }
                 }
             } else {
-                self.answer(mode, &mut worker, expect, self.deadline).await
+                self.answer(mode, &mut worker, (expect, transaction), self.deadline).await
             };
             match answer {
                 Ok(answer) => {
@@ -244,8 +250,34 @@ impl Dispatcher {
     /// Serves the worker's lock requests for the call it runs until its final reply; the first
     /// message is due within `first` (the deadline, or what is left of it), each later one
     /// restarts the deadline.
-    async fn answer(&self, mode: Mode, worker: &mut Worker, expect: Expect, first: Duration) -> Answer {
+    async fn answer(
+        &self,
+        mode: Mode,
+        worker: &mut Worker,
+        (expect, transaction): (Expect, bool),
+        first: Duration,
+    ) -> Answer {
         let mut held = None;
+        let answer = self.answer_holding(mode, worker, expect, first, &mut held).await;
+        // A transaction's worker lost mid-call may have committed part of it: its targets stay
+        // locked until the supervisor has rolled it back (or finished it).
+        if answer.is_err()
+            && transaction
+            && let Some(held) = held
+        {
+            self.parked.park(worker.pid, held);
+        }
+        answer
+    }
+
+    async fn answer_holding(
+        &self,
+        mode: Mode,
+        worker: &mut Worker,
+        expect: Expect,
+        first: Duration,
+        held: &mut Option<super::locks::Held>,
+    ) -> Answer {
         let mut wait = first;
         loop {
             let received =
@@ -258,7 +290,7 @@ impl Dispatcher {
                 Ok((FromWorker::Lock { keys }, _)) => {
                     // Waiting for another call's lock is not the worker's time: the deadline
                     // restarts once the grant is sent.
-                    held = Some(self.locks.lock(&keys).await);
+                    *held = Some(self.locks.lock(&keys).await);
                     if ipc::send_async(&worker.frames, &ToWorker::LockGranted, None).await.is_err() {
                         return Err(Lost(WorkerLost::LockWait, "gone while waiting for a lock".into()));
                     }
@@ -267,7 +299,7 @@ impl Dispatcher {
                 Ok((FromWorker::Progress { .. }, _)) => {}
                 Ok((FromWorker::Stranded(stranded), dir)) => self.stranded(stranded, dir),
                 Ok((reply, fd)) => {
-                    drop(held);
+                    *held = None;
                     return expect
                         .accept(reply, fd)
                         .ok_or_else(|| Lost(WorkerLost::UnexpectedMessage, "unexpected message".into()));

@@ -67,6 +67,45 @@ impl Drop for Held {
     }
 }
 
+/// The locks of transactions whose worker was lost mid-call, by the worker's pid: held until the
+/// supervisor says it recovered that worker's transaction (`ipc::Control::Recovered`), so no
+/// other call sees a half-committed transaction. The word may come before the loss is seen
+/// here; it is remembered then (the last [`REMEMBERED`] pids).
+#[derive(Debug, Default)]
+pub struct Parked {
+    state: Mutex<(std::collections::HashMap<u32, Held>, std::collections::VecDeque<u32>)>,
+}
+
+/// How many recovered pids are remembered for a loss not seen yet.
+const REMEMBERED: usize = 1024;
+
+impl Parked {
+    /// Keeps `held` until worker `pid` is recovered (at once if it was already).
+    pub fn park(&self, pid: u32, held: Held) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(i) = state.1.iter().position(|p| *p == pid) {
+            state.1.remove(i);
+            return;
+        }
+        tracing::warn!(
+            pid,
+            keys = held.keys.len(),
+            "a worker was lost in a transaction: its targets stay locked until it is recovered"
+        );
+        state.0.insert(pid, held);
+    }
+
+    pub fn recovered(&self, pid: u32) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.0.remove(&pid).is_none() {
+            if state.1.len() == REMEMBERED {
+                state.1.pop_front();
+            }
+            state.1.push_back(pid);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

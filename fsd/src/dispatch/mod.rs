@@ -65,6 +65,9 @@ pub struct Dispatcher {
     direct: direct::Direct,
     /// Woken on every registration and availability change.
     changed: Notify,
+    /// The locks of transactions whose worker was lost mid-call, kept until the supervisor has
+    /// recovered them (`locks::Parked`).
+    parked: locks::Parked,
 }
 
 fn failure(code: ErrorCode, path: &str, message: &str) -> WireError {
@@ -93,6 +96,7 @@ impl Dispatcher {
             pools,
             uploads,
             locks: AsyncLocks::default(),
+            parked: locks::Parked::default(),
             deadline,
             max_queued,
             control,
@@ -228,6 +232,12 @@ impl Dispatcher {
                 }
             })
             .collect()
+    }
+
+    /// The supervisor recovered worker `pid`'s transaction (if it was running one): the locks
+    /// kept for it go.
+    pub fn recovered(&self, pid: u32) {
+        self.parked.recovered(pid);
     }
 
     fn kill(&self, pid: u32) {

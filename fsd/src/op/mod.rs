@@ -15,7 +15,7 @@ mod request;
 
 pub use binding::{Binding, Last, ObjectId, Shown, SignedApproval};
 pub use outcome::{Change, DirEntry, FileType, Info, Outcome, StreamHeader, Target, WriteOperation};
-pub use request::{Bindings, EditGuard, Request, Unbound, WriteGuard};
+pub use request::{Bindings, EditGuard, Request, TxnOp, Unbound, WriteGuard};
 
 /// One operation of `fsd.v1`, or a step of signed escalation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -31,6 +31,8 @@ pub enum Op {
     DeleteFile,
     WriteBytes,
     Remove,
+    /// Operations committed all-or-nothing.
+    Transact,
     /// Any read at an escalated mode: what a read ticket is checked against.
     Read,
     /// RequestEscalation: the daemon describes calls for an approver.
@@ -55,6 +57,7 @@ impl Op {
             Op::DeleteFile => "deleteFile",
             Op::WriteBytes => "writeBytes",
             Op::Remove => "remove",
+            Op::Transact => "transact",
             Op::Read => "read",
             Op::Describe => "describe",
             Op::Check => "check",
@@ -76,7 +79,13 @@ impl Op {
     pub fn is_mutation(self) -> bool {
         matches!(
             self,
-            Op::WriteText | Op::EditText | Op::MoveFile | Op::DeleteFile | Op::WriteBytes | Op::Remove
+            Op::WriteText
+                | Op::EditText
+                | Op::MoveFile
+                | Op::DeleteFile
+                | Op::WriteBytes
+                | Op::Remove
+                | Op::Transact
         )
     }
 
@@ -130,6 +139,10 @@ pub struct Limits {
     pub max_upload_bytes: u64,
     /// The slowest an upload's client may send its body, past a grace (0: no minimum).
     pub min_upload_bytes_per_sec: u64,
+    /// Operations one transaction may carry (`backend::txn`).
+    pub max_transaction_operations: usize,
+    /// Bytes one transaction may stage: the new content of every file it writes.
+    pub max_transaction_bytes: u64,
 }
 
 impl Default for Limits {
@@ -146,6 +159,8 @@ impl Default for Limits {
             max_chunk_bytes: 256 << 10,
             max_upload_bytes: 4 << 30,
             min_upload_bytes_per_sec: 16 << 10,
+            max_transaction_operations: 1000,
+            max_transaction_bytes: 256 << 20,
         }
     }
 }

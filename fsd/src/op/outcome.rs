@@ -114,6 +114,10 @@ pub enum Outcome {
         /// Names removed (a tree counts every entry, itself included).
         removed: u64,
     },
+    /// Each operation's outcome, in order (a write's, an edit's, a delete's or a move's).
+    Transact {
+        outcomes: Vec<Outcome>,
+    },
 }
 
 /// The first message of a streamed read.

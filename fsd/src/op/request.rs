@@ -82,6 +82,10 @@ pub enum Request {
         recursive: bool,
         guard: Option<EditGuard>,
     },
+    /// Operations committed all-or-nothing (`backend::txn`).
+    Transact {
+        ops: Vec<TxnOp>,
+    },
     /// A dry run of the change `request` makes: the whole pipeline but its commit, in a worker
     /// of the mode asked, answered with the outcome the change would have (its `version` the
     /// one there now, which a guard of the change names) or the failure it would meet; nothing
@@ -98,6 +102,56 @@ pub enum Request {
         approval: Option<SignedApproval>,
         request: Box<Request>,
     },
+}
+
+/// One operation of a transaction, with its guard.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum TxnOp {
+    Write {
+        path: String,
+        content: String,
+        guard: Option<WriteGuard>,
+        match_style: bool,
+    },
+    Edit {
+        path: String,
+        old: String,
+        new: String,
+        replace_all: bool,
+        guard: Option<EditGuard>,
+    },
+    Delete {
+        path: String,
+        guard: Option<EditGuard>,
+    },
+    /// With `content`, the destination gets it and the source goes.
+    Move {
+        source: String,
+        destination: String,
+        source_guard: Option<EditGuard>,
+        destination_guard: Option<WriteGuard>,
+        content: Option<String>,
+    },
+}
+
+impl TxnOp {
+    /// The path the operation names (the source of a move).
+    pub fn path(&self) -> &str {
+        match self {
+            TxnOp::Write { path, .. } | TxnOp::Edit { path, .. } | TxnOp::Delete { path, .. } => path,
+            TxnOp::Move { source, .. } => source,
+        }
+    }
+
+    /// The operation it is, as a single call.
+    pub fn op(&self) -> Op {
+        match self {
+            TxnOp::Write { .. } => Op::WriteText,
+            TxnOp::Edit { .. } => Op::EditText,
+            TxnOp::Delete { .. } => Op::DeleteFile,
+            TxnOp::Move { .. } => Op::MoveFile,
+        }
+    }
 }
 
 /// An approved call taken apart: the call, the bindings it is held to, what was signed.
@@ -135,6 +189,7 @@ impl Request {
             Request::DeleteFile { .. } => Op::DeleteFile,
             Request::WriteBytes { .. } => Op::WriteBytes,
             Request::Remove { .. } => Op::Remove,
+            Request::Transact { .. } => Op::Transact,
             Request::Check { .. } => Op::Check,
             Request::Bound { request, .. } => request.op(),
         }
@@ -154,6 +209,7 @@ impl Request {
             | Request::WriteBytes { path, .. }
             | Request::Remove { path, .. } => path,
             Request::MoveFile { source, .. } => source,
+            Request::Transact { ops } => ops.first().map_or("", TxnOp::path),
             Request::Check { request } | Request::Bound { request, .. } => request.path(),
         }
     }

@@ -404,6 +404,31 @@ impl Fsd for FsdService {
         self.unary(request, wire::remove, wire::remove_reply).await
     }
 
+    async fn transact(
+        &self,
+        request: Request<v1::TransactRequest>,
+    ) -> Result<Response<v1::TransactReply>, Status> {
+        let caller = Caller::of(&request, request.get_ref().context());
+        let message = request.into_inner();
+        let context = message.context.clone();
+        let count = message.operations.len();
+        let call = wire::transact(message).ok_or_else(|| {
+            WireError::new(ErrorCode::InvalidPath, "", "a transaction's operation names no kind")
+                .with_reason(fsd_proto::Reason::Malformed)
+                .with("field", "operations.kind")
+                .into_status()
+        })?;
+        // One call in flight, and one token of the call budget per operation.
+        let refused = |r: crate::budget::Refusal| r.into_wire(call.path()).into_status();
+        let _in_flight = self.budgets.call(&caller.identity).map_err(refused)?;
+        for _ in 1..count {
+            drop(self.budgets.call(&caller.identity).map_err(refused)?);
+        }
+        let grant = self.mode(&caller, context.as_ref(), call.path(), Op::Transact)?;
+        let outcome = self.run(&caller, grant, call).await?;
+        wire::transact_reply(outcome).map(Response::new).ok_or_else(unexpected)
+    }
+
     async fn request_escalation(
         &self,
         request: Request<v1::EscalationRequest>,

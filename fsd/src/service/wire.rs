@@ -31,6 +31,7 @@ called!(
     v1::MoveFileRequest,
     v1::DeleteFileRequest,
     v1::RemoveRequest,
+    v1::TransactRequest,
     v1::EscalationRequest,
     v1::ReleaseEscalationRequest,
 );
@@ -144,6 +145,55 @@ pub(super) fn remove(r: v1::RemoveRequest) -> op::Request {
 
 pub(super) fn write_bytes(h: v1::WriteBytesHeader) -> op::Request {
     op::Request::WriteBytes { path: h.path, mode: h.mode, guard: write_guard(h.guard) }
+}
+
+/// A transaction: each operation as the single call's request says it. An operation with no
+/// kind is refused by the caller (`None`).
+pub(super) fn transact(r: v1::TransactRequest) -> Option<op::Request> {
+    use crate::op::TxnOp;
+    use v1::transact_operation::Kind;
+    let ops = r.operations.into_iter().map(|op| {
+        Some(match op.kind? {
+            Kind::Write(w) => TxnOp::Write {
+                path: w.path,
+                content: w.content,
+                guard: write_guard(w.guard),
+                match_style: w.match_existing_style,
+            },
+            Kind::Edit(e) => TxnOp::Edit {
+                path: e.path,
+                old: e.old_string,
+                new: e.new_string,
+                replace_all: e.replace_all,
+                guard: edit_guard(e.guard),
+            },
+            Kind::Delete(d) => TxnOp::Delete { path: d.path, guard: edit_guard(d.guard) },
+            Kind::Move(m) => TxnOp::Move {
+                source: m.source,
+                destination: m.destination,
+                source_guard: edit_guard(m.source_guard),
+                destination_guard: write_guard(m.destination_guard),
+                content: m.content,
+            },
+        })
+    });
+    Some(op::Request::Transact { ops: ops.collect::<Option<Vec<_>>>()? })
+}
+
+pub(super) fn transact_reply(outcome: Outcome) -> Option<v1::TransactReply> {
+    use v1::transact_result::Kind;
+    let Outcome::Transact { outcomes } = outcome else { return None };
+    let results = outcomes.into_iter().map(|outcome| {
+        let kind = match outcome {
+            o @ Outcome::WriteText { .. } => Kind::Write(write_text_reply(o)?),
+            o @ Outcome::EditText { .. } => Kind::Edit(edit_text_reply(o)?),
+            o @ Outcome::DeleteFile { .. } => Kind::Delete(delete_file_reply(o)?),
+            o @ Outcome::MoveFile { .. } => Kind::Move(move_file_reply(o)?),
+            _ => return None,
+        };
+        Some(v1::TransactResult { kind: Some(kind) })
+    });
+    Some(v1::TransactReply { results: results.collect::<Option<Vec<_>>>()? })
 }
 
 pub(super) fn remove_reply(outcome: Outcome) -> Option<v1::RemoveReply> {

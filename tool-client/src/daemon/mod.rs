@@ -17,8 +17,8 @@ use crate::window::{Window, WindowBuilder, WindowSpec};
 
 pub use types::{
     BytesRead, Change, DaemonError, Decider, Decision, Edited, Entry, FileKind, Hello, Info, Mode, Moved,
-    Operation, PlannedCall, Rejection, Report, Stat, Target, TextChange, TextRead, Ticket, VersionGuard,
-    WriteGuard, Written,
+    Operation, PlannedCall, Rejection, Report, Stat, Target, TextChange, TextRead, Ticket, TxnChange,
+    TxnResult, VersionGuard, WriteGuard, Written,
 };
 
 /// Why a windowed read over a stream failed.
@@ -270,6 +270,19 @@ impl Daemon {
             .into_inner()
             .target
             .into())
+    }
+
+    /// Commits `changes` all-or-nothing (`fsd.v1` Transact): each one's reply, in order, or the
+    /// failure of the one that failed (metadata `operation`, `undone`), nothing changed.
+    pub async fn transact(&mut self, changes: Vec<TxnChange>) -> Reply<Vec<TxnResult>> {
+        let request = v1::TransactRequest {
+            context: self.context(),
+            operations: changes.into_iter().map(TxnChange::wire).collect(),
+        };
+        let reply = self.client.transact(request).await.map_err(DaemonError::from_status)?.into_inner();
+        let results = reply.results.into_iter().map(TxnResult::from_wire).collect::<Option<Vec<_>>>();
+        // A reply without a result's kind: the daemon answered something this client cannot read.
+        results.ok_or(DaemonError::Rejected(Rejection::Internal))
     }
 
     /// Has the daemon check `calls` at `mode` and, under `signed` trust, ask its approver.

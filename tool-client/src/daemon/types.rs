@@ -170,6 +170,78 @@ impl From<v1::MoveFileReply> for Moved {
     }
 }
 
+/// One change of a transaction (`Daemon::transact`), with its guard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxnChange {
+    Write {
+        path: String,
+        content: String,
+        guard: Option<WriteGuard>,
+    },
+    Delete {
+        path: String,
+        guard: Option<VersionGuard>,
+    },
+    /// With `content`, the destination gets it and the source goes.
+    Move {
+        source: String,
+        destination: String,
+        source_guard: Option<VersionGuard>,
+        destination_guard: Option<WriteGuard>,
+        content: Option<String>,
+    },
+}
+
+impl TxnChange {
+    pub(super) fn wire(self) -> v1::TransactOperation {
+        use v1::transact_operation::Kind;
+        let kind = match self {
+            TxnChange::Write { path, content, guard } => Kind::Write(v1::WriteTextRequest {
+                context: None,
+                path,
+                content,
+                guard: write_guard(guard.as_ref()),
+                match_existing_style: false,
+            }),
+            TxnChange::Delete { path, guard } => {
+                Kind::Delete(v1::DeleteFileRequest { context: None, path, guard: edit_guard(guard.as_ref()) })
+            }
+            TxnChange::Move { source, destination, source_guard, destination_guard, content } => {
+                Kind::Move(v1::MoveFileRequest {
+                    context: None,
+                    source,
+                    destination,
+                    source_guard: edit_guard(source_guard.as_ref()),
+                    destination_guard: write_guard(destination_guard.as_ref()),
+                    content,
+                })
+            }
+        };
+        v1::TransactOperation { kind: Some(kind) }
+    }
+}
+
+/// One change's reply in a committed transaction.
+#[derive(Debug, Clone)]
+pub enum TxnResult {
+    Written(Written),
+    Edited(Edited),
+    Deleted(Target),
+    Moved(Moved),
+}
+
+impl TxnResult {
+    pub(super) fn from_wire(result: v1::TransactResult) -> Option<TxnResult> {
+        use v1::transact_result::Kind;
+        Some(match result.kind? {
+            Kind::Write(w) => TxnResult::Written(w.into()),
+            Kind::Edit(e) => TxnResult::Edited(e.into()),
+            Kind::Delete(d) => TxnResult::Deleted(d.target.into()),
+            Kind::Move(m) => TxnResult::Moved(m.into()),
+        })
+    }
+}
+
 /// What a replace or edit must find: the version the session saw, and the target it saw it on
 /// when known (the daemon checks both).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -421,6 +421,12 @@ fn sandbox_denied(verb: &str, path: &str, wire: &WireError) -> ToolError {
         Some(Reason::NotWritableRoot) => Some("not inside a writable root".to_owned()),
         Some(Reason::OutsideRoots) => Some("path resolves outside every root of this daemon".to_owned()),
         Some(Reason::SameFile) => Some("source and destination are the same file".to_owned()),
+        Some(Reason::RepeatedTarget) => {
+            Some("another operation of the same atomic patch changes this file too".to_owned())
+        }
+        Some(Reason::NoStateDir) => {
+            Some("the file service keeps no state_dir, which atomic patches need".to_owned())
+        }
         Some(Reason::Root) => Some("a root itself cannot be removed".to_owned()),
         Some(Reason::Mount) => Some(format!(
             "{} is another mount below the tree (a removal does not cross it)",

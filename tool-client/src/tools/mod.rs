@@ -145,7 +145,7 @@ impl Tools {
 
     /// The guidance paragraphs of the visible tools, joined by blank lines.
     pub fn guidance(&self) -> String {
-        guidance_for(&self.visible_tools())
+        guidance_for(&self.visible_tools(), self.config.apply_patch_atomic)
     }
 }
 

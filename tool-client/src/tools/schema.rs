@@ -10,10 +10,12 @@ const READ_GUIDANCE: &str = include_str!("text/read.guidance.txt").trim_ascii_en
 const WRITE_GUIDANCE: &str = include_str!("text/write.guidance.txt").trim_ascii_end();
 const WRITE_GUIDANCE_EDIT: &str = include_str!("text/write.guidance-edit.txt").trim_ascii_end();
 const PATCH_GUIDANCE: &str = include_str!("text/apply_patch.guidance.txt").trim_ascii_end();
+/// With `applyPatchAtomic`: only the sentence about a failed commit differs.
+const PATCH_GUIDANCE_ATOMIC: &str = include_str!("text/apply_patch.guidance-atomic.txt").trim_ascii_end();
 const EDIT_GUIDANCE: &str = include_str!("text/edit.guidance.txt").trim_ascii_end();
 
 /// The guidance for a set of visible tools, in tool order, blank-line separated.
-pub fn guidance_for(visible: &[Tool]) -> String {
+pub fn guidance_for(visible: &[Tool], atomic_patch: bool) -> String {
     let mut parts = Vec::new();
     if visible.contains(&Tool::Read) {
         parts.push(READ_GUIDANCE.to_owned());
@@ -26,7 +28,7 @@ pub fn guidance_for(visible: &[Tool]) -> String {
         parts.push(EDIT_GUIDANCE.to_owned());
     }
     if visible.contains(&Tool::ApplyPatch) {
-        parts.push(PATCH_GUIDANCE.to_owned());
+        parts.push(if atomic_patch { PATCH_GUIDANCE_ATOMIC } else { PATCH_GUIDANCE }.to_owned());
     }
     parts.join("\n\n")
 }
@@ -107,7 +109,7 @@ mod tests {
     use super::*;
 
     fn check(visible: &[Tool], expected: &str) {
-        assert_eq!(guidance_for(visible), expected, "{visible:?}");
+        assert_eq!(guidance_for(visible, false), expected, "{visible:?}");
     }
 
     #[test]
@@ -125,6 +127,27 @@ mod tests {
             "Read a file before editing it (the default fs-observation-policy requires it), unless you just created or edited it in this session.",
         );
         check(&[], "");
+    }
+
+    /// `applyPatchAtomic` changes the sentence about a failed commit, and only it.
+    #[test]
+    fn the_atomic_guidance_differs_only_in_its_rollback_sentence() {
+        let seed = guidance_for(&[Tool::ApplyPatch], false);
+        let atomic = guidance_for(&[Tool::ApplyPatch], true);
+        let (kept, seed_tail) = seed.split_once("once applying starts, ").unwrap();
+        let (atomic_kept, atomic_tail) = atomic.split_once("once applying starts, ").unwrap();
+        assert_eq!(kept, atomic_kept);
+        assert_eq!(
+            seed_tail,
+            "operations run in order, stop at the first failure, and are not rolled back, so re-read affected files before retrying when needed."
+        );
+        assert_eq!(
+            atomic_tail,
+            "the operations commit together: if one fails, the ones before it are rolled back and no file changes, so fix the failing operation and retry the whole patch."
+        );
+        for tools in [&[Tool::Read, Tool::Write, Tool::Edit][..], &[Tool::Write], &[]] {
+            assert_eq!(guidance_for(tools, true), guidance_for(tools, false));
+        }
     }
 
     #[test]

@@ -1,13 +1,14 @@
 //! Commit: the prepared operations run in order through the provider, each guarded by the
 //! version preflight saw (or an earlier operation produced). The first failure or unknown
-//! outcome stops the patch; nothing is rolled back.
+//! outcome stops the patch; nothing is rolled back. With `applyPatchAtomic` ([`run_atomic`])
+//! they are one daemon transaction instead: all of them or none.
 
 use std::collections::HashMap;
 
 use fsd_proto::ErrorCode;
 
 use super::Prepared;
-use crate::daemon::{DaemonError, Version, VersionGuard, WriteGuard};
+use crate::daemon::{DaemonError, TxnChange, TxnResult, Version, VersionGuard, WriteGuard};
 use crate::failure::ToolError;
 use crate::tools::Session;
 
@@ -25,6 +26,9 @@ pub(super) enum Status {
         error: ToolError,
     },
     NotExecuted,
+    /// Atomic: it was part of a transaction that failed at a later operation, so it was undone
+    /// (or never made visible).
+    Undone,
 }
 
 /// Every operation's status and the display paths the commit touched.
@@ -32,6 +36,8 @@ pub(super) enum Status {
 pub(super) struct Outcome {
     pub statuses: Vec<Status>,
     pub displays: Vec<(String, Option<String>)>,
+    /// Committed as one transaction (`applyPatchAtomic`).
+    pub atomic: bool,
 }
 
 /// The expected state of a path before the next operation on it.
@@ -95,11 +101,7 @@ pub(super) async fn run(session: &mut Session, prepared: &[Prepared]) -> Outcome
         }
         let src = p.planned.src.clone();
         let spelled = p.planned.op.path().to_owned();
-        let src_expect = expect.get(&src).cloned().or_else(|| match (&p.src_version, p.planned.kind()) {
-            (Some(v), _) => Some(Expect::Version(v.clone())),
-            (None, fsd_patch::OpKind::Add) if !p.target_exists => Some(Expect::Absent),
-            (None, _) => None,
-        });
+        let src_expect = expect.get(&src).cloned().or_else(|| source_expect(p));
         let (status, display) = match (&p.planned.op, &p.planned.dst) {
             (fsd_patch::Op::Add { .. } | fsd_patch::Op::Update { move_to: None, .. }, _) => {
                 let content = p.content.clone().unwrap_or_default();
@@ -190,5 +192,138 @@ pub(super) async fn run(session: &mut Session, prepared: &[Prepared]) -> Outcome
         statuses.push(status);
         displays.push(display);
     }
-    Outcome { statuses, displays }
+    Outcome { statuses, displays, atomic: false }
+}
+
+/// The expectation preflight gives an operation's source: the version it saw, or absent for a
+/// file an add creates.
+fn source_expect(p: &Prepared) -> Option<Expect> {
+    match (&p.src_version, p.planned.kind()) {
+        (Some(v), _) => Some(Expect::Version(v.clone())),
+        (None, fsd_patch::OpKind::Add) if !p.target_exists => Some(Expect::Absent),
+        (None, _) => None,
+    }
+}
+
+/// `applyPatchAtomic`: the operations, each with the guard the in-order commit would give it,
+/// as one transaction. Committed, every operation is completed; refused or failed, nothing
+/// changed, and the failing operation (the daemon's `operation`) says why; cut (a lost worker or
+/// daemon), the outcome of all of them is unknown.
+pub(super) async fn run_atomic(session: &mut Session, prepared: &[Prepared]) -> Outcome {
+    let mut changes = Vec::with_capacity(prepared.len());
+    for p in prepared {
+        let src = p.planned.src.clone();
+        let src_expect = source_expect(p);
+        let change = match (&p.planned.op, &p.planned.dst) {
+            (fsd_patch::Op::Add { .. } | fsd_patch::Op::Update { move_to: None, .. }, _) => {
+                TxnChange::Write {
+                    path: src,
+                    content: p.content.clone().unwrap_or_default(),
+                    guard: Some(write_guard(src_expect.as_ref())),
+                }
+            }
+            (fsd_patch::Op::Delete { .. }, _) => {
+                TxnChange::Delete { path: src, guard: edit_guard(src_expect.as_ref()) }
+            }
+            (fsd_patch::Op::Update { move_to: Some(_), .. }, Some(dst)) => {
+                let dst_expect = match &p.dst_version {
+                    Some(v) => Some(Expect::Version(v.clone())),
+                    None if !p.target_exists => Some(Expect::Absent),
+                    None => None,
+                };
+                TxnChange::Move {
+                    source: src,
+                    destination: dst.clone(),
+                    source_guard: edit_guard(src_expect.as_ref()),
+                    destination_guard: Some(write_guard(dst_expect.as_ref())),
+                    content: p.content.clone(),
+                }
+            }
+            (fsd_patch::Op::Update { move_to: Some(_), .. }, None) => {
+                let error = ToolError::new("PATCH_SYNTAX", "move without a destination");
+                return stopped_at(prepared, changes.len(), Status::Failed { error, detail: None });
+            }
+        };
+        changes.push(change);
+    }
+    let displays = prepared.iter().map(|p| (p.planned.src.clone(), p.planned.dst.clone())).collect();
+    match session.daemon.transact(changes).await {
+        Ok(results) => {
+            let mut displays = Vec::with_capacity(prepared.len());
+            for (p, result) in prepared.iter().zip(results) {
+                let src = p.planned.src.clone();
+                displays.push(match result {
+                    TxnResult::Written(reply) => {
+                        session.record_present(&[&src], &reply.target, &reply.version);
+                        (reply.target.display, None)
+                    }
+                    TxnResult::Edited(reply) => {
+                        session.record_present(&[&src], &reply.target, &reply.version);
+                        (reply.target.display, None)
+                    }
+                    TxnResult::Deleted(target) => {
+                        session.learn(&[&src, &target.display], &target.key.0);
+                        session.observations.record_absent(target.key.clone());
+                        (target.display, None)
+                    }
+                    TxnResult::Moved(reply) => {
+                        if let Some(dst) = &p.planned.dst {
+                            session.record_present(&[dst], &reply.destination, &reply.destination_version);
+                        }
+                        session.learn(&[&src, &reply.source.display], &reply.source.key.0);
+                        session.observations.record_absent(reply.source.key.clone());
+                        (reply.source.display, Some(reply.destination.display))
+                    }
+                });
+            }
+            let statuses = prepared.iter().map(|_| Status::Completed).collect();
+            Outcome { statuses, displays, atomic: true }
+        }
+        Err(failure) => {
+            // The operation the daemon names (from 0); a failure of the whole call, the first.
+            let index = failure
+                .wire()
+                .and_then(|w| w.get("operation"))
+                .and_then(|i| i.parse::<usize>().ok())
+                .filter(|i| *i < prepared.len())
+                .unwrap_or(0);
+            let spelled = prepared.get(index).map(|p| p.planned.op.path().to_owned()).unwrap_or_default();
+            let error = ToolError::from_mutation(&spelled, &failure);
+            let status = match failure.code() {
+                Some(ErrorCode::Aborted) | None => {
+                    // All or none of them happened: nothing is known about any target now.
+                    for p in prepared {
+                        for path in std::iter::once(&p.planned.src).chain(&p.planned.dst) {
+                            if let Some(key) = session.key_of(path).cloned() {
+                                session.observations.forget(&key);
+                            }
+                        }
+                    }
+                    // No operation is to blame: every one of them is unknown.
+                    let statuses =
+                        prepared.iter().map(|_| Status::Unknown { error: error.clone() }).collect();
+                    return Outcome { statuses, displays, atomic: true };
+                }
+                Some(_) => Status::Failed { error, detail: None },
+            };
+            let mut outcome = stopped_at(prepared, index, status);
+            outcome.displays = displays;
+            outcome
+        }
+    }
+}
+
+/// An atomic commit that stopped at operation `index` (from 0) with `status`: the ones before
+/// it undone, the ones after it not executed.
+fn stopped_at(prepared: &[Prepared], index: usize, status: Status) -> Outcome {
+    let mut status = Some(status);
+    let statuses = (0..prepared.len())
+        .map(|i| match i.cmp(&index) {
+            std::cmp::Ordering::Less => Status::Undone,
+            std::cmp::Ordering::Equal => status.take().unwrap_or(Status::NotExecuted),
+            std::cmp::Ordering::Greater => Status::NotExecuted,
+        })
+        .collect();
+    let displays = prepared.iter().map(|p| (p.planned.src.clone(), p.planned.dst.clone())).collect();
+    Outcome { statuses, displays, atomic: true }
 }

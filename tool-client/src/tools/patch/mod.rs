@@ -130,7 +130,11 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
         Ok(prepared) => prepared,
         Err(problems) => return Err(report::rejected(&problems)),
     };
-    let outcome = commit::run(session, &prepared).await;
+    let outcome = if session.tools.config().apply_patch_atomic {
+        commit::run_atomic(session, &prepared).await
+    } else {
+        commit::run(session, &prepared).await
+    };
     Ok(report::committed(&prepared, &outcome))
 }
 

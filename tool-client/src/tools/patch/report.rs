@@ -56,6 +56,7 @@ fn status_name(status: &Status) -> &'static str {
         Status::Failed { .. } => "failed",
         Status::Unknown { .. } => "unknown",
         Status::NotExecuted => "skipped",
+        Status::Undone => "undone",
     }
 }
 
@@ -99,6 +100,62 @@ fn operation_line(planned: &Planned, error: &ToolError, remedy: bool) -> String 
     )
 }
 
+/// `applyPatchAtomic`: a commit that failed changed nothing (the operations before the failing
+/// one were undone), or one cut by a lost daemon applied all operations or none. Same sections as
+/// the in-order report, the completed ones now "Undone".
+fn atomic_stopped(prepared: &[Prepared], outcome: &Outcome) -> String {
+    let total = prepared.len();
+    let of = |status: fn(&Status) -> bool| -> Vec<&Prepared> {
+        prepared.iter().zip(&outcome.statuses).filter(|(_, s)| status(s)).map(|(p, _)| p).collect()
+    };
+    let mut lines = Vec::new();
+    let unknown = outcome.statuses.iter().find_map(|s| match s {
+        Status::Unknown { error } => Some(error),
+        _ => None,
+    });
+    if let Some(error) = unknown {
+        // The daemon was lost mid-commit: the whole transaction applied or none of it.
+        lines.push(format!(
+            "Patch outcome unknown: the commit was cut; all {total} operations were applied or none."
+        ));
+        lines.push("Outcome unknown:".to_owned());
+        lines.extend(of(|s| matches!(s, Status::Unknown { .. })).iter().map(|p| {
+            format!(
+                "- operation {} ({}, patch line {})",
+                p.planned.index,
+                p.planned.describe(),
+                p.planned.op.line()
+            )
+        }));
+        let remedy = if error.message.ends_with(STALE_REMEDY) { "" } else { STALE_REMEDY };
+        lines.push(format!("Cause: {}{remedy}", indent(&error.message)));
+        return lines.join("\n");
+    }
+    let failed = prepared.iter().zip(&outcome.statuses).find_map(|(p, s)| match s {
+        Status::Failed { error, .. } => Some((p, error)),
+        _ => None,
+    });
+    let index = failed.map_or(1, |(p, _)| p.planned.index);
+    lines.push(format!("Patch rolled back: operation {index} of {total} failed, so no file was changed."));
+    let undone = of(|s| matches!(s, Status::Undone));
+    if !undone.is_empty() {
+        lines.push("Undone:".to_owned());
+        lines.extend(undone.iter().map(|p| p.planned.summary()));
+    }
+    if let Some((p, error)) = failed {
+        lines.push("Failed:".to_owned());
+        lines.push(operation_line(&p.planned, error, false));
+    }
+    let skipped = of(|s| matches!(s, Status::NotExecuted));
+    if !skipped.is_empty() {
+        lines.push("Not executed:".to_owned());
+        lines.extend(
+            skipped.iter().map(|p| format!("- operation {} ({})", p.planned.index, p.planned.describe())),
+        );
+    }
+    lines.join("\n")
+}
+
 pub(super) fn committed(prepared: &[Prepared], outcome: &Outcome) -> ToolResult {
     let total = prepared.len();
     let completed: Vec<&Prepared> = prepared
@@ -109,7 +166,9 @@ pub(super) fn committed(prepared: &[Prepared], outcome: &Outcome) -> ToolResult 
         .collect();
     let stopped = completed.len() < total;
 
-    let text = if !stopped {
+    let text = if stopped && outcome.atomic {
+        atomic_stopped(prepared, outcome)
+    } else if !stopped {
         let mut lines = vec!["Success. Updated the following files:".to_owned()];
         for letter in ['A', 'M', 'D'] {
             lines.extend(
@@ -202,6 +261,9 @@ pub(super) fn committed(prepared: &[Prepared], outcome: &Outcome) -> ToolResult 
     meta.insert("phase".into(), json!("commit"));
     meta.insert("cancelled".into(), json!(false));
     meta.insert("stopped".into(), json!(stopped));
+    if outcome.atomic {
+        meta.insert("atomic".into(), json!(true));
+    }
     meta.insert("operations".into(), Value::Array(operations));
     meta.insert("affectedPaths".into(), json!(affected));
     meta.insert("diffs".into(), Value::Array(all_diffs));

@@ -1,0 +1,312 @@
+//! Transactions (`fsd.v1` Transact, docs/transactions.md) against the real daemon: a mix of
+//! operations commits whole; a failing one changes nothing and says which operation failed and
+//! how many were undone; bounds are refused up front; a worker that dies mid-commit is rolled back
+//! before its targets unlock; a daemon killed mid-commit is rolled back at its next start, which
+//! logs it; and the crash run (short form of `fsd-txn-crash`; `FSD_TXN_CRASH_SECS` for longer).
+
+use crate::common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::rpc::{Rpc, p};
+use common::*;
+use fsd_proto::v1::{self, transact_operation::Kind};
+use fsd_proto::{ErrorCode, WireError};
+
+fn write(path: &Path, content: &str) -> v1::TransactOperation {
+    let request = v1::WriteTextRequest { path: p(path), content: content.to_owned(), ..Default::default() };
+    v1::TransactOperation { kind: Some(Kind::Write(request)) }
+}
+
+fn edit(path: &Path, old: &str, new: &str, version: Option<String>) -> v1::TransactOperation {
+    let request = v1::EditTextRequest {
+        path: p(path),
+        old_string: old.to_owned(),
+        new_string: new.to_owned(),
+        guard: version.map(|version| v1::EditGuard { version, target_key: String::new() }),
+        ..Default::default()
+    };
+    v1::TransactOperation { kind: Some(Kind::Edit(request)) }
+}
+
+fn delete(path: &Path) -> v1::TransactOperation {
+    v1::TransactOperation {
+        kind: Some(Kind::Delete(v1::DeleteFileRequest { path: p(path), ..Default::default() })),
+    }
+}
+
+fn moved(from: &Path, to: &Path) -> v1::TransactOperation {
+    let request = v1::MoveFileRequest { source: p(from), destination: p(to), ..Default::default() };
+    v1::TransactOperation { kind: Some(Kind::Move(request)) }
+}
+
+fn transact(rpc: &mut Rpc, operations: Vec<v1::TransactOperation>) -> Result<v1::TransactReply, WireError> {
+    let request = v1::TransactRequest { context: None, operations };
+    rpc.rt
+        .block_on(rpc.client.transact(request))
+        .map(tonic::Response::into_inner)
+        .map_err(|status| WireError::from_status(&status).expect("an fsd error"))
+}
+
+/// Every file below the root and its content.
+fn tree(root: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                let rel = path.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+                out.push((rel, std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A daemon with a state directory (outside its root), which it outlives.
+fn daemon_with_state() -> (Daemon, tempfile::TempDir) {
+    let state = tempfile::tempdir().unwrap();
+    let d = Daemon::start_with(&[], &format!("state_dir = \"{}\"\n", state.path().display()));
+    (d, state)
+}
+
+#[test]
+fn a_mix_of_operations_commits_whole_and_answers_each() {
+    let (d, _state) = daemon_with_state();
+    d.write("a.txt", "alpha\n");
+    d.write("b.txt", "beta\n");
+    d.write("gone.txt", "gone\n");
+    d.write("from.txt", "moved\n");
+    let mut rpc = Rpc::connect(&d);
+    let version = rpc.version(&d.path("b.txt"));
+    let reply = transact(
+        &mut rpc,
+        vec![
+            write(&d.path("a.txt"), "ALPHA\n"),
+            edit(&d.path("b.txt"), "beta", "BETA", Some(version)),
+            delete(&d.path("gone.txt")),
+            moved(&d.path("from.txt"), &d.path("sub/to.txt")),
+            write(&d.path("new.txt"), "new\n"),
+        ],
+    )
+    .expect("commits");
+    let kinds: Vec<&str> = reply
+        .results
+        .iter()
+        .map(|r| match r.kind.as_ref().expect("a kind") {
+            v1::transact_result::Kind::Write(_) => "write",
+            v1::transact_result::Kind::Edit(_) => "edit",
+            v1::transact_result::Kind::Delete(_) => "delete",
+            v1::transact_result::Kind::Move(_) => "move",
+        })
+        .collect();
+    assert_eq!(kinds, ["write", "edit", "delete", "move", "write"]);
+    let expected: Vec<(String, Vec<u8>)> =
+        [("a.txt", "ALPHA\n"), ("b.txt", "BETA\n"), ("new.txt", "new\n"), ("sub/to.txt", "moved\n")]
+            .iter()
+            .map(|(n, c)| ((*n).to_owned(), c.as_bytes().to_vec()))
+            .collect();
+    assert_eq!(tree(&d.root), expected);
+    // Each reply's version is the file's: a guarded edit with it goes through.
+    let v1::transact_result::Kind::Write(a) = reply.results[0].kind.clone().unwrap() else { unreachable!() };
+    assert!(
+        rpc.edit_text(
+            &d.path("a.txt"),
+            "ALPHA",
+            "alpha",
+            Some(v1::EditGuard { version: a.version, target_key: String::new() })
+        )
+        .is_ok()
+    );
+}
+
+/// The same transactions whose check or commit fails: nothing changes, and the error names the
+/// failing operation and how many committed operations before it were undone.
+#[test]
+fn a_failing_transaction_changes_nothing_and_names_its_operation() {
+    let (d, _state) = daemon_with_state();
+    d.write("a.txt", "alpha\n");
+    d.write("b.txt", "beta\n");
+    d.write("c.txt", "gamma\n");
+    let before = tree(&d.root);
+    let mut rpc = Rpc::connect(&d);
+    let stale = Some("1:1".to_owned());
+    let fault = d.path("fsd-fault-txn-fail-3");
+    let cases: Vec<(Vec<v1::TransactOperation>, ErrorCode, &str, &str)> = vec![
+        // Refused at its check: nothing was committed.
+        (
+            vec![
+                write(&d.path("a.txt"), "A"),
+                delete(&d.path("b.txt")),
+                edit(&d.path("c.txt"), "gamma", "G", stale),
+            ],
+            ErrorCode::StaleVersion,
+            "2",
+            "0",
+        ),
+        (
+            vec![write(&d.path("a.txt"), "A"), edit(&d.path("c.txt"), "none", "x", None)],
+            ErrorCode::EditNotFound,
+            "1",
+            "0",
+        ),
+        (
+            vec![write(&d.path("a.txt"), "A"), write(&d.path("a.txt"), "again")],
+            ErrorCode::SandboxDenied,
+            "1",
+            "0",
+        ),
+        // The third commit step fails: the two before it are undone.
+        (
+            vec![write(&d.path("a.txt"), "A"), delete(&d.path("b.txt")), write(&fault, "")],
+            ErrorCode::IoError,
+            "2",
+            "2",
+        ),
+    ];
+    for (ops, code, operation, undone) in cases {
+        let failure = transact(&mut rpc, ops).expect_err("fails");
+        assert_eq!(failure.code, code, "{failure:?}");
+        assert_eq!(failure.metadata.get("operation").map(String::as_str), Some(operation), "{failure:?}");
+        assert_eq!(failure.metadata.get("undone").map(String::as_str), Some(undone), "{failure:?}");
+        assert_eq!(tree(&d.root), before, "{failure:?}");
+    }
+}
+
+#[test]
+fn bounds_are_refused_up_front_and_a_daemon_without_state_dir_refuses_transactions() {
+    let state = tempfile::tempdir().unwrap();
+    let body = format!(
+        "state_dir = \"{}\"\nmax_transaction_operations = 2\nmax_transaction_bytes = 8\n",
+        state.path().display()
+    );
+    let d = Daemon::start_with(&[], &body);
+    let mut rpc = Rpc::connect(&d);
+    let three = vec![write(&d.path("a"), ""), write(&d.path("b"), ""), write(&d.path("c"), "")];
+    let too_many = transact(&mut rpc, three).expect_err("too many");
+    assert_eq!(too_many.code, ErrorCode::TooLarge);
+    assert_eq!(
+        (too_many.metadata.get("size").unwrap().as_str(), too_many.metadata.get("limit").unwrap().as_str()),
+        ("3", "2")
+    );
+    let too_big = transact(&mut rpc, vec![write(&d.path("a"), "12345"), write(&d.path("b"), "6789")])
+        .expect_err("too big");
+    assert_eq!(too_big.code, ErrorCode::TooLarge);
+    assert_eq!(
+        (too_big.metadata.get("size").unwrap().as_str(), too_big.metadata.get("limit").unwrap().as_str()),
+        ("9", "8")
+    );
+    assert!(tree(&d.root).is_empty());
+
+    let plain = Daemon::start();
+    let mut rpc = Rpc::connect(&plain);
+    let refused = transact(&mut rpc, vec![write(&plain.path("a"), "a")]).expect_err("no state_dir");
+    assert_eq!(refused.code, ErrorCode::SandboxDenied);
+    assert_eq!(refused.metadata.get("reason").map(String::as_str), Some("no_state_dir"));
+    assert!(tree(&plain.root).is_empty());
+}
+
+/// A worker that exits after the second of four commit steps, while the daemon lives: the next
+/// change to one of its targets waits until the supervisor rolled it back, so it finds the file
+/// as it was (its guard, the version before the transaction, holds), and nothing is left.
+#[test]
+fn a_worker_dying_mid_commit_is_rolled_back_before_its_targets_unlock() {
+    let (d, state) = daemon_with_state();
+    d.write("a.txt", "alpha\n");
+    d.write("b.txt", "beta\n");
+    let mut rpc = Rpc::connect(&d);
+    let before = tree(&d.root);
+    // A version taken with the content: the rollback brings back the same bytes (and inode), but
+    // its renames change the inode's ctime, which a metadata-only version would call stale.
+    let version = rpc.read_text(&d.path("a.txt"), 1 << 20).unwrap().version;
+    let cut = transact(
+        &mut rpc,
+        vec![
+            write(&d.path("a.txt"), "A\n"),
+            delete(&d.path("b.txt")),
+            write(&d.path("c.txt"), "C\n"),
+            // The supervisor recovers this one a second late: the edit below comes first.
+            write(&d.path("fsd-fault-txn-slow-recovery"), ""),
+            write(&d.path("fsd-fault-txn-die-2"), ""),
+        ],
+    )
+    .expect_err("its worker died");
+    assert_eq!(cut.code, ErrorCode::Aborted, "{cut:?}");
+    let edited = rpc.edit_text(
+        &d.path("a.txt"),
+        "alpha",
+        "ALPHA",
+        Some(v1::EditGuard { version, target_key: String::new() }),
+    );
+    assert!(edited.is_ok(), "{edited:?}");
+    let mut expected = before;
+    expected[0].1 = b"ALPHA\n".to_vec();
+    assert_eq!(tree(&d.root), expected);
+    assert_eq!(std::fs::read_dir(state.path().join("txn")).unwrap().count(), 0);
+}
+
+/// The whole daemon killed in the middle of a commit: its next start rolls the transaction back
+/// before it serves, and logs it.
+#[test]
+fn a_daemon_killed_mid_commit_rolls_back_at_its_next_start() {
+    use fsd_soak::daemon::{Bins, Daemon as Soaked, Options};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ws");
+    std::fs::create_dir(&root).unwrap();
+    let root = std::fs::canonicalize(root).unwrap();
+    std::fs::write(root.join("a.txt"), "alpha\n").unwrap();
+    std::fs::write(root.join("b.txt"), "beta\n").unwrap();
+    let before = tree(&root);
+    let log = dir.path().join("fsd.log");
+    let options = Options {
+        root: root.clone(),
+        socket: dir.path().join("fsd.sock"),
+        config: format!("state_dir = \"{}\"\n", dir.path().join("state").display()),
+        log: Some(log.clone()),
+    };
+    let bins = Bins::locate().expect("fsd and fsd-tools are built");
+    let mut daemon = Soaked::start(&bins, &options).unwrap();
+    let endpoint = daemon.endpoint();
+    let ops = vec![
+        write(&root.join("a.txt"), "A\n"),
+        delete(&root.join("b.txt")),
+        write(&root.join("c.txt"), "C\n"),
+        write(&root.join("fsd-fault-txn-pause-2"), ""),
+    ];
+    let call = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let (mut client, _) = rt.block_on(fsd_tool_client::connect::connect(&endpoint)).unwrap();
+        rt.block_on(client.transact(v1::TransactRequest { context: None, operations: ops })).is_ok()
+    });
+    // The commit pauses a second after its second step.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_ne!(tree(&root), before, "the first steps are visible in the pause");
+    daemon.kill_tree().unwrap();
+    assert!(!call.join().unwrap(), "the transaction was cut");
+    drop(daemon);
+    let mut daemon = Soaked::start(&bins, &options).unwrap();
+    assert_eq!(tree(&root), before);
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("transaction recovery done") && logged.contains("rolled_back=1"), "{logged}");
+    daemon.terminate().unwrap();
+}
+
+#[test]
+fn transactions_cut_by_kills_are_never_torn_and_lose_no_outside_save() {
+    use fsd_soak::daemon::Bins;
+    use fsd_soak::txn_crash::{self, TxnCrashOptions};
+    let secs = std::env::var("FSD_TXN_CRASH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(15);
+    let bins = Bins::locate().expect("fsd and fsd-tools are built");
+    let options = TxnCrashOptions { duration: Duration::from_secs(secs), ..TxnCrashOptions::default() };
+    let report = txn_crash::run(&bins, &options).expect("the run ran");
+    println!("{report}");
+    assert!(report.violations.is_empty(), "{report}\n{}", report.violations.join("\n"));
+    assert_eq!((report.torn, report.lost_outside_saves), (0, 0), "{report}");
+    assert!(report.step_exits > 0 && report.tree_kills > 0 && report.worker_kills > 0, "{report}");
+    assert!(report.committed > 0 && report.rolled_back > 0 && report.outside_saves > 0, "{report}");
+}
