@@ -42,6 +42,8 @@ pub enum DaemonError {
     AuditKey(#[source] fsd_proto::chain::KeyError),
     #[error("process setup failed: {0}")]
     Runtime(#[source] std::io::Error),
+    #[error(transparent)]
+    Traces(#[from] crate::traces::TraceError),
     #[error("cannot install signal handler: {0}")]
     Signal(#[source] std::io::Error),
     #[error("cannot start {role}: {source}")]

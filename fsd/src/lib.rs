@@ -28,4 +28,5 @@ pub mod service;
 pub mod supervisor;
 pub mod sys;
 pub mod tls;
+pub mod traces;
 pub mod worker;

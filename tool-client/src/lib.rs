@@ -16,6 +16,7 @@ pub mod fleet;
 pub mod jsonl;
 pub mod mcp;
 pub mod tools;
+pub mod trace;
 pub mod web;
 pub mod window;
 
