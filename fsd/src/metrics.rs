@@ -5,7 +5,7 @@
 //! open connections and streams; bytes read and written. Each is recorded in the one place its
 //! event happens, through the functions here; the registry is the process's own (one network
 //! process per daemon). With `metrics = false` nothing is recorded (each function returns at its
-//! first check) and `/metrics` answers 404; the spans the tracer drops are counted either way.
+//! first check) and `/metrics` answers 404.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -243,12 +243,17 @@ pub fn enabled() -> bool {
 
 /// Spans the collector accepted.
 pub fn spans_exported(count: usize) {
+    if !enabled() {
+        return;
+    }
     METRICS.spans_exported.inc_by(count as u64);
 }
 
-/// Spans that never reached the collector (counted with metrics off too: they are the only
-/// sign of a collector that cannot keep up).
+/// Spans that never reached the collector: the sign of a collector that is down or cannot keep up.
 pub fn spans_dropped(reason: SpanDrop, count: usize) {
+    if !enabled() {
+        return;
+    }
     METRICS.spans_dropped.get_or_create(&SpanDropLabels { reason: reason.as_str() }).inc_by(count as u64);
 }
 

@@ -81,18 +81,22 @@ pub fn resolve(settings: &Settings) -> Result<String, TraceError> {
 
 /// Starts exporting to `address` (from [`resolve`]); on the network process's runtime, once.
 pub fn start(address: &str, settings: &Settings) -> Result<(), TraceError> {
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
+    let mut exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_tonic()
         .with_endpoint(address)
         .with_timeout(EXPORT_TIMEOUT)
         .build()
         .map_err(|e| TraceError::Exporter(address.to_owned(), e.to_string()))?;
+    // The exporter is the export task's, so it gets the resource here rather than through the
+    // provider (which hands it only to processors).
+    let resource = opentelemetry_sdk::Resource::builder().with_service_name("fsd").build();
+    exporter.set_resource(&resource);
     let (tx, rx) = mpsc::channel(settings.queue);
     tokio::spawn(export(exporter, rx, address.to_owned()));
     let provider = SdkTracerProvider::builder()
         .with_span_processor(Queue(tx))
         .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(settings.sample_ratio))))
-        .with_resource(opentelemetry_sdk::Resource::builder().with_service_name("fsd").build())
+        .with_resource(resource)
         .build();
     let tracer = provider.tracer("fsd");
     let _ = PROVIDER.set(provider);
