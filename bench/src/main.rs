@@ -20,6 +20,7 @@ mod report;
 mod rest;
 mod stats;
 mod stream;
+mod telemetry;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -131,6 +132,11 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// The read tool with metrics and traces off, metrics on, and metrics plus traces on.
+    Telemetry {
+        #[command(flatten)]
+        common: Common,
+    },
     /// One load for a while, for profiling under `perf record -a`.
     #[command(hide = true)]
     Probe {
@@ -202,6 +208,10 @@ fn run(command: Command) -> Res<()> {
             say!("{}", rest::run(&common, rest_mib)?);
             Ok(())
         }
+        Command::Telemetry { common } => {
+            say!("{}", telemetry::run(&common)?);
+            Ok(())
+        }
         Command::Neighbour { common } => {
             println!("{}", neighbour::run(&common)?);
             Ok(())
@@ -225,6 +235,8 @@ fn run(command: Command) -> Res<()> {
             doc.push(mcp::run(&common, &mcp_peer)?);
             step("noisy neighbour");
             doc.push(neighbour::run(&common)?);
+            step("metrics and traces");
+            doc.push(telemetry::run(&common)?);
             step("REST face");
             // Recorded, not fatal: the other sections of a long run stay.
             match rest::run(&common, stream_mib) {

@@ -61,6 +61,15 @@ impl Server {
         Server::fsd_started(bin_dir, root, &[], Some(config))
     }
 
+    /// [`Server::fsd_unmetered`] with `config` added to its config file.
+    pub fn fsd_unmetered_with(bin_dir: &Path, root: &Path, config: &str) -> Res<Server> {
+        let config = format!(
+            "client_max_modes = {{ tcp = \"workspace-write\" }}\n{config}\n\
+             [budgets]\ncalls_per_second = 1000000\ncall_burst = 1000000\n"
+        );
+        Server::fsd_started(bin_dir, root, &[], Some(&config))
+    }
+
     /// [`Server::fsd`] with more arguments (a config, another listener) instead of its config.
     pub fn fsd_with(bin_dir: &Path, root: &Path, args: &[std::ffi::OsString]) -> Res<Server> {
         Server::fsd_started(bin_dir, root, args, None)

@@ -13,7 +13,7 @@
 //! What a span never carries: file content, paths, bearer tokens or their hashes. The session
 //! and call ids the client sent join a span to the call's audit record, which has the path.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
@@ -24,7 +24,7 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{
     Sampler, SdkTracer, SdkTracerProvider, Span, SpanData, SpanExporter, SpanProcessor,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tonic::codegen::http;
 
 use crate::backend::Mode;
@@ -42,8 +42,11 @@ pub struct Settings {
     pub sample_ratio: f64,
 }
 
-/// Spans sent to the collector in one export, at most.
+/// Spans sent to the collector in one export, at most; a queue this full is exported at once.
 const BATCH: usize = 512;
+
+/// Otherwise what the queue holds is exported this often: the export task does not wake per span.
+const EXPORT_EVERY: Duration = Duration::from_secs(1);
 
 /// An export that has not finished by then fails (its spans counted as dropped).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -92,9 +95,10 @@ pub fn start(address: &str, settings: &Settings) -> Result<(), TraceError> {
     let resource = opentelemetry_sdk::Resource::builder().with_service_name("fsd").build();
     exporter.set_resource(&resource);
     let (tx, rx) = mpsc::channel(settings.queue);
-    tokio::spawn(export(exporter, rx, address.to_owned()));
+    let batch_ready = Arc::new(Notify::new());
+    tokio::spawn(export(exporter, (rx, batch_ready.clone()), address.to_owned()));
     let provider = SdkTracerProvider::builder()
-        .with_span_processor(Queue(tx))
+        .with_span_processor(Queue { spans: tx, batch_ready })
         .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(settings.sample_ratio))))
         .with_resource(resource)
         .build();
@@ -105,9 +109,13 @@ pub fn start(address: &str, settings: &Settings) -> Result<(), TraceError> {
     Ok(())
 }
 
-/// Hands finished spans to the export task without ever waiting.
+/// Hands finished spans to the export task without ever waiting; wakes it once a batch is
+/// ready.
 #[derive(Debug)]
-struct Queue(mpsc::Sender<SpanData>);
+struct Queue {
+    spans: mpsc::Sender<SpanData>,
+    batch_ready: Arc<Notify>,
+}
 
 impl SpanProcessor for Queue {
     fn on_start(&self, _span: &mut Span, _cx: &Context) {}
@@ -116,8 +124,10 @@ impl SpanProcessor for Queue {
         if !span.span_context.is_sampled() {
             return;
         }
-        if self.0.try_send(span).is_err() {
+        if self.spans.try_send(span).is_err() {
             crate::metrics::spans_dropped(SpanDrop::QueueFull, 1);
+        } else if self.spans.max_capacity() - self.spans.capacity() >= BATCH {
+            self.batch_ready.notify_one();
         }
     }
 
@@ -130,31 +140,54 @@ impl SpanProcessor for Queue {
     }
 }
 
-/// Sends what the queue holds, as it comes: whatever gathered while the last export ran goes in
-/// the next one. A failure is logged when it starts and when exporting works again, not per
-/// batch (a collector that is down would fill the log).
-async fn export(exporter: opentelemetry_otlp::SpanExporter, mut queue: mpsc::Receiver<SpanData>, address: String) {
-    let mut batch = Vec::with_capacity(BATCH);
+/// Sends what the queue holds every [`EXPORT_EVERY`], or as soon as a batch is ready, in batches
+/// of at most [`BATCH`]. A failure is logged when it starts and when exporting works again, not
+/// per batch (a collector that is down would fill the log).
+async fn export(
+    exporter: opentelemetry_otlp::SpanExporter,
+    (mut queue, batch_ready): (mpsc::Receiver<SpanData>, Arc<Notify>),
+    address: String,
+) {
     let mut failing = false;
-    while queue.recv_many(&mut batch, BATCH).await > 0 {
-        let spans = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
-        let count = spans.len();
-        let result = match tokio::time::timeout(EXPORT_TIMEOUT, exporter.export(spans)).await {
-            Ok(result) => result.map_err(|e| e.to_string()),
-            Err(_) => Err(format!("no answer within {} s", EXPORT_TIMEOUT.as_secs())),
-        };
-        match result {
-            Ok(()) => {
-                crate::metrics::spans_exported(count);
-                if std::mem::take(&mut failing) {
-                    tracing::info!(address, "exporting traces again");
+    loop {
+        tokio::select! {
+            () = batch_ready.notified() => {}
+            () = tokio::time::sleep(EXPORT_EVERY) => {}
+        }
+        loop {
+            let mut batch = Vec::with_capacity(BATCH);
+            while batch.len() < BATCH {
+                match queue.try_recv() {
+                    Ok(span) => batch.push(span),
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    // The provider (and its queue's sender) lives as long as the process.
+                    Err(mpsc::error::TryRecvError::Disconnected) => return,
                 }
             }
-            Err(reason) => {
-                crate::metrics::spans_dropped(SpanDrop::ExportFailed, count);
-                if !std::mem::replace(&mut failing, true) {
-                    tracing::warn!(address, %reason, "cannot export traces; dropping them until the collector answers");
+            let count = batch.len();
+            if count == 0 {
+                break;
+            }
+            let result = match tokio::time::timeout(EXPORT_TIMEOUT, exporter.export(batch)).await {
+                Ok(result) => result.map_err(|e| e.to_string()),
+                Err(_) => Err(format!("no answer within {} s", EXPORT_TIMEOUT.as_secs())),
+            };
+            match result {
+                Ok(()) => {
+                    crate::metrics::spans_exported(count);
+                    if std::mem::take(&mut failing) {
+                        tracing::info!(address, "exporting traces again");
+                    }
                 }
+                Err(reason) => {
+                    crate::metrics::spans_dropped(SpanDrop::ExportFailed, count);
+                    if !std::mem::replace(&mut failing, true) {
+                        tracing::warn!(address, %reason, "cannot export traces; dropping them until the collector answers");
+                    }
+                }
+            }
+            if count < BATCH {
+                break;
             }
         }
     }
