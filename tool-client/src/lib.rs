@@ -16,7 +16,6 @@ pub mod fleet;
 pub mod jsonl;
 pub mod mcp;
 pub mod tools;
-pub mod trace;
 pub mod web;
 pub mod window;
 

@@ -331,7 +331,7 @@ macro_rules! delegate {
                 ) -> Result<tonic::Response<$reply>, tonic::Status> {
                     // The trace context of the tool call this daemon call serves, if any.
                     let mut request = request.into_request();
-                    crate::trace::inject(request.metadata_mut());
+                    crate::connect::trace::inject(request.metadata_mut());
                     match self {
                         SessionClient::Plain(client) => client.$method(request).await,
                         SessionClient::Linked(client, _) => client.$method(request).await,
