@@ -16,7 +16,9 @@ use fsd_tool_client::{ClientConfig, Session, Tools};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
 };
-use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 use serde_json::json;
 
 use crate::concurrent::{Load, Window, fsd_rate};
@@ -146,9 +148,9 @@ fn start(setting: Setting, common: &Common, root: &Path, sink: u16) -> Res<Daemo
     let config = match setting {
         Setting::Off => "metrics = false".to_owned(),
         Setting::Metrics => format!("health_listen = \"tcp:127.0.0.1:{health}\""),
-        Setting::MetricsTraces => format!(
-            "health_listen = \"tcp:127.0.0.1:{health}\"\notlp_endpoint = \"http://127.0.0.1:{sink}\""
-        ),
+        Setting::MetricsTraces => {
+            format!("health_listen = \"tcp:127.0.0.1:{health}\"\notlp_endpoint = \"http://127.0.0.1:{sink}\"")
+        }
     };
     let server = Server::fsd_unmetered_with(&common.bin_dir()?, root, &config)?;
     Ok(Daemon { server, health: (setting != Setting::Off).then_some(health) })
@@ -183,7 +185,8 @@ fn measure(daemon: &Daemon, common: &Common, path: &str, root: &Path) -> Res<(f6
                 return Err::<_, crate::Error>(result.text().into());
             }
         }
-        let rate = fsd_rate(Load::ReadTool, &client, &hello, path, root, Window::new(window_warm, window)).await?;
+        let rate =
+            fsd_rate(Load::ReadTool, &client, &hello, path, root, Window::new(window_warm, window)).await?;
         Ok((samples.p50(), rate))
     });
     stop.store(true, Ordering::Relaxed);

@@ -219,7 +219,11 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         m.streams.clone(),
     );
     m.registry.register("file_bytes", "File content bytes read and written, by face", m.bytes.clone());
-    m.registry.register("spans_exported", "Trace spans the OTLP collector accepted", m.spans_exported.clone());
+    m.registry.register(
+        "spans_exported",
+        "Trace spans the OTLP collector accepted",
+        m.spans_exported.clone(),
+    );
     m.registry.register(
         "spans_dropped",
         "Trace spans dropped: the export queue was full, or the collector did not take them",

@@ -223,10 +223,8 @@ pub fn call<B>(request: &http::Request<B>, face: Face, client: &Identity) -> Opt
         // The route, never the path: a file's name is not put in a span.
         let route = "/v1/files/{path}";
         let method = request.method().as_str().to_owned();
-        let attributes = vec![
-            KeyValue::new("http.request.method", method.clone()),
-            KeyValue::new("http.route", route),
-        ];
+        let attributes =
+            vec![KeyValue::new("http.request.method", method.clone()), KeyValue::new("http.route", route)];
         (format!("{method} {route}"), attributes)
     } else {
         return None;
@@ -313,7 +311,8 @@ mod tests {
     /// process never needs a resolver.
     #[test]
     fn endpoint_resolves_before_confinement() {
-        let settings = |endpoint: &str| Settings { endpoint: endpoint.to_owned(), queue: 1, sample_ratio: 1.0 };
+        let settings =
+            |endpoint: &str| Settings { endpoint: endpoint.to_owned(), queue: 1, sample_ratio: 1.0 };
         for (endpoint, resolved) in [
             ("http://127.0.0.1:4317", "http://127.0.0.1:4317"),
             ("http://localhost:4317", "http://"),

@@ -55,6 +55,6 @@ mod streaming;
 mod supervisor_death;
 mod tamper_evident_logs;
 mod third_party;
-mod traces;
 mod tidy;
+mod traces;
 mod write_edit;

@@ -96,7 +96,10 @@ fn check_trace(spans: &[Value], parent: &str, face: &str, name: &str) {
         assert_eq!(span["service"], "fsd", "{span:#}");
         assert_eq!(a["fsd.face"], face, "{span:#}");
         assert_eq!(a["fsd.code"], "ok", "{span:#}");
-        assert!(a["fsd.op"].is_string() && a["fsd.mode"].is_string() && a["fsd.client"].is_string(), "{span:#}");
+        assert!(
+            a["fsd.op"].is_string() && a["fsd.mode"].is_string() && a["fsd.client"].is_string(),
+            "{span:#}"
+        );
         for child in ["fsd.queue", "fsd.worker"] {
             let found = spans.iter().find(|c| c["parent_span_id"] == span["span_id"] && c["name"] == child);
             let found = found.unwrap_or_else(|| panic!("{face}: no {child} under {span:#}"));
@@ -168,8 +171,10 @@ fn a_hosts_traceparent_becomes_the_parent_of_the_daemons_spans() {
     let (env_parent, env_trace, env_span) = traceparent(5);
     let web = format!("http://127.0.0.1:{}", daemon.port);
     let root = daemon.root.to_str().unwrap();
-    let mut session =
-        common::ToolSession::start_args(&["--endpoint", &web, "--cwd", root], &[("TRACEPARENT", &env_parent)]);
+    let mut session = common::ToolSession::start_args(
+        &["--endpoint", &web, "--cwd", root],
+        &[("TRACEPARENT", &env_parent)],
+    );
     let reply = session.read("notes.txt");
     assert!(!reply.is_error(), "{}", reply.text());
     session.finish();
@@ -195,7 +200,9 @@ fn a_hosts_traceparent_becomes_the_parent_of_the_daemons_spans() {
     let spans = receiver.spans();
     let ours = [&grpc_trace, &rest_trace, &mcp_trace, &line_trace, &env_trace];
     assert!(
-        spans.iter().any(|s| s["kind"] == 2 && s["parent_span_id"] == "" && !ours.iter().any(|t| s["trace_id"] == **t)),
+        spans.iter().any(|s| s["kind"] == 2
+            && s["parent_span_id"] == ""
+            && !ours.iter().any(|t| s["trace_id"] == **t)),
         "no root span of an untraced call: {spans:#?}"
     );
     // Neither the path nor the content is ever in a span.
