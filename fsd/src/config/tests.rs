@@ -415,7 +415,8 @@ fn the_documented_example_resolves() {
 
 #[test]
 fn trace_and_metrics_settings() {
-    let resolve = |text: &str| -> Result<(bool, Option<crate::traces::Settings>), String> {
+    type Resolved = Result<(bool, Option<crate::traces::Settings>), String>;
+    let resolve = |text: &str| -> Resolved {
         let file: ConfigFile = toml::from_str(text).map_err(|e| e.to_string())?;
         Config::resolve(file, flags(&["unix:/s"], &["/ws"]))
             .map(|c| (c.metrics, c.traces))
@@ -424,7 +425,7 @@ fn trace_and_metrics_settings() {
     let traces = |endpoint: &str, queue, sample_ratio| {
         Ok((true, Some(crate::traces::Settings { endpoint: endpoint.to_owned(), queue, sample_ratio })))
     };
-    let cases: &[(&str, Result<(bool, Option<crate::traces::Settings>), String>)] = &[
+    let cases: &[(&str, Resolved)] = &[
         ("", Ok((true, None))),
         ("metrics = false", Ok((false, None))),
         ("otlp_endpoint = \"http://127.0.0.1:4317\"", traces("http://127.0.0.1:4317", 2048, 1.0)),
