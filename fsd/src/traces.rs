@@ -208,9 +208,11 @@ impl Extractor for Headers<'_> {
 
 /// The span of one call, opened at the edge as the child of the caller's `traceparent`, if
 /// traces are on and the request is a file call (`/fsd.v1.Fsd/...` or `/v1/files...`; probes,
-/// reflection and scrapes are not traced). Run the call inside it with [`within`].
+/// reflection and scrapes are not traced). `face`: the request's own unless the HTTP face marked
+/// it (gRPC-Web). Run the call inside it with [`within`].
 pub fn call<B>(request: &http::Request<B>, face: Face, client: &Identity) -> Option<Context> {
     let tracer = TRACER.get()?;
+    let face = request.extensions().get::<Face>().copied().unwrap_or(face);
     let path = request.uri().path();
     let (name, attributes) = if let Some(method) = path.strip_prefix("/fsd.v1.Fsd/") {
         let attributes = vec![

@@ -226,9 +226,8 @@ where
                 return Box::pin(std::future::ready(Ok(response)));
             }
         };
-        // The call's span, child of the caller's `traceparent` (gRPC-Web's face came from `rest`).
-        let face = request.extensions().get::<crate::metrics::Face>().copied();
-        let span = crate::traces::call(&request, face.unwrap_or(crate::metrics::Face::Grpc), &identity);
+        // The call's span, child of the caller's `traceparent`.
+        let span = crate::traces::call(&request, crate::metrics::Face::Grpc, &identity);
         request.extensions_mut().insert(identity);
         // The service that was polled ready is the one that must be called.
         let clone = self.inner.clone();
