@@ -18,10 +18,11 @@ export FSD_TEST_PYTHON="$PWD/.venv/bin/python"
 # The agent-sandbox test (tests/tests/agent_sandbox.rs) drives the REST face with the real
 # Kubernetes agent-sandbox SDK, pinned with the same check; the template test
 # (tests/tests/agent_sandbox_template.rs) validates the Pod and NetworkPolicy offline with
-# kubernetes-validate.
+# kubernetes-validate. The traces test (tests/tests/traces.rs) receives the daemon's spans with an
+# OTLP receiver built from opentelemetry-proto's protobufs and grpcio.
 GRPC_PINS=(grpcio==1.85.1 grpcio-tools==1.85.1 grpcio-status==1.85.1 grpcio-health-checking==1.85.1
     grpcio-reflection==1.85.1 protobuf==7.36.2 googleapis-common-protos==1.76.0
-    k8s-agent-sandbox==1.0.8 kubernetes-validate==1.37.0)
+    k8s-agent-sandbox==1.0.8 kubernetes-validate==1.37.0 opentelemetry-proto==1.45.2)
 if ! .venv/bin/python -c "
 import importlib.metadata as m, sys
 sys.exit(any(m.version(n) != v for n, v in (p.split('==') for p in sys.argv[1:])))" "${GRPC_PINS[@]}" 2>/dev/null; then

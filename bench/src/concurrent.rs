@@ -22,7 +22,7 @@ use crate::{Common, Res};
 const IN_FLIGHT: usize = 64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Load {
+pub(crate) enum Load {
     Stat,
     ReadText,
     ReadTool,
@@ -42,13 +42,13 @@ impl Load {
 
 /// Counts the calls that finish inside [start + warm, start + warm + window).
 #[derive(Debug, Clone, Copy)]
-struct Window {
+pub(crate) struct Window {
     from: Instant,
     to: Instant,
 }
 
 impl Window {
-    fn new(warm: Duration, window: Duration) -> Window {
+    pub(crate) fn new(warm: Duration, window: Duration) -> Window {
         let from = Instant::now() + warm;
         Window { from, to: from + window }
     }
@@ -105,7 +105,7 @@ fn read_request(path: &str) -> v1::ReadTextRequest {
     v1::ReadTextRequest { context: None, path: path.to_owned(), max_bytes: 10 << 20 }
 }
 
-async fn fsd_rate(
+pub(crate) async fn fsd_rate(
     load: Load,
     client: &FsdClient<Channel>,
     hello: &v1::HelloReply,

@@ -21,6 +21,7 @@ mod rest;
 mod stats;
 mod stream;
 mod txn;
+mod telemetry;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -137,6 +138,11 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// The read tool with metrics and traces off, metrics on, and metrics plus traces on.
+    Telemetry {
+        #[command(flatten)]
+        common: Common,
+    },
     /// One load for a while, for profiling under `perf record -a`.
     #[command(hide = true)]
     Probe {
@@ -212,6 +218,10 @@ fn run(command: Command) -> Res<()> {
             say!("{}", rest::run(&common, rest_mib)?);
             Ok(())
         }
+        Command::Telemetry { common } => {
+            say!("{}", telemetry::run(&common)?);
+            Ok(())
+        }
         Command::Neighbour { common } => {
             println!("{}", neighbour::run(&common)?);
             Ok(())
@@ -237,6 +247,8 @@ fn run(command: Command) -> Res<()> {
             doc.push(mcp::run(&common, &mcp_peer)?);
             step("noisy neighbour");
             doc.push(neighbour::run(&common)?);
+            step("metrics and traces");
+            doc.push(telemetry::run(&common)?);
             step("REST face");
             // Recorded, not fatal: the other sections of a long run stay.
             match rest::run(&common, stream_mib) {

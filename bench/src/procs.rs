@@ -103,6 +103,15 @@ impl Server {
         Server::fsd_started(bin_dir, root, &[], Some(&config))
     }
 
+    /// [`Server::fsd_unmetered`] with `config` added to its config file.
+    pub fn fsd_unmetered_with(bin_dir: &Path, root: &Path, config: &str) -> Res<Server> {
+        let config = format!(
+            "client_max_modes = {{ tcp = \"workspace-write\" }}\n{config}\n\
+             [budgets]\ncalls_per_second = 1000000\ncall_burst = 1000000\n"
+        );
+        Server::fsd_started(bin_dir, root, &[], Some(&config))
+    }
+
     /// [`Server::fsd`] with this config body instead of its own.
     pub fn fsd_config(bin_dir: &Path, root: &Path, config: &str) -> Res<Server> {
         Server::fsd_started(bin_dir, root, &[], Some(config))

@@ -44,6 +44,8 @@ pub enum DaemonError {
     Runtime(#[source] std::io::Error),
     #[error("cannot prepare state_dir {path}: {source}")]
     StateDir { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Traces(#[from] crate::traces::TraceError),
     #[error("cannot install signal handler: {0}")]
     Signal(#[source] std::io::Error),
     #[error("cannot start {role}: {source}")]

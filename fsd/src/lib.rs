@@ -29,4 +29,5 @@ pub mod service;
 pub mod supervisor;
 pub mod sys;
 pub mod tls;
+pub mod traces;
 pub mod worker;

@@ -4,9 +4,11 @@
 //! outcome); budget refusals by budget; workers started and replaced, and abandoned, per mode;
 //! open connections and streams; bytes read and written. Each is recorded in the one place its
 //! event happens, through the functions here; the registry is the process's own (one network
-//! process per daemon).
+//! process per daemon). With `metrics = false` nothing is recorded (each function returns at its
+//! first check) and `/metrics` answers 404.
 
 use std::sync::LazyLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -33,7 +35,7 @@ pub enum Face {
 }
 
 impl Face {
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Face::Grpc => "grpc",
             Face::GrpcWeb => "grpc-web",
@@ -72,6 +74,29 @@ impl WorkerStart {
             WorkerStart::Replacement => "replacement",
         }
     }
+}
+
+/// Why a finished span never reached the collector.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum SpanDrop {
+    /// The export queue (`trace_queue_spans`) was full: the collector is slower than the calls.
+    QueueFull,
+    /// The collector did not take an export (down, refusing, or slower than 5 s).
+    ExportFailed,
+}
+
+impl SpanDrop {
+    fn as_str(self) -> &'static str {
+        match self {
+            SpanDrop::QueueFull => "queue_full",
+            SpanDrop::ExportFailed => "export_failed",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SpanDropLabels {
+    reason: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -128,6 +153,8 @@ struct Metrics {
     connections: Gauge,
     streams: Gauge,
     bytes: Family<BytesLabels, Counter>,
+    spans_exported: Counter,
+    spans_dropped: Family<SpanDropLabels, Counter>,
 }
 
 /// 100 µs to about 6.5 s, doubling: a small read on a warm cache to a large patch or a hung
@@ -148,6 +175,8 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         connections: Gauge::default(),
         streams: Gauge::default(),
         bytes: Family::default(),
+        spans_exported: Counter::default(),
+        spans_dropped: Family::default(),
     };
     m.registry.register(
         "calls",
@@ -190,11 +219,53 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         m.streams.clone(),
     );
     m.registry.register("file_bytes", "File content bytes read and written, by face", m.bytes.clone());
+    m.registry.register(
+        "spans_exported",
+        "Trace spans the OTLP collector accepted",
+        m.spans_exported.clone(),
+    );
+    m.registry.register(
+        "spans_dropped",
+        "Trace spans dropped: the export queue was full, or the collector did not take them",
+        m.spans_dropped.clone(),
+    );
     m
 });
 
+/// Whether calls, decisions, workers, connections and bytes are recorded (`metrics`).
+static ON: AtomicBool = AtomicBool::new(true);
+
+/// Turns recording off (`metrics = false`), once, before the first call.
+pub fn set_enabled(enabled: bool) {
+    ON.store(enabled, Ordering::Relaxed);
+}
+
+/// Whether metrics are kept and served.
+pub fn enabled() -> bool {
+    ON.load(Ordering::Relaxed)
+}
+
+/// Spans the collector accepted.
+pub fn spans_exported(count: usize) {
+    if !enabled() {
+        return;
+    }
+    METRICS.spans_exported.inc_by(count as u64);
+}
+
+/// Spans that never reached the collector: the sign of a collector that is down or cannot keep up.
+pub fn spans_dropped(reason: SpanDrop, count: usize) {
+    if !enabled() {
+        return;
+    }
+    METRICS.spans_dropped.get_or_create(&SpanDropLabels { reason: reason.as_str() }).inc_by(count as u64);
+}
+
 /// One call's end.
 pub fn call(op: &'static str, mode: Mode, face: Face, code: &'static str, took: Duration) {
+    if !enabled() {
+        return;
+    }
     let m = &*METRICS;
     m.calls.get_or_create(&CallLabels { op, mode: mode.as_str(), face: face.as_str(), code }).inc();
     m.latency.get_or_create(&OpLabels { op }).observe(took.as_secs_f64());
@@ -202,27 +273,42 @@ pub fn call(op: &'static str, mode: Mode, face: Face, code: &'static str, took: 
 
 /// One audited decision; `escalation`: a step of an escalation rather than a call.
 pub fn decision(escalation: bool, decision: &'static str) {
+    if !enabled() {
+        return;
+    }
     let step = if escalation { "escalation" } else { "call" };
     METRICS.decisions.get_or_create(&DecisionLabels { step, decision }).inc();
 }
 
 /// One call refused by a budget.
 pub fn budget_refusal(budget: &'static str) {
+    if !enabled() {
+        return;
+    }
     METRICS.budget_refusals.get_or_create(&BudgetLabels { budget }).inc();
 }
 
 /// A worker joined `mode`'s pool.
 pub fn worker_started(mode: Mode, start: WorkerStart) {
+    if !enabled() {
+        return;
+    }
     METRICS.workers.get_or_create(&WorkerLabels { mode: mode.as_str(), start: start.as_str() }).inc();
 }
 
 /// How many of `mode`'s workers are abandoned now.
 pub fn workers_abandoned(mode: Mode, count: usize) {
+    if !enabled() {
+        return;
+    }
     METRICS.abandoned.get_or_create(&ModeLabels { mode: mode.as_str() }).set(count as i64);
 }
 
 /// File content bytes that went one way.
 pub fn file_bytes(direction: Direction, face: Face, bytes: u64) {
+    if !enabled() {
+        return;
+    }
     METRICS
         .bytes
         .get_or_create(&BytesLabels { direction: direction.as_str(), face: face.as_str() })
@@ -231,23 +317,31 @@ pub fn file_bytes(direction: Direction, face: Face, bytes: u64) {
 
 /// Counted open while it lives: a connection or a stream.
 #[derive(Debug)]
-pub struct Open(&'static Gauge);
+pub struct Open(Option<&'static Gauge>);
 
 impl Open {
     pub fn connection() -> Open {
-        METRICS.connections.inc();
-        Open(&METRICS.connections)
+        Open::of(&METRICS.connections)
     }
 
     pub fn stream() -> Open {
-        METRICS.streams.inc();
-        Open(&METRICS.streams)
+        Open::of(&METRICS.streams)
+    }
+
+    fn of(gauge: &'static Gauge) -> Open {
+        if !enabled() {
+            return Open(None);
+        }
+        gauge.inc();
+        Open(Some(gauge))
     }
 }
 
 impl Drop for Open {
     fn drop(&mut self) {
-        self.0.dec();
+        if let Some(gauge) = self.0 {
+            gauge.dec();
+        }
     }
 }
 
@@ -288,15 +382,25 @@ where
     fn call(&mut self, request: Http<B>) -> Self::Future {
         use tonic::codegen::http;
         if request.method() == http::Method::GET && request.uri().path() == "/metrics" {
-            let body = tonic::body::Body::new(http_body_util::Full::new(bytes::Bytes::from(render())));
-            let mut response = http::Response::new(body);
-            response
-                .headers_mut()
-                .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(CONTENT_TYPE));
-            return Box::pin(std::future::ready(Ok(response)));
+            return Box::pin(std::future::ready(Ok(response())));
         }
         Box::pin(self.0.call(request))
     }
+}
+
+/// The answer to `GET /metrics`: the text format, or 404 when metrics are off.
+pub fn response() -> HttpResponse {
+    use tonic::codegen::http;
+    let (status, text) = match enabled() {
+        true => (http::StatusCode::OK, render()),
+        false => (http::StatusCode::NOT_FOUND, "metrics are off (metrics = false)\n".to_owned()),
+    };
+    let body = tonic::body::Body::new(http_body_util::Full::new(bytes::Bytes::from(text)));
+    let mut response = http::Response::new(body);
+    *response.status_mut() = status;
+    let content_type = if enabled() { CONTENT_TYPE } else { "text/plain; charset=utf-8" };
+    response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(content_type));
+    response
 }
 
 /// The metrics in the Prometheus text format.

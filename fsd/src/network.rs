@@ -43,7 +43,8 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
             return Err(e);
         }
     };
-    let Started { listeners, audit, roots, control_reader, direct } = started;
+    let Started { listeners, audit, roots, control_reader, direct, collector } = started;
+    crate::metrics::set_enabled(config.metrics);
     let sealed = audit.clone();
     let tls = config.tls.clone().zip(listeners.tls.clone());
 
@@ -91,6 +92,9 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
             let _ = stopping.send((ipc::ControlRequest::Kill { pid }, None));
         }
         tokio::spawn(send_control(writer, kill_rx));
+        if let (Some(settings), Some(address)) = (&config.traces, &collector) {
+            crate::traces::start(address, settings)?;
+        }
         // Once, beside the start rather than in its way: an approver may come up later.
         if let Some(endpoint) = config.approver_endpoint.clone() {
             tokio::spawn(async move { crate::approver::probe(&endpoint).await });
@@ -133,6 +137,8 @@ struct Started {
     roots: Vec<(String, bool)>,
     control_reader: UnixStream,
     direct: crate::dispatch::direct::Direct,
+    /// The OTLP collector's address, resolved while names still can be.
+    collector: Option<String>,
 }
 
 /// Every step that needs the filesystem or may fail on the configuration, then confinement.
@@ -182,6 +188,7 @@ fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> 
         }
         None => None,
     };
+    let collector = config.traces.as_ref().map(crate::traces::resolve).transpose()?;
     let instance = instance_id()?;
     // What /v1/metadata may serve, chosen by the config alone.
     let metadata = config.rest.metadata(std::env::vars());
@@ -201,7 +208,7 @@ fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> 
     tracing::info!(fence = confinement.describe(), "network process confined: no filesystem rights");
     tracing::info!(instance = %instance, "daemon instance");
     let listeners = Listeners { bound, tls, health: health_listener, edge, metadata };
-    Ok(Started { listeners, audit, roots, control_reader, direct })
+    Ok(Started { listeners, audit, roots, control_reader, direct, collector })
 }
 
 /// Requests to the supervisor, each with the descriptor its frame carries.

@@ -59,4 +59,5 @@ mod tamper_evident_logs;
 mod third_party;
 mod tidy;
 mod transactions;
+mod traces;
 mod write_edit;

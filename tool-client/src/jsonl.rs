@@ -61,6 +61,9 @@ pub async fn handle_line(session: &mut Session, line: &str) -> Value {
         return invalid(id, "request needs \"tool\" (a string) or \"cwd\"");
     };
     let args = object.get("args").cloned().unwrap_or_else(|| json!({}));
-    let result = session.call(tool, args).await;
+    // A line may carry the W3C trace context its daemon calls continue (`_meta.traceparent`).
+    let carried =
+        object.get("_meta").and_then(Value::as_object).and_then(crate::connect::trace::Carried::from_meta);
+    let result = crate::connect::trace::within(carried, session.call(tool, args)).await;
     result_json(id, &result)
 }

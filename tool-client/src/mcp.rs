@@ -293,6 +293,10 @@ impl ServerHandler for McpServer {
             };
             return Err(ErrorData::invalid_params(message, Some(json!({"fsd/code": "UNKNOWN_TOOL"}))));
         }
+        // The agent host's trace continues into the daemon (OpenTelemetry's MCP conventions put
+        // the W3C context in the request's `_meta`).
+        let carried = request.meta.as_ref().and_then(|meta| crate::connect::trace::Carried::from_meta(meta));
+        let carried = carried.or_else(|| crate::connect::trace::Carried::from_meta(&context.meta));
         let args = Value::Object(request.arguments.unwrap_or_default());
         tokio::select! {
             // Checked first so a call cancelled while it waited for the session never starts.
@@ -301,7 +305,9 @@ impl ServerHandler for McpServer {
                 // rmcp has forgotten this id, so nothing here reaches the client.
                 Err(ErrorData::internal_error("cancelled", None))
             }
-            result = self.call(name, args, context.peer.clone()) => Ok(call_result(result).into()),
+            result = crate::connect::trace::within(carried, self.call(name, args, context.peer.clone())) => {
+                Ok(call_result(result).into())
+            }
         }
     }
 }

@@ -130,6 +130,14 @@ pub struct ConfigFile {
     pub max_abandoned_workers: Option<usize>,
     /// Per-identity budgets.
     pub budgets: Option<BudgetsFile>,
+    /// Keep and serve the Prometheus metrics (default true).
+    pub metrics: Option<bool>,
+    /// `http://HOST:PORT` of an OTLP/gRPC receiver: traces are exported there (default: none, off).
+    pub otlp_endpoint: Option<String>,
+    /// Finished spans that may wait for the collector (default 2048); more are dropped and counted.
+    pub trace_queue_spans: Option<usize>,
+    /// The share of calls without a sampled `traceparent` that are traced (default 1.0).
+    pub trace_sample_ratio: Option<f64>,
 }
 
 /// The `[budgets]` section: what one client identity may hold or use per second.

@@ -124,6 +124,10 @@ pub struct Config {
     pub rest: Rest,
     /// The supervisor's durable state (transactions' intent records), outside every root.
     pub state_dir: Option<PathBuf>,
+    /// Prometheus metrics kept and served (`metrics`).
+    pub metrics: bool,
+    /// Traces exported over OTLP, when `otlp_endpoint` is set.
+    pub traces: Option<crate::traces::Settings>,
 }
 
 /// Whether a kernel without the Landlock floor may still serve the confined modes.
@@ -222,6 +226,12 @@ pub enum ConfigError {
         "max_message_bytes {message} is too small for {key} {bytes}: a message carries the whole file plus 1 MiB of framing, so set max_message_bytes to at least {needed}"
     )]
     MessageTooSmall { message: u64, key: &'static str, bytes: u64, needed: u64 },
+    #[error("invalid otlp_endpoint {0:?}: expected http://HOST:PORT (an OTLP/gRPC receiver)")]
+    OtlpEndpoint(String),
+    #[error("invalid {0}: needs otlp_endpoint")]
+    TraceWithoutEndpoint(&'static str),
+    #[error("invalid trace_sample_ratio {0}: expected a number from 0 to 1")]
+    TraceSampleRatio(f64),
     #[error("cannot read the owner of root {0}: {1}")]
     RootOwner(PathBuf, #[source] std::io::Error),
     #[error(
@@ -309,6 +319,7 @@ impl Config {
     }
 
     pub fn resolve(file: ConfigFile, flags: Overrides) -> Result<Config, ConfigError> {
+        let traces = trace_settings(&file)?;
         let listen_text =
             if flags.listen.is_empty() { file.listen.unwrap_or_default() } else { flags.listen };
         let listen = listen_text.iter().map(|l| Listen::parse(l)).collect::<Result<Vec<_>, _>>()?;
@@ -525,6 +536,8 @@ impl Config {
         }
         Ok(Config {
             state_dir,
+            metrics: file.metrics.unwrap_or(true),
+            traces,
             rest,
             landlock,
             link_protection,
@@ -566,4 +579,34 @@ impl Config {
             limits,
         })
     }
+}
+
+/// Traces: on with `otlp_endpoint` (`http://HOST:PORT`, plaintext OTLP/gRPC), their other keys
+/// refused without it (they would do nothing).
+fn trace_settings(file: &ConfigFile) -> Result<Option<crate::traces::Settings>, ConfigError> {
+    let Some(endpoint) = &file.otlp_endpoint else {
+        if file.trace_queue_spans.is_some() {
+            return Err(ConfigError::TraceWithoutEndpoint("trace_queue_spans"));
+        }
+        if file.trace_sample_ratio.is_some() {
+            return Err(ConfigError::TraceWithoutEndpoint("trace_sample_ratio"));
+        }
+        return Ok(None);
+    };
+    let well_formed = endpoint.strip_prefix("http://").and_then(|authority| {
+        let (host, port) = authority.rsplit_once(':')?;
+        (!host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok()).then_some(())
+    });
+    if well_formed.is_none() {
+        return Err(ConfigError::OtlpEndpoint(endpoint.clone()));
+    }
+    let queue = file.trace_queue_spans.unwrap_or(2048);
+    if queue == 0 {
+        return Err(ConfigError::AtLeastOne("trace_queue_spans"));
+    }
+    let sample_ratio = file.trace_sample_ratio.unwrap_or(1.0);
+    if !(0.0..=1.0).contains(&sample_ratio) {
+        return Err(ConfigError::TraceSampleRatio(sample_ratio));
+    }
+    Ok(Some(crate::traces::Settings { endpoint: endpoint.clone(), queue, sample_ratio }))
 }

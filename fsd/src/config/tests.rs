@@ -441,3 +441,53 @@ fn the_documented_example_resolves() {
     assert!(c.protected_names.contains(&".devcontainer".to_owned()));
     assert_eq!(c.read_denied, ["**/.env", "**/*.pem", "**/id_*", "/srv/keys/**"]);
 }
+
+#[test]
+fn trace_and_metrics_settings() {
+    type Resolved = Result<(bool, Option<crate::traces::Settings>), String>;
+    let resolve = |text: &str| -> Resolved {
+        let file: ConfigFile = toml::from_str(text).map_err(|e| e.to_string())?;
+        Config::resolve(file, flags(&["unix:/s"], &["/ws"]))
+            .map(|c| (c.metrics, c.traces))
+            .map_err(|e| e.to_string())
+    };
+    let traces = |endpoint: &str, queue, sample_ratio| {
+        Ok((true, Some(crate::traces::Settings { endpoint: endpoint.to_owned(), queue, sample_ratio })))
+    };
+    let cases: &[(&str, Resolved)] = &[
+        ("", Ok((true, None))),
+        ("metrics = false", Ok((false, None))),
+        ("otlp_endpoint = \"http://127.0.0.1:4317\"", traces("http://127.0.0.1:4317", 2048, 1.0)),
+        (
+            "otlp_endpoint = \"http://collector.monitoring:4317\"\ntrace_queue_spans = 10\ntrace_sample_ratio = 0.25",
+            traces("http://collector.monitoring:4317", 10, 0.25),
+        ),
+        ("otlp_endpoint = \"http://[::1]:4317\"", traces("http://[::1]:4317", 2048, 1.0)),
+        (
+            "otlp_endpoint = \"https://c:4317\"",
+            Err("invalid otlp_endpoint \"https://c:4317\": expected http://HOST:PORT (an OTLP/gRPC receiver)".into()),
+        ),
+        (
+            "otlp_endpoint = \"http://c:4317/v1/traces\"",
+            Err("invalid otlp_endpoint \"http://c:4317/v1/traces\": expected http://HOST:PORT (an OTLP/gRPC receiver)"
+                .into()),
+        ),
+        (
+            "otlp_endpoint = \"http://c\"",
+            Err("invalid otlp_endpoint \"http://c\": expected http://HOST:PORT (an OTLP/gRPC receiver)".into()),
+        ),
+        ("trace_queue_spans = 10", Err("invalid trace_queue_spans: needs otlp_endpoint".into())),
+        ("trace_sample_ratio = 0.5", Err("invalid trace_sample_ratio: needs otlp_endpoint".into())),
+        (
+            "otlp_endpoint = \"http://c:1\"\ntrace_queue_spans = 0",
+            Err("invalid trace_queue_spans: must be at least 1".into()),
+        ),
+        (
+            "otlp_endpoint = \"http://c:1\"\ntrace_sample_ratio = 1.5",
+            Err("invalid trace_sample_ratio 1.5: expected a number from 0 to 1".into()),
+        ),
+    ];
+    for (text, want) in cases {
+        assert_eq!(&resolve(text), want, "{text}");
+    }
+}

@@ -321,6 +321,7 @@ impl Dispatcher {
             state.waiting.push(identity, job);
         }
         pool.work.notify_one();
+        let queued_at = crate::traces::on().then(std::time::Instant::now);
         let mut queued = Queued { claim, answer: rx, pool };
         let answer = loop {
             match tokio::time::timeout(self.deadline, &mut queued.answer).await {
@@ -334,6 +335,9 @@ impl Dispatcher {
                 Err(_) => {}
             }
         };
+        if let Some(queued_at) = queued_at {
+            crate::traces::dispatched(mode, queued_at, queued.claim.taken_at(), std::time::Instant::now());
+        }
         match answer {
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(Lost(lost, what))) => {

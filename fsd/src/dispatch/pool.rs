@@ -42,8 +42,9 @@ impl Expect {
 /// gives up (deadline, cancelled). Exactly one of them wins, so a call the caller was told failed
 /// never runs, and a call a driver took is answered, or put back in the queue (a read sent
 /// ahead of a worker that stopped answering), where the same race starts again.
+/// With traces on, it also keeps when a driver took the call (the end of its queue wait).
 #[derive(Debug, Default)]
-pub(super) struct Claim(AtomicU8);
+pub(super) struct Claim(AtomicU8, Mutex<Option<std::time::Instant>>);
 
 const QUEUED: u8 = 0;
 const TAKEN: u8 = 1;
@@ -51,7 +52,16 @@ const GIVEN_UP: u8 = 2;
 
 impl Claim {
     pub(super) fn take(&self) -> bool {
-        self.0.compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_ok()
+        let taken = self.0.compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_ok();
+        if taken && crate::traces::on() {
+            *self.1.lock().unwrap_or_else(PoisonError::into_inner) = Some(std::time::Instant::now());
+        }
+        taken
+    }
+
+    /// When a driver last took the call (traces on only).
+    pub(super) fn taken_at(&self) -> Option<std::time::Instant> {
+        *self.1.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     pub(super) fn give_up(&self) -> bool {

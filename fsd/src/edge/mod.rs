@@ -226,15 +226,17 @@ where
                 return Box::pin(std::future::ready(Ok(response)));
             }
         };
+        // The call's span, child of the caller's `traceparent`.
+        let span = crate::traces::call(&request, crate::metrics::Face::Grpc, &identity);
         request.extensions_mut().insert(identity);
         // The service that was polled ready is the one that must be called.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        Box::pin(async move {
+        Box::pin(crate::traces::within(span, async move {
             let mut response = inner.call(request).await?;
             response.headers_mut().insert(INSTANCE_HEADER, instance);
             Ok(response.map(|body| counted.guard(body)))
-        })
+        }))
     }
 }
 

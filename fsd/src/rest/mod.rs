@@ -104,7 +104,8 @@ impl Face {
         };
         // Counted until the response body ends: the connection's idle timeouts wait for it.
         let Admitted { identity, counted } = admitted;
-        self.route(identity, request).await.map(|body| counted.guard(body))
+        let span = crate::traces::call(&request, crate::metrics::Face::Rest, &identity);
+        crate::traces::within(span, self.route(identity, request)).await.map(|body| counted.guard(body))
     }
 
     async fn route(self: Arc<Face>, identity: Identity, request: Request<Incoming>) -> Response<Body> {

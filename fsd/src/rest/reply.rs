@@ -88,12 +88,7 @@ pub fn json<T: Serialize>(status: StatusCode, value: &T) -> Response<Body> {
 
 /// `/metrics`: the daemon's Prometheus metrics in the text format (`crate::metrics`).
 pub fn metrics() -> Response<Body> {
-    let mut response =
-        Response::new(Body::new(http_body_util::Full::new(Bytes::from(crate::metrics::render()))));
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(crate::metrics::CONTENT_TYPE));
-    response
+    crate::metrics::response()
 }
 
 pub fn empty(status: StatusCode) -> Response<Body> {

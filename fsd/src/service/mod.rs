@@ -221,6 +221,7 @@ fn measure(
     use crate::metrics::{self, Direction};
     let code = result.as_ref().err().map(|w| w.code.as_str()).unwrap_or("ok");
     metrics::call(op.name(), mode, caller.face, code, started.elapsed());
+    crate::traces::outcome(op.name(), mode, code, &caller.session, &caller.call);
     let (direction, bytes) = match result {
         Ok(Outcome::ReadText { text, .. }) => (Direction::Read, text.len() as u64),
         Ok(Outcome::ReadBytes { data, .. }) => (Direction::Read, data.len() as u64),
@@ -235,6 +236,7 @@ fn measure(
 fn measure_open<T>(caller: &Caller, mode: Mode, opened: &Result<T, WireError>, started: std::time::Instant) {
     let code = opened.as_ref().err().map(|w| w.code.as_str()).unwrap_or("ok");
     crate::metrics::call(Op::StreamText.name(), mode, caller.face, code, started.elapsed());
+    crate::traces::outcome(Op::StreamText.name(), mode, code, &caller.session, &caller.call);
 }
 
 fn unexpected() -> Status {

@@ -328,8 +328,8 @@ const WORKER: &[Allowed] = allowed! {
 /// Nothing that opens, creates, changes or runs a path.
 const NETWORK: &[Allowed] = allowed! {
     SYS_dup3: "replacing a descriptor (tokio's signal pipe)",
-    SYS_socket: "the approver's connection (after confinement)",
-    SYS_connect: "the approver's connection",
+    SYS_socket: "the approver's connection and the OTLP trace exporter's (after confinement)",
+    SYS_connect: "the approver's connection and the OTLP trace exporter's (to an address resolved before confinement)",
     SYS_accept: "accepting clients on a listener",
     SYS_accept4: "accepting clients with CLOEXEC and non-blocking",
     SYS_shutdown: "closing a connection's direction (HTTP/2, TLS close_notify)",

@@ -329,6 +329,9 @@ macro_rules! delegate {
                     &mut self,
                     request: impl tonic::IntoRequest<$request>,
                 ) -> Result<tonic::Response<$reply>, tonic::Status> {
+                    // The trace context of the tool call this daemon call serves, if any.
+                    let mut request = request.into_request();
+                    crate::connect::trace::inject(request.metadata_mut());
                     match self {
                         SessionClient::Plain(client) => client.$method(request).await,
                         SessionClient::Linked(client, _) => client.$method(request).await,

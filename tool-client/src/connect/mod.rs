@@ -10,6 +10,7 @@
 
 mod describe;
 mod link;
+pub mod trace;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};

@@ -1,0 +1,327 @@
+//! The daemon's traces: one OpenTelemetry server span per fsd.v1 or REST file call, opened at the
+//! edge (`crate::edge`, `crate::rest`) as the child of the caller's W3C `traceparent` (gRPC
+//! metadata and HTTP headers are the same headers), with the call's operation, mode and code set
+//! where the call is measured (`service`), and two children per worker call made where the
+//! network process sees them (`dispatch`): the wait in the mode's queue and the worker's time.
+//!
+//! Off unless `otlp_endpoint` is set; then only the network process exports, over OTLP/gRPC, from
+//! a task of its own runtime. A finished span goes into a bounded queue without waiting (when it
+//! is full the span is dropped and counted in /metrics), so a collector that is down or slow
+//! never holds up or slows a call. The SDK's batch processor is not used because it keeps its
+//! drops to itself (one log line at shutdown), and an operator must see them while it happens.
+//!
+//! What a span never carries: file content, paths, bearer tokens or their hashes. The session
+//! and call ids the client sent join a span to the call's audit record, which has the path.
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::trace::{Span as _, SpanKind, TraceContextExt, Tracer as _, TracerProvider as _};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{
+    Sampler, SdkTracer, SdkTracerProvider, Span, SpanData, SpanExporter, SpanProcessor,
+};
+use tokio::sync::{Notify, mpsc};
+use tonic::codegen::http;
+
+use crate::backend::Mode;
+use crate::identity::Identity;
+use crate::metrics::{Face, SpanDrop};
+
+/// Traces as configured: where the collector listens and how much may wait for it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Settings {
+    /// `http://HOST:PORT` of an OTLP/gRPC receiver (a collector's port 4317).
+    pub endpoint: String,
+    /// Finished spans that may wait for the exporter; past that they are dropped and counted.
+    pub queue: usize,
+    /// The share of calls without a sampled parent that are traced (a parent's decision wins).
+    pub sample_ratio: f64,
+}
+
+/// Spans sent to the collector in one export, at most; a queue this full is exported at once.
+const BATCH: usize = 512;
+
+/// Otherwise what the queue holds is exported this often: the export task does not wake per span.
+const EXPORT_EVERY: Duration = Duration::from_secs(1);
+
+/// An export that has not finished by then fails (its spans counted as dropped).
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("cannot resolve otlp_endpoint {0}: {1}")]
+    Resolve(String, String),
+    #[error("cannot build the OTLP exporter for {0}: {1}")]
+    Exporter(String, String),
+}
+
+static TRACER: OnceLock<SdkTracer> = OnceLock::new();
+/// Kept for the life of the process: the tracer's spans go through its processor.
+static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
+
+/// Whether spans are made at all: everything here costs nothing beyond this check when not.
+pub fn on() -> bool {
+    TRACER.get().is_some()
+}
+
+/// The collector's address, resolved before the network process confines itself (after that
+/// it can read no /etc/hosts nor resolv.conf): `http://IP:PORT`.
+pub fn resolve(settings: &Settings) -> Result<String, TraceError> {
+    use std::net::ToSocketAddrs;
+    let failed = |reason: String| TraceError::Resolve(settings.endpoint.clone(), reason);
+    let authority = settings.endpoint.strip_prefix("http://").unwrap_or(&settings.endpoint);
+    let address = authority
+        .to_socket_addrs()
+        .map_err(|e| failed(e.to_string()))?
+        .next()
+        .ok_or_else(|| failed("no address".to_owned()))?;
+    Ok(format!("http://{address}"))
+}
+
+/// Starts exporting to `address` (from [`resolve`]); on the network process's runtime, once.
+pub fn start(address: &str, settings: &Settings) -> Result<(), TraceError> {
+    let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(address)
+        .with_timeout(EXPORT_TIMEOUT)
+        .build()
+        .map_err(|e| TraceError::Exporter(address.to_owned(), e.to_string()))?;
+    // The exporter is the export task's, so it gets the resource here rather than through the
+    // provider (which hands it only to processors).
+    let resource = opentelemetry_sdk::Resource::builder().with_service_name("fsd").build();
+    exporter.set_resource(&resource);
+    let (tx, rx) = mpsc::channel(settings.queue);
+    let batch_ready = Arc::new(Notify::new());
+    tokio::spawn(export(exporter, (rx, batch_ready.clone()), address.to_owned()));
+    let provider = SdkTracerProvider::builder()
+        .with_span_processor(Queue { spans: tx, batch_ready })
+        .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(settings.sample_ratio))))
+        .with_resource(resource)
+        .build();
+    let tracer = provider.tracer("fsd");
+    let _ = PROVIDER.set(provider);
+    let _ = TRACER.set(tracer);
+    tracing::info!(endpoint = %settings.endpoint, address, "exporting traces over OTLP");
+    Ok(())
+}
+
+/// Hands finished spans to the export task without ever waiting; wakes it once a batch is
+/// ready.
+#[derive(Debug)]
+struct Queue {
+    spans: mpsc::Sender<SpanData>,
+    batch_ready: Arc<Notify>,
+}
+
+impl SpanProcessor for Queue {
+    fn on_start(&self, _span: &mut Span, _cx: &Context) {}
+
+    fn on_end(&self, span: SpanData) {
+        if !span.span_context.is_sampled() {
+            return;
+        }
+        if self.spans.try_send(span).is_err() {
+            crate::metrics::spans_dropped(SpanDrop::QueueFull, 1);
+        } else if self.spans.max_capacity() - self.spans.capacity() >= BATCH {
+            self.batch_ready.notify_one();
+        }
+    }
+
+    fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
+        Ok(())
+    }
+
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> opentelemetry_sdk::error::OTelSdkResult {
+        Ok(())
+    }
+}
+
+/// Sends what the queue holds every [`EXPORT_EVERY`], or as soon as a batch is ready, in batches
+/// of at most [`BATCH`]. A failure is logged when it starts and when exporting works again, not
+/// per batch (a collector that is down would fill the log).
+async fn export(
+    exporter: opentelemetry_otlp::SpanExporter,
+    (mut queue, batch_ready): (mpsc::Receiver<SpanData>, Arc<Notify>),
+    address: String,
+) {
+    let mut failing = false;
+    loop {
+        tokio::select! {
+            () = batch_ready.notified() => {}
+            () = tokio::time::sleep(EXPORT_EVERY) => {}
+        }
+        loop {
+            let mut batch = Vec::with_capacity(BATCH);
+            while batch.len() < BATCH {
+                match queue.try_recv() {
+                    Ok(span) => batch.push(span),
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    // The provider (and its queue's sender) lives as long as the process.
+                    Err(mpsc::error::TryRecvError::Disconnected) => return,
+                }
+            }
+            let count = batch.len();
+            if count == 0 {
+                break;
+            }
+            let result = match tokio::time::timeout(EXPORT_TIMEOUT, exporter.export(batch)).await {
+                Ok(result) => result.map_err(|e| e.to_string()),
+                Err(_) => Err(format!("no answer within {} s", EXPORT_TIMEOUT.as_secs())),
+            };
+            match result {
+                Ok(()) => {
+                    crate::metrics::spans_exported(count);
+                    if std::mem::take(&mut failing) {
+                        tracing::info!(address, "exporting traces again");
+                    }
+                }
+                Err(reason) => {
+                    crate::metrics::spans_dropped(SpanDrop::ExportFailed, count);
+                    if !std::mem::replace(&mut failing, true) {
+                        tracing::warn!(address, %reason, "cannot export traces; dropping them until the collector answers");
+                    }
+                }
+            }
+            if count < BATCH {
+                break;
+            }
+        }
+    }
+}
+
+/// W3C trace context from HTTP headers (gRPC metadata is HTTP/2 headers).
+struct Headers<'a>(&'a http::HeaderMap);
+
+impl Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(http::HeaderName::as_str).collect()
+    }
+}
+
+/// The span of one call, opened at the edge as the child of the caller's `traceparent`, if
+/// traces are on and the request is a file call (`/fsd.v1.Fsd/...` or `/v1/files...`; probes,
+/// reflection and scrapes are not traced). `face`: the request's own unless the HTTP face marked
+/// it (gRPC-Web). Run the call inside it with [`within`].
+pub fn call<B>(request: &http::Request<B>, face: Face, client: &Identity) -> Option<Context> {
+    let tracer = TRACER.get()?;
+    let face = request.extensions().get::<Face>().copied().unwrap_or(face);
+    let path = request.uri().path();
+    let (name, attributes) = if let Some(method) = path.strip_prefix("/fsd.v1.Fsd/") {
+        let attributes = vec![
+            KeyValue::new("rpc.system", "grpc"),
+            KeyValue::new("rpc.service", "fsd.v1.Fsd"),
+            KeyValue::new("rpc.method", method.to_owned()),
+        ];
+        (path[1..].to_owned(), attributes)
+    } else if path == "/v1/files" || path.starts_with("/v1/files/") {
+        // The route, never the path: a file's name is not put in a span.
+        let route = "/v1/files/{path}";
+        let method = request.method().as_str().to_owned();
+        let attributes =
+            vec![KeyValue::new("http.request.method", method.clone()), KeyValue::new("http.route", route)];
+        (format!("{method} {route}"), attributes)
+    } else {
+        return None;
+    };
+    let parent = TraceContextPropagator::new().extract(&Headers(request.headers()));
+    let mut attributes = attributes;
+    attributes.push(KeyValue::new("fsd.face", face.as_str()));
+    attributes.push(KeyValue::new("fsd.client", client.label()));
+    let span = tracer
+        .span_builder(name)
+        .with_kind(SpanKind::Server)
+        .with_attributes(attributes)
+        .start_with_context(tracer, &parent);
+    Some(parent.with_span(span))
+}
+
+/// Runs `call` inside `span` (from [`call`]): the span ends when the call's future is done or
+/// dropped. Without a span, the future as it is.
+pub async fn within<F: Future>(span: Option<Context>, call: F) -> F::Output {
+    use opentelemetry::context::FutureExt;
+    match span {
+        Some(cx) => call.with_context(cx).await,
+        None => call.await,
+    }
+}
+
+/// The call's outcome on its span: operation, mode, result code and the client's session and
+/// call ids (which its audit record carries too).
+pub fn outcome(op: &'static str, mode: Mode, code: &'static str, session: &str, call: &str) {
+    if !on() {
+        return;
+    }
+    let cx = Context::current();
+    let span = cx.span();
+    if !span.is_recording() {
+        return;
+    }
+    span.set_attribute(KeyValue::new("fsd.op", op));
+    span.set_attribute(KeyValue::new("fsd.mode", mode.as_str()));
+    span.set_attribute(KeyValue::new("fsd.code", code));
+    if code != "ok" {
+        span.set_attribute(KeyValue::new("error.type", code));
+    }
+    if !session.is_empty() {
+        span.set_attribute(KeyValue::new("fsd.session_id", session.to_owned()));
+    }
+    if !call.is_empty() {
+        span.set_attribute(KeyValue::new("fsd.call_id", call.to_owned()));
+    }
+}
+
+/// A worker call as the network process saw it, as two children of the current call's span:
+/// `fsd.queue` from `queued` to `taken` (a driver sent it to a worker) and `fsd.worker` from then
+/// to `answered`. A call no worker took has the queue span only.
+pub fn dispatched(mode: Mode, queued: Instant, taken: Option<Instant>, answered: Instant) {
+    let Some(tracer) = TRACER.get() else { return };
+    let cx = Context::current();
+    if !cx.span().span_context().is_sampled() {
+        return;
+    }
+    let (now, wall) = (Instant::now(), SystemTime::now());
+    let at = |instant: Instant| wall.checked_sub(now.saturating_duration_since(instant)).unwrap_or(wall);
+    let mode = KeyValue::new("fsd.mode", mode.as_str());
+    let span = |name: &'static str, from: Instant, to: Instant| {
+        let mut span = tracer
+            .span_builder(name)
+            .with_kind(SpanKind::Internal)
+            .with_start_time(at(from))
+            .with_attributes([mode.clone()])
+            .start_with_context(tracer, &cx);
+        span.end_with_timestamp(at(to));
+    };
+    span("fsd.queue", queued, taken.unwrap_or(answered));
+    if let Some(taken) = taken {
+        span("fsd.worker", taken, answered);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The endpoint resolves to an address (a name or an IP literal), so the confined network
+    /// process never needs a resolver.
+    #[test]
+    fn endpoint_resolves_before_confinement() {
+        let settings =
+            |endpoint: &str| Settings { endpoint: endpoint.to_owned(), queue: 1, sample_ratio: 1.0 };
+        for (endpoint, resolved) in [
+            ("http://127.0.0.1:4317", "http://127.0.0.1:4317"),
+            ("http://localhost:4317", "http://"),
+            ("http://[::1]:4318", "http://[::1]:4318"),
+        ] {
+            let got = resolve(&settings(endpoint)).unwrap_or_else(|e| panic!("{endpoint}: {e}"));
+            assert!(got.starts_with(resolved) && got.ends_with(&endpoint[endpoint.len() - 5..]), "{got}");
+        }
+    }
+}
