@@ -27,7 +27,7 @@ use opentelemetry_sdk::trace::{
 use tokio::sync::{Notify, mpsc};
 use tonic::codegen::http;
 
-use crate::backend::Mode;
+use crate::op::Mode;
 use crate::identity::Identity;
 use crate::metrics::{Face, SpanDrop};
 
