@@ -109,22 +109,23 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
         let (message, _bound) = match message {
             ToWorker::Call(request) => {
                 let (request, bindings, approval) = request.unbind();
-                // A change this worker's mode makes only with an approval: checked here, by the
-                // process that makes it, not taken on the network process's word.
-                let unsigned = approvals.as_ref().map(|a| a.check(&request, &bindings, approval.as_ref()));
-                if let Some(Err(why)) = unsigned {
-                    tracing::warn!(path = request.path(), %why, "an escalated change without a valid approval is refused");
-                    let denied = FsError::Denied(crate::error::Denial::Unsigned);
-                    let failure = crate::error::Failure::new(denied, request.path().to_owned());
-                    ipc::send(&socket, &FromWorker::Reply(Err(failure.into_wire())), None)?;
+                // A change (or an escalated read) this worker's mode makes only with an
+                // approval: checked here, by the process that makes it, not taken on the
+                // network process's word.
+                if let Some(failure) = unsigned(approvals.as_ref(), &request, &bindings, approval.as_ref()) {
+                    ipc::send(&socket, &FromWorker::Reply(Err(failure)), None)?;
                     continue;
                 }
                 (ToWorker::Call(request), backend.bind(bindings))
             }
-            // A read: the network process reads at a wider mode for the previews it shows an
-            // approver, so reads are not held to a signature (see docs/escalation.md).
-            ToWorker::OpenStream { path, bindings } => {
-                (ToWorker::OpenStream { path, bindings: Vec::new() }, backend.bind(bindings))
+            ToWorker::OpenStream { path, bindings, approval } => {
+                let read = crate::backend::Request::ReadText { path, max_bytes: 0 };
+                if let Some(failure) = unsigned(approvals.as_ref(), &read, &bindings, approval.as_ref()) {
+                    ipc::send(&socket, &FromWorker::Stream(Err(failure)), None)?;
+                    continue;
+                }
+                let path = read.path().to_owned();
+                (ToWorker::OpenStream { path, bindings: Vec::new(), approval: None }, backend.bind(bindings))
             }
             other => (other, backend.bind(Vec::new())),
         };
@@ -190,6 +191,20 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
             }
         }
     }
+}
+
+/// The refusal of a call this worker may make only with its approver's signature and was
+/// handed without a valid one (`escalation::WorkerCheck`); `None` when it may run.
+fn unsigned(
+    approvals: Option<&crate::escalation::WorkerCheck>,
+    request: &crate::backend::Request,
+    bindings: &crate::backend::Bindings,
+    approval: Option<&crate::escalation::SignedApproval>,
+) -> Option<fsd_proto::WireError> {
+    let why = approvals?.check(request, bindings, approval).err()?;
+    tracing::warn!(path = request.path(), %why, "an escalated call without a valid approval is refused");
+    let denied = FsError::Denied(crate::error::Denial::Unsigned);
+    Some(crate::error::Failure::new(denied, request.path().to_owned()).into_wire())
 }
 
 /// Hands the temporary files the call could not remove to the network process, which passes

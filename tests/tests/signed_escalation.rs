@@ -1991,10 +1991,10 @@ fn a_hard_linked_file_is_escalated_only_within_its_requesters_own_authority() {
     assert_eq!(read(&mut root, "s1", &out.join("linked.txt"), Some(tk)).unwrap(), SECRET);
 }
 
-/// The worker that performs an approved change checks the approver's signature itself: a
-/// network process that hands it a change without the signature, or with a signature that is
-/// not the approver's (the hook `FSD_FAULT_TAMPER_APPROVAL` plays such a compromised process,
-/// after every check of the ticket passed), changes nothing.
+/// The worker that performs an approved change or read checks the approver's signature itself:
+/// a network process that hands it the call without the signature, or with a signature that
+/// is not the approver's (the hook `FSD_FAULT_TAMPER_APPROVAL` plays such a compromised
+/// process, after every check of the ticket passed), changes nothing and reads nothing.
 #[test]
 fn a_change_the_approver_did_not_sign_is_refused_by_the_worker_itself() {
     let keys = Keys::new();
@@ -2013,8 +2013,31 @@ fn a_change_the_approver_did_not_sign_is_refused_by_the_worker_itself() {
             "{tamper}: {err:?}"
         );
         assert_eq!(std::fs::read_to_string(&target).unwrap(), SECRET, "{tamper}");
-        // Reads are not held to it: the network process reads for the previews it shows.
+        // An escalated read too (it read the file before the worker checked it), whole or
+        // streamed.
         let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &target)]).unwrap());
-        assert_eq!(read(&mut rpc, "s1", &target, Some(tk)).unwrap(), SECRET, "{tamper}");
+        let err = read(&mut rpc, "s1", &target, Some(tk)).unwrap_err();
+        assert_eq!(
+            (err.code, err.get("reason")),
+            (ErrorCode::SandboxDenied, Some("unsigned_escalation")),
+            "{tamper}: {err:?}"
+        );
+        let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &target)]).unwrap());
+        let request =
+            v1::StreamTextRequest { context: context("s1", Some(tk)), path: p(&target), ..Default::default() };
+        let streamed = rpc.rt.block_on(async {
+            let mut stream = rpc.client.stream_text(request).await?.into_inner();
+            let mut text = Vec::new();
+            while let Some(reply) = stream.message().await? {
+                text.push(format!("{reply:?}"));
+            }
+            Ok::<_, tonic::Status>(text)
+        });
+        let err = WireError::from_status(&streamed.unwrap_err()).unwrap();
+        assert_eq!(
+            (err.code, err.get("reason")),
+            (ErrorCode::SandboxDenied, Some("unsigned_escalation")),
+            "{tamper}: {err:?}"
+        );
     }
 }

@@ -307,10 +307,10 @@ impl Fsd for FsdService {
         let mut probe = backend::Request::ReadText { path: r.path.clone(), max_bytes: 0 };
         self.redeem(&caller, &grant, &mut probe).await?;
         // An approved read's stream is opened on the object the approval binds.
-        let (_, bindings, _) = probe.unbind();
+        let (_, bindings, approval) = probe.unbind();
         let mode = grant.mode;
         let started = std::time::Instant::now();
-        let opened = self.dispatcher.open_stream(mode, &caller.client(), &r.path, bindings).await;
+        let opened = self.dispatcher.open_stream(mode, &caller.client(), &r.path, (bindings, approval)).await;
         measure_open(&caller, mode, &opened, started);
         let (header, file) = opened.map_err(|w| w.with("mode", mode.as_str()).into_status())?;
         drop(call_permit);

@@ -175,7 +175,7 @@ impl FsdService {
         let call_permit = self.budgets.call(&caller.identity).map_err(|r| r.into_wire(path))?;
         let mode = self.plain_mode(&caller, path, crate::op::Op::StreamText)?;
         let started = std::time::Instant::now();
-        let opened = self.dispatcher.open_stream(mode, &caller.client(), path, Vec::new()).await;
+        let opened = self.dispatcher.open_stream(mode, &caller.client(), path, (Vec::new(), None)).await;
         super::measure_open(&caller, mode, &opened, started);
         let (header, file) = opened.map_err(|w| w.with("mode", mode.as_str()))?;
         // Taken once the path proved a file: a GET of a directory is a listing, not a stream,
