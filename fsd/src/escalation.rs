@@ -881,6 +881,7 @@ impl Escalations {
     }
 }
 
+pub mod authority;
 pub mod diff;
 
 /// Test hook (cargo feature `fault-injection`): what a compromised network process could hand

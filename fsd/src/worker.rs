@@ -106,7 +106,7 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
             locks.new_call();
         }
         // An approved call's walks are held to what its approver was shown, for this call only.
-        let (message, _bound) = match message {
+        let (message, bindings) = match message {
             ToWorker::Call(request) => {
                 let (request, bindings, approval) = request.unbind();
                 // A change (or an escalated read) this worker's mode makes only with an
@@ -116,7 +116,7 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
                     ipc::send(&socket, &FromWorker::Reply(Err(failure)), None)?;
                     continue;
                 }
-                (ToWorker::Call(request), backend.bind(bindings))
+                (ToWorker::Call(request), bindings)
             }
             ToWorker::OpenStream { path, bindings, approval } => {
                 let read = crate::backend::Request::ReadText { path, max_bytes: 0 };
@@ -125,43 +125,68 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
                     continue;
                 }
                 let path = read.path().to_owned();
-                (ToWorker::OpenStream { path, bindings: Vec::new(), approval: None }, backend.bind(bindings))
+                (ToWorker::OpenStream { path, bindings: Vec::new(), approval: None }, bindings)
             }
-            other => (other, backend.bind(Vec::new())),
+            other => (other, Vec::new()),
         };
+        let call = Call { backend: &backend, mode, socket: &socket };
+        if mode == Mode::DangerFullAccess && !bindings.is_empty() {
+            // An approved call outside the roots: in a process of its own that keeps only the
+            // authority its kind of call needs on the approved objects.
+            call.in_own_process(config, message, bindings, fd)?;
+        } else {
+            let _bound = backend.bind(bindings);
+            call.serve(message, fd, None)?;
+        }
+    }
+}
+
+/// One call's exchange with the network process, served by `backend` at `mode`.
+struct Call<'a> {
+    backend: &'a Backend,
+    mode: Mode,
+    socket: &'a UnixStream,
+}
+
+impl Call<'_> {
+    /// Serves `message` and sends its reply (after the temporary files it stranded).
+    /// `approved`: for an approved call in its own confined process, the capabilities it holds.
+    fn serve(
+        &self,
+        message: ToWorker,
+        fd: Option<std::os::fd::OwnedFd>,
+        approved: Option<rustix::thread::CapabilitySet>,
+    ) -> Result<(), IpcError> {
+        let (backend, mode, socket) = (self.backend, self.mode, self.socket);
+        #[cfg(not(feature = "fault-injection"))]
+        let _ = approved;
         match message {
             ToWorker::Call(crate::backend::Request::WriteBytes { path, mode: file_mode, guard }) => {
                 let reply = match fd {
                     Some(body) => {
                         let mut progress = |bytes| {
-                            let _ = ipc::send(&socket, &FromWorker::Progress { bytes }, None);
+                            let _ = ipc::send(socket, &FromWorker::Progress { bytes }, None);
                         };
                         backend.write_bytes(mode, &path, file_mode, guard, body.into(), &mut progress)
                     }
                     None => Err(crate::error::Failure::new(FsError::Truncated, path)),
                 };
-                hand_on_stranded(&socket)?;
-                ipc::send(
-                    &socket,
-                    &FromWorker::Reply(reply.map_err(crate::error::Failure::into_wire)),
-                    None,
-                )?;
+                hand_on_stranded(socket)?;
+                ipc::send(socket, &FromWorker::Reply(reply.map_err(crate::error::Failure::into_wire)), None)?;
             }
             ToWorker::Call(request) => {
                 #[cfg(feature = "fault-injection")]
-                if let Some(failure) = fault(&request) {
-                    ipc::send(&socket, &FromWorker::Reply(Err(failure)), None)?;
-                    continue;
+                if let Some(failure) = fault(&request, approved) {
+                    ipc::send(socket, &FromWorker::Reply(Err(failure)), None)?;
+                    return Ok(());
                 }
                 let reply = backend.handle(mode, request).map_err(crate::error::Failure::into_wire);
-                hand_on_stranded(&socket)?;
-                ipc::send(&socket, &FromWorker::Reply(reply), None)?;
+                hand_on_stranded(socket)?;
+                ipc::send(socket, &FromWorker::Reply(reply), None)?;
             }
             ToWorker::OpenStream { path, .. } => match backend.open_stream(mode, &path) {
-                Ok((header, file)) => {
-                    ipc::send(&socket, &FromWorker::Stream(Ok(header)), Some(file.as_fd()))?
-                }
-                Err(failure) => ipc::send(&socket, &FromWorker::Stream(Err(failure.into_wire())), None)?,
+                Ok((header, file)) => ipc::send(socket, &FromWorker::Stream(Ok(header)), Some(file.as_fd()))?,
+                Err(failure) => ipc::send(socket, &FromWorker::Stream(Err(failure.into_wire())), None)?,
             },
             // A grant with no request pending: the router lost track; nothing to do.
             ToWorker::LockGranted => {}
@@ -175,7 +200,7 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
                     .open(&path)
                     .map(drop)
                     .map_err(|e| e.to_string());
-                ipc::send(&socket, &FromWorker::RawOpened(result), None)?;
+                ipc::send(socket, &FromWorker::RawOpened(result), None)?;
             }
             #[cfg(feature = "fault-injection")]
             ToWorker::RawMetadata { path } => {
@@ -187,7 +212,110 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
                     (Ok(()), _) => Err("chmod by path succeeded".to_owned()),
                     (_, Ok(())) => Err("chown by path succeeded".to_owned()),
                 };
-                ipc::send(&socket, &FromWorker::RawOpened(result), None)?;
+                ipc::send(socket, &FromWorker::RawOpened(result), None)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Serves an approved call in a process of its own (`sys::call`), which confines itself to
+    /// the approved objects (`confine::approved_call`), replies itself and exits; this worker
+    /// waits for it and keeps its own authority for the next call. A process that ended without
+    /// replying is replied for.
+    fn in_own_process(
+        &self,
+        config: &Config,
+        message: ToWorker,
+        bindings: crate::backend::Bindings,
+        fd: Option<std::os::fd::OwnedFd>,
+    ) -> Result<(), IpcError> {
+        let path = match &message {
+            ToWorker::Call(request) => request.path().to_owned(),
+            ToWorker::OpenStream { path, .. } => path.clone(),
+            _ => String::new(),
+        };
+        let stream = matches!(message, ToWorker::OpenStream { .. });
+        let failed = |error: FsError| {
+            let wire = crate::error::Failure::new(error, path.clone()).into_wire();
+            let reply = if stream { FromWorker::Stream(Err(wire)) } else { FromWorker::Reply(Err(wire)) };
+            ipc::send(self.socket, &reply, None)
+        };
+        match sys::call::fork() {
+            Ok(sys::call::Forked::Child) => {
+                let _bound = self.backend.bind(bindings.clone());
+                let kind = match &message {
+                    ToWorker::Call(request) => crate::escalation::authority::Kind::of(request),
+                    _ => crate::escalation::authority::Kind::Read,
+                };
+                let follows = match &message {
+                    ToWorker::Call(request) => request.op().follows_link(),
+                    _ => true,
+                };
+                let tree = matches!(
+                    message,
+                    ToWorker::Call(crate::backend::Request::Remove { recursive: true, .. })
+                );
+                let required = config.landlock == crate::config::LandlockPolicy::Required;
+                let served = match self.confined(kind, &bindings, &path, follows, tree, required) {
+                    Ok(held) => self.serve(message, fd, Some(held)),
+                    Err(failure) => failed(failure),
+                };
+                sys::call::exit_now(if served.is_ok() { 0 } else { 1 })
+            }
+            Ok(sys::call::Forked::Parent(pid)) => {
+                drop(fd);
+                match sys::call::wait(pid) {
+                    Ok(sys::call::Ended::Exited(0)) => Ok(()),
+                    ended => {
+                        tracing::warn!(?ended, %path, "an approved call's process ended without its reply");
+                        failed(FsError::Aborted)
+                    }
+                }
+            }
+            Err(errno) => {
+                tracing::warn!(%errno, %path, "cannot start an approved call's process");
+                failed(FsError::Aborted)
+            }
+        }
+    }
+
+    /// Confines this (the approved call's) process: the approved objects opened by the call's
+    /// own bound walk, then `confine::approved_call`. An object that is not the approved one is
+    /// `not_approved_object`; a confinement that fails refuses the call.
+    fn confined(
+        &self,
+        kind: crate::escalation::authority::Kind,
+        bindings: &crate::backend::Bindings,
+        source: &str,
+        follows: bool,
+        tree: bool,
+        required: bool,
+    ) -> Result<rustix::thread::CapabilitySet, FsError> {
+        use crate::escalation::authority::{self, Kind, Owned};
+        let mut rules = Vec::new();
+        let (mut dirs, mut files) = (Vec::new(), Vec::new());
+        for (path, binding) in bindings {
+            let (scope, grant) = kind.grant(binding);
+            let follow = if path == source { follows } else { true };
+            let fd =
+                self.backend.approved_object(self.mode, path, binding, follow, scope).map_err(|f| f.error)?;
+            let meta = sys::meta(fd.as_fd()).map_err(FsError::Metadata)?;
+            dirs.push(Owned { uid: meta.uid, gid: meta.gid, mode: meta.mode & 0o7777 });
+            if let crate::backend::Last::Is(_, shown) = binding.last {
+                files.push(Owned { uid: shown.uid, gid: shown.gid, mode: shown.mode & 0o7777 });
+            }
+            rules.push((fd, grant));
+        }
+        // A change runs as the one user who owns all it changes, where the daemon may become
+        // that user; a tree's removal may meet anyone's files below it, so it keeps root.
+        let owner = (kind == Kind::Change && !tree && sys::effective_ids().0 == 0)
+            .then(|| authority::owner(&dirs, &files))
+            .flatten();
+        match crate::confine::approved_call(&rules, kind, owner, required) {
+            Ok((_, held)) => Ok(held),
+            Err(e) => {
+                tracing::warn!(%e, "an approved call's process cannot confine itself");
+                Err(FsError::Aborted)
             }
         }
     }
@@ -219,9 +347,14 @@ fn hand_on_stranded(socket: &UnixStream) -> Result<(), IpcError> {
 /// Test hooks on the final path component: `fsd-fault-hang` makes a stat or read never
 /// return, as a worker stuck on a dead NFS server would; `fsd-fault-slow` makes one take half a
 /// second, then go on; `fsd-fault-hang-write` does the same as `fsd-fault-hang` for a write;
-/// `fsd-fault-io-error` fails a write with EIO before touching the disk.
+/// `fsd-fault-io-error` fails a write with EIO before touching the disk; an approved read or
+/// write of `fsd-fault-reach` tries, from inside the call, what its authority must refuse
+/// ([`reach`]) and fails with the report.
 #[cfg(feature = "fault-injection")]
-fn fault(request: &crate::backend::Request) -> Option<fsd_proto::WireError> {
+fn fault(
+    request: &crate::backend::Request,
+    approved: Option<rustix::thread::CapabilitySet>,
+) -> Option<fsd_proto::WireError> {
     use crate::backend::Request;
     let hang = || loop {
         std::thread::sleep(std::time::Duration::from_secs(3600));
@@ -234,6 +367,12 @@ fn fault(request: &crate::backend::Request) -> Option<fsd_proto::WireError> {
             std::thread::sleep(std::time::Duration::from_millis(500));
             None
         }
+        Request::ReadText { path, .. } | Request::WriteText { path, .. }
+            if let Some(held) = approved
+                && path.ends_with("/fsd-fault-reach") =>
+        {
+            Some(fsd_proto::WireError::new(fsd_proto::ErrorCode::IoError, path.clone(), reach(path, held)))
+        }
         Request::WriteText { path, .. } if path.ends_with("/fsd-fault-hang-write") => hang(),
         Request::WriteText { path, .. } if path.ends_with("/fsd-fault-io-error") => {
             let error = crate::error::FsError::Rename(crate::sys::Errno::IO);
@@ -241,4 +380,38 @@ fn fault(request: &crate::backend::Request) -> Option<fsd_proto::WireError> {
         }
         _ => None,
     }
+}
+
+/// What an approved call of `path` could do beyond its object: read or open for writing the
+/// file `fsd-fault-sibling` beside it, read the file `FSD_FAULT_REACH_ELSEWHERE` names (in
+/// another directory) and create `fsd-fault-created` beside that; and the capabilities it holds
+/// (`held`). Plain `open(2)` by path, as code gone wrong inside the call would.
+#[cfg(feature = "fault-injection")]
+fn reach(path: &str, held: rustix::thread::CapabilitySet) -> String {
+    let outcome = |result: std::io::Result<()>| match result {
+        Ok(()) => "done".to_owned(),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => "denied".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    let dir = std::path::Path::new(path).parent().unwrap_or(std::path::Path::new("/"));
+    let sibling = dir.join("fsd-fault-sibling");
+    let elsewhere =
+        std::path::PathBuf::from(std::env::var_os("FSD_FAULT_REACH_ELSEWHERE").unwrap_or_default());
+    let created = elsewhere.parent().unwrap_or(std::path::Path::new("/")).join("fsd-fault-created");
+    let mut names: Vec<&str> = held.iter_names().map(|(name, _)| name).collect();
+    names.sort_unstable();
+    let caps = names.join(",");
+    let attempts = [
+        ("sibling-read", outcome(std::fs::read(&sibling).map(drop))),
+        ("sibling-write", outcome(std::fs::OpenOptions::new().write(true).open(&sibling).map(drop))),
+        ("other-dir-read", outcome(std::fs::read(&elsewhere).map(drop))),
+        (
+            "other-dir-create",
+            outcome(std::fs::OpenOptions::new().write(true).create_new(true).open(&created).map(drop)),
+        ),
+        ("caps", caps),
+        ("uid", sys::effective_ids().0.to_string()),
+    ];
+    let report: Vec<String> = attempts.iter().map(|(what, got)| format!("{what}={got}")).collect();
+    format!("reach: {}", report.join(" "))
 }
