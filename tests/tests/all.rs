@@ -7,6 +7,7 @@ mod pki;
 mod agent_sandbox;
 mod agent_sandbox_template;
 mod apply_patch_conformance;
+mod approver_recipe;
 mod budgets;
 mod closed_pipes;
 mod connections;
