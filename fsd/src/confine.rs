@@ -90,7 +90,9 @@ pub fn approved_call(
     rules: &[(std::os::fd::OwnedFd, Grant)],
     kind: crate::escalation::authority::Kind,
     owner: Option<(u32, u32)>,
+    worker: u32,
     required: bool,
+    filter: &step::ApprovedCallFilter,
 ) -> Result<(Enforcement, CapabilitySet), ConfineError> {
     use crate::escalation::authority;
     // 1. Landlock: a domain nested in the worker's, granting the approved objects only.
@@ -103,11 +105,14 @@ pub fn approved_call(
         }
         None => authority::kept(kind.capabilities()),
     };
-    // 3. Capabilities: the few of its kind.
+    // 3. Killed with its worker (after the switch, which would clear the setting): a worker
+    //    killed as hung never leaves the call running.
+    crate::sys::call::die_with_parent(worker).map_err(ConfineError::ParentDeath)?;
+    // 4. Capabilities: the few of its kind.
     step::set_capabilities(keep)?;
     let held = step::effective_capabilities()?;
-    // 4. Seccomp: no fork, Landlock, capability or id change from here on.
-    step::seccomp_approved_call()?;
+    // 5. Seccomp: no fork, Landlock, capability or id change from here on.
+    step::seccomp_approved_call(filter)?;
     Ok((landlock, held))
 }
 

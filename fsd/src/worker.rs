@@ -85,6 +85,9 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
     // Read before confinement like the rest of the config: the approver's key this worker
     // checks the approvals of its changes with.
     let approvals = crate::escalation::WorkerCheck::new(config, mode).map_err(WorkerError::Approvals)?;
+    // Compiled before this worker's own filter, for its approved calls' processes to load.
+    let filter =
+        if mode == Mode::DangerFullAccess { Some(sys::confine::compile_approved_call()?) } else { None };
     let identity = config.worker_identity()?;
     let confinement = crate::confine::worker(config, mode, identity)?;
     tracing::debug!(mode = mode.as_str(), fence = confinement.describe(), "worker ready");
@@ -129,7 +132,7 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
             }
             other => (other, Vec::new()),
         };
-        let call = Call { backend: &backend, mode, socket: &socket };
+        let call = Call { backend: &backend, mode, socket: &socket, filter: filter.as_ref() };
         if mode == Mode::DangerFullAccess && !bindings.is_empty() {
             // An approved call outside the roots: in a process of its own that keeps only the
             // authority its kind of call needs on the approved objects.
@@ -141,11 +144,26 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
     }
 }
 
+/// What an approved call's process confines itself by: its kind, its source path (whose final
+/// link it follows or not), whether it removes a tree, its worker's pid, and whether Landlock is
+/// required.
+#[derive(Debug, Clone, Copy)]
+struct Shape<'a> {
+    kind: crate::escalation::authority::Kind,
+    source: &'a str,
+    follows: bool,
+    tree: bool,
+    worker: u32,
+    required: bool,
+}
+
 /// One call's exchange with the network process, served by `backend` at `mode`.
 struct Call<'a> {
     backend: &'a Backend,
     mode: Mode,
     socket: &'a UnixStream,
+    /// A danger-full-access worker's: the filter its approved calls' processes load.
+    filter: Option<&'a sys::confine::ApprovedCallFilter>,
 }
 
 impl Call<'_> {
@@ -240,23 +258,28 @@ impl Call<'_> {
             let reply = if stream { FromWorker::Stream(Err(wire)) } else { FromWorker::Reply(Err(wire)) };
             ipc::send(self.socket, &reply, None)
         };
+        let worker = std::process::id();
         match sys::call::fork() {
             Ok(sys::call::Forked::Child) => {
                 let _bound = self.backend.bind(bindings.clone());
-                let kind = match &message {
-                    ToWorker::Call(request) => crate::escalation::authority::Kind::of(request),
-                    _ => crate::escalation::authority::Kind::Read,
+                let shape = Shape {
+                    kind: match &message {
+                        ToWorker::Call(request) => crate::escalation::authority::Kind::of(request),
+                        _ => crate::escalation::authority::Kind::Read,
+                    },
+                    source: &path,
+                    follows: match &message {
+                        ToWorker::Call(request) => request.op().follows_link(),
+                        _ => true,
+                    },
+                    tree: matches!(
+                        message,
+                        ToWorker::Call(crate::backend::Request::Remove { recursive: true, .. })
+                    ),
+                    worker,
+                    required: config.landlock == crate::config::LandlockPolicy::Required,
                 };
-                let follows = match &message {
-                    ToWorker::Call(request) => request.op().follows_link(),
-                    _ => true,
-                };
-                let tree = matches!(
-                    message,
-                    ToWorker::Call(crate::backend::Request::Remove { recursive: true, .. })
-                );
-                let required = config.landlock == crate::config::LandlockPolicy::Required;
-                let served = match self.confined(kind, &bindings, &path, follows, tree, required) {
+                let served = match self.confined(&shape, &bindings) {
                     Ok(held) => self.serve(message, fd, Some(held)),
                     Err(failure) => failed(failure),
                 };
@@ -284,14 +307,11 @@ impl Call<'_> {
     /// `not_approved_object`; a confinement that fails refuses the call.
     fn confined(
         &self,
-        kind: crate::escalation::authority::Kind,
+        shape: &Shape<'_>,
         bindings: &crate::backend::Bindings,
-        source: &str,
-        follows: bool,
-        tree: bool,
-        required: bool,
     ) -> Result<rustix::thread::CapabilitySet, FsError> {
         use crate::escalation::authority::{self, Kind, Owned};
+        let Shape { kind, source, follows, tree, worker, required } = *shape;
         let mut rules = Vec::new();
         let (mut dirs, mut files) = (Vec::new(), Vec::new());
         for (path, binding) in bindings {
@@ -311,7 +331,8 @@ impl Call<'_> {
         let owner = (kind == Kind::Change && !tree && sys::effective_ids().0 == 0)
             .then(|| authority::owner(&dirs, &files))
             .flatten();
-        match crate::confine::approved_call(&rules, kind, owner, required) {
+        let Some(filter) = self.filter else { return Err(FsError::Aborted) };
+        match crate::confine::approved_call(&rules, kind, owner, worker, required, filter) {
             Ok((_, held)) => Ok(held),
             Err(e) => {
                 tracing::warn!(%e, "an approved call's process cannot confine itself");

@@ -2200,3 +2200,36 @@ fn an_approved_change_of_one_users_own_files_runs_as_that_user() {
         );
     }
 }
+
+/// An approved call's process dies with its worker: a call that hangs past its deadline (the
+/// hook `fsd-fault-hang-write`) gets its worker killed, and the process running the call goes
+/// too, so it can never act after its caller was told the call ended.
+#[test]
+fn an_approved_call_that_hangs_dies_with_its_killed_worker() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "call_timeout_ms = 1500\n");
+    let mut rpc = Rpc::connect(&s.d);
+    let target = s.outside.path().join("fsd-fault-hang-write");
+    read_first(&mut rpc, "s1", std::slice::from_ref(&target));
+    let tk = ticket(ask(&mut rpc, "s1", vec![write_op(&target, "late\n")]).unwrap());
+    let path = target.clone();
+    let writer = std::thread::spawn(move || write(&mut rpc, "s1", &path, "late\n", tk));
+    // The call's process: a danger-full-access worker whose parent is another one.
+    let ppid = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    };
+    let call = loop {
+        let workers = s.d.process.worker_pids("danger-full-access");
+        if let Some(&child) = workers.iter().find(|&&pid| ppid(pid).is_some_and(|p| workers.contains(&p))) {
+            break child;
+        }
+        assert!(!writer.is_finished(), "the call ended before its process was seen");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let err = writer.join().unwrap().unwrap_err();
+    assert_eq!(err.code, ErrorCode::Aborted, "{err:?}");
+    fsd_testkit::procs::wait_gone(&[call], Duration::from_secs(10), "the approved call's process").unwrap();
+    assert!(!target.exists());
+}

@@ -56,6 +56,18 @@ pub fn wait(pid: i32) -> Result<Ended, Errno> {
     }
 }
 
+/// Makes this child die with its parent, the worker `parent`: a worker killed as hung (or
+/// otherwise gone) never leaves its approved call running to act after its caller was told the
+/// call ended. Credentials changes clear the setting, so it is made after the identity switch.
+pub fn die_with_parent(parent: u32) -> Result<(), Errno> {
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+    // The parent may have died before the setting: then nothing would ever send it.
+    if rustix::process::getppid().map(|p| p.as_raw_nonzero().get() as u32) != Some(parent) {
+        exit_now(1);
+    }
+    Ok(())
+}
+
 /// Ends the child at once with `code`: no destructor, no atexit handler, no buffered output of
 /// the parent's written twice (`_exit`).
 pub fn exit_now(code: i32) -> ! {

@@ -33,6 +33,8 @@ pub enum ConfineError {
     Seccomp(String),
     #[error("the thread that checks the worker identity's access failed")]
     AccessCheck,
+    #[error("cannot tie the approved call's process to its worker: {0}")]
+    ParentDeath(#[source] rustix::io::Errno),
 }
 
 /// What a worker needs of a root's directory.
@@ -376,6 +378,7 @@ const DANGER: &[Allowed] = allowed! {
     SYS_setresuid: "an approved change's process taking the uid of the one user who owns all it changes",
     SYS_setresgid: "the same change's process taking that user's group",
     SYS_setgroups: "the same change's process dropping root's supplementary groups",
+    SYS_getppid: "an approved call's process checking its worker is still its parent",
 };
 
 /// What the network process adds: its listeners and clients, tokio's epoll, eventfd and threads.
@@ -453,8 +456,9 @@ const DANGER_IF: &[AllowedIf] = &[
         nr: libc::SYS_prctl,
         name: "SYS_prctl",
         arg: 0,
-        values: &[Value::Is(libc::PR_SET_KEEPCAPS as u64)],
-        why: "an approved change's process keeping DAC_READ_SEARCH across its switch to the owner's uid",
+        values: &[Value::Is(libc::PR_SET_KEEPCAPS as u64), Value::Is(libc::PR_SET_PDEATHSIG as u64)],
+        why: "an approved change's process keeping DAC_READ_SEARCH across its switch to the owner's uid; \
+              an approved call's process dying with its worker",
     },
 ];
 
@@ -584,11 +588,29 @@ pub fn seccomp_worker(danger: bool) -> Result<(), ConfineError> {
     if danger { Filtered::DangerWorker.load() } else { Filtered::Worker.load() }
 }
 
+/// The plain worker's filters, compiled once by a danger-full-access worker at its start (before
+/// its own filter), for each approved call's process to load ([`seccomp_approved_call`]).
+pub struct ApprovedCallFilter([seccompiler::BpfProgram; 2]);
+
+impl std::fmt::Debug for ApprovedCallFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApprovedCallFilter").finish_non_exhaustive()
+    }
+}
+
+pub fn compile_approved_call() -> Result<ApprovedCallFilter, ConfineError> {
+    // The plain worker's lists fix no argument to the process's own pid: the child's is fine.
+    Ok(ApprovedCallFilter(Filtered::Worker.programs(std::process::id())?))
+}
+
 /// Loads the plain worker's allowlist over a danger-full-access worker's, in an approved call's
 /// process once it confined itself: filters stack, so the call can no longer fork, change its
 /// Landlock domain, its capabilities or its ids.
-pub fn seccomp_approved_call() -> Result<(), ConfineError> {
-    Filtered::Worker.load()
+pub fn seccomp_approved_call(filter: &ApprovedCallFilter) -> Result<(), ConfineError> {
+    for program in &filter.0 {
+        seccompiler::apply_filter(program).map_err(|e| seccomp_err(&e))?;
+    }
+    Ok(())
 }
 
 /// Loads the network process's allowlist ([`BASE`], [`NETWORK`], [`NETWORK_IF`]): its sockets
