@@ -73,8 +73,9 @@ pub fn worker(config: &Config, mode: Mode, identity: WorkerIdentity) -> Result<C
     // 5. Landlock: every right the ABI knows is handled; only the mode's are granted.
     let required = config.landlock == LandlockPolicy::Required && mode != Mode::DangerFullAccess;
     let landlock = step::landlock(&grants(config, mode), required)?;
-    // 6. Seccomp last: the allowlist of descriptor-relative calls.
-    step::seccomp_worker()?;
+    // 6. Seccomp last: the allowlist of descriptor-relative calls (and, in a danger-full-access
+    //    worker, what forking and confining a process per approved call takes).
+    step::seccomp_worker(mode == Mode::DangerFullAccess)?;
     Ok(Confinement { landlock })
 }
 
@@ -101,6 +102,45 @@ pub fn direct_reader(
     let landlock = step::landlock(grants, true)?;
     step::seccomp_direct()?;
     Ok(Confinement { landlock })
+}
+
+/// Confines the process one approved call runs in (forked by a danger-full-access worker,
+/// `worker::Call::in_own_process`) to what its kind of call needs: Landlock rights on the
+/// approved objects only (`rules`: each opened by the call's own walk, held to its binding), the
+/// identity of the one user who owns all a change changes where there is one (`owner`,
+/// `escalation::authority::owner`), the capabilities of its kind (`escalation::authority`,
+/// every other one dropped), and the plain worker's seccomp filter stacked on the danger
+/// worker's. No exec is possible (seccomp), so the bounding set does not matter; no_new_privs
+/// is inherited. Returns the capabilities it holds (read before seccomp: from then on they
+/// cannot change).
+pub fn approved_call(
+    rules: &[(std::os::fd::OwnedFd, Grant)],
+    kind: crate::escalation::authority::Kind,
+    owner: Option<(u32, u32)>,
+    worker: u32,
+    required: bool,
+    filter: &step::ApprovedCallFilter,
+) -> Result<(Enforcement, CapabilitySet), ConfineError> {
+    use crate::escalation::authority;
+    // 1. Landlock: a domain nested in the worker's, granting the approved objects only.
+    let landlock = step::landlock_objects(rules, required)?;
+    // 2. The owner's identity, capabilities kept across the switch so step 3 chooses them.
+    let keep = match owner {
+        Some((uid, gid)) => {
+            step::switch_ids(uid, gid, true)?;
+            authority::kept(authority::OWNER)
+        }
+        None => authority::kept(kind.capabilities()),
+    };
+    // 3. Killed with its worker (after the switch, which would clear the setting): a worker
+    //    killed as hung never leaves the call running.
+    crate::sys::call::die_with_parent(worker).map_err(ConfineError::ParentDeath)?;
+    // 4. Capabilities: the few of its kind.
+    step::set_capabilities(keep)?;
+    let held = step::effective_capabilities()?;
+    // 5. Seccomp: no fork, Landlock, capability or id change from here on.
+    step::seccomp_approved_call(filter)?;
+    Ok((landlock, held))
 }
 
 /// Confines the network process after it bound its listeners: no filesystem rights at all, no

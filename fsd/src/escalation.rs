@@ -307,7 +307,9 @@ pub enum Unsigned {
 /// A worker's own check of the approvals of the calls it runs: under signed trust, a worker of
 /// a mode wider than the daemon's default performs a change only with the approver's
 /// signature over a description that lists that change, on the objects its walks are held to
-/// (the bindings it was handed) with the content it writes, before the approval's expiry.
+/// (the bindings it was handed) with the content it writes, before the approval's expiry; and
+/// an escalated read (one handed bindings: a redeemed ticket's) only with the signature over a
+/// description that lists a call on the object it reads.
 #[derive(Debug, Clone)]
 pub struct WorkerCheck {
     key: VerifyingKey,
@@ -330,7 +332,10 @@ impl WorkerCheck {
     ) -> Result<(), Unsigned> {
         use crate::op::Request as R;
         let op = request.op();
-        if !op.is_mutation() {
+        let mutation = op.is_mutation();
+        // An unbound read: the checks and previews the network process makes before anyone is
+        // asked (see docs/escalation.md); an escalated read always comes bound.
+        if !mutation && bindings.is_empty() {
             return Ok(());
         }
         let approval = approval.ok_or(Unsigned::Missing)?;
@@ -369,8 +374,13 @@ impl WorkerCheck {
         let head = format!(": {} ", op.name());
         let listed = blocks(text).any(|block| {
             let first = block.lines().next().unwrap_or_default();
-            let named = first.starts_with("op ") && first.contains(&head);
             let objects = wanted.lines().all(|line| block.lines().any(|l| l == line));
+            if !mutation {
+                // A read, a stat or a listing of an object an approved call names: an approved
+                // read, or a target of an approved change (the reads its preflight takes).
+                return first.starts_with("op ") && objects;
+            }
+            let named = first.starts_with("op ") && first.contains(&head);
             let content = if digest.is_empty() {
                 !block.contains("\n  content-sha256: ")
             } else {
@@ -851,6 +861,7 @@ impl Escalations {
     }
 }
 
+pub mod authority;
 pub mod diff;
 
 /// Test hook (cargo feature `fault-injection`): what a compromised network process could hand

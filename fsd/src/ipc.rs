@@ -38,6 +38,8 @@ pub enum ToWorker {
         path: String,
         /// For an approved read: the object its approval binds (see `backend::Binding`).
         bindings: crate::op::Bindings,
+        /// What its approver signed, which the worker checks itself (signed trust).
+        approval: Option<crate::op::SignedApproval>,
     },
     /// The locks the worker asked for are held.
     LockGranted,

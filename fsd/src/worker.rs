@@ -96,6 +96,9 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
         .then(|| crate::escalation::WorkerCheck::new(config.approver_public_key.as_deref()))
         .transpose()
         .map_err(WorkerError::Approvals)?;
+    // Compiled before this worker's own filter, for its approved calls' processes to load.
+    let filter =
+        if mode == Mode::DangerFullAccess { Some(sys::confine::compile_approved_call()?) } else { None };
     let identity = config.worker_identity()?;
     let confinement = crate::confine::worker(config, mode, identity)?;
     tracing::debug!(mode = mode.as_str(), fence = confinement.describe(), "worker ready");
@@ -117,61 +120,102 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
             locks.new_call();
         }
         // An approved call's walks are held to what its approver was shown, for this call only.
-        let (message, _bound) = match message {
+        let (message, bindings) = match message {
             ToWorker::Call(request) => {
                 let (request, bindings, approval) = request.unbind();
-                // A change this worker's mode makes only with an approval: checked here, by the
-                // process that makes it, not taken on the network process's word.
-                let unsigned = approvals.as_ref().map(|a| a.check(&request, &bindings, approval.as_ref()));
-                if let Some(Err(why)) = unsigned {
-                    tracing::warn!(path = request.path(), %why, "an escalated change without a valid approval is refused");
-                    let denied = FsError::Denied(crate::error::Denial::Unsigned);
-                    let failure = crate::error::Failure::new(denied, request.path().to_owned());
-                    ipc::send(&socket, &FromWorker::Reply(Err(failure.into_wire())), None)?;
+                // A change (or an escalated read) this worker's mode makes only with an
+                // approval: checked here, by the process that makes it, not taken on the
+                // network process's word.
+                if let Some(failure) = unsigned(approvals.as_ref(), &request, &bindings, approval.as_ref()) {
+                    ipc::send(&socket, &FromWorker::Reply(Err(failure)), None)?;
                     continue;
                 }
-                (ToWorker::Call(request), backend.bind(bindings))
+                (ToWorker::Call(request), bindings)
             }
-            // A read: the network process reads at a wider mode for the previews it shows an
-            // approver, so reads are not held to a signature (see docs/escalation.md).
-            ToWorker::OpenStream { path, bindings } => {
-                (ToWorker::OpenStream { path, bindings: Vec::new() }, backend.bind(bindings))
+            ToWorker::OpenStream { path, bindings, approval } => {
+                let read = crate::op::Request::ReadText { path, max_bytes: 0 };
+                if let Some(failure) = unsigned(approvals.as_ref(), &read, &bindings, approval.as_ref()) {
+                    ipc::send(&socket, &FromWorker::Stream(Err(failure)), None)?;
+                    continue;
+                }
+                let path = read.path().to_owned();
+                (ToWorker::OpenStream { path, bindings: Vec::new(), approval: None }, bindings)
             }
-            other => (other, backend.bind(Vec::new())),
+            other => (other, Vec::new()),
         };
+        let call = Call { backend: &backend, mode, socket: &socket, filter: filter.as_ref() };
+        if mode == Mode::DangerFullAccess && !bindings.is_empty() {
+            // An approved call outside the roots: in a process of its own that keeps only the
+            // authority its kind of call needs on the approved objects.
+            call.in_own_process(config, message, bindings, fd)?;
+        } else {
+            let _bound = backend.bind(bindings);
+            call.serve(message, fd, None)?;
+        }
+    }
+}
+
+/// What an approved call's process confines itself by: its kind, its source path (whose final
+/// link it follows or not), whether it removes a tree, its worker's pid, and whether Landlock is
+/// required.
+#[derive(Debug, Clone, Copy)]
+struct Shape<'a> {
+    kind: crate::escalation::authority::Kind,
+    source: &'a str,
+    follows: bool,
+    tree: bool,
+    worker: u32,
+    required: bool,
+}
+
+/// One call's exchange with the network process, served by `backend` at `mode`.
+struct Call<'a> {
+    backend: &'a Backend,
+    mode: Mode,
+    socket: &'a UnixStream,
+    /// A danger-full-access worker's: the filter its approved calls' processes load.
+    filter: Option<&'a sys::confine::ApprovedCallFilter>,
+}
+
+impl Call<'_> {
+    /// Serves `message` and sends its reply (after the temporary files it stranded).
+    /// `approved`: for an approved call in its own confined process, the capabilities it holds.
+    fn serve(
+        &self,
+        message: ToWorker,
+        fd: Option<std::os::fd::OwnedFd>,
+        approved: Option<rustix::thread::CapabilitySet>,
+    ) -> Result<(), IpcError> {
+        let (backend, mode, socket) = (self.backend, self.mode, self.socket);
+        #[cfg(not(feature = "fault-injection"))]
+        let _ = approved;
         match message {
             ToWorker::Call(crate::op::Request::WriteBytes { path, mode: file_mode, guard }) => {
                 let reply = match fd {
                     Some(body) => {
                         let mut progress = |bytes| {
-                            let _ = ipc::send(&socket, &FromWorker::Progress { bytes }, None);
+                            let _ = ipc::send(socket, &FromWorker::Progress { bytes }, None);
                         };
                         backend.write_bytes(mode, &path, file_mode, guard, body.into(), &mut progress)
                     }
                     None => Err(crate::error::Failure::new(FsError::Truncated, path)),
                 };
-                hand_on_stranded(&socket)?;
-                ipc::send(
-                    &socket,
-                    &FromWorker::Reply(reply.map_err(crate::error::Failure::into_wire)),
-                    None,
-                )?;
+                hand_on_stranded(socket)?;
+                ipc::send(socket, &FromWorker::Reply(reply.map_err(crate::error::Failure::into_wire)), None)?;
             }
             ToWorker::Call(request) => {
                 #[cfg(feature = "fault-injection")]
-                if let Some(failure) = fault(&request) {
-                    ipc::send(&socket, &FromWorker::Reply(Err(failure)), None)?;
-                    continue;
+                if let Some(failure) = fault(&request, approved) {
+                    ipc::send(socket, &FromWorker::Reply(Err(failure)), None)?;
+                    return Ok(());
                 }
                 let reply = backend.handle(mode, request).map_err(crate::error::Failure::into_wire);
-                hand_on_stranded(&socket)?;
-                ipc::send(&socket, &FromWorker::Reply(reply), None)?;
+                hand_on_stranded(socket)?;
+                ipc::send(socket, &FromWorker::Reply(reply), None)?;
             }
             ToWorker::OpenStream { path, .. } => match backend.open_stream(mode, &path) {
-                Ok((header, file)) => {
-                    ipc::send(&socket, &FromWorker::Stream(Ok(header)), Some(file.as_fd()))?
-                }
-                Err(failure) => ipc::send(&socket, &FromWorker::Stream(Err(failure.into_wire())), None)?,
+                Ok((header, file)) => ipc::send(socket, &FromWorker::Stream(Ok(header)), Some(file.as_fd()))?,
+                Err(failure) => ipc::send(socket, &FromWorker::Stream(Err(failure.into_wire())), None)?,
             },
             // A grant with no request pending: the router lost track; nothing to do.
             ToWorker::LockGranted => {}
@@ -185,7 +229,7 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
                     .open(&path)
                     .map(drop)
                     .map_err(|e| e.to_string());
-                ipc::send(&socket, &FromWorker::RawOpened(result), None)?;
+                ipc::send(socket, &FromWorker::RawOpened(result), None)?;
             }
             #[cfg(feature = "fault-injection")]
             ToWorker::RawMetadata { path } => {
@@ -197,10 +241,130 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
                     (Ok(()), _) => Err("chmod by path succeeded".to_owned()),
                     (_, Ok(())) => Err("chown by path succeeded".to_owned()),
                 };
-                ipc::send(&socket, &FromWorker::RawOpened(result), None)?;
+                ipc::send(socket, &FromWorker::RawOpened(result), None)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Serves an approved call in a process of its own (`sys::call`), which confines itself to
+    /// the approved objects (`confine::approved_call`), replies itself and exits; this worker
+    /// waits for it and keeps its own authority for the next call. A process that ended without
+    /// replying is replied for.
+    fn in_own_process(
+        &self,
+        config: &Config,
+        message: ToWorker,
+        bindings: crate::op::Bindings,
+        fd: Option<std::os::fd::OwnedFd>,
+    ) -> Result<(), IpcError> {
+        let path = match &message {
+            ToWorker::Call(request) => request.path().to_owned(),
+            ToWorker::OpenStream { path, .. } => path.clone(),
+            _ => String::new(),
+        };
+        let stream = matches!(message, ToWorker::OpenStream { .. });
+        let failed = |error: FsError| {
+            let wire = crate::error::Failure::new(error, path.clone()).into_wire();
+            let reply = if stream { FromWorker::Stream(Err(wire)) } else { FromWorker::Reply(Err(wire)) };
+            ipc::send(self.socket, &reply, None)
+        };
+        let worker = std::process::id();
+        match sys::call::fork() {
+            Ok(sys::call::Forked::Child) => {
+                let _bound = self.backend.bind(bindings.clone());
+                let shape = Shape {
+                    kind: match &message {
+                        ToWorker::Call(request) => crate::escalation::authority::Kind::of(request),
+                        _ => crate::escalation::authority::Kind::Read,
+                    },
+                    source: &path,
+                    follows: match &message {
+                        ToWorker::Call(request) => request.op().follows_link(),
+                        _ => true,
+                    },
+                    tree: matches!(
+                        message,
+                        ToWorker::Call(crate::op::Request::Remove { recursive: true, .. })
+                    ),
+                    worker,
+                    required: config.landlock == crate::config::LandlockPolicy::Required,
+                };
+                let served = match self.confined(&shape, &bindings) {
+                    Ok(held) => self.serve(message, fd, Some(held)),
+                    Err(failure) => failed(failure),
+                };
+                sys::call::exit_now(if served.is_ok() { 0 } else { 1 })
+            }
+            Ok(sys::call::Forked::Parent(pid)) => {
+                drop(fd);
+                match sys::call::wait(pid) {
+                    Ok(sys::call::Ended::Exited(0)) => Ok(()),
+                    ended => {
+                        tracing::warn!(?ended, %path, "an approved call's process ended without its reply");
+                        failed(FsError::Aborted)
+                    }
+                }
+            }
+            Err(errno) => {
+                tracing::warn!(%errno, %path, "cannot start an approved call's process");
+                failed(FsError::Aborted)
             }
         }
     }
+
+    /// Confines this (the approved call's) process: the approved objects opened by the call's
+    /// own bound walk, then `confine::approved_call`. An object that is not the approved one is
+    /// `not_approved_object`; a confinement that fails refuses the call.
+    fn confined(
+        &self,
+        shape: &Shape<'_>,
+        bindings: &crate::op::Bindings,
+    ) -> Result<rustix::thread::CapabilitySet, FsError> {
+        use crate::escalation::authority::{self, Kind, Owned};
+        let Shape { kind, source, follows, tree, worker, required } = *shape;
+        let mut rules = Vec::new();
+        let (mut dirs, mut files) = (Vec::new(), Vec::new());
+        for (path, binding) in bindings {
+            let (scope, grant) = kind.grant(binding);
+            let follow = if path == source { follows } else { true };
+            let fd =
+                self.backend.approved_object(self.mode, path, binding, follow, scope).map_err(|f| f.error)?;
+            let meta = sys::meta(fd.as_fd()).map_err(FsError::Metadata)?;
+            dirs.push(Owned { uid: meta.uid, gid: meta.gid, mode: meta.mode & 0o7777 });
+            if let crate::op::Last::Is(_, shown) = binding.last {
+                files.push(Owned { uid: shown.uid, gid: shown.gid, mode: shown.mode & 0o7777 });
+            }
+            rules.push((fd, grant));
+        }
+        // A change runs as the one user who owns all it changes, where the daemon may become
+        // that user; a tree's removal may meet anyone's files below it, so it keeps root.
+        let owner = (kind == Kind::Change && !tree && sys::effective_ids().0 == 0)
+            .then(|| authority::owner(&dirs, &files))
+            .flatten();
+        let Some(filter) = self.filter else { return Err(FsError::Aborted) };
+        match crate::confine::approved_call(&rules, kind, owner, worker, required, filter) {
+            Ok((_, held)) => Ok(held),
+            Err(e) => {
+                tracing::warn!(%e, "an approved call's process cannot confine itself");
+                Err(FsError::Aborted)
+            }
+        }
+    }
+}
+
+/// The refusal of a call this worker may make only with its approver's signature and was
+/// handed without a valid one (`escalation::WorkerCheck`); `None` when it may run.
+fn unsigned(
+    approvals: Option<&crate::escalation::WorkerCheck>,
+    request: &crate::op::Request,
+    bindings: &crate::op::Bindings,
+    approval: Option<&crate::op::SignedApproval>,
+) -> Option<fsd_proto::WireError> {
+    let why = approvals?.check(request, bindings, approval).err()?;
+    tracing::warn!(path = request.path(), %why, "an escalated call without a valid approval is refused");
+    let denied = FsError::Denied(crate::error::Denial::Unsigned);
+    Some(crate::error::Failure::new(denied, request.path().to_owned()).into_wire())
 }
 
 /// Hands the temporary files the call could not remove to the network process, which passes
@@ -216,9 +380,14 @@ fn hand_on_stranded(socket: &UnixStream) -> Result<(), IpcError> {
 /// `fsd-fault-hang` makes a stat or read never return, as a worker stuck on a dead NFS server
 /// would; `fsd-fault-slow` makes one take half a
 /// second, then go on; `fsd-fault-hang-write` does the same as `fsd-fault-hang` for a write;
-/// `fsd-fault-io-error` fails a write with EIO before touching the disk.
+/// `fsd-fault-io-error` fails a write with EIO before touching the disk; an approved read or
+/// write of `fsd-fault-reach` tries, from inside the call, what its authority must refuse
+/// ([`reach`]) and fails with the report.
 #[cfg(feature = "fault-injection")]
-pub(crate) fn fault(request: &crate::op::Request) -> Option<fsd_proto::WireError> {
+pub(crate) fn fault(
+    request: &crate::op::Request,
+    approved: Option<rustix::thread::CapabilitySet>,
+) -> Option<fsd_proto::WireError> {
     use crate::op::Request;
     let hang = || loop {
         std::thread::sleep(std::time::Duration::from_secs(3600));
@@ -231,6 +400,12 @@ pub(crate) fn fault(request: &crate::op::Request) -> Option<fsd_proto::WireError
             std::thread::sleep(std::time::Duration::from_millis(500));
             None
         }
+        Request::ReadText { path, .. } | Request::WriteText { path, .. }
+            if let Some(held) = approved
+                && path.ends_with("/fsd-fault-reach") =>
+        {
+            Some(fsd_proto::WireError::new(fsd_proto::ErrorCode::IoError, path.clone(), reach(path, held)))
+        }
         Request::WriteText { path, .. } if path.ends_with("/fsd-fault-hang-write") => hang(),
         Request::WriteText { path, .. } if path.ends_with("/fsd-fault-io-error") => {
             let error = crate::error::FsError::Rename(crate::sys::Errno::IO);
@@ -238,4 +413,38 @@ pub(crate) fn fault(request: &crate::op::Request) -> Option<fsd_proto::WireError
         }
         _ => None,
     }
+}
+
+/// What an approved call of `path` could do beyond its object: read or open for writing the
+/// file `fsd-fault-sibling` beside it, read the file `FSD_FAULT_REACH_ELSEWHERE` names (in
+/// another directory) and create `fsd-fault-created` beside that; and the capabilities it holds
+/// (`held`). Plain `open(2)` by path, as code gone wrong inside the call would.
+#[cfg(feature = "fault-injection")]
+fn reach(path: &str, held: rustix::thread::CapabilitySet) -> String {
+    let outcome = |result: std::io::Result<()>| match result {
+        Ok(()) => "done".to_owned(),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => "denied".to_owned(),
+        Err(e) => e.to_string(),
+    };
+    let dir = std::path::Path::new(path).parent().unwrap_or(std::path::Path::new("/"));
+    let sibling = dir.join("fsd-fault-sibling");
+    let elsewhere =
+        std::path::PathBuf::from(std::env::var_os("FSD_FAULT_REACH_ELSEWHERE").unwrap_or_default());
+    let created = elsewhere.parent().unwrap_or(std::path::Path::new("/")).join("fsd-fault-created");
+    let mut names: Vec<&str> = held.iter_names().map(|(name, _)| name).collect();
+    names.sort_unstable();
+    let caps = names.join(",");
+    let attempts = [
+        ("sibling-read", outcome(std::fs::read(&sibling).map(drop))),
+        ("sibling-write", outcome(std::fs::OpenOptions::new().write(true).open(&sibling).map(drop))),
+        ("other-dir-read", outcome(std::fs::read(&elsewhere).map(drop))),
+        (
+            "other-dir-create",
+            outcome(std::fs::OpenOptions::new().write(true).create_new(true).open(&created).map(drop)),
+        ),
+        ("caps", caps),
+        ("uid", sys::effective_ids().0.to_string()),
+    ];
+    let report: Vec<String> = attempts.iter().map(|(what, got)| format!("{what}={got}")).collect();
+    format!("reach: {}", report.join(" "))
 }

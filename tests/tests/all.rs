@@ -8,6 +8,7 @@ mod agent_sandbox;
 mod agent_sandbox_template;
 mod apply_patch_conformance;
 mod approvals;
+mod approver_recipe;
 mod budgets;
 mod closed_pipes;
 mod connections;

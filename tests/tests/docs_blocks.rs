@@ -112,6 +112,7 @@ const RUNNERS: &[(&str, &str, &str)] = &[
     ("docs/agents.md", "file", "tests/tests/docs_agents.rs"),
     ("docs/agent-sandbox.md", "test", "tests/tests/docs_agent_sandbox.rs"),
     ("docs/grpc-clients.md", "example", "tests/tests/grpc_clients.rs"),
+    ("docs/escalation.md", "test", "tests/tests/approver_recipe.rs"),
 ];
 
 /// What the tests below do with each marked block of the README, beyond parsing it.

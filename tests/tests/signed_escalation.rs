@@ -2055,10 +2055,10 @@ fn a_hard_linked_file_is_escalated_only_within_its_requesters_own_authority() {
     assert_eq!(read(&mut root, "s1", &out.join("linked.txt"), Some(tk)).unwrap(), SECRET);
 }
 
-/// The worker that performs an approved change checks the approver's signature itself: a
-/// network process that hands it a change without the signature, or with a signature that is
-/// not the approver's (the hook `FSD_FAULT_TAMPER_APPROVAL` plays such a compromised process,
-/// after every check of the ticket passed), changes nothing.
+/// The worker that performs an approved change or read checks the approver's signature itself:
+/// a network process that hands it the call without the signature, or with a signature that
+/// is not the approver's (the hook `FSD_FAULT_TAMPER_APPROVAL` plays such a compromised
+/// process, after every check of the ticket passed), changes nothing and reads nothing.
 #[test]
 fn a_change_the_approver_did_not_sign_is_refused_by_the_worker_itself() {
     let keys = Keys::new();
@@ -2077,8 +2077,223 @@ fn a_change_the_approver_did_not_sign_is_refused_by_the_worker_itself() {
             "{tamper}: {err:?}"
         );
         assert_eq!(std::fs::read_to_string(&target).unwrap(), SECRET, "{tamper}");
-        // Reads are not held to it: the network process reads for the previews it shows.
+        // An escalated read too (it read the file before the worker checked it), whole or
+        // streamed.
         let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &target)]).unwrap());
-        assert_eq!(read(&mut rpc, "s1", &target, Some(tk)).unwrap(), SECRET, "{tamper}");
+        let err = read(&mut rpc, "s1", &target, Some(tk)).unwrap_err();
+        assert_eq!(
+            (err.code, err.get("reason")),
+            (ErrorCode::SandboxDenied, Some("unsigned_escalation")),
+            "{tamper}: {err:?}"
+        );
+        let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &target)]).unwrap());
+        let request = v1::StreamTextRequest {
+            context: context("s1", Some(tk)),
+            path: p(&target),
+            ..Default::default()
+        };
+        let streamed = rpc.rt.block_on(async {
+            let mut stream = rpc.client.stream_text(request).await?.into_inner();
+            let mut text = Vec::new();
+            while let Some(reply) = stream.message().await? {
+                text.push(format!("{reply:?}"));
+            }
+            Ok::<_, tonic::Status>(text)
+        });
+        let err = WireError::from_status(&streamed.unwrap_err()).unwrap();
+        assert_eq!(
+            (err.code, err.get("reason")),
+            (ErrorCode::SandboxDenied, Some("unsigned_escalation")),
+            "{tamper}: {err:?}"
+        );
     }
+}
+
+/// The parts of a `reach:` report (the test hook `fsd-fault-reach`: what an approved call could
+/// do from inside itself beyond its object), by name.
+fn reach(err: &WireError) -> std::collections::BTreeMap<String, String> {
+    let report = err.message.strip_prefix("reach: ").unwrap_or_else(|| panic!("no reach report: {err:?}"));
+    report
+        .split(' ')
+        .filter_map(|part| part.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// An approved call outside the roots runs in a process of its own with only the authority its
+/// kind of call needs, not root over the whole filesystem: from inside it (the hook
+/// `fsd-fault-reach`, plain `open(2)` by path as code gone wrong would), an approved read in a
+/// root-only directory can neither read nor open its sibling, nor read or create anything in
+/// another root-only directory, and holds DAC_READ_SEARCH only; an approved write there cannot
+/// reach the other directory either and holds the five capabilities a replace needs.
+#[test]
+fn an_approved_call_reaches_only_its_approved_object_with_the_capabilities_it_needs() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let other = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(other.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let elsewhere = other.path().join("secret.txt");
+    std::fs::write(&elsewhere, SECRET).unwrap();
+    std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let env = [("FSD_FAULT_REACH_ELSEWHERE", elsewhere.to_str().unwrap())];
+    let s = Signed::start_env(&keys, &keys.public, "", &env);
+    let mut rpc = Rpc::connect(&s.d);
+    let locked = s.outside.path().join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let target = locked.join("fsd-fault-reach");
+    std::fs::write(&target, PUBLIC).unwrap();
+    let sibling = locked.join("fsd-fault-sibling");
+    std::fs::write(&sibling, SECRET).unwrap();
+    std::fs::set_permissions(&sibling, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let unchanged = || {
+        assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), SECRET);
+        assert_eq!(std::fs::read_to_string(&sibling).unwrap(), SECRET);
+        assert!(!other.path().join("fsd-fault-created").exists());
+    };
+
+    let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &target)]).unwrap());
+    let report = reach(&read(&mut rpc, "s1", &target, Some(tk)).unwrap_err());
+    let denied = "denied".to_owned();
+    let expected: std::collections::BTreeMap<String, String> = [
+        ("sibling-read", denied.clone()),
+        ("sibling-write", denied.clone()),
+        ("other-dir-read", denied.clone()),
+        ("other-dir-create", denied.clone()),
+        ("caps", "DAC_READ_SEARCH".to_owned()),
+        ("uid", "0".to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    assert_eq!(report, expected, "an approved read");
+    unchanged();
+
+    read_first(&mut rpc, "s1", std::slice::from_ref(&target));
+    let tk = ticket(ask(&mut rpc, "s1", vec![write_op(&target, "new\n")]).unwrap());
+    let report = reach(&write(&mut rpc, "s1", &target, "new\n", tk).unwrap_err());
+    let shown: Vec<(&str, &str)> = ["other-dir-read", "other-dir-create", "caps", "uid"]
+        .into_iter()
+        .map(|k| (k, report.get(k).map(String::as_str).unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("other-dir-read", "denied"),
+            ("other-dir-create", "denied"),
+            ("caps", "CHOWN,DAC_OVERRIDE,DAC_READ_SEARCH,FOWNER,FSETID"),
+            ("uid", "0"),
+        ],
+        "an approved write: {report:?}"
+    );
+    unchanged();
+
+    // Narrowed, the approved calls still do their work in the root-only directory: a creation,
+    // then a replace that keeps the file's owner and mode.
+    let plain = locked.join("plain.txt");
+    read_first(&mut rpc, "s1", std::slice::from_ref(&plain));
+    let tk = ticket(ask(&mut rpc, "s1", vec![write_op(&plain, "one\n")]).unwrap());
+    write(&mut rpc, "s1", &plain, "one\n", tk).unwrap();
+    std::os::unix::fs::chown(&plain, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&plain, std::fs::Permissions::from_mode(0o640)).unwrap();
+    read_first(&mut rpc, "s1", std::slice::from_ref(&plain));
+    let tk = ticket(ask(&mut rpc, "s1", vec![write_op(&plain, "two\n")]).unwrap());
+    write(&mut rpc, "s1", &plain, "two\n", tk).unwrap();
+    let meta = std::fs::metadata(&plain).unwrap();
+    assert_eq!(
+        (std::fs::read_to_string(&plain).unwrap().as_str(), meta.uid(), meta.gid(), meta.mode() & 0o7777),
+        ("two\n", 65534, 65534, 0o640)
+    );
+}
+
+/// An approved change of what one user other than root owns (the directory it changes names
+/// in, and the file) runs as that user, with DAC_READ_SEARCH only: its own permissions decide,
+/// so a root-only file beside it stays out of reach even for writing, and what it creates is
+/// that user's.
+#[test]
+fn an_approved_change_of_one_users_own_files_runs_as_that_user() {
+    const OWNER: u32 = 65534;
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start_env(&keys, &keys.public, "", &[("FSD_FAULT_REACH_ELSEWHERE", "/nonexistent/x")]);
+    let mut rpc = Rpc::connect(&s.d);
+    // The owner's 0700 directory, below root's 0700 temporary directory it may not search.
+    let home = s.outside.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::chown(&home, Some(OWNER), Some(OWNER)).unwrap();
+    let target = home.join("fsd-fault-reach");
+    std::fs::write(&target, PUBLIC).unwrap();
+    std::os::unix::fs::chown(&target, Some(OWNER), Some(OWNER)).unwrap();
+    let sibling = home.join("fsd-fault-sibling");
+    std::fs::write(&sibling, SECRET).unwrap();
+    std::fs::set_permissions(&sibling, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    read_first(&mut rpc, "s1", std::slice::from_ref(&target));
+    let tk = ticket(ask(&mut rpc, "s1", vec![write_op(&target, "new\n")]).unwrap());
+    let report = reach(&write(&mut rpc, "s1", &target, "new\n", tk).unwrap_err());
+    let shown: Vec<(&str, &str)> = ["sibling-write", "caps", "uid"]
+        .into_iter()
+        .map(|k| (k, report.get(k).map(String::as_str).unwrap_or_default()))
+        .collect();
+    assert_eq!(
+        shown,
+        [("sibling-write", "denied"), ("caps", "DAC_READ_SEARCH"), ("uid", "65534")],
+        "{report:?}"
+    );
+    assert_eq!(std::fs::read_to_string(&sibling).unwrap(), SECRET);
+
+    // The approved calls still do their work: a replace that keeps the owner's file its own,
+    // and a creation that is the owner's.
+    let own = home.join("own.txt");
+    std::fs::write(&own, "one\n").unwrap();
+    std::os::unix::fs::chown(&own, Some(OWNER), Some(OWNER)).unwrap();
+    let new = home.join("new.txt");
+    read_first(&mut rpc, "s1", &[own.clone(), new.clone()]);
+    let tk = ticket(ask(&mut rpc, "s1", vec![write_op(&own, "two\n")]).unwrap());
+    write(&mut rpc, "s1", &own, "two\n", tk).unwrap();
+    let tk = ticket(ask(&mut rpc, "s1", vec![write_op(&new, "made\n")]).unwrap());
+    write(&mut rpc, "s1", &new, "made\n", tk).unwrap();
+    for (path, text) in [(&own, "two\n"), (&new, "made\n")] {
+        let meta = std::fs::metadata(path).unwrap();
+        assert_eq!(
+            (std::fs::read_to_string(path).unwrap().as_str(), meta.uid()),
+            (text, OWNER),
+            "{}",
+            path.display()
+        );
+    }
+}
+
+/// An approved call's process dies with its worker: a call that hangs past its deadline (the
+/// hook `fsd-fault-hang-write`) gets its worker killed, and the process running the call goes
+/// too, so it can never act after its caller was told the call ended.
+#[test]
+fn an_approved_call_that_hangs_dies_with_its_killed_worker() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "call_timeout_ms = 1500\n");
+    let mut rpc = Rpc::connect(&s.d);
+    let target = s.outside.path().join("fsd-fault-hang-write");
+    read_first(&mut rpc, "s1", std::slice::from_ref(&target));
+    let tk = ticket(ask(&mut rpc, "s1", vec![write_op(&target, "late\n")]).unwrap());
+    let path = target.clone();
+    let writer = std::thread::spawn(move || write(&mut rpc, "s1", &path, "late\n", tk));
+    // The call's process: a danger-full-access worker whose parent is another one.
+    let ppid = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    };
+    let call = loop {
+        let workers = s.d.process.worker_pids("danger-full-access");
+        if let Some(&child) = workers.iter().find(|&&pid| ppid(pid).is_some_and(|p| workers.contains(&p))) {
+            break child;
+        }
+        assert!(!writer.is_finished(), "the call ended before its process was seen");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let err = writer.join().unwrap().unwrap_err();
+    assert_eq!(err.code, ErrorCode::Aborted, "{err:?}");
+    fsd_testkit::procs::wait_gone(&[call], Duration::from_secs(10), "the approved call's process").unwrap();
+    assert!(!target.exists());
 }

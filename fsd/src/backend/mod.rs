@@ -2,6 +2,7 @@
 //! a plain value so that the fences can later run this code in confined worker processes without
 //! the service or the tools changing. Nothing here knows gRPC, models or tools.
 
+pub mod approved;
 pub mod bytes;
 mod gitdir;
 pub mod journal;

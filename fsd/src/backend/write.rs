@@ -430,6 +430,8 @@ pub(super) fn current_file(resolved: &Resolved) -> Result<Option<(File, Meta)>, 
     let file = match sys::open_read(parent.as_fd(), resolved.name()) {
         Ok(file) => file,
         Err(Errno::NOENT) => return Ok(None),
+        // Replaced by a link between the look above and this open: the same as a link found.
+        Err(Errno::LOOP) => return Err(FsError::Stale(StaleReason::Symlink)),
         Err(errno) => return Err(FsError::Open(errno)),
     };
     let meta = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;

@@ -351,7 +351,7 @@ fn run(backend: &Backend, mode: Mode, work: Work) -> Done {
     match work {
         Work::Call(request) => {
             #[cfg(feature = "fault-injection")]
-            if let Some(failure) = crate::worker::fault(&request) {
+            if let Some(failure) = crate::worker::fault(&request, None) {
                 return Done::Call(Err(failure));
             }
             Done::Call(backend.handle(mode, request).map_err(Failure::into_wire))

@@ -389,7 +389,7 @@ impl Dispatcher {
             }
             return result;
         }
-        self.open_stream(mode, identity, path, Vec::new()).await
+        self.open_stream(mode, identity, path, (Vec::new(), None)).await
     }
 
     /// Runs one operation whose body arrives on `body` (the read end of a pipe) in a worker of
@@ -418,15 +418,17 @@ impl Dispatcher {
 
     /// Opens a file for a streamed read in a worker of `mode`; the read itself happens here, on
     /// the descriptor the worker opened under its fence.
-    /// `bindings`: for an approved read, the object its approval binds.
+    /// `approved`: for an approved read, the object its approval binds and what the approver
+    /// signed (the worker checks it).
     pub async fn open_stream(
         &self,
         mode: Mode,
         identity: &str,
         path: &str,
-        bindings: crate::op::Bindings,
+        approved: (crate::op::Bindings, Option<crate::op::SignedApproval>),
     ) -> Result<(StreamHeader, File), WireError> {
-        let message = ToWorker::OpenStream { path: path.to_owned(), bindings };
+        let (bindings, approval) = approved;
+        let message = ToWorker::OpenStream { path: path.to_owned(), bindings, approval };
         match self.run(mode, identity, path, message, None, Expect::Stream).await? {
             Final::Stream(Ok(header), Some(fd)) => Ok((header, File::from(fd))),
             Final::Stream(Ok(_), None) => {

@@ -417,8 +417,9 @@ impl FsdService {
         };
         // Before the ticket is spent: its last call forgets the escalation.
         let decider = escalations.decider_of(&ticket.escalation_id);
-        // What the approver signed, for the worker performing a change to check itself.
-        let approval = (call.op != Op::Read).then(|| escalations.signed(&ticket.escalation_id)).flatten();
+        // What the approver signed, for the worker performing the call (a change or a read) to
+        // check itself.
+        let approval = escalations.signed(&ticket.escalation_id);
         #[cfg(feature = "fault-injection")]
         let approval = crate::escalation::fault::tampered(approval);
         let destination = match request.plain() {

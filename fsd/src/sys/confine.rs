@@ -33,6 +33,8 @@ pub enum ConfineError {
     Seccomp(String),
     #[error("the thread that checks the worker identity's access failed")]
     AccessCheck,
+    #[error("cannot tie the approved call's process to its worker: {0}")]
+    ParentDeath(#[source] rustix::io::Errno),
 }
 
 /// What a worker needs of a root's directory.
@@ -147,6 +149,11 @@ pub fn set_capabilities(keep: CapabilitySet) -> Result<(), ConfineError> {
     rustix::thread::set_capabilities(None, sets).map_err(ConfineError::Capabilities)
 }
 
+/// The capabilities this thread holds in effect now.
+pub fn effective_capabilities() -> Result<CapabilitySet, ConfineError> {
+    Ok(rustix::thread::capabilities(None).map_err(ConfineError::Capabilities)?.effective)
+}
+
 pub fn no_new_privs() -> Result<(), ConfineError> {
     rustix::thread::set_no_new_privs(true).map_err(ConfineError::NoNewPrivs)
 }
@@ -155,6 +162,10 @@ pub fn no_new_privs() -> Result<(), ConfineError> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Grant {
     Read,
+    /// Read one file (a rule on the file itself: nothing beside it).
+    ReadFile,
+    /// List a directory's entries (and those below it), read no file.
+    List,
     /// Read, write, truncate, make regular files and directories, remove them, and refer
     /// (rename across directories). Never symlinks, devices, FIFOs, sockets or execute.
     Write,
@@ -164,6 +175,8 @@ fn rights(grant: Grant) -> BitFlags<AccessFs> {
     let read = AccessFs::ReadFile | AccessFs::ReadDir;
     match grant {
         Grant::Read => read,
+        Grant::ReadFile => AccessFs::ReadFile.into(),
+        Grant::List => AccessFs::ReadDir.into(),
         Grant::Write => {
             read | AccessFs::WriteFile
                 | AccessFs::Truncate
@@ -188,13 +201,12 @@ pub enum Enforcement {
     None,
 }
 
-/// Restricts this (single-threaded) process to `grants`: every filesystem right the running
-/// ABI knows is handled, so anything not granted is denied. The floor rights are a hard
-/// requirement when `required`; newer rights and scopes are best effort.
-pub fn landlock(grants: &[(PathBuf, Grant)], required: bool) -> Result<Enforcement, ConfineError> {
+/// A ruleset that handles every filesystem right the running ABI knows (the floor rights a hard
+/// requirement when `required`; newer rights and scopes best effort), with no rule yet.
+fn ruleset(required: bool) -> Result<landlock::RulesetCreated, ConfineError> {
     let err = |e: &dyn std::fmt::Display| ConfineError::Landlock(e.to_string());
     let floor = if required { CompatLevel::HardRequirement } else { CompatLevel::BestEffort };
-    let ruleset = Ruleset::default()
+    Ruleset::default()
         .set_compatibility(floor)
         .handle_access(AccessFs::from_all(ABI::V3))
         .map_err(|e| err(&e))?
@@ -202,13 +214,41 @@ pub fn landlock(grants: &[(PathBuf, Grant)], required: bool) -> Result<Enforceme
         .handle_access(AccessFs::from_all(ABI::V6))
         .map_err(|e| err(&e))?
         .scope(Scope::from_all(ABI::V6))
-        .map_err(|e| err(&e))?;
-    let mut created = ruleset.create().map_err(|e| err(&e))?;
+        .map_err(|e| err(&e))?
+        .create()
+        .map_err(|e| err(&e))
+}
+
+/// Restricts this (single-threaded) process to `grants`: every filesystem right the running
+/// ABI knows is handled, so anything not granted is denied. The floor rights are a hard
+/// requirement when `required`; newer rights and scopes are best effort.
+pub fn landlock(grants: &[(PathBuf, Grant)], required: bool) -> Result<Enforcement, ConfineError> {
+    let err = |e: &dyn std::fmt::Display| ConfineError::Landlock(e.to_string());
+    let mut created = ruleset(required)?;
     for (path, grant) in grants {
         let fd = PathFd::new(path).map_err(|e| err(&e))?;
         created = created.add_rule(PathBeneath::new(fd, rights(*grant))).map_err(|e| err(&e))?;
     }
-    let status = created.restrict_self().map_err(|e| err(&e))?;
+    enforced(created.restrict_self().map_err(|e| err(&e))?, required)
+}
+
+/// Restricts this process further (a Landlock domain nests in the one it has) to `rules`: each
+/// an object already open (`O_PATH`) and the rights kept on it and, for a directory, below it.
+/// Every right the ABI knows is handled; the process is refused everything else.
+pub fn landlock_objects(
+    rules: &[(std::os::fd::OwnedFd, Grant)],
+    required: bool,
+) -> Result<Enforcement, ConfineError> {
+    let err = |e: &dyn std::fmt::Display| ConfineError::Landlock(e.to_string());
+    let mut created = ruleset(required)?;
+    for (fd, grant) in rules {
+        created = created.add_rule(PathBeneath::new(fd, rights(*grant))).map_err(|e| err(&e))?;
+    }
+    enforced(created.restrict_self().map_err(|e| err(&e))?, required)
+}
+
+/// How a restriction ended up; not enforced at all is an error where it is required.
+fn enforced(status: landlock::RestrictionStatus, required: bool) -> Result<Enforcement, ConfineError> {
     let enforcement = match status.ruleset {
         RulesetStatus::FullyEnforced => Enforcement::Full,
         RulesetStatus::PartiallyEnforced => Enforcement::Partial,
@@ -324,6 +364,23 @@ const WORKER: &[Allowed] = allowed! {
     SYS_tgkill: "std's abort on a panic, to itself (a worker has no other process's pid)",
 };
 
+/// What a danger-full-access worker adds: the process of its own that each approved call runs
+/// in, which confines itself to the approved objects before it acts
+/// (`crate::confine::approved_call`), then loads the plain worker's filter over this one.
+const DANGER: &[Allowed] = allowed! {
+    SYS_wait4: "waiting for an approved call's process to end",
+    SYS_set_robust_list: "glibc's fork registering the child's robust futex list",
+    SYS_landlock_create_ruleset: "an approved call's process confining itself to the approved objects",
+    SYS_landlock_add_rule: "the rights an approved call keeps on each approved object",
+    SYS_landlock_restrict_self: "an approved call's process entering its narrower Landlock domain",
+    SYS_capget: "the capabilities an approved call's process holds, before it drops the rest",
+    SYS_capset: "an approved call's process dropping every capability its kind of call does not need",
+    SYS_setresuid: "an approved change's process taking the uid of the one user who owns all it changes",
+    SYS_setresgid: "the same change's process taking that user's group",
+    SYS_setgroups: "the same change's process dropping root's supplementary groups",
+    SYS_getppid: "an approved call's process checking its worker is still its parent",
+};
+
 /// What the network process adds: its listeners and clients, tokio's epoll, eventfd and threads.
 /// Nothing that opens, creates, changes or runs a path.
 const NETWORK: &[Allowed] = allowed! {
@@ -395,6 +452,28 @@ const WORKER_IF: &[AllowedIf] = &[AllowedIf {
     why: "an inode's generation for its version; the only ioctl a worker makes",
 }];
 
+/// `clone` flags of glibc's `fork`: a new process, never a thread (no `CLONE_VM`, no
+/// `CLONE_THREAD`).
+const FORK_FLAGS: u64 = (libc::CLONE_CHILD_SETTID | libc::CLONE_CHILD_CLEARTID | libc::SIGCHLD) as u64;
+
+const DANGER_IF: &[AllowedIf] = &[
+    AllowedIf {
+        nr: libc::SYS_clone,
+        name: "SYS_clone",
+        arg: 0,
+        values: &[Value::Is(FORK_FLAGS)],
+        why: "fork: a process of its own per approved call (glibc's fork flags only: never a thread)",
+    },
+    AllowedIf {
+        nr: libc::SYS_prctl,
+        name: "SYS_prctl",
+        arg: 0,
+        values: &[Value::Is(libc::PR_SET_KEEPCAPS as u64), Value::Is(libc::PR_SET_PDEATHSIG as u64)],
+        why: "an approved change's process keeping DAC_READ_SEARCH across its switch to the owner's uid; \
+              an approved call's process dying with its worker",
+    },
+];
+
 const NETWORK_IF: &[AllowedIf] = &[
     AllowedIf {
         nr: libc::SYS_ioctl,
@@ -450,6 +529,8 @@ const DIRECT_IF: &[AllowedIf] = &[
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Filtered {
     Worker,
+    /// A danger-full-access worker: a worker that forks a process per approved call.
+    DangerWorker,
     Network,
     Direct,
 }
@@ -457,22 +538,24 @@ pub enum Filtered {
 impl Filtered {
     /// The calls it makes with any arguments: the base and its own.
     pub fn allowed(self) -> impl Iterator<Item = &'static Allowed> {
-        let own = match self {
-            Filtered::Worker => WORKER,
-            Filtered::Network => NETWORK,
-            Filtered::Direct => DIRECT,
+        let (own, more): (_, &[Allowed]) = match self {
+            Filtered::Worker => (WORKER, &[]),
+            Filtered::DangerWorker => (WORKER, DANGER),
+            Filtered::Network => (NETWORK, &[]),
+            Filtered::Direct => (DIRECT, &[]),
         };
-        BASE.iter().chain(own)
+        BASE.iter().chain(own).chain(more)
     }
 
     /// The calls it makes with one argument fixed.
     pub fn allowed_if(self) -> impl Iterator<Item = &'static AllowedIf> {
-        let own = match self {
-            Filtered::Worker => WORKER_IF,
-            Filtered::Network => NETWORK_IF,
-            Filtered::Direct => DIRECT_IF,
+        let (own, more): (_, &[AllowedIf]) = match self {
+            Filtered::Worker => (WORKER_IF, &[]),
+            Filtered::DangerWorker => (WORKER_IF, DANGER_IF),
+            Filtered::Network => (NETWORK_IF, &[]),
+            Filtered::Direct => (DIRECT_IF, &[]),
         };
-        BASE_IF.iter().chain(own)
+        BASE_IF.iter().chain(own).chain(more)
     }
 
     /// Its filters, in load order: the allowlist (everything else fails with EPERM), then one
@@ -532,9 +615,35 @@ fn arch() -> Result<TargetArch, ConfineError> {
 }
 
 /// Loads the worker's allowlist: descriptor-relative file operations, memory, its IPC socket,
-/// time and exit ([`BASE`], [`WORKER`], [`WORKER_IF`]).
-pub fn seccomp_worker() -> Result<(), ConfineError> {
-    Filtered::Worker.load()
+/// time and exit ([`BASE`], [`WORKER`], [`WORKER_IF`]); a danger-full-access worker's adds the
+/// process per approved call ([`DANGER`], [`DANGER_IF`]).
+pub fn seccomp_worker(danger: bool) -> Result<(), ConfineError> {
+    if danger { Filtered::DangerWorker.load() } else { Filtered::Worker.load() }
+}
+
+/// The plain worker's filters, compiled once by a danger-full-access worker at its start (before
+/// its own filter), for each approved call's process to load ([`seccomp_approved_call`]).
+pub struct ApprovedCallFilter([seccompiler::BpfProgram; 2]);
+
+impl std::fmt::Debug for ApprovedCallFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApprovedCallFilter").finish_non_exhaustive()
+    }
+}
+
+pub fn compile_approved_call() -> Result<ApprovedCallFilter, ConfineError> {
+    // The plain worker's lists fix no argument to the process's own pid: the child's is fine.
+    Ok(ApprovedCallFilter(Filtered::Worker.programs(std::process::id())?))
+}
+
+/// Loads the plain worker's allowlist over a danger-full-access worker's, in an approved call's
+/// process once it confined itself: filters stack, so the call can no longer fork, change its
+/// Landlock domain, its capabilities or its ids.
+pub fn seccomp_approved_call(filter: &ApprovedCallFilter) -> Result<(), ConfineError> {
+    for program in &filter.0 {
+        seccompiler::apply_filter(program).map_err(|e| seccomp_err(&e))?;
+    }
+    Ok(())
 }
 
 /// Loads the network process's allowlist ([`BASE`], [`NETWORK`], [`NETWORK_IF`]): its sockets
@@ -602,14 +711,10 @@ mod tests {
         (rc == -1).then(|| std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
     }
 
-    /// Calls neither role makes, and the other role's own.
+    /// Calls no role makes, and the other roles' own.
     fn outside(role: Filtered) -> Vec<(i64, &'static str)> {
         let own: Vec<i64> = role.allowed().map(|a| a.nr).collect();
-        let others: &[Filtered] = match role {
-            Filtered::Worker => &[Filtered::Network],
-            Filtered::Network => &[Filtered::Worker],
-            Filtered::Direct => &[Filtered::Worker, Filtered::Network],
-        };
+        let others = [Filtered::Worker, Filtered::DangerWorker, Filtered::Network, Filtered::Direct];
         let never = [
             (libc::SYS_execve, "SYS_execve"),
             (libc::SYS_kill, "SYS_kill"),
@@ -620,16 +725,36 @@ mod tests {
             (libc::SYS_bpf, "SYS_bpf"),
             (libc::SYS_io_uring_setup, "SYS_io_uring_setup"),
         ];
-        let mut calls: Vec<(i64, &'static str)> = others
-            .iter()
-            .flat_map(|o| o.allowed())
-            .map(|a| (a.nr, a.name))
+        let mut listed: Vec<(i64, &'static str)> =
+            others.iter().filter(|r| **r != role).flat_map(|r| r.allowed()).map(|a| (a.nr, a.name)).collect();
+        listed.sort();
+        listed.dedup();
+        let mut calls: Vec<(i64, &'static str)> = listed
+            .into_iter()
             .chain(never)
             .filter(|(nr, _)| !own.contains(nr) && *nr != libc::SYS_newfstatat && *nr != libc::SYS_tgkill)
             .collect();
         calls.sort_unstable();
         calls.dedup();
         calls
+    }
+
+    /// A raw clone with `flags` and its own stack copied (a fork): the child ends at once with
+    /// exit_group; the parent reaps it. `None` when the call failed.
+    fn forked(flags: u64) -> Option<()> {
+        // SAFETY: without CLONE_VM the child runs on a copy of this stack and only calls
+        // exit_group; the parent only waits for it.
+        let rc = unsafe { libc::syscall(libc::SYS_clone, flags, 0, 0, 0, 0) };
+        if rc == 0 {
+            call(libc::SYS_exit_group, [0; 6]);
+        }
+        if rc < 0 {
+            return None;
+        }
+        let mut status = 0;
+        // SAFETY: `status` is a valid int for the call's duration.
+        unsafe { libc::waitpid(rc as i32, &mut status, 0) };
+        Some(())
     }
 
     static HANDLED: AtomicBool = AtomicBool::new(false);
@@ -679,7 +804,14 @@ mod tests {
                     Value::Is(v) => *v,
                     Value::OwnPid => u64::from(pid),
                 };
-                if call(allowed.nr, args) == Some(libc::EPERM) {
+                if allowed.nr == libc::SYS_clone {
+                    // Fork's flags act whatever the other arguments: a real fork, whose child
+                    // ends at once and is reaped.
+                    let child = forked(args[0]);
+                    if child.is_none() {
+                        failures.push("clone with fork's flags is refused".to_owned());
+                    }
+                } else if call(allowed.nr, args) == Some(libc::EPERM) {
                     failures.push(format!(
                         "{} with argument {} = {value:?} is refused",
                         allowed.name, allowed.arg
@@ -757,6 +889,14 @@ mod tests {
     }
 
     #[test]
+    fn the_danger_worker_filter_lets_its_list_through_and_refuses_every_other_call() {
+        check_in_own_process(
+            Filtered::DangerWorker,
+            "sys::confine::tests::the_danger_worker_filter_lets_its_list_through_and_refuses_every_other_call",
+        );
+    }
+
+    #[test]
     fn the_network_filter_lets_its_list_through_and_refuses_every_other_call() {
         check_in_own_process(
             Filtered::Network,
@@ -775,7 +915,7 @@ mod tests {
     /// Every entry says why, and the lists are sets: the base is not repeated in a role's own.
     #[test]
     fn every_entry_has_a_reason_and_is_listed_once() {
-        for role in [Filtered::Worker, Filtered::Network, Filtered::Direct] {
+        for role in [Filtered::Worker, Filtered::DangerWorker, Filtered::Network, Filtered::Direct] {
             let mut seen = std::collections::HashSet::new();
             for allowed in role.allowed() {
                 assert!(!allowed.why.trim().is_empty(), "{} has no reason", allowed.name);

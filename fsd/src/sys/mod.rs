@@ -3,6 +3,7 @@
 //! that the kernel would resolve across more than one component.
 #![allow(unsafe_code)]
 
+pub mod call;
 pub mod confine;
 pub mod ipc;
 pub mod socket;
