@@ -6,20 +6,10 @@ use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
 
 use super::resolve::{self, WalkOptions};
-use crate::op::{Binding, Last, ObjectId};
+use crate::op::{Binding, Last, ObjectId, Scope};
 use super::{Backend, Mode};
 use crate::error::{Denial, Failure, FsError};
 use crate::sys;
-
-/// Which object of a bound path the call's process keeps rights on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope {
-    /// The final entry itself (a file read, a directory listed).
-    Object,
-    /// The deepest existing directory the call changes names in: the target's parent, or the
-    /// directory below which it makes the missing ones.
-    Directory,
-}
 
 impl Backend {
     /// An `O_PATH` descriptor of the object `scope` names for `path` (walked with `follow` for

@@ -8,7 +8,7 @@
 use rustix::thread::CapabilitySet;
 
 use crate::op::Request;
-use crate::backend::approved::Scope;
+use crate::op::Scope;
 use crate::sys::confine::Grant;
 
 /// What an approved call does to its objects, which decides the rights it keeps.

@@ -82,3 +82,13 @@ impl std::fmt::Debug for SignedApproval {
         f.debug_struct("SignedApproval").field("decider", &self.decider).finish_non_exhaustive()
     }
 }
+
+/// Which object of a bound path the call's process keeps rights on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The final entry itself (a file read, a directory listed).
+    Object,
+    /// The deepest existing directory the call changes names in: the target's parent, or the
+    /// directory below which it makes the missing ones.
+    Directory,
+}
