@@ -307,8 +307,9 @@ pub enum FsError {
     AlreadyExists,
     #[error("edit: no match")]
     EditNotFound,
-    #[error("edit: {0} matches")]
-    AmbiguousEdit(usize),
+    /// `lines`: where the matches start (`backend::text::match_lines`), for a dry run's answer.
+    #[error("edit: {count} matches")]
+    AmbiguousEdit { count: usize, lines: Option<String> },
     #[error("directory has more than {0} entries")]
     TooManyEntries(usize),
     #[error("cannot keep the replaced file's owner: {0}")]
@@ -411,7 +412,7 @@ impl FsError {
             FsError::Stale(_) | FsError::KeptAside { .. } => ErrorCode::StaleVersion,
             FsError::AlreadyExists => ErrorCode::NotObserved,
             FsError::EditNotFound => ErrorCode::EditNotFound,
-            FsError::AmbiguousEdit(_) => ErrorCode::AmbiguousEdit,
+            FsError::AmbiguousEdit { .. } => ErrorCode::AmbiguousEdit,
             FsError::KeepOwner(_) | FsError::KeepAttributes(_) => ErrorCode::PermissionDenied,
             FsError::Aborted | FsError::Truncated => ErrorCode::Aborted,
             FsError::NotEmpty => ErrorCode::NotEmpty,
@@ -511,7 +512,12 @@ impl Failure {
             FsError::TooLarge { size, limit } => {
                 wire = wire.with("size", size.to_string()).with("limit", limit.to_string());
             }
-            FsError::AmbiguousEdit(count) => wire = wire.with("count", count.to_string()),
+            FsError::AmbiguousEdit { count, lines } => {
+                wire = wire.with("count", count.to_string());
+                if let Some(lines) = lines {
+                    wire = wire.with("lines", lines);
+                }
+            }
             FsError::Partial { removed, .. } => wire = wire.with("removed", removed.to_string()),
             _ => {}
         }
@@ -570,7 +576,11 @@ mod tests {
         );
         reasons(FsError::Denied(Denial::ReadOnly), &[("reason", "read_only")]);
         reasons(FsError::OutsideRoots, &[("reason", "outside_roots")]);
-        reasons(FsError::AmbiguousEdit(3), &[("count", "3")]);
+        reasons(FsError::AmbiguousEdit { count: 3, lines: None }, &[("count", "3")]);
+        reasons(
+            FsError::AmbiguousEdit { count: 2, lines: Some("1,4".into()) },
+            &[("count", "2"), ("lines", "1,4")],
+        );
         reasons(FsError::TooLarge { size: 9, limit: 4 }, &[("size", "9"), ("limit", "4")]);
         reasons(FsError::Rename(Errno::IO), &[("step", "rename"), ("errno", "5")]);
         reasons(FsError::Read(std::io::Error::from_raw_os_error(28)), &[("step", "read"), ("errno", "28")]);

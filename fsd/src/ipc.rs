@@ -73,7 +73,8 @@ impl ToWorker {
                 | Request::DeleteFile { .. }
                 | Request::WriteBytes { .. }
                 | Request::Remove { .. } => false,
-                Request::Bound { .. } => false,
+                // A dry run takes its targets' locks.
+                Request::Check { .. } | Request::Bound { .. } => false,
             },
             ToWorker::OpenStream { .. } => true,
             ToWorker::LockGranted => false,

@@ -517,8 +517,9 @@ print(json.dumps({"replies": replies, "transcript": transcript.decode(errors="re
 }
 
 /// An escalation's checks before anyone is asked run on the whole current file (a patch's hunks
-/// applied to it, an edit's match), which takes as long as the file is big. That work runs on
-/// the daemon's check threads, not its runtime: here the daemon is pinned to one CPU (so its
+/// applied to it; an edit's match runs in the worker's dry run, its preview here), which takes
+/// as long as the file is big. What of it the network process does runs on the daemon's check
+/// threads, not its runtime: here the daemon is pinned to one CPU (so its
 /// runtime has one thread, which a check on it would hold), a check of a large file is held by
 /// the test build's hook, and meanwhile another client's stat is answered, by the daemon that
 /// says the check is held as it answers.

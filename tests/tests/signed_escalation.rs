@@ -1465,6 +1465,68 @@ fn the_editors_replacements_are_checked_before_the_approver() {
     assert_eq!(jsonl(&keys.log()).len(), 3);
 }
 
+/// An escalation's checks are the call's own dry run, in a worker of the mode asked (the network
+/// process matches no file content): an edit of a file that is not text fails there, before any
+/// approver is asked, and so does a write whose guard no longer holds; the approver decides what
+/// would succeed, and the checks change or make nothing.
+#[test]
+fn the_checks_are_a_dry_run_in_the_worker_and_ask_no_approver_about_what_would_fail() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let mut rpc = Rpc::connect(&s.d);
+    let blob = s.outside.path().join("blob.bin");
+    let binary: &[u8] = b"\x00\x01 binary \xff";
+    std::fs::write(&blob, binary).unwrap();
+    let text = s.outside.path().join("notes.txt");
+    std::fs::write(&text, "one\n").unwrap();
+    // The checks may speak of a target outside the caller's grant once it was approved to
+    // read it (the reads are not made: nothing here reads or changes a file).
+    let deeper = s.outside.path().join("new/deeper/x.txt");
+    let known: Vec<_> = [&blob, &text, &deeper].iter().map(|t| op("readText", t)).collect();
+    let reply = ask(&mut rpc, "s1", known).unwrap();
+    assert!(reply.approved, "{reply:?}");
+    let asked = |before: usize| jsonl(&keys.log()).len() - before;
+    type Case<'a> = (&'a str, v1::EscalatedOp, Option<ErrorCode>);
+    let edit = |old: &str| v1::EscalatedOp {
+        old_string: Some(old.into()),
+        new_string: Some("two".into()),
+        ..op("editText", &blob)
+    };
+    let stale_write = v1::EscalatedOp {
+        write_guard: Some(v1::WriteGuard {
+            kind: Some(v1::write_guard::Kind::ReplaceIfVersion(v1::ReplaceIfVersion {
+                version: "0.0.0".into(),
+                target_key: String::new(),
+            })),
+        }),
+        ..write_op(&text, "two\n")
+    };
+    let cases: Vec<Case> = vec![
+        ("an edit of a file that is not text", edit("binary"), Some(ErrorCode::NotText)),
+        ("a write whose guard no longer holds", stale_write, Some(ErrorCode::StaleVersion)),
+        ("a creation below missing directories", write_op(&deeper, "x\n"), None),
+    ];
+    for (what, call, failure) in cases {
+        let before = jsonl(&keys.log()).len();
+        match (ask(&mut rpc, "s1", vec![call]), failure) {
+            (Err(err), Some(code)) => {
+                assert_eq!(err.code, code, "{what}: {err:?}");
+                assert_eq!(asked(before), 0, "{what}: the approver was asked about a call that fails");
+            }
+            (Ok(reply), None) => {
+                assert!(reply.approved, "{what}: {reply:?}");
+                assert_eq!(asked(before), 1, "{what}: the approver decides what would succeed");
+            }
+            (other, _) => panic!("{what}: {other:?}"),
+        }
+    }
+    assert_eq!(std::fs::read(&blob).unwrap(), binary);
+    assert_eq!(std::fs::read_to_string(&text).unwrap(), "one\n");
+    // The approved creation was never made; its check made no directory on its way.
+    assert!(!s.outside.path().join("new").exists(), "the dry run made a directory");
+}
+
 /// The approver's socket is never reachable with the umask's mode or the wrong group: it appears
 /// at its path already 0660 and in the named group (bound in a private directory first), leaves
 /// nothing behind beside it, and a file put at the path is never replaced.
@@ -1638,15 +1700,17 @@ impl Swapper {
         );
         let (stop2, pause2, paused2) = (stop.clone(), pause.clone(), paused.clone());
         let thread = std::thread::spawn(move || {
+            // A name the approved call moved away (it won the race before the first swap) fails
+            // the exchange until the test puts it back while the swapper is held: the swapper
+            // keeps running, so that `hold` returns.
             let exchange = || {
-                rustix::fs::renameat_with(
+                let _ = rustix::fs::renameat_with(
                     rustix::fs::CWD,
                     &a,
                     rustix::fs::CWD,
                     &b,
                     rustix::fs::RenameFlags::EXCHANGE,
-                )
-                .unwrap()
+                );
             };
             let mut swaps = 0u64;
             while !stop2.load(SeqCst) {

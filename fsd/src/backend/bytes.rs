@@ -8,20 +8,20 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 
-use super::moves::remove_checked;
-use super::resolve::WalkOptions;
-use super::write::{Place, check_write_guard, current_checked, parent_vanished, same_key, stage};
-use super::{Backend, version};
+use super::Backend;
+use super::pipeline::{Body, Mutation};
+use super::write::parent_vanished;
 use crate::digest::Digest;
-use crate::error::{Denial, Failure, FsError, StaleReason};
+use crate::error::{Denial, Failure, FsError};
 use crate::ipc::MAX_BODY_FRAME;
-use crate::op::{EditGuard, Mode, Outcome, WriteGuard, WriteOperation};
+use crate::op::{Mode, Outcome, WriteGuard};
 use crate::sys::{self, Errno, Kind};
 
 /// A worker reports progress this often (bytes, or time with any byte) while a body streams in,
 /// so a long or slow upload is not mistaken for a hung worker; one that stalls still is.
 pub const PROGRESS_BYTES: u64 = 8 << 20;
 const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Copies a framed body into `out`, refusing more than `limit` bytes, hashing what passes (the
 /// digest of the file's content version). Returns the byte count.
 pub fn copy_frames(
@@ -79,41 +79,28 @@ impl Backend {
         progress: &mut dyn FnMut(u64),
     ) -> Result<Outcome, Failure> {
         let mut body = std::io::BufReader::with_capacity(MAX_BODY_FRAME + 4, body);
+        let mutation = Mutation::Bytes { path, file_mode, guard: guard.as_ref() };
         // A parent that vanished fails the call before its first byte is read (see
         // `parent_vanished`): the whole body is still on the pipe for the second walk.
-        match self.write_bytes_once(mode, path, file_mode, guard.as_ref(), &mut body, progress) {
+        match self.write_bytes_once(mode, mutation, &mut body, progress) {
             Err(failure) if parent_vanished(&failure.error) => {
                 tracing::debug!(%failure.error, "a write's directory vanished under it; walking again");
-                self.write_bytes_once(mode, path, file_mode, guard.as_ref(), &mut body, progress)
+                self.write_bytes_once(mode, mutation, &mut body, progress)
             }
             other => other,
         }
     }
 
+    /// The pipeline with a body: planned, the body staged with no lock held (a slow uploader
+    /// does not hold up the other calls on this file), then locked for the guard and the rename.
     fn write_bytes_once(
         &self,
         mode: Mode,
-        path: &str,
-        file_mode: Option<u32>,
-        guard: Option<&WriteGuard>,
+        mutation: Mutation<'_>,
         body: &mut std::io::BufReader<File>,
         progress: &mut dyn FnMut(u64),
     ) -> Result<Outcome, Failure> {
-        let create_parents = !matches!(guard, Some(WriteGuard::ReplaceIfVersion { .. }));
-        let resolved = match self.walk(mode, path, WalkOptions { follow_final: true, create_parents }) {
-            Err(Failure { error: FsError::NotFound, path, .. }) if !create_parents => {
-                return Err(Failure::new(FsError::Stale(StaleReason::Gone), path));
-            }
-            other => other?,
-        };
-        let fail = |e| self.fail(e, &resolved);
-        self.may_change(mode, &resolved).map_err(fail)?;
-        let target = self.target(&resolved);
-        let parent = resolved.parent.as_ref().ok_or_else(|| fail(FsError::NotRegularFile))?;
-        // A guard that fails already refuses before any byte is read; it is checked again
-        // under the lock, where it counts.
-        check_write_guard(guard, current_checked(&resolved).map_err(fail)?.as_ref(), &target.key)
-            .map_err(fail)?;
+        let plan = self.plan(mode, mutation, false)?;
         let limit = self.limits.max_upload_bytes;
         let mut size = 0u64;
         let mut hasher = Digest::default();
@@ -121,115 +108,25 @@ impl Backend {
             size = copy_frames(&mut *body, file, limit, &mut hasher, progress)?;
             Ok(())
         };
-        // The body streams into a temporary file with no lock held: a slow uploader does not
-        // hold up the other calls on this file. The lock covers only the guard and the rename.
-        let staged = stage(parent.as_fd(), &mut fill, self.journal_scope(&resolved), None).map_err(fail)?;
-        let _held = self.lock(&[&target.key], &resolved)?;
-        let existing = current_checked(&resolved).map_err(fail)?;
-        check_write_guard(guard, existing.as_ref(), &target.key).map_err(fail)?;
-        let (operation, place) = match &existing {
-            // An approved creation never replaces what appears at the name meanwhile.
-            None if guard.is_some() || self.creation_only(path) => (WriteOperation::Create, Place::Create),
-            None => (WriteOperation::Create, Place::CreateOrReplace),
-            Some((_, meta)) => (WriteOperation::Update, Place::Replace(meta)),
-        };
-        let (file, meta) = staged.place(resolved.name(), place, file_mode, None).map_err(fail)?;
-        if operation == WriteOperation::Create {
-            self.undo_git_piece(mode, &resolved, &meta)?;
-        }
-        // Every byte passed through here: the version carries their digest.
-        let version = version::with_digest(version::of_file(&file, &meta), size, &hasher.finish());
-        resolved.made.keep();
-        Ok(Outcome::WriteBytes { target, operation, version, size })
-    }
-
-    pub(super) fn remove(
-        &self,
-        mode: Mode,
-        path: &str,
-        recursive: bool,
-        guard: Option<EditGuard>,
-    ) -> Result<Outcome, Failure> {
-        let resolved = self.walk(mode, path, WalkOptions { follow_final: false, create_parents: false })?;
-        let fail = |e| self.fail(e, &resolved);
-        let walked = resolved.meta.ok_or_else(|| fail(FsError::NotFound))?;
-        let Some(parent) = resolved.parent.as_ref() else {
-            return Err(fail(FsError::Denied(Denial::Root)));
-        };
-        self.may_change(mode, &resolved).map_err(fail)?;
-        let target = self.target(&resolved);
-        let _held = self.lock(&[&target.key], &resolved)?;
-        let name = resolved.name();
-        // Re-checked under the lock: the name must still be what the walk found.
-        let now = match sys::meta_at(parent.as_fd(), name) {
-            Ok(meta) => meta,
-            Err(Errno::NOENT) => return Err(fail(FsError::NotFound)),
-            Err(errno) => return Err(fail(FsError::Metadata(errno))),
-        };
-        if (now.dev, now.ino) != (walked.dev, walked.ino) {
-            return Err(fail(FsError::Stale(StaleReason::OtherFile)));
-        }
-        // The file a guard was checked against: only that one is removed.
-        let mut checked = None;
-        if let Some(guard) = &guard {
-            same_key(guard.target_key.as_ref(), &target.key).map_err(fail)?;
-            let holds = match now.kind {
-                Kind::File => match current_checked(&resolved).map_err(fail)? {
-                    Some((file, meta)) => {
-                        checked = Some(meta);
-                        version::holds(&guard.version, &file, &meta).map_err(fail)?
-                    }
-                    None => return Err(fail(FsError::Stale(StaleReason::Gone))),
-                },
-                // A link (or another non-directory) is checked by its metadata, and only the
-                // one checked is removed: a save that replaced it since is another inode.
-                Kind::Directory => version::of_meta(&now) == guard.version,
-                _ => {
-                    checked = Some(now);
-                    version::of_meta(&now) == guard.version
-                }
-            };
-            if !holds {
-                return Err(fail(FsError::Stale(StaleReason::Changed)));
-            }
-        }
-        let removed = if now.kind == Kind::Directory {
-            match sys::remove_dir(parent.as_fd(), name) {
-                Ok(()) => 1,
-                Err(Errno::NOTEMPTY | Errno::EXIST) if recursive => {
-                    let tree = Tree { backend: self, mode, root: resolved.root, dev: now.dev };
-                    // A dry walk first: a protected name or a mount anywhere below refuses the
-                    // whole removal before anything is gone.
-                    tree.walk(parent.as_fd(), name, &resolved.rel, false).map_err(fail)?;
-                    tree.walk(parent.as_fd(), name, &resolved.rel, true).map_err(fail)?
-                }
-                Err(Errno::NOTEMPTY | Errno::EXIST) => return Err(fail(FsError::NotEmpty)),
-                Err(errno) => return Err(fail(FsError::Remove(errno))),
-            }
-        } else if let Some(checked) = &checked {
-            remove_checked(parent.as_fd(), name, checked, self.journal_scope(&resolved)).map_err(fail)?;
-            1
-        } else {
-            sys::remove(parent.as_fd(), name).map_err(|e| fail(FsError::Remove(e)))?;
-            1
-        };
-        sys::sync_dir(parent.as_fd()).map_err(|e| fail(FsError::Sync(e)))?;
-        Ok(Outcome::Remove { target, removed })
+        let staged = self.stage_body(&plan, &mut fill)?;
+        let _held = self.lock_plans(&[&plan])?;
+        let checked = self.check(&plan)?;
+        self.commit(checked, Some(Body { staged, size, digest: hasher.finish() }))
     }
 }
 
 /// One recursive removal: the mode's fence, the root it is in and the device it may not leave.
-struct Tree<'b> {
-    backend: &'b Backend,
-    mode: Mode,
-    root: usize,
-    dev: u64,
+pub(super) struct Tree<'b> {
+    pub(super) backend: &'b Backend,
+    pub(super) mode: Mode,
+    pub(super) root: usize,
+    pub(super) dev: u64,
 }
 
 impl Tree<'_> {
     /// Walks (and, when `remove`, removes) the directory `name` in `parent` and everything in
     /// it. Returns the number of names removed; a failure half-way says how many were.
-    fn walk(
+    pub(super) fn walk(
         &self,
         parent: BorrowedFd<'_>,
         name: &OsStr,

@@ -3,11 +3,11 @@
 //! the service or the tools changing. Nothing here knows gRPC, models or tools.
 
 pub mod bytes;
-mod edit;
 mod gitdir;
 pub mod journal;
-mod locks;
+mod locking;
 mod moves;
+pub(crate) mod pipeline;
 mod read;
 pub mod resolve;
 pub mod text;
@@ -20,7 +20,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use locks::{Guard, Locking};
+pub use locking::{Guard, Locking};
 pub use read::{StreamDigest, unchanged};
 use resolve::{Resolved, Root, WalkOptions};
 
@@ -210,17 +210,16 @@ impl Backend {
             Request::ReadText { path, max_bytes } => self.read_text(mode, &path, max_bytes),
             Request::ReadBytes { path, max_bytes } => self.read_bytes(mode, &path, max_bytes),
             Request::ListDir { path } => self.list_dir(mode, &path),
-            Request::WriteText { path, content, guard, match_style } => {
-                self.write_text(mode, &path, &content, guard.as_ref(), match_style)
-            }
-            Request::EditText { path, old, new, replace_all, guard } => {
-                self.edit_text(mode, &path, &old, &new, replace_all, guard)
-            }
-            Request::MoveFile { source, destination, source_guard, destination_guard, content } => {
-                self.move_file(mode, &source, &destination, source_guard, destination_guard, content)
-            }
-            Request::DeleteFile { path, guard } => self.delete_file(mode, &path, guard),
-            Request::Remove { path, recursive, guard } => self.remove(mode, &path, recursive, guard),
+            // Every change goes through the one pipeline (`pipeline`).
+            Request::WriteText { .. }
+            | Request::EditText { .. }
+            | Request::MoveFile { .. }
+            | Request::DeleteFile { .. }
+            | Request::Remove { .. } => match pipeline::Mutation::of(&request) {
+                Some(mutation) => self.mutate(mode, mutation),
+                None => Err(Failure::new(FsError::NotRegularFile, request.path())),
+            },
+            Request::Check { request } => self.dry_run(mode, &request),
             // The approval is the worker's to check before the call gets here (`worker`).
             Request::Bound { bindings, request, .. } => {
                 let _bound = self.bind(bindings);
@@ -369,58 +368,14 @@ impl Backend {
         }
     }
 
-    /// Whether `mode` may write `path` (the fence, not the guards): resolved as far as it
-    /// exists, nothing created; the missing rest is checked as the names it would create (no
-    /// links among them, since they do not exist). Answers the stat of the target.
+    /// Whether `mode` may write `path` (the fence, not the guards), writing nothing: the dry
+    /// plan of a write of it (`pipeline`; a path whose directories are missing is judged by the
+    /// names the write would make). Answers the stat of the target.
     fn check_write(&self, mode: Mode, path: &str, no_follow: bool) -> Result<Outcome, Failure> {
-        let options = WalkOptions { follow_final: !no_follow, create_parents: false };
-        match self.walk(mode, path, options) {
-            Ok(resolved) => {
-                self.may_change(mode, &resolved).map_err(|e| self.fail(e, &resolved))?;
-            }
-            Err(Failure { error: FsError::NotFound, .. }) => {
-                let raw =
-                    resolve::raw_components(path, self.allow_backslash).map_err(|e| Failure::new(e, path))?;
-                let mut missing = Vec::new();
-                let mut known = raw;
-                let found = loop {
-                    let Some(last) = known.pop() else { break None };
-                    missing.push(last);
-                    let prefix: Vec<String> =
-                        known.iter().map(|c| resolve::escape_bytes(c.as_bytes())).collect();
-                    let ancestor = format!("/{}", prefix.join("/"));
-                    if let Ok(resolved) = self.walk(mode, &ancestor, options) {
-                        break Some(resolved);
-                    }
-                };
-                if let Some(resolved) = found
-                    && !missing.iter().any(|c| c == "..")
-                {
-                    // Each missing name as the write would make it: the directories on the way
-                    // (which the walk asks about one by one), then the target. The ancestor
-                    // found may be missing itself (a walk resolves an absent final name).
-                    if resolved.meta.is_none() {
-                        self.may_change(mode, &resolved).map_err(|e| self.fail(e, &resolved))?;
-                    }
-                    let mut rel = resolved.rel.clone();
-                    for name in missing.into_iter().rev() {
-                        rel.push(name);
-                        let target = Resolved {
-                            root: resolved.root,
-                            rel: rel.clone(),
-                            parent: None,
-                            meta: None,
-                            made: Default::default(),
-                            links: Vec::new(),
-                            dirs: Vec::new(),
-                            bound: false,
-                        };
-                        self.may_write(mode, target.root, &target.rel).map_err(|e| self.fail(e, &target))?;
-                        self.read_denied(target.root, &target.rel).map_err(|e| self.fail(e, &target))?;
-                    }
-                }
-            }
-            Err(f) => return Err(f),
+        match self.plan_written(mode, path, !no_follow, None, true) {
+            // Nothing to judge: the stat says what is missing.
+            Ok(_) | Err(Failure { error: FsError::NotFound, .. }) => {}
+            Err(failure) => return Err(failure),
         }
         self.stat(mode, path, no_follow)
     }
@@ -428,11 +383,6 @@ impl Backend {
     /// Whether `meta` is the directory of one of the roots.
     fn is_root_dir(&self, meta: &sys::Meta) -> bool {
         self.roots.iter().any(|r| r.is_dir(meta))
-    }
-
-    /// Takes the per-target locks of a mutation.
-    fn lock(&self, keys: &[&str], resolved: &Resolved) -> Result<Guard, Failure> {
-        self.locks.lock(keys).map_err(|e| self.fail(e, resolved))
     }
 
     /// A failure that names the resolved target (and, for a save kept at another name in its

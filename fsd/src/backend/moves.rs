@@ -4,20 +4,20 @@
 //! aside and checks what it moved (`remove_checked`).
 
 use std::ffi::OsStr;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 
 use super::journal::Scope;
 use super::resolve::{Resolved, WalkOptions};
-use super::write::{Place, current_checked, current_file, place_file, same_key};
+use super::write::same_key;
 use super::{Backend, read, text, version};
 use crate::error::{Denial, Failure, FsError, StaleReason};
-use crate::op::{Change, EditGuard, Mode, Outcome, WriteGuard};
+use crate::op::{EditGuard, Mode};
 use crate::sys::{self, Errno, Kind, RenameHow};
 
 impl Backend {
     /// Resolves a move or delete source: the final link is not followed, and only a regular
     /// file qualifies.
-    fn walk_source(&self, mode: Mode, path: &str, guarded: bool) -> Result<Resolved, Failure> {
+    pub(super) fn walk_source(&self, mode: Mode, path: &str, guarded: bool) -> Result<Resolved, Failure> {
         let options = WalkOptions { follow_final: false, create_parents: false };
         let missing = |path: String| {
             let error = if guarded { FsError::Stale(StaleReason::Gone) } else { FsError::NotFound };
@@ -35,7 +35,7 @@ impl Backend {
     }
 
     /// Checks an edit-style guard against the current file.
-    fn check_source_guard(
+    pub(super) fn check_source_guard(
         &self,
         guard: Option<&EditGuard>,
         key: &str,
@@ -52,223 +52,12 @@ impl Backend {
     }
 
     /// The text of a file for a removal diff, when bounded and text.
-    fn bounded_text(&self, file: &std::fs::File, meta: &sys::Meta) -> Option<String> {
+    pub(super) fn bounded_text(&self, file: &std::fs::File, meta: &sys::Meta) -> Option<String> {
         if meta.size > self.limits.max_diff_text_bytes {
             return None;
         }
         let bytes = read::read_bounded(file, meta, self.limits.max_diff_text_bytes).ok()?;
         text::decode(&bytes).ok().map(str::to_owned)
-    }
-
-    pub(super) fn delete_file(
-        &self,
-        mode: Mode,
-        path: &str,
-        guard: Option<EditGuard>,
-    ) -> Result<Outcome, Failure> {
-        let resolved = self.walk_source(mode, path, guard.is_some())?;
-        let fail = |e| self.fail(e, &resolved);
-        self.may_change(mode, &resolved).map_err(fail)?;
-        let target = self.target(&resolved);
-        let _held = self.lock(&[&target.key], &resolved)?;
-        let missing = if guard.is_some() { FsError::Stale(StaleReason::Gone) } else { FsError::NotFound };
-        let (file, meta) = current_checked(&resolved).map_err(fail)?.ok_or_else(|| fail(missing))?;
-        self.check_source_guard(guard.as_ref(), &target.key, &file, &meta).map_err(fail)?;
-        let before = self.bounded_text(&file, &meta);
-        let parent = resolved.parent.as_ref().ok_or_else(|| fail(FsError::NotRegularFile))?;
-        // An approved deletion removes the file it was shown, bound to its inode.
-        if guard.is_some() || resolved.bound {
-            remove_checked(parent.as_fd(), resolved.name(), &meta, self.journal_scope(&resolved))
-                .map_err(fail)?;
-        } else {
-            sys::remove(parent.as_fd(), resolved.name()).map_err(|e| fail(FsError::Remove(e)))?;
-        }
-        sys::sync_dir(parent.as_fd()).map_err(|e| fail(FsError::Sync(e)))?;
-        let change = match before {
-            Some(before) => Change { before: Some(before), after: None, omitted: false },
-            None => Change { before: None, after: None, omitted: true },
-        };
-        Ok(Outcome::DeleteFile { target, change })
-    }
-
-    pub(super) fn move_file(
-        &self,
-        mode: Mode,
-        source: &str,
-        destination: &str,
-        source_guard: Option<EditGuard>,
-        destination_guard: Option<WriteGuard>,
-        content: Option<String>,
-    ) -> Result<Outcome, Failure> {
-        if let Some(content) = &content
-            && content.len() as u64 > self.limits.max_editable_bytes
-        {
-            let error =
-                FsError::TooLarge { size: content.len() as u64, limit: self.limits.max_editable_bytes };
-            return Err(Failure::new(error, destination));
-        }
-        let src = self.walk_source(mode, source, source_guard.is_some())?;
-        self.may_change(mode, &src).map_err(|e| self.fail(e, &src))?;
-        // A source guard that fails already refuses before the destination's directories are
-        // made; it is checked again under the locks, where it counts.
-        if let Some((file, meta)) = current_checked(&src).map_err(|e| self.fail(e, &src))? {
-            let key = self.target(&src).key;
-            self.check_source_guard(source_guard.as_ref(), &key, &file, &meta)
-                .map_err(|e| self.fail(e, &src))?;
-        }
-        let create_parents = !matches!(destination_guard, Some(WriteGuard::ReplaceIfVersion { .. }));
-        let dst = self.walk(mode, destination, WalkOptions { follow_final: true, create_parents })?;
-        self.may_change(mode, &dst).map_err(|e| self.fail(e, &dst))?;
-        let src_target = self.target(&src);
-        let dst_target = self.target(&dst);
-        if src_target.key == dst_target.key {
-            return Err(self.fail(FsError::Denied(Denial::SameFile), &dst));
-        }
-        let _held = self.lock(&[&src_target.key, &dst_target.key], &dst)?;
-
-        let src_missing =
-            if source_guard.is_some() { FsError::Stale(StaleReason::Gone) } else { FsError::NotFound };
-        let (src_file, src_meta) = current_checked(&src)
-            .map_err(|e| self.fail(e, &src))?
-            .ok_or_else(|| self.fail(src_missing, &src))?;
-        self.check_source_guard(source_guard.as_ref(), &src_target.key, &src_file, &src_meta)
-            .map_err(|e| self.fail(e, &src))?;
-        let existing = current_checked(&dst).map_err(|e| self.fail(e, &dst))?;
-        match (&destination_guard, &existing) {
-            (Some(WriteGuard::CreateIfAbsent), Some(_)) => {
-                return Err(self.fail(FsError::AlreadyExists, &dst));
-            }
-            (Some(WriteGuard::ReplaceIfVersion { .. }), None) => {
-                return Err(self.fail(FsError::Stale(StaleReason::Gone), &dst));
-            }
-            (Some(WriteGuard::ReplaceIfVersion { version: expected, target_key }), Some((file, meta))) => {
-                same_key(target_key.as_ref(), &dst_target.key).map_err(|e| self.fail(e, &dst))?;
-                if !version::holds(expected, file, meta).map_err(|e| self.fail(e, &dst))? {
-                    return Err(self.fail(FsError::Stale(StaleReason::Changed), &dst));
-                }
-            }
-            _ => {}
-        }
-        let src_text = self.bounded_text(&src_file, &src_meta);
-        let dst_before = existing.as_ref().map(|(f, m)| self.bounded_text(f, m));
-        let src_parent = src.parent.as_ref().ok_or_else(|| self.fail(FsError::NotRegularFile, &src))?;
-        let dst_parent = dst.parent.as_ref().ok_or_else(|| self.fail(FsError::NotRegularFile, &dst))?;
-
-        let mut source_removal_errno = None;
-        let after: Option<String>;
-        // An approved move never replaces what appears at a destination shown absent.
-        let create_only = destination_guard.is_some() || self.creation_only(destination);
-        let how = match (&destination_guard, &existing) {
-            (_, None) if create_only => RenameHow::NoReplace,
-            // A guarded replace swaps, then checks that what it swapped out is the file it
-            // checked (see `swap_in`): a save over the destination since then is never lost.
-            (Some(WriteGuard::ReplaceIfVersion { .. }), Some(_)) => RenameHow::Exchange,
-            _ => RenameHow::Replace,
-        };
-        #[cfg(feature = "fault-injection")]
-        if how == RenameHow::Exchange {
-            super::write::pause_at_exchange(dst.name());
-        }
-        let renamed = match (&content, &existing) {
-            (None, Some((_, checked))) if how == RenameHow::Exchange => {
-                match swap_in(src_parent.as_fd(), src.name(), dst_parent.as_fd(), dst.name(), checked)
-                    .map_err(|e| self.fail(e, &dst))?
-                {
-                    Swap::Moved { left_at_source } => {
-                        source_removal_errno = left_at_source.map(Errno::raw_os_error);
-                        Ok(())
-                    }
-                    Swap::Failed(errno) => Err(errno),
-                }
-            }
-            (None, _) if src.bound => renamed_checked(
-                src_parent.as_fd(),
-                src.name(),
-                dst_parent.as_fd(),
-                dst.name(),
-                how,
-                &src_meta,
-            )
-            .map_err(|e| self.fail(e, &src))?,
-            (None, _) => sys::rename(src_parent.as_fd(), src.name(), dst_parent.as_fd(), dst.name(), how),
-            (Some(_), _) => Err(Errno::XDEV),
-        };
-        match renamed {
-            Ok(()) => {
-                // A racing call may have made a git directory's other piece since the check:
-                // the rename is undone then (see `undo_git_piece`).
-                if existing.is_none()
-                    && let Err(denied) = self.git_piece_still_allowed(mode, &dst)
-                {
-                    if let Err(errno) = sys::rename(
-                        dst_parent.as_fd(),
-                        dst.name(),
-                        src_parent.as_fd(),
-                        src.name(),
-                        RenameHow::NoReplace,
-                    ) {
-                        tracing::warn!(%errno, "a move that made a git directory's last piece could not be undone");
-                    }
-                    return Err(denied);
-                }
-                after = src_text.clone();
-                sys::sync_dir(dst_parent.as_fd()).map_err(|e| self.fail(FsError::Sync(e), &dst))?;
-                sys::sync_dir(src_parent.as_fd()).map_err(|e| self.fail(FsError::Sync(e), &src))?;
-            }
-            Err(Errno::EXIST) => return Err(self.fail(FsError::AlreadyExists, &dst)),
-            // New content, or another filesystem: write the destination, then remove the source.
-            Err(Errno::XDEV) => {
-                let bytes = match &content {
-                    Some(content) => content.as_bytes().to_vec(),
-                    None => read::read_bounded(&src_file, &src_meta, self.limits.max_editable_bytes)
-                        .map_err(|e| self.fail(e, &src))?,
-                };
-                let place = match (&existing, create_only) {
-                    (Some((_, meta)), _) => Place::Replace(meta),
-                    (None, true) => Place::Create,
-                    (None, false) => Place::CreateOrReplace,
-                };
-                let (_, placed) =
-                    place_file(dst_parent.as_fd(), dst.name(), &bytes, place, self.journal_scope(&dst))
-                        .map_err(|e| self.fail(e, &dst))?;
-                // As for a rename above, but what is undone is the file written here; the
-                // source is still in place.
-                if existing.is_none() {
-                    self.undo_git_piece(mode, &dst, &placed)?;
-                }
-                after = String::from_utf8(bytes).ok();
-                match sys::remove(src_parent.as_fd(), src.name()) {
-                    Ok(()) => {
-                        let _ = sys::sync_dir(src_parent.as_fd());
-                    }
-                    Err(errno) => source_removal_errno = Some(errno.raw_os_error()),
-                }
-            }
-            Err(errno) => return Err(self.fail(FsError::Rename(errno), &dst)),
-        }
-        let dst_file_meta = current_file(&dst).map_err(|e| self.fail(e, &dst))?;
-        let destination_version = match dst_file_meta {
-            Some((file, meta)) => version::of_file(&file, &meta),
-            None => return Err(self.fail(FsError::Stale(StaleReason::DestinationGone), &dst)),
-        };
-        let source_change = match (&source_removal_errno, src_text.clone()) {
-            (Some(_), _) => Change::default(),
-            (None, Some(text)) => Change { before: Some(text), after: None, omitted: false },
-            (None, None) => Change { before: None, after: None, omitted: true },
-        };
-        let destination_change = match dst_before {
-            Some(before) => self.change(before.as_deref(), before.is_some(), after.as_deref()),
-            None => self.change(None, true, after.as_deref()),
-        };
-        dst.made.keep();
-        Ok(Outcome::MoveFile {
-            source: src_target,
-            destination: dst_target,
-            destination_version,
-            source_change,
-            destination_change,
-            source_removal_errno,
-        })
     }
 }
 
@@ -276,7 +65,7 @@ impl Backend {
 /// (`checked`): should the name have been given to another object since (the source's
 /// directory is writable by others), the rename is undone and the move refused. The rename's
 /// own error is returned as the plain rename's would be.
-fn renamed_checked(
+pub(super) fn renamed_checked(
     from_dir: BorrowedFd<'_>,
     from: &OsStr,
     to_dir: BorrowedFd<'_>,
@@ -305,7 +94,7 @@ fn renamed_checked(
 }
 
 /// How a guarded move onto an existing destination went, short of a stale destination.
-enum Swap {
+pub(super) enum Swap {
     /// The source is at the destination; the replaced file is removed, or still at the source
     /// name for this reason.
     Moved { left_at_source: Option<Errno> },
@@ -316,7 +105,7 @@ enum Swap {
 /// Moves `from` over `to`, which must still be the file `checked` describes: the two names are
 /// exchanged, and when the file that comes out is another (an outside save in between), the
 /// exchange is undone and the move is stale. Else the replaced file, now at `from`, is removed.
-fn swap_in(
+pub(super) fn swap_in(
     from_dir: BorrowedFd<'_>,
     from: &OsStr,
     to_dir: BorrowedFd<'_>,

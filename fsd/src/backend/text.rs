@@ -18,7 +18,7 @@ pub fn decode(bytes: &[u8]) -> Result<&str, FsError> {
 pub fn replace(body: &str, old: &str, new: &str, replace_all: bool, limit: u64) -> Result<Replaced, FsError> {
     fsd_text::replace(body, old, new, replace_all, limit).map_err(|e| match e {
         fsd_text::ReplaceError::NotFound => FsError::EditNotFound,
-        fsd_text::ReplaceError::Ambiguous(n) => FsError::AmbiguousEdit(n),
+        fsd_text::ReplaceError::Ambiguous(count) => FsError::AmbiguousEdit { count, lines: None },
         fsd_text::ReplaceError::TooLarge(size) => FsError::TooLarge { size, limit },
     })
 }
@@ -76,7 +76,10 @@ mod tests {
         assert!(matches!(decode(b"a\0b"), Err(FsError::NotText(_))));
         assert!(matches!(decode(b"\xff"), Err(FsError::NotText(_))));
         assert!(matches!(replace("a", "x", "y", false, 8), Err(FsError::EditNotFound)));
-        assert!(matches!(replace("b b", "b", "y", false, 8), Err(FsError::AmbiguousEdit(2))));
+        assert!(matches!(
+            replace("b b", "b", "y", false, 8),
+            Err(FsError::AmbiguousEdit { count: 2, lines: None })
+        ));
         assert_eq!(replace("a\r\n", "a", "b", false, 8).map(|r| r.text).ok().as_deref(), Some("b\r\n"));
         assert!(matches!(replace("aa", "a", "bb", true, 3), Err(FsError::TooLarge { size: 4, limit: 3 })));
     }

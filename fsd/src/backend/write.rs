@@ -9,16 +9,14 @@ use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd};
 
 use super::journal::{Entry, Scope};
-use super::resolve::{Resolved, WalkOptions};
-use super::{Backend, text, version};
-use crate::error::{Failure, FsError, StaleReason};
-use crate::op::{Mode, Outcome, WriteGuard, WriteOperation};
+use super::resolve::Resolved;
+use super::version;
+use crate::error::{FsError, StaleReason};
+use crate::op::WriteGuard;
 use crate::sys::{self, Errno, Kind, Meta, RenameHow};
 
 /// Mode bits of files the daemon creates.
 const NEW_FILE_MODE: u32 = 0o644;
-/// How much of a large existing file is read to learn its BOM and line-ending style.
-const STYLE_PROBE_BYTES: u64 = 64 << 10;
 
 /// How the new file takes its place.
 #[derive(Debug, Clone, Copy)]
@@ -97,7 +95,7 @@ pub(super) fn write_failed(e: std::io::Error, size: u64) -> FsError {
 
 /// A new file's content, complete, under a temporary name in the target's directory: nothing
 /// has replaced anything yet. Dropped without [`Staged::place`], the temporary file is removed.
-pub(super) struct Staged<'a> {
+pub(crate) struct Staged<'a> {
     file: File,
     created: Meta,
     temp: TempName<'a>,
@@ -311,6 +309,8 @@ fn keep_attributes(dir: BorrowedFd<'_>, name: &OsStr, old: &Meta, new: &File) ->
     let replaced = match sys::open_read(dir, name) {
         Ok(file) => file,
         Err(Errno::NOENT) => return Err(FsError::Stale(StaleReason::Gone)),
+        // A link put at the name since the check (the open follows none): not the file checked.
+        Err(Errno::LOOP) => return Err(FsError::Stale(StaleReason::Symlink)),
         Err(errno) => return Err(FsError::KeepAttributes(errno)),
     };
     let now = sys::meta(replaced.as_fd()).map_err(FsError::Metadata)?;
@@ -425,117 +425,6 @@ pub(super) fn same_key(expected: Option<&String>, actual: &str) -> Result<(), Fs
 /// have found and entered a moment before. Nothing was written yet; the call walks again once.
 pub(super) fn parent_vanished(error: &FsError) -> bool {
     matches!(error, FsError::CreateTemp(Errno::NOENT) | FsError::MakeDir(Errno::NOENT))
-}
-
-impl Backend {
-    pub(super) fn write_text(
-        &self,
-        mode: Mode,
-        path: &str,
-        content: &str,
-        guard: Option<&WriteGuard>,
-        match_style: bool,
-    ) -> Result<Outcome, Failure> {
-        match self.write_text_once(mode, path, content, guard, match_style) {
-            Err(failure) if parent_vanished(&failure.error) => {
-                tracing::debug!(%failure.error, "a write's directory vanished under it; walking again");
-                self.write_text_once(mode, path, content, guard, match_style)
-            }
-            other => other,
-        }
-    }
-
-    fn write_text_once(
-        &self,
-        mode: Mode,
-        path: &str,
-        content: &str,
-        guard: Option<&WriteGuard>,
-        match_style: bool,
-    ) -> Result<Outcome, Failure> {
-        if content.len() as u64 > self.limits.max_editable_bytes {
-            let error =
-                FsError::TooLarge { size: content.len() as u64, limit: self.limits.max_editable_bytes };
-            return Err(Failure::new(error, path));
-        }
-        // A replace of a file that must already exist never creates directories for it.
-        let create_parents = !matches!(guard, Some(WriteGuard::ReplaceIfVersion { .. }));
-        let resolved = match self.walk(mode, path, WalkOptions { follow_final: true, create_parents }) {
-            Err(Failure { error: FsError::NotFound, path, .. }) if !create_parents => {
-                return Err(Failure::new(FsError::Stale(StaleReason::Gone), path));
-            }
-            other => other?,
-        };
-        self.may_change(mode, &resolved).map_err(|e| self.fail(e, &resolved))?;
-        let target = self.target(&resolved);
-        let _held = self.lock(&[&target.key], &resolved)?;
-        let fail = |e| self.fail(e, &resolved);
-
-        let existing = current_checked(&resolved).map_err(fail)?;
-        check_write_guard(guard, existing.as_ref(), &target.key).map_err(fail)?;
-
-        let parent = resolved.parent.as_ref().ok_or_else(|| fail(FsError::NotRegularFile))?;
-        let (operation, version, change) = match existing {
-            None => {
-                // An approved creation never replaces what appears at the name meanwhile.
-                let place = if guard.is_some() || self.creation_only(path) {
-                    Place::Create
-                } else {
-                    Place::CreateOrReplace
-                };
-                let (file, meta) = place_file(
-                    parent.as_fd(),
-                    resolved.name(),
-                    content.as_bytes(),
-                    place,
-                    self.journal_scope(&resolved),
-                )
-                .map_err(fail)?;
-                self.undo_git_piece(mode, &resolved, &meta)?;
-                let change = self.change(None, true, Some(content));
-                (WriteOperation::Create, version::of_content(&file, &meta, content.as_bytes()), change)
-            }
-            Some((old_file, old_meta)) => {
-                let whole = old_meta.size <= self.limits.max_diff_text_bytes;
-                let probe = if whole { self.limits.max_diff_text_bytes } else { STYLE_PROBE_BYTES };
-                let old_bytes = read_prefix(&old_file, probe, old_meta.size).map_err(fail)?;
-                let old_text = if whole { text::decode(&old_bytes).ok() } else { None };
-                let new_content = if match_style {
-                    let (bom, ending) = text::style_of(&old_bytes);
-                    std::borrow::Cow::Owned(text::apply_style(bom, ending, content))
-                } else {
-                    std::borrow::Cow::Borrowed(content)
-                };
-                // The file's CRLF endings and BOM can make the content longer than it was sent.
-                let size = new_content.len() as u64;
-                if size > self.limits.max_editable_bytes {
-                    return Err(fail(FsError::TooLarge { size, limit: self.limits.max_editable_bytes }));
-                }
-                let (file, meta) = place_file(
-                    parent.as_fd(),
-                    resolved.name(),
-                    new_content.as_bytes(),
-                    Place::Replace(&old_meta),
-                    self.journal_scope(&resolved),
-                )
-                .map_err(fail)?;
-                let change = self.change(old_text, old_text.is_some(), Some(&new_content));
-                let version = version::of_content(&file, &meta, new_content.as_bytes());
-                (WriteOperation::Update, version, change)
-            }
-        };
-        resolved.made.keep();
-        Ok(Outcome::WriteText { target, operation, version, change })
-    }
-}
-
-/// The first `limit` bytes of a file (all of it when smaller). `size` (the file's size at open)
-/// sizes the buffer, so a small file takes one read and the end-of-file probe, not a read per
-/// doubling of an empty vector.
-fn read_prefix(file: &File, limit: u64, size: u64) -> Result<Vec<u8>, FsError> {
-    let mut buf = Vec::with_capacity(usize::try_from(limit.min(size)).unwrap_or(0));
-    std::io::Read::read_to_end(&mut std::io::Read::take(file, limit), &mut buf).map_err(FsError::Read)?;
-    Ok(buf)
 }
 
 /// Temporary files this worker emptied but could not remove, kept until the worker hands them

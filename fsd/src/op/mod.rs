@@ -35,6 +35,9 @@ pub enum Op {
     Read,
     /// RequestEscalation: the daemon describes calls for an approver.
     Describe,
+    /// A dry run of a change ([`Request::Check`]): the network process's own question, never a
+    /// client's call.
+    Check,
 }
 
 impl Op {
@@ -54,6 +57,7 @@ impl Op {
             Op::Remove => "remove",
             Op::Read => "read",
             Op::Describe => "describe",
+            Op::Check => "check",
         }
     }
 

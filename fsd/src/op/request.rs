@@ -82,6 +82,14 @@ pub enum Request {
         recursive: bool,
         guard: Option<EditGuard>,
     },
+    /// A dry run of the change `request` makes: the whole pipeline but its commit, in a worker
+    /// of the mode asked, answered with the outcome the change would have (its `version` the
+    /// one there now, which a guard of the change names) or the failure it would meet; nothing
+    /// is made or changed. Never a client's call: the network process asks it before an
+    /// escalation is approved, and the outcome's content goes to the approver only.
+    Check {
+        request: Box<Request>,
+    },
     /// An approved escalated call: `request`, each of whose paths the worker's own walk holds to
     /// the object the approval binds (see [`Binding`]).
     Bound {
@@ -127,6 +135,7 @@ impl Request {
             Request::DeleteFile { .. } => Op::DeleteFile,
             Request::WriteBytes { .. } => Op::WriteBytes,
             Request::Remove { .. } => Op::Remove,
+            Request::Check { .. } => Op::Check,
             Request::Bound { request, .. } => request.op(),
         }
     }
@@ -145,7 +154,7 @@ impl Request {
             | Request::WriteBytes { path, .. }
             | Request::Remove { path, .. } => path,
             Request::MoveFile { source, .. } => source,
-            Request::Bound { request, .. } => request.path(),
+            Request::Check { request } | Request::Bound { request, .. } => request.path(),
         }
     }
 }

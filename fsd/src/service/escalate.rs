@@ -17,13 +17,11 @@ use super::grant::{Caller, Decision, Extra, Step};
 use super::patched::{Effect, PatchCheck};
 use super::wire::{self, Called, mode_from_wire};
 use crate::approver::{self, Answer};
-use crate::backend::text;
 use crate::config::Escalation;
-use crate::error::{EscalationDenial, Failure, FsError, StaleReason};
+use crate::error::EscalationDenial;
 use crate::escalation::diff::{self, Shown};
 use crate::escalation::{AFTER_EARLIER, CanonicalOp, Describe, Preview, escape, lexical};
-use crate::op::Op;
-use crate::op::{self, Mode, Outcome, WriteGuard};
+use crate::op::{self, Mode, Op, Outcome, WriteOperation};
 
 /// The most calls one escalation request may list, whatever the budgets say.
 const MAX_ESCALATED_OPS: usize = 10_000;
@@ -50,6 +48,29 @@ fn requested_as(requested: &str, shown: &str) -> Option<String> {
     (requested != shown).then(|| requested.to_owned())
 }
 
+/// A check's refusal of the call's own guard or match, said of the path as the caller wrote
+/// it (the answer it would have had from the call itself, before any approval).
+fn as_requested(mut w: WireError, path: &str) -> WireError {
+    if matches!(
+        w.code,
+        ErrorCode::StaleVersion | ErrorCode::NotObserved | ErrorCode::EditNotFound | ErrorCode::AmbiguousEdit
+    ) {
+        w.path = fsd_proto::names::sanitize(path);
+        w.metadata.remove("target_key");
+    }
+    w
+}
+
+/// The text a write replaces as its dry run saw it (`""` for a creation), `None` when it is
+/// not text or too large to show.
+fn text_before(checked: Option<&Outcome>) -> Option<String> {
+    match checked {
+        Some(Outcome::WriteText { operation: WriteOperation::Create, .. }) => Some(String::new()),
+        Some(Outcome::WriteText { change, .. }) => change.before.clone(),
+        _ => None,
+    }
+}
+
 /// What a call changes, taken out of its request for the check threads.
 #[derive(Debug, Default)]
 struct Change {
@@ -70,10 +91,9 @@ impl Change {
     }
 }
 
-/// The file as a worker of `mode` reads it: `None` when absent; the text when it is text and
-/// small enough to edit, else why not.
+/// The file as a worker of `mode` reads it, for a patch's hunks: `None` when absent; the text
+/// when it is text and small enough to edit, else why not.
 struct Current {
-    version: String,
     text: Result<String, ErrorCode>,
 }
 
@@ -81,7 +101,7 @@ impl FsdService {
     async fn current(&self, mode: Mode, path: &str) -> Result<Option<Current>, WireError> {
         let max_bytes = self.limits.max_editable_bytes;
         match self.dispatch(mode, op::Request::ReadText { path: path.to_owned(), max_bytes }).await {
-            Ok(Outcome::ReadText { version, text, .. }) => Ok(Some(Current { version, text: Ok(text) })),
+            Ok(Outcome::ReadText { text, .. }) => Ok(Some(Current { text: Ok(text) })),
             Ok(_) => Err(WireError::new(ErrorCode::IoError, path, "unexpected outcome")),
             Err(w) if w.code == ErrorCode::NotFound => Ok(None),
             Err(w)
@@ -89,9 +109,7 @@ impl FsdService {
             {
                 let stat = op::Request::Stat { path: path.to_owned(), no_follow: false };
                 match self.dispatch(mode, stat).await? {
-                    Outcome::Stat { info: Some(info), .. } => {
-                        Ok(Some(Current { version: info.version, text: Err(w.code) }))
-                    }
+                    Outcome::Stat { info: Some(_), .. } => Ok(Some(Current { text: Err(w.code) })),
                     _ => Ok(None),
                 }
             }
@@ -99,82 +117,44 @@ impl FsdService {
         }
     }
 
-    /// The checks the call itself would fail, run before anyone is asked: the guard against
-    /// the current version, the edit's match. Only for targets the caller may know about.
-    async fn check(&self, mode: Mode, op: Op, wire: &v1::EscalatedOp) -> Result<(), Status> {
-        let fail = |e: FsError| Failure::new(e, wire.path.clone()).into_wire().into_status();
-        match op {
-            Op::EditText => {
-                let edit = op::EditGuard {
-                    version: wire.edit_guard.as_ref().map(|g| g.version.clone()).unwrap_or_default(),
-                    target_key: None,
-                };
-                let Some(current) = self.current(mode, &wire.path).await.map_err(|w| w.into_status())? else {
-                    return Err(fail(FsError::Stale(StaleReason::Gone)));
-                };
-                if wire.edit_guard.is_some() && !fsd_proto::version::same(&edit.version, &current.version) {
-                    return Err(fail(FsError::Stale(StaleReason::Changed)));
-                }
-                if let (Ok(body), Some(old), Some(new)) =
-                    (current.text, wire.old_string.clone(), wire.new_string.clone())
-                {
-                    // Linear in the file's size: on the check threads, not this runtime thread.
-                    // Bounded: this runs in the network process, which must not try to hold an
-                    // edit no worker would write.
-                    let (path, replace_all) = (wire.path.clone(), wire.replace_all);
-                    let limit = self.limits.max_editable_bytes;
-                    let checked = self.dispatcher.cpu().run(move || {
-                        #[cfg(feature = "fault-injection")]
-                        crate::dispatch::cpu::hold::check(&path);
-                        let (_, body) = text::split_bom(&body);
-                        let Err(e) = text::replace(body, &old, &new, replace_all, limit) else {
-                            return Ok(());
-                        };
-                        let ambiguous = matches!(e, FsError::AmbiguousEdit(_));
-                        let mut wire_error = Failure::new(e, path).into_wire();
-                        // Where the matches start, for the tools that list them, when the list
-                        // fits an error's metadata (else the tools word it without the lines).
-                        if let Some(lines) = ambiguous.then(|| text::match_lines(body, &old)).flatten() {
-                            wire_error = wire_error.with("lines", lines);
-                        }
-                        Err(wire_error)
-                    });
-                    checked
-                        .await
-                        .map_err(|e| e.into_wire(&wire.path).into_status())?
-                        .map_err(WireError::into_status)?;
-                }
-                Ok(())
-            }
-            Op::WriteText => {
-                let current = self.current(mode, &wire.path).await.map_err(|w| w.into_status())?;
-                match (wire::write_guard(wire.write_guard.clone()), current) {
-                    (Some(WriteGuard::CreateIfAbsent), Some(_)) => Err(fail(FsError::AlreadyExists)),
-                    (Some(WriteGuard::ReplaceIfVersion { .. }), None) => {
-                        Err(fail(FsError::Stale(StaleReason::Gone)))
-                    }
-                    (Some(WriteGuard::ReplaceIfVersion { version, .. }), Some(current))
-                        if !fsd_proto::version::same(&version, &current.version) =>
-                    {
-                        Err(fail(FsError::Stale(StaleReason::Changed)))
-                    }
-                    _ => Ok(()),
-                }
-            }
-            Op::DeleteFile | Op::MoveFile => {
-                let Some(guard) = &wire.edit_guard else { return Ok(()) };
-                let stat = op::Request::Stat { path: wire.path.clone(), no_follow: true };
-                match self.dispatch(mode, stat).await.map_err(|w| w.into_status())? {
-                    Outcome::Stat { info: None, .. } => Err(fail(FsError::Stale(StaleReason::Gone))),
-                    Outcome::Stat { info: Some(info), .. }
-                        if !fsd_proto::version::same(&guard.version, &info.version) =>
-                    {
-                        Err(fail(FsError::Stale(StaleReason::Changed)))
-                    }
-                    _ => Ok(()),
-                }
-            }
-            _ => Ok(()),
+    /// The call as a worker of `mode` would run it, all but its commit (`op::Request::Check`:
+    /// the pipeline's dry run, in the worker): the failure it would meet (the fence, the guard
+    /// against the current file, an edit's match), else the outcome it would have, whose
+    /// change (before and after) is the approver's only. Only for targets the caller may know
+    /// about. The network process matches no file content itself.
+    async fn check(&self, mode: Mode, op: Op, wire: &v1::EscalatedOp) -> Result<Option<Outcome>, Status> {
+        let path = wire.path.clone();
+        let edit_guard = || {
+            wire.edit_guard.as_ref().map(|g| op::EditGuard { version: g.version.clone(), target_key: None })
+        };
+        let change = match op {
+            Op::EditText => op::Request::EditText {
+                path,
+                old: wire.old_string.clone().unwrap_or_default(),
+                new: wire.new_string.clone().unwrap_or_default(),
+                replace_all: wire.replace_all,
+                guard: edit_guard(),
+            },
+            // A patch's write carries no content: its hunks are applied after the check.
+            Op::WriteText => op::Request::WriteText {
+                path,
+                content: wire.content.clone().unwrap_or_default(),
+                guard: wire::write_guard(wire.write_guard.clone()),
+                match_style: false,
+            },
+            Op::DeleteFile => op::Request::DeleteFile { path, guard: edit_guard() },
+            Op::MoveFile => op::Request::MoveFile {
+                source: path,
+                destination: wire.destination.clone(),
+                source_guard: edit_guard(),
+                destination_guard: None,
+                content: None,
+            },
+            _ => return Ok(None),
+        };
+        match self.dispatch(mode, op::Request::Check { request: Box::new(change) }).await {
+            Ok(outcome) => Ok(Some(outcome)),
+            Err(w) => Err(as_requested(w, &wire.path).into_status()),
         }
     }
 
@@ -193,37 +173,26 @@ impl FsdService {
     }
 
     /// The digest an approval binds and the diff its approver sees (never the caller).
-    /// `earlier`: what an earlier operation of the same patch left there, when one did.
+    /// `before`: the text a write replaces (as its check saw it, or as an earlier operation of
+    /// the same patch left it; `None`: not text, or too large to show).
     /// `change`: the call's content (a write's, an edit's strings), taken from the request.
     /// The diff and the digest are linear in the content's size: made on the check threads,
     /// never on this runtime thread other clients' calls are scheduled on.
-    #[allow(clippy::too_many_arguments)]
     async fn preview(
         &self,
-        mode: Mode,
         op: Op,
         path: &str,
         change: Change,
-        exists: bool,
-        earlier: Option<Option<String>>,
+        before: Option<String>,
         digested: Option<Vec<u8>>,
     ) -> Result<(Vec<u8>, Preview), Status> {
         // The test hook holds a write's preview whose digest is made here (a patch's was made,
-        // and held, where its hunks were applied; an edit's check was held before).
+        // and held, where its hunks were applied) and an edit's (its match ran in the worker's
+        // dry run).
         let run = |hold, work| self.previewed_off_runtime(path, hold, work);
         let previewed = match (op, change) {
             (Op::WriteText, Change { content: Some(content), .. }) => {
-                let current = if let Some(earlier) = earlier {
-                    Some(earlier.unwrap_or_default())
-                } else if exists {
-                    let request = op::Request::ReadText { path: path.to_owned(), max_bytes: 1 << 20 };
-                    match self.dispatch(mode, request).await {
-                        Ok(Outcome::ReadText { text, .. }) => Some(text),
-                        _ => None,
-                    }
-                } else {
-                    Some(String::new())
-                };
+                let current = before;
                 run(
                     digested.is_none(),
                     Box::new(move || {
@@ -248,7 +217,7 @@ impl FsdService {
             }
             (Op::EditText, Change { old: Some(old), new: Some(new), replace_all, .. }) => {
                 run(
-                    false,
+                    true,
                     Box::new(move || {
                         let removed = old.lines().map(|l| format!("-{l}"));
                         let added = new.lines().map(|l| format!("+{l}"));
@@ -381,11 +350,11 @@ impl FsdService {
         let spelled =
             move |preview: Preview| Preview { requested: requested_path, requested_destination, ..preview };
         let Some((patch, index)) = patch else {
-            self.check(requested, op, wire).await?;
+            let checked = self.check(requested, op, wire).await?;
             // Checked: the content goes to the check threads, not copied.
             let change = Change::take(wire);
-            let (content_sha256, preview) =
-                self.preview(requested, op, &wire.path, change, version.is_some(), None, None).await?;
+            let before = text_before(checked.as_ref());
+            let (content_sha256, preview) = self.preview(op, &wire.path, change, before, None).await?;
             let preview = spelled(preview);
             return Ok((
                 CanonicalOp {
@@ -404,10 +373,11 @@ impl FsdService {
         // An operation of a patch: its hunks are applied here, to the file as it is (or as an
         // earlier operation of the patch left it), and the approval binds the result.
         let earlier = patch.earlier(&target_key).map(|t| t.map(str::to_owned));
+        let mut checked = None;
         let current = match &earlier {
             Some(text) => text.clone(),
             None => {
-                self.check(requested, op, wire).await?;
+                checked = self.check(requested, op, wire).await?;
                 match (patch.updates(index), version.is_some()) {
                     (true, true) => match self.current(requested, &wire.path).await {
                         Ok(Some(Current { text: Ok(text), .. })) => Some(text),
@@ -445,8 +415,11 @@ impl FsdService {
         };
         patch.record(&target_key, destination.as_ref().map(|(key, _)| key.as_str()), &effect);
         let after_earlier = earlier.is_some();
-        let (content_sha256, preview) =
-            self.preview(requested, op, &wire.path, change, version.is_some(), earlier, digested).await?;
+        let before = match earlier {
+            Some(earlier) => Some(earlier.unwrap_or_default()),
+            None => text_before(checked.as_ref()),
+        };
+        let (content_sha256, preview) = self.preview(op, &wire.path, change, before, digested).await?;
         let preview = spelled(preview);
         let version = if after_earlier { Some(AFTER_EARLIER.to_owned()) } else { version };
         let call = CanonicalOp {

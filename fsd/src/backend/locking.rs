@@ -1,4 +1,4 @@
-//! Per-target locks as a backend sees them: a mutation's check, match and write run as one
+//! Per-target locks as a backend sees them: a change's check and commit (`pipeline`) run as one
 //! critical section per target key. The keys are held by the process that routes calls
 //! (`dispatch::locks`), so a lock holds across every worker of every mode; a worker asks for
 //! them over its IPC (`worker::RemoteLocks`).
