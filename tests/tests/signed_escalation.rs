@@ -2297,3 +2297,34 @@ fn an_approved_call_that_hangs_dies_with_its_killed_worker() {
     fsd_testkit::procs::wait_gone(&[call], Duration::from_secs(10), "the approved call's process").unwrap();
     assert!(!target.exists());
 }
+
+/// An approved listing of a root-only directory runs in its own process too, and its entries'
+/// versions are the ones a read of each file gives (the listing may open the files of that
+/// directory for their inode's generation, nothing elsewhere).
+#[test]
+fn an_approved_listing_shows_the_versions_a_read_gives() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let mut rpc = Rpc::connect(&s.d);
+    let dir = s.outside.path().join("listed");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let file = dir.join("a.txt");
+    std::fs::write(&file, PUBLIC).unwrap();
+    let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &dir)]).unwrap());
+    let request = v1::ListDirRequest { context: context("s1", Some(tk.clone())), path: p(&dir) };
+    let listed = rpc.rt.block_on(rpc.client.list_dir(request)).unwrap().into_inner();
+    release(&mut rpc, "s1", &tk);
+    let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &file)]).unwrap());
+    let request = v1::ReadTextRequest { context: context("s1", Some(tk)), path: p(&file), max_bytes: 0 };
+    let read = rpc.rt.block_on(rpc.client.read_text(request)).unwrap().into_inner();
+    let entries: Vec<(String, bool)> = listed
+        .entries
+        .iter()
+        .map(|e| {
+            (e.name.clone(), e.version.as_deref().is_some_and(|v| fsd_proto::version::same(v, &read.version)))
+        })
+        .collect();
+    assert_eq!(entries, [("a.txt".to_owned(), true)], "{listed:?} {}", read.version);
+}

@@ -55,7 +55,9 @@ impl Kind {
             // A target an approved change may have replaced already (the reads an apply_patch
             // preflight takes): whatever file is in the approved directory.
             (Kind::Look | Kind::Read, _) => (Scope::Directory, Grant::Read),
-            (Kind::List, _) => (Scope::Object, Grant::List),
+            // The directory and what is in it: each entry's version holds its inode's generation,
+            // which only an open file tells (no content is read).
+            (Kind::List, _) => (Scope::Object, Grant::Read),
             // Names are made, replaced and removed in the directory: the atomic replace's
             // temporary file, a move's two ends, the directories a write makes below it.
             (Kind::Change, _) => (Scope::Directory, Grant::Write),
@@ -197,7 +199,7 @@ mod tests {
             (Kind::Look, &absent, (Scope::Directory, Grant::Read)),
             (Kind::Read, &file, (Scope::Object, Grant::ReadFile)),
             (Kind::Read, &absent, (Scope::Directory, Grant::Read)),
-            (Kind::List, &file, (Scope::Object, Grant::List)),
+            (Kind::List, &file, (Scope::Object, Grant::Read)),
             (Kind::Change, &file, (Scope::Directory, Grant::Write)),
             (Kind::Change, &absent, (Scope::Directory, Grant::Write)),
         ];

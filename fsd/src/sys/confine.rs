@@ -164,8 +164,6 @@ pub enum Grant {
     Read,
     /// Read one file (a rule on the file itself: nothing beside it).
     ReadFile,
-    /// List a directory's entries (and those below it), read no file.
-    List,
     /// Read, write, truncate, make regular files and directories, remove them, and refer
     /// (rename across directories). Never symlinks, devices, FIFOs, sockets or execute.
     Write,
@@ -176,7 +174,6 @@ fn rights(grant: Grant) -> BitFlags<AccessFs> {
     match grant {
         Grant::Read => read,
         Grant::ReadFile => AccessFs::ReadFile.into(),
-        Grant::List => AccessFs::ReadDir.into(),
         Grant::Write => {
             read | AccessFs::WriteFile
                 | AccessFs::Truncate
