@@ -235,6 +235,12 @@ fn token(request: &http::Request<Incoming>) -> Option<String> {
     })
 }
 
+/// Where a login may send the browser next: a path of this page, never another site's address
+/// (a browser reads `/\\host` as `//host`, so a backslash is refused too).
+fn local(next: &str) -> &str {
+    if next.starts_with('/') && !next.starts_with("//") && !next.contains('\\') { next } else { "/" }
+}
+
 /// Whether a state-changing request comes from this page: a browser names the page's own origin
 /// (or sends none, as a script with a bearer token does); another site's form is refused.
 fn same_origin(request: &http::Request<Incoming>, https: bool) -> bool {
@@ -288,8 +294,7 @@ async fn handle(
         (Method::POST, "/login") => {
             let pairs = form(&body(request).await.unwrap_or_default());
             let next = get(&pairs, "next");
-            // Only a path of this page: never another site's address.
-            let next = if next.starts_with('/') && !next.starts_with("//") { next } else { "/" };
+            let next = local(next);
             match front.person(get(&pairs, "token")) {
                 Some(_) => {
                     let secure = if https { "; Secure" } else { "" };
@@ -489,6 +494,20 @@ mod tests {
              <span class=\"omit\">    ! 7 more diff lines not shown</span>\nop 2: writeText /etc/b\n\
              <span class=\"warn\">  content: NOT BOUND: approving lets this call write any content</span>\n  target: host:etc/b\n"
         );
+    }
+
+    #[test]
+    fn a_login_sends_the_browser_only_to_this_page() {
+        for (next, to) in [
+            ("/?session=s-1", "/?session=s-1"),
+            ("/r/0123", "/r/0123"),
+            ("//evil.example/", "/"),
+            ("/\\evil.example/", "/"),
+            ("https://evil.example/", "/"),
+            ("", "/"),
+        ] {
+            assert_eq!(local(next), to, "{next}");
+        }
     }
 
     #[test]
