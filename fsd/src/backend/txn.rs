@@ -371,6 +371,12 @@ impl Backend {
         for (i, plan) in plans.iter().enumerate() {
             let (a, b) = of_op[i];
             let checked = self.check(plan).map_err(at(i))?;
+            // One write, edit or delete changes one name by one rename or unlink: the pipeline's
+            // own commit is all-or-nothing already, without an intent record to sync.
+            if plans.len() == 1 && !matches!(plan.mutation, Mutation::Move { .. }) {
+                let outcome = self.commit(checked, None).map_err(at(i))?;
+                return Ok(Outcome::Transact { outcomes: vec![outcome] });
+            }
             let fail = |e, t: usize| self.fail(e, targets[t]).in_transaction(i, 0);
             match (checked.decided, plan.mutation) {
                 (pipeline::Decided::Put { content, placement, change, replacements }, _) => {
@@ -1017,9 +1023,11 @@ mod tests {
                 return None;
             }
         }
-        // An injected failure fires only at a step the commit reaches.
+        // An injected failure fires only at a step the commit reaches, and only in a commit of
+        // the transaction's own (one write, edit or delete is the pipeline's single commit).
+        let single = ops.len() == 1 && !matches!(ops[0], Gen::Move { .. });
         match fail_at {
-            Some(step) if step <= steps => None,
+            Some(step) if step <= steps && !single => None,
             _ => Some(after),
         }
     }
