@@ -235,6 +235,11 @@ pub fn call<B>(request: &http::Request<B>, face: Face, client: &Identity) -> Opt
     let mut attributes = attributes;
     attributes.push(KeyValue::new("fsd.face", face.as_str()));
     attributes.push(KeyValue::new("fsd.client", client.label()));
+    // The tool call this daemon call serves, as `fsd-tools` names it (a client's word, bounded).
+    let tool = request.headers().get(fsd_proto::TOOL_HEADER).and_then(|v| v.to_str().ok());
+    if let Some(tool) = tool.filter(|t| t.len() <= 64) {
+        attributes.push(KeyValue::new("gen_ai.tool.name", tool.to_owned()));
+    }
     let span = tracer
         .span_builder(name)
         .with_kind(SpanKind::Server)

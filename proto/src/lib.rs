@@ -40,3 +40,7 @@ pub fn signed_decision(description: &str, decider: &str) -> String {
 
 /// The protocol version `hello` reports; bumped only on an incompatible wire change.
 pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The request metadata naming the tool call a daemon call serves (`read`, `edit`, …), sent by
+/// `fsd-tools`; the daemon puts it on the call's trace span (`gen_ai.tool.name`) and nowhere else.
+pub const TOOL_HEADER: &str = "fsd-tool";

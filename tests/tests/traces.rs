@@ -87,7 +87,7 @@ fn traceparent(n: u8) -> (String, String, String) {
 
 /// The spans of one way in: every server span is a child of the host's span, names the face,
 /// an operation, a mode and `ok`, and has an `fsd.queue` and an `fsd.worker` child.
-fn check_trace(spans: &[Value], parent: &str, face: &str, name: &str) {
+fn check_trace(spans: &[Value], parent: &str, face: &str, name: &str, tool: Option<&str>) {
     let server: Vec<&Value> = spans.iter().filter(|s| s["kind"] == 2).collect();
     assert!(server.iter().any(|s| s["name"] == name), "{face}: no span {name:?} in {spans:#?}");
     for span in &server {
@@ -100,6 +100,7 @@ fn check_trace(spans: &[Value], parent: &str, face: &str, name: &str) {
             a["fsd.op"].is_string() && a["fsd.mode"].is_string() && a["fsd.client"].is_string(),
             "{span:#}"
         );
+        assert_eq!(a["gen_ai.tool.name"].as_str(), tool, "{face}: {span:#}");
         for child in ["fsd.queue", "fsd.worker"] {
             let found = spans.iter().find(|c| c["parent_span_id"] == span["span_id"] && c["name"] == child);
             let found = found.unwrap_or_else(|| panic!("{face}: no {child} under {span:#}"));
@@ -180,21 +181,21 @@ fn a_hosts_traceparent_becomes_the_parent_of_the_daemons_spans() {
     session.finish();
 
     let grpc = receiver.trace(&grpc_trace, 1);
-    check_trace(&grpc, &grpc_span, "grpc", "fsd.v1.Fsd/ReadText");
+    check_trace(&grpc, &grpc_span, "grpc", "fsd.v1.Fsd/ReadText", None);
     let server = grpc.iter().find(|s| s["kind"] == 2).unwrap();
     assert_eq!(server["attributes"]["rpc.system"], "grpc", "{server:#}");
     assert_eq!(server["attributes"]["rpc.method"], "ReadText", "{server:#}");
     assert_eq!(server["attributes"]["fsd.op"], "readText", "{server:#}");
 
     let rest = receiver.trace(&rest_trace, 1);
-    check_trace(&rest, &rest_span, "rest", "GET /v1/files/{path}");
+    check_trace(&rest, &rest_span, "rest", "GET /v1/files/{path}", None);
     let server = rest.iter().find(|s| s["kind"] == 2).unwrap();
     assert_eq!(server["attributes"]["http.route"], "/v1/files/{path}", "{server:#}");
     assert_eq!(server["attributes"]["http.request.method"], "GET", "{server:#}");
 
-    check_trace(&receiver.trace(&mcp_trace, 1), &mcp_span, "grpc", "fsd.v1.Fsd/ReadText");
-    check_trace(&receiver.trace(&line_trace, 1), &line_span, "grpc", "fsd.v1.Fsd/ReadText");
-    check_trace(&receiver.trace(&env_trace, 1), &env_span, "grpc-web", "fsd.v1.Fsd/ReadText");
+    check_trace(&receiver.trace(&mcp_trace, 1), &mcp_span, "grpc", "fsd.v1.Fsd/ReadText", Some("read"));
+    check_trace(&receiver.trace(&line_trace, 1), &line_span, "grpc", "fsd.v1.Fsd/ReadText", Some("read"));
+    check_trace(&receiver.trace(&env_trace, 1), &env_span, "grpc-web", "fsd.v1.Fsd/ReadText", Some("read"));
 
     // The untraced read of the JSON-lines session began a trace of its own (a root span).
     let spans = receiver.spans();

@@ -3,8 +3,9 @@
 //! JSON line's `_meta`, or else the process's `TRACEPARENT`/`TRACESTATE` environment (the
 //! OpenTelemetry convention for a process started inside a trace). Every daemon call made while
 //! a tool call runs carries it as gRPC metadata (`SessionClient`'s one delegate), so the daemon's
-//! spans are children of the agent host's. This process makes no spans of its own and sends
-//! nothing to a collector; it passes on what it was given, checked only for being a header value.
+//! spans are children of the agent host's, with the tool's name beside it (`fsd-tool`). This
+//! process makes no spans of its own and sends nothing to a collector; it passes on what it was
+//! given, checked only for being a header value.
 
 use std::sync::OnceLock;
 
@@ -24,6 +25,7 @@ pub struct Carried {
 
 tokio::task_local! {
     static CURRENT: Carried;
+    static TOOL: &'static str;
 }
 
 fn value(text: &str) -> Option<MetadataValue<tonic::metadata::Ascii>> {
@@ -61,8 +63,16 @@ pub async fn within<F: Future>(carried: Option<Carried>, call: F) -> F::Output {
     }
 }
 
-/// Adds the current tool call's trace context to a daemon call's metadata.
+/// Runs one tool call's work with `tool` (its name) as the tool its daemon calls serve.
+pub async fn tool<F: Future>(tool: &'static str, call: F) -> F::Output {
+    TOOL.scope(tool, call).await
+}
+
+/// Adds the current tool call's trace context, and its tool's name, to a daemon call's metadata.
 pub fn inject(metadata: &mut MetadataMap) {
+    if let Ok(tool) = TOOL.try_with(|tool| *tool) {
+        metadata.insert(fsd_proto::TOOL_HEADER, MetadataValue::from_static(tool));
+    }
     let add = |carried: &Carried, metadata: &mut MetadataMap| {
         metadata.insert("traceparent", carried.traceparent.clone());
         if let Some(tracestate) = &carried.tracestate {
@@ -96,17 +106,22 @@ mod tests {
         ];
         for (meta, parent, state) in cases {
             let carried = meta.as_object().and_then(Carried::from_meta);
-            let metadata = within(carried, async {
-                let mut metadata = MetadataMap::new();
-                inject(&mut metadata);
-                metadata
-            })
+            let metadata = within(
+                carried,
+                tool("edit", async {
+                    let mut metadata = MetadataMap::new();
+                    inject(&mut metadata);
+                    metadata
+                }),
+            )
             .await;
             let get = |key| metadata.get(key).and_then(|v| v.to_str().ok());
             assert_eq!((get("traceparent"), get("tracestate")), (parent, state), "{meta}");
+            assert_eq!(get(fsd_proto::TOOL_HEADER), Some("edit"), "{meta}");
         }
         let mut outside = MetadataMap::new();
         inject(&mut outside);
         assert!(outside.get("traceparent").is_none() || std::env::var("TRACEPARENT").is_ok());
+        assert!(outside.get(fsd_proto::TOOL_HEADER).is_none());
     }
 }

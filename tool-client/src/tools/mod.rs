@@ -246,14 +246,18 @@ impl Session {
         };
         self.daemon.begin_call();
         self.escalation_asked = false;
-        let outcome = match tool {
-            Tool::Read => read::run(self, &args).await,
-            Tool::Write => write::run(self, &args).await,
-            Tool::Edit => edit::run(self, &args).await,
-            Tool::ApplyPatch => patch::run(self, &args).await,
-            Tool::ReadImage => image::run(self, &args).await,
-            Tool::StrReplaceEditor => editor::run(self, &args).await,
-        };
+        // Its daemon calls name the tool (for the daemon's trace spans).
+        let outcome = crate::connect::trace::tool(tool.name(), async {
+            match tool {
+                Tool::Read => read::run(self, &args).await,
+                Tool::Write => write::run(self, &args).await,
+                Tool::Edit => edit::run(self, &args).await,
+                Tool::ApplyPatch => patch::run(self, &args).await,
+                Tool::ReadImage => image::run(self, &args).await,
+                Tool::StrReplaceEditor => editor::run(self, &args).await,
+            }
+        })
+        .await;
         // The daemon restarted under the session: this call was refused (or, at worst, read
         // from the new instance); the observations describe files the old instance served.
         if self.daemon.take_restart() {
