@@ -19,7 +19,7 @@
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fsd_proto::{ErrorCode, Reason, WireError, WorkerLost};
 use tokio::sync::oneshot;
@@ -89,7 +89,8 @@ enum Done {
 struct Job {
     mode: Mode,
     work: Work,
-    answer: oneshot::Sender<Done>,
+    /// What it answers, and when a thread took it (the trace's queue and work spans).
+    answer: oneshot::Sender<(Done, Instant)>,
 }
 
 /// A direct read that ran here, or the call back for the worker hop.
@@ -234,6 +235,7 @@ impl Direct {
     async fn ask(&self, mode: Mode, path: &str, work: Work) -> Result<(Result<Done, WireError>, bool), Work> {
         let Some(jobs) = &self.jobs else { return Err(work) };
         let (answer, done) = oneshot::channel();
+        let queued = crate::traces::on().then(Instant::now);
         if let Err(refused) = jobs.try_send(Job { mode, work, answer }) {
             let job = match refused {
                 mpsc::TrySendError::Full(job) | mpsc::TrySendError::Disconnected(job) => job,
@@ -241,7 +243,12 @@ impl Direct {
             return Err(job.work);
         }
         match tokio::time::timeout(self.deadline, done).await {
-            Ok(Ok(done)) => Ok((Ok(done), false)),
+            Ok(Ok((done, taken))) => {
+                if let Some(queued) = queued {
+                    crate::traces::dispatched(mode, queued, Some(taken), Instant::now());
+                }
+                Ok((Ok(done), false))
+            }
             // Its thread ended without answering: only a panic does that.
             Ok(Err(_)) => Ok((Err(lost(path, WorkerLost::Died, "direct read thread died")), false)),
             Err(_) => {
@@ -336,11 +343,12 @@ fn serve(backend: &Backend, queue: &Mutex<mpsc::Receiver<Job>>) {
         if answer.is_closed() {
             continue;
         }
+        let taken = Instant::now();
         // A panic answers as a worker's death would, and the thread serves on.
         let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(backend, mode, work)));
         match done {
             Ok(done) => {
-                let _ = answer.send(done);
+                let _ = answer.send((done, taken));
             }
             Err(_) => drop(answer),
         }
