@@ -59,6 +59,6 @@ mod supervisor_death;
 mod tamper_evident_logs;
 mod third_party;
 mod tidy;
-mod transactions;
 mod traces;
+mod transactions;
 mod write_edit;

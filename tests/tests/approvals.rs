@@ -448,35 +448,8 @@ fn the_terminal_decides_an_expired_request_cannot_be_approved_and_no_approval_cr
     let transcript = files.path("transcript.txt");
     // The person at the approver's terminal (a pseudo-terminal from Python's pty module)
     // approves the first request it is shown and leaves the next unanswered.
-    let script = r#"
-import os, pty, sys, select
-out_path, answers = sys.argv[1], sys.argv[2].split(",")
-pid, fd = pty.fork()
-if pid == 0:
-    import ctypes
-    ctypes.CDLL(None).prctl(1, 9)
-    os.execv(sys.argv[3], sys.argv[3:])
-out = b""
-while True:
-    try:
-        ready, _, _ = select.select([fd], [], [], 120)
-        if not ready:
-            break
-        data = os.read(fd, 4096)
-    except OSError:
-        break
-    if not data:
-        break
-    out += data
-    with open(out_path + ".tmp", "wb") as f:
-        f.write(out)
-    os.replace(out_path + ".tmp", out_path)
-    if out.endswith(b"Approve? [y/N] ") and answers:
-        os.write(fd, answers.pop(0).encode() + b"\n")
-"#;
     let person = Command::new("python3")
-        .arg("-c")
-        .arg(script)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("python/approver_terminal.py"))
         .arg(&transcript)
         .arg("y,y")
         .arg(approver_bin())

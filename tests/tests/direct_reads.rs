@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use common::Daemon;
 use common::rpc::Rpc;
+use common::rpc::health;
 use serde_json::json;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
 /// The network process of a daemon.
 fn network_pid(d: &Daemon) -> u32 {
@@ -59,20 +59,6 @@ fn read_only_worker(d: &Daemon) -> String {
         })
         .expect("a read-only worker");
     std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap()
-}
-
-fn health(d: &Daemon, service: &str) -> ServingStatus {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async {
-        let endpoint = fsd_tool_client::connect::Endpoint::Unix(d.socket.clone());
-        let channel = fsd_tool_client::connect::channel(&endpoint).await.unwrap();
-        let reply = HealthClient::new(channel)
-            .check(HealthCheckRequest { service: service.to_owned() })
-            .await
-            .unwrap()
-            .into_inner();
-        ServingStatus::try_from(reply.status).unwrap()
-    })
 }
 
 /// What hello says of the read-only mode.

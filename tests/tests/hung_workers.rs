@@ -12,8 +12,8 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::Daemon;
+use common::rpc::health;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
 /// The workers the daemon's supervisor started, as they are now.
 fn workers(daemon: &Daemon) -> Vec<u32> {
@@ -38,20 +38,6 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting until {what}");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn health(daemon: &Daemon, service: &str) -> ServingStatus {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async {
-        let endpoint = fsd_tool_client::connect::Endpoint::Unix(daemon.socket.clone());
-        let channel = fsd_tool_client::connect::channel(&endpoint).await.unwrap();
-        let reply = HealthClient::new(channel)
-            .check(HealthCheckRequest { service: service.to_owned() })
-            .await
-            .unwrap()
-            .into_inner();
-        ServingStatus::try_from(reply.status).unwrap()
-    })
 }
 
 #[test]

@@ -1186,38 +1186,8 @@ fn a_person_at_the_approvers_terminal_decides_and_sees_the_expiry_as_a_time() {
     let keys = Keys::new();
     let s = Signed::start(&keys, "");
     let transcript = keys.dir.path().join("transcript.txt");
-    let script = r#"
-import os, pty, sys, select
-out_path, answers = sys.argv[1], sys.argv[2].split(",")
-pid, fd = pty.fork()
-if pid == 0:
-    # The approver dies with this script (PR_SET_PDEATHSIG, SIGKILL): the test kills only us.
-    import ctypes
-    ctypes.CDLL(None).prctl(1, 9)
-    os.execv(sys.argv[3], sys.argv[3:])
-out = b""
-while True:
-    try:
-        ready, _, _ = select.select([fd], [], [], 60)
-        if not ready:
-            break
-        data = os.read(fd, 4096)
-    except OSError:
-        break
-    if not data:
-        break
-    out += data
-    # Replaced whole, so the test never reads a half-written transcript when it stops us.
-    with open(out_path + ".tmp", "wb") as f:
-        f.write(out)
-    os.replace(out_path + ".tmp", out_path)
-    for prompt in (b"Approve? [y/N] ", b"shown to the agent): "):
-        if out.endswith(prompt) and answers:
-            os.write(fd, answers.pop(0).encode() + b"\n")
-"#;
     let mut person = Command::new("python3")
-        .arg("-c")
-        .arg(script)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("python/approver_terminal.py"))
         .arg(&transcript)
         .arg("y,n,not today")
         .arg(approver_bin())

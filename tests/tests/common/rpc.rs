@@ -21,6 +21,23 @@ pub fn p(path: &Path) -> String {
     path.to_str().expect("UTF-8 test path").to_owned()
 }
 
+/// The daemon's gRPC health answer for `service` ("" for the whole daemon).
+pub fn health(d: &Daemon, service: &str) -> tonic_health::pb::health_check_response::ServingStatus {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let endpoint = Endpoint::Unix(d.socket.clone());
+        let channel = connect::channel(&endpoint).await.expect("connect to fsd");
+        let reply = HealthClient::new(channel)
+            .check(HealthCheckRequest { service: service.to_owned() })
+            .await
+            .expect("health answer")
+            .into_inner();
+        tonic_health::pb::health_check_response::ServingStatus::try_from(reply.status)
+            .expect("a known status")
+    })
+}
+
 impl Rpc {
     pub fn connect(d: &Daemon) -> Rpc {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
