@@ -20,8 +20,8 @@ mod report;
 mod rest;
 mod stats;
 mod stream;
-mod txn;
 mod telemetry;
+mod txn;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -27,9 +27,9 @@ use opentelemetry_sdk::trace::{
 use tokio::sync::{Notify, mpsc};
 use tonic::codegen::http;
 
-use crate::op::Mode;
 use crate::identity::Identity;
 use crate::metrics::{Face, SpanDrop};
+use crate::op::Mode;
 
 /// Traces as configured: where the collector listens and how much may wait for it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -6,9 +6,9 @@ use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
 
 use super::resolve::{self, WalkOptions};
-use crate::op::{Binding, Last, ObjectId, Scope};
 use super::{Backend, Mode};
 use crate::error::{Denial, Failure, FsError};
+use crate::op::{Binding, Last, ObjectId, Scope};
 use crate::sys;
 
 impl Backend {
