@@ -225,7 +225,7 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
     // left (backend::journal), the rolled-back transactions' staged files among them.
     if let Some(dir) = &sup.config.state_dir {
         prepare_state_dir(dir, &sup.config.roots, identity)?;
-        let report = crate::backend::txn::recover(dir, |_| true);
+        let report = crate::backend::txn::recover(dir, &sup.config.roots, |_| true);
         if report.records > 0 {
             tracing::warn!(
                 state_dir = %dir.display(),
@@ -490,7 +490,7 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
 fn settle(sweeper: &journal::Sweeper, sup: &Supervisor, pid: u32) {
     if let Some(dir) = &sup.config.state_dir {
         let owner = journal::owner_of(pid);
-        let report = crate::backend::txn::recover(dir, |o| o == owner);
+        let report = crate::backend::txn::recover(dir, &sup.config.roots, |o| o == owner);
         if report.records > 0 {
             tracing::warn!(
                 pid,

@@ -35,7 +35,7 @@ use super::resolve::Resolved;
 use super::write::{Place, Ready, stage, write_failed};
 use super::{Backend, read, version};
 use crate::error::{Denial, Failure, FsError, StaleReason};
-use crate::op::{Change, Mode, Outcome, TxnOp, WriteOperation};
+use crate::op::{Change, Mode, Outcome, RootSpec, TxnOp, WriteOperation};
 use crate::sys::{self, Errno, Kind, Meta, RenameHow};
 
 /// The state directory's subdirectory of intent records.
@@ -156,8 +156,14 @@ fn committed(dir: BorrowedFd<'_>, slot: &SlotRecord) -> bool {
 }
 
 /// The directory of a slot, reached from its root one component at a time, no link followed.
-fn open_slot_dir(slot: &SlotRecord) -> Option<OwnedFd> {
+/// The root must be one of `roots` (the writable roots, canonical): the record was written by a
+/// worker, and a forged one must not send the privileged recovery anywhere a worker cannot write.
+fn open_slot_dir(slot: &SlotRecord, roots: &[PathBuf]) -> Option<OwnedFd> {
     let root = unhex(&slot.root)?;
+    if !roots.iter().any(|r| r.as_os_str() == root) {
+        tracing::warn!(root = ?root, "an intent record names a directory outside the writable roots; left alone");
+        return None;
+    }
     let mut fd = sys::open_dir(Path::new(&root)).ok()?;
     for part in &slot.dir {
         let next = sys::open_component(fd.as_fd(), &component(part)?).ok()?;
@@ -184,10 +190,13 @@ pub struct RecoveryReport {
 }
 
 /// Recovers the transactions whose intent records are in `state_dir` and whose owner `matches`
-/// (the supervisor's: at start every record, after a worker died that worker's). Each record is
-/// removed once settled, and the directory synced.
-pub fn recover(state_dir: &Path, matches: impl Fn(&str) -> bool) -> RecoveryReport {
+/// (the supervisor's: at start every record, after a worker died that worker's), touching
+/// nothing outside the writable ones of `roots`. Each record is removed once settled, and the
+/// directory synced.
+pub fn recover(state_dir: &Path, roots: &[RootSpec], matches: impl Fn(&str) -> bool) -> RecoveryReport {
     let mut report = RecoveryReport::default();
+    let roots: Vec<PathBuf> =
+        roots.iter().filter(|r| r.writable).filter_map(|r| std::fs::canonicalize(&r.path).ok()).collect();
     let dir = state_dir.join(INTENTS);
     let Ok(entries) = std::fs::read_dir(&dir) else { return report };
     let mut paths: Vec<PathBuf> = entries
@@ -223,7 +232,8 @@ pub fn recover(state_dir: &Path, matches: impl Fn(&str) -> bool) -> RecoveryRepo
         {
             std::thread::sleep(std::time::Duration::from_secs(1));
         }
-        let dirs: Vec<Option<OwnedFd>> = record.slots.iter().map(open_slot_dir).collect();
+        let dirs: Vec<Option<OwnedFd>> =
+            record.slots.iter().map(|slot| open_slot_dir(slot, &roots)).collect();
         let all = record
             .slots
             .iter()
@@ -836,6 +846,10 @@ mod tests {
     }
 
     impl Fixture {
+        fn roots(&self) -> [RootSpec; 1] {
+            [RootSpec { path: self.root.path().to_path_buf(), writable: true }]
+        }
+
         fn path(&self, name: &str) -> String {
             format!("{}/{name}", self.root.path().canonicalize().unwrap().display())
         }
@@ -1147,7 +1161,7 @@ mod tests {
             let died = fixture.transact(ops);
             assert!(matches!(died, Err(Failure { error: FsError::Aborted, .. })), "{step}: {died:?}");
             assert_eq!(fixture.records(), 1, "{step}");
-            let report = recover(fixture.state.path(), |_| true);
+            let report = recover(fixture.state.path(), &fixture.roots(), |_| true);
             assert_eq!((report.records, report.rolled_back, report.undone), (1, 1, step), "{step}");
             drop(super::super::journal::Sweeper::start(&[RootSpec {
                 path: fixture.root.path().to_path_buf(),
@@ -1156,6 +1170,50 @@ mod tests {
             assert_eq!(fixture.tree(), before, "{step}");
             assert_eq!(fixture.records(), 0, "{step}");
         }
+    }
+
+    /// A record is a worker's writing, read by the privileged supervisor: one forged to name a
+    /// directory outside the writable roots (here, an exchange of two files there, as a rollback
+    /// would undo a replace) is left alone, and removed.
+    #[test]
+    fn a_forged_record_naming_a_directory_outside_the_roots_moves_nothing() {
+        let fixture = fixture();
+        let outside = tempfile::tempdir().unwrap();
+        let outside_path = outside.path().canonicalize().unwrap();
+        std::fs::write(outside_path.join("passwd"), "root:x:0:0\n").unwrap();
+        std::fs::write(outside_path.join("passwd-"), "old\n").unwrap();
+        std::fs::write(outside_path.join("staged"), "x\n").unwrap();
+        let dir = sys::open_dir(&outside_path).unwrap();
+        let stamp = |name: &str| Some(Stamp::of(&sys::meta_at(dir.as_fd(), OsStr::new(name)).unwrap()));
+        let slot = SlotRecord {
+            root: hex(outside_path.as_os_str().as_bytes()),
+            dir: Vec::new(),
+            name: hex(b"passwd"),
+            temp: hex(b"passwd-"),
+            kind: Action::Replace,
+            staged: stamp("passwd"),
+            old: stamp("passwd-"),
+        };
+        // A second step not committed (its temporary name still holds its staged file), so the
+        // first is to be undone: an exchange of the two files.
+        let pending = SlotRecord {
+            root: hex(outside_path.as_os_str().as_bytes()),
+            dir: Vec::new(),
+            name: hex(b"created"),
+            temp: hex(b"staged"),
+            kind: Action::Create,
+            staged: stamp("staged"),
+            old: None,
+        };
+        let slots = vec![slot, pending];
+        let record = Record { format: FORMAT.to_owned(), owner: "forged 1".to_owned(), slots };
+        let at = fixture.state.path().join(INTENTS).join(format!("{RECORD_PREFIX}forged"));
+        std::fs::write(&at, serde_json::to_vec(&record).unwrap()).unwrap();
+        let report = recover(fixture.state.path(), &fixture.roots(), |_| true);
+        assert_eq!((report.records, report.undone), (1, 0));
+        assert_eq!(std::fs::read_to_string(outside_path.join("passwd")).unwrap(), "root:x:0:0\n");
+        assert_eq!(std::fs::read_to_string(outside_path.join("passwd-")).unwrap(), "old\n");
+        assert!(!at.exists());
     }
 
     /// Killed after its last step, a transaction is finished, not rolled back.
@@ -1173,7 +1231,7 @@ mod tests {
             },
         ];
         assert!(fixture.transact(ops).is_err());
-        let report = recover(fixture.state.path(), |_| true);
+        let report = recover(fixture.state.path(), &fixture.roots(), |_| true);
         assert_eq!((report.finished, report.rolled_back), (1, 0));
         drop(super::super::journal::Sweeper::start(&[RootSpec {
             path: fixture.root.path().to_path_buf(),
@@ -1219,7 +1277,7 @@ mod tests {
         std::fs::write(fixture.root.path().join("save"), "outside").unwrap();
         std::fs::rename(fixture.root.path().join("save"), fixture.root.path().join("a")).unwrap();
         std::fs::write(fixture.root.path().join("gone"), "made again").unwrap();
-        recover(fixture.state.path(), |_| true);
+        recover(fixture.state.path(), &fixture.roots(), |_| true);
         drop(super::super::journal::Sweeper::start(&[RootSpec {
             path: fixture.root.path().to_path_buf(),
             writable: true,
