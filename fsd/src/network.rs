@@ -395,36 +395,11 @@ async fn serve(
     let (reporter, health_service) = tonic_health::server::health_reporter();
     let served_modes = config.served_modes();
     let modes_task = tokio::spawn(report_modes(dispatcher, served_modes.clone(), reporter.clone()));
-    // Reflection answers from the descriptor sets the services were compiled from, and lists
-    // only the services a listener serves (the descriptor set also holds fsd.approver.v1).
-    let reflection = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(fsd_proto::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .with_service_name(<FsdServer<FsdService> as tonic::server::NamedService>::NAME)
-            .with_service_name("grpc.health.v1.Health")
-            .with_service_name("grpc.reflection.v1.ServerReflection")
-            .with_service_name("grpc.reflection.v1alpha.ServerReflection")
-    };
     let reflection_v1 = reflection().build_v1().map_err(|e| DaemonError::Reflection(e.to_string()))?;
     let reflection_v1alpha =
         reflection().build_v1alpha().map_err(|e| DaemonError::Reflection(e.to_string()))?;
     let transport = config.transport;
-    let tcp_limits = TcpLimits {
-        handshake_timeout: transport.handshake_timeout,
-        idle_timeout: transport.idle_timeout,
-        max_connections: transport.max_connections,
-        tcp_keepalive: transport.keepalive_interval,
-        max_handshakes: transport.max_handshakes,
-        max_handshakes_per_source: transport.max_handshakes_per_source,
-        unauthenticated_idle: transport.unauthenticated_idle,
-    };
-    let unix_limits = UnixLimits {
-        idle_timeout: transport.idle_timeout,
-        unauthenticated_idle: transport.unauthenticated_idle,
-        max_connections: transport.max_unix_connections,
-        max_connections_per_uid: transport.max_unix_connections_per_uid,
-    };
+    let (tcp_limits, unix_limits) = connection_limits(&transport);
     let mut servers = tokio::task::JoinSet::new();
     // The HTTP listeners also carry fsd.v1, health and reflection: gRPC-Web (HTTP/1.1, through
     // reverse proxies) translated to gRPC, behind the same edge as the gRPC listeners.
@@ -456,86 +431,25 @@ async fn serve(
         grpc: Some(grpc),
         allowed: config.rest.allowed.clone(),
     });
+    let rest =
+        RestListeners { config: &config, face: &face, tls: &tls, tcp_limits, unix_limits, stop_rx: &stop_rx };
     for listener in bound {
-        let max = config.max_message_bytes as usize;
-        let svc =
-            FsdServer::new(service.clone()).max_decoding_message_size(max).max_encoding_message_size(max);
-        // Request compression is never accepted (no `accept_compressed`, no codec compiled in):
-        // a compressed request is refused before it is inflated.
-        let router = tonic::transport::Server::builder()
-            // Receive windows: what a client may send before the daemon reads it, so what one
-            // connection can make the network process hold (tonic's 64 KiB defaults cost uploads
-            // several times over here). 2 MiB a stream and 4 MiB a connection keep a 1 GiB
-            // upload at full speed on a local socket; 16/32 MiB took the daemon's peak from 46
-            // to 84 MiB after five of them (BENCHMARKS.md). Downloads run on the client's
-            // windows (`fsd_tool_client::connect`).
-            .initial_stream_window_size(2 << 20)
-            .initial_connection_window_size(4 << 20)
-            .max_frame_size((1 << 20) - 1)
-            // Explicit limits, not library defaults (tonic's `None` would lift hyper's).
-            .max_concurrent_streams(transport.max_concurrent_streams)
-            .concurrency_limit_per_connection(transport.max_calls_per_connection)
-            .http2_keepalive_interval(Some(transport.keepalive_interval))
-            .http2_keepalive_timeout(Some(transport.keepalive_timeout))
-            .http2_max_header_list_size(16 << 10)
-            .http2_max_pending_accept_reset_streams(Some(20))
-            .http2_max_local_error_reset_streams(Some(1024))
-            .layer(edge.clone())
-            .add_service(svc)
-            .add_service(health_service.clone())
-            .add_service(reflection_v1.clone())
-            .add_service(reflection_v1alpha.clone());
+        let router = grpc_router(
+            &config,
+            &service,
+            &edge,
+            health_service.clone(),
+            reflection_v1.clone(),
+            reflection_v1alpha.clone(),
+        );
         let mut stop = stop_rx.clone();
         let shutdown = async move {
             let _ = stop.wait_for(|s| *s).await;
         };
         match listener {
-            Bound::HttpUnix(std_listener, name) => {
-                let listener = tokio::net::UnixListener::from_std(std_listener)
-                    .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
-                tracing::info!(listen = %name, "listening (REST, gRPC-Web)");
-                let incoming = crate::edge::incoming_unix(listener, unix_limits, stop_rx.clone());
-                let (face, stop) = (face.clone(), stop_rx.clone());
-                servers.spawn(async move {
-                    crate::rest::serve(incoming, crate::rest::host::Reach::Unix, face, stop).await;
-                    Ok(())
-                });
-            }
-            Bound::Http(std_listener, name, plain) => {
-                let listener = tokio::net::TcpListener::from_std(std_listener)
-                    .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
-                let tls = if plain { None } else { tls.as_ref().map(|t| t.acceptor(true)) };
-                if tls.is_some() {
-                    tracing::info!(listen = %name, tls = true, "listening (REST, gRPC-Web)");
-                } else {
-                    warn_plaintext(&config, &name, "listening (REST, gRPC-Web) on plaintext loopback TCP");
-                }
-                let local = listener
-                    .local_addr()
-                    .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
-                let reach = crate::rest::host::Reach::tcp(local, tls.is_some());
-                let incoming = crate::edge::incoming(listener, tls, tcp_limits, stop_rx.clone());
-                let (face, stop) = (face.clone(), stop_rx.clone());
-                servers.spawn(async move {
-                    crate::rest::serve(incoming, reach, face, stop).await;
-                    Ok(())
-                });
-            }
-            Bound::HttpPod(std_listener, name) => {
-                let listener = tokio::net::TcpListener::from_std(std_listener)
-                    .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
-                warn_pod_network(&config, &name);
-                let pod = crate::edge::PodNetwork { tokens: config.pod_network_tokens };
-                let incoming = crate::edge::incoming_pod(listener, pod, tcp_limits, stop_rx.clone());
-                let (face, stop) = (face.clone(), stop_rx.clone());
-                // A pod is reached by its IP (the router, the SDK's in-cluster mode) or a service
-                // name the operator lists: the names a pod-network listener answers to.
-                let reach = crate::rest::host::Reach::NetworkPlain;
-                servers.spawn(async move {
-                    crate::rest::serve(incoming, reach, face, stop).await;
-                    Ok(())
-                });
-            }
+            Bound::HttpUnix(std_listener, name) => rest.unix(std_listener, name, &mut servers)?,
+            Bound::Http(std_listener, name, plain) => rest.tcp(std_listener, name, plain, &mut servers)?,
+            Bound::HttpPod(std_listener, name) => rest.pod(std_listener, name, &mut servers)?,
             Bound::Unix(std_listener, name) => {
                 let listener = tokio::net::UnixListener::from_std(std_listener)
                     .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
@@ -564,45 +478,9 @@ async fn serve(
         }
     }
     if let Some(std_listener) = health {
-        let name =
-            std_listener.local_addr().map(|a| format!("health tcp:{a}")).unwrap_or_else(|_| "health".into());
-        let listener = tokio::net::TcpListener::from_std(std_listener)
-            .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
-        tracing::info!(listen = %name, "listening (grpc.health.v1 and /metrics only, plaintext)");
-        // Health and the metrics only: no fsd.v1, no reflection, nothing that needs a credential.
-        // HTTP/1.1 too, for Prometheus scrapers.
-        let router = tonic::transport::Server::builder()
-            .accept_http1(true)
-            .layer(crate::metrics::Endpoint)
-            .max_concurrent_streams(16)
-            .concurrency_limit_per_connection(4)
-            .http2_max_header_list_size(8 << 10)
-            .add_service(health_service.clone());
-        let incoming = crate::edge::incoming(
-            listener,
-            None,
-            TcpLimits { max_connections: 64, ..tcp_limits },
-            stop_rx.clone(),
-        );
-        let mut stop = stop_rx.clone();
-        servers.spawn(async move {
-            let shutdown = async move {
-                let _ = stop.wait_for(|s| *s).await;
-            };
-            let result = router.serve_with_incoming_shutdown(incoming, shutdown).await;
-            result.map_err(|source| DaemonError::Serve { listen: name, source })
-        });
+        spawn_health_listener(std_listener, health_service.clone(), tcp_limits, &stop_rx, &mut servers)?;
     }
-    let mut stopped = stop_rx.clone();
-    let mut failure = None;
-    tokio::select! {
-        _ = signals.int.recv() => tracing::info!("SIGINT: finishing in-flight calls"),
-        _ = signals.term.recv() => tracing::info!("SIGTERM: finishing in-flight calls"),
-        _ = stopped.wait_for(|s| *s) => {}
-        Some(done) = servers.join_next() => {
-            if let Ok(Err(e)) = done { failure = Some(e); }
-        }
-    }
+    let failure = first_stop(&mut signals, &stop_rx, &mut servers).await;
     // Whatever stops this process (a signal sent to it rather than to the supervisor, a server
     // that failed), the supervisor hears it before the workers' sockets close, so it does not
     // replace the workers that exit next.
@@ -613,6 +491,236 @@ async fn serve(
     let stopping: Vec<_> = served_modes.iter().map(|m| (*m, false)).collect();
     report_health(&reporter, health_statuses(&stopping, false)).await;
     let _ = stop_tx.send(true);
+    drain(servers, failure, config.shutdown_grace).await
+}
+
+/// Reflection answers from the descriptor sets the services were compiled from, and lists
+/// only the services a listener serves (the descriptor set also holds fsd.approver.v1).
+fn reflection() -> tonic_reflection::server::Builder<'static> {
+    tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(fsd_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .with_service_name(<FsdServer<FsdService> as tonic::server::NamedService>::NAME)
+        .with_service_name("grpc.health.v1.Health")
+        .with_service_name("grpc.reflection.v1.ServerReflection")
+        .with_service_name("grpc.reflection.v1alpha.ServerReflection")
+}
+
+/// The limits of the TCP and the Unix-socket listeners' connections.
+fn connection_limits(transport: &crate::config::Transport) -> (TcpLimits, UnixLimits) {
+    let tcp_limits = TcpLimits {
+        handshake_timeout: transport.handshake_timeout,
+        idle_timeout: transport.idle_timeout,
+        max_connections: transport.max_connections,
+        tcp_keepalive: transport.keepalive_interval,
+        max_handshakes: transport.max_handshakes,
+        max_handshakes_per_source: transport.max_handshakes_per_source,
+        unauthenticated_idle: transport.unauthenticated_idle,
+    };
+    let unix_limits = UnixLimits {
+        idle_timeout: transport.idle_timeout,
+        unauthenticated_idle: transport.unauthenticated_idle,
+        max_connections: transport.max_unix_connections,
+        max_connections_per_uid: transport.max_unix_connections_per_uid,
+    };
+    (tcp_limits, unix_limits)
+}
+
+type Servers = tokio::task::JoinSet<Result<(), DaemonError>>;
+
+/// The gRPC server of a `unix:` or `tcp:` listener: fsd.v1, health and reflection, behind the
+/// identity edge.
+fn grpc_router(
+    config: &Config,
+    service: &FsdService,
+    edge: &Edge,
+    health_service: tonic_health::pb::health_server::HealthServer<
+        impl tonic_health::pb::health_server::Health,
+    >,
+    reflection_v1: tonic_reflection::server::v1::ServerReflectionServer<
+        impl tonic_reflection::server::v1::ServerReflection,
+    >,
+    reflection_v1alpha: tonic_reflection::server::v1alpha::ServerReflectionServer<
+        impl tonic_reflection::server::v1alpha::ServerReflection,
+    >,
+) -> tonic::transport::server::Router<tower::layer::util::Stack<Edge, tower::layer::util::Identity>> {
+    let transport = config.transport;
+    let max = config.max_message_bytes as usize;
+    let svc = FsdServer::new(service.clone()).max_decoding_message_size(max).max_encoding_message_size(max);
+    // Request compression is never accepted (no `accept_compressed`, no codec compiled in):
+    // a compressed request is refused before it is inflated.
+    tonic::transport::Server::builder()
+        // Receive windows: what a client may send before the daemon reads it, so what one
+        // connection can make the network process hold (tonic's 64 KiB defaults cost uploads
+        // several times over here). 2 MiB a stream and 4 MiB a connection keep a 1 GiB
+        // upload at full speed on a local socket; 16/32 MiB took the daemon's peak from 46
+        // to 84 MiB after five of them (BENCHMARKS.md). Downloads run on the client's
+        // windows (`fsd_tool_client::connect`).
+        .initial_stream_window_size(2 << 20)
+        .initial_connection_window_size(4 << 20)
+        .max_frame_size((1 << 20) - 1)
+        // Explicit limits, not library defaults (tonic's `None` would lift hyper's).
+        .max_concurrent_streams(transport.max_concurrent_streams)
+        .concurrency_limit_per_connection(transport.max_calls_per_connection)
+        .http2_keepalive_interval(Some(transport.keepalive_interval))
+        .http2_keepalive_timeout(Some(transport.keepalive_timeout))
+        .http2_max_header_list_size(16 << 10)
+        .http2_max_pending_accept_reset_streams(Some(20))
+        .http2_max_local_error_reset_streams(Some(1024))
+        .layer(edge.clone())
+        .add_service(svc)
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+}
+
+/// What the REST (and gRPC-Web) listeners are served with.
+struct RestListeners<'a> {
+    config: &'a Config,
+    face: &'a Arc<crate::rest::Face>,
+    tls: &'a Option<crate::tls::Current>,
+    tcp_limits: TcpLimits,
+    unix_limits: UnixLimits,
+    stop_rx: &'a watch::Receiver<bool>,
+}
+
+impl RestListeners<'_> {
+    fn unix(
+        &self,
+        std_listener: std::os::unix::net::UnixListener,
+        name: String,
+        servers: &mut Servers,
+    ) -> Result<(), DaemonError> {
+        let listener = tokio::net::UnixListener::from_std(std_listener)
+            .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+        tracing::info!(listen = %name, "listening (REST, gRPC-Web)");
+        let incoming = crate::edge::incoming_unix(listener, self.unix_limits, self.stop_rx.clone());
+        let (face, stop) = (self.face.clone(), self.stop_rx.clone());
+        servers.spawn(async move {
+            crate::rest::serve(incoming, crate::rest::host::Reach::Unix, face, stop).await;
+            Ok(())
+        });
+        Ok(())
+    }
+
+    fn tcp(
+        &self,
+        std_listener: std::net::TcpListener,
+        name: String,
+        plain: bool,
+        servers: &mut Servers,
+    ) -> Result<(), DaemonError> {
+        let listener = tokio::net::TcpListener::from_std(std_listener)
+            .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+        let tls = if plain { None } else { self.tls.as_ref().map(|t| t.acceptor(true)) };
+        if tls.is_some() {
+            tracing::info!(listen = %name, tls = true, "listening (REST, gRPC-Web)");
+        } else {
+            warn_plaintext(self.config, &name, "listening (REST, gRPC-Web) on plaintext loopback TCP");
+        }
+        let local =
+            listener.local_addr().map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+        let reach = crate::rest::host::Reach::tcp(local, tls.is_some());
+        let incoming = crate::edge::incoming(listener, tls, self.tcp_limits, self.stop_rx.clone());
+        let (face, stop) = (self.face.clone(), self.stop_rx.clone());
+        servers.spawn(async move {
+            crate::rest::serve(incoming, reach, face, stop).await;
+            Ok(())
+        });
+        Ok(())
+    }
+
+    fn pod(
+        &self,
+        std_listener: std::net::TcpListener,
+        name: String,
+        servers: &mut Servers,
+    ) -> Result<(), DaemonError> {
+        let listener = tokio::net::TcpListener::from_std(std_listener)
+            .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+        warn_pod_network(self.config, &name);
+        let pod = crate::edge::PodNetwork { tokens: self.config.pod_network_tokens };
+        let incoming = crate::edge::incoming_pod(listener, pod, self.tcp_limits, self.stop_rx.clone());
+        let (face, stop) = (self.face.clone(), self.stop_rx.clone());
+        // A pod is reached by its IP (the router, the SDK's in-cluster mode) or a service
+        // name the operator lists: the names a pod-network listener answers to.
+        let reach = crate::rest::host::Reach::NetworkPlain;
+        servers.spawn(async move {
+            crate::rest::serve(incoming, reach, face, stop).await;
+            Ok(())
+        });
+        Ok(())
+    }
+}
+
+/// The plaintext health listener: health and the metrics only: no fsd.v1, no reflection,
+/// nothing that needs a credential.
+fn spawn_health_listener(
+    std_listener: std::net::TcpListener,
+    health_service: tonic_health::pb::health_server::HealthServer<
+        impl tonic_health::pb::health_server::Health,
+    >,
+    tcp_limits: TcpLimits,
+    stop_rx: &watch::Receiver<bool>,
+    servers: &mut Servers,
+) -> Result<(), DaemonError> {
+    let name =
+        std_listener.local_addr().map(|a| format!("health tcp:{a}")).unwrap_or_else(|_| "health".into());
+    let listener = tokio::net::TcpListener::from_std(std_listener)
+        .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
+    tracing::info!(listen = %name, "listening (grpc.health.v1 and /metrics only, plaintext)");
+    // Health and the metrics only: no fsd.v1, no reflection, nothing that needs a credential.
+    // HTTP/1.1 too, for Prometheus scrapers.
+    let router = tonic::transport::Server::builder()
+        .accept_http1(true)
+        .layer(crate::metrics::Endpoint)
+        .max_concurrent_streams(16)
+        .concurrency_limit_per_connection(4)
+        .http2_max_header_list_size(8 << 10)
+        .add_service(health_service);
+    let incoming = crate::edge::incoming(
+        listener,
+        None,
+        TcpLimits { max_connections: 64, ..tcp_limits },
+        stop_rx.clone(),
+    );
+    let mut stop = stop_rx.clone();
+    servers.spawn(async move {
+        let shutdown = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
+        let result = router.serve_with_incoming_shutdown(incoming, shutdown).await;
+        result.map_err(|source| DaemonError::Serve { listen: name, source })
+    });
+    Ok(())
+}
+
+/// Waits for what stops this process: a signal, the stop flag, or a server that ended (whose
+/// error, if any, is returned).
+async fn first_stop(
+    signals: &mut Signals,
+    stop_rx: &watch::Receiver<bool>,
+    servers: &mut Servers,
+) -> Option<DaemonError> {
+    let mut stopped = stop_rx.clone();
+    let mut failure = None;
+    tokio::select! {
+        _ = signals.int.recv() => tracing::info!("SIGINT: finishing in-flight calls"),
+        _ = signals.term.recv() => tracing::info!("SIGTERM: finishing in-flight calls"),
+        _ = stopped.wait_for(|s| *s) => {}
+        Some(done) = servers.join_next() => {
+            if let Ok(Err(e)) = done { failure = Some(e); }
+        }
+    }
+    failure
+}
+
+/// Waits for the servers to finish, bounded; the first failure is the process's.
+async fn drain(
+    mut servers: tokio::task::JoinSet<Result<(), DaemonError>>,
+    mut failure: Option<DaemonError>,
+    shutdown_grace: Duration,
+) -> Result<(), DaemonError> {
     // In-flight calls get most of the grace (the supervisor needs the rest to stop the
     // workers); a client that keeps an idle connection open does not hold the daemon up past it.
     let drain = async {
@@ -622,7 +730,7 @@ async fn serve(
             }
         }
     };
-    if tokio::time::timeout(drain_budget(config.shutdown_grace), drain).await.is_err() {
+    if tokio::time::timeout(drain_budget(shutdown_grace), drain).await.is_err() {
         tracing::warn!("connections still open after the grace period; closing them");
     }
     match failure {

@@ -188,15 +188,7 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
     // Refuse to start, with the reason, when the workers' identity cannot be decided (writable
     // roots of different owners); every worker would fail the same way at birth.
     let identity = config.worker_identity()?;
-    // Before any child: a SIGTERM as soon as the socket answers is a stop, not a killed daemon.
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(DaemonError::Signal)?;
-    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .map_err(DaemonError::Signal)?;
-    // A closed terminal or an operator expecting a reload: stopped in order rather than by the
-    // default action, which left the socket file and logged nothing. (There is no reload.)
-    let mut sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        .map_err(DaemonError::Signal)?;
+    let (mut sigterm, mut sigint, mut sighup) = stop_signals()?;
     let (control, network_end) = sys::ipc::pair().map_err(|e| DaemonError::Runtime(e.into()))?;
     let requests = control.try_clone().map_err(DaemonError::Runtime)?;
     let sockets: Vec<PathBuf> = config
@@ -220,108 +212,20 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
         hung: crate::hung::HungWorkers::new(config_max_abandoned, crate::hung::KILL_GRACE),
         digest_key,
     };
-    // Before any worker exists, and before the socket answers: settle the transactions a killed
-    // daemon left (backend::txn: rolled back, or finished), then remove the temporary files it
-    // left (backend::journal), the rolled-back transactions' staged files among them.
     if let Some(dir) = &sup.config.state_dir {
-        prepare_state_dir(dir, &sup.config.roots, identity)?;
-        let report = crate::backend::txn::recover(dir, &sup.config.roots, |_| true);
-        if report.records > 0 {
-            tracing::warn!(
-                state_dir = %dir.display(),
-                records = report.records,
-                finished = report.finished,
-                rolled_back = report.rolled_back,
-                undone = report.undone,
-                unreadable = report.unreadable,
-                "transaction recovery done: transactions a killed daemon left were settled"
-            );
-        } else {
-            tracing::info!(state_dir = %dir.display(), "transaction recovery done: none to settle");
-        }
+        recover_state_dir(dir, &sup.config.roots, identity)?;
     }
     let sweeper = journal::Sweeper::start(&sup.config.roots);
     // Before the network process reads the TLS files: any change after its read is seen.
     let mut tls_watch = sup.config.tls.clone().map(crate::tls::watch::Watch::new);
     let mut tls_poll = tokio::time::interval(crate::tls::watch::POLL);
     tls_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let network_pid = sup.spawn(Role::Network, &network_end)?;
-    drop(network_end);
-    // A network process that died already is reported below, by its silence and exit status.
-    if let Err(e) = ipc::send(&sup.control, &sup.start(), None) {
-        tracing::debug!(error = %e, "network process gone before its start");
-    }
-    // Workers start once the network process has bound its listeners: a listener that cannot
-    // bind is reported here, once, and no worker ever starts.
-    let (requests, first) = tokio::task::spawn_blocking(move || {
-        let first = ipc::recv::<ControlRequest>(&requests);
-        (requests, first)
-    })
-    .await
-    .map_err(|e| DaemonError::Runtime(std::io::Error::other(e)))?;
-    match first {
-        Ok((ControlRequest::Listening, _)) => {}
-        Ok((ControlRequest::StartFailed { reason }, _)) => {
-            sup.reap(Instant::now() + START_FAILURE_REAP, true).await;
-            return Err(DaemonError::NetworkStart(reason));
-        }
-        Ok((other, _)) => {
-            sup.reap(Instant::now() + START_FAILURE_REAP, true).await;
-            return Err(DaemonError::NetworkStart(format!("unexpected first message {other:?}")));
-        }
-        // It died without a word (killed, or a crash): its exit status is all there is.
-        Err(_) => {
-            let status = sup.reap(Instant::now() + START_FAILURE_REAP, true).await;
-            return Err(match status {
-                Some(status) => DaemonError::NetworkExited(status),
-                None => DaemonError::NetworkStart("the network process stopped before listening".into()),
-            });
-        }
-    }
+    let (network_pid, requests) = sup.start_network(network_end, requests).await?;
     // The roots another daemon serves are said only now: a start that fails (another daemon on
     // the socket, serving these very roots) is the one line naming its cause.
     sweeper.report_shared();
-
-    let abi = sys::landlock_abi();
-    // The kernel's fence and link protection were settled by the preflight: a mode that could
-    // not be served stopped the start there.
-    for mode in sup.config.served_modes() {
-        for _ in 0..sup.config.workers_per_mode {
-            sup.spawn_worker(mode)?;
-        }
-    }
-    // One line per root: log fields are scalars, so JSON logs carry them as JSON values.
-    for root in &sup.config.roots {
-        tracing::info!(root = %root.path.display(), writable = root.writable, "root");
-    }
-    tracing::info!(
-        default_mode = sup.config.default_mode.as_str(),
-        max_mode = sup.config.max_mode.as_str(),
-        landlock_abi = abi,
-        worker_uid = identity.uid,
-        worker_gid = identity.gid,
-        "fsd {} serving",
-        env!("CARGO_PKG_VERSION")
-    );
-
-    // Kill requests from the network process arrive on a plain thread (the socket is blocking).
-    let (kill_tx, mut kill_rx) = tokio::sync::mpsc::unbounded_channel();
-    std::thread::Builder::new()
-        .name("fsd-kill-requests".into())
-        .spawn(move || {
-            while let Ok((request, fd)) = ipc::recv::<ControlRequest>(&requests) {
-                if let ControlRequest::RemoveStranded(stranded) = &request {
-                    remove_stranded(stranded, fd);
-                    continue;
-                }
-                if matches!(request, ControlRequest::Kill { .. } | ControlRequest::Stopping)
-                    && kill_tx.send(request).is_err()
-                {
-                    return;
-                }
-            }
-        })
-        .map_err(DaemonError::Runtime)?;
+    sup.start_workers(identity)?;
+    let mut kill_rx = read_requests(requests)?;
 
     let parent_gone = async {
         if options.parent_pipe {
@@ -359,43 +263,9 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
                     }
                     continue;
                 };
-                // Only a live worker of this daemon: the network process faces clients, and a
-                // pid it names that is no worker of ours (reaped, perhaps reused since, or
-                // never ours) is not signalled by this privileged process.
-                if pid == network_pid {
-                    tracing::warn!(pid, "the network process asked to be killed; not signalled");
-                    continue;
-                }
-                if !sup.alive.contains(&pid) {
-                    tracing::debug!(pid, "asked to kill a process that is no live worker; not signalled");
-                    continue;
-                }
-                if unkillable_hook() {
-                    tracing::warn!(pid, "test hook: treating the worker as unkillable");
-                } else if let Err(e) = sys::ipc::signal(pid, true) {
-                    tracing::warn!(pid, error = %e, "cannot kill worker");
-                }
-                sup.hung.killed(pid);
+                sup.kill_requested(pid, network_pid);
             }
-            pid = sup.hung.next_check() => {
-                let alive = sup.alive.contains(&pid);
-                match sup.hung.overdue(pid, alive) {
-                    None => {}
-                    Some(crate::hung::Overdue::Replace(mode)) => {
-                        tracing::error!(pid, mode = mode.as_str(), "worker survived its kill (stuck in the kernel); abandoned and replaced");
-                        if let Err(e) = sup.spawn_worker(mode) {
-                            tracing::error!(error = %e, "cannot replace an abandoned worker");
-                        }
-                    }
-                    Some(crate::hung::Overdue::Stop { mode, abandoned }) => {
-                        tracing::error!(pid, mode = mode.as_str(), abandoned, "too many abandoned workers: mode stopped until they exit");
-                        let stuck = ipc::Control::Stuck { mode, abandoned };
-                        if let Err(e) = ipc::send(&sup.control, &stuck, None) {
-                            tracing::error!(error = %e, "cannot tell the network process");
-                        }
-                    }
-                }
-            }
+            pid = sup.hung.next_check() => sup.check_overdue(pid),
             Some(done) = sup.children.join_next() => {
                 let Ok((role, pid, started, status)) = done else { continue };
                 sup.alive.remove(&pid);
@@ -412,78 +282,299 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
                         });
                         break;
                     }
-                    Role::Worker(mode) => match sup.hung.exited(pid) {
-                        crate::hung::Exited::Abandoned => {
-                            tracing::warn!(pid, mode = mode.as_str(), "an abandoned worker finally exited");
-                            settle(&sweeper, &sup, pid);
-                        }
-                        crate::hung::Exited::Recovered { mode, owed } => {
-                            tracing::warn!(pid, mode = mode.as_str(), "an abandoned worker exited; serving the mode again");
-                            settle(&sweeper, &sup, pid);
-                            for _ in 0..owed {
-                                if let Err(e) = sup.spawn_worker(mode) {
-                                    tracing::error!(error = %e, "cannot start a worker");
-                                }
-                            }
-                            if let Err(e) = ipc::send(&sup.control, &Control::Available { mode }, None) {
-                                tracing::error!(error = %e, "cannot tell the network process");
-                            }
-                        }
-                        crate::hung::Exited::Ordinary if network_stopping => {
-                            tracing::debug!(pid, mode = mode.as_str(), "worker exited with the network process");
-                            settle(&sweeper, &sup, pid);
-                        }
-                        crate::hung::Exited::Ordinary => {
-                        tracing::warn!(pid, mode = mode.as_str(), status = %status_text, "worker exited; replacing it");
-                        settle(&sweeper, &sup, pid);
-                        let failed_itself = status.as_ref().is_ok_and(|s| s.code().is_some_and(|c| c != 0));
-                        if let Err(e) = sup.replace(mode, started, failed_itself, &status_text) {
-                            tracing::error!(error = %e, "cannot replace worker");
-                        }
-                        }
-                    },
+                    Role::Worker(mode) => {
+                        let exit = WorkerExit { pid, mode, started, status, status_text };
+                        sup.worker_exited(&sweeper, exit, network_stopping);
+                    }
+                }
+            }
+        }
+    }
+    sup.stop(network_pid, network_alive, outcome, &sockets, options.parent_pipe).await
+}
+
+/// The stop signals, taken before any child: a SIGTERM as soon as the socket answers is a stop,
+/// not a killed daemon.
+fn stop_signals() -> Result<
+    (tokio::signal::unix::Signal, tokio::signal::unix::Signal, tokio::signal::unix::Signal),
+    DaemonError,
+> {
+    let sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(DaemonError::Signal)?;
+    let sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(DaemonError::Signal)?;
+    // A closed terminal or an operator expecting a reload: stopped in order rather than by the
+    // default action, which left the socket file and logged nothing. (There is no reload.)
+    let sighup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .map_err(DaemonError::Signal)?;
+    Ok((sigterm, sigint, sighup))
+}
+
+/// Before any worker exists, and before the socket answers: settle the transactions a killed
+/// daemon left (backend::txn: rolled back, or finished), then remove the temporary files it
+/// left (backend::journal), the rolled-back transactions' staged files among them.
+fn recover_state_dir(
+    dir: &std::path::Path,
+    roots: &[crate::op::RootSpec],
+    identity: crate::config::WorkerIdentity,
+) -> Result<(), DaemonError> {
+    prepare_state_dir(dir, roots, identity)?;
+    let report = crate::backend::txn::recover(dir, roots, |_| true);
+    if report.records > 0 {
+        tracing::warn!(
+            state_dir = %dir.display(),
+            records = report.records,
+            finished = report.finished,
+            rolled_back = report.rolled_back,
+            undone = report.undone,
+            unreadable = report.unreadable,
+            "transaction recovery done: transactions a killed daemon left were settled"
+        );
+    } else {
+        tracing::info!(state_dir = %dir.display(), "transaction recovery done: none to settle");
+    }
+    Ok(())
+}
+
+/// Kill requests from the network process arrive on a plain thread (the socket is blocking).
+fn read_requests(
+    requests: UnixStream,
+) -> Result<tokio::sync::mpsc::UnboundedReceiver<ControlRequest>, DaemonError> {
+    let (kill_tx, kill_rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::Builder::new()
+        .name("fsd-kill-requests".into())
+        .spawn(move || {
+            while let Ok((request, fd)) = ipc::recv::<ControlRequest>(&requests) {
+                if let ControlRequest::RemoveStranded(stranded) = &request {
+                    remove_stranded(stranded, fd);
+                    continue;
+                }
+                if matches!(request, ControlRequest::Kill { .. } | ControlRequest::Stopping)
+                    && kill_tx.send(request).is_err()
+                {
+                    return;
+                }
+            }
+        })
+        .map_err(DaemonError::Runtime)?;
+    Ok(kill_rx)
+}
+
+/// A worker's exit, as the supervisor saw it.
+struct WorkerExit {
+    pid: u32,
+    mode: Mode,
+    started: Instant,
+    status: std::io::Result<ExitStatus>,
+    status_text: String,
+}
+
+impl Supervisor {
+    /// Starts the network process and waits until it says it listens. Returns its pid and the
+    /// control socket's reading end.
+    async fn start_network(
+        &mut self,
+        network_end: UnixStream,
+        requests: UnixStream,
+    ) -> Result<(u32, UnixStream), DaemonError> {
+        let network_pid = self.spawn(Role::Network, &network_end)?;
+        drop(network_end);
+        // A network process that died already is reported below, by its silence and exit status.
+        if let Err(e) = ipc::send(&self.control, &self.start(), None) {
+            tracing::debug!(error = %e, "network process gone before its start");
+        }
+        // Workers start once the network process has bound its listeners: a listener that cannot
+        // bind is reported here, once, and no worker ever starts.
+        let (requests, first) = tokio::task::spawn_blocking(move || {
+            let first = ipc::recv::<ControlRequest>(&requests);
+            (requests, first)
+        })
+        .await
+        .map_err(|e| DaemonError::Runtime(std::io::Error::other(e)))?;
+        match first {
+            Ok((ControlRequest::Listening, _)) => {}
+            Ok((ControlRequest::StartFailed { reason }, _)) => {
+                self.reap(Instant::now() + START_FAILURE_REAP, true).await;
+                return Err(DaemonError::NetworkStart(reason));
+            }
+            Ok((other, _)) => {
+                self.reap(Instant::now() + START_FAILURE_REAP, true).await;
+                return Err(DaemonError::NetworkStart(format!("unexpected first message {other:?}")));
+            }
+            // It died without a word (killed, or a crash): its exit status is all there is.
+            Err(_) => {
+                let status = self.reap(Instant::now() + START_FAILURE_REAP, true).await;
+                return Err(match status {
+                    Some(status) => DaemonError::NetworkExited(status),
+                    None => DaemonError::NetworkStart("the network process stopped before listening".into()),
+                });
+            }
+        }
+        Ok((network_pid, requests))
+    }
+
+    /// Every served mode's workers, then the lines that say what the daemon serves.
+    fn start_workers(&mut self, identity: crate::config::WorkerIdentity) -> Result<(), DaemonError> {
+        let abi = sys::landlock_abi();
+        // The kernel's fence and link protection were settled by the preflight: a mode that could
+        // not be served stopped the start there.
+        for mode in self.config.served_modes() {
+            for _ in 0..self.config.workers_per_mode {
+                self.spawn_worker(mode)?;
+            }
+        }
+        // One line per root: log fields are scalars, so JSON logs carry them as JSON values.
+        for root in &self.config.roots {
+            tracing::info!(root = %root.path.display(), writable = root.writable, "root");
+        }
+        tracing::info!(
+            default_mode = self.config.default_mode.as_str(),
+            max_mode = self.config.max_mode.as_str(),
+            landlock_abi = abi,
+            worker_uid = identity.uid,
+            worker_gid = identity.gid,
+            "fsd {} serving",
+            env!("CARGO_PKG_VERSION")
+        );
+        Ok(())
+    }
+
+    /// The network process asked for a worker to be killed.
+    fn kill_requested(&mut self, pid: u32, network_pid: u32) {
+        // Only a live worker of this daemon: the network process faces clients, and a
+        // pid it names that is no worker of ours (reaped, perhaps reused since, or
+        // never ours) is not signalled by this privileged process.
+        if pid == network_pid {
+            tracing::warn!(pid, "the network process asked to be killed; not signalled");
+            return;
+        }
+        if !self.alive.contains(&pid) {
+            tracing::debug!(pid, "asked to kill a process that is no live worker; not signalled");
+            return;
+        }
+        if unkillable_hook() {
+            tracing::warn!(pid, "test hook: treating the worker as unkillable");
+        } else if let Err(e) = sys::ipc::signal(pid, true) {
+            tracing::warn!(pid, error = %e, "cannot kill worker");
+        }
+        self.hung.killed(pid);
+    }
+
+    /// A killed worker's time to exit is up: replaced if it is still there, or its mode stopped
+    /// when too many were abandoned.
+    fn check_overdue(&mut self, pid: u32) {
+        let alive = self.alive.contains(&pid);
+        match self.hung.overdue(pid, alive) {
+            None => {}
+            Some(crate::hung::Overdue::Replace(mode)) => {
+                tracing::error!(
+                    pid,
+                    mode = mode.as_str(),
+                    "worker survived its kill (stuck in the kernel); abandoned and replaced"
+                );
+                if let Err(e) = self.spawn_worker(mode) {
+                    tracing::error!(error = %e, "cannot replace an abandoned worker");
+                }
+            }
+            Some(crate::hung::Overdue::Stop { mode, abandoned }) => {
+                tracing::error!(
+                    pid,
+                    mode = mode.as_str(),
+                    abandoned,
+                    "too many abandoned workers: mode stopped until they exit"
+                );
+                let stuck = ipc::Control::Stuck { mode, abandoned };
+                if let Err(e) = ipc::send(&self.control, &stuck, None) {
+                    tracing::error!(error = %e, "cannot tell the network process");
                 }
             }
         }
     }
 
-    // Abandoned workers will not exit on their own: kill them again, now for good.
-    for pid in sup.hung.abandoned() {
-        let _ = sys::ipc::signal(pid, true);
-    }
-    // The network process first: it finishes in-flight calls (within its share of the grace),
-    // then its worker sockets close and the workers exit on their own. The whole stop is
-    // bounded by `shutdown_grace`: whatever is left then (a worker stuck in a syscall) is killed.
-    if network_alive {
-        // The stop is ours: the network process need not wait to be heard.
-        let _ = ipc::send(&sup.control, &Control::StopSeen, None);
-        let _ = sys::ipc::signal(network_pid, false);
-    }
-    if let Some(status) = sup.reap(Instant::now() + sup.config.shutdown_grace, network_alive).await
-        && !status.success()
-        && outcome.is_ok()
-    {
-        // SIGTERM'd cleanly exits 0; anything else is worth reporting.
-        outcome = Err(DaemonError::NetworkExited(status));
-    }
-    for path in &sockets {
-        if let Err(e) = std::fs::remove_file(path)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            tracing::warn!(path = %path.display(), error = %e, "could not remove socket");
+    /// A worker exited: settled, and replaced unless it was abandoned or the network process is
+    /// stopping.
+    fn worker_exited(&mut self, sweeper: &journal::Sweeper, exit: WorkerExit, network_stopping: bool) {
+        let WorkerExit { pid, mode, started, status, status_text } = exit;
+        match self.hung.exited(pid) {
+            crate::hung::Exited::Abandoned => {
+                tracing::warn!(pid, mode = mode.as_str(), "an abandoned worker finally exited");
+                settle(sweeper, self, pid);
+            }
+            crate::hung::Exited::Recovered { mode, owed } => {
+                tracing::warn!(
+                    pid,
+                    mode = mode.as_str(),
+                    "an abandoned worker exited; serving the mode again"
+                );
+                settle(sweeper, self, pid);
+                for _ in 0..owed {
+                    if let Err(e) = self.spawn_worker(mode) {
+                        tracing::error!(error = %e, "cannot start a worker");
+                    }
+                }
+                if let Err(e) = ipc::send(&self.control, &Control::Available { mode }, None) {
+                    tracing::error!(error = %e, "cannot tell the network process");
+                }
+            }
+            crate::hung::Exited::Ordinary if network_stopping => {
+                tracing::debug!(pid, mode = mode.as_str(), "worker exited with the network process");
+                settle(sweeper, self, pid);
+            }
+            crate::hung::Exited::Ordinary => {
+                tracing::warn!(pid, mode = mode.as_str(), status = %status_text, "worker exited; replacing it");
+                settle(sweeper, self, pid);
+                let failed_itself = status.as_ref().is_ok_and(|s| s.code().is_some_and(|c| c != 0));
+                if let Err(e) = self.replace(mode, started, failed_itself, &status_text) {
+                    tracing::error!(error = %e, "cannot replace worker");
+                }
+            }
         }
-        if options.parent_pipe
-            && let Some(dir) = path.parent()
-        {
-            let _ = std::fs::remove_dir(dir);
-        }
     }
-    tracing::info!("stopped");
-    outcome
+
+    /// The stop, in order: the network process first (in-flight calls finish), then the
+    /// workers, then the socket files.
+    async fn stop(
+        &mut self,
+        network_pid: u32,
+        network_alive: bool,
+        mut outcome: Result<(), DaemonError>,
+        sockets: &[PathBuf],
+        parent_pipe: bool,
+    ) -> Result<(), DaemonError> {
+        // Abandoned workers will not exit on their own: kill them again, now for good.
+        for pid in self.hung.abandoned() {
+            let _ = sys::ipc::signal(pid, true);
+        }
+        // The network process first: it finishes in-flight calls (within its share of the grace),
+        // then its worker sockets close and the workers exit on their own. The whole stop is
+        // bounded by `shutdown_grace`: whatever is left then (a worker stuck in a syscall) is killed.
+        if network_alive {
+            // The stop is ours: the network process need not wait to be heard.
+            let _ = ipc::send(&self.control, &Control::StopSeen, None);
+            let _ = sys::ipc::signal(network_pid, false);
+        }
+        if let Some(status) = self.reap(Instant::now() + self.config.shutdown_grace, network_alive).await
+            && !status.success()
+            && outcome.is_ok()
+        {
+            // SIGTERM'd cleanly exits 0; anything else is worth reporting.
+            outcome = Err(DaemonError::NetworkExited(status));
+        }
+        for path in sockets {
+            if let Err(e) = std::fs::remove_file(path)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(path = %path.display(), error = %e, "could not remove socket");
+            }
+            if parent_pipe && let Some(dir) = path.parent() {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+        tracing::info!("stopped");
+        outcome
+    }
 }
 
-/// Hands rotated TLS files to the network process, or says in one line why the certificate in
-/// use stays.
 /// A worker died: its transaction, if it was committing one, is rolled back (or finished) before
 /// its temporary files are swept, and only then does the network process release the locks it
 /// kept for that transaction (`Control::Recovered`): no call sees it half-committed.
@@ -536,6 +627,8 @@ fn prepare_state_dir(
     Ok(())
 }
 
+/// Hands rotated TLS files to the network process, or says in one line why the certificate in
+/// use stays.
 fn hand_over_tls(control: &UnixStream, change: crate::tls::watch::Change) {
     use crate::tls::watch::Change;
     match change {

@@ -318,112 +318,19 @@ impl Config {
         Config::resolve(parsed, flags)
     }
 
-    pub fn resolve(file: ConfigFile, flags: Overrides) -> Result<Config, ConfigError> {
+    pub fn resolve(mut file: ConfigFile, flags: Overrides) -> Result<Config, ConfigError> {
         let traces = trace_settings(&file)?;
-        let listen_text =
-            if flags.listen.is_empty() { file.listen.unwrap_or_default() } else { flags.listen };
-        let listen = listen_text.iter().map(|l| Listen::parse(l)).collect::<Result<Vec<_>, _>>()?;
-        if listen.is_empty() {
-            return Err(ConfigError::NoListen);
-        }
-        let roots_given = !flags.writable_roots.is_empty() || !flags.readable_roots.is_empty();
-        let (writable, readable) = if roots_given {
-            (flags.writable_roots, flags.readable_roots)
-        } else {
-            (file.writable_roots.unwrap_or_default(), file.readable_roots.unwrap_or_default())
-        };
-        let mut roots: Vec<RootSpec> =
-            writable.into_iter().map(|path| RootSpec { path, writable: true }).collect();
-        roots.extend(readable.into_iter().map(|path| RootSpec { path, writable: false }));
-        if roots.is_empty() {
-            return Err(ConfigError::NoRoots);
-        }
-        let default_mode =
-            mode("default_mode", flags.default_mode.or(file.default_mode), Mode::WorkspaceWrite)?;
-        let max_mode = mode("max_mode", file.max_mode, default_mode)?;
-        if default_mode > max_mode {
-            return Err(ConfigError::DefaultAboveMax {
-                default: default_mode.as_str(),
-                max: max_mode.as_str(),
-            });
-        }
-        let escalation = match file.escalation.as_deref() {
-            None | Some("deny") => Escalation::Deny,
-            Some("client") => Escalation::Client,
-            Some("signed") => Escalation::Signed,
-            Some(other) => return Err(ConfigError::Escalation(other.to_owned())),
-        };
-        let mut approver_endpoint = None;
-        if escalation == Escalation::Signed {
-            let key = file.approver_public_key.as_deref().ok_or(ConfigError::NoApproverKey)?;
-            crate::escalation::Escalations::new(key, std::time::Duration::from_secs(1))
-                .map_err(ConfigError::ApproverKey)?;
-            let endpoint = file.approver_endpoint.as_deref().ok_or(ConfigError::NoApproverEndpoint)?;
-            approver_endpoint = Some(
-                crate::escalation::ApproverEndpoint::parse(endpoint)
-                    .ok_or_else(|| ConfigError::ApproverEndpoint(endpoint.to_owned()))?,
-            );
-        }
-        let approver_token = file
-            .approver_token_file
-            .as_deref()
-            .map(|path| {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| ConfigError::ApproverToken(path.to_owned(), e.to_string()))?;
-                crate::approver::Token::new(text.trim())
-                    .map_err(|why| ConfigError::ApproverToken(path.to_owned(), why.to_owned()))
-            })
-            .transpose()?;
-        let log_format = match flags.log_format.or(file.log_format).as_deref() {
+        let (listen, roots) =
+            listen_and_roots(&mut file, flags.listen, flags.writable_roots, flags.readable_roots)?;
+        let (default_mode, max_mode) = modes(&mut file, flags.default_mode)?;
+        let (escalation, approver_endpoint, approver_token) = approval(&file)?;
+        let log_format = match flags.log_format.or(file.log_format.take()).as_deref() {
             None | Some("human") => LogFormat::Human,
             Some("json") => LogFormat::Json,
             Some(other) => return Err(ConfigError::LogFormat(other.to_owned())),
         };
         let socket_access = socket_access(file.socket_mode.as_deref(), file.socket_group.as_deref())?;
-        // A size cap of 0 refuses every non-empty file, listing or upload: a typo, not a policy.
-        // (max_diff_text_bytes = 0 is one: never send a change's text; max_abandoned_workers = 0
-        // too: stop a mode at its first unkillable worker.)
-        for (key, value) in [
-            ("max_message_bytes", file.max_message_bytes),
-            ("max_editable_file_bytes", file.max_editable_file_bytes),
-            ("max_read_bytes", file.max_read_bytes),
-            ("max_upload_bytes", file.max_upload_bytes),
-            ("max_dir_entries", file.max_dir_entries.map(|n| n as u64)),
-            ("max_transaction_operations", file.max_transaction_operations.map(|n| n as u64)),
-            ("max_transaction_bytes", file.max_transaction_bytes),
-        ] {
-            if value == Some(0) {
-                return Err(ConfigError::AtLeastOne(key));
-            }
-        }
-        let defaults = Limits::default();
-        let limits = Limits {
-            max_editable_bytes: file.max_editable_file_bytes.unwrap_or(defaults.max_editable_bytes),
-            max_read_bytes: file.max_read_bytes.unwrap_or(defaults.max_read_bytes),
-            max_diff_text_bytes: file.max_diff_text_bytes.unwrap_or(defaults.max_diff_text_bytes),
-            max_dir_entries: file.max_dir_entries.unwrap_or(defaults.max_dir_entries),
-            max_upload_bytes: file.max_upload_bytes.unwrap_or(defaults.max_upload_bytes),
-            min_upload_bytes_per_sec: file
-                .min_upload_bytes_per_sec
-                .unwrap_or(defaults.min_upload_bytes_per_sec),
-            max_transaction_operations: file
-                .max_transaction_operations
-                .unwrap_or(defaults.max_transaction_operations),
-            max_transaction_bytes: file.max_transaction_bytes.unwrap_or(defaults.max_transaction_bytes),
-            ..defaults
-        };
-        let max_message_bytes = file.max_message_bytes.unwrap_or(80 << 20);
-        // A unary write (or a whole read) carries the file plus framing: the cap must leave room
-        // for it. The error names the key that needs the room, not always the editable size.
-        let (key, bytes) = if limits.max_read_bytes > limits.max_editable_bytes {
-            ("max_read_bytes", limits.max_read_bytes)
-        } else {
-            ("max_editable_file_bytes", limits.max_editable_bytes)
-        };
-        let needed = bytes.saturating_add(1 << 20);
-        if max_message_bytes < needed {
-            return Err(ConfigError::MessageTooSmall { message: max_message_bytes, key, bytes, needed });
-        }
+        let (limits, max_message_bytes) = size_limits(&file)?;
         let landlock = match file.landlock.as_deref() {
             None | Some("required") => LandlockPolicy::Required,
             Some("best-effort") => LandlockPolicy::BestEffort,
@@ -439,7 +346,7 @@ impl Config {
             return Err(ConfigError::Workers);
         }
         let mut client_max_modes = std::collections::BTreeMap::new();
-        for (key, value) in file.client_max_modes.unwrap_or_default() {
+        for (key, value) in file.client_max_modes.take().unwrap_or_default() {
             let client =
                 crate::identity::ClientKey::parse(&key).ok_or_else(|| ConfigError::ClientUid(key.clone()))?;
             client_max_modes.insert(client, mode("client_max_modes", Some(value), max_mode)?);
@@ -447,71 +354,16 @@ impl Config {
         let fleet = fleet_settings(
             &listen,
             FleetFile {
-                tls_cert: file.tls_cert,
-                tls_key: file.tls_key,
-                tls_client_ca: file.tls_client_ca,
-                tls_client_cert: file.tls_client_cert,
-                tokens: file.tokens,
-                health_listen: file.health_listen,
+                tls_cert: file.tls_cert.take(),
+                tls_key: file.tls_key.take(),
+                tls_client_ca: file.tls_client_ca.take(),
+                tls_client_cert: file.tls_client_cert.take(),
+                tokens: file.tokens.take(),
+                health_listen: file.health_listen.take(),
                 pod_network_tokens: file.pod_network_tokens,
             },
         )?;
-        // A zero time would make the daemon time out everything at once: refused, not raised.
-        let at_least_one = |key: &'static str, value: Option<u64>, default: u64| match value {
-            Some(0) => Err(ConfigError::AtLeastOne(key)),
-            other => Ok(other.unwrap_or(default)),
-        };
-        let ms = |key: &'static str, value: Option<u64>, default: u64| {
-            at_least_one(key, value, default).map(std::time::Duration::from_millis)
-        };
-        let transport = Transport {
-            max_connections: file.max_connections.unwrap_or(256),
-            max_unix_connections: file.max_unix_connections.unwrap_or(512),
-            max_unix_connections_per_uid: file.max_unix_connections_per_uid.unwrap_or(128),
-            max_concurrent_streams: file.max_concurrent_streams.unwrap_or(256),
-            max_calls_per_connection: file.max_calls_per_connection.unwrap_or(64),
-            keepalive_interval: ms("keepalive_interval_ms", file.keepalive_interval_ms, 30_000)?,
-            keepalive_timeout: ms("keepalive_timeout_ms", file.keepalive_timeout_ms, 20_000)?,
-            handshake_timeout: ms("handshake_timeout_ms", file.handshake_timeout_ms, 10_000)?,
-            idle_timeout: ms("idle_timeout_ms", file.idle_timeout_ms, 300_000)?,
-            max_handshakes: file.max_handshakes.unwrap_or(256),
-            max_handshakes_per_source: file.max_handshakes_per_source.unwrap_or(16),
-            unauthenticated_idle: ms("unauthenticated_idle_ms", file.unauthenticated_idle_ms, 10_000)?,
-        };
-        let call_timeout = ms("call_timeout_ms", file.call_timeout_ms, 30_000)?;
-        let shutdown_grace = ms("shutdown_grace_ms", file.shutdown_grace_ms, 10_000)?;
-        let stream_idle_timeout = ms("stream_idle_timeout_ms", file.stream_idle_timeout_ms, 30_000)?;
-        let escalation_ttl = std::time::Duration::from_secs(at_least_one(
-            "escalation_ttl_secs",
-            file.escalation_ttl_secs,
-            120,
-        )?);
-        if transport.max_handshakes == 0 {
-            return Err(ConfigError::AtLeastOne("max_handshakes"));
-        }
-        if transport.max_handshakes_per_source == 0 {
-            return Err(ConfigError::AtLeastOne("max_handshakes_per_source"));
-        }
-        let max_queued_calls = file.max_queued_calls.unwrap_or(4096);
-        if max_queued_calls == 0 {
-            return Err(ConfigError::AtLeastOne("max_queued_calls"));
-        }
-        let budgets = file.budgets.unwrap_or_default().resolve()?;
-        if transport.max_connections == 0 {
-            return Err(ConfigError::AtLeastOne("max_connections"));
-        }
-        if transport.max_unix_connections == 0 {
-            return Err(ConfigError::AtLeastOne("max_unix_connections"));
-        }
-        if transport.max_unix_connections_per_uid == 0 {
-            return Err(ConfigError::AtLeastOne("max_unix_connections_per_uid"));
-        }
-        if transport.max_concurrent_streams == 0 {
-            return Err(ConfigError::AtLeastOne("max_concurrent_streams"));
-        }
-        if transport.max_calls_per_connection == 0 {
-            return Err(ConfigError::AtLeastOne("max_calls_per_connection"));
-        }
+        let load = time_and_load(&mut file)?;
         let rest = rest_settings(
             &roots,
             file.rest_root,
@@ -545,8 +397,8 @@ impl Config {
             direct_reads: file.direct_reads.unwrap_or(true),
             worker_uid: file.worker_uid,
             worker_gid: file.worker_gid,
-            call_timeout,
-            shutdown_grace,
+            call_timeout: load.call_timeout,
+            shutdown_grace: load.shutdown_grace,
             audit_log: file.audit_log,
             audit_signing_key: file.audit_signing_key,
             audit_checkpoint_every,
@@ -555,10 +407,10 @@ impl Config {
             tokens: fleet.tokens,
             health_listen: fleet.health_listen,
             pod_network_tokens: fleet.pod_network_tokens,
-            transport,
-            budgets,
-            stream_idle_timeout,
-            max_queued_calls,
+            transport: load.transport,
+            budgets: load.budgets,
+            stream_idle_timeout: load.stream_idle_timeout,
+            max_queued_calls: load.max_queued_calls,
             max_abandoned_workers: file.max_abandoned_workers.unwrap_or(8),
             listen,
             roots,
@@ -570,7 +422,7 @@ impl Config {
             max_mode,
             escalation,
             approver_public_key: file.approver_public_key.clone(),
-            escalation_ttl,
+            escalation_ttl: load.escalation_ttl,
             approver_endpoint,
             approver_token,
             log_format,
@@ -579,6 +431,208 @@ impl Config {
             limits,
         })
     }
+}
+
+/// Where the daemon listens and the roots it serves: the flags' roots replace the file's.
+fn listen_and_roots(
+    file: &mut ConfigFile,
+    listen_flags: Vec<String>,
+    writable_flags: Vec<PathBuf>,
+    readable_flags: Vec<PathBuf>,
+) -> Result<(Vec<Listen>, Vec<RootSpec>), ConfigError> {
+    let listen_text =
+        if listen_flags.is_empty() { file.listen.take().unwrap_or_default() } else { listen_flags };
+    let listen = listen_text.iter().map(|l| Listen::parse(l)).collect::<Result<Vec<_>, _>>()?;
+    if listen.is_empty() {
+        return Err(ConfigError::NoListen);
+    }
+    let roots_given = !writable_flags.is_empty() || !readable_flags.is_empty();
+    let (writable, readable) = if roots_given {
+        (writable_flags, readable_flags)
+    } else {
+        (file.writable_roots.take().unwrap_or_default(), file.readable_roots.take().unwrap_or_default())
+    };
+    let mut roots: Vec<RootSpec> =
+        writable.into_iter().map(|path| RootSpec { path, writable: true }).collect();
+    roots.extend(readable.into_iter().map(|path| RootSpec { path, writable: false }));
+    if roots.is_empty() {
+        return Err(ConfigError::NoRoots);
+    }
+    Ok((listen, roots))
+}
+
+/// The default and the highest mode.
+fn modes(file: &mut ConfigFile, default_flag: Option<String>) -> Result<(Mode, Mode), ConfigError> {
+    let default_mode = mode("default_mode", default_flag.or(file.default_mode.take()), Mode::WorkspaceWrite)?;
+    let max_mode = mode("max_mode", file.max_mode.take(), default_mode)?;
+    if default_mode > max_mode {
+        return Err(ConfigError::DefaultAboveMax { default: default_mode.as_str(), max: max_mode.as_str() });
+    }
+    Ok((default_mode, max_mode))
+}
+
+/// How escalations are decided, and where and with which token the daemon asks its approver.
+fn approval(
+    file: &ConfigFile,
+) -> Result<
+    (Escalation, Option<crate::escalation::ApproverEndpoint>, Option<crate::approver::Token>),
+    ConfigError,
+> {
+    let escalation = match file.escalation.as_deref() {
+        None | Some("deny") => Escalation::Deny,
+        Some("client") => Escalation::Client,
+        Some("signed") => Escalation::Signed,
+        Some(other) => return Err(ConfigError::Escalation(other.to_owned())),
+    };
+    let mut approver_endpoint = None;
+    if escalation == Escalation::Signed {
+        let key = file.approver_public_key.as_deref().ok_or(ConfigError::NoApproverKey)?;
+        crate::escalation::Escalations::new(key, std::time::Duration::from_secs(1))
+            .map_err(ConfigError::ApproverKey)?;
+        let endpoint = file.approver_endpoint.as_deref().ok_or(ConfigError::NoApproverEndpoint)?;
+        approver_endpoint = Some(
+            crate::escalation::ApproverEndpoint::parse(endpoint)
+                .ok_or_else(|| ConfigError::ApproverEndpoint(endpoint.to_owned()))?,
+        );
+    }
+    let approver_token = file
+        .approver_token_file
+        .as_deref()
+        .map(|path| {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ConfigError::ApproverToken(path.to_owned(), e.to_string()))?;
+            crate::approver::Token::new(text.trim())
+                .map_err(|why| ConfigError::ApproverToken(path.to_owned(), why.to_owned()))
+        })
+        .transpose()?;
+    Ok((escalation, approver_endpoint, approver_token))
+}
+
+/// The size caps of files, listings, uploads and transactions, and the message size that must
+/// hold the largest of them.
+fn size_limits(file: &ConfigFile) -> Result<(Limits, u64), ConfigError> {
+    // A size cap of 0 refuses every non-empty file, listing or upload: a typo, not a policy.
+    // (max_diff_text_bytes = 0 is one: never send a change's text; max_abandoned_workers = 0
+    // too: stop a mode at its first unkillable worker.)
+    for (key, value) in [
+        ("max_message_bytes", file.max_message_bytes),
+        ("max_editable_file_bytes", file.max_editable_file_bytes),
+        ("max_read_bytes", file.max_read_bytes),
+        ("max_upload_bytes", file.max_upload_bytes),
+        ("max_dir_entries", file.max_dir_entries.map(|n| n as u64)),
+        ("max_transaction_operations", file.max_transaction_operations.map(|n| n as u64)),
+        ("max_transaction_bytes", file.max_transaction_bytes),
+    ] {
+        if value == Some(0) {
+            return Err(ConfigError::AtLeastOne(key));
+        }
+    }
+    let defaults = Limits::default();
+    let limits = Limits {
+        max_editable_bytes: file.max_editable_file_bytes.unwrap_or(defaults.max_editable_bytes),
+        max_read_bytes: file.max_read_bytes.unwrap_or(defaults.max_read_bytes),
+        max_diff_text_bytes: file.max_diff_text_bytes.unwrap_or(defaults.max_diff_text_bytes),
+        max_dir_entries: file.max_dir_entries.unwrap_or(defaults.max_dir_entries),
+        max_upload_bytes: file.max_upload_bytes.unwrap_or(defaults.max_upload_bytes),
+        min_upload_bytes_per_sec: file.min_upload_bytes_per_sec.unwrap_or(defaults.min_upload_bytes_per_sec),
+        max_transaction_operations: file
+            .max_transaction_operations
+            .unwrap_or(defaults.max_transaction_operations),
+        max_transaction_bytes: file.max_transaction_bytes.unwrap_or(defaults.max_transaction_bytes),
+        ..defaults
+    };
+    let max_message_bytes = file.max_message_bytes.unwrap_or(80 << 20);
+    // A unary write (or a whole read) carries the file plus framing: the cap must leave room
+    // for it. The error names the key that needs the room, not always the editable size.
+    let (key, bytes) = if limits.max_read_bytes > limits.max_editable_bytes {
+        ("max_read_bytes", limits.max_read_bytes)
+    } else {
+        ("max_editable_file_bytes", limits.max_editable_bytes)
+    };
+    let needed = bytes.saturating_add(1 << 20);
+    if max_message_bytes < needed {
+        return Err(ConfigError::MessageTooSmall { message: max_message_bytes, key, bytes, needed });
+    }
+    Ok((limits, max_message_bytes))
+}
+
+/// A zero time would make the daemon time out everything at once: refused, not raised.
+fn at_least_one(key: &'static str, value: Option<u64>, default: u64) -> Result<u64, ConfigError> {
+    match value {
+        Some(0) => Err(ConfigError::AtLeastOne(key)),
+        other => Ok(other.unwrap_or(default)),
+    }
+}
+
+/// The times and load limits of connections, calls and identities.
+struct Load {
+    transport: Transport,
+    call_timeout: std::time::Duration,
+    shutdown_grace: std::time::Duration,
+    stream_idle_timeout: std::time::Duration,
+    escalation_ttl: std::time::Duration,
+    max_queued_calls: usize,
+    budgets: crate::budget::Limits,
+}
+
+fn time_and_load(file: &mut ConfigFile) -> Result<Load, ConfigError> {
+    let ms = |key: &'static str, value: Option<u64>, default: u64| {
+        at_least_one(key, value, default).map(std::time::Duration::from_millis)
+    };
+    let transport = Transport {
+        max_connections: file.max_connections.unwrap_or(256),
+        max_unix_connections: file.max_unix_connections.unwrap_or(512),
+        max_unix_connections_per_uid: file.max_unix_connections_per_uid.unwrap_or(128),
+        max_concurrent_streams: file.max_concurrent_streams.unwrap_or(256),
+        max_calls_per_connection: file.max_calls_per_connection.unwrap_or(64),
+        keepalive_interval: ms("keepalive_interval_ms", file.keepalive_interval_ms, 30_000)?,
+        keepalive_timeout: ms("keepalive_timeout_ms", file.keepalive_timeout_ms, 20_000)?,
+        handshake_timeout: ms("handshake_timeout_ms", file.handshake_timeout_ms, 10_000)?,
+        idle_timeout: ms("idle_timeout_ms", file.idle_timeout_ms, 300_000)?,
+        max_handshakes: file.max_handshakes.unwrap_or(256),
+        max_handshakes_per_source: file.max_handshakes_per_source.unwrap_or(16),
+        unauthenticated_idle: ms("unauthenticated_idle_ms", file.unauthenticated_idle_ms, 10_000)?,
+    };
+    let call_timeout = ms("call_timeout_ms", file.call_timeout_ms, 30_000)?;
+    let shutdown_grace = ms("shutdown_grace_ms", file.shutdown_grace_ms, 10_000)?;
+    let stream_idle_timeout = ms("stream_idle_timeout_ms", file.stream_idle_timeout_ms, 30_000)?;
+    let escalation_ttl =
+        std::time::Duration::from_secs(at_least_one("escalation_ttl_secs", file.escalation_ttl_secs, 120)?);
+    if transport.max_handshakes == 0 {
+        return Err(ConfigError::AtLeastOne("max_handshakes"));
+    }
+    if transport.max_handshakes_per_source == 0 {
+        return Err(ConfigError::AtLeastOne("max_handshakes_per_source"));
+    }
+    let max_queued_calls = file.max_queued_calls.unwrap_or(4096);
+    if max_queued_calls == 0 {
+        return Err(ConfigError::AtLeastOne("max_queued_calls"));
+    }
+    let budgets = file.budgets.take().unwrap_or_default().resolve()?;
+    if transport.max_connections == 0 {
+        return Err(ConfigError::AtLeastOne("max_connections"));
+    }
+    if transport.max_unix_connections == 0 {
+        return Err(ConfigError::AtLeastOne("max_unix_connections"));
+    }
+    if transport.max_unix_connections_per_uid == 0 {
+        return Err(ConfigError::AtLeastOne("max_unix_connections_per_uid"));
+    }
+    if transport.max_concurrent_streams == 0 {
+        return Err(ConfigError::AtLeastOne("max_concurrent_streams"));
+    }
+    if transport.max_calls_per_connection == 0 {
+        return Err(ConfigError::AtLeastOne("max_calls_per_connection"));
+    }
+    Ok(Load {
+        transport,
+        call_timeout,
+        shutdown_grace,
+        stream_idle_timeout,
+        escalation_ttl,
+        max_queued_calls,
+        budgets,
+    })
 }
 
 /// Traces: on with `otlp_endpoint` (`http://HOST:PORT`, plaintext OTLP/gRPC), their other keys

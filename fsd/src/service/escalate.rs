@@ -442,68 +442,8 @@ impl FsdService {
         let caller = Caller::of(&request, request.get_ref().context());
         let mut r = request.into_inner();
         let first = r.ops.first().map(|o| o.path.clone()).unwrap_or_default();
-        let refuse = |denial: EscalationDenial| denial.into_wire(&first, self.default_mode).into_status();
-        if self.escalation == Escalation::Deny {
-            return Err(refuse(EscalationDenial::Disabled(None)));
-        }
-        let max = self.max_for(&caller);
-        let base = self.default_mode.min(max);
-        let requested = mode_from_wire(r.requested_mode()).ok_or_else(|| refuse(EscalationDenial::NoMode))?;
-        if requested <= base {
-            return Err(refuse(EscalationDenial::NotWider(requested)));
-        }
-        if requested > max {
-            self.audit(
-                &caller,
-                Step::Escalate(Op::Describe),
-                &first,
-                requested,
-                Decision::Refused,
-                ErrorCode::SandboxDenied.as_str(),
-            );
-            return Err(refuse(EscalationDenial::AboveMax { requested, max }));
-        }
-        let most = self.budgets.limits().escalated_ops.min(MAX_ESCALATED_OPS);
-        if r.ops.is_empty() || r.ops.len() > most {
-            return Err(Status::invalid_argument(format!("an escalation lists between 1 and {most} calls")));
-        }
-        // The caller's budgets, before any check costs the daemon a resolution or a read: the
-        // request is a call like any other, and its operations count until it is decided.
-        let budgeted = self.budgets.call(&caller.identity).and_then(|call| {
-            let ops = self.budgets.escalated_ops(&caller.identity, r.ops.len())?;
-            Ok((call, ops))
-        });
-        let (_in_flight, ops_permit) = match budgeted {
-            Ok(permits) => permits,
-            Err(refusal) => {
-                let code = ErrorCode::RateLimited.as_str();
-                self.audit(&caller, Step::Escalate(Op::Describe), &first, requested, Decision::Refused, code);
-                return Err(refusal.into_wire(&first).into_status());
-            }
-        };
-        let mut patch = r.patch.as_deref().map(|text| PatchCheck::new(text, &r.ops)).transpose()?;
-        let mut ops = Vec::with_capacity(r.ops.len());
-        for (index, wire) in r.ops.iter_mut().enumerate() {
-            let Some(op) = Op::escalatable(&wire.op) else {
-                return Err(Status::invalid_argument(format!("cannot escalate operation {:?}", wire.op)));
-            };
-            let patch = patch.as_mut().map(|p| (p, index));
-            match self.canonical_escalated(&caller, base, requested, op, wire, patch).await {
-                Ok(described) => ops.push(described),
-                Err(status) => {
-                    let code = WireError::from_status(&status).map(|w| w.code.as_str()).unwrap_or("error");
-                    self.audit(
-                        &caller,
-                        Step::Escalate(Op::Describe),
-                        &wire.path,
-                        requested,
-                        Decision::Checked,
-                        code,
-                    );
-                    return Err(status);
-                }
-            }
-        }
+        let (base, requested, _in_flight, ops_permit) = self.admit(&caller, &r, &first)?;
+        let ops = self.canonical_ops(&caller, base, requested, &mut r).await?;
         let client = caller.client();
         // Audit records name the first call's path as the daemon resolved it.
         let shown = ops.first().map(|(op, _)| op.display.clone()).unwrap_or_default();
@@ -519,25 +459,7 @@ impl FsdService {
         };
         let Some(escalations) = self.escalations.as_ref().filter(|_| self.escalation == Escalation::Signed)
         else {
-            // Client trust: the checks passed; the client's own approver decides, and reports
-            // its decision naming this digest.
-            let digest = crate::escalation::client_digest(&request);
-            let step = Step::Escalate(Op::Describe);
-            let extra = Extra { digest: Some(&digest), ..extra };
-            self.audit_record(&caller, step, &first, requested, Decision::Checked, "ok", extra);
-            // The client's approver shows and judges what the daemon will act on.
-            let resolved_paths = request
-                .ops
-                .iter()
-                .map(|(op, _)| op.display.clone())
-                .chain(request.ops.iter().filter_map(|(op, _)| op.destination.clone().map(|(_, d)| d)))
-                .collect();
-            return Ok(Response::new(v1::EscalationDescription {
-                decided_by: v1::Decider::Client as i32,
-                digest,
-                resolved_paths,
-                ..Default::default()
-            }));
+            return Ok(self.client_trusted(&caller, &request, &first, requested, extra));
         };
         let keys: Vec<String> = request
             .ops
@@ -548,22 +470,7 @@ impl FsdService {
             .collect();
         // The pending-escalation budget: held until this escalation is spent, refused or expired.
         self.sweep();
-        // Expiries are audited when they happen, not at the next request.
-        self.sweeper.call_once(|| {
-            // Holds no more than the escalations (weakly) and the log: it ends with the service.
-            let pending = std::sync::Arc::downgrade(escalations);
-            let audit = self.audit.clone();
-            let every = (escalations.ttl() / 4)
-                .clamp(std::time::Duration::from_millis(250), std::time::Duration::from_secs(5));
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(every);
-                loop {
-                    tick.tick().await;
-                    let Some(escalations) = pending.upgrade() else { break };
-                    super::grant::sweep(&escalations, audit.as_deref());
-                }
-            });
-        });
+        self.start_sweeper(escalations);
         let permit = match self.budgets.escalation(&caller.identity) {
             Ok(permit) => permit,
             Err(refusal) => {
@@ -580,6 +487,155 @@ impl FsdService {
             let step = Step::Escalate(Op::Describe);
             self.audit_record(&caller, step, &first, requested, decision, result, extra);
         };
+        let out = self.approver_decision(escalations, &described, &caller, &client, &keys, audit_by).await;
+        Ok(Response::new(out))
+    }
+
+    /// The checks before any resolution or read: trust allows escalations, the mode is wider
+    /// than the caller's and within its maximum, the number of calls is bounded; then the
+    /// caller's budgets. Returns the caller's mode, the requested one and the budgets' permits.
+    fn admit(
+        &self,
+        caller: &Caller,
+        r: &v1::EscalationRequest,
+        first: &str,
+    ) -> Result<(Mode, Mode, crate::budget::Permit, crate::budget::Permit), Status> {
+        let refuse = |denial: EscalationDenial| denial.into_wire(first, self.default_mode).into_status();
+        if self.escalation == Escalation::Deny {
+            return Err(refuse(EscalationDenial::Disabled(None)));
+        }
+        let max = self.max_for(caller);
+        let base = self.default_mode.min(max);
+        let requested = mode_from_wire(r.requested_mode()).ok_or_else(|| refuse(EscalationDenial::NoMode))?;
+        if requested <= base {
+            return Err(refuse(EscalationDenial::NotWider(requested)));
+        }
+        if requested > max {
+            self.audit(
+                caller,
+                Step::Escalate(Op::Describe),
+                first,
+                requested,
+                Decision::Refused,
+                ErrorCode::SandboxDenied.as_str(),
+            );
+            return Err(refuse(EscalationDenial::AboveMax { requested, max }));
+        }
+        let most = self.budgets.limits().escalated_ops.min(MAX_ESCALATED_OPS);
+        if r.ops.is_empty() || r.ops.len() > most {
+            return Err(Status::invalid_argument(format!("an escalation lists between 1 and {most} calls")));
+        }
+        // The caller's budgets, before any check costs the daemon a resolution or a read: the
+        // request is a call like any other, and its operations count until it is decided.
+        let budgeted = self.budgets.call(&caller.identity).and_then(|call| {
+            let ops = self.budgets.escalated_ops(&caller.identity, r.ops.len())?;
+            Ok((call, ops))
+        });
+        let (in_flight, ops_permit) = match budgeted {
+            Ok(permits) => permits,
+            Err(refusal) => {
+                let code = ErrorCode::RateLimited.as_str();
+                self.audit(caller, Step::Escalate(Op::Describe), first, requested, Decision::Refused, code);
+                return Err(refusal.into_wire(first).into_status());
+            }
+        };
+        Ok((base, requested, in_flight, ops_permit))
+    }
+
+    /// Every listed call checked and resolved, in order; the first refusal is audited and ends
+    /// the request.
+    async fn canonical_ops(
+        &self,
+        caller: &Caller,
+        base: Mode,
+        requested: Mode,
+        r: &mut v1::EscalationRequest,
+    ) -> Result<Vec<(CanonicalOp, Preview)>, Status> {
+        let mut patch = r.patch.as_deref().map(|text| PatchCheck::new(text, &r.ops)).transpose()?;
+        let mut ops = Vec::with_capacity(r.ops.len());
+        for (index, wire) in r.ops.iter_mut().enumerate() {
+            let Some(op) = Op::escalatable(&wire.op) else {
+                return Err(Status::invalid_argument(format!("cannot escalate operation {:?}", wire.op)));
+            };
+            let patch = patch.as_mut().map(|p| (p, index));
+            match self.canonical_escalated(caller, base, requested, op, wire, patch).await {
+                Ok(described) => ops.push(described),
+                Err(status) => {
+                    let code = WireError::from_status(&status).map(|w| w.code.as_str()).unwrap_or("error");
+                    self.audit(
+                        caller,
+                        Step::Escalate(Op::Describe),
+                        &wire.path,
+                        requested,
+                        Decision::Checked,
+                        code,
+                    );
+                    return Err(status);
+                }
+            }
+        }
+        Ok(ops)
+    }
+
+    /// Client trust: the checks passed; the client's own approver decides, and reports its
+    /// decision naming this digest.
+    fn client_trusted(
+        &self,
+        caller: &Caller,
+        request: &Describe<'_>,
+        first: &str,
+        requested: Mode,
+        extra: Extra<'_>,
+    ) -> Response<v1::EscalationDescription> {
+        let digest = crate::escalation::client_digest(request);
+        let step = Step::Escalate(Op::Describe);
+        let extra = Extra { digest: Some(&digest), ..extra };
+        self.audit_record(caller, step, first, requested, Decision::Checked, "ok", extra);
+        // The client's approver shows and judges what the daemon will act on.
+        let resolved_paths = request
+            .ops
+            .iter()
+            .map(|(op, _)| op.display.clone())
+            .chain(request.ops.iter().filter_map(|(op, _)| op.destination.clone().map(|(_, d)| d)))
+            .collect();
+        Response::new(v1::EscalationDescription {
+            decided_by: v1::Decider::Client as i32,
+            digest,
+            resolved_paths,
+            ..Default::default()
+        })
+    }
+
+    /// Expiries are audited when they happen, not at the next request: one sweeper per service.
+    fn start_sweeper(&self, escalations: &std::sync::Arc<crate::escalation::Escalations>) {
+        self.sweeper.call_once(|| {
+            // Holds no more than the escalations (weakly) and the log: it ends with the service.
+            let pending = std::sync::Arc::downgrade(escalations);
+            let audit = self.audit.clone();
+            let every = (escalations.ttl() / 4)
+                .clamp(std::time::Duration::from_millis(250), std::time::Duration::from_secs(5));
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(every);
+                loop {
+                    tick.tick().await;
+                    let Some(escalations) = pending.upgrade() else { break };
+                    super::grant::sweep(&escalations, audit.as_deref());
+                }
+            });
+        });
+    }
+
+    /// Signed trust: the approver's answer to the daemon's description, audited and recorded,
+    /// as the caller hears it (the decision only).
+    async fn approver_decision(
+        &self,
+        escalations: &crate::escalation::Escalations,
+        described: &crate::escalation::Described,
+        caller: &Caller,
+        client: &str,
+        keys: &[String],
+        audit_by: impl Fn(Decision, &str, Option<&str>),
+    ) -> v1::EscalationDescription {
         let audit = |decision: Decision, result: &str| audit_by(decision, result, None);
         audit(Decision::Pending, "ok");
         let endpoint = self.approver_endpoint.as_ref();
@@ -605,13 +661,13 @@ impl FsdService {
             ApproverDecider::Person => v1::Decider::Person,
             _ => v1::Decider::Rules,
         };
-        let out = match answer {
+        match answer {
             Ok(Answer::Approved { signature, by, decider }) => {
                 match escalations.approve(&described.id, &signature, &decider) {
                     Ok(()) => {
                         audit_by(Decision::Approved, "ok", Some(&decider));
-                        for key in &keys {
-                            self.known.record(&caller.session, &client, key);
+                        for key in keys {
+                            self.known.record(&caller.session, client, key);
                         }
                         reply(true, decider_of(by), String::new())
                     }
@@ -633,8 +689,7 @@ impl FsdService {
                 audit(Decision::Refused, "unreachable");
                 reply(false, v1::Decider::Unreachable, String::new())
             }
-        };
-        Ok(Response::new(out))
+        }
     }
 
     pub(super) fn release(&self, request: Request<v1::ReleaseEscalationRequest>) {
