@@ -308,6 +308,27 @@ fn an_outside_write_while_a_replace_is_undone_is_kept() {
     assert_eq!(names, ["fsd-fault-pause-exchange"], "no temporary file is left");
 }
 
+/// The same interleaving, but in the second pause another save is renamed over the name, over the
+/// edit's file (the race above met this in CI: the undo's exchange then swapped that newest save
+/// out and removed it). The newest save stays at the name; the older one the undo had brought back
+/// is kept beside it, and the stale reply names it.
+#[test]
+fn a_save_over_a_replace_being_undone_stays_at_the_name() {
+    let d = Daemon::start();
+    let (path, edit) = edit_saved_over_in_the_exchange_pause(&d, "older save\n");
+    save_over(&path, "newest save\n");
+    let r = edit.join().unwrap();
+    assert_eq!(r.code(), Some("FS_STALE_VERSION"), "{}", r.json);
+    assert_eq!(std::fs::read(&path).unwrap(), b"newest save\n", "the newest outside save was lost");
+    let kept: Vec<_> =
+        std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().path()).filter(|p| p != &path).collect();
+    assert_eq!(kept.len(), 1, "one file beside the name, the older save: {kept:?}");
+    assert_eq!(std::fs::read(&kept[0]).unwrap(), b"older save\n");
+    let name = kept[0].file_name().unwrap().to_str().unwrap();
+    assert!(name.starts_with("fsd-fault-pause-exchange.kept-"), "{name}");
+    assert!(r.text().contains(name), "the reply names the kept save: {}", r.text());
+}
+
 /// The same interleaving, but the write into the edit's file at the name is an append (`>>`):
 /// the appended bytes stay at the name, on the edit's content, since the appender's descriptor is
 /// that file's; the editor's save the edit swapped out is not removed but kept at a visible name

@@ -328,6 +328,10 @@ fn swap_back(
     }
     #[cfg(feature = "fault-injection")]
     pause_at_exchange(name);
+    let came_back = sys::meta_at(dir, &temp.name);
+    if !came_back.is_ok_and(|m| (m.dev, m.ino) == (staged.dev, staged.ino)) {
+        return undo_over_a_later_save(dir, name, temp);
+    }
     let written_into = sys::meta(ours.as_fd()).is_ok_and(|now| !now.same_content(&staged));
     if written_into {
         if let Err(errno) = sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange) {
@@ -350,6 +354,25 @@ fn swap_back(
         return FsError::KeptAside { reason: StaleReason::ChangedWhileWriting, kept: kept.into() };
     }
     FsError::Stale(StaleReason::ChangedWhileWriting)
+}
+
+/// The undo's exchange took another file than ours from `name`: an outside save was renamed over
+/// ours while it sat there, so it is the newest change and goes back to `name`. The save the undo
+/// had brought back (or anything newer that got in between) is kept at a visible name beside it:
+/// the undo cannot tell which it is, and neither may be lost.
+fn undo_over_a_later_save(dir: BorrowedFd<'_>, name: &OsStr, temp: &mut TempName<'_>) -> FsError {
+    temp.unplaced = None;
+    temp.armed = false;
+    if let Err(errno) = sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange) {
+        return FsError::Rename(errno);
+    }
+    let kept = super::moves::keep_aside(dir, name, &temp.name);
+    tracing::warn!(
+        ?kept,
+        ?name,
+        "a save made over fsd's file during its undo stays; the older save is kept beside it"
+    );
+    FsError::KeptAside { reason: StaleReason::ChangedWhileWriting, kept: kept.into() }
 }
 
 /// Whether the file at `name`, still the inode `staged` describes, starts with `written` (an
