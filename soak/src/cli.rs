@@ -36,12 +36,20 @@ impl Verdict for crate::soak::SoakReport {
     }
 }
 
-/// Runs `workload` against the binaries in `bin_dir` (default: beside this binary).
-pub fn run<R: Verdict>(
-    name: &str,
-    bin_dir: Option<&Path>,
-    workload: impl FnOnce(&Bins) -> Result<R>,
-) -> ExitCode {
+/// The flags every long-run binary takes besides its workload's own.
+#[derive(Debug, clap::Args)]
+pub struct Common {
+    /// Directory holding fsd and fsd-tools (default: beside this binary).
+    #[arg(long)]
+    pub bin_dir: Option<std::path::PathBuf>,
+    /// A line per round, transaction or sample as it happens.
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+/// Runs `workload` against the binaries in `common.bin_dir` (default: beside this binary).
+pub fn run<R: Verdict>(name: &str, common: &Common, workload: impl FnOnce(&Bins) -> Result<R>) -> ExitCode {
+    let bin_dir: Option<&Path> = common.bin_dir.as_deref();
     let bins = match bin_dir.map_or_else(Bins::locate, Bins::in_dir) {
         Ok(bins) => bins,
         Err(e) => {

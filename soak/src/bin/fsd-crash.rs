@@ -33,12 +33,8 @@ struct Args {
     /// Seed of the run (default: from the clock); printed so a run can be repeated.
     #[arg(long)]
     seed: Option<u64>,
-    /// Directory holding fsd and fsd-tools (default: beside this binary).
-    #[arg(long)]
-    bin_dir: Option<std::path::PathBuf>,
-    /// One line per round.
-    #[arg(long)]
-    verbose: bool,
+    #[command(flatten)]
+    common: fsd_soak::cli::Common,
 }
 
 fn main() -> ExitCode {
@@ -52,8 +48,8 @@ fn main() -> ExitCode {
         max_kill_delay: std::time::Duration::from_millis(args.max_kill_delay_ms),
         worker_kill_percent: args.worker_kill_percent,
         seed: args.seed.unwrap_or_else(fsd_soak::util::clock_seed),
-        verbose: args.verbose,
+        verbose: args.common.verbose,
         ..CrashOptions::default()
     };
-    fsd_soak::cli::run("fsd-crash", args.bin_dir.as_deref(), |bins| crash::run(bins, &options))
+    fsd_soak::cli::run("fsd-crash", &args.common, |bins| crash::run(bins, &options))
 }

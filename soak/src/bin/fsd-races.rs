@@ -18,12 +18,8 @@ struct Args {
     /// Attempts of each session on each shared file per round.
     #[arg(long, default_value_t = 6)]
     attempts: usize,
-    /// Directory holding fsd and fsd-tools (default: beside this binary).
-    #[arg(long)]
-    bin_dir: Option<std::path::PathBuf>,
-    /// One line per round.
-    #[arg(long)]
-    verbose: bool,
+    #[command(flatten)]
+    common: fsd_soak::cli::Common,
 }
 
 fn main() -> ExitCode {
@@ -32,7 +28,7 @@ fn main() -> ExitCode {
         sessions: args.sessions,
         attempts: args.attempts,
         duration: args.duration,
-        verbose: args.verbose,
+        verbose: args.common.verbose,
     };
-    fsd_soak::cli::run("fsd-races", args.bin_dir.as_deref(), |bins| races::run(bins, &options))
+    fsd_soak::cli::run("fsd-races", &args.common, |bins| races::run(bins, &options))
 }

@@ -27,12 +27,8 @@ struct Args {
     /// The last quarter's mean descriptor count may exceed the first's by this much.
     #[arg(long, default_value_t = 16)]
     fd_slack: u64,
-    /// Directory holding fsd and fsd-tools (default: beside this binary).
-    #[arg(long)]
-    bin_dir: Option<std::path::PathBuf>,
-    /// Print every sample.
-    #[arg(long)]
-    verbose: bool,
+    #[command(flatten)]
+    common: fsd_soak::cli::Common,
 }
 
 fn main() -> ExitCode {
@@ -44,7 +40,7 @@ fn main() -> ExitCode {
         rss_factor: args.rss_factor,
         rss_slack_kib: args.rss_slack_kib,
         fd_slack: args.fd_slack,
-        verbose: args.verbose,
+        verbose: args.common.verbose,
     };
-    fsd_soak::cli::run("fsd-soak", args.bin_dir.as_deref(), |bins| soak::run(bins, &options))
+    fsd_soak::cli::run("fsd-soak", &args.common, |bins| soak::run(bins, &options))
 }

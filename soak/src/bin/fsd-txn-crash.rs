@@ -21,12 +21,8 @@ struct Args {
     /// Seed of the run (default: from the clock); printed so a run can be repeated.
     #[arg(long)]
     seed: Option<u64>,
-    /// Directory holding fsd and fsd-tools (default: beside this binary).
-    #[arg(long)]
-    bin_dir: Option<std::path::PathBuf>,
-    /// One line per transaction.
-    #[arg(long)]
-    verbose: bool,
+    #[command(flatten)]
+    common: fsd_soak::cli::Common,
 }
 
 fn main() -> ExitCode {
@@ -35,8 +31,8 @@ fn main() -> ExitCode {
         duration: args.duration,
         files: args.files,
         seed: args.seed.unwrap_or_else(fsd_soak::util::clock_seed),
-        verbose: args.verbose,
+        verbose: args.common.verbose,
         ..TxnCrashOptions::default()
     };
-    fsd_soak::cli::run("fsd-txn-crash", args.bin_dir.as_deref(), |bins| txn_crash::run(bins, &options))
+    fsd_soak::cli::run("fsd-txn-crash", &args.common, |bins| txn_crash::run(bins, &options))
 }
