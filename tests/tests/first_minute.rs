@@ -31,23 +31,8 @@ fn call_read(endpoint: &str, extra: &[&str]) -> (Option<i32>, String, String) {
 /// An nginx on `listen`: without `X-Sandbox-ID` a 400 with the router's JSON body, with it a
 /// proxy to `upstream`, where nothing listens (502).
 fn nginx(dir: &std::path::Path, listen: u16, upstream: u16) -> Killed {
-    let prefix = dir.join("nginx");
-    std::fs::create_dir_all(prefix.join("logs")).unwrap();
-    let conf = format!(
-        r#"daemon off;
-master_process off;
-worker_processes 1;
-error_log {prefix}/logs/error.log crit;
-pid {prefix}/nginx.pid;
-events {{ worker_connections 64; }}
-http {{
-    access_log off;
-    client_body_temp_path {prefix}/body;
-    proxy_temp_path {prefix}/proxy;
-    fastcgi_temp_path {prefix}/fastcgi;
-    uwsgi_temp_path {prefix}/uwsgi;
-    scgi_temp_path {prefix}/scgi;
-    server {{
+    let http = format!(
+        r#"    server {{
         listen 127.0.0.1:{listen};
         location / {{
             if ($http_x_sandbox_id = "") {{
@@ -56,11 +41,9 @@ http {{
             proxy_pass http://127.0.0.1:{upstream};
         }}
     }}
-}}
-"#,
-        prefix = prefix.display(),
+"#
     );
-    start_nginx(dir, &prefix, &conf, listen)
+    start_nginx(dir, &http, listen)
 }
 
 #[test]

@@ -65,25 +65,10 @@ pub struct Sandbox<'a> {
 
 /// The router on `127.0.0.1:listen`, in front of `sandbox`.
 pub fn router(dir: &Path, listen: u16, sandbox: &Sandbox<'_>) -> Killed {
-    let prefix = dir.join("nginx");
-    std::fs::create_dir_all(prefix.join("logs")).unwrap();
     let Sandbox { id, namespace, pod_ip, port } = sandbox;
     let label = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$";
-    let conf = format!(
-        r#"daemon off;
-master_process off;
-worker_processes 1;
-error_log {prefix}/logs/error.log warn;
-pid {prefix}/nginx.pid;
-events {{ worker_connections 256; }}
-http {{
-    access_log off;
-    client_body_temp_path {prefix}/body;
-    proxy_temp_path {prefix}/proxy;
-    fastcgi_temp_path {prefix}/fastcgi;
-    uwsgi_temp_path {prefix}/uwsgi;
-    scgi_temp_path {prefix}/scgi;
-    default_type application/json;
+    let http = format!(
+        r#"    default_type application/json;
     client_max_body_size 0;
     client_header_timeout 10s;
     keepalive_timeout 120s;
@@ -135,21 +120,39 @@ http {{
             proxy_request_buffering off;
         }}
     }}
-}}
+"#
+    );
+    start_nginx(dir, &http, listen)
+}
+
+/// Starts Debian's nginx in the foreground with everything it writes under `dir/nginx`, serving
+/// `http` (the inside of its `http` block), once it listens on `listen`; killed when dropped.
+pub fn start_nginx(dir: &Path, http: &str, listen: u16) -> Killed {
+    let prefix = dir.join("nginx");
+    std::fs::create_dir_all(prefix.join("logs")).unwrap();
+    let conf = format!(
+        r#"daemon off;
+master_process off;
+worker_processes 1;
+error_log {prefix}/logs/error.log warn;
+pid {prefix}/nginx.pid;
+events {{ worker_connections 256; }}
+http {{
+    access_log off;
+    client_body_temp_path {prefix}/body;
+    proxy_temp_path {prefix}/proxy;
+    fastcgi_temp_path {prefix}/fastcgi;
+    uwsgi_temp_path {prefix}/uwsgi;
+    scgi_temp_path {prefix}/scgi;
+{http}}}
 "#,
         prefix = prefix.display(),
     );
-    start_nginx(dir, &prefix, &conf, listen)
-}
-
-/// Starts Debian's nginx on `conf` (written into `dir`) with `prefix` as its prefix, once it
-/// listens on `listen`; killed when dropped.
-pub fn start_nginx(dir: &Path, prefix: &Path, conf: &str, listen: u16) -> Killed {
     let path = dir.join("nginx.conf");
     std::fs::write(&path, conf).unwrap();
     let mut child = Command::new(nginx_bin())
         .arg("-p")
-        .arg(prefix)
+        .arg(&prefix)
         .arg("-c")
         .arg(&path)
         .stdin(Stdio::null())
