@@ -116,3 +116,53 @@ fn allow_submounts_names_the_mounts_resolution_may_enter() {
     let read = s.read("elsewhere/s.txt");
     assert_eq!(read.code(), Some("FS_SANDBOX_DENIED"), "{}", read.json);
 }
+
+/// A mount swapped in and out below the root while reads run (served by the network process's
+/// direct read threads, whose walk is the workers'): every read returns the root's own file or is
+/// refused as a submount, never what the mount shows.
+#[test]
+fn a_mount_swapped_in_during_direct_reads_is_never_read_through() {
+    let secret = secret_dir();
+    let d = Daemon::start();
+    d.write("sub/s.txt", "public\n");
+    let at = d.path("sub");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (stop, at, source) = (stop.clone(), at.clone(), secret.path().to_owned());
+        std::thread::spawn(move || {
+            let mut swaps = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                drop(Bind::new(&source, &at));
+                swaps += 1;
+            }
+            swaps
+        })
+    };
+    let mut rpc = Rpc::connect(&d);
+    let mut s = d.session();
+    let (mut public, mut refused) = (0u32, 0u32);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(4);
+    while std::time::Instant::now() < deadline {
+        match rpc.read_text(&d.path("sub/s.txt"), 0) {
+            Ok(reply) => {
+                assert_eq!(reply.text, "public\n", "a read went through the mount: {reply:?}");
+                public += 1;
+            }
+            Err(status) => {
+                let w = wire(&status);
+                assert_eq!(
+                    (w.code, w.get("reason")),
+                    (ErrorCode::SandboxDenied, Some("submount")),
+                    "{status:?}"
+                );
+                refused += 1;
+            }
+        }
+        let r = s.read("sub/s.txt");
+        assert!(!r.text().contains("secret"), "the read tool went through the mount: {}", r.json);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let swaps = swapper.join().unwrap();
+    println!("mount swap: {swaps} swaps, {public} reads of the root's file, {refused} refused");
+    assert!(public > 0 && refused > 0, "both sides of the swap were met: {public} read, {refused} refused");
+}
