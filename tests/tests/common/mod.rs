@@ -65,6 +65,17 @@ pub struct Daemon {
     pub root: PathBuf,
 }
 
+/// `FSD_TEST_READ_PATH=workers`: a daemon whose config does not choose its read path serves
+/// every read in its workers (`direct_reads = false`), so that the suite runs on both read paths
+/// (`scripts/test.sh` runs the end-to-end tests once more so).
+fn with_read_path(config: &str) -> String {
+    match std::env::var("FSD_TEST_READ_PATH").as_deref() {
+        Ok("workers") if !config.contains("direct_reads") => format!("direct_reads = false\n{config}"),
+        Ok("workers" | "direct") | Err(_) => config.to_string(),
+        Ok(other) => panic!("FSD_TEST_READ_PATH={other}: expected workers or direct"),
+    }
+}
+
 impl Daemon {
     /// A daemon with one writable root `<tmp>/ws`.
     pub fn start() -> Daemon {
@@ -116,6 +127,7 @@ impl Daemon {
         prepare(&root);
         let socket = dir.path().join("fsd.sock");
         let mut launch = launch().wrapper(wrapper).unix(&socket).writable_root(&root);
+        let config = with_read_path(config);
         if !config.is_empty() {
             launch = launch.config(dir.path().join("fsd.toml"), config);
         }
