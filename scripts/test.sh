@@ -80,3 +80,10 @@ fi
 # fsd carries the test-only hooks (cargo feature fault-injection, never in a release build).
 cargo build --workspace --bins --locked --features fsd/fault-injection
 cargo test --workspace --locked --no-fail-fast
+
+# The tests of reads once more with every read served by the workers (`direct_reads = false`)
+# instead of the network process's direct read threads: both read paths answer alike. (The whole
+# end-to-end suite passes so too: `FSD_TEST_READ_PATH=workers cargo test -p fsd-tests --test all`.)
+FSD_TEST_READ_PATH=workers cargo test -p fsd-tests --test all --locked -- \
+    read:: read_image:: editor:: paths:: names:: fences:: hostile:: denied_paths:: mounts:: \
+    content_versions:: provider:: streaming:: rest_streams::
