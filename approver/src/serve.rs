@@ -273,10 +273,7 @@ impl Keeper {
             });
         };
         let expires = self.queue[i].entry.expires;
-        // The daemon stops waiting at its exact expiry, up to a second before the one it signs
-        // (rounded up), maybe before its leaving reaches us: a decision in that last second
-        // would be shown as taken while nobody waits for it.
-        if crate::now_secs() + 1 >= expires {
+        if crate::now_secs() >= expires {
             self.expire(i);
             return Err(format!(
                 "This request is no longer waiting: it expired at {} before anyone decided.",
@@ -581,9 +578,7 @@ mod tests {
     fn the_queue_takes_each_decision_once_and_refuses_what_it_may_not_take() {
         let (mut k, mut told) = keeper();
         let later = crate::now_secs() + 600;
-        // In its last signed second: the daemon may have stopped waiting already (it waits to
-        // its exact expiry, which the description rounds up to the second).
-        let gone = crate::now_secs() + 1;
+        let gone = crate::now_secs();
         let (a, b, c) = (description("a", later), description("b", later), description("c", gone));
         k.ask(1, "alpha".into(), a.clone());
         k.ask(2, "beta".into(), b.clone());
