@@ -4,7 +4,8 @@
 //!
 //! The steps: every target is walked (plan); all their keys are locked in one request, which
 //! the router takes together in one global order (`dispatch::locks`); every guard is checked and
-//! every new content computed (check); each new file is staged beside its target, synced, under
+//! every new content computed (check); then the pipeline's one commit step (`commit`,
+//! `Backend::commit_all`) commits them together: each new file is staged beside its target, synced, under
 //! a journaled temporary name (`write::stage`, `Staged::ready`); the intent record, naming every
 //! slot by its directory, its name, its temporary name and the identities of the staged and the
 //! replaced file, is written to the state directory and synced with the directory; then the
@@ -21,31 +22,27 @@
 //! removed file whose name was taken again is kept beside it (`<name>.kept-<8 hex>`).
 
 use std::ffi::{OsStr, OsString};
-use std::fs::File;
-use std::io::Write as _;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::journal::Entry;
-use super::pipeline::{self, Mutation, Placement, Plan};
-use super::resolve::Resolved;
-use super::write::{Place, Ready, stage, write_failed};
-use super::{Backend, read, version};
-use crate::error::{Denial, Failure, FsError, StaleReason};
-use crate::op::{Change, Mode, Outcome, RootSpec, TxnOp, WriteOperation};
-use crate::sys::{self, Errno, Kind, Meta, RenameHow};
+use super::Backend;
+use super::commit::Commit;
+use super::pipeline::{Mutation, Plan};
+use crate::error::{Denial, Failure, FsError};
+use crate::op::{Mode, Outcome, RootSpec, TxnOp};
+use crate::sys::{self, Kind, Meta, RenameHow};
 
 /// The state directory's subdirectory of intent records.
 pub const INTENTS: &str = "txn";
-const FORMAT: &str = "fsd-txn-1";
-const RECORD_PREFIX: &str = "txn-";
+pub(super) const FORMAT: &str = "fsd-txn-1";
+pub(super) const RECORD_PREFIX: &str = "txn-";
 
 /// What a slot's commit step does at its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-enum Action {
+pub(super) enum Action {
     /// The staged file and the existing one exchange names.
     Replace,
     /// The staged file takes a free name.
@@ -56,7 +53,7 @@ enum Action {
 
 /// A file as the record knows it: the identity and content stamp `Meta::same_content` compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-struct Stamp {
+pub(super) struct Stamp {
     dev: u64,
     ino: u64,
     size: u64,
@@ -64,38 +61,38 @@ struct Stamp {
 }
 
 impl Stamp {
-    fn of(meta: &Meta) -> Stamp {
+    pub(super) fn of(meta: &Meta) -> Stamp {
         Stamp { dev: meta.dev, ino: meta.ino, size: meta.size, mtime: meta.mtime }
     }
 
-    fn is(&self, meta: &Meta) -> bool {
+    pub(super) fn is(&self, meta: &Meta) -> bool {
         meta.kind == Kind::File && Stamp::of(meta) == *self
     }
 }
 
 /// One slot of an intent record. Names are hex (any bytes but `/`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct SlotRecord {
+pub(super) struct SlotRecord {
     /// The root's absolute path and the directories below it, hex.
-    root: String,
-    dir: Vec<String>,
-    name: String,
-    temp: String,
-    kind: Action,
-    staged: Option<Stamp>,
-    old: Option<Stamp>,
+    pub(super) root: String,
+    pub(super) dir: Vec<String>,
+    pub(super) name: String,
+    pub(super) temp: String,
+    pub(super) kind: Action,
+    pub(super) staged: Option<Stamp>,
+    pub(super) old: Option<Stamp>,
 }
 
 /// The intent record: written and synced before the first visible change.
 #[derive(Debug, Serialize, Deserialize)]
-struct Record {
-    format: String,
+pub(super) struct Record {
+    pub(super) format: String,
     /// The journal owner of the worker that commits (`<instance> <pid>`).
-    owner: String,
-    slots: Vec<SlotRecord>,
+    pub(super) owner: String,
+    pub(super) slots: Vec<SlotRecord>,
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(super) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -115,7 +112,7 @@ fn component(text: &str) -> Option<OsString> {
 
 /// Undoes one slot's commit in `dir`, where its name still holds what the transaction put there
 /// (else an outside change since is newer, and stays). Returns whether it restored anything.
-fn undo(dir: BorrowedFd<'_>, slot: &SlotRecord) -> bool {
+pub(super) fn undo(dir: BorrowedFd<'_>, slot: &SlotRecord) -> bool {
     let (Some(name), Some(temp)) = (component(&slot.name), component(&slot.temp)) else { return false };
     let holds = |at: &OsStr, stamp: Option<Stamp>| {
         stamp.is_some_and(|s| sys::meta_at(dir, at).is_ok_and(|m| s.is(&m)))
@@ -291,44 +288,14 @@ pub fn recover(state_dir: &Path, roots: &[RootSpec], matches: impl Fn(&str) -> b
 /// pauses a second after step `k` (a window for a test to kill a process in). The single write's
 /// `fsd-fault-io-error` and `fsd-fault-hang-write` act at their own target's step.
 #[cfg(any(test, feature = "fault-injection"))]
-fn fault_at(names: &[&OsStr], prefix: &str, step: usize) -> bool {
+pub(super) fn fault_at(names: &[&OsStr], prefix: &str, step: usize) -> bool {
     let wanted = format!("{prefix}{step}");
     names.iter().any(|n| n.as_bytes() == wanted.as_bytes())
 }
 
-/// What a target's commit step needs, from the pipeline's check.
-enum Staging {
-    Put { content: Vec<u8>, old: Option<Meta> },
-    Remove { old: Meta },
-}
-
-/// What each operation decided at check time, for its outcome: the slots it owns and the
-/// reply's parts known before the commit.
-enum Planned {
-    Write { target: usize, operation: WriteOperation, change: Change },
-    Edit { target: usize, replacements: usize, change: Change },
-    Delete { target: usize, change: Change },
-    Move { source: usize, destination: usize, source_change: Change, destination_change: Change },
-}
-
-/// A slot while the transaction runs: one target's commit step.
-struct Slot<'r> {
-    op: usize,
-    target: usize,
-    resolved: &'r Resolved,
-    dir: BorrowedFd<'r>,
-    kind: Action,
-    content: Vec<u8>,
-    ready: Option<Ready<'r>>,
-    old: Option<Meta>,
-    /// The temporary name: the staged file's, or the one a removal moves the name to.
-    temp: OsString,
-    aside: Option<Entry<'r>>,
-}
-
 impl Backend {
     /// Refuses more staged bytes than a transaction may carry.
-    fn within_staged(&self, size: u64, path: &str) -> Result<(), Failure> {
+    pub(super) fn within_staged(&self, size: u64, path: &str) -> Result<(), Failure> {
         let limit = self.limits.max_transaction_bytes;
         if size > limit {
             return Err(Failure::new(FsError::TooLarge { size, limit }, path));
@@ -336,8 +303,10 @@ impl Backend {
         Ok(())
     }
 
-    /// Runs a transaction (see the module's comment). On failure nothing it changed stays
-    /// changed, and the failure names the operation and how many were undone.
+    /// Runs a transaction (see the module's comment): planned, locked and checked as the
+    /// pipeline does a single call, then committed by the pipeline's one commit step
+    /// (`Backend::commit_all`). On failure nothing it changed stays changed, and the failure
+    /// names the operation and how many were undone.
     pub(super) fn transact(&self, mode: Mode, ops: Vec<TxnOp>) -> Result<Outcome, Failure> {
         let first = ops.first().map(TxnOp::path).unwrap_or_default().to_owned();
         let limit = self.limits.max_transaction_operations;
@@ -355,9 +324,9 @@ impl Backend {
             })
             .sum();
         self.within_staged(sent, &first)?;
-        let Some(intents) = self.intents.as_ref() else {
+        if self.intents.is_none() {
             return Err(Failure::new(FsError::Denied(Denial::NoStateDir), first));
-        };
+        }
         let at = |op: usize| move |f: Failure| f.in_transaction(op, 0);
 
         // Plan: each operation as the pipeline plans the single call (walk, binding,
@@ -374,393 +343,20 @@ impl Backend {
             }
             plans.push(plan);
         }
-        let Some(first_plan) = plans.first() else {
+        if plans.is_empty() {
             return Ok(Outcome::Transact { outcomes: Vec::new() });
-        };
-        // Every target of every operation, a move's source before its destination.
-        let mut targets: Vec<&Resolved> = Vec::new();
-        let mut of_op: Vec<(usize, Option<usize>)> = Vec::new();
-        for plan in &plans {
-            let a = targets.len();
-            targets.push(&plan.target.resolved);
-            let b = plan.destination.as_ref().map(|d| {
-                targets.push(&d.resolved);
-                a + 1
-            });
-            of_op.push((a, b));
         }
-        let anchor = &first_plan.target.resolved;
         // The pipeline's one lock site: every key in one request, taken in one global order.
         let refs: Vec<&Plan<'_>> = plans.iter().collect();
         let _held = self.lock_plans(&refs)?;
 
         // Check: every operation as the pipeline checks the single call, under the locks.
-        let mut staging: Vec<Option<Staging>> = (0..targets.len()).map(|_| None).collect();
-        let mut planned = Vec::with_capacity(ops.len());
+        let mut checked = Vec::with_capacity(plans.len());
         for (i, plan) in plans.iter().enumerate() {
-            let (a, b) = of_op[i];
-            let checked = self.check(plan).map_err(at(i))?;
-            // One write, edit or delete changes one name by one rename or unlink: the pipeline's
-            // own commit is all-or-nothing already, without an intent record to sync.
-            if plans.len() == 1 && !matches!(plan.mutation, Mutation::Move { .. }) {
-                let outcome = self.commit(checked, None).map_err(at(i))?;
-                return Ok(Outcome::Transact { outcomes: vec![outcome] });
-            }
-            let fail = |e, t: usize| self.fail(e, targets[t]).in_transaction(i, 0);
-            match (checked.decided, plan.mutation) {
-                (pipeline::Decided::Put { content, placement, change, replacements }, _) => {
-                    let old = match placement {
-                        Placement::Replace(meta) => Some(meta),
-                        Placement::Create | Placement::CreateOrReplace => None,
-                    };
-                    let operation =
-                        if old.is_some() { WriteOperation::Update } else { WriteOperation::Create };
-                    staging[a] = Some(Staging::Put { content: content.into_bytes(), old });
-                    planned.push(match replacements {
-                        Some(replacements) => Planned::Edit { target: a, replacements, change },
-                        None => Planned::Write { target: a, operation, change },
-                    });
-                }
-                (pipeline::Decided::Delete { meta, change, .. }, _) => {
-                    staging[a] = Some(Staging::Remove { old: meta });
-                    planned.push(Planned::Delete { target: a, change });
-                }
-                (
-                    pipeline::Decided::Move {
-                        source: (file, meta),
-                        existing,
-                        source_text,
-                        destination_before,
-                        ..
-                    },
-                    Mutation::Move { content, .. },
-                ) => {
-                    let d = b.ok_or_else(|| fail(FsError::NotRegularFile, a))?;
-                    let bytes = match content {
-                        Some(content) => content.as_bytes().to_vec(),
-                        None => {
-                            // The check read the source for its text: from its start again.
-                            std::io::Seek::rewind(&mut &file).map_err(|e| fail(FsError::Read(e), a))?;
-                            read::read_bounded(&file, &meta, self.limits.max_editable_bytes)
-                                .map_err(|e| fail(e, a))?
-                        }
-                    };
-                    let after = content.map(str::to_owned).or_else(|| source_text.clone());
-                    let destination_change = match destination_before {
-                        Some(before) => self.change(before.as_deref(), before.is_some(), after.as_deref()),
-                        None => self.change(None, true, after.as_deref()),
-                    };
-                    staging[d] = Some(Staging::Put { content: bytes, old: existing });
-                    staging[a] = Some(Staging::Remove { old: meta });
-                    planned.push(Planned::Move {
-                        source: a,
-                        destination: d,
-                        source_change: pipeline::source_change(source_text),
-                        destination_change,
-                    });
-                }
-                // A transaction carries text changes only (`TxnOp`).
-                _ => return Err(fail(FsError::NotRegularFile, a)),
-            }
+            checked.push(self.check(plan).map_err(at(i))?);
         }
-        let staged_bytes: u64 = staging
-            .iter()
-            .map(|d| match d {
-                Some(Staging::Put { content, .. }) => content.len() as u64,
-                _ => 0,
-            })
-            .sum();
-        self.within_staged(staged_bytes, &first)?;
-
-        // Stage, in commit order: a move's destination before its source goes.
-        let mut order: Vec<(usize, usize)> = Vec::new();
-        for (i, (a, b)) in of_op.iter().enumerate() {
-            match b {
-                Some(b) => order.extend([(i, *b), (i, *a)]),
-                None => order.push((i, *a)),
-            }
-        }
-        let mut slots: Vec<Slot<'_>> = Vec::with_capacity(order.len());
-        for (op, t) in order {
-            let resolved: &Resolved = targets[t];
-            let fail = |e| self.fail(e, resolved).in_transaction(op, 0);
-            let dir =
-                resolved.parent.as_ref().map(AsFd::as_fd).ok_or_else(|| fail(FsError::NotRegularFile))?;
-            let slot = match staging[t].take() {
-                Some(Staging::Put { content, old }) => {
-                    let place = match &old {
-                        Some(meta) => Place::Replace(meta),
-                        None => Place::Create,
-                    };
-                    let mut fill = |file: &mut File| {
-                        file.write_all(&content).map_err(|e| write_failed(e, content.len() as u64))
-                    };
-                    let staged =
-                        stage(dir, &mut fill, self.journal_scope(resolved), old.as_ref()).map_err(fail)?;
-                    let ready = staged.ready(resolved.name(), place).map_err(fail)?;
-                    let temp = ready.temp_name().to_owned();
-                    let kind = if old.is_some() { Action::Replace } else { Action::Create };
-                    Slot {
-                        op,
-                        target: t,
-                        resolved,
-                        dir,
-                        kind,
-                        content,
-                        ready: Some(ready),
-                        old,
-                        temp,
-                        aside: None,
-                    }
-                }
-                Some(Staging::Remove { old }) => {
-                    let temp = sys::temp_name().map_err(|e| fail(FsError::CreateTemp(e)))?;
-                    Slot {
-                        op,
-                        target: t,
-                        resolved,
-                        dir,
-                        kind: Action::Remove,
-                        content: Vec::new(),
-                        ready: None,
-                        old: Some(old),
-                        temp,
-                        aside: None,
-                    }
-                }
-                None => return Err(fail(FsError::NotRegularFile)),
-            };
-            slots.push(slot);
-        }
-
-        // The intent record, durable before the first visible change.
-        let record = Record {
-            format: FORMAT.to_owned(),
-            owner: super::journal::owner(),
-            slots: slots
-                .iter()
-                .map(|s| SlotRecord {
-                    root: hex(self.roots[s.resolved.root].path.as_os_str().as_bytes()),
-                    dir: s.resolved.rel[..s.resolved.rel.len().saturating_sub(1)]
-                        .iter()
-                        .map(|c| hex(c.as_bytes()))
-                        .collect(),
-                    name: hex(s.resolved.name().as_bytes()),
-                    temp: hex(s.temp.as_bytes()),
-                    kind: s.kind,
-                    staged: s.ready.as_ref().map(|r| Stamp::of(&r.staged)),
-                    old: s.old.as_ref().map(Stamp::of),
-                })
-                .collect(),
-        };
-        let written =
-            write_record(intents.as_fd(), &record).map_err(|e| self.fail(e, anchor).in_transaction(0, 0))?;
-        let intent = Intent { dir: intents.as_fd(), name: written };
-
-        #[cfg(any(test, feature = "fault-injection"))]
-        let names: Vec<&OsStr> = targets.iter().map(|t| t.name()).collect();
-        let mut failed = None;
-        #[cfg(test)]
-        let mut died = false;
-        for (k, slot) in slots.iter_mut().enumerate() {
-            #[cfg(any(test, feature = "fault-injection"))]
-            if fault_at(&names, "fsd-fault-txn-fail-", k + 1) {
-                failed = Some((k, FsError::Rename(Errno::IO)));
-                break;
-            }
-            // The single write's hooks (`worker::fault`), at this target's own commit step.
-            #[cfg(feature = "fault-injection")]
-            {
-                let name = slot.resolved.name();
-                if name == "fsd-fault-io-error" {
-                    failed = Some((k, FsError::Rename(Errno::IO)));
-                    break;
-                }
-                if name == "fsd-fault-hang-write" {
-                    loop {
-                        std::thread::sleep(std::time::Duration::from_secs(3600));
-                    }
-                }
-            }
-            if let Err(e) = self.commit_step(slot) {
-                failed = Some((k, e));
-                break;
-            }
-            #[cfg(feature = "fault-injection")]
-            if fault_at(&names, "fsd-fault-txn-pause-", k + 1) {
-                // A window in which a test kills the worker, the network process or the daemon.
-                std::thread::sleep(std::time::Duration::from_secs(1));
-            }
-            #[cfg(any(test, feature = "fault-injection"))]
-            if fault_at(&names, "fsd-fault-txn-die-", k + 1) {
-                // As a SIGKILL would leave it: nothing undone, the record in place.
-                #[cfg(not(test))]
-                std::process::exit(137);
-                #[cfg(test)]
-                {
-                    died = true;
-                    break;
-                }
-            }
-        }
-        #[cfg(test)]
-        if died {
-            std::mem::forget(slots);
-            std::mem::forget(intent);
-            return Err(Failure::new(FsError::Aborted, first));
-        }
-        if let Some((k, error)) = failed {
-            let mut undone_ops = std::collections::BTreeSet::new();
-            let slots_op_failed = slots[k].op;
-            for j in (0..k).rev() {
-                let slot_record = &record.slots[j];
-                let slot = &mut slots[j];
-                undo(slot.dir, slot_record);
-                let _ = sys::sync_dir(slot.dir);
-                match slot.kind {
-                    Action::Replace | Action::Create => {
-                        if let Some(ready) = slot.ready.as_mut() {
-                            ready.holds();
-                        }
-                    }
-                    Action::Remove => {
-                        if let Some(entry) = slot.aside.take() {
-                            entry.end();
-                        }
-                    }
-                }
-                // A move's destination undone when its source failed is the failing operation.
-                if slot.op != slots_op_failed {
-                    undone_ops.insert(slot.op);
-                }
-            }
-            intent.remove();
-            let slot = &slots[k];
-            return Err(self.fail(error, slot.resolved).in_transaction(slot.op, undone_ops.len()));
-        }
-
-        // Committed: the directories synced once each, then the record goes, then the replaced
-        // and removed files (a sweep finishes these should the worker die now).
-        let mut synced: Vec<(u64, u64)> = Vec::new();
-        for slot in &slots {
-            if let Ok(meta) = sys::meta(slot.dir)
-                && !synced.contains(&(meta.dev, meta.ino))
-            {
-                synced.push((meta.dev, meta.ino));
-                sys::sync_dir(slot.dir)
-                    .map_err(|e| self.fail(FsError::Sync(e), slot.resolved).in_transaction(slot.op, 0))?;
-            }
-        }
-        intent.remove();
-        let mut versions: Vec<Option<String>> = (0..targets.len()).map(|_| None).collect();
-        for slot in &mut slots {
-            if let Some(ready) = &slot.ready {
-                let meta = sys::meta(ready.file.as_fd())
-                    .map_err(|e| self.fail(FsError::Metadata(e), slot.resolved).in_transaction(slot.op, 0))?;
-                versions[slot.target] = Some(version::of_content(&ready.file, &meta, &slot.content));
-            }
-            if let (Some(entry), Some(old)) = (slot.aside.take(), slot.old.as_ref()) {
-                if sys::meta_at(slot.dir, &slot.temp).is_ok_and(|m| Stamp::of(old).is(&m)) {
-                    let _ = sys::remove(slot.dir, &slot.temp);
-                }
-                entry.end();
-            }
-        }
-        drop(slots);
-        for target in &targets {
-            target.made.keep();
-        }
-        let version = |t: usize| versions[t].clone().unwrap_or_default();
-        let outcomes = planned
-            .into_iter()
-            .map(|p| match p {
-                Planned::Write { target, operation, change } => Outcome::WriteText {
-                    target: self.target(targets[target]),
-                    operation,
-                    version: version(target),
-                    change,
-                },
-                Planned::Edit { target, replacements, change } => Outcome::EditText {
-                    target: self.target(targets[target]),
-                    version: version(target),
-                    replacements,
-                    change,
-                },
-                Planned::Delete { target, change } => {
-                    Outcome::DeleteFile { target: self.target(targets[target]), change }
-                }
-                Planned::Move { source, destination, source_change, destination_change } => {
-                    Outcome::MoveFile {
-                        source: self.target(targets[source]),
-                        destination: self.target(targets[destination]),
-                        destination_version: version(destination),
-                        source_change,
-                        destination_change,
-                        source_removal_errno: None,
-                    }
-                }
-            })
-            .collect();
+        let outcomes = self.commit_all(Commit::Together(checked))?;
         Ok(Outcome::Transact { outcomes })
-    }
-
-    /// One slot's visible change.
-    fn commit_step<'r>(&'r self, slot: &mut Slot<'r>) -> Result<(), FsError> {
-        let dir = slot.dir;
-        let name = slot.resolved.name();
-        match slot.kind {
-            Action::Replace => {
-                let (Some(ready), Some(old)) = (slot.ready.as_mut(), slot.old.as_ref()) else {
-                    return Err(FsError::NotRegularFile);
-                };
-                sys::rename(dir, &slot.temp, dir, name, RenameHow::Exchange).map_err(FsError::Rename)?;
-                ready.holds();
-                // What came out must be the file checked: an outside save since is put back.
-                if !sys::meta_at(dir, &slot.temp).is_ok_and(|m| m.same_content(old)) {
-                    return Err(ready.swap_back(name, &slot.content));
-                }
-                Ok(())
-            }
-            Action::Create => {
-                let Some(ready) = slot.ready.as_mut() else { return Err(FsError::NotRegularFile) };
-                match sys::rename(dir, &slot.temp, dir, name, RenameHow::NoReplace) {
-                    Ok(()) => {
-                        ready.placed();
-                        Ok(())
-                    }
-                    Err(Errno::EXIST) => Err(FsError::AlreadyExists),
-                    Err(errno) => Err(FsError::Rename(errno)),
-                }
-            }
-            Action::Remove => {
-                let Some(old) = slot.old.as_ref() else { return Err(FsError::NotRegularFile) };
-                let entry = self.journal_scope(slot.resolved).begin_removal(&slot.temp, name, old);
-                match sys::rename(dir, name, dir, &slot.temp, RenameHow::NoReplace) {
-                    Ok(()) => {}
-                    Err(errno) => {
-                        entry.end();
-                        return Err(match errno {
-                            Errno::NOENT => FsError::Stale(StaleReason::Gone),
-                            errno => FsError::Remove(errno),
-                        });
-                    }
-                }
-                if sys::meta_at(dir, &slot.temp).is_ok_and(|m| m.kind == Kind::File && m.same_content(old)) {
-                    slot.aside = Some(entry);
-                    return Ok(());
-                }
-                // An outside save was moved: it goes back (beside its name, should that be taken).
-                let error = match sys::rename(dir, &slot.temp, dir, name, RenameHow::NoReplace) {
-                    Ok(()) => FsError::Stale(StaleReason::ChangedWhileRemoving),
-                    Err(_) => {
-                        let kept = super::moves::keep_aside(dir, name, &slot.temp);
-                        FsError::KeptAside { reason: StaleReason::ChangedWhileRemoving, kept: kept.into() }
-                    }
-                };
-                entry.end();
-                Err(error)
-            }
-        }
     }
 }
 
@@ -782,41 +378,6 @@ fn mutation(op: &TxnOp) -> Mutation<'_> {
             content: content.as_deref(),
         },
     }
-}
-
-/// The intent record's file while the transaction runs.
-struct Intent<'d> {
-    dir: BorrowedFd<'d>,
-    name: OsString,
-}
-
-impl Intent<'_> {
-    fn remove(self) {
-        if let Err(errno) = sys::remove(self.dir, &self.name) {
-            tracing::warn!(%errno, "cannot remove a transaction's intent record");
-        }
-    }
-}
-
-/// Writes and syncs the record, then its directory: durable before the first rename.
-fn write_record(dir: BorrowedFd<'_>, record: &Record) -> Result<OsString, FsError> {
-    let random = sys::temp_name().map_err(FsError::CreateTemp)?;
-    let suffix =
-        random.as_bytes().strip_prefix(crate::op::TEMP_PREFIX.as_bytes()).unwrap_or(random.as_bytes());
-    let mut name = RECORD_PREFIX.as_bytes().to_vec();
-    name.extend_from_slice(suffix);
-    let name = OsString::from_vec(name);
-    let bytes = serde_json::to_vec(record).map_err(|e| FsError::WriteTemp(std::io::Error::other(e)))?;
-    let mut file = sys::create_exclusive(dir, &name).map_err(FsError::CreateTemp)?;
-    let written = file.write_all(&bytes).map_err(FsError::WriteTemp).and_then(|()| {
-        sys::sync(file.as_fd()).map_err(FsError::Sync)?;
-        sys::sync_dir(dir).map_err(FsError::Sync)
-    });
-    if let Err(e) = written {
-        let _ = sys::remove(dir, &name);
-        return Err(e);
-    }
-    Ok(name)
 }
 
 #[cfg(test)]
