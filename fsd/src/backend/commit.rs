@@ -25,7 +25,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use super::journal::Entry;
 use super::pipeline::{Body, Checked, Decided, Mutation, Placement};
 use super::resolve::Resolved;
-use super::txn::{self, Action, Record, SlotRecord, Stamp};
+use super::txn::{self, Action, Origin, Record, SlotRecord, Stamp};
 use super::write::{Place, Ready, Undo, stage, write_failed};
 use super::{Backend, moves, read, version};
 use crate::error::{Failure, FsError};
@@ -189,6 +189,24 @@ impl Backend {
                     Mutation::Move { content, .. },
                 ) => {
                     let d = b.ok_or_else(|| fail(FsError::NotRegularFile, a))?;
+                    let destination_change =
+                        self.destination_change(&destination_before, source_text.as_deref());
+                    if content.is_none() && same_mount(targets[a], targets[d]) {
+                        // A rename: the file itself travels (inode, links, attributes, mode).
+                        // Over an existing destination the two exchange, and the destination's
+                        // file, then at the source's name, is set aside there.
+                        staging[d] = Some(Staging::Rename { file, meta, from: a, old: existing });
+                        staging[a] = existing.map(|old| Staging::Remove { old });
+                        planned.push(Planned::Move {
+                            source: a,
+                            destination: d,
+                            source_change: super::pipeline::source_change(source_text),
+                            destination_change,
+                        });
+                        continue;
+                    }
+                    // New content, or another filesystem: the destination written anew, the
+                    // source removed.
                     let bytes = match content {
                         Some(content) => content.as_bytes().to_vec(),
                         None => {
@@ -225,10 +243,8 @@ impl Backend {
         // Stage, in commit order: a move's destination before its source goes.
         let mut order: Vec<(usize, usize)> = Vec::new();
         for (i, (a, b)) in of_op.iter().enumerate() {
-            match b {
-                Some(b) => order.extend([(i, *b), (i, *a)]),
-                None => order.push((i, *a)),
-            }
+            let targets = b.iter().chain([a]).filter(|t| staging[**t].is_some());
+            order.extend(targets.map(|t| (i, *t)));
         }
         let mut slots: Vec<Slot<'_>> = Vec::with_capacity(order.len());
         for (op, t) in order {
@@ -257,7 +273,9 @@ impl Backend {
                         dir,
                         kind,
                         content,
+                        staged: Some(ready.staged),
                         ready: Some(ready),
+                        moved: None,
                         old,
                         temp,
                         aside: None,
@@ -272,8 +290,35 @@ impl Backend {
                         dir,
                         kind: Action::Remove,
                         content: Vec::new(),
+                        staged: None,
                         ready: None,
+                        moved: None,
                         old: Some(old),
+                        temp,
+                        aside: None,
+                    }
+                }
+                Some(Staging::Rename { file, meta, from, old }) => {
+                    let source: &Resolved = targets[from];
+                    let from_dir = source
+                        .parent
+                        .as_ref()
+                        .map(AsFd::as_fd)
+                        .ok_or_else(|| fail(FsError::NotRegularFile))?;
+                    // Unused unless an undo finds the source's name taken again: the moved file
+                    // is kept beside it then, named after this.
+                    let temp = sys::temp_name().map_err(|e| fail(FsError::CreateTemp(e)))?;
+                    Slot {
+                        op,
+                        target: t,
+                        resolved,
+                        dir,
+                        kind: Action::Rename,
+                        content: Vec::new(),
+                        staged: Some(meta),
+                        ready: None,
+                        moved: Some((file, from_dir, source)),
+                        old,
                         temp,
                         aside: None,
                     }
@@ -289,17 +334,18 @@ impl Backend {
             owner: super::journal::owner(),
             slots: slots
                 .iter()
-                .map(|s| SlotRecord {
-                    root: txn::hex(self.roots[s.resolved.root].path.as_os_str().as_bytes()),
-                    dir: s.resolved.rel[..s.resolved.rel.len().saturating_sub(1)]
-                        .iter()
-                        .map(|c| txn::hex(c.as_bytes()))
-                        .collect(),
-                    name: txn::hex(s.resolved.name().as_bytes()),
-                    temp: txn::hex(s.temp.as_bytes()),
-                    kind: s.kind,
-                    staged: s.ready.as_ref().map(|r| Stamp::of(&r.staged)),
-                    old: s.old.as_ref().map(Stamp::of),
+                .map(|s| {
+                    let origin = self.origin(s.resolved);
+                    SlotRecord {
+                        root: origin.root,
+                        dir: origin.dir,
+                        name: origin.name,
+                        temp: txn::hex(s.temp.as_bytes()),
+                        kind: s.kind,
+                        staged: s.staged.as_ref().map(Stamp::of),
+                        old: s.old.as_ref().map(Stamp::of),
+                        from: s.moved.as_ref().map(|(_, _, source)| self.origin(source)),
+                    }
                 })
                 .collect(),
         };
@@ -365,9 +411,14 @@ impl Backend {
             for j in (0..k).rev() {
                 let slot_record = &record.slots[j];
                 let slot = &mut slots[j];
-                txn::undo(slot.dir, slot_record);
+                let from = slot.moved.as_ref().map(|(_, from, _)| *from);
+                txn::undo(slot.dir, from, slot_record);
                 let _ = sys::sync_dir(slot.dir);
+                if let Some(from) = from {
+                    let _ = sys::sync_dir(from);
+                }
                 match slot.kind {
+                    Action::Rename => {}
                     Action::Replace | Action::Create => {
                         if let Some(ready) = slot.ready.as_mut() {
                             ready.holds();
@@ -393,12 +444,15 @@ impl Backend {
         // and removed files (a sweep finishes these should the worker die now).
         let mut synced: Vec<(u64, u64)> = Vec::new();
         for slot in &slots {
-            if let Ok(meta) = sys::meta(slot.dir)
-                && !synced.contains(&(meta.dev, meta.ino))
-            {
-                synced.push((meta.dev, meta.ino));
-                sys::sync_dir(slot.dir)
-                    .map_err(|e| self.fail(FsError::Sync(e), slot.resolved).in_transaction(slot.op, 0))?;
+            let from = slot.moved.as_ref().map(|(_, from, _)| *from);
+            for dir in std::iter::once(slot.dir).chain(from) {
+                if let Ok(meta) = sys::meta(dir)
+                    && !synced.contains(&(meta.dev, meta.ino))
+                {
+                    synced.push((meta.dev, meta.ino));
+                    sys::sync_dir(dir)
+                        .map_err(|e| self.fail(FsError::Sync(e), slot.resolved).in_transaction(slot.op, 0))?;
+                }
             }
         }
         intent.remove();
@@ -408,6 +462,11 @@ impl Backend {
                 let meta = sys::meta(ready.file.as_fd())
                     .map_err(|e| self.fail(FsError::Metadata(e), slot.resolved).in_transaction(slot.op, 0))?;
                 versions[slot.target] = Some(version::of_content(&ready.file, &meta, &slot.content));
+            }
+            if let Some((file, _, _)) = &slot.moved {
+                let meta = sys::meta(file.as_fd())
+                    .map_err(|e| self.fail(FsError::Metadata(e), slot.resolved).in_transaction(slot.op, 0))?;
+                versions[slot.target] = Some(version::of_file(file, &meta));
             }
             if let (Some(entry), Some(old)) = (slot.aside.take(), slot.old.as_ref()) {
                 if sys::meta_at(slot.dir, &slot.temp).is_ok_and(|m| Stamp::of(old).is(&m)) {
@@ -482,14 +541,52 @@ impl Backend {
                     }
                 }
             }
+            Action::Rename => {
+                let (Some((_, from, source)), Some(staged)) = (slot.moved.as_ref(), slot.staged.as_ref())
+                else {
+                    return Err(FsError::NotRegularFile);
+                };
+                moves::move_checked(*from, source.name(), slot.dir, name, staged, slot.old.as_ref())
+            }
+        }
+    }
+
+    /// Where a resolved name is, as an intent record names it.
+    fn origin(&self, resolved: &Resolved) -> Origin {
+        Origin {
+            root: txn::hex(self.roots[resolved.root].path.as_os_str().as_bytes()),
+            dir: resolved.rel[..resolved.rel.len().saturating_sub(1)]
+                .iter()
+                .map(|c| txn::hex(c.as_bytes()))
+                .collect(),
+            name: txn::hex(resolved.name().as_bytes()),
         }
     }
 }
 
 /// What a target's commit step needs, from the pipeline's check.
 enum Staging {
-    Put { content: Vec<u8>, old: Option<Meta> },
-    Remove { old: Meta },
+    Put {
+        content: Vec<u8>,
+        old: Option<Meta>,
+    },
+    Remove {
+        old: Meta,
+    },
+    /// The source file (at target `from`), renamed to this target, over `old` when it is there.
+    Rename {
+        file: File,
+        meta: Meta,
+        from: usize,
+        old: Option<Meta>,
+    },
+}
+
+/// Whether a rename takes a file from one target's directory to the other's: the same mount.
+fn same_mount(a: &Resolved, b: &Resolved) -> bool {
+    let mount =
+        |r: &Resolved| r.parent.as_ref().and_then(|p| sys::meta(p.as_fd()).ok()).map(|m| (m.dev, m.mount));
+    matches!((mount(a), mount(b)), (Some(a), Some(b)) if a == b)
 }
 
 /// What each operation decided at check time, for its outcome: the slots it owns and the
@@ -509,7 +606,11 @@ struct Slot<'r> {
     dir: BorrowedFd<'r>,
     kind: Action,
     content: Vec<u8>,
+    /// The file the step puts at the name (staged, or moved), as the record knows it.
+    staged: Option<Meta>,
     ready: Option<Ready<'r>>,
+    /// A rename's source: the file, its directory and its target.
+    moved: Option<(File, BorrowedFd<'r>, &'r Resolved)>,
     old: Option<Meta>,
     /// The temporary name: the staged file's, or the one a removal moves the name to.
     temp: OsString,

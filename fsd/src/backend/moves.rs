@@ -93,6 +93,45 @@ pub(super) fn renamed_checked(
     Err(FsError::Denied(Denial::NotApproved))
 }
 
+/// A transaction's move step: `from` renamed to `to`, which must be free (`replaced`: none) or
+/// still hold the file `replaced` describes, and then the two exchange (the destination's file
+/// comes out at `from`). What arrives must be the file checked at `from` (`moved`), and what
+/// comes out the file checked at `to`: otherwise (an outside save in between) the rename is
+/// undone and the step is stale. A filesystem that cannot exchange fails the step: a plain
+/// replace could not be undone.
+pub(super) fn move_checked(
+    from_dir: BorrowedFd<'_>,
+    from: &OsStr,
+    to_dir: BorrowedFd<'_>,
+    to: &OsStr,
+    moved: &sys::Meta,
+    replaced: Option<&sys::Meta>,
+) -> Result<(), FsError> {
+    let how = if replaced.is_some() { RenameHow::Exchange } else { RenameHow::NoReplace };
+    match sys::rename(from_dir, from, to_dir, to, how) {
+        Ok(()) => {}
+        Err(Errno::EXIST) => return Err(FsError::AlreadyExists),
+        Err(Errno::NOENT) => return Err(FsError::Stale(StaleReason::Gone)),
+        Err(errno) => return Err(FsError::Rename(errno)),
+    }
+    let holds = |dir, name, meta: &sys::Meta| {
+        sys::meta_at(dir, name).is_ok_and(|m| m.kind == Kind::File && m.same_content(meta))
+    };
+    if holds(to_dir, to, moved) && replaced.is_none_or(|r| holds(from_dir, from, r)) {
+        return Ok(());
+    }
+    let back = match replaced {
+        Some(_) => sys::rename(from_dir, from, to_dir, to, RenameHow::Exchange),
+        None => sys::rename(to_dir, to, from_dir, from, RenameHow::NoReplace),
+    };
+    if let Err(errno) = back {
+        // Both names hold someone's content: neither is removed.
+        tracing::warn!(%errno, ?to, "a move that met an outside save could not be undone");
+        return Err(FsError::Rename(errno));
+    }
+    Err(FsError::Stale(StaleReason::ChangedWhileWriting))
+}
+
 /// How a guarded move onto an existing destination went, short of a stale destination.
 pub(super) enum Swap {
     /// The source is at the destination; the replaced file is removed, or still at the source
@@ -248,7 +287,7 @@ pub(super) fn keep_aside(dir: BorrowedFd<'_>, name: &OsStr, temp: &OsStr) -> std
 
 /// The visible name a save caught by a removal is kept under when its own name was taken again:
 /// `<name>.kept-<8 hex digits of the temporary name>`, in the same directory (`None`: too long).
-fn kept_name(name: &OsStr, temp: &OsStr) -> Option<std::ffi::OsString> {
+pub(super) fn kept_name(name: &OsStr, temp: &OsStr) -> Option<std::ffi::OsString> {
     use std::os::unix::ffi::OsStrExt;
     let random = temp.as_bytes().strip_prefix(crate::op::TEMP_PREFIX.as_bytes())?.get(..8)?;
     let mut kept = name.as_bytes().to_vec();

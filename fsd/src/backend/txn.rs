@@ -49,6 +49,19 @@ pub(super) enum Action {
     Create,
     /// The existing file goes to the temporary name.
     Remove,
+    /// A move: the source file (`staged`) comes from its own name (`from`) by a rename, so its
+    /// inode, links, attributes and mode travel. Onto a free name without replacing; over the
+    /// destination's file (`old`) by an exchange, which puts that file at the source's name,
+    /// whence the next slot (a `Remove` there) sets it aside.
+    Rename,
+}
+
+/// Where a moved file came from: its root, directories and name, hex as a slot's own.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct Origin {
+    pub(super) root: String,
+    pub(super) dir: Vec<String>,
+    pub(super) name: String,
 }
 
 /// A file as the record knows it: the identity and content stamp `Meta::same_content` compares.
@@ -81,6 +94,9 @@ pub(super) struct SlotRecord {
     pub(super) kind: Action,
     pub(super) staged: Option<Stamp>,
     pub(super) old: Option<Stamp>,
+    /// A `Rename`'s source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) from: Option<Origin>,
 }
 
 /// The intent record: written and synced before the first visible change.
@@ -110,13 +126,15 @@ fn component(text: &str) -> Option<OsString> {
     unhex(text).filter(|n| !n.is_empty() && n != "." && n != ".." && !n.as_bytes().contains(&b'/'))
 }
 
-/// Undoes one slot's commit in `dir`, where its name still holds what the transaction put there
-/// (else an outside change since is newer, and stays). Returns whether it restored anything.
-pub(super) fn undo(dir: BorrowedFd<'_>, slot: &SlotRecord) -> bool {
+/// Undoes one slot's commit in `dir` (a `Rename`'s source directory: `from`), where its name
+/// still holds what the transaction put there (else an outside change since is newer, and
+/// stays). Returns whether it restored anything.
+pub(super) fn undo(dir: BorrowedFd<'_>, from: Option<BorrowedFd<'_>>, slot: &SlotRecord) -> bool {
     let (Some(name), Some(temp)) = (component(&slot.name), component(&slot.temp)) else { return false };
-    let holds = |at: &OsStr, stamp: Option<Stamp>| {
+    let holds_in = |dir: BorrowedFd<'_>, at: &OsStr, stamp: Option<Stamp>| {
         stamp.is_some_and(|s| sys::meta_at(dir, at).is_ok_and(|m| s.is(&m)))
     };
+    let holds = |at: &OsStr, stamp: Option<Stamp>| holds_in(dir, at, stamp);
     match slot.kind {
         // The replaced file is at the temporary name: exchanged back, the staged one goes there.
         Action::Replace if holds(&name, slot.staged) && holds(&temp, slot.old) => {
@@ -136,19 +154,52 @@ pub(super) fn undo(dir: BorrowedFd<'_>, slot: &SlotRecord) -> bool {
                 }
             }
         }
+        Action::Rename if holds(&name, slot.staged) => {
+            let (Some(from), Some(source)) = (from, slot.from.as_ref().and_then(|o| component(&o.name)))
+            else {
+                return false;
+            };
+            match slot.old {
+                // The destination's file is back at the source's name (the next slot's undo put
+                // it there): the two exchange names again.
+                Some(_) if holds_in(from, &source, slot.old) => {
+                    sys::rename(from, &source, dir, &name, RenameHow::Exchange).is_ok()
+                }
+                Some(_) => false,
+                None => match sys::rename(dir, &name, from, &source, RenameHow::NoReplace) {
+                    Ok(()) => true,
+                    Err(errno) => {
+                        // The source's name was taken again since: the moved file is kept
+                        // beside it, visible, and its destination is free again.
+                        let kept = super::moves::kept_name(&source, &temp)
+                            .filter(|kept| sys::rename(dir, &name, from, kept, RenameHow::NoReplace).is_ok());
+                        tracing::warn!(?kept, ?source, %errno, "a file a rolled-back transaction had moved is kept beside its old name: that name was taken again");
+                        kept.is_some()
+                    }
+                },
+            }
+        }
         _ => false,
     }
 }
 
 /// Whether a slot's commit step happened (by what its names hold now).
-fn committed(dir: BorrowedFd<'_>, slot: &SlotRecord) -> bool {
+fn committed(dir: BorrowedFd<'_>, from: Option<BorrowedFd<'_>>, slot: &SlotRecord) -> bool {
     let (Some(name), Some(temp)) = (component(&slot.name), component(&slot.temp)) else { return false };
-    let holds = |at: &OsStr, stamp: Option<Stamp>| {
+    let holds = |dir: BorrowedFd<'_>, at: &OsStr, stamp: Option<Stamp>| {
         stamp.is_some_and(|s| sys::meta_at(dir, at).is_ok_and(|m| s.is(&m)))
     };
     match slot.kind {
-        Action::Replace | Action::Create => !holds(&temp, slot.staged),
-        Action::Remove => !holds(&name, slot.old),
+        Action::Replace | Action::Create => !holds(dir, &temp, slot.staged),
+        Action::Remove => !holds(dir, &name, slot.old),
+        // The moved file is no longer at its source's name (and is at the destination: a
+        // source gone elsewhere is not this transaction's doing).
+        Action::Rename => match (from, slot.from.as_ref().and_then(|o| component(&o.name))) {
+            (Some(from), Some(source)) => {
+                !holds(from, &source, slot.staged) && holds(dir, &name, slot.staged)
+            }
+            _ => false,
+        },
     }
 }
 
@@ -156,13 +207,19 @@ fn committed(dir: BorrowedFd<'_>, slot: &SlotRecord) -> bool {
 /// The root must be one of `roots` (the writable roots, canonical): the record was written by a
 /// worker, and a forged one must not send the privileged recovery anywhere a worker cannot write.
 fn open_slot_dir(slot: &SlotRecord, roots: &[PathBuf]) -> Option<OwnedFd> {
-    let root = unhex(&slot.root)?;
+    open_dir_below(&slot.root, &slot.dir, roots)
+}
+
+/// A directory named by a root (hex, one of `roots`) and the directories below it (hex),
+/// reached one component at a time, no link followed.
+fn open_dir_below(root: &str, dir: &[String], roots: &[PathBuf]) -> Option<OwnedFd> {
+    let root = unhex(root)?;
     if !roots.iter().any(|r| r.as_os_str() == root) {
         tracing::warn!(root = ?root, "an intent record names a directory outside the writable roots; left alone");
         return None;
     }
     let mut fd = sys::open_dir(Path::new(&root)).ok()?;
-    for part in &slot.dir {
+    for part in dir {
         let next = sys::open_component(fd.as_fd(), &component(part)?).ok()?;
         if !sys::meta(next.as_fd()).is_ok_and(|m| m.kind == Kind::Directory) {
             return None;
@@ -250,21 +307,31 @@ pub fn recover(state_dir: &Path, roots: &[RootSpec], matches: impl Fn(&str) -> b
         }
         let dirs: Vec<Option<OwnedFd>> =
             record.slots.iter().map(|slot| open_slot_dir(slot, &roots)).collect();
+        let froms: Vec<Option<OwnedFd>> = record
+            .slots
+            .iter()
+            .map(|slot| slot.from.as_ref().and_then(|o| open_dir_below(&o.root, &o.dir, &roots)))
+            .collect();
+        let from = |i: usize| froms[i].as_ref().map(AsFd::as_fd);
         let all = record
             .slots
             .iter()
             .zip(&dirs)
-            .all(|(slot, dir)| dir.as_ref().is_some_and(|d| committed(d.as_fd(), slot)));
+            .enumerate()
+            .all(|(i, (slot, dir))| dir.as_ref().is_some_and(|d| committed(d.as_fd(), from(i), slot)));
         if all {
             report.finished += 1;
         } else {
             report.rolled_back += 1;
-            for (slot, dir) in record.slots.iter().zip(&dirs).rev() {
+            for (i, (slot, dir)) in record.slots.iter().zip(&dirs).enumerate().rev() {
                 if let Some(dir) = dir
-                    && undo(dir.as_fd(), slot)
+                    && undo(dir.as_fd(), from(i), slot)
                 {
                     report.undone += 1;
                     let _ = sys::sync_dir(dir.as_fd());
+                    if let Some(from) = from(i) {
+                        let _ = sys::sync_dir(from);
+                    }
                 }
             }
         }
@@ -583,9 +650,11 @@ mod tests {
                 }
                 Gen::Move { from, to, guard, to_guard } => {
                     let (f, t) = (NAMES[*from].to_owned(), NAMES[*to].to_owned());
-                    steps += 2;
                     let fresh = named.insert(f.clone()) & named.insert(t.clone());
                     let dst_present = after.contains_key(&t);
+                    // A rename; over a destination, an exchange and then the destination's file
+                    // set aside from the source's name.
+                    steps += 1 + usize::from(dst_present);
                     let dst_ok = match to_guard {
                         Pick::None => true,
                         Pick::Current => dst_present,
@@ -704,7 +773,8 @@ mod tests {
     /// file and no record.
     #[test]
     fn recovery_rolls_back_a_transaction_killed_at_every_step() {
-        for step in 1..=5 {
+        // Five steps (the move one rename); killed after the fifth, the marker's, it committed.
+        for step in 1..=4 {
             let fixture = fixture();
             std::fs::write(fixture.root.path().join("a"), "old a").unwrap();
             std::fs::write(fixture.root.path().join("gone"), "deleted").unwrap();
@@ -752,6 +822,130 @@ mod tests {
         }
     }
 
+    /// A transaction's moves are renames: the file itself travels (inode, hard links, user
+    /// attributes, mode), onto a free name and over an existing one; a move undone when a later
+    /// step fails puts the same files back at their names.
+    #[test]
+    fn moves_in_a_transaction_are_renames_and_undo_as_renames() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let fixture = fixture();
+        let root = fixture.root.path();
+        std::fs::create_dir(root.join("d")).unwrap();
+        std::fs::write(root.join("a"), "a's bytes").unwrap();
+        std::fs::set_permissions(root.join("a"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::hard_link(root.join("a"), root.join("a-link")).unwrap();
+        let attr = std::fs::File::open(root.join("a"))
+            .map_err(|_| sys::Errno::IO)
+            .and_then(|f| sys::set_xattr(f.as_fd(), OsStr::new("user.fsd-test"), b"kept"));
+        std::fs::write(root.join("b"), "b's bytes").unwrap();
+        std::fs::write(root.join("c"), "c's bytes").unwrap();
+        let ino = |name: &str| std::fs::metadata(root.join(name)).unwrap().ino();
+        let (a, b, c) = (ino("a"), ino("b"), ino("c"));
+        let moves = |fail: bool| {
+            let mut ops = vec![
+                // Onto a free name in another directory, and over an existing file.
+                TxnOp::Move {
+                    source: fixture.path("a"),
+                    destination: fixture.path("d/a"),
+                    source_guard: None,
+                    destination_guard: None,
+                    content: None,
+                },
+                TxnOp::Move {
+                    source: fixture.path("b"),
+                    destination: fixture.path("c"),
+                    source_guard: None,
+                    destination_guard: None,
+                    content: None,
+                },
+            ];
+            if fail {
+                ops.push(TxnOp::Write {
+                    path: fixture.path("fsd-fault-txn-fail-4"),
+                    content: String::new(),
+                    guard: None,
+                    match_style: false,
+                });
+            }
+            ops
+        };
+
+        let failed = fixture.transact(moves(true));
+        assert!(matches!(&failed, Err(Failure { operation: Some(at), .. }) if **at == (2, 2)), "{failed:?}");
+        assert_eq!((ino("a"), ino("b"), ino("c")), (a, b, c));
+        assert_eq!(std::fs::read(root.join("c")).unwrap(), b"c's bytes");
+        assert!(!root.join("d/a").exists());
+
+        fixture.transact(moves(false)).unwrap();
+        let moved = std::fs::metadata(root.join("d/a")).unwrap();
+        assert_eq!((moved.ino(), moved.nlink(), moved.mode() & 0o777), (a, 2, 0o600));
+        assert_eq!(ino("c"), b);
+        if attr.is_ok() {
+            let file = std::fs::File::open(root.join("d/a")).unwrap();
+            assert_eq!(sys::get_xattr(file.as_fd(), OsStr::new("user.fsd-test")).unwrap(), b"kept");
+        }
+        let tree = fixture.tree();
+        let names: Vec<&str> = tree.keys().map(String::as_str).collect();
+        assert_eq!(names, ["a-link", "c", "d/a"]);
+        assert_eq!(tree["c"], b"b's bytes");
+    }
+
+    /// A worker killed after each step of a transaction of moves (a rename onto a free name in
+    /// another directory, and a move over an existing file: its exchange, then the destination's
+    /// file set aside): recovery puts the very same files back at their names.
+    #[test]
+    fn recovery_rolls_back_moves_killed_at_every_step() {
+        use std::os::unix::fs::MetadataExt;
+        for step in 1..=3 {
+            let fixture = fixture();
+            let root = fixture.root.path();
+            std::fs::create_dir(root.join("d")).unwrap();
+            for (name, content) in [("a", "a's bytes"), ("b", "b's bytes"), ("c", "c's bytes")] {
+                std::fs::write(root.join(name), content).unwrap();
+            }
+            let inodes = || -> Vec<u64> {
+                ["a", "b", "c"].iter().map(|n| std::fs::metadata(root.join(n)).unwrap().ino()).collect()
+            };
+            let (before, before_inodes) = (fixture.tree(), inodes());
+            let ops = vec![
+                TxnOp::Move {
+                    source: fixture.path("a"),
+                    destination: fixture.path("d/a"),
+                    source_guard: None,
+                    destination_guard: None,
+                    content: None,
+                },
+                TxnOp::Move {
+                    source: fixture.path("b"),
+                    destination: fixture.path("c"),
+                    source_guard: None,
+                    destination_guard: None,
+                    content: None,
+                },
+                TxnOp::Write {
+                    path: fixture.path(&format!("fsd-fault-txn-die-{step}")),
+                    content: String::new(),
+                    guard: None,
+                    match_style: false,
+                },
+            ];
+            let died = fixture.transact(ops);
+            assert!(matches!(died, Err(Failure { error: FsError::Aborted, .. })), "{step}: {died:?}");
+            let report = recover(fixture.state.path(), &fixture.roots(), |_| true);
+            assert_eq!((report.records, report.rolled_back, report.undone), (1, 1, step), "{step}");
+            drop(super::super::journal::Sweeper::start(&[RootSpec {
+                path: fixture.root.path().to_path_buf(),
+                writable: true,
+            }]));
+            let mut after = fixture.tree();
+            // The directory the move made stays, empty (the tree lists files only).
+            after.retain(|k, _| !k.starts_with("d/"));
+            assert_eq!(after, before, "{step}");
+            assert_eq!(inodes(), before_inodes, "{step}");
+            assert_eq!(fixture.records(), 0, "{step}");
+        }
+    }
+
     /// A record is a worker's writing, read by the privileged supervisor: one forged to name a
     /// directory outside the writable roots (here, an exchange of two files there, as a rollback
     /// would undo a replace) is left alone, and removed.
@@ -773,6 +967,7 @@ mod tests {
             kind: Action::Replace,
             staged: stamp("passwd"),
             old: stamp("passwd-"),
+            from: None,
         };
         // A second step not committed (its temporary name still holds its staged file), so the
         // first is to be undone: an exchange of the two files.
@@ -784,6 +979,7 @@ mod tests {
             kind: Action::Create,
             staged: stamp("staged"),
             old: None,
+            from: None,
         };
         let slots = vec![slot, pending];
         let record = Record { format: FORMAT.to_owned(), owner: "forged 1".to_owned(), slots };
