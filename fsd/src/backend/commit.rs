@@ -32,7 +32,9 @@ use crate::error::{Failure, FsError};
 use crate::op::{Change, Outcome, Target, WriteOperation};
 use crate::sys::{self, Errno, Meta};
 
-/// What is committed, and how.
+/// What is committed, and how. Built once per call and moved straight into `commit_all`: the
+/// single call's larger variant is not worth a heap allocation on every write.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Commit<'p, 'b> {
     /// One call's change, committed as that call promises (with a writeBytes body, staged).
     Single(Checked<'p>, Option<Body<'b>>),
@@ -129,6 +131,12 @@ impl Backend {
     /// Every commit, once on disk, comes here with the names it changed: the one place where a
     /// change is known to be committed (the change record of rewind is kept from here).
     fn committed(&self, changes: &[Committed<'_>]) {
+        #[cfg(test)]
+        REPORTED.with(|r| {
+            let names =
+                changes.iter().map(|c| (c.target.display.clone(), c.before.is_some(), c.after.is_some()));
+            r.borrow_mut().extend(names);
+        });
         for change in changes {
             tracing::trace!(
                 key = %change.target.key,
@@ -562,6 +570,19 @@ impl Backend {
             name: txn::hex(resolved.name().as_bytes()),
         }
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// What [`Backend::committed`] was told on this thread: each name, whether it held a file
+    /// before and whether it holds one after.
+    static REPORTED: std::cell::RefCell<Vec<(String, bool, bool)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// What [`Backend::committed`] was told on this thread since the last call.
+#[cfg(test)]
+pub(super) fn reported() -> Vec<(String, bool, bool)> {
+    REPORTED.with(|r| std::mem::take(&mut *r.borrow_mut()))
 }
 
 /// What a target's commit step needs, from the pipeline's check.

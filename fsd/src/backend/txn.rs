@@ -946,6 +946,82 @@ mod tests {
         }
     }
 
+    /// Every commit, a single call's and a transaction's, tells the pipeline's one place
+    /// (`Backend::committed`) each name it changed, with the file before and the version after;
+    /// a refused call tells it nothing.
+    #[test]
+    fn every_commit_reports_each_name_it_changed_once() {
+        let fixture = fixture();
+        let write = |name: &str| Request::WriteText {
+            path: fixture.path(name),
+            content: "x y\n".into(),
+            guard: None,
+            match_style: false,
+        };
+        let edit = |name: &str, old: &str| Request::EditText {
+            path: fixture.path(name),
+            old: old.into(),
+            new: "z".into(),
+            replace_all: false,
+            guard: None,
+        };
+        let txn_write = |name: &str| TxnOp::Write {
+            path: fixture.path(name),
+            content: "t\n".into(),
+            guard: None,
+            match_style: false,
+        };
+        let cases: Vec<(Request, Vec<(&str, bool, bool)>)> = vec![
+            (write("n"), vec![("n", false, true)]),
+            (write("n"), vec![("n", true, true)]),
+            (edit("n", "x"), vec![("n", true, true)]),
+            (edit("n", "absent"), vec![]),
+            (
+                Request::MoveFile {
+                    source: fixture.path("n"),
+                    destination: fixture.path("m"),
+                    source_guard: None,
+                    destination_guard: None,
+                    content: None,
+                },
+                vec![("n", true, false), ("m", false, true)],
+            ),
+            (Request::DeleteFile { path: fixture.path("m"), guard: None }, vec![("m", true, false)]),
+            (
+                Request::Transact { ops: vec![txn_write("a"), txn_write("b"), txn_write("a2")] },
+                vec![("a", false, true), ("b", false, true), ("a2", false, true)],
+            ),
+            (
+                Request::Transact {
+                    ops: vec![
+                        TxnOp::Move {
+                            source: fixture.path("a"),
+                            destination: fixture.path("b"),
+                            source_guard: None,
+                            destination_guard: None,
+                            content: None,
+                        },
+                        TxnOp::Delete { path: fixture.path("a2"), guard: None },
+                    ],
+                },
+                vec![("a", true, false), ("b", true, true), ("a2", true, false)],
+            ),
+        ];
+        super::super::commit::reported();
+        for (request, expected) in cases {
+            let what = format!("{request:?}");
+            let _ = fixture.backend.handle(Mode::WorkspaceWrite, request);
+            let reported = super::super::commit::reported();
+            let names: Vec<(&str, bool, bool)> = reported
+                .iter()
+                .map(|(display, before, after)| {
+                    (display.rsplit('/').next().unwrap_or_default(), *before, *after)
+                })
+                .collect();
+            assert_eq!(names, expected, "{what}");
+        }
+    }
+
     /// A record is a worker's writing, read by the privileged supervisor: one forged to name a
     /// directory outside the writable roots (here, an exchange of two files there, as a rollback
     /// would undo a replace) is left alone, and removed.
