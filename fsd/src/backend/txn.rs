@@ -971,7 +971,9 @@ mod tests {
             guard: None,
             match_style: false,
         };
-        let cases: Vec<(Request, Vec<(&str, bool, bool)>)> = vec![
+        // A name, whether it held a file before, whether it holds one after.
+        type Reported<'n> = Vec<(&'n str, bool, bool)>;
+        let cases: Vec<(Request, Reported<'_>)> = vec![
             (write("n"), vec![("n", false, true)]),
             (write("n"), vec![("n", true, true)]),
             (edit("n", "x"), vec![("n", true, true)]),
@@ -1012,7 +1014,7 @@ mod tests {
             let what = format!("{request:?}");
             let _ = fixture.backend.handle(Mode::WorkspaceWrite, request);
             let reported = super::super::commit::reported();
-            let names: Vec<(&str, bool, bool)> = reported
+            let names: Reported<'_> = reported
                 .iter()
                 .map(|(display, before, after)| {
                     (display.rsplit('/').next().unwrap_or_default(), *before, *after)
