@@ -120,11 +120,16 @@ impl Bucket {
 
     /// How long until one token is there (zero: now).
     fn wait(&self, rate: f64) -> Duration {
-        if self.tokens >= 1.0 || rate <= 0.0 {
+        self.wait_for(rate, 1.0)
+    }
+
+    /// How long until `tokens` tokens are there (zero: now).
+    fn wait_for(&self, rate: f64, tokens: f64) -> Duration {
+        if self.tokens >= tokens || rate <= 0.0 {
             return Duration::ZERO;
         }
         // Config validation keeps rates positive; the guard above only avoids a division by 0.
-        Duration::from_secs_f64((1.0 - self.tokens) / rate)
+        Duration::from_secs_f64((tokens - self.tokens) / rate)
     }
 }
 
@@ -286,22 +291,30 @@ impl Budgets {
     ///
     /// [`created`]: Budgets::created
     pub fn may_create(&self, who: &Identity) -> Result<(), Refusal> {
+        self.may_create_files(who, 1)
+    }
+
+    /// Whether a call that would create `files` files (a transaction's) can start: refused
+    /// until the new-file budget holds a token for each, or is full (so a transaction of more
+    /// new files than the burst can run on a full budget, and is charged them all).
+    pub fn may_create_files(&self, who: &Identity, files: usize) -> Result<(), Refusal> {
         let account = self.account(who);
         let mut bucket = account.new_files.lock().unwrap_or_else(PoisonError::into_inner);
         bucket.refill(self.limits.new_files_per_second, self.limits.new_file_burst, Instant::now());
-        if bucket.tokens >= 1.0 {
+        let needed = (files as f64).min(self.limits.new_file_burst).max(1.0);
+        if bucket.tokens >= needed {
             return Ok(());
         }
-        let wait = bucket.wait(self.limits.new_files_per_second);
+        let wait = bucket.wait_for(self.limits.new_files_per_second, needed);
         Err(Refusal { budget: Budget::NewFilesPerSecond, retry_after: wait.max(MIN_RETRY) })
     }
 
-    /// A call of `who` created a file: one token of the new-file rate.
-    pub fn created(&self, who: &Identity) {
+    /// A call of `who` created `files` files: a token of the new-file rate each.
+    pub fn created(&self, who: &Identity, files: usize) {
         let account = self.account(who);
         let mut bucket = account.new_files.lock().unwrap_or_else(PoisonError::into_inner);
         bucket.refill(self.limits.new_files_per_second, self.limits.new_file_burst, Instant::now());
-        bucket.tokens -= 1.0;
+        bucket.tokens -= files as f64;
     }
 }
 
@@ -389,9 +402,24 @@ mod tests {
     fn new_files_are_refused_once_the_budget_is_spent() {
         let budgets = Budgets::new(tight());
         assert!(budgets.may_create(&uid(1)).is_ok());
-        budgets.created(&uid(1));
+        budgets.created(&uid(1), 1);
         assert_eq!(budgets.may_create(&uid(1)).map_err(|r| r.budget), Err(Budget::NewFilesPerSecond));
         assert!(budgets.may_create(&uid(2)).is_ok());
+    }
+
+    /// A transaction's new files: a token each, or a full budget for more than the burst.
+    #[test]
+    fn a_transactions_new_files_need_a_token_each() {
+        // (files created before, files the transaction would create, may it start)
+        let cases = [(0, 3, true), (0, 5, true), (1, 3, false), (1, 2, true), (3, 1, false)];
+        for (before, files, starts) in cases {
+            let limits = Limits { new_files_per_second: 0.001, new_file_burst: 3.0, ..tight() };
+            let budgets = Budgets::new(limits);
+            budgets.created(&uid(1), before);
+            let result = budgets.may_create_files(&uid(1), files).map_err(|r| r.budget);
+            let expected = if starts { Ok(()) } else { Err(Budget::NewFilesPerSecond) };
+            assert_eq!(result, expected, "{before} {files}");
+        }
     }
 
     #[test]

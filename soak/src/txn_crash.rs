@@ -208,7 +208,6 @@ fn transaction(
                             used.insert(to.clone());
                             after.remove(name);
                             after.insert(to.clone(), current);
-                            steps += 1;
                             Kind::Move(v1::MoveFileRequest {
                                 source: path(name),
                                 destination: path(&to),

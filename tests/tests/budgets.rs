@@ -78,6 +78,63 @@ fn new_files_over_budget_are_refused_and_nothing_is_created() {
     assert!(!d.path("three.txt").exists() && !d.path("four.txt").exists());
 }
 
+/// A transaction's new files are drawn from the new-file budget, one token each: one that would
+/// create more files than the budget holds is refused whole (nothing changed, not even its
+/// other operations), one that creates as many as it holds runs and spends them, and one that
+/// only replaces goes ahead while the budget is spent. (One of more new files than the burst
+/// runs on a full budget only, and spends them all: `Budgets::may_create_files`.)
+#[test]
+fn a_transactions_new_files_are_drawn_from_the_new_file_budget() {
+    use v1::transact_operation::Kind;
+    let state = tempfile::tempdir().unwrap();
+    let d = Daemon::start_with(
+        &[],
+        &format!(
+            "state_dir = \"{}\"\n[budgets]\nnew_files_per_second = 0.1\nnew_file_burst = 3\n",
+            state.path().display()
+        ),
+    );
+    d.write("old.txt", "old\n");
+    let mut r = Rpc::connect(&d);
+    // Two tokens left.
+    r.write_text(&d.path("one.txt"), "1\n", None).unwrap();
+    let write = |name: &str, content: &str| v1::TransactOperation {
+        kind: Some(Kind::Write(v1::WriteTextRequest {
+            path: d.path(name).to_string_lossy().into_owned(),
+            content: content.to_owned(),
+            ..Default::default()
+        })),
+    };
+    let transact = |r: &mut Rpc, operations| {
+        r.rt.block_on(r.client.transact(v1::TransactRequest { context: None, operations }))
+    };
+    let status = transact(
+        &mut r,
+        vec![
+            write("old.txt", "changed\n"),
+            write("a.txt", "a\n"),
+            write("b.txt", "b\n"),
+            write("c.txt", "c\n"),
+        ],
+    )
+    .unwrap_err();
+    rate_limited(&status);
+    assert_eq!(rpc::wire(&status).get("budget"), Some("new_files_per_second"));
+    assert_eq!(rpc::wire(&status).path, d.path("a.txt").to_string_lossy());
+    assert_eq!(d.read("old.txt"), b"old\n");
+    assert!(!d.path("a.txt").exists() && !d.path("b.txt").exists() && !d.path("c.txt").exists());
+
+    transact(&mut r, vec![write("old.txt", "changed\n"), write("a.txt", "a\n"), write("b.txt", "b\n")])
+        .unwrap();
+    // Both tokens went to the transaction's two new files.
+    let status = r.write_text(&d.path("c.txt"), "c\n", None).unwrap_err();
+    assert_eq!(rpc::wire(&status).get("budget"), Some("new_files_per_second"));
+    assert!(!d.path("c.txt").exists());
+    // Replacing is no new file.
+    transact(&mut r, vec![write("a.txt", "a again\n"), write("b.txt", "b again\n")]).unwrap();
+    assert_eq!((d.read("a.txt"), d.read("b.txt")), (b"a again\n".to_vec(), b"b again\n".to_vec()));
+}
+
 #[test]
 fn the_tools_tell_the_model_to_wait_and_retry() {
     let d = Daemon::start_with(&[], "[budgets]\ncalls_per_second = 0.2\ncall_burst = 2\n");

@@ -9,7 +9,8 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 
 use super::Backend;
-use super::pipeline::{Body, Mutation};
+use super::commit::Commit;
+use super::pipeline::{Body, Mutation, only};
 use super::write::parent_vanished;
 use crate::digest::Digest;
 use crate::error::{Denial, Failure, FsError};
@@ -111,7 +112,8 @@ impl Backend {
         let staged = self.stage_body(&plan, &mut fill)?;
         let _held = self.lock_plans(&[&plan])?;
         let checked = self.check(&plan)?;
-        self.commit(checked, Some(Body { staged, size, digest: hasher.finish() }))
+        let body = Body { staged, size, digest: hasher.finish() };
+        self.commit_all(Commit::Single(checked, Some(body))).and_then(|outcomes| only(outcomes, &plan))
     }
 }
 

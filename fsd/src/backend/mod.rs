@@ -4,6 +4,7 @@
 
 pub mod approved;
 pub mod bytes;
+mod commit;
 mod gitdir;
 pub mod journal;
 mod locking;

@@ -93,6 +93,45 @@ pub(super) fn renamed_checked(
     Err(FsError::Denied(Denial::NotApproved))
 }
 
+/// A transaction's move step: `from` renamed to `to`, which must be free (`replaced`: none) or
+/// still hold the file `replaced` describes, and then the two exchange (the destination's file
+/// comes out at `from`). What arrives must be the file checked at `from` (`moved`), and what
+/// comes out the file checked at `to`: otherwise (an outside save in between) the rename is
+/// undone and the step is stale. A filesystem that cannot exchange fails the step: a plain
+/// replace could not be undone.
+pub(super) fn move_checked(
+    from_dir: BorrowedFd<'_>,
+    from: &OsStr,
+    to_dir: BorrowedFd<'_>,
+    to: &OsStr,
+    moved: &sys::Meta,
+    replaced: Option<&sys::Meta>,
+) -> Result<(), FsError> {
+    let how = if replaced.is_some() { RenameHow::Exchange } else { RenameHow::NoReplace };
+    match sys::rename(from_dir, from, to_dir, to, how) {
+        Ok(()) => {}
+        Err(Errno::EXIST) => return Err(FsError::AlreadyExists),
+        Err(Errno::NOENT) => return Err(FsError::Stale(StaleReason::Gone)),
+        Err(errno) => return Err(FsError::Rename(errno)),
+    }
+    let holds = |dir, name, meta: &sys::Meta| {
+        sys::meta_at(dir, name).is_ok_and(|m| m.kind == Kind::File && m.same_content(meta))
+    };
+    if holds(to_dir, to, moved) && replaced.is_none_or(|r| holds(from_dir, from, r)) {
+        return Ok(());
+    }
+    let back = match replaced {
+        Some(_) => sys::rename(from_dir, from, to_dir, to, RenameHow::Exchange),
+        None => sys::rename(to_dir, to, from_dir, from, RenameHow::NoReplace),
+    };
+    if let Err(errno) = back {
+        // Both names hold someone's content: neither is removed.
+        tracing::warn!(%errno, ?to, "a move that met an outside save could not be undone");
+        return Err(FsError::Rename(errno));
+    }
+    Err(FsError::Stale(StaleReason::ChangedWhileWriting))
+}
+
 /// How a guarded move onto an existing destination went, short of a stale destination.
 pub(super) enum Swap {
     /// The source is at the destination; the replaced file is removed, or still at the source
@@ -149,58 +188,91 @@ pub(super) fn remove_checked(
 ) -> Result<(), FsError> {
     let temp = sys::temp_name().map_err(FsError::CreateTemp)?;
     let entry = journal.begin_removal(&temp, name, checked);
-    #[cfg(feature = "fault-injection")]
-    pause_at_removal(name);
-    let aside = match sys::rename(dir, name, dir, &temp, RenameHow::NoReplace) {
-        // A filesystem without RENAME_NOREPLACE: the temporary name is 128 random bits, free.
-        Err(Errno::INVAL | Errno::OPNOTSUPP) => sys::rename(dir, name, dir, &temp, RenameHow::Replace),
-        other => other,
-    };
-    match aside {
-        Ok(()) => {}
+    match set_aside(dir, name, &temp, checked) {
+        Ok(()) => {
+            // Should the unlink fail, the entry stays: the sweep removes the checked file later.
+            sys::remove(dir, &temp).map_err(FsError::Remove)?;
+            entry.end();
+            Ok(())
+        }
         // Landlock grants a confined worker no right to make a link (or a fifo or socket), and a
         // rename that puts one at a name counts as making it: what the name holds is such a
         // thing (whatever an outside writer put there since, a regular file, would have moved).
         // It is removed only if it is still the one checked, looked at right before the unlink:
         // a window of one system call rather than the call's.
-        Err(Errno::ACCESS) if checked.kind != Kind::File => {
+        Err(Aside::NotMoved(Errno::ACCESS)) if checked.kind != Kind::File => {
             entry.end();
-            return match sys::meta_at(dir, name) {
+            match sys::meta_at(dir, name) {
                 Ok(now) if now.kind == checked.kind && now.same_content(checked) => {
                     sys::remove(dir, name).map_err(FsError::Remove)
                 }
                 Ok(_) => Err(FsError::Stale(StaleReason::ChangedWhileRemoving)),
                 Err(Errno::NOENT) => Err(FsError::Stale(StaleReason::Gone)),
                 Err(errno) => Err(FsError::Metadata(errno)),
-            };
+            }
         }
-        Err(errno) => {
+        Err(aside) => {
             entry.end();
-            return Err(match errno {
-                Errno::NOENT => FsError::Stale(StaleReason::Gone),
-                errno => FsError::Remove(errno),
-            });
+            Err(aside.into_error())
         }
     }
+}
+
+/// Why [`set_aside`] left nothing of the file checked at the temporary name.
+pub(super) enum Aside {
+    /// The rename refused: nothing moved.
+    NotMoved(Errno),
+    /// What moved was not the file checked (an outside save): it is back at its name, or kept
+    /// beside it; the failure says which.
+    Other(FsError),
+}
+
+impl Aside {
+    pub(super) fn into_error(self) -> FsError {
+        match self {
+            Aside::NotMoved(Errno::NOENT) => FsError::Stale(StaleReason::Gone),
+            Aside::NotMoved(errno) => FsError::Remove(errno),
+            Aside::Other(error) => error,
+        }
+    }
+}
+
+/// The visible step of a checked removal, for a single removal and a transaction's step alike:
+/// `name` is renamed to the temporary name `temp` (journaled by the caller), and what moved is
+/// looked at. Only the file (or link) `checked` stays there; anything else goes back to its
+/// name, or, should the name be taken again meanwhile, to a visible name beside it
+/// ([`keep_aside`]), which the failure names.
+pub(super) fn set_aside(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    temp: &OsStr,
+    checked: &sys::Meta,
+) -> Result<(), Aside> {
     #[cfg(feature = "fault-injection")]
     pause_at_removal(name);
-    let moved = sys::meta_at(dir, &temp);
+    let aside = match sys::rename(dir, name, dir, temp, RenameHow::NoReplace) {
+        // A filesystem without RENAME_NOREPLACE: the temporary name is 128 random bits, free.
+        Err(Errno::INVAL | Errno::OPNOTSUPP) => sys::rename(dir, name, dir, temp, RenameHow::Replace),
+        other => other,
+    };
+    aside.map_err(Aside::NotMoved)?;
+    #[cfg(feature = "fault-injection")]
+    pause_at_removal(name);
+    let moved = sys::meta_at(dir, temp);
     if moved.as_ref().is_ok_and(|m| m.kind == checked.kind && m.same_content(checked)) {
-        // Should the unlink fail, the entry stays: the sweep removes the checked file later.
-        sys::remove(dir, &temp).map_err(FsError::Remove)?;
-        entry.end();
         return Ok(());
     }
-    if let Err(errno) = sys::rename(dir, &temp, dir, name, RenameHow::NoReplace) {
+    if let Err(errno) = sys::rename(dir, temp, dir, name, RenameHow::NoReplace) {
         // Left at the temporary name, the save would be hidden from listings: it gets a
         // visible name beside its own, and the reply names it.
-        let kept = keep_aside(dir, name, &temp);
+        let kept = keep_aside(dir, name, temp);
         tracing::warn!(?kept, ?name, %errno, "a save made during a removal is kept at another name: its name was taken again");
-        entry.end();
-        return Err(FsError::KeptAside { reason: StaleReason::ChangedWhileRemoving, kept: kept.into() });
+        return Err(Aside::Other(FsError::KeptAside {
+            reason: StaleReason::ChangedWhileRemoving,
+            kept: kept.into(),
+        }));
     }
-    entry.end();
-    Err(FsError::Stale(StaleReason::ChangedWhileRemoving))
+    Err(Aside::Other(FsError::Stale(StaleReason::ChangedWhileRemoving)))
 }
 
 /// Gives the outside save at the temporary name `temp` of `dir`, whose own name `name` was
@@ -215,7 +287,7 @@ pub(super) fn keep_aside(dir: BorrowedFd<'_>, name: &OsStr, temp: &OsStr) -> std
 
 /// The visible name a save caught by a removal is kept under when its own name was taken again:
 /// `<name>.kept-<8 hex digits of the temporary name>`, in the same directory (`None`: too long).
-fn kept_name(name: &OsStr, temp: &OsStr) -> Option<std::ffi::OsString> {
+pub(super) fn kept_name(name: &OsStr, temp: &OsStr) -> Option<std::ffi::OsString> {
     use std::os::unix::ffi::OsStrExt;
     let random = temp.as_bytes().strip_prefix(crate::op::TEMP_PREFIX.as_bytes())?.get(..8)?;
     let mut kept = name.as_bytes().to_vec();

@@ -14,8 +14,10 @@
 //!   finds. The result, [`Checked`], is everything the commit does and the outcome it returns,
 //!   before anything is placed: a dry run (`Backend::dry_run`, `Request::Check`) ends here, with
 //!   the outcome the commit would return ([`Checked::outcome`]).
-//! - **commit** (`Backend::commit`): the change placed (the atomic replace, the rename, the
-//!   unlink), each journaled while it has a temporary name.
+//! - **commit** (`Backend::commit_all`, in `commit`: the one commit step, a single call's change
+//!   as a list of one, a transaction's as its list): the change placed (the atomic replace, the
+//!   rename, the unlink), each journaled while it has a temporary name; a single call's by
+//!   [`Backend::commit_one`], here.
 
 use std::borrow::Cow;
 use std::ffi::OsString;
@@ -23,6 +25,7 @@ use std::fs::File;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 
+use super::commit::Commit;
 use super::resolve::{Resolved, WalkOptions};
 use super::write::{
     self, Place, Staged, check_write_guard, current_checked, current_file, place_file, same_key,
@@ -179,7 +182,7 @@ impl Placement {
     }
 
     /// The file this change replaces, when it replaces one.
-    fn replaced(&self) -> Option<&Meta> {
+    pub(super) fn replaced(&self) -> Option<&Meta> {
         match self {
             Placement::Replace(meta) => Some(meta),
             Placement::Create | Placement::CreateOrReplace => None,
@@ -301,7 +304,7 @@ impl Backend {
             let plan = self.plan(mode, mutation, false)?;
             let _held = self.lock_plans(&[&plan])?;
             let checked = self.check(&plan)?;
-            self.commit(checked, None)
+            self.commit_all(Commit::Single(checked, None)).and_then(|outcomes| only(outcomes, &plan))
         };
         match once() {
             Err(failure)
@@ -734,7 +737,7 @@ impl Backend {
     }
 
     /// A move's destination change: its text before (when it existed and is shown) and after.
-    fn destination_change(&self, before: &Option<Option<String>>, after: Option<&str>) -> Change {
+    pub(super) fn destination_change(&self, before: &Option<Option<String>>, after: Option<&str>) -> Change {
         match before {
             Some(before) => self.change(before.as_deref(), before.is_some(), after),
             None => self.change(None, true, after),
@@ -754,9 +757,13 @@ impl Backend {
         write::stage(parent.as_fd(), fill, self.journal_scope(resolved), None).map_err(fail)
     }
 
-    /// Commits a checked change: places it, and returns its outcome. `body`: a writeBytes
-    /// body, staged (`stage_body`).
-    pub(crate) fn commit(&self, checked: Checked<'_>, body: Option<Body<'_>>) -> Result<Outcome, Failure> {
+    /// The single commit of one checked change (see `commit`): places it, and returns its
+    /// outcome. `body`: a writeBytes body, staged (`stage_body`).
+    pub(super) fn commit_one(
+        &self,
+        checked: Checked<'_>,
+        body: Option<Body<'_>>,
+    ) -> Result<Outcome, Failure> {
         let Checked { plan, decided } = checked;
         let (mode, planned) = (plan.mode, &plan.target);
         let resolved = &planned.resolved;
@@ -989,6 +996,14 @@ impl Backend {
             source_removal_errno,
         })
     }
+}
+
+/// The one outcome of a single call's commit.
+pub(super) fn only(outcomes: Vec<Outcome>, plan: &Plan<'_>) -> Result<Outcome, Failure> {
+    outcomes
+        .into_iter()
+        .next()
+        .ok_or_else(|| Failure::new(FsError::NotRegularFile, plan.target.target.display.clone()))
 }
 
 /// A writeBytes body staged beside its target: its size and the digest of its bytes.

@@ -4,7 +4,8 @@
 //!
 //! The steps: every target is walked (plan); all their keys are locked in one request, which
 //! the router takes together in one global order (`dispatch::locks`); every guard is checked and
-//! every new content computed (check); each new file is staged beside its target, synced, under
+//! every new content computed (check); then the pipeline's one commit step (`commit`,
+//! `Backend::commit_all`) commits them together: each new file is staged beside its target, synced, under
 //! a journaled temporary name (`write::stage`, `Staged::ready`); the intent record, naming every
 //! slot by its directory, its name, its temporary name and the identities of the staged and the
 //! replaced file, is written to the state directory and synced with the directory; then the
@@ -21,42 +22,51 @@
 //! removed file whose name was taken again is kept beside it (`<name>.kept-<8 hex>`).
 
 use std::ffi::{OsStr, OsString};
-use std::fs::File;
-use std::io::Write as _;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::journal::Entry;
-use super::pipeline::{self, Mutation, Placement, Plan};
-use super::resolve::Resolved;
-use super::write::{Place, Ready, stage, write_failed};
-use super::{Backend, read, version};
-use crate::error::{Denial, Failure, FsError, StaleReason};
-use crate::op::{Change, Mode, Outcome, RootSpec, TxnOp, WriteOperation};
-use crate::sys::{self, Errno, Kind, Meta, RenameHow};
+use super::Backend;
+use super::commit::Commit;
+use super::pipeline::{Mutation, Plan};
+use crate::error::{Denial, Failure, FsError};
+use crate::op::{Mode, Outcome, RootSpec, TxnOp};
+use crate::sys::{self, Kind, Meta, RenameHow};
 
 /// The state directory's subdirectory of intent records.
 pub const INTENTS: &str = "txn";
-const FORMAT: &str = "fsd-txn-1";
-const RECORD_PREFIX: &str = "txn-";
+pub(super) const FORMAT: &str = "fsd-txn-1";
+pub(super) const RECORD_PREFIX: &str = "txn-";
 
 /// What a slot's commit step does at its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-enum Action {
+pub(super) enum Action {
     /// The staged file and the existing one exchange names.
     Replace,
     /// The staged file takes a free name.
     Create,
     /// The existing file goes to the temporary name.
     Remove,
+    /// A move: the source file (`staged`) comes from its own name (`from`) by a rename, so its
+    /// inode, links, attributes and mode travel. Onto a free name without replacing; over the
+    /// destination's file (`old`) by an exchange, which puts that file at the source's name,
+    /// whence the next slot (a `Remove` there) sets it aside.
+    Rename,
+}
+
+/// Where a moved file came from: its root, directories and name, hex as a slot's own.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct Origin {
+    pub(super) root: String,
+    pub(super) dir: Vec<String>,
+    pub(super) name: String,
 }
 
 /// A file as the record knows it: the identity and content stamp `Meta::same_content` compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-struct Stamp {
+pub(super) struct Stamp {
     dev: u64,
     ino: u64,
     size: u64,
@@ -64,38 +74,41 @@ struct Stamp {
 }
 
 impl Stamp {
-    fn of(meta: &Meta) -> Stamp {
+    pub(super) fn of(meta: &Meta) -> Stamp {
         Stamp { dev: meta.dev, ino: meta.ino, size: meta.size, mtime: meta.mtime }
     }
 
-    fn is(&self, meta: &Meta) -> bool {
+    pub(super) fn is(&self, meta: &Meta) -> bool {
         meta.kind == Kind::File && Stamp::of(meta) == *self
     }
 }
 
 /// One slot of an intent record. Names are hex (any bytes but `/`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct SlotRecord {
+pub(super) struct SlotRecord {
     /// The root's absolute path and the directories below it, hex.
-    root: String,
-    dir: Vec<String>,
-    name: String,
-    temp: String,
-    kind: Action,
-    staged: Option<Stamp>,
-    old: Option<Stamp>,
+    pub(super) root: String,
+    pub(super) dir: Vec<String>,
+    pub(super) name: String,
+    pub(super) temp: String,
+    pub(super) kind: Action,
+    pub(super) staged: Option<Stamp>,
+    pub(super) old: Option<Stamp>,
+    /// A `Rename`'s source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) from: Option<Origin>,
 }
 
 /// The intent record: written and synced before the first visible change.
 #[derive(Debug, Serialize, Deserialize)]
-struct Record {
-    format: String,
+pub(super) struct Record {
+    pub(super) format: String,
     /// The journal owner of the worker that commits (`<instance> <pid>`).
-    owner: String,
-    slots: Vec<SlotRecord>,
+    pub(super) owner: String,
+    pub(super) slots: Vec<SlotRecord>,
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(super) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -113,13 +126,15 @@ fn component(text: &str) -> Option<OsString> {
     unhex(text).filter(|n| !n.is_empty() && n != "." && n != ".." && !n.as_bytes().contains(&b'/'))
 }
 
-/// Undoes one slot's commit in `dir`, where its name still holds what the transaction put there
-/// (else an outside change since is newer, and stays). Returns whether it restored anything.
-fn undo(dir: BorrowedFd<'_>, slot: &SlotRecord) -> bool {
+/// Undoes one slot's commit in `dir` (a `Rename`'s source directory: `from`), where its name
+/// still holds what the transaction put there (else an outside change since is newer, and
+/// stays). Returns whether it restored anything.
+pub(super) fn undo(dir: BorrowedFd<'_>, from: Option<BorrowedFd<'_>>, slot: &SlotRecord) -> bool {
     let (Some(name), Some(temp)) = (component(&slot.name), component(&slot.temp)) else { return false };
-    let holds = |at: &OsStr, stamp: Option<Stamp>| {
+    let holds_in = |dir: BorrowedFd<'_>, at: &OsStr, stamp: Option<Stamp>| {
         stamp.is_some_and(|s| sys::meta_at(dir, at).is_ok_and(|m| s.is(&m)))
     };
+    let holds = |at: &OsStr, stamp: Option<Stamp>| holds_in(dir, at, stamp);
     match slot.kind {
         // The replaced file is at the temporary name: exchanged back, the staged one goes there.
         Action::Replace if holds(&name, slot.staged) && holds(&temp, slot.old) => {
@@ -139,19 +154,52 @@ fn undo(dir: BorrowedFd<'_>, slot: &SlotRecord) -> bool {
                 }
             }
         }
+        Action::Rename if holds(&name, slot.staged) => {
+            let (Some(from), Some(source)) = (from, slot.from.as_ref().and_then(|o| component(&o.name)))
+            else {
+                return false;
+            };
+            match slot.old {
+                // The destination's file is back at the source's name (the next slot's undo put
+                // it there): the two exchange names again.
+                Some(_) if holds_in(from, &source, slot.old) => {
+                    sys::rename(from, &source, dir, &name, RenameHow::Exchange).is_ok()
+                }
+                Some(_) => false,
+                None => match sys::rename(dir, &name, from, &source, RenameHow::NoReplace) {
+                    Ok(()) => true,
+                    Err(errno) => {
+                        // The source's name was taken again since: the moved file is kept
+                        // beside it, visible, and its destination is free again.
+                        let kept = super::moves::kept_name(&source, &temp)
+                            .filter(|kept| sys::rename(dir, &name, from, kept, RenameHow::NoReplace).is_ok());
+                        tracing::warn!(?kept, ?source, %errno, "a file a rolled-back transaction had moved is kept beside its old name: that name was taken again");
+                        kept.is_some()
+                    }
+                },
+            }
+        }
         _ => false,
     }
 }
 
 /// Whether a slot's commit step happened (by what its names hold now).
-fn committed(dir: BorrowedFd<'_>, slot: &SlotRecord) -> bool {
+fn committed(dir: BorrowedFd<'_>, from: Option<BorrowedFd<'_>>, slot: &SlotRecord) -> bool {
     let (Some(name), Some(temp)) = (component(&slot.name), component(&slot.temp)) else { return false };
-    let holds = |at: &OsStr, stamp: Option<Stamp>| {
+    let holds = |dir: BorrowedFd<'_>, at: &OsStr, stamp: Option<Stamp>| {
         stamp.is_some_and(|s| sys::meta_at(dir, at).is_ok_and(|m| s.is(&m)))
     };
     match slot.kind {
-        Action::Replace | Action::Create => !holds(&temp, slot.staged),
-        Action::Remove => !holds(&name, slot.old),
+        Action::Replace | Action::Create => !holds(dir, &temp, slot.staged),
+        Action::Remove => !holds(dir, &name, slot.old),
+        // The moved file is no longer at its source's name (and is at the destination: a
+        // source gone elsewhere is not this transaction's doing).
+        Action::Rename => match (from, slot.from.as_ref().and_then(|o| component(&o.name))) {
+            (Some(from), Some(source)) => {
+                !holds(from, &source, slot.staged) && holds(dir, &name, slot.staged)
+            }
+            _ => false,
+        },
     }
 }
 
@@ -159,13 +207,19 @@ fn committed(dir: BorrowedFd<'_>, slot: &SlotRecord) -> bool {
 /// The root must be one of `roots` (the writable roots, canonical): the record was written by a
 /// worker, and a forged one must not send the privileged recovery anywhere a worker cannot write.
 fn open_slot_dir(slot: &SlotRecord, roots: &[PathBuf]) -> Option<OwnedFd> {
-    let root = unhex(&slot.root)?;
+    open_dir_below(&slot.root, &slot.dir, roots)
+}
+
+/// A directory named by a root (hex, one of `roots`) and the directories below it (hex),
+/// reached one component at a time, no link followed.
+fn open_dir_below(root: &str, dir: &[String], roots: &[PathBuf]) -> Option<OwnedFd> {
+    let root = unhex(root)?;
     if !roots.iter().any(|r| r.as_os_str() == root) {
         tracing::warn!(root = ?root, "an intent record names a directory outside the writable roots; left alone");
         return None;
     }
     let mut fd = sys::open_dir(Path::new(&root)).ok()?;
-    for part in &slot.dir {
+    for part in dir {
         let next = sys::open_component(fd.as_fd(), &component(part)?).ok()?;
         if !sys::meta(next.as_fd()).is_ok_and(|m| m.kind == Kind::Directory) {
             return None;
@@ -253,21 +307,31 @@ pub fn recover(state_dir: &Path, roots: &[RootSpec], matches: impl Fn(&str) -> b
         }
         let dirs: Vec<Option<OwnedFd>> =
             record.slots.iter().map(|slot| open_slot_dir(slot, &roots)).collect();
+        let froms: Vec<Option<OwnedFd>> = record
+            .slots
+            .iter()
+            .map(|slot| slot.from.as_ref().and_then(|o| open_dir_below(&o.root, &o.dir, &roots)))
+            .collect();
+        let from = |i: usize| froms[i].as_ref().map(AsFd::as_fd);
         let all = record
             .slots
             .iter()
             .zip(&dirs)
-            .all(|(slot, dir)| dir.as_ref().is_some_and(|d| committed(d.as_fd(), slot)));
+            .enumerate()
+            .all(|(i, (slot, dir))| dir.as_ref().is_some_and(|d| committed(d.as_fd(), from(i), slot)));
         if all {
             report.finished += 1;
         } else {
             report.rolled_back += 1;
-            for (slot, dir) in record.slots.iter().zip(&dirs).rev() {
+            for (i, (slot, dir)) in record.slots.iter().zip(&dirs).enumerate().rev() {
                 if let Some(dir) = dir
-                    && undo(dir.as_fd(), slot)
+                    && undo(dir.as_fd(), from(i), slot)
                 {
                     report.undone += 1;
                     let _ = sys::sync_dir(dir.as_fd());
+                    if let Some(from) = from(i) {
+                        let _ = sys::sync_dir(from);
+                    }
                 }
             }
         }
@@ -291,44 +355,14 @@ pub fn recover(state_dir: &Path, roots: &[RootSpec], matches: impl Fn(&str) -> b
 /// pauses a second after step `k` (a window for a test to kill a process in). The single write's
 /// `fsd-fault-io-error` and `fsd-fault-hang-write` act at their own target's step.
 #[cfg(any(test, feature = "fault-injection"))]
-fn fault_at(names: &[&OsStr], prefix: &str, step: usize) -> bool {
+pub(super) fn fault_at(names: &[&OsStr], prefix: &str, step: usize) -> bool {
     let wanted = format!("{prefix}{step}");
     names.iter().any(|n| n.as_bytes() == wanted.as_bytes())
 }
 
-/// What a target's commit step needs, from the pipeline's check.
-enum Staging {
-    Put { content: Vec<u8>, old: Option<Meta> },
-    Remove { old: Meta },
-}
-
-/// What each operation decided at check time, for its outcome: the slots it owns and the
-/// reply's parts known before the commit.
-enum Planned {
-    Write { target: usize, operation: WriteOperation, change: Change },
-    Edit { target: usize, replacements: usize, change: Change },
-    Delete { target: usize, change: Change },
-    Move { source: usize, destination: usize, source_change: Change, destination_change: Change },
-}
-
-/// A slot while the transaction runs: one target's commit step.
-struct Slot<'r> {
-    op: usize,
-    target: usize,
-    resolved: &'r Resolved,
-    dir: BorrowedFd<'r>,
-    kind: Action,
-    content: Vec<u8>,
-    ready: Option<Ready<'r>>,
-    old: Option<Meta>,
-    /// The temporary name: the staged file's, or the one a removal moves the name to.
-    temp: OsString,
-    aside: Option<Entry<'r>>,
-}
-
 impl Backend {
     /// Refuses more staged bytes than a transaction may carry.
-    fn within_staged(&self, size: u64, path: &str) -> Result<(), Failure> {
+    pub(super) fn within_staged(&self, size: u64, path: &str) -> Result<(), Failure> {
         let limit = self.limits.max_transaction_bytes;
         if size > limit {
             return Err(Failure::new(FsError::TooLarge { size, limit }, path));
@@ -336,8 +370,10 @@ impl Backend {
         Ok(())
     }
 
-    /// Runs a transaction (see the module's comment). On failure nothing it changed stays
-    /// changed, and the failure names the operation and how many were undone.
+    /// Runs a transaction (see the module's comment): planned, locked and checked as the
+    /// pipeline does a single call, then committed by the pipeline's one commit step
+    /// (`Backend::commit_all`). On failure nothing it changed stays changed, and the failure
+    /// names the operation and how many were undone.
     pub(super) fn transact(&self, mode: Mode, ops: Vec<TxnOp>) -> Result<Outcome, Failure> {
         let first = ops.first().map(TxnOp::path).unwrap_or_default().to_owned();
         let limit = self.limits.max_transaction_operations;
@@ -355,9 +391,9 @@ impl Backend {
             })
             .sum();
         self.within_staged(sent, &first)?;
-        let Some(intents) = self.intents.as_ref() else {
+        if self.intents.is_none() {
             return Err(Failure::new(FsError::Denied(Denial::NoStateDir), first));
-        };
+        }
         let at = |op: usize| move |f: Failure| f.in_transaction(op, 0);
 
         // Plan: each operation as the pipeline plans the single call (walk, binding,
@@ -374,393 +410,20 @@ impl Backend {
             }
             plans.push(plan);
         }
-        let Some(first_plan) = plans.first() else {
+        if plans.is_empty() {
             return Ok(Outcome::Transact { outcomes: Vec::new() });
-        };
-        // Every target of every operation, a move's source before its destination.
-        let mut targets: Vec<&Resolved> = Vec::new();
-        let mut of_op: Vec<(usize, Option<usize>)> = Vec::new();
-        for plan in &plans {
-            let a = targets.len();
-            targets.push(&plan.target.resolved);
-            let b = plan.destination.as_ref().map(|d| {
-                targets.push(&d.resolved);
-                a + 1
-            });
-            of_op.push((a, b));
         }
-        let anchor = &first_plan.target.resolved;
         // The pipeline's one lock site: every key in one request, taken in one global order.
         let refs: Vec<&Plan<'_>> = plans.iter().collect();
         let _held = self.lock_plans(&refs)?;
 
         // Check: every operation as the pipeline checks the single call, under the locks.
-        let mut staging: Vec<Option<Staging>> = (0..targets.len()).map(|_| None).collect();
-        let mut planned = Vec::with_capacity(ops.len());
+        let mut checked = Vec::with_capacity(plans.len());
         for (i, plan) in plans.iter().enumerate() {
-            let (a, b) = of_op[i];
-            let checked = self.check(plan).map_err(at(i))?;
-            // One write, edit or delete changes one name by one rename or unlink: the pipeline's
-            // own commit is all-or-nothing already, without an intent record to sync.
-            if plans.len() == 1 && !matches!(plan.mutation, Mutation::Move { .. }) {
-                let outcome = self.commit(checked, None).map_err(at(i))?;
-                return Ok(Outcome::Transact { outcomes: vec![outcome] });
-            }
-            let fail = |e, t: usize| self.fail(e, targets[t]).in_transaction(i, 0);
-            match (checked.decided, plan.mutation) {
-                (pipeline::Decided::Put { content, placement, change, replacements }, _) => {
-                    let old = match placement {
-                        Placement::Replace(meta) => Some(meta),
-                        Placement::Create | Placement::CreateOrReplace => None,
-                    };
-                    let operation =
-                        if old.is_some() { WriteOperation::Update } else { WriteOperation::Create };
-                    staging[a] = Some(Staging::Put { content: content.into_bytes(), old });
-                    planned.push(match replacements {
-                        Some(replacements) => Planned::Edit { target: a, replacements, change },
-                        None => Planned::Write { target: a, operation, change },
-                    });
-                }
-                (pipeline::Decided::Delete { meta, change, .. }, _) => {
-                    staging[a] = Some(Staging::Remove { old: meta });
-                    planned.push(Planned::Delete { target: a, change });
-                }
-                (
-                    pipeline::Decided::Move {
-                        source: (file, meta),
-                        existing,
-                        source_text,
-                        destination_before,
-                        ..
-                    },
-                    Mutation::Move { content, .. },
-                ) => {
-                    let d = b.ok_or_else(|| fail(FsError::NotRegularFile, a))?;
-                    let bytes = match content {
-                        Some(content) => content.as_bytes().to_vec(),
-                        None => {
-                            // The check read the source for its text: from its start again.
-                            std::io::Seek::rewind(&mut &file).map_err(|e| fail(FsError::Read(e), a))?;
-                            read::read_bounded(&file, &meta, self.limits.max_editable_bytes)
-                                .map_err(|e| fail(e, a))?
-                        }
-                    };
-                    let after = content.map(str::to_owned).or_else(|| source_text.clone());
-                    let destination_change = match destination_before {
-                        Some(before) => self.change(before.as_deref(), before.is_some(), after.as_deref()),
-                        None => self.change(None, true, after.as_deref()),
-                    };
-                    staging[d] = Some(Staging::Put { content: bytes, old: existing });
-                    staging[a] = Some(Staging::Remove { old: meta });
-                    planned.push(Planned::Move {
-                        source: a,
-                        destination: d,
-                        source_change: pipeline::source_change(source_text),
-                        destination_change,
-                    });
-                }
-                // A transaction carries text changes only (`TxnOp`).
-                _ => return Err(fail(FsError::NotRegularFile, a)),
-            }
+            checked.push(self.check(plan).map_err(at(i))?);
         }
-        let staged_bytes: u64 = staging
-            .iter()
-            .map(|d| match d {
-                Some(Staging::Put { content, .. }) => content.len() as u64,
-                _ => 0,
-            })
-            .sum();
-        self.within_staged(staged_bytes, &first)?;
-
-        // Stage, in commit order: a move's destination before its source goes.
-        let mut order: Vec<(usize, usize)> = Vec::new();
-        for (i, (a, b)) in of_op.iter().enumerate() {
-            match b {
-                Some(b) => order.extend([(i, *b), (i, *a)]),
-                None => order.push((i, *a)),
-            }
-        }
-        let mut slots: Vec<Slot<'_>> = Vec::with_capacity(order.len());
-        for (op, t) in order {
-            let resolved: &Resolved = targets[t];
-            let fail = |e| self.fail(e, resolved).in_transaction(op, 0);
-            let dir =
-                resolved.parent.as_ref().map(AsFd::as_fd).ok_or_else(|| fail(FsError::NotRegularFile))?;
-            let slot = match staging[t].take() {
-                Some(Staging::Put { content, old }) => {
-                    let place = match &old {
-                        Some(meta) => Place::Replace(meta),
-                        None => Place::Create,
-                    };
-                    let mut fill = |file: &mut File| {
-                        file.write_all(&content).map_err(|e| write_failed(e, content.len() as u64))
-                    };
-                    let staged =
-                        stage(dir, &mut fill, self.journal_scope(resolved), old.as_ref()).map_err(fail)?;
-                    let ready = staged.ready(resolved.name(), place).map_err(fail)?;
-                    let temp = ready.temp_name().to_owned();
-                    let kind = if old.is_some() { Action::Replace } else { Action::Create };
-                    Slot {
-                        op,
-                        target: t,
-                        resolved,
-                        dir,
-                        kind,
-                        content,
-                        ready: Some(ready),
-                        old,
-                        temp,
-                        aside: None,
-                    }
-                }
-                Some(Staging::Remove { old }) => {
-                    let temp = sys::temp_name().map_err(|e| fail(FsError::CreateTemp(e)))?;
-                    Slot {
-                        op,
-                        target: t,
-                        resolved,
-                        dir,
-                        kind: Action::Remove,
-                        content: Vec::new(),
-                        ready: None,
-                        old: Some(old),
-                        temp,
-                        aside: None,
-                    }
-                }
-                None => return Err(fail(FsError::NotRegularFile)),
-            };
-            slots.push(slot);
-        }
-
-        // The intent record, durable before the first visible change.
-        let record = Record {
-            format: FORMAT.to_owned(),
-            owner: super::journal::owner(),
-            slots: slots
-                .iter()
-                .map(|s| SlotRecord {
-                    root: hex(self.roots[s.resolved.root].path.as_os_str().as_bytes()),
-                    dir: s.resolved.rel[..s.resolved.rel.len().saturating_sub(1)]
-                        .iter()
-                        .map(|c| hex(c.as_bytes()))
-                        .collect(),
-                    name: hex(s.resolved.name().as_bytes()),
-                    temp: hex(s.temp.as_bytes()),
-                    kind: s.kind,
-                    staged: s.ready.as_ref().map(|r| Stamp::of(&r.staged)),
-                    old: s.old.as_ref().map(Stamp::of),
-                })
-                .collect(),
-        };
-        let written =
-            write_record(intents.as_fd(), &record).map_err(|e| self.fail(e, anchor).in_transaction(0, 0))?;
-        let intent = Intent { dir: intents.as_fd(), name: written };
-
-        #[cfg(any(test, feature = "fault-injection"))]
-        let names: Vec<&OsStr> = targets.iter().map(|t| t.name()).collect();
-        let mut failed = None;
-        #[cfg(test)]
-        let mut died = false;
-        for (k, slot) in slots.iter_mut().enumerate() {
-            #[cfg(any(test, feature = "fault-injection"))]
-            if fault_at(&names, "fsd-fault-txn-fail-", k + 1) {
-                failed = Some((k, FsError::Rename(Errno::IO)));
-                break;
-            }
-            // The single write's hooks (`worker::fault`), at this target's own commit step.
-            #[cfg(feature = "fault-injection")]
-            {
-                let name = slot.resolved.name();
-                if name == "fsd-fault-io-error" {
-                    failed = Some((k, FsError::Rename(Errno::IO)));
-                    break;
-                }
-                if name == "fsd-fault-hang-write" {
-                    loop {
-                        std::thread::sleep(std::time::Duration::from_secs(3600));
-                    }
-                }
-            }
-            if let Err(e) = self.commit_step(slot) {
-                failed = Some((k, e));
-                break;
-            }
-            #[cfg(feature = "fault-injection")]
-            if fault_at(&names, "fsd-fault-txn-pause-", k + 1) {
-                // A window in which a test kills the worker, the network process or the daemon.
-                std::thread::sleep(std::time::Duration::from_secs(1));
-            }
-            #[cfg(any(test, feature = "fault-injection"))]
-            if fault_at(&names, "fsd-fault-txn-die-", k + 1) {
-                // As a SIGKILL would leave it: nothing undone, the record in place.
-                #[cfg(not(test))]
-                std::process::exit(137);
-                #[cfg(test)]
-                {
-                    died = true;
-                    break;
-                }
-            }
-        }
-        #[cfg(test)]
-        if died {
-            std::mem::forget(slots);
-            std::mem::forget(intent);
-            return Err(Failure::new(FsError::Aborted, first));
-        }
-        if let Some((k, error)) = failed {
-            let mut undone_ops = std::collections::BTreeSet::new();
-            let slots_op_failed = slots[k].op;
-            for j in (0..k).rev() {
-                let slot_record = &record.slots[j];
-                let slot = &mut slots[j];
-                undo(slot.dir, slot_record);
-                let _ = sys::sync_dir(slot.dir);
-                match slot.kind {
-                    Action::Replace | Action::Create => {
-                        if let Some(ready) = slot.ready.as_mut() {
-                            ready.holds();
-                        }
-                    }
-                    Action::Remove => {
-                        if let Some(entry) = slot.aside.take() {
-                            entry.end();
-                        }
-                    }
-                }
-                // A move's destination undone when its source failed is the failing operation.
-                if slot.op != slots_op_failed {
-                    undone_ops.insert(slot.op);
-                }
-            }
-            intent.remove();
-            let slot = &slots[k];
-            return Err(self.fail(error, slot.resolved).in_transaction(slot.op, undone_ops.len()));
-        }
-
-        // Committed: the directories synced once each, then the record goes, then the replaced
-        // and removed files (a sweep finishes these should the worker die now).
-        let mut synced: Vec<(u64, u64)> = Vec::new();
-        for slot in &slots {
-            if let Ok(meta) = sys::meta(slot.dir)
-                && !synced.contains(&(meta.dev, meta.ino))
-            {
-                synced.push((meta.dev, meta.ino));
-                sys::sync_dir(slot.dir)
-                    .map_err(|e| self.fail(FsError::Sync(e), slot.resolved).in_transaction(slot.op, 0))?;
-            }
-        }
-        intent.remove();
-        let mut versions: Vec<Option<String>> = (0..targets.len()).map(|_| None).collect();
-        for slot in &mut slots {
-            if let Some(ready) = &slot.ready {
-                let meta = sys::meta(ready.file.as_fd())
-                    .map_err(|e| self.fail(FsError::Metadata(e), slot.resolved).in_transaction(slot.op, 0))?;
-                versions[slot.target] = Some(version::of_content(&ready.file, &meta, &slot.content));
-            }
-            if let (Some(entry), Some(old)) = (slot.aside.take(), slot.old.as_ref()) {
-                if sys::meta_at(slot.dir, &slot.temp).is_ok_and(|m| Stamp::of(old).is(&m)) {
-                    let _ = sys::remove(slot.dir, &slot.temp);
-                }
-                entry.end();
-            }
-        }
-        drop(slots);
-        for target in &targets {
-            target.made.keep();
-        }
-        let version = |t: usize| versions[t].clone().unwrap_or_default();
-        let outcomes = planned
-            .into_iter()
-            .map(|p| match p {
-                Planned::Write { target, operation, change } => Outcome::WriteText {
-                    target: self.target(targets[target]),
-                    operation,
-                    version: version(target),
-                    change,
-                },
-                Planned::Edit { target, replacements, change } => Outcome::EditText {
-                    target: self.target(targets[target]),
-                    version: version(target),
-                    replacements,
-                    change,
-                },
-                Planned::Delete { target, change } => {
-                    Outcome::DeleteFile { target: self.target(targets[target]), change }
-                }
-                Planned::Move { source, destination, source_change, destination_change } => {
-                    Outcome::MoveFile {
-                        source: self.target(targets[source]),
-                        destination: self.target(targets[destination]),
-                        destination_version: version(destination),
-                        source_change,
-                        destination_change,
-                        source_removal_errno: None,
-                    }
-                }
-            })
-            .collect();
+        let outcomes = self.commit_all(Commit::Together(checked))?;
         Ok(Outcome::Transact { outcomes })
-    }
-
-    /// One slot's visible change.
-    fn commit_step<'r>(&'r self, slot: &mut Slot<'r>) -> Result<(), FsError> {
-        let dir = slot.dir;
-        let name = slot.resolved.name();
-        match slot.kind {
-            Action::Replace => {
-                let (Some(ready), Some(old)) = (slot.ready.as_mut(), slot.old.as_ref()) else {
-                    return Err(FsError::NotRegularFile);
-                };
-                sys::rename(dir, &slot.temp, dir, name, RenameHow::Exchange).map_err(FsError::Rename)?;
-                ready.holds();
-                // What came out must be the file checked: an outside save since is put back.
-                if !sys::meta_at(dir, &slot.temp).is_ok_and(|m| m.same_content(old)) {
-                    return Err(ready.swap_back(name, &slot.content));
-                }
-                Ok(())
-            }
-            Action::Create => {
-                let Some(ready) = slot.ready.as_mut() else { return Err(FsError::NotRegularFile) };
-                match sys::rename(dir, &slot.temp, dir, name, RenameHow::NoReplace) {
-                    Ok(()) => {
-                        ready.placed();
-                        Ok(())
-                    }
-                    Err(Errno::EXIST) => Err(FsError::AlreadyExists),
-                    Err(errno) => Err(FsError::Rename(errno)),
-                }
-            }
-            Action::Remove => {
-                let Some(old) = slot.old.as_ref() else { return Err(FsError::NotRegularFile) };
-                let entry = self.journal_scope(slot.resolved).begin_removal(&slot.temp, name, old);
-                match sys::rename(dir, name, dir, &slot.temp, RenameHow::NoReplace) {
-                    Ok(()) => {}
-                    Err(errno) => {
-                        entry.end();
-                        return Err(match errno {
-                            Errno::NOENT => FsError::Stale(StaleReason::Gone),
-                            errno => FsError::Remove(errno),
-                        });
-                    }
-                }
-                if sys::meta_at(dir, &slot.temp).is_ok_and(|m| m.kind == Kind::File && m.same_content(old)) {
-                    slot.aside = Some(entry);
-                    return Ok(());
-                }
-                // An outside save was moved: it goes back (beside its name, should that be taken).
-                let error = match sys::rename(dir, &slot.temp, dir, name, RenameHow::NoReplace) {
-                    Ok(()) => FsError::Stale(StaleReason::ChangedWhileRemoving),
-                    Err(_) => {
-                        let kept = super::moves::keep_aside(dir, name, &slot.temp);
-                        FsError::KeptAside { reason: StaleReason::ChangedWhileRemoving, kept: kept.into() }
-                    }
-                };
-                entry.end();
-                Err(error)
-            }
-        }
     }
 }
 
@@ -782,41 +445,6 @@ fn mutation(op: &TxnOp) -> Mutation<'_> {
             content: content.as_deref(),
         },
     }
-}
-
-/// The intent record's file while the transaction runs.
-struct Intent<'d> {
-    dir: BorrowedFd<'d>,
-    name: OsString,
-}
-
-impl Intent<'_> {
-    fn remove(self) {
-        if let Err(errno) = sys::remove(self.dir, &self.name) {
-            tracing::warn!(%errno, "cannot remove a transaction's intent record");
-        }
-    }
-}
-
-/// Writes and syncs the record, then its directory: durable before the first rename.
-fn write_record(dir: BorrowedFd<'_>, record: &Record) -> Result<OsString, FsError> {
-    let random = sys::temp_name().map_err(FsError::CreateTemp)?;
-    let suffix =
-        random.as_bytes().strip_prefix(crate::op::TEMP_PREFIX.as_bytes()).unwrap_or(random.as_bytes());
-    let mut name = RECORD_PREFIX.as_bytes().to_vec();
-    name.extend_from_slice(suffix);
-    let name = OsString::from_vec(name);
-    let bytes = serde_json::to_vec(record).map_err(|e| FsError::WriteTemp(std::io::Error::other(e)))?;
-    let mut file = sys::create_exclusive(dir, &name).map_err(FsError::CreateTemp)?;
-    let written = file.write_all(&bytes).map_err(FsError::WriteTemp).and_then(|()| {
-        sys::sync(file.as_fd()).map_err(FsError::Sync)?;
-        sys::sync_dir(dir).map_err(FsError::Sync)
-    });
-    if let Err(e) = written {
-        let _ = sys::remove(dir, &name);
-        return Err(e);
-    }
-    Ok(name)
 }
 
 #[cfg(test)]
@@ -1022,9 +650,11 @@ mod tests {
                 }
                 Gen::Move { from, to, guard, to_guard } => {
                     let (f, t) = (NAMES[*from].to_owned(), NAMES[*to].to_owned());
-                    steps += 2;
                     let fresh = named.insert(f.clone()) & named.insert(t.clone());
                     let dst_present = after.contains_key(&t);
+                    // A rename; over a destination, an exchange and then the destination's file
+                    // set aside from the source's name.
+                    steps += 1 + usize::from(dst_present);
                     let dst_ok = match to_guard {
                         Pick::None => true,
                         Pick::Current => dst_present,
@@ -1143,7 +773,8 @@ mod tests {
     /// file and no record.
     #[test]
     fn recovery_rolls_back_a_transaction_killed_at_every_step() {
-        for step in 1..=5 {
+        // Five steps (the move one rename); killed after the fifth, the marker's, it committed.
+        for step in 1..=4 {
             let fixture = fixture();
             std::fs::write(fixture.root.path().join("a"), "old a").unwrap();
             std::fs::write(fixture.root.path().join("gone"), "deleted").unwrap();
@@ -1191,6 +822,208 @@ mod tests {
         }
     }
 
+    /// A transaction's moves are renames: the file itself travels (inode, hard links, user
+    /// attributes, mode), onto a free name and over an existing one; a move undone when a later
+    /// step fails puts the same files back at their names.
+    #[test]
+    fn moves_in_a_transaction_are_renames_and_undo_as_renames() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let fixture = fixture();
+        let root = fixture.root.path();
+        std::fs::create_dir(root.join("d")).unwrap();
+        std::fs::write(root.join("a"), "a's bytes").unwrap();
+        std::fs::set_permissions(root.join("a"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::hard_link(root.join("a"), root.join("a-link")).unwrap();
+        let attr = std::fs::File::open(root.join("a"))
+            .map_err(|_| sys::Errno::IO)
+            .and_then(|f| sys::set_xattr(f.as_fd(), OsStr::new("user.fsd-test"), b"kept"));
+        std::fs::write(root.join("b"), "b's bytes").unwrap();
+        std::fs::write(root.join("c"), "c's bytes").unwrap();
+        let ino = |name: &str| std::fs::metadata(root.join(name)).unwrap().ino();
+        let (a, b, c) = (ino("a"), ino("b"), ino("c"));
+        let moves = |fail: bool| {
+            let mut ops = vec![
+                // Onto a free name in another directory, and over an existing file.
+                TxnOp::Move {
+                    source: fixture.path("a"),
+                    destination: fixture.path("d/a"),
+                    source_guard: None,
+                    destination_guard: None,
+                    content: None,
+                },
+                TxnOp::Move {
+                    source: fixture.path("b"),
+                    destination: fixture.path("c"),
+                    source_guard: None,
+                    destination_guard: None,
+                    content: None,
+                },
+            ];
+            if fail {
+                ops.push(TxnOp::Write {
+                    path: fixture.path("fsd-fault-txn-fail-4"),
+                    content: String::new(),
+                    guard: None,
+                    match_style: false,
+                });
+            }
+            ops
+        };
+
+        let failed = fixture.transact(moves(true));
+        assert!(matches!(&failed, Err(Failure { operation: Some(at), .. }) if **at == (2, 2)), "{failed:?}");
+        assert_eq!((ino("a"), ino("b"), ino("c")), (a, b, c));
+        assert_eq!(std::fs::read(root.join("c")).unwrap(), b"c's bytes");
+        assert!(!root.join("d/a").exists());
+
+        fixture.transact(moves(false)).unwrap();
+        let moved = std::fs::metadata(root.join("d/a")).unwrap();
+        assert_eq!((moved.ino(), moved.nlink(), moved.mode() & 0o777), (a, 2, 0o600));
+        assert_eq!(ino("c"), b);
+        if attr.is_ok() {
+            let file = std::fs::File::open(root.join("d/a")).unwrap();
+            assert_eq!(sys::get_xattr(file.as_fd(), OsStr::new("user.fsd-test")).unwrap(), b"kept");
+        }
+        let tree = fixture.tree();
+        let names: Vec<&str> = tree.keys().map(String::as_str).collect();
+        assert_eq!(names, ["a-link", "c", "d/a"]);
+        assert_eq!(tree["c"], b"b's bytes");
+    }
+
+    /// A worker killed after each step of a transaction of moves (a rename onto a free name in
+    /// another directory, and a move over an existing file: its exchange, then the destination's
+    /// file set aside): recovery puts the very same files back at their names.
+    #[test]
+    fn recovery_rolls_back_moves_killed_at_every_step() {
+        use std::os::unix::fs::MetadataExt;
+        for step in 1..=3 {
+            let fixture = fixture();
+            let root = fixture.root.path();
+            std::fs::create_dir(root.join("d")).unwrap();
+            for (name, content) in [("a", "a's bytes"), ("b", "b's bytes"), ("c", "c's bytes")] {
+                std::fs::write(root.join(name), content).unwrap();
+            }
+            let inodes = || -> Vec<u64> {
+                ["a", "b", "c"].iter().map(|n| std::fs::metadata(root.join(n)).unwrap().ino()).collect()
+            };
+            let (before, before_inodes) = (fixture.tree(), inodes());
+            let ops = vec![
+                TxnOp::Move {
+                    source: fixture.path("a"),
+                    destination: fixture.path("d/a"),
+                    source_guard: None,
+                    destination_guard: None,
+                    content: None,
+                },
+                TxnOp::Move {
+                    source: fixture.path("b"),
+                    destination: fixture.path("c"),
+                    source_guard: None,
+                    destination_guard: None,
+                    content: None,
+                },
+                TxnOp::Write {
+                    path: fixture.path(&format!("fsd-fault-txn-die-{step}")),
+                    content: String::new(),
+                    guard: None,
+                    match_style: false,
+                },
+            ];
+            let died = fixture.transact(ops);
+            assert!(matches!(died, Err(Failure { error: FsError::Aborted, .. })), "{step}: {died:?}");
+            let report = recover(fixture.state.path(), &fixture.roots(), |_| true);
+            assert_eq!((report.records, report.rolled_back, report.undone), (1, 1, step), "{step}");
+            drop(super::super::journal::Sweeper::start(&[RootSpec {
+                path: fixture.root.path().to_path_buf(),
+                writable: true,
+            }]));
+            let mut after = fixture.tree();
+            // The directory the move made stays, empty (the tree lists files only).
+            after.retain(|k, _| !k.starts_with("d/"));
+            assert_eq!(after, before, "{step}");
+            assert_eq!(inodes(), before_inodes, "{step}");
+            assert_eq!(fixture.records(), 0, "{step}");
+        }
+    }
+
+    /// Every commit, a single call's and a transaction's, tells the pipeline's one place
+    /// (`Backend::committed`) each name it changed, with the file before and the version after;
+    /// a refused call tells it nothing.
+    #[test]
+    fn every_commit_reports_each_name_it_changed_once() {
+        let fixture = fixture();
+        let write = |name: &str| Request::WriteText {
+            path: fixture.path(name),
+            content: "x y\n".into(),
+            guard: None,
+            match_style: false,
+        };
+        let edit = |name: &str, old: &str| Request::EditText {
+            path: fixture.path(name),
+            old: old.into(),
+            new: "z".into(),
+            replace_all: false,
+            guard: None,
+        };
+        let txn_write = |name: &str| TxnOp::Write {
+            path: fixture.path(name),
+            content: "t\n".into(),
+            guard: None,
+            match_style: false,
+        };
+        // A name, whether it held a file before, whether it holds one after.
+        type Reported<'n> = Vec<(&'n str, bool, bool)>;
+        let cases: Vec<(Request, Reported<'_>)> = vec![
+            (write("n"), vec![("n", false, true)]),
+            (write("n"), vec![("n", true, true)]),
+            (edit("n", "x"), vec![("n", true, true)]),
+            (edit("n", "absent"), vec![]),
+            (
+                Request::MoveFile {
+                    source: fixture.path("n"),
+                    destination: fixture.path("m"),
+                    source_guard: None,
+                    destination_guard: None,
+                    content: None,
+                },
+                vec![("n", true, false), ("m", false, true)],
+            ),
+            (Request::DeleteFile { path: fixture.path("m"), guard: None }, vec![("m", true, false)]),
+            (
+                Request::Transact { ops: vec![txn_write("a"), txn_write("b"), txn_write("a2")] },
+                vec![("a", false, true), ("b", false, true), ("a2", false, true)],
+            ),
+            (
+                Request::Transact {
+                    ops: vec![
+                        TxnOp::Move {
+                            source: fixture.path("a"),
+                            destination: fixture.path("b"),
+                            source_guard: None,
+                            destination_guard: None,
+                            content: None,
+                        },
+                        TxnOp::Delete { path: fixture.path("a2"), guard: None },
+                    ],
+                },
+                vec![("a", true, false), ("b", true, true), ("a2", true, false)],
+            ),
+        ];
+        super::super::commit::reported();
+        for (request, expected) in cases {
+            let what = format!("{request:?}");
+            let _ = fixture.backend.handle(Mode::WorkspaceWrite, request);
+            let reported = super::super::commit::reported();
+            let names: Reported<'_> = reported
+                .iter()
+                .map(|(display, before, after)| {
+                    (display.rsplit('/').next().unwrap_or_default(), *before, *after)
+                })
+                .collect();
+            assert_eq!(names, expected, "{what}");
+        }
+    }
+
     /// A record is a worker's writing, read by the privileged supervisor: one forged to name a
     /// directory outside the writable roots (here, an exchange of two files there, as a rollback
     /// would undo a replace) is left alone, and removed.
@@ -1212,6 +1045,7 @@ mod tests {
             kind: Action::Replace,
             staged: stamp("passwd"),
             old: stamp("passwd-"),
+            from: None,
         };
         // A second step not committed (its temporary name still holds its staged file), so the
         // first is to be undone: an exchange of the two files.
@@ -1223,6 +1057,7 @@ mod tests {
             kind: Action::Create,
             staged: stamp("staged"),
             old: None,
+            from: None,
         };
         let slots = vec![slot, pending];
         let record = Record { format: FORMAT.to_owned(), owner: "forged 1".to_owned(), slots };

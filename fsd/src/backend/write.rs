@@ -148,52 +148,17 @@ impl Staged<'_> {
         mode: Option<u32>,
         written: Option<&[u8]>,
     ) -> Result<(File, Meta), FsError> {
-        let Staged { file, created, mut temp } = self;
-        let dir = temp.dir;
-        prepare(&file, &created, &mut temp, name, place, mode)?;
-        // Our file as placed: should it be written into while at `name` (see `swap_back`).
-        let staged = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
-        #[cfg(feature = "fault-injection")]
-        if matches!(place, Place::Replace(_)) {
-            pause_at_exchange(name);
-        }
+        let mut ready = self.ready_as(name, place, mode)?;
         #[cfg(feature = "fault-injection")]
         if name == "fsd-fault-pause-rename" {
             // Test hook: a window between the temporary file's last byte and its rename, in
             // which a test moves the directory out of the fence.
             std::thread::sleep(std::time::Duration::from_secs(2));
         }
-        match place {
-            Place::Create => match sys::rename(dir, &temp.name, dir, name, RenameHow::NoReplace) {
-                Ok(()) => temp.armed = false,
-                Err(Errno::EXIST) => return Err(FsError::AlreadyExists),
-                Err(errno) => return Err(FsError::Rename(errno)),
-            },
-            Place::CreateOrReplace => {
-                sys::rename(dir, &temp.name, dir, name, RenameHow::Replace).map_err(FsError::Rename)?;
-                temp.armed = false;
-            }
-            Place::Replace(old) => match sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange) {
-                Ok(()) => {
-                    #[cfg(feature = "fault-injection")]
-                    pause_at_exchange(name);
-                    // The temporary name now holds whatever was at `name` a moment ago.
-                    let swapped = sys::meta_at(dir, &temp.name);
-                    if !swapped.as_ref().is_ok_and(|m| m.same_content(old)) {
-                        return Err(swap_back(dir, name, &file, staged, written, &mut temp));
-                    }
-                    // Still armed: dropping `temp` removes the old file; ours is in place.
-                    temp.unplaced = None;
-                }
-                // The filesystem cannot exchange: the per-target lock still orders fsd's own
-                // writers.
-                Err(Errno::INVAL | Errno::OPNOTSUPP) => {
-                    sys::rename(dir, &temp.name, dir, name, RenameHow::Replace).map_err(FsError::Rename)?;
-                    temp.armed = false;
-                }
-                Err(errno) => return Err(FsError::Rename(errno)),
-            },
-        }
+        ready.put(name, place, written, Undo::NotNeeded)?;
+        let Ready { file, temp, .. } = ready;
+        let dir = temp.dir;
+        // Removes the replaced file an exchange left at the temporary name.
         drop(temp);
         sys::sync_dir(dir).map_err(FsError::Sync)?;
         let meta = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
@@ -241,11 +206,26 @@ impl<'a> Staged<'a> {
     /// would (owner, mode, attributes, synced), without the rename, which the transaction makes
     /// with its other files' once its intent record is durable.
     pub(super) fn ready(self, name: &OsStr, place: Place<'_>) -> Result<Ready<'a>, FsError> {
+        self.ready_as(name, place, None)
+    }
+
+    /// [`Staged::ready`] with the mode bits a writeBytes call asks for.
+    fn ready_as(self, name: &OsStr, place: Place<'_>, mode: Option<u32>) -> Result<Ready<'a>, FsError> {
         let Staged { file, created, mut temp } = self;
-        prepare(&file, &created, &mut temp, name, place, None)?;
+        prepare(&file, &created, &mut temp, name, place, mode)?;
+        // Our file as placed: should it be written into while at `name` (see `swap_back`).
         let staged = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
         Ok(Ready { file, staged, temp })
     }
+}
+
+/// Whether a placed file must be able to go back (a transaction's step, undone should a later
+/// one fail): then a filesystem that cannot exchange fails the replace, where a single write
+/// falls back to a plain rename.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Undo {
+    Needed,
+    NotNeeded,
 }
 
 /// A staged file ready to take its place, still at its temporary name. Dropped, the temporary
@@ -263,19 +243,69 @@ impl Ready<'_> {
         &self.temp.name
     }
 
+    /// The one visible step of a new file, for a single write and a transaction's step alike:
+    /// the rename `place` asks for. A replace exchanges, and checks that what came out is the
+    /// file it checked: an outside save since is put back and the step is stale (see
+    /// [`swap_back`]); the replaced file then sits at the temporary name, removed when this is
+    /// dropped. `written`, when known, is the content the staged file holds.
+    pub(super) fn put(
+        &mut self,
+        name: &OsStr,
+        place: Place<'_>,
+        written: Option<&[u8]>,
+        undo: Undo,
+    ) -> Result<(), FsError> {
+        let dir = self.temp.dir;
+        match place {
+            Place::Create => match sys::rename(dir, &self.temp.name, dir, name, RenameHow::NoReplace) {
+                Ok(()) => self.placed(),
+                Err(Errno::EXIST) => return Err(FsError::AlreadyExists),
+                Err(errno) => return Err(FsError::Rename(errno)),
+            },
+            Place::CreateOrReplace => {
+                sys::rename(dir, &self.temp.name, dir, name, RenameHow::Replace).map_err(FsError::Rename)?;
+                self.placed();
+            }
+            Place::Replace(old) => {
+                #[cfg(feature = "fault-injection")]
+                pause_at_exchange(name);
+                match sys::rename(dir, &self.temp.name, dir, name, RenameHow::Exchange) {
+                    Ok(()) => {
+                        #[cfg(feature = "fault-injection")]
+                        pause_at_exchange(name);
+                        self.holds();
+                        // The temporary name now holds whatever was at `name` a moment ago.
+                        if !sys::meta_at(dir, &self.temp.name).is_ok_and(|m| m.same_content(old)) {
+                            return Err(swap_back(
+                                dir,
+                                name,
+                                &self.file,
+                                self.staged,
+                                written,
+                                &mut self.temp,
+                            ));
+                        }
+                    }
+                    // The filesystem cannot exchange: the per-target lock still orders fsd's own
+                    // writers.
+                    Err(Errno::INVAL | Errno::OPNOTSUPP) if undo == Undo::NotNeeded => {
+                        sys::rename(dir, &self.temp.name, dir, name, RenameHow::Replace)
+                            .map_err(FsError::Rename)?;
+                        self.placed();
+                    }
+                    Err(errno) => return Err(FsError::Rename(errno)),
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The temporary name now holds something to remove when this is dropped: the replaced file
     /// after an exchange, or the staged file again after an undo.
     pub(super) fn holds(&mut self) {
         self.temp.armed = true;
         // Not ours to empty should the removal fail: it may be the replaced file.
         self.temp.unplaced = None;
-    }
-
-    /// A replace's exchange swapped out another file than the one checked: undone as a single
-    /// replace undoes it ([`swap_back`]); the failure to reply.
-    pub(super) fn swap_back(&mut self, name: &OsStr, written: &[u8]) -> FsError {
-        let dir = self.temp.dir;
-        swap_back(dir, name, &self.file, self.staged, Some(written), &mut self.temp)
     }
 
     /// The temporary name is free: the staged file took its place by a rename.

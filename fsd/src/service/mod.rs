@@ -134,8 +134,14 @@ impl FsdService {
         {
             self.give_back_read(caller, &grant, key);
         }
-        if let Ok(Outcome::WriteText { operation: WriteOperation::Create, .. }) = &result {
-            self.budgets.created(&caller.identity);
+        let created = |o: &Outcome| matches!(o, Outcome::WriteText { operation: WriteOperation::Create, .. });
+        let files = match &result {
+            Ok(Outcome::Transact { outcomes }) => outcomes.iter().filter(|o| created(o)).count(),
+            Ok(outcome) => usize::from(created(outcome)),
+            Err(_) => 0,
+        };
+        if files > 0 {
+            self.budgets.created(&caller.identity, files);
         }
         match &result {
             Ok(_) => {
@@ -174,6 +180,7 @@ impl FsdService {
                 Some(WriteGuard::ReplaceIfVersion { .. }) => return Ok(()),
                 Some(WriteGuard::CreateIfAbsent) | None => path,
             },
+            R::Transact { ops } => return self.may_create_files(caller, mode, ops).await,
             // A move renames: the destination's name is new, the file count is not.
             _ => return Ok(()),
         };
@@ -186,6 +193,46 @@ impl FsdService {
             Ok(Outcome::Stat { info: Some(_), .. }) => Ok(()),
             _ => Err(refusal.into_wire(target)),
         }
+    }
+
+    /// The new-file budget for a transaction: a token for each of its writes that would create a
+    /// file, as [`Service::may_create`] judges a single write (a write guarded by a version only
+    /// replaces; while the budget holds fewer tokens than the writes that may create, an
+    /// unguarded write over a file that exists is not counted, a stat each, made only then).
+    /// A refusal comes before the transaction is planned: nothing is changed.
+    async fn may_create_files(
+        &self,
+        caller: &Caller,
+        mode: Mode,
+        ops: &[op::TxnOp],
+    ) -> Result<(), WireError> {
+        use op::{TxnOp, WriteGuard};
+        // Each write that may create, and whether it surely does (createIfAbsent).
+        let writes: Vec<(&String, bool)> = ops
+            .iter()
+            .filter_map(|op| match op {
+                TxnOp::Write { path, guard: None, .. } => Some((path, false)),
+                TxnOp::Write { path, guard: Some(WriteGuard::CreateIfAbsent), .. } => Some((path, true)),
+                // A move renames: the destination's name is new, the file count is not.
+                _ => None,
+            })
+            .collect();
+        if writes.is_empty() || self.budgets.may_create_files(&caller.identity, writes.len()).is_ok() {
+            return Ok(());
+        }
+        let mut creating: Vec<&String> = Vec::new();
+        for (path, surely) in writes {
+            let exists = !surely && {
+                let probe = op::Request::Stat { path: path.clone(), no_follow: false };
+                let found = self.dispatcher.call(mode, &caller.client(), probe).await;
+                matches!(found, Ok(Outcome::Stat { info: Some(_), .. }))
+            };
+            if !exists {
+                creating.push(path);
+            }
+        }
+        let Some(first) = creating.first() else { return Ok(()) };
+        self.budgets.may_create_files(&caller.identity, creating.len()).map_err(|r| r.into_wire(first))
     }
 
     /// Every unary operation: grant, run, convert.

@@ -267,7 +267,7 @@ impl FsdService {
         };
         let result = result.map_err(|w| w.with("mode", mode.as_str()));
         if let Ok(Outcome::WriteBytes { operation: op::WriteOperation::Create, .. }) = &result {
-            self.budgets.created(&caller.identity);
+            self.budgets.created(&caller.identity, 1);
         }
         self.plain_done(caller, op, &path, mode, &result, started);
         (fed, result)
