@@ -481,6 +481,7 @@ async fn serve(
         spawn_health_listener(std_listener, health_service.clone(), tcp_limits, &stop_rx, &mut servers)?;
     }
     let failure = first_stop(&mut signals, &stop_rx, &mut servers).await;
+    let stop_began = tokio::time::Instant::now();
     // Whatever stops this process (a signal sent to it rather than to the supervisor, a server
     // that failed), the supervisor hears it before the workers' sockets close, so it does not
     // replace the workers that exit next.
@@ -491,7 +492,12 @@ async fn serve(
     let stopping: Vec<_> = served_modes.iter().map(|m| (*m, false)).collect();
     report_health(&reporter, health_statuses(&stopping, false)).await;
     let _ = stop_tx.send(true);
-    drain(servers, failure, config.shutdown_grace).await
+    let served = drain(servers, failure, config.shutdown_grace).await;
+    // The drained calls' spans, within what is left of this process's share of the grace.
+    let left = (stop_began + drain_budget(config.shutdown_grace))
+        .saturating_duration_since(tokio::time::Instant::now());
+    crate::traces::flush(left.min(crate::traces::FLUSH_WAIT)).await;
+    served
 }
 
 /// Reflection answers from the descriptor sets the services were compiled from, and lists

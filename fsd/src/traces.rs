@@ -9,11 +9,14 @@
 //! is full the span is dropped and counted in /metrics), so a collector that is down or slow
 //! never holds up or slows a call. The SDK's batch processor is not used because it keeps its
 //! drops to itself (one log line at shutdown), and an operator must see them while it happens.
+//! When the process stops, what is still queued is exported ([`flush`]), for at most
+//! [`FLUSH_WAIT`]; what is left then is dropped, counted and logged.
 //!
 //! What a span never carries: file content, paths, bearer tokens or their hashes. The session
 //! and call ids the client sent join a span to the call's audit record, which has the path.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
@@ -51,6 +54,9 @@ const EXPORT_EVERY: Duration = Duration::from_secs(1);
 /// An export that has not finished by then fails (its spans counted as dropped).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// At a stop, how long the spans still queued may take to reach the collector, at most.
+pub const FLUSH_WAIT: Duration = Duration::from_secs(2);
+
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     #[error("cannot resolve otlp_endpoint {0}: {1}")]
@@ -62,6 +68,16 @@ pub enum TraceError {
 static TRACER: OnceLock<SdkTracer> = OnceLock::new();
 /// Kept for the life of the process: the tracer's spans go through its processor.
 static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
+/// The export task, told to send what is queued and end at a stop.
+static EXPORTING: OnceLock<Exporting> = OnceLock::new();
+/// Spans queued or in an export that has not finished: what a stop that cannot wait loses.
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+
+#[derive(Debug)]
+struct Exporting {
+    stop: Arc<Notify>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
 
 /// Whether spans are made at all: everything here costs nothing beyond this check when not.
 pub fn on() -> bool {
@@ -96,7 +112,9 @@ pub fn start(address: &str, settings: &Settings) -> Result<(), TraceError> {
     exporter.set_resource(&resource);
     let (tx, rx) = mpsc::channel(settings.queue);
     let batch_ready = Arc::new(Notify::new());
-    tokio::spawn(export(exporter, (rx, batch_ready.clone()), address.to_owned()));
+    let stop = Arc::new(Notify::new());
+    let task = tokio::spawn(export(exporter, (rx, batch_ready.clone(), stop.clone()), address.to_owned()));
+    let _ = EXPORTING.set(Exporting { stop, task: Mutex::new(Some(task)) });
     let provider = SdkTracerProvider::builder()
         .with_span_processor(Queue { spans: tx, batch_ready })
         .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(settings.sample_ratio))))
@@ -124,10 +142,23 @@ impl SpanProcessor for Queue {
         if !span.span_context.is_sampled() {
             return;
         }
-        if self.spans.try_send(span).is_err() {
-            crate::metrics::spans_dropped(SpanDrop::QueueFull, 1);
-        } else if self.spans.max_capacity() - self.spans.capacity() >= BATCH {
-            self.batch_ready.notify_one();
+        // Counted before it is queued: the export task may take it at once.
+        PENDING.fetch_add(1, Ordering::Relaxed);
+        match self.spans.try_send(span) {
+            Ok(()) => {
+                if self.spans.max_capacity() - self.spans.capacity() >= BATCH {
+                    self.batch_ready.notify_one();
+                }
+            }
+            Err(e) => {
+                PENDING.fetch_sub(1, Ordering::Relaxed);
+                let reason = match e {
+                    mpsc::error::TrySendError::Full(_) => SpanDrop::QueueFull,
+                    // A call that ended after the stop's flush (the export task is gone).
+                    mpsc::error::TrySendError::Closed(_) => SpanDrop::Shutdown,
+                };
+                crate::metrics::spans_dropped(reason, 1);
+            }
         }
     }
 
@@ -141,18 +172,21 @@ impl SpanProcessor for Queue {
 }
 
 /// Sends what the queue holds every [`EXPORT_EVERY`], or as soon as a batch is ready, in batches
-/// of at most [`BATCH`]. A failure is logged when it starts and when exporting works again, not
-/// per batch (a collector that is down would fill the log).
+/// of at most [`BATCH`]; once told to stop, what it holds then, and ends. A failure is logged
+/// when it starts and when exporting works again, not per batch (a collector that is down would
+/// fill the log).
 async fn export(
     exporter: opentelemetry_otlp::SpanExporter,
-    (mut queue, batch_ready): (mpsc::Receiver<SpanData>, Arc<Notify>),
+    (mut queue, batch_ready, stop): (mpsc::Receiver<SpanData>, Arc<Notify>, Arc<Notify>),
     address: String,
 ) {
     let mut failing = false;
-    loop {
+    let mut stopping = false;
+    while !stopping {
         tokio::select! {
             () = batch_ready.notified() => {}
             () = tokio::time::sleep(EXPORT_EVERY) => {}
+            () = stop.notified() => stopping = true,
         }
         loop {
             let mut batch = Vec::with_capacity(BATCH);
@@ -172,6 +206,7 @@ async fn export(
                 Ok(result) => result.map_err(|e| e.to_string()),
                 Err(_) => Err(format!("no answer within {} s", EXPORT_TIMEOUT.as_secs())),
             };
+            PENDING.fetch_sub(count, Ordering::Relaxed);
             match result {
                 Ok(()) => {
                     crate::metrics::spans_exported(count);
@@ -190,6 +225,33 @@ async fn export(
                 break;
             }
         }
+    }
+}
+
+/// At a stop (the calls drained): exports the spans still queued and waits, at most `wait`, for
+/// the collector to take them; what is left then is dropped, counted (`shutdown`) and logged in
+/// one line. Without traces, nothing.
+pub async fn flush(wait: Duration) {
+    let Some(exporting) = EXPORTING.get() else { return };
+    let task = exporting.task.lock().map(|mut t| t.take()).unwrap_or_default();
+    let Some(mut task) = task else { return };
+    exporting.stop.notify_one();
+    let queued = PENDING.load(Ordering::Relaxed);
+    if tokio::time::timeout(wait, &mut task).await.is_err() {
+        task.abort();
+    }
+    // Queued, or in the export the wait cut short.
+    let lost = PENDING.swap(0, Ordering::Relaxed);
+    if lost > 0 {
+        crate::metrics::spans_dropped(SpanDrop::Shutdown, lost);
+        tracing::warn!(
+            lost,
+            queued,
+            waited_ms = wait.as_millis() as u64,
+            "trace spans not exported at the stop"
+        );
+    } else if queued > 0 {
+        tracing::info!(exported = queued, "trace spans still queued at the stop exported");
     }
 }
 

@@ -6,7 +6,8 @@
 //! `TRACEPARENT` environment of `fsd-tools session` over gRPC-Web. Each call's span carries its
 //! face, operation, mode and code, and has the queue wait and the worker's time as children;
 //! no span carries the file's path or content. A collector that is down costs the calls nothing:
-//! they answer, and the spans are counted as dropped in /metrics.
+//! they answer, and the spans are counted as dropped in /metrics. A stop exports what is still
+//! queued, waiting a bounded time for the collector.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
@@ -237,6 +238,83 @@ fn a_collector_that_is_down_costs_the_calls_nothing() {
         assert!(Instant::now() < deadline, "{metrics}");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// A daemon with an `http:` listener whose log (at info) goes to `dir/fsd.log`.
+fn logged_daemon(dir: &Path, config: &str) -> (fsd_testkit::Daemon, u16, PathBuf) {
+    let root = dir.join("ws");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("notes.txt"), "alpha\n").unwrap();
+    let port = free_port();
+    let log = dir.join("fsd.log");
+    let daemon = common::launch()
+        .listen(fsd_testkit::Listener::Http(format!("127.0.0.1:{port}")))
+        .unix(dir.join("fsd.sock"))
+        .writable_root(std::fs::canonicalize(&root).unwrap())
+        .config(dir.join("fsd.toml"), config)
+        .stderr(fsd_testkit::Stderr::Log(log.clone()))
+        .env("FSD_LOG", "info")
+        .start()
+        .unwrap_or_else(|e| panic!("{e}"));
+    (daemon, port, log)
+}
+
+/// The spans of calls answered right before a SIGTERM are exported before the daemon exits
+/// (the export task sends what it holds once a second, so without the stop's flush they were
+/// lost with the process).
+#[test]
+fn the_spans_of_calls_right_before_a_stop_reach_the_collector() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(dir.path());
+    let config = format!("otlp_endpoint = \"http://127.0.0.1:{}\"\n", receiver.port);
+    let (mut daemon, port, log) = logged_daemon(dir.path(), &config);
+    let (parent, trace, span) = traceparent(6);
+    const CALLS: usize = 20;
+    for _ in 0..CALLS {
+        let answer = http(port, "GET", "/v1/files/notes.txt", &[("traceparent", &parent)], b"");
+        assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
+    }
+    daemon.signal(rustix::process::Signal::TERM);
+    let status = daemon.wait().unwrap();
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{status}: {log}");
+    // Read once: the receiver wrote every span before it answered the export.
+    let spans: Vec<Value> = receiver.spans().into_iter().filter(|s| s["trace_id"] == trace).collect();
+    let servers = spans.iter().filter(|s| s["kind"] == 2).count();
+    assert_eq!((servers, spans.len()), (CALLS, 3 * CALLS), "{log}\n{spans:#?}");
+    check_trace(&spans, &span, "rest", "GET /v1/files/{path}", None);
+    assert!(!log.contains("trace spans not exported"), "{log}");
+}
+
+/// A collector that accepts connections but never answers holds the stop only for the flush's
+/// bound: the daemon exits on its own (status 0, not killed at the end of `shutdown_grace`),
+/// and the spans it could not send are counted and said in one line.
+#[test]
+fn a_collector_that_never_answers_does_not_hold_the_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = silent.local_addr().unwrap();
+    // Accepts and keeps every connection, reading and writing nothing.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in silent.incoming() {
+            held.push(stream);
+        }
+    });
+    let (mut daemon, port, log) =
+        logged_daemon(dir.path(), &format!("otlp_endpoint = \"http://{address}\"\n"));
+    for _ in 0..5 {
+        let answer = http(port, "GET", "/v1/files/notes.txt", &[], b"");
+        assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
+    }
+    daemon.signal(rustix::process::Signal::TERM);
+    let status = daemon.wait().unwrap();
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{status}: {log}");
+    // Five calls, a server span and two children each; none reached the collector.
+    let line = log.lines().find(|l| l.contains("trace spans not exported at the stop"));
+    let line = line.unwrap_or_else(|| panic!("no line for the lost spans: {log}"));
+    assert!(line.contains("lost=15"), "{line}");
 }
 
 /// `metrics = false`: nothing is kept, and /metrics says so with 404.
