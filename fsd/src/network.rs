@@ -92,8 +92,8 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
             let _ = stopping.send((ipc::ControlRequest::Kill { pid }, None));
         }
         tokio::spawn(send_control(writer, kill_rx));
-        if let (Some(settings), Some(address)) = (&config.traces, &collector) {
-            crate::traces::start(address, settings)?;
+        if let (Some(settings), Some(collector)) = (&config.traces, collector) {
+            crate::traces::start(collector, settings)?;
         }
         // Once, beside the start rather than in its way: an approver may come up later.
         if let Some(endpoint) = config.approver_endpoint.clone() {
@@ -137,8 +137,8 @@ struct Started {
     roots: Vec<(String, bool)>,
     control_reader: UnixStream,
     direct: crate::dispatch::direct::Direct,
-    /// The OTLP collector's address, resolved while names still can be.
-    collector: Option<String>,
+    /// The OTLP collector: its address resolved and its files read while they still can be.
+    collector: Option<crate::traces::Collector>,
 }
 
 /// Every step that needs the filesystem or may fail on the configuration, then confinement.
@@ -188,7 +188,7 @@ fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> 
         }
         None => None,
     };
-    let collector = config.traces.as_ref().map(crate::traces::resolve).transpose()?;
+    let collector = config.traces.as_ref().map(crate::traces::prepare).transpose()?;
     let instance = instance_id()?;
     // What /v1/metadata may serve, chosen by the config alone.
     let metadata = config.rest.metadata(std::env::vars());
