@@ -83,6 +83,8 @@ pub enum SpanDrop {
     QueueFull,
     /// The collector did not take an export (down, refusing, or slower than 5 s).
     ExportFailed,
+    /// Still queued when the process stopped and the collector had not taken them in time.
+    Shutdown,
 }
 
 impl SpanDrop {
@@ -90,6 +92,7 @@ impl SpanDrop {
         match self {
             SpanDrop::QueueFull => "queue_full",
             SpanDrop::ExportFailed => "export_failed",
+            SpanDrop::Shutdown => "shutdown",
         }
     }
 }

@@ -92,8 +92,8 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
             let _ = stopping.send((ipc::ControlRequest::Kill { pid }, None));
         }
         tokio::spawn(send_control(writer, kill_rx));
-        if let (Some(settings), Some(address)) = (&config.traces, &collector) {
-            crate::traces::start(address, settings)?;
+        if let (Some(settings), Some(collector)) = (&config.traces, collector) {
+            crate::traces::start(collector, settings)?;
         }
         // Once, beside the start rather than in its way: an approver may come up later.
         if let Some(endpoint) = config.approver_endpoint.clone() {
@@ -137,8 +137,8 @@ struct Started {
     roots: Vec<(String, bool)>,
     control_reader: UnixStream,
     direct: crate::dispatch::direct::Direct,
-    /// The OTLP collector's address, resolved while names still can be.
-    collector: Option<String>,
+    /// The OTLP collector: its address resolved and its files read while they still can be.
+    collector: Option<crate::traces::Collector>,
 }
 
 /// Every step that needs the filesystem or may fail on the configuration, then confinement.
@@ -188,7 +188,7 @@ fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> 
         }
         None => None,
     };
-    let collector = config.traces.as_ref().map(crate::traces::resolve).transpose()?;
+    let collector = config.traces.as_ref().map(crate::traces::prepare).transpose()?;
     let instance = instance_id()?;
     // What /v1/metadata may serve, chosen by the config alone.
     let metadata = config.rest.metadata(std::env::vars());
@@ -481,6 +481,7 @@ async fn serve(
         spawn_health_listener(std_listener, health_service.clone(), tcp_limits, &stop_rx, &mut servers)?;
     }
     let failure = first_stop(&mut signals, &stop_rx, &mut servers).await;
+    let stop_began = tokio::time::Instant::now();
     // Whatever stops this process (a signal sent to it rather than to the supervisor, a server
     // that failed), the supervisor hears it before the workers' sockets close, so it does not
     // replace the workers that exit next.
@@ -491,7 +492,12 @@ async fn serve(
     let stopping: Vec<_> = served_modes.iter().map(|m| (*m, false)).collect();
     report_health(&reporter, health_statuses(&stopping, false)).await;
     let _ = stop_tx.send(true);
-    drain(servers, failure, config.shutdown_grace).await
+    let served = drain(servers, failure, config.shutdown_grace).await;
+    // The drained calls' spans, within what is left of this process's share of the grace.
+    let left = (stop_began + drain_budget(config.shutdown_grace))
+        .saturating_duration_since(tokio::time::Instant::now());
+    crate::traces::flush(left.min(crate::traces::FLUSH_WAIT)).await;
+    served
 }
 
 /// Reflection answers from the descriptor sets the services were compiled from, and lists

@@ -9,17 +9,21 @@
 //! is full the span is dropped and counted in /metrics), so a collector that is down or slow
 //! never holds up or slows a call. The SDK's batch processor is not used because it keeps its
 //! drops to itself (one log line at shutdown), and an operator must see them while it happens.
+//! When the process stops, what is still queued is exported ([`flush`]), for at most
+//! [`FLUSH_WAIT`]; what is left then is dropped, counted and logged.
 //!
 //! What a span never carries: file content, paths, bearer tokens or their hashes. The session
 //! and call ids the client sent join a span to the call's audit record, which has the path.
 
-use std::sync::{Arc, OnceLock};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::{Span as _, SpanKind, TraceContextExt, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_otlp::{WithExportConfig, WithTonicConfig};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{
     Sampler, SdkTracer, SdkTracerProvider, Span, SpanData, SpanExporter, SpanProcessor,
@@ -31,15 +35,38 @@ use crate::identity::Identity;
 use crate::metrics::{Face, SpanDrop};
 use crate::op::Mode;
 
-/// Traces as configured: where the collector listens and how much may wait for it.
+/// Traces as configured: where the collector listens, how to reach it and how much may wait
+/// for it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Settings {
-    /// `http://HOST:PORT` of an OTLP/gRPC receiver (a collector's port 4317).
+    /// `http://HOST:PORT` or `https://HOST:PORT` of an OTLP/gRPC receiver (a collector's port
+    /// 4317).
     pub endpoint: String,
     /// Finished spans that may wait for the exporter; past that they are dropped and counted.
     pub queue: usize,
     /// The share of calls without a sampled parent that are traced (a parent's decision wins).
     pub sample_ratio: f64,
+    /// `https://` only: the CAs the collector's certificate must chain to (else the system's).
+    pub ca: Option<PathBuf>,
+    /// `https://` only: the certificate chain and key shown to a collector that asks.
+    pub client: Option<(PathBuf, PathBuf)>,
+    /// `name: value` lines sent as gRPC metadata with every export.
+    pub headers_file: Option<PathBuf>,
+}
+
+/// Where the system keeps its CA bundle (Debian, Ubuntu, Alpine, Arch; Fedora, RHEL; others),
+/// for an `https://` collector without `otlp_ca`.
+const SYSTEM_CA_BUNDLES: [&str; 3] =
+    ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"];
+
+/// The collector as the confined network process reaches it: everything read and resolved
+/// before confinement. No `Debug`: it holds the header values (an auth token).
+pub struct Collector {
+    /// `http://IP:PORT` or `https://IP:PORT`.
+    address: String,
+    /// For `https://`: the CAs, the client identity and the name the certificate must carry.
+    tls: Option<tonic::transport::ClientTlsConfig>,
+    headers: tonic::metadata::MetadataMap,
 }
 
 /// Spans sent to the collector in one export, at most; a queue this full is exported at once.
@@ -51,52 +78,174 @@ const EXPORT_EVERY: Duration = Duration::from_secs(1);
 /// An export that has not finished by then fails (its spans counted as dropped).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// At a stop, how long the spans still queued may take to reach the collector, at most.
+pub const FLUSH_WAIT: Duration = Duration::from_secs(2);
+
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     #[error("cannot resolve otlp_endpoint {0}: {1}")]
     Resolve(String, String),
     #[error("cannot build the OTLP exporter for {0}: {1}")]
     Exporter(String, String),
+    #[error("cannot read {key} {path}: {source}")]
+    Read { key: &'static str, path: PathBuf, source: std::io::Error },
+    /// The file's words are never repeated: a header value may be a secret.
+    #[error("{key} {path}: {reason}")]
+    Pem { key: &'static str, path: PathBuf, reason: &'static str },
+    #[error("otlp_headers_file {path} line {line}: {reason}")]
+    HeaderLine { path: PathBuf, line: usize, reason: &'static str },
+    #[error(
+        "otlp_endpoint {0} is https:// without otlp_ca, and no system CA bundle is at {list}: set otlp_ca",
+        list = SYSTEM_CA_BUNDLES.join(", ")
+    )]
+    NoCaBundle(String),
+    #[error(
+        "otlp_headers_file would cross the network in clear text: otlp_endpoint {0} is http:// and not on loopback; use https://"
+    )]
+    PlaintextHeaders(String),
 }
 
 static TRACER: OnceLock<SdkTracer> = OnceLock::new();
 /// Kept for the life of the process: the tracer's spans go through its processor.
 static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
+/// The export task, told to send what is queued and end at a stop.
+static EXPORTING: OnceLock<Exporting> = OnceLock::new();
+/// Spans queued or in an export that has not finished: what a stop that cannot wait loses.
+static PENDING: AtomicUsize = AtomicUsize::new(0);
+
+#[derive(Debug)]
+struct Exporting {
+    stop: Arc<Notify>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
 
 /// Whether spans are made at all: everything here costs nothing beyond this check when not.
 pub fn on() -> bool {
     TRACER.get().is_some()
 }
 
-/// The collector's address, resolved before the network process confines itself (after that
-/// it can read no /etc/hosts nor resolv.conf): `http://IP:PORT`.
-pub fn resolve(settings: &Settings) -> Result<String, TraceError> {
+/// The collector, made ready before the network process confines itself (after that it can
+/// read no file, no /etc/hosts nor resolv.conf): its address resolved, the TLS files and the
+/// headers file read and checked.
+pub fn prepare(settings: &Settings) -> Result<Collector, TraceError> {
     use std::net::ToSocketAddrs;
     let failed = |reason: String| TraceError::Resolve(settings.endpoint.clone(), reason);
-    let authority = settings.endpoint.strip_prefix("http://").unwrap_or(&settings.endpoint);
+    let (scheme, authority) = match settings.endpoint.strip_prefix("https://") {
+        Some(authority) => ("https", authority),
+        None => ("http", settings.endpoint.strip_prefix("http://").unwrap_or(&settings.endpoint)),
+    };
     let address = authority
         .to_socket_addrs()
         .map_err(|e| failed(e.to_string()))?
         .next()
         .ok_or_else(|| failed("no address".to_owned()))?;
-    Ok(format!("http://{address}"))
+    let headers = match &settings.headers_file {
+        Some(path) => headers(path, &read("otlp_headers_file", path)?)?,
+        None => tonic::metadata::MetadataMap::new(),
+    };
+    if scheme == "http" && !headers.is_empty() && !address.ip().is_loopback() {
+        return Err(TraceError::PlaintextHeaders(settings.endpoint.clone()));
+    }
+    let tls = (scheme == "https").then(|| tls(settings, authority)).transpose()?;
+    Ok(Collector { address: format!("{scheme}://{address}"), tls, headers })
 }
 
-/// Starts exporting to `address` (from [`resolve`]); on the network process's runtime, once.
-pub fn start(address: &str, settings: &Settings) -> Result<(), TraceError> {
-    let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+fn read(key: &'static str, path: &Path) -> Result<Vec<u8>, TraceError> {
+    std::fs::read(path).map_err(|source| TraceError::Read { key, path: path.to_owned(), source })
+}
+
+/// The TLS side of an `https://` collector: its CAs (`otlp_ca`, else the system's bundle), the
+/// client identity if any, and the endpoint's host as the name its certificate must carry (the
+/// connection goes to the resolved address).
+fn tls(settings: &Settings, authority: &str) -> Result<tonic::transport::ClientTlsConfig, TraceError> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let certificates = |key: &'static str, path: &Path| -> Result<Vec<u8>, TraceError> {
+        let pem = read(key, path)?;
+        let parsed: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(&pem).collect();
+        match parsed {
+            Ok(certificates) if !certificates.is_empty() => Ok(pem),
+            _ => Err(TraceError::Pem { key, path: path.to_owned(), reason: "holds no PEM certificate" }),
+        }
+    };
+    let ca = match &settings.ca {
+        Some(path) => certificates("otlp_ca", path)?,
+        None => SYSTEM_CA_BUNDLES
+            .iter()
+            .find_map(|path| certificates("otlp_ca", Path::new(path)).ok())
+            .ok_or_else(|| TraceError::NoCaBundle(settings.endpoint.clone()))?,
+    };
+    let host = authority.rsplit_once(':').map_or(authority, |(host, _)| host);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let mut config = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(ca))
+        .domain_name(host);
+    if let Some((cert, key)) = &settings.client {
+        let cert = certificates("otlp_client_cert", cert)?;
+        let pem = read("otlp_client_key", key)?;
+        if PrivateKeyDer::from_pem_slice(&pem).is_err() {
+            let reason = "holds no PEM private key";
+            return Err(TraceError::Pem { key: "otlp_client_key", path: key.clone(), reason });
+        }
+        config = config.identity(tonic::transport::Identity::from_pem(cert, pem));
+    }
+    Ok(config)
+}
+
+/// `otlp_headers_file`: one `name: value` a line; blank lines and `#` comments skipped. Names
+/// are gRPC metadata keys (lowercased), values visible ASCII; a line in error is named by its
+/// number only.
+fn headers(path: &Path, text: &[u8]) -> Result<tonic::metadata::MetadataMap, TraceError> {
+    use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue};
+    let bad =
+        |line: usize, reason: &'static str| TraceError::HeaderLine { path: path.to_owned(), line, reason };
+    let text = std::str::from_utf8(text).map_err(|_| bad(0, "not UTF-8"))?;
+    let mut map = tonic::metadata::MetadataMap::new();
+    for (n, line) in text.lines().enumerate().map(|(n, l)| (n + 1, l.trim())) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (name, value) = line.split_once(':').ok_or_else(|| bad(n, "expected name: value"))?;
+        let name = name.trim().to_ascii_lowercase();
+        if name.ends_with("-bin") {
+            return Err(bad(n, "binary (-bin) headers are not supported"));
+        }
+        let key = AsciiMetadataKey::from_bytes(name.as_bytes()).map_err(|_| bad(n, "not a header name"))?;
+        let value = value.trim();
+        let not_ascii = || bad(n, "the value is not visible ASCII");
+        if !value.bytes().all(|b| b == b' ' || b.is_ascii_graphic()) {
+            return Err(not_ascii());
+        }
+        let mut value = AsciiMetadataValue::try_from(value).map_err(|_| not_ascii())?;
+        value.set_sensitive(true);
+        map.append(key, value);
+    }
+    Ok(map)
+}
+
+/// Starts exporting to the collector (from [`prepare`]); on the network process's runtime, once.
+pub fn start(collector: Collector, settings: &Settings) -> Result<(), TraceError> {
+    let Collector { address, tls, headers } = collector;
+    let header_count = headers.len();
+    let mut builder = opentelemetry_otlp::SpanExporter::builder()
         .with_tonic()
-        .with_endpoint(address)
+        .with_endpoint(&address)
         .with_timeout(EXPORT_TIMEOUT)
-        .build()
-        .map_err(|e| TraceError::Exporter(address.to_owned(), e.to_string()))?;
+        .with_metadata(headers);
+    let tls_on = tls.is_some();
+    if let Some(tls) = tls {
+        builder = builder.with_tls_config(tls);
+    }
+    let mut exporter = builder.build().map_err(|e| TraceError::Exporter(address.clone(), e.to_string()))?;
     // The exporter is the export task's, so it gets the resource here rather than through the
     // provider (which hands it only to processors).
     let resource = opentelemetry_sdk::Resource::builder().with_service_name("fsd").build();
     exporter.set_resource(&resource);
     let (tx, rx) = mpsc::channel(settings.queue);
     let batch_ready = Arc::new(Notify::new());
-    tokio::spawn(export(exporter, (rx, batch_ready.clone()), address.to_owned()));
+    let stop = Arc::new(Notify::new());
+    let task = tokio::spawn(export(exporter, (rx, batch_ready.clone(), stop.clone()), address.clone()));
+    let _ = EXPORTING.set(Exporting { stop, task: Mutex::new(Some(task)) });
     let provider = SdkTracerProvider::builder()
         .with_span_processor(Queue { spans: tx, batch_ready })
         .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(settings.sample_ratio))))
@@ -105,7 +254,14 @@ pub fn start(address: &str, settings: &Settings) -> Result<(), TraceError> {
     let tracer = provider.tracer("fsd");
     let _ = PROVIDER.set(provider);
     let _ = TRACER.set(tracer);
-    tracing::info!(endpoint = %settings.endpoint, address, "exporting traces over OTLP");
+    tracing::info!(
+        endpoint = %settings.endpoint,
+        address,
+        tls = tls_on,
+        client_cert = settings.client.is_some(),
+        headers = header_count,
+        "exporting traces over OTLP"
+    );
     Ok(())
 }
 
@@ -124,10 +280,23 @@ impl SpanProcessor for Queue {
         if !span.span_context.is_sampled() {
             return;
         }
-        if self.spans.try_send(span).is_err() {
-            crate::metrics::spans_dropped(SpanDrop::QueueFull, 1);
-        } else if self.spans.max_capacity() - self.spans.capacity() >= BATCH {
-            self.batch_ready.notify_one();
+        // Counted before it is queued: the export task may take it at once.
+        PENDING.fetch_add(1, Ordering::Relaxed);
+        match self.spans.try_send(span) {
+            Ok(()) => {
+                if self.spans.max_capacity() - self.spans.capacity() >= BATCH {
+                    self.batch_ready.notify_one();
+                }
+            }
+            Err(e) => {
+                PENDING.fetch_sub(1, Ordering::Relaxed);
+                let reason = match e {
+                    mpsc::error::TrySendError::Full(_) => SpanDrop::QueueFull,
+                    // A call that ended after the stop's flush (the export task is gone).
+                    mpsc::error::TrySendError::Closed(_) => SpanDrop::Shutdown,
+                };
+                crate::metrics::spans_dropped(reason, 1);
+            }
         }
     }
 
@@ -141,18 +310,21 @@ impl SpanProcessor for Queue {
 }
 
 /// Sends what the queue holds every [`EXPORT_EVERY`], or as soon as a batch is ready, in batches
-/// of at most [`BATCH`]. A failure is logged when it starts and when exporting works again, not
-/// per batch (a collector that is down would fill the log).
+/// of at most [`BATCH`]; once told to stop, what it holds then, and ends. A failure is logged
+/// when it starts and when exporting works again, not per batch (a collector that is down would
+/// fill the log).
 async fn export(
     exporter: opentelemetry_otlp::SpanExporter,
-    (mut queue, batch_ready): (mpsc::Receiver<SpanData>, Arc<Notify>),
+    (mut queue, batch_ready, stop): (mpsc::Receiver<SpanData>, Arc<Notify>, Arc<Notify>),
     address: String,
 ) {
     let mut failing = false;
-    loop {
+    let mut stopping = false;
+    while !stopping {
         tokio::select! {
             () = batch_ready.notified() => {}
             () = tokio::time::sleep(EXPORT_EVERY) => {}
+            () = stop.notified() => stopping = true,
         }
         loop {
             let mut batch = Vec::with_capacity(BATCH);
@@ -172,6 +344,7 @@ async fn export(
                 Ok(result) => result.map_err(|e| e.to_string()),
                 Err(_) => Err(format!("no answer within {} s", EXPORT_TIMEOUT.as_secs())),
             };
+            PENDING.fetch_sub(count, Ordering::Relaxed);
             match result {
                 Ok(()) => {
                     crate::metrics::spans_exported(count);
@@ -190,6 +363,33 @@ async fn export(
                 break;
             }
         }
+    }
+}
+
+/// At a stop (the calls drained): exports the spans still queued and waits, at most `wait`, for
+/// the collector to take them; what is left then is dropped, counted (`shutdown`) and logged in
+/// one line. Without traces, nothing.
+pub async fn flush(wait: Duration) {
+    let Some(exporting) = EXPORTING.get() else { return };
+    let task = exporting.task.lock().map(|mut t| t.take()).unwrap_or_default();
+    let Some(mut task) = task else { return };
+    exporting.stop.notify_one();
+    let queued = PENDING.load(Ordering::Relaxed);
+    if tokio::time::timeout(wait, &mut task).await.is_err() {
+        task.abort();
+    }
+    // Queued, or in the export the wait cut short.
+    let lost = PENDING.swap(0, Ordering::Relaxed);
+    if lost > 0 {
+        crate::metrics::spans_dropped(SpanDrop::Shutdown, lost);
+        tracing::warn!(
+            lost,
+            queued,
+            waited_ms = wait.as_millis() as u64,
+            "trace spans not exported at the stop"
+        );
+    } else if queued > 0 {
+        tracing::info!(exported = queued, "trace spans still queued at the stop exported");
     }
 }
 
@@ -314,19 +514,101 @@ pub fn dispatched(mode: Mode, queued: Instant, taken: Option<Instant>, answered:
 mod tests {
     use super::*;
 
+    fn settings(endpoint: &str) -> Settings {
+        Settings {
+            endpoint: endpoint.to_owned(),
+            queue: 1,
+            sample_ratio: 1.0,
+            ca: None,
+            client: None,
+            headers_file: None,
+        }
+    }
+
     /// The endpoint resolves to an address (a name or an IP literal), so the confined network
     /// process never needs a resolver.
     #[test]
     fn endpoint_resolves_before_confinement() {
-        let settings =
-            |endpoint: &str| Settings { endpoint: endpoint.to_owned(), queue: 1, sample_ratio: 1.0 };
         for (endpoint, resolved) in [
             ("http://127.0.0.1:4317", "http://127.0.0.1:4317"),
             ("http://localhost:4317", "http://"),
             ("http://[::1]:4318", "http://[::1]:4318"),
         ] {
-            let got = resolve(&settings(endpoint)).unwrap_or_else(|e| panic!("{endpoint}: {e}"));
+            let got = prepare(&settings(endpoint)).unwrap_or_else(|e| panic!("{endpoint}: {e}")).address;
             assert!(got.starts_with(resolved) && got.ends_with(&endpoint[endpoint.len() - 5..]), "{got}");
         }
+    }
+
+    /// `otlp_headers_file`: what is sent, and a bad line named by its number without its words.
+    #[test]
+    fn headers_file_lines() {
+        let path = Path::new("/h");
+        type Want = Result<Vec<(&'static str, &'static str)>, String>;
+        let cases: &[(&str, Want)] = &[
+            ("", Ok(vec![])),
+            (
+                "# the collector's token\nAuthorization: Bearer abc.def\n\n  x-tenant :fleet-a  \n",
+                Ok(vec![("authorization", "Bearer abc.def"), ("x-tenant", "fleet-a")]),
+            ),
+            ("authorization Bearer abc", Err("otlp_headers_file /h line 1: expected name: value".into())),
+            ("\nbad name: v", Err("otlp_headers_file /h line 2: not a header name".into())),
+            ("x: caf\u{e9}", Err("otlp_headers_file /h line 1: the value is not visible ASCII".into())),
+            (
+                "x-bin: AAAA",
+                Err("otlp_headers_file /h line 1: binary (-bin) headers are not supported".into()),
+            ),
+        ];
+        for (text, want) in cases {
+            let got = headers(path, text.as_bytes()).map_err(|e| e.to_string()).map(|map| {
+                let mut pairs = Vec::new();
+                for kv in map.iter() {
+                    if let tonic::metadata::KeyAndValueRef::Ascii(k, v) = kv {
+                        pairs.push((k.as_str().to_owned(), v.to_str().unwrap_or_default().to_owned()));
+                    }
+                }
+                pairs
+            });
+            let want = want
+                .clone()
+                .map(|v| v.into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect::<Vec<_>>());
+            assert_eq!(got, want, "{text:?}");
+        }
+        // A value (a secret) is never in a debug print of the headers.
+        let map = headers(path, b"authorization: Bearer s3cret").unwrap_or_default();
+        assert!(!format!("{map:?}").contains("s3cret"), "{map:?}");
+    }
+
+    /// Headers cross plaintext only to a collector on loopback; a TLS collector's files must
+    /// hold what their keys say.
+    #[test]
+    fn what_a_collector_needs_is_checked_at_start() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let file = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+            path
+        };
+        let token = file("headers", "authorization: Bearer s3cret\n");
+        let junk = file("junk.pem", "not a certificate\n");
+        let with = |endpoint: &str, change: &dyn Fn(&mut Settings)| {
+            let mut s = settings(endpoint);
+            change(&mut s);
+            prepare(&s).map(|c| c.address).map_err(|e| e.to_string())
+        };
+        let headers = |s: &mut Settings| s.headers_file = Some(token.clone());
+        assert_eq!(with("http://127.0.0.1:4317", &headers), Ok("http://127.0.0.1:4317".to_owned()));
+        assert_eq!(
+            with("http://192.0.2.1:4317", &headers),
+            Err("otlp_headers_file would cross the network in clear text: otlp_endpoint http://192.0.2.1:4317 is http:// and not on loopback; use https://".to_owned())
+        );
+        let ca = |s: &mut Settings| s.ca = Some(junk.clone());
+        assert_eq!(
+            with("https://127.0.0.1:4317", &ca),
+            Err(format!("otlp_ca {}: holds no PEM certificate", junk.display()))
+        );
+        let missing = dir.path().join("missing.pem");
+        let ca = |s: &mut Settings| s.ca = Some(missing.clone());
+        let got = with("https://127.0.0.1:4317", &ca).unwrap_err();
+        assert!(got.starts_with(&format!("cannot read otlp_ca {}: ", missing.display())), "{got}");
     }
 }

@@ -6,10 +6,13 @@
 //! `TRACEPARENT` environment of `fsd-tools session` over gRPC-Web. Each call's span carries its
 //! face, operation, mode and code, and has the queue wait and the worker's time as children;
 //! no span carries the file's path or content. A collector that is down costs the calls nothing:
-//! they answer, and the spans are counted as dropped in /metrics.
+//! they answer, and the spans are counted as dropped in /metrics. A stop exports what is still
+//! queued, waiting a bounded time for the collector. A collector behind TLS (the test PKI) that
+//! asks for a client certificate and a token gets the spans of a daemon configured for it only.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
+use crate::pki;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -28,12 +31,20 @@ struct Receiver {
 
 impl Receiver {
     fn start(dir: &Path) -> Receiver {
+        Receiver::start_with(dir, &[])
+    }
+
+    /// With the script's options (`--tls CERT KEY`, `--client-ca CA`, `--require-header N V`).
+    fn start_with(dir: &Path, options: &[&std::ffi::OsStr]) -> Receiver {
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python").join("otlp_receiver.py");
         let out = dir.join("spans.jsonl");
         let mut child = Command::new(python())
             .arg(&script)
             .arg(&out)
+            .args(options)
             .env("PYTHONDONTWRITEBYTECODE", "1")
+            // The refused handshakes are the point of a test, not news.
+            .env("GRPC_VERBOSITY", "ERROR")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -236,6 +247,170 @@ fn a_collector_that_is_down_costs_the_calls_nothing() {
         }
         assert!(Instant::now() < deadline, "{metrics}");
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A daemon with an `http:` listener whose log (at info) goes to `dir/fsd.log`.
+fn logged_daemon(dir: &Path, config: &str) -> (fsd_testkit::Daemon, u16, PathBuf) {
+    let root = dir.join("ws");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("notes.txt"), "alpha\n").unwrap();
+    let port = free_port();
+    let log = dir.join("fsd.log");
+    let daemon = common::launch()
+        .listen(fsd_testkit::Listener::Http(format!("127.0.0.1:{port}")))
+        .unix(dir.join("fsd.sock"))
+        .writable_root(std::fs::canonicalize(&root).unwrap())
+        .config(dir.join("fsd.toml"), config)
+        .stderr(fsd_testkit::Stderr::Log(log.clone()))
+        .env("FSD_LOG", "info")
+        .start()
+        .unwrap_or_else(|e| panic!("{e}"));
+    (daemon, port, log)
+}
+
+/// The spans of calls answered right before a SIGTERM are exported before the daemon exits
+/// (the export task sends what it holds once a second, so without the stop's flush they were
+/// lost with the process).
+#[test]
+fn the_spans_of_calls_right_before_a_stop_reach_the_collector() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(dir.path());
+    let config = format!("otlp_endpoint = \"http://127.0.0.1:{}\"\n", receiver.port);
+    let (mut daemon, port, log) = logged_daemon(dir.path(), &config);
+    let (parent, trace, span) = traceparent(6);
+    const CALLS: usize = 20;
+    for _ in 0..CALLS {
+        let answer = http(port, "GET", "/v1/files/notes.txt", &[("traceparent", &parent)], b"");
+        assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
+    }
+    daemon.signal(rustix::process::Signal::TERM);
+    let status = daemon.wait().unwrap();
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{status}: {log}");
+    // Read once: the receiver wrote every span before it answered the export.
+    let spans: Vec<Value> = receiver.spans().into_iter().filter(|s| s["trace_id"] == trace).collect();
+    let servers = spans.iter().filter(|s| s["kind"] == 2).count();
+    assert_eq!((servers, spans.len()), (CALLS, 3 * CALLS), "{log}\n{spans:#?}");
+    check_trace(&spans, &span, "rest", "GET /v1/files/{path}", None);
+    assert!(!log.contains("trace spans not exported"), "{log}");
+}
+
+/// A collector that accepts connections but never answers holds the stop only for the flush's
+/// bound: the daemon exits on its own (status 0, not killed at the end of `shutdown_grace`),
+/// and the spans it could not send are counted and said in one line.
+#[test]
+fn a_collector_that_never_answers_does_not_hold_the_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = silent.local_addr().unwrap();
+    // Accepts and keeps every connection, reading and writing nothing.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in silent.incoming() {
+            held.push(stream);
+        }
+    });
+    let (mut daemon, port, log) =
+        logged_daemon(dir.path(), &format!("otlp_endpoint = \"http://{address}\"\n"));
+    for _ in 0..5 {
+        let answer = http(port, "GET", "/v1/files/notes.txt", &[], b"");
+        assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
+    }
+    daemon.signal(rustix::process::Signal::TERM);
+    let status = daemon.wait().unwrap();
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{status}: {log}");
+    // Five calls, a server span and two children each; none reached the collector.
+    let line = log.lines().find(|l| l.contains("trace spans not exported at the stop"));
+    let line = line.unwrap_or_else(|| panic!("no line for the lost spans: {log}"));
+    assert!(line.contains("lost=15"), "{line}");
+}
+
+/// The count of `fsd_spans_dropped_total{reason="export_failed"}` once it is at least `least`.
+fn export_failures(port: u16, least: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let metrics = String::from_utf8(http(port, "GET", "/metrics", &[], b"").body).unwrap();
+        let dropped = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("fsd_spans_dropped_total{reason=\"export_failed\"} "))
+            .and_then(|v| v.parse::<u64>().ok());
+        if let Some(dropped) = dropped.filter(|d| *d >= least) {
+            return dropped;
+        }
+        assert!(Instant::now() < deadline, "{metrics}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A collector that serves TLS, asks for a client certificate and wants an auth header gets the
+/// spans of a daemon with `https://`, `otlp_ca`, `otlp_client_cert`/`otlp_client_key` and
+/// `otlp_headers_file`; a daemon that trusts another CA, shows no certificate or sends another
+/// token exports nothing (its spans are counted as failed exports).
+#[test]
+fn a_collector_behind_tls_with_a_client_certificate_and_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let collector_ca = pki::Ca::new(d, "collector-ca");
+    let other_ca = pki::Ca::new(d, "other-ca");
+    let client_ca = pki::Ca::new(d, "client-ca");
+    let server = collector_ca.server("collector", &["collector.test"], &["127.0.0.1".parse().unwrap()]);
+    let client = client_ca.client("fsd-client", "fsd");
+    let token = "Bearer 7f3e-collector-token";
+    let receiver = Receiver::start_with(
+        d,
+        &[
+            "--tls".as_ref(),
+            server.cert.as_os_str(),
+            server.key.as_os_str(),
+            "--client-ca".as_ref(),
+            client_ca.cert.as_os_str(),
+            "--require-header".as_ref(),
+            "authorization".as_ref(),
+            token.as_ref(),
+        ],
+    );
+    let headers = d.join("headers");
+    std::fs::write(&headers, format!("# the collector's token\nAuthorization: {token}\nx-tenant: fleet-a\n"))
+        .unwrap();
+    let wrong_token = d.join("wrong-headers");
+    std::fs::write(&wrong_token, "authorization: Bearer another\n").unwrap();
+
+    enum Want {
+        Exported,
+        Refused,
+    }
+    let cases = [
+        ("everything right", &collector_ca.cert, Some(&client), &headers, Want::Exported),
+        ("another CA", &other_ca.cert, Some(&client), &headers, Want::Refused),
+        ("no client certificate", &collector_ca.cert, None, &headers, Want::Refused),
+        ("another token", &collector_ca.cert, Some(&client), &wrong_token, Want::Refused),
+    ];
+    for (n, (what, ca, client, headers, want)) in cases.into_iter().enumerate() {
+        let mut config = format!(
+            "otlp_endpoint = \"https://127.0.0.1:{}\"\notlp_ca = {ca:?}\notlp_headers_file = {headers:?}\n",
+            receiver.port
+        );
+        if let Some(client) = client {
+            config += &format!("otlp_client_cert = {:?}\notlp_client_key = {:?}\n", client.cert, client.key);
+        }
+        let daemon = RestDaemon::start(&config, &[]);
+        std::fs::write(daemon.path("notes.txt"), "alpha\n").unwrap();
+        let (parent, trace, span) = traceparent(7 + n as u8);
+        let answer = http(daemon.port, "GET", "/v1/files/notes.txt", &[("traceparent", &parent)], b"");
+        assert_eq!(answer.status, 200, "{what}: {}", String::from_utf8_lossy(&answer.body));
+        match want {
+            Want::Exported => {
+                check_trace(&receiver.trace(&trace, 1), &span, "rest", "GET /v1/files/{path}", None);
+            }
+            Want::Refused => {
+                assert_eq!(export_failures(daemon.port, 3), 3, "{what}");
+                let spans: Vec<Value> =
+                    receiver.spans().into_iter().filter(|s| s["trace_id"] == trace).collect();
+                assert!(spans.is_empty(), "{what}: {spans:#?}");
+            }
+        }
     }
 }
 

@@ -132,8 +132,17 @@ pub struct ConfigFile {
     pub budgets: Option<BudgetsFile>,
     /// Keep and serve the Prometheus metrics (default true).
     pub metrics: Option<bool>,
-    /// `http://HOST:PORT` of an OTLP/gRPC receiver: traces are exported there (default: none, off).
+    /// `http://HOST:PORT` or `https://HOST:PORT` of an OTLP/gRPC receiver: traces are exported
+    /// there (default: none, off).
     pub otlp_endpoint: Option<String>,
+    /// PEM bundle of the CAs a TLS collector's certificate must chain to (default: the system's).
+    pub otlp_ca: Option<PathBuf>,
+    /// PEM certificate chain shown to a TLS collector that asks for one (with `otlp_client_key`).
+    pub otlp_client_cert: Option<PathBuf>,
+    /// PEM private key of `otlp_client_cert`.
+    pub otlp_client_key: Option<PathBuf>,
+    /// `name: value` lines sent with every export (an auth token), read once at start.
+    pub otlp_headers_file: Option<PathBuf>,
     /// Finished spans that may wait for the collector (default 2048); more are dropped and counted.
     pub trace_queue_spans: Option<usize>,
     /// The share of calls without a sampled `traceparent` that are traced (default 1.0).

@@ -226,10 +226,16 @@ pub enum ConfigError {
         "max_message_bytes {message} is too small for {key} {bytes}: a message carries the whole file plus 1 MiB of framing, so set max_message_bytes to at least {needed}"
     )]
     MessageTooSmall { message: u64, key: &'static str, bytes: u64, needed: u64 },
-    #[error("invalid otlp_endpoint {0:?}: expected http://HOST:PORT (an OTLP/gRPC receiver)")]
+    #[error(
+        "invalid otlp_endpoint {0:?}: expected http://HOST:PORT or https://HOST:PORT (an OTLP/gRPC receiver)"
+    )]
     OtlpEndpoint(String),
     #[error("invalid {0}: needs otlp_endpoint")]
     TraceWithoutEndpoint(&'static str),
+    #[error("invalid {0}: needs an https:// otlp_endpoint")]
+    TraceNeedsTls(&'static str),
+    #[error("invalid {0}: needs {1}")]
+    TraceNeedsPair(&'static str, &'static str),
     #[error("invalid trace_sample_ratio {0}: expected a number from 0 to 1")]
     TraceSampleRatio(f64),
     #[error("cannot read the owner of root {0}: {1}")]
@@ -635,25 +641,47 @@ fn time_and_load(file: &mut ConfigFile) -> Result<Load, ConfigError> {
     })
 }
 
-/// Traces: on with `otlp_endpoint` (`http://HOST:PORT`, plaintext OTLP/gRPC), their other keys
-/// refused without it (they would do nothing).
+/// Traces: on with `otlp_endpoint` (`http://HOST:PORT` plaintext or `https://HOST:PORT` TLS
+/// OTLP/gRPC), their other keys refused without it (they would do nothing), the TLS ones
+/// without `https://`.
 fn trace_settings(file: &ConfigFile) -> Result<Option<crate::traces::Settings>, ConfigError> {
     let Some(endpoint) = &file.otlp_endpoint else {
-        if file.trace_queue_spans.is_some() {
-            return Err(ConfigError::TraceWithoutEndpoint("trace_queue_spans"));
-        }
-        if file.trace_sample_ratio.is_some() {
-            return Err(ConfigError::TraceWithoutEndpoint("trace_sample_ratio"));
+        let keys = [
+            ("trace_queue_spans", file.trace_queue_spans.is_some()),
+            ("trace_sample_ratio", file.trace_sample_ratio.is_some()),
+            ("otlp_ca", file.otlp_ca.is_some()),
+            ("otlp_client_cert", file.otlp_client_cert.is_some()),
+            ("otlp_client_key", file.otlp_client_key.is_some()),
+            ("otlp_headers_file", file.otlp_headers_file.is_some()),
+        ];
+        if let Some((key, _)) = keys.iter().find(|(_, set)| *set) {
+            return Err(ConfigError::TraceWithoutEndpoint(key));
         }
         return Ok(None);
     };
-    let well_formed = endpoint.strip_prefix("http://").and_then(|authority| {
+    let authority = endpoint.strip_prefix("http://").or_else(|| endpoint.strip_prefix("https://"));
+    let well_formed = authority.and_then(|authority| {
         let (host, port) = authority.rsplit_once(':')?;
         (!host.is_empty() && !host.contains('/') && port.parse::<u16>().is_ok()).then_some(())
     });
     if well_formed.is_none() {
         return Err(ConfigError::OtlpEndpoint(endpoint.clone()));
     }
+    let tls = endpoint.starts_with("https://");
+    let tls_keys = [
+        ("otlp_ca", file.otlp_ca.is_some()),
+        ("otlp_client_cert", file.otlp_client_cert.is_some()),
+        ("otlp_client_key", file.otlp_client_key.is_some()),
+    ];
+    if let Some((key, _)) = tls_keys.iter().find(|(_, set)| *set && !tls) {
+        return Err(ConfigError::TraceNeedsTls(key));
+    }
+    let client = match (&file.otlp_client_cert, &file.otlp_client_key) {
+        (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+        (Some(_), None) => return Err(ConfigError::TraceNeedsPair("otlp_client_cert", "otlp_client_key")),
+        (None, Some(_)) => return Err(ConfigError::TraceNeedsPair("otlp_client_key", "otlp_client_cert")),
+        (None, None) => None,
+    };
     let queue = file.trace_queue_spans.unwrap_or(2048);
     if queue == 0 {
         return Err(ConfigError::AtLeastOne("trace_queue_spans"));
@@ -662,5 +690,12 @@ fn trace_settings(file: &ConfigFile) -> Result<Option<crate::traces::Settings>, 
     if !(0.0..=1.0).contains(&sample_ratio) {
         return Err(ConfigError::TraceSampleRatio(sample_ratio));
     }
-    Ok(Some(crate::traces::Settings { endpoint: endpoint.clone(), queue, sample_ratio }))
+    Ok(Some(crate::traces::Settings {
+        endpoint: endpoint.clone(),
+        queue,
+        sample_ratio,
+        ca: file.otlp_ca.clone(),
+        client,
+        headers_file: file.otlp_headers_file.clone(),
+    }))
 }

@@ -451,8 +451,26 @@ fn trace_and_metrics_settings() {
             .map(|c| (c.metrics, c.traces))
             .map_err(|e| e.to_string())
     };
-    let traces = |endpoint: &str, queue, sample_ratio| {
-        Ok((true, Some(crate::traces::Settings { endpoint: endpoint.to_owned(), queue, sample_ratio })))
+    let settings = |endpoint: &str, queue, sample_ratio| crate::traces::Settings {
+        endpoint: endpoint.to_owned(),
+        queue,
+        sample_ratio,
+        ca: None,
+        client: None,
+        headers_file: None,
+    };
+    let traces =
+        |endpoint: &str, queue, sample_ratio| Ok((true, Some(settings(endpoint, queue, sample_ratio))));
+    let tls = crate::traces::Settings {
+        ca: Some("/etc/otel/ca.pem".into()),
+        client: Some(("/etc/otel/fsd.pem".into(), "/etc/otel/fsd.key".into())),
+        headers_file: Some("/etc/otel/headers".into()),
+        ..settings("https://collector.monitoring:4317", 2048, 1.0)
+    };
+    let endpoint_error = |endpoint: &str| {
+        Err(format!(
+            "invalid otlp_endpoint {endpoint:?}: expected http://HOST:PORT or https://HOST:PORT (an OTLP/gRPC receiver)"
+        ))
     };
     let cases: &[(&str, Resolved)] = &[
         ("", Ok((true, None))),
@@ -463,19 +481,35 @@ fn trace_and_metrics_settings() {
             traces("http://collector.monitoring:4317", 10, 0.25),
         ),
         ("otlp_endpoint = \"http://[::1]:4317\"", traces("http://[::1]:4317", 2048, 1.0)),
+        ("otlp_endpoint = \"https://c:4317\"", traces("https://c:4317", 2048, 1.0)),
         (
-            "otlp_endpoint = \"https://c:4317\"",
-            Err("invalid otlp_endpoint \"https://c:4317\": expected http://HOST:PORT (an OTLP/gRPC receiver)".into()),
+            "otlp_endpoint = \"https://collector.monitoring:4317\"\notlp_ca = \"/etc/otel/ca.pem\"\n\
+             otlp_client_cert = \"/etc/otel/fsd.pem\"\notlp_client_key = \"/etc/otel/fsd.key\"\n\
+             otlp_headers_file = \"/etc/otel/headers\"",
+            Ok((true, Some(tls))),
+        ),
+        ("otlp_endpoint = \"grpc://c:4317\"", endpoint_error("grpc://c:4317")),
+        ("otlp_endpoint = \"http://c:4317/v1/traces\"", endpoint_error("http://c:4317/v1/traces")),
+        ("otlp_endpoint = \"http://c\"", endpoint_error("http://c")),
+        ("otlp_endpoint = \"https://:4317\"", endpoint_error("https://:4317")),
+        (
+            "otlp_endpoint = \"http://c:4317\"\notlp_ca = \"/ca.pem\"",
+            Err("invalid otlp_ca: needs an https:// otlp_endpoint".into()),
         ),
         (
-            "otlp_endpoint = \"http://c:4317/v1/traces\"",
-            Err("invalid otlp_endpoint \"http://c:4317/v1/traces\": expected http://HOST:PORT (an OTLP/gRPC receiver)"
-                .into()),
+            "otlp_endpoint = \"http://c:4317\"\notlp_client_cert = \"/c.pem\"\notlp_client_key = \"/c.key\"",
+            Err("invalid otlp_client_cert: needs an https:// otlp_endpoint".into()),
         ),
         (
-            "otlp_endpoint = \"http://c\"",
-            Err("invalid otlp_endpoint \"http://c\": expected http://HOST:PORT (an OTLP/gRPC receiver)".into()),
+            "otlp_endpoint = \"https://c:4317\"\notlp_client_cert = \"/c.pem\"",
+            Err("invalid otlp_client_cert: needs otlp_client_key".into()),
         ),
+        (
+            "otlp_endpoint = \"https://c:4317\"\notlp_client_key = \"/c.key\"",
+            Err("invalid otlp_client_key: needs otlp_client_cert".into()),
+        ),
+        ("otlp_ca = \"/ca.pem\"", Err("invalid otlp_ca: needs otlp_endpoint".into())),
+        ("otlp_headers_file = \"/h\"", Err("invalid otlp_headers_file: needs otlp_endpoint".into())),
         ("trace_queue_spans = 10", Err("invalid trace_queue_spans: needs otlp_endpoint".into())),
         ("trace_sample_ratio = 0.5", Err("invalid trace_sample_ratio: needs otlp_endpoint".into())),
         (
