@@ -375,6 +375,7 @@ pub fn run(options: Options) -> Result<(), ApproverError> {
     if !listen.starts_with("unix:") && !listen.starts_with("tcp:") {
         return Err(ApproverError::Listen(listen));
     }
+    config.check_listen(&listen)?;
     let log = match log {
         // Decisions name paths and reasons: readable by the approver's user alone.
         Some(path) => {
@@ -400,8 +401,12 @@ pub fn run(options: Options) -> Result<(), ApproverError> {
         .spawn()
         .map_err(|e| ApproverError::Serve(format!("cannot start the front: {e}")))?;
     let socket_path = listen.strip_prefix("unix:").map(PathBuf::from);
-    let start =
-        ToFront::Start { config: config.clone(), listen, socket_mode: socket.mode, socket_gid: socket.gid };
+    let start = ToFront::Start {
+        config: Box::new(config.clone()),
+        listen,
+        socket_mode: socket.mode,
+        socket_gid: socket.gid,
+    };
     let sealed = log.clone();
     let served = keep(
         ours,
@@ -541,13 +546,19 @@ mod tests {
         let token = |t: &str| serde_json::from_value(serde_json::json!(t)).unwrap();
         let config = Config {
             web: None,
+            grpc: None,
             people: vec![Person {
                 name: "alice".into(),
                 token: Some(token("a")),
                 certificate: None,
                 clients: vec!["uid:0".into()],
             }],
-            daemons: vec![Daemon { sandbox: "beta".into(), token: token("b"), require_another_person: true }],
+            daemons: vec![Daemon {
+                sandbox: "beta".into(),
+                token: Some(token("b")),
+                certificate: None,
+                require_another_person: true,
+            }],
             webhook: None,
         };
         let (out, told) = tokio::sync::mpsc::unbounded_channel();

@@ -261,7 +261,7 @@ async fn body(request: http::Request<Incoming>) -> Option<String> {
 
 /// The names a verified client certificate answers to: its DNS, e-mail and URI SANs, then its
 /// subject CNs.
-fn certificate_names(der: &rustls_pki_types::CertificateDer<'_>) -> Vec<String> {
+pub(crate) fn certificate_names(der: &rustls_pki_types::CertificateDer<'_>) -> Vec<String> {
     use x509_parser::extensions::GeneralName;
     let Ok((_, cert)) = x509_parser::parse_x509_certificate(der.as_ref()) else { return Vec::new() };
     let mut names = Vec::new();
