@@ -31,6 +31,8 @@ struct WebFile {
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     client_ca: Option<PathBuf>,
+    login_failures: Option<u32>,
+    login_window_secs: Option<u64>,
 }
 
 /// The daemons' listener (`serve --listen tcp:`): its TLS, and the CA of daemons' certificates.
@@ -108,6 +110,9 @@ pub struct Web {
     pub tls: Option<(Vec<u8>, Vec<u8>)>,
     /// The CA of people's client certificates (PEM), when people may log in with one.
     pub client_ca: Option<Vec<u8>>,
+    /// Failed logins allowed per source address and per person in `login_window_secs`.
+    pub login_failures: u32,
+    pub login_window_secs: u64,
 }
 
 #[derive(Clone, Serialize, Deserialize)]
@@ -158,6 +163,12 @@ pub struct Webhook {
 
 /// Where an https webhook's roots come from when `ca_file` is not set.
 pub const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// Failed logins allowed per address and per person in a window, when not set.
+pub const DEFAULT_LOGIN_FAILURES: u32 = 5;
+/// The login window (seconds), when not set.
+pub const DEFAULT_LOGIN_WINDOW_SECS: u64 = 60;
+/// The longest login window: a day.
+const MAX_LOGIN_WINDOW_SECS: u64 = 86_400;
 /// Tries of one notification when `attempts` is not set.
 pub const DEFAULT_ATTEMPTS: u32 = 3;
 /// The most tries `attempts` may ask for: a notification is never worth a queue of retries.
@@ -323,12 +334,22 @@ fn web(path: &Path, w: WebFile) -> Result<Web, ApproverError> {
             format!("[web] listen {listen}: plain HTTP only on a loopback address; set tls_cert and tls_key"),
         ));
     }
+    let login_failures = w.login_failures.unwrap_or(DEFAULT_LOGIN_FAILURES);
+    let login_window_secs = w.login_window_secs.unwrap_or(DEFAULT_LOGIN_WINDOW_SECS);
+    if login_failures == 0 || !(1..=MAX_LOGIN_WINDOW_SECS).contains(&login_window_secs) {
+        return Err(invalid(
+            path,
+            format!(
+                "[web] login_failures {login_failures}, login_window_secs {login_window_secs}: at least 1 failure per 1 to {MAX_LOGIN_WINDOW_SECS} s"
+            ),
+        ));
+    }
     let scheme = if tls.is_some() { "https" } else { "http" };
     let url = w.url.unwrap_or_else(|| format!("{scheme}://{listen}")).trim_end_matches('/').to_owned();
     if !(url.starts_with("https://") || url.starts_with("http://")) {
         return Err(invalid(path, format!("[web] url {url:?}: expected http:// or https://")));
     }
-    Ok(Web { listen, url, tls, client_ca })
+    Ok(Web { listen, url, tls, client_ca, login_failures, login_window_secs })
 }
 
 fn webhook(path: &Path, h: WebhookFile) -> Result<Webhook, ApproverError> {
@@ -406,6 +427,10 @@ mod tests {
             (
                 format!("[web]\nlisten = \"tcp:127.0.0.1:1\"\nclient_ca = \"DIR/a\"\n{PEOPLE}"),
                 "invalid config DIR/approver.toml: [web] client_ca needs HTTPS (tls_cert and tls_key)",
+            ),
+            (
+                format!("[web]\nlisten = \"tcp:127.0.0.1:1\"\nlogin_failures = 0\n{PEOPLE}"),
+                "invalid config DIR/approver.toml: [web] login_failures 0, login_window_secs 60: at least 1 failure per 1 to 86400 s",
             ),
             (
                 "[[daemon]]\nsandbox = \"s\"\n".to_owned(),

@@ -30,6 +30,8 @@ pub struct Front {
     pub queue: Mutex<Vec<Entry>>,
     /// Changes whenever the queue does (the page polls it to know when to reload).
     pub generation: watch::Sender<u64>,
+    /// Failed logins on the page, per address and per person.
+    pub logins: crate::limit::Limiter,
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -322,6 +324,11 @@ pub fn main() -> Result<(), ApproverError> {
                 }
             }
         });
+        let web_limit =
+            config.web.as_ref().map_or(
+                (crate::config::DEFAULT_LOGIN_FAILURES, crate::config::DEFAULT_LOGIN_WINDOW_SECS),
+                |w| (w.login_failures, w.login_window_secs),
+            );
         let front = Arc::new(Front {
             config: *config,
             to_keeper,
@@ -330,6 +337,7 @@ pub fn main() -> Result<(), ApproverError> {
             decisions: Mutex::default(),
             queue: Mutex::default(),
             generation: watch::Sender::new(0),
+            logins: crate::limit::Limiter::new(web_limit.0, std::time::Duration::from_secs(web_limit.1)),
         });
         serve(&front, listeners)?;
         let hooks = front.config.webhook.clone().map(crate::webhook::Notifier::new);

@@ -7,6 +7,7 @@
 
 mod config;
 mod front;
+mod limit;
 mod link;
 mod rules;
 mod serve;

@@ -666,3 +666,76 @@ fn daemons_are_named_by_certificate_or_token_over_tls_and_a_stranger_is_refused(
     let approved = |sandbox: &str| (sandbox.to_owned(), "approved".to_owned());
     assert_eq!(decided, [approved("alpha"), approved("alpha"), approved("beta")]);
 }
+
+/// One `POST /login` to the page on loopback from `source` (a loopback address of its own):
+/// the status and the `Retry-After` header.
+fn login_from(port: u16, source: &str, name: &str, token: &str) -> (u16, Option<u64>) {
+    const POST: &str = r#"
+import socket, sys
+port, source, body = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+s = socket.create_connection(("127.0.0.1", port), source_address=(source, 0))
+s.sendall((f"POST /login HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+           "Content-Type: application/x-www-form-urlencoded\r\n"
+           f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}").encode())
+data = b""
+while chunk := s.recv(65536):
+    data += chunk
+sys.stdout.write(data.decode())
+"#;
+    let body = format!("name={name}&token={token}&next=%2F");
+    let out = Command::new("python3").args(["-c", POST, &port.to_string(), source, &body]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let answer = String::from_utf8(out.stdout).unwrap();
+    let status = answer.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let retry = answer
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("retry-after:").map(|v| v.trim().to_owned()))
+        .and_then(|v| v.parse().ok());
+    (status, retry)
+}
+
+/// The page's login rate limit: past 3 failures in the window, a source address gets 429 (a
+/// right token too) while another address may log in; 3 failures naming alice refuse alice
+/// from any address, not bob; once the window has passed, the right token logs in again.
+#[test]
+fn failed_logins_are_limited_per_address_and_per_person_until_the_window_ends() {
+    let port = rest::free_port();
+    let files = Files::new(
+        &format!("listen = \"tcp:127.0.0.1:{port}\"\nlogin_failures = 3\nlogin_window_secs = 3\n"),
+        None,
+    );
+    let mut serve = Command::new(approver_bin());
+    serve.args(files.serve_args()).stdin(Stdio::null()).stderr(Stdio::null());
+    let mut child = serve.spawn().unwrap();
+    files.wait_listening(&mut child);
+    let _approver = Stop(child);
+    let wrong = "wrong-token-0123456789";
+    let steps: [(&str, &str, &str, (u16, bool)); 11] = [
+        // One address: three failures, then refused, a right token too.
+        ("127.0.0.2", "", wrong, (403, false)),
+        ("127.0.0.2", "", wrong, (403, false)),
+        ("127.0.0.2", "", wrong, (403, false)),
+        ("127.0.0.2", "", wrong, (429, true)),
+        ("127.0.0.2", "", ALICE, (429, true)),
+        // Another address is not held by the first one's failures.
+        ("127.0.0.3", "", BOB, (303, false)),
+        // One person named from one address, then refused from another; bob is not.
+        ("127.0.0.4", "alice", wrong, (403, false)),
+        ("127.0.0.4", "alice", BOB, (403, false)),
+        ("127.0.0.4", "alice", wrong, (403, false)),
+        ("127.0.0.5", "alice", ALICE, (429, true)),
+        ("127.0.0.5", "bob", BOB, (303, false)),
+    ];
+    let mut asked = Vec::new();
+    for (source, name, token, (status, retry)) in steps {
+        asked.push(Instant::now());
+        let (got, after) = login_from(port, source, name, token);
+        assert_eq!((got, after.is_some()), (status, retry), "{source} {name} {token}");
+        assert!(after.is_none_or(|s| (1..=3).contains(&s)), "Retry-After {after:?}");
+    }
+    // Both windows (3 s from each key's first failure, alice's the later) have passed: the
+    // right tokens log in.
+    std::thread::sleep((asked[6] + Duration::from_millis(3200)).saturating_duration_since(Instant::now()));
+    assert_eq!(login_from(port, "127.0.0.2", "", ALICE), (303, None));
+    assert_eq!(login_from(port, "127.0.0.5", "alice", ALICE), (303, None));
+}
