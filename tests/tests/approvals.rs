@@ -558,7 +558,12 @@ fn an_mcp_host_with_url_elicitation_sends_the_person_to_the_page() {
         .iter()
         .map(|l| (l["decision"].as_str().unwrap().to_owned(), l["decider"].as_str().unwrap().to_owned()))
         .collect();
-    assert_eq!(decided, [("approved".into(), "person bob".into()), ("refused".into(), "person bob".into())]);
+    // Two decisions with a host on 2025-11-25, two more on 2026-07-28 (multi-round-trip).
+    let said: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(said, json!({"elicitations": 2, "rounds": 2}));
+    let (approved, refused) =
+        (("approved".to_owned(), "person bob".to_owned()), ("refused".to_owned(), "person bob".to_owned()));
+    assert_eq!(decided, [approved.clone(), refused.clone(), approved, refused]);
 }
 
 /// Daemons reach the approver over TLS on TCP: alpha is named by its client certificate (no
