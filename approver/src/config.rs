@@ -15,6 +15,7 @@ use crate::ApproverError;
 #[serde(deny_unknown_fields)]
 struct File {
     web: Option<WebFile>,
+    grpc: Option<GrpcFile>,
     #[serde(default)]
     person: Vec<PersonFile>,
     #[serde(default)]
@@ -29,6 +30,17 @@ struct WebFile {
     url: Option<String>,
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
+    client_ca: Option<PathBuf>,
+    login_failures: Option<u32>,
+    login_window_secs: Option<u64>,
+}
+
+/// The daemons' listener (`serve --listen tcp:`): its TLS, and the CA of daemons' certificates.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GrpcFile {
+    tls_cert: PathBuf,
+    tls_key: PathBuf,
     client_ca: Option<PathBuf>,
 }
 
@@ -46,7 +58,8 @@ struct PersonFile {
 #[serde(deny_unknown_fields)]
 struct DaemonFile {
     sandbox: String,
-    token_file: PathBuf,
+    token_file: Option<PathBuf>,
+    certificate: Option<String>,
     #[serde(default)]
     require_another_person: bool,
 }
@@ -81,6 +94,8 @@ impl Token {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Config {
     pub web: Option<Web>,
+    /// TLS of the daemons' listener, when `--listen` is `tcp:`.
+    pub grpc: Option<Grpc>,
     pub people: Vec<Person>,
     pub daemons: Vec<Daemon>,
     pub webhook: Option<Webhook>,
@@ -95,6 +110,23 @@ pub struct Web {
     pub tls: Option<(Vec<u8>, Vec<u8>)>,
     /// The CA of people's client certificates (PEM), when people may log in with one.
     pub client_ca: Option<Vec<u8>>,
+    /// Failed logins allowed per source address and per person in `login_window_secs`.
+    pub login_failures: u32,
+    pub login_window_secs: u64,
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+pub struct Grpc {
+    /// The certificate chain and the key (PEM) the daemons' listener serves TLS with.
+    pub tls: (Vec<u8>, Vec<u8>),
+    /// The CA of daemons' client certificates (PEM), when a daemon may be named by one.
+    pub client_ca: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Grpc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grpc").field("client_ca", &self.client_ca.is_some()).finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -113,7 +145,11 @@ pub struct Person {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Daemon {
     pub sandbox: String,
-    pub token: Token,
+    /// Its bearer token, when it presents one.
+    pub token: Option<Token>,
+    /// The name its client certificate answers to (a SAN or the subject CN), when it presents
+    /// one (`[grpc] client_ca`).
+    pub certificate: Option<String>,
     pub require_another_person: bool,
 }
 
@@ -127,6 +163,12 @@ pub struct Webhook {
 
 /// Where an https webhook's roots come from when `ca_file` is not set.
 pub const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// Failed logins allowed per address and per person in a window, when not set.
+pub const DEFAULT_LOGIN_FAILURES: u32 = 5;
+/// The login window (seconds), when not set.
+pub const DEFAULT_LOGIN_WINDOW_SECS: u64 = 60;
+/// The longest login window: a day.
+const MAX_LOGIN_WINDOW_SECS: u64 = 86_400;
 /// Tries of one notification when `attempts` is not set.
 pub const DEFAULT_ATTEMPTS: u32 = 3;
 /// The most tries `attempts` may ask for: a notification is never worth a queue of retries.
@@ -170,6 +212,7 @@ impl Config {
         let text = std::fs::read_to_string(path).map_err(|e| ApproverError::Io(path.to_owned(), e))?;
         let file: File = toml::from_str(&text).map_err(|e| invalid(path, e.to_string()))?;
         let web = file.web.map(|w| web(path, w)).transpose()?;
+        let grpc = file.grpc.map(grpc).transpose()?;
         let mut people = Vec::new();
         for p in file.person {
             if !name_ok(&p.name) || people.iter().any(|q: &Person| q.name == p.name) {
@@ -199,14 +242,35 @@ impl Config {
                     format!("sandbox {:?}: unique, 1-64 of letters, digits, -._@", d.sandbox),
                 ));
             }
+            if d.certificate.is_none() && d.token_file.is_none() {
+                return Err(invalid(path, format!("daemon {:?} needs token_file or certificate", d.sandbox)));
+            }
+            if let Some(name) = &d.certificate {
+                if grpc.as_ref().is_none_or(|g| g.client_ca.is_none()) {
+                    return Err(invalid(
+                        path,
+                        format!("daemon {:?} has a certificate: [grpc] needs client_ca", d.sandbox),
+                    ));
+                }
+                if daemons.iter().any(|e| e.certificate.as_ref() == Some(name)) {
+                    return Err(invalid(
+                        path,
+                        format!("certificate {name:?}: two daemons answer to it; each needs its own"),
+                    ));
+                }
+            }
             daemons.push(Daemon {
-                token: token(path, &d.token_file)?,
+                token: d.token_file.as_deref().map(|file| token(path, file)).transpose()?,
+                certificate: d.certificate,
                 sandbox: d.sandbox,
                 require_another_person: d.require_another_person,
             });
         }
-        let tokens: Vec<&Token> =
-            people.iter().filter_map(|p| p.token.as_ref()).chain(daemons.iter().map(|d| &d.token)).collect();
+        let tokens: Vec<&Token> = people
+            .iter()
+            .filter_map(|p| p.token.as_ref())
+            .chain(daemons.iter().filter_map(|d| d.token.as_ref()))
+            .collect();
         if tokens.iter().enumerate().any(|(i, t)| tokens[..i].contains(t)) {
             return Err(invalid(path, "two people or daemons share a token: each needs its own".into()));
         }
@@ -214,8 +278,32 @@ impl Config {
             return Err(invalid(path, "[web] needs at least one [[person]] to log in".into()));
         }
         let webhook = file.webhook.map(|h| webhook(path, h)).transpose()?;
-        Ok(Config { web, people, daemons, webhook })
+        Ok(Config { web, grpc, people, daemons, webhook })
     }
+
+    /// Whether the daemons' listener `listen` (`serve --listen`) may serve as configured: TLS
+    /// (`[grpc]`) only on `tcp:`, and a `tcp:` address off loopback only with TLS, since
+    /// descriptions (paths, diffs) and tokens must not cross a network in the clear.
+    pub fn check_listen(&self, listen: &str) -> Result<(), ApproverError> {
+        if let Some(addr) = listen.strip_prefix("tcp:") {
+            use std::net::ToSocketAddrs;
+            // A name that does not resolve fails to bind anyway; it is not known to be loopback.
+            let loopback = addr.to_socket_addrs().is_ok_and(|mut a| a.all(|a| a.ip().is_loopback()));
+            if self.grpc.is_none() && !loopback {
+                return Err(ApproverError::PlainListen(listen.to_owned()));
+            }
+        } else if self.grpc.is_some() {
+            return Err(ApproverError::Serve(format!(
+                "[grpc] serves TLS on a tcp: listener; --listen {listen} is guarded by its mode and group instead: remove [grpc] or listen on tcp:"
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn grpc(g: GrpcFile) -> Result<Grpc, ApproverError> {
+    let read = |file: PathBuf| std::fs::read(&file).map_err(|e| ApproverError::Io(file, e));
+    Ok(Grpc { tls: (read(g.tls_cert)?, read(g.tls_key)?), client_ca: g.client_ca.map(read).transpose()? })
 }
 
 fn web(path: &Path, w: WebFile) -> Result<Web, ApproverError> {
@@ -246,12 +334,22 @@ fn web(path: &Path, w: WebFile) -> Result<Web, ApproverError> {
             format!("[web] listen {listen}: plain HTTP only on a loopback address; set tls_cert and tls_key"),
         ));
     }
+    let login_failures = w.login_failures.unwrap_or(DEFAULT_LOGIN_FAILURES);
+    let login_window_secs = w.login_window_secs.unwrap_or(DEFAULT_LOGIN_WINDOW_SECS);
+    if login_failures == 0 || !(1..=MAX_LOGIN_WINDOW_SECS).contains(&login_window_secs) {
+        return Err(invalid(
+            path,
+            format!(
+                "[web] login_failures {login_failures}, login_window_secs {login_window_secs}: at least 1 failure per 1 to {MAX_LOGIN_WINDOW_SECS} s"
+            ),
+        ));
+    }
     let scheme = if tls.is_some() { "https" } else { "http" };
     let url = w.url.unwrap_or_else(|| format!("{scheme}://{listen}")).trim_end_matches('/').to_owned();
     if !(url.starts_with("https://") || url.starts_with("http://")) {
         return Err(invalid(path, format!("[web] url {url:?}: expected http:// or https://")));
     }
-    Ok(Web { listen, url, tls, client_ca })
+    Ok(Web { listen, url, tls, client_ca, login_failures, login_window_secs })
 }
 
 fn webhook(path: &Path, h: WebhookFile) -> Result<Webhook, ApproverError> {
@@ -331,6 +429,24 @@ mod tests {
                 "invalid config DIR/approver.toml: [web] client_ca needs HTTPS (tls_cert and tls_key)",
             ),
             (
+                format!("[web]\nlisten = \"tcp:127.0.0.1:1\"\nlogin_failures = 0\n{PEOPLE}"),
+                "invalid config DIR/approver.toml: [web] login_failures 0, login_window_secs 60: at least 1 failure per 1 to 86400 s",
+            ),
+            (
+                "[[daemon]]\nsandbox = \"s\"\n".to_owned(),
+                "invalid config DIR/approver.toml: daemon \"s\" needs token_file or certificate",
+            ),
+            (
+                "[[daemon]]\nsandbox = \"s\"\ncertificate = \"s.example.org\"\n".to_owned(),
+                "invalid config DIR/approver.toml: daemon \"s\" has a certificate: [grpc] needs client_ca",
+            ),
+            (
+                "[grpc]\ntls_cert = \"DIR/a\"\ntls_key = \"DIR/a\"\nclient_ca = \"DIR/a\"\n\
+                 [[daemon]]\nsandbox = \"s\"\ncertificate = \"n\"\n[[daemon]]\nsandbox = \"t\"\ncertificate = \"n\"\n"
+                    .to_owned(),
+                "invalid config DIR/approver.toml: certificate \"n\": two daemons answer to it; each needs its own",
+            ),
+            (
                 "[webhook]\nurl = \"http://h/x\"\nattempts = 11\n".to_owned(),
                 "invalid config DIR/approver.toml: [webhook] attempts 11: 1 to 10",
             ),
@@ -342,6 +458,40 @@ mod tests {
         for (body, expected) in refused {
             let tokens = [("a", GOOD), ("b", "beta-token-0123456789"), ("short", "short")];
             assert_eq!(load(&body, &tokens).unwrap_err(), expected, "{body}");
+        }
+    }
+
+    /// The daemons' listener: plain gRPC on loopback or a Unix socket only; TLS only on tcp:.
+    #[test]
+    fn the_daemons_listener_is_plain_only_on_loopback() {
+        let plain = Config::default();
+        let tls = Config {
+            grpc: Some(Grpc { tls: (Vec::new(), Vec::new()), client_ca: None }),
+            ..Config::default()
+        };
+        let cases = [
+            (&plain, "tcp:127.0.0.1:7443", None),
+            (&plain, "tcp:[::1]:7443", None),
+            (&plain, "unix:/run/a.sock", None),
+            (
+                &plain,
+                "tcp:0.0.0.0:7443",
+                Some(
+                    "--listen tcp:0.0.0.0:7443: plain gRPC only on a loopback address; give --config a [grpc] table (tls_cert, tls_key) so daemons connect over TLS (their approver_ca_file)",
+                ),
+            ),
+            (&tls, "tcp:0.0.0.0:7443", None),
+            (
+                &tls,
+                "unix:/run/a.sock",
+                Some(
+                    "cannot serve: [grpc] serves TLS on a tcp: listener; --listen unix:/run/a.sock is guarded by its mode and group instead: remove [grpc] or listen on tcp:",
+                ),
+            ),
+        ];
+        for (config, listen, expected) in cases {
+            let got = config.check_listen(listen).err().map(|e| e.to_string());
+            assert_eq!(got.as_deref(), expected, "{listen}");
         }
     }
 }

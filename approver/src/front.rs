@@ -30,6 +30,8 @@ pub struct Front {
     pub queue: Mutex<Vec<Entry>>,
     /// Changes whenever the queue does (the page polls it to know when to reload).
     pub generation: watch::Sender<u64>,
+    /// Failed logins on the page, per address and per person.
+    pub logins: crate::limit::Limiter,
 }
 
 fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -86,29 +88,41 @@ impl Drop for Waiting<'_> {
 struct Service(Arc<Front>);
 
 impl Service {
-    /// The sandbox of the daemon asking: by its token when daemons are configured, else none.
-    fn sandbox(&self, metadata: &tonic::metadata::MetadataMap) -> Result<String, Status> {
+    /// The sandbox of the daemon asking: by its verified client certificate or its token when
+    /// daemons are configured, else none. A certificate and a token that name two different
+    /// daemons name neither.
+    fn sandbox<T>(&self, request: &Request<T>) -> Result<String, Status> {
         let daemons = &self.0.config.daemons;
         if daemons.is_empty() {
             return Ok(String::new());
         }
-        let token = metadata
+        let names = request.peer_certs().and_then(|c| c.first().map(crate::web::certificate_names));
+        let by_certificate = names.and_then(|names| {
+            names.iter().find_map(|n| daemons.iter().find(|d| d.certificate.as_ref() == Some(n)))
+        });
+        let token = request
+            .metadata()
             .get("authorization")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        daemons
-            .iter()
-            .find(|d| d.token.is(token))
-            .map(|d| d.sandbox.clone())
-            .ok_or_else(|| Status::unauthenticated("this approver does not know the daemon's token"))
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let by_token =
+            token.and_then(|token| daemons.iter().find(|d| d.token.as_ref().is_some_and(|t| t.is(token))));
+        match (by_certificate, by_token) {
+            (Some(c), Some(t)) if c.sandbox != t.sandbox => Err(Status::unauthenticated(
+                "the daemon's certificate and its token name two different daemons",
+            )),
+            (Some(d), _) | (None, Some(d)) => Ok(d.sandbox.clone()),
+            (None, None) => Err(Status::unauthenticated(
+                "this approver knows neither the daemon's certificate nor its token",
+            )),
+        }
     }
 }
 
 #[tonic::async_trait]
 impl Approver for Service {
     async fn approve(&self, request: Request<ApproveRequest>) -> Result<Response<ApproveReply>, Status> {
-        let sandbox = self.sandbox(request.metadata())?;
+        let sandbox = self.sandbox(&request)?;
         let description = request.into_inner().description;
         let front = &self.0;
         let ask = front.next.fetch_add(1, Ordering::Relaxed);
@@ -129,9 +143,22 @@ impl Approver for Service {
     }
 }
 
+/// An error and its sources on one line (tonic's own message is only "transport error").
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text = format!("{text}: {cause}");
+        source = cause.source();
+    }
+    text
+}
+
 /// What the front binds before it is confined, then serves on.
 struct Listeners {
     daemons: Bound,
+    /// The daemons' gRPC server, with TLS when `[grpc]` is configured.
+    grpc: tonic::transport::Server,
     web: Option<(std::net::TcpListener, Option<tokio_rustls::TlsAcceptor>)>,
 }
 
@@ -150,7 +177,23 @@ fn bind(config: &Config, listen: &str, socket: Socket) -> Result<Listeners, Appr
     } else {
         return Err(ApproverError::Listen(listen.to_owned()));
     };
-    eprintln!("fsd-approver: listening on {listen}");
+    let grpc = match &config.grpc {
+        Some(g) => {
+            use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+            let (cert, key) = &g.tls;
+            let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(cert, key));
+            // Optional: a daemon named by its token connects without one; a certificate the CA
+            // did not issue fails the handshake.
+            if let Some(ca) = &g.client_ca {
+                tls = tls.client_ca_root(Certificate::from_pem(ca)).client_auth_optional(true);
+            }
+            tonic::transport::Server::builder()
+                .tls_config(tls)
+                .map_err(|e| ApproverError::Serve(format!("[grpc] {}", with_sources(&e))))?
+        }
+        None => tonic::transport::Server::builder(),
+    };
+    eprintln!("fsd-approver: listening on {listen}{}", if config.grpc.is_some() { " (TLS)" } else { "" });
     let web = match &config.web {
         Some(web) => {
             let listener = std::net::TcpListener::bind(web.listen)
@@ -165,7 +208,7 @@ fn bind(config: &Config, listen: &str, socket: Socket) -> Result<Listeners, Appr
         }
         None => None,
     };
-    Ok(Listeners { daemons, web })
+    Ok(Listeners { daemons, grpc, web })
 }
 
 /// What the front may still read once it serves: what the C library reads to resolve the
@@ -281,14 +324,20 @@ pub fn main() -> Result<(), ApproverError> {
                 }
             }
         });
+        let web_limit =
+            config.web.as_ref().map_or(
+                (crate::config::DEFAULT_LOGIN_FAILURES, crate::config::DEFAULT_LOGIN_WINDOW_SECS),
+                |w| (w.login_failures, w.login_window_secs),
+            );
         let front = Arc::new(Front {
-            config,
+            config: *config,
             to_keeper,
             next: AtomicU64::new(0),
             asks: Mutex::default(),
             decisions: Mutex::default(),
             queue: Mutex::default(),
             generation: watch::Sender::new(0),
+            logins: crate::limit::Limiter::new(web_limit.0, std::time::Duration::from_secs(web_limit.1)),
         });
         serve(&front, listeners)?;
         let hooks = front.config.webhook.clone().map(crate::webhook::Notifier::new);
@@ -327,7 +376,8 @@ pub fn main() -> Result<(), ApproverError> {
 /// Serves the daemons' gRPC and the page on what [`bind`] bound.
 fn serve(front: &Arc<Front>, listeners: Listeners) -> Result<(), ApproverError> {
     let failed = |e: std::io::Error| ApproverError::Serve(e.to_string());
-    let router = tonic::transport::Server::builder().add_service(ApproverServer::new(Service(front.clone())));
+    let mut grpc = listeners.grpc;
+    let router = grpc.add_service(ApproverServer::new(Service(front.clone())));
     match listeners.daemons {
         Bound::Unix(listener) => {
             listener.set_nonblocking(true).map_err(failed)?;

@@ -7,6 +7,7 @@
 
 mod config;
 mod front;
+mod limit;
 mod link;
 mod rules;
 mod serve;
@@ -114,6 +115,10 @@ pub enum ApproverError {
     Tty(#[source] std::io::Error),
     #[error("invalid listen address {0:?}: expected unix:PATH or tcp:HOST:PORT")]
     Listen(String),
+    #[error(
+        "--listen {0}: plain gRPC only on a loopback address; give --config a [grpc] table (tls_cert, tls_key) so daemons connect over TLS (their approver_ca_file)"
+    )]
+    PlainListen(String),
     #[error("cannot serve: {0}")]
     Serve(String),
     #[error("{0} is the public key: --key takes the private key (approver.key, mode 0600)")]

@@ -273,7 +273,10 @@ impl Keeper {
             });
         };
         let expires = self.queue[i].entry.expires;
-        if crate::now_secs() >= expires {
+        // The daemon stops waiting at its exact deadline, in the second before `expires` (the
+        // description rounds it up): a decision then may come after the daemon gave up, before
+        // its going reached the keeper, and would be an approval nobody can use.
+        if crate::now_secs() + 1 >= expires {
             self.expire(i);
             return Err(format!(
                 "This request is no longer waiting: it expired at {} before anyone decided.",
@@ -375,6 +378,7 @@ pub fn run(options: Options) -> Result<(), ApproverError> {
     if !listen.starts_with("unix:") && !listen.starts_with("tcp:") {
         return Err(ApproverError::Listen(listen));
     }
+    config.check_listen(&listen)?;
     let log = match log {
         // Decisions name paths and reasons: readable by the approver's user alone.
         Some(path) => {
@@ -400,8 +404,12 @@ pub fn run(options: Options) -> Result<(), ApproverError> {
         .spawn()
         .map_err(|e| ApproverError::Serve(format!("cannot start the front: {e}")))?;
     let socket_path = listen.strip_prefix("unix:").map(PathBuf::from);
-    let start =
-        ToFront::Start { config: config.clone(), listen, socket_mode: socket.mode, socket_gid: socket.gid };
+    let start = ToFront::Start {
+        config: Box::new(config.clone()),
+        listen,
+        socket_mode: socket.mode,
+        socket_gid: socket.gid,
+    };
     let sealed = log.clone();
     let served = keep(
         ours,
@@ -541,13 +549,19 @@ mod tests {
         let token = |t: &str| serde_json::from_value(serde_json::json!(t)).unwrap();
         let config = Config {
             web: None,
+            grpc: None,
             people: vec![Person {
                 name: "alice".into(),
                 token: Some(token("a")),
                 certificate: None,
                 clients: vec!["uid:0".into()],
             }],
-            daemons: vec![Daemon { sandbox: "beta".into(), token: token("b"), require_another_person: true }],
+            daemons: vec![Daemon {
+                sandbox: "beta".into(),
+                token: Some(token("b")),
+                certificate: None,
+                require_another_person: true,
+            }],
             webhook: None,
         };
         let (out, told) = tokio::sync::mpsc::unbounded_channel();
@@ -580,11 +594,15 @@ mod tests {
         let later = crate::now_secs() + 600;
         let gone = crate::now_secs();
         let (a, b, c) = (description("a", later), description("b", later), description("c", gone));
+        // In its last second: the daemon's own deadline may have passed already.
+        let last = crate::now_secs() + 1;
+        let d = description("d", last);
         k.ask(1, "alpha".into(), a.clone());
         k.ask(2, "beta".into(), b.clone());
         k.ask(3, "alpha".into(), c.clone());
+        k.ask(4, "alpha".into(), d.clone());
         let keys: Vec<String> = k.queue.iter().map(|w| w.entry.key.clone()).collect();
-        assert_eq!(keys, [key_of(&a), key_of(&b), key_of(&c)]);
+        assert_eq!(keys, [key_of(&a), key_of(&b), key_of(&c), key_of(&d)]);
         let page = |name: &str| Who::Page(name.to_owned());
         let cases: Vec<(&str, Who, Result<(), String>)> = vec![
             (&b, page("alice"), Err("This request needs a person other than the one whose agent asked (uid:0 is yours): ask someone else to decide it.".into())),
@@ -592,6 +610,7 @@ mod tests {
             (&a, page("bob"), Err("This request is no longer waiting: approved by person alice.".into())),
             (&b, page("bob"), Ok(())),
             (&c, Who::Terminal, Err(format!("This request is no longer waiting: it expired at {} before anyone decided.", crate::utc(gone)))),
+            (&d, page("bob"), Err(format!("This request is no longer waiting: it expired at {} before anyone decided.", crate::utc(last)))),
             ("fsd escalation v1\nother\n", page("bob"), Err("No such request is waiting.".into())),
         ];
         for (description, who, expected) in cases {
@@ -617,7 +636,11 @@ mod tests {
             .collect();
         assert_eq!(
             refused,
-            [(2, false, "person bob", "no"), (3, false, "", "nobody decided before it expired")]
+            [
+                (2, false, "person bob", "no"),
+                (3, false, "", "nobody decided before it expired"),
+                (4, false, "", "nobody decided before it expired")
+            ]
         );
     }
 }

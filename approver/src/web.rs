@@ -15,6 +15,7 @@ use hyper::body::Incoming;
 
 use crate::ApproverError;
 use crate::front::Front;
+use crate::limit::Key;
 use crate::link::{Entry, Summary};
 
 /// The cookie that carries a person's token.
@@ -106,7 +107,8 @@ pub async fn serve(
 ) {
     let https = tls.is_some();
     loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
+        let Ok((stream, peer)) = listener.accept().await else { continue };
+        let from = peer.ip();
         let front = front.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
@@ -116,7 +118,9 @@ pub async fn serve(
                     let front = front.clone();
                     let certified = certified.clone();
                     async move {
-                        Ok::<_, std::convert::Infallible>(handle(&front, request, https, certified).await)
+                        Ok::<_, std::convert::Infallible>(
+                            handle(&front, request, https, certified, from).await,
+                        )
                     }
                 })
             };
@@ -220,19 +224,43 @@ fn get<'a>(pairs: &'a [(String, String)], name: &str) -> &'a str {
     pairs.iter().find(|(k, _)| k == name).map_or("", |(_, v)| v.as_str())
 }
 
+/// Where a request's token came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Carrier {
+    Bearer,
+    Cookie,
+}
+
 /// The token a request carries: a bearer header, else the page's cookie.
-fn token(request: &http::Request<Incoming>) -> Option<String> {
+fn token(request: &http::Request<Incoming>) -> Option<(String, Carrier)> {
     let headers = request.headers();
     if let Some(bearer) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
     {
-        return Some(bearer.trim().to_owned());
+        return Some((bearer.trim().to_owned(), Carrier::Bearer));
     }
     headers.get_all(header::COOKIE).iter().filter_map(|v| v.to_str().ok()).find_map(|cookies| {
-        cookies.split(';').find_map(|c| c.trim().strip_prefix(&format!("{COOKIE}=")).map(str::to_owned))
+        cookies.split(';').find_map(|c| {
+            c.trim().strip_prefix(&format!("{COOKIE}=")).map(|t| (t.to_owned(), Carrier::Cookie))
+        })
     })
+}
+
+/// The answer to a login refused by the rate limit: `429`, saying when to try again.
+fn too_many(wait: std::time::Duration, page: Page) -> Page {
+    let mut response = page;
+    *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    response.headers_mut().insert(header::RETRY_AFTER, http::HeaderValue::from(seconds));
+    response
+}
+
+/// What a refused login is told, with the seconds until it may try again.
+fn too_many_text(wait: std::time::Duration) -> String {
+    let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    format!("Too many failed logins from this address or for this person: try again in {seconds} s.")
 }
 
 /// Where a login may send the browser next: a path of this page, never another site's address
@@ -261,7 +289,7 @@ async fn body(request: http::Request<Incoming>) -> Option<String> {
 
 /// The names a verified client certificate answers to: its DNS, e-mail and URI SANs, then its
 /// subject CNs.
-fn certificate_names(der: &rustls_pki_types::CertificateDer<'_>) -> Vec<String> {
+pub(crate) fn certificate_names(der: &rustls_pki_types::CertificateDer<'_>) -> Vec<String> {
     use x509_parser::extensions::GeneralName;
     let Ok((_, cert)) = x509_parser::parse_x509_certificate(der.as_ref()) else { return Vec::new() };
     let mut names = Vec::new();
@@ -279,37 +307,91 @@ fn certificate_names(der: &rustls_pki_types::CertificateDer<'_>) -> Vec<String> 
     names
 }
 
+/// The cookie that forgets a token.
+fn no_cookie() -> String {
+    format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")
+}
+
 async fn handle(
     front: &Front,
     request: http::Request<Incoming>,
     https: bool,
     certified: Option<String>,
+    from: std::net::IpAddr,
+) -> Page {
+    let now = std::time::Instant::now();
+    let address = Key::address(from);
+    // Every token presented counts: a wrong one is a failed login, whichever way it came, and
+    // while this address may not log in no token is even looked at.
+    let presented = token(&request);
+    if presented.is_some()
+        && let Some(wait) = front.logins.refused(std::slice::from_ref(&address), now)
+    {
+        return too_many(wait, message(StatusCode::TOO_MANY_REQUESTS, "Not now", &too_many_text(wait)));
+    }
+    let known = presented.as_ref().and_then(|(t, _)| front.person(t).map(str::to_owned));
+    if presented.is_some() && known.is_none() {
+        front.logins.failed(std::slice::from_ref(&address), now);
+    }
+    // A cookie of a token no longer known (the config changed) is forgotten, not sent again.
+    let forget = matches!(presented, Some((_, Carrier::Cookie))) && known.is_none();
+    // A token names the person first (one may log in as another on a shared machine); else
+    // the connection's certificate.
+    let person = known.or(certified);
+    let mut page = route(front, request, https, person, (address, now)).await;
+    if forget
+        && !page.headers().contains_key(header::SET_COOKIE)
+        && let Ok(cookie) = http::HeaderValue::from_str(&no_cookie())
+    {
+        page.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
+    page
+}
+
+async fn route(
+    front: &Front,
+    request: http::Request<Incoming>,
+    https: bool,
+    person: Option<String>,
+    (address, now): (Key, std::time::Instant),
 ) -> Page {
     let path = request.uri().path().to_owned();
     let query = form(request.uri().query().unwrap_or(""));
-    // A token names the person first (one may log in as another on a shared machine); else
-    // the connection's certificate.
-    let person = token(&request).and_then(|t| front.person(&t).map(str::to_owned)).or(certified);
     match (request.method().clone(), path.as_str()) {
         (Method::POST, "/login") => {
             let pairs = form(&body(request).await.unwrap_or_default());
             let next = get(&pairs, "next");
             let next = local(next);
-            match front.person(get(&pairs, "token")) {
-                Some(_) => {
+            // The person named, when one of the config is: failures count against them too.
+            let name = get(&pairs, "name").trim();
+            let mut keys = vec![address];
+            if front.config.people.iter().any(|p| p.name == name) {
+                keys.push(Key::Person(name.to_owned()));
+            }
+            if let Some(wait) = front.logins.refused(&keys, now) {
+                return too_many(
+                    wait,
+                    login(StatusCode::TOO_MANY_REQUESTS, next, Some(&too_many_text(wait))),
+                );
+            }
+            let token = get(&pairs, "token");
+            match front.person(token) {
+                Some(p) if name.is_empty() || p == name => {
                     let secure = if https { "; Secure" } else { "" };
-                    let cookie = format!(
-                        "{COOKIE}={}; Path=/; HttpOnly; SameSite=Strict{secure}",
-                        get(&pairs, "token")
-                    );
+                    let cookie = format!("{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict{secure}");
                     redirect(next, Some(cookie))
                 }
-                None => login(StatusCode::FORBIDDEN, next, Some("That token is not known here.")),
+                _ => {
+                    front.logins.failed(&keys, now);
+                    login(
+                        StatusCode::FORBIDDEN,
+                        next,
+                        Some("That token is not known here (or not for that name)."),
+                    )
+                }
             }
         }
-        (Method::POST, "/logout") => {
-            redirect("/", Some(format!("{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")))
-        }
+        (Method::POST, "/logout") => redirect("/", Some(no_cookie())),
         (Method::GET, "/generation") => match person {
             Some(_) => {
                 respond(StatusCode::OK, "text/plain; charset=utf-8", front.generation.borrow().to_string())
@@ -377,6 +459,7 @@ fn login(status: StatusCode, next: &str, notice: Option<&str>) -> Page {
     let body = format!(
         "<h1>fsd approvals</h1>\n{notice}<form method=\"post\" action=\"/login\">\
          <input type=\"hidden\" name=\"next\" value=\"{}\">\
+         <label>Your name (optional) <input type=\"text\" name=\"name\" autocomplete=\"username\"></label>\
          <label>Your token <input type=\"password\" name=\"token\" autocomplete=\"current-password\"></label>\
          <button type=\"submit\">Log in</button></form>",
         html(next)

@@ -33,6 +33,36 @@ impl Token {
     }
 }
 
+/// TLS to a `tcp:` approver: the roots its certificate must chain to, and this daemon's own
+/// certificate and key when the approver names it by one. Read at start; the key is never
+/// printed.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+pub struct Tls {
+    ca: Vec<u8>,
+    identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls").field("client_certificate", &self.identity.is_some()).finish_non_exhaustive()
+    }
+}
+
+impl Tls {
+    pub fn new(ca: Vec<u8>, identity: Option<(Vec<u8>, Vec<u8>)>) -> Tls {
+        Tls { ca, identity }
+    }
+
+    fn client_config(&self, host: &str) -> tonic::transport::ClientTlsConfig {
+        use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+        let config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(&self.ca)).domain_name(host);
+        match &self.identity {
+            Some((cert, key)) => config.identity(Identity::from_pem(cert, key)),
+            None => config,
+        }
+    }
+}
+
 /// What the approver decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
@@ -79,7 +109,7 @@ fn reason(e: &dyn std::error::Error) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-async fn channel(endpoint: &ApproverEndpoint) -> Result<Channel, ApproverError> {
+async fn channel(endpoint: &ApproverEndpoint, tls: Option<&Tls>) -> Result<Channel, ApproverError> {
     let failed = |e: tonic::transport::Error| ApproverError::Connect(endpoint.to_string(), reason(&e));
     match endpoint {
         ApproverEndpoint::Unix(path) => {
@@ -93,12 +123,15 @@ async fn channel(endpoint: &ApproverEndpoint) -> Result<Channel, ApproverError> 
                 .await
                 .map_err(failed)
         }
-        ApproverEndpoint::Tcp(addr) => Endpoint::from_shared(format!("http://{addr}"))
-            .map_err(failed)?
-            .connect_timeout(Duration::from_secs(5))
-            .connect()
-            .await
-            .map_err(failed),
+        ApproverEndpoint::Tcp(addr) => {
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            let mut channel = Endpoint::from_shared(format!("{scheme}://{addr}")).map_err(failed)?;
+            if let Some(tls) = tls {
+                let host = endpoint.host().unwrap_or_default();
+                channel = channel.tls_config(tls.client_config(host)).map_err(failed)?;
+            }
+            channel.connect_timeout(Duration::from_secs(5)).connect().await.map_err(failed)
+        }
     }
 }
 
@@ -106,11 +139,12 @@ async fn channel(endpoint: &ApproverEndpoint) -> Result<Channel, ApproverError> 
 pub async fn ask(
     endpoint: &ApproverEndpoint,
     token: Option<&Token>,
+    tls: Option<&Tls>,
     description: &str,
     within: Duration,
 ) -> Result<Answer, ApproverError> {
     let call = async {
-        let mut client = ApproverClient::new(channel(endpoint).await?);
+        let mut client = ApproverClient::new(channel(endpoint, tls).await?);
         let mut request = tonic::Request::new(ApproveRequest { description: description.to_owned() });
         if let Some(Token(token)) = token
             && let Ok(value) = format!("Bearer {token}").parse()
@@ -138,8 +172,8 @@ pub async fn ask(
 /// Tries once to connect to the approver, at start, and logs one line either way: a warning
 /// naming the endpoint and the reason when it cannot be reached (escalations are refused until
 /// it can: approvers may come up after the daemon, so the start goes on), else that it answered.
-pub async fn probe(endpoint: &ApproverEndpoint) {
-    let connected = tokio::time::timeout(PROBE_TIMEOUT, channel(endpoint))
+pub async fn probe(endpoint: &ApproverEndpoint, tls: Option<&Tls>) {
+    let connected = tokio::time::timeout(PROBE_TIMEOUT, channel(endpoint, tls))
         .await
         .unwrap_or_else(|_| Err(ApproverError::Timeout(endpoint.to_string(), PROBE_TIMEOUT.as_secs())));
     match connected {

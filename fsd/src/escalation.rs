@@ -155,6 +155,28 @@ impl ApproverEndpoint {
         let (host, port) = addr.rsplit_once(':')?;
         (!host.is_empty() && port.parse::<u16>().is_ok()).then(|| ApproverEndpoint::Tcp(addr.to_owned()))
     }
+
+    /// The host of a `tcp:` endpoint, without an IPv6 address's brackets (the name its TLS
+    /// certificate must carry).
+    pub fn host(&self) -> Option<&str> {
+        match self {
+            ApproverEndpoint::Unix(_) => None,
+            ApproverEndpoint::Tcp(addr) => {
+                addr.rsplit_once(':').map(|(host, _)| host.trim_start_matches('[').trim_end_matches(']'))
+            }
+        }
+    }
+
+    /// Whether the endpoint stays on this host: a Unix socket, `localhost` or a loopback
+    /// address (a name is not resolved: only these are known not to leave the host).
+    pub fn on_loopback(&self) -> bool {
+        match self.host() {
+            None => true,
+            Some(host) => {
+                host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+            }
+        }
+    }
 }
 
 impl std::fmt::Display for ApproverEndpoint {

@@ -97,7 +97,8 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         }
         // Once, beside the start rather than in its way: an approver may come up later.
         if let Some(endpoint) = config.approver_endpoint.clone() {
-            tokio::spawn(async move { crate::approver::probe(&endpoint).await });
+            let tls = config.approver_tls.clone();
+            tokio::spawn(async move { crate::approver::probe(&endpoint, tls.as_ref()).await });
         }
         dispatcher.wait_ready(&config.served_modes(), config.workers_per_mode, Duration::from_secs(10)).await;
         let service = FsdService::new(dispatcher.clone(), &config, roots, audit, listeners.tls.clone());

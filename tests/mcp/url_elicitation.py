@@ -1,4 +1,4 @@
-"""URL-mode elicitation (MCP 2025-11-25) with a signed approver: `fsd-tools mcp` sends the person
+"""URL-mode elicitation (MCP 2025-11-25, and 2026-07-28's multi-round-trip pattern) with a signed approver: `fsd-tools mcp` sends the person
 to the approver's page for the session's waiting request instead of asking through a form; the
 person logs in there and decides; the host's own answer decides nothing. Driven by the official
 MCP Python SDK as the host (it declares URL-mode elicitation).
@@ -12,7 +12,10 @@ CFG sets `approverUrl` to URL. DIR holds `app.conf` ("port = 1\n"), outside the 
 Checks: the elicitation is URL mode, for this session's request, on the approver's page; the URL
 alone shows a login page and decides nothing; the person approves on the page and the read
 succeeds; a host that declines the link still gets the page's decision (a denial, with its
-reason); each link is followed by `notifications/elicitation/complete` for its id.
+reason); each link is followed by `notifications/elicitation/complete` for its id. Then the same
+under the stateless 2026-07-28 protocol: the link is the call's `input_required` result, the
+retry echoing `requestState` gets the page's decision, a requestState answers only its own call
+and only once.
 """
 
 import argparse
@@ -124,7 +127,63 @@ async def run(args: argparse.Namespace) -> None:
                 while len(completed) < 2:
                     await anyio.sleep(0.05)
             check(completed == [p.elicitation_id for p in person.shown], "each link completed", completed, person.shown)
-    print(json.dumps({"elicitations": len(person.shown)}))
+    rounds = await multi_round_trip(args, server)
+    print(json.dumps({"elicitations": len(person.shown), "rounds": rounds}))
+
+
+async def multi_round_trip(args: argparse.Namespace, server: StdioServerParameters) -> int:
+    """The stateless 2026-07-28 protocol: no server-to-client requests, so the link comes as the
+    call's `input_required` result (the multi-round-trip pattern) and the retried call, echoing
+    `requestState`, gets the page's decision. Driven by hand to check each leg on the wire."""
+    conf = os.path.join(args.outside, "app.conf")
+    person = Person(args.page, args.token, [("approve", "", "accept"), ("deny", "not that one", "decline")])
+    async with stdio_client(server) as (read, write):
+        async with ClientSession(read, write, elicitation_callback=person) as session:
+            found = await session.discover()
+            check(session.protocol_version == "2026-07-28", "the stateless protocol", found.supported_versions)
+            asked = {"file_path": conf, **ESC}
+            first = await session.call_tool("read", asked, allow_input_required=True)
+            check(isinstance(first, types.InputRequiredResult), "input_required, not a result", first)
+            check(list(first.input_requests or {}) == ["fsd/approver-page"], "one input: the page's link", first)
+            link = first.input_requests["fsd/approver-page"]
+            check(link.method == "elicitation/create" and link.params.mode == "url", "a URL-mode elicitation", link)
+            check(link.params.url.startswith(args.page + "/?session=s-"), "the approver's page for this session", link.params.url)
+            check(conf in link.params.message and "danger-full-access" in link.params.message, "names path and mode", link.params.message)
+            check(bool(first.request_state), "a requestState to echo", first)
+            # A requestState for another call (other arguments) is not this call's.
+            other = {"file_path": os.path.join(args.outside, "x.conf"), **ESC}
+            try:
+                await session.call_tool("read", other, input_responses={"fsd/approver-page": {"action": "accept"}}, request_state=first.request_state)
+                check(False, "a requestState answers only its own call")
+            except Exception as e:  # noqa: BLE001 - the SDK raises its MCPError for a JSON-RPC error
+                check("Invalid or expired requestState" in str(e), "an unknown requestState is refused", e)
+            # The host shows the link; the person decides on the page; the host retries.
+            answer = await person(None, link.params)
+            check(person.seen[0] == {"anonymous": 200, "login": True, "lists": False}, "the URL alone decides nothing", person.seen)
+            done = await session.call_tool(
+                "read", asked, input_responses={"fsd/approver-page": answer.model_dump(by_alias=True, exclude_none=True, mode="json")},
+                request_state=first.request_state, allow_input_required=True,
+            )
+            check(isinstance(done, types.CallToolResult) and not done.is_error and "port = 1" in text_of(done), "approved on the page, over two rounds", done)
+            # The same requestState cannot be spent twice.
+            try:
+                await session.call_tool("read", asked, input_responses={}, request_state=first.request_state)
+                check(False, "a requestState is spent by its retry")
+            except Exception as e:  # noqa: BLE001
+                check("Invalid or expired requestState" in str(e), "a spent requestState is refused", e)
+            # A host that declines the link: the page still decides (here a denial and its reason).
+            second = await session.call_tool("read", other, allow_input_required=True)
+            check(isinstance(second, types.InputRequiredResult), "input_required again", second)
+            link = second.input_requests["fsd/approver-page"]
+            answer = await person(None, link.params)
+            check(answer.action == "decline", "the host declined", answer)
+            denied = await session.call_tool(
+                "read", other, input_responses={"fsd/approver-page": answer.model_dump(by_alias=True, exclude_none=True, mode="json")},
+                request_state=second.request_state,
+            )
+            text = text_of(denied)
+            check(denied.is_error and "refused by the person approving escalations (reason: not that one)" in text, "the page's denial", text)
+    return 2
 
 
 def main() -> None:

@@ -558,5 +558,189 @@ fn an_mcp_host_with_url_elicitation_sends_the_person_to_the_page() {
         .iter()
         .map(|l| (l["decision"].as_str().unwrap().to_owned(), l["decider"].as_str().unwrap().to_owned()))
         .collect();
-    assert_eq!(decided, [("approved".into(), "person bob".into()), ("refused".into(), "person bob".into())]);
+    // Two decisions with a host on 2025-11-25, two more on 2026-07-28 (multi-round-trip).
+    let said: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(said, json!({"elicitations": 2, "rounds": 2}));
+    let (approved, refused) =
+        (("approved".to_owned(), "person bob".to_owned()), ("refused".to_owned(), "person bob".to_owned()));
+    assert_eq!(decided, [approved.clone(), refused.clone(), approved, refused]);
+}
+
+/// Daemons reach the approver over TLS on TCP: alpha is named by its client certificate (no
+/// token), beta by its token; a certificate of another CA fails the handshake and one of the
+/// right CA that names no daemon is refused, so neither is ever asked about. alpha's approval
+/// is nothing at beta. The approver refuses plain gRPC off loopback before it listens.
+#[test]
+fn daemons_are_named_by_certificate_or_token_over_tls_and_a_stranger_is_refused() {
+    let port = rest::free_port();
+    let certs = tempfile::tempdir().unwrap();
+    let server_ca = pki::Ca::new(certs.path(), "approver-ca");
+    let server = server_ca.server("approver", &["localhost"], &["127.0.0.1".parse().unwrap()]);
+    let daemons_ca = pki::Ca::new(certs.path(), "daemons-ca");
+    let alpha_cert = daemons_ca.client("alpha", "alpha.sandboxes.example");
+    let nameless = daemons_ca.client("gamma", "gamma.sandboxes.example");
+    let stranger = pki::Ca::new(certs.path(), "stranger-ca").client("stranger", "alpha.sandboxes.example");
+    let files = Files::new("", None);
+    let d = files.dir.path().display();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(
+        files.path("approver.toml"),
+        format!(
+            "[grpc]\ntls_cert = \"{}\"\ntls_key = \"{}\"\nclient_ca = \"{}\"\n\n\
+             [[daemon]]\nsandbox = \"alpha\"\ncertificate = \"alpha.sandboxes.example\"\n\n\
+             [[daemon]]\nsandbox = \"beta\"\ntoken_file = \"{d}/beta.token\"\n",
+            p(&server.cert),
+            p(&server.key),
+            p(&daemons_ca.cert)
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        files.path("rules.toml"),
+        format!("[[rule]]\nmode = \"*\"\npath = \"{}/**\"\ndecision = \"allow\"\n", p(outside.path())),
+    )
+    .unwrap();
+    let serve = |listen: &str, config: &str| {
+        let mut args = files.serve_args();
+        for (flag, value) in [("--listen", listen.to_owned()), ("--config", p(&files.path(config)))] {
+            let at = args.iter().position(|a| a == flag).unwrap();
+            args[at + 1] = value;
+        }
+        args.extend(["--rules".to_owned(), p(&files.path("rules.toml"))]);
+        let mut command = Command::new(approver_bin());
+        command.args(args).stdin(Stdio::null());
+        command
+    };
+    // Plain gRPC off loopback: refused, saying what to set, before anything listens.
+    std::fs::write(files.path("plain.toml"), "").unwrap();
+    let out = serve("tcp:0.0.0.0:0", "plain.toml").output().unwrap();
+    assert!(!out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "fsd-approver: --listen tcp:0.0.0.0:0: plain gRPC only on a loopback address; give --config a [grpc] table (tls_cert, tls_key) so daemons connect over TLS (their approver_ca_file)"
+    );
+    let mut child =
+        serve(&format!("tcp:127.0.0.1:{port}"), "approver.toml").stderr(Stdio::null()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(child.try_wait().unwrap().is_none(), "fsd-approver serve exited");
+        assert!(Instant::now() < deadline, "fsd-approver serve did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _approver = Stop(child);
+    let daemon = |identity: &str| {
+        let config = format!(
+            "escalation = \"signed\"\nmax_mode = \"danger-full-access\"\napprover_public_key = \"{}\"\n\
+             approver_endpoint = \"tcp:127.0.0.1:{port}\"\napprover_ca_file = \"{}\"\n{identity}",
+            files.public,
+            p(&server_ca.cert),
+        );
+        Daemon::start_with(&[], &config)
+    };
+    let certified = |pair: &pki::Pair| {
+        format!("approver_client_cert = \"{}\"\napprover_client_key = \"{}\"\n", p(&pair.cert), p(&pair.key))
+    };
+    let alpha = daemon(&certified(&alpha_cert));
+    let beta = daemon(&format!("approver_token_file = \"{d}/beta.token\"\n"));
+    let target = outside.path().join("by-certificate.txt");
+    let mut rpc = Rpc::connect(&alpha);
+    let reply = ask_write(&mut rpc, "s1", &target, "named by its certificate\n");
+    assert!(reply.approved && reply.decided_by == v1::Decider::Rules as i32, "{reply:?}");
+    // The same session, path, content and ticket at beta: refused there, nothing written.
+    let mut other = Rpc::connect(&beta);
+    let replayed = write(&mut other, "s1", &target, "named by its certificate\n", &reply).unwrap_err();
+    assert_eq!(replayed.code, ErrorCode::SandboxDenied, "{replayed:?}");
+    assert!(!target.exists());
+    write(&mut rpc, "s1", &target, "named by its certificate\n", &reply).unwrap();
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "named by its certificate\n");
+    let read = v1::EscalatedOp { op: "readText".into(), path: p(&target), ..Default::default() };
+    let by_token = ask(&mut other, "s2", read.clone());
+    assert!(by_token.approved, "{by_token:?}");
+    // Another CA's certificate (with alpha's very name), and the right CA's for no daemon:
+    // neither reaches a decision.
+    for pair in [&stranger, &nameless] {
+        let refused = daemon(&certified(pair));
+        let answer = ask(&mut Rpc::connect(&refused), "s3", read.clone());
+        assert!(!answer.approved && answer.decided_by == v1::Decider::Unreachable as i32, "{answer:?}");
+    }
+    let decided: Vec<(String, String)> = files
+        .decisions()
+        .iter()
+        .map(|l| (l["sandbox"].as_str().unwrap().to_owned(), l["decision"].as_str().unwrap().to_owned()))
+        .collect();
+    let approved = |sandbox: &str| (sandbox.to_owned(), "approved".to_owned());
+    assert_eq!(decided, [approved("alpha"), approved("alpha"), approved("beta")]);
+}
+
+/// One `POST /login` to the page on loopback from `source` (a loopback address of its own):
+/// the status and the `Retry-After` header.
+fn login_from(port: u16, source: &str, name: &str, token: &str) -> (u16, Option<u64>) {
+    const POST: &str = r#"
+import socket, sys
+port, source, body = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+s = socket.create_connection(("127.0.0.1", port), source_address=(source, 0))
+s.sendall((f"POST /login HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+           "Content-Type: application/x-www-form-urlencoded\r\n"
+           f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}").encode())
+data = b""
+while chunk := s.recv(65536):
+    data += chunk
+sys.stdout.write(data.decode())
+"#;
+    let body = format!("name={name}&token={token}&next=%2F");
+    let out = Command::new("python3").args(["-c", POST, &port.to_string(), source, &body]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let answer = String::from_utf8(out.stdout).unwrap();
+    let status = answer.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let retry = answer
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("retry-after:").map(|v| v.trim().to_owned()))
+        .and_then(|v| v.parse().ok());
+    (status, retry)
+}
+
+/// The page's login rate limit: past 3 failures in the window, a source address gets 429 (a
+/// right token too) while another address may log in; 3 failures naming alice refuse alice
+/// from any address, not bob; once the window has passed, the right token logs in again.
+#[test]
+fn failed_logins_are_limited_per_address_and_per_person_until_the_window_ends() {
+    let port = rest::free_port();
+    let files = Files::new(
+        &format!("listen = \"tcp:127.0.0.1:{port}\"\nlogin_failures = 3\nlogin_window_secs = 3\n"),
+        None,
+    );
+    let mut serve = Command::new(approver_bin());
+    serve.args(files.serve_args()).stdin(Stdio::null()).stderr(Stdio::null());
+    let mut child = serve.spawn().unwrap();
+    files.wait_listening(&mut child);
+    let _approver = Stop(child);
+    let wrong = "wrong-token-0123456789";
+    let steps: [(&str, &str, &str, (u16, bool)); 11] = [
+        // One address: three failures, then refused, a right token too.
+        ("127.0.0.2", "", wrong, (403, false)),
+        ("127.0.0.2", "", wrong, (403, false)),
+        ("127.0.0.2", "", wrong, (403, false)),
+        ("127.0.0.2", "", wrong, (429, true)),
+        ("127.0.0.2", "", ALICE, (429, true)),
+        // Another address is not held by the first one's failures.
+        ("127.0.0.3", "", BOB, (303, false)),
+        // One person named from one address, then refused from another; bob is not.
+        ("127.0.0.4", "alice", wrong, (403, false)),
+        ("127.0.0.4", "alice", BOB, (403, false)),
+        ("127.0.0.4", "alice", wrong, (403, false)),
+        ("127.0.0.5", "alice", ALICE, (429, true)),
+        ("127.0.0.5", "bob", BOB, (303, false)),
+    ];
+    let mut asked = Vec::new();
+    for (source, name, token, (status, retry)) in steps {
+        asked.push(Instant::now());
+        let (got, after) = login_from(port, source, name, token);
+        assert_eq!((got, after.is_some()), (status, retry), "{source} {name} {token}");
+        assert!(after.is_none_or(|s| (1..=3).contains(&s)), "Retry-After {after:?}");
+    }
+    // Both windows (3 s from each key's first failure, alice's the later) have passed: the
+    // right tokens log in.
+    std::thread::sleep((asked[6] + Duration::from_millis(3200)).saturating_duration_since(Instant::now()));
+    assert_eq!(login_from(port, "127.0.0.2", "", ALICE), (303, None));
+    assert_eq!(login_from(port, "127.0.0.5", "alice", ALICE), (303, None));
 }

@@ -16,6 +16,11 @@
 //!   terminal, so the person is asked through the host with `elicitation/create` (a form:
 //!   approve yes/no, an optional reason). A host without the elicitation capability gets a
 //!   refusal that says so.
+//! - URL-mode elicitation of the approver's page under 2026-07-28 (stateless: no server-to-client
+//!   requests) is the multi-round-trip pattern: the call runs on a task of its own; once it
+//!   sends the person to the page, tools/call answers `input_required` with the link as an
+//!   `elicitation/create` and an opaque `requestState` naming the waiting call (kept in this
+//!   process), and the retried call that echoes it gets the call's result (the page's decision).
 //! - `notifications/cancelled`: rmcp cancels the request's token and drops whatever the handler
 //!   returns afterwards; the handler drops the call's future, which stops it at its next await
 //!   (a gRPC call in flight is abandoned, so its effect is unknown, like `FS_ABORTED`). No
@@ -25,9 +30,9 @@ use std::sync::Arc;
 
 use base64::Engine;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject,
-    ListToolsResult, MetaObject, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
-    ToolAnnotations,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, InputRequest,
+    InputRequiredResult, JsonObject, ListToolsResult, MetaObject, PaginatedRequestParams, ServerCapabilities,
+    ServerConfig, Tool, ToolAnnotations,
 };
 use rmcp::service::{RequestContext, RoleServer, ServerInitializeError};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
@@ -63,7 +68,24 @@ pub struct McpServer {
     /// Calls take turns on the session (observations are per session and calls run in order);
     /// a cancelled call releases it when its future is dropped.
     session: Arc<Mutex<Session>>,
+    /// Calls that answered `input_required` (2026-07-28) and run on, by their `requestState`.
+    waiting: Arc<std::sync::Mutex<Vec<Waiting>>>,
 }
+
+/// A call that answered `input_required` and runs on until its retry takes its result.
+#[derive(Debug)]
+struct Waiting {
+    state: String,
+    /// The call it is: a retry must be the same call (tool and arguments).
+    name: String,
+    args: Value,
+    result: tokio::task::JoinHandle<ToolResult>,
+}
+
+/// The most calls that may wait for their retry at once; past it the oldest is abandoned.
+const MAX_WAITING: usize = 16;
+/// The `inputRequests` key of the approver page's link.
+pub const APPROVER_PAGE_INPUT: &str = "fsd/approver-page";
 
 impl McpServer {
     pub fn new(session: Session) -> McpServer {
@@ -76,6 +98,7 @@ impl McpServer {
             visible: Arc::new(tools.visible()),
             instructions: tools.guidance(),
             session: Arc::new(Mutex::new(session)),
+            waiting: Arc::default(),
         }
     }
 
@@ -92,11 +115,100 @@ impl McpServer {
     }
 
     async fn call(&self, name: String, args: Value, peer: rmcp::Peer<RoleServer>) -> ToolResult {
+        self.call_with(name, args, Arc::new(Elicitor { peer })).await
+    }
+
+    async fn call_with(&self, name: String, args: Value, host: Arc<dyn Host>) -> ToolResult {
         let mut session = self.session.lock().await;
-        session.set_host(Some(Arc::new(Elicitor { peer })));
+        session.set_host(Some(host));
         let result = session.call(&name, args).await;
         session.set_host(None);
         result
+    }
+
+    /// A call under the multi-round-trip pattern: it runs on a task; when it sends the person
+    /// to the approver's page before it is done, the answer is `input_required` with that link,
+    /// and the call waits for its retry (`resume`).
+    async fn call_rounds(
+        &self,
+        name: String,
+        args: Value,
+        carried: Option<crate::connect::trace::Carried>,
+    ) -> CallToolResponse {
+        let (link, linked) = tokio::sync::oneshot::channel();
+        let host: Arc<dyn Host> = Arc::new(Rounds { link: std::sync::Mutex::new(Some(link)) });
+        let server = self.clone();
+        let (call_name, call_args) = (name.clone(), args.clone());
+        let mut result = tokio::spawn(crate::connect::trace::within(carried, async move {
+            server.call_with(call_name, call_args, host).await
+        }));
+        tokio::select! {
+            finished = &mut result => call_result(finished.unwrap_or_else(|e| aborted(&e))).into(),
+            Ok((id, url, message)) = linked => {
+                let state = format!("fsd-call-{}", elicitation_id());
+                let params = rmcp::model::ElicitRequestParams::UrlElicitationParams {
+                    meta: None,
+                    message,
+                    url,
+                    elicitation_id: id,
+                };
+                let link = InputRequest::Elicitation(rmcp::model::Request::new(params));
+                let mut waiting = self.waiting.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if waiting.len() >= MAX_WAITING {
+                    waiting.remove(0).result.abort();
+                }
+                waiting.push(Waiting { state: state.clone(), name, args, result });
+                let requests = std::collections::BTreeMap::from([(APPROVER_PAGE_INPUT.to_owned(), link)]);
+                CallToolResponse::InputRequired(InputRequiredResult::new(Some(requests), Some(state)))
+            }
+        }
+    }
+
+    /// The retry of a call that answered `input_required`: its result, once the call is done
+    /// (the approver's page decided, or the request expired). What the host answered to the
+    /// link decides nothing, so the responses are not read.
+    async fn resume(&self, state: &str, name: &str, args: &Value) -> Result<CallToolResponse, ErrorData> {
+        let found = {
+            let mut waiting = self.waiting.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let at = waiting.iter().position(|w| w.state == state && w.name == name && &w.args == args);
+            at.map(|i| waiting.remove(i))
+        };
+        let Some(found) = found else {
+            return Err(ErrorData::invalid_params(
+                "Invalid or expired requestState: no call of this tool with these arguments waits for it",
+                Some(json!({"reason": "invalid_request_state"})),
+            ));
+        };
+        let result = found.result.await.unwrap_or_else(|e| aborted(&e));
+        Ok(call_result(result).into())
+    }
+}
+
+/// A call task that ended without a result (abandoned past [`MAX_WAITING`], or it panicked).
+fn aborted(e: &tokio::task::JoinError) -> ToolResult {
+    ToolResult::error(crate::failure::ToolError::unavailable(&format!("the call did not finish ({e})")))
+}
+
+/// The host of a call under the multi-round-trip pattern: it cannot be asked anything while the
+/// call runs (no server-to-client requests); the approver page's link leaves by the call's
+/// `input_required` answer instead.
+#[derive(Debug)]
+struct Rounds {
+    link: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<(String, String, String)>>>,
+}
+
+impl Host for Rounds {
+    fn ask(
+        &self,
+        _message: String,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = HostAnswer> + Send + '_>> {
+        Box::pin(async { HostAnswer::Unsupported })
+    }
+
+    fn send_to(&self, url: String, message: String) -> Option<String> {
+        let link = self.link.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()?;
+        let id = elicitation_id();
+        link.send((id.clone(), url, message)).ok().map(|()| id)
     }
 }
 
@@ -298,6 +410,21 @@ impl ServerHandler for McpServer {
         let carried = request.meta.as_ref().and_then(|meta| crate::connect::trace::Carried::from_meta(meta));
         let carried = carried.or_else(|| crate::connect::trace::Carried::from_meta(&context.meta));
         let args = Value::Object(request.arguments.unwrap_or_default());
+        if let Some(state) = &request.request_state {
+            return self.resume(state, &name, &args).await;
+        }
+        // 2026-07-28 (no initialize, so no server-to-client requests) with a host that opens
+        // links: the approver page's link goes out as the call's `input_required` answer.
+        let stateless = context.meta.protocol_version().is_some_and(|v| !v.has_initialize());
+        let opens_links =
+            context.client_capabilities().and_then(|c| c.elicitation).is_some_and(|e| e.url.is_some());
+        if stateless && opens_links {
+            return tokio::select! {
+                biased;
+                () = context.ct.cancelled() => Err(ErrorData::internal_error("cancelled", None)),
+                response = self.call_rounds(name, args, carried) => Ok(response),
+            };
+        }
         tokio::select! {
             // Checked first so a call cancelled while it waited for the session never starts.
             biased;

@@ -34,6 +34,14 @@ pub struct ConfigFile {
     /// A file holding the bearer token this daemon presents to its approver (an approver with
     /// `[[daemon]]` entries names the sandbox by it).
     pub approver_token_file: Option<PathBuf>,
+    /// PEM bundle of the CAs the approver's certificate must chain to: a `tcp:` approver
+    /// endpoint speaks TLS with it (and needs it off loopback).
+    pub approver_ca_file: Option<PathBuf>,
+    /// This daemon's client certificate chain (PEM) for the approver (mutual TLS): an approver
+    /// with `[[daemon]]` entries names the sandbox by it.
+    pub approver_client_cert: Option<PathBuf>,
+    /// The private key (PEM) of `approver_client_cert`.
+    pub approver_client_key: Option<PathBuf>,
     pub log_format: Option<String>,
     /// Permission bits of every Unix socket the daemon listens on (octal text, default "0660").
     pub socket_mode: Option<String>,

@@ -87,6 +87,8 @@ pub struct Config {
     pub approver_endpoint: Option<crate::escalation::ApproverEndpoint>,
     /// The token presented to the approver (`approver_token_file`, read at start).
     pub approver_token: Option<crate::approver::Token>,
+    /// TLS to a `tcp:` approver (`approver_ca_file`, `approver_client_cert`, read at start).
+    pub approver_tls: Option<crate::approver::Tls>,
     pub log_format: LogFormat,
     /// Mode and group the Unix sockets have from the moment they exist.
     pub socket_access: crate::sys::socket::SocketAccess,
@@ -169,6 +171,14 @@ pub enum ConfigError {
     ApproverToken(PathBuf, String),
     #[error("invalid approver_endpoint {0:?}: expected unix:PATH or tcp:HOST:PORT")]
     ApproverEndpoint(String),
+    #[error(
+        "approver_endpoint {0} is not on loopback: the daemon's descriptions and the approver's answers would cross the network in the clear; set approver_ca_file (the approver serves TLS with its [grpc] table)"
+    )]
+    ApproverPlain(String),
+    #[error("invalid approver TLS settings: {0}")]
+    ApproverTls(&'static str),
+    #[error("invalid {0} {1}: {2}")]
+    ApproverTlsFile(&'static str, PathBuf, String),
     #[error("escalation = \"signed\" needs approver_public_key (64 hex digits)")]
     NoApproverKey,
     /// The key's own reason, which names `approver_public_key`.
@@ -329,7 +339,8 @@ impl Config {
         let (listen, roots) =
             listen_and_roots(&mut file, flags.listen, flags.writable_roots, flags.readable_roots)?;
         let (default_mode, max_mode) = modes(&mut file, flags.default_mode)?;
-        let (escalation, approver_endpoint, approver_token) = approval(&file)?;
+        let Approval { escalation, endpoint: approver_endpoint, token: approver_token, tls: approver_tls } =
+            approval(&file)?;
         let log_format = match flags.log_format.or(file.log_format.take()).as_deref() {
             None | Some("human") => LogFormat::Human,
             Some("json") => LogFormat::Json,
@@ -431,6 +442,7 @@ impl Config {
             escalation_ttl: load.escalation_ttl,
             approver_endpoint,
             approver_token,
+            approver_tls,
             log_format,
             socket_access,
             max_message_bytes,
@@ -477,13 +489,17 @@ fn modes(file: &mut ConfigFile, default_flag: Option<String>) -> Result<(Mode, M
     Ok((default_mode, max_mode))
 }
 
-/// How escalations are decided, and where and with which token the daemon asks its approver.
-fn approval(
-    file: &ConfigFile,
-) -> Result<
-    (Escalation, Option<crate::escalation::ApproverEndpoint>, Option<crate::approver::Token>),
-    ConfigError,
-> {
+/// How escalations are decided, and where and how the daemon asks its approver.
+struct Approval {
+    escalation: Escalation,
+    endpoint: Option<crate::escalation::ApproverEndpoint>,
+    token: Option<crate::approver::Token>,
+    tls: Option<crate::approver::Tls>,
+}
+
+/// How escalations are decided, and where, with which token and over which TLS the daemon asks
+/// its approver.
+fn approval(file: &ConfigFile) -> Result<Approval, ConfigError> {
     let escalation = match file.escalation.as_deref() {
         None | Some("deny") => Escalation::Deny,
         Some("client") => Escalation::Client,
@@ -511,7 +527,46 @@ fn approval(
                 .map_err(|why| ConfigError::ApproverToken(path.to_owned(), why.to_owned()))
         })
         .transpose()?;
-    Ok((escalation, approver_endpoint, approver_token))
+    let tls = approver_tls(file)?;
+    match &approver_endpoint {
+        Some(crate::escalation::ApproverEndpoint::Unix(_)) if tls.is_some() => {
+            return Err(ConfigError::ApproverTls(
+                "approver_ca_file is for a tcp: approver_endpoint (a unix: socket is guarded by its permissions)",
+            ));
+        }
+        Some(endpoint @ crate::escalation::ApproverEndpoint::Tcp(_))
+            if tls.is_none() && !endpoint.on_loopback() =>
+        {
+            return Err(ConfigError::ApproverPlain(endpoint.to_string()));
+        }
+        _ => {}
+    }
+    Ok(Approval { escalation, endpoint: approver_endpoint, token: approver_token, tls })
+}
+
+/// `approver_ca_file`, and `approver_client_cert` with `approver_client_key`, read at start.
+fn approver_tls(file: &ConfigFile) -> Result<Option<crate::approver::Tls>, ConfigError> {
+    let read = |key: &'static str, path: &Path| {
+        std::fs::read(path).map_err(|e| ConfigError::ApproverTlsFile(key, path.to_owned(), e.to_string()))
+    };
+    let identity = match (&file.approver_client_cert, &file.approver_client_key) {
+        (Some(cert), Some(key)) => {
+            Some((read("approver_client_cert", cert)?, read("approver_client_key", key)?))
+        }
+        (None, None) => None,
+        _ => {
+            return Err(ConfigError::ApproverTls("approver_client_cert and approver_client_key go together"));
+        }
+    };
+    let Some(ca) = &file.approver_ca_file else {
+        return match identity {
+            Some(_) => Err(ConfigError::ApproverTls(
+                "approver_client_cert needs approver_ca_file (the approver's CA): a certificate is presented only over TLS",
+            )),
+            None => Ok(None),
+        };
+    };
+    Ok(Some(crate::approver::Tls::new(read("approver_ca_file", ca)?, identity)))
 }
 
 /// The size caps of files, listings, uploads and transactions, and the message size that must

@@ -133,6 +133,35 @@ fn config_table() {
         flags(&["unix:/s"], &["/ws"]),
         Ok("unix:/s [(\"/ws\", true)] workspace-write signed"),
     );
+    // A tcp: approver off loopback only over TLS; TLS only to a tcp: approver; a certificate
+    // only with the CA, and with its key.
+    let tcp =
+        |host: &str| format!("escalation = \"signed\"\n{key}\napprover_endpoint = \"tcp:{host}:7443\"\n");
+    let ca = format!("approver_ca_file = \"{}\"\n", good.display());
+    let tls_cases: [(String, Result<&str, String>); 7] = [
+        (tcp("127.0.0.1"), Ok("unix:/s [(\"/ws\", true)] workspace-write signed")),
+        (tcp("localhost"), Ok("unix:/s [(\"/ws\", true)] workspace-write signed")),
+        (
+            tcp("approver.internal"),
+            Err("approver_endpoint tcp:approver.internal:7443 is not on loopback: the daemon's descriptions and the approver's answers would cross the network in the clear; set approver_ca_file (the approver serves TLS with its [grpc] table)".into()),
+        ),
+        (format!("{}{ca}", tcp("approver.internal")), Ok("unix:/s [(\"/ws\", true)] workspace-write signed")),
+        (
+            format!("{signed}{ca}"),
+            Err("invalid approver TLS settings: approver_ca_file is for a tcp: approver_endpoint (a unix: socket is guarded by its permissions)".into()),
+        ),
+        (
+            format!("{}approver_client_cert = \"{}\"\napprover_client_key = \"{}\"\n", tcp("10.0.0.1"), good.display(), good.display()),
+            Err("invalid approver TLS settings: approver_client_cert needs approver_ca_file (the approver's CA): a certificate is presented only over TLS".into()),
+        ),
+        (
+            format!("{}{ca}approver_client_cert = \"{}\"\n", tcp("10.0.0.1"), good.display()),
+            Err("invalid approver TLS settings: approver_client_cert and approver_client_key go together".into()),
+        ),
+    ];
+    for (text, expected) in &tls_cases {
+        check(text, flags(&["unix:/s"], &["/ws"]), expected.as_ref().map(|s| *s).map_err(String::as_str));
+    }
     let _ = std::fs::remove_dir_all(&dir);
     check(
         "escalation = \"maybe\"",

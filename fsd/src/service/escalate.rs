@@ -641,8 +641,8 @@ impl FsdService {
         let endpoint = self.approver_endpoint.as_ref();
         let answer = match endpoint {
             Some(endpoint) => {
-                approver::ask(endpoint, self.approver_token.as_ref(), &described.text, escalations.ttl())
-                    .await
+                let (token, tls) = (self.approver_token.as_ref(), self.approver_tls.as_ref());
+                approver::ask(endpoint, token, tls, &described.text, escalations.ttl()).await
             }
             None => Err(approver::ApproverError::Connect("(none)".into(), "no approver_endpoint".into())),
         };

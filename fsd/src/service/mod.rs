@@ -49,6 +49,7 @@ pub struct FsdService {
     /// Where the daemon asks its approver (signed trust).
     approver_endpoint: Option<crate::escalation::ApproverEndpoint>,
     approver_token: Option<crate::approver::Token>,
+    approver_tls: Option<crate::approver::Tls>,
     /// What each caller has been approved to read or change.
     known: Arc<crate::escalation::Known>,
     /// Per-identity budgets; other parts of the service (escalation requests) draw on them too.
@@ -88,6 +89,7 @@ impl FsdService {
             },
             approver_endpoint: config.approver_endpoint.clone(),
             approver_token: config.approver_token.clone(),
+            approver_tls: config.approver_tls.clone(),
             known: Arc::default(),
             audit,
             budgets: Arc::new(Budgets::new(config.budgets)),
