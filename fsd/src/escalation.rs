@@ -7,7 +7,7 @@
 //! Also here: what a caller has been approved to know ([`Known`]), which decides whether the
 //! checks run before an approver may tell it anything about a target outside its grant.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -167,8 +167,9 @@ impl std::fmt::Display for ApproverEndpoint {
 }
 
 /// The targets each caller (session and client) has been approved to read or change: what
-/// the checks before an approver may talk about. Bounded: past the cap the oldest caller's set
-/// goes, which only makes the daemon ask for a read again.
+/// the checks before an approver may talk about, and (signed trust) the approval that names
+/// each, which a preview of its content carries to the worker that reads it. Bounded: past the
+/// cap the oldest caller's set goes, which only makes the daemon ask for a read again.
 #[derive(Debug, Default)]
 pub struct Known {
     table: Mutex<KnownTable>,
@@ -179,7 +180,8 @@ type CallerId = (String, String);
 
 #[derive(Debug, Default)]
 struct KnownTable {
-    keys: HashMap<CallerId, HashSet<String>>,
+    /// Each key, with the latest approval naming it (none under client trust).
+    keys: HashMap<CallerId, HashMap<String, Option<std::sync::Arc<SignedApproval>>>>,
     /// Callers in the order they first appeared, for eviction.
     order: std::collections::VecDeque<CallerId>,
 }
@@ -188,7 +190,13 @@ impl Known {
     const MAX_CALLERS: usize = 4096;
     const MAX_KEYS: usize = 4096;
 
-    pub fn record(&self, session: &str, client: &str, key: &str) {
+    pub fn record(
+        &self,
+        session: &str,
+        client: &str,
+        key: &str,
+        approval: Option<std::sync::Arc<SignedApproval>>,
+    ) {
         let mut guard = self.table.lock().unwrap_or_else(PoisonError::into_inner);
         let KnownTable { keys: table, order } = &mut *guard;
         let caller = (session.to_owned(), client.to_owned());
@@ -201,14 +209,20 @@ impl Known {
             order.push_back(caller.clone());
         }
         let keys = table.entry(caller).or_default();
-        if keys.len() < Self::MAX_KEYS {
-            keys.insert(key.to_owned());
+        if keys.len() < Self::MAX_KEYS || keys.contains_key(key) {
+            keys.insert(key.to_owned(), approval);
         }
     }
 
     pub fn knows(&self, session: &str, client: &str, key: &str) -> bool {
         let guard = self.table.lock().unwrap_or_else(PoisonError::into_inner);
-        guard.keys.get(&(session.to_owned(), client.to_owned())).is_some_and(|keys| keys.contains(key))
+        guard.keys.get(&(session.to_owned(), client.to_owned())).is_some_and(|keys| keys.contains_key(key))
+    }
+
+    /// The latest approval that named `key` for this caller.
+    pub fn approval(&self, session: &str, client: &str, key: &str) -> Option<std::sync::Arc<SignedApproval>> {
+        let guard = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        guard.keys.get(&(session.to_owned(), client.to_owned()))?.get(key)?.clone()
     }
 }
 
@@ -324,19 +338,22 @@ impl WorkerCheck {
     }
 
     /// Checks `request` (its bindings and approval already taken off it) before it runs.
+    /// Returns, for a read (a read, stat or listing, or a dry run: anything that changes
+    /// nothing), the target keys each bound path must resolve to ([`Named`]): the walk is held
+    /// to the directories signed and to the name of a call listed on them, never a sibling.
     pub fn check(
         &self,
         request: &crate::op::Request,
         bindings: &crate::op::Bindings,
         approval: Option<&SignedApproval>,
-    ) -> Result<(), Unsigned> {
+    ) -> Result<Named, Unsigned> {
         use crate::op::Request as R;
         let op = request.op();
         let mutation = op.is_mutation();
-        // An unbound read: the checks and previews the network process makes before anyone is
-        // asked (see docs/escalation.md); an escalated read always comes bound.
+        // An unbound read: served only with a read-only worker's authority (`worker::run`);
+        // an escalated read, and a preview beyond that authority, always come bound.
         if !mutation && bindings.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let approval = approval.ok_or(Unsigned::Missing)?;
         let signed = fsd_proto::signed_decision(&approval.description, &approval.decider);
@@ -350,6 +367,12 @@ impl WorkerCheck {
             .ok_or(Unsigned::NotListed)?;
         if now() > expires {
             return Err(Unsigned::Expired);
+        }
+        if !mutation {
+            return bindings
+                .iter()
+                .map(|(path, binding)| Ok((path.clone(), listed_names(text, binding)?)))
+                .collect();
         }
         // The lines the description holds for this very call: its objects and its content.
         let mut wanted = String::new();
@@ -375,11 +398,6 @@ impl WorkerCheck {
         let listed = blocks(text).any(|block| {
             let first = block.lines().next().unwrap_or_default();
             let objects = wanted.lines().all(|line| block.lines().any(|l| l == line));
-            if !mutation {
-                // A read, a stat or a listing of an object an approved call names: an approved
-                // read, or a target of an approved change (the reads its preflight takes).
-                return first.starts_with("op ") && objects;
-            }
             let named = first.starts_with("op ") && first.contains(&head);
             let content = if digest.is_empty() {
                 !block.contains("\n  content-sha256: ")
@@ -388,8 +406,36 @@ impl WorkerCheck {
             };
             named && objects && content
         });
-        if listed { Ok(()) } else { Err(Unsigned::NotListed) }
+        if listed { Ok(Vec::new()) } else { Err(Unsigned::NotListed) }
     }
+}
+
+/// For each bound path of a read, the target keys (as a description spells them) its walk may
+/// resolve to.
+pub type Named = Vec<(String, Vec<String>)>;
+
+/// The targets a description lists on the directories `binding` names (its `resolved:` and
+/// `makes-directories:` lines, as a call's source or a move's destination), whatever their
+/// final entry is now: a read of any of them reads a file an approver let a call read or
+/// change at that name (an approved change may have replaced it already). None: not listed.
+fn listed_names(text: &str, binding: &Binding) -> Result<Vec<String>, Unsigned> {
+    let dirs = Binding { last: Last::Unchecked, ..binding.clone() };
+    let mut names = Vec::new();
+    for prefix in ["", "destination-"] {
+        let mut wanted = String::new();
+        render_bound(&mut wanted, prefix, Some(&dirs));
+        let key = format!("  {prefix}target: ");
+        for block in blocks(text) {
+            let lines: Vec<&str> = block.lines().collect();
+            if lines.first().is_some_and(|l| l.starts_with("op "))
+                && wanted.lines().all(|w| lines.contains(&w))
+                && let Some(name) = lines.iter().find_map(|l| l.strip_prefix(key.as_str()))
+            {
+                names.push(name.to_owned());
+            }
+        }
+    }
+    if names.is_empty() { Err(Unsigned::NotListed) } else { Ok(names) }
 }
 
 /// The calls of a description, each from its `op N:` line to the next.

@@ -120,38 +120,66 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
             locks.new_call();
         }
         // An approved call's walks are held to what its approver was shown, for this call only.
-        let (message, bindings) = match message {
+        let (message, bindings, named) = match message {
             ToWorker::Call(request) => {
                 let (request, bindings, approval) = request.unbind();
                 // A change (or an escalated read) this worker's mode makes only with an
                 // approval: checked here, by the process that makes it, not taken on the
                 // network process's word.
-                if let Some(failure) = unsigned(approvals.as_ref(), &request, &bindings, approval.as_ref()) {
-                    ipc::send(&socket, &FromWorker::Reply(Err(failure)), None)?;
-                    continue;
+                match unsigned(approvals.as_ref(), &request, &bindings, approval.as_ref()) {
+                    Ok(named) => (ToWorker::Call(request), bindings, named),
+                    Err(failure) => {
+                        ipc::send(&socket, &FromWorker::Reply(Err(failure)), None)?;
+                        continue;
+                    }
                 }
-                (ToWorker::Call(request), bindings)
             }
             ToWorker::OpenStream { path, bindings, approval } => {
                 let read = crate::op::Request::ReadText { path, max_bytes: 0 };
-                if let Some(failure) = unsigned(approvals.as_ref(), &read, &bindings, approval.as_ref()) {
-                    ipc::send(&socket, &FromWorker::Stream(Err(failure)), None)?;
-                    continue;
+                match unsigned(approvals.as_ref(), &read, &bindings, approval.as_ref()) {
+                    Ok(named) => {
+                        let path = read.path().to_owned();
+                        (ToWorker::OpenStream { path, bindings: Vec::new(), approval: None }, bindings, named)
+                    }
+                    Err(failure) => {
+                        ipc::send(&socket, &FromWorker::Stream(Err(failure)), None)?;
+                        continue;
+                    }
                 }
-                let path = read.path().to_owned();
-                (ToWorker::OpenStream { path, bindings: Vec::new(), approval: None }, bindings)
             }
-            other => (other, Vec::new()),
+            other => (other, Vec::new(), Vec::new()),
         };
         let call = Call { backend: &backend, mode, socket: &socket, filter: filter.as_ref() };
         if mode == Mode::DangerFullAccess && !bindings.is_empty() {
-            // An approved call outside the roots: in a process of its own that keeps only the
-            // authority its kind of call needs on the approved objects.
-            call.in_own_process(config, message, bindings, fd)?;
+            // An approved call outside the roots, or a preview its approval lets read: in a
+            // process of its own that keeps only the authority its kind of call needs on the
+            // approved objects.
+            call.in_own_process(config, message, bindings, named, fd)?;
+        } else if mode == Mode::DangerFullAccess && approvals.is_some() && reads_content(&message) {
+            // Under signed trust, a read of content no approval binds (the checks and previews
+            // before anyone is asked): no more than a read-only worker could read.
+            call.as_reader(config, identity, message, fd)?;
         } else {
             let _bound = backend.bind(bindings);
             call.serve(message, fd, None)?;
         }
+    }
+}
+
+/// Whether `message` reads a file's or a directory's content (a stat and a write check read
+/// metadata only; a change is never unbound at a mode that needs approvals).
+fn reads_content(message: &ToWorker) -> bool {
+    use crate::op::Request;
+    match message {
+        ToWorker::Call(request) => matches!(
+            request,
+            Request::ReadText { .. }
+                | Request::ReadBytes { .. }
+                | Request::ListDir { .. }
+                | Request::Check { .. }
+        ),
+        ToWorker::OpenStream { .. } => true,
+        _ => false,
     }
 }
 
@@ -256,41 +284,76 @@ impl Call<'_> {
         config: &Config,
         message: ToWorker,
         bindings: crate::op::Bindings,
+        named: crate::escalation::Named,
         fd: Option<std::os::fd::OwnedFd>,
     ) -> Result<(), IpcError> {
-        let path = match &message {
-            ToWorker::Call(request) => request.path().to_owned(),
-            ToWorker::OpenStream { path, .. } => path.clone(),
-            _ => String::new(),
+        let path = path_of(&message);
+        let worker = std::process::id();
+        let shape = Shape {
+            kind: match &message {
+                ToWorker::Call(request) => crate::escalation::authority::Kind::of(request),
+                _ => crate::escalation::authority::Kind::Read,
+            },
+            source: &path,
+            follows: match &message {
+                ToWorker::Call(request) => request.op().follows_link(),
+                _ => true,
+            },
+            tree: matches!(message, ToWorker::Call(crate::op::Request::Remove { recursive: true, .. })),
+            worker,
+            required: config.landlock == crate::config::LandlockPolicy::Required,
         };
+        // Held in the forked process (a copy of this one); cleared here once it ended.
+        let _bound = self.backend.bind_named(bindings.clone(), named);
+        self.forked(message, fd, || self.confined(&shape, &bindings))
+    }
+
+    /// Serves a read no approval binds (a danger-full-access worker's, under signed trust: the
+    /// checks and previews made before anyone is asked) in a process of its own with a
+    /// read-only worker's authority (`confine::reader`): the worker identity, no capability,
+    /// reading beneath the roots only. What it returns, the network process could have read
+    /// through a read-only worker anyway.
+    fn as_reader(
+        &self,
+        config: &Config,
+        identity: crate::config::WorkerIdentity,
+        message: ToWorker,
+        fd: Option<std::os::fd::OwnedFd>,
+    ) -> Result<(), IpcError> {
+        let required = config.landlock == crate::config::LandlockPolicy::Required;
+        let worker = std::process::id();
+        self.forked(message, fd, || {
+            let roots = self.backend.root_descriptors().map_err(FsError::Metadata)?;
+            let rules: Vec<_> = roots.into_iter().map(|fd| (fd, sys::confine::Grant::Read)).collect();
+            let Some(filter) = self.filter else { return Err(FsError::Aborted) };
+            crate::confine::reader(&rules, identity, worker, required, filter).map(|(_, held)| held).map_err(
+                |e| {
+                    tracing::warn!(%e, "a preview's process cannot confine itself");
+                    FsError::Aborted
+                },
+            )
+        })
+    }
+
+    /// Serves `message` in a process forked for it, confined by `confine` first (a refusal is
+    /// its reply); this worker waits for it and replies for a process that ended without
+    /// replying.
+    fn forked(
+        &self,
+        message: ToWorker,
+        fd: Option<std::os::fd::OwnedFd>,
+        confine: impl FnOnce() -> Result<rustix::thread::CapabilitySet, FsError>,
+    ) -> Result<(), IpcError> {
+        let path = path_of(&message);
         let stream = matches!(message, ToWorker::OpenStream { .. });
         let failed = |error: FsError| {
             let wire = crate::error::Failure::new(error, path.clone()).into_wire();
             let reply = if stream { FromWorker::Stream(Err(wire)) } else { FromWorker::Reply(Err(wire)) };
             ipc::send(self.socket, &reply, None)
         };
-        let worker = std::process::id();
         match sys::call::fork() {
             Ok(sys::call::Forked::Child) => {
-                let _bound = self.backend.bind(bindings.clone());
-                let shape = Shape {
-                    kind: match &message {
-                        ToWorker::Call(request) => crate::escalation::authority::Kind::of(request),
-                        _ => crate::escalation::authority::Kind::Read,
-                    },
-                    source: &path,
-                    follows: match &message {
-                        ToWorker::Call(request) => request.op().follows_link(),
-                        _ => true,
-                    },
-                    tree: matches!(
-                        message,
-                        ToWorker::Call(crate::op::Request::Remove { recursive: true, .. })
-                    ),
-                    worker,
-                    required: config.landlock == crate::config::LandlockPolicy::Required,
-                };
-                let served = match self.confined(&shape, &bindings) {
+                let served = match confine() {
                     Ok(held) => self.serve(message, fd, Some(held)),
                     Err(failure) => failed(failure),
                 };
@@ -354,17 +417,29 @@ impl Call<'_> {
 }
 
 /// The refusal of a call this worker may make only with its approver's signature and was
-/// handed without a valid one (`escalation::WorkerCheck`); `None` when it may run.
+/// handed without a valid one (`escalation::WorkerCheck`); else the names a bound read's walks
+/// are held to.
 fn unsigned(
     approvals: Option<&crate::escalation::WorkerCheck>,
     request: &crate::op::Request,
     bindings: &crate::op::Bindings,
     approval: Option<&crate::op::SignedApproval>,
-) -> Option<fsd_proto::WireError> {
-    let why = approvals?.check(request, bindings, approval).err()?;
-    tracing::warn!(path = request.path(), %why, "an escalated call without a valid approval is refused");
-    let denied = FsError::Denied(crate::error::Denial::Unsigned);
-    Some(crate::error::Failure::new(denied, request.path().to_owned()).into_wire())
+) -> Result<crate::escalation::Named, fsd_proto::WireError> {
+    let Some(approvals) = approvals else { return Ok(Vec::new()) };
+    approvals.check(request, bindings, approval).map_err(|why| {
+        tracing::warn!(path = request.path(), %why, "an escalated call without a valid approval is refused");
+        let denied = FsError::Denied(crate::error::Denial::Unsigned);
+        crate::error::Failure::new(denied, request.path().to_owned()).into_wire()
+    })
+}
+
+/// The path a message names, for its failures.
+fn path_of(message: &ToWorker) -> String {
+    match message {
+        ToWorker::Call(request) => request.path().to_owned(),
+        ToWorker::OpenStream { path, .. } => path.clone(),
+        _ => String::new(),
+    }
 }
 
 /// Hands the temporary files the call could not remove to the network process, which passes

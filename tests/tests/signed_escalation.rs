@@ -2298,3 +2298,51 @@ fn an_approved_listing_shows_the_versions_a_read_gives() {
         .collect();
     assert_eq!(entries, [("a.txt".to_owned(), true)], "{listed:?} {}", read.version);
 }
+
+/// Before anyone is asked, the daemon previews a call's content in its danger-full-access
+/// worker (the dry run that gives a write's diff, the file a patch's hunks apply to). A
+/// compromised network process (the hook `FSD_FAULT_FORGE_PREVIEW` plays one) asking that
+/// worker to preview a root-only file outside the roots gets none of its content: not unbound
+/// (served with a read-only worker's authority, which stops beneath the roots), and not bound
+/// with the approval of another file beside it (the approval names that file only). The
+/// approved file's own preview still works: its edit is described, approved and made.
+#[test]
+fn a_preview_of_an_object_no_approval_names_returns_none_of_its_content() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let outside = tempfile::tempdir().unwrap();
+    let shadow = outside.path().join("shadow");
+    std::fs::write(&shadow, SECRET).unwrap();
+    std::fs::set_permissions(&shadow, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let public = outside.path().join("app.conf");
+    std::fs::write(&public, PUBLIC).unwrap();
+    let env = [("FSD_FAULT_FORGE_PREVIEW", shadow.to_str().unwrap())];
+    let s = Signed::start_env(&keys, &keys.public, "", &env);
+    let mut rpc = Rpc::connect(&s.d);
+    read_first(&mut rpc, "s1", std::slice::from_ref(&public));
+    let request = v1::EscalationRequest {
+        context: context("s1", None),
+        requested_mode: v1::Mode::DangerFullAccess as i32,
+        justification: "forge previews".into(),
+        ops: vec![write_op(&public, "changed\n")],
+        patch: None,
+    };
+    let status = rpc.rt.block_on(rpc.client.request_escalation(request)).unwrap_err();
+    let report = WireError::from_status(&status).unwrap().message;
+    let parts: std::collections::BTreeMap<&str, &str> = report
+        .strip_prefix("forged: ")
+        .unwrap_or_else(|| panic!("no report: {report}"))
+        .split(' ')
+        .filter_map(|part| part.split_once('='))
+        .collect();
+    assert_eq!(parts.keys().copied().collect::<Vec<_>>(), ["bound-check", "bound-read", "check", "read"]);
+    for (what, got) in &parts {
+        assert!(got.starts_with("refused:") || *got == "no-content", "{what}: {report}");
+    }
+    assert!(!report.contains("root only"), "{report}");
+    // The approved file's preview is the legitimate one: described, approved, written.
+    let tk = ticket(ask(&mut rpc, "s1", vec![write_op(&public, "changed\n")]).unwrap());
+    write(&mut rpc, "s1", &public, "changed\n", tk).unwrap();
+    assert_eq!(std::fs::read_to_string(&public).unwrap(), "changed\n");
+    assert_eq!(std::fs::read_to_string(&shadow).unwrap(), SECRET);
+}

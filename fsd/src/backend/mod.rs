@@ -26,6 +26,8 @@ pub use locking::{Guard, Locking};
 pub use read::{StreamDigest, unchanged};
 use resolve::{Resolved, Root, WalkOptions};
 
+use fsd_proto::names::for_people;
+
 use crate::error::{Denial, Failure, FsError};
 use crate::op::{Binding, Bindings, Change, Last, Limits, Mode, Outcome, Request, RootSpec, Target};
 use crate::sys;
@@ -65,6 +67,10 @@ pub struct Backend {
     /// The bindings of the approved call being run ([`Request::Bound`]): each of its paths'
     /// walks must stand on the object its approver was shown. Empty for every other call.
     bound: std::sync::Mutex<Bindings>,
+    /// For a read of the approved call being run: the target keys (spelled as a description
+    /// spells them) each bound path must resolve to, the names its approver listed on the
+    /// directories it binds. Empty for every other call.
+    named: std::sync::Mutex<Vec<(String, Vec<String>)>>,
 }
 
 /// Clears the bindings of the approved call being run when it ends, however it ends.
@@ -73,6 +79,7 @@ pub struct BoundCall<'b>(&'b Backend);
 impl Drop for BoundCall<'_> {
     fn drop(&mut self) {
         self.0.bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+        self.0.named.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
     }
 }
 
@@ -167,6 +174,7 @@ impl Backend {
             journal,
             intents: None,
             bound: Default::default(),
+            named: Default::default(),
         })
     }
 
@@ -179,8 +187,22 @@ impl Backend {
     /// Holds the next walks of the paths `bindings` names to the objects they bind, until the
     /// returned guard drops (one call: a worker serves its calls one at a time).
     pub fn bind(&self, bindings: Bindings) -> BoundCall<'_> {
+        self.bind_named(bindings, Vec::new())
+    }
+
+    /// [`Backend::bind`], with the target keys each bound path must also resolve to (`named`:
+    /// a read held to the names its approval lists, `escalation::WorkerCheck::check`).
+    pub fn bind_named(&self, bindings: Bindings, named: Vec<(String, Vec<String>)>) -> BoundCall<'_> {
         *self.bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = bindings;
+        *self.named.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = named;
         BoundCall(self)
+    }
+
+    /// Whether the walk of `path` may end at `key`: any key, unless the approved call being run
+    /// names the targets this path may resolve to.
+    fn named_target(&self, path: &str, key: &str) -> bool {
+        let named = self.named.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        named.iter().filter(|(p, _)| p == path).all(|(_, keys)| keys.iter().any(|k| *k == for_people(key)))
     }
 
     /// The binding of `path` in the approved call being run, if any.
@@ -279,6 +301,10 @@ impl Backend {
         // own directories go with it).
         if let Some(binding) = self.binding_of(path) {
             binding.holds(&resolved).map_err(|e| self.fail(e, &resolved))?;
+            let key = resolve::target_key(&self.roots, resolved.root, &resolved.rel);
+            if !self.named_target(path, &key) {
+                return Err(self.fail(FsError::Denied(Denial::NotApproved), &resolved));
+            }
             resolved.bound = true;
         }
         Ok(resolved)
