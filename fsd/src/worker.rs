@@ -68,7 +68,13 @@ impl Locking for RemoteLocks {
     }
 }
 
-pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), WorkerError> {
+/// `vouch_key`: the workers' own key (`ipc::Start::vouch_key`).
+pub fn run(
+    config: &Config,
+    mode: Mode,
+    socket: UnixStream,
+    vouch_key: Option<[u8; crate::digest::KEY_BYTES]>,
+) -> Result<(), WorkerError> {
     let locks = Arc::new(RemoteLocks {
         socket: socket.try_clone().map_err(WorkerError::Socket)?,
         held: Default::default(),
@@ -93,7 +99,10 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
     // Under signed trust a mode wider than the daemon's default changes nothing unsigned.
     let signed = config.escalation == crate::config::Escalation::Signed && mode > config.default_mode;
     let approvals = signed
-        .then(|| crate::escalation::WorkerCheck::new(config.approver_public_key.as_deref()))
+        .then(|| {
+            let vouch_key = vouch_key.ok_or("no vouching key in the start frame")?;
+            crate::escalation::WorkerCheck::new(config.approver_public_key.as_deref(), vouch_key)
+        })
         .transpose()
         .map_err(WorkerError::Approvals)?;
     // Compiled before this worker's own filter, for its approved calls' processes to load.
@@ -120,14 +129,24 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
             locks.new_call();
         }
         // An approved call's walks are held to what its approver was shown, for this call only.
+        let mut signed_approval = None;
+        let mut vouched = Vec::new();
         let (message, bindings, named) = match message {
             ToWorker::Call(request) => {
-                let (request, bindings, approval) = request.unbind();
+                let (request, bindings, approval, made) = request.unbind();
                 // A change (or an escalated read) this worker's mode makes only with an
                 // approval: checked here, by the process that makes it, not taken on the
                 // network process's word.
                 match unsigned(approvals.as_ref(), &request, &bindings, approval.as_ref()) {
-                    Ok(named) => (ToWorker::Call(request), bindings, named),
+                    Ok(named) => {
+                        // What earlier calls of the same approval made, as their workers
+                        // vouched: only what this worker's key proves.
+                        if let Some(check) = &approvals {
+                            vouched = check.vouched(approval.as_ref(), made);
+                        }
+                        signed_approval = approval;
+                        (ToWorker::Call(request), bindings, named)
+                    }
                     Err(failure) => {
                         ipc::send(&socket, &FromWorker::Reply(Err(failure)), None)?;
                         continue;
@@ -149,18 +168,19 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
             }
             other => (other, Vec::new(), Vec::new()),
         };
-        let call = Call { backend: &backend, mode, socket: &socket, filter: filter.as_ref() };
+        let vouching = approvals.as_ref().zip(signed_approval.as_ref());
+        let call = Call { backend: &backend, mode, socket: &socket, filter: filter.as_ref(), vouching };
         if mode == Mode::DangerFullAccess && !bindings.is_empty() {
             // An approved call outside the roots, or a preview its approval lets read: in a
             // process of its own that keeps only the authority its kind of call needs on the
             // approved objects.
-            call.in_own_process(config, message, bindings, named, fd)?;
+            call.in_own_process(config, message, bindings, named, vouched, fd)?;
         } else if mode == Mode::DangerFullAccess && approvals.is_some() && reads_content(&message) {
             // Under signed trust, a read of content no approval binds (the checks and previews
             // before anyone is asked): no more than a read-only worker could read.
             call.as_reader(config, identity, message, fd)?;
         } else {
-            let _bound = backend.bind(bindings);
+            let _bound = backend.bind_named(bindings, named, vouched);
             call.serve(message, fd, None)?;
         }
     }
@@ -203,6 +223,9 @@ struct Call<'a> {
     socket: &'a UnixStream,
     /// A danger-full-access worker's: the filter its approved calls' processes load.
     filter: Option<&'a sys::confine::ApprovedCallFilter>,
+    /// An approved call's (signed trust): this worker's check and the approval, with which it
+    /// vouches for the directories the call made.
+    vouching: Option<(&'a crate::escalation::WorkerCheck, &'a crate::op::SignedApproval)>,
 }
 
 impl Call<'_> {
@@ -238,6 +261,18 @@ impl Call<'_> {
                     return Ok(());
                 }
                 let reply = backend.handle(mode, request).map_err(crate::error::Failure::into_wire);
+                // The directories an approved call made, vouched for: its approval's next call
+                // may stand in them (two new files in one new directory).
+                let made = backend.take_made().filter(|_| reply.is_ok());
+                let reply = match (reply, made, self.vouching) {
+                    (Ok(outcome), Some((below, dirs)), Some((check, approval))) => {
+                        Ok(crate::op::Outcome::Vouched {
+                            outcome: Box::new(outcome),
+                            made: check.vouch(approval, below, dirs),
+                        })
+                    }
+                    (reply, ..) => reply,
+                };
                 hand_on_stranded(socket)?;
                 ipc::send(socket, &FromWorker::Reply(reply), None)?;
             }
@@ -285,6 +320,7 @@ impl Call<'_> {
         message: ToWorker,
         bindings: crate::op::Bindings,
         named: crate::escalation::Named,
+        vouched: Vec<crate::op::Made>,
         fd: Option<std::os::fd::OwnedFd>,
     ) -> Result<(), IpcError> {
         let path = path_of(&message);
@@ -304,7 +340,7 @@ impl Call<'_> {
             required: config.landlock == crate::config::LandlockPolicy::Required,
         };
         // Held in the forked process (a copy of this one); cleared here once it ended.
-        let _bound = self.backend.bind_named(bindings.clone(), named);
+        let _bound = self.backend.bind_named(bindings.clone(), named, vouched);
         self.forked(message, fd, || self.confined(&shape, &bindings))
     }
 

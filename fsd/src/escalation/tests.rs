@@ -501,7 +501,7 @@ fn a_worker_performs_only_a_change_its_approver_signed() {
         decider: "person".into(),
         signature: signature.to_vec(),
     };
-    let check = WorkerCheck { key: signing.verifying_key() };
+    let check = WorkerCheck { key: signing.verifying_key(), vouch_key: [7; crate::digest::KEY_BYTES] };
     let write = |content: &str| Request::WriteText {
         path: "/etc/x".into(),
         content: content.into(),
@@ -520,6 +520,17 @@ fn a_worker_performs_only_a_change_its_approver_signed() {
     assert_eq!(check.check(&delete, &bound(7), Some(&approval)), Err(Unsigned::NotListed));
     let read = Request::ReadText { path: "/etc/x".into(), max_bytes: 0 };
     assert_eq!(check.check(&read, &Vec::new(), None), Ok(Vec::new()), "an unbound read is a reader's");
+    // What a worker vouches for within one approval, another worker with the same key accepts
+    // within that approval only; a tag it did not make, or made for another approval, is dropped.
+    let id = |ino| crate::op::ObjectId { dev: 1, ino, mount: 2 };
+    let made = check.vouch(&approval, id(7), vec![id(70)]);
+    assert_eq!(check.vouched(Some(&approval), vec![made.clone()]), vec![made.clone()]);
+    let other = SignedApproval { description: format!("{}x", approval.description), ..approval.clone() };
+    assert_eq!(check.vouched(Some(&other), vec![made.clone()]), Vec::new());
+    let forged = crate::op::Made { dirs: vec![id(71)], ..made.clone() };
+    assert_eq!(check.vouched(Some(&approval), vec![forged]), Vec::new());
+    let elsewhere = WorkerCheck { vouch_key: [8; crate::digest::KEY_BYTES], ..check.clone() };
+    assert_eq!(elsewhere.vouched(Some(&approval), vec![made]), Vec::new());
     // A bound read (or a dry run: a preview) is held to the name the approval lists on the
     // directories it binds, whatever file is there now; on other directories it is not listed.
     let named = vec![("/etc/x".to_owned(), vec!["host:etc/x".to_owned()])];

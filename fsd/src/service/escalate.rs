@@ -128,6 +128,7 @@ impl FsdService {
             Some(bindings) => op::Request::Bound {
                 bindings,
                 approval: Some((*approval).clone()),
+                made: Vec::new(),
                 request: Box::new(request),
             },
             None => request,
@@ -806,6 +807,7 @@ impl FsdService {
                 let bound = |request| op::Request::Bound {
                     bindings: vec![(target.clone(), binding.clone())],
                     approval: Some((*approval).clone()),
+                    made: Vec::new(),
                     request: Box::new(request),
                 };
                 (
