@@ -143,6 +143,33 @@ pub fn approved_call(
     Ok((landlock, held))
 }
 
+/// Confines the process a danger-full-access worker forks, under signed trust, for a read no
+/// approval binds (the checks and previews made before anyone is asked,
+/// `worker::Call::as_reader`) to a read-only worker's authority: a Landlock domain nested in
+/// the worker's that grants reading beneath the roots (`roots`: the worker's descriptors of
+/// them) and nothing else, the worker identity with no capability, killed with its worker, and
+/// the approved call's seccomp stack. Returns the capabilities it holds (none).
+pub fn reader(
+    roots: &[(std::os::fd::OwnedFd, Grant)],
+    identity: WorkerIdentity,
+    worker: u32,
+    required: bool,
+    filter: &step::ApprovedCallFilter,
+) -> Result<(Enforcement, CapabilitySet), ConfineError> {
+    // 1. Landlock: reading beneath the roots, as a read-only worker may.
+    let landlock = step::landlock_objects(roots, required)?;
+    // 2. The identity of a read-only worker: its owner's permissions decide what it reads.
+    step::switch_ids(identity.uid, identity.gid, false)?;
+    // 3. Killed with its worker (after the switch, which would clear the setting).
+    crate::sys::call::die_with_parent(worker).map_err(ConfineError::ParentDeath)?;
+    // 4. No capability, whoever it runs as (uid 0 included, when root owns the workspace).
+    step::set_capabilities(CapabilitySet::empty())?;
+    let held = step::effective_capabilities()?;
+    // 5. Seccomp: no fork, Landlock, capability or id change from here on.
+    step::seccomp_approved_call(filter)?;
+    Ok((landlock, held))
+}
+
 /// Confines the network process after it bound its listeners: no filesystem rights at all, no
 /// capabilities, and a seccomp allowlist without any call that names a path. Must run before
 /// any thread starts but the direct read threads, which confined themselves already (Landlock

@@ -7,14 +7,14 @@
 //! Also here: what a caller has been approved to know ([`Known`]), which decides whether the
 //! checks run before an approver may tell it anything about a target outside its grant.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use ed25519_dalek::{Signature, Verifier, VerifyingKey};
 
-use crate::op::{Binding, Last, Mode, Op, SignedApproval};
+use crate::op::{Binding, Last, Made, Mode, Op, SignedApproval};
 
 /// One approved call, as the daemon resolved it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,14 +70,36 @@ impl CanonicalOp {
             && self.content_sha256 == call.content_sha256
     }
 
+    /// [`CanonicalOp::admits`], or `call` stood in directories an earlier call of the same
+    /// approval made where this one was approved to make them (`made`, as that call's worker
+    /// vouched): admitted as if they were still missing.
+    pub fn admits_after(&self, call: &CanonicalOp, made: &[Made]) -> bool {
+        self.admits(call) || made.iter().filter_map(|m| call.folded(m)).any(|folded| self.admits(&folded))
+    }
+
+    /// This call as if the directories `made` vouches for, where its walk stood in them below
+    /// the directory `made` names, were still missing: then its resolution stopped at the
+    /// first of them, as the approval's did, and named no target key.
+    fn folded(&self, made: &Made) -> Option<CanonicalOp> {
+        let bound = self.bound.as_ref()?;
+        let at = bound.dirs.iter().position(|d| *d == made.below)?;
+        let beyond = &bound.dirs[at + 1..];
+        if beyond.is_empty() || made.dirs.get(..beyond.len()) != Some(beyond) {
+            return None;
+        }
+        let dirs = bound.dirs[..=at].to_vec();
+        let bound = Binding { dirs, missing: bound.missing + beyond.len(), last: bound.last };
+        Some(CanonicalOp { target_key: String::new(), bound: Some(bound), ..self.clone() })
+    }
+
     /// Whether `call`, made for `path`, is this approved call by path and content, and is
     /// still not admitted: it met another object than the one approved (another version, or a
     /// directory on the way or the final entry swapped, which may resolve the path elsewhere).
-    fn met_another_object(&self, path: &str, call: &CanonicalOp) -> bool {
+    fn met_another_object(&self, path: &str, call: &CanonicalOp, made: &[Made]) -> bool {
         self.op == call.op
             && (self.target_key == call.target_key || self.display == lexical(path))
             && self.content_sha256 == call.content_sha256
-            && !self.admits(call)
+            && !self.admits_after(call, made)
     }
 
     /// Whether an earlier call of the same escalation changes the target first.
@@ -136,6 +158,9 @@ struct Pending {
     /// names it): what the client's preflight needs (apply_patch reads each file it updates,
     /// the editor re-reads the file it edits), no more.
     content_reads: HashMap<String, usize>,
+    /// The directories its calls made, as their workers vouched: a later call that stands in
+    /// them is admitted where it was approved to make them (two new files in one new directory).
+    made: Vec<Made>,
 }
 
 /// Where the daemon reaches `fsd-approver serve`.
@@ -189,8 +214,9 @@ impl std::fmt::Display for ApproverEndpoint {
 }
 
 /// The targets each caller (session and client) has been approved to read or change: what
-/// the checks before an approver may talk about. Bounded: past the cap the oldest caller's set
-/// goes, which only makes the daemon ask for a read again.
+/// the checks before an approver may talk about, and (signed trust) the approval that names
+/// each, which a preview of its content carries to the worker that reads it. Bounded: past the
+/// cap the oldest caller's set goes, which only makes the daemon ask for a read again.
 #[derive(Debug, Default)]
 pub struct Known {
     table: Mutex<KnownTable>,
@@ -201,7 +227,8 @@ type CallerId = (String, String);
 
 #[derive(Debug, Default)]
 struct KnownTable {
-    keys: HashMap<CallerId, HashSet<String>>,
+    /// Each key, with the latest approval naming it (none under client trust).
+    keys: HashMap<CallerId, HashMap<String, Option<std::sync::Arc<SignedApproval>>>>,
     /// Callers in the order they first appeared, for eviction.
     order: std::collections::VecDeque<CallerId>,
 }
@@ -210,7 +237,13 @@ impl Known {
     const MAX_CALLERS: usize = 4096;
     const MAX_KEYS: usize = 4096;
 
-    pub fn record(&self, session: &str, client: &str, key: &str) {
+    pub fn record(
+        &self,
+        session: &str,
+        client: &str,
+        key: &str,
+        approval: Option<std::sync::Arc<SignedApproval>>,
+    ) {
         let mut guard = self.table.lock().unwrap_or_else(PoisonError::into_inner);
         let KnownTable { keys: table, order } = &mut *guard;
         let caller = (session.to_owned(), client.to_owned());
@@ -223,14 +256,20 @@ impl Known {
             order.push_back(caller.clone());
         }
         let keys = table.entry(caller).or_default();
-        if keys.len() < Self::MAX_KEYS {
-            keys.insert(key.to_owned());
+        if keys.len() < Self::MAX_KEYS || keys.contains_key(key) {
+            keys.insert(key.to_owned(), approval);
         }
     }
 
     pub fn knows(&self, session: &str, client: &str, key: &str) -> bool {
         let guard = self.table.lock().unwrap_or_else(PoisonError::into_inner);
-        guard.keys.get(&(session.to_owned(), client.to_owned())).is_some_and(|keys| keys.contains(key))
+        guard.keys.get(&(session.to_owned(), client.to_owned())).is_some_and(|keys| keys.contains_key(key))
+    }
+
+    /// The latest approval that named `key` for this caller.
+    pub fn approval(&self, session: &str, client: &str, key: &str) -> Option<std::sync::Arc<SignedApproval>> {
+        let guard = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        guard.keys.get(&(session.to_owned(), client.to_owned()))?.get(key)?.clone()
     }
 }
 
@@ -332,33 +371,87 @@ pub enum Unsigned {
 /// (the bindings it was handed) with the content it writes, before the approval's expiry; and
 /// an escalated read (one handed bindings: a redeemed ticket's) only with the signature over a
 /// description that lists a call on the object it reads.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct WorkerCheck {
     key: VerifyingKey,
+    /// The key of the tags workers vouch for the directories they made with ([`Made`]): the
+    /// supervisor's, handed to workers only (`ipc::Start`), never to the network process.
+    vouch_key: [u8; crate::digest::KEY_BYTES],
+}
+
+impl std::fmt::Debug for WorkerCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerCheck").field("key", &self.key).finish_non_exhaustive()
+    }
 }
 
 impl WorkerCheck {
     /// For a worker whose changes need the approval of the holder of `key` (the worker decides
-    /// whether they do: `worker::run`).
-    pub fn new(key: Option<&str>) -> Result<WorkerCheck, String> {
+    /// whether they do: `worker::run`); `vouch_key`: the workers' own key.
+    pub fn new(key: Option<&str>, vouch_key: [u8; crate::digest::KEY_BYTES]) -> Result<WorkerCheck, String> {
         let key = key.ok_or("signed trust without approver_public_key")?;
-        Ok(WorkerCheck { key: Escalations::new(key, Duration::ZERO)?.key })
+        Ok(WorkerCheck { key: Escalations::new(key, Duration::ZERO)?.key, vouch_key })
+    }
+
+    /// The tag of what an approved call made: under the workers' key, over the approval's
+    /// description (so it vouches within that approval only), the directory it made them
+    /// below and the directories, outermost first.
+    fn mac(
+        &self,
+        approval: &SignedApproval,
+        below: &crate::op::ObjectId,
+        dirs: &[crate::op::ObjectId],
+    ) -> aegis::aegis128x2::Aegis128X2Mac<32> {
+        let mut mac = aegis::aegis128x2::Aegis128X2Mac::<32>::new(&self.vouch_key);
+        mac.update(b"fsd made v1\n");
+        mac.update(&fsd_proto::digest::content(approval.description.as_bytes()));
+        for id in std::iter::once(below).chain(dirs) {
+            for n in [id.dev, id.ino, id.mount] {
+                mac.update(&n.to_le_bytes());
+            }
+        }
+        mac
+    }
+
+    /// Vouches for the directories an approved call of `approval` made below `below`.
+    pub fn vouch(
+        &self,
+        approval: &SignedApproval,
+        below: crate::op::ObjectId,
+        dirs: Vec<crate::op::ObjectId>,
+    ) -> Made {
+        let tag = self.mac(approval, &below, &dirs).finalize().to_vec();
+        Made { below, dirs, tag }
+    }
+
+    /// Of `made`, what a worker vouched for within `approval` (the others are dropped: a walk
+    /// that meets their directories is refused as it would be without them).
+    pub fn vouched(&self, approval: Option<&SignedApproval>, made: Vec<Made>) -> Vec<Made> {
+        let Some(approval) = approval else { return Vec::new() };
+        let genuine = |m: &Made| {
+            <[u8; 32]>::try_from(m.tag.as_slice())
+                .is_ok_and(|tag| self.mac(approval, &m.below, &m.dirs).verify(&tag).is_ok())
+        };
+        made.into_iter().filter(genuine).collect()
     }
 
     /// Checks `request` (its bindings and approval already taken off it) before it runs.
+    /// Returns, for a read (a read, stat or listing, or a dry run: anything that changes
+    /// nothing), the target keys each bound path must resolve to ([`Named`]): the walk is held
+    /// to the directories signed and to the name of a call listed on them, never a sibling.
     pub fn check(
         &self,
         request: &crate::op::Request,
         bindings: &crate::op::Bindings,
         approval: Option<&SignedApproval>,
-    ) -> Result<(), Unsigned> {
+    ) -> Result<Named, Unsigned> {
         use crate::op::Request as R;
         let op = request.op();
         let mutation = op.is_mutation();
-        // An unbound read: the checks and previews the network process makes before anyone is
-        // asked (see docs/escalation.md); an escalated read always comes bound.
+        // An unbound read: served only with a read-only worker's authority (`worker::run`);
+        // an escalated read, and a preview beyond that authority, always come bound.
         if !mutation && bindings.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let approval = approval.ok_or(Unsigned::Missing)?;
         let signed = fsd_proto::signed_decision(&approval.description, &approval.decider);
@@ -372,6 +465,12 @@ impl WorkerCheck {
             .ok_or(Unsigned::NotListed)?;
         if now() > expires {
             return Err(Unsigned::Expired);
+        }
+        if !mutation {
+            return bindings
+                .iter()
+                .map(|(path, binding)| Ok((path.clone(), listed_names(text, binding)?)))
+                .collect();
         }
         // The lines the description holds for this very call: its objects and its content.
         let mut wanted = String::new();
@@ -397,11 +496,6 @@ impl WorkerCheck {
         let listed = blocks(text).any(|block| {
             let first = block.lines().next().unwrap_or_default();
             let objects = wanted.lines().all(|line| block.lines().any(|l| l == line));
-            if !mutation {
-                // A read, a stat or a listing of an object an approved call names: an approved
-                // read, or a target of an approved change (the reads its preflight takes).
-                return first.starts_with("op ") && objects;
-            }
             let named = first.starts_with("op ") && first.contains(&head);
             let content = if digest.is_empty() {
                 !block.contains("\n  content-sha256: ")
@@ -410,8 +504,36 @@ impl WorkerCheck {
             };
             named && objects && content
         });
-        if listed { Ok(()) } else { Err(Unsigned::NotListed) }
+        if listed { Ok(Vec::new()) } else { Err(Unsigned::NotListed) }
     }
+}
+
+/// For each bound path of a read, the target keys (as a description spells them) its walk may
+/// resolve to.
+pub type Named = Vec<(String, Vec<String>)>;
+
+/// The targets a description lists on the directories `binding` names (its `resolved:` and
+/// `makes-directories:` lines, as a call's source or a move's destination), whatever their
+/// final entry is now: a read of any of them reads a file an approver let a call read or
+/// change at that name (an approved change may have replaced it already). None: not listed.
+fn listed_names(text: &str, binding: &Binding) -> Result<Vec<String>, Unsigned> {
+    let dirs = Binding { last: Last::Unchecked, ..binding.clone() };
+    let mut names = Vec::new();
+    for prefix in ["", "destination-"] {
+        let mut wanted = String::new();
+        render_bound(&mut wanted, prefix, Some(&dirs));
+        let key = format!("  {prefix}target: ");
+        for block in blocks(text) {
+            let lines: Vec<&str> = block.lines().collect();
+            if lines.first().is_some_and(|l| l.starts_with("op "))
+                && wanted.lines().all(|w| lines.contains(&w))
+                && let Some(name) = lines.iter().find_map(|l| l.strip_prefix(key.as_str()))
+            {
+                names.push(name.to_owned());
+            }
+        }
+    }
+    if names.is_empty() { Err(Unsigned::NotListed) } else { Ok(names) }
 }
 
 /// The calls of a description, each from its `op N:` line to the next.
@@ -657,6 +779,7 @@ impl Escalations {
             mode: request.mode,
             expires_ms,
             content_reads,
+            made: Vec::new(),
             ops: request.ops.into_iter().map(|(op, _)| (op, false)).collect(),
         };
         let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
@@ -754,6 +877,24 @@ impl Escalations {
         Some(SignedApproval { description: pending.description.clone(), decider, signature })
     }
 
+    /// Records the directories a call of escalation `id` made (as its worker vouched), for its
+    /// later calls; only its own caller's calls record (the service does, from the outcome).
+    pub fn record_made(&self, id: &str, made: Made) {
+        const MOST: usize = 64;
+        let mut table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(pending) = table.get_mut(id)
+            && pending.made.len() < MOST
+        {
+            pending.made.push(made);
+        }
+    }
+
+    /// The directories the calls of escalation `id` made so far, for the worker of the next.
+    pub fn made_of(&self, id: &str) -> Vec<Made> {
+        let table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        table.get(id).map(|p| p.made.clone()).unwrap_or_default()
+    }
+
     /// Checks a ticket without looking at the call: known, approved, this caller, this mode.
     pub fn check(&self, ticket: &Ticket<'_>) -> Result<(), TicketError> {
         let table = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
@@ -776,9 +917,13 @@ impl Escalations {
         let pending = table.get_mut(ticket.id).ok_or_else(|| self.gone(ticket.id))?;
         // An expired escalation stays until `purge`, which records its expiry.
         self.verify(pending, ticket)?;
-        let Some(slot) = pending.ops.iter_mut().find(|(op, used)| !used && op.admits(call)) else {
-            let other_object =
-                pending.ops.iter().any(|(op, used)| !used && op.met_another_object(path, call));
+        let made = &pending.made;
+        let Some(slot) = pending.ops.iter_mut().find(|(op, used)| !used && op.admits_after(call, made))
+        else {
+            let other_object = pending
+                .ops
+                .iter()
+                .any(|(op, used)| !used && op.met_another_object(path, call, &pending.made));
             if other_object {
                 table.remove(ticket.id);
             }

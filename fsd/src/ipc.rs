@@ -21,6 +21,10 @@ pub struct Start {
     /// file, so a replacement serves what the daemon was started with, whatever the file says
     /// by then.
     pub config: crate::config::Config,
+    /// Workers only (`None` for the network process): the key a worker vouches for the
+    /// directories an approved call made with (`escalation::WorkerCheck::vouch`), which the
+    /// network process, never holding it, cannot forge.
+    pub vouch_key: Option<[u8; crate::digest::KEY_BYTES]>,
 }
 
 impl std::fmt::Debug for Start {

@@ -161,7 +161,9 @@ const START_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The child's socket to its parent, once the supervisor's first frame (`ipc::Start`) is read
 /// from it and its digest key applied, and the configuration that frame carries.
-fn ipc_socket(args: &Args) -> Result<(UnixStream, Config), DaemonError> {
+fn ipc_socket(
+    args: &Args,
+) -> Result<(UnixStream, Config, Option<[u8; fsd::digest::KEY_BYTES]>), DaemonError> {
     let raw = args.ipc_fd.ok_or(DaemonError::Inherited(-1, fsd::sys::Errno::BADF))?;
     let fd = fsd::sys::ipc::inherited(raw).map_err(|e| DaemonError::Inherited(raw, e))?;
     let socket = UnixStream::from(fd);
@@ -173,7 +175,7 @@ fn ipc_socket(args: &Args) -> Result<(UnixStream, Config), DaemonError> {
     if !fsd::digest::set_key(&start.digest_key) {
         return Err(DaemonError::DigestKeyTooLate);
     }
-    Ok((socket, start.config))
+    Ok((socket, start.config, start.vouch_key))
 }
 
 /// A process the supervisor starts.
@@ -188,7 +190,7 @@ fn run_child(args: &Args, child: Child) -> Result<(), DaemonError> {
     fsd::sys::ipc::die_with_parent().map_err(|e| DaemonError::Inherited(-1, e))?;
     match child {
         Child::Network => {
-            let (socket, config) = ipc_socket(args)?;
+            let (socket, config, _) = ipc_socket(args)?;
             fsd::network::run(config, socket)
         }
         Child::Worker(mode) => {
@@ -200,8 +202,8 @@ fn run_child(args: &Args, child: Child) -> Result<(), DaemonError> {
                     "fault injection: this worker fails at start",
                 )));
             }
-            let (socket, config) = ipc_socket(args)?;
-            Ok(fsd::worker::run(&config, mode, socket)?)
+            let (socket, config, vouch_key) = ipc_socket(args)?;
+            Ok(fsd::worker::run(&config, mode, socket, vouch_key)?)
         }
     }
 }

@@ -54,6 +54,8 @@ struct Supervisor {
     hung: crate::hung::HungWorkers,
     /// The content digests' key, drawn at start, for every child (`backend::digest`).
     digest_key: [u8; crate::digest::KEY_BYTES],
+    /// The workers' own key (`ipc::Start::vouch_key`), never handed to the network process.
+    vouch_key: [u8; crate::digest::KEY_BYTES],
 }
 
 impl Supervisor {
@@ -93,7 +95,7 @@ impl Supervisor {
         drop(theirs);
         // Ahead of every frame the network process will send on this socket. A worker that
         // died already cannot take it: its exit is reaped (and replaced) like any death at birth.
-        if let Err(e) = ipc::send(&ours, &self.start(), None) {
+        if let Err(e) = ipc::send(&ours, &self.start(Some(self.vouch_key)), None) {
             tracing::warn!(pid, mode = mode.as_str(), error = %e, "worker gone before its start");
         }
         self.hung.started(pid, mode);
@@ -101,9 +103,9 @@ impl Supervisor {
         Ok(())
     }
 
-    /// What every child reads first.
-    fn start(&self) -> ipc::Start {
-        ipc::Start { digest_key: self.digest_key, config: self.config.clone() }
+    /// What every child reads first; `vouch_key` for workers only.
+    fn start(&self, vouch_key: Option<[u8; crate::digest::KEY_BYTES]>) -> ipc::Start {
+        ipc::Start { digest_key: self.digest_key, config: self.config.clone(), vouch_key }
     }
 
     fn give_up(&mut self, mode: Mode, reason: String) -> Result<(), DaemonError> {
@@ -201,6 +203,7 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
         .collect();
     let config_max_abandoned = config.max_abandoned_workers;
     let digest_key = crate::digest::new_key().map_err(DaemonError::NoDigestKey)?;
+    let vouch_key = crate::digest::new_key().map_err(DaemonError::NoDigestKey)?;
     let mut sup = Supervisor {
         config,
         exe,
@@ -211,6 +214,7 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
         alive: Default::default(),
         hung: crate::hung::HungWorkers::new(config_max_abandoned, crate::hung::KILL_GRACE),
         digest_key,
+        vouch_key,
     };
     if let Some(dir) = &sup.config.state_dir {
         recover_state_dir(dir, &sup.config.roots, identity)?;
@@ -380,7 +384,7 @@ impl Supervisor {
         let network_pid = self.spawn(Role::Network, &network_end)?;
         drop(network_end);
         // A network process that died already is reported below, by its silence and exit status.
-        if let Err(e) = ipc::send(&self.control, &self.start(), None) {
+        if let Err(e) = ipc::send(&self.control, &self.start(None), None) {
             tracing::debug!(error = %e, "network process gone before its start");
         }
         // Workers start once the network process has bound its listeners: a listener that cannot

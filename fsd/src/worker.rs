@@ -68,7 +68,13 @@ impl Locking for RemoteLocks {
     }
 }
 
-pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), WorkerError> {
+/// `vouch_key`: the workers' own key (`ipc::Start::vouch_key`).
+pub fn run(
+    config: &Config,
+    mode: Mode,
+    socket: UnixStream,
+    vouch_key: Option<[u8; crate::digest::KEY_BYTES]>,
+) -> Result<(), WorkerError> {
     let locks = Arc::new(RemoteLocks {
         socket: socket.try_clone().map_err(WorkerError::Socket)?,
         held: Default::default(),
@@ -93,7 +99,10 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
     // Under signed trust a mode wider than the daemon's default changes nothing unsigned.
     let signed = config.escalation == crate::config::Escalation::Signed && mode > config.default_mode;
     let approvals = signed
-        .then(|| crate::escalation::WorkerCheck::new(config.approver_public_key.as_deref()))
+        .then(|| {
+            let vouch_key = vouch_key.ok_or("no vouching key in the start frame")?;
+            crate::escalation::WorkerCheck::new(config.approver_public_key.as_deref(), vouch_key)
+        })
         .transpose()
         .map_err(WorkerError::Approvals)?;
     // Compiled before this worker's own filter, for its approved calls' processes to load.
@@ -120,38 +129,77 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
             locks.new_call();
         }
         // An approved call's walks are held to what its approver was shown, for this call only.
-        let (message, bindings) = match message {
+        let mut signed_approval = None;
+        let mut vouched = Vec::new();
+        let (message, bindings, named) = match message {
             ToWorker::Call(request) => {
-                let (request, bindings, approval) = request.unbind();
+                let (request, bindings, approval, made) = request.unbind();
                 // A change (or an escalated read) this worker's mode makes only with an
                 // approval: checked here, by the process that makes it, not taken on the
                 // network process's word.
-                if let Some(failure) = unsigned(approvals.as_ref(), &request, &bindings, approval.as_ref()) {
-                    ipc::send(&socket, &FromWorker::Reply(Err(failure)), None)?;
-                    continue;
+                match unsigned(approvals.as_ref(), &request, &bindings, approval.as_ref()) {
+                    Ok(named) => {
+                        // What earlier calls of the same approval made, as their workers
+                        // vouched: only what this worker's key proves.
+                        if let Some(check) = &approvals {
+                            vouched = check.vouched(approval.as_ref(), made);
+                        }
+                        signed_approval = approval;
+                        (ToWorker::Call(request), bindings, named)
+                    }
+                    Err(failure) => {
+                        ipc::send(&socket, &FromWorker::Reply(Err(failure)), None)?;
+                        continue;
+                    }
                 }
-                (ToWorker::Call(request), bindings)
             }
             ToWorker::OpenStream { path, bindings, approval } => {
                 let read = crate::op::Request::ReadText { path, max_bytes: 0 };
-                if let Some(failure) = unsigned(approvals.as_ref(), &read, &bindings, approval.as_ref()) {
-                    ipc::send(&socket, &FromWorker::Stream(Err(failure)), None)?;
-                    continue;
+                match unsigned(approvals.as_ref(), &read, &bindings, approval.as_ref()) {
+                    Ok(named) => {
+                        let path = read.path().to_owned();
+                        (ToWorker::OpenStream { path, bindings: Vec::new(), approval: None }, bindings, named)
+                    }
+                    Err(failure) => {
+                        ipc::send(&socket, &FromWorker::Stream(Err(failure)), None)?;
+                        continue;
+                    }
                 }
-                let path = read.path().to_owned();
-                (ToWorker::OpenStream { path, bindings: Vec::new(), approval: None }, bindings)
             }
-            other => (other, Vec::new()),
+            other => (other, Vec::new(), Vec::new()),
         };
-        let call = Call { backend: &backend, mode, socket: &socket, filter: filter.as_ref() };
+        let vouching = approvals.as_ref().zip(signed_approval.as_ref());
+        let call = Call { backend: &backend, mode, socket: &socket, filter: filter.as_ref(), vouching };
         if mode == Mode::DangerFullAccess && !bindings.is_empty() {
-            // An approved call outside the roots: in a process of its own that keeps only the
-            // authority its kind of call needs on the approved objects.
-            call.in_own_process(config, message, bindings, fd)?;
+            // An approved call outside the roots, or a preview its approval lets read: in a
+            // process of its own that keeps only the authority its kind of call needs on the
+            // approved objects.
+            call.in_own_process(config, message, bindings, named, vouched, fd)?;
+        } else if mode == Mode::DangerFullAccess && approvals.is_some() && reads_content(&message) {
+            // Under signed trust, a read of content no approval binds (the checks and previews
+            // before anyone is asked): no more than a read-only worker could read.
+            call.as_reader(config, identity, message, fd)?;
         } else {
-            let _bound = backend.bind(bindings);
+            let _bound = backend.bind_named(bindings, named, vouched);
             call.serve(message, fd, None)?;
         }
+    }
+}
+
+/// Whether `message` reads a file's or a directory's content (a stat and a write check read
+/// metadata only; a change is never unbound at a mode that needs approvals).
+fn reads_content(message: &ToWorker) -> bool {
+    use crate::op::Request;
+    match message {
+        ToWorker::Call(request) => matches!(
+            request,
+            Request::ReadText { .. }
+                | Request::ReadBytes { .. }
+                | Request::ListDir { .. }
+                | Request::Check { .. }
+        ),
+        ToWorker::OpenStream { .. } => true,
+        _ => false,
     }
 }
 
@@ -175,6 +223,9 @@ struct Call<'a> {
     socket: &'a UnixStream,
     /// A danger-full-access worker's: the filter its approved calls' processes load.
     filter: Option<&'a sys::confine::ApprovedCallFilter>,
+    /// An approved call's (signed trust): this worker's check and the approval, with which it
+    /// vouches for the directories the call made.
+    vouching: Option<(&'a crate::escalation::WorkerCheck, &'a crate::op::SignedApproval)>,
 }
 
 impl Call<'_> {
@@ -210,6 +261,18 @@ impl Call<'_> {
                     return Ok(());
                 }
                 let reply = backend.handle(mode, request).map_err(crate::error::Failure::into_wire);
+                // The directories an approved call made, vouched for: its approval's next call
+                // may stand in them (two new files in one new directory).
+                let made = backend.take_made().filter(|_| reply.is_ok());
+                let reply = match (reply, made, self.vouching) {
+                    (Ok(outcome), Some((below, dirs)), Some((check, approval))) => {
+                        Ok(crate::op::Outcome::Vouched {
+                            outcome: Box::new(outcome),
+                            made: check.vouch(approval, below, dirs),
+                        })
+                    }
+                    (reply, ..) => reply,
+                };
                 hand_on_stranded(socket)?;
                 ipc::send(socket, &FromWorker::Reply(reply), None)?;
             }
@@ -256,41 +319,77 @@ impl Call<'_> {
         config: &Config,
         message: ToWorker,
         bindings: crate::op::Bindings,
+        named: crate::escalation::Named,
+        vouched: Vec<crate::op::Made>,
         fd: Option<std::os::fd::OwnedFd>,
     ) -> Result<(), IpcError> {
-        let path = match &message {
-            ToWorker::Call(request) => request.path().to_owned(),
-            ToWorker::OpenStream { path, .. } => path.clone(),
-            _ => String::new(),
+        let path = path_of(&message);
+        let worker = std::process::id();
+        let shape = Shape {
+            kind: match &message {
+                ToWorker::Call(request) => crate::escalation::authority::Kind::of(request),
+                _ => crate::escalation::authority::Kind::Read,
+            },
+            source: &path,
+            follows: match &message {
+                ToWorker::Call(request) => request.op().follows_link(),
+                _ => true,
+            },
+            tree: matches!(message, ToWorker::Call(crate::op::Request::Remove { recursive: true, .. })),
+            worker,
+            required: config.landlock == crate::config::LandlockPolicy::Required,
         };
+        // Held in the forked process (a copy of this one); cleared here once it ended.
+        let _bound = self.backend.bind_named(bindings.clone(), named, vouched);
+        self.forked(message, fd, || self.confined(&shape, &bindings))
+    }
+
+    /// Serves a read no approval binds (a danger-full-access worker's, under signed trust: the
+    /// checks and previews made before anyone is asked) in a process of its own with a
+    /// read-only worker's authority (`confine::reader`): the worker identity, no capability,
+    /// reading beneath the roots only. What it returns, the network process could have read
+    /// through a read-only worker anyway.
+    fn as_reader(
+        &self,
+        config: &Config,
+        identity: crate::config::WorkerIdentity,
+        message: ToWorker,
+        fd: Option<std::os::fd::OwnedFd>,
+    ) -> Result<(), IpcError> {
+        let required = config.landlock == crate::config::LandlockPolicy::Required;
+        let worker = std::process::id();
+        self.forked(message, fd, || {
+            let roots = self.backend.root_descriptors().map_err(FsError::Metadata)?;
+            let rules: Vec<_> = roots.into_iter().map(|fd| (fd, sys::confine::Grant::Read)).collect();
+            let Some(filter) = self.filter else { return Err(FsError::Aborted) };
+            crate::confine::reader(&rules, identity, worker, required, filter).map(|(_, held)| held).map_err(
+                |e| {
+                    tracing::warn!(%e, "a preview's process cannot confine itself");
+                    FsError::Aborted
+                },
+            )
+        })
+    }
+
+    /// Serves `message` in a process forked for it, confined by `confine` first (a refusal is
+    /// its reply); this worker waits for it and replies for a process that ended without
+    /// replying.
+    fn forked(
+        &self,
+        message: ToWorker,
+        fd: Option<std::os::fd::OwnedFd>,
+        confine: impl FnOnce() -> Result<rustix::thread::CapabilitySet, FsError>,
+    ) -> Result<(), IpcError> {
+        let path = path_of(&message);
         let stream = matches!(message, ToWorker::OpenStream { .. });
         let failed = |error: FsError| {
             let wire = crate::error::Failure::new(error, path.clone()).into_wire();
             let reply = if stream { FromWorker::Stream(Err(wire)) } else { FromWorker::Reply(Err(wire)) };
             ipc::send(self.socket, &reply, None)
         };
-        let worker = std::process::id();
         match sys::call::fork() {
             Ok(sys::call::Forked::Child) => {
-                let _bound = self.backend.bind(bindings.clone());
-                let shape = Shape {
-                    kind: match &message {
-                        ToWorker::Call(request) => crate::escalation::authority::Kind::of(request),
-                        _ => crate::escalation::authority::Kind::Read,
-                    },
-                    source: &path,
-                    follows: match &message {
-                        ToWorker::Call(request) => request.op().follows_link(),
-                        _ => true,
-                    },
-                    tree: matches!(
-                        message,
-                        ToWorker::Call(crate::op::Request::Remove { recursive: true, .. })
-                    ),
-                    worker,
-                    required: config.landlock == crate::config::LandlockPolicy::Required,
-                };
-                let served = match self.confined(&shape, &bindings) {
+                let served = match confine() {
                     Ok(held) => self.serve(message, fd, Some(held)),
                     Err(failure) => failed(failure),
                 };
@@ -354,17 +453,29 @@ impl Call<'_> {
 }
 
 /// The refusal of a call this worker may make only with its approver's signature and was
-/// handed without a valid one (`escalation::WorkerCheck`); `None` when it may run.
+/// handed without a valid one (`escalation::WorkerCheck`); else the names a bound read's walks
+/// are held to.
 fn unsigned(
     approvals: Option<&crate::escalation::WorkerCheck>,
     request: &crate::op::Request,
     bindings: &crate::op::Bindings,
     approval: Option<&crate::op::SignedApproval>,
-) -> Option<fsd_proto::WireError> {
-    let why = approvals?.check(request, bindings, approval).err()?;
-    tracing::warn!(path = request.path(), %why, "an escalated call without a valid approval is refused");
-    let denied = FsError::Denied(crate::error::Denial::Unsigned);
-    Some(crate::error::Failure::new(denied, request.path().to_owned()).into_wire())
+) -> Result<crate::escalation::Named, fsd_proto::WireError> {
+    let Some(approvals) = approvals else { return Ok(Vec::new()) };
+    approvals.check(request, bindings, approval).map_err(|why| {
+        tracing::warn!(path = request.path(), %why, "an escalated call without a valid approval is refused");
+        let denied = FsError::Denied(crate::error::Denial::Unsigned);
+        crate::error::Failure::new(denied, request.path().to_owned()).into_wire()
+    })
+}
+
+/// The path a message names, for its failures.
+fn path_of(message: &ToWorker) -> String {
+    match message {
+        ToWorker::Call(request) => request.path().to_owned(),
+        ToWorker::OpenStream { path, .. } => path.clone(),
+        _ => String::new(),
+    }
 }
 
 /// Hands the temporary files the call could not remove to the network process, which passes

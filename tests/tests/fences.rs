@@ -47,7 +47,11 @@ impl Worker {
             },
         )
         .unwrap();
-        let start = fsd::ipc::Start { digest_key: [7; fsd::digest::KEY_BYTES], config };
+        let start = fsd::ipc::Start {
+            digest_key: [7; fsd::digest::KEY_BYTES],
+            config,
+            vouch_key: Some([9; fsd::digest::KEY_BYTES]),
+        };
         fsd::ipc::send(&ours, &start, None).unwrap();
         let (ready, _) = fsd::ipc::recv::<FromWorker>(&ours).unwrap();
         assert!(

@@ -2298,3 +2298,101 @@ fn an_approved_listing_shows_the_versions_a_read_gives() {
         .collect();
     assert_eq!(entries, [("a.txt".to_owned(), true)], "{listed:?} {}", read.version);
 }
+
+/// Before anyone is asked, the daemon previews a call's content in its danger-full-access
+/// worker (the dry run that gives a write's diff, the file a patch's hunks apply to). A
+/// compromised network process (the hook `FSD_FAULT_FORGE_PREVIEW` plays one) asking that
+/// worker to preview a root-only file outside the roots gets none of its content: not unbound
+/// (served with a read-only worker's authority, which stops beneath the roots), and not bound
+/// with the approval of another file beside it (the approval names that file only). The
+/// approved file's own preview still works: its edit is described, approved and made.
+#[test]
+fn a_preview_of_an_object_no_approval_names_returns_none_of_its_content() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let outside = tempfile::tempdir().unwrap();
+    let shadow = outside.path().join("shadow");
+    std::fs::write(&shadow, SECRET).unwrap();
+    std::fs::set_permissions(&shadow, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let public = outside.path().join("app.conf");
+    std::fs::write(&public, PUBLIC).unwrap();
+    let env = [("FSD_FAULT_FORGE_PREVIEW", shadow.to_str().unwrap())];
+    let s = Signed::start_env(&keys, &keys.public, "", &env);
+    let mut rpc = Rpc::connect(&s.d);
+    read_first(&mut rpc, "s1", std::slice::from_ref(&public));
+    let request = v1::EscalationRequest {
+        context: context("s1", None),
+        requested_mode: v1::Mode::DangerFullAccess as i32,
+        justification: "forge previews".into(),
+        ops: vec![write_op(&public, "changed\n")],
+        patch: None,
+    };
+    let status = rpc.rt.block_on(rpc.client.request_escalation(request)).unwrap_err();
+    let report = WireError::from_status(&status).unwrap().message;
+    let parts: std::collections::BTreeMap<&str, &str> = report
+        .strip_prefix("forged: ")
+        .unwrap_or_else(|| panic!("no report: {report}"))
+        .split(' ')
+        .filter_map(|part| part.split_once('='))
+        .collect();
+    assert_eq!(parts.keys().copied().collect::<Vec<_>>(), ["bound-check", "bound-read", "check", "read"]);
+    for (what, got) in &parts {
+        assert!(got.starts_with("refused:") || *got == "no-content", "{what}: {report}");
+    }
+    assert!(!report.contains("root only"), "{report}");
+    // The approved file's preview is the legitimate one: described, approved, written.
+    let tk = ticket(ask(&mut rpc, "s1", vec![write_op(&public, "changed\n")]).unwrap());
+    write(&mut rpc, "s1", &public, "changed\n", tk).unwrap();
+    assert_eq!(std::fs::read_to_string(&public).unwrap(), "changed\n");
+    assert_eq!(std::fs::read_to_string(&shadow).unwrap(), SECRET);
+}
+
+/// An escalated apply_patch that adds two files in one new directory outside the roots is
+/// described as two creations, each making that directory. The first call makes it; its worker
+/// vouches for the directory it made (a tag under a key the network process never holds), so
+/// the second call, redeemed with the same approval, may stand in it as if it had made it
+/// itself. A directory the agent puts there instead (renamed in between) is not the one made:
+/// that call is refused and nothing is written into it.
+#[test]
+fn a_patch_adding_two_files_in_one_new_directory_is_approved_as_a_whole() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let mut t = s.d.session_with_config("applyPatch = true\n");
+    let esc = json!({"sandbox_permissions": "danger-full-access", "justification": "the user asked"});
+    let with = |mut args: serde_json::Value| {
+        args.as_object_mut().unwrap().extend(esc.as_object().unwrap().clone());
+        args
+    };
+    let out = s.outside.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let dir = out.join("new");
+    let (a, b) = (dir.join("a.txt"), dir.join("b.txt"));
+    for path in [&a, &b] {
+        let _ = t.call("read", with(json!({"file_path": p(path)})));
+    }
+    let patch = format!(
+        "*** Begin Patch\n*** Add File: {}\n+one\n*** Add File: {}\n+two\n*** End Patch",
+        p(&a),
+        p(&b)
+    );
+    let r = t.call("apply_patch", with(json!({"input": patch})));
+    assert!(!r.is_error(), "{}", r.json);
+    assert_eq!(std::fs::read_to_string(&a).unwrap(), "one\n");
+    assert_eq!(std::fs::read_to_string(&b).ok().as_deref(), Some("two\n"), "{}", r.text());
+
+    // Raw gRPC, as a compromised client: the first creation makes the directory; before the
+    // second, the agent swaps in a directory of its own at that name. The second call stands
+    // in a directory no call of this approval made: refused, and it stays empty.
+    let mut rpc = Rpc::connect(&s.d);
+    let dir = out.join("other");
+    let (c, d) = (dir.join("c.txt"), dir.join("d.txt"));
+    read_first(&mut rpc, "s2", &[c.clone(), d.clone()]);
+    let tk = ticket(ask(&mut rpc, "s2", vec![write_op(&c, "three\n"), write_op(&d, "four\n")]).unwrap());
+    write(&mut rpc, "s2", &c, "three\n", tk.clone()).unwrap();
+    std::fs::rename(&dir, out.join("made")).unwrap();
+    std::fs::create_dir(&dir).unwrap();
+    let err = write(&mut rpc, "s2", &d, "four\n", tk).unwrap_err();
+    refused_as_another_object(&err, "a directory no call made");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+}

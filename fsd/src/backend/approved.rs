@@ -60,4 +60,15 @@ impl Backend {
         }
         Ok(fd)
     }
+
+    /// Descriptors of the configured roots (not the filesystem root danger-full-access adds),
+    /// for a process that may read beneath them and nothing else (`confine::reader`).
+    pub fn root_descriptors(&self) -> Result<Vec<OwnedFd>, sys::Errno> {
+        self.roots[..self.configured]
+            .iter()
+            .map(|root| {
+                root.fd.try_clone().map_err(|e| sys::Errno::from_io_error(&e).unwrap_or(sys::Errno::IO))
+            })
+            .collect()
+    }
 }

@@ -27,8 +27,12 @@ pub use locking::{Guard, Locking};
 pub use read::{StreamDigest, unchanged};
 use resolve::{Resolved, Root, WalkOptions};
 
+use fsd_proto::names::for_people;
+
 use crate::error::{Denial, Failure, FsError};
-use crate::op::{Binding, Bindings, Change, Last, Limits, Mode, Outcome, Request, RootSpec, Target};
+use crate::op::{
+    Binding, Bindings, Change, Last, Limits, Made, Mode, ObjectId, Outcome, Request, RootSpec, Target,
+};
 use crate::sys;
 
 /// What the walk refuses beyond the roots, from the config.
@@ -66,6 +70,16 @@ pub struct Backend {
     /// The bindings of the approved call being run ([`Request::Bound`]): each of its paths'
     /// walks must stand on the object its approver was shown. Empty for every other call.
     bound: std::sync::Mutex<Bindings>,
+    /// For a read of the approved call being run: the target keys (spelled as a description
+    /// spells them) each bound path must resolve to, the names its approver listed on the
+    /// directories it binds. Empty for every other call.
+    named: std::sync::Mutex<Vec<(String, Vec<String>)>>,
+    /// For the approved call being run: the directories earlier calls of its approval made,
+    /// as their workers vouched (checked by this one), which its walks may stand in.
+    vouched: std::sync::Mutex<Vec<Made>>,
+    /// What the approved call being run made below the last directory its approval names:
+    /// that directory and the ones beyond it its walk stood in, for its worker to vouch for.
+    made: std::sync::Mutex<Option<(ObjectId, Vec<ObjectId>)>>,
 }
 
 /// Clears the bindings of the approved call being run when it ends, however it ends.
@@ -74,6 +88,8 @@ pub struct BoundCall<'b>(&'b Backend);
 impl Drop for BoundCall<'_> {
     fn drop(&mut self) {
         self.0.bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+        self.0.named.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+        self.0.vouched.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
     }
 }
 
@@ -168,6 +184,9 @@ impl Backend {
             journal,
             intents: None,
             bound: Default::default(),
+            named: Default::default(),
+            vouched: Default::default(),
+            made: Default::default(),
         })
     }
 
@@ -180,8 +199,36 @@ impl Backend {
     /// Holds the next walks of the paths `bindings` names to the objects they bind, until the
     /// returned guard drops (one call: a worker serves its calls one at a time).
     pub fn bind(&self, bindings: Bindings) -> BoundCall<'_> {
+        self.bind_named(bindings, Vec::new(), Vec::new())
+    }
+
+    /// [`Backend::bind`], with the target keys each bound path must also resolve to (`named`:
+    /// a read held to the names its approval lists, `escalation::WorkerCheck::check`) and the
+    /// directories earlier calls of its approval made (`vouched`, checked by this worker).
+    pub fn bind_named(
+        &self,
+        bindings: Bindings,
+        named: Vec<(String, Vec<String>)>,
+        vouched: Vec<Made>,
+    ) -> BoundCall<'_> {
         *self.bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = bindings;
+        *self.named.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = named;
+        *self.vouched.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = vouched;
+        *self.made.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         BoundCall(self)
+    }
+
+    /// What the approved call just run made below the last directory its approval names
+    /// (see [`Backend::made`]); taken once.
+    pub fn take_made(&self) -> Option<(ObjectId, Vec<ObjectId>)> {
+        self.made.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take()
+    }
+
+    /// Whether the walk of `path` may end at `key`: any key, unless the approved call being run
+    /// names the targets this path may resolve to.
+    fn named_target(&self, path: &str, key: &str) -> bool {
+        let named = self.named.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        named.iter().filter(|(p, _)| p == path).all(|(_, keys)| keys.iter().any(|k| *k == for_people(key)))
     }
 
     /// The binding of `path` in the approved call being run, if any.
@@ -279,7 +326,20 @@ impl Backend {
         // call acts on, so it is the one held to the approval (dropped on a refusal, the walk's
         // own directories go with it).
         if let Some(binding) = self.binding_of(path) {
-            binding.holds(&resolved).map_err(|e| self.fail(e, &resolved))?;
+            let vouched = self.vouched.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+            binding.holds(&resolved, &vouched).map_err(|e| self.fail(e, &resolved))?;
+            // The directories this walk made, with the ones beyond the approved directory it
+            // stood in before them: what a later call of the same approval may stand in.
+            if resolved.made.any()
+                && let Some(below) = binding.dirs.last()
+            {
+                let beyond = resolved.dirs.get(binding.dirs.len()..).unwrap_or_default().to_vec();
+                *self.made.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((*below, beyond));
+            }
+            let key = resolve::target_key(&self.roots, resolved.root, &resolved.rel);
+            if !self.named_target(path, &key) {
+                return Err(self.fail(FsError::Denied(Denial::NotApproved), &resolved));
+            }
             resolved.bound = true;
         }
         Ok(resolved)

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use crate::error::{Denial, FsError, PathProblem};
 pub use crate::op::path_string;
-use crate::op::{Binding, Last, MAX_COMPONENT_BYTES, MAX_PATH_BYTES, ObjectId, Shown};
+use crate::op::{Binding, Last, MAX_COMPONENT_BYTES, MAX_PATH_BYTES, Made, ObjectId, Shown};
 use crate::sys::{self, Errno, Kind, Meta};
 
 /// At most this many symlinks are followed in one resolution (the kernel's own limit).
@@ -97,6 +97,11 @@ impl MadeDirs {
     pub fn keep(&self) {
         self.kept.set(true);
     }
+
+    /// Whether the walk made any directory.
+    pub fn any(&self) -> bool {
+        !self.dirs.is_empty()
+    }
 }
 
 impl Drop for MadeDirs {
@@ -181,14 +186,23 @@ impl Binding {
 
     /// Whether `resolved` (this call's walk) is the bound object: the same directories, any
     /// more of them made by this very walk, and the same final entry.
-    pub fn holds(&self, resolved: &Resolved) -> Result<(), FsError> {
+    /// `vouched`: the directories earlier calls of the same approval made, as their workers
+    /// vouched (checked by this worker), which the walk may stand in as if it made them.
+    pub fn holds(&self, resolved: &Resolved, vouched: &[Made]) -> Result<(), FsError> {
         let refused = Err(FsError::Denied(Denial::NotApproved));
         let (known, more) = match resolved.dirs.split_at_checked(self.dirs.len()) {
             Some(split) => split,
             None => return refused,
         };
         let made = |d: &ObjectId| resolved.made.dirs.iter().any(|(_, _, made)| *made == (d.dev, d.ino));
-        let made_here = more.len() <= self.missing && more.iter().all(made);
+        // One chain vouched below the last directory approved: each directory beyond it made
+        // by this walk, or the one that chain has at that depth.
+        let below = |v: &&Made| Some(&v.below) == self.dirs.last();
+        let made_or_vouched = |v: Option<&Made>| {
+            more.iter().enumerate().all(|(i, d)| made(d) || v.is_some_and(|v| v.dirs.get(i) == Some(d)))
+        };
+        let made_here = more.len() <= self.missing
+            && (made_or_vouched(None) || vouched.iter().filter(below).any(|v| made_or_vouched(Some(v))));
         if known != self.dirs.as_slice() || !made_here {
             return refused;
         }

@@ -37,8 +37,13 @@ impl Kind {
             | Request::WriteBytes { .. }
             | Request::Remove { .. }
             | Request::Transact { .. } => Kind::Change,
-            // A dry run needs no more than the call it checks.
-            Request::Bound { request, .. } | Request::Check { request } => Kind::of(request),
+            Request::Bound { request, .. } => Kind::of(request),
+            // A dry run (an escalation's preview) reads what the call it checks would change,
+            // and changes nothing.
+            Request::Check { request } => match Kind::of(request) {
+                Kind::Change => Kind::Read,
+                kind => kind,
+            },
         }
     }
 

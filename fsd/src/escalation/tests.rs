@@ -370,7 +370,7 @@ fn a_stat_takes_no_approved_read_and_a_deletion_admits_no_content_read() {
 #[test]
 fn known_targets_are_per_caller() {
     let known = Known::default();
-    known.record("s1", "uid:1", "host:etc/x");
+    known.record("s1", "uid:1", "host:etc/x", None);
     assert!(known.knows("s1", "uid:1", "host:etc/x"));
     assert!(!known.knows("s2", "uid:1", "host:etc/x"));
     assert!(!known.knows("s1", "uid:2", "host:etc/x"));
@@ -501,7 +501,7 @@ fn a_worker_performs_only_a_change_its_approver_signed() {
         decider: "person".into(),
         signature: signature.to_vec(),
     };
-    let check = WorkerCheck { key: signing.verifying_key() };
+    let check = WorkerCheck { key: signing.verifying_key(), vouch_key: [7; crate::digest::KEY_BYTES] };
     let write = |content: &str| Request::WriteText {
         path: "/etc/x".into(),
         content: content.into(),
@@ -509,7 +509,7 @@ fn a_worker_performs_only_a_change_its_approver_signed() {
         match_style: false,
     };
     let bound = |ino: u64| vec![("/etc/x".to_owned(), binding(ino))];
-    assert_eq!(check.check(&write("new\n"), &bound(7), Some(&approval)), Ok(()));
+    assert_eq!(check.check(&write("new\n"), &bound(7), Some(&approval)), Ok(Vec::new()));
     assert_eq!(check.check(&write("evil\n"), &bound(7), Some(&approval)), Err(Unsigned::NotListed));
     assert_eq!(check.check(&write("new\n"), &bound(8), Some(&approval)), Err(Unsigned::NotListed));
     assert_eq!(check.check(&write("new\n"), &Vec::new(), Some(&approval)), Err(Unsigned::NotListed));
@@ -519,5 +519,30 @@ fn a_worker_performs_only_a_change_its_approver_signed() {
     let delete = Request::DeleteFile { path: "/etc/x".into(), guard: None };
     assert_eq!(check.check(&delete, &bound(7), Some(&approval)), Err(Unsigned::NotListed));
     let read = Request::ReadText { path: "/etc/x".into(), max_bytes: 0 };
-    assert_eq!(check.check(&read, &Vec::new(), None), Ok(()), "reads are not held to a signature");
+    assert_eq!(check.check(&read, &Vec::new(), None), Ok(Vec::new()), "an unbound read is a reader's");
+    // What a worker vouches for within one approval, another worker with the same key accepts
+    // within that approval only; a tag it did not make, or made for another approval, is dropped.
+    let id = |ino| crate::op::ObjectId { dev: 1, ino, mount: 2 };
+    let made = check.vouch(&approval, id(7), vec![id(70)]);
+    assert_eq!(check.vouched(Some(&approval), vec![made.clone()]), vec![made.clone()]);
+    let other = SignedApproval { description: format!("{}x", approval.description), ..approval.clone() };
+    assert_eq!(check.vouched(Some(&other), vec![made.clone()]), Vec::new());
+    let forged = crate::op::Made { dirs: vec![id(71)], ..made.clone() };
+    assert_eq!(check.vouched(Some(&approval), vec![forged]), Vec::new());
+    let elsewhere = WorkerCheck { vouch_key: [8; crate::digest::KEY_BYTES], ..check.clone() };
+    assert_eq!(elsewhere.vouched(Some(&approval), vec![made]), Vec::new());
+    // A bound read (or a dry run: a preview) is held to the name the approval lists on the
+    // directories it binds, whatever file is there now; on other directories it is not listed.
+    let named = vec![("/etc/x".to_owned(), vec!["host:etc/x".to_owned()])];
+    let shown = crate::op::Shown { uid: 0, gid: 0, mode: 0o100600, nlink: 1 };
+    let replaced =
+        Binding { last: Last::Is(crate::op::ObjectId { dev: 1, ino: 99, mount: 2 }, shown), ..binding(7) };
+    let preview = Request::Check { request: Box::new(write("other\n")) };
+    for request in [&read, &preview] {
+        assert_eq!(check.check(request, &bound(7), Some(&approval)), Ok(named.clone()));
+        let bound_replaced = vec![("/etc/x".to_owned(), replaced.clone())];
+        assert_eq!(check.check(request, &bound_replaced, Some(&approval)), Ok(named.clone()));
+        assert_eq!(check.check(request, &bound(8), Some(&approval)), Err(Unsigned::NotListed));
+        assert_eq!(check.check(request, &bound(7), None), Err(Unsigned::Missing));
+    }
 }

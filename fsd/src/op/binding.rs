@@ -83,6 +83,19 @@ impl std::fmt::Debug for SignedApproval {
     }
 }
 
+/// The directories an approved call made below the deepest existing directory its approval
+/// names (`makes-directories:`), vouched for by the worker that made them: a tag under a key
+/// only workers hold (the network process never sees it), over the approval's description,
+/// that directory and the ones made, outermost first. A later call of the same approval that
+/// finds them on its way may walk through them as if it had made them itself; nothing else can
+/// (`backend::resolve`'s `Binding::holds`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Made {
+    pub below: ObjectId,
+    pub dirs: Vec<ObjectId>,
+    pub tag: Vec<u8>,
+}
+
 /// Which object of a bound path the call's process keeps rights on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {

@@ -13,7 +13,7 @@ mod binding;
 mod outcome;
 mod request;
 
-pub use binding::{Binding, Last, ObjectId, Scope, Shown, SignedApproval};
+pub use binding::{Binding, Last, Made, ObjectId, Scope, Shown, SignedApproval};
 pub use outcome::{Change, DirEntry, FileType, Info, Outcome, StreamHeader, Target, WriteOperation};
 pub use request::{Bindings, EditGuard, Request, TxnOp, Unbound, WriteGuard};
 

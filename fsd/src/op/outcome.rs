@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::binding::Binding;
+use super::binding::{Binding, Made};
 
 /// A resolved target as replies name it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,6 +117,13 @@ pub enum Outcome {
     /// Each operation's outcome, in order (a write's, an edit's, a delete's or a move's).
     Transact {
         outcomes: Vec<Outcome>,
+    },
+    /// An approved call's outcome with the directories it made, vouched for by its worker (the
+    /// redemption of its approval's next call admits them); taken apart by the service before
+    /// any reply is built.
+    Vouched {
+        outcome: Box<Outcome>,
+        made: Made,
     },
 }
 

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Op;
-use super::binding::{Binding, SignedApproval};
+use super::binding::{Binding, Made, SignedApproval};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WriteGuard {
@@ -100,6 +100,8 @@ pub enum Request {
         bindings: Bindings,
         /// What the approver signed, which the worker checks itself (signed trust).
         approval: Option<SignedApproval>,
+        /// The directories earlier calls of the same approval made, as their workers vouched.
+        made: Vec<Made>,
         request: Box<Request>,
     },
 }
@@ -154,16 +156,17 @@ impl TxnOp {
     }
 }
 
-/// An approved call taken apart: the call, the bindings it is held to, what was signed.
-pub type Unbound = (Request, Bindings, Option<SignedApproval>);
+/// An approved call taken apart: the call, the bindings it is held to, what was signed, the
+/// directories earlier calls of it made.
+pub type Unbound = (Request, Bindings, Option<SignedApproval>, Vec<Made>);
 
 impl Request {
     /// The call itself, the bindings an approval holds it to and the approval (none for a
     /// plain call).
     pub fn unbind(self) -> Unbound {
         match self {
-            Request::Bound { bindings, approval, request } => (*request, bindings, approval),
-            plain => (plain, Vec::new(), None),
+            Request::Bound { bindings, approval, made, request } => (*request, bindings, approval, made),
+            plain => (plain, Vec::new(), None, Vec::new()),
         }
     }
 

@@ -97,10 +97,63 @@ struct Current {
     text: Result<String, ErrorCode>,
 }
 
+/// What a preview of one call's content is held to: the caller, and each path of the call with
+/// its target key and the object the daemon's resolution found (the source first).
+struct Seen<'a> {
+    caller: &'a Caller,
+    targets: Vec<(&'a str, &'a str, Option<&'a crate::op::Binding>)>,
+}
+
 impl FsdService {
-    async fn current(&self, mode: Mode, path: &str) -> Result<Option<Current>, WireError> {
+    /// A preview (a dry run, or a read of the current file for a patch's hunks) as the worker
+    /// of the requested mode is handed it. Under signed trust that worker reads nothing unbound
+    /// beyond a read-only worker's authority (`worker::run`): a target outside it is previewed
+    /// only bound to the objects the daemon resolved, with the caller's latest approval naming
+    /// it (an approved read comes first), which the worker checks itself.
+    fn previewed(&self, seen: &Seen<'_>, request: op::Request) -> op::Request {
+        if self.escalation != Escalation::Signed {
+            return request;
+        }
+        let client = seen.caller.client();
+        let Some((_, first, _)) = seen.targets.first() else { return request };
+        let Some(approval) = self.known.approval(&seen.caller.session, &client, first) else {
+            return request;
+        };
+        let bindings: Option<Vec<_>> = seen
+            .targets
+            .iter()
+            .map(|(path, _, bound)| bound.map(|b| ((*path).to_owned(), b.clone())))
+            .collect();
+        match bindings {
+            Some(bindings) => op::Request::Bound {
+                bindings,
+                approval: Some((*approval).clone()),
+                made: Vec::new(),
+                request: Box::new(request),
+            },
+            None => request,
+        }
+    }
+
+    /// A preview's refusal by the worker's own check of its approval (none, or one past its
+    /// expiry or naming another object), said as the caller hears of a target it may not
+    /// preview: an approved read of it comes first.
+    fn preview_refused(w: WireError, path: &str, requested: Mode) -> WireError {
+        if w.code == ErrorCode::SandboxDenied && w.reason() == Some(fsd_proto::Reason::UnsignedEscalation) {
+            return WireError::new(
+                ErrorCode::NotObserved,
+                path,
+                "outside this client's grant: an approved read of the target comes first",
+            )
+            .with("read_first", requested.as_str());
+        }
+        w
+    }
+
+    async fn current(&self, mode: Mode, path: &str, seen: &Seen<'_>) -> Result<Option<Current>, WireError> {
         let max_bytes = self.limits.max_editable_bytes;
-        match self.dispatch(mode, op::Request::ReadText { path: path.to_owned(), max_bytes }).await {
+        let read = self.previewed(seen, op::Request::ReadText { path: path.to_owned(), max_bytes });
+        match self.dispatch(mode, read).await.map_err(|w| Self::preview_refused(w, path, mode)) {
             Ok(Outcome::ReadText { text, .. }) => Ok(Some(Current { text: Ok(text) })),
             Ok(_) => Err(WireError::new(ErrorCode::IoError, path, "unexpected outcome")),
             Err(w) if w.code == ErrorCode::NotFound => Ok(None),
@@ -122,7 +175,13 @@ impl FsdService {
     /// against the current file, an edit's match), else the outcome it would have, whose
     /// change (before and after) is the approver's only. Only for targets the caller may know
     /// about. The network process matches no file content itself.
-    async fn check(&self, mode: Mode, op: Op, wire: &v1::EscalatedOp) -> Result<Option<Outcome>, Status> {
+    async fn check(
+        &self,
+        mode: Mode,
+        op: Op,
+        wire: &v1::EscalatedOp,
+        seen: &Seen<'_>,
+    ) -> Result<Option<Outcome>, Status> {
         let path = wire.path.clone();
         let edit_guard = || {
             wire.edit_guard.as_ref().map(|g| op::EditGuard { version: g.version.clone(), target_key: None })
@@ -152,9 +211,10 @@ impl FsdService {
             },
             _ => return Ok(None),
         };
-        match self.dispatch(mode, op::Request::Check { request: Box::new(change) }).await {
+        let check = self.previewed(seen, op::Request::Check { request: Box::new(change) });
+        match self.dispatch(mode, check).await {
             Ok(outcome) => Ok(Some(outcome)),
-            Err(w) => Err(as_requested(w, &wire.path).into_status()),
+            Err(w) => Err(as_requested(Self::preview_refused(w, &wire.path, mode), &wire.path).into_status()),
         }
     }
 
@@ -349,8 +409,13 @@ impl FsdService {
             destination.as_ref().and_then(|(_, d)| requested_as(&wire.destination, d));
         let spelled =
             move |preview: Preview| Preview { requested: requested_path, requested_destination, ..preview };
+        let mut targets = vec![(wire.path.as_str(), target_key.as_str(), bound.as_ref())];
+        if let Some((key, _)) = &destination {
+            targets.push((wire.destination.as_str(), key.as_str(), destination_bound.as_ref()));
+        }
+        let seen = Seen { caller, targets };
         let Some((patch, index)) = patch else {
-            let checked = self.check(requested, op, wire).await?;
+            let checked = self.check(requested, op, wire, &seen).await?;
             // Checked: the content goes to the check threads, not copied.
             let change = Change::take(wire);
             let before = text_before(checked.as_ref());
@@ -377,9 +442,9 @@ impl FsdService {
         let current = match &earlier {
             Some(text) => text.clone(),
             None => {
-                checked = self.check(requested, op, wire).await?;
+                checked = self.check(requested, op, wire, &seen).await?;
                 match (patch.updates(index), version.is_some()) {
-                    (true, true) => match self.current(requested, &wire.path).await {
+                    (true, true) => match self.current(requested, &wire.path, &seen).await {
                         Ok(Some(Current { text: Ok(text), .. })) => Some(text),
                         Ok(Some(Current { text: Err(code), .. })) => {
                             return Err(WireError::new(code, &wire.path, "not editable text").into_status());
@@ -442,6 +507,12 @@ impl FsdService {
         let caller = Caller::of(&request, request.get_ref().context());
         let mut r = request.into_inner();
         let first = r.ops.first().map(|o| o.path.clone()).unwrap_or_default();
+        #[cfg(feature = "fault-injection")]
+        if r.justification == "forge previews"
+            && let Some(report) = self.forged_previews(&caller, &first).await
+        {
+            return Err(WireError::new(ErrorCode::IoError, &first, report).into_status());
+        }
         let (base, requested, _in_flight, ops_permit) = self.admit(&caller, &r, &first)?;
         let ops = self.canonical_ops(&caller, base, requested, &mut r).await?;
         let client = caller.client();
@@ -666,8 +737,10 @@ impl FsdService {
                 match escalations.approve(&described.id, &signature, &decider) {
                     Ok(()) => {
                         audit_by(Decision::Approved, "ok", Some(&decider));
+                        // What a later preview of these targets shows its worker.
+                        let signed = escalations.signed(&described.id).map(std::sync::Arc::new);
                         for key in keys {
-                            self.known.record(&caller.session, client, key);
+                            self.known.record(&caller.session, client, key, signed.clone());
                         }
                         reply(true, decider_of(by), String::new())
                     }
@@ -690,6 +763,63 @@ impl FsdService {
                 reply(false, v1::Decider::Unreachable, String::new())
             }
         }
+    }
+
+    /// Test hook (cargo feature `fault-injection`): what a compromised network process could
+    /// ask a danger-full-access worker to preview. With `FSD_FAULT_FORGE_PREVIEW` naming a
+    /// file, a RequestEscalation justified `forge previews` sends, instead of its checks, an unbound read of that file, an
+    /// unbound dry run of a write of it (whose outcome holds the text it replaces), and both
+    /// bound to that file with the approval of `first` (another object the caller may preview),
+    /// and fails with what each returned: `content:` and its start, or `refused:` and the code.
+    #[cfg(feature = "fault-injection")]
+    async fn forged_previews(&self, caller: &Caller, first: &str) -> Option<String> {
+        let target = std::env::var("FSD_FAULT_FORGE_PREVIEW").ok()?;
+        let mode = Mode::DangerFullAccess;
+        let shown = |result: Result<Outcome, WireError>| match result {
+            Ok(Outcome::ReadText { text, .. }) => {
+                format!("content:{}", text.trim().chars().take(12).collect::<String>())
+            }
+            Ok(Outcome::WriteText { change, .. }) => match change.before {
+                Some(text) => format!("content:{}", text.trim().chars().take(12).collect::<String>()),
+                None => "no-content".to_owned(),
+            },
+            Ok(_) => "other".to_owned(),
+            Err(w) => format!("refused:{}", w.code.as_str()),
+        };
+        let read = op::Request::ReadText { path: target.clone(), max_bytes: 1 << 20 };
+        let write = op::Request::WriteText {
+            path: target.clone(),
+            content: String::new(),
+            guard: None,
+            match_style: false,
+        };
+        let check = op::Request::Check { request: Box::new(write) };
+        let unbound_read = shown(self.dispatch(mode, read.clone()).await);
+        let unbound_check = shown(self.dispatch(mode, check.clone()).await);
+        let client = caller.client();
+        let approval = match self.canonical(mode, Op::ReadText, first, true).await {
+            Ok(other) => self.known.approval(&caller.session, &client, &other.key),
+            Err(_) => None,
+        };
+        let binding = self.canonical(mode, Op::ReadText, &target, true).await.ok().and_then(|c| c.binding);
+        let (bound_read, bound_check) = match (approval, binding) {
+            (Some(approval), Some(binding)) => {
+                let bound = |request| op::Request::Bound {
+                    bindings: vec![(target.clone(), binding.clone())],
+                    approval: Some((*approval).clone()),
+                    made: Vec::new(),
+                    request: Box::new(request),
+                };
+                (
+                    shown(self.dispatch(mode, bound(read)).await),
+                    shown(self.dispatch(mode, bound(check)).await),
+                )
+            }
+            _ => ("no-approval".to_owned(), "no-approval".to_owned()),
+        };
+        Some(format!(
+            "forged: read={unbound_read} check={unbound_check} bound-read={bound_read} bound-check={bound_check}"
+        ))
     }
 
     pub(super) fn release(&self, request: Request<v1::ReleaseEscalationRequest>) {

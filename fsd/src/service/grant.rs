@@ -426,6 +426,9 @@ impl FsdService {
             op::Request::MoveFile { destination, .. } => Some(destination.clone()),
             _ => None,
         };
+        // The directories its earlier calls made, as their workers vouched (before the last
+        // call's redemption forgets the escalation).
+        let made = escalations.made_of(&ticket.escalation_id);
         let result = if call.op == Op::Read {
             let taken = escalations.take_read(&presented, path, &call, content);
             taken.map(|(taken, binding)| {
@@ -443,7 +446,7 @@ impl FsdService {
             Ok((read, bindings)) => {
                 // The worker that performs the call holds its own walk to what was approved.
                 let plain = std::mem::replace(request, op::Request::ListDir { path: String::new() });
-                *request = op::Request::Bound { bindings, approval, request: Box::new(plain) };
+                *request = op::Request::Bound { bindings, approval, made, request: Box::new(plain) };
                 let step = Step::Escalate(request_op);
                 // The record names the path the call resolved to, and who approved it.
                 let extra = Extra { requested: Some(path), decided_by: decider.as_deref(), ..extra };
@@ -452,6 +455,16 @@ impl FsdService {
             }
             Err(e) => Err(refuse(EscalationDenial::Ticket(e))),
         }
+    }
+
+    /// An approved call's outcome, the directories it made (as its worker vouched) recorded
+    /// for its approval's later calls.
+    pub(super) fn vouched(&self, grant: &Grant, outcome: Outcome) -> Outcome {
+        let Outcome::Vouched { outcome, made } = outcome else { return outcome };
+        if let (Some(escalations), Some(ticket)) = (&self.escalations, &grant.ticket) {
+            escalations.record_made(&ticket.escalation_id, made);
+        }
+        *outcome
     }
 
     /// Gives back the approved read a read of `key` took when the daemon only said the file is

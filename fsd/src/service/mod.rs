@@ -130,6 +130,7 @@ impl FsdService {
         } else {
             self.dispatcher.call(mode, &caller.client(), request).await
         };
+        let result = result.map(|outcome| self.vouched(&grant, outcome));
         measure(caller, op, mode, &result, written, started);
         if let (Some(key), Err(w)) = (&read, &result)
             && w.code == ErrorCode::TooLarge
@@ -371,7 +372,7 @@ impl Fsd for FsdService {
         let mut probe = op::Request::ReadText { path: r.path.clone(), max_bytes: 0 };
         self.redeem(&caller, &grant, &mut probe).await?;
         // An approved read's stream is opened on the object the approval binds.
-        let (_, bindings, approval) = probe.unbind();
+        let (_, bindings, approval, _) = probe.unbind();
         let mode = grant.mode;
         let started = std::time::Instant::now();
         let opened = if grant.ticket.is_none() && !self.escalated(&caller, mode) {
