@@ -489,7 +489,8 @@ fn hand_on_stranded(socket: &UnixStream) -> Result<(), IpcError> {
 
 /// Test hooks on the final path component (asked by a worker and by a direct read thread alike):
 /// `fsd-fault-hang` makes a stat or read never return, as a worker stuck on a dead NFS server
-/// would; `fsd-fault-slow` makes one take half a
+/// would; `fsd-fault-hold` makes one wait until a file `fsd-fault-release` appears beside it,
+/// as a filesystem that recovers would; `fsd-fault-slow` makes one take half a
 /// second, then go on; `fsd-fault-hang-write` does the same as `fsd-fault-hang` for a write;
 /// `fsd-fault-io-error` fails a write with EIO before touching the disk; an approved read or
 /// write of `fsd-fault-reach` tries, from inside the call, what its authority must refuse
@@ -506,6 +507,13 @@ pub(crate) fn fault(
     match request {
         Request::Stat { path, .. } | Request::ReadText { path, .. } if path.ends_with("/fsd-fault-hang") => {
             hang()
+        }
+        Request::Stat { path, .. } | Request::ReadText { path, .. } if path.ends_with("/fsd-fault-hold") => {
+            let release = std::path::Path::new(path).with_file_name("fsd-fault-release");
+            while !release.exists() {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            None
         }
         Request::Stat { path, .. } | Request::ReadText { path, .. } if path.ends_with("/fsd-fault-slow") => {
             std::thread::sleep(std::time::Duration::from_millis(500));

@@ -3,7 +3,8 @@
 //! write from one refused by the kernel, refusals identical to a worker's (same codes, same
 //! texts) for a read-only client, a symlink swapped during direct reads never leading outside
 //! the roots, and a hung direct read abandoned until, past the cap, the path turns itself off
-//! (health and hello say so) while reads go on through the workers.
+//! (health and hello say so) while reads go on through the workers, and back on once the
+//! abandoned reads return.
 
 use crate::common;
 
@@ -281,4 +282,44 @@ fn a_hung_direct_read_is_abandoned_and_past_the_cap_the_path_turns_itself_off() 
     let r = s.read("one/fsd-fault-hang");
     assert_eq!(r.code(), Some("FS_ABORTED"), "{}", r.json);
     assert!(r.text().contains("exceeded its deadline"), "{}", r.text());
+}
+
+#[test]
+fn a_tripped_direct_path_comes_back_once_its_abandoned_reads_return() {
+    let d = Daemon::start_with(&[], "call_timeout_ms = 800\n");
+    d.write("a.txt", "a\n");
+    d.write("one/fsd-fault-hold", "x");
+    d.write("two/fsd-fault-hold", "x");
+    let mut s = d.session();
+    // Two reads held past the deadline: abandoned, and the cap turns the path off.
+    for held in ["one/fsd-fault-hold", "two/fsd-fault-hold"] {
+        let r = s.read(held);
+        assert_eq!(r.code(), Some("FS_ABORTED"), "{}", r.json);
+    }
+    assert_eq!(health(&d, "fsd.v1.Fsd/direct-reads"), ServingStatus::NotServing);
+    assert!(read_only_reason(&d).contains("2 reads overran the call deadline"), "{}", read_only_reason(&d));
+    // One returns: one thread is still stuck, under the cap, so the path serves again.
+    d.write("one/fsd-fault-release", "");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while health(&d, "fsd.v1.Fsd/direct-reads") != ServingStatus::Serving {
+        assert!(Instant::now() < deadline, "the direct path never came back on");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!read_only_reason(&d).contains("overran"), "{}", read_only_reason(&d));
+    assert!(!s.read("a.txt").is_error());
+    // A third held read is abandoned, and with the one still stuck the cap turns it off again.
+    d.write("three/fsd-fault-hold", "x");
+    let r = s.read("three/fsd-fault-hold");
+    assert_eq!(r.code(), Some("FS_ABORTED"), "{}", r.json);
+    assert_eq!(health(&d, "fsd.v1.Fsd/direct-reads"), ServingStatus::NotServing);
+    // Both return: on again.
+    d.write("two/fsd-fault-release", "");
+    d.write("three/fsd-fault-release", "");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while health(&d, "fsd.v1.Fsd/direct-reads") != ServingStatus::Serving {
+        assert!(Instant::now() < deadline, "the direct path never came back on");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!s.read("a.txt").is_error());
+    assert_eq!(health(&d, ""), ServingStatus::Serving);
 }

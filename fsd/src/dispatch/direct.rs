@@ -12,17 +12,22 @@
 //! the walk, in this process: that is the trade (ARCHITECTURE.md, docs/direct-reads.md).
 //!
 //! A read runs under the call deadline. One that overruns is abandoned with its thread (nothing
-//! can stop a thread stuck in the filesystem); at `MAX_ABANDONED` the path turns itself off for
-//! the life of the process and every read takes the worker hop again, whose hung-worker handling
-//! kills and replaces. Health and hello say so.
+//! can stop a thread stuck in the filesystem); at `MAX_ABANDONED` the path turns itself off and
+//! every read takes the worker hop again, whose hung-worker handling kills and replaces. Health
+//! and hello say so. It comes back on when enough abandoned reads have returned (their threads
+//! serve again) to leave fewer than the cap stuck.
+//!
+//! The hand-off costs two wake-ups (the direct thread's, then the runtime thread's). A caller
+//! that finds no other direct read in flight waits for its answer a few microseconds on its own
+//! thread before it parks (`SPIN`): a read that answers in that time wakes nobody on its way back.
 
 use std::fs::File;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
 use fsd_proto::{ErrorCode, Reason, WireError, WorkerLost};
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use crate::backend::{Backend, Fence, Guard, Locking};
 use crate::config::Config;
@@ -34,9 +39,22 @@ use crate::sys::confine::Enforcement;
 /// costs a thread, so a few.
 const THREADS: usize = 4;
 /// Reads waiting for a direct thread; a read that finds the queue full takes the worker hop.
-const QUEUED: usize = 32;
+const QUEUE: usize = 32;
 /// Abandoned reads at which the path turns itself off: half the threads may hang before it.
 const MAX_ABANDONED: usize = THREADS / 2;
+/// How long a caller alone on the path waits for its answer on its own thread before it parks:
+/// a plain read of a cached file answers in well under this (a walk and one read), and the
+/// return wake-up it saves costs about as much on this kind of machine (BENCHMARKS.md).
+const SPIN: Duration = Duration::from_micros(40);
+
+/// Where a job is: the caller and the thread that runs it agree through it on whether the
+/// caller gave up before the job was taken (nothing hung) or after (its thread is abandoned,
+/// counted until it returns).
+const QUEUED: u8 = 0;
+const TAKEN: u8 = 1;
+const GIVEN_UP: u8 = 2;
+const ABANDONED: u8 = 3;
+const DONE: u8 = 4;
 
 /// Why the direct path does not serve.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +109,8 @@ struct Job {
     work: Work,
     /// What it answers, and when a thread took it (the trace's queue and work spans).
     answer: oneshot::Sender<(Done, Instant)>,
+    /// `QUEUED`, `TAKEN`, `GIVEN_UP`, `ABANDONED` or `DONE`.
+    state: Arc<AtomicU8>,
 }
 
 /// A direct read that ran here, or the call back for the worker hop.
@@ -114,10 +134,32 @@ impl Locking for NoLocks {
 #[derive(Debug)]
 pub struct Direct {
     jobs: Option<mpsc::SyncSender<Job>>,
-    serving: AtomicBool,
-    abandoned: AtomicUsize,
-    off: Mutex<Option<Off>>,
+    shared: Arc<Shared>,
     deadline: Duration,
+}
+
+/// What the callers and the threads share.
+#[derive(Debug)]
+struct Shared {
+    serving: AtomicBool,
+    /// Reads abandoned whose thread has not returned yet.
+    abandoned: AtomicUsize,
+    /// Why the path does not serve; held while it turns off or on, so the two agree with
+    /// `abandoned`.
+    off: Mutex<Option<Off>>,
+    /// Direct reads asked and not yet answered or given up.
+    in_flight: AtomicUsize,
+    /// Woken when the path turns off or on (health, hello).
+    changed: OnceLock<Arc<Notify>>,
+}
+
+/// Counts a read in flight for as long as its caller waits.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl std::fmt::Debug for Job {
@@ -145,35 +187,36 @@ impl Direct {
             Some(Off::Configured) => tracing::info!("direct reads off by configuration"),
             Some(off) => tracing::warn!("direct reads {}", off.describe()),
         }
-        Direct {
-            serving: AtomicBool::new(jobs.is_some()),
-            jobs,
-            abandoned: AtomicUsize::new(0),
-            off: Mutex::new(off),
-            deadline: config.call_timeout,
-        }
+        let (jobs, shared) = match jobs {
+            Some((jobs, shared)) => (Some(jobs), shared),
+            None => (None, Arc::new(Shared::new(off))),
+        };
+        Direct { jobs, shared, deadline: config.call_timeout }
     }
 
     /// Off, for a dispatcher without the network process around it (unit tests).
     pub fn off() -> Direct {
         Direct {
             jobs: None,
-            serving: AtomicBool::new(false),
-            abandoned: AtomicUsize::new(0),
-            off: Mutex::new(Some(Off::Configured)),
+            shared: Arc::new(Shared::new(Some(Off::Configured))),
             deadline: Duration::from_secs(30),
         }
     }
 
+    /// Whom to wake when the path turns off or back on by itself (the dispatcher's watchers).
+    pub fn notify(&self, changed: Arc<Notify>) {
+        let _ = self.shared.changed.set(changed);
+    }
+
     /// None while serving; why not otherwise.
     pub fn off_reason(&self) -> Option<Off> {
-        self.off.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.shared.off.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Whether a call of `mode` may run here: only while serving, never at danger-full-access
     /// (whose walk reaches outside the roots).
     fn serves(&self, mode: Mode) -> bool {
-        mode != Mode::DangerFullAccess && self.serving.load(Ordering::Acquire)
+        mode != Mode::DangerFullAccess && self.shared.serving.load(Ordering::Acquire)
     }
 
     /// Runs a plain read here when the path serves it; otherwise hands it back for a worker.
@@ -234,15 +277,26 @@ impl Direct {
     /// (the queue is full, or the path is off); the bool says whether this call turned it off.
     async fn ask(&self, mode: Mode, path: &str, work: Work) -> Result<(Result<Done, WireError>, bool), Work> {
         let Some(jobs) = &self.jobs else { return Err(work) };
-        let (answer, done) = oneshot::channel();
+        let (answer, mut done) = oneshot::channel();
         let queued = crate::traces::on().then(Instant::now);
-        if let Err(refused) = jobs.try_send(Job { mode, work, answer }) {
+        let state = Arc::new(AtomicU8::new(QUEUED));
+        let alone = self.shared.in_flight.fetch_add(1, Ordering::AcqRel) == 0;
+        let _in_flight = InFlight(&self.shared.in_flight);
+        if let Err(refused) = jobs.try_send(Job { mode, work, answer, state: state.clone() }) {
             let job = match refused {
                 mpsc::TrySendError::Full(job) | mpsc::TrySendError::Disconnected(job) => job,
             };
             return Err(job.work);
         }
-        match tokio::time::timeout(self.deadline, done).await {
+        // Alone on the path, its answer is a few microseconds away: waiting for it here keeps
+        // this thread awake, so the answer wakes nobody. With others in flight the runtime has
+        // their replies to write meanwhile.
+        let answered = if alone { spin(&mut done) } else { None };
+        let answered = match answered {
+            Some(answered) => Ok(answered),
+            None => tokio::time::timeout(self.deadline, done).await,
+        };
+        match answered {
             Ok(Ok((done, taken))) => {
                 if let Some(queued) = queued {
                     crate::traces::dispatched(mode, queued, Some(taken), Instant::now());
@@ -252,24 +306,92 @@ impl Direct {
             // Its thread ended without answering: only a panic does that.
             Ok(Err(_)) => Ok((Err(lost(path, WorkerLost::Died, "direct read thread died")), false)),
             Err(_) => {
-                let tripped = self.abandon();
+                // Taken by a thread that has not answered: that thread is stuck. Still queued
+                // (the threads were busy): nothing is stuck, the thread that finds it skips it.
+                let stuck =
+                    match state.compare_exchange(QUEUED, GIVEN_UP, Ordering::AcqRel, Ordering::Acquire) {
+                        Ok(_) => false,
+                        // Unless it answered just now.
+                        Err(TAKEN) => state
+                            .compare_exchange(TAKEN, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+                            .is_ok(),
+                        Err(_) => false,
+                    };
+                let tripped = stuck && self.shared.abandon();
                 let failure = lost(path, WorkerLost::Deadline, "deadline passed; direct read abandoned");
                 Ok((Err(failure), tripped))
             }
+        }
+    }
+}
+
+/// The answer, if it comes within `SPIN`; `None` to wait for it parked.
+fn spin<T>(done: &mut oneshot::Receiver<T>) -> Option<Result<T, oneshot::error::RecvError>> {
+    let until = Instant::now() + SPIN;
+    loop {
+        for _ in 0..64 {
+            match done.try_recv() {
+                Ok(answer) => return Some(Ok(answer)),
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    // The sender went without answering: `recv` says the same.
+                    return None;
+                }
+                Err(oneshot::error::TryRecvError::Empty) => std::hint::spin_loop(),
+            }
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+    }
+}
+
+impl Shared {
+    fn new(off: Option<Off>) -> Shared {
+        Shared {
+            serving: AtomicBool::new(off.is_none()),
+            abandoned: AtomicUsize::new(0),
+            off: Mutex::new(off),
+            in_flight: AtomicUsize::new(0),
+            changed: OnceLock::new(),
         }
     }
 
     /// Counts one abandoned read; at the cap the path turns itself off (true: now).
     fn abandon(&self) -> bool {
         let abandoned = self.abandoned.fetch_add(1, Ordering::AcqRel) + 1;
-        if abandoned < MAX_ABANDONED || !self.serving.swap(false, Ordering::AcqRel) {
+        let mut off = self.off.lock().unwrap_or_else(PoisonError::into_inner);
+        // Read again under the lock: an abandoned read may have returned meanwhile.
+        let abandoned_now = self.abandoned.load(Ordering::Acquire);
+        if abandoned_now < MAX_ABANDONED || !self.serving.swap(false, Ordering::AcqRel) {
             tracing::warn!(abandoned, "a direct read overran the call deadline; its thread is abandoned");
             return false;
         }
-        let off = Off::Tripped(abandoned);
-        tracing::error!("direct reads {}", off.describe());
-        *self.off.lock().unwrap_or_else(PoisonError::into_inner) = Some(off);
+        let tripped = Off::Tripped(abandoned_now);
+        tracing::error!("direct reads {}", tripped.describe());
+        *off = Some(tripped);
         true
+    }
+
+    /// An abandoned read's thread returned and serves again: below the cap the path comes back
+    /// on (if the cap turned it off).
+    fn returned(&self) {
+        let left = self.abandoned.fetch_sub(1, Ordering::AcqRel) - 1;
+        let mut off = self.off.lock().unwrap_or_else(PoisonError::into_inner);
+        let left_now = self.abandoned.load(Ordering::Acquire);
+        if left_now >= MAX_ABANDONED || !matches!(*off, Some(Off::Tripped(_))) {
+            tracing::info!(left, "an abandoned direct read returned; its thread serves again");
+            return;
+        }
+        *off = None;
+        self.serving.store(true, Ordering::Release);
+        drop(off);
+        tracing::warn!(
+            left = left_now,
+            "direct reads back on: abandoned reads returned and their threads serve again"
+        );
+        if let Some(changed) = self.changed.get() {
+            changed.notify_waiters();
+        }
     }
 }
 
@@ -284,7 +406,7 @@ fn mismatched(path: &str) -> WireError {
 }
 
 /// The backend over the roots and the threads, each confined; the queue they serve, or why not.
-fn spawn(config: &Config) -> Result<mpsc::SyncSender<Job>, Off> {
+fn spawn(config: &Config) -> Result<(mpsc::SyncSender<Job>, Arc<Shared>), Off> {
     if !config.direct_reads {
         return Err(Off::Configured);
     }
@@ -304,17 +426,19 @@ fn spawn(config: &Config) -> Result<mpsc::SyncSender<Job>, Off> {
         .map_err(|e| Off::Confinement(e.to_string()))?;
     let backend = Arc::new(backend);
     let grants = Arc::new(crate::confine::direct_grants(config));
-    let (jobs, queue) = mpsc::sync_channel::<Job>(QUEUED);
+    let (jobs, queue) = mpsc::sync_channel::<Job>(QUEUE);
     let queue = Arc::new(Mutex::new(queue));
+    let shared = Arc::new(Shared::new(None));
     let (ready, confined) = mpsc::channel::<Result<Enforcement, String>>();
     for n in 0..THREADS {
         let (backend, queue, grants, ready) = (backend.clone(), queue.clone(), grants.clone(), ready.clone());
+        let shared = shared.clone();
         let thread = std::thread::Builder::new().name(format!("fsd-direct-{n}")).spawn(move || {
             let confinement = crate::confine::direct_reader(&grants, identity);
             let full = matches!(&confinement, Ok(c) if c.landlock == Enforcement::Full);
             let _ = ready.send(confinement.map(|c| c.landlock).map_err(|e| e.to_string()));
             if full {
-                serve(&backend, &queue);
+                serve(&backend, &queue, &shared);
             }
         });
         thread.map_err(|e| Off::Confinement(format!("cannot start a thread: {e}")))?;
@@ -331,16 +455,18 @@ fn spawn(config: &Config) -> Result<mpsc::SyncSender<Job>, Off> {
             Err(_) => return Err(Off::Confinement("a thread ended before it was confined".to_owned())),
         }
     }
-    Ok(jobs)
+    Ok((jobs, shared))
 }
 
 /// A direct thread's loop: the next job, run, answered; until the queue's sender is gone.
-fn serve(backend: &Backend, queue: &Mutex<mpsc::Receiver<Job>>) {
+fn serve(backend: &Backend, queue: &Mutex<mpsc::Receiver<Job>>, shared: &Shared) {
     loop {
         let job = queue.lock().unwrap_or_else(PoisonError::into_inner).recv();
-        let Ok(Job { mode, work, answer }) = job else { return };
+        let Ok(Job { mode, work, answer, state }) = job else { return };
         // Its caller gave up (deadline or cancellation) before a thread took it.
-        if answer.is_closed() {
+        if answer.is_closed()
+            || state.compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire).is_err()
+        {
             continue;
         }
         let taken = Instant::now();
@@ -351,6 +477,10 @@ fn serve(backend: &Backend, queue: &Mutex<mpsc::Receiver<Job>>) {
                 let _ = answer.send((done, taken));
             }
             Err(_) => drop(answer),
+        }
+        // Its caller counted this thread as stuck: it is back.
+        if state.compare_exchange(TAKEN, DONE, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            shared.returned();
         }
     }
 }

@@ -64,7 +64,7 @@ pub struct Dispatcher {
     /// Plain reads served in this process (`direct`), when it serves.
     direct: direct::Direct,
     /// Woken on every registration and availability change.
-    changed: Notify,
+    changed: Arc<Notify>,
     /// The locks of transactions whose worker was lost mid-call, kept until the supervisor has
     /// recovered them (`locks::Parked`).
     parked: locks::Parked,
@@ -92,6 +92,8 @@ impl Dispatcher {
             .into_iter()
             .map(|m| (m, uploads::Uploads::new(workers_per_mode)))
             .collect();
+        let changed = Arc::new(Notify::new());
+        direct.notify(changed.clone());
         Dispatcher {
             pools,
             uploads,
@@ -103,7 +105,7 @@ impl Dispatcher {
             readers,
             cpu,
             direct,
-            changed: Notify::new(),
+            changed,
         }
     }
 
