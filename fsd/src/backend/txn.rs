@@ -578,6 +578,15 @@ mod tests {
 
     const NAMES: [&str; 5] = ["a", "b", "c", "d/e", "d/f"];
 
+    /// The names an operation touches.
+    fn names_of(op: &Gen) -> Vec<usize> {
+        match op {
+            Gen::Write { name, .. } | Gen::Edit { name, .. } | Gen::Delete { name, .. } => vec![*name],
+            Gen::Move { from, to, .. } => vec![*from, *to],
+            Gen::Fail { .. } => vec![],
+        }
+    }
+
     fn content() -> impl Strategy<Value = String> {
         prop::sample::select(vec!["x", "y", "xy", "yx", "xx", "hello\n", ""]).prop_map(str::to_owned)
     }
@@ -752,17 +761,43 @@ mod tests {
         /// each, the tree is the model's all-or-nothing result, with nothing of fsd's left.
         #[test]
         fn transactions_are_all_or_nothing(batches in prop::collection::vec(prop::collection::vec(operation(), 1..6), 1..8)) {
+            use std::os::unix::fs::MetadataExt;
             let fixture = fixture();
+            let inode = |name: &str| std::fs::symlink_metadata(fixture.root.path().join(name)).ok().map(|m| m.ino());
             for ops in &batches {
                 let before = fixture.tree();
+                let inodes: Vec<Option<u64>> = NAMES.iter().map(|n| inode(n)).collect();
                 let expected = model(&before, ops);
                 let result = fixture.transact(to_ops(&fixture, ops));
                 let after = fixture.tree();
                 prop_assert_eq!(result.is_ok(), expected.is_some(), "ops {:?} gave {:?}", ops, result.as_ref().err());
                 prop_assert_eq!(&after, expected.as_ref().unwrap_or(&before), "ops {:?}", ops);
                 prop_assert_eq!(fixture.records(), 0);
-                if let Err(failure) = &result {
-                    prop_assert!(failure.operation.is_some(), "{:?}", failure);
+                match &result {
+                    Err(failure) => {
+                        prop_assert!(failure.operation.is_some(), "{:?}", failure);
+                        // Undone, the files are the very ones that were there.
+                        let now: Vec<Option<u64>> = NAMES.iter().map(|n| inode(n)).collect();
+                        for ((name, was), now) in NAMES.iter().zip(&inodes).zip(&now) {
+                            if was.is_some() && before.get(*name) == after.get(*name) {
+                                prop_assert_eq!(was, now, "{} after {:?}", name, ops);
+                            }
+                        }
+                    }
+                    // A move renames: the destination is the source's file itself (when no
+                    // other operation of the batch touches either name).
+                    Ok(_) => {
+                        for (i, op) in ops.iter().enumerate() {
+                            if let Gen::Move { from, to, .. } = op {
+                                let alone = ops.iter().enumerate().all(|(j, other)| {
+                                    j == i || !names_of(other).iter().any(|n| n == from || n == to)
+                                });
+                                if alone {
+                                    prop_assert_eq!(inode(NAMES[*to]), inodes[*from], "ops {:?}", ops);
+                                }
+                            }
+                        }
+                    }
                 }
             }
         }
