@@ -53,9 +53,51 @@ impl Window {
         Window { from, to: from + window }
     }
 
+    /// The warm-up and the window of every 64-in-flight figure (shorter with `--quick`).
+    pub(crate) fn timing(common: &Common) -> (Duration, Duration) {
+        if common.quick {
+            (Duration::from_millis(100), Duration::from_millis(300))
+        } else {
+            (Duration::from_millis(300), Duration::from_millis(1500))
+        }
+    }
+
     fn rate(&self, count: u64) -> f64 {
         count as f64 / (self.to - self.from).as_secs_f64()
     }
+}
+
+/// One caller's count of the calls that finished inside a [`Window`].
+struct Counted {
+    window: Window,
+    counted: u64,
+}
+
+impl Counted {
+    fn new(window: Window) -> Counted {
+        Counted { window, counted: 0 }
+    }
+
+    /// A call just finished: `Some(count)` once the window has closed, the caller's last call.
+    fn finished(&mut self) -> Option<u64> {
+        let now = Instant::now();
+        if now >= self.window.to {
+            return Some(self.counted);
+        }
+        if now >= self.window.from {
+            self.counted += 1;
+        }
+        None
+    }
+}
+
+/// Adds up the callers' counts into calls per second inside the window.
+async fn total(mut tasks: tokio::task::JoinSet<Res<u64>>, window: Window) -> Res<f64> {
+    let mut total = 0;
+    while let Some(done) = tasks.join_next().await {
+        total += done??;
+    }
+    Ok(window.rate(total))
 }
 
 /// Runs `IN_FLIGHT` loops of `call` until the window closes; calls per second inside it.
@@ -77,24 +119,16 @@ where
     for i in 0..in_flight {
         let mut call = make(i);
         tasks.spawn(async move {
-            let mut counted = 0u64;
+            let mut counted = Counted::new(window);
             loop {
                 call().await?;
-                let now = Instant::now();
-                if now >= window.to {
-                    return Ok::<u64, crate::Error>(counted);
-                }
-                if now >= window.from {
-                    counted += 1;
+                if let Some(count) = counted.finished() {
+                    return Ok(count);
                 }
             }
         });
     }
-    let mut total = 0;
-    while let Some(done) = tasks.join_next().await {
-        total += done??;
-    }
-    Ok(window.rate(total))
+    total(tasks, window).await
 }
 
 fn stat_request(path: &str) -> v1::StatRequest {
@@ -154,28 +188,21 @@ pub(crate) async fn fsd_rate(
                     root.to_owned(),
                 );
                 let path = path.to_owned();
+                // A session is the caller's own, borrowed by each call: a loop here, not `drive`.
                 tasks.spawn(async move {
-                    let mut counted = 0u64;
+                    let mut counted = Counted::new(window);
                     loop {
                         let result = session.call("read", json!({ "file_path": path })).await;
                         if result.is_error {
-                            return Err::<u64, crate::Error>(result.text().into());
+                            return Err(result.text().into());
                         }
-                        let now = Instant::now();
-                        if now >= window.to {
-                            return Ok(counted);
-                        }
-                        if now >= window.from {
-                            counted += 1;
+                        if let Some(count) = counted.finished() {
+                            return Ok(count);
                         }
                     }
                 });
             }
-            let mut total = 0;
-            while let Some(done) = tasks.join_next().await {
-                total += done??;
-            }
-            Ok(window.rate(total))
+            total(tasks, window).await
         }
     }
 }
@@ -196,13 +223,7 @@ async fn echo_rate(endpoint: &fsd_tool_client::connect::Endpoint, shape: Shape, 
 }
 
 pub fn run(common: &Common) -> Res<Section> {
-    let dir = tempfile::Builder::new().prefix("fsd-bench-conc-").tempdir_in("/tmp")?;
-    let root = dir.path().join("ws");
-    std::fs::create_dir(&root)?;
-    let root = std::fs::canonicalize(&root)?;
-    let file = root.join("f4k.txt");
-    std::fs::write(&file, fixtures::four_k())?;
-    let path = file.to_string_lossy().into_owned();
+    let (_dir, root, path) = fixtures::four_k_workspace("fsd-bench-conc-")?;
     // A daemon whose plain reads are direct and one whose reads go to its workers, in the same run.
     let mut daemons = Vec::new();
     for reads in Reads::ALL {
@@ -210,11 +231,7 @@ pub fn run(common: &Common) -> Res<Section> {
     }
     let echo_server = Server::echo()?;
     let rt = crate::client_runtime()?;
-    let (warm, window) = if common.quick {
-        (Duration::from_millis(100), Duration::from_millis(300))
-    } else {
-        (Duration::from_millis(300), Duration::from_millis(1500))
-    };
+    let (warm, window) = Window::timing(common);
 
     let mut rows: Vec<(Transport, Reads, Load, PerRun, PerRun)> = Vec::new();
     for transport in Transport::ALL {
@@ -311,13 +328,7 @@ pub fn probe(
     seconds: f64,
     tcp: bool,
 ) -> Res<String> {
-    let dir = tempfile::Builder::new().prefix("fsd-bench-probe-").tempdir_in("/tmp")?;
-    let root = dir.path().join("ws");
-    std::fs::create_dir(&root)?;
-    let root = std::fs::canonicalize(&root)?;
-    let file = root.join("f4k.txt");
-    std::fs::write(&file, fixtures::four_k())?;
-    let path = file.to_string_lossy().into_owned();
+    let (_dir, root, path) = fixtures::four_k_workspace("fsd-bench-probe-")?;
     let transport = if tcp { Transport::Tcp } else { Transport::Unix };
     let server = if echo_only { Server::echo()? } else { Server::fsd_unmetered(&common.bin_dir()?, &root)? };
     let rt = crate::client_runtime()?;

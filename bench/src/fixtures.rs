@@ -23,6 +23,19 @@ pub fn four_k() -> String {
     text(4096 / LINE, "marker-A")
 }
 
+/// A workspace in /tmp holding `f4k.txt` ([`four_k`]): the directory (removed when dropped), the
+/// workspace's canonical root and the file's path, as the 64-in-flight benchmarks use it.
+pub fn four_k_workspace(prefix: &str) -> Res<(tempfile::TempDir, std::path::PathBuf, String)> {
+    let dir = tempfile::Builder::new().prefix(prefix).tempdir_in("/tmp")?;
+    let root = dir.path().join("ws");
+    std::fs::create_dir(&root)?;
+    let root = std::fs::canonicalize(&root)?;
+    let file = root.join("f4k.txt");
+    std::fs::write(&file, four_k())?;
+    let path = file.to_string_lossy().into_owned();
+    Ok((dir, root, path))
+}
+
 /// The same file with `marker-B`: writes alternate between the two so each one changes bytes.
 pub fn four_k_b() -> String {
     text(4096 / LINE, "marker-B")

@@ -1,9 +1,10 @@
 //! The cost of metrics and traces: the read tool's per-call p50 and its calls per second with 64
-//! in flight, against three daemons started side by side in the same run: metrics and traces
+//! in flight, against four daemons started side by side in the same run: metrics and traces
 //! off (`metrics = false`), metrics on and scraped every second (`health_listen`), and metrics
 //! plus traces exported to a local OTLP sink (this process's own trace service, counting what it
-//! receives). The daemons are measured in turn within each run (the order rotating from run to
-//! run), so drift of the shared machine falls on all three alike.
+//! receives) at the default `trace_sample_ratio` and with every call traced. The daemons are
+//! measured in turn within each run (the order rotating from run to run), so drift of the shared
+//! machine falls on all of them alike.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -32,17 +33,26 @@ use crate::{Common, Res};
 enum Setting {
     Off,
     Metrics,
+    /// At the default `trace_sample_ratio` (the bench's calls carry no `traceparent`).
     MetricsTraces,
+    /// `trace_sample_ratio = 1.0`: every call traced.
+    MetricsTracesAll,
 }
 
 impl Setting {
-    const ALL: [Setting; 3] = [Setting::Off, Setting::Metrics, Setting::MetricsTraces];
+    const ALL: [Setting; 4] =
+        [Setting::Off, Setting::Metrics, Setting::MetricsTraces, Setting::MetricsTracesAll];
 
     fn label(self) -> &'static str {
         match self {
             Setting::Off => "off (`metrics = false`, no `otlp_endpoint`)",
             Setting::Metrics => "metrics, scraped every 1 s",
-            Setting::MetricsTraces => "metrics (scraped every 1 s) + traces to a local OTLP sink",
+            Setting::MetricsTraces => {
+                "metrics (scraped every 1 s) + traces to a local OTLP sink, default `trace_sample_ratio` (0.1)"
+            }
+            Setting::MetricsTracesAll => {
+                "metrics (scraped every 1 s) + traces to a local OTLP sink, every call traced (`trace_sample_ratio = 1.0`)"
+            }
         }
     }
 }
@@ -151,6 +161,9 @@ fn start(setting: Setting, common: &Common, root: &Path, sink: u16) -> Res<Daemo
         Setting::MetricsTraces => {
             format!("health_listen = \"tcp:127.0.0.1:{health}\"\notlp_endpoint = \"http://127.0.0.1:{sink}\"")
         }
+        Setting::MetricsTracesAll => format!(
+            "health_listen = \"tcp:127.0.0.1:{health}\"\notlp_endpoint = \"http://127.0.0.1:{sink}\"\ntrace_sample_ratio = 1.0"
+        ),
     };
     let server = Server::fsd_unmetered_with(&common.bin_dir()?, root, &config)?;
     Ok(Daemon { server, health: (setting != Setting::Off).then_some(health) })
@@ -161,11 +174,7 @@ fn measure(daemon: &Daemon, common: &Common, path: &str, root: &Path) -> Res<(f6
     let stop = Arc::new(AtomicBool::new(false));
     let scraper = daemon.health.map(|port| scrape(port, stop.clone()));
     let rt = crate::client_runtime()?;
-    let (window_warm, window) = if common.quick {
-        (Duration::from_millis(100), Duration::from_millis(300))
-    } else {
-        (Duration::from_millis(300), Duration::from_millis(1500))
-    };
+    let (window_warm, window) = Window::timing(common);
     let figures = rt.block_on(async {
         let endpoint = daemon.server.endpoint(Transport::Unix);
         let (client, hello) = connect::connect(&endpoint).await?;
@@ -197,18 +206,12 @@ fn measure(daemon: &Daemon, common: &Common, path: &str, root: &Path) -> Res<(f6
 }
 
 pub fn run(common: &Common) -> Res<Section> {
-    let dir = tempfile::Builder::new().prefix("fsd-bench-telemetry-").tempdir_in("/tmp")?;
-    let root = dir.path().join("ws");
-    std::fs::create_dir(&root)?;
-    let root = std::fs::canonicalize(&root)?;
-    let file = root.join("f4k.txt");
-    std::fs::write(&file, fixtures::four_k())?;
-    let path = file.to_string_lossy().into_owned();
+    let (_dir, root, path) = fixtures::four_k_workspace("fsd-bench-telemetry-")?;
     let sink = SinkServer::start()?;
     let daemons =
         Setting::ALL.iter().map(|s| start(*s, common, &root, sink.port)).collect::<Res<Vec<Daemon>>>()?;
-    let mut p50 = [PerRun::default(), PerRun::default(), PerRun::default()];
-    let mut rate = [PerRun::default(), PerRun::default(), PerRun::default()];
+    let mut p50: [PerRun; 4] = Default::default();
+    let mut rate: [PerRun; 4] = Default::default();
     for run in 0..common.runs {
         note!("  metrics and traces: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
         for k in 0..Setting::ALL.len() {
@@ -218,24 +221,27 @@ pub fn run(common: &Common) -> Res<Section> {
             rate[i].push(r);
         }
     }
-    let traced = &daemons[2];
-    let last = traced.health.map(scrape_once).transpose()?.unwrap_or_default();
-    let dropped: u64 = last
-        .lines()
-        .filter(|l| l.starts_with("fsd_spans_dropped_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum();
+    // Spans dropped by each traced daemon, by the last scrape.
+    let mut dropped = [0u64; 4];
+    for (i, daemon) in daemons.iter().enumerate().skip(2) {
+        let last = daemon.health.map(scrape_once).transpose()?.unwrap_or_default();
+        dropped[i] = last
+            .lines()
+            .filter(|l| l.starts_with("fsd_spans_dropped_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum();
+    }
     let exported = sink.spans.load(Ordering::Relaxed);
     drop(daemons);
 
     let mut section = Section::default();
     let mut md = String::from("### Metrics and traces\n\n");
     md.push_str(
-        "The read tool (4 KiB, Unix socket) against three daemons started side by side and measured in \
+        "The read tool (4 KiB, Unix socket) against four daemons started side by side and measured in \
          turn in each run: metrics and traces off, metrics on and scraped every second, and metrics plus \
-         traces exported to a local OTLP/gRPC sink (three spans per read: the call, its queue wait and \
-         its worker time). p50 of one caller's calls; calls per second with 64 sessions in flight on one \
-         connection.\n\n",
+         traces exported to a local OTLP/gRPC sink (three spans per traced read: the call, its queue wait \
+         and its worker time) at the default sampling ratio and with every call traced. p50 of one \
+         caller's calls; calls per second with 64 sessions in flight on one connection.\n\n",
     );
     md.push_str("| daemon | read tool p50 | ÷ off | 64 in flight | ÷ off |\n|---|---|---|---|---|\n");
     for (i, setting) in Setting::ALL.iter().enumerate() {
@@ -249,9 +255,13 @@ pub fn run(common: &Common) -> Res<Section> {
         ));
     }
     md.push_str(&format!(
-        "\nThe sink received {exported} spans; the traced daemon dropped {dropped} (`fsd_spans_dropped_total`).\n"
+        "\nThe sink received {exported} spans; the traced daemons dropped {} (default ratio) and {} (every \
+         call traced) (`fsd_spans_dropped_total`).\n",
+        dropped[2], dropped[3]
     ));
-    for (i, what) in [(1, "metrics"), (2, "metrics + traces")] {
+    for (i, what) in
+        [(1, "metrics"), (2, "metrics + traces (default ratio)"), (3, "metrics + traces (all traced)")]
+    {
         let slower = p50[i].ratio(&p50[0]);
         section.verdict(
             format!("{what}: read tool p50 ≤ 103% of off"),

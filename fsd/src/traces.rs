@@ -106,6 +106,8 @@ pub enum TraceError {
 }
 
 static TRACER: OnceLock<SdkTracer> = OnceLock::new();
+/// The tracer's sampler, asked first (see [`call`]): an unsampled call builds nothing at all.
+static SAMPLER: OnceLock<Sampler> = OnceLock::new();
 /// Kept for the life of the process: the tracer's spans go through its processor.
 static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
 /// The export task, told to send what is queued and end at a stop.
@@ -246,13 +248,17 @@ pub fn start(collector: Collector, settings: &Settings) -> Result<(), TraceError
     let stop = Arc::new(Notify::new());
     let task = tokio::spawn(export(exporter, (rx, batch_ready.clone(), stop.clone()), address.clone()));
     let _ = EXPORTING.set(Exporting { stop, task: Mutex::new(Some(task)) });
+    // Whether a call is traced is decided in `call`, before its span is built; every span the
+    // tracer is then asked for is one to keep (a call's, or a child of a sampled call's).
+    let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(settings.sample_ratio)));
     let provider = SdkTracerProvider::builder()
         .with_span_processor(Queue { spans: tx, batch_ready })
-        .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(settings.sample_ratio))))
+        .with_sampler(Sampler::AlwaysOn)
         .with_resource(resource)
         .build();
     let tracer = provider.tracer("fsd");
     let _ = PROVIDER.set(provider);
+    let _ = SAMPLER.set(sampler);
     let _ = TRACER.set(tracer);
     tracing::info!(
         endpoint = %settings.endpoint,
@@ -407,32 +413,54 @@ impl Extractor for Headers<'_> {
 }
 
 /// The span of one call, opened at the edge as the child of the caller's `traceparent`, if
-/// traces are on and the request is a file call (`/fsd.v1.Fsd/...` or `/v1/files...`; probes,
-/// reflection and scrapes are not traced). `face`: the request's own unless the HTTP face marked
-/// it (gRPC-Web). Run the call inside it with [`within`].
+/// traces are on, the request is a file call (`/fsd.v1.Fsd/...` or `/v1/files...`; probes,
+/// reflection and scrapes are not traced) and the call is sampled: the caller's sampled flag
+/// decides, else `sample_ratio` on the trace id. The decision comes first, so an unsampled call
+/// costs the header's parse and nothing more (no span, no attributes). `face`: the request's own
+/// unless the HTTP face marked it (gRPC-Web). Run the call inside it with [`within`].
 pub fn call<B>(request: &http::Request<B>, face: Face, client: &Identity) -> Option<Context> {
+    use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SamplingDecision, ShouldSample};
     let tracer = TRACER.get()?;
-    let face = request.extensions().get::<Face>().copied().unwrap_or(face);
     let path = request.uri().path();
-    let (name, attributes) = if let Some(method) = path.strip_prefix("/fsd.v1.Fsd/") {
-        let attributes = vec![
+    let grpc = path.strip_prefix("/fsd.v1.Fsd/");
+    if grpc.is_none() && path != "/v1/files" && !path.starts_with("/v1/files/") {
+        return None;
+    }
+    let parent = TraceContextPropagator::new().extract(&Headers(request.headers()));
+    let remote = parent.span().span_context().clone();
+    // Without a parent, the draw of the ratio sampler on a random trace id (the tracer draws
+    // the root span's own).
+    let trace_id =
+        if remote.is_valid() { remote.trace_id() } else { RandomIdGenerator::default().new_trace_id() };
+    let sampler = SAMPLER.get()?;
+    let decision = sampler.should_sample(Some(&parent), trace_id, "", &SpanKind::Server, &[], &[]).decision;
+    if decision != SamplingDecision::RecordAndSample {
+        return None;
+    }
+    let face = request.extensions().get::<Face>().copied().unwrap_or(face);
+    let mut attributes = Vec::with_capacity(7);
+    let name = if let Some(method) = grpc {
+        attributes.extend([
             KeyValue::new("rpc.system", "grpc"),
             KeyValue::new("rpc.service", "fsd.v1.Fsd"),
             KeyValue::new("rpc.method", method.to_owned()),
-        ];
-        (path[1..].to_owned(), attributes)
-    } else if path == "/v1/files" || path.starts_with("/v1/files/") {
-        // The route, never the path: a file's name is not put in a span.
-        let route = "/v1/files/{path}";
-        let method = request.method().as_str().to_owned();
-        let attributes =
-            vec![KeyValue::new("http.request.method", method.clone()), KeyValue::new("http.route", route)];
-        (format!("{method} {route}"), attributes)
+        ]);
+        std::borrow::Cow::Owned(path[1..].to_owned())
     } else {
-        return None;
+        // The route, never the path: a file's name is not put in a span.
+        let method = request.method();
+        attributes.extend([
+            KeyValue::new("http.request.method", method.as_str().to_owned()),
+            KeyValue::new("http.route", "/v1/files/{path}"),
+        ]);
+        match *method {
+            http::Method::GET => "GET /v1/files/{path}".into(),
+            http::Method::PUT => "PUT /v1/files/{path}".into(),
+            http::Method::POST => "POST /v1/files/{path}".into(),
+            http::Method::DELETE => "DELETE /v1/files/{path}".into(),
+            _ => std::borrow::Cow::Owned(format!("{method} /v1/files/{{path}}")),
+        }
     };
-    let parent = TraceContextPropagator::new().extract(&Headers(request.headers()));
-    let mut attributes = attributes;
     attributes.push(KeyValue::new("fsd.face", face.as_str()));
     attributes.push(KeyValue::new("fsd.client", client.label()));
     // The tool call this daemon call serves, as `fsd-tools` names it (a client's word, bounded).
@@ -469,18 +497,21 @@ pub fn outcome(op: &'static str, mode: Mode, code: &'static str, session: &str, 
     if !span.is_recording() {
         return;
     }
-    span.set_attribute(KeyValue::new("fsd.op", op));
-    span.set_attribute(KeyValue::new("fsd.mode", mode.as_str()));
-    span.set_attribute(KeyValue::new("fsd.code", code));
-    if code != "ok" {
-        span.set_attribute(KeyValue::new("error.type", code));
-    }
-    if !session.is_empty() {
-        span.set_attribute(KeyValue::new("fsd.session_id", session.to_owned()));
-    }
-    if !call.is_empty() {
-        span.set_attribute(KeyValue::new("fsd.call_id", call.to_owned()));
-    }
+    // One set: each takes the span's lock.
+    let error = (code != "ok").then(|| KeyValue::new("error.type", code));
+    let session = (!session.is_empty()).then(|| KeyValue::new("fsd.session_id", session.to_owned()));
+    let call = (!call.is_empty()).then(|| KeyValue::new("fsd.call_id", call.to_owned()));
+    span.set_attributes(
+        [
+            KeyValue::new("fsd.op", op),
+            KeyValue::new("fsd.mode", mode.as_str()),
+            KeyValue::new("fsd.code", code),
+        ]
+        .into_iter()
+        .chain(error)
+        .chain(session)
+        .chain(call),
+    );
 }
 
 /// A worker call as the network process saw it, as two children of the current call's span:

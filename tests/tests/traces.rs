@@ -127,10 +127,20 @@ fn check_trace(spans: &[Value], parent: &str, face: &str, name: &str, tool: Opti
 fn a_hosts_traceparent_becomes_the_parent_of_the_daemons_spans() {
     let dir = tempfile::tempdir().unwrap();
     let receiver = Receiver::start(dir.path());
-    let daemon = RestDaemon::start(&format!("otlp_endpoint = \"http://127.0.0.1:{}\"\n", receiver.port), &[]);
+    // Every call without a caller's decision is traced too (the default samples a tenth).
+    let config =
+        format!("otlp_endpoint = \"http://127.0.0.1:{}\"\ntrace_sample_ratio = 1.0\n", receiver.port);
+    let daemon = RestDaemon::start(&config, &[]);
     std::fs::write(daemon.path("notes.txt"), "alpha secret-line\n").unwrap();
     let socket = daemon.dir.path().join("fsd.sock");
     let notes = daemon.path("notes.txt").to_str().unwrap().to_owned();
+
+    // A caller that decided not to sample (flags 00): no span, whatever the ratio. Made first,
+    // so its spans, had there been any, would be exported before those checked below.
+    let (mut unsampled, unsampled_trace, _) = traceparent(11);
+    unsampled.replace_range(unsampled.len() - 2.., "00");
+    let answer = http(daemon.port, "GET", "/v1/files/notes.txt", &[("traceparent", &unsampled)], b"");
+    assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
 
     // gRPC: the traceparent in the call's metadata.
     let (grpc_parent, grpc_trace, grpc_span) = traceparent(1);
@@ -217,6 +227,7 @@ fn a_hosts_traceparent_becomes_the_parent_of_the_daemons_spans() {
             && !ours.iter().any(|t| s["trace_id"] == **t)),
         "no root span of an untraced call: {spans:#?}"
     );
+    assert!(!spans.iter().any(|s| s["trace_id"] == unsampled_trace), "unsampled: {spans:#?}");
     // Neither the path nor the content is ever in a span.
     for span in &spans {
         let text = span.to_string();
@@ -228,7 +239,8 @@ fn a_hosts_traceparent_becomes_the_parent_of_the_daemons_spans() {
 /// answer as usual and their spans are counted as dropped (`export_failed`).
 #[test]
 fn a_collector_that_is_down_costs_the_calls_nothing() {
-    let daemon = RestDaemon::start(&format!("otlp_endpoint = \"http://127.0.0.1:{}\"\n", free_port()), &[]);
+    let config = format!("otlp_endpoint = \"http://127.0.0.1:{}\"\ntrace_sample_ratio = 1.0\n", free_port());
+    let daemon = RestDaemon::start(&config, &[]);
     std::fs::write(daemon.path("notes.txt"), "alpha\n").unwrap();
     for _ in 0..5 {
         let answer = http(daemon.port, "GET", "/v1/files/notes.txt", &[], b"");
@@ -311,8 +323,10 @@ fn a_collector_that_never_answers_does_not_hold_the_stop() {
             held.push(stream);
         }
     });
-    let (mut daemon, port, log) =
-        logged_daemon(dir.path(), &format!("otlp_endpoint = \"http://{address}\"\n"));
+    let (mut daemon, port, log) = logged_daemon(
+        dir.path(),
+        &format!("otlp_endpoint = \"http://{address}\"\ntrace_sample_ratio = 1.0\n"),
+    );
     for _ in 0..5 {
         let answer = http(port, "GET", "/v1/files/notes.txt", &[], b"");
         assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));

@@ -696,6 +696,11 @@ fn time_and_load(file: &mut ConfigFile) -> Result<Load, ConfigError> {
     })
 }
 
+/// The share of calls without a caller's sampling decision that are traced: enough to see
+/// the shape of a fleet's calls, little enough that tracing costs no more than the 3%
+/// (BENCHMARKS.md). A caller's sampled `traceparent` is always traced.
+const DEFAULT_SAMPLE_RATIO: f64 = 0.1;
+
 /// Traces: on with `otlp_endpoint` (`http://HOST:PORT` plaintext or `https://HOST:PORT` TLS
 /// OTLP/gRPC), their other keys refused without it (they would do nothing), the TLS ones
 /// without `https://`.
@@ -741,7 +746,7 @@ fn trace_settings(file: &ConfigFile) -> Result<Option<crate::traces::Settings>, 
     if queue == 0 {
         return Err(ConfigError::AtLeastOne("trace_queue_spans"));
     }
-    let sample_ratio = file.trace_sample_ratio.unwrap_or(1.0);
+    let sample_ratio = file.trace_sample_ratio.unwrap_or(DEFAULT_SAMPLE_RATIO);
     if !(0.0..=1.0).contains(&sample_ratio) {
         return Err(ConfigError::TraceSampleRatio(sample_ratio));
     }

@@ -494,7 +494,7 @@ fn trace_and_metrics_settings() {
         ca: Some("/etc/otel/ca.pem".into()),
         client: Some(("/etc/otel/fsd.pem".into(), "/etc/otel/fsd.key".into())),
         headers_file: Some("/etc/otel/headers".into()),
-        ..settings("https://collector.monitoring:4317", 2048, 1.0)
+        ..settings("https://collector.monitoring:4317", 2048, 0.1)
     };
     let endpoint_error = |endpoint: &str| {
         Err(format!(
@@ -504,13 +504,13 @@ fn trace_and_metrics_settings() {
     let cases: &[(&str, Resolved)] = &[
         ("", Ok((true, None))),
         ("metrics = false", Ok((false, None))),
-        ("otlp_endpoint = \"http://127.0.0.1:4317\"", traces("http://127.0.0.1:4317", 2048, 1.0)),
+        ("otlp_endpoint = \"http://127.0.0.1:4317\"", traces("http://127.0.0.1:4317", 2048, 0.1)),
         (
             "otlp_endpoint = \"http://collector.monitoring:4317\"\ntrace_queue_spans = 10\ntrace_sample_ratio = 0.25",
             traces("http://collector.monitoring:4317", 10, 0.25),
         ),
-        ("otlp_endpoint = \"http://[::1]:4317\"", traces("http://[::1]:4317", 2048, 1.0)),
-        ("otlp_endpoint = \"https://c:4317\"", traces("https://c:4317", 2048, 1.0)),
+        ("otlp_endpoint = \"http://[::1]:4317\"", traces("http://[::1]:4317", 2048, 0.1)),
+        ("otlp_endpoint = \"https://c:4317\"", traces("https://c:4317", 2048, 0.1)),
         (
             "otlp_endpoint = \"https://collector.monitoring:4317\"\notlp_ca = \"/etc/otel/ca.pem\"\n\
              otlp_client_cert = \"/etc/otel/fsd.pem\"\notlp_client_key = \"/etc/otel/fsd.key\"\n\
