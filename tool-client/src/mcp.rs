@@ -79,7 +79,36 @@ struct Waiting {
     /// The call it is: a retry must be the same call (tool and arguments).
     name: String,
     args: Value,
-    result: tokio::task::JoinHandle<ToolResult>,
+    result: Running,
+}
+
+/// A call's task, aborted when this is dropped: a first leg cancelled, a retry cancelled, or a
+/// call abandoned past [`MAX_WAITING`] leaves no call running (and holding the session) that
+/// nobody will take the result of.
+#[derive(Debug)]
+struct Running(Option<tokio::task::JoinHandle<ToolResult>>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
+}
+
+impl std::future::Future for Running {
+    type Output = Result<ToolResult, tokio::task::JoinError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        match self.0.as_mut() {
+            Some(task) => std::pin::Pin::new(task).poll(cx),
+            // Handed on to a `Waiting`: nothing is left here to finish.
+            None => std::task::Poll::Pending,
+        }
+    }
 }
 
 /// The most calls that may wait for their retry at once; past it the oldest is abandoned.
@@ -139,11 +168,11 @@ impl McpServer {
         let host: Arc<dyn Host> = Arc::new(Rounds { link: std::sync::Mutex::new(Some(link)) });
         let server = self.clone();
         let (call_name, call_args) = (name.clone(), args.clone());
-        let mut result = tokio::spawn(crate::connect::trace::within(carried, async move {
+        let mut running = Running(Some(tokio::spawn(crate::connect::trace::within(carried, async move {
             server.call_with(call_name, call_args, host).await
-        }));
+        }))));
         tokio::select! {
-            finished = &mut result => call_result(finished.unwrap_or_else(|e| aborted(&e))).into(),
+            finished = &mut running => call_result(finished.unwrap_or_else(|e| aborted(&e))).into(),
             Ok((id, url, message)) = linked => {
                 let state = format!("fsd-call-{}", elicitation_id());
                 let params = rmcp::model::ElicitRequestParams::UrlElicitationParams {
@@ -155,9 +184,10 @@ impl McpServer {
                 let link = InputRequest::Elicitation(rmcp::model::Request::new(params));
                 let mut waiting = self.waiting.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 if waiting.len() >= MAX_WAITING {
-                    waiting.remove(0).result.abort();
+                    // Dropped: its task is aborted.
+                    waiting.remove(0);
                 }
-                waiting.push(Waiting { state: state.clone(), name, args, result });
+                waiting.push(Waiting { state: state.clone(), name, args, result: Running(running.0.take()) });
                 let requests = std::collections::BTreeMap::from([(APPROVER_PAGE_INPUT.to_owned(), link)]);
                 CallToolResponse::InputRequired(InputRequiredResult::new(Some(requests), Some(state)))
             }
@@ -179,7 +209,8 @@ impl McpServer {
                 Some(json!({"reason": "invalid_request_state"})),
             ));
         };
-        let result = found.result.await.unwrap_or_else(|e| aborted(&e));
+        let mut task = found.result;
+        let result = (&mut task).await.unwrap_or_else(|e| aborted(&e));
         Ok(call_result(result).into())
     }
 }
