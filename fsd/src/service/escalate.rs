@@ -61,6 +61,17 @@ fn as_requested(mut w: WireError, path: &str) -> WireError {
     w
 }
 
+/// The answer about a target outside the caller's grant that no approval lets it know about yet:
+/// an approved read of it at `requested` comes first.
+fn read_first(path: &str, requested: Mode) -> WireError {
+    WireError::new(
+        ErrorCode::NotObserved,
+        path,
+        "outside this client's grant: an approved read of the target comes first",
+    )
+    .with("read_first", requested.as_str())
+}
+
 /// The text a write replaces as its dry run saw it (`""` for a creation), `None` when it is
 /// not text or too large to show.
 fn text_before(checked: Option<&Outcome>) -> Option<String> {
@@ -140,12 +151,7 @@ impl FsdService {
     /// preview: an approved read of it comes first.
     fn preview_refused(w: WireError, path: &str, requested: Mode) -> WireError {
         if w.code == ErrorCode::SandboxDenied && w.reason() == Some(fsd_proto::Reason::UnsignedEscalation) {
-            return WireError::new(
-                ErrorCode::NotObserved,
-                path,
-                "outside this client's grant: an approved read of the target comes first",
-            )
-            .with("read_first", requested.as_str());
+            return read_first(path, requested);
         }
         w
     }
@@ -368,13 +374,7 @@ impl FsdService {
                 Err(_) => false,
             };
             if !known && op != Op::ReadText {
-                return Err(WireError::new(
-                    ErrorCode::NotObserved,
-                    &wire.path,
-                    "outside this client's grant: an approved read of the target comes first",
-                )
-                .with("read_first", requested.as_str())
-                .into_status());
+                return Err(read_first(&wire.path, requested).into_status());
             }
             if let Err(status) = &resolved {
                 // An approved read will meet this failure itself; the approver sees it now.
