@@ -84,7 +84,22 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
     // worker's Landlock grant covers, see `confine::grants`).
     let intents =
         config.state_dir.as_ref().and_then(|dir| sys::open_dir(&dir.join(crate::backend::txn::INTENTS)).ok());
-    let backend = Backend::new(&config.roots, &fence, config.limits, locks.clone())?.with_intents(intents);
+    // The change record, for the modes that change files (`backend::record`).
+    let record = match (&config.state_dir, &config.record) {
+        (Some(dir), Some(settings)) if mode != Mode::ReadOnly => {
+            match crate::backend::record::Store::open(dir, settings.clone()) {
+                Ok(store) => Some(store),
+                Err(errno) => {
+                    tracing::warn!(%errno, "the change record cannot be opened: changes go unrecorded");
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    let backend = Backend::new(&config.roots, &fence, config.limits, locks.clone())?
+        .with_intents(intents)
+        .with_record(record);
     sys::ignore_file_size_signal().map_err(WorkerError::Signal)?;
     // Read before seccomp forbids asking: EFBIG replies name the limit.
     let _ = sys::file_size_limit();
@@ -122,6 +137,9 @@ pub fn run(config: &Config, mode: Mode, socket: UnixStream) -> Result<(), Worker
         // An approved call's walks are held to what its approver was shown, for this call only.
         let (message, bindings) = match message {
             ToWorker::Call(request) => {
+                // Who the call changes things for, until the next call (`backend::record`).
+                let (request, author) = request.unrecord();
+                backend.set_author(author);
                 let (request, bindings, approval) = request.unbind();
                 // A change (or an escalated read) this worker's mode makes only with an
                 // approval: checked here, by the process that makes it, not taken on the
@@ -272,6 +290,8 @@ impl Call<'_> {
         let worker = std::process::id();
         match sys::call::fork() {
             Ok(sys::call::Forked::Child) => {
+                // Its Landlock domain holds the approved objects only, not the record.
+                self.backend.forget_record();
                 let _bound = self.backend.bind(bindings.clone());
                 let shape = Shape {
                     kind: match &message {

@@ -10,6 +10,7 @@ mod locking;
 mod moves;
 pub(crate) mod pipeline;
 mod read;
+pub mod record;
 pub mod resolve;
 pub mod text;
 pub mod txn;
@@ -65,6 +66,10 @@ pub struct Backend {
     /// The bindings of the approved call being run ([`Request::Bound`]): each of its paths'
     /// walks must stand on the object its approver was shown. Empty for every other call.
     bound: std::sync::Mutex<Bindings>,
+    /// The change record (`record`); none without a `state_dir` or with it off.
+    record: Option<record::Store>,
+    /// Who the call being served changes things for ([`Request::Recorded`]).
+    author: std::sync::Mutex<Option<crate::op::Author>>,
 }
 
 /// Clears the bindings of the approved call being run when it ends, however it ends.
@@ -167,6 +172,8 @@ impl Backend {
             journal,
             intents: None,
             bound: Default::default(),
+            record: None,
+            author: Default::default(),
         })
     }
 
@@ -233,6 +240,9 @@ impl Backend {
             },
             Request::Check { request } => self.dry_run(mode, &request),
             Request::Transact { ops } => self.transact(mode, ops),
+            Request::Recorded { author, request } => self.recorded(mode, author, *request),
+            Request::Checkpoint { author, label } => self.checkpoint(author, label),
+            Request::Changes(query) => self.changes(query),
             // The approval is the worker's to check before the call gets here (`worker`).
             Request::Bound { bindings, request, .. } => {
                 let _bound = self.bind(bindings);

@@ -105,6 +105,19 @@ impl<'a> Mutation<'a> {
         })
     }
 
+    /// The operation it is, as the change record names it.
+    fn op(&self) -> crate::op::Op {
+        use crate::op::Op;
+        match self {
+            Mutation::Write { .. } => Op::WriteText,
+            Mutation::Edit { .. } => Op::EditText,
+            Mutation::Delete { .. } => Op::DeleteFile,
+            Mutation::Move { .. } => Op::MoveFile,
+            Mutation::Bytes { .. } => Op::WriteBytes,
+            Mutation::Remove { .. } => Op::Remove,
+        }
+    }
+
     /// Whether its walk makes missing directories: a write, unless it replaces a file that
     /// must exist already.
     fn creates_parents(guard: Option<&WriteGuard>) -> bool {
@@ -756,7 +769,20 @@ impl Backend {
 
     /// Commits a checked change: places it, and returns its outcome. `body`: a writeBytes
     /// body, staged (`stage_body`).
+    /// The change record (`record`) keeps what it replaces or removes first, and its line once
+    /// it is placed.
     pub(crate) fn commit(&self, checked: Checked<'_>, body: Option<Body<'_>>) -> Result<Outcome, Failure> {
+        let mut pending =
+            self.record_begin().map_err(|e| self.fail(e, &checked.plan.target.resolved))?;
+        self.record_images(&mut pending, &checked)?;
+        let op = checked.plan.mutation.op();
+        let outcome = self.place(checked, body)?;
+        self.record_after(pending, op.name());
+        Ok(outcome)
+    }
+
+    /// Places a checked change (`commit` without the record).
+    fn place(&self, checked: Checked<'_>, body: Option<Body<'_>>) -> Result<Outcome, Failure> {
         let Checked { plan, decided } = checked;
         let (mode, planned) = (plan.mode, &plan.target);
         let resolved = &planned.resolved;

@@ -397,15 +397,19 @@ impl Backend {
         // Check: every operation as the pipeline checks the single call, under the locks.
         let mut staging: Vec<Option<Staging>> = (0..targets.len()).map(|_| None).collect();
         let mut planned = Vec::with_capacity(ops.len());
+        let single = plans.len() == 1 && !matches!(first_plan.mutation, Mutation::Move { .. });
+        // The change record: every target's before-image, the transaction one change.
+        let mut pending = if single { None } else { self.record_begin().map_err(|e| self.fail(e, anchor))? };
         for (i, plan) in plans.iter().enumerate() {
             let (a, b) = of_op[i];
             let checked = self.check(plan).map_err(at(i))?;
             // One write, edit or delete changes one name by one rename or unlink: the pipeline's
             // own commit is all-or-nothing already, without an intent record to sync.
-            if plans.len() == 1 && !matches!(plan.mutation, Mutation::Move { .. }) {
+            if single {
                 let outcome = self.commit(checked, None).map_err(at(i))?;
                 return Ok(Outcome::Transact { outcomes: vec![outcome] });
             }
+            self.record_images(&mut pending, &checked).map_err(|f| f.in_transaction(i, 0))?;
             let fail = |e, t: usize| self.fail(e, targets[t]).in_transaction(i, 0);
             match (checked.decided, plan.mutation) {
                 (pipeline::Decided::Put { content, placement, change, replacements }, _) => {
@@ -701,6 +705,7 @@ impl Backend {
                 }
             })
             .collect();
+        self.record_after(pending, crate::op::Op::Transact.name());
         Ok(Outcome::Transact { outcomes })
     }
 

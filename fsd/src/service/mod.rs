@@ -123,7 +123,9 @@ impl FsdService {
         };
         // A call at the caller's own mode, unescalated, may be a direct read; an escalated one
         // (a ticket, or a mode above the caller's default) always takes the worker hop.
-        let result = if grant.ticket.is_none() && !self.escalated(caller, mode) {
+        let escalated = grant.ticket.is_some() || self.escalated(caller, mode);
+        let request = request.recorded(caller.author(escalated));
+        let result = if !escalated {
             self.dispatcher.read(mode, &caller.client(), request).await
         } else {
             self.dispatcher.call(mode, &caller.client(), request).await
