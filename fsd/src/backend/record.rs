@@ -420,7 +420,7 @@ impl Backend {
 
     /// Names a point in the record: its sequence number.
     pub(super) fn checkpoint(&self, author: Author, label: String) -> Result<Outcome, Failure> {
-        let store = self.record.as_ref().ok_or_else(|| Failure::new(FsError::Denied(crate::error::Denial::NoStateDir), ""))?;
+        let store = self.record.as_ref().ok_or_else(|| Failure::new(FsError::Denied(crate::error::Denial::NoChangeRecord), ""))?;
         let fail = |e| Failure::new(e, "");
         let mut counter = store.lock().map_err(fail)?;
         let id = counter.take();
@@ -431,7 +431,7 @@ impl Backend {
 
     /// The recorded changes after a point and, per file, its diff from then to now.
     pub(super) fn changes(&self, query: ChangesQuery) -> Result<Outcome, Failure> {
-        let store = self.record.as_ref().ok_or_else(|| Failure::new(FsError::Denied(crate::error::Denial::NoStateDir), ""))?;
+        let store = self.record.as_ref().ok_or_else(|| Failure::new(FsError::Denied(crate::error::Denial::NoChangeRecord), ""))?;
         let lines = store.lines().map_err(|e| Failure::new(e, ""))?;
         let mut listing = Changes::default();
         let mut files: Vec<(FileDiff, Option<Image>, Option<String>, bool)> = Vec::new();

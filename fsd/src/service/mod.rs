@@ -6,6 +6,7 @@
 //! escalations, `hello` reports what is served.
 
 mod bytes;
+mod changes;
 mod escalate;
 mod grant;
 mod hello;
@@ -59,6 +60,8 @@ pub struct FsdService {
     sweeper: Arc<std::sync::Once>,
     /// The TLS configuration in use, whose certificate hello names (rotated without a restart).
     tls: Option<crate::tls::Current>,
+    /// Identities that may list and rewind every identity's changes (`change_operators`).
+    change_operators: Vec<String>,
 }
 
 impl FsdService {
@@ -94,6 +97,7 @@ impl FsdService {
             stream_idle: config.stream_idle_timeout,
             sweeper: Arc::new(std::sync::Once::new()),
             tls,
+            change_operators: config.record.as_ref().map(|r| r.operators.clone()).unwrap_or_default(),
         }
     }
 
@@ -431,6 +435,20 @@ impl Fsd for FsdService {
         let grant = self.mode(&caller, context.as_ref(), call.path(), Op::Transact)?;
         let outcome = self.run(&caller, grant, call).await?;
         wire::transact_reply(outcome).map(Response::new).ok_or_else(unexpected)
+    }
+
+    async fn checkpoint(
+        &self,
+        request: Request<v1::CheckpointRequest>,
+    ) -> Result<Response<v1::CheckpointReply>, Status> {
+        self.checkpoint_call(request).await
+    }
+
+    async fn list_changes(
+        &self,
+        request: Request<v1::ListChangesRequest>,
+    ) -> Result<Response<v1::ListChangesReply>, Status> {
+        self.list_changes_call(request).await
     }
 
     async fn request_escalation(
