@@ -131,6 +131,8 @@ pub enum Denial {
     NoStateDir,
     /// A checkpoint, listing or rewind on a daemon that keeps no change record.
     NoChangeRecord,
+    /// A rewind to a point whose later history the record's bounds dropped.
+    HistoryDropped,
     /// A path component is a git directory found by what it is, whatever its name (metadata
     /// `name`: its display path).
     GitDirectory(String),
@@ -166,6 +168,7 @@ impl Denial {
             Denial::RepeatedTarget => Reason::RepeatedTarget,
             Denial::NoStateDir => Reason::NoStateDir,
             Denial::NoChangeRecord => Reason::NoChangeRecord,
+            Denial::HistoryDropped => Reason::HistoryDropped,
             Denial::GitDirectory(_) | Denial::WouldBeGitDirectory { .. } => Reason::GitDirectory,
             Denial::Submount(_) => Reason::Submount,
             Denial::Root => Reason::Root,
@@ -522,6 +525,7 @@ impl Failure {
                     | Denial::RepeatedTarget
                     | Denial::NoStateDir
                     | Denial::NoChangeRecord
+                    | Denial::HistoryDropped
                     | Denial::Root
                     | Denial::NotApproved
                     | Denial::Unsigned => {}

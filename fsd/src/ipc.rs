@@ -81,7 +81,8 @@ impl ToWorker {
                 | Request::Bound { .. }
                 | Request::Recorded { .. }
                 | Request::Checkpoint { .. }
-                | Request::Changes(_) => false,
+                | Request::Changes(_)
+                | Request::Rewind { .. } => false,
             },
             ToWorker::OpenStream { .. } => true,
             ToWorker::LockGranted => false,

@@ -109,6 +109,8 @@ words! {
         NoStateDir => "no_state_dir",
         /// The daemon keeps no change record (no `state_dir`, or `change_record = false`).
         NoChangeRecord => "no_change_record",
+        /// A rewind to a point whose later history the record's bounds dropped.
+        HistoryDropped => "history_dropped",
         /// A git directory, or the piece that would make one (metadata `name`, `entry`).
         GitDirectory => "git_directory",
         /// A mount below the root not in `allow_submounts` (metadata `name`).

@@ -174,3 +174,156 @@ fn a_daemon_without_a_record_says_so() {
         "Error: the file service keeps no change record (it needs state_dir, and change_record not off)"
     );
 }
+
+/// Every entry below `root`, as (relative path, kind and mode, owner, content): what "byte for
+/// byte, modes and owners included" compares.
+fn tree(root: &Path) -> Vec<(String, u32, (u32, u32), Vec<u8>)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut dirs = vec![root.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let rel = path.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            let content = if meta.is_file() { std::fs::read(&path).unwrap() } else { Vec::new() };
+            if meta.is_dir() {
+                dirs.push(path);
+            }
+            out.push((rel, meta.mode(), (meta.uid(), meta.gid()), content));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Rewinds the session's changes after a point: the reply.
+fn rewind(s: &mut ToolSession, since: u64, keep_checkpoint: bool) -> common::Reply {
+    let line = json!({"id": "rw", "rewind": {"since": since, "this_session": true, "keep_checkpoint": keep_checkpoint}});
+    s.raw(&line.to_string())
+}
+
+/// A session's edits, writes and a patch's update, move and delete across files, all after a
+/// checkpoint.
+fn a_session_of_changes(d: &Daemon, s: &mut ToolSession) {
+    for name in ["a.txt", "b.txt", "c.txt", "secret.txt"] {
+        assert!(!s.read(&d.path(name).display().to_string()).is_error());
+    }
+    let a = d.path("a.txt").display().to_string();
+    assert!(!s.call("edit", json!({"file_path": a, "old_string": "two", "new_string": "TWO"})).is_error());
+    assert!(!s.call("write", json!({"file_path": d.path("new.txt"), "content": "fresh\n"})).is_error());
+    assert!(!s.call("write", json!({"file_path": d.path("b.txt"), "content": "bee, rewritten\n"})).is_error());
+    let patch = "*** Begin Patch\n*** Update File: b.txt\n@@\n-bee, rewritten\n+BEE\n*** Update File: c.txt\n*** Move to: moved.txt\n@@\n-sea\n+SEA\n*** Delete File: secret.txt\n*** End Patch";
+    let patched = s.call("apply_patch", json!({"input": patch}));
+    assert!(!patched.is_error(), "{}", patched.json);
+}
+
+/// The fixture: files of several modes, one executable that is edited in place.
+fn fixture(d: &Daemon) {
+    use std::os::unix::fs::PermissionsExt;
+    d.write("a.txt", "one\ntwo\n");
+    d.write("b.txt", "bee\n");
+    d.write("c.txt", "sea\n");
+    d.write("secret.txt", "hush\n");
+    std::fs::set_permissions(d.path("secret.txt"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(d.path("a.txt"), std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// A session that writes, edits, patches, moves and deletes, then rewinds to its checkpoint:
+/// the tree is the checkpoint's, byte for byte, modes and owners included; the rewind is
+/// recorded, and rewinding it brings the session's work back.
+#[test]
+fn a_rewind_restores_the_tree_of_the_checkpoint_and_is_itself_undoable() {
+    let (d, _state) = daemon("");
+    fixture(&d);
+    let at_checkpoint = tree(&d.root);
+    let mut s = d.session_with_config("applyPatch = true\n");
+    let point = checkpoint(&mut s, "before the session");
+    a_session_of_changes(&d, &mut s);
+    let worked = tree(&d.root);
+    assert_ne!(worked, at_checkpoint);
+
+    let reply = rewind(&mut s, point, false);
+    assert!(!reply.is_error(), "{}", reply.json);
+    assert_eq!(reply.meta()["conflicts"], json!([]), "{}", reply.json);
+    assert_eq!(tree(&d.root), at_checkpoint, "{}", reply.text());
+    assert!(reply.text().starts_with(&format!("Rewound to point {point}: 6 files restored as one change")), "{}", reply.text());
+
+    // The rewind is a change of its own: rewinding it brings the session's work back.
+    let change = reply.meta()["change"].as_u64().expect("the rewind's change");
+    let listing = changes(&mut s, change - 1);
+    assert_eq!(listing.meta()["changes"][0]["operation"], json!("rewind"), "{}", listing.json);
+    let again = rewind(&mut s, change - 1, false);
+    assert!(!again.is_error(), "{}", again.json);
+    assert_eq!(
+        tree(&d.root).into_iter().map(|(p, _, o, c)| (p, o, c)).collect::<Vec<_>>(),
+        worked.into_iter().map(|(p, _, o, c)| (p, o, c)).collect::<Vec<_>>()
+    );
+}
+
+/// A file written by someone fsd did not record (an editor, a shell) is a conflict: reported
+/// with both versions and left as it is while the rest is restored; with keep_checkpoint it is
+/// restored too, and the outside version stays in the record, where a rewind of the rewind finds it.
+#[test]
+fn an_outside_write_is_a_conflict_and_its_content_is_kept() {
+    let (d, _state) = daemon("");
+    fixture(&d);
+    let mut s = d.session_with_config("applyPatch = true\n");
+    let point = checkpoint(&mut s, "start");
+    a_session_of_changes(&d, &mut s);
+    std::fs::write(d.path("a.txt"), "one\noutside\n").unwrap();
+
+    let reply = rewind(&mut s, point, false);
+    assert!(!reply.is_error(), "{}", reply.json);
+    let a = d.path("a.txt").display().to_string();
+    assert_eq!(reply.meta()["conflicts"], json!([a]), "{}", reply.json);
+    assert_eq!(d.read("a.txt"), b"one\noutside\n", "the outside content is kept");
+    assert_eq!(d.read("b.txt"), b"bee\n", "the rest is restored");
+    assert_eq!(d.read("secret.txt"), b"hush\n");
+    assert!(
+        reply.text().contains(&format!(
+            "left as it is: {a} was changed since by someone the record did not see"
+        )) && reply.text().contains("-two\n+outside"),
+        "{}",
+        reply.text()
+    );
+
+    let kept = rewind(&mut s, point, true);
+    assert!(!kept.is_error(), "{}", kept.json);
+    assert_eq!(kept.meta()["replaced"], json!([a]), "{}", kept.json);
+    assert_eq!(d.read("a.txt"), b"one\ntwo\n");
+    let change = kept.meta()["change"].as_u64().unwrap();
+    let back = rewind(&mut s, change - 1, false);
+    assert!(!back.is_error(), "{}", back.json);
+    assert_eq!(d.read("a.txt"), b"one\noutside\n", "the outside version came back from the record");
+}
+
+/// The process doing a rewind killed in the middle of its commit (as SIGKILL leaves it), then
+/// the daemon restarted: the rewind is all or nothing, here nothing.
+#[test]
+fn a_rewind_killed_mid_commit_changes_nothing() {
+    let (mut d, state) = daemon("");
+    fixture(&d);
+    let mut s = d.session_with_config("applyPatch = true\n");
+    let point = checkpoint(&mut s, "start");
+    a_session_of_changes(&d, &mut s);
+    // The rewind removes this file: its commit's worker exits right after its second step.
+    assert!(!s.call("write", json!({"file_path": d.path("fsd-fault-txn-die-2"), "content": ""})).is_error());
+    let before = tree(&d.root);
+    let cut = rewind(&mut s, point, false);
+    assert!(cut.is_error(), "{}", cut.json);
+    // The supervisor recovers the dead worker's transaction (its intent record goes last);
+    // a call on one of its targets would wait for that, a look at the disk does not.
+    let intents = state.path().join("txn");
+    for _ in 0..200 {
+        if std::fs::read_dir(&intents).unwrap().count() == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(tree(&d.root), before, "recovered after the worker's death");
+    drop(s);
+    d.restart();
+    assert_eq!(tree(&d.root), before, "and after a restart");
+    assert_eq!(std::fs::read_dir(state.path().join("txn")).unwrap().count(), 0);
+}

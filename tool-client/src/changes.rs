@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::daemon::{ChangeListing, ChangesQuery, Visibility};
+use crate::daemon::{ChangeListing, ChangedFile, ChangesQuery, Rewound, Target, Visibility};
 use crate::failure::ToolError;
 use crate::tools::{Session, ToolResult};
 
@@ -26,6 +26,68 @@ pub async fn changes(session: &mut Session, query: &ChangesQuery) -> ToolResult 
     match session.daemon().list_changes(query).await {
         Ok(listing) => ToolResult::text_ok(render(query.since, &listing), meta(&listing)),
         Err(error) => ToolResult::error(ToolError::from_record(&error)),
+    }
+}
+
+/// Restores the files changed after a point.
+pub async fn rewind(session: &mut Session, query: &ChangesQuery, keep_checkpoint: bool) -> ToolResult {
+    match session.daemon().rewind(query, keep_checkpoint).await {
+        Ok(rewound) => {
+            let mut meta = Map::new();
+            let paths = |t: &[Target]| t.iter().map(|t| t.display.clone()).collect::<Vec<_>>();
+            meta.insert("change".into(), json!(rewound.change));
+            meta.insert("restored".into(), json!(paths(&rewound.restored)));
+            meta.insert("conflicts".into(), json!(rewound.conflicts.iter().map(|c| c.target.display.clone()).collect::<Vec<_>>()));
+            meta.insert("replaced".into(), json!(paths(&rewound.replaced)));
+            meta.insert("unrestorable".into(), json!(paths(&rewound.unrestorable)));
+            ToolResult::text_ok(rewind_text(query.since, &rewound), meta)
+        }
+        Err(error) => ToolResult::error(ToolError::from_record(&error)),
+    }
+}
+
+/// What a rewind's reply says: what was restored, each conflict with both versions' diff, what
+/// was kept aside and what could not be restored.
+pub fn rewind_text(since: u64, rewound: &Rewound) -> String {
+    let mut out = match rewound.change {
+        Some(change) => format!(
+            "Rewound to point {since}: {} files restored as one change (#{change}; rewind it to undo this).",
+            rewound.restored.len()
+        ),
+        None => format!("Nothing restored to point {since}."),
+    };
+    for target in &rewound.restored {
+        out.push_str(&format!("\n  restored {}", target.display));
+    }
+    for target in &rewound.replaced {
+        out.push_str(&format!(
+            "\n  {} had been changed by someone the record did not see: that version is kept in change #{}",
+            target.display,
+            rewound.change.unwrap_or_default()
+        ));
+    }
+    for conflict in &rewound.conflicts {
+        out.push_str(&format!(
+            "\n  left as it is: {} was changed since by someone the record did not see (rewind with keep_checkpoint to restore it anyway; its version now is kept in the record)",
+            conflict.target.display
+        ));
+        out.push_str(&conflict_diff(conflict));
+    }
+    for target in &rewound.unrestorable {
+        out.push_str(&format!(
+            "\n  not restorable: {} (not text, larger than the record keeps, or not readable by you)",
+            target.display
+        ));
+    }
+    out
+}
+
+/// A conflict's two versions: the diff from the point's content to what is there now.
+fn conflict_diff(conflict: &ChangedFile) -> String {
+    match &conflict.visibility {
+        Visibility::Diff(diff) if !diff.is_empty() => format!("\n{}", diff.trim_end()),
+        Visibility::Diff(_) => "\n  (same content as at the point)".to_owned(),
+        _ => "\n  (content not shown)".to_owned(),
     }
 }
 
@@ -217,6 +279,22 @@ mod tests {
             assert_eq!(render(since, &listing), expected);
         }
         assert_eq!(checkpoint_text(4, "before"), "checkpoint 4 \"before\"");
+        let rewound = Rewound {
+            change: Some(12),
+            restored: vec![target("/ws/a.txt"), target("/ws/b.txt")],
+            conflicts: vec![file("/ws/c.txt", Visibility::Diff("--- a/ws/c.txt\n+++ b/ws/c.txt\n@@ -1 +1 @@\n-then\n+outside\n".into()), true, true, true)],
+            replaced: vec![target("/ws/b.txt")],
+            unrestorable: vec![target("/ws/e.bin")],
+        };
+        assert_eq!(
+            rewind_text(3, &rewound),
+            "Rewound to point 3: 2 files restored as one change (#12; rewind it to undo this).\n  restored /ws/a.txt\n  restored /ws/b.txt\n  \
+/ws/b.txt had been changed by someone the record did not see: that version is kept in change #12\n  \
+left as it is: /ws/c.txt was changed since by someone the record did not see (rewind with keep_checkpoint to restore it anyway; its version now is kept in the record)\n\
+--- a/ws/c.txt\n+++ b/ws/c.txt\n@@ -1 +1 @@\n-then\n+outside\n  \
+not restorable: /ws/e.bin (not text, larger than the record keeps, or not readable by you)"
+        );
+        assert_eq!(rewind_text(3, &Rewound::default()), "Nothing restored to point 3.");
         assert_eq!(checkpoint_text(4, ""), "checkpoint 4");
     }
 }

@@ -70,6 +70,23 @@ enum Command {
         #[command(flatten)]
         target: TargetArgs,
     },
+    /// Restore every file the changes after a point changed to its content then, as one
+    /// transaction; a file changed since by someone the daemon did not record is left as it is
+    /// and reported, unless --keep-checkpoint.
+    Rewind {
+        /// The point (a checkpoint's id).
+        #[arg(long)]
+        since: u64,
+        /// Another identity's changes (`*`: every identity's): only for change_operators.
+        #[arg(long, value_name = "IDENTITY")]
+        identity: Option<String>,
+        /// Restore a file changed by someone the daemon did not record too (that version is
+        /// kept in the record).
+        #[arg(long)]
+        keep_checkpoint: bool,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
     /// Serve the tools as an MCP server over stdio (one session per process).
     Mcp {
         #[command(flatten)]
@@ -369,6 +386,14 @@ async fn run(cli: Cli, daemon: &mut Option<EmbeddedDaemon>) -> Result<ExitCode, 
             let mut session = open(&target, config, daemon).await?;
             let query = crate::daemon::ChangesQuery { since, this_session: false, identity };
             let result = crate::changes::changes(&mut session, &query).await;
+            emit(&mut out, &result.text())?;
+            Ok(if result.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })
+        }
+        Command::Rewind { since, identity, keep_checkpoint, target } => {
+            let config = load_config(target.config.as_ref(), false)?;
+            let mut session = open(&target, config, daemon).await?;
+            let query = crate::daemon::ChangesQuery { since, this_session: false, identity };
+            let result = crate::changes::rewind(&mut session, &query, keep_checkpoint).await;
             emit(&mut out, &result.text())?;
             Ok(if result.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })
         }

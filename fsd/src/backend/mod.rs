@@ -11,6 +11,7 @@ mod moves;
 pub(crate) mod pipeline;
 mod read;
 pub mod record;
+mod rewind;
 pub mod resolve;
 pub mod text;
 pub mod txn;
@@ -70,6 +71,10 @@ pub struct Backend {
     record: Option<record::Store>,
     /// Who the call being served changes things for ([`Request::Recorded`]).
     author: std::sync::Mutex<Option<crate::op::Author>>,
+    /// A rewind is committing: its change is recorded as one.
+    rewinding: std::sync::atomic::AtomicBool,
+    /// The sequence number of the last change this worker recorded.
+    last_recorded: std::sync::atomic::AtomicU64,
 }
 
 /// Clears the bindings of the approved call being run when it ends, however it ends.
@@ -174,6 +179,8 @@ impl Backend {
             bound: Default::default(),
             record: None,
             author: Default::default(),
+            rewinding: Default::default(),
+            last_recorded: Default::default(),
         })
     }
 
@@ -243,6 +250,7 @@ impl Backend {
             Request::Recorded { author, request } => self.recorded(mode, author, *request),
             Request::Checkpoint { author, label } => self.checkpoint(author, label),
             Request::Changes(query) => self.changes(query),
+            Request::Rewind { author, query, keep_checkpoint } => self.rewind(mode, author, query, keep_checkpoint),
             // The approval is the worker's to check before the call gets here (`worker`).
             Request::Bound { bindings, request, .. } => {
                 let _bound = self.bind(bindings);

@@ -91,7 +91,7 @@ impl Store {
     }
 
     /// A kept before-image's bytes.
-    fn blob(&self, digest: &str) -> Option<Vec<u8>> {
+    pub(super) fn blob(&self, digest: &str) -> Option<Vec<u8>> {
         let mut file = sys::open_read(self.blobs.as_fd(), OsStr::new(digest)).ok()?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).ok()?;
@@ -99,7 +99,7 @@ impl Store {
     }
 
     /// Every line of the log, parsed (a line cut short by a crash mid-append is skipped).
-    fn lines(&self) -> Result<Vec<Line>, FsError> {
+    pub(super) fn lines(&self) -> Result<Vec<Line>, FsError> {
         let mut file = match sys::open_read(self.dir.as_fd(), OsStr::new(LOG)) {
             Ok(file) => file,
             Err(Errno::NOENT) => return Ok(Vec::new()),
@@ -221,7 +221,7 @@ impl Counter {
 /// One line of the log.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-enum Line {
+pub(super) enum Line {
     Change(Entry),
     Checkpoint(Point),
     /// The bounds dropped every change up to `through` (`changes` of them, in all).
@@ -229,7 +229,7 @@ enum Line {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Point {
+pub(super) struct Point {
     seq: u64,
     at_ms: u64,
     author: Author,
@@ -238,12 +238,12 @@ struct Point {
 
 /// One committed change.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Entry {
-    seq: u64,
-    at_ms: u64,
-    author: Author,
-    op: String,
-    files: Vec<FileChange>,
+pub(super) struct Entry {
+    pub(super) seq: u64,
+    pub(super) at_ms: u64,
+    pub(super) author: Author,
+    pub(super) op: String,
+    pub(super) files: Vec<FileChange>,
 }
 
 impl Entry {
@@ -256,29 +256,29 @@ impl Entry {
 /// One target of a change: what was there before (`None`: nothing) and the version fsd left
 /// (`None`: nothing).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct FileChange {
-    key: String,
-    display: String,
-    before: Option<Image>,
-    after: Option<String>,
+pub(super) struct FileChange {
+    pub(super) key: String,
+    pub(super) display: String,
+    pub(super) before: Option<Image>,
+    pub(super) after: Option<String>,
 }
 
 /// What a target held before a change.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Image {
-    kind: ImageKind,
+pub(super) struct Image {
+    pub(super) kind: ImageKind,
     /// The content's digest (`None`: not kept, larger than `max_file_bytes` or not a file).
-    digest: Option<String>,
-    size: u64,
-    mode: u32,
-    uid: u32,
-    gid: u32,
-    version: String,
+    pub(super) digest: Option<String>,
+    pub(super) size: u64,
+    pub(super) mode: u32,
+    pub(super) uid: u32,
+    pub(super) gid: u32,
+    pub(super) version: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-enum ImageKind {
+pub(super) enum ImageKind {
     File,
     Directory,
     Symlink,
@@ -383,7 +383,7 @@ impl Backend {
             mode: meta.mode & 0o7777,
             uid: meta.uid,
             gid: meta.gid,
-            version: version::of_meta(&meta),
+            version: version_at(parent.as_fd(), resolved.name()).unwrap_or_else(|| version::of_meta(&meta)),
         }))
     }
 
@@ -397,13 +397,17 @@ impl Backend {
             .files
             .drain(..)
             .map(|(target, before, at)| {
-                let after = at.parent.as_ref().and_then(|p| sys::meta_at(p.as_fd(), &at.name).ok());
-                FileChange { key: target.key, display: target.display, before, after: after.map(|m| version::of_meta(&m)) }
+                let after = at.parent.as_ref().and_then(|p| version_at(p.as_fd(), &at.name));
+                FileChange { key: target.key, display: target.display, before, after }
             })
             .collect();
         let at_ms = now_ms();
         let counter = &mut pending.counter;
+        // A rewind commits through the transaction or the single change's commit: it is
+        // recorded as what it is.
+        let op = if self.rewinding.load(std::sync::atomic::Ordering::Relaxed) { "rewind" } else { op };
         let entry = Entry { seq: counter.take(), at_ms, author, op: op.to_owned(), files };
+        self.last_recorded.store(entry.seq, std::sync::atomic::Ordering::Relaxed);
         counter.bytes += pending.stored;
         if counter.oldest == 0 {
             counter.oldest = at_ms;
@@ -487,7 +491,7 @@ impl Backend {
         for (mut diff, before, after, escalated) in files {
             let now = self.now_at(query.reader_mode, &diff.target.display);
             diff.exists = now.as_ref().is_some_and(|(v, _)| v.is_some());
-            diff.changed_outside = now.as_ref().map(|(v, _)| v.clone()) != Some(after.clone()) && now.is_some();
+            diff.changed_outside = now.as_ref().is_some_and(|(v, _)| !same_state(v.as_deref(), after.as_deref()));
             diff.shown = match now {
                 _ if escalated => Visible::Escalated,
                 None => Visible::NotReadable,
@@ -509,7 +513,7 @@ impl Backend {
 
     /// A file as the caller may read it at its own mode now: its version (`None`: nothing
     /// there) and content (`None`: not a file within the reply bound); `None`: it may not.
-    fn now_at(&self, mode: Mode, display: &str) -> Option<(Option<String>, Option<Vec<u8>>)> {
+    pub(super) fn now_at(&self, mode: Mode, display: &str) -> Option<(Option<String>, Option<Vec<u8>>)> {
         let options = super::resolve::WalkOptions { follow_final: false, create_parents: false };
         let resolved = match self.walk(mode, display, options) {
             Ok(resolved) => resolved,
@@ -522,7 +526,31 @@ impl Backend {
             .then(|| sys::open_read(parent.as_fd(), resolved.name()).ok())
             .flatten()
             .and_then(|f| super::read::read_bounded(&f, &meta, self.limits.max_diff_text_bytes).ok());
-        Some((Some(version::of_meta(&meta)), content))
+        Some((Some(version_at(parent.as_fd(), resolved.name()).unwrap_or_else(|| version::of_meta(&meta))), content))
+    }
+}
+
+/// The version of what `name` in `dir` holds (`None`: nothing): a file's as a guard names it
+/// (opened, with its generation), anything else's from its metadata.
+pub(super) fn version_at(dir: std::os::fd::BorrowedFd<'_>, name: &OsStr) -> Option<String> {
+    let meta = sys::meta_at(dir, name).ok()?;
+    if meta.kind == Kind::File
+        && let Ok(file) = sys::open_read(dir, name)
+        && let Ok(opened) = sys::meta(file.as_fd())
+    {
+        return Some(version::of_file(&file, &opened));
+    }
+    Some(version::of_meta(&meta))
+}
+
+/// Whether what a target holds now (`now`) is what the record says fsd left there (`left`):
+/// the same version but for its change time, which a rewind's restored mode moves on.
+pub(super) fn same_state(now: Option<&str>, left: Option<&str>) -> bool {
+    let without_ctime = |v: &str| v.rsplitn(3, '.').nth(2).map(str::to_owned);
+    match (now, left) {
+        (None, None) => true,
+        (Some(now), Some(left)) => without_ctime(now) == without_ctime(left),
+        _ => false,
     }
 }
 
@@ -534,7 +562,7 @@ fn at(resolved: &Resolved) -> ResolvedAt {
 }
 
 /// The unified diff of a file's content at the point and now.
-fn unified(old: &str, new: &str, display: &str) -> String {
+pub(super) fn unified(old: &str, new: &str, display: &str) -> String {
     similar::TextDiff::from_lines(old, new)
         .unified_diff()
         .context_radius(3)

@@ -42,7 +42,7 @@ impl Kind {
                 Kind::of(request)
             }
             // The change record's own calls are never approved ones: they reach no file.
-            Request::Checkpoint { .. } | Request::Changes(_) => Kind::Look,
+            Request::Checkpoint { .. } | Request::Changes(_) | Request::Rewind { .. } => Kind::Look,
         }
     }
 

@@ -15,7 +15,8 @@ mod request;
 
 pub use binding::{Binding, Last, ObjectId, Scope, Shown, SignedApproval};
 pub use outcome::{
-    Change, ChangeEntry, Changes, DirEntry, FileDiff, FileType, Info, Outcome, StreamHeader, Target, Visible,
+    Change, ChangeEntry, Changes, DirEntry, FileDiff, FileType, Info, Outcome, Rewound, StreamHeader, Target,
+    Visible,
     WriteOperation,
 };
 pub use request::{Author, Bindings, ChangesQuery, EditGuard, Request, TxnOp, Unbound, WriteGuard};
@@ -47,6 +48,8 @@ pub enum Op {
     Checkpoint,
     /// Lists the recorded changes after a point.
     Changes,
+    /// Restores the files changed after a point.
+    Rewind,
 }
 
 impl Op {
@@ -70,6 +73,7 @@ impl Op {
             Op::Check => "check",
             Op::Checkpoint => "checkpoint",
             Op::Changes => "changes",
+            Op::Rewind => "rewind",
         }
     }
 

@@ -123,6 +123,24 @@ pub enum Outcome {
         id: u64,
     },
     Changes(Changes),
+    Rewind(Rewound),
+}
+
+/// What a rewind did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rewound {
+    /// The rewind's own change in the record (none when it restored nothing).
+    pub change: Option<u64>,
+    /// The files restored to their content at the point.
+    pub restored: Vec<Target>,
+    /// Files changed since by someone the record did not see: left as they are, each with the
+    /// diff from its content at the point to its content now (where the caller may see it).
+    pub conflicts: Vec<FileDiff>,
+    /// Files restored over such a change (`keep_checkpoint`): their version is the rewind's
+    /// change's before-image.
+    pub replaced: Vec<Target>,
+    /// Files the record cannot restore (not text, larger than it keeps, not a file).
+    pub unrestorable: Vec<Target>,
 }
 
 /// The recorded changes after a point (`Request::Changes`), oldest first.

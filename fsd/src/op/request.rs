@@ -107,6 +107,15 @@ pub enum Request {
     },
     /// The recorded changes after a point, and for each file changed its diff since then.
     Changes(ChangesQuery),
+    /// Restores every file the selected changes after a point changed to its content then, as
+    /// one transaction (`backend::rewind`).
+    Rewind {
+        author: Author,
+        query: ChangesQuery,
+        /// A file changed since by someone the record did not see is restored too (its version
+        /// kept in the rewind's own record); else it is left as it is and reported.
+        keep_checkpoint: bool,
+    },
     /// An approved escalated call: `request`, each of whose paths the worker's own walk holds to
     /// the object the approval binds (see [`Binding`]).
     Bound {
@@ -243,6 +252,7 @@ impl Request {
             Request::Bound { request, .. } | Request::Recorded { request, .. } => request.op(),
             Request::Checkpoint { .. } => Op::Checkpoint,
             Request::Changes(_) => Op::Changes,
+            Request::Rewind { .. } => Op::Rewind,
         }
     }
 
@@ -264,7 +274,7 @@ impl Request {
             Request::Check { request } | Request::Bound { request, .. } | Request::Recorded { request, .. } => {
                 request.path()
             }
-            Request::Checkpoint { .. } | Request::Changes(_) => "",
+            Request::Checkpoint { .. } | Request::Changes(_) | Request::Rewind { .. } => "",
         }
     }
 }

@@ -5,9 +5,9 @@
 use fsd_proto::{ErrorCode, Reason, WireError, v1};
 use tonic::{Request, Response, Status};
 
-use super::grant::Caller;
+use super::grant::{Caller, Decision, Step};
 use super::{FsdService, unexpected, wire};
-use crate::op::{self, Mode, Outcome};
+use crate::op::{self, Mode, Op, Outcome};
 
 impl FsdService {
     /// Names a point in the record for the caller.
@@ -41,6 +41,42 @@ impl FsdService {
         };
         match self.record_call(&caller, op::Request::Changes(query)).await? {
             Outcome::Changes(changes) => Ok(Response::new(wire::changes_reply(changes))),
+            _ => Err(unexpected()),
+        }
+    }
+
+    /// Restores the files the selected changes after a point changed; audited.
+    pub(super) async fn rewind_call(
+        &self,
+        request: Request<v1::RewindRequest>,
+    ) -> Result<Response<v1::RewindReply>, Status> {
+        let caller = Caller::of(&request, request.get_ref().context.as_ref());
+        let _in_flight = self.budgets.call(&caller.identity).map_err(|r| r.into_wire("").into_status())?;
+        let message = request.into_inner();
+        let whose = self.whose(&caller, &message.identity);
+        let result = match whose {
+            Ok(identity) => {
+                let query = op::ChangesQuery {
+                    since: message.since,
+                    identity,
+                    session: message.this_session.then(|| caller.session.clone()),
+                    reader_mode: self.own_mode(&caller),
+                };
+                let call = op::Request::Rewind {
+                    author: caller.author(false),
+                    query,
+                    keep_checkpoint: message.keep_checkpoint,
+                };
+                self.dispatcher.call(Mode::WorkspaceWrite, &caller.client(), call).await
+            }
+            Err(refused) => Err(refused),
+        };
+        let code = result.as_ref().err().map(|w| w.code.as_str()).unwrap_or("ok");
+        let decision = Decision::of_call(result.as_ref().err().map(|w| w.code));
+        let point = format!("since {}", message.since);
+        self.audit(&caller, Step::Call(Op::Rewind), &point, Mode::WorkspaceWrite, decision, code);
+        match result.map_err(WireError::into_status)? {
+            Outcome::Rewind(rewound) => Ok(Response::new(wire::rewind_reply(rewound))),
             _ => Err(unexpected()),
         }
     }

@@ -451,6 +451,10 @@ impl Fsd for FsdService {
         self.list_changes_call(request).await
     }
 
+    async fn rewind(&self, request: Request<v1::RewindRequest>) -> Result<Response<v1::RewindReply>, Status> {
+        self.rewind_call(request).await
+    }
+
     async fn request_escalation(
         &self,
         request: Request<v1::EscalationRequest>,

@@ -346,10 +346,26 @@ pub(super) fn changes_reply(changes: op::Changes) -> v1::ListChangesReply {
                 targets: e.targets.into_iter().filter_map(target).collect(),
             })
             .collect(),
-        files: changes
-            .files
-            .into_iter()
-            .map(|f| {
+        files: changes.files.into_iter().map(changed_file).collect(),
+    }
+}
+
+/// A rewind's outcome as the wire carries it.
+pub(super) fn rewind_reply(rewound: op::Rewound) -> v1::RewindReply {
+    let targets = |t: Vec<op::Target>| t.into_iter().filter_map(target).collect();
+    v1::RewindReply {
+        change: rewound.change,
+        restored: targets(rewound.restored),
+        conflicts: rewound.conflicts.into_iter().map(changed_file).collect(),
+        replaced: targets(rewound.replaced),
+        unrestorable: targets(rewound.unrestorable),
+    }
+}
+
+/// A changed file as the wire carries it.
+fn changed_file(f: op::FileDiff) -> v1::ChangedFile {
+    {
+        {
                 let (visibility, diff) = match f.shown {
                     op::Visible::Diff(diff) => (v1::ChangeVisibility::Diff, diff),
                     op::Visible::Escalated => (v1::ChangeVisibility::Escalated, String::new()),
@@ -365,7 +381,6 @@ pub(super) fn changes_reply(changes: op::Changes) -> v1::ListChangesReply {
                     visibility: visibility as i32,
                     diff,
                 }
-            })
-            .collect(),
+        }
     }
 }

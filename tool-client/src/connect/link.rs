@@ -359,6 +359,7 @@ delegate! {
     release_escalation(v1::ReleaseEscalationRequest) -> v1::ReleaseEscalationReply;
     checkpoint(v1::CheckpointRequest) -> v1::CheckpointReply;
     list_changes(v1::ListChangesRequest) -> v1::ListChangesReply;
+    rewind(v1::RewindRequest) -> v1::RewindReply;
 }
 
 #[cfg(test)]

@@ -58,7 +58,41 @@ pub struct ChangeListing {
     pub files: Vec<ChangedFile>,
 }
 
+/// What a rewind did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rewound {
+    /// The rewind's own change in the record (none when nothing was restored).
+    pub change: Option<u64>,
+    pub restored: Vec<Target>,
+    /// Left as they are: changed since by someone the record did not see.
+    pub conflicts: Vec<ChangedFile>,
+    /// Restored over such a change; the version replaced is in the rewind's change.
+    pub replaced: Vec<Target>,
+    pub unrestorable: Vec<Target>,
+}
+
 impl Daemon {
+    /// Restores the files the selected changes after a point changed (`keep_checkpoint`: over
+    /// a change the record did not see too).
+    pub async fn rewind(&mut self, query: &ChangesQuery, keep_checkpoint: bool) -> Reply<Rewound> {
+        let request = v1::RewindRequest {
+            context: self.context(),
+            since: query.since,
+            this_session: query.this_session,
+            identity: query.identity.clone().unwrap_or_default(),
+            keep_checkpoint,
+        };
+        let reply = self.client.rewind(request).await.map_err(DaemonError::from_status)?.into_inner();
+        let targets = |t: Vec<v1::Target>| t.into_iter().map(|t| Target::from(Some(t))).collect();
+        Ok(Rewound {
+            change: reply.change,
+            restored: targets(reply.restored),
+            conflicts: reply.conflicts.into_iter().map(changed_file).collect(),
+            replaced: targets(reply.replaced),
+            unrestorable: targets(reply.unrestorable),
+        })
+    }
+
     /// Names a point in the daemon's change record: its id.
     pub async fn checkpoint(&mut self, label: &str) -> Reply<u64> {
         let request = v1::CheckpointRequest { context: self.context(), label: label.to_owned() };
@@ -94,27 +128,26 @@ impl Daemon {
                     }
                 })
                 .collect(),
-            files: reply
-                .files
-                .into_iter()
-                .map(|f| {
-                    let visibility = match v1::ChangeVisibility::try_from(f.visibility) {
-                        Ok(v1::ChangeVisibility::Diff) => Visibility::Diff(f.diff),
-                        Ok(v1::ChangeVisibility::Escalated) => Visibility::Escalated,
-                        Ok(v1::ChangeVisibility::NotReadable) => Visibility::NotReadable,
-                        // Unspecified, or a kind newer than this client: nothing shown.
-                        _ => Visibility::NotText,
-                    };
-                    ChangedFile {
-                        target: f.target.into(),
-                        authors: f.authors,
-                        existed: f.existed,
-                        exists: f.exists,
-                        changed_outside: f.changed_outside,
-                        visibility,
-                    }
-                })
-                .collect(),
+            files: reply.files.into_iter().map(changed_file).collect(),
         })
+    }
+}
+
+/// A changed file off the wire.
+fn changed_file(f: v1::ChangedFile) -> ChangedFile {
+    let visibility = match v1::ChangeVisibility::try_from(f.visibility) {
+        Ok(v1::ChangeVisibility::Diff) => Visibility::Diff(f.diff),
+        Ok(v1::ChangeVisibility::Escalated) => Visibility::Escalated,
+        Ok(v1::ChangeVisibility::NotReadable) => Visibility::NotReadable,
+        // Unspecified, or a kind newer than this client: nothing shown.
+        _ => Visibility::NotText,
+    };
+    ChangedFile {
+        target: f.target.into(),
+        authors: f.authors,
+        existed: f.existed,
+        exists: f.exists,
+        changed_outside: f.changed_outside,
+        visibility,
     }
 }

@@ -16,7 +16,7 @@ use fsd_proto::v1::{self, stream_text_reply::Item};
 use crate::connect::SessionClient;
 use crate::window::{Window, WindowBuilder, WindowSpec};
 
-pub use changes::{ChangeListing, ChangedFile, ChangesQuery, RecordedChange, Visibility};
+pub use changes::{ChangeListing, ChangedFile, ChangesQuery, RecordedChange, Rewound, Visibility};
 pub use types::{
     BytesRead, Change, DaemonError, Decider, Decision, Edited, Entry, FileKind, Hello, Info, Mode, Moved,
     Operation, PlannedCall, Rejection, Report, Stat, Target, TextChange, TextRead, Ticket, TxnChange,
