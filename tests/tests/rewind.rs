@@ -132,6 +132,19 @@ fn the_record_at_its_bound_drops_the_oldest_whole_changes_and_says_so() {
         listing.text()
     );
     assert_eq!(blobs(state.path()), 2);
+    // A rewind to a point before the dropped history would not restore it whole: refused.
+    let before = d.read("f.txt");
+    let refused = rewind(&mut s, 0, false);
+    assert_eq!(refused.code(), Some("FS_SANDBOX_DENIED"), "{}", refused.json);
+    assert_eq!(
+        refused.text(),
+        "Error: the change record's bounds dropped history after that point, so it cannot be restored whole; nothing was changed"
+    );
+    assert_eq!(d.read("f.txt"), before);
+    // From a point after it, the kept changes undo.
+    let back = rewind(&mut s, 4, false);
+    assert!(!back.is_error(), "{}", back.json);
+    assert_eq!(d.read("f.txt"), format!("3{}\n", "x".repeat(38)).into_bytes());
 }
 
 /// The CLI: a checkpoint prints its id, a listing its diffs; another identity's changes only
@@ -234,7 +247,9 @@ fn fixture(d: &Daemon) {
 /// recorded, and rewinding it brings the session's work back.
 #[test]
 fn a_rewind_restores_the_tree_of_the_checkpoint_and_is_itself_undoable() {
-    let (d, _state) = daemon("");
+    let logs = tempfile::tempdir().unwrap();
+    let audit = logs.path().join("audit.jsonl");
+    let (d, _state) = daemon(&format!("audit_log = \"{}\"\n", audit.display()));
     fixture(&d);
     let at_checkpoint = tree(&d.root);
     let mut s = d.session_with_config("applyPatch = true\n");
@@ -258,6 +273,25 @@ fn a_rewind_restores_the_tree_of_the_checkpoint_and_is_itself_undoable() {
     assert_eq!(
         tree(&d.root).into_iter().map(|(p, _, o, c)| (p, o, c)).collect::<Vec<_>>(),
         worked.into_iter().map(|(p, _, o, c)| (p, o, c)).collect::<Vec<_>>()
+    );
+    // Every rewind is an audit record, and so is one refused.
+    let (text, ok) = cli(&d, &["rewind", "--since", "0", "--identity", "uid:4242"]);
+    assert!(!ok, "{text}");
+    let audit = std::fs::read_to_string(&audit).unwrap();
+    let rewinds: Vec<(String, String, String)> = audit
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l["op"] == "rewind")
+        .map(|l| (l["path"].as_str().unwrap_or("").to_owned(), l["result"].as_str().unwrap_or("").to_owned(), l["client"].as_str().unwrap_or("").to_owned()))
+        .collect();
+    assert_eq!(
+        rewinds,
+        [
+            (format!("since {point}"), "ok".to_owned(), "uid:0".to_owned()),
+            (format!("since {}", change - 1), "ok".to_owned(), "uid:0".to_owned()),
+            ("since 0".to_owned(), "FS_PERMISSION_DENIED".to_owned(), "uid:0".to_owned()),
+        ],
+        "{audit}"
     );
 }
 
