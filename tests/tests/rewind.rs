@@ -70,7 +70,8 @@ fn every_change_of_a_session_is_listed_with_its_author_and_diff() {
 
     let listing = changes(&mut s, before);
     let meta = listing.meta();
-    let ops: Vec<&str> = meta["changes"].as_array().unwrap().iter().map(|c| c["operation"].as_str().unwrap()).collect();
+    let ops: Vec<&str> =
+        meta["changes"].as_array().unwrap().iter().map(|c| c["operation"].as_str().unwrap()).collect();
     assert_eq!(ops, ["editText", "writeText", "writeText", "moveFile", "deleteFile"], "{}", listing.json);
     for change in meta["changes"].as_array().unwrap() {
         assert_eq!(change["identity"], json!("uid:0"));
@@ -79,9 +80,15 @@ fn every_change_of_a_session_is_listed_with_its_author_and_diff() {
     let files: Vec<(&str, &Value)> =
         meta["files"].as_array().unwrap().iter().map(|f| (f["path"].as_str().unwrap(), f)).collect();
     let file = |name: &str| files.iter().find(|(p, _)| p.ends_with(name)).map(|(_, f)| *f).expect(name);
-    assert_eq!(file("/a.txt")["diff"], json!(format!("--- a{a}\n+++ b{a}\n@@ -1,2 +1,2 @@\n one\n-two\n+TWO\n")));
+    assert_eq!(
+        file("/a.txt")["diff"],
+        json!(format!("--- a{a}\n+++ b{a}\n@@ -1,2 +1,2 @@\n one\n-two\n+TWO\n"))
+    );
     // Made and removed since the point: no file then, none now, nothing to show.
-    assert_eq!((file("/new.txt")["existed"].as_bool(), file("/new.txt")["exists"].as_bool()), (Some(false), Some(false)));
+    assert_eq!(
+        (file("/new.txt")["existed"].as_bool(), file("/new.txt")["exists"].as_bool()),
+        (Some(false), Some(false))
+    );
     assert_eq!(file("/new.txt")["diff"], json!(""));
     assert_eq!(file("/c.txt")["exists"], json!(false));
     assert!(file("/moved.txt")["diff"].as_str().unwrap().contains("+SEA"));
@@ -155,9 +162,11 @@ fn the_cli_lists_changes_and_only_an_operator_sees_another_identitys() {
     d.write("a.txt", "one\n");
     let (text, ok) = cli(&d, &["checkpoint", "before"]);
     assert!(ok, "{text}");
-    let id: u64 = text.trim().strip_prefix("checkpoint ").and_then(|t| t.split(' ').next()).unwrap().parse().unwrap();
+    let id: u64 =
+        text.trim().strip_prefix("checkpoint ").and_then(|t| t.split(' ').next()).unwrap().parse().unwrap();
     assert_eq!(text.trim(), format!("checkpoint {id} \"before\""));
-    let (text, ok) = cli(&d, &["call", "write", &json!({"file_path": d.path("a.txt"), "content": "two\n"}).to_string()]);
+    let (text, ok) =
+        cli(&d, &["call", "write", &json!({"file_path": d.path("a.txt"), "content": "two\n"}).to_string()]);
     assert!(ok, "{text}");
     let (text, ok) = cli(&d, &["changes", "--since", &id.to_string()]);
     assert!(ok, "{text}");
@@ -225,7 +234,9 @@ fn a_session_of_changes(d: &Daemon, s: &mut ToolSession) {
     let a = d.path("a.txt").display().to_string();
     assert!(!s.call("edit", json!({"file_path": a, "old_string": "two", "new_string": "TWO"})).is_error());
     assert!(!s.call("write", json!({"file_path": d.path("new.txt"), "content": "fresh\n"})).is_error());
-    assert!(!s.call("write", json!({"file_path": d.path("b.txt"), "content": "bee, rewritten\n"})).is_error());
+    assert!(
+        !s.call("write", json!({"file_path": d.path("b.txt"), "content": "bee, rewritten\n"})).is_error()
+    );
     let patch = "*** Begin Patch\n*** Update File: b.txt\n@@\n-bee, rewritten\n+BEE\n*** Update File: c.txt\n*** Move to: moved.txt\n@@\n-sea\n+SEA\n*** Delete File: secret.txt\n*** End Patch";
     let patched = s.call("apply_patch", json!({"input": patch}));
     assert!(!patched.is_error(), "{}", patched.json);
@@ -262,7 +273,11 @@ fn a_rewind_restores_the_tree_of_the_checkpoint_and_is_itself_undoable() {
     assert!(!reply.is_error(), "{}", reply.json);
     assert_eq!(reply.meta()["conflicts"], json!([]), "{}", reply.json);
     assert_eq!(tree(&d.root), at_checkpoint, "{}", reply.text());
-    assert!(reply.text().starts_with(&format!("Rewound to point {point}: 6 files restored as one change")), "{}", reply.text());
+    assert!(
+        reply.text().starts_with(&format!("Rewound to point {point}: 6 files restored as one change")),
+        "{}",
+        reply.text()
+    );
 
     // The rewind is a change of its own: rewinding it brings the session's work back.
     let change = reply.meta()["change"].as_u64().expect("the rewind's change");
@@ -282,7 +297,13 @@ fn a_rewind_restores_the_tree_of_the_checkpoint_and_is_itself_undoable() {
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|l| l["op"] == "rewind")
-        .map(|l| (l["path"].as_str().unwrap_or("").to_owned(), l["result"].as_str().unwrap_or("").to_owned(), l["client"].as_str().unwrap_or("").to_owned()))
+        .map(|l| {
+            (
+                l["path"].as_str().unwrap_or("").to_owned(),
+                l["result"].as_str().unwrap_or("").to_owned(),
+                l["client"].as_str().unwrap_or("").to_owned(),
+            )
+        })
         .collect();
     assert_eq!(
         rewinds,
@@ -315,9 +336,10 @@ fn an_outside_write_is_a_conflict_and_its_content_is_kept() {
     assert_eq!(d.read("b.txt"), b"bee\n", "the rest is restored");
     assert_eq!(d.read("secret.txt"), b"hush\n");
     assert!(
-        reply.text().contains(&format!(
-            "left as it is: {a} was changed since by someone the record did not see"
-        )) && reply.text().contains("-two\n+outside"),
+        reply
+            .text()
+            .contains(&format!("left as it is: {a} was changed since by someone the record did not see"))
+            && reply.text().contains("-two\n+outside"),
         "{}",
         reply.text()
     );

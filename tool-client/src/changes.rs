@@ -37,7 +37,10 @@ pub async fn rewind(session: &mut Session, query: &ChangesQuery, keep_checkpoint
             let paths = |t: &[Target]| t.iter().map(|t| t.display.clone()).collect::<Vec<_>>();
             meta.insert("change".into(), json!(rewound.change));
             meta.insert("restored".into(), json!(paths(&rewound.restored)));
-            meta.insert("conflicts".into(), json!(rewound.conflicts.iter().map(|c| c.target.display.clone()).collect::<Vec<_>>()));
+            meta.insert(
+                "conflicts".into(),
+                json!(rewound.conflicts.iter().map(|c| c.target.display.clone()).collect::<Vec<_>>()),
+            );
             meta.insert("replaced".into(), json!(paths(&rewound.replaced)));
             meta.insert("unrestorable".into(), json!(paths(&rewound.unrestorable)));
             ToolResult::text_ok(rewind_text(query.since, &rewound), meta)
@@ -154,7 +157,9 @@ pub fn render(since: u64, listing: &ChangeListing) -> String {
             Visibility::Diff(diff) => out.push_str(diff),
             Visibility::Escalated => out.push_str("  content not shown: changed under an escalation\n"),
             Visibility::NotReadable => out.push_str("  content not shown: you may not read this file now\n"),
-            Visibility::NotText => out.push_str("  content not shown: not text, or larger than the record keeps\n"),
+            Visibility::NotText => {
+                out.push_str("  content not shown: not text, or larger than the record keeps\n")
+            }
         }
     }
     out.trim_end().to_owned()
@@ -244,7 +249,13 @@ mod tests {
                     dropped_through: Some(4),
                     dropped_changes: 2,
                     changes: vec![change(5, "writeText", "/ws/a.txt", false)],
-                    files: vec![file("/ws/a.txt", Visibility::Diff("--- a/ws/a.txt\n+++ b/ws/a.txt\n@@ -1 +1 @@\n-one\n+two\n".into()), true, true, false)],
+                    files: vec![file(
+                        "/ws/a.txt",
+                        Visibility::Diff("--- a/ws/a.txt\n+++ b/ws/a.txt\n@@ -1 +1 @@\n-one\n+two\n".into()),
+                        true,
+                        true,
+                        false,
+                    )],
                 },
                 "The record's bounds dropped the oldest history: 2 whole changes, through change 4. Changes after your point up to then are not listed and cannot be undone.\n\
 1 changes after point 0:\n  #5 2025-12-03T16:00:05Z writeText /ws/a.txt (uid:1000, call s-1-5)\n\n/ws/a.txt (changed by uid:1000)\n--- a/ws/a.txt\n+++ b/ws/a.txt\n@@ -1 +1 @@\n-one\n+two",
@@ -282,7 +293,13 @@ mod tests {
         let rewound = Rewound {
             change: Some(12),
             restored: vec![target("/ws/a.txt"), target("/ws/b.txt")],
-            conflicts: vec![file("/ws/c.txt", Visibility::Diff("--- a/ws/c.txt\n+++ b/ws/c.txt\n@@ -1 +1 @@\n-then\n+outside\n".into()), true, true, true)],
+            conflicts: vec![file(
+                "/ws/c.txt",
+                Visibility::Diff("--- a/ws/c.txt\n+++ b/ws/c.txt\n@@ -1 +1 @@\n-then\n+outside\n".into()),
+                true,
+                true,
+                true,
+            )],
             replaced: vec![target("/ws/b.txt")],
             unrestorable: vec![target("/ws/e.bin")],
         };

@@ -77,7 +77,10 @@ pub async fn handle_line(session: &mut Session, line: &str) -> Value {
     }
     if let Some(asked) = object.get("rewind") {
         let Some(asked) = asked.as_object() else {
-            return invalid(id, "rewind must be an object: {\"since\", \"this_session\", \"identity\", \"keep_checkpoint\"}");
+            return invalid(
+                id,
+                "rewind must be an object: {\"since\", \"this_session\", \"identity\", \"keep_checkpoint\"}",
+            );
         };
         let query = crate::daemon::ChangesQuery {
             since: asked.get("since").and_then(Value::as_u64).unwrap_or(0),
@@ -88,7 +91,10 @@ pub async fn handle_line(session: &mut Session, line: &str) -> Value {
         return result_json(id, &crate::changes::rewind(session, &query, keep).await);
     }
     let Some(tool) = object.get("tool").and_then(Value::as_str) else {
-        return invalid(id, "request needs \"tool\" (a string), \"cwd\", \"checkpoint\", \"changes\" or \"rewind\"");
+        return invalid(
+            id,
+            "request needs \"tool\" (a string), \"cwd\", \"checkpoint\", \"changes\" or \"rewind\"",
+        );
     };
     let args = object.get("args").cloned().unwrap_or_else(|| json!({}));
     // A line may carry the W3C trace context its daemon calls continue (`_meta.traceparent`).

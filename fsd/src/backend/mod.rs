@@ -11,8 +11,8 @@ mod moves;
 pub(crate) mod pipeline;
 mod read;
 pub mod record;
-mod rewind;
 pub mod resolve;
+mod rewind;
 pub mod text;
 pub mod txn;
 mod version;
@@ -250,7 +250,9 @@ impl Backend {
             Request::Recorded { author, request } => self.recorded(mode, author, *request),
             Request::Checkpoint { author, label } => self.checkpoint(author, label),
             Request::Changes(query) => self.changes(query),
-            Request::Rewind { author, query, keep_checkpoint } => self.rewind(mode, author, query, keep_checkpoint),
+            Request::Rewind { author, query, keep_checkpoint } => {
+                self.rewind(mode, author, query, keep_checkpoint)
+            }
             // The approval is the worker's to check before the call gets here (`worker`).
             Request::Bound { bindings, request, .. } => {
                 let _bound = self.bind(bindings);

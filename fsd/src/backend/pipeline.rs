@@ -772,8 +772,7 @@ impl Backend {
     /// The change record (`record`) keeps what it replaces or removes first, and its line once
     /// it is placed.
     pub(crate) fn commit(&self, checked: Checked<'_>, body: Option<Body<'_>>) -> Result<Outcome, Failure> {
-        let mut pending =
-            self.record_begin().map_err(|e| self.fail(e, &checked.plan.target.resolved))?;
+        let mut pending = self.record_begin().map_err(|e| self.fail(e, &checked.plan.target.resolved))?;
         self.record_images(&mut pending, &checked)?;
         let op = checked.plan.mutation.op();
         let outcome = self.place(checked, body)?;

@@ -112,7 +112,8 @@ impl Store {
 
     /// Appends one line under the counter's lock.
     fn append(&self, line: &Line) -> Result<(), FsError> {
-        let mut text = serde_json::to_string(line).map_err(|e| FsError::WriteTemp(std::io::Error::other(e)))?;
+        let mut text =
+            serde_json::to_string(line).map_err(|e| FsError::WriteTemp(std::io::Error::other(e)))?;
         text.push('\n');
         let mut log = sys::open_append(self.dir.as_fd(), OsStr::new(LOG)).map_err(FsError::Open)?;
         log.write_all(text.as_bytes()).map_err(FsError::WriteTemp)
@@ -155,7 +156,8 @@ impl Store {
             start = i;
         }
         // Checkpoints before the first change kept stay (they name points, and hold nothing).
-        let before: Vec<Line> = kept[..start].iter().filter(|l| matches!(l, Line::Checkpoint(_))).cloned().collect();
+        let before: Vec<Line> =
+            kept[..start].iter().filter(|l| matches!(l, Line::Checkpoint(_))).cloned().collect();
         for line in &kept[..start] {
             if let Line::Change(entry) = line {
                 through = through.max(entry.seq);
@@ -171,7 +173,9 @@ impl Store {
             .map_err(|e| FsError::WriteTemp(std::io::Error::other(e)))?;
         text.push('\n');
         for line in before.iter().chain(&rest) {
-            text.push_str(&serde_json::to_string(line).map_err(|e| FsError::WriteTemp(std::io::Error::other(e)))?);
+            text.push_str(
+                &serde_json::to_string(line).map_err(|e| FsError::WriteTemp(std::io::Error::other(e)))?,
+            );
             text.push('\n');
         }
         let temp = sys::temp_name().map_err(FsError::CreateTemp)?;
@@ -190,7 +194,8 @@ impl Store {
             }
         }
         counter.bytes = sizes.values().sum();
-        counter.oldest = rest.iter().find_map(|l| if let Line::Change(e) = l { Some(e.at_ms) } else { None }).unwrap_or(0);
+        counter.oldest =
+            rest.iter().find_map(|l| if let Line::Change(e) = l { Some(e.at_ms) } else { None }).unwrap_or(0);
         tracing::info!(through, dropped, "change record: oldest changes dropped to stay within its bounds");
         Ok(())
     }
@@ -225,7 +230,11 @@ pub(super) enum Line {
     Change(Entry),
     Checkpoint(Point),
     /// The bounds dropped every change up to `through` (`changes` of them, in all).
-    Dropped { through: u64, changes: u64, at_ms: u64 },
+    Dropped {
+        through: u64,
+        changes: u64,
+        at_ms: u64,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -249,7 +258,10 @@ pub(super) struct Entry {
 impl Entry {
     /// The before-images it names, with their sizes.
     fn images(&self) -> impl Iterator<Item = (&str, u64)> {
-        self.files.iter().filter_map(|f| f.before.as_ref()).filter_map(|i| i.digest.as_deref().map(|d| (d, i.size)))
+        self.files
+            .iter()
+            .filter_map(|f| f.before.as_ref())
+            .filter_map(|i| i.digest.as_deref().map(|d| (d, i.size)))
     }
 }
 
@@ -349,10 +361,16 @@ impl Backend {
 
     /// Keeps the before-images of a checked change's targets, before its commit places
     /// anything. One that cannot be kept fails the change: nothing is committed unrecorded.
-    pub(crate) fn record_images(&self, pending: &mut Option<Pending>, checked: &Checked<'_>) -> Result<(), Failure> {
+    pub(crate) fn record_images(
+        &self,
+        pending: &mut Option<Pending>,
+        checked: &Checked<'_>,
+    ) -> Result<(), Failure> {
         let (Some(pending), Some(store)) = (pending.as_mut(), self.record.as_ref()) else { return Ok(()) };
         for planned in std::iter::once(&checked.plan.target).chain(&checked.plan.destination) {
-            let image = self.image(store, planned, &mut pending.stored).map_err(|e| self.fail(e, &planned.resolved))?;
+            let image = self
+                .image(store, planned, &mut pending.stored)
+                .map_err(|e| self.fail(e, &planned.resolved))?;
             pending.files.push((planned.target.clone(), image, at(&planned.resolved)));
         }
         Ok(())
@@ -390,7 +408,8 @@ impl Backend {
     /// Writes a committed change's line: each target's version now. A record that cannot be
     /// written is logged: the change is made and answered all the same.
     pub(crate) fn record_after(&self, pending: Option<Pending>, op: &str) {
-        let (Some(mut pending), Some(store), Some(author)) = (pending, self.record.as_ref(), self.author()) else {
+        let (Some(mut pending), Some(store), Some(author)) = (pending, self.record.as_ref(), self.author())
+        else {
             return;
         };
         let files = pending
@@ -424,7 +443,10 @@ impl Backend {
 
     /// Names a point in the record: its sequence number.
     pub(super) fn checkpoint(&self, author: Author, label: String) -> Result<Outcome, Failure> {
-        let store = self.record.as_ref().ok_or_else(|| Failure::new(FsError::Denied(crate::error::Denial::NoChangeRecord), ""))?;
+        let store = self
+            .record
+            .as_ref()
+            .ok_or_else(|| Failure::new(FsError::Denied(crate::error::Denial::NoChangeRecord), ""))?;
         let fail = |e| Failure::new(e, "");
         let mut counter = store.lock().map_err(fail)?;
         let id = counter.take();
@@ -435,7 +457,10 @@ impl Backend {
 
     /// The recorded changes after a point and, per file, its diff from then to now.
     pub(super) fn changes(&self, query: ChangesQuery) -> Result<Outcome, Failure> {
-        let store = self.record.as_ref().ok_or_else(|| Failure::new(FsError::Denied(crate::error::Denial::NoChangeRecord), ""))?;
+        let store = self
+            .record
+            .as_ref()
+            .ok_or_else(|| Failure::new(FsError::Denied(crate::error::Denial::NoChangeRecord), ""))?;
         let lines = store.lines().map_err(|e| Failure::new(e, ""))?;
         let mut listing = Changes::default();
         let mut files: Vec<(FileDiff, Option<Image>, Option<String>, bool)> = Vec::new();
@@ -483,7 +508,11 @@ impl Backend {
             listing.entries.push(ChangeEntry {
                 seq: entry.seq,
                 at_ms: entry.at_ms,
-                targets: entry.files.iter().map(|f| Target { key: f.key.clone(), display: f.display.clone() }).collect(),
+                targets: entry
+                    .files
+                    .iter()
+                    .map(|f| Target { key: f.key.clone(), display: f.display.clone() })
+                    .collect(),
                 author: entry.author,
                 op: entry.op,
             });
@@ -491,7 +520,8 @@ impl Backend {
         for (mut diff, before, after, escalated) in files {
             let now = self.now_at(query.reader_mode, &diff.target.display);
             diff.exists = now.as_ref().is_some_and(|(v, _)| v.is_some());
-            diff.changed_outside = now.as_ref().is_some_and(|(v, _)| !same_state(v.as_deref(), after.as_deref()));
+            diff.changed_outside =
+                now.as_ref().is_some_and(|(v, _)| !same_state(v.as_deref(), after.as_deref()));
             diff.shown = match now {
                 _ if escalated => Visible::Escalated,
                 None => Visible::NotReadable,
@@ -501,7 +531,9 @@ impl Backend {
                         Some(image) => image.digest.as_deref().and_then(|d| store.blob(d)),
                     };
                     match (old.map(String::from_utf8), content.map(String::from_utf8)) {
-                        (Some(Ok(old)), Some(Ok(new))) => Visible::Diff(unified(&old, &new, &diff.target.display)),
+                        (Some(Ok(old)), Some(Ok(new))) => {
+                            Visible::Diff(unified(&old, &new, &diff.target.display))
+                        }
                         _ => Visible::NotText,
                     }
                 }
@@ -526,7 +558,10 @@ impl Backend {
             .then(|| sys::open_read(parent.as_fd(), resolved.name()).ok())
             .flatten()
             .and_then(|f| super::read::read_bounded(&f, &meta, self.limits.max_diff_text_bytes).ok());
-        Some((Some(version_at(parent.as_fd(), resolved.name()).unwrap_or_else(|| version::of_meta(&meta))), content))
+        Some((
+            Some(version_at(parent.as_fd(), resolved.name()).unwrap_or_else(|| version::of_meta(&meta))),
+            content,
+        ))
     }
 }
 

@@ -119,7 +119,9 @@ impl Backend {
                     path: t.display.clone(),
                     content,
                     guard: Some(match now {
-                        Some(version) => WriteGuard::ReplaceIfVersion { version: version.clone(), target_key: key_guard },
+                        Some(version) => {
+                            WriteGuard::ReplaceIfVersion { version: version.clone(), target_key: key_guard }
+                        }
                         None => WriteGuard::CreateIfAbsent,
                     }),
                     match_style: false,

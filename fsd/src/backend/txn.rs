@@ -399,7 +399,8 @@ impl Backend {
         let mut planned = Vec::with_capacity(ops.len());
         let single = plans.len() == 1 && !matches!(first_plan.mutation, Mutation::Move { .. });
         // The change record: every target's before-image, the transaction one change.
-        let mut pending = if single { None } else { self.record_begin().map_err(|e| self.fail(e, anchor))? };
+        let mut pending =
+            if single { None } else { self.record_begin().map_err(|e| self.fail(e, anchor))? };
         for (i, plan) in plans.iter().enumerate() {
             let (a, b) = of_op[i];
             let checked = self.check(plan).map_err(at(i))?;

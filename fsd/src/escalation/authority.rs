@@ -38,9 +38,9 @@ impl Kind {
             | Request::Remove { .. }
             | Request::Transact { .. } => Kind::Change,
             // A dry run needs no more than the call it checks.
-            Request::Bound { request, .. } | Request::Check { request } | Request::Recorded { request, .. } => {
-                Kind::of(request)
-            }
+            Request::Bound { request, .. }
+            | Request::Check { request }
+            | Request::Recorded { request, .. } => Kind::of(request),
             // The change record's own calls are never approved ones: they reach no file.
             Request::Checkpoint { .. } | Request::Changes(_) | Request::Rewind { .. } => Kind::Look,
         }

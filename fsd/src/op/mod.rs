@@ -16,8 +16,7 @@ mod request;
 pub use binding::{Binding, Last, ObjectId, Scope, Shown, SignedApproval};
 pub use outcome::{
     Change, ChangeEntry, Changes, DirEntry, FileDiff, FileType, Info, Outcome, Rewound, StreamHeader, Target,
-    Visible,
-    WriteOperation,
+    Visible, WriteOperation,
 };
 pub use request::{Author, Bindings, ChangesQuery, EditGuard, Request, TxnOp, Unbound, WriteGuard};
 

@@ -271,9 +271,9 @@ impl Request {
             | Request::Remove { path, .. } => path,
             Request::MoveFile { source, .. } => source,
             Request::Transact { ops } => ops.first().map_or("", TxnOp::path),
-            Request::Check { request } | Request::Bound { request, .. } | Request::Recorded { request, .. } => {
-                request.path()
-            }
+            Request::Check { request }
+            | Request::Bound { request, .. }
+            | Request::Recorded { request, .. } => request.path(),
             Request::Checkpoint { .. } | Request::Changes(_) | Request::Rewind { .. } => "",
         }
     }

@@ -102,6 +102,9 @@ impl FsdService {
 
     /// Runs a call of the record in a workspace-write worker (the record's holders).
     async fn record_call(&self, caller: &Caller, call: op::Request) -> Result<Outcome, Status> {
-        self.dispatcher.call(Mode::WorkspaceWrite, &caller.client(), call).await.map_err(WireError::into_status)
+        self.dispatcher
+            .call(Mode::WorkspaceWrite, &caller.client(), call)
+            .await
+            .map_err(WireError::into_status)
     }
 }

@@ -366,21 +366,21 @@ pub(super) fn rewind_reply(rewound: op::Rewound) -> v1::RewindReply {
 fn changed_file(f: op::FileDiff) -> v1::ChangedFile {
     {
         {
-                let (visibility, diff) = match f.shown {
-                    op::Visible::Diff(diff) => (v1::ChangeVisibility::Diff, diff),
-                    op::Visible::Escalated => (v1::ChangeVisibility::Escalated, String::new()),
-                    op::Visible::NotReadable => (v1::ChangeVisibility::NotReadable, String::new()),
-                    op::Visible::NotText => (v1::ChangeVisibility::NotText, String::new()),
-                };
-                v1::ChangedFile {
-                    target: target(f.target),
-                    authors: f.authors,
-                    existed: f.existed,
-                    exists: f.exists,
-                    changed_outside: f.changed_outside,
-                    visibility: visibility as i32,
-                    diff,
-                }
+            let (visibility, diff) = match f.shown {
+                op::Visible::Diff(diff) => (v1::ChangeVisibility::Diff, diff),
+                op::Visible::Escalated => (v1::ChangeVisibility::Escalated, String::new()),
+                op::Visible::NotReadable => (v1::ChangeVisibility::NotReadable, String::new()),
+                op::Visible::NotText => (v1::ChangeVisibility::NotText, String::new()),
+            };
+            v1::ChangedFile {
+                target: target(f.target),
+                authors: f.authors,
+                existed: f.existed,
+                exists: f.exists,
+                changed_outside: f.changed_outside,
+                visibility: visibility as i32,
+                diff,
+            }
         }
     }
 }
