@@ -16,6 +16,7 @@ mod neighbour;
 mod patchscale;
 mod percall;
 mod procs;
+mod record;
 mod report;
 mod rest;
 mod stats;
@@ -138,6 +139,11 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// The write tool with the change record on against off, and the record's bytes per change.
+    Record {
+        #[command(flatten)]
+        common: Common,
+    },
     /// The read tool with metrics and traces off, metrics on, and metrics plus traces on.
     Telemetry {
         #[command(flatten)]
@@ -220,6 +226,10 @@ fn run(command: Command) -> Res<()> {
         }
         Command::Telemetry { common } => {
             say!("{}", telemetry::run(&common)?);
+            Ok(())
+        }
+        Command::Record { common } => {
+            say!("{}", record::run(&common)?);
             Ok(())
         }
         Command::Neighbour { common } => {

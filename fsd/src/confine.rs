@@ -36,6 +36,14 @@ fn grants(config: &Config, mode: Mode) -> Vec<(PathBuf, Grant)> {
             .map(|r| (r.path.clone(), if r.writable { Grant::Write } else { Grant::Read }))
             // Transactions' intent records (`backend::txn`), outside every root.
             .chain(config.state_dir.iter().map(|d| (d.join(crate::backend::txn::INTENTS), Grant::Write)))
+            // The change record (`backend::record`), when it is kept.
+            .chain(
+                config
+                    .state_dir
+                    .iter()
+                    .filter(|_| config.record.is_some())
+                    .map(|d| (d.join(crate::backend::record::DIR), Grant::Write)),
+            )
             .collect(),
         Mode::DangerFullAccess => vec![(PathBuf::from("/"), Grant::Write)],
     }

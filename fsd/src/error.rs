@@ -129,6 +129,10 @@ pub enum Denial {
     RepeatedTarget,
     /// A transaction on a daemon without a `state_dir`: no durable place for its intent record.
     NoStateDir,
+    /// A checkpoint, listing or rewind on a daemon that keeps no change record.
+    NoChangeRecord,
+    /// A rewind to a point whose later history the record's bounds dropped.
+    HistoryDropped,
     /// A path component is a git directory found by what it is, whatever its name (metadata
     /// `name`: its display path).
     GitDirectory(String),
@@ -163,6 +167,8 @@ impl Denial {
             Denial::SameFile => Reason::SameFile,
             Denial::RepeatedTarget => Reason::RepeatedTarget,
             Denial::NoStateDir => Reason::NoStateDir,
+            Denial::NoChangeRecord => Reason::NoChangeRecord,
+            Denial::HistoryDropped => Reason::HistoryDropped,
             Denial::GitDirectory(_) | Denial::WouldBeGitDirectory { .. } => Reason::GitDirectory,
             Denial::Submount(_) => Reason::Submount,
             Denial::Root => Reason::Root,
@@ -518,6 +524,8 @@ impl Failure {
                     | Denial::SameFile
                     | Denial::RepeatedTarget
                     | Denial::NoStateDir
+                    | Denial::NoChangeRecord
+                    | Denial::HistoryDropped
                     | Denial::Root
                     | Denial::NotApproved
                     | Denial::Unsigned => {}

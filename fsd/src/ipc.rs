@@ -80,8 +80,13 @@ impl ToWorker {
                 | Request::WriteBytes { .. }
                 | Request::Remove { .. }
                 | Request::Transact { .. } => false,
-                // A dry run takes its targets' locks.
-                Request::Check { .. } | Request::Bound { .. } => false,
+                // A dry run takes its targets' locks; the change record's calls wait on its lock.
+                Request::Check { .. }
+                | Request::Bound { .. }
+                | Request::Recorded { .. }
+                | Request::Checkpoint { .. }
+                | Request::Changes(_)
+                | Request::Rewind { .. } => false,
             },
             ToWorker::OpenStream { .. } => true,
             ToWorker::LockGranted => false,

@@ -624,9 +624,15 @@ fn prepare_state_dir(
     {
         return Err(failed(std::io::Error::other("it is inside a root, or holds one")));
     }
-    std::fs::set_permissions(&intents, std::fs::Permissions::from_mode(0o700)).map_err(failed)?;
-    if crate::sys::effective_ids() != (identity.uid, identity.gid) {
-        std::os::unix::fs::chown(&intents, Some(identity.uid), Some(identity.gid)).map_err(failed)?;
+    // The change record's directory and its before-images (`backend::record`), the same way.
+    let record = dir.join(crate::backend::record::DIR);
+    let blobs = record.join(crate::backend::record::BLOBS);
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&blobs).map_err(failed)?;
+    for made in [&intents, &record, &blobs] {
+        std::fs::set_permissions(made, std::fs::Permissions::from_mode(0o700)).map_err(failed)?;
+        if crate::sys::effective_ids() != (identity.uid, identity.gid) {
+            std::os::unix::fs::chown(made, Some(identity.uid), Some(identity.gid)).map_err(failed)?;
+        }
     }
     Ok(())
 }

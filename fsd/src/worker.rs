@@ -90,7 +90,22 @@ pub fn run(
     // worker's Landlock grant covers, see `confine::grants`).
     let intents =
         config.state_dir.as_ref().and_then(|dir| sys::open_dir(&dir.join(crate::backend::txn::INTENTS)).ok());
-    let backend = Backend::new(&config.roots, &fence, config.limits, locks.clone())?.with_intents(intents);
+    // The change record, for the modes that change files (`backend::record`).
+    let record = match (&config.state_dir, &config.record) {
+        (Some(dir), Some(settings)) if mode != Mode::ReadOnly => {
+            match crate::backend::record::Store::open(dir, settings.clone()) {
+                Ok(store) => Some(store),
+                Err(errno) => {
+                    tracing::warn!(%errno, "the change record cannot be opened: changes go unrecorded");
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    let backend = Backend::new(&config.roots, &fence, config.limits, locks.clone())?
+        .with_intents(intents)
+        .with_record(record);
     sys::ignore_file_size_signal().map_err(WorkerError::Signal)?;
     // Read before seccomp forbids asking: EFBIG replies name the limit.
     let _ = sys::file_size_limit();
@@ -133,6 +148,9 @@ pub fn run(
         let mut vouched = Vec::new();
         let (message, bindings, named) = match message {
             ToWorker::Call(request) => {
+                // Who the call changes things for, until the next call (`backend::record`).
+                let (request, author) = request.unrecord();
+                backend.set_author(author);
                 let (request, bindings, approval, made) = request.unbind();
                 // A change (or an escalated read) this worker's mode makes only with an
                 // approval: checked here, by the process that makes it, not taken on the
@@ -389,6 +407,9 @@ impl Call<'_> {
         };
         match sys::call::fork() {
             Ok(sys::call::Forked::Child) => {
+                // Its Landlock domain holds the approved objects (or the roots, read) only,
+                // not the change record.
+                self.backend.forget_record();
                 let served = match confine() {
                     Ok(held) => self.serve(message, fd, Some(held)),
                     Err(failure) => failed(failure),

@@ -107,6 +107,10 @@ words! {
         RepeatedTarget => "repeated_target",
         /// A transaction on a daemon configured without a `state_dir` for its intent records.
         NoStateDir => "no_state_dir",
+        /// The daemon keeps no change record (no `state_dir`, or `change_record = false`).
+        NoChangeRecord => "no_change_record",
+        /// A rewind to a point whose later history the record's bounds dropped.
+        HistoryDropped => "history_dropped",
         /// A git directory, or the piece that would make one (metadata `name`, `entry`).
         GitDirectory => "git_directory",
         /// A mount below the root not in `allow_submounts` (metadata `name`).
@@ -136,6 +140,10 @@ words! {
         UnsignedEscalation => "unsigned_escalation",
         /// An escalation of a hard-linked file beyond its requester's own authority.
         HardLinked => "hard_linked",
+        // FS_PERMISSION_DENIED.
+        /// A listing or rewind of another identity's changes by one `change_operators` does
+        /// not name.
+        OthersChanges => "others_changes",
         // FS_READ_DENIED.
         /// A path the daemon's `read_denied` patterns name (metadata `pattern`, `name`,
         /// `escalation = never`).

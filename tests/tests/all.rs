@@ -49,6 +49,7 @@ mod reliability_races;
 mod reliability_soak;
 mod rest_streams;
 mod restart;
+mod rewind;
 mod rotation;
 mod router;
 mod sessions;

@@ -50,6 +50,43 @@ enum Command {
         #[command(flatten)]
         target: TargetArgs,
     },
+    /// Name a point in the daemon's change record and print its id (docs/rewind.md).
+    Checkpoint {
+        /// A label for the point.
+        #[arg(default_value = "")]
+        label: String,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+    /// List the changes the daemon recorded after a point, who made each, and each file's diff.
+    Changes {
+        /// The point (a checkpoint's id); default: every change the record keeps.
+        #[arg(long, default_value_t = 0)]
+        since: u64,
+        /// Another identity's changes (`*`: every identity's): only for an identity the
+        /// daemon's change_operators names.
+        #[arg(long, value_name = "IDENTITY")]
+        identity: Option<String>,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+    /// Restore every file the changes after a point changed to its content then, as one
+    /// transaction; a file changed since by someone the daemon did not record is left as it is
+    /// and reported, unless --keep-checkpoint.
+    Rewind {
+        /// The point (a checkpoint's id).
+        #[arg(long)]
+        since: u64,
+        /// Another identity's changes (`*`: every identity's): only for change_operators.
+        #[arg(long, value_name = "IDENTITY")]
+        identity: Option<String>,
+        /// Restore a file changed by someone the daemon did not record too (that version is
+        /// kept in the record).
+        #[arg(long)]
+        keep_checkpoint: bool,
+        #[command(flatten)]
+        target: TargetArgs,
+    },
     /// Serve the tools as an MCP server over stdio (one session per process).
     Mcp {
         #[command(flatten)]
@@ -334,6 +371,29 @@ async fn run(cli: Cli, daemon: &mut Option<EmbeddedDaemon>) -> Result<ExitCode, 
             let config = load_config(target.config.as_ref(), true)?;
             let mut session = open(&target, config, daemon).await?;
             let result = session.call(&tool, args).await;
+            emit(&mut out, &result.text())?;
+            Ok(if result.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })
+        }
+        Command::Checkpoint { label, target } => {
+            let config = load_config(target.config.as_ref(), false)?;
+            let mut session = open(&target, config, daemon).await?;
+            let result = crate::changes::checkpoint(&mut session, &label).await;
+            emit(&mut out, &result.text())?;
+            Ok(if result.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })
+        }
+        Command::Changes { since, identity, target } => {
+            let config = load_config(target.config.as_ref(), false)?;
+            let mut session = open(&target, config, daemon).await?;
+            let query = crate::daemon::ChangesQuery { since, this_session: false, identity };
+            let result = crate::changes::changes(&mut session, &query).await;
+            emit(&mut out, &result.text())?;
+            Ok(if result.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })
+        }
+        Command::Rewind { since, identity, keep_checkpoint, target } => {
+            let config = load_config(target.config.as_ref(), false)?;
+            let mut session = open(&target, config, daemon).await?;
+            let query = crate::daemon::ChangesQuery { since, this_session: false, identity };
+            let result = crate::changes::rewind(&mut session, &query, keep_checkpoint).await;
             emit(&mut out, &result.text())?;
             Ok(if result.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })
         }

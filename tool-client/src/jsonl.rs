@@ -57,8 +57,44 @@ pub async fn handle_line(session: &mut Session, line: &str) -> Value {
             Err(e) => result_json(id, &ToolResult::error(e)),
         };
     }
+    // The change record's requests (docs/rewind.md): no tool's, the host's own.
+    if let Some(label) = object.get("checkpoint") {
+        let Some(label) = label.as_str() else {
+            return invalid(id, "checkpoint must be a string (the point's label)");
+        };
+        return result_json(id, &crate::changes::checkpoint(session, label).await);
+    }
+    if let Some(asked) = object.get("changes") {
+        let Some(asked) = asked.as_object() else {
+            return invalid(id, "changes must be an object: {\"since\", \"this_session\", \"identity\"}");
+        };
+        let query = crate::daemon::ChangesQuery {
+            since: asked.get("since").and_then(Value::as_u64).unwrap_or(0),
+            this_session: asked.get("this_session").and_then(Value::as_bool).unwrap_or(false),
+            identity: asked.get("identity").and_then(Value::as_str).map(str::to_owned),
+        };
+        return result_json(id, &crate::changes::changes(session, &query).await);
+    }
+    if let Some(asked) = object.get("rewind") {
+        let Some(asked) = asked.as_object() else {
+            return invalid(
+                id,
+                "rewind must be an object: {\"since\", \"this_session\", \"identity\", \"keep_checkpoint\"}",
+            );
+        };
+        let query = crate::daemon::ChangesQuery {
+            since: asked.get("since").and_then(Value::as_u64).unwrap_or(0),
+            this_session: asked.get("this_session").and_then(Value::as_bool).unwrap_or(false),
+            identity: asked.get("identity").and_then(Value::as_str).map(str::to_owned),
+        };
+        let keep = asked.get("keep_checkpoint").and_then(Value::as_bool).unwrap_or(false);
+        return result_json(id, &crate::changes::rewind(session, &query, keep).await);
+    }
     let Some(tool) = object.get("tool").and_then(Value::as_str) else {
-        return invalid(id, "request needs \"tool\" (a string) or \"cwd\"");
+        return invalid(
+            id,
+            "request needs \"tool\" (a string), \"cwd\", \"checkpoint\", \"changes\" or \"rewind\"",
+        );
     };
     let args = object.get("args").cloned().unwrap_or_else(|| json!({}));
     // A line may carry the W3C trace context its daemon calls continue (`_meta.traceparent`).

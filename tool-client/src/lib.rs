@@ -5,6 +5,7 @@
 
 pub mod approver;
 pub mod attachments;
+pub mod changes;
 pub mod cli;
 pub mod config;
 pub mod connect;

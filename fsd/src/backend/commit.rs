@@ -87,6 +87,37 @@ impl Backend {
     /// Returns each change's outcome, in order. A transaction's failure names its operation and
     /// how many were undone; nothing it changed stays changed.
     pub(crate) fn commit_all(&self, commit: Commit<'_, '_>) -> Result<Vec<Outcome>, Failure> {
+        // The change record keeps what the commit replaces or removes before it places
+        // anything (a transaction is one change), and writes the change's line once it is on
+        // disk; its lock is held from one to the other.
+        let mut pending = {
+            let first = match &commit {
+                Commit::Single(checked, _) => Some(checked),
+                Commit::Together(checked) => checked.first(),
+            };
+            match first {
+                Some(first) => {
+                    self.record_begin().map_err(|e| self.fail(e, &first.plan.target.resolved))?
+                }
+                None => None,
+            }
+        };
+        // A transaction of one write, edit or delete is recorded as that change.
+        let op = match &commit {
+            Commit::Single(checked, _) => checked.plan.mutation.op(),
+            Commit::Together(checked) => match checked.as_slice() {
+                [only] if !matches!(only.decided, Decided::Move { .. }) => only.plan.mutation.op(),
+                _ => crate::op::Op::Transact,
+            },
+        };
+        match &commit {
+            Commit::Single(checked, _) => self.record_images(&mut pending, checked)?,
+            Commit::Together(checked) => {
+                for (i, c) in checked.iter().enumerate() {
+                    self.record_images(&mut pending, c).map_err(|f| f.in_transaction(i, 0))?;
+                }
+            }
+        }
         let (befores, outcomes): (Vec<[Option<Meta>; 2]>, Vec<Outcome>) = match commit {
             Commit::Single(checked, body) => {
                 let before = befores(&checked);
@@ -125,6 +156,7 @@ impl Backend {
             })
             .collect();
         self.committed(&changes);
+        self.record_after(pending, op.name());
         Ok(outcomes)
     }
 

@@ -11,7 +11,9 @@ mod locking;
 mod moves;
 pub(crate) mod pipeline;
 mod read;
+pub mod record;
 pub mod resolve;
+mod rewind;
 pub mod text;
 pub mod txn;
 mod version;
@@ -80,6 +82,14 @@ pub struct Backend {
     /// What the approved call being run made below the last directory its approval names:
     /// that directory and the ones beyond it its walk stood in, for its worker to vouch for.
     made: std::sync::Mutex<Option<(ObjectId, Vec<ObjectId>)>>,
+    /// The change record (`record`); none without a `state_dir` or with it off.
+    record: Option<record::Store>,
+    /// Who the call being served changes things for ([`Request::Recorded`]).
+    author: std::sync::Mutex<Option<crate::op::Author>>,
+    /// A rewind is committing: its change is recorded as one.
+    rewinding: std::sync::atomic::AtomicBool,
+    /// The sequence number of the last change this worker recorded.
+    last_recorded: std::sync::atomic::AtomicU64,
 }
 
 /// Clears the bindings of the approved call being run when it ends, however it ends.
@@ -187,6 +197,10 @@ impl Backend {
             named: Default::default(),
             vouched: Default::default(),
             made: Default::default(),
+            record: None,
+            author: Default::default(),
+            rewinding: Default::default(),
+            last_recorded: Default::default(),
         })
     }
 
@@ -281,6 +295,12 @@ impl Backend {
             },
             Request::Check { request } => self.dry_run(mode, &request),
             Request::Transact { ops } => self.transact(mode, ops),
+            Request::Recorded { author, request } => self.recorded(mode, author, *request),
+            Request::Checkpoint { author, label } => self.checkpoint(author, label),
+            Request::Changes(query) => self.changes(query),
+            Request::Rewind { author, query, keep_checkpoint } => {
+                self.rewind(mode, author, query, keep_checkpoint)
+            }
             // The approval is the worker's to check before the call gets here (`worker`).
             Request::Bound { bindings, request, .. } => {
                 let _bound = self.bind(bindings);

@@ -108,6 +108,19 @@ impl<'a> Mutation<'a> {
         })
     }
 
+    /// The operation it is, as the change record names it.
+    fn op(&self) -> crate::op::Op {
+        use crate::op::Op;
+        match self {
+            Mutation::Write { .. } => Op::WriteText,
+            Mutation::Edit { .. } => Op::EditText,
+            Mutation::Delete { .. } => Op::DeleteFile,
+            Mutation::Move { .. } => Op::MoveFile,
+            Mutation::Bytes { .. } => Op::WriteBytes,
+            Mutation::Remove { .. } => Op::Remove,
+        }
+    }
+
     /// Whether its walk makes missing directories: a write, unless it replaces a file that
     /// must exist already.
     fn creates_parents(guard: Option<&WriteGuard>) -> bool {

@@ -109,6 +109,19 @@ pub struct ConfigFile {
     /// The directory the supervisor owns for the daemon's durable state (transactions' intent
     /// records, `backend::txn`): outside every root.
     pub state_dir: Option<PathBuf>,
+    /// Whether committed changes are recorded in `state_dir/changes` (default: on with a
+    /// `state_dir`).
+    pub change_record: Option<bool>,
+    /// The most bytes of before-images the change record keeps (its oldest changes go first).
+    pub change_record_max_bytes: Option<u64>,
+    /// The oldest change the record keeps, in seconds.
+    pub change_record_max_age_secs: Option<u64>,
+    /// A replaced file larger than this is recorded without its content (not restorable).
+    pub change_record_max_file_bytes: Option<u64>,
+    /// Identities (`uid:N`, `token:NAME`, `cert:NAME`) that may list and rewind every
+    /// identity's changes, not only their own.
+    #[serde(default)]
+    pub change_operators: Vec<String>,
     /// Operations one transaction may carry.
     pub max_transaction_operations: Option<usize>,
     /// Bytes one transaction may stage (the new content of every file it writes).

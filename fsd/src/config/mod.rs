@@ -69,6 +69,19 @@ pub struct Overrides {
     pub default_mode: Option<String>,
 }
 
+/// The change record's bounds and who may see every identity's changes (docs/rewind.md).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RecordSettings {
+    /// Bytes of before-images kept; past it the oldest whole changes are dropped.
+    pub max_bytes: u64,
+    /// Changes older than this are dropped.
+    pub max_age_secs: u64,
+    /// A replaced file larger than this is recorded without its content.
+    pub max_file_bytes: u64,
+    /// Identity labels granted every identity's changes.
+    pub operators: Vec<String>,
+}
+
 /// The resolved configuration.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Config {
@@ -126,6 +139,8 @@ pub struct Config {
     pub rest: Rest,
     /// The supervisor's durable state (transactions' intent records), outside every root.
     pub state_dir: Option<PathBuf>,
+    /// The change record in `state_dir/changes` (`backend::record`); `None`: off.
+    pub record: Option<RecordSettings>,
     /// Prometheus metrics kept and served (`metrics`).
     pub metrics: bool,
     /// Traces exported over OTLP, when `otlp_endpoint` is set.
@@ -192,6 +207,8 @@ pub enum ConfigError {
     NoRoots,
     #[error("default_mode {default} is wider than max_mode {max}")]
     DefaultAboveMax { default: &'static str, max: &'static str },
+    #[error("change_record = true needs a state_dir, where the record is kept")]
+    RecordWithoutStateDir,
     #[error("invalid state_dir {0:?}: expected an absolute path outside every root")]
     StateDir(PathBuf),
     #[error("invalid landlock {0:?}: expected \"required\" or \"best-effort\"")]
@@ -403,8 +420,19 @@ impl Config {
         {
             return Err(ConfigError::StateDir(dir.clone()));
         }
+        let record = match (&state_dir, file.change_record) {
+            (Some(_), None | Some(true)) => Some(RecordSettings {
+                max_bytes: file.change_record_max_bytes.unwrap_or(256 << 20),
+                max_age_secs: file.change_record_max_age_secs.unwrap_or(7 * 24 * 3600),
+                max_file_bytes: file.change_record_max_file_bytes.unwrap_or(16 << 20),
+                operators: file.change_operators,
+            }),
+            (None, Some(true)) => return Err(ConfigError::RecordWithoutStateDir),
+            (_, Some(false)) | (None, None) => None,
+        };
         Ok(Config {
             state_dir,
+            record,
             metrics: file.metrics.unwrap_or(true),
             traces,
             rest,

@@ -37,13 +37,15 @@ impl Kind {
             | Request::WriteBytes { .. }
             | Request::Remove { .. }
             | Request::Transact { .. } => Kind::Change,
-            Request::Bound { request, .. } => Kind::of(request),
+            Request::Bound { request, .. } | Request::Recorded { request, .. } => Kind::of(request),
             // A dry run (an escalation's preview) reads what the call it checks would change,
             // and changes nothing.
             Request::Check { request } => match Kind::of(request) {
                 Kind::Change => Kind::Read,
                 kind => kind,
             },
+            // The change record's own calls are never approved ones: they reach no file.
+            Request::Checkpoint { .. } | Request::Changes(_) | Request::Rewind { .. } => Kind::Look,
         }
     }
 

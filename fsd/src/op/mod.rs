@@ -14,8 +14,11 @@ mod outcome;
 mod request;
 
 pub use binding::{Binding, Last, Made, ObjectId, Scope, Shown, SignedApproval};
-pub use outcome::{Change, DirEntry, FileType, Info, Outcome, StreamHeader, Target, WriteOperation};
-pub use request::{Bindings, EditGuard, Request, TxnOp, Unbound, WriteGuard};
+pub use outcome::{
+    Change, ChangeEntry, Changes, DirEntry, FileDiff, FileType, Info, Outcome, Rewound, StreamHeader, Target,
+    Visible, WriteOperation,
+};
+pub use request::{Author, Bindings, ChangesQuery, EditGuard, Request, TxnOp, Unbound, WriteGuard};
 
 /// One operation of `fsd.v1`, or a step of signed escalation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,6 +43,12 @@ pub enum Op {
     /// A dry run of a change ([`Request::Check`]): the network process's own question, never a
     /// client's call.
     Check,
+    /// Names a point in the change record.
+    Checkpoint,
+    /// Lists the recorded changes after a point.
+    Changes,
+    /// Restores the files changed after a point.
+    Rewind,
 }
 
 impl Op {
@@ -61,6 +70,9 @@ impl Op {
             Op::Read => "read",
             Op::Describe => "describe",
             Op::Check => "check",
+            Op::Checkpoint => "checkpoint",
+            Op::Changes => "changes",
+            Op::Rewind => "rewind",
         }
     }
 

@@ -125,6 +125,81 @@ pub enum Outcome {
         outcome: Box<Outcome>,
         made: Made,
     },
+    /// A point named in the change record.
+    Checkpoint {
+        id: u64,
+    },
+    Changes(Changes),
+    Rewind(Rewound),
+}
+
+/// What a rewind did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rewound {
+    /// The rewind's own change in the record (none when it restored nothing).
+    pub change: Option<u64>,
+    /// The files restored to their content at the point.
+    pub restored: Vec<Target>,
+    /// Files changed since by someone the record did not see: left as they are, each with the
+    /// diff from its content at the point to its content now (where the caller may see it).
+    pub conflicts: Vec<FileDiff>,
+    /// Files restored over such a change (`keep_checkpoint`): their version is the rewind's
+    /// change's before-image.
+    pub replaced: Vec<Target>,
+    /// Files the record cannot restore (not text, larger than it keeps, not a file).
+    pub unrestorable: Vec<Target>,
+}
+
+/// The recorded changes after a point (`Request::Changes`), oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Changes {
+    /// History the record's bounds dropped: every change up to this sequence number.
+    pub dropped_through: Option<u64>,
+    /// How many whole changes were dropped, in all.
+    pub dropped_changes: u64,
+    pub entries: Vec<ChangeEntry>,
+    /// Each file changed since the point, in the order first changed.
+    pub files: Vec<FileDiff>,
+}
+
+/// One recorded change: one call's commit (a transaction's every file).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangeEntry {
+    pub seq: u64,
+    /// Milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    pub author: super::Author,
+    /// The operation's wire name (`writeText`, `transact`, ...).
+    pub op: String,
+    pub targets: Vec<Target>,
+}
+
+/// A file changed since the point: who changed it and, where the caller may see it, the diff
+/// from its content at the point to its content now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileDiff {
+    pub target: Target,
+    /// The identities that changed it, each once, in order.
+    pub authors: Vec<String>,
+    /// Whether a file was there at the point, and now.
+    pub existed: bool,
+    pub exists: bool,
+    /// Changed since by someone fsd did not record: what is there is not what fsd left.
+    pub changed_outside: bool,
+    pub shown: Visible,
+}
+
+/// What a listing shows of a file's content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Visible {
+    /// The unified diff (empty: the same content).
+    Diff(String),
+    /// Content withheld: a change made under an escalation.
+    Escalated,
+    /// Content withheld: the caller may not read the file at its own mode now.
+    NotReadable,
+    /// Not text, or larger than the record keeps.
+    NotText,
 }
 
 /// The first message of a streamed read.

@@ -94,6 +94,28 @@ pub enum Request {
     Check {
         request: Box<Request>,
     },
+    /// A change made for `author` (its recorded `who`, `backend::record`): the network process
+    /// wraps every client's mutation in it, outermost.
+    Recorded {
+        author: Author,
+        request: Box<Request>,
+    },
+    /// Names a point in the change record (`Checkpoint{label}`); answered with its id.
+    Checkpoint {
+        author: Author,
+        label: String,
+    },
+    /// The recorded changes after a point, and for each file changed its diff since then.
+    Changes(ChangesQuery),
+    /// Restores every file the selected changes after a point changed to its content then, as
+    /// one transaction (`backend::rewind`).
+    Rewind {
+        author: Author,
+        query: ChangesQuery,
+        /// A file changed since by someone the record did not see is restored too (its version
+        /// kept in the rewind's own record); else it is left as it is and reported.
+        keep_checkpoint: bool,
+    },
     /// An approved escalated call: `request`, each of whose paths the worker's own walk holds to
     /// the object the approval binds (see [`Binding`]).
     Bound {
@@ -104,6 +126,29 @@ pub enum Request {
         made: Vec<Made>,
         request: Box<Request>,
     },
+}
+
+/// Who made a change: the authenticated identity (its label), the client's session and call
+/// ids when it gave them, and whether it ran at a mode wider than the caller's own.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Author {
+    pub identity: String,
+    pub session: Option<String>,
+    pub call: Option<String>,
+    pub escalated: bool,
+}
+
+/// Which recorded changes a listing names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangesQuery {
+    /// The point: changes with a greater sequence number (0: all kept).
+    pub since: u64,
+    /// Only this identity's changes (`None`: every identity's, an operator's view).
+    pub identity: Option<String>,
+    /// Only this session's changes.
+    pub session: Option<String>,
+    /// The caller's own mode: a file's content is shown only where it may read it at it now.
+    pub reader_mode: super::Mode,
 }
 
 /// One operation of a transaction, with its guard.
@@ -170,10 +215,23 @@ impl Request {
         }
     }
 
+    /// The call and who it is made for, when the network process said (outermost).
+    pub fn unrecord(self) -> (Request, Option<Author>) {
+        match self {
+            Request::Recorded { author, request } => (*request, Some(author)),
+            plain => (plain, None),
+        }
+    }
+
+    /// A client's change, wrapped for the change record; any other call as it is.
+    pub fn recorded(self, author: Author) -> Request {
+        if self.op().is_mutation() { Request::Recorded { author, request: Box::new(self) } } else { self }
+    }
+
     /// The call itself, without the bindings of an approval.
     pub fn plain(&self) -> &Request {
         match self {
-            Request::Bound { request, .. } => request.plain(),
+            Request::Bound { request, .. } | Request::Recorded { request, .. } => request.plain(),
             plain => plain,
         }
     }
@@ -194,7 +252,10 @@ impl Request {
             Request::Remove { .. } => Op::Remove,
             Request::Transact { .. } => Op::Transact,
             Request::Check { .. } => Op::Check,
-            Request::Bound { request, .. } => request.op(),
+            Request::Bound { request, .. } | Request::Recorded { request, .. } => request.op(),
+            Request::Checkpoint { .. } => Op::Checkpoint,
+            Request::Changes(_) => Op::Changes,
+            Request::Rewind { .. } => Op::Rewind,
         }
     }
 
@@ -213,7 +274,10 @@ impl Request {
             | Request::Remove { path, .. } => path,
             Request::MoveFile { source, .. } => source,
             Request::Transact { ops } => ops.first().map_or("", TxnOp::path),
-            Request::Check { request } | Request::Bound { request, .. } => request.path(),
+            Request::Check { request }
+            | Request::Bound { request, .. }
+            | Request::Recorded { request, .. } => request.path(),
+            Request::Checkpoint { .. } | Request::Changes(_) | Request::Rewind { .. } => "",
         }
     }
 }

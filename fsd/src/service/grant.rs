@@ -50,6 +50,18 @@ impl Caller {
     pub fn client(&self) -> String {
         self.identity.label()
     }
+
+    /// Who its changes are recorded as made by (`backend::record`): the authenticated
+    /// identity; the session and call ids only narrow a view.
+    pub fn author(&self, escalated: bool) -> crate::op::Author {
+        let given = |id: &str| (!id.is_empty()).then(|| id.to_owned());
+        crate::op::Author {
+            identity: self.client(),
+            session: given(&self.session),
+            call: given(&self.call),
+            escalated,
+        }
+    }
 }
 
 /// The face a gRPC request came by: gRPC-Web when the HTTP face said so (`crate::rest`), else

@@ -6,6 +6,7 @@
 //! escalations, `hello` reports what is served.
 
 mod bytes;
+mod changes;
 mod escalate;
 mod grant;
 mod hello;
@@ -60,6 +61,8 @@ pub struct FsdService {
     sweeper: Arc<std::sync::Once>,
     /// The TLS configuration in use, whose certificate hello names (rotated without a restart).
     tls: Option<crate::tls::Current>,
+    /// Identities that may list and rewind every identity's changes (`change_operators`).
+    change_operators: Vec<String>,
 }
 
 impl FsdService {
@@ -96,6 +99,7 @@ impl FsdService {
             stream_idle: config.stream_idle_timeout,
             sweeper: Arc::new(std::sync::Once::new()),
             tls,
+            change_operators: config.record.as_ref().map(|r| r.operators.clone()).unwrap_or_default(),
         }
     }
 
@@ -125,7 +129,9 @@ impl FsdService {
         };
         // A call at the caller's own mode, unescalated, may be a direct read; an escalated one
         // (a ticket, or a mode above the caller's default) always takes the worker hop.
-        let result = if grant.ticket.is_none() && !self.escalated(caller, mode) {
+        let escalated = grant.ticket.is_some() || self.escalated(caller, mode);
+        let request = request.recorded(caller.author(escalated));
+        let result = if !escalated {
             self.dispatcher.read(mode, &caller.client(), request).await
         } else {
             self.dispatcher.call(mode, &caller.client(), request).await
@@ -479,6 +485,24 @@ impl Fsd for FsdService {
         let grant = self.mode(&caller, context.as_ref(), call.path(), Op::Transact)?;
         let outcome = self.run(&caller, grant, call).await?;
         wire::transact_reply(outcome).map(Response::new).ok_or_else(unexpected)
+    }
+
+    async fn checkpoint(
+        &self,
+        request: Request<v1::CheckpointRequest>,
+    ) -> Result<Response<v1::CheckpointReply>, Status> {
+        self.checkpoint_call(request).await
+    }
+
+    async fn list_changes(
+        &self,
+        request: Request<v1::ListChangesRequest>,
+    ) -> Result<Response<v1::ListChangesReply>, Status> {
+        self.list_changes_call(request).await
+    }
+
+    async fn rewind(&self, request: Request<v1::RewindRequest>) -> Result<Response<v1::RewindReply>, Status> {
+        self.rewind_call(request).await
     }
 
     async fn request_escalation(

@@ -156,6 +156,7 @@ impl FsdService {
         let mode = self.plain_mode(&caller, &path, op)?;
         let started = std::time::Instant::now();
         // Another face's calls are never escalated: a plain read may run directly.
+        let request = request.recorded(caller.author(false));
         let result = self.dispatcher.read(mode, &caller.client(), request).await;
         let result = result.map_err(|w| w.with("mode", mode.as_str()));
         self.plain_done(&caller, op, &path, mode, &result, started);
@@ -251,6 +252,8 @@ impl FsdService {
         // workers are let go at once, and the worker, if it had begun, sees the body end early.
         let started = std::time::Instant::now();
         let client = caller.client();
+        let escalated = self.escalated(caller, mode);
+        let request = request.recorded(caller.author(escalated));
         let worker = self.dispatcher.call_with_body(mode, &client, request, read);
         let upload = Arc::new(Mutex::new(Meter::new()));
         let sink = BodySink { pipe, sent: 0, meter: upload.clone() };

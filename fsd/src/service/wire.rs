@@ -323,3 +323,64 @@ pub(super) fn stream_trailer(version: String) -> v1::StreamTextReply {
 pub(super) fn stream_chunk(bytes: bytes::Bytes) -> v1::StreamTextReply {
     v1::StreamTextReply { item: Some(v1::stream_text_reply::Item::Chunk(bytes)) }
 }
+
+/// The change record's listing as the wire carries it.
+pub(super) fn changes_reply(changes: op::Changes) -> v1::ListChangesReply {
+    let author = |a: op::Author| v1::ChangeAuthor {
+        identity: a.identity,
+        session_id: a.session.unwrap_or_default(),
+        call_id: a.call.unwrap_or_default(),
+        escalated: a.escalated,
+    };
+    v1::ListChangesReply {
+        dropped_through: changes.dropped_through,
+        dropped_changes: changes.dropped_changes,
+        changes: changes
+            .entries
+            .into_iter()
+            .map(|e| v1::RecordedChange {
+                seq: e.seq,
+                at_ms: e.at_ms,
+                author: Some(author(e.author)),
+                operation: e.op,
+                targets: e.targets.into_iter().filter_map(target).collect(),
+            })
+            .collect(),
+        files: changes.files.into_iter().map(changed_file).collect(),
+    }
+}
+
+/// A rewind's outcome as the wire carries it.
+pub(super) fn rewind_reply(rewound: op::Rewound) -> v1::RewindReply {
+    let targets = |t: Vec<op::Target>| t.into_iter().filter_map(target).collect();
+    v1::RewindReply {
+        change: rewound.change,
+        restored: targets(rewound.restored),
+        conflicts: rewound.conflicts.into_iter().map(changed_file).collect(),
+        replaced: targets(rewound.replaced),
+        unrestorable: targets(rewound.unrestorable),
+    }
+}
+
+/// A changed file as the wire carries it.
+fn changed_file(f: op::FileDiff) -> v1::ChangedFile {
+    {
+        {
+            let (visibility, diff) = match f.shown {
+                op::Visible::Diff(diff) => (v1::ChangeVisibility::Diff, diff),
+                op::Visible::Escalated => (v1::ChangeVisibility::Escalated, String::new()),
+                op::Visible::NotReadable => (v1::ChangeVisibility::NotReadable, String::new()),
+                op::Visible::NotText => (v1::ChangeVisibility::NotText, String::new()),
+            };
+            v1::ChangedFile {
+                target: target(f.target),
+                authors: f.authors,
+                existed: f.existed,
+                exists: f.exists,
+                changed_outside: f.changed_outside,
+                visibility: visibility as i32,
+                diff,
+            }
+        }
+    }
+}

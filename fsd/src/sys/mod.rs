@@ -318,6 +318,30 @@ pub fn remove_xattr(fd: BorrowedFd<'_>, name: &OsStr) -> Result<(), Errno> {
     rustix::fs::fremovexattr(fd, name)
 }
 
+/// Opens (creating, 0600) a file of the change record for appending, never through a link.
+pub fn open_append(dir: BorrowedFd<'_>, name: &OsStr) -> Result<File, Errno> {
+    let flags = OFlags::WRONLY | OFlags::APPEND | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    Ok(File::from(rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o600))?))
+}
+
+/// Opens (creating, 0600) a file of the change record to read and rewrite in place.
+pub fn open_update(dir: BorrowedFd<'_>, name: &OsStr) -> Result<File, Errno> {
+    let flags = OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    Ok(File::from(rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(0o600))?))
+}
+
+/// Writes `bytes` at `offset` of an open file (all of them).
+pub fn write_all_at(file: &File, offset: u64, bytes: &[u8]) -> Result<(), std::io::Error> {
+    std::os::unix::fs::FileExt::write_all_at(file, bytes, offset)
+}
+
+/// Takes an exclusive open-file-description lock on the whole file, waiting for its holder:
+/// `fcntl(F_OFD_SETLKW)`, which the workers' filter allows (`flock` it does not). Released when
+/// the descriptor closes, a process killed included.
+pub fn lock_wait(file: &File) -> Result<(), Errno> {
+    rustix::fs::fcntl_lock(file, rustix::fs::FlockOperation::LockExclusive)
+}
+
 /// Takes an exclusive `flock` without waiting: `WOULDBLOCK` while anyone else holds one.
 pub fn try_lock_exclusive(fd: BorrowedFd<'_>) -> Result<(), Errno> {
     rustix::fs::flock(fd, rustix::fs::FlockOperation::NonBlockingLockExclusive)

@@ -357,6 +357,9 @@ delegate! {
     transact(v1::TransactRequest) -> v1::TransactReply;
     request_escalation(v1::EscalationRequest) -> v1::EscalationDescription;
     release_escalation(v1::ReleaseEscalationRequest) -> v1::ReleaseEscalationReply;
+    checkpoint(v1::CheckpointRequest) -> v1::CheckpointReply;
+    list_changes(v1::ListChangesRequest) -> v1::ListChangesReply;
+    rewind(v1::RewindRequest) -> v1::RewindReply;
 }
 
 #[cfg(test)]

@@ -122,6 +122,25 @@ impl ToolError {
     }
 
     /// Maps a provider failure of a read of `path` to the model's text.
+    /// A failure of the change record's calls (checkpoint, changes, rewind), for a person or a
+    /// host.
+    pub fn from_record(error: &DaemonError) -> ToolError {
+        let DaemonError::Refused(wire) = error else { return ToolError::from_read("", error) };
+        let message = match wire.reason() {
+            Some(Reason::NoChangeRecord) => {
+                "the file service keeps no change record (it needs state_dir, and change_record not off)"
+            }
+            Some(Reason::HistoryDropped) => {
+                "the change record's bounds dropped history after that point, so it cannot be restored whole; nothing was changed"
+            }
+            Some(Reason::OthersChanges) => {
+                "only an identity the file service's change_operators names may see or undo another identity's changes"
+            }
+            _ => return ToolError::from_read("", error),
+        };
+        ToolError::new(wire.code.as_str(), message)
+    }
+
     pub fn from_read(path: &str, error: &DaemonError) -> ToolError {
         match error {
             DaemonError::Refused(wire) => ToolError::from_read_wire(path, wire),

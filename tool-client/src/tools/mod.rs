@@ -222,6 +222,11 @@ impl Session {
         &self.tools
     }
 
+    /// The session's daemon, for the calls that are no tool's (the change record's, `changes`).
+    pub fn daemon(&mut self) -> &mut Daemon {
+        &mut self.daemon
+    }
+
     pub fn hello(&self) -> &Hello {
         &self.hello
     }

@@ -1,0 +1,606 @@
+//! The change record (docs/rewind.md): every change committed through the pipeline, who made it,
+//! when, its targets, each one's version before and after, and the content each replaced or
+//! removed, kept once by its SHA-256 in `state_dir/changes/blobs`. Checkpoints are points in the
+//! same sequence.
+//!
+//! The record is one JSON-lines file (`log`), appended under an open-file-description lock on
+//! `next` (the next sequence number, the bytes the kept before-images take and when the oldest
+//! kept change was made). The lock is held from the before-images (`Backend::record_images`, in
+//! `Backend::commit_all` before it places anything) to the change's line
+//! (`Backend::record_after`), so a prune by another worker never removes a before-image a change
+//! not yet written names. The bounds (`max_bytes`, `max_age_secs`) drop the oldest whole changes,
+//! rewriting the log with a `dropped` line first that the listing reports.
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+
+use serde::{Deserialize, Serialize};
+use sha2::Digest;
+
+use super::Backend;
+use super::pipeline::{Checked, Planned};
+use super::resolve::Resolved;
+use super::version;
+use crate::config::RecordSettings;
+use crate::error::{Failure, FsError};
+use crate::op::{
+    Author, ChangeEntry, Changes, ChangesQuery, FileDiff, Mode, Outcome, Request, Target, Visible,
+};
+use crate::sys::{self, Errno, Kind};
+
+/// The record's directory beneath `state_dir`.
+pub const DIR: &str = "changes";
+/// Its before-images, by digest.
+pub const BLOBS: &str = "blobs";
+const LOG: &str = "log";
+const NEXT: &str = "next";
+
+/// The record a worker writes: its directory and the blobs beneath it.
+#[derive(Debug)]
+pub struct Store {
+    dir: OwnedFd,
+    blobs: OwnedFd,
+    settings: RecordSettings,
+}
+
+impl Store {
+    /// Opens the record the supervisor made (`state_dir/changes`), before confinement.
+    pub fn open(state_dir: &std::path::Path, settings: RecordSettings) -> Result<Store, Errno> {
+        let dir = sys::open_dir(&state_dir.join(DIR))?;
+        let blobs = sys::open_dir(&state_dir.join(DIR).join(BLOBS))?;
+        Ok(Store { dir, blobs, settings })
+    }
+
+    /// The counter file, locked: held until the returned guard drops.
+    fn lock(&self) -> Result<Counter, FsError> {
+        let file = sys::open_update(self.dir.as_fd(), OsStr::new(NEXT)).map_err(FsError::Open)?;
+        sys::lock_wait(&file).map_err(FsError::Open)?;
+        let mut text = String::new();
+        (&file).read_to_string(&mut text).map_err(FsError::Read)?;
+        let mut parts = text.split_whitespace().map(|p| p.parse::<u64>().unwrap_or(0));
+        let (next, bytes, oldest) =
+            (parts.next().unwrap_or(1).max(1), parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        Ok(Counter { file, next, bytes, oldest })
+    }
+
+    /// Keeps `bytes` by their digest (once: a digest already kept is not written again).
+    /// Returns the digest and the bytes newly kept.
+    fn keep(&self, bytes: &[u8]) -> Result<(String, u64), FsError> {
+        let digest = hex::encode(sha2::Sha256::digest(bytes));
+        let name = OsString::from(&digest);
+        match sys::meta_at(self.blobs.as_fd(), &name) {
+            Ok(_) => return Ok((digest, 0)),
+            Err(Errno::NOENT) => {}
+            Err(e) => return Err(FsError::Metadata(e)),
+        }
+        let temp = sys::temp_name().map_err(FsError::CreateTemp)?;
+        let mut file = sys::create_exclusive(self.blobs.as_fd(), &temp).map_err(FsError::CreateTemp)?;
+        let written = file.write_all(bytes).map_err(FsError::WriteTemp);
+        let placed = written.and_then(|()| {
+            sys::rename(self.blobs.as_fd(), &temp, self.blobs.as_fd(), &name, sys::RenameHow::NoReplace)
+                .or_else(|e| if e == Errno::EXIST { Ok(()) } else { Err(e) })
+                .map_err(FsError::Rename)
+        });
+        if placed.is_err() {
+            let _ = sys::remove(self.blobs.as_fd(), &temp);
+        }
+        placed.map(|()| (digest, bytes.len() as u64))
+    }
+
+    /// A kept before-image's bytes.
+    pub(super) fn blob(&self, digest: &str) -> Option<Vec<u8>> {
+        let mut file = sys::open_read(self.blobs.as_fd(), OsStr::new(digest)).ok()?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).ok()?;
+        Some(bytes)
+    }
+
+    /// Every line of the log, parsed (a line cut short by a crash mid-append is skipped).
+    pub(super) fn lines(&self) -> Result<Vec<Line>, FsError> {
+        let mut file = match sys::open_read(self.dir.as_fd(), OsStr::new(LOG)) {
+            Ok(file) => file,
+            Err(Errno::NOENT) => return Ok(Vec::new()),
+            Err(e) => return Err(FsError::Open(e)),
+        };
+        let mut text = String::new();
+        file.read_to_string(&mut text).map_err(FsError::Read)?;
+        Ok(text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
+    }
+
+    /// Appends one line under the counter's lock.
+    fn append(&self, line: &Line) -> Result<(), FsError> {
+        let mut text =
+            serde_json::to_string(line).map_err(|e| FsError::WriteTemp(std::io::Error::other(e)))?;
+        text.push('\n');
+        let mut log = sys::open_append(self.dir.as_fd(), OsStr::new(LOG)).map_err(FsError::Open)?;
+        log.write_all(text.as_bytes()).map_err(FsError::WriteTemp)
+    }
+
+    /// Drops the oldest whole changes while the kept before-images pass `max_bytes` or the
+    /// oldest change passes `max_age_secs` (the newest change is always kept), rewrites the log
+    /// with the `dropped` line first, and removes the before-images no kept change names.
+    fn prune(&self, counter: &mut Counter, now_ms: u64) -> Result<(), FsError> {
+        let lines = self.lines()?;
+        let (mut through, mut dropped) = (0, 0);
+        let mut kept: Vec<Line> = Vec::new();
+        for line in lines {
+            match line {
+                Line::Dropped { through: t, changes, .. } => {
+                    through = through.max(t);
+                    dropped += changes;
+                }
+                other => kept.push(other),
+            }
+        }
+        let oldest_allowed = now_ms.saturating_sub(self.settings.max_age_secs.saturating_mul(1000));
+        // From the newest back: the suffix of changes whose images fit.
+        let mut sizes: BTreeMap<String, u64> = BTreeMap::new();
+        let mut start = kept.len();
+        let mut newest_seen = false;
+        for (i, line) in kept.iter().enumerate().rev() {
+            let Line::Change(entry) = line else { continue };
+            let mut with = sizes.clone();
+            for (digest, size) in entry.images() {
+                with.insert(digest.to_owned(), size);
+            }
+            let total: u64 = with.values().sum();
+            let fits = total <= self.settings.max_bytes && entry.at_ms >= oldest_allowed;
+            if newest_seen && !fits {
+                break;
+            }
+            newest_seen = true;
+            sizes = with;
+            start = i;
+        }
+        // Checkpoints before the first change kept stay (they name points, and hold nothing).
+        let before: Vec<Line> =
+            kept[..start].iter().filter(|l| matches!(l, Line::Checkpoint(_))).cloned().collect();
+        for line in &kept[..start] {
+            if let Line::Change(entry) = line {
+                through = through.max(entry.seq);
+                dropped += 1;
+            }
+        }
+        if start == 0 {
+            counter.bytes = sizes.values().sum();
+            return Ok(());
+        }
+        let rest: Vec<Line> = kept.split_off(start);
+        let mut text = serde_json::to_string(&Line::Dropped { through, changes: dropped, at_ms: now_ms })
+            .map_err(|e| FsError::WriteTemp(std::io::Error::other(e)))?;
+        text.push('\n');
+        for line in before.iter().chain(&rest) {
+            text.push_str(
+                &serde_json::to_string(line).map_err(|e| FsError::WriteTemp(std::io::Error::other(e)))?,
+            );
+            text.push('\n');
+        }
+        let temp = sys::temp_name().map_err(FsError::CreateTemp)?;
+        let mut file = sys::create_exclusive(self.dir.as_fd(), &temp).map_err(FsError::CreateTemp)?;
+        file.write_all(text.as_bytes()).map_err(FsError::WriteTemp)?;
+        sys::rename(self.dir.as_fd(), &temp, self.dir.as_fd(), OsStr::new(LOG), sys::RenameHow::Replace)
+            .map_err(FsError::Rename)?;
+        let names = sys::list_names(
+            sys::open_dir_for_listing(self.blobs.as_fd(), OsStr::new("")).map_err(FsError::Open)?,
+            usize::MAX,
+        )
+        .map_err(FsError::List)?;
+        for name in names {
+            if !sizes.contains_key(name.to_string_lossy().as_ref()) {
+                let _ = sys::remove(self.blobs.as_fd(), &name);
+            }
+        }
+        counter.bytes = sizes.values().sum();
+        counter.oldest =
+            rest.iter().find_map(|l| if let Line::Change(e) = l { Some(e.at_ms) } else { None }).unwrap_or(0);
+        tracing::info!(through, dropped, "change record: oldest changes dropped to stay within its bounds");
+        Ok(())
+    }
+}
+
+/// The counter file, locked; its numbers as read, written back by [`Counter::save`].
+struct Counter {
+    file: File,
+    next: u64,
+    bytes: u64,
+    oldest: u64,
+}
+
+impl Counter {
+    fn save(&self) -> Result<(), FsError> {
+        let text = format!("{} {} {}\n{}", self.next, self.bytes, self.oldest, " ".repeat(8));
+        sys::write_all_at(&self.file, 0, text.as_bytes()).map_err(FsError::WriteTemp)
+    }
+
+    /// Takes the next sequence number.
+    fn take(&mut self) -> u64 {
+        let seq = self.next;
+        self.next += 1;
+        seq
+    }
+}
+
+/// One line of the log.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum Line {
+    Change(Entry),
+    Checkpoint(Point),
+    /// The bounds dropped every change up to `through` (`changes` of them, in all).
+    Dropped {
+        through: u64,
+        changes: u64,
+        at_ms: u64,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct Point {
+    seq: u64,
+    at_ms: u64,
+    author: Author,
+    label: String,
+}
+
+/// One committed change.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct Entry {
+    pub(super) seq: u64,
+    pub(super) at_ms: u64,
+    pub(super) author: Author,
+    pub(super) op: String,
+    pub(super) files: Vec<FileChange>,
+}
+
+impl Entry {
+    /// The before-images it names, with their sizes.
+    fn images(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.files
+            .iter()
+            .filter_map(|f| f.before.as_ref())
+            .filter_map(|i| i.digest.as_deref().map(|d| (d, i.size)))
+    }
+}
+
+/// One target of a change: what was there before (`None`: nothing) and the version fsd left
+/// (`None`: nothing).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct FileChange {
+    pub(super) key: String,
+    pub(super) display: String,
+    pub(super) before: Option<Image>,
+    pub(super) after: Option<String>,
+}
+
+/// What a target held before a change.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct Image {
+    pub(super) kind: ImageKind,
+    /// The content's digest (`None`: not kept, larger than `max_file_bytes` or not a file).
+    pub(super) digest: Option<String>,
+    pub(super) size: u64,
+    pub(super) mode: u32,
+    pub(super) uid: u32,
+    pub(super) gid: u32,
+    pub(super) version: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum ImageKind {
+    File,
+    Directory,
+    Symlink,
+    Other,
+}
+
+/// A change's before-images, taken before its commit, with the record's lock held until its
+/// line is written ([`Backend::record_after`]).
+pub(crate) struct Pending {
+    counter: Counter,
+    files: Vec<(Target, Option<Image>, ResolvedAt)>,
+    stored: u64,
+}
+
+/// Where a target is, to look at what the commit left there.
+struct ResolvedAt {
+    parent: Option<OwnedFd>,
+    name: OsString,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+fn kind_of(kind: Kind) -> ImageKind {
+    match kind {
+        Kind::File => ImageKind::File,
+        Kind::Directory => ImageKind::Directory,
+        Kind::Symlink => ImageKind::Symlink,
+        Kind::Other => ImageKind::Other,
+    }
+}
+
+impl Backend {
+    /// The change record this worker writes, and who the call being served is made for.
+    pub fn with_record(mut self, store: Option<Store>) -> Backend {
+        self.record = store;
+        self
+    }
+
+    /// Who the call being served changes things for (`None`: the daemon's own call, unrecorded).
+    pub fn set_author(&self, author: Option<Author>) {
+        *self.author.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = author;
+    }
+
+    /// Serves a call made for `author` (a worker strips the wrapper itself, `worker::run`).
+    pub(super) fn recorded(&self, mode: Mode, author: Author, request: Request) -> Result<Outcome, Failure> {
+        self.set_author(Some(author));
+        self.handle(mode, request)
+    }
+
+    /// Stops recording in this process (an approved call's own process, whose Landlock domain
+    /// holds only the approved objects, not the record).
+    pub fn forget_record(&self) {
+        self.set_author(None);
+    }
+
+    fn author(&self) -> Option<Author> {
+        self.author.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Takes the record's lock for a change about to be committed (`None`: nothing is
+    /// recorded: no record, or a call made by no client).
+    pub(crate) fn record_begin(&self) -> Result<Option<Pending>, FsError> {
+        let (Some(store), Some(_)) = (self.record.as_ref(), self.author()) else { return Ok(None) };
+        Ok(Some(Pending { counter: store.lock()?, files: Vec::new(), stored: 0 }))
+    }
+
+    /// Keeps the before-images of a checked change's targets, before its commit places
+    /// anything. One that cannot be kept fails the change: nothing is committed unrecorded.
+    pub(crate) fn record_images(
+        &self,
+        pending: &mut Option<Pending>,
+        checked: &Checked<'_>,
+    ) -> Result<(), Failure> {
+        let (Some(pending), Some(store)) = (pending.as_mut(), self.record.as_ref()) else { return Ok(()) };
+        for planned in std::iter::once(&checked.plan.target).chain(&checked.plan.destination) {
+            let image = self
+                .image(store, planned, &mut pending.stored)
+                .map_err(|e| self.fail(e, &planned.resolved))?;
+            pending.files.push((planned.target.clone(), image, at(&planned.resolved)));
+        }
+        Ok(())
+    }
+
+    /// What a planned target holds now, its content kept when it is a file within bounds.
+    fn image(&self, store: &Store, planned: &Planned, stored: &mut u64) -> Result<Option<Image>, FsError> {
+        let resolved = &planned.resolved;
+        let Some(parent) = resolved.parent.as_ref().filter(|_| !planned.beyond) else { return Ok(None) };
+        let meta = match sys::meta_at(parent.as_fd(), resolved.name()) {
+            Ok(meta) => meta,
+            Err(Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(FsError::Metadata(e)),
+        };
+        let digest = if meta.kind == Kind::File && meta.size <= store.settings.max_file_bytes {
+            let file = sys::open_read(parent.as_fd(), resolved.name()).map_err(FsError::Open)?;
+            let bytes = super::read::read_bounded(&file, &meta, store.settings.max_file_bytes)?;
+            let (digest, new) = store.keep(&bytes)?;
+            *stored += new;
+            Some(digest)
+        } else {
+            None
+        };
+        Ok(Some(Image {
+            kind: kind_of(meta.kind),
+            digest,
+            size: meta.size,
+            mode: meta.mode & 0o7777,
+            uid: meta.uid,
+            gid: meta.gid,
+            version: version_at(parent.as_fd(), resolved.name()).unwrap_or_else(|| version::of_meta(&meta)),
+        }))
+    }
+
+    /// Writes a committed change's line: each target's version now. A record that cannot be
+    /// written is logged: the change is made and answered all the same.
+    pub(crate) fn record_after(&self, pending: Option<Pending>, op: &str) {
+        let (Some(mut pending), Some(store), Some(author)) = (pending, self.record.as_ref(), self.author())
+        else {
+            return;
+        };
+        let files = pending
+            .files
+            .drain(..)
+            .map(|(target, before, at)| {
+                let after = at.parent.as_ref().and_then(|p| version_at(p.as_fd(), &at.name));
+                FileChange { key: target.key, display: target.display, before, after }
+            })
+            .collect();
+        let at_ms = now_ms();
+        let counter = &mut pending.counter;
+        // A rewind commits through the transaction or the single change's commit: it is
+        // recorded as what it is.
+        let op = if self.rewinding.load(std::sync::atomic::Ordering::Relaxed) { "rewind" } else { op };
+        let entry = Entry { seq: counter.take(), at_ms, author, op: op.to_owned(), files };
+        self.last_recorded.store(entry.seq, std::sync::atomic::Ordering::Relaxed);
+        counter.bytes += pending.stored;
+        if counter.oldest == 0 {
+            counter.oldest = at_ms;
+        }
+        let written = store.append(&Line::Change(entry)).and_then(|()| {
+            let over = counter.bytes > store.settings.max_bytes
+                || counter.oldest < at_ms.saturating_sub(store.settings.max_age_secs.saturating_mul(1000));
+            if over { store.prune(counter, at_ms) } else { Ok(()) }
+        });
+        if let Err(error) = written.and_then(|()| counter.save()) {
+            tracing::warn!(%error, "a committed change could not be recorded");
+        }
+    }
+
+    /// Names a point in the record: its sequence number.
+    pub(super) fn checkpoint(&self, author: Author, label: String) -> Result<Outcome, Failure> {
+        let store = self
+            .record
+            .as_ref()
+            .ok_or_else(|| Failure::new(FsError::Denied(crate::error::Denial::NoChangeRecord), ""))?;
+        let fail = |e| Failure::new(e, "");
+        let mut counter = store.lock().map_err(fail)?;
+        let id = counter.take();
+        store.append(&Line::Checkpoint(Point { seq: id, at_ms: now_ms(), author, label })).map_err(fail)?;
+        counter.save().map_err(fail)?;
+        Ok(Outcome::Checkpoint { id })
+    }
+
+    /// The recorded changes after a point and, per file, its diff from then to now.
+    pub(super) fn changes(&self, query: ChangesQuery) -> Result<Outcome, Failure> {
+        let store = self
+            .record
+            .as_ref()
+            .ok_or_else(|| Failure::new(FsError::Denied(crate::error::Denial::NoChangeRecord), ""))?;
+        let lines = store.lines().map_err(|e| Failure::new(e, ""))?;
+        let mut listing = Changes::default();
+        let mut files: Vec<(FileDiff, Option<Image>, Option<String>, bool)> = Vec::new();
+        for line in lines {
+            let entry = match line {
+                Line::Dropped { through, changes, .. } => {
+                    listing.dropped_through = Some(through);
+                    listing.dropped_changes = changes;
+                    continue;
+                }
+                Line::Checkpoint(_) => continue,
+                Line::Change(entry) => entry,
+            };
+            if entry.seq <= query.since
+                || query.identity.as_ref().is_some_and(|i| *i != entry.author.identity)
+                || query.session.as_ref().is_some_and(|s| Some(s) != entry.author.session.as_ref())
+            {
+                continue;
+            }
+            for file in &entry.files {
+                let target = Target { key: file.key.clone(), display: file.display.clone() };
+                match files.iter_mut().find(|(d, ..)| d.target.key == file.key) {
+                    Some((diff, _, after, escalated)) => {
+                        if !diff.authors.contains(&entry.author.identity) {
+                            diff.authors.push(entry.author.identity.clone());
+                        }
+                        *after = file.after.clone();
+                        *escalated |= entry.author.escalated;
+                    }
+                    None => files.push((
+                        FileDiff {
+                            target,
+                            authors: vec![entry.author.identity.clone()],
+                            existed: file.before.is_some(),
+                            exists: false,
+                            changed_outside: false,
+                            shown: Visible::NotText,
+                        },
+                        file.before.clone(),
+                        file.after.clone(),
+                        entry.author.escalated,
+                    )),
+                }
+            }
+            listing.entries.push(ChangeEntry {
+                seq: entry.seq,
+                at_ms: entry.at_ms,
+                targets: entry
+                    .files
+                    .iter()
+                    .map(|f| Target { key: f.key.clone(), display: f.display.clone() })
+                    .collect(),
+                author: entry.author,
+                op: entry.op,
+            });
+        }
+        for (mut diff, before, after, escalated) in files {
+            let now = self.now_at(query.reader_mode, &diff.target.display);
+            diff.exists = now.as_ref().is_some_and(|(v, _)| v.is_some());
+            diff.changed_outside =
+                now.as_ref().is_some_and(|(v, _)| !same_state(v.as_deref(), after.as_deref()));
+            diff.shown = match now {
+                _ if escalated => Visible::Escalated,
+                None => Visible::NotReadable,
+                Some((_, content)) => {
+                    let old = match &before {
+                        None => Some(Vec::new()),
+                        Some(image) => image.digest.as_deref().and_then(|d| store.blob(d)),
+                    };
+                    match (old.map(String::from_utf8), content.map(String::from_utf8)) {
+                        (Some(Ok(old)), Some(Ok(new))) => {
+                            Visible::Diff(unified(&old, &new, &diff.target.display))
+                        }
+                        _ => Visible::NotText,
+                    }
+                }
+            };
+            listing.files.push(diff);
+        }
+        Ok(Outcome::Changes(listing))
+    }
+
+    /// A file as the caller may read it at its own mode now: its version (`None`: nothing
+    /// there) and content (`None`: not a file within the reply bound); `None`: it may not.
+    pub(super) fn now_at(&self, mode: Mode, display: &str) -> Option<(Option<String>, Option<Vec<u8>>)> {
+        let options = super::resolve::WalkOptions { follow_final: false, create_parents: false };
+        let resolved = match self.walk(mode, display, options) {
+            Ok(resolved) => resolved,
+            Err(Failure { error: FsError::NotFound, .. }) => return Some((None, Some(Vec::new()))),
+            Err(_) => return None,
+        };
+        let Some(meta) = resolved.meta else { return Some((None, Some(Vec::new()))) };
+        let parent = resolved.parent.as_ref()?;
+        let content = (meta.kind == Kind::File)
+            .then(|| sys::open_read(parent.as_fd(), resolved.name()).ok())
+            .flatten()
+            .and_then(|f| super::read::read_bounded(&f, &meta, self.limits.max_diff_text_bytes).ok());
+        Some((
+            Some(version_at(parent.as_fd(), resolved.name()).unwrap_or_else(|| version::of_meta(&meta))),
+            content,
+        ))
+    }
+}
+
+/// The version of what `name` in `dir` holds (`None`: nothing): a file's as a guard names it
+/// (opened, with its generation), anything else's from its metadata.
+pub(super) fn version_at(dir: std::os::fd::BorrowedFd<'_>, name: &OsStr) -> Option<String> {
+    let meta = sys::meta_at(dir, name).ok()?;
+    if meta.kind == Kind::File
+        && let Ok(file) = sys::open_read(dir, name)
+        && let Ok(opened) = sys::meta(file.as_fd())
+    {
+        return Some(version::of_file(&file, &opened));
+    }
+    Some(version::of_meta(&meta))
+}
+
+/// Whether what a target holds now (`now`) is what the record says fsd left there (`left`):
+/// the same version but for its change time, which a rewind's restored mode moves on.
+pub(super) fn same_state(now: Option<&str>, left: Option<&str>) -> bool {
+    let without_ctime = |v: &str| v.rsplitn(3, '.').nth(2).map(str::to_owned);
+    match (now, left) {
+        (None, None) => true,
+        (Some(now), Some(left)) => without_ctime(now) == without_ctime(left),
+        _ => false,
+    }
+}
+
+fn at(resolved: &Resolved) -> ResolvedAt {
+    ResolvedAt {
+        parent: resolved.parent.as_ref().and_then(|p| p.try_clone().ok()),
+        name: resolved.name().to_owned(),
+    }
+}
+
+/// The unified diff of a file's content at the point and now.
+pub(super) fn unified(old: &str, new: &str, display: &str) -> String {
+    similar::TextDiff::from_lines(old, new)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a{display}"), &format!("b{display}"))
+        .to_string()
+}

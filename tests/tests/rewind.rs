@@ -1,0 +1,385 @@
+//! The change record, checkpoints and the listing of changes (docs/rewind.md), end to end: the
+//! real daemon with a `state_dir`, driven by `fsd-tools session` (the JSON-lines face of an
+//! agent host) and the `fsd-tools checkpoint | changes` CLI.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::common::{self, Daemon, ToolSession};
+
+/// A daemon with a state directory (outside its root) and these config lines added.
+fn daemon(extra: &str) -> (Daemon, tempfile::TempDir) {
+    let state = tempfile::tempdir().unwrap();
+    let config = format!("state_dir = \"{}\"\n{extra}", state.path().display());
+    (Daemon::start_with(&[], &config), state)
+}
+
+/// Names a point on the session: its id.
+fn checkpoint(s: &mut ToolSession, label: &str) -> u64 {
+    let reply = s.raw(&json!({"id": "cp", "checkpoint": label}).to_string());
+    assert!(!reply.is_error(), "{}", reply.json);
+    reply.meta()["checkpoint"].as_u64().expect("an id")
+}
+
+/// The session's listing after a point.
+fn changes(s: &mut ToolSession, since: u64) -> common::Reply {
+    let reply = s.raw(&json!({"id": "ch", "changes": {"since": since, "this_session": true}}).to_string());
+    assert!(!reply.is_error(), "{}", reply.json);
+    reply
+}
+
+/// `fsd-tools ARGS --endpoint ...`: its stdout and whether it succeeded.
+fn cli(d: &Daemon, args: &[&str]) -> (String, bool) {
+    let out = Command::new(common::tools_bin())
+        .args(args)
+        .arg("--endpoint")
+        .arg(d.endpoint())
+        .arg("--cwd")
+        .arg(&d.root)
+        .output()
+        .expect("run fsd-tools");
+    (String::from_utf8_lossy(&out.stdout).into_owned(), out.status.success())
+}
+
+fn blobs(state: &Path) -> usize {
+    std::fs::read_dir(state.join("changes/blobs")).unwrap().count()
+}
+
+/// A session's writes, edits, patches (an update, a move and a delete) after a checkpoint are
+/// each recorded with who made them, and the listing shows per file the diff since the point.
+#[test]
+fn every_change_of_a_session_is_listed_with_its_author_and_diff() {
+    let (d, state) = daemon("");
+    d.write("a.txt", "one\ntwo\n");
+    d.write("b.txt", "bee\n");
+    d.write("c.txt", "sea\n");
+    let mut s = d.session_with_config("applyPatch = true\n");
+    let a = d.path("a.txt").display().to_string();
+    let before = checkpoint(&mut s, "start");
+    assert!(!s.read(&a).is_error());
+    assert!(!s.call("edit", json!({"file_path": a, "old_string": "two", "new_string": "TWO"})).is_error());
+    assert!(!s.call("write", json!({"file_path": d.path("new.txt"), "content": "fresh\n"})).is_error());
+    for name in ["b.txt", "c.txt"] {
+        assert!(!s.read(&d.path(name).display().to_string()).is_error());
+    }
+    let patch = "*** Begin Patch\n*** Update File: b.txt\n@@\n-bee\n+BEE\n*** Update File: c.txt\n*** Move to: moved.txt\n@@\n-sea\n+SEA\n*** Delete File: new.txt\n*** End Patch";
+    let patched = s.call("apply_patch", json!({"input": patch}));
+    assert!(!patched.is_error(), "{}", patched.json);
+
+    let listing = changes(&mut s, before);
+    let meta = listing.meta();
+    let ops: Vec<&str> =
+        meta["changes"].as_array().unwrap().iter().map(|c| c["operation"].as_str().unwrap()).collect();
+    assert_eq!(ops, ["editText", "writeText", "writeText", "moveFile", "deleteFile"], "{}", listing.json);
+    for change in meta["changes"].as_array().unwrap() {
+        assert_eq!(change["identity"], json!("uid:0"));
+        assert!(change["call"].as_str().unwrap().starts_with(change["session"].as_str().unwrap()));
+    }
+    let files: Vec<(&str, &Value)> =
+        meta["files"].as_array().unwrap().iter().map(|f| (f["path"].as_str().unwrap(), f)).collect();
+    let file = |name: &str| files.iter().find(|(p, _)| p.ends_with(name)).map(|(_, f)| *f).expect(name);
+    assert_eq!(
+        file("/a.txt")["diff"],
+        json!(format!("--- a{a}\n+++ b{a}\n@@ -1,2 +1,2 @@\n one\n-two\n+TWO\n"))
+    );
+    // Made and removed since the point: no file then, none now, nothing to show.
+    assert_eq!(
+        (file("/new.txt")["existed"].as_bool(), file("/new.txt")["exists"].as_bool()),
+        (Some(false), Some(false))
+    );
+    assert_eq!(file("/new.txt")["diff"], json!(""));
+    assert_eq!(file("/c.txt")["exists"], json!(false));
+    assert!(file("/moved.txt")["diff"].as_str().unwrap().contains("+SEA"));
+    assert_eq!(file("/a.txt")["changed_outside"], json!(false));
+    assert!(listing.text().starts_with("5 changes after point"), "{}", listing.text());
+    // Each before-image once, by digest: a.txt, b.txt, c.txt and new.txt's.
+    assert_eq!(blobs(state.path()), 4);
+
+    // A write fsd did not see is reported, and the diff is against what is there now.
+    std::fs::write(d.path("a.txt"), "outside\n").unwrap();
+    let listing = changes(&mut s, before);
+    assert_eq!(listing.meta()["files"][0]["changed_outside"], json!(true), "{}", listing.json);
+    assert!(listing.text().contains("changed since by someone the record did not see"));
+
+    // A later point lists only what came after it.
+    let later = checkpoint(&mut s, "later");
+    assert!(later > before);
+    assert_eq!(changes(&mut s, later).text(), format!("No changes recorded after point {later}."));
+}
+
+/// At its size bound the record drops the oldest whole changes, removes the before-images no
+/// kept change names, and the listing says what was dropped.
+#[test]
+fn the_record_at_its_bound_drops_the_oldest_whole_changes_and_says_so() {
+    let (d, state) = daemon("change_record_max_bytes = 100\n");
+    let mut s = d.session();
+    let path = d.path("f.txt").display().to_string();
+    for i in 0..6 {
+        // Each version is 40 bytes: two before-images fit the bound, three do not.
+        let content = format!("{i}{}\n", "x".repeat(38));
+        let reply = s.call("write", json!({"file_path": path, "content": content}));
+        assert!(!reply.is_error(), "{}", reply.json);
+        assert!(!s.read(&path).is_error());
+    }
+    let listing = changes(&mut s, 0);
+    let seqs: Vec<u64> =
+        listing.meta()["changes"].as_array().unwrap().iter().map(|c| c["seq"].as_u64().unwrap()).collect();
+    // The first write replaced nothing (no image); of the five that did, two fit.
+    assert_eq!(seqs, [5, 6], "{}", listing.json);
+    assert_eq!(listing.meta()["dropped_through"], json!(4));
+    assert_eq!(listing.meta()["dropped_changes"], json!(4));
+    assert!(
+        listing.text().starts_with(
+            "The record's bounds dropped the oldest history: 4 whole changes, through change 4. \
+             Changes after your point up to then are not listed and cannot be undone."
+        ),
+        "{}",
+        listing.text()
+    );
+    assert_eq!(blobs(state.path()), 2);
+    // A rewind to a point before the dropped history would not restore it whole: refused.
+    let before = d.read("f.txt");
+    let refused = rewind(&mut s, 0, false);
+    assert_eq!(refused.code(), Some("FS_SANDBOX_DENIED"), "{}", refused.json);
+    assert_eq!(
+        refused.text(),
+        "Error: the change record's bounds dropped history after that point, so it cannot be restored whole; nothing was changed"
+    );
+    assert_eq!(d.read("f.txt"), before);
+    // From a point after it, the kept changes undo.
+    let back = rewind(&mut s, 4, false);
+    assert!(!back.is_error(), "{}", back.json);
+    assert_eq!(d.read("f.txt"), format!("3{}\n", "x".repeat(38)).into_bytes());
+}
+
+/// The CLI: a checkpoint prints its id, a listing its diffs; another identity's changes only
+/// for an identity `change_operators` names.
+#[test]
+fn the_cli_lists_changes_and_only_an_operator_sees_another_identitys() {
+    let (d, _state) = daemon("");
+    d.write("a.txt", "one\n");
+    let (text, ok) = cli(&d, &["checkpoint", "before"]);
+    assert!(ok, "{text}");
+    let id: u64 =
+        text.trim().strip_prefix("checkpoint ").and_then(|t| t.split(' ').next()).unwrap().parse().unwrap();
+    assert_eq!(text.trim(), format!("checkpoint {id} \"before\""));
+    let (text, ok) =
+        cli(&d, &["call", "write", &json!({"file_path": d.path("a.txt"), "content": "two\n"}).to_string()]);
+    assert!(ok, "{text}");
+    let (text, ok) = cli(&d, &["changes", "--since", &id.to_string()]);
+    assert!(ok, "{text}");
+    assert!(text.contains("writeText"), "{text}");
+    assert!(text.contains("-one\n+two"), "{text}");
+    let (text, ok) = cli(&d, &["changes", "--identity", "uid:4242"]);
+    assert!(!ok);
+    assert_eq!(
+        text.trim(),
+        "Error: only an identity the file service's change_operators names may see or undo another identity's changes"
+    );
+
+    let (op, _state) = daemon("change_operators = [\"uid:0\"]\n");
+    let (text, ok) = cli(&op, &["changes", "--identity", "*"]);
+    assert!(ok, "{text}");
+    assert_eq!(text.trim(), "No changes recorded after point 0.");
+}
+
+/// Without a state directory there is no record, and the listing says so.
+#[test]
+fn a_daemon_without_a_record_says_so() {
+    let d = Daemon::start();
+    let (text, ok) = cli(&d, &["changes"]);
+    assert!(!ok);
+    assert_eq!(
+        text.trim(),
+        "Error: the file service keeps no change record (it needs state_dir, and change_record not off)"
+    );
+}
+
+/// Every entry below `root`, as (relative path, kind and mode, owner, content): what "byte for
+/// byte, modes and owners included" compares.
+fn tree(root: &Path) -> Vec<(String, u32, (u32, u32), Vec<u8>)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut dirs = vec![root.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let rel = path.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            let content = if meta.is_file() { std::fs::read(&path).unwrap() } else { Vec::new() };
+            if meta.is_dir() {
+                dirs.push(path);
+            }
+            out.push((rel, meta.mode(), (meta.uid(), meta.gid()), content));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Rewinds the session's changes after a point: the reply.
+fn rewind(s: &mut ToolSession, since: u64, keep_checkpoint: bool) -> common::Reply {
+    let line = json!({"id": "rw", "rewind": {"since": since, "this_session": true, "keep_checkpoint": keep_checkpoint}});
+    s.raw(&line.to_string())
+}
+
+/// A session's edits, writes and a patch's update, move and delete across files, all after a
+/// checkpoint.
+fn a_session_of_changes(d: &Daemon, s: &mut ToolSession) {
+    for name in ["a.txt", "b.txt", "c.txt", "secret.txt"] {
+        assert!(!s.read(&d.path(name).display().to_string()).is_error());
+    }
+    let a = d.path("a.txt").display().to_string();
+    assert!(!s.call("edit", json!({"file_path": a, "old_string": "two", "new_string": "TWO"})).is_error());
+    assert!(!s.call("write", json!({"file_path": d.path("new.txt"), "content": "fresh\n"})).is_error());
+    assert!(
+        !s.call("write", json!({"file_path": d.path("b.txt"), "content": "bee, rewritten\n"})).is_error()
+    );
+    let patch = "*** Begin Patch\n*** Update File: b.txt\n@@\n-bee, rewritten\n+BEE\n*** Update File: c.txt\n*** Move to: moved.txt\n@@\n-sea\n+SEA\n*** Delete File: secret.txt\n*** End Patch";
+    let patched = s.call("apply_patch", json!({"input": patch}));
+    assert!(!patched.is_error(), "{}", patched.json);
+}
+
+/// The fixture: files of several modes, one executable that is edited in place.
+fn fixture(d: &Daemon) {
+    use std::os::unix::fs::PermissionsExt;
+    d.write("a.txt", "one\ntwo\n");
+    d.write("b.txt", "bee\n");
+    d.write("c.txt", "sea\n");
+    d.write("secret.txt", "hush\n");
+    std::fs::set_permissions(d.path("secret.txt"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::set_permissions(d.path("a.txt"), std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// A session that writes, edits, patches, moves and deletes, then rewinds to its checkpoint:
+/// the tree is the checkpoint's, byte for byte, modes and owners included; the rewind is
+/// recorded, and rewinding it brings the session's work back.
+#[test]
+fn a_rewind_restores_the_tree_of_the_checkpoint_and_is_itself_undoable() {
+    let logs = tempfile::tempdir().unwrap();
+    let audit = logs.path().join("audit.jsonl");
+    let (d, _state) = daemon(&format!("audit_log = \"{}\"\n", audit.display()));
+    fixture(&d);
+    let at_checkpoint = tree(&d.root);
+    let mut s = d.session_with_config("applyPatch = true\n");
+    let point = checkpoint(&mut s, "before the session");
+    a_session_of_changes(&d, &mut s);
+    let worked = tree(&d.root);
+    assert_ne!(worked, at_checkpoint);
+
+    let reply = rewind(&mut s, point, false);
+    assert!(!reply.is_error(), "{}", reply.json);
+    assert_eq!(reply.meta()["conflicts"], json!([]), "{}", reply.json);
+    assert_eq!(tree(&d.root), at_checkpoint, "{}", reply.text());
+    assert!(
+        reply.text().starts_with(&format!("Rewound to point {point}: 6 files restored as one change")),
+        "{}",
+        reply.text()
+    );
+
+    // The rewind is a change of its own: rewinding it brings the session's work back.
+    let change = reply.meta()["change"].as_u64().expect("the rewind's change");
+    let listing = changes(&mut s, change - 1);
+    assert_eq!(listing.meta()["changes"][0]["operation"], json!("rewind"), "{}", listing.json);
+    let again = rewind(&mut s, change - 1, false);
+    assert!(!again.is_error(), "{}", again.json);
+    assert_eq!(
+        tree(&d.root).into_iter().map(|(p, _, o, c)| (p, o, c)).collect::<Vec<_>>(),
+        worked.into_iter().map(|(p, _, o, c)| (p, o, c)).collect::<Vec<_>>()
+    );
+    // Every rewind is an audit record, and so is one refused.
+    let (text, ok) = cli(&d, &["rewind", "--since", "0", "--identity", "uid:4242"]);
+    assert!(!ok, "{text}");
+    let audit = std::fs::read_to_string(&audit).unwrap();
+    let rewinds: Vec<(String, String, String)> = audit
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l["op"] == "rewind")
+        .map(|l| {
+            (
+                l["path"].as_str().unwrap_or("").to_owned(),
+                l["result"].as_str().unwrap_or("").to_owned(),
+                l["client"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rewinds,
+        [
+            (format!("since {point}"), "ok".to_owned(), "uid:0".to_owned()),
+            (format!("since {}", change - 1), "ok".to_owned(), "uid:0".to_owned()),
+            ("since 0".to_owned(), "FS_PERMISSION_DENIED".to_owned(), "uid:0".to_owned()),
+        ],
+        "{audit}"
+    );
+}
+
+/// A file written by someone fsd did not record (an editor, a shell) is a conflict: reported
+/// with both versions and left as it is while the rest is restored; with keep_checkpoint it is
+/// restored too, and the outside version stays in the record, where a rewind of the rewind finds it.
+#[test]
+fn an_outside_write_is_a_conflict_and_its_content_is_kept() {
+    let (d, _state) = daemon("");
+    fixture(&d);
+    let mut s = d.session_with_config("applyPatch = true\n");
+    let point = checkpoint(&mut s, "start");
+    a_session_of_changes(&d, &mut s);
+    std::fs::write(d.path("a.txt"), "one\noutside\n").unwrap();
+
+    let reply = rewind(&mut s, point, false);
+    assert!(!reply.is_error(), "{}", reply.json);
+    let a = d.path("a.txt").display().to_string();
+    assert_eq!(reply.meta()["conflicts"], json!([a]), "{}", reply.json);
+    assert_eq!(d.read("a.txt"), b"one\noutside\n", "the outside content is kept");
+    assert_eq!(d.read("b.txt"), b"bee\n", "the rest is restored");
+    assert_eq!(d.read("secret.txt"), b"hush\n");
+    assert!(
+        reply
+            .text()
+            .contains(&format!("left as it is: {a} was changed since by someone the record did not see"))
+            && reply.text().contains("-two\n+outside"),
+        "{}",
+        reply.text()
+    );
+
+    let kept = rewind(&mut s, point, true);
+    assert!(!kept.is_error(), "{}", kept.json);
+    assert_eq!(kept.meta()["replaced"], json!([a]), "{}", kept.json);
+    assert_eq!(d.read("a.txt"), b"one\ntwo\n");
+    let change = kept.meta()["change"].as_u64().unwrap();
+    let back = rewind(&mut s, change - 1, false);
+    assert!(!back.is_error(), "{}", back.json);
+    assert_eq!(d.read("a.txt"), b"one\noutside\n", "the outside version came back from the record");
+}
+
+/// The process doing a rewind killed in the middle of its commit (as SIGKILL leaves it), then
+/// the daemon restarted: the rewind is all or nothing, here nothing.
+#[test]
+fn a_rewind_killed_mid_commit_changes_nothing() {
+    let (mut d, state) = daemon("");
+    fixture(&d);
+    let mut s = d.session_with_config("applyPatch = true\n");
+    let point = checkpoint(&mut s, "start");
+    a_session_of_changes(&d, &mut s);
+    // The rewind removes this file: its commit's worker exits right after its second step.
+    assert!(!s.call("write", json!({"file_path": d.path("fsd-fault-txn-die-2"), "content": ""})).is_error());
+    let before = tree(&d.root);
+    let cut = rewind(&mut s, point, false);
+    assert!(cut.is_error(), "{}", cut.json);
+    // The supervisor recovers the dead worker's transaction (its intent record goes last);
+    // a call on one of its targets would wait for that, a look at the disk does not.
+    let intents = state.path().join("txn");
+    for _ in 0..200 {
+        if std::fs::read_dir(&intents).unwrap().count() == 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(tree(&d.root), before, "recovered after the worker's death");
+    drop(s);
+    d.restart();
+    assert_eq!(tree(&d.root), before, "and after a restart");
+    assert_eq!(std::fs::read_dir(state.path().join("txn")).unwrap().count(), 0);
+}
