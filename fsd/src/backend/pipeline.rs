@@ -109,7 +109,7 @@ impl<'a> Mutation<'a> {
     }
 
     /// The operation it is, as the change record names it.
-    fn op(&self) -> crate::op::Op {
+    pub(super) fn op(&self) -> crate::op::Op {
         use crate::op::Op;
         match self {
             Mutation::Write { .. } => Op::WriteText,
