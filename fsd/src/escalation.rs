@@ -436,9 +436,10 @@ impl WorkerCheck {
     }
 
     /// Checks `request` (its bindings and approval already taken off it) before it runs.
-    /// Returns, for a read (a read, stat or listing, or a dry run: anything that changes
-    /// nothing), the target keys each bound path must resolve to ([`Named`]): the walk is held
-    /// to the directories signed and to the name of a call listed on them, never a sibling.
+    /// Returns the target keys each bound path must resolve to ([`Named`]): for a read (a
+    /// read, stat or listing, or a dry run: anything that changes nothing) the walk is held to
+    /// the directories signed and to the name of a call listed on them, never a sibling; for a
+    /// change, to the names of the listed calls with its objects and content.
     pub fn check(
         &self,
         request: &crate::op::Request,
@@ -493,7 +494,11 @@ impl WorkerCheck {
         };
         let content_line = format!("  content-sha256: {}\n", hex::encode(&digest));
         let head = format!(": {} ", op.name());
-        let listed = blocks(text).any(|block| {
+        // The names the listed calls act on: the walk of the call is held to them, so an
+        // approval of a creation (whose object is "absent") makes no other absent name of the
+        // same directory, and a move's destination is the one signed.
+        let (mut sources, mut destinations) = (Vec::new(), Vec::new());
+        for block in blocks(text) {
             let first = block.lines().next().unwrap_or_default();
             let objects = wanted.lines().all(|line| block.lines().any(|l| l == line));
             let named = first.starts_with("op ") && first.contains(&head);
@@ -502,9 +507,23 @@ impl WorkerCheck {
             } else {
                 block.contains(&content_line)
             };
-            named && objects && content
-        });
-        if listed { Ok(Vec::new()) } else { Err(Unsigned::NotListed) }
+            if !(named && objects && content) {
+                continue;
+            }
+            let line = |key: &str| block.lines().find_map(|l| l.strip_prefix(key)).map(str::to_owned);
+            sources.extend(line("  target: "));
+            if destination.is_some() {
+                destinations.extend(line("  destination-target: "));
+            }
+        }
+        if sources.is_empty() || (destination.is_some() && destinations.is_empty()) {
+            return Err(Unsigned::NotListed);
+        }
+        let mut named = vec![(source.to_owned(), sources)];
+        if let Some(destination) = destination {
+            named.push((destination.to_owned(), destinations));
+        }
+        Ok(named)
     }
 }
 

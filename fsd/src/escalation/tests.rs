@@ -509,7 +509,21 @@ fn a_worker_performs_only_a_change_its_approver_signed() {
         match_style: false,
     };
     let bound = |ino: u64| vec![("/etc/x".to_owned(), binding(ino))];
-    assert_eq!(check.check(&write("new\n"), &bound(7), Some(&approval)), Ok(Vec::new()));
+    // The change is held to the name listed: its walk must resolve to `host:etc/x`, so the same
+    // signature on another name of the directory (an absent one, for a creation) is refused.
+    let listed = vec![("/etc/x".to_owned(), vec!["host:etc/x".to_owned()])];
+    assert_eq!(check.check(&write("new\n"), &bound(7), Some(&approval)), Ok(listed));
+    let sibling = Request::WriteText {
+        path: "/etc/y".into(),
+        content: "new\n".into(),
+        guard: None,
+        match_style: false,
+    };
+    let sibling_bound = vec![("/etc/y".to_owned(), binding(7))];
+    assert_eq!(
+        check.check(&sibling, &sibling_bound, Some(&approval)),
+        Ok(vec![("/etc/y".to_owned(), vec!["host:etc/x".to_owned()])])
+    );
     assert_eq!(check.check(&write("evil\n"), &bound(7), Some(&approval)), Err(Unsigned::NotListed));
     assert_eq!(check.check(&write("new\n"), &bound(8), Some(&approval)), Err(Unsigned::NotListed));
     assert_eq!(check.check(&write("new\n"), &Vec::new(), Some(&approval)), Err(Unsigned::NotListed));
