@@ -208,7 +208,10 @@ impl Keeper {
             Entry { key: key.clone(), sandbox, description: description.clone(), arrived: now, expires };
         // Waiting before the terminal's thread can look for it.
         self.waiting.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key.clone());
-        if let Some(terminal) = &self.terminal {
+        // The terminal names no one, so it is not asked what needs a person other than the
+        // one whose agent asked: that is decided on the page, where people log in.
+        if let Some(terminal) = self.terminal.as_ref().filter(|_| !self.needs_another_person(&entry.sandbox))
+        {
             let _ = terminal.send((key, description));
         }
         self.tell(ToFront::Queued { entry: entry.clone() });
@@ -283,16 +286,23 @@ impl Keeper {
                 crate::utc(expires)
             ));
         }
-        if let Who::Page(name) = &who {
-            let entry = &self.queue[i].entry;
+        let entry = &self.queue[i].entry;
+        if self.needs_another_person(&entry.sandbox) {
             let client = Summary::of(&entry.description).client;
-            let another =
-                self.config.daemons.iter().any(|d| d.sandbox == entry.sandbox && d.require_another_person);
-            let theirs = self.config.people.iter().any(|p| &p.name == name && p.clients.contains(&client));
-            if another && theirs {
-                return Err(format!(
-                    "This request needs a person other than the one whose agent asked ({client} is yours): ask someone else to decide it."
-                ));
+            match &who {
+                Who::Page(name) => {
+                    if self.config.people.iter().any(|p| &p.name == name && p.clients.contains(&client)) {
+                        return Err(format!(
+                            "This request needs a person other than the one whose agent asked ({client} is yours): ask someone else to decide it."
+                        ));
+                    }
+                }
+                // The terminal names no one: it cannot show that it is another person.
+                Who::Terminal => {
+                    return Err(
+                        "This request needs a person other than the one whose agent asked, and the terminal names no one: decide it on the page.".to_owned()
+                    );
+                }
             }
         }
         let decider = match &who {
@@ -306,6 +316,11 @@ impl Keeper {
         let reply = self.reply(&w.entry.description, approve, Decider::Person, decider, reason);
         self.tell(ToFront::Answer { ask: w.ask, reply });
         Ok(())
+    }
+
+    /// Whether the requests of `sandbox` need a person other than the one whose agent asked.
+    fn needs_another_person(&self, sandbox: &str) -> bool {
+        self.config.daemons.iter().any(|d| d.sandbox == sandbox && d.require_another_person)
     }
 
     fn tick(&mut self) {
@@ -606,6 +621,7 @@ mod tests {
         let page = |name: &str| Who::Page(name.to_owned());
         let cases: Vec<(&str, Who, Result<(), String>)> = vec![
             (&b, page("alice"), Err("This request needs a person other than the one whose agent asked (uid:0 is yours): ask someone else to decide it.".into())),
+            (&b, Who::Terminal, Err("This request needs a person other than the one whose agent asked, and the terminal names no one: decide it on the page.".into())),
             (&a, page("alice"), Ok(())),
             (&a, page("bob"), Err("This request is no longer waiting: approved by person alice.".into())),
             (&b, page("bob"), Ok(())),
