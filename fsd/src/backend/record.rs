@@ -67,20 +67,23 @@ impl Store {
     }
 
     /// Keeps `bytes` by their digest (once: a digest already kept is not written again).
-    /// Returns the digest and the bytes newly kept.
+    /// Returns the digest and the bytes newly kept. Blobs are not synced (the record is
+    /// history, not the files): one a crash cut short has the wrong size and is written again,
+    /// and [`Store::blob`] checks the digest of what it returns.
     fn keep(&self, bytes: &[u8]) -> Result<(String, u64), FsError> {
         let digest = hex::encode(sha2::Sha256::digest(bytes));
         let name = OsString::from(&digest);
-        match sys::meta_at(self.blobs.as_fd(), &name) {
-            Ok(_) => return Ok((digest, 0)),
-            Err(Errno::NOENT) => {}
+        let how = match sys::meta_at(self.blobs.as_fd(), &name) {
+            Ok(meta) if meta.size == bytes.len() as u64 => return Ok((digest, 0)),
+            Ok(_) => sys::RenameHow::Replace,
+            Err(Errno::NOENT) => sys::RenameHow::NoReplace,
             Err(e) => return Err(FsError::Metadata(e)),
-        }
+        };
         let temp = sys::temp_name().map_err(FsError::CreateTemp)?;
         let mut file = sys::create_exclusive(self.blobs.as_fd(), &temp).map_err(FsError::CreateTemp)?;
         let written = file.write_all(bytes).map_err(FsError::WriteTemp);
         let placed = written.and_then(|()| {
-            sys::rename(self.blobs.as_fd(), &temp, self.blobs.as_fd(), &name, sys::RenameHow::NoReplace)
+            sys::rename(self.blobs.as_fd(), &temp, self.blobs.as_fd(), &name, how)
                 .or_else(|e| if e == Errno::EXIST { Ok(()) } else { Err(e) })
                 .map_err(FsError::Rename)
         });
@@ -90,12 +93,13 @@ impl Store {
         placed.map(|()| (digest, bytes.len() as u64))
     }
 
-    /// A kept before-image's bytes.
+    /// A kept before-image's bytes; none when they are not what the digest names (a blob a
+    /// crash cut short, or one changed on disk), so nothing is ever restored from them.
     pub(super) fn blob(&self, digest: &str) -> Option<Vec<u8>> {
         let mut file = sys::open_read(self.blobs.as_fd(), OsStr::new(digest)).ok()?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).ok()?;
-        Some(bytes)
+        (hex::encode(sha2::Sha256::digest(&bytes)) == digest).then_some(bytes)
     }
 
     /// Every line of the log, parsed (a line cut short by a crash mid-append is skipped).
@@ -603,4 +607,37 @@ pub(super) fn unified(old: &str, new: &str, display: &str) -> String {
         .context_radius(3)
         .header(&format!("a{display}"), &format!("b{display}"))
         .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A blob is kept once by its digest; one a crash cut short is written again, and one whose
+    /// bytes are not what its digest names is never returned (nothing is restored from it).
+    #[test]
+    fn a_blob_is_returned_only_when_its_bytes_are_what_its_digest_names() {
+        let state = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(state.path().join(DIR).join(BLOBS)).unwrap();
+        let settings = RecordSettings {
+            max_bytes: 1 << 20,
+            max_age_secs: 3600,
+            max_file_bytes: 1 << 20,
+            operators: Vec::new(),
+        };
+        let store = Store::open(state.path(), settings).unwrap();
+        let path = |digest: &str| state.path().join(DIR).join(BLOBS).join(digest);
+        let (digest, kept) = store.keep(b"hello\n").unwrap();
+        assert_eq!(kept, 6);
+        assert_eq!(store.keep(b"hello\n").unwrap(), (digest.clone(), 0));
+        assert_eq!(store.blob(&digest).as_deref(), Some(&b"hello\n"[..]));
+        // Cut short by a crash (renamed before its data reached the disk).
+        std::fs::write(path(&digest), b"").unwrap();
+        assert_eq!(store.blob(&digest), None);
+        assert_eq!(store.keep(b"hello\n").unwrap(), (digest.clone(), 6));
+        assert_eq!(store.blob(&digest).as_deref(), Some(&b"hello\n"[..]));
+        // Changed on disk, same size.
+        std::fs::write(path(&digest), b"HELLO\n").unwrap();
+        assert_eq!(store.blob(&digest), None);
+    }
 }
