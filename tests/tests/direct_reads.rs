@@ -71,7 +71,8 @@ fn read_only_reason(d: &Daemon) -> String {
 
 #[test]
 fn direct_read_threads_run_with_a_read_only_workers_privileges() {
-    let d = Daemon::start();
+    // Said, so that a run with every read in the workers (FSD_TEST_READ_PATH) still has them.
+    let d = Daemon::start_with(&[], "direct_reads = true\n");
     d.write("a.txt", "a\n");
     assert!(!d.session().read("a.txt").is_error());
     let threads = direct_threads(network_pid(&d));
@@ -97,7 +98,7 @@ fn direct_read_threads_run_with_a_read_only_workers_privileges() {
 
 #[test]
 fn a_write_from_a_direct_read_thread_is_refused_by_the_kernel() {
-    let d = Daemon::start();
+    let d = Daemon::start_with(&[], "direct_reads = true\n");
     let mut rpc = Rpc::connect(&d);
     let status = rpc.stat(&d.root.join("fsd-fault-direct-write")).unwrap_err();
     assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
@@ -247,7 +248,7 @@ fn a_symlink_swapped_during_direct_reads_never_leads_outside_the_roots() {
 
 #[test]
 fn a_hung_direct_read_is_abandoned_and_past_the_cap_the_path_turns_itself_off() {
-    let d = Daemon::start_with(&[], "call_timeout_ms = 800\n");
+    let d = Daemon::start_with(&[], "direct_reads = true\ncall_timeout_ms = 800\n");
     d.write("a.txt", "a\n");
     d.write("one/fsd-fault-hang", "x");
     d.write("two/fsd-fault-hang", "x");
