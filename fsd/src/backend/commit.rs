@@ -96,9 +96,7 @@ impl Backend {
                 Commit::Together(checked) => checked.first(),
             };
             match first {
-                Some(first) => {
-                    self.record_begin().map_err(|e| self.fail(e, &first.plan.target.resolved))?
-                }
+                Some(first) => self.record_begin().map_err(|e| self.fail(e, &first.plan.target.resolved))?,
                 None => None,
             }
         };
