@@ -79,7 +79,8 @@ impl CanonicalOp {
 
     /// This call as if the directories `made` vouches for, where its walk stood in them below
     /// the directory `made` names, were still missing: then its resolution stopped at the
-    /// first of them, as the approval's did, and named no target key.
+    /// first of them, as the approval's did (its target key is the same either way: the
+    /// missing names' below the directory that exists).
     fn folded(&self, made: &Made) -> Option<CanonicalOp> {
         let bound = self.bound.as_ref()?;
         let at = bound.dirs.iter().position(|d| *d == made.below)?;
@@ -89,7 +90,7 @@ impl CanonicalOp {
         }
         let dirs = bound.dirs[..=at].to_vec();
         let bound = Binding { dirs, missing: bound.missing + beyond.len(), last: bound.last };
-        Some(CanonicalOp { target_key: String::new(), bound: Some(bound), ..self.clone() })
+        Some(CanonicalOp { bound: Some(bound), ..self.clone() })
     }
 
     /// Whether `call`, made for `path`, is this approved call by path and content, and is
@@ -1052,10 +1053,26 @@ pub mod diff;
 
 /// Test hook (cargo feature `fault-injection`): what a compromised network process could hand
 /// the worker performing an approved change. `FSD_FAULT_TAMPER_APPROVAL=none` sends the call
-/// without the approver's signature, `forged` with a signature that is not the approver's.
+/// without the approver's signature, `forged` with a signature that is not the approver's;
+/// `FSD_FAULT_REDIRECT_APPROVED=PATH` sends an approved write to `PATH` instead, with the
+/// approval and the binding of the name approved.
 #[cfg(feature = "fault-injection")]
 pub mod fault {
-    use crate::op::SignedApproval;
+    use crate::op::{Bindings, Request, SignedApproval};
+
+    pub fn redirected(request: Request, bindings: Bindings) -> (Request, Bindings) {
+        let Ok(elsewhere) = std::env::var("FSD_FAULT_REDIRECT_APPROVED") else { return (request, bindings) };
+        match request {
+            Request::WriteText { path, content, guard, match_style } => {
+                let bindings = bindings
+                    .into_iter()
+                    .map(|(p, b)| (if p == path { elsewhere.clone() } else { p }, b))
+                    .collect();
+                (Request::WriteText { path: elsewhere, content, guard, match_style }, bindings)
+            }
+            other => (other, bindings),
+        }
+    }
 
     pub fn tampered(approval: Option<SignedApproval>) -> Option<SignedApproval> {
         match std::env::var("FSD_FAULT_TAMPER_APPROVAL").as_deref() {

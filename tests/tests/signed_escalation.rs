@@ -2079,6 +2079,31 @@ fn a_change_the_approver_did_not_sign_is_refused_by_the_worker_itself() {
     }
 }
 
+/// The worker holds an approved change to the name its approval lists, not only to the
+/// directory and the object: a network process that sends an approved creation of `new.txt`
+/// (its object "absent") to another absent name of the same directory, with the same approval
+/// and binding (the hook `FSD_FAULT_REDIRECT_APPROVED` plays such a compromised process), makes
+/// neither file.
+#[test]
+fn an_approved_creation_sent_to_another_name_of_its_directory_makes_nothing() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let outside = tempfile::tempdir().unwrap();
+    let (new, other) = (outside.path().join("new.txt"), outside.path().join("other.txt"));
+    let env = [("FSD_FAULT_REDIRECT_APPROVED", other.to_str().unwrap())];
+    let s = Signed::start_env(&keys, &keys.public, "", &env);
+    let mut rpc = Rpc::connect(&s.d);
+    read_first(&mut rpc, "s1", std::slice::from_ref(&new));
+    let tk = ticket(ask(&mut rpc, "s1", vec![write_op(&new, "made\n")]).unwrap());
+    let err = write(&mut rpc, "s1", &new, "made\n", tk).unwrap_err();
+    assert_eq!(
+        (err.code, err.get("reason")),
+        (ErrorCode::SandboxDenied, Some("not_approved_object")),
+        "{err:?}"
+    );
+    assert!(!other.exists() && !new.exists());
+}
+
 /// The parts of a `reach:` report (the test hook `fsd-fault-reach`: what an approved call could
 /// do from inside itself beyond its object), by name.
 fn reach(err: &WireError) -> std::collections::BTreeMap<String, String> {

@@ -388,20 +388,28 @@ impl Backend {
     }
 
     /// What an approval of `path` binds when a directory on its way is missing: the deepest
-    /// ancestor that exists, and how many names below it the call would make. `None` when not
-    /// even that resolves, or the rest holds a `..` (the call would fail, and is refused).
-    fn binding_below(&self, mode: Mode, path: &str) -> Option<Binding> {
+    /// ancestor that exists, and how many names below it the call would make; with the target
+    /// key the call's walk will resolve to once it made them (the ancestor's, then the names).
+    /// `None` when not even that resolves, or the rest holds a `..` (the call would fail, and
+    /// is refused).
+    fn binding_below(&self, mode: Mode, path: &str) -> Option<(Binding, String)> {
         let mut known = resolve::raw_components(path, self.allow_backslash).ok()?;
         let options = WalkOptions { follow_final: true, create_parents: false };
-        let mut below = 0usize;
+        let mut rest = Vec::new();
         loop {
-            if known.pop()? == ".." {
+            let name = known.pop()?;
+            if name == ".." {
                 return None;
             }
-            below += 1;
+            rest.push(name);
             let prefix: Vec<String> = known.iter().map(|c| resolve::escape_bytes(c.as_bytes())).collect();
             match self.walk(mode, &format!("/{}", prefix.join("/")), options) {
-                Ok(found) => return Binding::below(&found, below),
+                Ok(found) => {
+                    let rel: Vec<std::ffi::OsString> =
+                        found.rel.iter().cloned().chain(rest.iter().rev().cloned()).collect();
+                    let key = resolve::target_key(&self.roots, found.root, &rel);
+                    return Binding::below(&found, rest.len()).map(|binding| (binding, key));
+                }
                 Err(Failure { error: FsError::NotFound | FsError::NotDirectory, .. }) => {}
                 Err(_) => return None,
             }

@@ -124,9 +124,11 @@ impl Backend {
         let resolved = match self.walk(mode, path, options) {
             Ok(r) => r,
             // A missing parent directory means the target is absent, not an error.
+            // Its key is the one the walk of a call that makes the missing directories
+            // resolves to (an approval names it).
             Err(Failure { error: FsError::NotFound | FsError::NotDirectory, path: shown, .. }) => {
-                let target = Target { key: String::new(), display: shown };
-                let binding = self.binding_below(mode, path);
+                let (binding, key) = self.binding_below(mode, path).unzip();
+                let target = Target { key: key.unwrap_or_default(), display: shown };
                 return Ok(Outcome::Stat { target, info: None, binding });
             }
             Err(f) => return Err(f),

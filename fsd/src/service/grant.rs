@@ -458,6 +458,8 @@ impl FsdService {
             Ok((read, bindings)) => {
                 // The worker that performs the call holds its own walk to what was approved.
                 let plain = std::mem::replace(request, op::Request::ListDir { path: String::new() });
+                #[cfg(feature = "fault-injection")]
+                let (plain, bindings) = crate::escalation::fault::redirected(plain, bindings);
                 *request = op::Request::Bound { bindings, approval, made, request: Box::new(plain) };
                 let step = Step::Escalate(request_op);
                 // The record names the path the call resolved to, and who approved it.
