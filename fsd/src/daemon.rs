@@ -17,6 +17,10 @@ pub enum DaemonError {
     /// The network process could not start; its own words.
     #[error("{0}")]
     NetworkStart(String),
+    /// Every mode the daemon serves was given up (its workers keep exiting at start): a daemon
+    /// that serves nothing stops rather than run on.
+    #[error("no mode can be served: {0}")]
+    NothingServed(String),
     /// This child's start failure went to the supervisor, which reports it once.
     #[error("reported to the supervisor")]
     Reported,

@@ -194,10 +194,12 @@ fn run_child(args: &Args, child: Child) -> Result<(), DaemonError> {
             fsd::network::run(config, socket)
         }
         Child::Worker(mode) => {
-            // Test hook: workers of this mode fail at start, as with a fence step the kernel
-            // refuses, so the supervisor gives the mode up while the daemon runs.
+            // Test hook: workers of these modes (a comma-separated list) fail at start, as with
+            // a fence step the kernel refuses, so the supervisor gives the mode up while the
+            // daemon runs (or stops, when no mode is left).
             #[cfg(feature = "fault-injection")]
-            if std::env::var("FSD_FAULT_WORKER_FAILS").is_ok_and(|m| m == mode.as_str()) {
+            if std::env::var("FSD_FAULT_WORKER_FAILS").is_ok_and(|m| m.split(',').any(|m| m == mode.as_str()))
+            {
                 return Err(DaemonError::Runtime(std::io::Error::other(
                     "fault injection: this worker fails at start",
                 )));

@@ -109,8 +109,11 @@ impl Supervisor {
     }
 
     fn give_up(&mut self, mode: Mode, reason: String) -> Result<(), DaemonError> {
-        tracing::error!(mode = mode.as_str(), %reason, "not serving this mode");
         self.given_up.push(mode);
+        if self.config.served_modes().iter().all(|m| self.given_up.contains(m)) {
+            return Err(DaemonError::NothingServed(format!("{}: {reason}", mode.as_str())));
+        }
+        tracing::error!(mode = mode.as_str(), %reason, "not serving this mode");
         ipc::send(&self.control, &Control::Unavailable { mode, reason }, None)?;
         Ok(())
     }
@@ -288,7 +291,10 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
                     }
                     Role::Worker(mode) => {
                         let exit = WorkerExit { pid, mode, started, status, status_text };
-                        sup.worker_exited(&sweeper, exit, network_stopping);
+                        if let Some(stop) = sup.worker_exited(&sweeper, exit, network_stopping) {
+                            outcome = Err(stop);
+                            break;
+                        }
                     }
                 }
             }
@@ -497,7 +503,13 @@ impl Supervisor {
 
     /// A worker exited: settled, and replaced unless it was abandoned or the network process is
     /// stopping.
-    fn worker_exited(&mut self, sweeper: &journal::Sweeper, exit: WorkerExit, network_stopping: bool) {
+    /// Returns why the daemon must stop, when no mode is left to serve.
+    fn worker_exited(
+        &mut self,
+        sweeper: &journal::Sweeper,
+        exit: WorkerExit,
+        network_stopping: bool,
+    ) -> Option<DaemonError> {
         let WorkerExit { pid, mode, started, status, status_text } = exit;
         match self.hung.exited(pid) {
             crate::hung::Exited::Abandoned => {
@@ -528,11 +540,14 @@ impl Supervisor {
                 tracing::warn!(pid, mode = mode.as_str(), status = %status_text, "worker exited; replacing it");
                 settle(sweeper, self, pid);
                 let failed_itself = status.as_ref().is_ok_and(|s| s.code().is_some_and(|c| c != 0));
-                if let Err(e) = self.replace(mode, started, failed_itself, &status_text) {
-                    tracing::error!(error = %e, "cannot replace worker");
+                match self.replace(mode, started, failed_itself, &status_text) {
+                    Err(stop @ DaemonError::NothingServed(_)) => return Some(stop),
+                    Err(e) => tracing::error!(error = %e, "cannot replace worker"),
+                    Ok(()) => {}
                 }
             }
         }
+        None
     }
 
     /// The stop, in order: the network process first (in-flight calls finish), then the

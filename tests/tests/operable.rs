@@ -649,6 +649,44 @@ fn health_names_each_mode_and_a_mode_given_up_turns_the_daemon_not_serving() {
     assert_eq!(health(&rt, &socket, "fsd.v1.Fsd/workspace-write"), ServingStatus::Serving);
 }
 
+/// A daemon whose every mode is given up (workers of each keep failing at start) does not run
+/// on serving nothing: it stops with exit status 2, its last line naming the cause.
+#[test]
+fn a_daemon_whose_every_mode_is_given_up_stops_with_status_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let socket = format!("unix:{}", dir.path().join("fsd.sock").display());
+    let mut cmd = common::fsd_command();
+    cmd.args(["--listen", &socket, "--writable-root", ws.to_str().unwrap()])
+        .env("FSD_FAULT_WORKER_FAILS", "read-only,workspace-write")
+        .env("FSD_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn fsd");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("a daemon serving nothing ran on for 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("no mode can be served: ") && last.contains("workers keep exiting at start"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn sigterm_with_a_stuck_worker_stops_within_the_shutdown_grace() {
     let grace_ms = 2000;
