@@ -98,7 +98,7 @@ pub fn run(common: &Common) -> Res<Section> {
     drop(off);
 
     let ratio = p50[0].ratio(&p50[1]);
-    let per_change = if changes == 0 { 0 } else { bytes / changes };
+    let per_change = bytes.checked_div(changes).unwrap_or(0);
     let mut md = String::from("### The change record\n\n");
     md.push_str(
         "The write tool replacing a 4 KiB file (Unix socket, a new content every call, so every change \

@@ -197,9 +197,11 @@ fn a_daemon_without_a_record_says_so() {
     );
 }
 
-/// Every entry below `root`, as (relative path, kind and mode, owner, content): what "byte for
-/// byte, modes and owners included" compares.
-fn tree(root: &Path) -> Vec<(String, u32, (u32, u32), Vec<u8>)> {
+/// One entry of [`tree`]: relative path, kind and mode, owner, content.
+type Entry = (String, u32, (u32, u32), Vec<u8>);
+
+/// Every entry below `root`: what "byte for byte, modes and owners included" compares.
+fn tree(root: &Path) -> Vec<Entry> {
     use std::os::unix::fs::MetadataExt;
     let mut out = Vec::new();
     let mut dirs = vec![root.to_owned()];
