@@ -17,9 +17,10 @@
 //! and hello say so. It comes back on when enough abandoned reads have returned (their threads
 //! serve again) to leave fewer than the cap stuck.
 //!
-//! The hand-off costs two wake-ups (the direct thread's, then the runtime thread's). A caller
-//! that finds no other direct read in flight waits for its answer a few microseconds on its own
-//! thread before it parks (`SPIN`): a read that answers in that time wakes nobody on its way back.
+//! The hand-off costs two wake-ups (the direct thread's, then the runtime thread's). The caller
+//! parks rather than spin for its answer: on a machine of two vCPUs a spinning runtime thread
+//! holds a CPU the read's own thread needs (the same trade measured for the worker socket in
+//! BENCHMARKS.md, "Polling the worker's socket").
 
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
@@ -42,10 +43,6 @@ const THREADS: usize = 4;
 const QUEUE: usize = 32;
 /// Abandoned reads at which the path turns itself off: half the threads may hang before it.
 const MAX_ABANDONED: usize = THREADS / 2;
-/// How long a caller alone on the path waits for its answer on its own thread before it parks:
-/// a plain read of a cached file answers in well under this (a walk and one read), and the
-/// return wake-up it saves costs about as much on this kind of machine (BENCHMARKS.md).
-const SPIN: Duration = Duration::from_micros(40);
 
 /// Where a job is: the caller and the thread that runs it agree through it on whether the
 /// caller gave up before the job was taken (nothing hung) or after (its thread is abandoned,
@@ -147,19 +144,8 @@ struct Shared {
     /// Why the path does not serve; held while it turns off or on, so the two agree with
     /// `abandoned`.
     off: Mutex<Option<Off>>,
-    /// Direct reads asked and not yet answered or given up.
-    in_flight: AtomicUsize,
     /// Woken when the path turns off or on (health, hello).
     changed: OnceLock<Arc<Notify>>,
-}
-
-/// Counts a read in flight for as long as its caller waits.
-struct InFlight<'a>(&'a AtomicUsize);
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 impl std::fmt::Debug for Job {
@@ -277,25 +263,16 @@ impl Direct {
     /// (the queue is full, or the path is off); the bool says whether this call turned it off.
     async fn ask(&self, mode: Mode, path: &str, work: Work) -> Result<(Result<Done, WireError>, bool), Work> {
         let Some(jobs) = &self.jobs else { return Err(work) };
-        let (answer, mut done) = oneshot::channel();
+        let (answer, done) = oneshot::channel();
         let queued = crate::traces::on().then(Instant::now);
         let state = Arc::new(AtomicU8::new(QUEUED));
-        let alone = self.shared.in_flight.fetch_add(1, Ordering::AcqRel) == 0;
-        let _in_flight = InFlight(&self.shared.in_flight);
         if let Err(refused) = jobs.try_send(Job { mode, work, answer, state: state.clone() }) {
             let job = match refused {
                 mpsc::TrySendError::Full(job) | mpsc::TrySendError::Disconnected(job) => job,
             };
             return Err(job.work);
         }
-        // Alone on the path, its answer is a few microseconds away: waiting for it here keeps
-        // this thread awake, so the answer wakes nobody. With others in flight the runtime has
-        // their replies to write meanwhile.
-        let answered = if alone { spin(&mut done) } else { None };
-        let answered = match answered {
-            Some(answered) => Ok(answered),
-            None => tokio::time::timeout(self.deadline, done).await,
-        };
+        let answered = tokio::time::timeout(self.deadline, done).await;
         match answered {
             Ok(Ok((done, taken))) => {
                 if let Some(queued) = queued {
@@ -325,33 +302,12 @@ impl Direct {
     }
 }
 
-/// The answer, if it comes within `SPIN`; `None` to wait for it parked.
-fn spin<T>(done: &mut oneshot::Receiver<T>) -> Option<Result<T, oneshot::error::RecvError>> {
-    let until = Instant::now() + SPIN;
-    loop {
-        for _ in 0..64 {
-            match done.try_recv() {
-                Ok(answer) => return Some(Ok(answer)),
-                Err(oneshot::error::TryRecvError::Closed) => {
-                    // The sender went without answering: `recv` says the same.
-                    return None;
-                }
-                Err(oneshot::error::TryRecvError::Empty) => std::hint::spin_loop(),
-            }
-        }
-        if Instant::now() >= until {
-            return None;
-        }
-    }
-}
-
 impl Shared {
     fn new(off: Option<Off>) -> Shared {
         Shared {
             serving: AtomicBool::new(off.is_none()),
             abandoned: AtomicUsize::new(0),
             off: Mutex::new(off),
-            in_flight: AtomicUsize::new(0),
             changed: OnceLock::new(),
         }
     }
