@@ -47,6 +47,34 @@ impl StaleReason {
     }
 }
 
+/// What a transaction's patch hunk did not find: the `reason` metadata of its
+/// `FS_EDIT_NOT_FOUND`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HunkMiss {
+    /// Its `@@` context line.
+    Context,
+    /// Its old lines.
+    Lines,
+}
+
+impl HunkMiss {
+    /// The `reason` it travels as.
+    pub fn reason(self) -> Reason {
+        match self {
+            HunkMiss::Context => Reason::HunkContext,
+            HunkMiss::Lines => Reason::HunkLines,
+        }
+    }
+
+    /// What fsd-patch says a hunk did not find.
+    pub fn of(kind: &fsd_patch::HunkErrorKind) -> HunkMiss {
+        match kind {
+            fsd_patch::HunkErrorKind::Context { .. } => HunkMiss::Context,
+            fsd_patch::HunkErrorKind::ExpectedLines { .. } => HunkMiss::Lines,
+        }
+    }
+}
+
 /// What is wrong with a request path: the `reason` metadata of `FS_INVALID_PATH`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PathProblem {
@@ -319,6 +347,9 @@ pub enum FsError {
     AlreadyExists,
     #[error("edit: no match")]
     EditNotFound,
+    /// A patch's hunk `hunk` (its index, from 0) does not match the file's current text.
+    #[error("patch: hunk {hunk} does not match")]
+    HunkMismatch { hunk: usize, miss: HunkMiss },
     /// `lines`: where the matches start (`backend::text::match_lines`), for a dry run's answer.
     #[error("edit: {count} matches")]
     AmbiguousEdit { count: usize, lines: Option<String> },
@@ -423,7 +454,7 @@ impl FsError {
             FsError::TooLarge { .. } | FsError::TooManyEntries(_) => ErrorCode::TooLarge,
             FsError::Stale(_) | FsError::KeptAside { .. } => ErrorCode::StaleVersion,
             FsError::AlreadyExists => ErrorCode::NotObserved,
-            FsError::EditNotFound => ErrorCode::EditNotFound,
+            FsError::EditNotFound | FsError::HunkMismatch { .. } => ErrorCode::EditNotFound,
             FsError::AmbiguousEdit { .. } => ErrorCode::AmbiguousEdit,
             FsError::KeepOwner(_) | FsError::KeepAttributes(_) => ErrorCode::PermissionDenied,
             FsError::Aborted | FsError::Truncated => ErrorCode::Aborted,
@@ -548,6 +579,9 @@ impl Failure {
                     wire = wire.with("lines", lines);
                 }
             }
+            FsError::HunkMismatch { hunk, miss } => {
+                wire = wire.with_reason(miss.reason()).with("hunk_index", hunk.to_string());
+            }
             FsError::Partial { removed, .. } => wire = wire.with("removed", removed.to_string()),
             _ => {}
         }
@@ -578,6 +612,7 @@ mod tests {
         );
         check(FsError::Stale(StaleReason::Changed), ErrorCode::StaleVersion);
         check(FsError::AlreadyExists, ErrorCode::NotObserved);
+        check(FsError::HunkMismatch { hunk: 0, miss: HunkMiss::Lines }, ErrorCode::EditNotFound);
         check(FsError::TooLarge { size: 2, limit: 1 }, ErrorCode::TooLarge);
         check(FsError::KeepOwner(Errno::PERM), ErrorCode::PermissionDenied);
     }
@@ -622,6 +657,14 @@ mod tests {
         reasons(FsError::InvalidPath(PathProblem::TooLong), &[("reason", "too_long"), ("limit", "4096")]);
         reasons(FsError::TooManyLinks, &[("reason", "too_many_links")]);
         reasons(FsError::TooManyEntries(10), &[("reason", "too_many_entries"), ("limit", "10")]);
+        reasons(
+            FsError::HunkMismatch { hunk: 2, miss: HunkMiss::Lines },
+            &[("reason", "hunk_lines"), ("hunk_index", "2")],
+        );
+        reasons(
+            FsError::HunkMismatch { hunk: 0, miss: HunkMiss::Context },
+            &[("reason", "hunk_context"), ("hunk_index", "0")],
+        );
     }
 
     #[test]

@@ -148,6 +148,12 @@ words! {
         /// A path the daemon's `read_denied` patterns name (metadata `pattern`, `name`,
         /// `escalation = never`).
         ReadDenied => "read_denied",
+        // FS_EDIT_NOT_FOUND: a transaction's patch whose hunk (metadata `hunk_index`) does not
+        // match the file's current text.
+        /// The hunk's `@@` context line was not found.
+        HunkContext => "hunk_context",
+        /// The hunk's old lines were not found.
+        HunkLines => "hunk_lines",
         // FS_TOO_LARGE.
         /// A listing over the entry limit (metadata `limit`).
         TooManyEntries => "too_many_entries",

@@ -41,6 +41,25 @@ fn moved(from: &Path, to: &Path) -> v1::TransactOperation {
     v1::TransactOperation { kind: Some(Kind::Move(request)) }
 }
 
+/// One apply_patch hunk: its `@@` context, old lines, new lines.
+fn hunk(context: Option<&str>, old: &[&str], new: &[&str]) -> v1::PatchHunk {
+    v1::PatchHunk {
+        context: context.map(str::to_owned),
+        old_lines: old.iter().map(|l| (*l).to_owned()).collect(),
+        new_lines: new.iter().map(|l| (*l).to_owned()).collect(),
+        end_of_file: false,
+    }
+}
+
+fn patch(path: &Path, hunks: Vec<v1::PatchHunk>, version: Option<String>) -> v1::TransactOperation {
+    let request = v1::PatchTextRequest {
+        path: p(path),
+        hunks,
+        guard: version.map(|version| v1::EditGuard { version, target_key: String::new() }),
+    };
+    v1::TransactOperation { kind: Some(Kind::Patch(request)) }
+}
+
 fn transact(rpc: &mut Rpc, operations: Vec<v1::TransactOperation>) -> Result<v1::TransactReply, WireError> {
     let request = v1::TransactRequest { context: None, operations };
     rpc.rt
@@ -103,6 +122,7 @@ fn a_mix_of_operations_commits_whole_and_answers_each() {
             v1::transact_result::Kind::Edit(_) => "edit",
             v1::transact_result::Kind::Delete(_) => "delete",
             v1::transact_result::Kind::Move(_) => "move",
+            v1::transact_result::Kind::Patch(_) => "patch",
         })
         .collect();
     assert_eq!(kinds, ["write", "edit", "delete", "move", "write"]);
@@ -176,6 +196,97 @@ fn a_failing_transaction_changes_nothing_and_names_its_operation() {
         assert_eq!(failure.metadata.get("undone").map(String::as_str), Some(undone), "{failure:?}");
         assert_eq!(tree(&d.root), before, "{failure:?}");
     }
+}
+
+/// A patch's hunks, applied by the daemon to the file's current text, commit with a write; a
+/// patch whose hunk does not match (or whose guard is stale) changes nothing, and the error
+/// names the operation, what the hunk missed and which hunk it was.
+#[test]
+fn a_patch_commits_with_another_operation_or_nothing_does() {
+    let (d, _state) = daemon_with_state();
+    d.write("a.txt", "one\r\ntwo\r\nthree\r\n");
+    d.write("b.txt", "beta\n");
+    let mut rpc = Rpc::connect(&d);
+    let version = rpc.version(&d.path("a.txt"));
+    let before = tree(&d.root);
+
+    type Case = (Vec<v1::TransactOperation>, ErrorCode, &'static str, &'static str, Option<&'static str>);
+    let cases: Vec<Case> = vec![
+        (
+            vec![
+                write(&d.path("b.txt"), "B\n"),
+                patch(
+                    &d.path("a.txt"),
+                    vec![hunk(None, &["one"], &["1"]), hunk(None, &["four"], &["4"])],
+                    None,
+                ),
+            ],
+            ErrorCode::EditNotFound,
+            "1",
+            "hunk_lines",
+            Some("1"),
+        ),
+        (
+            vec![
+                patch(&d.path("a.txt"), vec![hunk(Some("zero"), &["two"], &["2"])], None),
+                write(&d.path("b.txt"), "B\n"),
+            ],
+            ErrorCode::EditNotFound,
+            "0",
+            "hunk_context",
+            Some("0"),
+        ),
+        // The guard is checked before any hunk: a stale patch says stale, not "no match".
+        (
+            vec![
+                write(&d.path("b.txt"), "B\n"),
+                patch(&d.path("a.txt"), vec![hunk(None, &["four"], &["4"])], Some("1:1".to_owned())),
+            ],
+            ErrorCode::StaleVersion,
+            "1",
+            "changed",
+            None,
+        ),
+    ];
+    for (ops, code, operation, reason, hunk_index) in cases {
+        let failure = transact(&mut rpc, ops).expect_err("fails");
+        assert_eq!(failure.code, code, "{failure:?}");
+        let get = |key: &str| failure.metadata.get(key).map(String::as_str);
+        assert_eq!(get("operation"), Some(operation), "{failure:?}");
+        assert_eq!(get("undone"), Some("0"), "{failure:?}");
+        assert_eq!(get("reason"), Some(reason), "{failure:?}");
+        assert_eq!(get("hunk_index"), hunk_index, "{failure:?}");
+        assert_eq!(tree(&d.root), before, "{failure:?}");
+    }
+
+    let reply = transact(
+        &mut rpc,
+        vec![
+            patch(
+                &d.path("a.txt"),
+                vec![hunk(Some("one"), &["two"], &["TWO", "two and a half"]), hunk(None, &[], &["four"])],
+                Some(version),
+            ),
+            write(&d.path("b.txt"), "BETA\n"),
+        ],
+    )
+    .expect("commits");
+    let [patched, written] = &reply.results[..] else { panic!("{reply:?}") };
+    let Some(v1::transact_result::Kind::Patch(patched)) = &patched.kind else { panic!("{reply:?}") };
+    assert!(matches!(written.kind, Some(v1::transact_result::Kind::Write(_))), "{reply:?}");
+    assert_eq!(patched.hunks, 2);
+    let change = patched.change.as_ref().expect("a change");
+    assert_eq!(change.before.as_deref(), Some("one\r\ntwo\r\nthree\r\n"));
+    assert_eq!(change.after.as_deref(), Some("one\r\nTWO\r\ntwo and a half\r\nthree\r\nfour\r\n"));
+    let expected: Vec<(String, Vec<u8>)> =
+        [("a.txt", "one\r\nTWO\r\ntwo and a half\r\nthree\r\nfour\r\n"), ("b.txt", "BETA\n")]
+            .iter()
+            .map(|(n, c)| ((*n).to_owned(), c.as_bytes().to_vec()))
+            .collect();
+    assert_eq!(tree(&d.root), expected);
+    // The reply's version is the file's: a guarded edit with it goes through.
+    let guard = v1::EditGuard { version: patched.version.clone(), target_key: String::new() };
+    assert!(rpc.edit_text(&d.path("a.txt"), "four", "4", Some(guard)).is_ok());
 }
 
 #[test]

@@ -32,7 +32,7 @@ use super::write::{
 };
 use super::{Backend, Guard, moves, read, resolve, text, version};
 use crate::error::{Denial, Failure, FsError, StaleReason};
-use crate::op::{Change, EditGuard, Mode, Outcome, Request, Target, WriteGuard, WriteOperation};
+use crate::op::{Change, EditGuard, Hunk, Mode, Outcome, Request, Target, WriteGuard, WriteOperation};
 use crate::sys::{self, Errno, Kind, Meta, RenameHow};
 
 /// How much of a large existing file is read to learn its BOM and line-ending style.
@@ -56,6 +56,13 @@ pub(crate) enum Mutation<'a> {
     },
     Delete {
         path: &'a str,
+        guard: Option<&'a EditGuard>,
+    },
+    /// A transaction's update by apply_patch hunks: planned as an edit, its hunks applied to
+    /// the current text in the check.
+    Patch {
+        path: &'a str,
+        hunks: &'a [Hunk],
         guard: Option<&'a EditGuard>,
     },
     Move {
@@ -113,7 +120,7 @@ impl<'a> Mutation<'a> {
         use crate::op::Op;
         match self {
             Mutation::Write { .. } => Op::WriteText,
-            Mutation::Edit { .. } => Op::EditText,
+            Mutation::Edit { .. } | Mutation::Patch { .. } => Op::EditText,
             Mutation::Delete { .. } => Op::DeleteFile,
             Mutation::Move { .. } => Op::MoveFile,
             Mutation::Bytes { .. } => Op::WriteBytes,
@@ -292,6 +299,20 @@ impl Checked<'_> {
     }
 }
 
+/// The file an edit or a patch changes, under the lock, its guard checked: the stale check comes
+/// before matching, so a stale change never reports a match failure against content the caller
+/// has not seen.
+fn edit_current(planned: &Planned, guard: Option<&EditGuard>, key: &str) -> Result<(File, Meta), FsError> {
+    let (file, meta) = planned.current()?.ok_or(FsError::Stale(StaleReason::Gone))?;
+    if let Some(guard) = guard {
+        same_key(guard.target_key.as_ref(), key)?;
+        if !version::holds(&guard.version, &file, &meta)? {
+            return Err(FsError::Stale(StaleReason::Changed));
+        }
+    }
+    Ok((file, meta))
+}
+
 /// A replace that found a link put at the name since its check: for an approved call, not the
 /// object approved (as `write::current_checked` says of one found at the check).
 fn approved_object(error: FsError, resolved: &Resolved) -> FsError {
@@ -389,7 +410,7 @@ impl Backend {
                 .map_err(|e| self.fail(e, &planned.resolved))?;
                 (planned, None)
             }
-            Mutation::Edit { path, .. } => {
+            Mutation::Edit { path, .. } | Mutation::Patch { path, .. } => {
                 let options = WalkOptions { follow_final: true, create_parents: false };
                 let resolved = match self.walk(mode, path, options) {
                     Err(Failure { error: FsError::NotFound, path, .. }) => {
@@ -565,24 +586,23 @@ impl Backend {
                 }
             }
             Mutation::Edit { old, new, replace_all, guard, .. } => {
-                let (file, meta) = planned
-                    .current()
-                    .map_err(fail)?
-                    .ok_or_else(|| fail(FsError::Stale(StaleReason::Gone)))?;
-                // The stale check comes before matching, so a stale edit never reports a match
-                // failure against content the caller has not seen.
-                if let Some(guard) = guard {
-                    same_key(guard.target_key.as_ref(), key).map_err(fail)?;
-                    if !version::holds(&guard.version, &file, &meta).map_err(fail)? {
-                        return Err(fail(FsError::Stale(StaleReason::Changed)));
-                    }
-                }
+                let (file, meta) = edit_current(planned, guard, key).map_err(fail)?;
                 let edited = self.edited(&file, &meta, old, new, replace_all, plan.dry).map_err(fail)?;
                 Decided::Put {
                     change: self.change(Some(&edited.body), true, Some(&edited.replaced)),
                     content: edited.after,
                     placement: Placement::Replace(meta),
                     replacements: Some(edited.count),
+                }
+            }
+            Mutation::Patch { hunks, guard, .. } => {
+                let (file, meta) = edit_current(planned, guard, key).map_err(fail)?;
+                let patched = self.patched(&file, &meta, hunks).map_err(fail)?;
+                Decided::Put {
+                    change: self.change(Some(&patched.body), true, Some(&patched.replaced)),
+                    content: patched.after,
+                    placement: Placement::Replace(meta),
+                    replacements: Some(patched.count),
                 }
             }
             Mutation::Bytes { path, guard, .. } => {
@@ -747,6 +767,28 @@ impl Backend {
             replaced: replaced.text,
             count: replaced.count,
         })
+    }
+
+    /// A patch's hunks applied to the file under the lock, as the apply_patch tool applies them
+    /// (`fsd_patch::apply_chunks`: a leading BOM kept, each line's ending kept): the file's text
+    /// must decode, and the result stay within what a write of it could be. A hunk that does
+    /// not match is [`FsError::HunkMismatch`], naming it.
+    fn patched(&self, file: &File, meta: &Meta, hunks: &[Hunk]) -> Result<Edited, FsError> {
+        let bytes = read::read_bounded(file, meta, self.limits.max_editable_bytes)?;
+        let current = text::decode(&bytes)?;
+        let chunks: Vec<fsd_patch::Chunk> = hunks.iter().enumerate().map(|(i, h)| h.chunk(i + 1)).collect();
+        let after = fsd_patch::apply_chunks(current, &chunks).map_err(|e| FsError::HunkMismatch {
+            hunk: e.chunk_line.saturating_sub(1),
+            miss: crate::error::HunkMiss::of(&e.kind),
+        })?;
+        let limit = self.limits.max_editable_bytes;
+        let size = after.len() as u64;
+        if size > limit {
+            return Err(FsError::TooLarge { size, limit });
+        }
+        let body = text::split_bom(current).1.to_owned();
+        let replaced = text::split_bom(&after).1.to_owned();
+        Ok(Edited { after, body, replaced, count: hunks.len() })
     }
 
     /// A move's destination change: its text before (when it existed and is shown) and after.

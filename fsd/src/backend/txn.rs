@@ -437,6 +437,7 @@ fn mutation(op: &TxnOp) -> Mutation<'_> {
             Mutation::Edit { path, old, new, replace_all: *replace_all, guard: guard.as_ref() }
         }
         TxnOp::Delete { path, guard } => Mutation::Delete { path, guard: guard.as_ref() },
+        TxnOp::Patch { path, hunks, guard } => Mutation::Patch { path, hunks, guard: guard.as_ref() },
         TxnOp::Move { source, destination, source_guard, destination_guard, content } => Mutation::Move {
             source,
             destination,
@@ -564,6 +565,12 @@ mod tests {
             name: usize,
             guard: Pick,
         },
+        /// apply_patch hunks over the file's current text.
+        Patch {
+            name: usize,
+            chunks: Vec<fsd_patch::Chunk>,
+            guard: Pick,
+        },
         Move {
             from: usize,
             to: usize,
@@ -581,14 +588,52 @@ mod tests {
     /// The names an operation touches.
     fn names_of(op: &Gen) -> Vec<usize> {
         match op {
-            Gen::Write { name, .. } | Gen::Edit { name, .. } | Gen::Delete { name, .. } => vec![*name],
+            Gen::Write { name, .. }
+            | Gen::Edit { name, .. }
+            | Gen::Delete { name, .. }
+            | Gen::Patch { name, .. } => vec![*name],
             Gen::Move { from, to, .. } => vec![*from, *to],
             Gen::Fail { .. } => vec![],
         }
     }
 
     fn content() -> impl Strategy<Value = String> {
-        prop::sample::select(vec!["x", "y", "xy", "yx", "xx", "hello\n", ""]).prop_map(str::to_owned)
+        prop::sample::select(vec![
+            "x",
+            "y",
+            "xy",
+            "yx",
+            "xx",
+            "hello\n",
+            "",
+            "a\nb\nc\n",
+            "a\nx\nb\n",
+            "c\nb",
+        ])
+        .prop_map(str::to_owned)
+    }
+
+    /// One apply_patch hunk over lines of the contents above: it matches some files and not
+    /// others (a context line, old lines, the end-of-file marker).
+    fn chunk() -> impl Strategy<Value = fsd_patch::Chunk> {
+        let line = || prop::sample::select(vec!["a", "b", "c", "x", ""]).prop_map(str::to_owned);
+        let new_line = prop::sample::select(vec!["a", "z", "q"]).prop_map(str::to_owned);
+        (
+            prop::option::weighted(
+                0.3,
+                prop::sample::select(vec!["a", "b", "hello"]).prop_map(str::to_owned),
+            ),
+            prop::collection::vec(line(), 0..3),
+            prop::collection::vec(new_line, 0..3),
+            prop::bool::weighted(0.2),
+        )
+            .prop_map(|(context, old_lines, new_lines, end_of_file)| fsd_patch::Chunk {
+                context,
+                old_lines,
+                new_lines,
+                end_of_file,
+                line: 0,
+            })
     }
 
     fn pick() -> impl Strategy<Value = Pick> {
@@ -603,6 +648,9 @@ mod tests {
             2 => (name.clone(), prop::sample::select(vec!["x", "y", "hello"]), content(), pick())
                 .prop_map(|(name, old, new, guard)| Gen::Edit { name, old: old.to_owned(), new, guard }),
             2 => (name.clone(), pick()).prop_map(|(name, guard)| Gen::Delete { name, guard }),
+            // Mostly over the files the test starts from, so hunks meet lines.
+            2 => (prop_oneof![3 => 0..2usize, 1 => name.clone()], prop::collection::vec(chunk(), 1..3), pick())
+                .prop_map(|(name, chunks, guard)| Gen::Patch { name, chunks, guard }),
             2 => (name.clone(), name, pick(), pick()).prop_map(|(from, to, guard, to_guard)| Gen::Move { from, to, guard, to_guard }),
             1 => (1usize..5).prop_map(|step| Gen::Fail { step }),
         ]
@@ -656,6 +704,21 @@ mod tests {
                     let n = NAMES[*name].to_owned();
                     steps += 1;
                     named.insert(n.clone()) && guard_holds(*guard, true) && after.remove(&n).is_some()
+                }
+                // The hunks applied as the apply_patch tool applies them; one that does not
+                // match refuses the whole transaction.
+                Gen::Patch { name, chunks, guard } => {
+                    let n = NAMES[*name].to_owned();
+                    let fresh = named.insert(n.clone());
+                    let text = after.get(&n).map(|b| String::from_utf8(b.clone()).unwrap());
+                    steps += 1;
+                    match text.map(|t| fsd_patch::apply_chunks(&t, chunks)) {
+                        Some(Ok(patched)) if fresh && guard_holds(*guard, true) => {
+                            after.insert(n, patched.into_bytes());
+                            true
+                        }
+                        _ => false,
+                    }
                 }
                 Gen::Move { from, to, guard, to_guard } => {
                     let (f, t) = (NAMES[*from].to_owned(), NAMES[*to].to_owned());
@@ -737,6 +800,19 @@ mod tests {
                 Gen::Delete { name, guard: pick } => {
                     TxnOp::Delete { path: fixture.path(NAMES[*name]), guard: guard(*pick, NAMES[*name]) }
                 }
+                Gen::Patch { name, chunks, guard: pick } => TxnOp::Patch {
+                    path: fixture.path(NAMES[*name]),
+                    hunks: chunks
+                        .iter()
+                        .map(|c| crate::op::Hunk {
+                            context: c.context.clone(),
+                            old_lines: c.old_lines.clone(),
+                            new_lines: c.new_lines.clone(),
+                            end_of_file: c.end_of_file,
+                        })
+                        .collect(),
+                    guard: guard(*pick, NAMES[*name]),
+                },
                 Gen::Move { from, to, guard: pick, to_guard } => TxnOp::Move {
                     source: fixture.path(NAMES[*from]),
                     destination: fixture.path(NAMES[*to]),
@@ -755,7 +831,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+        #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
         /// Random transactions over overlapping targets, one after another on one tree: after
         /// each, the tree is the model's all-or-nothing result, with nothing of fsd's left.
@@ -763,6 +839,9 @@ mod tests {
         fn transactions_are_all_or_nothing(batches in prop::collection::vec(prop::collection::vec(operation(), 1..6), 1..8)) {
             use std::os::unix::fs::MetadataExt;
             let fixture = fixture();
+            // Files of lines to start from, so edits and patches find some of theirs.
+            std::fs::write(fixture.root.path().join("a"), "a\nb\nc\n").unwrap();
+            std::fs::write(fixture.root.path().join("b"), "a\nx\nb\n").unwrap();
             let inode = |name: &str| std::fs::symlink_metadata(fixture.root.path().join(name)).ok().map(|m| m.ino());
             for ops in &batches {
                 let before = fixture.tree();
@@ -1226,5 +1305,110 @@ mod tests {
             }
         }
         assert!(fixture.tree().is_empty());
+    }
+
+    /// A patch beside a write: its hunks applied to the current text (a BOM and CRLF endings
+    /// kept), both committed; a hunk that does not match, a stale guard or a missing file
+    /// refuses the whole transaction, naming the operation and the hunk, nothing changed.
+    #[test]
+    fn a_patch_commits_with_the_others_or_nothing_does() {
+        use crate::error::{HunkMiss, StaleReason};
+        use crate::op::Hunk;
+        let hunk = |context: Option<&str>, old: &[&str], new: &[&str]| Hunk {
+            context: context.map(str::to_owned),
+            old_lines: old.iter().map(|l| (*l).to_owned()).collect(),
+            new_lines: new.iter().map(|l| (*l).to_owned()).collect(),
+            end_of_file: false,
+        };
+        let original = "\u{feff}one\r\ntwo\r\nthree\r\n";
+        type Expect = Result<&'static str, fn(&FsError) -> bool>;
+        let cases: [(&str, Vec<Hunk>, Pick, Expect); 5] = [
+            (
+                "applies",
+                vec![hunk(Some("one"), &["two"], &["2", "2b"])],
+                Pick::Current,
+                Ok("\u{feff}one\r\n2\r\n2b\r\nthree\r\n"),
+            ),
+            (
+                "second hunk's lines",
+                vec![hunk(None, &["one"], &["1"]), hunk(None, &["four"], &["4"])],
+                Pick::None,
+                Err(|e| matches!(e, FsError::HunkMismatch { hunk: 1, miss: HunkMiss::Lines })),
+            ),
+            (
+                "context",
+                vec![hunk(Some("zero"), &["two"], &["2"])],
+                Pick::None,
+                Err(|e| matches!(e, FsError::HunkMismatch { hunk: 0, miss: HunkMiss::Context })),
+            ),
+            (
+                "stale before matching",
+                vec![hunk(None, &["four"], &["4"])],
+                Pick::Stale,
+                Err(|e| matches!(e, FsError::Stale(StaleReason::Changed))),
+            ),
+            (
+                "missing file",
+                vec![hunk(None, &["two"], &["2"])],
+                Pick::None,
+                Err(|e| matches!(e, FsError::Stale(StaleReason::Gone))),
+            ),
+        ];
+        for (name, hunks, pick, expect) in cases {
+            let fixture = fixture();
+            let file = if name == "missing file" { "absent" } else { "p" };
+            std::fs::write(fixture.root.path().join("p"), original).unwrap();
+            std::fs::write(fixture.root.path().join("w"), "old").unwrap();
+            let before = fixture.tree();
+            let guard = match pick {
+                Pick::None => None,
+                Pick::Current => Some(EditGuard { version: fixture.version("p").unwrap(), target_key: None }),
+                Pick::Stale => Some(EditGuard { version: "1:1".into(), target_key: None }),
+            };
+            let write = TxnOp::Write {
+                path: fixture.path("w"),
+                content: "new".into(),
+                guard: None,
+                match_style: false,
+            };
+            let patch = TxnOp::Patch { path: fixture.path(file), hunks, guard };
+            let result = fixture.transact(vec![write, patch]);
+            match (expect, result) {
+                (Ok(patched), Ok(Outcome::Transact { outcomes })) => {
+                    let tree = fixture.tree();
+                    assert_eq!(tree.get("p").map(Vec::as_slice), Some(patched.as_bytes()), "{name}");
+                    assert_eq!(tree.get("w").map(Vec::as_slice), Some(&b"new"[..]), "{name}");
+                    match &outcomes[..] {
+                        [
+                            Outcome::WriteText { .. },
+                            Outcome::EditText { replacements: 1, version, change, .. },
+                        ] => {
+                            // The version after guards the next change.
+                            let guard = Some(EditGuard { version: version.clone(), target_key: None });
+                            let next = vec![TxnOp::Patch {
+                                path: fixture.path("p"),
+                                hunks: vec![hunk(None, &["2b"], &[])],
+                                guard,
+                            }];
+                            assert!(fixture.transact(next).is_ok(), "{name}");
+                            assert_eq!(change.before.as_deref(), Some("one\r\ntwo\r\nthree\r\n"), "{name}");
+                            assert_eq!(
+                                change.after.as_deref(),
+                                Some("one\r\n2\r\n2b\r\nthree\r\n"),
+                                "{name}"
+                            );
+                        }
+                        other => panic!("{name}: {other:?}"),
+                    }
+                }
+                (Err(refused), Err(failure)) => {
+                    assert!(refused(&failure.error), "{name}: {failure:?}");
+                    assert_eq!(failure.operation.as_deref(), Some(&(1, 0)), "{name}");
+                    assert_eq!(fixture.tree(), before, "{name}");
+                }
+                (_, result) => panic!("{name}: {result:?}"),
+            }
+            assert_eq!(fixture.records(), 0, "{name}");
+        }
     }
 }

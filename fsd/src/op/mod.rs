@@ -18,7 +18,7 @@ pub use outcome::{
     Change, ChangeEntry, Changes, DirEntry, FileDiff, FileType, Info, Outcome, Rewound, StreamHeader, Target,
     Visible, WriteOperation,
 };
-pub use request::{Author, Bindings, ChangesQuery, EditGuard, Request, TxnOp, Unbound, WriteGuard};
+pub use request::{Author, Bindings, ChangesQuery, EditGuard, Hunk, Request, TxnOp, Unbound, WriteGuard};
 
 /// One operation of `fsd.v1`, or a step of signed escalation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

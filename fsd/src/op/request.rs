@@ -179,13 +179,46 @@ pub enum TxnOp {
         destination_guard: Option<WriteGuard>,
         content: Option<String>,
     },
+    /// An update of an existing text file by apply_patch hunks, applied to its current text
+    /// under the locks (`fsd_patch::apply_chunks`).
+    Patch {
+        path: String,
+        hunks: Vec<Hunk>,
+        guard: Option<EditGuard>,
+    },
+}
+
+/// One apply_patch hunk of [`TxnOp::Patch`]: an `fsd_patch::Chunk` without its patch line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hunk {
+    pub context: Option<String>,
+    pub old_lines: Vec<String>,
+    pub new_lines: Vec<String>,
+    pub end_of_file: bool,
+}
+
+impl Hunk {
+    /// The chunk fsd-patch applies; its `line` is the hunk's number (from 1), which a
+    /// `HunkError` names back.
+    pub fn chunk(&self, number: usize) -> fsd_patch::Chunk {
+        fsd_patch::Chunk {
+            context: self.context.clone(),
+            old_lines: self.old_lines.clone(),
+            new_lines: self.new_lines.clone(),
+            end_of_file: self.end_of_file,
+            line: number,
+        }
+    }
 }
 
 impl TxnOp {
     /// The path the operation names (the source of a move).
     pub fn path(&self) -> &str {
         match self {
-            TxnOp::Write { path, .. } | TxnOp::Edit { path, .. } | TxnOp::Delete { path, .. } => path,
+            TxnOp::Write { path, .. }
+            | TxnOp::Edit { path, .. }
+            | TxnOp::Delete { path, .. }
+            | TxnOp::Patch { path, .. } => path,
             TxnOp::Move { source, .. } => source,
         }
     }
@@ -194,7 +227,7 @@ impl TxnOp {
     pub fn op(&self) -> Op {
         match self {
             TxnOp::Write { .. } => Op::WriteText,
-            TxnOp::Edit { .. } => Op::EditText,
+            TxnOp::Edit { .. } | TxnOp::Patch { .. } => Op::EditText,
             TxnOp::Delete { .. } => Op::DeleteFile,
             TxnOp::Move { .. } => Op::MoveFile,
         }

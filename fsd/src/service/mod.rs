@@ -483,8 +483,9 @@ impl Fsd for FsdService {
             drop(self.budgets.call(&caller.identity).map_err(refused)?);
         }
         let grant = self.mode(&caller, context.as_ref(), call.path(), Op::Transact)?;
+        let patches = wire::patches(&call);
         let outcome = self.run(&caller, grant, call).await?;
-        wire::transact_reply(outcome).map(Response::new).ok_or_else(unexpected)
+        wire::transact_reply(outcome, &patches).map(Response::new).ok_or_else(unexpected)
     }
 
     async fn checkpoint(

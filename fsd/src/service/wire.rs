@@ -168,6 +168,20 @@ pub(super) fn transact(r: v1::TransactRequest) -> Option<op::Request> {
                 guard: edit_guard(e.guard),
             },
             Kind::Delete(d) => TxnOp::Delete { path: d.path, guard: edit_guard(d.guard) },
+            Kind::Patch(p) => TxnOp::Patch {
+                path: p.path,
+                hunks: p
+                    .hunks
+                    .into_iter()
+                    .map(|h| op::Hunk {
+                        context: h.context,
+                        old_lines: h.old_lines,
+                        new_lines: h.new_lines,
+                        end_of_file: h.end_of_file,
+                    })
+                    .collect(),
+                guard: edit_guard(p.guard),
+            },
             Kind::Move(m) => TxnOp::Move {
                 source: m.source,
                 destination: m.destination,
@@ -180,11 +194,31 @@ pub(super) fn transact(r: v1::TransactRequest) -> Option<op::Request> {
     Some(op::Request::Transact { ops: ops.collect::<Option<Vec<_>>>()? })
 }
 
-pub(super) fn transact_reply(outcome: Outcome) -> Option<v1::TransactReply> {
+/// Which operations of a transaction are patches: their outcomes, an edit's inside the
+/// daemon, are answered as patches.
+pub(super) fn patches(request: &op::Request) -> Vec<bool> {
+    match request {
+        op::Request::Transact { ops } => ops.iter().map(|o| matches!(o, op::TxnOp::Patch { .. })).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A transaction's replies, in order; `patches` from [`patches`].
+pub(super) fn transact_reply(outcome: Outcome, patches: &[bool]) -> Option<v1::TransactReply> {
     use v1::transact_result::Kind;
     let Outcome::Transact { outcomes } = outcome else { return None };
-    let results = outcomes.into_iter().map(|outcome| {
+    let results = outcomes.into_iter().enumerate().map(|(i, outcome)| {
         let kind = match outcome {
+            Outcome::EditText { target: t, version, replacements, change: c }
+                if patches.get(i).copied().unwrap_or(false) =>
+            {
+                Kind::Patch(v1::PatchTextReply {
+                    target: target(t),
+                    version,
+                    hunks: u32::try_from(replacements).unwrap_or(u32::MAX),
+                    change: change(c),
+                })
+            }
             o @ Outcome::WriteText { .. } => Kind::Write(write_text_reply(o)?),
             o @ Outcome::EditText { .. } => Kind::Edit(edit_text_reply(o)?),
             o @ Outcome::DeleteFile { .. } => Kind::Delete(delete_file_reply(o)?),

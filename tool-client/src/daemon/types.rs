@@ -190,6 +190,14 @@ pub enum TxnChange {
         destination_guard: Option<WriteGuard>,
         content: Option<String>,
     },
+    /// An update of an existing text file by apply_patch hunks, which the daemon applies to
+    /// its current text under the transaction's locks (a chunk's `line` is not sent: a hunk
+    /// that does not match is named by its index, metadata `hunk_index`).
+    Patch {
+        path: String,
+        chunks: Vec<fsd_patch::Chunk>,
+        guard: Option<VersionGuard>,
+    },
 }
 
 impl TxnChange {
@@ -206,6 +214,19 @@ impl TxnChange {
             TxnChange::Delete { path, guard } => {
                 Kind::Delete(v1::DeleteFileRequest { context: None, path, guard: edit_guard(guard.as_ref()) })
             }
+            TxnChange::Patch { path, chunks, guard } => Kind::Patch(v1::PatchTextRequest {
+                path,
+                hunks: chunks
+                    .into_iter()
+                    .map(|c| v1::PatchHunk {
+                        context: c.context,
+                        old_lines: c.old_lines,
+                        new_lines: c.new_lines,
+                        end_of_file: c.end_of_file,
+                    })
+                    .collect(),
+                guard: edit_guard(guard.as_ref()),
+            }),
             TxnChange::Move { source, destination, source_guard, destination_guard, content } => {
                 Kind::Move(v1::MoveFileRequest {
                     context: None,
@@ -228,6 +249,8 @@ pub enum TxnResult {
     Edited(Edited),
     Deleted(Target),
     Moved(Moved),
+    /// A patch's reply: `replacements` is the number of hunks applied.
+    Patched(Edited),
 }
 
 impl TxnResult {
@@ -238,6 +261,12 @@ impl TxnResult {
             Kind::Edit(e) => TxnResult::Edited(e.into()),
             Kind::Delete(d) => TxnResult::Deleted(d.target.into()),
             Kind::Move(m) => TxnResult::Moved(m.into()),
+            Kind::Patch(p) => TxnResult::Patched(Edited {
+                target: p.target.into(),
+                version: Version(p.version),
+                replacements: p.hunks,
+                change: change(p.change),
+            }),
         })
     }
 }
@@ -656,5 +685,46 @@ mod tests {
             ),
             DaemonError::Rejected(Rejection::NewerCode),
         );
+    }
+
+    /// A patch travels as its chunks (their patch lines stay here) and its guard; its reply is
+    /// read as an edit's, `replacements` the hunks applied.
+    #[test]
+    fn a_patch_goes_out_as_its_hunks_and_comes_back_as_an_edit() {
+        use v1::{transact_operation, transact_result};
+        let chunk = fsd_patch::Chunk {
+            context: Some("fn main()".into()),
+            old_lines: vec!["a".into()],
+            new_lines: vec!["b".into(), "c".into()],
+            end_of_file: true,
+            line: 7,
+        };
+        let guard = VersionGuard::new(Version("v1.x".into()), None);
+        let change = TxnChange::Patch { path: "/ws/a".into(), chunks: vec![chunk], guard: Some(guard) };
+        let Some(transact_operation::Kind::Patch(sent)) = change.wire().kind else { panic!("not a patch") };
+        assert_eq!(sent.path, "/ws/a");
+        assert_eq!(
+            sent.hunks,
+            [v1::PatchHunk {
+                context: Some("fn main()".into()),
+                old_lines: vec!["a".into()],
+                new_lines: vec!["b".into(), "c".into()],
+                end_of_file: true,
+            }]
+        );
+        assert_eq!(sent.guard.map(|g| g.version), Some("v1.x".to_owned()));
+        let reply = v1::TransactResult {
+            kind: Some(transact_result::Kind::Patch(v1::PatchTextReply {
+                version: "v1.y".into(),
+                hunks: 1,
+                ..Default::default()
+            })),
+        };
+        match TxnResult::from_wire(reply) {
+            Some(TxnResult::Patched(edited)) => {
+                assert_eq!((edited.version, edited.replacements), (Version("v1.y".into()), 1));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

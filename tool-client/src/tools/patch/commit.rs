@@ -257,7 +257,7 @@ pub(super) async fn run_atomic(session: &mut Session, prepared: &[Prepared]) -> 
                         session.record_present(&[&src], &reply.target, &reply.version);
                         (reply.target.display, None)
                     }
-                    TxnResult::Edited(reply) => {
+                    TxnResult::Edited(reply) | TxnResult::Patched(reply) => {
                         session.record_present(&[&src], &reply.target, &reply.version);
                         (reply.target.display, None)
                     }
