@@ -34,22 +34,29 @@ fn start_failure(args: &[&str], fsd_log: Option<&str>, uid: Option<u32>) -> (Opt
         cmd.uid(uid).gid(uid);
     }
     let started = Instant::now();
+    let (code, stderr) = run_to_exit(&mut cmd, Duration::from_secs(10), "a start that cannot work must fail");
+    (code, stderr.lines().map(str::to_owned).collect(), started.elapsed().as_secs_f64())
+}
+
+/// Runs `cmd` (its stderr piped) until it exits: its exit code and stderr. One that runs past
+/// `within` is killed and fails the test, saying `why` it should have stopped.
+fn run_to_exit(cmd: &mut Command, within: Duration, why: &str) -> (Option<i32>, String) {
+    let started = Instant::now();
     let mut child = cmd.spawn().expect("spawn fsd");
     let status = loop {
         if let Some(status) = child.try_wait().expect("wait") {
             break status;
         }
-        if started.elapsed() > Duration::from_secs(10) {
+        if started.elapsed() > within {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("fsd {args:?} did not exit within 10 s: a start that cannot work must fail");
+            panic!("fsd {cmd:?} did not exit within {within:?}: {why}");
         }
         std::thread::sleep(Duration::from_millis(5));
     };
-    let elapsed = started.elapsed().as_secs_f64();
     let mut stderr = String::new();
     child.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("read stderr");
-    (status.code(), stderr.lines().map(str::to_owned).collect(), elapsed)
+    (status.code(), stderr)
 }
 
 /// The message of one log line, in either format.
@@ -664,22 +671,8 @@ fn a_daemon_whose_every_mode_is_given_up_stops_with_status_2() {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn fsd");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("a daemon serving nothing ran on for 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
-    assert_eq!(status.code(), Some(2), "{stderr}");
+    let (code, stderr) = run_to_exit(&mut cmd, Duration::from_secs(60), "a daemon serving nothing must stop");
+    assert_eq!(code, Some(2), "{stderr}");
     let last = stderr.lines().last().unwrap_or_default();
     assert!(
         last.contains("no mode can be served: ") && last.contains("workers keep exiting at start"),
