@@ -314,6 +314,27 @@ fn bounds_are_refused_up_front_and_a_daemon_without_state_dir_refuses_transactio
     );
     assert!(tree(&d.root).is_empty());
 
+    // Refused for its size before any budget is drawn: with a call burst of 3, four operations
+    // over a limit of 3 are too large (not rate limited), and the budget is left whole.
+    let body = format!(
+        "state_dir = \"{}\"\nmax_transaction_operations = 3\n[budgets]\ncalls_per_second = 0.01\ncall_burst = 3\n",
+        state.path().display()
+    );
+    let small = Daemon::start_with(&[], &body);
+    let mut rpc = Rpc::connect(&small);
+    let four = ["a", "b", "c", "d"].map(|n| write(&small.path(n), "x")).to_vec();
+    let too_many = transact(&mut rpc, four).expect_err("too many");
+    assert_eq!(
+        (
+            too_many.code,
+            too_many.metadata.get("size").map(String::as_str),
+            too_many.metadata.get("limit").map(String::as_str)
+        ),
+        (ErrorCode::TooLarge, Some("4"), Some("3"))
+    );
+    let three = ["a", "b", "c"].map(|n| write(&small.path(n), "x")).to_vec();
+    transact(&mut rpc, three).expect("three operations within the whole budget");
+
     let plain = Daemon::start();
     let mut rpc = Rpc::connect(&plain);
     let refused = transact(&mut rpc, vec![write(&plain.path("a"), "a")]).expect_err("no state_dir");

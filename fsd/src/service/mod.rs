@@ -476,6 +476,13 @@ impl Fsd for FsdService {
                 .with("field", "operations.kind")
                 .into_status()
         })?;
+        // Too many operations is refused before any budget is drawn (the worker checks again):
+        // `FS_TOO_LARGE` with the limit, not a rate limit the caller could wait out.
+        let limit = self.limits.max_transaction_operations;
+        if count > limit {
+            let error = crate::error::FsError::TooLarge { size: count as u64, limit: limit as u64 };
+            return Err(crate::error::Failure::new(error, call.path()).into_wire().into_status());
+        }
         // One call in flight, and one token of the call budget per operation.
         let refused = |r: crate::budget::Refusal| r.into_wire(call.path()).into_status();
         let _in_flight = self.budgets.call(&caller.identity).map_err(refused)?;
