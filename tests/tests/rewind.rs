@@ -370,11 +370,16 @@ fn a_rewind_killed_mid_commit_changes_nothing() {
     let before = tree(&d.root);
     let cut = rewind(&mut s, point, false);
     assert!(cut.is_error(), "{}", cut.json);
-    // The supervisor recovers the dead worker's transaction (its intent record goes last);
-    // a call on one of its targets would wait for that, a look at the disk does not.
+    // The supervisor recovers the dead worker's transaction (its intent record), then sweeps
+    // the worker's journaled temporary files (the staged contents); a call on one of its
+    // targets would wait for that, a look at the disk does not: it waits for both.
     let intents = state.path().join("txn");
+    let settled = || {
+        std::fs::read_dir(&intents).unwrap().count() == 0
+            && !tree(&d.root).iter().any(|(name, ..)| name.contains(".fsd-tmp-"))
+    };
     for _ in 0..200 {
-        if std::fs::read_dir(&intents).unwrap().count() == 0 {
+        if settled() {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
