@@ -13,7 +13,7 @@ pub enum DaemonError {
     #[error(transparent)]
     Start(#[from] crate::backend::StartError),
     #[error(transparent)]
-    Preflight(#[from] crate::preflight::PreflightError),
+    Preflight(#[from] crate::start_checks::PreflightError),
     /// The network process could not start; its own words.
     #[error("{0}")]
     NetworkStart(String),
@@ -55,7 +55,7 @@ pub enum DaemonError {
     #[error("cannot start {role}: {source}")]
     Spawn { role: String, source: std::io::Error },
     #[error("interprocess channel: {0}")]
-    Ipc(#[from] crate::ipc::IpcError),
+    Ipc(#[from] crate::ipc_messages::IpcError),
     #[error("no randomness for the content digest key: {0}")]
     NoDigestKey(getrandom::Error),
     /// This process's tags would match no other process's.

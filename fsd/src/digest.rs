@@ -1,6 +1,6 @@
 //! The content part of a version: a 256-bit AEGIS-128X2 tag of the file's bytes, used as a MAC
 //! under a key the supervisor draws at the daemon's start and hands to every process it starts
-//! (`ipc::Start`), never to a client. A tag is a pseudorandom function of the bytes for anyone
+//! (`ipc_messages::Start`), never to a client. A tag is a pseudorandom function of the bytes for anyone
 //! without the key: two different contents share one only by chance, and nobody who sees tags
 //! can make a pair that does, which is the collision resistance a guard needs. AEGIS runs on
 //! the AES instructions at 42–45 GB/s on one core here, 7–8× BLAKE3: a 1 GiB stream's readers

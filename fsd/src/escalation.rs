@@ -376,7 +376,7 @@ pub enum Unsigned {
 pub struct WorkerCheck {
     key: VerifyingKey,
     /// The key of the tags workers vouch for the directories they made with ([`Made`]): the
-    /// supervisor's, handed to workers only (`ipc::Start`), never to the network process.
+    /// supervisor's, handed to workers only (`ipc_messages::Start`), never to the network process.
     vouch_key: [u8; crate::digest::KEY_BYTES],
 }
 

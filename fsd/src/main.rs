@@ -159,7 +159,7 @@ fn configured_by_flags(args: &Args) -> bool {
 /// How long a child waits for the supervisor's first frame.
 const START_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The child's socket to its parent, once the supervisor's first frame (`ipc::Start`) is read
+/// The child's socket to its parent, once the supervisor's first frame (`ipc_messages::Start`) is read
 /// from it and its digest key applied, and the configuration that frame carries.
 fn ipc_socket(
     args: &Args,
@@ -170,7 +170,7 @@ fn ipc_socket(
     // The supervisor writes it as soon as the child exists: one that waits longer was not
     // started by a supervisor, and says so rather than hang.
     socket.set_read_timeout(Some(START_WAIT)).map_err(DaemonError::Runtime)?;
-    let (start, _) = fsd::ipc::recv::<fsd::ipc::Start>(&socket)?;
+    let (start, _) = fsd::ipc_messages::recv::<fsd::ipc_messages::Start>(&socket)?;
     socket.set_read_timeout(None).map_err(DaemonError::Runtime)?;
     if !fsd::digest::set_key(&start.digest_key) {
         return Err(DaemonError::DigestKeyTooLate);

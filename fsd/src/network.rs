@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::daemon::DaemonError;
 use crate::dispatch::Dispatcher;
 use crate::edge::{Edge, TcpLimits, UnixLimits};
-use crate::ipc::{self, Control, ControlRequest, IpcError};
+use crate::ipc_messages::{self, Control, ControlRequest, IpcError};
 use crate::service::FsdService;
 use crate::sys::ipc::AsyncFrames;
 
@@ -37,7 +37,9 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         Ok(started) => started,
         Err(e) => {
             // The supervisor reports it, once; this process says nothing more.
-            if ipc::send(&control, &ControlRequest::StartFailed { reason: e.to_string() }, None).is_ok() {
+            if ipc_messages::send(&control, &ControlRequest::StartFailed { reason: e.to_string() }, None)
+                .is_ok()
+            {
                 return Err(DaemonError::Reported);
             }
             return Err(e);
@@ -61,7 +63,7 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         let _entered = runtime.enter();
         Signals::register()?
     };
-    ipc::send(&control, &ControlRequest::Listening, None)?;
+    ipc_messages::send(&control, &ControlRequest::Listening, None)?;
     let served = runtime.block_on(async move {
         let (stop_tx, stop_rx) = watch::channel(false);
         let (kill_tx, kill_rx) = tokio::sync::mpsc::unbounded_channel();
@@ -89,7 +91,7 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         // Test hook: the request a compromised network process could make.
         #[cfg(feature = "fault-injection")]
         if let Some(pid) = std::env::var("FSD_FAULT_ASK_KILL").ok().and_then(|p| p.parse().ok()) {
-            let _ = stopping.send((ipc::ControlRequest::Kill { pid }, None));
+            let _ = stopping.send((ipc_messages::ControlRequest::Kill { pid }, None));
         }
         tokio::spawn(send_control(writer, kill_rx));
         if let (Some(settings), Some(collector)) = (&config.traces, collector) {
@@ -98,7 +100,7 @@ pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
         // Once, beside the start rather than in its way: an approver may come up later.
         if let Some(endpoint) = config.approver_endpoint.clone() {
             let tls = config.approver_tls.clone();
-            tokio::spawn(async move { crate::approver::probe(&endpoint, tls.as_ref()).await });
+            tokio::spawn(async move { crate::approver_client::probe(&endpoint, tls.as_ref()).await });
         }
         dispatcher.wait_ready(&config.served_modes(), config.workers_per_mode, Duration::from_secs(10)).await;
         let service = FsdService::new(dispatcher.clone(), &config, roots, audit, listeners.tls.clone());
@@ -204,7 +206,7 @@ fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> 
     // The direct read threads open the roots and confine themselves, each as a read-only worker
     // would, before this thread takes every filesystem right from the rest of the process.
     let direct = crate::dispatch::direct::Direct::start(config);
-    let confinement = crate::confine::network(config).map_err(DaemonError::Confine)?;
+    let confinement = crate::role_confinement::network(config).map_err(DaemonError::Confine)?;
     published.keep();
     tracing::info!(fence = confinement.describe(), "network process confined: no filesystem rights");
     tracing::info!(instance = %instance, "daemon instance");
@@ -250,7 +252,7 @@ async fn serve_control(
     // Workers announced per mode: past the pool's size, each one replaces a worker that died.
     let mut announced: std::collections::HashMap<crate::op::Mode, usize> = Default::default();
     loop {
-        match ipc::recv_async::<Control>(&mut control).await {
+        match ipc_messages::recv_async::<Control>(&mut control).await {
             Ok((Control::Worker { mode, pid }, Some(fd))) => {
                 let seen = announced.entry(mode).or_default();
                 *seen += 1;
@@ -316,10 +318,15 @@ async fn serve_control(
 /// Sends the dispatcher's requests (kill a hung worker) to the supervisor.
 async fn send_control(
     control: AsyncFrames,
-    mut requests: tokio::sync::mpsc::UnboundedReceiver<(ipc::ControlRequest, Option<std::os::fd::OwnedFd>)>,
+    mut requests: tokio::sync::mpsc::UnboundedReceiver<(
+        ipc_messages::ControlRequest,
+        Option<std::os::fd::OwnedFd>,
+    )>,
 ) {
     while let Some((request, fd)) = requests.recv().await {
-        if let Err(e) = ipc::send_async(&control, &request, fd.as_ref().map(std::os::fd::AsFd::as_fd)).await {
+        if let Err(e) =
+            ipc_messages::send_async(&control, &request, fd.as_ref().map(std::os::fd::AsFd::as_fd)).await
+        {
             tracing::error!(error = %e, "cannot reach the supervisor");
             return;
         }

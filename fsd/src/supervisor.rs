@@ -14,7 +14,7 @@ use tokio::task::JoinSet;
 use crate::backend::journal;
 use crate::config::{Config, Listen};
 use crate::daemon::DaemonError;
-use crate::ipc::{self, Control, ControlRequest};
+use crate::ipc_messages::{self, Control, ControlRequest};
 use crate::op::Mode;
 use crate::sys;
 
@@ -54,14 +54,14 @@ struct Supervisor {
     hung: crate::hung::HungWorkers,
     /// The content digests' key, drawn at start, for every child (`backend::digest`).
     digest_key: [u8; crate::digest::KEY_BYTES],
-    /// The workers' own key (`ipc::Start::vouch_key`), never handed to the network process.
+    /// The workers' own key (`ipc_messages::Start::vouch_key`), never handed to the network process.
     vouch_key: [u8; crate::digest::KEY_BYTES],
 }
 
 impl Supervisor {
     /// Starts one child of this binary with `inherit` as its IPC descriptor. Its command line
     /// names its role and the log format only: the configuration follows in its first frame
-    /// (`ipc::Start`), never from the flags or the file.
+    /// (`ipc_messages::Start`), never from the flags or the file.
     fn spawn(&mut self, role: Role, inherit: &UnixStream) -> Result<u32, DaemonError> {
         let fd = std::os::fd::AsRawFd::as_raw_fd(inherit);
         let mut command = tokio::process::Command::new(&self.exe);
@@ -95,17 +95,17 @@ impl Supervisor {
         drop(theirs);
         // Ahead of every frame the network process will send on this socket. A worker that
         // died already cannot take it: its exit is reaped (and replaced) like any death at birth.
-        if let Err(e) = ipc::send(&ours, &self.start(Some(self.vouch_key)), None) {
+        if let Err(e) = ipc_messages::send(&ours, &self.start(Some(self.vouch_key)), None) {
             tracing::warn!(pid, mode = mode.as_str(), error = %e, "worker gone before its start");
         }
         self.hung.started(pid, mode);
-        ipc::send(&self.control, &Control::Worker { mode, pid }, Some(ours.as_fd()))?;
+        ipc_messages::send(&self.control, &Control::Worker { mode, pid }, Some(ours.as_fd()))?;
         Ok(())
     }
 
     /// What every child reads first; `vouch_key` for workers only.
-    fn start(&self, vouch_key: Option<[u8; crate::digest::KEY_BYTES]>) -> ipc::Start {
-        ipc::Start { digest_key: self.digest_key, config: self.config.clone(), vouch_key }
+    fn start(&self, vouch_key: Option<[u8; crate::digest::KEY_BYTES]>) -> ipc_messages::Start {
+        ipc_messages::Start { digest_key: self.digest_key, config: self.config.clone(), vouch_key }
     }
 
     fn give_up(&mut self, mode: Mode, reason: String) -> Result<(), DaemonError> {
@@ -114,7 +114,7 @@ impl Supervisor {
             return Err(DaemonError::NothingServed(format!("{}: {reason}", mode.as_str())));
         }
         tracing::error!(mode = mode.as_str(), %reason, "not serving this mode");
-        ipc::send(&self.control, &Control::Unavailable { mode, reason }, None)?;
+        ipc_messages::send(&self.control, &Control::Unavailable { mode, reason }, None)?;
         Ok(())
     }
 
@@ -182,7 +182,7 @@ impl Supervisor {
 
 pub fn run(config: Config, options: RunOptions) -> Result<(), DaemonError> {
     // Before any child: a cause found here is one line, not a crash loop behind a "serving".
-    crate::preflight::check(&config)?;
+    crate::start_checks::check(&config)?;
     let exe = std::env::current_exe().map_err(DaemonError::Runtime)?;
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(DaemonError::Runtime)?;
@@ -265,7 +265,7 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
                 let ControlRequest::Kill { pid } = request else {
                     network_stopping = true;
                     // The network process closes its workers' sockets only once it has this.
-                    if let Err(e) = ipc::send(&sup.control, &Control::StopSeen, None) {
+                    if let Err(e) = ipc_messages::send(&sup.control, &Control::StopSeen, None) {
                         tracing::debug!(error = %e, "cannot confirm the network process's stop");
                     }
                     continue;
@@ -354,7 +354,7 @@ fn read_requests(
     std::thread::Builder::new()
         .name("fsd-kill-requests".into())
         .spawn(move || {
-            while let Ok((request, fd)) = ipc::recv::<ControlRequest>(&requests) {
+            while let Ok((request, fd)) = ipc_messages::recv::<ControlRequest>(&requests) {
                 if let ControlRequest::RemoveStranded(stranded) = &request {
                     remove_stranded(stranded, fd);
                     continue;
@@ -390,13 +390,13 @@ impl Supervisor {
         let network_pid = self.spawn(Role::Network, &network_end)?;
         drop(network_end);
         // A network process that died already is reported below, by its silence and exit status.
-        if let Err(e) = ipc::send(&self.control, &self.start(None), None) {
+        if let Err(e) = ipc_messages::send(&self.control, &self.start(None), None) {
             tracing::debug!(error = %e, "network process gone before its start");
         }
         // Workers start once the network process has bound its listeners: a listener that cannot
         // bind is reported here, once, and no worker ever starts.
         let (requests, first) = tokio::task::spawn_blocking(move || {
-            let first = ipc::recv::<ControlRequest>(&requests);
+            let first = ipc_messages::recv::<ControlRequest>(&requests);
             (requests, first)
         })
         .await
@@ -493,8 +493,8 @@ impl Supervisor {
                     abandoned,
                     "too many abandoned workers: mode stopped until they exit"
                 );
-                let stuck = ipc::Control::Stuck { mode, abandoned };
-                if let Err(e) = ipc::send(&self.control, &stuck, None) {
+                let stuck = ipc_messages::Control::Stuck { mode, abandoned };
+                if let Err(e) = ipc_messages::send(&self.control, &stuck, None) {
                     tracing::error!(error = %e, "cannot tell the network process");
                 }
             }
@@ -528,7 +528,7 @@ impl Supervisor {
                         tracing::error!(error = %e, "cannot start a worker");
                     }
                 }
-                if let Err(e) = ipc::send(&self.control, &Control::Available { mode }, None) {
+                if let Err(e) = ipc_messages::send(&self.control, &Control::Available { mode }, None) {
                     tracing::error!(error = %e, "cannot tell the network process");
                 }
             }
@@ -569,7 +569,7 @@ impl Supervisor {
         // bounded by `shutdown_grace`: whatever is left then (a worker stuck in a syscall) is killed.
         if network_alive {
             // The stop is ours: the network process need not wait to be heard.
-            let _ = ipc::send(&self.control, &Control::StopSeen, None);
+            let _ = ipc_messages::send(&self.control, &Control::StopSeen, None);
             let _ = sys::ipc::signal(network_pid, false);
         }
         if let Some(status) = self.reap(Instant::now() + self.config.shutdown_grace, network_alive).await
@@ -612,7 +612,7 @@ fn settle(sweeper: &journal::Sweeper, sup: &Supervisor, pid: u32) {
         }
     }
     sweeper.worker_died(pid);
-    if let Err(e) = ipc::send(&sup.control, &Control::Recovered { pid }, None) {
+    if let Err(e) = ipc_messages::send(&sup.control, &Control::Recovered { pid }, None) {
         tracing::debug!(error = %e, "cannot tell the network process a worker was settled");
     }
 }
@@ -657,7 +657,7 @@ fn prepare_state_dir(
 fn hand_over_tls(control: &UnixStream, change: crate::tls::watch::Change) {
     use crate::tls::watch::Change;
     match change {
-        Change::Loaded(files, certificate) => match ipc::send(control, &Control::Tls(files), None) {
+        Change::Loaded(files, certificate) => match ipc_messages::send(control, &Control::Tls(files), None) {
             Ok(()) => tracing::info!(
                 serial = %certificate.serial,
                 not_after = %certificate.expires(),
@@ -678,7 +678,7 @@ fn hand_over_tls(control: &UnixStream, change: crate::tls::watch::Change) {
 /// emptied goes: a name of fsd's temporary form, in the directory the worker held, that is still
 /// the worker's inode, a regular file, empty and with no permission bit. Anything else at the
 /// name is left alone.
-fn remove_stranded(stranded: &ipc::Stranded, dir: Option<std::os::fd::OwnedFd>) {
+fn remove_stranded(stranded: &ipc_messages::Stranded, dir: Option<std::os::fd::OwnedFd>) {
     use std::os::unix::ffi::OsStrExt;
     let name = std::ffi::OsStr::from_bytes(&stranded.name);
     let ours = name

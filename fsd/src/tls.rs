@@ -71,7 +71,7 @@ fn certificates(
 
 /// The contents of the TLS files. The network process reads them itself before it confines
 /// itself; after that the supervisor reads them whenever they change (`tls::watch`) and hands
-/// them over in a [`crate::ipc::Control::Tls`] frame.
+/// them over in a [`crate::ipc_messages::Control::Tls`] frame.
 #[derive(Clone, serde::Serialize, serde::Deserialize)]
 pub struct TlsFiles {
     pub cert: Vec<u8>,

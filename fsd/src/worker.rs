@@ -9,7 +9,7 @@ use crate::backend::{Backend, Fence, Guard, Locking};
 
 use crate::config::Config;
 use crate::error::FsError;
-use crate::ipc::{self, FromWorker, IpcError, ToWorker};
+use crate::ipc_messages::{self, FromWorker, IpcError, ToWorker};
 use crate::op::Mode;
 use crate::sys;
 
@@ -60,15 +60,15 @@ impl Locking for RemoteLocks {
             return Ok(Guard::remote());
         }
         held.extend(keys.iter().cloned());
-        ipc::send(&self.socket, &FromWorker::Lock { keys }, None).map_err(|_| lost())?;
-        match ipc::recv::<ToWorker>(&self.socket) {
+        ipc_messages::send(&self.socket, &FromWorker::Lock { keys }, None).map_err(|_| lost())?;
+        match ipc_messages::recv::<ToWorker>(&self.socket) {
             Ok((ToWorker::LockGranted, _)) => Ok(Guard::remote()),
             _ => Err(lost()),
         }
     }
 }
 
-/// `vouch_key`: the workers' own key (`ipc::Start::vouch_key`).
+/// `vouch_key`: the workers' own key (`ipc_messages::Start::vouch_key`).
 pub fn run(
     config: &Config,
     mode: Mode,
@@ -87,7 +87,7 @@ pub fn run(
         host_root: mode == Mode::DangerFullAccess,
     };
     // The intent records of transactions, in the state directory the supervisor made (which the
-    // worker's Landlock grant covers, see `confine::grants`).
+    // worker's Landlock grant covers, see `role_confinement::grants`).
     let intents =
         config.state_dir.as_ref().and_then(|dir| sys::open_dir(&dir.join(crate::backend::txn::INTENTS)).ok());
     // The change record, for the modes that change files (`backend::record`).
@@ -124,17 +124,17 @@ pub fn run(
     let filter =
         if mode == Mode::DangerFullAccess { Some(sys::confine::compile_approved_call()?) } else { None };
     let identity = config.worker_identity()?;
-    let confinement = crate::confine::worker(config, mode, identity)?;
+    let confinement = crate::role_confinement::worker(config, mode, identity)?;
     tracing::debug!(mode = mode.as_str(), fence = confinement.describe(), "worker ready");
     let ready = FromWorker::Ready { mode, enforcement: confinement.describe().to_owned() };
-    match ipc::send(&socket, &ready, None) {
+    match ipc_messages::send(&socket, &ready, None) {
         // The network process stopped before this worker came up (a daemon stopping early):
         // nothing to serve, nothing to report.
         Err(IpcError::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
         sent => sent?,
     }
     loop {
-        let (message, fd) = match ipc::recv::<ToWorker>(&socket) {
+        let (message, fd) = match ipc_messages::recv::<ToWorker>(&socket) {
             Ok(received) => received,
             // The network process is gone: so is our reason to exist.
             Err(IpcError::Closed) => return Ok(()),
@@ -166,7 +166,7 @@ pub fn run(
                         (ToWorker::Call(request), bindings, named)
                     }
                     Err(failure) => {
-                        ipc::send(&socket, &FromWorker::Reply(Err(failure)), None)?;
+                        ipc_messages::send(&socket, &FromWorker::Reply(Err(failure)), None)?;
                         continue;
                     }
                 }
@@ -179,7 +179,7 @@ pub fn run(
                         (ToWorker::OpenStream { path, bindings: Vec::new(), approval: None }, bindings, named)
                     }
                     Err(failure) => {
-                        ipc::send(&socket, &FromWorker::Stream(Err(failure)), None)?;
+                        ipc_messages::send(&socket, &FromWorker::Stream(Err(failure)), None)?;
                         continue;
                     }
                 }
@@ -263,19 +263,23 @@ impl Call<'_> {
                 let reply = match fd {
                     Some(body) => {
                         let mut progress = |bytes| {
-                            let _ = ipc::send(socket, &FromWorker::Progress { bytes }, None);
+                            let _ = ipc_messages::send(socket, &FromWorker::Progress { bytes }, None);
                         };
                         backend.write_bytes(mode, &path, file_mode, guard, body.into(), &mut progress)
                     }
                     None => Err(crate::error::Failure::new(FsError::Truncated, path)),
                 };
                 hand_on_stranded(socket)?;
-                ipc::send(socket, &FromWorker::Reply(reply.map_err(crate::error::Failure::into_wire)), None)?;
+                ipc_messages::send(
+                    socket,
+                    &FromWorker::Reply(reply.map_err(crate::error::Failure::into_wire)),
+                    None,
+                )?;
             }
             ToWorker::Call(request) => {
                 #[cfg(feature = "fault-injection")]
                 if let Some(failure) = fault(&request, approved) {
-                    ipc::send(socket, &FromWorker::Reply(Err(failure)), None)?;
+                    ipc_messages::send(socket, &FromWorker::Reply(Err(failure)), None)?;
                     return Ok(());
                 }
                 let reply = backend.handle(mode, request).map_err(crate::error::Failure::into_wire);
@@ -292,11 +296,15 @@ impl Call<'_> {
                     (reply, ..) => reply,
                 };
                 hand_on_stranded(socket)?;
-                ipc::send(socket, &FromWorker::Reply(reply), None)?;
+                ipc_messages::send(socket, &FromWorker::Reply(reply), None)?;
             }
             ToWorker::OpenStream { path, .. } => match backend.open_stream(mode, &path) {
-                Ok((header, file)) => ipc::send(socket, &FromWorker::Stream(Ok(header)), Some(file.as_fd()))?,
-                Err(failure) => ipc::send(socket, &FromWorker::Stream(Err(failure.into_wire())), None)?,
+                Ok((header, file)) => {
+                    ipc_messages::send(socket, &FromWorker::Stream(Ok(header)), Some(file.as_fd()))?
+                }
+                Err(failure) => {
+                    ipc_messages::send(socket, &FromWorker::Stream(Err(failure.into_wire())), None)?
+                }
             },
             // A grant with no request pending: the router lost track; nothing to do.
             ToWorker::LockGranted => {}
@@ -310,7 +318,7 @@ impl Call<'_> {
                     .open(&path)
                     .map(drop)
                     .map_err(|e| e.to_string());
-                ipc::send(socket, &FromWorker::RawOpened(result), None)?;
+                ipc_messages::send(socket, &FromWorker::RawOpened(result), None)?;
             }
             #[cfg(feature = "fault-injection")]
             ToWorker::RawMetadata { path } => {
@@ -322,14 +330,14 @@ impl Call<'_> {
                     (Ok(()), _) => Err("chmod by path succeeded".to_owned()),
                     (_, Ok(())) => Err("chown by path succeeded".to_owned()),
                 };
-                ipc::send(socket, &FromWorker::RawOpened(result), None)?;
+                ipc_messages::send(socket, &FromWorker::RawOpened(result), None)?;
             }
         }
         Ok(())
     }
 
     /// Serves an approved call in a process of its own (`sys::call`), which confines itself to
-    /// the approved objects (`confine::approved_call`), replies itself and exits; this worker
+    /// the approved objects (`role_confinement::approved_call`), replies itself and exits; this worker
     /// waits for it and keeps its own authority for the next call. A process that ended without
     /// replying is replied for.
     fn in_own_process(
@@ -364,7 +372,7 @@ impl Call<'_> {
 
     /// Serves a read no approval binds (a danger-full-access worker's, under signed trust: the
     /// checks and previews made before anyone is asked) in a process of its own with a
-    /// read-only worker's authority (`confine::reader`): the worker identity, no capability,
+    /// read-only worker's authority (`role_confinement::reader`): the worker identity, no capability,
     /// reading beneath the roots only. What it returns, the network process could have read
     /// through a read-only worker anyway.
     fn as_reader(
@@ -380,12 +388,12 @@ impl Call<'_> {
             let roots = self.backend.root_descriptors().map_err(FsError::Metadata)?;
             let rules: Vec<_> = roots.into_iter().map(|fd| (fd, sys::confine::Grant::Read)).collect();
             let Some(filter) = self.filter else { return Err(FsError::Aborted) };
-            crate::confine::reader(&rules, identity, worker, required, filter).map(|(_, held)| held).map_err(
-                |e| {
+            crate::role_confinement::reader(&rules, identity, worker, required, filter)
+                .map(|(_, held)| held)
+                .map_err(|e| {
                     tracing::warn!(%e, "a preview's process cannot confine itself");
                     FsError::Aborted
-                },
-            )
+                })
         })
     }
 
@@ -403,7 +411,7 @@ impl Call<'_> {
         let failed = |error: FsError| {
             let wire = crate::error::Failure::new(error, path.clone()).into_wire();
             let reply = if stream { FromWorker::Stream(Err(wire)) } else { FromWorker::Reply(Err(wire)) };
-            ipc::send(self.socket, &reply, None)
+            ipc_messages::send(self.socket, &reply, None)
         };
         match sys::call::fork() {
             Ok(sys::call::Forked::Child) => {
@@ -434,7 +442,7 @@ impl Call<'_> {
     }
 
     /// Confines this (the approved call's) process: the approved objects opened by the call's
-    /// own bound walk, then `confine::approved_call`. An object that is not the approved one is
+    /// own bound walk, then `role_confinement::approved_call`. An object that is not the approved one is
     /// `not_approved_object`; a confinement that fails refuses the call.
     fn confined(
         &self,
@@ -463,7 +471,7 @@ impl Call<'_> {
             .then(|| authority::owner(&dirs, &files))
             .flatten();
         let Some(filter) = self.filter else { return Err(FsError::Aborted) };
-        match crate::confine::approved_call(&rules, kind, owner, worker, required, filter) {
+        match crate::role_confinement::approved_call(&rules, kind, owner, worker, required, filter) {
             Ok((_, held)) => Ok(held),
             Err(e) => {
                 tracing::warn!(%e, "an approved call's process cannot confine itself");
@@ -503,7 +511,7 @@ fn path_of(message: &ToWorker) -> String {
 /// them on to the supervisor, before the call's reply.
 fn hand_on_stranded(socket: &UnixStream) -> Result<(), IpcError> {
     for (stranded, dir) in crate::backend::stranded::take() {
-        ipc::send(socket, &FromWorker::Stranded(stranded), Some(dir.as_fd()))?;
+        ipc_messages::send(socket, &FromWorker::Stranded(stranded), Some(dir.as_fd()))?;
     }
     Ok(())
 }

@@ -189,7 +189,7 @@ fn toml_kind(block: &Block) -> &'static str {
     if fsd_tool_client::fleet::Fleet::load(Some(&path)).is_ok() {
         return "a fleet file";
     }
-    match fsd_tool_client::approver::Approver::from_config(Some(&path), false) {
+    match fsd_tool_client::local_approver::Approver::from_config(Some(&path), false) {
         Ok(_) => "an escalation rule file",
         Err(e) => panic!(
             "{}:{}: no config parser accepts this block (as a rule file: {e}):\n{}",

@@ -12,7 +12,7 @@ use std::process::{Child, Stdio};
 
 use common::rpc::{Rpc, p};
 use common::*;
-use fsd::ipc::{FromWorker, ToWorker};
+use fsd::ipc_messages::{FromWorker, ToWorker};
 use fsd::op::Request;
 use fsd_proto::{ErrorCode, WireError, v1};
 use serde_json::json;
@@ -47,13 +47,13 @@ impl Worker {
             },
         )
         .unwrap();
-        let start = fsd::ipc::Start {
+        let start = fsd::ipc_messages::Start {
             digest_key: [7; fsd::digest::KEY_BYTES],
             config,
             vouch_key: Some([9; fsd::digest::KEY_BYTES]),
         };
-        fsd::ipc::send(&ours, &start, None).unwrap();
-        let (ready, _) = fsd::ipc::recv::<FromWorker>(&ours).unwrap();
+        fsd::ipc_messages::send(&ours, &start, None).unwrap();
+        let (ready, _) = fsd::ipc_messages::recv::<FromWorker>(&ours).unwrap();
         assert!(
             matches!(ready, FromWorker::Ready { enforcement, .. } if enforcement == "landlock"),
             "worker not confined"
@@ -62,8 +62,8 @@ impl Worker {
     }
 
     fn ask(&self, message: &ToWorker) -> FromWorker {
-        fsd::ipc::send(&self.socket, message, None).unwrap();
-        fsd::ipc::recv::<FromWorker>(&self.socket).unwrap().0
+        fsd::ipc_messages::send(&self.socket, message, None).unwrap();
+        fsd::ipc_messages::recv::<FromWorker>(&self.socket).unwrap().0
     }
 
     fn raw(&self, message: ToWorker) -> Result<(), String> {

@@ -581,7 +581,7 @@ fn failed_start(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, Vec<String
 
 /// The message of a human-format log line.
 fn logged(line: &str) -> &str {
-    line.split_once(" fsd: ").or_else(|| line.split_once(" fsd::preflight: ")).map_or(line, |(_, m)| m)
+    line.split_once(" fsd: ").or_else(|| line.split_once(" fsd::start_checks: ")).map_or(line, |(_, m)| m)
 }
 
 #[test]

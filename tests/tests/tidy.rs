@@ -434,7 +434,7 @@ fn each_rule_catches_a_planted_violation() {
     check("tests/tests/deploy_examples.rs", "//! X.\nfsd::config::Config::load(Some(&p), o)\n", &[]);
     // Codes and words cross every boundary as `fsd_proto`'s enums.
     check(
-        "fsd/src/ipc.rs",
+        "fsd/src/ipc_messages.rs",
         "//! X.\nlet code = ErrorCode::parse(&self.code).unwrap_or(ErrorCode::IoError);\n",
         &[(2, Rule::StringTypedWord)],
     );
@@ -464,7 +464,7 @@ fn each_rule_catches_a_planted_violation() {
         &[(2, Rule::SecondEscaper)],
     );
     check(
-        "tool-client/src/approver.rs",
+        "tool-client/src/local_approver.rs",
         "//! X.\nif hidden(c) { c.escape_unicode().to_string() } else { c.to_string() }\n",
         &[(2, Rule::SecondEscaper)],
     );

@@ -79,7 +79,7 @@ pub enum ConfigError {
     #[error("invalid config {}{}: {message}", path.display(), at.map(|(line, column)| format!(":{line}:{column}")).unwrap_or_default())]
     Parse { path: PathBuf, at: Option<(usize, usize)>, message: String },
     #[error(transparent)]
-    Approver(#[from] crate::approver::ApproverError),
+    Approver(#[from] crate::local_approver::ApproverError),
     #[error("invalid config: {0} must be at least 1")]
     Zero(&'static str),
     #[error("invalid config: approverUrl {0:?} must start with https:// or http://")]
@@ -104,8 +104,11 @@ impl ClientConfig {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read(path.to_owned(), e))?;
         let config: ClientConfig = toml::from_str(&text).map_err(|e| parse_error(path, &text, &e))?;
         config.validate()?;
-        crate::approver::Approver::from_config(config.escalation_rules.as_deref(), config.escalation_prompt)
-            .map_err(ConfigError::Approver)?;
+        crate::local_approver::Approver::from_config(
+            config.escalation_rules.as_deref(),
+            config.escalation_prompt,
+        )
+        .map_err(ConfigError::Approver)?;
         Ok(config)
     }
 

@@ -3,7 +3,6 @@
 //! Only this crate produces text a model reads.
 #![forbid(unsafe_code)]
 
-pub mod approver;
 pub mod attachments;
 pub mod changes;
 pub mod cli;
@@ -15,6 +14,7 @@ pub mod embedded;
 pub mod failure;
 pub mod fleet;
 pub mod jsonl;
+pub mod local_approver;
 pub mod mcp;
 pub mod tools;
 pub mod web;

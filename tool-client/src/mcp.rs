@@ -39,7 +39,7 @@ use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use serde_json::{Map, Value, json};
 use tokio::sync::Mutex;
 
-use crate::approver::{Host, HostAnswer};
+use crate::local_approver::{Host, HostAnswer};
 use crate::tools::{Block, Session, ToolResult};
 
 /// The `_meta` key of the stable code (`FS_*`, `INVALID_ARGS`, …; null on success).

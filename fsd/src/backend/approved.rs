@@ -1,5 +1,5 @@
 //! The objects an approved call may act on, opened for the confinement of the process that
-//! performs it (`crate::confine::approved_call`): by the same walk as the call, held to the same
+//! performs it (`crate::role_confinement::approved_call`): by the same walk as the call, held to the same
 //! binding, so the rights the process keeps are on the very inodes the approver was shown.
 
 use std::ffi::OsString;
@@ -62,7 +62,7 @@ impl Backend {
     }
 
     /// Descriptors of the configured roots (not the filesystem root danger-full-access adds),
-    /// for a process that may read beneath them and nothing else (`confine::reader`).
+    /// for a process that may read beneath them and nothing else (`role_confinement::reader`).
     pub fn root_descriptors(&self) -> Result<Vec<OwnedFd>, sys::Errno> {
         self.roots[..self.configured]
             .iter()

@@ -14,7 +14,7 @@ use super::pipeline::{Body, Mutation, only};
 use super::write::parent_vanished;
 use crate::digest::Digest;
 use crate::error::{Denial, Failure, FsError};
-use crate::ipc::MAX_BODY_FRAME;
+use crate::ipc_messages::MAX_BODY_FRAME;
 use crate::op::{Mode, Outcome, WriteGuard};
 use crate::sys::{self, Errno, Kind};
 
@@ -204,7 +204,7 @@ impl Tree<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ipc::body_frame_header;
+    use crate::ipc_messages::body_frame_header;
 
     fn framed(chunks: &[&[u8]], end: bool) -> Vec<u8> {
         let mut out = Vec::new();

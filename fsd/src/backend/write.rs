@@ -554,7 +554,7 @@ pub mod stranded {
     use std::os::unix::ffi::OsStrExt;
     use std::sync::{Mutex, PoisonError};
 
-    use crate::ipc::Stranded;
+    use crate::ipc_messages::Stranded;
     use crate::sys;
 
     static LEFT: Mutex<Vec<(Stranded, OwnedFd)>> = Mutex::new(Vec::new());

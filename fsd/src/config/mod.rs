@@ -99,9 +99,9 @@ pub struct Config {
     pub escalation_ttl: std::time::Duration,
     pub approver_endpoint: Option<crate::escalation::ApproverEndpoint>,
     /// The token presented to the approver (`approver_token_file`, read at start).
-    pub approver_token: Option<crate::approver::Token>,
+    pub approver_token: Option<crate::approver_client::Token>,
     /// TLS to a `tcp:` approver (`approver_ca_file`, `approver_client_cert`, read at start).
-    pub approver_tls: Option<crate::approver::Tls>,
+    pub approver_tls: Option<crate::approver_client::Tls>,
     pub log_format: LogFormat,
     /// Mode and group the Unix sockets have from the moment they exist.
     pub socket_access: crate::sys::socket::SocketAccess,
@@ -155,7 +155,7 @@ pub enum LandlockPolicy {
 }
 
 /// What the daemon does when its confined modes need `fs.protected_hardlinks` and
-/// `fs.protected_symlinks` (see `preflight::link_protection`) and the kernel has them off.
+/// `fs.protected_symlinks` (see `start_checks::link_protection`) and the kernel has them off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum LinkProtection {
     /// Turn them on (every distribution's default; minimal VM images leave them off), with a
@@ -521,8 +521,8 @@ fn modes(file: &mut ConfigFile, default_flag: Option<String>) -> Result<(Mode, M
 struct Approval {
     escalation: Escalation,
     endpoint: Option<crate::escalation::ApproverEndpoint>,
-    token: Option<crate::approver::Token>,
-    tls: Option<crate::approver::Tls>,
+    token: Option<crate::approver_client::Token>,
+    tls: Option<crate::approver_client::Tls>,
 }
 
 /// How escalations are decided, and where, with which token and over which TLS the daemon asks
@@ -551,7 +551,7 @@ fn approval(file: &ConfigFile) -> Result<Approval, ConfigError> {
         .map(|path| {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| ConfigError::ApproverToken(path.to_owned(), e.to_string()))?;
-            crate::approver::Token::new(text.trim())
+            crate::approver_client::Token::new(text.trim())
                 .map_err(|why| ConfigError::ApproverToken(path.to_owned(), why.to_owned()))
         })
         .transpose()?;
@@ -573,7 +573,7 @@ fn approval(file: &ConfigFile) -> Result<Approval, ConfigError> {
 }
 
 /// `approver_ca_file`, and `approver_client_cert` with `approver_client_key`, read at start.
-fn approver_tls(file: &ConfigFile) -> Result<Option<crate::approver::Tls>, ConfigError> {
+fn approver_tls(file: &ConfigFile) -> Result<Option<crate::approver_client::Tls>, ConfigError> {
     let read = |key: &'static str, path: &Path| {
         std::fs::read(path).map_err(|e| ConfigError::ApproverTlsFile(key, path.to_owned(), e.to_string()))
     };
@@ -594,7 +594,7 @@ fn approver_tls(file: &ConfigFile) -> Result<Option<crate::approver::Tls>, Confi
             None => Ok(None),
         };
     };
-    Ok(Some(crate::approver::Tls::new(read("approver_ca_file", ca)?, identity)))
+    Ok(Some(crate::approver_client::Tls::new(read("approver_ca_file", ca)?, identity)))
 }
 
 /// The size caps of files, listings, uploads and transactions, and the message size that must

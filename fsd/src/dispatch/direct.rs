@@ -4,7 +4,7 @@
 //! and back (two more sleeps and wake-ups per call than the RPC itself).
 //!
 //! Each thread is started before the network process confines itself and confines itself first
-//! (`confine::direct_reader`): the read-only worker's uid and groups, no capabilities,
+//! (`role_confinement::direct_reader`): the read-only worker's uid and groups, no capabilities,
 //! no_new_privs, a Landlock domain of its own that grants reading beneath the roots and nothing
 //! else, and its own seccomp allowlist. The kernel refuses these threads every write and every
 //! read outside the roots; the rest of the network process keeps no filesystem rights at all.
@@ -381,7 +381,7 @@ fn spawn(config: &Config) -> Result<(mpsc::SyncSender<Job>, Arc<Shared>), Off> {
     let backend = Backend::new(&config.roots, &fence, config.limits, Arc::new(NoLocks))
         .map_err(|e| Off::Confinement(e.to_string()))?;
     let backend = Arc::new(backend);
-    let grants = Arc::new(crate::confine::direct_grants(config));
+    let grants = Arc::new(crate::role_confinement::direct_grants(config));
     let (jobs, queue) = mpsc::sync_channel::<Job>(QUEUE);
     let queue = Arc::new(Mutex::new(queue));
     let shared = Arc::new(Shared::new(None));
@@ -390,7 +390,7 @@ fn spawn(config: &Config) -> Result<(mpsc::SyncSender<Job>, Arc<Shared>), Off> {
         let (backend, queue, grants, ready) = (backend.clone(), queue.clone(), grants.clone(), ready.clone());
         let shared = shared.clone();
         let thread = std::thread::Builder::new().name(format!("fsd-direct-{n}")).spawn(move || {
-            let confinement = crate::confine::direct_reader(&grants, identity);
+            let confinement = crate::role_confinement::direct_reader(&grants, identity);
             let full = matches!(&confinement, Ok(c) if c.landlock == Enforcement::Full);
             let _ = ready.send(confinement.map(|c| c.landlock).map_err(|e| e.to_string()));
             if full {

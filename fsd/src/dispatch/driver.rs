@@ -10,7 +10,7 @@ use super::Dispatcher;
 use super::pool::{Answer, Expect, Job, Lost, Pool};
 use fsd_proto::WorkerLost;
 
-use crate::ipc::{self, FromWorker, IpcError, ToWorker};
+use crate::ipc_messages::{self, FromWorker, IpcError, ToWorker};
 use crate::op::Mode;
 use crate::sys::ipc::AsyncFrames;
 
@@ -232,7 +232,7 @@ impl Dispatcher {
     async fn send(worker: &Worker, job: &Job) -> Result<(), Refused> {
         use std::os::fd::AsFd;
         let fd = job.body.as_ref().map(|b| b.as_fd());
-        ipc::send_async(&worker.frames, &job.message, fd).await.map_err(|e| match e {
+        ipc_messages::send_async(&worker.frames, &job.message, fd).await.map_err(|e| match e {
             // Only these say the worker's end is closed; a frame too large or a descriptor the
             // kernel would not pass says nothing about the worker.
             IpcError::Io(e)
@@ -281,7 +281,9 @@ impl Dispatcher {
         let mut wait = first;
         loop {
             let received =
-                match tokio::time::timeout(wait, ipc::recv_async::<FromWorker>(&mut worker.frames)).await {
+                match tokio::time::timeout(wait, ipc_messages::recv_async::<FromWorker>(&mut worker.frames))
+                    .await
+                {
                     Ok(received) => received,
                     Err(_) => Err(IpcError::TimedOut),
                 };
@@ -291,7 +293,7 @@ impl Dispatcher {
                     // Waiting for another call's lock is not the worker's time: the deadline
                     // restarts once the grant is sent.
                     *held = Some(self.locks.lock(&keys).await);
-                    if ipc::send_async(&worker.frames, &ToWorker::LockGranted, None).await.is_err() {
+                    if ipc_messages::send_async(&worker.frames, &ToWorker::LockGranted, None).await.is_err() {
                         return Err(Lost(WorkerLost::LockWait, "gone while waiting for a lock".into()));
                     }
                 }

@@ -68,7 +68,7 @@ impl Drop for Held {
 }
 
 /// The locks of transactions whose worker was lost mid-call, by the worker's pid: held until the
-/// supervisor says it recovered that worker's transaction (`ipc::Control::Recovered`), so no
+/// supervisor says it recovered that worker's transaction (`ipc_messages::Control::Recovered`), so no
 /// other call sees a half-committed transaction. The word may come before the loss is seen
 /// here; it is remembered then (the last [`REMEMBERED`] pids).
 #[derive(Debug, Default)]

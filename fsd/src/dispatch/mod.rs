@@ -27,7 +27,7 @@ use std::time::Duration;
 use fsd_proto::{ErrorCode, Reason, WireError};
 use tokio::sync::{Notify, mpsc, oneshot};
 
-use crate::ipc::{self, ControlRequest, FromWorker, ToWorker};
+use crate::ipc_messages::{self, ControlRequest, FromWorker, ToWorker};
 use crate::op::{Mode, Outcome, Request, StreamHeader};
 use crate::sys::ipc::AsyncFrames;
 use driver::Worker;
@@ -137,7 +137,8 @@ impl Dispatcher {
                 return;
             }
         };
-        let ready = tokio::time::timeout(READY_TIMEOUT, ipc::recv_async::<FromWorker>(&mut frames)).await;
+        let ready =
+            tokio::time::timeout(READY_TIMEOUT, ipc_messages::recv_async::<FromWorker>(&mut frames)).await;
         match ready {
             Ok(Ok((FromWorker::Ready { enforcement, .. }, _))) => {
                 let pool = self.pool(mode);
@@ -249,7 +250,7 @@ impl Dispatcher {
     }
 
     /// Passes a temporary file a worker could not remove on to the supervisor.
-    fn stranded(&self, stranded: ipc::Stranded, dir: Option<OwnedFd>) {
+    fn stranded(&self, stranded: ipc_messages::Stranded, dir: Option<OwnedFd>) {
         if dir.is_none() {
             tracing::warn!(?stranded, "a worker reported a stranded file without its directory");
             return;

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::{Notify, oneshot};
 
 use super::queue::FairQueue;
-use crate::ipc::{FromWorker, ToWorker};
+use crate::ipc_messages::{FromWorker, ToWorker};
 use crate::op::{Outcome, StreamHeader};
 use fsd_proto::WireError;
 

@@ -16,7 +16,7 @@ use super::FsdService;
 use super::grant::{Caller, Decision, Extra, Step};
 use super::patched::{Effect, PatchCheck};
 use super::wire::{self, Called, mode_from_wire};
-use crate::approver::{self, Answer};
+use crate::approver_client::{self, Answer};
 use crate::config::Escalation;
 use crate::error::EscalationDenial;
 use crate::escalation::diff::{self, Shown};
@@ -713,9 +713,11 @@ impl FsdService {
         let answer = match endpoint {
             Some(endpoint) => {
                 let (token, tls) = (self.approver_token.as_ref(), self.approver_tls.as_ref());
-                approver::ask(endpoint, token, tls, &described.text, escalations.ttl()).await
+                approver_client::ask(endpoint, token, tls, &described.text, escalations.ttl()).await
             }
-            None => Err(approver::ApproverError::Connect("(none)".into(), "no approver_endpoint".into())),
+            None => {
+                Err(approver_client::ApproverError::Connect("(none)".into(), "no approver_endpoint".into()))
+            }
         };
         let reply = |approved: bool, by: v1::Decider, reason: String| v1::EscalationDescription {
             escalation_id: if approved { described.id.clone() } else { String::new() },

@@ -5,7 +5,6 @@
 //! `wire` converts messages, `grant` decides modes and redeems tickets, `escalate` describes
 //! escalations, `hello` reports what is served.
 
-mod bytes;
 mod changes;
 mod escalate;
 mod grant;
@@ -14,6 +13,7 @@ mod patched;
 mod plain;
 mod streamed;
 mod wire;
+mod write_bytes;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -49,8 +49,8 @@ pub struct FsdService {
     escalations: Option<Arc<Escalations>>,
     /// Where the daemon asks its approver (signed trust).
     approver_endpoint: Option<crate::escalation::ApproverEndpoint>,
-    approver_token: Option<crate::approver::Token>,
-    approver_tls: Option<crate::approver::Tls>,
+    approver_token: Option<crate::approver_client::Token>,
+    approver_tls: Option<crate::approver_client::Tls>,
     /// What each caller has been approved to read or change.
     known: Arc<crate::escalation::Known>,
     /// Per-identity budgets; other parts of the service (escalation requests) draw on them too.

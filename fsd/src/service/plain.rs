@@ -81,10 +81,10 @@ pub struct SinkClosed;
 impl BodySink {
     /// Passes on one chunk of the body.
     pub async fn send(&mut self, bytes: &[u8]) -> Result<(), SinkClosed> {
-        for chunk in bytes.chunks(crate::ipc::MAX_BODY_FRAME) {
+        for chunk in bytes.chunks(crate::ipc_messages::MAX_BODY_FRAME) {
             meter(&self.meter).waiting_since = Some(Instant::now());
             let written = async {
-                self.pipe.write_all(&crate::ipc::body_frame_header(chunk.len())).await?;
+                self.pipe.write_all(&crate::ipc_messages::body_frame_header(chunk.len())).await?;
                 self.pipe.write_all(chunk).await
             }
             .await;
@@ -102,7 +102,7 @@ impl BodySink {
     /// The body is complete. Dropping the sink without this abandons the write.
     pub async fn finish(mut self) -> Result<(), SinkClosed> {
         meter(&self.meter).done = true;
-        self.pipe.write_all(&crate::ipc::body_frame_header(0)).await.map_err(|_| SinkClosed)
+        self.pipe.write_all(&crate::ipc_messages::body_frame_header(0)).await.map_err(|_| SinkClosed)
     }
 
     pub fn sent(&self) -> u64 {

@@ -1,6 +1,6 @@
 //! A process of its own for each approved call of a danger-full-access worker: the fork, the
 //! child's immediate exit and the parent's wait. The child confines itself to the approved
-//! objects (`crate::confine::approved_call`), performs the call, replies and exits; the worker
+//! objects (`crate::role_confinement::approved_call`), performs the call, replies and exits; the worker
 //! keeps its own authority for the next call.
 #![allow(unsafe_code)]
 

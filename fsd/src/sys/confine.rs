@@ -1,5 +1,5 @@
 //! Confinement primitives: user and group ids, capabilities, no_new_privs, Landlock rulesets and
-//! the seccomp allowlist. The order they run in is decided by `crate::confine`, one linear
+//! the seccomp allowlist. The order they run in is decided by `crate::role_confinement`, one linear
 //! function per process role; this file only knows how to do each step.
 
 use std::collections::BTreeMap;
@@ -363,7 +363,7 @@ const WORKER: &[Allowed] = allowed! {
 
 /// What a danger-full-access worker adds: the process of its own that each approved call runs
 /// in, which confines itself to the approved objects before it acts
-/// (`crate::confine::approved_call`), then loads the plain worker's filter over this one.
+/// (`crate::role_confinement::approved_call`), then loads the plain worker's filter over this one.
 const DANGER: &[Allowed] = allowed! {
     SYS_wait4: "waiting for an approved call's process to end",
     SYS_set_robust_list: "glibc's fork registering the child's robust futex list",

@@ -391,7 +391,7 @@ pub fn borrow<F: AsFd>(fd: &F) -> BorrowedFd<'_> {
 
 /// The Landlock ABI version the running kernel offers; 0 when it has none.
 /// Asked once and remembered: the network process answers hello under a seccomp allowlist that
-/// has no Landlock calls, so it asks before loading it (`crate::confine::network`).
+/// has no Landlock calls, so it asks before loading it (`crate::role_confinement::network`).
 pub fn landlock_abi() -> u32 {
     static ABI: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *ABI.get_or_init(ask_landlock_abi)

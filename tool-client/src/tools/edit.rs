@@ -5,7 +5,7 @@ use fsd_policy::EditRefusal;
 use fsd_proto::ErrorCode;
 use serde_json::{Map, Value, json};
 
-use super::{Session, ToolResult, args, diff_meta, escalation};
+use super::{Session, ToolResult, args, diff_meta, escalation_fields};
 use crate::daemon::DaemonError;
 use crate::failure::ToolError;
 
@@ -32,9 +32,9 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
             ));
         }
     };
-    let planned = escalation::PlannedCall::edit(&path, &old_string, &new_string, replace_all)
+    let planned = escalation_fields::PlannedCall::edit(&path, &old_string, &new_string, replace_all)
         .with_edit_guard(guard.clone());
-    escalation::resolve(session, map, "edit", &[planned]).await?;
+    escalation_fields::resolve(session, map, "edit", &[planned]).await?;
     let reply =
         match session.daemon.edit_text(&path, &old_string, &new_string, replace_all, guard.as_ref()).await {
             Ok(reply) => reply,

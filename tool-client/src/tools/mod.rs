@@ -4,7 +4,7 @@
 mod args;
 mod edit;
 mod editor;
-mod escalation;
+mod escalation_fields;
 mod image;
 mod patch;
 mod read;
@@ -20,10 +20,10 @@ use std::path::{Component, Path, PathBuf};
 use fsd_policy::{EditRefusal, Observations, TargetKey, Version};
 use serde_json::{Map, Value, json};
 
-use crate::approver::Approver;
 use crate::config::ClientConfig;
 use crate::daemon::{Daemon, Hello, Mode, Target, TextChange, VersionGuard, WriteGuard};
 use crate::failure::ToolError;
+use crate::local_approver::Approver;
 
 pub use schema::guidance_for;
 pub use tool::Tool;
@@ -136,7 +136,7 @@ impl Tools {
                 let mut schema = schema::schema_for(tool, &self.config);
                 // read carries the fields too: an approved read lets an approved edit follow.
                 if self.escalation && (tool.may_mutate() || tool == Tool::Read) {
-                    escalation::extend_schema(&mut schema);
+                    escalation_fields::extend_schema(&mut schema);
                 }
                 schema
             })
@@ -161,12 +161,12 @@ pub struct Session {
     /// without a round trip. A stale entry is harmless: the daemon re-checks key and version.
     keys: HashMap<String, TargetKey>,
     /// Set while the daemon accepts client-approved escalation to a wider mode.
-    escalation: Option<escalation::Offer>,
+    escalation: Option<escalation_fields::Offer>,
     approver: Approver,
     /// The call in progress asked for a wider mode: its refusals carry no retry hint.
     escalation_asked: bool,
     /// Where a prompt goes when there is no terminal (the MCP client, by elicitation).
-    host: Option<std::sync::Arc<dyn crate::approver::Host>>,
+    host: Option<std::sync::Arc<dyn crate::local_approver::Host>>,
 }
 
 /// Whether an escalation could reach anyone who decides: the daemon's approver (`signed`), this
@@ -176,7 +176,7 @@ fn someone_to_ask(hello: &Hello, approver: &Approver, host_asks: bool) -> bool {
     match approver {
         _ if hello.escalation == "signed" => true,
         Approver::Rules(_) => true,
-        Approver::Prompt => host_asks || crate::approver::terminal_available(),
+        Approver::Prompt => host_asks || crate::local_approver::terminal_available(),
         Approver::None => false,
     }
 }
@@ -190,7 +190,7 @@ impl Session {
     ) -> Session {
         let hello = hello.into();
         let session_id = format!("s-{}-{}", std::process::id(), unique_suffix());
-        let offer = escalation::Offer::from_hello(&hello);
+        let offer = escalation_fields::Offer::from_hello(&hello);
         let config = &tools.config;
         let approver =
             match Approver::from_config(config.escalation_rules.as_deref(), config.escalation_prompt) {
@@ -284,18 +284,18 @@ impl Session {
             let denied = error.code == "FS_SANDBOX_DENIED" && !viewing && !self.escalation_asked;
             if let (true, Some(offer)) = (denied, &self.escalation) {
                 let needed = match &path {
-                    Some(path) => escalation::needed(offer, &self.hello, path, writing),
+                    Some(path) => escalation_fields::needed(offer, &self.hello, path, writing),
                     // apply_patch: the mode that covers every path the patch names.
                     None => {
                         let input = args.get("input").and_then(Value::as_str).unwrap_or("");
                         let modes: Vec<Option<Mode>> = patch_paths(input)
-                            .map(|p| escalation::needed(offer, &self.hello, &self.absolute(p), true))
+                            .map(|p| escalation_fields::needed(offer, &self.hello, &self.absolute(p), true))
                             .collect();
                         modes.iter().copied().max().flatten()
                     }
                 };
                 if let Some(mode) = needed {
-                    error.message.push_str(&escalation::hint(mode));
+                    error.message.push_str(&escalation_fields::hint(mode));
                 }
             }
             ToolResult::error(error)
@@ -311,7 +311,7 @@ impl Session {
         self.daemon.set_call_mode(None);
         match self.daemon.hello().await {
             Ok(hello) => {
-                self.escalation = escalation::Offer::from_hello(&hello);
+                self.escalation = escalation_fields::Offer::from_hello(&hello);
                 self.tools.escalation =
                     self.escalation.is_some() && someone_to_ask(&hello, &self.approver, false);
                 self.hello = hello;
@@ -326,7 +326,7 @@ impl Session {
     fn allowed_args(&self, own: &[&'static str]) -> Vec<&'static str> {
         let mut names = own.to_vec();
         if self.escalation.is_some() {
-            names.extend([escalation::MODE_FIELD, escalation::REASON_FIELD]);
+            names.extend([escalation_fields::MODE_FIELD, escalation_fields::REASON_FIELD]);
         }
         names
     }
@@ -342,15 +342,15 @@ impl Session {
     }
 
     /// Sends prompts to this host instead of the terminal (the MCP face, per call).
-    pub fn set_host(&mut self, host: Option<std::sync::Arc<dyn crate::approver::Host>>) {
+    pub fn set_host(&mut self, host: Option<std::sync::Arc<dyn crate::local_approver::Host>>) {
         self.host = host;
     }
 
     /// The client's own approver on one escalation (`client` trust).
-    async fn decide(&mut self, ask: &crate::approver::Ask<'_>) -> crate::approver::Verdict {
-        use crate::approver::{HostAnswer, RefusedBy, Verdict};
+    async fn decide(&mut self, ask: &crate::local_approver::Ask<'_>) -> crate::local_approver::Verdict {
+        use crate::local_approver::{HostAnswer, RefusedBy, Verdict};
         match (&self.approver, &self.host) {
-            (Approver::Prompt, Some(host)) => match host.ask(crate::approver::message(ask)).await {
+            (Approver::Prompt, Some(host)) => match host.ask(crate::local_approver::message(ask)).await {
                 HostAnswer::Approved => Verdict::Approved,
                 HostAnswer::Refused(reason) => Verdict::Refused { by: RefusedBy::User, reason },
                 HostAnswer::Unsupported => {

@@ -4,7 +4,7 @@
 use fsd_proto::{ErrorCode, WireError};
 use serde_json::{Map, Value, json};
 
-use super::{Session, ToolResult, args, escalation};
+use super::{Session, ToolResult, args, escalation_fields};
 use crate::daemon::{DaemonError, StreamError};
 use crate::failure::ToolError;
 use crate::window::{self, WindowBuilder, WindowSpec};
@@ -34,7 +34,7 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
     let path = session.absolute(&file_path);
     // An approved read is one call at the wider mode; the observation it records lets an
     // approved edit of the same file follow.
-    escalation::resolve(session, map, "read", &[escalation::PlannedCall::read(&path)]).await?;
+    escalation_fields::resolve(session, map, "read", &[escalation_fields::PlannedCall::read(&path)]).await?;
 
     // Files at or above readStreamMinSize stream; the daemon says FS_TOO_LARGE for those.
     let (target, version, window) =

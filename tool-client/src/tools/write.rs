@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{Session, ToolResult, args, diff_meta, escalation};
+use super::{Session, ToolResult, args, diff_meta, escalation_fields};
 use crate::failure::ToolError;
 
 pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, ToolError> {
@@ -13,8 +13,8 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
     let content = args::string(map, "content")?;
     let path = session.absolute(&file_path);
     let guard = session.write_guard(&path);
-    let planned = escalation::PlannedCall::write(&path, &content).with_write_guard(guard.clone());
-    escalation::resolve(session, map, "write", &[planned]).await?;
+    let planned = escalation_fields::PlannedCall::write(&path, &content).with_write_guard(guard.clone());
+    escalation_fields::resolve(session, map, "write", &[planned]).await?;
     let reply = session
         .daemon
         .write_text(&path, content, guard.as_ref(), true)

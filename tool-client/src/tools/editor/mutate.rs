@@ -14,7 +14,7 @@ use fsd_policy::{EditRefusal, Version};
 use fsd_proto::ErrorCode;
 use serde_json::{Map, Value, json};
 
-use crate::tools::escalation::{self, PlannedCall};
+use crate::tools::escalation_fields::{self, PlannedCall};
 
 use super::lines::{self, FILE_CLIPPED};
 use super::{Session, ToolResult, is_directory, not_found};
@@ -35,7 +35,8 @@ pub async fn create(
     path: &str,
     file_text: String,
 ) -> Result<ToolResult, ToolError> {
-    escalation::resolve(session, args, "str_replace_editor", &[PlannedCall::write(path, &file_text)]).await?;
+    escalation_fields::resolve(session, args, "str_replace_editor", &[PlannedCall::write(path, &file_text)])
+        .await?;
     let reply =
         match session.daemon.write_text(path, file_text, Some(&WriteGuard::CreateIfAbsent), false).await {
             Ok(reply) => reply,
@@ -105,7 +106,7 @@ async fn reread_escalated(
         Err(_) => false,
     };
     if refused {
-        escalation::resolve(session, args, "str_replace_editor", &[PlannedCall::read(path)]).await?;
+        escalation_fields::resolve(session, args, "str_replace_editor", &[PlannedCall::read(path)]).await?;
     }
     reread(session, path).await
 }
@@ -117,7 +118,7 @@ fn escalated_guard(
     args: &Map<String, Value>,
     path: &str,
 ) -> Result<Option<VersionGuard>, ToolError> {
-    if !escalation::wants_wider(session, args) {
+    if !escalation_fields::wants_wider(session, args) {
         return Ok(None);
     }
     session.edit_guard(path).map_err(|_| ToolError::not_observed(path))
@@ -153,7 +154,7 @@ fn checked(planned: &PlannedCall, old: &str, path: &str, error: &DaemonError) ->
             Some(lines) => several(old, &lines.replace(',', ", ")),
             None => several_unlisted(old, w.get("count")),
         },
-        _ => escalation::checked(planned, error),
+        _ => escalation_fields::checked(planned, error),
     }
 }
 
@@ -210,13 +211,20 @@ pub async fn str_replace(
     // Escalated, the observation and the version are checked before anyone is asked.
     let guard = escalated_guard(session, args, path)?;
     let planned = PlannedCall::edit(path, old, new, false).with_edit_guard(guard);
-    match escalation::resolve_checked(session, args, "str_replace_editor", std::slice::from_ref(&planned))
-        .await
+    match escalation_fields::resolve_checked(
+        session,
+        args,
+        "str_replace_editor",
+        std::slice::from_ref(&planned),
+    )
+    .await
     {
         Ok(()) => {}
-        Err(escalation::Stop::Error(error)) => return Err(error),
+        Err(escalation_fields::Stop::Error(error)) => return Err(error),
         // The daemon's checks refused it before anyone was asked: in the editor's own words.
-        Err(escalation::Stop::Checked { error, .. }) => return Err(checked(&planned, old, path, &error)),
+        Err(escalation_fields::Stop::Checked { error, .. }) => {
+            return Err(checked(&planned, old, path, &error));
+        }
     }
     let current = reread(session, path).await?;
     let version = basis(session, path, &current)?;
@@ -268,12 +276,12 @@ pub async fn insert(
     // Escalated, the approval binds the content the insert writes, so it is computed first:
     // the observation is checked, the file re-read (at the session's own mode, or with an
     // approved read when that mode cannot read it), and only then is anyone asked.
-    let wider = escalation::wants_wider(session, args);
+    let wider = escalation_fields::wants_wider(session, args);
     if wider {
         escalated_guard(session, args, path)?;
     } else {
         // The fields' own rules (a narrower mode, a reason without a mode); nobody is asked.
-        escalation::resolve(session, args, "str_replace_editor", &[PlannedCall::read(path)]).await?;
+        escalation_fields::resolve(session, args, "str_replace_editor", &[PlannedCall::read(path)]).await?;
     }
     let current =
         if wider { reread_escalated(session, args, path).await? } else { reread(session, path).await? };
@@ -290,7 +298,7 @@ pub async fn insert(
     let guard = WriteGuard::ReplaceIfVersion(VersionGuard::new(version, Some(current.target.key.clone())));
     if wider {
         let planned = PlannedCall::write(path, &content).with_write_guard(Some(guard.clone()));
-        escalation::resolve(session, args, "str_replace_editor", &[planned]).await?;
+        escalation_fields::resolve(session, args, "str_replace_editor", &[planned]).await?;
     }
     // The content already carries the file's BOM and endings.
     let reply = session

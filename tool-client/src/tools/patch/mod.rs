@@ -8,7 +8,7 @@ mod report;
 
 use serde_json::Value;
 
-use super::escalation::{PlannedCall, Stop};
+use super::escalation_fields::{PlannedCall, Stop};
 use super::{Session, ToolResult, args};
 use crate::daemon::{DaemonError, Operation, Version};
 use crate::failure::ToolError;
@@ -102,14 +102,14 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
                 .with_write_guard(session.write_guard(&p.src)),
         })
         .collect();
-    if super::escalation::wants_wider(session, map) {
+    if super::escalation_fields::wants_wider(session, map) {
         // What the policy refuses is refused before anyone is asked to approve the patch.
         let unobserved = unobserved(&planned, |path| session.edit_guard(path).is_err());
         if !unobserved.is_empty() {
             return Err(report::rejected(&unobserved));
         }
     }
-    match super::escalation::resolve_patch(session, map, &calls, &input).await {
+    match super::escalation_fields::resolve_patch(session, map, &calls, &input).await {
         Ok(()) => {}
         Err(Stop::Error(error)) => return Err(error),
         // The daemon's checks (staleness, every hunk against the current file) refused an
@@ -121,8 +121,8 @@ pub async fn run(session: &mut Session, args: &Value) -> Result<ToolResult, Tool
                     _ => ToolError::from_mutation("", &error),
                 });
             };
-            let error =
-                hunk_mismatch(planned, &error).unwrap_or_else(|| super::escalation::checked(call, &error));
+            let error = hunk_mismatch(planned, &error)
+                .unwrap_or_else(|| super::escalation_fields::checked(call, &error));
             return Err(report::rejected(&[preflight::Problem { planned: planned.clone(), error }]));
         }
     }

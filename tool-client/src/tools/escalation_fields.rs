@@ -9,11 +9,11 @@ use serde_json::{Map, Value, json};
 use fsd_proto::ErrorCode;
 
 use super::Session;
-pub use crate::approver::RefusedBy;
-use crate::approver::{Ask, Verdict};
 pub use crate::daemon::{Change, PlannedCall};
 use crate::daemon::{DaemonError, Decider, Hello, Mode, Operation, Report, Ticket, VersionGuard, WriteGuard};
 use crate::failure::ToolError;
+pub use crate::local_approver::RefusedBy;
+use crate::local_approver::{Ask, Verdict};
 
 pub const MODE_FIELD: &str = "sandbox_permissions";
 pub const REASON_FIELD: &str = "justification";
@@ -311,8 +311,8 @@ async fn decide(
     let sent = match (&session.host, &session.tools.config.approver_url) {
         (Some(host), Some(base)) if session.hello.escalation == "signed" => host
             .send_to(
-                crate::approver::page_url(base, session.daemon.session_id()),
-                crate::approver::page_message(tool, name, paths),
+                crate::local_approver::page_url(base, session.daemon.session_id()),
+                crate::local_approver::page_message(tool, name, paths),
             )
             .map(|id| (host.clone(), id)),
         _ => None,
@@ -346,7 +346,7 @@ async fn decide(
                 Verdict::Approved => {
                     // For the daemon's audit log: every decision is one record.
                     let by = match session.approver {
-                        crate::approver::Approver::Rules(_) => Decider::ClientRules,
+                        crate::local_approver::Approver::Rules(_) => Decider::ClientRules,
                         _ => Decider::Person,
                     };
                     let report = Report { approved: true, by, mode: requested, path: &path, reason: "" };
