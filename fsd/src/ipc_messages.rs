@@ -79,6 +79,7 @@ impl ToWorker {
                 | Request::DeleteFile { .. }
                 | Request::WriteBytes { .. }
                 | Request::Remove { .. }
+                | Request::PatchText { .. }
                 | Request::Transact { .. } => false,
                 // A dry run takes its targets' locks; the change record's calls wait on its lock.
                 Request::Check { .. }

@@ -31,7 +31,13 @@ enum Rule {
     StringTypedWord,
     /// A character escaper outside `fsd_proto::names`, the one home of escaping.
     SecondEscaper,
+    /// A patch's hunks applied in the daemon outside its workers' pipeline (an escalated
+    /// patch's too: the worker's dry run applies them).
+    ContentMatchOutsidePipeline,
 }
+
+/// Where the daemon applies a patch's hunks or an edit's match: the workers' pipeline.
+const MATCHERS: &[&str] = &["fsd/src/backend/"];
 
 #[derive(Debug)]
 struct Violation {
@@ -228,6 +234,12 @@ fn check_source(rel: &str, source: &str) -> Vec<Violation> {
         }
         if PRODUCT.iter().any(|p| rel.starts_with(p)) && rel != ESCAPER && code.contains("escape_unicode(") {
             push(index + 1, Rule::SecondEscaper);
+        }
+        if rel.starts_with(DAEMON)
+            && !MATCHERS.iter().any(|m| rel.starts_with(m))
+            && code.contains("apply_chunks(")
+        {
+            push(index + 1, Rule::ContentMatchOutsidePipeline);
         }
     }
     found
@@ -469,6 +481,17 @@ fn each_rule_catches_a_planted_violation() {
         &[(2, Rule::SecondEscaper)],
     );
     check("proto/src/names.rs", "//! X.\nc.escape_unicode().to_string()\n", &[]);
+    // File content is matched in the workers' pipeline only, never in the network process.
+    check(
+        "fsd/src/service/patched.rs",
+        "//! X.\nfsd_patch::apply_chunks(text, chunks).map_err(hunk)\n",
+        &[(2, Rule::ContentMatchOutsidePipeline)],
+    );
+    check(
+        "fsd/src/backend/pipeline.rs",
+        "//! X.\nlet after = fsd_patch::apply_chunks(current, &chunks)\n",
+        &[],
+    );
     check("tests/tests/x.rs", "//! X.\nlet shown = c.escape_unicode().to_string();\n", &[]);
 }
 

@@ -306,6 +306,11 @@ impl Backend {
                 let _bound = self.bind(bindings);
                 self.handle(mode, *request)
             }
+            // Only ever checked (`pipeline::Backend::dry_run`): an approved patch commits as the
+            // writes and moves its approval lists.
+            Request::PatchText { path, .. } => {
+                Err(Failure::new(FsError::WriteTemp(std::io::Error::other("a patch is only checked")), path))
+            }
             // The bytes travel on a pipe: `write_bytes` is called with it by the worker.
             Request::WriteBytes { path, .. } => {
                 Err(Failure::new(FsError::WriteTemp(std::io::Error::other("no body was sent")), path))

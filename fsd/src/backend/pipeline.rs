@@ -96,6 +96,12 @@ impl<'a> Mutation<'a> {
                 Mutation::Edit { path, old, new, replace_all: *replace_all, guard: guard.as_ref() }
             }
             Request::DeleteFile { path, guard } => Mutation::Delete { path, guard: guard.as_ref() },
+            Request::PatchText { path, hunks, base: None } => Mutation::Patch { path, hunks, guard: None },
+            // Applied to what an earlier operation of its patch left, which may not be on disk
+            // yet: planned as the write that operation is.
+            Request::PatchText { path, base: Some(_), .. } => {
+                Mutation::Write { path, content: "", guard: None, match_style: false }
+            }
             Request::MoveFile { source, destination, source_guard, destination_guard, content } => {
                 Mutation::Move {
                     source,
@@ -364,7 +370,27 @@ impl Backend {
         };
         let plan = self.plan(mode, mutation, true)?;
         let _held = self.lock_plans(&[&plan])?;
+        if let Request::PatchText { hunks, base, .. } = request {
+            return self.patch_preview(&plan, hunks, base.as_deref());
+        }
         self.check(&plan)?.outcome(self)
+    }
+
+    /// A patch's dry run, planned and locked: its hunks applied to `base` (what an earlier
+    /// operation of the same patch left) or to the file's current text, both texts whole.
+    fn patch_preview(&self, plan: &Plan<'_>, hunks: &[Hunk], base: Option<&str>) -> Result<Outcome, Failure> {
+        let planned = &plan.target;
+        let fail = |e| self.fail(e, &planned.resolved);
+        let before = match base {
+            Some(base) => base.to_owned(),
+            None => {
+                let (file, meta) = edit_current(planned, None, &planned.target.key).map_err(fail)?;
+                let bytes = read::read_bounded(&file, &meta, self.limits.max_editable_bytes).map_err(fail)?;
+                text::decode(&bytes).map_err(fail)?.to_owned()
+            }
+        };
+        let after = self.hunks_applied(&before, hunks).map_err(fail)?;
+        Ok(Outcome::Patched { target: planned.target.clone(), before, after })
     }
 
     /// Takes the locks of every target of `plans` at once, in the one global order.
@@ -776,6 +802,14 @@ impl Backend {
     fn patched(&self, file: &File, meta: &Meta, hunks: &[Hunk]) -> Result<Edited, FsError> {
         let bytes = read::read_bounded(file, meta, self.limits.max_editable_bytes)?;
         let current = text::decode(&bytes)?;
+        let after = self.hunks_applied(current, hunks)?;
+        let body = text::split_bom(current).1.to_owned();
+        let replaced = text::split_bom(&after).1.to_owned();
+        Ok(Edited { after, body, replaced, count: hunks.len() })
+    }
+
+    /// `hunks` applied to `current`, the result within what a write of it could be.
+    fn hunks_applied(&self, current: &str, hunks: &[Hunk]) -> Result<String, FsError> {
         let chunks: Vec<fsd_patch::Chunk> = hunks.iter().enumerate().map(|(i, h)| h.chunk(i + 1)).collect();
         let after = fsd_patch::apply_chunks(current, &chunks).map_err(|e| FsError::HunkMismatch {
             hunk: e.chunk_line.saturating_sub(1),
@@ -786,9 +820,7 @@ impl Backend {
         if size > limit {
             return Err(FsError::TooLarge { size, limit });
         }
-        let body = text::split_bom(current).1.to_owned();
-        let replaced = text::split_bom(&after).1.to_owned();
-        Ok(Edited { after, body, replaced, count: hunks.len() })
+        Ok(after)
     }
 
     /// A move's destination change: its text before (when it existed and is shown) and after.

@@ -36,6 +36,7 @@ impl Kind {
             | Request::DeleteFile { .. }
             | Request::WriteBytes { .. }
             | Request::Remove { .. }
+            | Request::PatchText { .. }
             | Request::Transact { .. } => Kind::Change,
             Request::Bound { request, .. } | Request::Recorded { request, .. } => Kind::of(request),
             // A dry run (an escalation's preview) reads what the call it checks would change,

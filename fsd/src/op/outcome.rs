@@ -114,6 +114,13 @@ pub enum Outcome {
         /// Names removed (a tree counts every entry, itself included).
         removed: u64,
     },
+    /// A patch's dry run ([`super::Request::PatchText`]): the text its hunks apply to and the
+    /// text they produce, whole, for an escalation's approver (never a client).
+    Patched {
+        target: Target,
+        before: String,
+        after: String,
+    },
     /// Each operation's outcome, in order (a write's, an edit's, a delete's or a move's).
     Transact {
         outcomes: Vec<Outcome>,

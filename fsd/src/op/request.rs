@@ -82,6 +82,15 @@ pub enum Request {
         recursive: bool,
         guard: Option<EditGuard>,
     },
+    /// An update of a text file by apply_patch hunks, asked only inside a [`Request::Check`]:
+    /// an escalated apply_patch's preview, whose hunks the worker applies (the network process
+    /// matches no file content). `base`: the text an earlier operation of the same patch left
+    /// (the worker's own earlier answer), else the file's current text.
+    PatchText {
+        path: String,
+        hunks: Vec<Hunk>,
+        base: Option<String>,
+    },
     /// Operations committed all-or-nothing (`backend::txn`).
     Transact {
         ops: Vec<TxnOp>,
@@ -198,6 +207,17 @@ pub struct Hunk {
 }
 
 impl Hunk {
+    /// The hunk of a parsed patch's chunk (its patch line dropped: a miss names the hunk's
+    /// index, which the one who parsed the patch maps back).
+    pub fn of(chunk: &fsd_patch::Chunk) -> Hunk {
+        Hunk {
+            context: chunk.context.clone(),
+            old_lines: chunk.old_lines.clone(),
+            new_lines: chunk.new_lines.clone(),
+            end_of_file: chunk.end_of_file,
+        }
+    }
+
     /// The chunk fsd-patch applies; its `line` is the hunk's number (from 1), which a
     /// `HunkError` names back.
     pub fn chunk(&self, number: usize) -> fsd_patch::Chunk {
@@ -278,7 +298,7 @@ impl Request {
             Request::ReadBytes { .. } => Op::ReadBytes,
             Request::ListDir { .. } => Op::ListDir,
             Request::WriteText { .. } => Op::WriteText,
-            Request::EditText { .. } => Op::EditText,
+            Request::EditText { .. } | Request::PatchText { .. } => Op::EditText,
             Request::MoveFile { .. } => Op::MoveFile,
             Request::DeleteFile { .. } => Op::DeleteFile,
             Request::WriteBytes { .. } => Op::WriteBytes,
@@ -302,6 +322,7 @@ impl Request {
             | Request::ListDir { path }
             | Request::WriteText { path, .. }
             | Request::EditText { path, .. }
+            | Request::PatchText { path, .. }
             | Request::DeleteFile { path, .. }
             | Request::WriteBytes { path, .. }
             | Request::Remove { path, .. } => path,

@@ -22,6 +22,7 @@ use crate::error::EscalationDenial;
 use crate::escalation::diff::{self, Shown};
 use crate::escalation::{AFTER_EARLIER, CanonicalOp, Describe, Preview, escape, lexical};
 use crate::op::{self, Mode, Op, Outcome, WriteOperation};
+use fsd_patch::Op as PatchOp;
 
 /// The most calls one escalation request may list, whatever the budgets say.
 const MAX_ESCALATED_OPS: usize = 10_000;
@@ -102,12 +103,6 @@ impl Change {
     }
 }
 
-/// The file as a worker of `mode` reads it, for a patch's hunks: `None` when absent; the text
-/// when it is text and small enough to edit, else why not.
-struct Current {
-    text: Result<String, ErrorCode>,
-}
-
 /// What a preview of one call's content is held to: the caller, and each path of the call with
 /// its target key and the object the daemon's resolution found (the source first).
 struct Seen<'a> {
@@ -116,7 +111,7 @@ struct Seen<'a> {
 }
 
 impl FsdService {
-    /// A preview (a dry run, or a read of the current file for a patch's hunks) as the worker
+    /// A preview (a dry run: of a call, or of a patch's hunks) as the worker
     /// of the requested mode is handed it. Under signed trust that worker reads nothing unbound
     /// beyond a read-only worker's authority (`worker::run`): a target outside it is previewed
     /// only bound to the objects the daemon resolved, with the caller's latest approval naming
@@ -154,26 +149,6 @@ impl FsdService {
             return read_first(path, requested);
         }
         w
-    }
-
-    async fn current(&self, mode: Mode, path: &str, seen: &Seen<'_>) -> Result<Option<Current>, WireError> {
-        let max_bytes = self.limits.max_editable_bytes;
-        let read = self.previewed(seen, op::Request::ReadText { path: path.to_owned(), max_bytes });
-        match self.dispatch(mode, read).await.map_err(|w| Self::preview_refused(w, path, mode)) {
-            Ok(Outcome::ReadText { text, .. }) => Ok(Some(Current { text: Ok(text) })),
-            Ok(_) => Err(WireError::new(ErrorCode::IoError, path, "unexpected outcome")),
-            Err(w) if w.code == ErrorCode::NotFound => Ok(None),
-            Err(w)
-                if matches!(w.code, ErrorCode::TooLarge | ErrorCode::NotText | ErrorCode::NotRegularFile) =>
-            {
-                let stat = op::Request::Stat { path: path.to_owned(), no_follow: false };
-                match self.dispatch(mode, stat).await? {
-                    Outcome::Stat { info: Some(_), .. } => Ok(Some(Current { text: Err(w.code) })),
-                    _ => Ok(None),
-                }
-            }
-            Err(w) => Err(w),
-        }
     }
 
     /// The call as a worker of `mode` would run it, all but its commit (`op::Request::Check`:
@@ -221,6 +196,35 @@ impl FsdService {
         match self.dispatch(mode, check).await {
             Ok(outcome) => Ok(Some(outcome)),
             Err(w) => Err(as_requested(Self::preview_refused(w, &wire.path, mode), &wire.path).into_status()),
+        }
+    }
+
+    /// What `chunks` make of the file at `path` (or of `base`, what an earlier operation of
+    /// the same patch left), as a worker of `mode` applies them in a dry run
+    /// (`op::Request::PatchText`). A hunk that does not match is named by its patch line.
+    async fn patched(
+        &self,
+        mode: Mode,
+        path: &str,
+        chunks: &[fsd_patch::Chunk],
+        base: Option<String>,
+        seen: &Seen<'_>,
+    ) -> Result<String, Status> {
+        let hunks = chunks.iter().map(op::Hunk::of).collect();
+        let request = op::Request::PatchText { path: path.to_owned(), hunks, base };
+        let check = self.previewed(seen, op::Request::Check { request: Box::new(request) });
+        match self.dispatch(mode, check).await {
+            Ok(Outcome::Patched { after, .. }) => Ok(after),
+            Ok(_) => Err(WireError::new(ErrorCode::IoError, path, "unexpected outcome").into_status()),
+            Err(w) => {
+                let line =
+                    w.get("hunk_index").and_then(|i| i.parse::<usize>().ok()).and_then(|i| chunks.get(i));
+                let w = match line {
+                    Some(chunk) => w.with("patch_line", chunk.line.to_string()),
+                    None => Self::preview_refused(w, path, mode),
+                };
+                Err(as_requested(w, path).into_status())
+            }
         }
     }
 
@@ -435,45 +439,61 @@ impl FsdService {
                 preview,
             ));
         };
-        // An operation of a patch: its hunks are applied here, to the file as it is (or as an
-        // earlier operation of the patch left it), and the approval binds the result.
+        // An operation of a patch: its hunks are applied by the worker, in a dry run, to the
+        // file as it is (or to what an earlier operation of the patch left), and the approval
+        // binds the result. The network process matches no file content.
         let earlier = patch.earlier(&target_key).map(|t| t.map(str::to_owned));
-        let mut checked = None;
-        let current = match &earlier {
-            Some(text) => text.clone(),
-            None => {
-                checked = self.check(requested, op, wire, &seen).await?;
-                match (patch.updates(index), version.is_some()) {
-                    (true, true) => match self.current(requested, &wire.path, &seen).await {
-                        Ok(Some(Current { text: Ok(text), .. })) => Some(text),
-                        Ok(Some(Current { text: Err(code), .. })) => {
-                            return Err(WireError::new(code, &wire.path, "not editable text").into_status());
-                        }
-                        Ok(None) => None,
-                        Err(w) => return Err(w.into_status()),
-                    },
-                    _ => None,
+        let checked = match earlier {
+            Some(_) => None,
+            None => self.check(requested, op, wire, &seen).await?,
+        };
+        let source = Seen { caller, targets: seen.targets[..1].to_vec() };
+        let effect = match patch.op(index) {
+            Some(PatchOp::Add { contents, .. }) => Effect::Write(contents.clone()),
+            Some(PatchOp::Delete { .. }) => Effect::Remove,
+            Some(PatchOp::Update { chunks, move_to, .. }) => {
+                let after = match (chunks.is_empty() && move_to.is_some(), &earlier) {
+                    (true, _) => None,
+                    (false, Some(None)) => {
+                        let gone = WireError::new(
+                            ErrorCode::NotFound,
+                            &wire.path,
+                            "the file to update does not exist",
+                        );
+                        return Err(gone.into_status());
+                    }
+                    (false, Some(Some(base))) => {
+                        Some(self.patched(requested, &wire.path, chunks, Some(base.clone()), &source).await?)
+                    }
+                    (false, None) => Some(self.patched(requested, &wire.path, chunks, None, &source).await?),
+                };
+                match (after, move_to) {
+                    (after, Some(_)) => Effect::Move(after),
+                    (Some(after), None) => Effect::Write(after),
+                    (None, None) => Effect::Remove,
                 }
             }
+            None => return Err(Status::invalid_argument("no such operation of the escalated patch")),
         };
-        // The hunks and the digest of what they produce: linear in the file's size, so on the
-        // check threads, never on this runtime thread other clients' calls are scheduled on.
-        let applier = patch.applier(index);
-        let path = wire.path.clone();
-        let applied = self.dispatcher.cpu().run(move || {
-            let effect = applier.apply(&path, current.as_deref())?;
-            let digested = match &effect {
-                Effect::Write(content) | Effect::Move(Some(content)) => {
-                    Some(digest::content(content.as_bytes()))
-                }
-                Effect::Move(None) | Effect::Remove => None,
-            };
-            Ok::<_, WireError>((effect, digested))
-        });
-        let (effect, digested) = applied
-            .await
-            .map_err(|e| e.into_wire(&wire.path).into_status())?
-            .map_err(WireError::into_status)?;
+        // The digest of what the hunks produce: linear in the file's size, so on the check
+        // threads, never on this runtime thread other clients' calls are scheduled on.
+        let produced = match &effect {
+            Effect::Write(content) | Effect::Move(Some(content)) => Some(content.clone()),
+            Effect::Move(None) | Effect::Remove => None,
+        };
+        let digested = match produced {
+            Some(content) => {
+                #[cfg(feature = "fault-injection")]
+                let held = wire.path.clone();
+                let digest = self.dispatcher.cpu().run(move || {
+                    #[cfg(feature = "fault-injection")]
+                    crate::dispatch::cpu::hold::check(&held);
+                    digest::content(content.as_bytes())
+                });
+                Some(digest.await.map_err(|e| e.into_wire(&wire.path).into_status())?)
+            }
+            None => None,
+        };
         let change = match &effect {
             Effect::Write(content) => Change { content: Some(content.clone()), ..Change::default() },
             _ => Change::default(),

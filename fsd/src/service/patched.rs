@@ -1,20 +1,20 @@
-//! The apply_patch behind an escalation request, applied by the daemon before anyone is asked:
-//! every hunk of every file must match what the file holds (or what an earlier operation of the
-//! same patch left there), so a patch that would fail never reaches a person or a rule file,
-//! and the approval binds the content the patch produces, shown to the approver as a diff.
+//! The apply_patch behind an escalation request, checked before anyone is asked: its operations
+//! must be the ones listed, and every hunk of every file must match what the file holds (or
+//! what an earlier operation of the same patch left there), which the worker's dry run decides
+//! (`op::Request::PatchText`), so a patch that would fail never reaches a person or a rule
+//! file. This keeps what each operation did, so a later one applies to it; the approval binds
+//! the content the patch produces, shown to the approver as a diff.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use fsd_patch::{HunkErrorKind, Op as PatchOp};
-use fsd_proto::{ErrorCode, WireError, v1};
+use fsd_patch::Op as PatchOp;
+use fsd_proto::v1;
 use tonic::Status;
 
 /// The parsed patch and what its earlier operations did to each target.
 #[derive(Debug)]
 pub(super) struct PatchCheck {
-    /// Shared with the check threads that apply them (`dispatch::cpu`).
-    ops: Arc<Vec<PatchOp>>,
+    ops: Vec<PatchOp>,
     /// Target key → content after an earlier operation (`None`: deleted or moved away).
     touched: HashMap<String, Option<String>>,
 }
@@ -52,7 +52,7 @@ impl PatchCheck {
                 "the escalated ops are not the operations of the escalated patch, in order",
             ));
         }
-        Ok(PatchCheck { ops: Arc::new(patch.ops), touched: HashMap::new() })
+        Ok(PatchCheck { ops: patch.ops, touched: HashMap::new() })
     }
 
     /// What an earlier operation of this patch left at `key`: `None` when none touched it.
@@ -60,15 +60,9 @@ impl PatchCheck {
         self.touched.get(key).map(Option::as_deref)
     }
 
-    /// What applies operation `index`, apart from this check, so it can run on another thread.
-    pub fn applier(&self, index: usize) -> Applier {
-        Applier { ops: self.ops.clone(), index }
-    }
-
-    /// Applies operation `index` to `current` (see [`Applier::apply`]).
-    #[cfg(test)]
-    pub fn apply(&self, index: usize, path: &str, current: Option<&str>) -> Result<Effect, WireError> {
-        self.applier(index).apply(path, current)
+    /// Operation `index` of the patch.
+    pub fn op(&self, index: usize) -> Option<&PatchOp> {
+        self.ops.get(index)
     }
 
     /// Records an operation's effect on its target (and a move's destination).
@@ -86,54 +80,6 @@ impl PatchCheck {
                 if let Some(dst) = destination {
                     self.touched.insert(dst.to_owned(), Some(moved.unwrap_or_default()));
                 }
-            }
-        }
-    }
-
-    /// Whether operation `index` is an update (its target must exist and be text).
-    pub fn updates(&self, index: usize) -> bool {
-        matches!(self.ops.get(index), Some(PatchOp::Update { .. }))
-    }
-}
-
-/// One operation of a patch, to apply to a file's text: linear in the file's size, which may be
-/// `max_editable_file_bytes`, so it runs on a check thread (`dispatch::cpu`), not the runtime.
-#[derive(Debug)]
-pub(super) struct Applier {
-    ops: Arc<Vec<PatchOp>>,
-    index: usize,
-}
-
-impl Applier {
-    /// Applies the operation to `current` (the file's text now: from an earlier operation, or
-    /// read from disk; `None` when absent), without recording it.
-    pub fn apply(&self, path: &str, current: Option<&str>) -> Result<Effect, WireError> {
-        #[cfg(feature = "fault-injection")]
-        crate::dispatch::cpu::hold::check(path);
-        let Some(op) = self.ops.get(self.index) else {
-            return Err(WireError::new(ErrorCode::IoError, path, "no such patch operation"));
-        };
-        let updated = |chunks: &[fsd_patch::Chunk]| -> Result<String, WireError> {
-            let Some(text) = current else {
-                return Err(WireError::new(ErrorCode::NotFound, path, "the file to update does not exist"));
-            };
-            fsd_patch::apply_chunks(text, chunks).map_err(|e| {
-                let hunk = match e.kind {
-                    HunkErrorKind::Context { .. } => "context",
-                    HunkErrorKind::ExpectedLines { .. } => "lines",
-                };
-                WireError::new(ErrorCode::EditNotFound, path, "a hunk does not match the current file")
-                    .with("patch_line", e.chunk_line.to_string())
-                    .with("hunk", hunk)
-            })
-        };
-        match op {
-            PatchOp::Add { contents, .. } => Ok(Effect::Write(contents.clone())),
-            PatchOp::Delete { .. } => Ok(Effect::Remove),
-            PatchOp::Update { chunks, move_to: None, .. } => Ok(Effect::Write(updated(chunks)?)),
-            PatchOp::Update { chunks, move_to: Some(_), .. } => {
-                let content = if chunks.is_empty() { None } else { Some(updated(chunks)?) };
-                Ok(Effect::Move(content))
             }
         }
     }
@@ -159,24 +105,6 @@ mod tests {
         check(&["writeText", "deleteFile", "writeText", "moveFile"], false);
         check(&["writeText", "editText", "deleteFile", "moveFile"], false);
         assert!(PatchCheck::new("not a patch", &ops(&["writeText"])).is_err());
-    }
-
-    #[test]
-    fn hunks_apply_to_the_current_text_or_fail_with_their_line() {
-        let check = PatchCheck::new(PATCH, &ops(&["writeText", "writeText", "deleteFile", "moveFile"]))
-            .unwrap_or_else(|e| panic!("{e}"));
-        match check.apply(1, "/b", Some("w\nx\n")) {
-            Ok(Effect::Write(text)) => assert_eq!(text, "w\ny\n"),
-            other => panic!("{other:?}"),
-        }
-        let failed = check.apply(1, "/b", Some("w\nz\n")).err();
-        let failed = failed.as_ref().map(|w| (w.code, w.get("patch_line"), w.get("hunk")));
-        assert_eq!(failed, Some((ErrorCode::EditNotFound, Some("5"), Some("lines"))));
-        assert_eq!(check.apply(1, "/b", None).err().map(|w| w.code), Some(ErrorCode::NotFound));
-        match check.apply(3, "/d", Some("1\n")) {
-            Ok(Effect::Move(Some(text))) => assert_eq!(text, "2\n"),
-            other => panic!("{other:?}"),
-        }
     }
 
     #[test]

@@ -163,8 +163,10 @@ fn hunk_mismatch(planned: &Planned, error: &DaemonError) -> Option<ToolError> {
     }
     let line: usize = wire.get("patch_line")?.parse().ok()?;
     let chunk = planned.op.chunks().iter().find(|c| c.line == line)?;
-    let message = match (wire.get("hunk"), &chunk.context) {
-        (Some("context"), Some(context)) => format!("failed to find context '{context}'"),
+    let message = match (wire.reason(), &chunk.context) {
+        (Some(fsd_proto::Reason::HunkContext), Some(context)) => {
+            format!("failed to find context '{context}'")
+        }
         _ => {
             let at_end = if chunk.end_of_file { " at the end of the file" } else { "" };
             format!("failed to find expected lines{at_end}:\n{}", chunk.old_lines.join("\n"))
