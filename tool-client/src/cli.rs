@@ -101,6 +101,8 @@ enum Command {
         /// A client configuration (TOML, camelCase keys) to check.
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
+        #[command(flatten)]
+        web: WebArgs,
     },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
@@ -434,13 +436,15 @@ async fn run(cli: Cli, daemon: &mut Option<EmbeddedDaemon>) -> Result<ExitCode, 
             crate::mcp::McpServer::new(session).serve_stdio().await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Doctor { endpoint, config } => {
+        Command::Doctor { endpoint, config, web } => {
             let endpoint = Endpoint::parse(&endpoint)?;
             let config = match &config {
                 Some(path) => Some(ClientConfig::load(path)?),
                 None => None,
             };
-            let (_, hello) = connect::connect(&endpoint).await?;
+            // The path `call` takes, so a daemon that is not there or a server that is not fsd
+            // reads the same here (an `http://` endpoint's status and body included).
+            let (_, hello, _) = connect::open(&endpoint, &web.credentials(&endpoint)?).await?;
             emit(&mut out, &crate::doctor::report(&endpoint, &hello, config.as_ref()))?;
             Ok(ExitCode::SUCCESS)
         }
