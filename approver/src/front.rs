@@ -289,12 +289,12 @@ pub fn main() -> Result<(), ApproverError> {
     let fd =
         std::io::stdin().as_fd().try_clone_to_owned().map_err(|e| ApproverError::Serve(e.to_string()))?;
     let link = std::os::unix::net::UnixStream::from(fd);
-    let Some(Ok(ToFront::Start { config, listen, socket_mode, socket_gid })) =
+    let Some(Ok(ToFront::Start { config, listen, socket_mode, socket_gid, socket_group })) =
         first_line(&link).map(|line| serde_json::from_str::<ToFront>(&line))
     else {
         return Err(ApproverError::Serve("the keeper sent no start".into()));
     };
-    let socket = Socket { mode: socket_mode, gid: socket_gid };
+    let socket = Socket { mode: socket_mode, gid: socket_gid, group: socket_group };
     let listeners = match bind(&config, &listen, socket).and_then(|l| confine().map(|()| l)) {
         Ok(listeners) => listeners,
         Err(e) => {

@@ -29,7 +29,14 @@ pub enum ToKeeper {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToFront {
     /// The first message: what to serve.
-    Start { config: Box<Config>, listen: String, socket_mode: u32, socket_gid: Option<u32> },
+    /// `socket_group`: `--socket-group` as typed, for errors (`socket_gid` is what it names).
+    Start {
+        config: Box<Config>,
+        listen: String,
+        socket_mode: u32,
+        socket_gid: Option<u32>,
+        socket_group: Option<String>,
+    },
     /// The answer to a daemon's `ask`.
     Answer { ask: u64, reply: Reply },
     /// A request now waits in the queue.

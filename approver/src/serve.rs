@@ -20,10 +20,12 @@ use crate::link::{Entry, Reply, Summary, ToFront, ToKeeper, key_of};
 use crate::{ApproverError, Decision, Rules, ask, explain, signature};
 
 /// How the Unix socket is made available to the daemon.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Socket {
     pub mode: u32,
     pub gid: Option<u32>,
+    /// `--socket-group` as the user typed it (a name or a number): errors name what they typed.
+    pub group: Option<String>,
 }
 
 impl Socket {
@@ -40,7 +42,7 @@ impl Socket {
                 Err(_) => group_id(g).ok_or_else(|| ApproverError::SocketGroup(g.to_owned()))?,
             }),
         };
-        Ok(Socket { mode: parsed, gid })
+        Ok(Socket { mode: parsed, gid, group: group.map(str::to_owned) })
     }
 }
 
@@ -361,12 +363,11 @@ pub(crate) fn bind_unix(
     let private = parent.join(private_name);
     std::fs::DirBuilder::new().mode(0o700).create(&private).map_err(failed)?;
     let staged = private.join(name);
-    let group_refused = std::cell::Cell::new(None);
+    let group_refused = std::cell::Cell::new(false);
     let placed = (|| {
         let listener = std::os::unix::net::UnixListener::bind(&staged)?;
         if let Some(gid) = socket.gid {
-            std::os::unix::fs::chown(&staged, None, Some(gid))
-                .inspect_err(|_| group_refused.set(Some(gid)))?;
+            std::os::unix::fs::chown(&staged, None, Some(gid)).inspect_err(|_| group_refused.set(true))?;
         }
         std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(socket.mode))?;
         std::fs::hard_link(&staged, path)?;
@@ -375,14 +376,20 @@ pub(crate) fn bind_unix(
     let _ = std::fs::remove_file(&staged);
     let _ = std::fs::remove_dir(&private);
     // Only root or a member may give a file to a group: the bare EPERM named neither.
-    placed.map_err(|e| match group_refused.get() {
-        Some(gid) => ApproverError::Serve(format!(
-            "{}: cannot give the socket to group {gid} (--socket-group): {e}; add the approver's user to that \
-             group (usermod -aG GROUP USER) or run it as root",
-            path.display()
-        )),
-        None => failed(e),
+    // The group as the user typed it: a name they typed, shown as its number, read as a stranger.
+    placed.map_err(|e| match (group_refused.get(), &socket.group, socket.gid) {
+        (true, Some(group), _) => refused_group(path, group, &e),
+        (true, None, Some(gid)) => refused_group(path, &gid.to_string(), &e),
+        _ => failed(e),
     })
+}
+
+fn refused_group(path: &Path, group: &str, e: &std::io::Error) -> ApproverError {
+    ApproverError::Serve(format!(
+        "{}: cannot give the socket to group {group} (--socket-group): {e}; add the approver's user to that \
+         group (usermod -aG {group} USER) or run it as root",
+        path.display()
+    ))
 }
 
 /// Runs serving: the front in its own process, this one keeping the key and the queue until a
@@ -424,6 +431,7 @@ pub fn run(options: Options) -> Result<(), ApproverError> {
         listen,
         socket_mode: socket.mode,
         socket_gid: socket.gid,
+        socket_group: socket.group.clone(),
     };
     let sealed = log.clone();
     let served = keep(

@@ -37,8 +37,8 @@ pub enum PreflightError {
          CAP_SETUID/CAP_SETGID (run it as root, or drop worker_uid and worker_gid)"
     )]
     IdsUnusable { uid: u32, gid: u32, euid: u32, egid: u32 },
-    /// Workers open their roots before they take their identity, so only each root's own
-    /// directory is asked about, as that identity.
+    /// The root's own directory refuses the workers' identity (a parent that does is
+    /// `RootParentBlocks`).
     #[error(
         "{what} {path}: the workers (uid {uid}, gid {gid}) may not enter it ({errno}; owner {owner}:{group}, \
          mode {mode:04o}): change its permissions or set worker_uid/worker_gid"
@@ -59,6 +59,25 @@ pub enum PreflightError {
          set worker_uid/worker_gid, or name it with --readable-root"
     )]
     RootUnwritable { path: PathBuf, uid: u32, gid: u32, errno: Errno, owner: u32, group: u32, mode: u32 },
+    /// A directory above the root refuses the workers' identity (they reach the root by its
+    /// path: Landlock opens it after they take their identity), so that directory is named,
+    /// with its owner and mode, not the root's own.
+    #[error(
+        "{what} {path}: the workers (uid {uid}, gid {gid}) may not enter it: they may not pass its parent \
+         directory {blocker} ({errno}; owner {owner}:{group}, mode {mode:04o}): change that directory's \
+         permissions, move the root, or set worker_uid/worker_gid"
+    )]
+    RootParentBlocks {
+        what: &'static str,
+        path: PathBuf,
+        blocker: PathBuf,
+        uid: u32,
+        gid: u32,
+        errno: Errno,
+        owner: u32,
+        group: u32,
+        mode: u32,
+    },
     #[error("cannot check what the workers may do in the roots: {0}")]
     AccessCheck(String),
     #[error(
@@ -293,16 +312,38 @@ fn check_roots_usable(config: &Config, identity: WorkerIdentity) -> Result<(), P
         let Ok(meta) = std::fs::metadata(&path) else { continue };
         let (uid, gid, owner, group, mode) =
             (identity.uid, identity.gid, meta.uid(), meta.gid(), meta.mode() & 0o7777);
-        let enters = crate::sys::confine::worker_may(uid, gid, vec![(path.clone(), RootUse::Enter)])
-            .map_err(|e| PreflightError::AccessCheck(e.to_string()))?
-            .into_iter()
-            .all(|a| a.is_ok());
-        return Err(if want == RootUse::Create && enters {
-            PreflightError::RootUnwritable { path, uid, gid, errno, owner, group, mode }
-        } else {
-            let writable = config.roots.iter().any(|r| r.path == path && r.writable);
-            let what = if writable { "writable root" } else { "readable root" };
-            PreflightError::RootUnenterable { what, path, uid, gid, errno, owner, group, mode }
+        // Each directory from `/` down to the root, entered in turn: the first refused one is
+        // what blocks (a 0700 parent, not the root's own mode).
+        let mut chain: Vec<PathBuf> = path.ancestors().map(Path::to_path_buf).collect();
+        chain.reverse();
+        let entered = crate::sys::confine::worker_may(
+            uid,
+            gid,
+            chain.iter().map(|dir| (dir.clone(), RootUse::Enter)).collect(),
+        )
+        .map_err(|e| PreflightError::AccessCheck(e.to_string()))?;
+        let refused = chain.into_iter().zip(entered).find_map(|(dir, a)| a.err().map(|e| (dir, e)));
+        let writable = config.roots.iter().any(|r| r.path == path && r.writable);
+        let what = if writable { "writable root" } else { "readable root" };
+        return Err(match refused {
+            None if want == RootUse::Create => {
+                PreflightError::RootUnwritable { path, uid, gid, errno, owner, group, mode }
+            }
+            Some((blocker, errno)) if blocker != path => match std::fs::metadata(&blocker) {
+                Ok(above) => PreflightError::RootParentBlocks {
+                    what,
+                    path,
+                    blocker,
+                    uid,
+                    gid,
+                    errno,
+                    owner: above.uid(),
+                    group: above.gid(),
+                    mode: above.mode() & 0o7777,
+                },
+                Err(_) => PreflightError::RootUnenterable { what, path, uid, gid, errno, owner, group, mode },
+            },
+            _ => PreflightError::RootUnenterable { what, path, uid, gid, errno, owner, group, mode },
         });
     }
     Ok(())

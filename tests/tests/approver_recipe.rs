@@ -6,7 +6,8 @@
 //! `/usr/local/bin` runs `sudo -u USER CMD…` as `runuser -u USER -- CMD…`. It fails if the recipe
 //! breaks (a user outside the socket's group cannot give the socket to it), and checks what the
 //! recipe promises: the socket 0660 of group `fsd`, the decision log and the key 0600, the
-//! approver's user's own.
+//! approver's user's own, and the rule file `--rules` names (the recipe writes it: nothing here
+//! does, so a recipe that forgets it fails as it would on a machine).
 
 use crate::common;
 
@@ -36,15 +37,14 @@ printf '#!/bin/sh\n[ "$1" = -u ] || exit 2\nu=$2; shift 2\nexec runuser -u "$u" 
 chmod 0755 /usr/local/bin/sudo
 export PATH=/usr/local/bin:$PATH
 {fsd_user}
-mkdir -p /etc/fsd-approver
-printf '[[rule]]\nmode = "*"\npath = "/**"\ndecision = "allow"\n' > /etc/fsd-approver/rules.toml
 setsid bash -eu "$S/recipe.sh" </dev/null >"$S/out" 2>&1 &
 pid=$!
 while [ ! -S /run/fsd-approver/approver.sock ]; do
     if ! kill -0 "$pid" 2>/dev/null; then echo "the recipe stopped:"; cat "$S/out"; exit 1; fi
     sleep 0.05
 done
-stat -c '%n %a %U %G' /run/fsd-approver/approver.sock /var/log/fsd-approver/decisions.jsonl /etc/fsd-approver/approver.key
+stat -c '%n %a %U %G' /run/fsd-approver/approver.sock /var/log/fsd-approver/decisions.jsonl /etc/fsd-approver/approver.key \
+    /etc/fsd-approver/rules.toml
 kill -TERM -- "-$pid"
 wait "$pid" || true
 "#,
@@ -61,6 +61,7 @@ wait "$pid" || true
         stdout,
         "/run/fsd-approver/approver.sock 660 fsd-approver fsd\n\
          /var/log/fsd-approver/decisions.jsonl 600 fsd-approver fsd-approver\n\
-         /etc/fsd-approver/approver.key 600 fsd-approver root\n"
+         /etc/fsd-approver/approver.key 600 fsd-approver root\n\
+         /etc/fsd-approver/rules.toml 644 fsd-approver root\n"
     );
 }

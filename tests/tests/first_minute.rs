@@ -13,19 +13,32 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// `fsd-tools call read` against `endpoint` with extra flags: (exit code, stdout, stderr).
-fn call_read(endpoint: &str, extra: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(tools_bin())
-        .args(["call", "read", r#"{"file_path": "/a.txt"}"#, "--endpoint", endpoint])
-        .args(extra)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+/// `fsd-tools ARGS`: (exit code, stdout, stderr).
+fn tools(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(tools_bin()).args(args).stdin(Stdio::null()).output().unwrap();
     (
         out.status.code(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// The ways a newcomer reaches `endpoint` with extra flags: `call read` and `doctor` (one path
+/// to the daemon, so one set of errors).
+fn reach(endpoint: &str, extra: &[&str]) -> [(&'static str, Vec<String>); 2] {
+    let with = |head: &[&str]| head.iter().chain(extra).map(|a| (*a).to_owned()).collect();
+    [
+        ("call", with(&["call", "read", r#"{"file_path": "/a.txt"}"#, "--endpoint", endpoint])),
+        ("doctor", with(&["doctor", endpoint])),
+    ]
+}
+
+/// nginx's own error pages name its version: the one part that depends on the machine.
+fn without_nginx_version(text: String) -> String {
+    match text.split_once("nginx/") {
+        Some((head, tail)) => format!("{head}nginx/VERSION{}", &tail[tail.find('<').unwrap_or(0)..]),
+        None => text,
+    }
 }
 
 /// An nginx on `listen`: without `X-Sandbox-ID` a 400 with the router's JSON body, with it a
@@ -48,7 +61,9 @@ fn nginx(dir: &std::path::Path, listen: u16, upstream: u16) -> Killed {
 
 #[test]
 fn an_http_endpoint_that_is_not_fsd_gives_its_status_and_body() {
-    // Before: "did not answer hello: Internal: Invalid header bit 60 expected 0 or 1" for both.
+    // Before: "did not answer hello: Internal: Invalid header bit 60 expected 0 or 1" for both;
+    // `doctor` said "did not answer hello: Internal: h2 protocol error: http2 error" (it took
+    // another path to the daemon than `call`).
     let dir = tempfile::tempdir().unwrap();
     let (listen, dead) = (free_port(), free_port());
     let _nginx = nginx(dir.path(), listen, dead);
@@ -71,31 +86,51 @@ fn an_http_endpoint_that_is_not_fsd_gives_its_status_and_body() {
         ),
     ];
     for (extra, want) in cases {
-        let (code, stdout, stderr) = call_read(&endpoint, extra);
-        assert_eq!(code, Some(2), "{extra:?}: {stdout} {stderr}");
-        assert_eq!(stdout, "", "{extra:?}");
-        // The one part that depends on the machine: nginx's version in its error page.
-        let stderr = match stderr.split_once("nginx/") {
-            Some((head, tail)) => format!("{head}nginx/VERSION{}", &tail[tail.find('<').unwrap_or(0)..]),
-            None => stderr,
-        };
-        assert_eq!(stderr, *want, "{extra:?}");
+        for (how, args) in reach(&endpoint, extra) {
+            let (code, stdout, stderr) = tools(&args.iter().map(String::as_str).collect::<Vec<_>>());
+            assert_eq!(code, Some(2), "{how} {extra:?}: {stdout} {stderr}");
+            assert_eq!(stdout, "", "{how} {extra:?}");
+            assert_eq!(without_nginx_version(stderr), *want, "{how} {extra:?}");
+        }
     }
 }
 
 #[test]
 fn a_refused_http_port_names_the_address() {
-    // Before: "Unknown: client error (Connect)".
+    // Before: "Unknown: client error (Connect)" (`doctor`: a raw transport error).
     let port = free_port();
     let endpoint = format!("http://127.0.0.1:{port}");
-    let (code, stdout, stderr) = call_read(&endpoint, &[]);
-    assert_eq!(code, Some(2), "{stdout} {stderr}");
-    assert_eq!(
-        stderr,
-        format!(
-            "fsd-tools: no daemon at {endpoint}: the connection was refused (nothing listens on that port)\n"
-        )
+    for (how, args) in reach(&endpoint, &[]) {
+        let (code, stdout, stderr) = tools(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(code, Some(2), "{how}: {stdout} {stderr}");
+        assert_eq!(
+            stderr,
+            format!(
+                "fsd-tools: no daemon at {endpoint}: the connection was refused (nothing listens on that port)\n"
+            ),
+            "{how}"
+        );
+    }
+}
+
+#[test]
+fn a_tcp_endpoint_that_answers_http_1_says_what_it_answered() {
+    // Before: "did not answer hello in plaintext: if that listener speaks TLS (the daemon's
+    // config sets tls_cert), reach it with --target NAME ...": a web server is no TLS listener.
+    let dir = tempfile::tempdir().unwrap();
+    let (listen, dead) = (free_port(), free_port());
+    let _nginx = nginx(dir.path(), listen, dead);
+    let endpoint = format!("tcp:127.0.0.1:{listen}");
+    let body_400 = "<html>\r\n<head><title>400 Bad Request</title></head>\r\n<body>\r\n<center><h1>400 Bad Request</h1></center>\r\n<hr><center>nginx/VERSION</center>\r\n</body>\r\n</html>\r\n";
+    let want = format!(
+        "fsd-tools: the server at {endpoint} is not fsd: it answered in HTTP/1.x, not gRPC over HTTP/2 (\
+         HTTP/1.1 400 Bad Request, body {body_400:?}); point the client at one of the daemon's listen addresses\n"
     );
+    for (how, args) in reach(&endpoint, &[]) {
+        let (code, stdout, stderr) = tools(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(code, Some(2), "{how}: {stdout} {stderr}");
+        assert_eq!(without_nginx_version(stderr), want, "{how}");
+    }
 }
 
 #[test]

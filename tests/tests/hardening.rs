@@ -700,14 +700,12 @@ fn link_protection_is_required_only_where_it_guards_something_and_turned_on_ther
 fn the_embedded_daemon_that_cannot_start_says_why_in_the_clients_error() {
     // A root anyone may write: links in it matter, and the settings cannot be read. Before, the
     // daemon started, served nothing, and the model read a sandbox denial.
-    let hidden = tempfile::tempdir().unwrap();
-    let ws = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(ws.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    std::fs::write(ws.path().join("README.md"), "# hi\n").unwrap();
+    let unstartable = UnstartableRoot::new();
+    let (var, hidden) = unstartable.env();
     let out = std::process::Command::new(common::tools_bin())
         .args(["call", "read", r#"{"file_path": "README.md", "limit": 5}"#, "--root", "."])
-        .current_dir(ws.path())
-        .env("FSD_FAULT_SYSCTL_FS_DIR", hidden.path())
+        .current_dir(unstartable.ws.path())
+        .env(var, hidden)
         .env_remove("FSD_LOG")
         .output()
         .unwrap();
@@ -715,16 +713,52 @@ fn the_embedded_daemon_that_cannot_start_says_why_in_the_clients_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "stdout {stdout} stderr {stderr}");
     assert!(!stdout.contains("[sandbox:") && !stderr.contains("[sandbox:"), "{stdout} {stderr}");
-    let want = format!(
-        "fsd-tools: fsd exited before it listened (exit status: 2): cannot read whether the kernel protects links \
-         ({0}/protected_hardlinks: No such file or directory (os error 2), {0}/protected_symlinks: No such file or \
-         directory (os error 2)), which the confined modes need here (others than the workers may make links in \
-         root {1}, owner 0:0, mode 0777); make /proc/sys/fs readable to the daemon (no ProcSubset=pid in a systemd \
-         unit)\n",
-        hidden.path().display(),
-        std::fs::canonicalize(ws.path()).unwrap().display()
-    );
-    assert_eq!(stderr, want);
+    assert_eq!(stderr, format!("fsd-tools: {}\n", unstartable.line()));
+}
+
+#[test]
+fn the_embedded_daemon_that_cannot_start_answers_each_session_line_with_why() {
+    // Before: the line on stderr (which a host may not read) and exit 2 with no reply at all.
+    // Now every line gets a reply that carries it, then exit 2; stderr still has it once.
+    use std::io::Write;
+    let unstartable = UnstartableRoot::new();
+    let (var, hidden) = unstartable.env();
+    let mut child = std::process::Command::new(common::tools_bin())
+        .args(["session", "--root", "."])
+        .current_dir(unstartable.ws.path())
+        .env(var, hidden)
+        .env_remove("FSD_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = [
+        json!({"id": 1, "tool": "read", "args": {"file_path": "README.md"}}).to_string(),
+        json!({"id": "two", "tool": "write", "args": {"file_path": "a.txt", "content": "a\n"}}).to_string(),
+        "not json".to_owned(),
+    ];
+    let mut stdin = child.stdin.take().unwrap();
+    // The client may have stopped reading already (a broken pipe is the failure shown below).
+    let _ = stdin.write_all(format!("{}\n", lines.join("\n")).as_bytes());
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stdout {stdout} stderr {stderr}");
+    assert_eq!(stderr, format!("fsd-tools: {}\n", unstartable.line()));
+    let text = format!("Error: the file service is unavailable: {}", unstartable.line());
+    let replies: Vec<serde_json::Value> =
+        stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+    let ids = [json!(1), json!("two"), serde_json::Value::Null];
+    assert_eq!(replies.len(), ids.len(), "{stdout}");
+    for (reply, id) in replies.iter().zip(ids) {
+        assert_eq!(reply["id"], id, "{reply}");
+        assert_eq!(reply["is_error"], json!(true), "{reply}");
+        assert_eq!(reply["code"], json!("UNAVAILABLE"), "{reply}");
+        assert_eq!(reply["text"], json!(text), "{reply}");
+    }
+    assert!(!stdout.contains("[sandbox:"), "{stdout}");
 }
 
 #[test]

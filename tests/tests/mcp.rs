@@ -103,3 +103,37 @@ fn the_mcp_server_serves_its_pipes_without_a_blocking_pool() {
     let _ = child.wait();
     assert_eq!(threads, 1, "fsd-tools mcp ran {threads} threads: stdio went through a thread pool");
 }
+
+/// An embedded daemon that cannot start (here: link protection it cannot read, through the
+/// fault-injection sysctl directory), under a real MCP client. Before, `fsd-tools mcp --root`
+/// wrote the reason on stderr (which MCP hosts hide) and exited 2 without answering
+/// `initialize`: the host showed a dead server. Now it answers, lists the tools, and every call
+/// is an error result whose text carries the daemon's start line (no sandbox marker: nothing
+/// was denied, nothing is served).
+#[test]
+fn an_embedded_daemon_that_cannot_start_is_said_in_every_call() {
+    let python = python();
+    let unstartable = common::UnstartableRoot::new();
+    let (var, hidden) = unstartable.env();
+    let args = serde_json::json!({
+        "fsd_tools": common::tools_bin(),
+        "ws": unstartable.ws.path(),
+        "env": {var: hidden, "FSD_LOG": "warn"},
+    });
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp").join("unavailable.py");
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(args.to_string())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {} (FSD_TEST_PYTHON): {e}", python.display()));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "tests/mcp/unavailable.py failed ({}):\n{stderr}", out.status);
+    let seen: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(seen["tools"], serde_json::json!(["read", "write", "edit"]), "{seen}");
+    let text = format!("Error: the file service is unavailable: {}", unstartable.line());
+    for call in ["read", "write"] {
+        assert_eq!(seen[call], serde_json::json!([true, text]), "{call}");
+    }
+}

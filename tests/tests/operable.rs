@@ -526,11 +526,14 @@ fn a_root_the_workers_cannot_use_is_a_start_error() {
         0,
         "this test's daemons run as root or 65534: run it as root"
     );
-    // (root's mode, how it is named, the daemon's uid (None: root), config, the start line)
-    let cases: &[(u32, &str, Option<u32>, &str, &str)] = &[
+    // (root's mode, its parent's, how it is named, the daemon's uid (None: root), config, the
+    // start line)
+    type Case<'a> = (u32, u32, &'a str, Option<u32>, &'a str, &'a str);
+    let cases: &[Case] = &[
         // A non-root daemon on a root-owned 0755 directory (its workers keep its uid).
         (
             0o755,
+            0o777,
             "--writable-root",
             Some(65534),
             "",
@@ -541,6 +544,7 @@ fn a_root_the_workers_cannot_use_is_a_start_error() {
         // A root daemon whose worker identity may not enter a readable root.
         (
             0o700,
+            0o777,
             "--readable-root",
             None,
             "worker_uid = 65534\nworker_gid = 65534\n",
@@ -551,6 +555,7 @@ fn a_root_the_workers_cannot_use_is_a_start_error() {
         // ... nor a writable one.
         (
             0o700,
+            0o777,
             "--writable-root",
             None,
             "worker_uid = 65534\nworker_gid = 65534\n",
@@ -558,11 +563,27 @@ fn a_root_the_workers_cannot_use_is_a_start_error() {
           workers (uid 65534, gid 65534) may not enter it (Permission denied (os error 13); owner 0:0, mode 0700): \
           change its permissions or set worker_uid/worker_gid",
         ),
+        // A root in a parent they may not pass: the parent is named, not the root's mode (before:
+        // "mode 0755 ... change its permissions", of the root).
+        (
+            0o755,
+            0o700,
+            "--writable-root",
+            None,
+            "worker_uid = 65534\nworker_gid = 65534\n",
+            "writable root {ROOT}: the \
+          workers (uid 65534, gid 65534) may not enter it: they may not pass its parent directory {PARENT} \
+          (Permission denied (os error 13); owner 0:0, mode 0700): change that directory's permissions, move the \
+          root, or set worker_uid/worker_gid",
+        ),
     ];
-    for (mode, flag, uid, config, want) in cases {
+    for (mode, parent_mode, flag, uid, config, want) in cases {
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-        let root = dir.path().join("root");
+        let parent = dir.path().join("parent");
+        std::fs::create_dir(&parent).unwrap();
+        std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(*parent_mode)).unwrap();
+        let root = parent.join("root");
         std::fs::create_dir(&root).unwrap();
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(*mode)).unwrap();
         let open = dir.path().join("open");
@@ -580,7 +601,9 @@ fn a_root_the_workers_cannot_use_is_a_start_error() {
         println!("exit {code:?} after {secs:.3} s: {lines:?}");
         assert_eq!(code, Some(2), "{lines:?}");
         assert_eq!(lines.len(), 1, "{lines:?}");
-        assert_eq!(message(&lines[0], false), want.replace("{ROOT}", root.to_str().unwrap()));
+        let want =
+            want.replace("{ROOT}", root.to_str().unwrap()).replace("{PARENT}", parent.to_str().unwrap());
+        assert_eq!(message(&lines[0], false), want);
     }
 }
 

@@ -242,32 +242,37 @@ fn read(
 fn the_approver_recipe_names_the_group_it_may_not_use_and_its_logs_are_private() {
     use std::os::unix::fs::MetadataExt;
     // The README's recipe ran the approver as a user outside the socket's group: the bare
-    // "Operation not permitted (os error 1)" named neither the group nor the fix.
+    // "Operation not permitted (os error 1)" named neither the group nor the fix; a group given by
+    // name was then shown as its number.
     let keys = Keys::new();
     let rules = keys.rules("allow");
-    let out = Command::new(approver_bin())
-        .arg("serve")
-        .arg("--key")
-        .arg(keys.key())
-        .arg("--listen")
-        .arg(format!("unix:{}", keys.socket().display()))
-        .arg("--rules")
-        .arg(&rules)
-        .args(["--socket-mode", "0660", "--socket-group", "0"])
-        .uid(APPROVER_UID)
-        .gid(APPROVER_UID)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    assert_eq!(
-        String::from_utf8_lossy(&out.stderr),
-        format!(
-            "fsd-approver: cannot serve: {}: cannot give the socket to group 0 (--socket-group): Operation not permitted (os \
-             error 1); add the approver's user to that group (usermod -aG GROUP USER) or run it as root\n",
-            keys.socket().display()
-        )
-    );
+    for group in ["0", "root"] {
+        let out = Command::new(approver_bin())
+            .arg("serve")
+            .arg("--key")
+            .arg(keys.key())
+            .arg("--listen")
+            .arg(format!("unix:{}", keys.socket().display()))
+            .arg("--rules")
+            .arg(&rules)
+            .args(["--socket-mode", "0660", "--socket-group", group])
+            .uid(APPROVER_UID)
+            .gid(APPROVER_UID)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{group}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            format!(
+                "fsd-approver: cannot serve: {}: cannot give the socket to group {group} (--socket-group): Operation not \
+                 permitted (os error 1); add the approver's user to that group (usermod -aG {group} USER) or run it \
+                 as root\n",
+                keys.socket().display()
+            ),
+            "{group}"
+        );
+    }
     // Run as the recipe now says (a member of the group): the decision log is the approver's
     // alone (0600), the daemon's audit log its group's to read (0640).
     let approver = Approver::serve(&keys, &rules);

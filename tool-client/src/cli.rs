@@ -101,6 +101,8 @@ enum Command {
         /// A client configuration (TOML, camelCase keys) to check.
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
+        #[command(flatten)]
+        web: WebArgs,
     },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
@@ -416,7 +418,22 @@ async fn run(cli: Cli, daemon: &mut Option<EmbeddedDaemon>) -> Result<ExitCode, 
         }
         Command::Session { target } => {
             let config = load_config(target.config.as_ref(), false)?;
-            let mut session = open(&target, config, daemon).await?;
+            let mut session = match open(&target, config, daemon).await {
+                Ok(session) => session,
+                // The embedded daemon did not start: a program that reads only stdout learns
+                // why too, from the reply to each of its lines.
+                Err(Fatal::Message(reason)) if target.root.is_some() => {
+                    complain(&reason);
+                    let mut lines = stdin_lines();
+                    while let Some(line) = lines.next_line().await? {
+                        if !line.trim().is_empty() {
+                            emit(&mut out, &jsonl::unavailable(&line, &reason).to_string())?;
+                        }
+                    }
+                    return Ok(ExitCode::from(2));
+                }
+                Err(e) => return Err(e),
+            };
             let mut lines = stdin_lines();
             while let Some(line) = lines.next_line().await? {
                 if line.trim().is_empty() {
@@ -430,17 +447,31 @@ async fn run(cli: Cli, daemon: &mut Option<EmbeddedDaemon>) -> Result<ExitCode, 
         Command::Mcp { target } => {
             let config = load_config(target.config.as_ref(), false)?;
             drop(out);
-            let session = open(&target, config, daemon).await?;
-            crate::mcp::McpServer::new(session).serve_stdio().await?;
-            Ok(ExitCode::SUCCESS)
+            match open(&target, config.clone(), daemon).await {
+                Ok(session) => {
+                    crate::mcp::McpServer::new(session).serve_stdio().await?;
+                    Ok(ExitCode::SUCCESS)
+                }
+                // The embedded daemon did not start. MCP hosts hide stderr, and a server that
+                // exits before `initialize` is only "failed" there: it answers, and every call
+                // returns why (`mcp::Unavailable`).
+                Err(Fatal::Message(reason)) if target.root.is_some() => {
+                    complain(&reason);
+                    crate::mcp::Unavailable::new(Tools::new(config), reason).serve_stdio().await?;
+                    Ok(ExitCode::from(2))
+                }
+                Err(e) => Err(e),
+            }
         }
-        Command::Doctor { endpoint, config } => {
+        Command::Doctor { endpoint, config, web } => {
             let endpoint = Endpoint::parse(&endpoint)?;
             let config = match &config {
                 Some(path) => Some(ClientConfig::load(path)?),
                 None => None,
             };
-            let (_, hello) = connect::connect(&endpoint).await?;
+            // The path `call` takes, so a daemon that is not there or a server that is not fsd
+            // reads the same here (an `http://` endpoint's status and body included).
+            let (_, hello, _) = connect::open(&endpoint, &web.credentials(&endpoint)?).await?;
             emit(&mut out, &crate::doctor::report(&endpoint, &hello, config.as_ref()))?;
             Ok(ExitCode::SUCCESS)
         }

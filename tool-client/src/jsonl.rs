@@ -34,6 +34,14 @@ fn invalid(id: Value, message: &str) -> Value {
     result_json(id, &ToolResult::error(ToolError::new("INVALID_REQUEST", message)))
 }
 
+/// The reply to a line when there is no daemon to serve it (the embedded daemon did not start):
+/// the line's id, and `reason` as the file service being unavailable.
+pub fn unavailable(line: &str, reason: &str) -> Value {
+    let id =
+        serde_json::from_str::<Value>(line).ok().and_then(|v| v.get("id").cloned()).unwrap_or(Value::Null);
+    result_json(id, &ToolResult::error(ToolError::unavailable(reason)))
+}
+
 /// Handles one input line.
 pub async fn handle_line(session: &mut Session, line: &str) -> Value {
     let request: Value = match serde_json::from_str(line) {

@@ -25,6 +25,9 @@
 //!   returns afterwards; the handler drops the call's future, which stops it at its next await
 //!   (a gRPC call in flight is abandoned, so its effect is unknown, like `FS_ABORTED`). No
 //!   response is sent for the cancelled id.
+//! - No daemon (the embedded one did not start): [`Unavailable`] still answers `initialize` and
+//!   tools/list, and every call is an error result (`UNAVAILABLE`) carrying the daemon's start
+//!   line, since MCP hosts hide a server's stderr and show one that exits only as failed.
 
 use std::sync::Arc;
 
@@ -39,8 +42,9 @@ use rmcp::{ErrorData, ServerHandler, ServiceExt};
 use serde_json::{Map, Value, json};
 use tokio::sync::Mutex;
 
+use crate::failure::ToolError;
 use crate::local_approver::{Host, HostAnswer};
-use crate::tools::{Block, Session, ToolResult};
+use crate::tools::{Block, Session, ToolResult, Tools};
 
 /// The `_meta` key of the stable code (`FS_*`, `INVALID_ARGS`, …; null on success).
 pub const META_CODE: &str = "fsd/code";
@@ -138,9 +142,7 @@ impl McpServer {
 
     /// Serves MCP on this process's stdin and stdout until the client closes stdin.
     pub async fn serve_stdio(self) -> Result<(), McpError> {
-        let running = self.serve((stdio::input(), stdio::output())).await.map_err(Box::new)?;
-        running.waiting().await?;
-        Ok(())
+        serve_stdio(self).await
     }
 
     async fn call(&self, name: String, args: Value, peer: rmcp::Peer<RoleServer>) -> ToolResult {
@@ -212,6 +214,84 @@ impl McpServer {
         let mut task = found.result;
         let result = (&mut task).await.unwrap_or_else(|e| aborted(&e));
         Ok(call_result(result).into())
+    }
+}
+
+/// Serves `handler` on this process's stdin and stdout until the client closes stdin.
+async fn serve_stdio(handler: impl ServerHandler) -> Result<(), McpError> {
+    let running = handler.serve((stdio::input(), stdio::output())).await.map_err(Box::new)?;
+    running.waiting().await?;
+    Ok(())
+}
+
+/// What `initialize` answers: this server, with tools and the tools' guidance.
+fn server_config(instructions: &str) -> ServerConfig {
+    let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+    info.server_info =
+        Implementation::new("fsd-tools", env!("CARGO_PKG_VERSION")).with_title("fsd file tools");
+    if !instructions.is_empty() {
+        info = info.with_instructions(instructions.to_owned());
+    }
+    info
+}
+
+/// A call of a tool tools/list never showed: a JSON-RPC error, with the setting that turns an
+/// off tool on (the host's user reads this).
+fn not_listed(tools: &Tools, name: &str) -> ErrorData {
+    let not_offered = tools.not_offered(name);
+    let message = if not_offered.starts_with("unknown tool") {
+        format!("Unknown tool: {name}")
+    } else {
+        format!("Unknown tool: {name} ({not_offered})")
+    };
+    ErrorData::invalid_params(message, Some(json!({"fsd/code": "UNKNOWN_TOOL"})))
+}
+
+/// The MCP face without a daemon: the embedded daemon did not start, and `reason` is its start
+/// line. It lists the tools the configuration makes visible (without the escalation fields:
+/// nothing can be approved) so the model calls one, and every call returns `reason`, so a host
+/// that hides stderr still shows why, in the call's result.
+#[derive(Debug, Clone)]
+pub struct Unavailable {
+    tools: Arc<Tools>,
+    listed: Arc<Vec<Tool>>,
+    reason: Arc<str>,
+}
+
+impl Unavailable {
+    pub fn new(tools: Tools, reason: String) -> Unavailable {
+        let listed = tools.schemas().iter().filter_map(tool_of).collect();
+        Unavailable { tools: Arc::new(tools), listed: Arc::new(listed), reason: Arc::from(reason) }
+    }
+
+    /// Serves MCP on this process's stdin and stdout until the client closes stdin.
+    pub async fn serve_stdio(self) -> Result<(), McpError> {
+        serve_stdio(self).await
+    }
+}
+
+impl ServerHandler for Unavailable {
+    fn get_info(&self) -> ServerConfig {
+        server_config(&self.tools.guidance())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.listed.as_ref().clone()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if !self.listed.iter().any(|t| t.name == request.name) {
+            return Err(not_listed(&self.tools, &request.name));
+        }
+        Ok(call_result(ToolResult::error(ToolError::unavailable(&self.reason))).into())
     }
 }
 
@@ -401,13 +481,7 @@ pub fn call_result(result: ToolResult) -> CallToolResult {
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
-        info.server_info =
-            Implementation::new("fsd-tools", env!("CARGO_PKG_VERSION")).with_title("fsd file tools");
-        if !self.instructions.is_empty() {
-            info = info.with_instructions(self.instructions.clone());
-        }
-        info
+        server_config(&self.instructions)
     }
 
     async fn list_tools(
@@ -427,14 +501,7 @@ impl ServerHandler for McpServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name.to_string();
         if !self.visible.iter().any(|v| *v == name) {
-            // A tool that is off says so, with the setting (the host's user reads this).
-            let not_offered = self.session.lock().await.tools().not_offered(&name);
-            let message = if not_offered.starts_with("unknown tool") {
-                format!("Unknown tool: {name}")
-            } else {
-                format!("Unknown tool: {name} ({not_offered})")
-            };
-            return Err(ErrorData::invalid_params(message, Some(json!({"fsd/code": "UNKNOWN_TOOL"}))));
+            return Err(not_listed(self.session.lock().await.tools(), &name));
         }
         // The agent host's trace continues into the daemon (OpenTelemetry's MCP conventions put
         // the W3C context in the request's `_meta`).
@@ -473,7 +540,6 @@ impl ServerHandler for McpServer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::failure::ToolError;
 
     #[test]
     fn annotations_are_truthful() {

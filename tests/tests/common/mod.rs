@@ -345,3 +345,41 @@ pub fn symlink(target: impl AsRef<Path>, link: &Path) {
 pub fn write_envelope(path: &Path, verb: &str) -> String {
     format!("<path>{}</path>\n<type>file</type>\n<content>\n{verb}\n</content>", path.display())
 }
+
+/// A workspace the embedded daemon (`fsd-tools … --root .`) cannot serve, and the one line its
+/// start says why: a root anyone may write (so links in it matter) while the link settings
+/// cannot be read (`FSD_FAULT_SYSCTL_FS_DIR`, an empty directory). Run the client in `ws` with
+/// [`UnstartableRoot::env`].
+pub struct UnstartableRoot {
+    pub hidden: tempfile::TempDir,
+    pub ws: tempfile::TempDir,
+}
+
+impl UnstartableRoot {
+    pub fn new() -> UnstartableRoot {
+        use std::os::unix::fs::PermissionsExt;
+        let hidden = tempfile::tempdir().expect("tempdir");
+        let ws = tempfile::tempdir().expect("tempdir");
+        std::fs::set_permissions(ws.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod ws");
+        std::fs::write(ws.path().join("README.md"), "# hi\n").expect("write README.md");
+        UnstartableRoot { hidden, ws }
+    }
+
+    /// The fault-injection variable that hides the link settings from the daemon.
+    pub fn env(&self) -> (&'static str, &Path) {
+        ("FSD_FAULT_SYSCTL_FS_DIR", self.hidden.path())
+    }
+
+    /// The daemon's start line, as the client repeats it.
+    pub fn line(&self) -> String {
+        format!(
+            "fsd exited before it listened (exit status: 2): cannot read whether the kernel protects links \
+             ({0}/protected_hardlinks: No such file or directory (os error 2), {0}/protected_symlinks: No such file \
+             or directory (os error 2)), which the confined modes need here (others than the workers may make links \
+             in root {1}, owner 0:0, mode 0777); make /proc/sys/fs readable to the daemon (no ProcSubset=pid in a \
+             systemd unit)",
+            self.hidden.path().display(),
+            std::fs::canonicalize(self.ws.path()).expect("canonicalize ws").display()
+        )
+    }
+}

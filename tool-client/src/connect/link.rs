@@ -15,8 +15,8 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 use super::describe::{chain, describe_connect_failure};
 use super::{
-    ConnectError, Credentials, Endpoint, Failure, INSTANCE_HEADER, MAX_MESSAGE_BYTES, connect_unix,
-    hello_failed, plaintext_hello_failed, tonic_endpoint, unreachable,
+    ConnectError, Credentials, Endpoint, FIRST_BYTES, Failure, INSTANCE_HEADER, MAX_MESSAGE_BYTES,
+    connect_unix, hello_failed, http1_answer, plaintext_hello_failed, tonic_endpoint, unreachable,
 };
 
 /// How long a dropped connection is retried (with backoff) before the call fails.
@@ -36,6 +36,9 @@ struct LinkInner {
     restarted: AtomicBool,
     connected_once: AtomicBool,
     connections: AtomicU64,
+    /// The first bytes the latest TCP connection received (`Recording`): what a server that is
+    /// not fsd answered, for the error of a hello that failed.
+    first_bytes: Mutex<Arc<Mutex<Vec<u8>>>>,
 }
 
 /// A handle on a link's state, for the session that owns it.
@@ -58,6 +61,20 @@ impl LinkState {
     pub fn repin(&self) {
         *self.0.instance.lock().unwrap_or_else(PoisonError::into_inner) = None;
         self.0.restarted.store(false, Ordering::Release);
+    }
+
+    /// A new TCP connection's recorder of its first bytes.
+    fn record_next(&self) -> Arc<Mutex<Vec<u8>>> {
+        let fresh = Arc::new(Mutex::new(Vec::new()));
+        *self.0.first_bytes.lock().unwrap_or_else(PoisonError::into_inner) = fresh.clone();
+        fresh
+    }
+
+    /// What the latest TCP connection's server answered, if it answered in HTTP/1.x.
+    fn http1_answer(&self) -> Option<(String, String)> {
+        let first = self.0.first_bytes.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let first = first.lock().unwrap_or_else(PoisonError::into_inner);
+        http1_answer(&first)
     }
 
     /// Connections opened so far (1 while the first one lasts).
@@ -248,7 +265,8 @@ pub async fn link(endpoint: &Endpoint, credentials: &Credentials) -> Result<(Lin
                         let socket =
                             state.open(&named, || tokio::net::TcpStream::connect(addr.clone())).await?;
                         socket.set_nodelay(true)?;
-                        Ok::<_, std::io::Error>(TokioIo::new(socket))
+                        let first = Some(state.record_next());
+                        Ok::<_, std::io::Error>(TokioIo::new(Recording { socket, first }))
                     }
                 }))
                 .await
@@ -273,6 +291,11 @@ pub async fn open(
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let hello = client.hello(v1::HelloRequest { context: None }).await.map_err(|status| {
+        // A web server or proxy answers the HTTP/2 preface (or a TLS hello) in HTTP/1.x, which
+        // HTTP/2 reports only as a protocol error: say what it answered instead.
+        if let Some((status_line, body)) = state.http1_answer() {
+            return ConnectError::NotGrpc { endpoint: endpoint.to_string(), status_line, body };
+        }
         if credentials.tls.is_none() {
             return plaintext_hello_failed(endpoint, status);
         }
@@ -289,6 +312,63 @@ pub async fn open(
         }
     })?;
     Ok((SessionClient::Linked(client, state.clone()), hello.into_inner(), state))
+}
+
+/// A TCP connection that keeps the first [`FIRST_BYTES`] it receives (then stops looking), so
+/// a hello that failed can say what the server answered. Beneath TLS, so an HTTP/1.x server
+/// answering a TLS hello in plaintext is caught too.
+struct Recording {
+    socket: tokio::net::TcpStream,
+    first: Option<Arc<Mutex<Vec<u8>>>>,
+}
+
+impl tokio::io::AsyncRead for Recording {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.socket).poll_read(cx, buf);
+        if let (Poll::Ready(Ok(())), Some(first)) = (&polled, &this.first) {
+            let mut kept = first.lock().unwrap_or_else(PoisonError::into_inner);
+            let room = FIRST_BYTES.saturating_sub(kept.len());
+            let got = &buf.filled()[before..];
+            kept.extend_from_slice(&got[..got.len().min(room)]);
+            if kept.len() >= FIRST_BYTES {
+                drop(kept);
+                this.first = None;
+            }
+        }
+        polled
+    }
+}
+
+impl tokio::io::AsyncWrite for Recording {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().socket).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().socket).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.socket.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().socket).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().socket).poll_shutdown(cx)
+    }
 }
 
 /// The client a `Session` calls through: a plain channel (`connect`) or a `Link` (`open`).

@@ -73,6 +73,13 @@ pub enum ConnectError {
     /// web server. Its status line and the start of its body say which.
     #[error("the server at {endpoint} did not answer as fsd (gRPC-Web): HTTP {status}, body {body:?}")]
     NotGrpcWeb { endpoint: String, status: String, body: String },
+    /// A `tcp:` endpoint answered in HTTP/1.x (a web server, a proxy): no TLS listener, no fsd.
+    /// Its status line and the start of its body say which.
+    #[error(
+        "the server at {endpoint} is not fsd: it answered in HTTP/1.x, not gRPC over HTTP/2 ({status_line}, body \
+         {body:?}); point the client at one of the daemon's listen addresses"
+    )]
+    NotGrpc { endpoint: String, status_line: String, body: String },
     #[error("refusing to connect to {endpoint}: {reason}")]
     Insecure { endpoint: String, reason: &'static str },
     #[error("invalid bearer token for {endpoint}: it must be printable ASCII")]
@@ -271,6 +278,26 @@ pub(super) fn plaintext_hello_failed(endpoint: &Endpoint, status: tonic::Status)
     }
 }
 
+/// How much of a failed connection's first answer is kept, and how much of its body is quoted
+/// (as an `http://` endpoint's is).
+pub(super) const FIRST_BYTES: usize = 1024;
+const QUOTED_BODY_BYTES: usize = 200;
+
+/// What an HTTP/1.x server answered, from the first bytes a connection received: its status
+/// line and the start of its body. None for anything else (HTTP/2 frames, a TLS alert, nothing).
+pub(super) fn http1_answer(first: &[u8]) -> Option<(String, String)> {
+    if !first.starts_with(b"HTTP/1.") {
+        return None;
+    }
+    let head_end = first.windows(4).position(|w| w == b"\r\n\r\n");
+    let head = &first[..head_end.unwrap_or(first.len())];
+    let status_end = head.iter().position(|b| *b == b'\n').unwrap_or(head.len());
+    let status_line = String::from_utf8_lossy(&head[..status_end]).trim_end().to_owned();
+    let body = head_end.map_or(&[][..], |end| &first[end + 4..]);
+    let body = &body[..body.len().min(QUOTED_BODY_BYTES)];
+    Some((status_line, String::from_utf8_lossy(body).into_owned()))
+}
+
 /// A hello the server answered with an error: a server without fsd.v1 says `UNIMPLEMENTED`.
 pub(crate) fn hello_failed(endpoint: String, status: tonic::Status) -> ConnectError {
     if status.code() == tonic::Code::Unimplemented {
@@ -320,6 +347,33 @@ mod tests {
         check(connect_unix(&live).await, None);
         check(connect_unix(&refused).await, Some(ErrorKind::ConnectionRefused));
         check(connect_unix(&missing).await, Some(ErrorKind::NotFound));
+    }
+
+    #[test]
+    fn an_http_1_answer_is_its_status_line_and_the_start_of_its_body() {
+        // (the first bytes, the status line and body quoted)
+        type Case<'a> = (&'a [u8], Option<(&'a str, &'a str)>);
+        let long = format!("HTTP/1.1 200 OK\r\nServer: x\r\n\r\n{}", "b".repeat(300));
+        let cases: &[Case] = &[
+            (
+                b"HTTP/1.1 400 Bad Request\r\nContent-Length: 5\r\n\r\nnope\n",
+                Some(("HTTP/1.1 400 Bad Request", "nope\n")),
+            ),
+            (
+                b"HTTP/1.0 505 HTTP Version Not Supported\r\n",
+                Some(("HTTP/1.0 505 HTTP Version Not Supported", "")),
+            ),
+            (long.as_bytes(), Some(("HTTP/1.1 200 OK", &"b".repeat(200)))),
+            // HTTP/2 frames, a TLS alert, nothing: not an HTTP/1.x answer.
+            (b"\x00\x00\x12\x04\x00\x00\x00\x00\x00", None),
+            (b"\x15\x03\x03\x00\x02\x02\x46", None),
+            (b"", None),
+        ];
+        for (first, want) in cases {
+            let got = http1_answer(first);
+            let want = want.map(|(s, b)| (s.to_owned(), b.to_owned()));
+            assert_eq!(got, want, "{:?}", String::from_utf8_lossy(first));
+        }
     }
 
     #[test]
