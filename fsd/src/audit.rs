@@ -37,12 +37,12 @@ pub enum KeySource {
 
 /// The supervisor's choice of the audit log's key: the configured one first; else the daemon's
 /// own in `state_dir`, made at the first start and reused after; else one for this run. `None`
-/// without an audit log. Logs the public key, so that a copy of it reaches the journal.
-pub fn signing_key(config: &Config) -> Result<Option<SigningKey>, DaemonError> {
+/// without an audit log.
+pub fn signing_key(config: &Config) -> Result<Option<(SigningKey, KeySource)>, DaemonError> {
     if config.audit_log.is_none() {
         return Ok(None);
     }
-    let (key, source) = match (&config.audit_signing_key, &config.state_dir) {
+    let chosen = match (&config.audit_signing_key, &config.state_dir) {
         (Some(path), _) => (
             fsd_proto::chain::read_signing_key(path).map_err(DaemonError::AuditKey)?,
             KeySource::Configured(path.clone()),
@@ -54,11 +54,19 @@ pub fn signing_key(config: &Config) -> Result<Option<SigningKey>, DaemonError> {
         }
         (None, None) => (SigningKey::from_bytes(&random_seed()?), KeySource::ThisRun),
     };
+    Ok(Some(chosen))
+}
+
+/// Logs the public key, so that a copy of it reaches the journal; once the daemon serves (a
+/// start that fails is one line, its cause).
+pub fn announce(key: &SigningKey, source: &KeySource) {
     let public = hex::encode(key.verifying_key().to_bytes());
-    match &source {
-        KeySource::Configured(path) => {
-            tracing::info!(key = %public, audit_signing_key = %path.display(), "the audit log's checkpoints are signed by this key")
-        }
+    match source {
+        KeySource::Configured(path) => tracing::info!(
+            key = %public,
+            audit_signing_key = %path.display(),
+            "the audit log's checkpoints are signed by this key"
+        ),
         KeySource::StateDir(path) => tracing::info!(
             key = %public,
             private_key = %path.display(),
@@ -69,7 +77,6 @@ pub fn signing_key(config: &Config) -> Result<Option<SigningKey>, DaemonError> {
             "the audit log's checkpoints are signed by a key of this run only (no audit_signing_key, no state_dir to keep one in)"
         ),
     }
-    Ok(Some(key))
 }
 
 fn random_seed() -> Result<[u8; 32], DaemonError> {

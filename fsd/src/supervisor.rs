@@ -232,13 +232,17 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
         recover_state_dir(dir, &sup.config.roots, identity)?;
     }
     // After state_dir exists, where the daemon's own key is kept when none is configured.
-    sup.audit_key = crate::audit::signing_key(&sup.config)?.map(|key| key.to_bytes());
+    let audit_key = crate::audit::signing_key(&sup.config)?;
+    sup.audit_key = audit_key.as_ref().map(|(key, _)| key.to_bytes());
     let sweeper = journal::Sweeper::start(&sup.config.roots);
     // Before the network process reads the TLS files: any change after its read is seen.
     let mut tls_watch = sup.config.tls.clone().map(crate::tls::watch::Watch::new);
     let mut tls_poll = tokio::time::interval(crate::tls::watch::POLL);
     tls_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (network_pid, requests) = sup.start_network(network_end, requests).await?;
+    if let Some((key, source)) = &audit_key {
+        crate::audit::announce(key, source);
+    }
     // The roots another daemon serves are said only now: a start that fails (another daemon on
     // the socket, serving these very roots) is the one line naming its cause.
     sweeper.report_shared();

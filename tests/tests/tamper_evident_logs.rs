@@ -226,7 +226,8 @@ fn the_daemon_signs_with_its_own_key_and_a_logged_checkpoint_finds_a_cut_back() 
         let root = std::fs::canonicalize(&ws).unwrap();
         let mut t = ToolSession::start(&endpoint, &root, None);
         for n in from..from + 3 {
-            let r = t.call("write", json!({"file_path": p(&root.join(format!("f{n}.txt"))), "content": "x\n"}));
+            let r =
+                t.call("write", json!({"file_path": p(&root.join(format!("f{n}.txt"))), "content": "x\n"}));
             assert!(!r.is_error(), "{}", r.json);
         }
         t.finish();
@@ -265,7 +266,13 @@ fn the_daemon_signs_with_its_own_key_and_a_logged_checkpoint_finds_a_cut_back() 
     };
     assert_eq!(
         verify(&audit, &[]),
-        (0, format!("{}: intact: {records} records, {checkpoints} checkpoints, signed by {public}\n", audit.display()))
+        (
+            0,
+            format!(
+                "{}: intact: {records} records, {checkpoints} checkpoints, signed by {public}\n",
+                audit.display()
+            )
+        )
     );
     for (name, file, said) in tamperings(&audit, dir.path()) {
         let (code, out) = verify(&file, &[]);
