@@ -280,6 +280,9 @@ fn key_files_are_checked() {
     assert!(matches!(read_public_key(private.parent().unwrap().to_str().unwrap()), Err(KeyError::Io(..))));
 }
 
+/// A name, a log, the checkpoint hashes expected, and the verdict (records and checkpoints).
+type Expecting<'a> = (&'a str, Vec<u8>, Vec<[u8; 32]>, Result<(u64, u64), Broken>);
+
 /// A log cut back to an earlier run's shutdown checkpoint is a whole signed log; a checkpoint
 /// hash kept from after the cut finds it, and one the log holds changes nothing.
 #[test]
@@ -313,7 +316,7 @@ fn an_expected_checkpoint_finds_a_cut_back_to_an_earlier_one() {
         hash_field(serde_json::from_str::<serde_json::Value>(&all[0]).unwrap()["hash"].as_str().unwrap())
             .unwrap();
     let earlier = sealed[1].link.hash;
-    let cases: Vec<(&str, Vec<u8>, Vec<[u8; 32]>, Result<(u64, u64), Broken>)> = vec![
+    let cases: Vec<Expecting> = vec![
         ("the whole log, no hash expected", text(&all), vec![], Ok((6, 4))),
         ("the whole log, the last hash expected", text(&all), vec![earlier, later], Ok((6, 4))),
         ("cut back to the first run's end, no hash expected", cut.clone(), vec![], Ok((3, 2))),
