@@ -87,6 +87,10 @@ enum Command {
         /// Without it, each checkpoint is checked against the key it names.
         #[arg(long, value_name = "KEY")]
         public_key: Option<String>,
+        /// A checkpoint's hash (as serve logged it, kept off this host) the log must hold;
+        /// repeatable. Finds a log cut back to an earlier checkpoint, which otherwise verifies.
+        #[arg(long, value_name = "HASH")]
+        expect_checkpoint: Vec<String>,
     },
     /// Print a shell completion script for fsd-approver.
     Completions {
@@ -299,9 +303,9 @@ fn run(cli: Cli) -> Result<bool, ApproverError> {
             let _ = writeln!(std::io::stdout(), "{public}");
             Ok(true)
         }
-        Command::VerifyLog { file, public_key } => {
+        Command::VerifyLog { file, public_key, expect_checkpoint } => {
             use fsd_proto::chain::{LogKind, Verdict, verify_file};
-            match verify_file(&file, LogKind::Decisions, public_key.as_deref()) {
+            match verify_file(&file, LogKind::Decisions, public_key.as_deref(), &expect_checkpoint) {
                 Verdict::Intact(line) => {
                     let _ = writeln!(std::io::stdout(), "{line}");
                     Ok(true)

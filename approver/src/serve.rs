@@ -153,8 +153,10 @@ impl Keeper {
         };
         let Ok(line) = serde_json::to_string(&logged) else { return };
         let mut writer = log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Err(e) = writer.append(&line, &logged.time) {
-            eprintln!("fsd-approver: cannot write the decision log: {e}");
+        match writer.append(&line, &logged.time) {
+            Ok(Some(sealed)) => said(&sealed),
+            Ok(None) => {}
+            Err(e) => eprintln!("fsd-approver: cannot write the decision log: {e}"),
         }
     }
 
@@ -412,6 +414,11 @@ pub fn run(options: Options) -> Result<(), ApproverError> {
             // The chain goes on where the file ends, signed by this approver's key.
             let writer = Writer::new(&path, file, LogKind::Decisions, checkpoint_every, Some(key.clone()))
                 .map_err(|e| ApproverError::Io(path.clone(), e))?;
+            eprintln!(
+                "fsd-approver: decision log {}: checkpoints signed by {}",
+                path.display(),
+                hex::encode(key.verifying_key().to_bytes())
+            );
             Some(Arc::new(std::sync::Mutex::new(writer)))
         }
         None => None,
@@ -466,11 +473,24 @@ pub fn run(options: Options) -> Result<(), ApproverError> {
     // However serving ended, the log ends with a signed checkpoint.
     if let Some(log) = sealed {
         let mut writer = log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Err(e) = writer.checkpoint(CheckpointKind::Shutdown, &crate::utc(crate::now_secs())) {
-            eprintln!("fsd-approver: cannot write the decision log's shutdown checkpoint: {e}");
+        match writer.checkpoint(CheckpointKind::Shutdown, &crate::utc(crate::now_secs())) {
+            Ok(sealed) => said(&sealed),
+            Err(e) => eprintln!("fsd-approver: cannot write the decision log's shutdown checkpoint: {e}"),
         }
     }
     served
+}
+
+/// One line on stderr (the journal, under systemd) for each checkpoint of the decision log: its
+/// hash, kept off this host, is what `verify-log --expect-checkpoint` checks the file against
+/// later, the one way to find the log cut back to an earlier checkpoint.
+fn said(sealed: &fsd_proto::chain::Sealed) {
+    eprintln!(
+        "fsd-approver: decision log checkpoint: {} seq {} hash {}",
+        sealed.kind.as_str(),
+        sealed.link.seq,
+        sealed.hash_hex()
+    );
 }
 
 /// The person at this terminal, asked about each waiting request in arrival order on a thread

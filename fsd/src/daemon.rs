@@ -44,6 +44,10 @@ pub enum DaemonError {
     Audit { path: PathBuf, source: std::io::Error },
     #[error("cannot use audit_signing_key: {0}")]
     AuditKey(#[source] fsd_proto::chain::KeyError),
+    #[error("cannot keep the audit log's key in {path}: {source}")]
+    AuditKeyDir { path: PathBuf, source: std::io::Error },
+    #[error("no randomness for the audit log's key: {0}")]
+    NoAuditKey(getrandom::Error),
     #[error("process setup failed: {0}")]
     Runtime(#[source] std::io::Error),
     #[error("cannot prepare state_dir {path}: {source}")]

@@ -25,6 +25,10 @@ pub struct Start {
     /// directories an approved call made with (`escalation::WorkerCheck::vouch`), which the
     /// network process, never holding it, cannot forge.
     pub vouch_key: Option<[u8; crate::digest::KEY_BYTES]>,
+    /// The network process only (`None` for workers): the seed of the Ed25519 key that signs the
+    /// audit log's checkpoints, which the supervisor read or made (`audit::signing_key`). Handed
+    /// over here so that the key file is opened by the supervisor alone.
+    pub audit_key: Option<[u8; 32]>,
 }
 
 impl std::fmt::Debug for Start {

@@ -105,18 +105,24 @@ enum AuditCommand {
         /// The audit log (JSON lines).
         #[arg(value_name = "FILE")]
         file: PathBuf,
-        /// The public key of audit_signing_key: 64 hex digits, or a file holding them. Without it,
-        /// each checkpoint is checked against the key it names.
+        /// The public key of the key that signs the checkpoints (audit_signing_key's, or the
+        /// daemon's own: state_dir/audit-key/audit.pub, logged at start): 64 hex digits, or a file
+        /// holding them. Without it, each checkpoint is checked against the key it names.
         #[arg(long, value_name = "KEY")]
         public_key: Option<String>,
+        /// A checkpoint's hash (as the daemon logged it, kept off this host) the log must hold;
+        /// repeatable. Finds a log cut back to an earlier checkpoint, which otherwise verifies.
+        #[arg(long, value_name = "HASH")]
+        expect_checkpoint: Vec<String>,
     },
 }
 
 /// `fsd audit verify`: the verdict on stdout, exit 0 (intact), 1 (broken) or 2 (unreadable).
 fn audit_command(command: &AuditCommand) -> ExitCode {
     use std::io::Write;
-    let AuditCommand::Verify { file, public_key } = command;
-    match fsd_proto::chain::verify_file(file, fsd_proto::chain::LogKind::Audit, public_key.as_deref()) {
+    let AuditCommand::Verify { file, public_key, expect_checkpoint } = command;
+    let log = fsd_proto::chain::LogKind::Audit;
+    match fsd_proto::chain::verify_file(file, log, public_key.as_deref(), expect_checkpoint) {
         fsd_proto::chain::Verdict::Intact(line) => {
             let _ = writeln!(std::io::stdout(), "{line}");
             ExitCode::SUCCESS
@@ -161,9 +167,7 @@ const START_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The child's socket to its parent, once the supervisor's first frame (`ipc_messages::Start`) is read
 /// from it and its digest key applied, and the configuration that frame carries.
-fn ipc_socket(
-    args: &Args,
-) -> Result<(UnixStream, Config, Option<[u8; fsd::digest::KEY_BYTES]>), DaemonError> {
+fn ipc_socket(args: &Args) -> Result<(UnixStream, fsd::ipc_messages::Start), DaemonError> {
     let raw = args.ipc_fd.ok_or(DaemonError::Inherited(-1, fsd::sys::Errno::BADF))?;
     let fd = fsd::sys::ipc::inherited(raw).map_err(|e| DaemonError::Inherited(raw, e))?;
     let socket = UnixStream::from(fd);
@@ -175,7 +179,7 @@ fn ipc_socket(
     if !fsd::digest::set_key(&start.digest_key) {
         return Err(DaemonError::DigestKeyTooLate);
     }
-    Ok((socket, start.config, start.vouch_key))
+    Ok((socket, start))
 }
 
 /// A process the supervisor starts.
@@ -190,8 +194,8 @@ fn run_child(args: &Args, child: Child) -> Result<(), DaemonError> {
     fsd::sys::ipc::die_with_parent().map_err(|e| DaemonError::Inherited(-1, e))?;
     match child {
         Child::Network => {
-            let (socket, config, _) = ipc_socket(args)?;
-            fsd::network::run(config, socket)
+            let (socket, start) = ipc_socket(args)?;
+            fsd::network::run(start.config, socket, start.audit_key)
         }
         Child::Worker(mode) => {
             // Test hook: workers of these modes (a comma-separated list) fail at start, as with
@@ -204,8 +208,8 @@ fn run_child(args: &Args, child: Child) -> Result<(), DaemonError> {
                     "fault injection: this worker fails at start",
                 )));
             }
-            let (socket, config, vouch_key) = ipc_socket(args)?;
-            Ok(fsd::worker::run(&config, mode, socket, vouch_key)?)
+            let (socket, start) = ipc_socket(args)?;
+            Ok(fsd::worker::run(&start.config, mode, socket, start.vouch_key)?)
         }
     }
 }

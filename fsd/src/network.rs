@@ -32,8 +32,9 @@ const QUEUED_CHECKS: usize = 64;
 mod bind;
 use bind::{Bound, Published, bind};
 
-pub fn run(config: Config, control: UnixStream) -> Result<(), DaemonError> {
-    let started = match start(&config, &control) {
+/// `audit_key`: the seed of the audit log's checkpoint key, from the supervisor's start frame.
+pub fn run(config: Config, control: UnixStream, audit_key: Option<[u8; 32]>) -> Result<(), DaemonError> {
+    let started = match start(&config, &control, audit_key) {
         Ok(started) => started,
         Err(e) => {
             // The supervisor reports it, once; this process says nothing more.
@@ -145,17 +146,13 @@ struct Started {
 }
 
 /// Every step that needs the filesystem or may fail on the configuration, then confinement.
-fn start(config: &Config, control: &UnixStream) -> Result<Started, DaemonError> {
+fn start(config: &Config, control: &UnixStream, audit_key: Option<[u8; 32]>) -> Result<Started, DaemonError> {
     let bindings =
         config.listen.iter().map(|l| bind(l, config.socket_access)).collect::<Result<Vec<_>, _>>()?;
     // Everything else that may fail comes before the Unix sockets appear at their paths.
-    // The checkpoint key is read now: after confinement this process cannot open it.
-    let audit_key = config
-        .audit_signing_key
-        .as_deref()
-        .map(fsd_proto::chain::read_signing_key)
-        .transpose()
-        .map_err(DaemonError::AuditKey)?;
+    // The checkpoint key came in the start frame: the supervisor read it (or made it), so this
+    // process never opens the key file.
+    let audit_key = audit_key.map(|seed| ed25519_dalek::SigningKey::from_bytes(&seed));
     let audit = match &config.audit_log {
         Some(path) => Some(Arc::new(
             Audit::open(path, config.audit_checkpoint_every, audit_key)

@@ -56,6 +56,9 @@ struct Supervisor {
     digest_key: [u8; crate::digest::KEY_BYTES],
     /// The workers' own key (`ipc_messages::Start::vouch_key`), never handed to the network process.
     vouch_key: [u8; crate::digest::KEY_BYTES],
+    /// The audit log's checkpoint key (`ipc_messages::Start::audit_key`), for the network
+    /// process only.
+    audit_key: Option<[u8; 32]>,
 }
 
 impl Supervisor {
@@ -95,7 +98,7 @@ impl Supervisor {
         drop(theirs);
         // Ahead of every frame the network process will send on this socket. A worker that
         // died already cannot take it: its exit is reaped (and replaced) like any death at birth.
-        if let Err(e) = ipc_messages::send(&ours, &self.start(Some(self.vouch_key)), None) {
+        if let Err(e) = ipc_messages::send(&ours, &self.start(Some(self.vouch_key), None), None) {
             tracing::warn!(pid, mode = mode.as_str(), error = %e, "worker gone before its start");
         }
         self.hung.started(pid, mode);
@@ -103,9 +106,14 @@ impl Supervisor {
         Ok(())
     }
 
-    /// What every child reads first; `vouch_key` for workers only.
-    fn start(&self, vouch_key: Option<[u8; crate::digest::KEY_BYTES]>) -> ipc_messages::Start {
-        ipc_messages::Start { digest_key: self.digest_key, config: self.config.clone(), vouch_key }
+    /// What every child reads first; `vouch_key` for workers only, `audit_key` for the network
+    /// process only.
+    fn start(
+        &self,
+        vouch_key: Option<[u8; crate::digest::KEY_BYTES]>,
+        audit_key: Option<[u8; 32]>,
+    ) -> ipc_messages::Start {
+        ipc_messages::Start { digest_key: self.digest_key, config: self.config.clone(), vouch_key, audit_key }
     }
 
     fn give_up(&mut self, mode: Mode, reason: String) -> Result<(), DaemonError> {
@@ -218,16 +226,23 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
         hung: crate::hung::HungWorkers::new(config_max_abandoned, crate::hung::KILL_GRACE),
         digest_key,
         vouch_key,
+        audit_key: None,
     };
     if let Some(dir) = &sup.config.state_dir {
         recover_state_dir(dir, &sup.config.roots, identity)?;
     }
+    // After state_dir exists, where the daemon's own key is kept when none is configured.
+    let audit_key = crate::audit::signing_key(&sup.config)?;
+    sup.audit_key = audit_key.as_ref().map(|(key, _)| key.to_bytes());
     let sweeper = journal::Sweeper::start(&sup.config.roots);
     // Before the network process reads the TLS files: any change after its read is seen.
     let mut tls_watch = sup.config.tls.clone().map(crate::tls::watch::Watch::new);
     let mut tls_poll = tokio::time::interval(crate::tls::watch::POLL);
     tls_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (network_pid, requests) = sup.start_network(network_end, requests).await?;
+    if let Some((key, source)) = &audit_key {
+        crate::audit::announce(key, source);
+    }
     // The roots another daemon serves are said only now: a start that fails (another daemon on
     // the socket, serving these very roots) is the one line naming its cause.
     sweeper.report_shared();
@@ -390,7 +405,7 @@ impl Supervisor {
         let network_pid = self.spawn(Role::Network, &network_end)?;
         drop(network_end);
         // A network process that died already is reported below, by its silence and exit status.
-        if let Err(e) = ipc_messages::send(&self.control, &self.start(None), None) {
+        if let Err(e) = ipc_messages::send(&self.control, &self.start(None, self.audit_key), None) {
             tracing::debug!(error = %e, "network process gone before its start");
         }
         // Workers start once the network process has bound its listeners: a listener that cannot

@@ -235,24 +235,41 @@ impl Writer {
         Ok(())
     }
 
-    /// Appends one record (a serialized JSON object), then a checkpoint when its turn has come.
-    pub fn append(&mut self, object: &str, time: &str) -> std::io::Result<()> {
+    /// Appends one record (a serialized JSON object), then a checkpoint when its turn has come;
+    /// that checkpoint, when one was written.
+    pub fn append(&mut self, object: &str, time: &str) -> std::io::Result<Option<Sealed>> {
         let (line, next) = seal(object, self.at)
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a JSON object"))?;
         self.write(&line, next)?;
         self.since += 1;
         if self.since >= self.every {
-            self.checkpoint(CheckpointKind::Interval, time)?;
+            return self.checkpoint(CheckpointKind::Interval, time).map(Some);
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Appends a checkpoint now.
-    pub fn checkpoint(&mut self, kind: CheckpointKind, time: &str) -> std::io::Result<()> {
+    pub fn checkpoint(&mut self, kind: CheckpointKind, time: &str) -> std::io::Result<Sealed> {
         let (line, next) = checkpoint(self.log, kind, self.every, time, self.key.as_ref(), self.at);
         self.write(&line, next)?;
         self.since = 0;
-        Ok(())
+        Ok(Sealed { kind, link: next })
+    }
+}
+
+/// A checkpoint just written. Its writer logs it (stderr, so journald by default): a copy of its
+/// `hash` kept off the host is what `--expect-checkpoint` checks a log against later, the one
+/// way to find a log cut back to an earlier checkpoint, which verifies as whole and signed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sealed {
+    pub kind: CheckpointKind,
+    pub link: Link,
+}
+
+impl Sealed {
+    /// The checkpoint's `hash`, as the log and `--expect-checkpoint` spell it.
+    pub fn hash_hex(&self) -> String {
+        hex::encode(self.link.hash)
     }
 }
 
@@ -316,6 +333,10 @@ pub enum Why {
     BadSignature { key: String },
     #[error("unsigned checkpoint: a public key was given, so every checkpoint must be signed")]
     Unsigned,
+    #[error(
+        "records missing: the log does not hold the expected checkpoint {hash} (cut back to an earlier checkpoint, or rewritten)"
+    )]
+    ExpectedCheckpoint { hash: String },
 }
 
 /// The first broken line (1-based) and why.
@@ -348,6 +369,19 @@ fn seq_of(line: &str) -> Option<u64> {
 /// missing; a checkpoint at least every `every` records, each signed by `trusted` when given (else
 /// by the key it names); the last record a shutdown checkpoint.
 pub fn verify(text: &[u8], log: LogKind, trusted: Option<&VerifyingKey>) -> Result<Verified, Broken> {
+    verify_expecting(text, log, trusted, &[])
+}
+
+/// [`verify`], and every checkpoint hash in `expected` (copies kept elsewhere, from the writer's
+/// log lines) must be a checkpoint of the log. Without them, a log cut back to an earlier
+/// checkpoint (a previous run's `shutdown` one) is a whole signed log: only a hash from after
+/// the cut shows records are gone.
+pub fn verify_expecting(
+    text: &[u8],
+    log: LogKind,
+    trusted: Option<&VerifyingKey>,
+    expected: &[[u8; 32]],
+) -> Result<Verified, Broken> {
     let mut lines: Vec<&[u8]> = text.split(|b| *b == b'\n').collect();
     let cut = lines.last().is_some_and(|l| !l.is_empty());
     if !cut {
@@ -359,6 +393,7 @@ pub fn verify(text: &[u8], log: LogKind, trusted: Option<&VerifyingKey>) -> Resu
     // Records since the last checkpoint, and the interval the last checkpoint named.
     let (mut since, mut every) = (0u64, 0u64);
     let mut closed = false;
+    let mut missing: Vec<&[u8; 32]> = expected.iter().collect();
     for (index, line) in texts.iter().enumerate() {
         let number = index + 1;
         let broken = |why| Broken { line: number, why };
@@ -397,12 +432,19 @@ pub fn verify(text: &[u8], log: LogKind, trusted: Option<&VerifyingKey>) -> Resu
                     return Err(Broken { line, why: Why::MissingCheckpoint { every: allowed } });
                 }
                 check_signature(&record, log, trusted, &mut verified).map_err(broken)?;
+                missing.retain(|hash| **hash != record.link.hash);
                 verified.checkpoints += 1;
                 (since, every) = (0, named);
                 closed = kind == CheckpointKind::Shutdown;
             }
         }
         at = record.link;
+    }
+    // Before the end's own verdict: records known to be gone say more than a missing seal,
+    // which a crash leaves too.
+    if let Some(hash) = missing.first() {
+        let why = Why::ExpectedCheckpoint { hash: hex::encode(hash) };
+        return Err(Broken { line: texts.len() + 1, why });
     }
     if !closed {
         return Err(Broken { line: texts.len() + 1, why: Why::Unclosed { uncovered: since } });
@@ -468,17 +510,28 @@ pub enum Verdict {
 }
 
 /// Verifies the log at `path`, checking its checkpoints against `public_key` (hex, or a file
-/// holding it) when given.
-pub fn verify_file(path: &Path, log: LogKind, public_key: Option<&str>) -> Verdict {
+/// holding it) when given, and that it holds each checkpoint hash in `expected` (64 hex digits).
+pub fn verify_file(path: &Path, log: LogKind, public_key: Option<&str>, expected: &[String]) -> Verdict {
     let trusted = match public_key.map(read_public_key).transpose() {
         Ok(key) => key,
         Err(e) => return Verdict::Failed(e.to_string()),
     };
+    let mut hashes = Vec::with_capacity(expected.len());
+    for given in expected {
+        match hash_field(given.trim()) {
+            Some(hash) => hashes.push(hash),
+            None => {
+                return Verdict::Failed(format!(
+                    "{given:?} is not a checkpoint hash: expected 64 hex digits (a checkpoint's \"hash\")"
+                ));
+            }
+        }
+    }
     let text = match std::fs::read(path) {
         Ok(text) => text,
         Err(e) => return Verdict::Failed(format!("cannot read {}: {e}", path.display())),
     };
-    match verify(&text, log, trusted.as_ref()) {
+    match verify_expecting(&text, log, trusted.as_ref(), &hashes) {
         Err(broken) => Verdict::Broken(format!("{}:{}: {}", path.display(), broken.line, broken.why)),
         Ok(v) => {
             let mut line =
@@ -493,6 +546,9 @@ pub fn verify_file(path: &Path, log: LogKind, public_key: Option<&str>) -> Verdi
             }
             if v.unsigned > 0 {
                 line.push_str(&format!(", {} unsigned (the writer had no key)", v.unsigned));
+            }
+            if !hashes.is_empty() {
+                line.push_str(&format!(", holds every expected checkpoint ({})", hashes.len()));
             }
             Verdict::Intact(line)
         }

@@ -51,6 +51,7 @@ impl Worker {
             digest_key: [7; fsd::digest::KEY_BYTES],
             config,
             vouch_key: Some([9; fsd::digest::KEY_BYTES]),
+            audit_key: None,
         };
         fsd::ipc_messages::send(&ours, &start, None).unwrap();
         let (ready, _) = fsd::ipc_messages::recv::<FromWorker>(&ours).unwrap();

@@ -279,3 +279,64 @@ fn key_files_are_checked() {
     );
     assert!(matches!(read_public_key(private.parent().unwrap().to_str().unwrap()), Err(KeyError::Io(..))));
 }
+
+/// A name, a log, the checkpoint hashes expected, and the verdict (records and checkpoints).
+type Expecting<'a> = (&'a str, Vec<u8>, Vec<[u8; 32]>, Result<(u64, u64), Broken>);
+
+/// A log cut back to an earlier run's shutdown checkpoint is a whole signed log; a checkpoint
+/// hash kept from after the cut finds it, and one the log holds changes nothing.
+#[test]
+fn an_expected_checkpoint_finds_a_cut_back_to_an_earlier_one() {
+    let signer = key(1);
+    let public = signer.verifying_key();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.jsonl");
+    let open = || std::fs::OpenOptions::new().create(true).append(true).open(&path).unwrap();
+    // Two runs, each ending with its shutdown checkpoint; the writer reports each checkpoint.
+    let mut sealed = Vec::new();
+    for _ in 0..2 {
+        let mut writer = Writer::new(&path, open(), LogKind::Audit, 2, Some(signer.clone())).unwrap();
+        for n in 0..3 {
+            sealed.extend(writer.append(&format!("{{\"n\":{n}}}"), "t").unwrap());
+        }
+        sealed.push(writer.checkpoint(CheckpointKind::Shutdown, "t").unwrap());
+    }
+    let kinds: Vec<CheckpointKind> = sealed.iter().map(|s| s.kind).collect();
+    use CheckpointKind::{Interval, Shutdown};
+    assert_eq!(kinds, [Interval, Shutdown, Interval, Shutdown]);
+    let all = std::fs::read_to_string(&path).unwrap().lines().map(str::to_owned).collect::<Vec<_>>();
+    // What each reported hash names is the checkpoint line the log holds.
+    for s in &sealed {
+        assert!(all.iter().any(|l| l.ends_with(&format!(",\"hash\":\"{}\"}}", s.hash_hex()))), "{s:?}");
+    }
+    let first_run = all.iter().position(|l| l.contains("\"shutdown\"")).unwrap() + 1;
+    let cut = text(&all[..first_run]);
+    let later = sealed[3].link.hash;
+    let record =
+        hash_field(serde_json::from_str::<serde_json::Value>(&all[0]).unwrap()["hash"].as_str().unwrap())
+            .unwrap();
+    let earlier = sealed[1].link.hash;
+    let cases: Vec<Expecting> = vec![
+        ("the whole log, no hash expected", text(&all), vec![], Ok((6, 4))),
+        ("the whole log, the last hash expected", text(&all), vec![earlier, later], Ok((6, 4))),
+        ("cut back to the first run's end, no hash expected", cut.clone(), vec![], Ok((3, 2))),
+        ("cut back, the first run's hash expected", cut.clone(), vec![earlier], Ok((3, 2))),
+        (
+            "cut back, the second run's hash expected",
+            cut,
+            vec![earlier, later],
+            Err(Broken { line: first_run + 1, why: Why::ExpectedCheckpoint { hash: hex::encode(later) } }),
+        ),
+        (
+            "a record's hash is no checkpoint's",
+            text(&all),
+            vec![sealed[0].link.hash, record],
+            Err(Broken { line: all.len() + 1, why: Why::ExpectedCheckpoint { hash: hex::encode(record) } }),
+        ),
+    ];
+    for (name, log, expected, verdict) in cases {
+        let got = verify_expecting(&log, LogKind::Audit, Some(&public), &expected)
+            .map(|v| (v.records, v.checkpoints));
+        assert_eq!(got, verdict, "{name}");
+    }
+}
