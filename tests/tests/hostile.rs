@@ -379,7 +379,8 @@ fn temporary_files_of_writes_whose_directory_left_the_fence_are_removed() {
         .map(|i| {
             let mut stream = common::rest::connect(d.port);
             common::rest::send_head(&mut stream, "PUT", &format!("/v1/files/d/upload-{i}.bin"), &[], 1 << 20);
-            stream.get_mut().write_all(&[b's'; 4096]).unwrap();
+            // More than a pipe holds: an upload takes its worker once its pipe is full.
+            stream.get_mut().write_all(&[b's'; 256 << 10]).unwrap();
             stream
         })
         .collect();
