@@ -183,6 +183,10 @@ pub enum Denial {
     /// no valid approver's signature for (signed trust): the network process cannot grant
     /// what no person approved.
     Unsigned,
+    /// An approved call on a file with more than one hard link that its requester could not
+    /// read (or change) itself, found so by the worker performing it (`op::Shown::beyond`):
+    /// the same reason as the network process's refusal before approval.
+    HardLinked,
 }
 
 impl Denial {
@@ -203,6 +207,7 @@ impl Denial {
             Denial::Mount(_) => Reason::Mount,
             Denial::NotApproved => Reason::NotApprovedObject,
             Denial::Unsigned => Reason::UnsignedEscalation,
+            Denial::HardLinked => Reason::HardLinked,
         }
     }
 }
@@ -559,7 +564,8 @@ impl Failure {
                     | Denial::HistoryDropped
                     | Denial::Root
                     | Denial::NotApproved
-                    | Denial::Unsigned => {}
+                    | Denial::Unsigned
+                    | Denial::HardLinked => {}
                 }
             }
             FsError::ReadDenied { pattern, name } => {

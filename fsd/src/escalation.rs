@@ -1055,7 +1055,8 @@ pub mod diff;
 /// the worker performing an approved change. `FSD_FAULT_TAMPER_APPROVAL=none` sends the call
 /// without the approver's signature, `forged` with a signature that is not the approver's;
 /// `FSD_FAULT_REDIRECT_APPROVED=PATH` sends an approved write to `PATH` instead, with the
-/// approval and the binding of the name approved.
+/// approval and the binding of the name approved; `FSD_FAULT_SKIP_HARD_LINK_CHECK` has the
+/// network process ask an approver about a hard-linked file beyond its requester's authority.
 #[cfg(feature = "fault-injection")]
 pub mod fault {
     use crate::op::{Bindings, Request, SignedApproval};
@@ -1072,6 +1073,10 @@ pub mod fault {
             }
             other => (other, bindings),
         }
+    }
+
+    pub fn skips_hard_link_check() -> bool {
+        std::env::var_os("FSD_FAULT_SKIP_HARD_LINK_CHECK").is_some()
     }
 
     pub fn tampered(approval: Option<SignedApproval>) -> Option<SignedApproval> {

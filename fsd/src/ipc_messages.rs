@@ -48,6 +48,8 @@ pub enum ToWorker {
         bindings: crate::op::Bindings,
         /// What its approver signed, which the worker checks itself (signed trust).
         approval: Option<crate::op::SignedApproval>,
+        /// Whom an approved read is for (see `op::Request::Bound`).
+        requester: Option<crate::op::Requester>,
     },
     /// The locks the worker asked for are held.
     LockGranted,

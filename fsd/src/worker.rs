@@ -146,12 +146,16 @@ pub fn run(
         // An approved call's walks are held to what its approver was shown, for this call only.
         let mut signed_approval = None;
         let mut vouched = Vec::new();
+        let mut for_whom = None;
         let (message, bindings, named) = match message {
             ToWorker::Call(request) => {
                 // Who the call changes things for, until the next call (`backend::record`).
                 let (request, author) = request.unrecord();
                 backend.set_author(author);
-                let (request, bindings, approval, made) = request.unbind();
+                let crate::op::Unbound { request, bindings, approval, made, requester } = request.unbind();
+                // Whom an approved call is for: held by this worker's own walk, whatever the
+                // network process checked.
+                for_whom = requester.map(|r| crate::backend::ForWhom::of(&request, r));
                 // A change (or an escalated read) this worker's mode makes only with an
                 // approval: checked here, by the process that makes it, not taken on the
                 // network process's word.
@@ -171,12 +175,19 @@ pub fn run(
                     }
                 }
             }
-            ToWorker::OpenStream { path, bindings, approval } => {
+            ToWorker::OpenStream { path, bindings, approval, requester } => {
                 let read = crate::op::Request::ReadText { path, max_bytes: 0 };
                 match unsigned(approvals.as_ref(), &read, &bindings, approval.as_ref()) {
                     Ok(named) => {
+                        for_whom = requester.map(|r| crate::backend::ForWhom::of(&read, r));
                         let path = read.path().to_owned();
-                        (ToWorker::OpenStream { path, bindings: Vec::new(), approval: None }, bindings, named)
+                        let open = ToWorker::OpenStream {
+                            path,
+                            bindings: Vec::new(),
+                            approval: None,
+                            requester: None,
+                        };
+                        (open, bindings, named)
                     }
                     Err(failure) => {
                         ipc_messages::send(&socket, &FromWorker::Stream(Err(failure)), None)?;
@@ -192,13 +203,13 @@ pub fn run(
             // An approved call outside the roots, or a preview its approval lets read: in a
             // process of its own that keeps only the authority its kind of call needs on the
             // approved objects.
-            call.in_own_process(config, message, bindings, named, vouched, fd)?;
+            call.in_own_process(config, message, Approved { bindings, named, vouched, for_whom }, fd)?;
         } else if mode == Mode::DangerFullAccess && approvals.is_some() && reads_content(&message) {
             // Under signed trust, a read of content no approval binds (the checks and previews
             // before anyone is asked): no more than a read-only worker could read.
             call.as_reader(config, identity, message, fd)?;
         } else {
-            let _bound = backend.bind_named(bindings, named, vouched);
+            let _bound = backend.bind_named(bindings, named, vouched, for_whom);
             call.serve(message, fd, None)?;
         }
     }
@@ -232,6 +243,15 @@ struct Shape<'a> {
     tree: bool,
     worker: u32,
     required: bool,
+}
+
+/// What an approved call's walks are held to: the objects its approver was shown, the names
+/// its approval lists, the directories earlier calls of it made, and whom it is made for.
+struct Approved {
+    bindings: crate::op::Bindings,
+    named: crate::escalation::Named,
+    vouched: Vec<crate::op::Made>,
+    for_whom: Option<crate::backend::ForWhom>,
 }
 
 /// One call's exchange with the network process, served by `backend` at `mode`.
@@ -344,11 +364,10 @@ impl Call<'_> {
         &self,
         config: &Config,
         message: ToWorker,
-        bindings: crate::op::Bindings,
-        named: crate::escalation::Named,
-        vouched: Vec<crate::op::Made>,
+        approved: Approved,
         fd: Option<std::os::fd::OwnedFd>,
     ) -> Result<(), IpcError> {
+        let Approved { bindings, named, vouched, for_whom } = approved;
         let path = path_of(&message);
         let worker = std::process::id();
         let shape = Shape {
@@ -366,7 +385,7 @@ impl Call<'_> {
             required: config.landlock == crate::config::LandlockPolicy::Required,
         };
         // Held in the forked process (a copy of this one); cleared here once it ended.
-        let _bound = self.backend.bind_named(bindings.clone(), named, vouched);
+        let _bound = self.backend.bind_named(bindings.clone(), named, vouched, for_whom);
         self.forked(message, fd, || self.confined(&shape, &bindings))
     }
 

@@ -35,6 +35,12 @@ fn chunk(bytes: &[u8]) -> v1::WriteBytesRequest {
     v1::WriteBytesRequest { item: Some(Item::Chunk(bytes.to_vec().into())) }
 }
 
+/// Part of a body: more than its pipe holds, so that the upload takes a worker (which makes its
+/// directories) before its body is complete.
+fn part() -> v1::WriteBytesRequest {
+    chunk(&[b'p'; 256 << 10])
+}
+
 #[test]
 fn a_write_bytes_over_the_cap_removes_the_directories_it_made_and_only_those() {
     let d = Daemon::start_with(&[], "max_upload_bytes = 10\n");
@@ -63,7 +69,7 @@ fn an_aborted_write_bytes_removes_its_empty_directories_and_keeps_anothers_file(
         // A connection of its own, closed with its runtime: dropping only the call would leave
         // the body's sender waiting on the pending stream, and the upload would go on.
         let mut rpc = Rpc::connect(&d);
-        let messages = vec![header(&d.path(target)), chunk(b"part")];
+        let messages = vec![header(&d.path(target)), part()];
         let body = tokio_stream::iter(messages).chain(tokio_stream::pending());
         let deadline = Instant::now() + Duration::from_secs(10);
         let parent = d.path(target).parent().unwrap().to_path_buf();
@@ -122,8 +128,7 @@ fn a_write_whose_parent_a_failed_call_removed_walks_again() {
     let d = Daemon::start_with(&[], "workers_per_mode = 2\n");
     let dir = d.path("fsd-fault-pause-git");
     let mut upload = Rpc::connect(&d);
-    let body =
-        tokio_stream::iter(vec![header(&dir.join("f.bin")), chunk(b"part")]).chain(tokio_stream::pending());
+    let body = tokio_stream::iter(vec![header(&dir.join("f.bin")), part()]).chain(tokio_stream::pending());
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut writer = Some(Rpc::connect(&d));
     let head = dir.join("HEAD");

@@ -300,6 +300,111 @@ fn trickling_uploads_never_hold_every_worker() {
     println!("{n} writes served while four uploads dripped");
 }
 
+/// A gRPC WriteBytes of `path` from the `tcp` identity (the REST listener's plain gRPC on
+/// `port`) whose body drips one byte every 0.4 s until `stop`; returns the call's outcome, if
+/// it ended first.
+fn trickle_grpc(
+    port: u16,
+    path: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Option<Result<u64, fsd_proto::WireError>> {
+    use fsd_proto::v1::{self, write_bytes_request::Item};
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async move {
+        let endpoint = fsd_tool_client::connect::Endpoint::Tcp(format!("127.0.0.1:{port}"));
+        let (mut client, _) = fsd_tool_client::connect::connect(&endpoint).await.unwrap();
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let header = v1::WriteBytesHeader { path, ..Default::default() };
+        tx.send(v1::WriteBytesRequest { item: Some(Item::Header(header)) }).await.unwrap();
+        let stopped = stop.clone();
+        let drip = async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let byte = v1::WriteBytesRequest { item: Some(Item::Chunk(vec![b'x'].into())) };
+                if tx.send(byte).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(400)).await;
+            }
+            // Not finished: dropped, the upload is abandoned.
+            std::future::pending::<()>().await;
+        };
+        let call = client.write_bytes(tokio_stream::wrappers::ReceiverStream::new(rx));
+        tokio::select! {
+            reply = call => Some(reply.map(|r| r.into_inner().size).map_err(|s| common::rpc::wire(&s))),
+            () = drip => None,
+            () = async {
+                while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            } => None,
+        }
+    })
+}
+
+#[test]
+fn trickling_grpc_uploads_of_one_identity_leave_another_identitys_writes_served() {
+    use fsd_proto::v1::{self, write_bytes_request::Item};
+    // Two workers a mode (the default); a deadline short enough that a write waiting for the
+    // drips to be cut off (past the minimum rate's 10 s grace) would fail.
+    let d = RestDaemon::start("call_timeout_ms = 3000\n", &[]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let tricklers: Vec<_> = (0..3)
+        .map(|i| {
+            let (port, stop, path) =
+                (d.port, stop.clone(), d.path(&format!("slow-{i}.bin")).display().to_string());
+            std::thread::spawn(move || trickle_grpc(port, path, stop))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    // Another identity (the Unix socket's uid): uploads over gRPC, small and larger than a pipe
+    // holds, and a plain write, for longer than the deadline while the drips go on.
+    let endpoint = fsd_tool_client::connect::Endpoint::Unix(d.dir.path().join("fsd.sock"));
+    let socket = d.dir.path().join("fsd.sock");
+    let mut s = ToolSession::start(&format!("unix:{}", socket.display()), &d.root, None);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (mut client, _) = rt.block_on(fsd_tool_client::connect::connect(&endpoint)).unwrap();
+    let started = std::time::Instant::now();
+    let (mut n, mut slowest) = (0, Duration::ZERO);
+    while started.elapsed() < Duration::from_secs(5) {
+        for size in [100usize, 1 << 20] {
+            let path = d.path(&format!("fast-{n}-{size}.bin")).display().to_string();
+            let header = v1::WriteBytesHeader { path, ..Default::default() };
+            let messages = vec![
+                v1::WriteBytesRequest { item: Some(Item::Header(header)) },
+                v1::WriteBytesRequest { item: Some(Item::Chunk(vec![7u8; size].into())) },
+            ];
+            let asked = std::time::Instant::now();
+            let reply = rt.block_on(client.write_bytes(tokio_stream::iter(messages)));
+            let reply =
+                reply.unwrap_or_else(|s| panic!("upload {n} of {size} bytes: {:?}", common::rpc::wire(&s)));
+            assert_eq!(reply.into_inner().size, size as u64);
+            slowest = slowest.max(asked.elapsed());
+        }
+        let path = d.path(&format!("victim-{n}.txt"));
+        let asked = std::time::Instant::now();
+        let r = s.call("write", json!({"file_path": path.display().to_string(), "content": "served\n"}));
+        assert!(!r.is_error(), "write {n} with uploads dripping: {}", r.json);
+        slowest = slowest.max(asked.elapsed());
+        n += 1;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in tricklers {
+        // Stopped, or (on a slow machine, past the 10 s grace) cut off for its rate: never
+        // written.
+        match t.join().unwrap() {
+            None => {}
+            Some(Err(w)) => assert_eq!(w.get("reason"), Some("upload_too_slow"), "{w:?}"),
+            Some(Ok(size)) => panic!("a dripping upload of {size} bytes was written"),
+        }
+    }
+    println!("{n} rounds of uploads and writes served while three gRPC uploads dripped, slowest {slowest:?}");
+    assert!(slowest < Duration::from_secs(3), "slowest call {slowest:?}");
+    for i in 0..3 {
+        assert!(!d.path(&format!("slow-{i}.bin")).exists(), "an abandoned drip wrote nothing");
+    }
+}
+
 /// Opens `count` connections to `socket` (run as uid/gid 65534) and keeps them open until its
 /// stdin closes; then one more, which it says was `served` when the daemon answered its HTTP/2
 /// preface.
@@ -379,7 +484,8 @@ fn temporary_files_of_writes_whose_directory_left_the_fence_are_removed() {
         .map(|i| {
             let mut stream = common::rest::connect(d.port);
             common::rest::send_head(&mut stream, "PUT", &format!("/v1/files/d/upload-{i}.bin"), &[], 1 << 20);
-            stream.get_mut().write_all(&[b's'; 4096]).unwrap();
+            // More than a pipe holds: an upload takes its worker once its pipe is full.
+            stream.get_mut().write_all(&[b's'; 256 << 10]).unwrap();
             stream
         })
         .collect();

@@ -2030,6 +2030,53 @@ fn a_hard_linked_file_is_escalated_only_within_its_requesters_own_authority() {
     assert_eq!(read(&mut root, "s1", &out.join("linked.txt"), Some(tk)).unwrap(), SECRET);
 }
 
+/// The worker that performs an escalated call holds the hard-link rule itself, on what its own
+/// walk finds: a network process that skips its refusal and lets an approver approve a call on
+/// a root-only file with a second name (the hook `FSD_FAULT_SKIP_HARD_LINK_CHECK` plays such a
+/// compromised process) still gets `hard_linked` from the worker, for a read, a streamed read
+/// and a write's dry run, and nothing is read or changed.
+#[test]
+fn a_hard_linked_file_beyond_its_requester_is_refused_by_the_worker_itself() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start_env(&keys, &keys.public, "", &[("FSD_FAULT_SKIP_HARD_LINK_CHECK", "1")]);
+    let mut rpc = connect_as(&s.d, 65534);
+    let out = s.outside.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    let shadow = s.outside.path().join("shadow");
+    std::fs::write(&shadow, SECRET).unwrap();
+    std::fs::set_permissions(&shadow, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let linked = out.join("linked.txt");
+    std::fs::hard_link(&shadow, &linked).unwrap();
+    let hard_linked = |what: &str, err: WireError| {
+        assert_eq!(
+            (err.code, err.get("reason")),
+            (ErrorCode::SandboxDenied, Some("hard_linked")),
+            "{what}: {err:?}"
+        );
+    };
+    // The network process let the approver approve it: the worker refuses.
+    let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &linked)]).unwrap());
+    hard_linked("read", read(&mut rpc, "s1", &linked, Some(tk)).unwrap_err());
+    let tk = ticket(ask(&mut rpc, "s1", vec![op("readText", &linked)]).unwrap());
+    let request =
+        v1::StreamTextRequest { context: context("s1", Some(tk)), path: p(&linked), ..Default::default() };
+    let streamed = rpc.rt.block_on(async {
+        let mut stream = rpc.client.stream_text(request).await?.into_inner();
+        let mut text = Vec::new();
+        while let Some(reply) = stream.message().await? {
+            text.push(format!("{reply:?}"));
+        }
+        Ok::<_, tonic::Status>(text)
+    });
+    hard_linked("stream", WireError::from_status(&streamed.unwrap_err()).unwrap());
+    // A write's dry run before approval is bound to the read's approval and run in a worker:
+    // refused there already, before anyone is asked.
+    hard_linked("write's dry run", ask(&mut rpc, "s1", vec![write_op(&linked, "evil\n")]).unwrap_err());
+    assert_eq!(std::fs::read_to_string(&shadow).unwrap(), SECRET);
+    assert_eq!(std::fs::metadata(&linked).unwrap().nlink(), 2, "both names still share the file");
+}
+
 /// The worker that performs an approved change or read checks the approver's signature itself:
 /// a network process that hands it the call without the signature, or with a signature that
 /// is not the approver's (the hook `FSD_FAULT_TAMPER_APPROVAL` plays such a compromised

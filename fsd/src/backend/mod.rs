@@ -33,7 +33,8 @@ use fsd_proto::names::for_people;
 
 use crate::error::{Denial, Failure, FsError};
 use crate::op::{
-    Binding, Bindings, Change, Last, Limits, Made, Mode, ObjectId, Outcome, Request, RootSpec, Target,
+    Binding, Bindings, Change, Last, Limits, Made, Mode, ObjectId, Op, Outcome, Request, Requester, RootSpec,
+    Shown, Target,
 };
 use crate::sys;
 
@@ -82,6 +83,9 @@ pub struct Backend {
     /// What the approved call being run made below the last directory its approval names:
     /// that directory and the ones beyond it its walk stood in, for its worker to vouch for.
     made: std::sync::Mutex<Option<(ObjectId, Vec<ObjectId>)>>,
+    /// Whom the approved call being run is for and what it does on the path it names: none
+    /// for every other call.
+    for_whom: std::sync::Mutex<Option<ForWhom>>,
     /// The change record (`record`); none without a `state_dir` or with it off.
     record: Option<record::Store>,
     /// Who the call being served changes things for ([`Request::Recorded`]).
@@ -100,6 +104,28 @@ impl Drop for BoundCall<'_> {
         self.0.bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
         self.0.named.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
         self.0.vouched.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+        *self.0.for_whom.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    }
+}
+
+/// Whom an approved call is made for, and what it does on the path it names (a move's source):
+/// the walk of that path acts within the requester's own authority on a file other names share
+/// (`Shown::beyond`), whatever the network process checked before.
+#[derive(Debug, Clone)]
+pub struct ForWhom {
+    pub path: String,
+    pub requester: Requester,
+    pub op: Op,
+}
+
+impl ForWhom {
+    /// For an approved `request` (a dry run's: the call it runs) made for `requester`.
+    pub fn of(request: &Request, requester: Requester) -> ForWhom {
+        let op = match request {
+            Request::Check { request } => request.op(),
+            request => request.op(),
+        };
+        ForWhom { path: request.path().to_owned(), requester, op }
     }
 }
 
@@ -197,6 +223,7 @@ impl Backend {
             named: Default::default(),
             vouched: Default::default(),
             made: Default::default(),
+            for_whom: Default::default(),
             record: None,
             author: Default::default(),
             rewinding: Default::default(),
@@ -212,19 +239,22 @@ impl Backend {
 
     /// Holds the next walks of the paths `bindings` names to the objects they bind, until the
     /// returned guard drops (one call: a worker serves its calls one at a time).
-    pub fn bind(&self, bindings: Bindings) -> BoundCall<'_> {
-        self.bind_named(bindings, Vec::new(), Vec::new())
+    pub fn bind(&self, bindings: Bindings, for_whom: Option<ForWhom>) -> BoundCall<'_> {
+        self.bind_named(bindings, Vec::new(), Vec::new(), for_whom)
     }
 
     /// [`Backend::bind`], with the target keys each bound path must also resolve to (`named`:
     /// a read held to the names its approval lists, `escalation::WorkerCheck::check`) and the
-    /// directories earlier calls of its approval made (`vouched`, checked by this worker).
+    /// directories earlier calls of its approval made (`vouched`, checked by this worker), and
+    /// whom it is made for (`for_whom`: none for a plain call).
     pub fn bind_named(
         &self,
         bindings: Bindings,
         named: Vec<(String, Vec<String>)>,
         vouched: Vec<Made>,
+        for_whom: Option<ForWhom>,
     ) -> BoundCall<'_> {
+        *self.for_whom.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = for_whom;
         *self.bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = bindings;
         *self.named.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = named;
         *self.vouched.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = vouched;
@@ -249,6 +279,14 @@ impl Backend {
     fn binding_of(&self, path: &str) -> Option<Binding> {
         let bound = self.bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         bound.iter().find(|(p, _)| p == path).map(|(_, b)| b.clone())
+    }
+
+    /// Whether the walk `resolved` of `path`, the path the approved call being run names, ends
+    /// on a file other names share that the call's requester could not itself act on so.
+    fn beyond_requester(&self, path: &str, resolved: &Resolved) -> bool {
+        let for_whom = self.for_whom.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(for_whom) = for_whom.as_ref().filter(|f| f.path == path) else { return false };
+        resolved.meta.as_ref().is_some_and(|meta| Shown::of(meta).beyond(for_whom.requester, for_whom.op))
     }
 
     /// Whether the approved call being run was approved to create `path`, which then never
@@ -302,8 +340,8 @@ impl Backend {
                 self.rewind(mode, author, query, keep_checkpoint)
             }
             // The approval is the worker's to check before the call gets here (`worker`).
-            Request::Bound { bindings, request, .. } => {
-                let _bound = self.bind(bindings);
+            Request::Bound { bindings, requester, request, .. } => {
+                let _bound = self.bind(bindings, Some(ForWhom::of(&request, requester)));
                 self.handle(mode, *request)
             }
             // Only ever checked (`pipeline::Backend::dry_run`): an approved patch commits as the
@@ -364,6 +402,11 @@ impl Backend {
             let key = resolve::target_key(&self.roots, resolved.root, &resolved.rel);
             if !self.named_target(path, &key) {
                 return Err(self.fail(FsError::Denied(Denial::NotApproved), &resolved));
+            }
+            // What this walk found, not what the network process says was shown: a file other
+            // names share is acted on within its requester's own authority only.
+            if self.beyond_requester(path, &resolved) {
+                return Err(self.fail(FsError::Denied(Denial::HardLinked), &resolved));
             }
             resolved.bound = true;
         }

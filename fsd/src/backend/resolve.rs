@@ -161,7 +161,7 @@ impl ObjectId {
 }
 
 impl Shown {
-    fn of(meta: &Meta) -> Shown {
+    pub(super) fn of(meta: &Meta) -> Shown {
         Shown { uid: meta.uid, gid: meta.gid, mode: meta.mode, nlink: meta.nlink }
     }
 }

@@ -392,7 +392,8 @@ impl Dispatcher {
             }
             return result;
         }
-        self.open_stream(mode, identity, path, (Vec::new(), None)).await
+        let plain = crate::op::Request::ReadText { path: path.to_owned(), max_bytes: 0 };
+        self.open_stream(mode, identity, path, crate::op::Unbound::plain(plain)).await
     }
 
     /// Runs one operation whose body arrives on `body` (the read end of a pipe) in a worker of
@@ -421,17 +422,17 @@ impl Dispatcher {
 
     /// Opens a file for a streamed read in a worker of `mode`; the read itself happens here, on
     /// the descriptor the worker opened under its fence.
-    /// `approved`: for an approved read, the object its approval binds and what the approver
-    /// signed (the worker checks it).
+    /// `approved`: for an approved read, the object its approval binds, what the approver
+    /// signed (the worker checks it) and whom it is for.
     pub async fn open_stream(
         &self,
         mode: Mode,
         identity: &str,
         path: &str,
-        approved: (crate::op::Bindings, Option<crate::op::SignedApproval>),
+        approved: crate::op::Unbound,
     ) -> Result<(StreamHeader, File), WireError> {
-        let (bindings, approval) = approved;
-        let message = ToWorker::OpenStream { path: path.to_owned(), bindings, approval };
+        let crate::op::Unbound { bindings, approval, requester, .. } = approved;
+        let message = ToWorker::OpenStream { path: path.to_owned(), bindings, approval, requester };
         match self.run(mode, identity, path, message, None, Expect::Stream).await? {
             Final::Stream(Ok(header), Some(fd)) => Ok((header, File::from(fd))),
             Final::Stream(Ok(_), None) => {

@@ -4,7 +4,8 @@
 //! but one of a mode's workers (one when the mode has only one), and one identity at most half of
 //! those (at least one): the rest of the pool always serves the other calls, and one client's
 //! uploads cannot keep another's waiting behind all of its own. An upload waits for its place
-//! before it is queued for a worker, under the call's deadline.
+//! before it is queued for a worker, under the call's deadline, and asks for one only once its
+//! body filled its pipe or is complete (`service::plain`), so a trickle never holds a place.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};

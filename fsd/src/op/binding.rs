@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::Op;
+
 /// One object as the kernel names it: device, inode and the mount it was reached on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectId {
@@ -41,6 +43,25 @@ impl Shown {
     pub fn hard_linked(&self) -> bool {
         self.mode & 0o170000 != 0o040000 && self.nlink > 1
     }
+
+    /// Whether an approved `op` on this object would act with more authority than its
+    /// requester has: a file other names share (a root-only one among them, perhaps) that the
+    /// requester could not itself read, or for a change write. An approver is shown one name,
+    /// not the others, so such a call is refused whatever was approved. The one rule, applied
+    /// twice: by the network process before anyone is asked (`service::escalate`), and by the
+    /// worker performing the call on what its own walk found (`backend`), so a network process
+    /// that skips its check, or a link made since, is still refused.
+    pub fn beyond(&self, requester: Requester, op: Op) -> bool {
+        self.hard_linked() && !self.grants(requester.uid, op.is_mutation())
+    }
+}
+
+/// Whom an approved call is made for, as far as the files' own permissions go: its requester's
+/// Unix uid (`None`: a client with no Unix identity, which holds no authority of its own over
+/// any file). Handed with the call to the worker that performs it ([`Shown::beyond`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Requester {
+    pub uid: Option<u32>,
 }
 
 /// The final entry of a bound target.
@@ -104,4 +125,31 @@ pub enum Scope {
     /// The deepest existing directory the call changes names in: the target's parent, or the
     /// directory below which it makes the missing ones.
     Directory,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_file_is_acted_on_within_its_requesters_own_authority() {
+        let file = |mode: u32, nlink: u64| Shown { uid: 1000, gid: 1000, mode: 0o100000 | mode, nlink };
+        let dir = Shown { uid: 0, gid: 0, mode: 0o040700, nlink: 5 };
+        // (object, requester's uid, call, beyond its authority)
+        let cases = [
+            (file(0o600, 1), Some(2000), Op::ReadText, false),
+            (file(0o600, 2), Some(2000), Op::ReadText, true),
+            (file(0o600, 2), Some(1000), Op::ReadText, false),
+            (file(0o400, 2), Some(1000), Op::WriteText, true),
+            (file(0o644, 2), Some(2000), Op::ReadText, false),
+            (file(0o644, 2), Some(2000), Op::EditText, true),
+            (file(0o646, 2), Some(2000), Op::MoveFile, false),
+            (file(0o600, 2), Some(0), Op::DeleteFile, false),
+            (file(0o666, 2), None, Op::ReadText, true),
+            (dir, Some(2000), Op::ReadText, false),
+        ];
+        for (shown, uid, op, beyond) in cases {
+            assert_eq!(shown.beyond(Requester { uid }, op), beyond, "{shown:?} {uid:?} {op:?}");
+        }
+    }
 }

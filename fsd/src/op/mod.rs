@@ -13,7 +13,7 @@ mod binding;
 mod outcome;
 mod request;
 
-pub use binding::{Binding, Last, Made, ObjectId, Scope, Shown, SignedApproval};
+pub use binding::{Binding, Last, Made, ObjectId, Requester, Scope, Shown, SignedApproval};
 pub use outcome::{
     Change, ChangeEntry, Changes, DirEntry, FileDiff, FileType, Info, Outcome, Rewound, StreamHeader, Target,
     Visible, WriteOperation,

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::Op;
-use super::binding::{Binding, Made, SignedApproval};
+use super::binding::{Binding, Made, Requester, SignedApproval};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WriteGuard {
@@ -133,6 +133,9 @@ pub enum Request {
         approval: Option<SignedApproval>,
         /// The directories earlier calls of the same approval made, as their workers vouched.
         made: Vec<Made>,
+        /// Whom the call is made for: on a file other names share, the worker performing it
+        /// acts within that requester's own authority only (`Shown::beyond`).
+        requester: Requester,
         request: Box<Request>,
     },
 }
@@ -255,16 +258,33 @@ impl TxnOp {
 }
 
 /// An approved call taken apart: the call, the bindings it is held to, what was signed, the
-/// directories earlier calls of it made.
-pub type Unbound = (Request, Bindings, Option<SignedApproval>, Vec<Made>);
+/// directories earlier calls of it made, and whom it is made for.
+#[derive(Debug)]
+pub struct Unbound {
+    pub request: Request,
+    pub bindings: Bindings,
+    pub approval: Option<SignedApproval>,
+    pub made: Vec<Made>,
+    /// `None` for a plain call, which no approval widens.
+    pub requester: Option<Requester>,
+}
+
+impl Unbound {
+    /// A plain call: no approval binds it.
+    pub fn plain(request: Request) -> Unbound {
+        Unbound { request, bindings: Vec::new(), approval: None, made: Vec::new(), requester: None }
+    }
+}
 
 impl Request {
     /// The call itself, the bindings an approval holds it to and the approval (none for a
     /// plain call).
     pub fn unbind(self) -> Unbound {
         match self {
-            Request::Bound { bindings, approval, made, request } => (*request, bindings, approval, made),
-            plain => (plain, Vec::new(), None, Vec::new()),
+            Request::Bound { bindings, approval, made, requester, request } => {
+                Unbound { request: *request, bindings, approval, made, requester: Some(requester) }
+            }
+            request => Unbound::plain(request),
         }
     }
 

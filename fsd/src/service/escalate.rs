@@ -73,6 +73,16 @@ fn read_first(path: &str, requested: Mode) -> WireError {
     .with("read_first", requested.as_str())
 }
 
+/// Whether this network process plays a compromised one that skips its own refusal of a
+/// hard-linked file (the test hook `FSD_FAULT_SKIP_HARD_LINK_CHECK`): the worker performing the
+/// call must refuse it still. Never in a release build.
+fn skips_own_checks() -> bool {
+    #[cfg(feature = "fault-injection")]
+    return crate::escalation::fault::skips_hard_link_check();
+    #[cfg(not(feature = "fault-injection"))]
+    false
+}
+
 /// The text a write replaces as its dry run saw it (`""` for a creation), `None` when it is
 /// not text or too large to show.
 fn text_before(checked: Option<&Outcome>) -> Option<String> {
@@ -135,6 +145,7 @@ impl FsdService {
                 bindings,
                 approval: Some((*approval).clone()),
                 made: Vec::new(),
+                requester: op::Requester { uid: seen.caller.identity.uid },
                 request: Box::new(request),
             },
             None => request,
@@ -392,9 +403,11 @@ impl FsdService {
         let resolved = resolved?;
         // A file other names share is acted on under all of them: the approval reaches only
         // what its requester could reach itself (an approver sees one name, not the others).
+        // The worker performing the call holds the same rule on what its own walk finds.
+        let requester = crate::op::Requester { uid: caller.identity.uid };
         if let Some(crate::op::Last::Is(_, shown)) = resolved.binding.as_ref().map(|b| b.last)
-            && shown.hard_linked()
-            && !shown.grants(caller.identity.uid, op != Op::ReadText)
+            && shown.beyond(requester, op)
+            && !skips_own_checks()
         {
             return Err(EscalationDenial::HardLinked.into_wire(&wire.path, base).into_status());
         }
@@ -830,6 +843,7 @@ impl FsdService {
                     bindings: vec![(target.clone(), binding.clone())],
                     approval: Some((*approval).clone()),
                     made: Vec::new(),
+                    requester: op::Requester { uid: caller.identity.uid },
                     request: Box::new(request),
                 };
                 (

@@ -460,7 +460,9 @@ impl FsdService {
                 let plain = std::mem::replace(request, op::Request::ListDir { path: String::new() });
                 #[cfg(feature = "fault-injection")]
                 let (plain, bindings) = crate::escalation::fault::redirected(plain, bindings);
-                *request = op::Request::Bound { bindings, approval, made, request: Box::new(plain) };
+                let requester = op::Requester { uid: caller.identity.uid };
+                *request =
+                    op::Request::Bound { bindings, approval, made, requester, request: Box::new(plain) };
                 let step = Step::Escalate(request_op);
                 // The record names the path the call resolved to, and who approved it.
                 let extra = Extra { requested: Some(path), decided_by: decider.as_deref(), ..extra };

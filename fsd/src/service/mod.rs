@@ -378,13 +378,13 @@ impl Fsd for FsdService {
         let mut probe = op::Request::ReadText { path: r.path.clone(), max_bytes: 0 };
         self.redeem(&caller, &grant, &mut probe).await?;
         // An approved read's stream is opened on the object the approval binds.
-        let (_, bindings, approval, _) = probe.unbind();
+        let approved = probe.unbind();
         let mode = grant.mode;
         let started = std::time::Instant::now();
         let opened = if grant.ticket.is_none() && !self.escalated(&caller, mode) {
             self.dispatcher.open_read_stream(mode, &caller.client(), &r.path).await
         } else {
-            self.dispatcher.open_stream(mode, &caller.client(), &r.path, (bindings, approval)).await
+            self.dispatcher.open_stream(mode, &caller.client(), &r.path, approved).await
         };
         measure_open(&caller, mode, &opened, started);
         let (header, file) = opened.map_err(|w| w.with("mode", mode.as_str()).into_status())?;

@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use fsd_proto::{ErrorCode, WireError};
-use tokio::io::AsyncWriteExt;
 
 use super::FsdService;
 use super::grant::{Caller, Decision, Step};
@@ -27,6 +26,9 @@ pub struct BodySink {
     pipe: tokio::net::unix::pipe::Sender,
     sent: u64,
     meter: Arc<Mutex<Meter>>,
+    /// Set once the body is worth a worker: its pipe is full, or it is complete (dropped: the
+    /// client went away). Until then the upload holds no worker.
+    primed: tokio::sync::watch::Sender<bool>,
 }
 
 /// How an upload's client keeps up: what it sent, and the time its body waited for the worker
@@ -84,8 +86,8 @@ impl BodySink {
         for chunk in bytes.chunks(crate::ipc_messages::MAX_BODY_FRAME) {
             meter(&self.meter).waiting_since = Some(Instant::now());
             let written = async {
-                self.pipe.write_all(&crate::ipc_messages::body_frame_header(chunk.len())).await?;
-                self.pipe.write_all(chunk).await
+                self.put(&crate::ipc_messages::body_frame_header(chunk.len())).await?;
+                self.put(chunk).await
             }
             .await;
             let mut upload = meter(&self.meter);
@@ -102,7 +104,27 @@ impl BodySink {
     /// The body is complete. Dropping the sink without this abandons the write.
     pub async fn finish(mut self) -> Result<(), SinkClosed> {
         meter(&self.meter).done = true;
-        self.pipe.write_all(&crate::ipc_messages::body_frame_header(0)).await.map_err(|_| SinkClosed)
+        let ended = self.put(&crate::ipc_messages::body_frame_header(0)).await.map_err(|_| SinkClosed);
+        self.primed.send_replace(true);
+        ended
+    }
+
+    /// Writes `bytes` into the pipe; the first time the pipe is full, the upload is primed.
+    async fn put(&mut self, mut bytes: &[u8]) -> std::io::Result<()> {
+        while !bytes.is_empty() {
+            // Ready first: a write tried before the runtime saw the pipe writable is refused
+            // without asking the kernel, which would look like a full pipe.
+            self.pipe.writable().await?;
+            match self.pipe.try_write(bytes) {
+                Ok(n) => bytes = &bytes[n..],
+                // The kernel's answer: the pipe holds all it can.
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    self.primed.send_replace(true);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     pub fn sent(&self) -> u64 {
@@ -254,9 +276,18 @@ impl FsdService {
         let client = caller.client();
         let escalated = self.escalated(caller, mode);
         let request = request.recorded(caller.author(escalated));
-        let worker = self.dispatcher.call_with_body(mode, &client, request, read);
+        // A worker is taken only once the body fills its pipe or is complete (or its client
+        // went away): however slowly a body trickles in, it holds no worker until it has a
+        // pipe's worth waiting, and a small body is written at once, whole. What waits is in
+        // the pipe, as before: the network process reads no more of an upload than that.
+        let (primed, mut ready) = tokio::sync::watch::channel(false);
+        let worker = async move {
+            // An error: the sink is gone, so the body is complete or abandoned.
+            let _ = ready.wait_for(|primed| *primed).await;
+            self.dispatcher.call_with_body(mode, &client, request, read).await
+        };
         let upload = Arc::new(Mutex::new(Meter::new()));
-        let sink = BodySink { pipe, sent: 0, meter: upload.clone() };
+        let sink = BodySink { pipe, sent: 0, meter: upload.clone(), primed };
         let rate = self.limits.min_upload_bytes_per_sec;
         let (fed, result) = tokio::select! {
             both = async { tokio::join!(feed(sink), worker) } => (Some(both.0), both.1),
@@ -293,6 +324,28 @@ impl FsdService {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_upload_is_worth_a_worker_once_its_pipe_is_full_or_its_body_complete() {
+        // (bytes sent, body finished, primed): nothing reads the pipe (no worker yet).
+        let cases =
+            [(100, false, false), (60 << 10, false, false), (100, true, true), (256 << 10, false, true)];
+        for (bytes, finished, primed) in cases {
+            let (_read, write) = crate::sys::pipe().unwrap();
+            let (tell, ready) = tokio::sync::watch::channel(false);
+            let pipe = tokio::net::unix::pipe::Sender::from_owned_fd(write).unwrap();
+            let mut sink =
+                BodySink { pipe, sent: 0, meter: Arc::new(Mutex::new(Meter::new())), primed: tell };
+            let _ = tokio::time::timeout(Duration::from_millis(300), async {
+                let _ = sink.send(&vec![b'x'; bytes]).await;
+                if finished {
+                    let _ = sink.finish().await;
+                }
+            })
+            .await;
+            assert_eq!(*ready.borrow(), primed, "{bytes} bytes, finished: {finished}");
+        }
+    }
 
     #[test]
     fn an_upload_falls_behind_only_on_its_clients_time_past_the_grace() {
