@@ -441,6 +441,18 @@ impl WorkerCheck {
     /// read, stat or listing, or a dry run: anything that changes nothing) the walk is held to
     /// the directories signed and to the name of a call listed on them, never a sibling; for a
     /// change, to the names of the listed calls with its objects and content.
+    /// Whom `approval` was asked for, from its signed `client:` line (a Unix client's uid;
+    /// any other client holds no authority of its own over a file): `None` unless the
+    /// approver's signature holds, so the network process's word on it never counts.
+    pub fn requester(&self, approval: &SignedApproval) -> Option<crate::op::Requester> {
+        let signed = fsd_proto::signed_decision(&approval.description, &approval.decider);
+        let signature = Signature::from_slice(&approval.signature).ok()?;
+        self.key.verify(signed.as_bytes(), &signature).ok()?;
+        let client = approval.description.lines().find_map(|l| l.strip_prefix("client: "))?;
+        let uid = client.strip_prefix("uid:").and_then(|u| u.parse::<u32>().ok());
+        Some(crate::op::Requester { uid })
+    }
+
     pub fn check(
         &self,
         request: &crate::op::Request,
@@ -1056,7 +1068,8 @@ pub mod diff;
 /// without the approver's signature, `forged` with a signature that is not the approver's;
 /// `FSD_FAULT_REDIRECT_APPROVED=PATH` sends an approved write to `PATH` instead, with the
 /// approval and the binding of the name approved; `FSD_FAULT_SKIP_HARD_LINK_CHECK` has the
-/// network process ask an approver about a hard-linked file beyond its requester's authority.
+/// network process ask an approver about a hard-linked file beyond its requester's authority,
+/// and `=lie` also tells the worker the requester is root.
 #[cfg(feature = "fault-injection")]
 pub mod fault {
     use crate::op::{Bindings, Request, SignedApproval};
@@ -1077,6 +1090,10 @@ pub mod fault {
 
     pub fn skips_hard_link_check() -> bool {
         std::env::var_os("FSD_FAULT_SKIP_HARD_LINK_CHECK").is_some()
+    }
+
+    pub fn lies_about_the_requester() -> bool {
+        std::env::var("FSD_FAULT_SKIP_HARD_LINK_CHECK").is_ok_and(|v| v == "lie")
     }
 
     pub fn tampered(approval: Option<SignedApproval>) -> Option<SignedApproval> {

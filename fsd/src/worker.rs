@@ -154,8 +154,9 @@ pub fn run(
                 backend.set_author(author);
                 let crate::op::Unbound { request, bindings, approval, made, requester } = request.unbind();
                 // Whom an approved call is for: held by this worker's own walk, whatever the
-                // network process checked.
-                for_whom = requester.map(|r| crate::backend::ForWhom::of(&request, r));
+                // network process checked; an approval's signed word on it wins over its.
+                let signed = approvals.as_ref().zip(approval.as_ref()).and_then(|(c, a)| c.requester(a));
+                for_whom = signed.or(requester).map(|r| crate::backend::ForWhom::of(&request, r));
                 // A change (or an escalated read) this worker's mode makes only with an
                 // approval: checked here, by the process that makes it, not taken on the
                 // network process's word.
@@ -177,9 +178,10 @@ pub fn run(
             }
             ToWorker::OpenStream { path, bindings, approval, requester } => {
                 let read = crate::op::Request::ReadText { path, max_bytes: 0 };
+                let signed = approvals.as_ref().zip(approval.as_ref()).and_then(|(c, a)| c.requester(a));
                 match unsigned(approvals.as_ref(), &read, &bindings, approval.as_ref()) {
                     Ok(named) => {
-                        for_whom = requester.map(|r| crate::backend::ForWhom::of(&read, r));
+                        for_whom = signed.or(requester).map(|r| crate::backend::ForWhom::of(&read, r));
                         let path = read.path().to_owned();
                         let open = ToWorker::OpenStream {
                             path,

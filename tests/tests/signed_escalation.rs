@@ -2037,9 +2037,17 @@ fn a_hard_linked_file_is_escalated_only_within_its_requesters_own_authority() {
 /// and a write's dry run, and nothing is read or changed.
 #[test]
 fn a_hard_linked_file_beyond_its_requester_is_refused_by_the_worker_itself() {
+    // `lie`: the network process also tells the worker the requester is root; the worker
+    // takes the requester from the approval's signed `client:` line instead.
+    for compromise in ["1", "lie"] {
+        refused_by_the_worker(compromise);
+    }
+}
+
+fn refused_by_the_worker(compromise: &str) {
     let keys = Keys::new();
     let _approver = Approver::serve(&keys, &keys.rules("allow"));
-    let s = Signed::start_env(&keys, &keys.public, "", &[("FSD_FAULT_SKIP_HARD_LINK_CHECK", "1")]);
+    let s = Signed::start_env(&keys, &keys.public, "", &[("FSD_FAULT_SKIP_HARD_LINK_CHECK", compromise)]);
     let mut rpc = connect_as(&s.d, 65534);
     let out = s.outside.path().join("out");
     std::fs::create_dir(&out).unwrap();
@@ -2052,7 +2060,7 @@ fn a_hard_linked_file_beyond_its_requester_is_refused_by_the_worker_itself() {
         assert_eq!(
             (err.code, err.get("reason")),
             (ErrorCode::SandboxDenied, Some("hard_linked")),
-            "{what}: {err:?}"
+            "{compromise} {what}: {err:?}"
         );
     };
     // The network process let the approver approve it: the worker refuses.

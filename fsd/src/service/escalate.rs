@@ -145,7 +145,7 @@ impl FsdService {
                 bindings,
                 approval: Some((*approval).clone()),
                 made: Vec::new(),
-                requester: op::Requester { uid: seen.caller.identity.uid },
+                requester: seen.caller.requester(),
                 request: Box::new(request),
             },
             None => request,
@@ -843,7 +843,7 @@ impl FsdService {
                     bindings: vec![(target.clone(), binding.clone())],
                     approval: Some((*approval).clone()),
                     made: Vec::new(),
-                    requester: op::Requester { uid: caller.identity.uid },
+                    requester: caller.requester(),
                     request: Box::new(request),
                 };
                 (

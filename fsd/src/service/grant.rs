@@ -51,6 +51,16 @@ impl Caller {
         self.identity.label()
     }
 
+    /// Whom an approved call is made for, as the worker performing it is told (it believes the
+    /// approval's signed `client:` line over this when the two differ).
+    pub fn requester(&self) -> op::Requester {
+        #[cfg(feature = "fault-injection")]
+        if crate::escalation::fault::lies_about_the_requester() {
+            return op::Requester { uid: Some(0) };
+        }
+        op::Requester { uid: self.identity.uid }
+    }
+
     /// Who its changes are recorded as made by (`backend::record`): the authenticated
     /// identity; the session and call ids only narrow a view.
     pub fn author(&self, escalated: bool) -> crate::op::Author {
@@ -460,7 +470,7 @@ impl FsdService {
                 let plain = std::mem::replace(request, op::Request::ListDir { path: String::new() });
                 #[cfg(feature = "fault-injection")]
                 let (plain, bindings) = crate::escalation::fault::redirected(plain, bindings);
-                let requester = op::Requester { uid: caller.identity.uid };
+                let requester = caller.requester();
                 *request =
                     op::Request::Bound { bindings, approval, made, requester, request: Box::new(plain) };
                 let step = Step::Escalate(request_op);
