@@ -390,3 +390,47 @@ fn a_rewind_killed_mid_commit_changes_nothing() {
     assert_eq!(tree(&d.root), before, "and after a restart");
     assert_eq!(std::fs::read_dir(state.path().join("txn")).unwrap().count(), 0);
 }
+
+/// Uploads `bytes` to `path` by writeBytes (gRPC), with a mode when given.
+fn upload(rpc: &mut crate::common::rpc::Rpc, path: &Path, bytes: &[u8], mode: Option<u32>) {
+    use fsd_proto::v1::{self, write_bytes_request::Item};
+    let header = v1::WriteBytesHeader { context: None, path: crate::common::rpc::p(path), guard: None, mode };
+    let messages = vec![
+        v1::WriteBytesRequest { item: Some(Item::Header(header)) },
+        v1::WriteBytesRequest { item: Some(Item::Chunk(bytes.to_vec().into())) },
+    ];
+    rpc.rt.block_on(rpc.client.write_bytes(tokio_stream::iter(messages))).expect("writeBytes");
+}
+
+/// Content that is not text (a byte sequence no UTF-8 decoder takes) is restored byte for
+/// byte, and so is a file's mode a writeBytes changed: the rewind goes through the byte path.
+#[test]
+fn a_rewind_restores_binary_content_and_modes_byte_for_byte() {
+    use std::os::unix::fs::PermissionsExt;
+    let (d, _state) = daemon("");
+    let binary: Vec<u8> = (0..=255u8).rev().cycle().take(3000).collect();
+    d.write("blob.bin", &binary);
+    std::fs::set_permissions(d.path("blob.bin"), std::fs::Permissions::from_mode(0o640)).unwrap();
+    d.write("gone.bin", [0xff, 0xfe, 0x00, 0x80]);
+    d.write("text.txt", "text\n");
+    std::fs::set_permissions(d.path("text.txt"), std::fs::Permissions::from_mode(0o604)).unwrap();
+    let at_checkpoint = tree(&d.root);
+    let mut s = d.session();
+    let point = checkpoint(&mut s, "before the uploads");
+    let mut rpc = crate::common::rpc::Rpc::connect(&d);
+    upload(&mut rpc, &d.path("blob.bin"), &[0xc3, 0x28, 0x00, 0xa0], Some(0o755));
+    upload(&mut rpc, &d.path("text.txt"), &[0x80, 0x81], Some(0o600));
+    let delete = fsd_proto::v1::DeleteFileRequest {
+        path: crate::common::rpc::p(&d.path("gone.bin")),
+        ..Default::default()
+    };
+    rpc.rt.block_on(rpc.client.delete_file(delete)).expect("deleteFile");
+    upload(&mut rpc, &d.path("made.bin"), &[0x00, 0xff], None);
+    assert_ne!(tree(&d.root), at_checkpoint);
+
+    let line = json!({"id": "rw", "rewind": {"since": point, "this_session": false}});
+    let reply = s.raw(&line.to_string());
+    assert!(!reply.is_error(), "{}", reply.json);
+    assert_eq!(reply.meta()["unrestorable"], json!([]), "{}", reply.json);
+    assert_eq!(tree(&d.root), at_checkpoint, "{}", reply.text());
+}

@@ -212,7 +212,7 @@ impl Backend {
                     };
                     let operation =
                         if old.is_some() { WriteOperation::Update } else { WriteOperation::Create };
-                    staging[a] = Some(Staging::Put { content: content.into_bytes(), old });
+                    staging[a] = Some(Staging::Put { content, old });
                     planned.push(match replacements {
                         Some(replacements) => Planned::Edit { target: a, replacements, change },
                         None => Planned::Write { target: a, operation, change },
