@@ -434,3 +434,65 @@ fn a_rewind_restores_binary_content_and_modes_byte_for_byte() {
     assert_eq!(reply.meta()["unrestorable"], json!([]), "{}", reply.json);
     assert_eq!(tree(&d.root), at_checkpoint, "{}", reply.text());
 }
+
+/// A change the client's own escalation rules approved runs in the danger-full-access worker
+/// itself: recorded, and listed as escalated with its metadata only (no content, no diff). The
+/// signed escalation's own process: `signed_escalation::an_approved_change_in_its_own_process_is_recorded`.
+#[test]
+fn a_change_the_clients_rules_approved_is_listed_with_its_metadata_only() {
+    let outside = tempfile::tempdir().unwrap();
+    let rules = outside.path().join("rules.toml");
+    std::fs::write(
+        &rules,
+        format!(
+            "[[rule]]\nmode = \"danger-full-access\"\npath = \"{}/**\"\ndecision = \"allow\"\n",
+            outside.path().display()
+        ),
+    )
+    .unwrap();
+    let (d, _state) = daemon("escalation = \"client\"\nmax_mode = \"danger-full-access\"\n");
+    let target = outside.path().join("app.conf");
+    std::fs::write(&target, "port = 1\n").unwrap();
+    let target = target.display().to_string();
+    let mut s = d.session_with_config(&format!("escalationRules = \"{}\"\n", rules.display()));
+    let point = checkpoint(&mut s, "before the escalation");
+    let esc = |mut args: Value| {
+        args.as_object_mut().unwrap().extend(
+            json!({"sandbox_permissions": "danger-full-access", "justification": "the user asked"})
+                .as_object()
+                .unwrap()
+                .clone(),
+        );
+        args
+    };
+    assert!(!s.call("read", esc(json!({"file_path": target}))).is_error());
+    let edited =
+        s.call("edit", esc(json!({"file_path": target, "old_string": "port = 1", "new_string": "port = 2"})));
+    assert!(!edited.is_error(), "{}", edited.json);
+    let made = outside.path().join("new.conf").display().to_string();
+    let written = s.call("write", esc(json!({"file_path": made, "content": "made\n"})));
+    assert!(!written.is_error(), "{}", written.json);
+
+    let listing = changes(&mut s, point);
+    let meta = listing.meta();
+    let recorded: Vec<(&str, bool, Vec<&str>)> = meta["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let targets = c["targets"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+            (c["operation"].as_str().unwrap(), c["escalated"].as_bool().unwrap(), targets)
+        })
+        .collect();
+    assert_eq!(
+        recorded,
+        [("editText", true, vec![target.as_str()]), ("writeText", true, vec![made.as_str()])],
+        "{}",
+        listing.json
+    );
+    for file in meta["files"].as_array().unwrap() {
+        assert_eq!(file["diff"], Value::Null, "{}", listing.json);
+    }
+    assert!(!listing.text().contains("port = 2"), "{}", listing.text());
+    assert_eq!(listing.text().matches("content not shown: changed under an escalation").count(), 2);
+}
