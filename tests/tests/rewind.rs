@@ -496,3 +496,35 @@ fn a_change_the_clients_rules_approved_is_listed_with_its_metadata_only() {
     assert!(!listing.text().contains("port = 2"), "{}", listing.text());
     assert_eq!(listing.text().matches("content not shown: changed under an escalation").count(), 2);
 }
+
+/// A write whose file reached the disk and whose sync then failed answers an error, yet the
+/// change is there: it is recorded. One that failed before touching the disk is not.
+#[test]
+fn a_change_on_disk_whose_sync_failed_is_recorded_and_one_that_never_reached_it_is_not() {
+    let (d, _state) = daemon("");
+    // (name, the file there before, recorded)
+    let cases =
+        [("fsd-fault-sync-error", Some("before\n"), true), ("fsd-fault-io-error", Some("kept\n"), false)];
+    for (name, before, recorded) in cases {
+        if let Some(before) = before {
+            d.write(name, before);
+        }
+        let mut s = d.session();
+        let path = d.path(name).display().to_string();
+        assert!(!s.read(&path).is_error());
+        let point = checkpoint(&mut s, name);
+        let reply = s.call("write", json!({"file_path": path, "content": "after\n"}));
+        assert!(reply.is_error(), "{name}: {}", reply.json);
+        let listing = changes(&mut s, point);
+        let ops: Vec<&str> = listing.meta()["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["operation"].as_str().unwrap())
+            .collect();
+        let expected: &[&str] = if recorded { &["writeText"] } else { &[] };
+        assert_eq!(ops, expected, "{name}: {}", listing.json);
+        let on_disk = if recorded { "after\n" } else { before.unwrap_or_default() };
+        assert_eq!(d.read(name), on_disk.as_bytes(), "{name}");
+    }
+}
