@@ -388,7 +388,8 @@ impl Call<'_> {
         };
         // Held in the forked process (a copy of this one); cleared here once it ended.
         let _bound = self.backend.bind_named(bindings.clone(), named, vouched, for_whom);
-        self.forked(message, fd, || self.confined(&shape, &bindings))
+        let changes = shape.kind == crate::escalation::authority::Kind::Change;
+        self.forked(message, fd, changes, || self.confined(&shape, &bindings))
     }
 
     /// Serves a read no approval binds (a danger-full-access worker's, under signed trust: the
@@ -405,7 +406,7 @@ impl Call<'_> {
     ) -> Result<(), IpcError> {
         let required = config.landlock == crate::config::LandlockPolicy::Required;
         let worker = std::process::id();
-        self.forked(message, fd, || {
+        self.forked(message, fd, false, || {
             let roots = self.backend.root_descriptors().map_err(FsError::Metadata)?;
             let rules: Vec<_> = roots.into_iter().map(|fd| (fd, sys::confine::Grant::Read)).collect();
             let Some(filter) = self.filter else { return Err(FsError::Aborted) };
@@ -420,11 +421,13 @@ impl Call<'_> {
 
     /// Serves `message` in a process forked for it, confined by `confine` first (a refusal is
     /// its reply); this worker waits for it and replies for a process that ended without
-    /// replying.
+    /// replying. `changes`: the call may change files, which this worker records for it from
+    /// the carrier it hands the process (`backend::record`: the process cannot reach the record).
     fn forked(
         &self,
         message: ToWorker,
         fd: Option<std::os::fd::OwnedFd>,
+        changes: bool,
         confine: impl FnOnce() -> Result<rustix::thread::CapabilitySet, FsError>,
     ) -> Result<(), IpcError> {
         let path = path_of(&message);
@@ -434,11 +437,12 @@ impl Call<'_> {
             let reply = if stream { FromWorker::Stream(Err(wire)) } else { FromWorker::Reply(Err(wire)) };
             ipc_messages::send(self.socket, &reply, None)
         };
+        let carrier = if changes { self.backend.record_carrier() } else { None };
         match sys::call::fork() {
             Ok(sys::call::Forked::Child) => {
                 // Its Landlock domain holds the approved objects (or the roots, read) only,
-                // not the change record.
-                self.backend.forget_record();
+                // not the change record: its change goes to this worker in the carrier.
+                self.backend.forget_record(carrier.map(|(write, _)| write));
                 let served = match confine() {
                     Ok(held) => self.serve(message, fd, Some(held)),
                     Err(failure) => failed(failure),
@@ -447,7 +451,11 @@ impl Call<'_> {
             }
             Ok(sys::call::Forked::Parent(pid)) => {
                 drop(fd);
-                match sys::call::wait(pid) {
+                let ended = sys::call::wait(pid);
+                if let Some((_, carried)) = &carrier {
+                    self.backend.record_carried(carried);
+                }
+                match ended {
                     Ok(sys::call::Ended::Exited(0)) => Ok(()),
                     ended => {
                         tracing::warn!(?ended, %path, "an approved call's process ended without its reply");

@@ -390,3 +390,141 @@ fn a_rewind_killed_mid_commit_changes_nothing() {
     assert_eq!(tree(&d.root), before, "and after a restart");
     assert_eq!(std::fs::read_dir(state.path().join("txn")).unwrap().count(), 0);
 }
+
+/// Uploads `bytes` to `path` by writeBytes (gRPC), with a mode when given.
+fn upload(rpc: &mut crate::common::rpc::Rpc, path: &Path, bytes: &[u8], mode: Option<u32>) {
+    use fsd_proto::v1::{self, write_bytes_request::Item};
+    let header = v1::WriteBytesHeader { context: None, path: crate::common::rpc::p(path), guard: None, mode };
+    let messages = vec![
+        v1::WriteBytesRequest { item: Some(Item::Header(header)) },
+        v1::WriteBytesRequest { item: Some(Item::Chunk(bytes.to_vec().into())) },
+    ];
+    rpc.rt.block_on(rpc.client.write_bytes(tokio_stream::iter(messages))).expect("writeBytes");
+}
+
+/// Content that is not text (a byte sequence no UTF-8 decoder takes) is restored byte for
+/// byte, and so is a file's mode a writeBytes changed: the rewind goes through the byte path.
+#[test]
+fn a_rewind_restores_binary_content_and_modes_byte_for_byte() {
+    use std::os::unix::fs::PermissionsExt;
+    let (d, _state) = daemon("");
+    let binary: Vec<u8> = (0..=255u8).rev().cycle().take(3000).collect();
+    d.write("blob.bin", &binary);
+    std::fs::set_permissions(d.path("blob.bin"), std::fs::Permissions::from_mode(0o640)).unwrap();
+    d.write("gone.bin", [0xff, 0xfe, 0x00, 0x80]);
+    d.write("text.txt", "text\n");
+    std::fs::set_permissions(d.path("text.txt"), std::fs::Permissions::from_mode(0o604)).unwrap();
+    let at_checkpoint = tree(&d.root);
+    let mut s = d.session();
+    let point = checkpoint(&mut s, "before the uploads");
+    let mut rpc = crate::common::rpc::Rpc::connect(&d);
+    upload(&mut rpc, &d.path("blob.bin"), &[0xc3, 0x28, 0x00, 0xa0], Some(0o755));
+    upload(&mut rpc, &d.path("text.txt"), &[0x80, 0x81], Some(0o600));
+    let delete = fsd_proto::v1::DeleteFileRequest {
+        path: crate::common::rpc::p(&d.path("gone.bin")),
+        ..Default::default()
+    };
+    rpc.rt.block_on(rpc.client.delete_file(delete)).expect("deleteFile");
+    upload(&mut rpc, &d.path("made.bin"), &[0x00, 0xff], None);
+    assert_ne!(tree(&d.root), at_checkpoint);
+
+    let line = json!({"id": "rw", "rewind": {"since": point, "this_session": false}});
+    let reply = s.raw(&line.to_string());
+    assert!(!reply.is_error(), "{}", reply.json);
+    assert_eq!(reply.meta()["unrestorable"], json!([]), "{}", reply.json);
+    assert_eq!(tree(&d.root), at_checkpoint, "{}", reply.text());
+}
+
+/// A change the client's own escalation rules approved runs in the danger-full-access worker
+/// itself: recorded, and listed as escalated with its metadata only (no content, no diff). The
+/// signed escalation's own process: `signed_escalation::an_approved_change_in_its_own_process_is_recorded`.
+#[test]
+fn a_change_the_clients_rules_approved_is_listed_with_its_metadata_only() {
+    let outside = tempfile::tempdir().unwrap();
+    let rules = outside.path().join("rules.toml");
+    std::fs::write(
+        &rules,
+        format!(
+            "[[rule]]\nmode = \"danger-full-access\"\npath = \"{}/**\"\ndecision = \"allow\"\n",
+            outside.path().display()
+        ),
+    )
+    .unwrap();
+    let (d, _state) = daemon("escalation = \"client\"\nmax_mode = \"danger-full-access\"\n");
+    let target = outside.path().join("app.conf");
+    std::fs::write(&target, "port = 1\n").unwrap();
+    let target = target.display().to_string();
+    let mut s = d.session_with_config(&format!("escalationRules = \"{}\"\n", rules.display()));
+    let point = checkpoint(&mut s, "before the escalation");
+    let esc = |mut args: Value| {
+        args.as_object_mut().unwrap().extend(
+            json!({"sandbox_permissions": "danger-full-access", "justification": "the user asked"})
+                .as_object()
+                .unwrap()
+                .clone(),
+        );
+        args
+    };
+    assert!(!s.call("read", esc(json!({"file_path": target}))).is_error());
+    let edited =
+        s.call("edit", esc(json!({"file_path": target, "old_string": "port = 1", "new_string": "port = 2"})));
+    assert!(!edited.is_error(), "{}", edited.json);
+    let made = outside.path().join("new.conf").display().to_string();
+    let written = s.call("write", esc(json!({"file_path": made, "content": "made\n"})));
+    assert!(!written.is_error(), "{}", written.json);
+
+    let listing = changes(&mut s, point);
+    let meta = listing.meta();
+    let recorded: Vec<(&str, bool, Vec<&str>)> = meta["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let targets = c["targets"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+            (c["operation"].as_str().unwrap(), c["escalated"].as_bool().unwrap(), targets)
+        })
+        .collect();
+    assert_eq!(
+        recorded,
+        [("editText", true, vec![target.as_str()]), ("writeText", true, vec![made.as_str()])],
+        "{}",
+        listing.json
+    );
+    for file in meta["files"].as_array().unwrap() {
+        assert_eq!(file["diff"], Value::Null, "{}", listing.json);
+    }
+    assert!(!listing.text().contains("port = 2"), "{}", listing.text());
+    assert_eq!(listing.text().matches("content not shown: changed under an escalation").count(), 2);
+}
+
+/// A write whose file reached the disk and whose sync then failed answers an error, yet the
+/// change is there: it is recorded. One that failed before touching the disk is not.
+#[test]
+fn a_change_on_disk_whose_sync_failed_is_recorded_and_one_that_never_reached_it_is_not() {
+    let (d, _state) = daemon("");
+    // (name, the file there before, recorded)
+    let cases =
+        [("fsd-fault-sync-error", Some("before\n"), true), ("fsd-fault-io-error", Some("kept\n"), false)];
+    for (name, before, recorded) in cases {
+        if let Some(before) = before {
+            d.write(name, before);
+        }
+        let mut s = d.session();
+        let path = d.path(name).display().to_string();
+        assert!(!s.read(&path).is_error());
+        let point = checkpoint(&mut s, name);
+        let reply = s.call("write", json!({"file_path": path, "content": "after\n"}));
+        assert!(reply.is_error(), "{name}: {}", reply.json);
+        let listing = changes(&mut s, point);
+        let ops: Vec<&str> = listing.meta()["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["operation"].as_str().unwrap())
+            .collect();
+        let expected: &[&str] = if recorded { &["writeText"] } else { &[] };
+        assert_eq!(ops, expected, "{name}: {}", listing.json);
+        let on_disk = if recorded { "after\n" } else { before.unwrap_or_default() };
+        assert_eq!(d.read(name), on_disk.as_bytes(), "{name}");
+    }
+}

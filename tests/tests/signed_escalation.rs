@@ -2481,3 +2481,50 @@ fn a_patch_adding_two_files_in_one_new_directory_is_approved_as_a_whole() {
     refused_as_another_object(&err, "a directory no call made");
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
 }
+
+/// An approved change runs in a process of its own, confined to the approved objects, which
+/// cannot reach the change record: its worker records the change from the carrier it handed
+/// the process (docs/rewind.md). It is listed as escalated, with its metadata only.
+#[test]
+fn an_approved_change_in_its_own_process_is_recorded() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let state = tempfile::tempdir().unwrap();
+    let s = Signed::start(&keys, &format!("state_dir = \"{}\"\n", state.path().display()));
+    let target = s.outside.path().join("app.conf");
+    std::fs::write(&target, "port = 1\n").unwrap();
+    let mut t = s.d.session();
+    let with = |mut args: serde_json::Value| {
+        let esc = json!({"sandbox_permissions": "danger-full-access", "justification": "the user asked"});
+        args.as_object_mut().unwrap().extend(esc.as_object().unwrap().clone());
+        args
+    };
+    let r = t.call("read", with(json!({"file_path": p(&target)})));
+    assert!(!r.is_error(), "{}", r.json);
+    let r = t.call(
+        "edit",
+        with(json!({"file_path": p(&target), "old_string": "port = 1", "new_string": "port = 2"})),
+    );
+    assert!(!r.is_error(), "{}", r.json);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "port = 2\n");
+
+    let listing = t.raw(&json!({"id": "ch", "changes": {"since": 0, "this_session": true}}).to_string());
+    assert!(!listing.is_error(), "{}", listing.json);
+    let meta = listing.meta();
+    let recorded: Vec<(&str, bool, &str)> = meta["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["operation"].as_str().unwrap(),
+                c["escalated"].as_bool().unwrap(),
+                c["targets"][0].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(recorded, [("editText", true, p(&target).as_str())], "{}", listing.json);
+    assert_eq!(meta["files"][0]["diff"], serde_json::Value::Null, "{}", listing.json);
+    assert!(listing.text().contains("content not shown: changed under an escalation"), "{}", listing.text());
+    assert!(!listing.text().contains("port ="), "{}", listing.text());
+}

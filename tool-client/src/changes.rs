@@ -78,7 +78,7 @@ pub fn rewind_text(since: u64, rewound: &Rewound) -> String {
     }
     for target in &rewound.unrestorable {
         out.push_str(&format!(
-            "\n  not restorable: {} (not text, larger than the record keeps, or not readable by you)",
+            "\n  not restorable: {} (not a file, larger than the record keeps, or not readable by you)",
             target.display
         ));
     }
@@ -309,7 +309,7 @@ mod tests {
 /ws/b.txt had been changed by someone the record did not see: that version is kept in change #12\n  \
 left as it is: /ws/c.txt was changed since by someone the record did not see (rewind with keep_checkpoint to restore it anyway; its version now is kept in the record)\n\
 --- a/ws/c.txt\n+++ b/ws/c.txt\n@@ -1 +1 @@\n-then\n+outside\n  \
-not restorable: /ws/e.bin (not text, larger than the record keeps, or not readable by you)"
+not restorable: /ws/e.bin (not a file, larger than the record keeps, or not readable by you)"
         );
         assert_eq!(rewind_text(3, &Rewound::default()), "Nothing restored to point 3.");
         assert_eq!(checkpoint_text(4, ""), "checkpoint 4");

@@ -116,10 +116,10 @@ impl Backend {
                 }
             }
         }
-        let (befores, outcomes): (Vec<[Option<Meta>; 2]>, Vec<Outcome>) = match commit {
+        let placed = match commit {
             Commit::Single(checked, body) => {
                 let before = befores(&checked);
-                (vec![before], vec![self.commit_one(checked, body)?])
+                self.commit_one(checked, body).map(|outcome| (vec![before], vec![outcome]))
             }
             Commit::Together(mut checked) => {
                 let before: Vec<_> = checked.iter().map(befores).collect();
@@ -127,15 +127,24 @@ impl Backend {
                     // One write, edit or delete changes one name by one rename or unlink: the
                     // single commit is all-or-nothing already, without an intent record to sync.
                     Some(only) if checked.is_empty() && !matches!(only.decided, Decided::Move { .. }) => {
-                        vec![self.commit_one(only, None).map_err(|f| f.in_transaction(0, 0))?]
+                        self.commit_one(only, None).map(|o| vec![o]).map_err(|f| f.in_transaction(0, 0))
                     }
                     Some(last) => {
                         checked.push(last);
-                        self.commit_together(checked)?
+                        self.commit_together(checked)
                     }
-                    None => Vec::new(),
+                    None => Ok(Vec::new()),
                 };
-                (before, outcomes)
+                outcomes.map(|outcomes| (before, outcomes))
+            }
+        };
+        let (befores, outcomes): (Vec<[Option<Meta>; 2]>, Vec<Outcome>) = match placed {
+            Ok(placed) => placed,
+            Err(failure) => {
+                // A change can reach the disk and still fail (its directory's sync): the call
+                // answers an error, and the record keeps the change all the same.
+                self.record_failed(pending, op.name());
+                return Err(failure);
             }
         };
         let changes: Vec<Committed<'_>> = befores
@@ -212,7 +221,7 @@ impl Backend {
                     };
                     let operation =
                         if old.is_some() { WriteOperation::Update } else { WriteOperation::Create };
-                    staging[a] = Some(Staging::Put { content: content.into_bytes(), old });
+                    staging[a] = Some(Staging::Put { content, old });
                     planned.push(match replacements {
                         Some(replacements) => Planned::Edit { target: a, replacements, change },
                         None => Planned::Write { target: a, operation, change },

@@ -94,6 +94,8 @@ pub struct Backend {
     rewinding: std::sync::atomic::AtomicBool,
     /// The sequence number of the last change this worker recorded.
     last_recorded: std::sync::atomic::AtomicU64,
+    /// In an approved call's process: where its change goes to its worker (`record`).
+    carrier: std::sync::Mutex<Option<std::fs::File>>,
 }
 
 /// Clears the bindings of the approved call being run when it ends, however it ends.
@@ -228,6 +230,7 @@ impl Backend {
             author: Default::default(),
             rewinding: Default::default(),
             last_recorded: Default::default(),
+            carrier: Default::default(),
         })
     }
 

@@ -83,6 +83,13 @@ pub(crate) enum Mutation<'a> {
         recursive: bool,
         guard: Option<&'a EditGuard>,
     },
+    /// A rewind's restore of a file's content as the change record kept it (`backend::rewind`):
+    /// any bytes, text or not, placed as they are (no style, no text check).
+    Restore {
+        path: &'a str,
+        content: &'a [u8],
+        guard: Option<&'a WriteGuard>,
+    },
 }
 
 impl<'a> Mutation<'a> {
@@ -129,8 +136,33 @@ impl<'a> Mutation<'a> {
             Mutation::Edit { .. } | Mutation::Patch { .. } => Op::EditText,
             Mutation::Delete { .. } => Op::DeleteFile,
             Mutation::Move { .. } => Op::MoveFile,
-            Mutation::Bytes { .. } => Op::WriteBytes,
+            Mutation::Bytes { .. } | Mutation::Restore { .. } => Op::WriteBytes,
             Mutation::Remove { .. } => Op::Remove,
+        }
+    }
+
+    /// The path it names first (a move's source): where a failure before any plan points.
+    pub(super) fn path(&self) -> &'a str {
+        match self {
+            Mutation::Write { path, .. }
+            | Mutation::Edit { path, .. }
+            | Mutation::Delete { path, .. }
+            | Mutation::Patch { path, .. }
+            | Mutation::Bytes { path, .. }
+            | Mutation::Remove { path, .. }
+            | Mutation::Restore { path, .. } => path,
+            Mutation::Move { source, .. } => source,
+        }
+    }
+
+    /// The content bytes it carries, which a transaction stages (`Backend::within_staged`).
+    pub(super) fn sent(&self) -> u64 {
+        match self {
+            Mutation::Write { content, .. } | Mutation::Move { content: Some(content), .. } => {
+                content.len() as u64
+            }
+            Mutation::Restore { content, .. } => content.len() as u64,
+            _ => 0,
         }
     }
 
@@ -219,8 +251,9 @@ impl Placement {
 /// What the check decided for a change: everything its commit does.
 #[derive(Debug)]
 pub(crate) enum Decided {
-    /// A whole new content at the target (writeText, editText).
-    Put { content: String, placement: Placement, change: Change, replacements: Option<usize> },
+    /// A whole new content at the target (writeText, editText; a rewind's restore, whose
+    /// content need not be text).
+    Put { content: Vec<u8>, placement: Placement, change: Change, replacements: Option<usize> },
     /// The staged body goes to the target (writeBytes).
     PutStaged { placement: Placement },
     /// The file checked is unlinked (deleteFile); `checked`: only that inode (guarded or approved).
@@ -419,6 +452,8 @@ impl Backend {
                 }
                 (self.plan_write(mode, path, guard, dry)?, None)
             }
+            // Bounded by the transaction that carries it (`Backend::within_staged`).
+            Mutation::Restore { path, guard, .. } => (self.plan_write(mode, path, guard, dry)?, None),
             Mutation::Bytes { path, guard, .. } => {
                 let planned = self.plan_write(mode, path, guard, dry)?;
                 planned
@@ -589,7 +624,7 @@ impl Backend {
                 match existing {
                     // An approved creation never replaces what appears at the name meanwhile.
                     None => Decided::Put {
-                        content: content.to_owned(),
+                        content: content.as_bytes().to_vec(),
                         placement: if guard.is_some() || self.creation_only(path) {
                             Placement::Create
                         } else {
@@ -603,7 +638,7 @@ impl Backend {
                             self.restyled(&old_file, &old_meta, content, match_style).map_err(fail)?;
                         let change = self.change(old_text.as_deref(), old_text.is_some(), Some(&new_content));
                         Decided::Put {
-                            content: new_content.into_owned(),
+                            content: new_content.into_owned().into_bytes(),
                             placement: Placement::Replace(old_meta),
                             change,
                             replacements: None,
@@ -616,7 +651,7 @@ impl Backend {
                 let edited = self.edited(&file, &meta, old, new, replace_all, plan.dry).map_err(fail)?;
                 Decided::Put {
                     change: self.change(Some(&edited.body), true, Some(&edited.replaced)),
-                    content: edited.after,
+                    content: edited.after.into_bytes(),
                     placement: Placement::Replace(meta),
                     replacements: Some(edited.count),
                 }
@@ -626,9 +661,27 @@ impl Backend {
                 let patched = self.patched(&file, &meta, hunks).map_err(fail)?;
                 Decided::Put {
                     change: self.change(Some(&patched.body), true, Some(&patched.replaced)),
-                    content: patched.after,
+                    content: patched.after.into_bytes(),
                     placement: Placement::Replace(meta),
                     replacements: Some(patched.count),
+                }
+            }
+            Mutation::Restore { path, content, guard } => {
+                let existing = planned.current().map_err(fail)?;
+                check_write_guard(guard, existing.as_ref(), key).map_err(fail)?;
+                resolved.parent.as_ref().ok_or_else(|| fail(FsError::NotRegularFile))?;
+                let placement = match &existing {
+                    None if guard.is_some() || self.creation_only(path) => Placement::Create,
+                    None => Placement::CreateOrReplace,
+                    Some((_, meta)) => Placement::Replace(*meta),
+                };
+                // The content the record kept is bytes; the rewind's reply lists paths, not
+                // text changes.
+                Decided::Put {
+                    content: content.to_vec(),
+                    placement,
+                    change: Change { before: None, after: None, omitted: true },
+                    replacements: None,
                 }
             }
             Mutation::Bytes { path, guard, .. } => {
@@ -862,12 +915,12 @@ impl Backend {
                 let (file, meta) = place_file(
                     parent()?.as_fd(),
                     resolved.name(),
-                    content.as_bytes(),
+                    &content,
                     placement.place(),
                     self.journal_scope(resolved),
                 )
                 .map_err(|e| fail(approved_object(e, resolved)))?;
-                let version = version::of_content(&file, &meta, content.as_bytes());
+                let version = version::of_content(&file, &meta, &content);
                 if let Some(replacements) = replacements {
                     return Ok(Outcome::EditText { target, version, replacements, change });
                 }

@@ -10,6 +10,12 @@
 //! (`Backend::record_after`), so a prune by another worker never removes a before-image a change
 //! not yet written names. The bounds (`max_bytes`, `max_age_secs`) drop the oldest whole changes,
 //! rewriting the log with a `dropped` line first that the listing reports.
+//!
+//! An approved call at danger-full-access runs in a process of its own whose Landlock domain
+//! holds the approved objects only, not the record. Its worker hands it a carrier, an unlinked
+//! file in the record's directory opened before the fork; the call's process takes its
+//! before-images (in memory) and writes the whole change into the carrier once committed, and
+//! the worker records it from there when the process ended ([`Backend::record_carried`]).
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -257,6 +263,10 @@ pub(super) struct Entry {
     pub(super) author: Author,
     pub(super) op: String,
     pub(super) files: Vec<FileChange>,
+    /// The call failed after its change reached the disk (its sync failed, say): the change is
+    /// there, though the caller was answered an error.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(super) failed: bool,
 }
 
 impl Entry {
@@ -304,15 +314,31 @@ pub(super) enum ImageKind {
 /// A change's before-images, taken before its commit, with the record's lock held until its
 /// line is written ([`Backend::record_after`]).
 pub(crate) struct Pending {
-    counter: Counter,
+    /// The record's lock; none in an approved call's process, which carries its change to its
+    /// worker instead (the before-images' bytes in `carried`).
+    counter: Option<Counter>,
     files: Vec<(Target, Option<Image>, ResolvedAt)>,
     stored: u64,
+    carried: Vec<(String, Vec<u8>)>,
+}
+
+/// What an approved call's process hands its worker: its change, with the before-images' bytes
+/// (hex) by digest, for the worker to keep and record.
+#[derive(Debug, Serialize, Deserialize)]
+struct Carried {
+    entry: Entry,
+    blobs: Vec<(String, String)>,
 }
 
 /// Where a target is, to look at what the commit left there.
 struct ResolvedAt {
     parent: Option<OwnedFd>,
     name: OsString,
+}
+
+/// `entry` with the next sequence number.
+fn counter_take(counter: &mut Counter, entry: Entry) -> Entry {
+    Entry { seq: counter.take(), ..entry }
 }
 
 fn now_ms() -> u64 {
@@ -347,9 +373,74 @@ impl Backend {
     }
 
     /// Stops recording in this process (an approved call's own process, whose Landlock domain
-    /// holds only the approved objects, not the record).
-    pub fn forget_record(&self) {
-        self.set_author(None);
+    /// holds only the approved objects, not the record), or, with a `carrier`
+    /// ([`Backend::record_carrier`]), carries the change to its worker in it.
+    pub fn forget_record(&self, carrier: Option<File>) {
+        match carrier {
+            Some(carrier) => {
+                *self.carrier.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(carrier)
+            }
+            None => self.set_author(None),
+        }
+    }
+
+    /// An unlinked file in the record's directory, made by a worker before it forks an approved
+    /// call's process, which writes the change into it: the process's end (writing), then the
+    /// worker's (reading). `None`: nothing to record (no record, or a call made by no client).
+    pub fn record_carrier(&self) -> Option<(File, File)> {
+        let (Some(store), Some(_)) = (self.record.as_ref(), self.author()) else { return None };
+        let made = sys::temp_name().and_then(|temp| {
+            let file = sys::create_exclusive(store.dir.as_fd(), &temp)?;
+            let read = sys::open_read(store.dir.as_fd(), &temp);
+            sys::remove(store.dir.as_fd(), &temp)?;
+            Ok((file, read?))
+        });
+        match made {
+            Ok(file) => Some(file),
+            Err(errno) => {
+                tracing::warn!(%errno, "no carrier for an approved call's change: it goes unrecorded");
+                None
+            }
+        }
+    }
+
+    /// Records the change an approved call's process wrote into its carrier, however the
+    /// process ended: a change is written there only once committed, and one cut short does
+    /// not parse (nothing recorded).
+    pub fn record_carried(&self, carrier: &File) {
+        let Some(store) = self.record.as_ref() else { return };
+        let size = sys::meta(carrier.as_fd()).map_or(0, |m| m.size);
+        if size == 0 {
+            return;
+        }
+        let carried = sys::read_at_most(carrier, 0, usize::try_from(size).unwrap_or(usize::MAX))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<Carried>(&bytes).ok());
+        let Some(Carried { entry, blobs }) = carried else {
+            tracing::warn!(
+                "an approved call's change could not be read from its carrier: it goes unrecorded"
+            );
+            return;
+        };
+        let kept = store.lock().and_then(|mut counter| {
+            let mut stored = 0;
+            for (digest, hex_bytes) in blobs {
+                let bytes =
+                    hex::decode(hex_bytes).map_err(|e| FsError::WriteTemp(std::io::Error::other(e)))?;
+                let (kept, new) = store.keep(&bytes)?;
+                if kept != digest {
+                    return Err(FsError::WriteTemp(std::io::Error::other(
+                        "a carried image is not its digest",
+                    )));
+                }
+                stored += new;
+            }
+            Ok((counter_take(&mut counter, entry), counter, stored))
+        });
+        match kept {
+            Ok((entry, mut counter, stored)) => self.write_entry(store, &mut counter, entry, stored),
+            Err(error) => tracing::warn!(%error, "an approved call's change could not be recorded"),
+        }
     }
 
     fn author(&self) -> Option<Author> {
@@ -360,7 +451,9 @@ impl Backend {
     /// recorded: no record, or a call made by no client).
     pub(crate) fn record_begin(&self) -> Result<Option<Pending>, FsError> {
         let (Some(store), Some(_)) = (self.record.as_ref(), self.author()) else { return Ok(None) };
-        Ok(Some(Pending { counter: store.lock()?, files: Vec::new(), stored: 0 }))
+        let carried = self.carrier.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_some();
+        let counter = if carried { None } else { Some(store.lock()?) };
+        Ok(Some(Pending { counter, files: Vec::new(), stored: 0, carried: Vec::new() }))
     }
 
     /// Keeps the before-images of a checked change's targets, before its commit places
@@ -372,16 +465,21 @@ impl Backend {
     ) -> Result<(), Failure> {
         let (Some(pending), Some(store)) = (pending.as_mut(), self.record.as_ref()) else { return Ok(()) };
         for planned in std::iter::once(&checked.plan.target).chain(&checked.plan.destination) {
-            let image = self
-                .image(store, planned, &mut pending.stored)
-                .map_err(|e| self.fail(e, &planned.resolved))?;
+            let image = self.image(store, planned, pending).map_err(|e| self.fail(e, &planned.resolved))?;
             pending.files.push((planned.target.clone(), image, at(&planned.resolved)));
         }
         Ok(())
     }
 
-    /// What a planned target holds now, its content kept when it is a file within bounds.
-    fn image(&self, store: &Store, planned: &Planned, stored: &mut u64) -> Result<Option<Image>, FsError> {
+    /// What a planned target holds now, its content kept when it is a file within bounds (in an
+    /// approved call's process, carried: kept by its worker, and left out when the process may
+    /// not read it, as a change that only writes it holds no right to).
+    fn image(
+        &self,
+        store: &Store,
+        planned: &Planned,
+        pending: &mut Pending,
+    ) -> Result<Option<Image>, FsError> {
         let resolved = &planned.resolved;
         let Some(parent) = resolved.parent.as_ref().filter(|_| !planned.beyond) else { return Ok(None) };
         let meta = match sys::meta_at(parent.as_fd(), resolved.name()) {
@@ -389,14 +487,25 @@ impl Backend {
             Err(Errno::NOENT) => return Ok(None),
             Err(e) => return Err(FsError::Metadata(e)),
         };
-        let digest = if meta.kind == Kind::File && meta.size <= store.settings.max_file_bytes {
+        let within = meta.kind == Kind::File && meta.size <= store.settings.max_file_bytes;
+        let read = || -> Result<Vec<u8>, FsError> {
             let file = sys::open_read(parent.as_fd(), resolved.name()).map_err(FsError::Open)?;
-            let bytes = super::read::read_bounded(&file, &meta, store.settings.max_file_bytes)?;
-            let (digest, new) = store.keep(&bytes)?;
-            *stored += new;
-            Some(digest)
-        } else {
-            None
+            super::read::read_bounded(&file, &meta, store.settings.max_file_bytes)
+        };
+        let digest = match (within, pending.counter.is_some()) {
+            (false, _) => None,
+            (true, true) => {
+                let (digest, new) = store.keep(&read()?)?;
+                pending.stored += new;
+                Some(digest)
+            }
+            (true, false) => read().ok().map(|bytes| {
+                let digest = hex::encode(sha2::Sha256::digest(&bytes));
+                if !pending.carried.iter().any(|(d, _)| *d == digest) {
+                    pending.carried.push((digest.clone(), bytes));
+                }
+                digest
+            }),
         };
         Ok(Some(Image {
             kind: kind_of(meta.kind),
@@ -409,9 +518,29 @@ impl Backend {
         }))
     }
 
+    /// After a commit that failed: records the change when it reached the disk all the same
+    /// (a target no longer in the state its before-image says: placed, then its sync failed),
+    /// marked `failed`. Under the call's locks still, so nothing else changed them meanwhile;
+    /// a commit undone (a transaction's) left each target as it was, the change time aside.
+    pub(crate) fn record_failed(&self, pending: Option<Pending>, op: &str) {
+        let Some(pending) = pending else { return };
+        let placed = pending.files.iter().any(|(_, before, at)| {
+            let now = at.parent.as_ref().and_then(|p| version_at(p.as_fd(), &at.name));
+            !same_state(now.as_deref(), before.as_ref().map(|i| i.version.as_str()))
+        });
+        if placed {
+            self.record_change(Some(pending), op, true);
+        }
+    }
+
     /// Writes a committed change's line: each target's version now. A record that cannot be
     /// written is logged: the change is made and answered all the same.
     pub(crate) fn record_after(&self, pending: Option<Pending>, op: &str) {
+        self.record_change(pending, op, false);
+    }
+
+    /// [`Backend::record_after`], `failed`: the call answered an error (see `record_failed`).
+    fn record_change(&self, pending: Option<Pending>, op: &str, failed: bool) {
         let (Some(mut pending), Some(store), Some(author)) = (pending, self.record.as_ref(), self.author())
         else {
             return;
@@ -425,13 +554,36 @@ impl Backend {
             })
             .collect();
         let at_ms = now_ms();
-        let counter = &mut pending.counter;
         // A rewind commits through the transaction or the single change's commit: it is
         // recorded as what it is.
         let op = if self.rewinding.load(std::sync::atomic::Ordering::Relaxed) { "rewind" } else { op };
-        let entry = Entry { seq: counter.take(), at_ms, author, op: op.to_owned(), files };
+        let entry = Entry { seq: 0, at_ms, author, op: op.to_owned(), files, failed };
+        let Some(counter) = pending.counter.as_mut() else {
+            // An approved call's process: the change goes to its worker, in the carrier.
+            let carried = Carried {
+                entry,
+                blobs: pending.carried.drain(..).map(|(d, bytes)| (d, hex::encode(bytes))).collect(),
+            };
+            let carrier = self.carrier.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let written = serde_json::to_vec(&carried)
+                .map_err(std::io::Error::other)
+                .and_then(|bytes| carrier.as_ref().map_or(Ok(()), |c| sys::write_all_at(c, 0, &bytes)));
+            if let Err(error) = written {
+                tracing::warn!(%error, "a committed change could not be carried to its worker");
+            }
+            return;
+        };
+        let entry = counter_take(counter, entry);
         self.last_recorded.store(entry.seq, std::sync::atomic::Ordering::Relaxed);
-        counter.bytes += pending.stored;
+        self.write_entry(store, counter, entry, pending.stored);
+    }
+
+    /// Appends a change's line under the lock `counter` holds, with the bytes its before-images
+    /// newly took, pruning past the bounds. A record that cannot be written is logged: the
+    /// change is made and answered all the same.
+    fn write_entry(&self, store: &Store, counter: &mut Counter, entry: Entry, stored: u64) {
+        let at_ms = entry.at_ms;
+        counter.bytes += stored;
         if counter.oldest == 0 {
             counter.oldest = at_ms;
         }

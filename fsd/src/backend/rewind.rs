@@ -10,12 +10,30 @@ use std::collections::BTreeMap;
 use std::os::fd::AsFd;
 
 use super::Backend;
+use super::pipeline::Mutation;
 use super::record::{Image, ImageKind, Line, same_state};
 use crate::error::{Denial, Failure, FsError};
 use crate::op::{
-    Author, ChangesQuery, EditGuard, FileDiff, Mode, Outcome, Rewound, Target, TxnOp, Visible, WriteGuard,
+    Author, ChangesQuery, EditGuard, FileDiff, Mode, Outcome, Rewound, Target, Visible, WriteGuard,
 };
 use crate::sys::{self, Errno};
+
+/// One file's restore, owned until the transaction borrows it as a [`Mutation`].
+enum Step {
+    /// Its content at the point, bytes as the record kept them (text or not).
+    Restore { path: String, content: Vec<u8>, guard: WriteGuard },
+    /// It did not exist at the point.
+    Delete { path: String, guard: EditGuard },
+}
+
+impl Step {
+    fn mutation(&self) -> Mutation<'_> {
+        match self {
+            Step::Restore { path, content, guard } => Mutation::Restore { path, content, guard: Some(guard) },
+            Step::Delete { path, guard } => Mutation::Delete { path, guard: Some(guard) },
+        }
+    }
+}
 
 /// One target the selected changes touched.
 struct Touched {
@@ -69,7 +87,7 @@ impl Backend {
             }
         }
         let mut rewound = Rewound::default();
-        let mut ops: Vec<TxnOp> = Vec::new();
+        let mut ops: Vec<Step> = Vec::new();
         let mut modes: Vec<(String, Image)> = Vec::new();
         for key in &order {
             let Some(t) = touched.get(key) else { continue };
@@ -93,9 +111,9 @@ impl Backend {
             };
             let outside = !t.last_selected || !same_state(now.as_deref(), t.left.as_deref());
             if outside && !keep_checkpoint {
-                let old = content.clone().unwrap_or_default();
-                let shown = match now_content.map(String::from_utf8) {
-                    Some(Ok(new)) => Visible::Diff(super::record::unified(&old, &new, &t.display)),
+                let old = content.as_deref().map_or(Ok(""), std::str::from_utf8);
+                let shown = match (old, now_content.map(String::from_utf8)) {
+                    (Ok(old), Some(Ok(new))) => Visible::Diff(super::record::unified(old, &new, &t.display)),
                     _ => Visible::NotText,
                 };
                 rewound.conflicts.push(FileDiff {
@@ -111,20 +129,19 @@ impl Backend {
             let key_guard = Some(key.clone());
             let op = match (content, &now) {
                 (None, None) => continue,
-                (None, Some(version)) => TxnOp::Delete {
+                (None, Some(version)) => Step::Delete {
                     path: t.display.clone(),
-                    guard: Some(EditGuard { version: version.clone(), target_key: key_guard }),
+                    guard: EditGuard { version: version.clone(), target_key: key_guard },
                 },
-                (Some(content), now) => TxnOp::Write {
+                (Some(content), now) => Step::Restore {
                     path: t.display.clone(),
                     content,
-                    guard: Some(match now {
+                    guard: match now {
                         Some(version) => {
                             WriteGuard::ReplaceIfVersion { version: version.clone(), target_key: key_guard }
                         }
                         None => WriteGuard::CreateIfAbsent,
-                    }),
-                    match_style: false,
+                    },
                 },
             };
             if outside {
@@ -141,7 +158,7 @@ impl Backend {
         }
         self.set_author(Some(author));
         self.rewinding.store(true, std::sync::atomic::Ordering::Relaxed);
-        let committed = self.transact(mode, ops);
+        let committed = self.transact_mutations(mode, ops.iter().map(Step::mutation).collect());
         self.rewinding.store(false, std::sync::atomic::Ordering::Relaxed);
         committed?;
         rewound.change = Some(self.last_recorded.load(std::sync::atomic::Ordering::Relaxed));
@@ -151,13 +168,14 @@ impl Backend {
         Ok(Outcome::Rewind(rewound))
     }
 
-    /// A before-image's content as the transaction writes it: a file's text the record kept.
-    fn restorable(&self, image: &Image) -> Option<String> {
+    /// A before-image's content as the transaction writes it: a file's bytes the record kept,
+    /// text or not (restored through the byte path, `Mutation::Restore`).
+    fn restorable(&self, image: &Image) -> Option<Vec<u8>> {
         let store = self.record.as_ref()?;
         if image.kind != ImageKind::File {
             return None;
         }
-        String::from_utf8(store.blob(image.digest.as_deref()?)?).ok()
+        store.blob(image.digest.as_deref()?)
     }
 
     /// Gives a restored file the permission bits and owner it had at the point (a file made anew

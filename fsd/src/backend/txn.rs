@@ -375,21 +375,23 @@ impl Backend {
     /// (`Backend::commit_all`). On failure nothing it changed stays changed, and the failure
     /// names the operation and how many were undone.
     pub(super) fn transact(&self, mode: Mode, ops: Vec<TxnOp>) -> Result<Outcome, Failure> {
-        let first = ops.first().map(TxnOp::path).unwrap_or_default().to_owned();
+        self.transact_mutations(mode, ops.iter().map(mutation).collect())
+    }
+
+    /// [`Backend::transact`] of the pipeline's changes themselves: a rewind's restores carry
+    /// bytes no [`TxnOp`] does.
+    pub(super) fn transact_mutations(
+        &self,
+        mode: Mode,
+        mutations: Vec<Mutation<'_>>,
+    ) -> Result<Outcome, Failure> {
+        let first = mutations.first().map(Mutation::path).unwrap_or_default().to_owned();
         let limit = self.limits.max_transaction_operations;
-        if ops.len() > limit {
-            let error = FsError::TooLarge { size: ops.len() as u64, limit: limit as u64 };
+        if mutations.len() > limit {
+            let error = FsError::TooLarge { size: mutations.len() as u64, limit: limit as u64 };
             return Err(Failure::new(error, first));
         }
-        let sent: u64 = ops
-            .iter()
-            .map(|op| match op {
-                TxnOp::Write { content, .. } | TxnOp::Move { content: Some(content), .. } => {
-                    content.len() as u64
-                }
-                _ => 0,
-            })
-            .sum();
+        let sent: u64 = mutations.iter().map(Mutation::sent).sum();
         self.within_staged(sent, &first)?;
         if self.intents.is_none() {
             return Err(Failure::new(FsError::Denied(Denial::NoStateDir), first));
@@ -398,8 +400,7 @@ impl Backend {
 
         // Plan: each operation as the pipeline plans the single call (walk, binding,
         // read_denied, the fence of a change); each target named once.
-        let mutations: Vec<Mutation<'_>> = ops.iter().map(mutation).collect();
-        let mut plans: Vec<Plan<'_>> = Vec::with_capacity(ops.len());
+        let mut plans: Vec<Plan<'_>> = Vec::with_capacity(mutations.len());
         for (i, m) in mutations.iter().enumerate() {
             let plan = self.plan(mode, *m, false).map_err(at(i))?;
             for key in plan.keys() {

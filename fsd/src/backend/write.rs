@@ -160,7 +160,12 @@ impl Staged<'_> {
         let dir = temp.dir;
         // Removes the replaced file an exchange left at the temporary name.
         drop(temp);
-        sys::sync_dir(dir).map_err(FsError::Sync)?;
+        let synced = sys::sync_dir(dir);
+        // Test hook: the file is in place, its directory's sync fails (a disk that fails
+        // late): the call answers an error for a change that reached the disk.
+        #[cfg(feature = "fault-injection")]
+        let synced = if name == "fsd-fault-sync-error" { Err(Errno::IO) } else { synced };
+        synced.map_err(FsError::Sync)?;
         let meta = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
         Ok((file, meta))
     }

@@ -153,7 +153,7 @@ pub struct Rewound {
     /// Files restored over such a change (`keep_checkpoint`): their version is the rewind's
     /// change's before-image.
     pub replaced: Vec<Target>,
-    /// Files the record cannot restore (not text, larger than it keeps, not a file).
+    /// Files the record cannot restore (not a file, larger than it keeps, not readable by the caller).
     pub unrestorable: Vec<Target>,
 }
 
