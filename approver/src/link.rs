@@ -96,6 +96,8 @@ pub struct Summary {
     pub mode: String,
     pub client: String,
     pub session: String,
+    /// The client's id of the call that asked (a page link names the request by it).
+    pub call: String,
     pub justification: String,
     /// `(op, path)` of each operation, in order.
     pub ops: Vec<(String, String)>,
@@ -107,6 +109,8 @@ impl Summary {
         for line in description.lines() {
             if let Some(v) = line.strip_prefix("mode: ") {
                 s.mode = v.to_owned();
+            } else if let Some(v) = line.strip_prefix("call: ") {
+                s.call = v.to_owned();
             } else if let Some(v) = line.strip_prefix("client: ") {
                 s.client = v.to_owned();
             } else if let Some(v) = line.strip_prefix("session: ") {

@@ -436,8 +436,13 @@ async fn route(
         },
         (Method::GET, p) if p.starts_with("/r/") => match person {
             Some(person) => {
-                let key = &p[3..];
-                queue(front, &person, |e| e.key == key)
+                // By its key (the webhook's link) or by the id of the call that asked (an MCP
+                // client's link, sent before the daemon has described the request).
+                let name = percent_encoding::percent_decode_str(&p[3..]).decode_utf8_lossy().into_owned();
+                let call = fsd_proto::names::for_people(&name);
+                queue(front, &person, |e| {
+                    e.key == name || (!name.is_empty() && Summary::of(&e.description).call == call)
+                })
             }
             None => login(StatusCode::OK, &path, None),
         },

@@ -316,8 +316,9 @@ impl TicketError {
 fn render(id: &str, nonce_hex: &str, expires: u64, request: &Describe<'_>) -> String {
     let (justification, more) = diff::cut(request.justification, diff::MAX_JUSTIFICATION_CHARS);
     let mut text = format!(
-        "fsd escalation v1\nid: {id}\nnonce: {nonce_hex}\nsession: {}\nclient: {}\nmode: {}\njustification: {justification}\n",
+        "fsd escalation v1\nid: {id}\nnonce: {nonce_hex}\nsession: {}\ncall: {}\nclient: {}\nmode: {}\njustification: {justification}\n",
         escape(request.session),
+        escape(request.call),
         escape(request.client),
         request.mode.as_str(),
     );
@@ -696,6 +697,9 @@ pub struct Ticket<'a> {
 #[derive(Debug)]
 pub struct Describe<'a> {
     pub session: &'a str,
+    /// The client's id of the call that asked: a page link can name this one request by it
+    /// before the daemon has described it (the client cannot know the id or the digest then).
+    pub call: &'a str,
     pub client: &'a str,
     pub mode: Mode,
     pub justification: &'a str,

@@ -1,5 +1,5 @@
 """URL-mode elicitation (MCP 2025-11-25, and 2026-07-28's multi-round-trip pattern) with a signed approver: `fsd-tools mcp` sends the person
-to the approver's page for the session's waiting request instead of asking through a form; the
+to the approver's page for the call's request (`/r/CALL`, the id of the call that asked) instead of asking through a form; the
 person logs in there and decides; the host's own answer decides nothing. Driven by the official
 MCP Python SDK as the host (it declares URL-mode elicitation).
 
@@ -9,7 +9,7 @@ Run by tests/tests/approvals.rs:
                        --page URL --token TOKEN
 
 CFG sets `approverUrl` to URL. DIR holds `app.conf` ("port = 1\n"), outside the daemon's roots.
-Checks: the elicitation is URL mode, for this session's request, on the approver's page; the URL
+Checks: the elicitation is URL mode, for this call's request (/r/CALL), on the approver's page; the URL
 alone shows a login page and decides nothing; the person approves on the page and the read
 succeeds; a host that declines the link still gets the page's decision (a denial, with its
 reason); each link is followed by `notifications/elicitation/complete` for its id. Then the same
@@ -81,7 +81,7 @@ class Person:
             if keys or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
-        check(status == 200 and len(keys) == 1, "the link shows the session's one waiting request", status, page)
+        check(status == 200 and len(keys) == 1, "the link shows its one request", status, page)
         status, _ = fetch(self.page + "/decide", None, {"key": keys[0], "decision": "approve"})
         check(status == 401, "a decision without logging in is refused", status)
         status, outcome = fetch(self.page + "/decide", self.token, {"key": keys[0], "decision": decision, "reason": reason})
@@ -116,7 +116,7 @@ async def run(args: argparse.Namespace) -> None:
             check(not result.is_error and "port = 1" in text_of(result), "approved on the page", text_of(result))
             shown = person.shown[0]
             check(shown.mode == "url", "URL mode, not a form", shown)
-            check(shown.url.startswith(args.page + "/?session=s-"), "the approver's page for this session", shown.url)
+            check(re.fullmatch(re.escape(args.page) + r"/r/s-[0-9]+-[0-9a-z]+-[0-9]+", shown.url), "the approver's page for this call's request", shown.url)
             check(conf in shown.message and "danger-full-access" in shown.message, "names path and mode", shown.message)
             check(person.seen[0] == {"anonymous": 200, "login": True, "lists": False}, "the URL alone decides nothing", person.seen)
             # A host that declines the link: the page still decides (here a denial and its reason).
@@ -147,7 +147,7 @@ async def multi_round_trip(args: argparse.Namespace, server: StdioServerParamete
             check(list(first.input_requests or {}) == ["fsd/approver-page"], "one input: the page's link", first)
             link = first.input_requests["fsd/approver-page"]
             check(link.method == "elicitation/create" and link.params.mode == "url", "a URL-mode elicitation", link)
-            check(link.params.url.startswith(args.page + "/?session=s-"), "the approver's page for this session", link.params.url)
+            check(re.fullmatch(re.escape(args.page) + r"/r/s-[0-9]+-[0-9a-z]+-[0-9]+", link.params.url), "the approver's page for this call's request", link.params.url)
             check(conf in link.params.message and "danger-full-access" in link.params.message, "names path and mode", link.params.message)
             check(bool(first.request_state), "a requestState to echo", first)
             # A requestState for another call (other arguments) is not this call's.

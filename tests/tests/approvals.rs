@@ -303,10 +303,17 @@ fn two_daemons_wait_in_one_queue_and_people_decide_on_the_page_in_chromium() {
     };
     let refused_path = outside.path().join("refused.txt");
     std::fs::write(&refused_path, "keep\n").unwrap();
+    // beta's request arrives once the page is open in Chromium showing alpha's alone.
+    let arrive = outside.path().join("page-open");
     let refused = {
         let mut t = beta.session();
         let path = p(&refused_path);
+        let arrive = arrive.clone();
         std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(120);
+            while !arrive.exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
             t.call("read", json!({"file_path": path, "sandbox_permissions": "danger-full-access", "justification": "to see <b>it</b>"}))
         })
     };
@@ -316,11 +323,19 @@ fn two_daemons_wait_in_one_queue_and_people_decide_on_the_page_in_chromium() {
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("web").join("approve.py"))
         .args([&format!("https://127.0.0.1:{port}"), ALICE, BOB])
         .arg(&shot)
+        .arg(&arrive)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .output()
         .unwrap();
     assert!(out.status.success(), "tests/web/approve.py failed: {}", String::from_utf8_lossy(&out.stderr));
     let said: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The page was opened once with alpha's request; beta's appeared on it within 15 s, the page
+    // having reloaded itself (the script only looked).
+    assert_eq!(
+        (&said["opened"], &said["before"], &said["arrived"]),
+        (&json!("navigate"), &json!(1), &json!("reload")),
+        "{said}"
+    );
     assert_eq!(said["status"], "2 requests wait, oldest first. All waiting requests", "{said}");
     assert!(said["logged_in"].as_str().unwrap().contains("Logged in as alice"), "{said}");
     assert_eq!(said["alpha_added"], json!([format!("    +{secret}")]), "the diff, as a diff: {said}");
@@ -564,6 +579,100 @@ fn an_mcp_host_with_url_elicitation_sends_the_person_to_the_page() {
     let (approved, refused) =
         (("approved".to_owned(), "person bob".to_owned()), ("refused".to_owned(), "person bob".to_owned()));
     assert_eq!(decided, [approved.clone(), refused.clone(), approved, refused]);
+}
+
+/// A webhook that always answers 500 (a Python server counting POSTs): the approver tries it the
+/// documented 3 times, 1 s then 2 s apart, then stops and says so in one line; the page's
+/// decision meanwhile is not held.
+#[test]
+fn a_failing_webhook_is_tried_three_times_and_holds_no_decision() {
+    const FAILING: &str = r#"
+import http.server, sys
+class Hook(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        print("POST", flush=True)
+        self.send_response(500)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", 0), Hook)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+    let mut hook = Command::new("python3").args(["-c", FAILING]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(hook.stdout.take().unwrap()).lines();
+    let hook_port: u16 = lines.next().unwrap().unwrap().trim().parse().unwrap();
+    let _hook = Stop(hook);
+    let posts = Arc::new(Mutex::new(Vec::new()));
+    {
+        let posts = posts.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                if line == "POST" {
+                    posts.lock().unwrap().push(Instant::now());
+                }
+            }
+        });
+    }
+    let port = rest::free_port();
+    let files = Files::new(
+        &format!("listen = \"tcp:127.0.0.1:{port}\"\n"),
+        Some(&format!("http://127.0.0.1:{hook_port}/hook")),
+    );
+    let stderr = std::fs::File::create(files.path("stderr.txt")).unwrap();
+    let mut serve = Command::new(approver_bin());
+    serve.args(files.serve_args()).stdin(Stdio::null()).stderr(stderr);
+    let mut child = serve.spawn().unwrap();
+    files.wait_listening(&mut child);
+    let approver = Stop(child);
+    let alpha = files.daemon("alpha", "");
+    let outside = tempfile::tempdir().unwrap();
+    let path = outside.path().join("app.conf");
+    let asked = {
+        let mut rpc = Rpc::connect(&alpha);
+        let path = path.clone();
+        std::thread::spawn(move || {
+            let read = v1::EscalatedOp { op: "readText".into(), path: p(&path), ..Default::default() };
+            let reply = ask(&mut rpc, "s1", read);
+            (reply, Instant::now())
+        })
+    };
+    let keys = wait_for_requests(port, 1);
+    let (status, page) =
+        http(port, "POST", "/decide", ALICE, &format!("key={}&decision=approve&reason=", keys[0]));
+    assert_eq!(status, 200, "{page}");
+    let (reply, answered) = asked.join().unwrap();
+    assert!(reply.approved && reply.decided_by == v1::Decider::Person as i32, "{reply:?}");
+    // Every try, then long enough for a fourth (4 s after the third) that must not come.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while posts.lock().unwrap().len() < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(6));
+    let posts = posts.lock().unwrap().clone();
+    assert_eq!(posts.len(), 3, "tries: {posts:?}");
+    // The decision came before the webhook's tries were over.
+    assert!(answered < posts[2], "the decision waited for the webhook");
+    let gaps: Vec<Duration> = posts.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps[0] >= Duration::from_millis(900) && gaps[1] >= Duration::from_millis(1900),
+        "backoff 1 s, 2 s: {gaps:?}"
+    );
+    drop(approver);
+    let said = std::fs::read_to_string(files.path("stderr.txt")).unwrap();
+    let about: Vec<&str> = said.lines().filter(|l| l.contains("webhook")).collect();
+    assert_eq!(
+        about,
+        [
+            "fsd-approver: the webhook failed 3 times; the last: the webhook answered 500 Internal Server Error"
+        ],
+        "{said}"
+    );
+    let decided: Vec<String> =
+        files.decisions().iter().map(|l| l["decider"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(decided, ["person alice"]);
 }
 
 /// Daemons reach the approver over TLS on TCP: alpha is named by its client certificate (no

@@ -1,10 +1,14 @@
 """The approver's page in a real headless Chromium (Debian's chromium and chromium-driver, driven
 by the pinned selenium): a person logs in with their token, sees every daemon's waiting request
-in one queue, approves one, is refused the one their own agent asked for (it needs another
+in one queue (the second arriving while the page is open: it shows it without being reloaded by
+anyone but itself), approves one, is refused the one their own agent asked for (it needs another
 person), and another person denies it with a reason. Prints what the page said, as JSON; writes a
 screenshot of the queue as a phone shows it.
 
-Usage: approve.py URL ALICE_TOKEN BOB_TOKEN SCREENSHOT
+Usage: approve.py URL ALICE_TOKEN BOB_TOKEN SCREENSHOT ARRIVE
+
+ARRIVE: a file this script creates once the page is open with one request; the test then makes
+beta's request arrive.
 """
 
 import json
@@ -17,7 +21,7 @@ from selenium.common.exceptions import StaleElementReferenceException, WebDriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
-url, alice, bob, screenshot = sys.argv[1:5]
+url, alice, bob, screenshot, arrive = sys.argv[1:6]
 
 options = webdriver.ChromeOptions()
 options.binary_location = "/usr/bin/chromium"
@@ -76,6 +80,22 @@ def wait_for(count):
         driver.get(url + "/")
 
 
+def arrives(count, within):
+    """Waits `within` seconds, touching nothing, for the open page to show `count` requests: the
+    page's own script must notice the queue changed. Says how the shown page was loaded."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            found = len(sections())
+        except (StaleElementReferenceException, WebDriverException):
+            found = -1
+        if found == count:
+            return driver.execute_script("return performance.getEntriesByType('navigation')[0].type")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the open page shows {found} requests, not {count}, {within} s after one arrived: {driver.page_source}")
+        time.sleep(0.2)
+
+
 def section(sandbox):
     for s in sections():
         if s.find_element(By.TAG_NAME, "h2").text.startswith(sandbox + ":"):
@@ -99,8 +119,16 @@ def decide(sandbox, decision, reason):
 try:
     said = {}
     login(alice)
-    # alpha's approved read of its target, and beta's read: one queue.
-    wait_for(2)
+    # alpha's read of its target waits; the page is opened once (by this script: "navigate")...
+    wait_for(1)
+    driver.get(url + "/")
+    said["opened"] = driver.execute_script("return performance.getEntriesByType('navigation')[0].type")
+    said["before"] = len(sections())
+    # ...then beta's read arrives, and the open page shows it without this script reloading it
+    # (the page's script reloads itself: "reload").
+    open(arrive, "w").close()
+    said["arrived"] = arrives(2, 15)
+    # alpha's read and beta's read: one queue.
     said["status"] = driver.find_element(By.ID, "status").text
     said["logged_in"] = driver.find_element(By.TAG_NAME, "header").text
     said["alpha_read"] = decide("alpha", "approve", "")

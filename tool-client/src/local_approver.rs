@@ -77,15 +77,16 @@ pub trait Host: Send + Sync + std::fmt::Debug {
     fn sent_done(&self, _id: String) {}
 }
 
-/// The approver page's address for this session's waiting request: it names the request (the
-/// session has one escalation waiting at a time) and carries no authority (the person logs in
-/// on the page), so a host that follows it cannot approve anything by doing so.
-pub fn page_url(base: &str, session: &str) -> String {
+/// The approver page's address for the escalation this call asks: `/r/CALL`, the page of the one
+/// request whose description names this call id (the daemon's id and digest do not exist yet
+/// when the link leaves). It carries no authority (the person logs in on the page), so a host
+/// that follows it cannot approve anything by doing so.
+pub fn page_url(base: &str, call: &str) -> String {
     // Everything but the unreserved characters of RFC 3986 is encoded.
-    const QUERY: &percent_encoding::AsciiSet =
+    const SEGMENT: &percent_encoding::AsciiSet =
         &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
-    let session = percent_encoding::utf8_percent_encode(session, QUERY);
-    format!("{}/?session={session}", base.trim_end_matches('/'))
+    let call = percent_encoding::utf8_percent_encode(call, SEGMENT);
+    format!("{}/r/{call}", base.trim_end_matches('/'))
 }
 
 /// What the host shows beside the page's link: the tool, the mode and the paths, escaped.
@@ -197,6 +198,18 @@ fn prompt(ask: &Ask<'_>) -> std::io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_page_link_names_the_call_and_encodes_it() {
+        let cases = [
+            ("http://127.0.0.1:8443/", "s-12-34-5", "http://127.0.0.1:8443/r/s-12-34-5"),
+            ("https://approvals.example.org", "s-1-2-3", "https://approvals.example.org/r/s-1-2-3"),
+            ("https://a.example/", "s x/?#-1", "https://a.example/r/s%20x%2F%3F%23-1"),
+        ];
+        for (base, call, want) in cases {
+            assert_eq!(page_url(base, call), want, "{base} {call}");
+        }
+    }
 
     #[test]
     fn first_matching_rule_wins_and_no_match_denies() {

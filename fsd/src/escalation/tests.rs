@@ -32,6 +32,7 @@ fn describe(esc: &Escalations, client: &str, permit: Option<crate::budget::Permi
     let ops = vec![(op("etc/x"), preview)];
     let request = Describe {
         session: "s1",
+        call: "s1-1",
         client,
         mode: Mode::DangerFullAccess,
         justification: "needed\u{202e}",
@@ -47,8 +48,14 @@ fn ticket<'a>(d: &'a Described, client: &'a str) -> Ticket<'a> {
 
 /// `ops` described for uid 0 at danger-full-access, and approved by a person.
 fn approved(signing: &SigningKey, esc: &Escalations, ops: Vec<(CanonicalOp, Preview)>) -> Described {
-    let request =
-        Describe { session: "s1", client: "uid:0", mode: Mode::DangerFullAccess, justification: "why", ops };
+    let request = Describe {
+        session: "s1",
+        call: "s1-1",
+        client: "uid:0",
+        mode: Mode::DangerFullAccess,
+        justification: "why",
+        ops,
+    };
     let d = esc.describe(request, Vec::new());
     let signed = fsd_proto::signed_decision(&d.text, "person");
     assert_eq!(esc.approve(&d.id, &signing.sign(signed.as_bytes()).to_bytes(), "person"), Ok(()));
@@ -169,6 +176,7 @@ fn a_taken_read_is_spent_not_expired_and_a_too_large_one_is_given_back() {
     let read = CanonicalOp { op: Op::ReadText, content_sha256: Vec::new(), ..op("etc/x") };
     let request = Describe {
         session: "s1",
+        call: "s1-1",
         client: "uid:0",
         mode: Mode::DangerFullAccess,
         justification: "why",
@@ -253,8 +261,14 @@ fn the_description_shows_the_resolved_path_and_the_requested_one_beside_it() {
             Preview { requested_destination: Some("/etc/c/../b".into()), ..Preview::default() },
         ),
     ];
-    let request =
-        Describe { session: "s1", client: "uid:0", mode: Mode::DangerFullAccess, justification: "why", ops };
+    let request = Describe {
+        session: "s1",
+        call: "s1-1",
+        client: "uid:0",
+        mode: Mode::DangerFullAccess,
+        justification: "why",
+        ops,
+    };
     let d = esc.describe(request, Vec::new());
     let body = d.text.split_once("justification: why\n").map(|(_, rest)| rest).unwrap_or_default();
     let body = body.split_once('\n').map(|(_, rest)| rest).unwrap_or_default();
@@ -277,6 +291,7 @@ fn a_partial_preview_is_said_to_be_partial_in_the_description() {
     let justification = format!("the user asked\u{202e}{}", "!".repeat(2000));
     let request = Describe {
         session: "s1",
+        call: "s1-1",
         client: "uid:0",
         mode: Mode::DangerFullAccess,
         justification: &justification,
@@ -474,6 +489,7 @@ fn the_description_shows_the_resolved_object_and_a_hard_linked_file() {
     let made = CanonicalOp { bound: Some(Binding { missing: 2, ..binding(7) }), ..op("etc/new/deeper/y") };
     let request = Describe {
         session: "s1",
+        call: "s1-1",
         client: "uid:0",
         mode: Mode::DangerFullAccess,
         justification: "why",

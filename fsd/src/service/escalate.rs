@@ -556,6 +556,7 @@ impl FsdService {
         let extra = Extra { requested: Some(&raw_first), ..Extra::default() };
         let request = Describe {
             session: &caller.session,
+            call: &caller.call,
             client: &client,
             mode: requested,
             justification: &r.justification,

@@ -63,6 +63,12 @@ impl Daemon {
         &self.session_id
     }
 
+    /// The id the daemon is told for this tool call (`CallContext.call_id`): an approver's page
+    /// names the call's escalation by it.
+    pub fn call_id(&self) -> String {
+        format!("{}-{}", self.session_id, self.calls)
+    }
+
     /// Starts a tool call: a new call id, the session's own mode.
     pub fn begin_call(&mut self) {
         self.calls += 1;
@@ -106,7 +112,7 @@ impl Daemon {
         };
         Some(v1::CallContext {
             session_id: self.session_id.clone(),
-            call_id: format!("{}-{}", self.session_id, self.calls),
+            call_id: self.call_id(),
             mode,
             escalation: ticket,
         })

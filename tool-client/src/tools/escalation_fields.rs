@@ -311,7 +311,7 @@ async fn decide(
     let sent = match (&session.host, &session.tools.config.approver_url) {
         (Some(host), Some(base)) if session.hello.escalation == "signed" => host
             .send_to(
-                crate::local_approver::page_url(base, session.daemon.session_id()),
+                crate::local_approver::page_url(base, &session.daemon.call_id()),
                 crate::local_approver::page_message(tool, name, paths),
             )
             .map(|id| (host.clone(), id)),
