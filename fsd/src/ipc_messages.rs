@@ -141,6 +141,9 @@ pub enum Control {
     Worker { mode: Mode, pid: u32 },
     /// No worker will serve `mode` (or none until abandoned workers exit): why.
     Unavailable { mode: Mode, reason: String },
+    /// A worker of `mode` survived its kill and was given up (`fsd_workers_abandoned_total`):
+    /// sent for every one, replaced or past the cap, since the network process keeps the metrics.
+    Abandoned { mode: Mode },
     /// Too many workers of `mode` are stuck where no kill reaches them: calls fail fast.
     Stuck { mode: Mode, abandoned: usize },
     /// `mode` is served again: enough abandoned workers finally exited.

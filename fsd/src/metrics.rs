@@ -152,7 +152,7 @@ struct Metrics {
     decisions: Family<DecisionLabels, Counter>,
     budget_refusals: Family<BudgetLabels, Counter>,
     workers: Family<WorkerLabels, Counter>,
-    abandoned: Family<ModeLabels, Gauge>,
+    abandoned: Family<ModeLabels, Counter>,
     connections: Gauge,
     streams: Gauge,
     bytes: Family<BytesLabels, Counter>,
@@ -208,7 +208,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     );
     m.registry.register(
         "workers_abandoned",
-        "Workers of a mode given up as stuck in the kernel",
+        "Workers of a mode that survived their kill and were given up as stuck in the kernel",
         m.abandoned.clone(),
     );
     m.registry.register(
@@ -299,12 +299,12 @@ pub fn worker_started(mode: Mode, start: WorkerStart) {
     METRICS.workers.get_or_create(&WorkerLabels { mode: mode.as_str(), start: start.as_str() }).inc();
 }
 
-/// How many of `mode`'s workers are abandoned now.
-pub fn workers_abandoned(mode: Mode, count: usize) {
+/// One of `mode`'s workers was abandoned: replaced, or past `max_abandoned_workers`.
+pub fn worker_abandoned(mode: Mode) {
     if !enabled() {
         return;
     }
-    METRICS.abandoned.get_or_create(&ModeLabels { mode: mode.as_str() }).set(count as i64);
+    METRICS.abandoned.get_or_create(&ModeLabels { mode: mode.as_str() }).inc();
 }
 
 /// File content bytes that went one way.
@@ -428,7 +428,7 @@ mod tests {
         decision(true, "unit-test");
         budget_refusal("unit_test_budget");
         worker_started(Mode::WorkspaceWrite, WorkerStart::Replacement);
-        workers_abandoned(Mode::WorkspaceWrite, 1);
+        worker_abandoned(Mode::WorkspaceWrite);
         file_bytes(Direction::Written, Face::GrpcWeb, 42);
         let text = render();
         for line in [
@@ -438,7 +438,7 @@ mod tests {
             "fsd_decisions_total{step=\"escalation\",decision=\"unit-test\"} 1",
             "fsd_budget_refusals_total{budget=\"unit_test_budget\"} 1",
             "fsd_workers_started_total{mode=\"workspace-write\",start=\"replacement\"} 1",
-            "fsd_workers_abandoned{mode=\"workspace-write\"} 1",
+            "fsd_workers_abandoned_total{mode=\"workspace-write\"} 1",
             "fsd_file_bytes_total{direction=\"written\",face=\"grpc-web\"} 42",
         ] {
             assert!(text.lines().any(|l| l == line), "no line {line:?} in\n{text}");

@@ -271,15 +271,14 @@ async fn serve_control(
                 tracing::error!(mode = mode.as_str(), %reason, "mode unavailable");
                 dispatcher.mark_unavailable(mode, reason);
             }
+            Ok((Control::Abandoned { mode }, _)) => crate::metrics::worker_abandoned(mode),
             Ok((Control::Stuck { mode, abandoned }, _)) => {
                 tracing::error!(mode = mode.as_str(), abandoned, "mode stopped: its workers are stuck");
                 dispatcher.mark_stuck(mode, abandoned);
-                crate::metrics::workers_abandoned(mode, abandoned);
             }
             Ok((Control::Available { mode }, _)) => {
                 tracing::info!(mode = mode.as_str(), "mode available again");
                 dispatcher.mark_available(mode);
-                crate::metrics::workers_abandoned(mode, 0);
             }
             // A permit: it may come before this process asks (the supervisor stops the daemon).
             Ok((Control::StopSeen, _)) => stop_seen.notify_one(),
@@ -454,7 +453,9 @@ async fn serve(
         match listener {
             Bound::HttpUnix(std_listener, name) => rest.unix(std_listener, name, &mut servers)?,
             Bound::Http(std_listener, name, plain) => rest.tcp(std_listener, name, plain, &mut servers)?,
-            Bound::HttpPod(std_listener, name) => rest.pod(std_listener, name, &mut servers)?,
+            Bound::HttpPod(std_listener, name, configured) => {
+                rest.pod(std_listener, (name, configured), &mut servers)?
+            }
             Bound::Unix(std_listener, name) => {
                 let listener = tokio::net::UnixListener::from_std(std_listener)
                     .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
@@ -644,13 +645,14 @@ impl RestListeners<'_> {
     fn pod(
         &self,
         std_listener: std::net::TcpListener,
-        name: String,
+        (name, configured): (String, std::net::SocketAddr),
         servers: &mut Servers,
     ) -> Result<(), DaemonError> {
         let listener = tokio::net::TcpListener::from_std(std_listener)
             .map_err(|source| DaemonError::Bind { listen: name.clone(), source })?;
-        warn_pod_network(self.config, &name);
-        let pod = crate::edge::PodNetwork { tokens: self.config.pod_network_tokens };
+        // The operator opts in per listener: another pod listener's opt-in never reaches this one.
+        let pod = crate::edge::PodNetwork { tokens: self.config.pod_network_tokens.contains(&configured) };
+        warn_pod_network(self.config, &name, pod.tokens);
         let incoming = crate::edge::incoming_pod(listener, pod, self.tcp_limits, self.stop_rx.clone());
         let (face, stop) = (self.face.clone(), self.stop_rx.clone());
         // A pod is reached by its IP (the router, the SDK's in-cluster mode) or a service
@@ -770,7 +772,7 @@ fn warn_plaintext(config: &Config, name: &str, what: &str) {
 
 /// An `http+pod:` listener serves in plaintext beyond loopback, on purpose: said loudly at every
 /// start, with what its callers may do, so an operator who did not mean it sees it in the log.
-fn warn_pod_network(config: &Config, name: &str) {
+fn warn_pod_network(config: &Config, name: &str, tokens: bool) {
     let max = config
         .client_max_modes
         .get(&crate::identity::ClientKey::Pod)
@@ -781,9 +783,9 @@ fn warn_pod_network(config: &Config, name: &str) {
         tls = false,
         identity = "pod",
         max_mode = max.as_str(),
-        tokens = config.pod_network_tokens,
+        tokens,
         "PLAINTEXT listener on the pod network (REST, gRPC-Web): whoever reaches this address is the client \"pod\" (client_max_modes key \"pod\"), bearer tokens {}; only a NetworkPolicy admitting the sandbox-router keeps anyone else off it",
-        if config.pod_network_tokens { "cross the network in clear text (pod_network_tokens = true)" } else { "are refused here" }
+        if tokens { "cross the network in clear text (pod_network_tokens names this listener)" } else { "are refused here (pod_network_tokens does not name this listener)" }
     );
 }
 

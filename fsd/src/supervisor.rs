@@ -489,7 +489,14 @@ impl Supervisor {
     /// when too many were abandoned.
     fn check_overdue(&mut self, pid: u32) {
         let alive = self.alive.contains(&pid);
-        match self.hung.overdue(pid, alive) {
+        let overdue = self.hung.overdue(pid, alive);
+        if let Some(crate::hung::Overdue::Replace(mode) | crate::hung::Overdue::Stop { mode, .. }) = overdue {
+            let abandoned = ipc_messages::Control::Abandoned { mode };
+            if let Err(e) = ipc_messages::send(&self.control, &abandoned, None) {
+                tracing::error!(error = %e, "cannot tell the network process");
+            }
+        }
+        match overdue {
             None => {}
             Some(crate::hung::Overdue::Replace(mode)) => {
                 tracing::error!(

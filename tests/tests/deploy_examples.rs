@@ -84,7 +84,8 @@ fn the_agent_sandbox_example_serves_rest_on_the_ports_the_template_names() {
     let config = fsd::config::Config::load(Some(&dir.join("fsd.toml")), Default::default()).unwrap();
     let listen: Vec<String> = config.listen.iter().map(ToString::to_string).collect();
     assert_eq!(listen, ["http+plain:127.0.0.1:8080", "http+pod:0.0.0.0:8888", "http:0.0.0.0:8443"]);
-    assert!(config.pod_network_tokens, "the router's token counts on the pod listener");
+    let over_pod: Vec<String> = config.pod_network_tokens.iter().map(ToString::to_string).collect();
+    assert_eq!(over_pod, ["0.0.0.0:8888"], "the router's token counts on the pod listener, and only there");
     let pod = fsd::identity::ClientKey::Pod;
     assert_eq!(config.client_max_modes.get(&pod), Some(&fsd::op::Mode::ReadOnly));
     assert_eq!(config.rest.root, PathBuf::from("/workspace"));

@@ -639,6 +639,8 @@ enum Kind {
     Text,
     Array,
     Table,
+    /// One of several kinds (an untagged enum, read with `deserialize_any`): the table names them.
+    Either,
 }
 
 /// A deserializer that records the first kind of value asked of it, then refuses: the keys of a
@@ -694,7 +696,9 @@ impl<'de> Deserializer<'de> for Probe<'_> {
     }
 
     fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
-        Err(de::Error::custom("a kind the docs table has no word for"))
+        // An untagged enum asks for any value: the table must name its kinds with "or".
+        self.kind.get_or_insert(Kind::Either);
+        Err(de::Error::custom("a value of several kinds"))
     }
 }
 
@@ -772,6 +776,7 @@ fn names_kind(word: &str, kind: Kind) -> bool {
         Kind::Number => word == "number",
         Kind::Text => word == "string" || word == "path",
         Kind::Array => word.starts_with("array of "),
+        Kind::Either => word.contains(" or "),
         Kind::Table => word.starts_with("table"),
     }
 }

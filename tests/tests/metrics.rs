@@ -1,9 +1,13 @@
 //! `/metrics` scraped by a real Prometheus server (Debian's `prometheus`, installed by
-//! `scripts/test.sh`): a daemon with an HTTP listener and a health listener serves calls over
-//! gRPC (a session on its Unix socket), gRPC-Web and REST, one refused by a budget, and has a
-//! mode's workers killed and replaced; Prometheus scrapes both listeners, and its HTTP API
-//! answers counters (calls by operation, mode, face and code; bytes; budget refusals; worker
-//! replacements) and a histogram (call latency per operation) with what was done.
+//! `scripts/test.sh`), every family the daemon keeps produced by real calls and read back through
+//! Prometheus's HTTP API. First: a daemon with an HTTP listener and a health listener serves calls
+//! over gRPC (a session on its Unix socket), gRPC-Web and REST, one refused by a budget, and has a
+//! mode's workers killed and replaced; Prometheus scrapes both listeners and answers counters
+//! (calls by operation, mode, face and code; bytes; budget refusals; worker replacements) and a
+//! histogram (call latency per operation). Second: a daemon that escalates to a rule file and has
+//! a worker stuck past its kill: Prometheus answers its audited decisions (a denial, escalations
+//! approved and refused), the worker abandoned and the one that replaced it, and the open
+//! connections and streams while the test holds them open, and again once it lets them go.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
@@ -12,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::rest::{RestDaemon, free_port, http, python};
+use common::rest::{RestDaemon, connect, exchange, free_port, http, python, read_head, send_head};
 use common::router::{Killed, wait_port};
 use serde_json::{Value, json};
 
@@ -61,6 +65,31 @@ fn value_once(python: &Path, port: u16, promql: &str, want: f64) -> f64 {
         assert!(Instant::now() < deadline, "{promql}: {result:?}, want {want}");
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// A real Prometheus scraping `targets` (job name, port) every second; its web port.
+fn prometheus(dir: &Path, targets: &[(&str, u16)]) -> (Killed, u16) {
+    let web = free_port();
+    let config = dir.join("prometheus.yml");
+    let mut yaml = "global:\n  scrape_interval: 1s\nscrape_configs:\n".to_owned();
+    for (job, port) in targets {
+        yaml.push_str(&format!(
+            "  - job_name: {job}\n    static_configs:\n      - targets: [\"127.0.0.1:{port}\"]\n"
+        ));
+    }
+    std::fs::write(&config, yaml).unwrap();
+    let child = Command::new(prometheus_bin())
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{web}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn prometheus");
+    let mut prometheus = Killed(child);
+    wait_port(web, &mut prometheus.0, "prometheus");
+    (prometheus, web)
 }
 
 #[test]
@@ -161,26 +190,7 @@ fn prometheus_scrapes_calls_and_latencies() {
 
     // A real Prometheus scrapes both listeners every second.
     let dir = tempfile::tempdir().unwrap();
-    let web = free_port();
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: fsd-health\n    static_configs:\n      - targets: [\"127.0.0.1:{health}\"]\n  - job_name: fsd-http\n    static_configs:\n      - targets: [\"127.0.0.1:{port}\"]\n"
-        ),
-    )
-    .unwrap();
-    let child = Command::new(prometheus_bin())
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
-        .arg(format!("--web.listen-address=127.0.0.1:{web}"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn prometheus");
-    let mut prometheus = Killed(child);
-    wait_port(web, &mut prometheus.0, "prometheus");
+    let (_prometheus, web) = prometheus(dir.path(), &[("fsd-health", health), ("fsd-http", port)]);
 
     // The counter: the gRPC reads that found their file, and the one that did not; the REST
     // writes (summed over the series of both jobs' scrapes of one of them).
@@ -211,6 +221,109 @@ fn prometheus_scrapes_calls_and_latencies() {
     assert_eq!(query(&python, web, refusals).len(), 1);
     let replacements = "fsd_workers_started_total{job=\"fsd-http\",mode=\"read-only\",start=\"replacement\"}";
     value_once(&python, web, replacements, 2.0);
+    daemon.terminate();
+    daemon.wait();
+}
+
+#[test]
+fn prometheus_scrapes_decisions_abandoned_workers_and_what_is_open() {
+    let python = python();
+    let health = free_port();
+    let outside = tempfile::tempdir().unwrap();
+    let outside_path = std::fs::canonicalize(outside.path()).unwrap();
+    // Escalations go to the client's rule file; one worker per mode, a call that overruns 800 ms
+    // has its worker killed, and the test hook makes that worker survive its kill (abandoned).
+    let mut daemon = RestDaemon::start(
+        &format!(
+            "health_listen = \"tcp:127.0.0.1:{health}\"\nescalation = \"client\"\nmax_mode = \"danger-full-access\"\ncall_timeout_ms = 800\nworkers_per_mode = 1\nmax_abandoned_workers = 4\ndirect_reads = false\nstream_idle_timeout_ms = 120000\n"
+        ),
+        &[("FSD_FAULT_UNKILLABLE_WORKERS", "1")],
+    );
+    let rules = outside_path.join("rules.toml");
+    std::fs::write(
+        &rules,
+        format!(
+            "[[rule]]\nmode = \"*\"\npath = \"{0}/denied/**\"\ndecision = \"deny\"\n\n[[rule]]\nmode = \"danger-full-access\"\npath = \"{0}/**\"\ndecision = \"allow\"\n",
+            outside_path.display()
+        ),
+    )
+    .unwrap();
+    let client = outside_path.join("client.toml");
+    std::fs::write(&client, format!("escalationRules = \"{}\"\n", rules.display())).unwrap();
+    std::fs::write(daemon.path("fsd-fault-hang"), "x").unwrap();
+    std::fs::write(daemon.path("a.txt"), "alpha\n").unwrap();
+
+    let endpoint = format!("unix:{}", daemon.dir.path().join("fsd.sock").display());
+    let mut s = common::ToolSession::start(&endpoint, &daemon.root, Some(&client));
+    let write = |s: &mut common::ToolSession, path: &Path, escalate: bool| {
+        let mut args = json!({"file_path": path.display().to_string(), "content": "x\n"});
+        if escalate {
+            args["sandbox_permissions"] = json!("danger-full-access");
+            args["justification"] = json!("the user asked for it");
+        }
+        s.call("write", args)
+    };
+    // (what is written, escalated, the code it ends with)
+    let calls = [
+        (outside_path.join("out.txt"), false, Some("FS_SANDBOX_DENIED")),
+        (outside_path.join("out.txt"), true, None),
+        (outside_path.join("denied").join("no.txt"), true, Some("FS_SANDBOX_DENIED")),
+    ];
+    for (path, escalate, code) in &calls {
+        let r = write(&mut s, path, *escalate);
+        assert_eq!(r.code(), *code, "{} {escalate}: {}", path.display(), r.json);
+    }
+    // A read that hangs: its worker is killed, survives, is abandoned and replaced.
+    assert!(s.read("fsd-fault-hang").is_error());
+    assert!(s.finish().success());
+
+    let dir = tempfile::tempdir().unwrap();
+    // Only the health listener is scraped, so the HTTP listener's connections are the test's own.
+    let (_prometheus, web) = prometheus(dir.path(), &[("fsd", health)]);
+    let series = |family: &str, labels: &str| format!("sum({family}{{job=\"fsd\"{labels}}})");
+    value_once(&python, web, &series("fsd_decisions_total", ",step=\"call\",decision=\"denied\""), 1.0);
+    value_once(
+        &python,
+        web,
+        &series("fsd_decisions_total", ",step=\"escalation\",decision=\"approved\""),
+        2.0,
+    );
+    value_once(
+        &python,
+        web,
+        &series("fsd_decisions_total", ",step=\"escalation\",decision=\"refused\""),
+        1.0,
+    );
+    let abandoned = series("fsd_workers_abandoned_total", ",mode=\"workspace-write\"");
+    value_once(&python, web, &abandoned, 1.0);
+    let replaced = series("fsd_workers_started_total", ",mode=\"workspace-write\",start=\"replacement\"");
+    value_once(&python, web, &replaced, 1.0);
+
+    // Nothing of the test's is open: the only connection is Prometheus's own scrape.
+    let (connections, streams) = (series("fsd_open_connections", ""), series("fsd_open_streams", ""));
+    value_once(&python, web, &connections, 1.0);
+    value_once(&python, web, &streams, 0.0);
+    // Three idle keep-alive connections, each after one call, and a REST GET of a file larger
+    // than the sockets' buffers whose body the test does not read: a stream held open.
+    let port = daemon.port;
+    let mut held: Vec<_> = (0..3)
+        .map(|_| {
+            let mut conn = connect(port);
+            assert_eq!(exchange(&mut conn, "HEAD", "/v1/files/a.txt", &[], b"").status, 200);
+            conn
+        })
+        .collect();
+    std::fs::write(daemon.path("big.bin"), vec![7u8; 64 << 20]).unwrap();
+    let mut stalled = connect(port);
+    send_head(&mut stalled, "GET", "/v1/files/big.bin", &[], 0);
+    assert_eq!(read_head(&mut stalled).status, 200);
+    held.push(stalled);
+    value_once(&python, web, &connections, 5.0);
+    value_once(&python, web, &streams, 1.0);
+    // Let go: the stream ends with its connection, and the gauges come back down.
+    drop(held);
+    value_once(&python, web, &streams, 0.0);
+    value_once(&python, web, &connections, 1.0);
     daemon.terminate();
     daemon.wait();
 }

@@ -87,9 +87,10 @@ pub struct ConfigFile {
     /// A plaintext listener that serves only `grpc.health.v1` (for orchestrator probes) and
     /// `GET /metrics` (Prometheus).
     pub health_listen: Option<String>,
-    /// Bearer tokens are accepted on the `http+pod:` listeners too, in plaintext (default
-    /// false: a token sent there is refused, as over any plaintext listener).
-    pub pod_network_tokens: Option<bool>,
+    /// The `http+pod:` listeners on which bearer tokens are accepted, in plaintext: a list of
+    /// their spellings, or `true` for the one there is (default none: a token sent there is
+    /// refused, as over any plaintext listener).
+    pub pod_network_tokens: Option<PodNetworkTokens>,
     /// Connection limits of TCP listeners.
     pub max_connections: Option<usize>,
     /// Connection limits of each Unix-socket listener: in total, and per peer uid.
@@ -278,4 +279,14 @@ pub(super) fn edit_distance(a: &str, b: &str) -> usize {
         }
     }
     row[b.len()]
+}
+
+/// `pod_network_tokens`: `true` (the daemon's one `http+pod:` listener, the form that shipped
+/// first) or the spellings of the `http+pod:` listeners that take tokens, so an operator opts in
+/// for each listener and a second one never inherits the first one's opt-in.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(untagged)]
+pub enum PodNetworkTokens {
+    All(bool),
+    Listeners(Vec<String>),
 }

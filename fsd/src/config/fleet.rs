@@ -13,14 +13,14 @@ pub(super) struct FleetFile {
     pub(super) tls_client_cert: Option<String>,
     pub(super) tokens: Option<std::collections::BTreeMap<String, TokenFile>>,
     pub(super) health_listen: Option<String>,
-    pub(super) pod_network_tokens: Option<bool>,
+    pub(super) pod_network_tokens: Option<super::file::PodNetworkTokens>,
 }
 
 pub(super) struct Fleet {
     pub(super) tls: Option<crate::tls::TlsConfig>,
     pub(super) tokens: Vec<crate::identity::TokenEntry>,
     pub(super) health_listen: Option<std::net::SocketAddr>,
-    pub(super) pod_network_tokens: bool,
+    pub(super) pod_network_tokens: Vec<std::net::SocketAddr>,
 }
 
 pub(super) fn fleet_settings(listen: &[Listen], file: FleetFile) -> Result<Fleet, ConfigError> {
@@ -62,7 +62,7 @@ pub(super) fn fleet_settings(listen: &[Listen], file: FleetFile) -> Result<Fleet
         return Err(ConfigError::Tls("tls_client_ca needs tls_cert and tls_key"));
     }
     let pod_network_tokens = super::listen::pod_network_tokens(listen, file.pod_network_tokens, &tokens)?;
-    if tls.is_none() && !tokens.is_empty() && !pod_network_tokens {
+    if tls.is_none() && !tokens.is_empty() && pod_network_tokens.is_empty() {
         return Err(ConfigError::Tls("bearer tokens are accepted only over TLS: set tls_cert and tls_key"));
     }
     for l in listen {

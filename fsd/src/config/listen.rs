@@ -17,7 +17,8 @@ pub enum Listen {
     /// The same face in plaintext on any address, declared for a pod network behind the
     /// agent-sandbox router (which only ever speaks plain HTTP to a pod): its callers are the
     /// identity `pod` (read-only unless `client_max_modes` says otherwise), a bearer token over
-    /// it counts only with `pod_network_tokens = true`, and the start logs a warning. Nothing
+    /// it counts only where `pod_network_tokens` names the listener (or is `true` for the one
+    /// there is), and the start logs a warning. Nothing
     /// but a NetworkPolicy keeps others off it; the template ships one.
     HttpPod(std::net::SocketAddr),
     HttpUnix(PathBuf),
@@ -85,24 +86,63 @@ impl std::fmt::Display for Listen {
     }
 }
 
-/// `pod_network_tokens`: whether bearer tokens count on the `http+pod:` listeners. Only an
-/// explicit `true` turns it on, and only where it means something: an `http+pod:` listener to
-/// accept them on and a token to accept (a key that would do nothing is a mistake, said at start).
+/// `pod_network_tokens`: the `http+pod:` listeners on which bearer tokens count. The operator
+/// opts in per listener: `true` names the one `http+pod:` listener there is (with several it
+/// would be a blanket opt-in, so it is refused: name them), a list names each by its spelling.
+/// Only where it means something: every entry an `http+pod:` listener of this daemon, and a token
+/// to accept (a key that would do nothing is a mistake, said at start).
 pub(super) fn pod_network_tokens(
     listen: &[Listen],
-    value: Option<bool>,
+    value: Option<super::file::PodNetworkTokens>,
     tokens: &[crate::identity::TokenEntry],
-) -> Result<bool, ConfigError> {
-    if value != Some(true) {
-        return Ok(false);
-    }
-    if !listen.iter().any(|l| matches!(l, Listen::HttpPod(_))) {
-        return Err(ConfigError::PodNetworkTokens("it applies to http+pod: listeners and there is none"));
-    }
+) -> Result<Vec<std::net::SocketAddr>, ConfigError> {
+    use super::file::PodNetworkTokens;
+    let pods: Vec<std::net::SocketAddr> =
+        listen.iter().filter_map(|l| if let Listen::HttpPod(a) = l { Some(*a) } else { None }).collect();
+    let chosen = match value {
+        None | Some(PodNetworkTokens::All(false)) => return Ok(Vec::new()),
+        Some(PodNetworkTokens::All(true)) => match pods.as_slice() {
+            [] => {
+                return Err(ConfigError::PodNetworkTokens(
+                    "it applies to http+pod: listeners and there is none",
+                ));
+            }
+            [one] => vec![*one],
+            _ => {
+                return Err(ConfigError::PodNetworkTokens(
+                    "true is for a daemon with one http+pod: listener; with several, list those that take tokens: [\"http+pod:IP:PORT\"]",
+                ));
+            }
+        },
+        Some(PodNetworkTokens::Listeners(names)) => {
+            if names.is_empty() {
+                return Err(ConfigError::PodNetworkTokens(
+                    "an empty list opts in nowhere: leave the key out, or name http+pod: listeners",
+                ));
+            }
+            let mut chosen = Vec::new();
+            for name in names {
+                let addr = match Listen::parse(&name) {
+                    Ok(Listen::HttpPod(addr)) => addr,
+                    _ => return Err(ConfigError::PodNetworkListener(name, "expected http+pod:IP:PORT")),
+                };
+                if !pods.contains(&addr) {
+                    return Err(ConfigError::PodNetworkListener(
+                        name,
+                        "this daemon has no such http+pod: listener",
+                    ));
+                }
+                if !chosen.contains(&addr) {
+                    chosen.push(addr);
+                }
+            }
+            chosen
+        }
+    };
     if tokens.is_empty() {
         return Err(ConfigError::PodNetworkTokens("no token to accept: add [tokens.NAME]"));
     }
-    Ok(true)
+    Ok(chosen)
 }
 
 /// `socket_mode` (octal text, at most 0777; default 0660: owner and group) and `socket_group`.

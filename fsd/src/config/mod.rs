@@ -129,8 +129,8 @@ pub struct Config {
     pub tls: Option<crate::tls::TlsConfig>,
     pub tokens: Vec<crate::identity::TokenEntry>,
     pub health_listen: Option<std::net::SocketAddr>,
-    /// Bearer tokens count on the `http+pod:` listeners (`pod_network_tokens`).
-    pub pod_network_tokens: bool,
+    /// The `http+pod:` listeners on which bearer tokens count (`pod_network_tokens`).
+    pub pod_network_tokens: Vec<std::net::SocketAddr>,
     pub transport: Transport,
     pub budgets: crate::budget::Limits,
     pub stream_idle_timeout: std::time::Duration,
@@ -229,6 +229,8 @@ pub enum ConfigError {
     Token(String, &'static str),
     #[error("invalid pod_network_tokens: {0}")]
     PodNetworkTokens(&'static str),
+    #[error("invalid pod_network_tokens entry {0:?}: {1}")]
+    PodNetworkListener(String, &'static str),
     #[error("invalid health_listen {0:?}: expected tcp:IP:PORT")]
     HealthListen(String),
     #[error("invalid {0}: must be at least 1")]
@@ -394,7 +396,7 @@ impl Config {
                 tls_client_cert: file.tls_client_cert.take(),
                 tokens: file.tokens.take(),
                 health_listen: file.health_listen.take(),
-                pod_network_tokens: file.pod_network_tokens,
+                pod_network_tokens: file.pod_network_tokens.take(),
             },
         )?;
         let load = time_and_load(&mut file)?;

@@ -263,7 +263,8 @@ fn fleet_config_table() {
 }
 
 /// The pod-network listener: plaintext on any address because the operator declared it, its
-/// tokens only on `pod_network_tokens = true`, and nothing else relaxes with it.
+/// tokens only where `pod_network_tokens` opts that listener in (`true` for the only one, or a
+/// list of listeners), and nothing else relaxes with it.
 #[test]
 fn pod_network_config_table() {
     let hash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
@@ -273,20 +274,63 @@ fn pod_network_config_table() {
         let file: ConfigFile = toml::from_str(text).map_err(|e| e.to_string())?;
         Config::resolve(file, flags(&[], &["/ws"])).map_err(|e| e.to_string()).map(|c| {
             let listen = c.listen.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
-            format!("{listen} tokens={} over_pod={}", c.tokens.len(), c.pod_network_tokens)
+            let over_pod = c.pod_network_tokens.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+            format!("{listen} tokens={} over_pod=[{over_pod}]", c.tokens.len())
         })
     };
     let table: Vec<(String, Result<&str, &str>)> = vec![
-        ("listen = [\"http+pod:0.0.0.0:8888\"]".into(), Ok("http+pod:0.0.0.0:8888 tokens=0 over_pod=false")),
-        ("listen = [\"http+pod:[::]:8888\"]".into(), Ok("http+pod:[::]:8888 tokens=0 over_pod=false")),
+        ("listen = [\"http+pod:0.0.0.0:8888\"]".into(), Ok("http+pod:0.0.0.0:8888 tokens=0 over_pod=[]")),
+        ("listen = [\"http+pod:[::]:8888\"]".into(), Ok("http+pod:[::]:8888 tokens=0 over_pod=[]")),
         (
             format!("listen = [\"http+pod:10.1.2.3:8888\"]\npod_network_tokens = true\n{token}"),
-            Ok("http+pod:10.1.2.3:8888 tokens=1 over_pod=true"),
+            Ok("http+pod:10.1.2.3:8888 tokens=1 over_pod=[10.1.2.3:8888]"),
+        ),
+        // Per listener: two pod listeners, one opted in by name.
+        (
+            format!(
+                "listen = [\"http+pod:0.0.0.0:8888\", \"http+pod:0.0.0.0:8889\"]\npod_network_tokens = [\"http+pod:0.0.0.0:8889\"]\n{token}"
+            ),
+            Ok("http+pod:0.0.0.0:8888,http+pod:0.0.0.0:8889 tokens=1 over_pod=[0.0.0.0:8889]"),
+        ),
+        (
+            format!(
+                "listen = [\"http+pod:0.0.0.0:8888\"]\npod_network_tokens = [\"http+pod:0.0.0.0:8888\", \"http+pod:0.0.0.0:8888\"]\n{token}"
+            ),
+            Ok("http+pod:0.0.0.0:8888 tokens=1 over_pod=[0.0.0.0:8888]"),
+        ),
+        // `true` with several pod listeners would be a blanket opt-in: name them.
+        (
+            format!(
+                "listen = [\"http+pod:0.0.0.0:8888\", \"http+pod:0.0.0.0:8889\"]\npod_network_tokens = true\n{token}"
+            ),
+            Err(
+                "invalid pod_network_tokens: true is for a daemon with one http+pod: listener; with several, list those that take tokens: [\"http+pod:IP:PORT\"]",
+            ),
+        ),
+        (
+            format!(
+                "listen = [\"http+pod:0.0.0.0:8888\"]\npod_network_tokens = [\"http+pod:0.0.0.0:9999\"]\n{token}"
+            ),
+            Err(
+                "invalid pod_network_tokens entry \"http+pod:0.0.0.0:9999\": this daemon has no such http+pod: listener",
+            ),
+        ),
+        (
+            format!(
+                "listen = [\"http+pod:0.0.0.0:8888\", \"http+plain:127.0.0.1:8080\"]\npod_network_tokens = [\"http+plain:127.0.0.1:8080\"]\n{token}"
+            ),
+            Err("invalid pod_network_tokens entry \"http+plain:127.0.0.1:8080\": expected http+pod:IP:PORT"),
+        ),
+        (
+            format!("listen = [\"http+pod:0.0.0.0:8888\"]\npod_network_tokens = []\n{token}"),
+            Err(
+                "invalid pod_network_tokens: an empty list opts in nowhere: leave the key out, or name http+pod: listeners",
+            ),
         ),
         // Beside TLS for everything else: the TLS listener keeps its rules.
         (
             format!("listen = [\"http+pod:0.0.0.0:8888\", \"http:0.0.0.0:8443\"]\n{tls}{token}"),
-            Ok("http+pod:0.0.0.0:8888,http:0.0.0.0:8443 tokens=1 over_pod=false"),
+            Ok("http+pod:0.0.0.0:8888,http:0.0.0.0:8443 tokens=1 over_pod=[]"),
         ),
         (
             "listen = [\"http+pod:pod:8888\"]".into(),

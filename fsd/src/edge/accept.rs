@@ -31,7 +31,8 @@ pub struct TcpLimits {
 }
 
 /// A plaintext listener the operator declared for a pod network (`http+pod:`): its callers are
-/// the identity `pod`, and a bearer token counts there only when `tokens` (`pod_network_tokens`).
+/// the identity `pod`, and a bearer token counts there only when `tokens` (`pod_network_tokens` names this
+/// listener).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PodNetwork {
     pub tokens: bool,

@@ -120,7 +120,7 @@ impl Edge {
 
     /// A request on an `http+pod:` listener: the caller is `pod`. A bearer token there crossed
     /// the pod network in clear text, so it counts only where the operator said it may
-    /// (`pod_network_tokens`); otherwise it is refused loudly, as on any plaintext listener.
+    /// (`pod_network_tokens` names this listener); otherwise it is refused loudly, as on any plaintext listener.
     fn admit_pod(
         &self,
         pod: PodNetwork,
@@ -131,7 +131,7 @@ impl Edge {
             None => None,
             Some(_) if !pod.tokens => {
                 return Err(tonic::Status::unauthenticated(
-                    "bearer tokens are accepted only over TLS (this pod-network listener does not take them: pod_network_tokens)",
+                    "bearer tokens are accepted only over TLS (this pod-network listener does not take them: pod_network_tokens does not name it)",
                 ));
             }
             Some(value) => {

@@ -12,8 +12,9 @@ pub(super) enum Bound {
     HttpUnix(std::os::unix::net::UnixListener, String),
     /// `true`: plaintext whatever TLS is configured (`http+plain:`, loopback only).
     Http(std::net::TcpListener, String, bool),
-    /// `http+pod:`: plaintext on the pod network, behind the agent-sandbox router.
-    HttpPod(std::net::TcpListener, String),
+    /// `http+pod:`: plaintext on the pod network, behind the agent-sandbox router; the
+    /// address it was configured with (`pod_network_tokens` names listeners by it, port 0 too).
+    HttpPod(std::net::TcpListener, String, std::net::SocketAddr),
 }
 
 /// A listener bound; a Unix socket not yet at its path (see [`Published::publish`]).
@@ -98,7 +99,7 @@ pub(super) fn bind(listen: &Listen, access: SocketAccess) -> Result<Binding, Dae
         Listen::HttpPod(addr) => {
             let listener = tcp(addr)?;
             let name = bound(&listener, Listen::HttpPod);
-            Ok(Binding::Ready(Bound::HttpPod(listener, name)))
+            Ok(Binding::Ready(Bound::HttpPod(listener, name, *addr)))
         }
         Listen::Http(addr) | Listen::HttpPlain(addr) => {
             let plain = matches!(listen, Listen::HttpPlain(_));
