@@ -1667,6 +1667,28 @@ struct Swapper {
 
 impl Swapper {
     fn start(a: PathBuf, b: PathBuf) -> Swapper {
+        Swapper::run(move || {
+            let _ = rustix::fs::renameat_with(
+                rustix::fs::CWD,
+                &a,
+                rustix::fs::CWD,
+                &b,
+                rustix::fs::RenameFlags::EXCHANGE,
+            );
+        })
+    }
+
+    /// A link to `target` that appears at `name` and vanishes again, as fast as it can: what
+    /// an approved creation (or a move's destination) meets when the agent races it.
+    fn flicker(target: PathBuf, name: PathBuf) -> Swapper {
+        Swapper::run(move || {
+            if std::os::unix::fs::symlink(&target, &name).is_err() {
+                let _ = std::fs::remove_file(&name);
+            }
+        })
+    }
+
+    fn run(exchange: impl Fn() + Send + 'static) -> Swapper {
         use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
         let (stop, pause, paused) = (
             std::sync::Arc::new(AtomicBool::new(false)),
@@ -1678,15 +1700,6 @@ impl Swapper {
             // A name the approved call moved away (it won the race before the first swap) fails
             // the exchange until the test puts it back while the swapper is held: the swapper
             // keeps running, so that `hold` returns.
-            let exchange = || {
-                let _ = rustix::fs::renameat_with(
-                    rustix::fs::CWD,
-                    &a,
-                    rustix::fs::CWD,
-                    &b,
-                    rustix::fs::RenameFlags::EXCHANGE,
-                );
-            };
             let mut swaps = 0u64;
             while !stop2.load(SeqCst) {
                 if pause2.load(SeqCst) {
@@ -1939,6 +1952,73 @@ fn an_approved_move_raced_by_a_symlink_swap_never_moves_a_root_only_file() {
         }
         swapper.finish();
     }
+}
+
+/// An approved creation, and an approved move's destination, raced by a link to the root-only
+/// file that appears and vanishes at the approved (absent) name as fast as the agent can make
+/// it: the creation never follows or replaces the link, so the root-only file is never written
+/// or replaced, and nothing appears beside it.
+#[test]
+fn an_approved_creation_or_destination_raced_by_a_link_at_its_name_never_writes_through_it() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let mut rpc = Rpc::connect(&s.d);
+    let race = Race::new(&s);
+    let fresh = race.out.join("d/new.txt");
+    let moved = race.out.join("d/moved.txt");
+    read_first(&mut rpc, "s1", &[race.target(), fresh.clone(), moved.clone()]);
+    let secret = race.secret.path().join("pub.txt");
+    for name in [fresh.clone(), moved.clone()] {
+        let swapper = Swapper::flicker(secret.clone(), name.clone());
+        for i in 0..RACE_APPROVALS {
+            let what = format!("{} approval {i}", name.display());
+            swapper.hold();
+            let _ = std::fs::remove_file(&name);
+            if !race.target().exists() {
+                std::fs::write(race.target(), PUBLIC).unwrap();
+            }
+            let content = format!("written {i}\n");
+            let tk = if name == fresh {
+                ticket(ask(&mut rpc, "s1", vec![write_op(&fresh, &content)]).unwrap())
+            } else {
+                let mut ask_move = op("moveFile", &race.target());
+                ask_move.destination = p(&moved);
+                ticket(ask(&mut rpc, "s1", vec![ask_move]).unwrap())
+            };
+            swapper.go();
+            let done = if name == fresh {
+                write(&mut rpc, "s1", &fresh, &content, tk.clone())
+            } else {
+                move_file(&mut rpc, "s1", &race.target(), &moved, tk.clone())
+            };
+            if let Err(err) = done {
+                refused_as_another_object_or_taken(&err, &what);
+            }
+            release(&mut rpc, "s1", &tk);
+            swapper.hold();
+            race.secret_intact(&what);
+            // What is at the name now is the approved content or a link, never the secret
+            // replaced by it.
+            if let Ok(meta) = std::fs::symlink_metadata(&name)
+                && meta.file_type().is_file()
+            {
+                let text = std::fs::read_to_string(&name).unwrap();
+                assert!(text == content || text == PUBLIC, "{what}: {text:?}");
+            }
+        }
+        swapper.finish();
+    }
+}
+
+/// A refusal of an approved creation that met something at its name: another object than the
+/// approved absence, or a name taken by the time it was placed (`FS_NOT_OBSERVED`: something appeared
+/// there that the caller never saw).
+fn refused_as_another_object_or_taken(err: &WireError, what: &str) {
+    if err.code == ErrorCode::NotObserved {
+        return;
+    }
+    refused_as_another_object(err, what);
 }
 
 /// A call that meets another object than the approved one spends its approval: the agent
