@@ -581,6 +581,52 @@ fn an_mcp_host_with_url_elicitation_sends_the_person_to_the_page() {
     assert_eq!(decided, [approved.clone(), refused.clone(), approved, refused]);
 }
 
+/// A host with neither URL nor form elicitation (the Python SDK declaring none) and an
+/// approver with a page: the escalation fields are offered, and the escalated read waits for the
+/// page's decision instead of being refused; bob approves there and the read returns the file
+/// (`tests/mcp/page_without_elicitation.py`).
+#[test]
+fn an_mcp_host_without_elicitation_waits_for_the_page() {
+    let port = rest::free_port();
+    let files = Files::new(&format!("listen = \"tcp:127.0.0.1:{port}\"\n"), None);
+    let mut serve = Command::new(approver_bin());
+    serve.args(files.serve_args()).stdin(Stdio::null()).stderr(Stdio::null());
+    let mut child = serve.spawn().unwrap();
+    files.wait_listening(&mut child);
+    let _approver = Stop(child);
+    let alpha = files.daemon("alpha", "");
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("app.conf"), "port = 1\n").unwrap();
+    let page = format!("http://127.0.0.1:{port}");
+    let config = alpha.dir.path().join("client.toml");
+    std::fs::write(&config, format!("approverUrl = \"{page}/\"\n")).unwrap();
+    let out = Command::new(python())
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp").join("page_without_elicitation.py"))
+        .arg("--fsd-tools")
+        .arg(tools_bin())
+        .args(["--endpoint", &alpha.endpoint(), "--cwd", &p(&alpha.root), "--config", &p(&config)])
+        .args(["--outside", &p(outside.path()), "--page", &page, "--token", BOB])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "tests/mcp/page_without_elicitation.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        said,
+        json!({"protocol": "2025-11-25", "offered": true, "waiting_when_decided": true, "read": true, "host_asked": []})
+    );
+    let decided: Vec<(String, String)> = files
+        .decisions()
+        .iter()
+        .map(|l| (l["decision"].as_str().unwrap().to_owned(), l["decider"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(decided, [("approved".to_owned(), "person bob".to_owned())]);
+}
+
 /// A webhook that always answers 500 (a Python server counting POSTs): the approver tries it the
 /// documented 3 times, 1 s then 2 s apart, then stops and says so in one line; the page's
 /// decision meanwhile is not held.
