@@ -2015,10 +2015,9 @@ fn an_approved_creation_or_destination_raced_by_a_link_at_its_name_never_writes_
 /// approved absence, or a name taken by the time it was placed (`FS_NOT_OBSERVED`: something appeared
 /// there that the caller never saw).
 fn refused_as_another_object_or_taken(err: &WireError, what: &str) {
-    // Taken (`FS_NOT_OBSERVED`), or a move's destination found a link (`stale: symlink`).
-    if err.code == ErrorCode::NotObserved
-        || (err.code == ErrorCode::StaleVersion && err.get("reason") == Some("symlink"))
-    {
+    // Taken (`FS_NOT_OBSERVED`), or a move's destination that changed under it (`FS_STALE_VERSION`:
+    // a link there, or what was there gone): refused, nothing written (the caller checks that).
+    if matches!(err.code, ErrorCode::NotObserved | ErrorCode::StaleVersion) {
         return;
     }
     refused_as_another_object(err, what);
