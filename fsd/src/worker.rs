@@ -438,11 +438,21 @@ impl Call<'_> {
             ipc_messages::send(self.socket, &reply, None)
         };
         let carrier = if changes { self.backend.record_carrier() } else { None };
+        // Without the handshake the change is still recorded, only maybe after the reply.
+        let handshake = carrier.as_ref().and_then(|_| {
+            sys::call::handshake()
+                .inspect_err(
+                    |errno| tracing::warn!(%errno, "an approved call's change may be listed after its reply"),
+                )
+                .ok()
+        });
+        let (process_side, worker_side) = handshake.map_or((None, None), |(p, w)| (Some(p), Some(w)));
         match sys::call::fork() {
             Ok(sys::call::Forked::Child) => {
+                drop(worker_side);
                 // Its Landlock domain holds the approved objects (or the roots, read) only,
                 // not the change record: its change goes to this worker in the carrier.
-                self.backend.forget_record(carrier.map(|(write, _)| write));
+                self.backend.forget_record(carrier.map(|(write, _)| (write, process_side)));
                 let served = match confine() {
                     Ok(held) => self.serve(message, fd, Some(held)),
                     Err(failure) => failed(failure),
@@ -451,10 +461,20 @@ impl Call<'_> {
             }
             Ok(sys::call::Forked::Parent(pid)) => {
                 drop(fd);
-                let ended = sys::call::wait(pid);
+                drop(process_side);
+                // Recorded before the process may reply: a listing made on its answer has it.
                 if let Some((_, carried)) = &carrier {
+                    if let Some(worker_side) = &worker_side {
+                        worker_side.wait_carried();
+                    }
+                    #[cfg(feature = "fault-injection")]
+                    slow_record(&path);
                     self.backend.record_carried(carried);
                 }
+                if let Some(worker_side) = worker_side {
+                    worker_side.recorded();
+                }
+                let ended = sys::call::wait(pid);
                 match ended {
                     Ok(sys::call::Ended::Exited(0)) => Ok(()),
                     ended => {
@@ -589,6 +609,15 @@ pub(crate) fn fault(
             Some(crate::error::Failure::new(error, path.clone()).into_wire())
         }
         _ => None,
+    }
+}
+
+/// Test hook: the worker of an approved change of `fsd-fault-slow-record` waits half a second
+/// before it records the change, so a test can see whether the call's reply waited for it.
+#[cfg(feature = "fault-injection")]
+fn slow_record(path: &str) {
+    if path.ends_with("/fsd-fault-slow-record") {
+        std::thread::sleep(std::time::Duration::from_millis(500));
     }
 }
 

@@ -329,6 +329,31 @@ fn a_save_over_a_replace_being_undone_stays_at_the_name() {
     assert!(r.text().contains(name), "the reply names the kept save: {}", r.text());
 }
 
+/// The same interleaving again, one step further (the race above met this in CI too): in the
+/// second pause a newer save is renamed over the edit's file, so the undo's exchange brings the
+/// older save back to the name and takes the newer one out; in the third pause (after that
+/// exchange) a writer writes in place into the file at the name, the older save's. That write is
+/// the newest change: it stays at the name, and the newer save the undo took out is kept beside
+/// it, which the stale reply names.
+#[test]
+fn a_write_into_the_save_an_undo_put_back_stays_at_the_name() {
+    let d = Daemon::start();
+    let (path, edit) = edit_saved_over_in_the_exchange_pause(&d, "older save\n");
+    save_over(&path, "newer save\n");
+    // Into the third pause: the undo's exchange has put the older save back at the name.
+    std::thread::sleep(Duration::from_millis(1000));
+    std::fs::write(&path, "written in place\n").unwrap();
+    let r = edit.join().unwrap();
+    assert_eq!(r.code(), Some("FS_STALE_VERSION"), "{}", r.json);
+    assert_eq!(std::fs::read(&path).unwrap(), b"written in place\n", "the newest write was lost");
+    let kept: Vec<_> =
+        std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().path()).filter(|p| p != &path).collect();
+    assert_eq!(kept.len(), 1, "one file beside the name, the newer save: {kept:?}");
+    assert_eq!(std::fs::read(&kept[0]).unwrap(), b"newer save\n");
+    let name = kept[0].file_name().unwrap().to_str().unwrap();
+    assert!(r.text().contains(name), "the reply names the kept save: {}", r.text());
+}
+
 /// The same interleaving, but the write into the edit's file at the name is an append (`>>`):
 /// the appended bytes stay at the name, on the edit's content, since the appender's descriptor is
 /// that file's; the editor's save the edit swapped out is not removed but kept at a visible name

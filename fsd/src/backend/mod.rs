@@ -94,8 +94,9 @@ pub struct Backend {
     rewinding: std::sync::atomic::AtomicBool,
     /// The sequence number of the last change this worker recorded.
     last_recorded: std::sync::atomic::AtomicU64,
-    /// In an approved call's process: where its change goes to its worker (`record`).
-    carrier: std::sync::Mutex<Option<std::fs::File>>,
+    /// In an approved call's process: where its change goes to its worker (`record`), and its
+    /// side of the handshake that makes it wait until the worker recorded it.
+    carrier: std::sync::Mutex<Option<(std::fs::File, Option<crate::sys::call::ProcessSide>)>>,
 }
 
 /// Clears the bindings of the approved call being run when it ends, however it ends.

@@ -374,8 +374,9 @@ impl Backend {
 
     /// Stops recording in this process (an approved call's own process, whose Landlock domain
     /// holds only the approved objects, not the record), or, with a `carrier`
-    /// ([`Backend::record_carrier`]), carries the change to its worker in it.
-    pub fn forget_record(&self, carrier: Option<File>) {
+    /// ([`Backend::record_carrier`]), carries the change to its worker in it, then (with its
+    /// side of the handshake) waits until the worker has recorded it.
+    pub fn forget_record(&self, carrier: Option<(File, Option<sys::call::ProcessSide>)>) {
         match carrier {
             Some(carrier) => {
                 *self.carrier.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(carrier)
@@ -564,12 +565,16 @@ impl Backend {
                 entry,
                 blobs: pending.carried.drain(..).map(|(d, bytes)| (d, hex::encode(bytes))).collect(),
             };
-            let carrier = self.carrier.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut carrier = self.carrier.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let written = serde_json::to_vec(&carried)
                 .map_err(std::io::Error::other)
-                .and_then(|bytes| carrier.as_ref().map_or(Ok(()), |c| sys::write_all_at(c, 0, &bytes)));
+                .and_then(|bytes| carrier.as_ref().map_or(Ok(()), |(c, _)| sys::write_all_at(c, 0, &bytes)));
             if let Err(error) = written {
                 tracing::warn!(%error, "a committed change could not be carried to its worker");
+            }
+            // Once only: the worker reads one word, records, and answers once.
+            if let Some(handshake) = carrier.as_mut().and_then(|(_, handshake)| handshake.take()) {
+                handshake.carried();
             }
             return;
         };

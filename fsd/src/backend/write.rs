@@ -280,15 +280,10 @@ impl Ready<'_> {
                         pause_at_exchange(name);
                         self.holds();
                         // The temporary name now holds whatever was at `name` a moment ago.
-                        if !sys::meta_at(dir, &self.temp.name).is_ok_and(|m| m.same_content(old)) {
-                            return Err(swap_back(
-                                dir,
-                                name,
-                                &self.file,
-                                self.staged,
-                                written,
-                                &mut self.temp,
-                            ));
+                        let out = sys::meta_at(dir, &self.temp.name);
+                        if !out.as_ref().is_ok_and(|m| m.same_content(old)) {
+                            let swapped = Swapped { ours: &self.file, staged: self.staged, out: out.ok() };
+                            return Err(swap_back(dir, name, &swapped, written, &mut self.temp));
                         }
                     }
                     // The filesystem cannot exchange: the per-target lock still orders fsd's own
@@ -347,11 +342,11 @@ pub(super) fn pause_at_exchange(name: &OsStr) {
 fn swap_back(
     dir: BorrowedFd<'_>,
     name: &OsStr,
-    ours: &File,
-    staged: Meta,
+    swapped: &Swapped<'_>,
     written: Option<&[u8]>,
     temp: &mut TempName<'_>,
 ) -> FsError {
+    let Swapped { ours, staged, .. } = *swapped;
     // A worker killed from here on must not have its sweep remove what the temporary name holds.
     if let Some(entry) = temp.entry.as_mut() {
         entry.restore_to(name);
@@ -365,7 +360,7 @@ fn swap_back(
     pause_at_exchange(name);
     let came_back = sys::meta_at(dir, &temp.name);
     if !came_back.is_ok_and(|m| (m.dev, m.ino) == (staged.dev, staged.ino)) {
-        return undo_over_a_later_save(dir, name, temp);
+        return undo_over_a_later_save(dir, name, swapped, temp);
     }
     let written_into = sys::meta(ours.as_fd()).is_ok_and(|now| !now.same_content(&staged));
     if written_into {
@@ -375,7 +370,9 @@ fn swap_back(
         }
         // Ours is at `name` again; the temporary name holds the older outside save.
         temp.unplaced = None;
-        if written.is_some_and(|written| !starts_with(dir, name, &staged, written)) {
+        if written.is_some_and(|written| !starts_with(dir, name, &staged, written))
+            && !changed_since(dir, &temp.name, swapped.out.as_ref())
+        {
             // Removed with the temporary name on drop.
             return FsError::Stale(StaleReason::ChangedWhileWriting);
         }
@@ -391,15 +388,44 @@ fn swap_back(
     FsError::Stale(StaleReason::ChangedWhileWriting)
 }
 
+/// A replace's exchange that took out another file than the one it checked.
+struct Swapped<'f> {
+    /// Our staged file, and its metadata once synced.
+    ours: &'f File,
+    staged: Meta,
+    /// What the exchange took out, as it was then.
+    out: Option<Meta>,
+}
+
 /// The undo's exchange took another file than ours from `name`: an outside save was renamed over
-/// ours while it sat there, so it is the newest change and goes back to `name`. The save the undo
-/// had brought back (or anything newer that got in between) is kept at a visible name beside it:
-/// the undo cannot tell which it is, and neither may be lost.
-fn undo_over_a_later_save(dir: BorrowedFd<'_>, name: &OsStr, temp: &mut TempName<'_>) -> FsError {
+/// ours while it sat there, so it goes back to `name`, and the save the undo had brought back
+/// (or anything newer that got in between) is kept at a visible name beside it: neither may be
+/// lost. Unless that brought-back save was written into in place while it sat at `name` (after
+/// the rename, then): that write is the newest change, so its file stays at `name` and the
+/// renamed save is the one kept beside it.
+fn undo_over_a_later_save(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    swapped: &Swapped<'_>,
+    temp: &mut TempName<'_>,
+) -> FsError {
     temp.unplaced = None;
     temp.armed = false;
     if let Err(errno) = sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange) {
         return FsError::Rename(errno);
+    }
+    // Both names hold someone's save whatever the second exchange does: the one at the
+    // temporary name is kept beside `name` below.
+    if changed_since(dir, &temp.name, swapped.out.as_ref())
+        && sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange).is_ok()
+    {
+        let kept = super::moves::keep_aside(dir, name, &temp.name);
+        tracing::warn!(
+            ?kept,
+            ?name,
+            "a write into the save fsd's undo put back stays; a save renamed over fsd's file meanwhile is kept beside it"
+        );
+        return FsError::KeptAside { reason: StaleReason::ChangedWhileWriting, kept: kept.into() };
     }
     let kept = super::moves::keep_aside(dir, name, &temp.name);
     tracing::warn!(
@@ -408,6 +434,15 @@ fn undo_over_a_later_save(dir: BorrowedFd<'_>, name: &OsStr, temp: &mut TempName
         "a save made over fsd's file during its undo stays; the older save is kept beside it"
     );
     FsError::KeptAside { reason: StaleReason::ChangedWhileWriting, kept: kept.into() }
+}
+
+/// Whether the file at `temp` is the one `out` describes, written into since: while the undo
+/// had it back at the name, after the exchange that took it out.
+fn changed_since(dir: BorrowedFd<'_>, temp: &OsStr, out: Option<&Meta>) -> bool {
+    out.is_some_and(|out| {
+        sys::meta_at(dir, temp)
+            .is_ok_and(|now| (now.dev, now.ino) == (out.dev, out.ino) && !now.same_content(out))
+    })
 }
 
 /// Whether the file at `name`, still the inode `staged` describes, starts with `written` (an

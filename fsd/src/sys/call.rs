@@ -1,7 +1,8 @@
 //! A process of its own for each approved call of a danger-full-access worker: the fork, the
 //! child's immediate exit and the parent's wait. The child confines itself to the approved
 //! objects (`crate::role_confinement::approved_call`), performs the call, replies and exits; the worker
-//! keeps its own authority for the next call.
+//! keeps its own authority for the next call. A call that changes files hands its change to the
+//! worker first and waits until it is recorded (the handshake), then replies.
 #![allow(unsafe_code)]
 
 use super::Errno;
@@ -73,4 +74,76 @@ pub fn die_with_parent(parent: u32) -> Result<(), Errno> {
 pub fn exit_now(code: i32) -> ! {
     // SAFETY: `_exit` takes an int and never returns.
     unsafe { libc::_exit(code) }
+}
+
+/// The approved call's process's side of its handshake with its worker: it says once that its
+/// change is in the carrier, then waits until the worker has recorded it, so the reply it sends
+/// next never reaches a client before the change is listed.
+#[derive(Debug)]
+pub struct ProcessSide {
+    carried: std::os::fd::OwnedFd,
+    recorded: std::os::fd::OwnedFd,
+}
+
+/// The worker's side: it waits for the word (or the process's end), records, then lets the
+/// process reply.
+#[derive(Debug)]
+pub struct WorkerSide {
+    carried: std::os::fd::OwnedFd,
+    recorded: std::os::fd::OwnedFd,
+}
+
+/// Two pipes, made before the fork: each side keeps its own ends and drops the others, so a
+/// side that ends closes its ends and the other's wait returns.
+pub fn handshake() -> Result<(ProcessSide, WorkerSide), Errno> {
+    use rustix::pipe::{PipeFlags, pipe_with};
+    let (carried_read, carried_write) = pipe_with(PipeFlags::CLOEXEC)?;
+    let (recorded_read, recorded_write) = pipe_with(PipeFlags::CLOEXEC)?;
+    Ok((
+        ProcessSide { carried: carried_write, recorded: recorded_read },
+        WorkerSide { carried: carried_read, recorded: recorded_write },
+    ))
+}
+
+impl ProcessSide {
+    /// Says the change is carried and waits for the worker's answer; a worker gone answers too
+    /// (its end closes).
+    pub fn carried(self) {
+        if write_byte(&self.carried) {
+            read_byte(&self.recorded);
+        }
+    }
+}
+
+impl WorkerSide {
+    /// Waits until the process says its change is carried, or ends without saying so.
+    pub fn wait_carried(&self) {
+        read_byte(&self.carried);
+    }
+
+    /// Lets the process go on (a process already gone needs no answer: the write fails with
+    /// EPIPE, SIGPIPE being ignored).
+    pub fn recorded(self) {
+        write_byte(&self.recorded);
+    }
+}
+
+fn write_byte(fd: &std::os::fd::OwnedFd) -> bool {
+    loop {
+        match rustix::io::write(fd, &[1]) {
+            Ok(n) => return n == 1,
+            Err(Errno::INTR) => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
+fn read_byte(fd: &std::os::fd::OwnedFd) {
+    let mut byte = [0u8; 1];
+    loop {
+        match rustix::io::read(fd, &mut byte) {
+            Err(Errno::INTR) => continue,
+            _ => return,
+        }
+    }
 }

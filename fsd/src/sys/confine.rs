@@ -376,6 +376,7 @@ const DANGER: &[Allowed] = allowed! {
     SYS_setresgid: "the same change's process taking that user's group",
     SYS_setgroups: "the same change's process dropping root's supplementary groups",
     SYS_getppid: "an approved call's process checking its worker is still its parent",
+    SYS_pipe2: "the handshake with an approved call's process: its change is recorded before it replies",
 };
 
 /// What the network process adds: its listeners and clients, tokio's epoll, eventfd and threads.
