@@ -16,7 +16,7 @@
 //! is on disk, [`Backend::committed`] is told, with each name's file before and version after:
 //! the one place where a change is known to be committed.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::Write as _;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -30,7 +30,7 @@ use super::write::{Place, Ready, Undo, stage, write_failed};
 use super::{Backend, moves, read, version};
 use crate::error::{Failure, FsError};
 use crate::op::{Change, Outcome, Target, WriteOperation};
-use crate::sys::{self, Errno, Meta};
+use crate::sys::{self, Meta};
 
 /// What is committed, and how. Built once per call and moved straight into `commit_all`: the
 /// single call's larger variant is not worth a heap allocation on every write.
@@ -401,14 +401,14 @@ impl Backend {
         let intent = Intent { dir: intents.as_fd(), name: written };
 
         #[cfg(any(test, feature = "fault-injection"))]
-        let names: Vec<&OsStr> = targets.iter().map(|t| t.name()).collect();
+        let names: Vec<&std::ffi::OsStr> = targets.iter().map(|t| t.name()).collect();
         let mut failed = None;
         #[cfg(test)]
         let mut died = false;
         for (k, slot) in slots.iter_mut().enumerate() {
             #[cfg(any(test, feature = "fault-injection"))]
             if txn::fault_at(&names, "fsd-fault-txn-fail-", k + 1) {
-                failed = Some((k, FsError::Rename(Errno::IO)));
+                failed = Some((k, FsError::Rename(sys::Errno::IO)));
                 break;
             }
             // The single write's hooks (`worker::fault`), at this target's own commit step.
@@ -416,7 +416,7 @@ impl Backend {
             {
                 let name = slot.resolved.name();
                 if name == "fsd-fault-io-error" {
-                    failed = Some((k, FsError::Rename(Errno::IO)));
+                    failed = Some((k, FsError::Rename(sys::Errno::IO)));
                     break;
                 }
                 if name == "fsd-fault-hang-write" {
