@@ -524,6 +524,10 @@ fn a_change_on_disk_whose_sync_failed_is_recorded_and_one_that_never_reached_it_
             .collect();
         let expected: &[&str] = if recorded { &["writeText"] } else { &[] };
         assert_eq!(ops, expected, "{name}: {}", listing.json);
+        if recorded {
+            assert_eq!(listing.meta()["changes"][0]["failed"], true, "{name}: {}", listing.json);
+            assert!(listing.text().contains("failed after reaching the disk"), "{name}: {}", listing.text());
+        }
         let on_disk = if recorded { "after\n" } else { before.unwrap_or_default() };
         assert_eq!(d.read(name), on_disk.as_bytes(), "{name}");
     }

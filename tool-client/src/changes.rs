@@ -133,6 +133,9 @@ pub fn render(since: u64, listing: &ChangeListing) -> String {
         if change.escalated {
             who.push_str(", escalated");
         }
+        if change.failed {
+            who.push_str(", failed after reaching the disk");
+        }
         out.push_str(&format!(
             "  #{} {} {} {} ({who})\n",
             change.seq,
@@ -181,6 +184,7 @@ fn meta(listing: &ChangeListing) -> Map<String, Value> {
                 "session": c.session,
                 "call": c.call,
                 "escalated": c.escalated,
+                "failed": c.failed,
                 "operation": c.operation,
                 "targets": c.targets.iter().map(|t| t.display.clone()).collect::<Vec<_>>(),
             })
@@ -224,6 +228,7 @@ mod tests {
             escalated,
             operation: operation.into(),
             targets: vec![target(path)],
+            failed: false,
         }
     }
 
@@ -268,7 +273,7 @@ mod tests {
                     changes: vec![
                         change(8, "moveFile", "/ws/b.txt", true),
                         change(9, "deleteFile", "/ws/c.txt", false),
-                        change(10, "writeText", "/ws/d.txt", false),
+                        RecordedChange { failed: true, ..change(10, "writeText", "/ws/d.txt", false) },
                         change(11, "writeBytes", "/ws/e.bin", false),
                     ],
                     files: vec![
@@ -279,7 +284,7 @@ mod tests {
                     ],
                 },
                 "The record's bounds dropped the oldest history: 1 whole change, through change 4.\n\
-4 changes after point 7:\n  #8 2025-12-03T16:00:08Z moveFile /ws/b.txt (uid:1000, call s-1-8, escalated)\n  #9 2025-12-03T16:00:09Z deleteFile /ws/c.txt (uid:1000, call s-1-9)\n  #10 2025-12-03T16:00:10Z writeText /ws/d.txt (uid:1000, call s-1-10)\n  #11 2025-12-03T16:00:11Z writeBytes /ws/e.bin (uid:1000, call s-1-11)\n\n\
+4 changes after point 7:\n  #8 2025-12-03T16:00:08Z moveFile /ws/b.txt (uid:1000, call s-1-8, escalated)\n  #9 2025-12-03T16:00:09Z deleteFile /ws/c.txt (uid:1000, call s-1-9)\n  #10 2025-12-03T16:00:10Z writeText /ws/d.txt (uid:1000, call s-1-10, failed after reaching the disk)\n  #11 2025-12-03T16:00:11Z writeBytes /ws/e.bin (uid:1000, call s-1-11)\n\n\
 /ws/b.txt (created by uid:1000)\n  content not shown: changed under an escalation\n\n\
 /ws/c.txt (removed by uid:1000)\n  content not shown: you may not read this file now\n\n\
 /ws/d.txt (created and removed by uid:1000)\n  changed since by someone the record did not see (an editor, a shell)\n  same content as at the point\n\n\

@@ -676,6 +676,7 @@ impl Backend {
                     .collect(),
                 author: entry.author,
                 op: entry.op,
+                failed: entry.failed,
             });
         }
         for (mut diff, before, after, escalated) in files {

@@ -179,6 +179,9 @@ pub struct ChangeEntry {
     /// The operation's wire name (`writeText`, `transact`, ...).
     pub op: String,
     pub targets: Vec<Target>,
+    /// The call answered an error, yet its change reached the disk (placed, then its sync
+    /// failed): recorded all the same, so it can be listed and undone.
+    pub failed: bool,
 }
 
 /// A file changed since the point: who changed it and, where the caller may see it, the diff

@@ -378,6 +378,7 @@ pub(super) fn changes_reply(changes: op::Changes) -> v1::ListChangesReply {
                 author: Some(author(e.author)),
                 operation: e.op,
                 targets: e.targets.into_iter().filter_map(target).collect(),
+                failed: e.failed,
             })
             .collect(),
         files: changes.files.into_iter().map(changed_file).collect(),

@@ -26,6 +26,8 @@ pub struct RecordedChange {
     pub escalated: bool,
     pub operation: String,
     pub targets: Vec<Target>,
+    /// The call answered an error, yet its change reached the disk.
+    pub failed: bool,
 }
 
 /// What a listing shows of a changed file's content.
@@ -125,6 +127,7 @@ impl Daemon {
                         escalated: author.escalated,
                         operation: c.operation,
                         targets: c.targets.into_iter().map(|t| Target::from(Some(t))).collect(),
+                        failed: c.failed,
                     }
                 })
                 .collect(),
