@@ -1,6 +1,7 @@
 //! The change record, checkpoints and the listing of changes (docs/rewind.md), end to end: the
 //! real daemon with a `state_dir`, driven by `fsd-tools session` (the JSON-lines face of an
-//! agent host) and the `fsd-tools checkpoint | changes` CLI.
+//! agent host), the `fsd-tools checkpoint | changes` CLI, and the MCP tools of the same names
+//! through the official Python SDK (`tests/mcp/rewind.py`).
 
 use std::path::Path;
 use std::process::Command;
@@ -530,5 +531,150 @@ fn a_change_on_disk_whose_sync_failed_is_recorded_and_one_that_never_reached_it_
         }
         let on_disk = if recorded { "after\n" } else { before.unwrap_or_default() };
         assert_eq!(d.read(name), on_disk.as_bytes(), "{name}");
+    }
+}
+
+/// The change record's tools over MCP (`changeTools = true`), through the official Python SDK
+/// (`tests/mcp/rewind.py`): off, tools/list lacks them and a call is refused with the key that
+/// turns them on; on, they are listed after the other tools with their schemas and truthful
+/// annotations, and one session writes a file, names a checkpoint, edits it and creates another,
+/// sees both changes with the diff, rewinds, and the file is back byte for byte, the new one gone.
+#[test]
+fn the_change_tools_over_mcp_checkpoint_list_and_rewind_python_sdk() {
+    let python = match std::env::var_os("FSD_TEST_PYTHON") {
+        Some(p) if !p.is_empty() => std::path::PathBuf::from(p),
+        _ => panic!(
+            "FSD_TEST_PYTHON is not set: this test needs the venv with the official `mcp` SDK that \
+             scripts/test.sh builds (or: python3 -m venv .venv && .venv/bin/pip install mcp==2.3.0; \
+             FSD_TEST_PYTHON=$PWD/.venv/bin/python)"
+        ),
+    };
+    let (d, _state) = daemon("");
+    let configs = tempfile::tempdir().unwrap();
+    let (off, on) = (configs.path().join("off.toml"), configs.path().join("on.toml"));
+    std::fs::write(&off, "").unwrap();
+    std::fs::write(&on, "changeTools = true\n").unwrap();
+    let args = json!({
+        "fsd_tools": common::tools_bin(),
+        "endpoint": d.endpoint(),
+        "root": d.root,
+        "off": off,
+        "on": on,
+    });
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp").join("rewind.py");
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(args.to_string())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {} (FSD_TEST_PYTHON): {e}", python.display()));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "tests/mcp/rewind.py failed ({}):\n{stderr}", out.status);
+    let seen: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let (off_seen, on_seen) = (&seen["off"], &seen["on"]);
+    let names = |tools: &Value| -> Vec<String> {
+        tools.as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect()
+    };
+
+    // Off: the tool set as it was, and a call names the key.
+    assert_eq!(names(&off_seen["tools"]), ["read", "write", "edit"]);
+    assert_eq!(
+        off_seen["rewind"]["error"],
+        json!([
+            -32602,
+            "Unknown tool: rewind (tool \"rewind\" is off in this client; changeTools = true in the client config (--config FILE) turns it on)"
+        ])
+    );
+
+    // On: the same three first, then the record's, as `fsd-tools schemas` prints them.
+    assert_eq!(names(&on_seen["tools"]), ["read", "write", "edit", "checkpoint", "changes", "rewind"]);
+    let listed = on_seen["tools"].as_array().unwrap();
+    assert_eq!(listed[..3], off_seen["tools"].as_array().unwrap()[..]);
+    let printed = Command::new(common::tools_bin()).args(["schemas", "--config"]).arg(&on).output().unwrap();
+    assert!(printed.status.success());
+    let printed: Vec<Value> = serde_json::from_slice(&printed.stdout).unwrap();
+    for (tool, schema) in listed[3..].iter().zip(&printed[3..]) {
+        assert_eq!(
+            (&tool["name"], &tool["description"], &tool["input_schema"]),
+            (&schema["name"], &schema["description"], &schema["input_schema"])
+        );
+    }
+    // [title, readOnly, destructive, idempotent, openWorld]
+    let annotations: Vec<&Value> = listed[3..].iter().map(|t| &t["annotations"]).collect();
+    assert_eq!(
+        annotations,
+        [
+            &json!(["Checkpoint", false, false, false, false]),
+            &json!(["List changes", true, false, true, false]),
+            &json!(["Rewind changes", false, true, false, false]),
+        ]
+    );
+
+    // The session's calls: each succeeded but the one with a mistaken argument.
+    let ok = |name: &str| {
+        let call = &on_seen[name];
+        assert_eq!((&call["is_error"], &call["code"]), (&json!(false), &Value::Null), "{name}: {call}");
+        call
+    };
+    for name in ["write", "edit", "create"] {
+        ok(name);
+    }
+    let original = "alpha\r\nbeta \r\ncafé".as_bytes();
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    assert_eq!(on_seen["written"], json!(hex(original)));
+
+    let made = ok("checkpoint");
+    let point = made["meta"]["checkpoint"].as_u64().expect("the checkpoint's id");
+    assert_eq!(made["text"], json!(format!("checkpoint {point} \"before the edit\"")));
+
+    let notes = d.path("notes.txt").display().to_string();
+    let new = d.path("new.txt").display().to_string();
+    let listing = ok("changes");
+    let diff = format!(
+        "--- a{notes}\n+++ b{notes}\n@@ -1,3 +1,3 @@\n alpha\r\n-beta \r\n+BETA \r\n café\n\\ No newline at end of file\n"
+    );
+    let files = &listing["meta"]["files"];
+    assert_eq!(
+        (&files[0]["path"], &files[0]["diff"], &files[1]["path"], &files[1]["existed"], &files[1]["exists"]),
+        (&json!(notes), &json!(diff), &json!(new), &json!(false), &json!(true)),
+        "{listing}"
+    );
+    let text = listing["text"].as_str().unwrap();
+    assert!(text.starts_with(&format!("2 changes after point {point}:\n")), "{text}");
+    assert!(
+        text.contains(&format!("\n\n{notes} (changed by uid:0)\n{diff}\n{new} (created by uid:0)\n")),
+        "{text}"
+    );
+    assert!(text.ends_with("@@ -0,0 +1 @@\n+fresh"), "{text}");
+
+    assert_eq!(
+        (&on_seen["bad_since"]["code"], &on_seen["bad_since"]["text"]),
+        (&json!("INVALID_ARGS"), &json!("Error: since must be a checkpoint's id (a non-negative integer)"))
+    );
+
+    let rewound = ok("rewind");
+    let change = rewound["meta"]["change"].as_u64().expect("the rewind's change");
+    assert_eq!(
+        rewound["text"],
+        json!(format!(
+            "Rewound to point {point}: 2 files restored as one change (#{change}; rewind it to undo this).\n  restored {notes}\n  restored {new}"
+        ))
+    );
+    assert_eq!(
+        (&rewound["meta"]["conflicts"], &rewound["meta"]["replaced"], &rewound["meta"]["unrestorable"]),
+        (&json!([]), &json!([]), &json!([]))
+    );
+
+    // Back byte for byte, the created file gone; the rewind is itself the last change listed.
+    assert_eq!(on_seen["rewound"], json!(hex(original)));
+    assert_eq!(d.read("notes.txt"), original);
+    assert_eq!(on_seen["new_exists"], json!(false));
+    assert!(!d.path("new.txt").exists());
+    let after = ok("changes_after");
+    let last = after["meta"]["changes"].as_array().unwrap().last().cloned().unwrap_or_default();
+    assert_eq!((&last["seq"], &last["operation"]), (&json!(change), &json!("rewind")), "{after}");
+    for file in after["meta"]["files"].as_array().unwrap() {
+        assert_eq!(file["diff"], json!(""), "{after}");
     }
 }

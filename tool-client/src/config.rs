@@ -17,6 +17,9 @@ pub struct ClientConfig {
     /// seed's commit in order, which stops at the first failure and rolls nothing back).
     pub apply_patch_atomic: bool,
     pub str_replace_editor: bool,
+    /// The change record's tools, `checkpoint`, `changes` and `rewind` (docs/rewind.md); off:
+    /// the seed's tool set.
+    pub change_tools: bool,
     pub read_limit: u64,
     pub read_max_line_length: u64,
     pub read_max_bytes: u64,
@@ -50,6 +53,7 @@ impl Default for ClientConfig {
             apply_patch: false,
             apply_patch_atomic: false,
             str_replace_editor: false,
+            change_tools: false,
             read_limit: 2000,
             read_max_line_length: 2000,
             read_max_bytes: 51200,
@@ -146,6 +150,7 @@ mod tests {
             (2000, 2000, 51200, 10485760)
         );
         assert!(c.read && c.write && c.edit && c.read_image && !c.apply_patch && c.observation_policy);
+        assert!(!c.change_tools);
     }
 
     #[test]

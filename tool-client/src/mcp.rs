@@ -448,15 +448,16 @@ fn tool_of(schema: &Value) -> Option<Tool> {
 }
 
 /// What each tool does to the filesystem. None of them reaches beyond the daemon's roots, so
-/// none is open-world. Read-only tools record observations in the session, not on disk.
+/// none is open-world. Read-only tools record observations in the session, not on disk; a
+/// checkpoint adds a point to the change record and overwrites nothing.
 pub fn annotations(name: &str) -> ToolAnnotations {
-    let (title, read_only, idempotent) = match crate::tools::Tool::parse(name) {
-        Some(tool) => (tool.title(), tool.read_only(), tool.idempotent()),
+    let (title, read_only, destructive, idempotent) = match crate::tools::Tool::parse(name) {
+        Some(tool) => (tool.title(), tool.read_only(), tool.may_mutate(), tool.idempotent()),
         // A tool this table does not know yet is described by the safest claims.
-        None => ("", false, false),
+        None => ("", false, true, false),
     };
     let base = if title.is_empty() { ToolAnnotations::new() } else { ToolAnnotations::with_title(title) };
-    base.read_only(read_only).destructive(!read_only).idempotent(idempotent).open_world(false)
+    base.read_only(read_only).destructive(destructive).idempotent(idempotent).open_world(false)
 }
 
 /// A finished tool call as an MCP result.
@@ -553,6 +554,25 @@ mod tests {
         }
         assert_eq!(annotations("write").idempotent_hint, Some(true));
         assert_eq!(annotations("edit").idempotent_hint, Some(false));
+        // The change record's tools: (readOnly, destructive, idempotent), never open-world.
+        let check = |name: &str, expected: (bool, bool, bool)| {
+            let a = annotations(name);
+            let got = (a.read_only_hint, a.destructive_hint, a.idempotent_hint, a.open_world_hint);
+            assert_eq!(got, (Some(expected.0), Some(expected.1), Some(expected.2), Some(false)), "{name}");
+        };
+        check("changes", (true, false, true));
+        check("checkpoint", (false, false, false));
+        check("rewind", (false, true, false));
+        let titles: Vec<Option<String>> =
+            ["checkpoint", "changes", "rewind"].iter().map(|n| annotations(n).title).collect();
+        assert_eq!(
+            titles,
+            [
+                Some("Checkpoint".to_owned()),
+                Some("List changes".to_owned()),
+                Some("Rewind changes".to_owned())
+            ]
+        );
     }
 
     #[test]

@@ -47,3 +47,19 @@ pub fn boolean(map: &Map<String, Value>, name: &str) -> Result<Option<bool>, Too
         Some(_) => Err(ToolError::invalid_args(format!("{name} must be a boolean"))),
     }
 }
+
+/// An optional string (null counts as absent).
+pub fn optional_string(map: &Map<String, Value>, name: &str) -> Result<Option<String>, ToolError> {
+    match map.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(ToolError::invalid_args(format!("{name} must be a string"))),
+    }
+}
+
+/// A required point in the change record: a checkpoint's id, 0 and up.
+pub fn point(map: &Map<String, Value>, name: &str) -> Result<u64, ToolError> {
+    map.get(name).and_then(Value::as_u64).ok_or_else(|| {
+        ToolError::invalid_args(format!("{name} must be a checkpoint's id (a non-negative integer)"))
+    })
+}

@@ -8,6 +8,7 @@ mod escalation_fields;
 mod image;
 mod patch;
 mod read;
+mod record;
 mod schema;
 #[cfg(test)]
 mod texts;
@@ -109,6 +110,10 @@ impl Tools {
             Tool::Edit => (!c.edit).then_some("edit = true"),
             Tool::ApplyPatch => (!c.apply_patch).then_some("applyPatch = true"),
             Tool::StrReplaceEditor => (!c.str_replace_editor).then_some("strReplaceEditor = true"),
+            // The change record's tools: one key for the three (docs/rewind.md).
+            Tool::Checkpoint | Tool::Changes | Tool::Rewind => {
+                (!c.change_tools).then_some("changeTools = true")
+            }
         }
     }
 
@@ -135,7 +140,7 @@ impl Tools {
             .map(|tool| {
                 let mut schema = schema::schema_for(tool, &self.config);
                 // read carries the fields too: an approved read lets an approved edit follow.
-                if self.escalation && (tool.may_mutate() || tool == Tool::Read) {
+                if self.escalation && tool.takes_escalation() {
                     escalation_fields::extend_schema(&mut schema);
                 }
                 schema
@@ -260,6 +265,9 @@ impl Session {
                 Tool::ApplyPatch => patch::run(self, &args).await,
                 Tool::ReadImage => image::run(self, &args).await,
                 Tool::StrReplaceEditor => editor::run(self, &args).await,
+                Tool::Checkpoint => record::checkpoint(self, &args).await,
+                Tool::Changes => record::changes(self, &args).await,
+                Tool::Rewind => record::rewind(self, &args).await,
             }
         })
         .await;
@@ -281,7 +289,10 @@ impl Session {
             .and_then(Value::as_str)
             .map(|p| self.absolute(p));
         outcome.unwrap_or_else(|mut error| {
-            let denied = error.code == "FS_SANDBOX_DENIED" && !viewing && !self.escalation_asked;
+            let denied = error.code == "FS_SANDBOX_DENIED"
+                && tool.takes_escalation()
+                && !viewing
+                && !self.escalation_asked;
             if let (true, Some(offer)) = (denied, &self.escalation) {
                 let needed = match &path {
                     Some(path) => escalation_fields::needed(offer, &self.hello, path, writing),

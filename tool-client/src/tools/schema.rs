@@ -101,7 +101,55 @@ pub fn schema(tool: Tool) -> Value {
         }),
         Tool::ReadImage => super::image::schema(),
         Tool::StrReplaceEditor => super::editor::schema(None),
+        Tool::Checkpoint => json!({
+            "name": Tool::Checkpoint.name(),
+            "description": include_str!("text/checkpoint.description.txt").trim_ascii_end(),
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "label": {"type": "string", "description": "A name for the point, repeated in the reply. Optional."}
+                },
+                "additionalProperties": false
+            }
+        }),
+        Tool::Changes => json!({
+            "name": Tool::Changes.name(),
+            "description": include_str!("text/changes.description.txt").trim_ascii_end(),
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "since": since("listed"),
+                    "this_session": this_session()
+                },
+                "required": ["since"],
+                "additionalProperties": false
+            }
+        }),
+        Tool::Rewind => json!({
+            "name": Tool::Rewind.name(),
+            "description": include_str!("text/rewind.description.txt").trim_ascii_end(),
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "since": since("undone"),
+                    "this_session": this_session(),
+                    "keep_checkpoint": {"type": "boolean", "description": "Restore a conflicting file too; the version it holds now stays in the record. Defaults to false."}
+                },
+                "required": ["since"],
+                "additionalProperties": false
+            }
+        }),
     }
+}
+
+/// The point a listing or a rewind starts after; `done` says what happens to the changes.
+fn since(done: &str) -> Value {
+    json!({"type": "integer", "minimum": 0, "description": format!("A checkpoint's id: the changes after it are {done}.")})
+}
+
+/// Whether only this session's changes count.
+fn this_session() -> Value {
+    json!({"type": "boolean", "description": "Only this session's changes; false: every change made with this client's identity. Defaults to true."})
 }
 
 #[cfg(test)]
@@ -157,5 +205,28 @@ mod tests {
             let first = s["input_schema"]["properties"].as_object().and_then(|p| p.keys().next().cloned());
             assert_eq!(first.as_deref(), Some("file_path"), "{tool}");
         }
+    }
+
+    /// The change record's tools as the model reads them, byte-exact (descriptions included).
+    #[test]
+    fn the_change_tools_schemas_are_their_snapshots() {
+        let check = |tool: Tool, expected: &str| {
+            let got = serde_json::to_string(&schema(tool)).unwrap_or_default();
+            assert_eq!(got, expected, "{tool}");
+        };
+        check(
+            Tool::Checkpoint,
+            r#"{"name":"checkpoint","description":"Names the current point in the file service's record of changes and returns its id. Pass the id to changes to list what was changed after it, or to rewind to undo that.","input_schema":{"type":"object","properties":{"label":{"type":"string","description":"A name for the point, repeated in the reply. Optional."}},"additionalProperties":false}}"#,
+        );
+        check(
+            Tool::Changes,
+            r#"{"name":"changes","description":"Lists the file changes recorded after a checkpoint (by default this session's), oldest first, with who made each, and for every file changed since, the unified diff from its content at the checkpoint to its content now. Changes nothing.","input_schema":{"type":"object","properties":{"since":{"type":"integer","minimum":0,"description":"A checkpoint's id: the changes after it are listed."},"this_session":{"type":"boolean","description":"Only this session's changes; false: every change made with this client's identity. Defaults to true."}},"required":["since"],"additionalProperties":false}}"#,
+        );
+        check(
+            Tool::Rewind,
+            r#"{"name":"rewind","description":"Restores every file changed after a checkpoint (by default by this session) to its content at the checkpoint, as one change that can itself be rewound. A file changed since by anything else (an editor, a shell, another session) is not overwritten: it is left as it is and reported as a conflict with its diff, unless keep_checkpoint is true.","input_schema":{"type":"object","properties":{"since":{"type":"integer","minimum":0,"description":"A checkpoint's id: the changes after it are undone."},"this_session":{"type":"boolean","description":"Only this session's changes; false: every change made with this client's identity. Defaults to true."},"keep_checkpoint":{"type":"boolean","description":"Restore a conflicting file too; the version it holds now stays in the record. Defaults to false."}},"required":["since"],"additionalProperties":false}}"#,
+        );
+        // They add no guidance: the instructions stay the other tools'.
+        assert_eq!(guidance_for(&[Tool::Checkpoint, Tool::Changes, Tool::Rewind], false), "");
     }
 }
