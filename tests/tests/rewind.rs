@@ -357,6 +357,36 @@ fn an_outside_write_is_a_conflict_and_its_content_is_kept() {
     assert_eq!(d.read("a.txt"), b"one\noutside\n", "the outside version came back from the record");
 }
 
+/// A rewind of this session's changes leaves a file another session changed since as it is,
+/// and says so as that, not as a change fsd did not see.
+#[test]
+fn another_sessions_change_since_is_a_conflict_named_as_such() {
+    let (d, _state) = daemon("");
+    d.write("a.txt", "one\n");
+    let mut mine = d.session();
+    let mut other = d.session();
+    let a = d.path("a.txt").display().to_string();
+    assert!(!mine.read(&a).is_error());
+    let point = checkpoint(&mut mine, "start");
+    let r = mine.call("edit", json!({"file_path": a, "old_string": "one", "new_string": "two"}));
+    assert!(!r.is_error(), "{}", r.json);
+    assert!(!other.read(&a).is_error());
+    let r = other.call("edit", json!({"file_path": a, "old_string": "two", "new_string": "three"}));
+    assert!(!r.is_error(), "{}", r.json);
+
+    let reply = rewind(&mut mine, point, false);
+    assert!(!reply.is_error(), "{}", reply.json);
+    assert_eq!(reply.meta()["conflicts"], json!([a]), "{}", reply.json);
+    assert_eq!(d.read("a.txt"), b"three\n", "the other session's change is left");
+    assert!(
+        reply.text().contains(&format!(
+            "left as it is: {a} was changed since by a change this rewind does not undo (another session's or identity's)"
+        )),
+        "{}",
+        reply.text()
+    );
+}
+
 /// The process doing a rewind killed in the middle of its commit (as SIGKILL leaves it), then
 /// the daemon restarted: the rewind is all or nothing, here nothing.
 #[test]

@@ -70,8 +70,13 @@ pub fn rewind_text(since: u64, rewound: &Rewound) -> String {
         ));
     }
     for conflict in &rewound.conflicts {
+        let by = if conflict.changed_outside {
+            "someone the record did not see"
+        } else {
+            "a change this rewind does not undo (another session's or identity's)"
+        };
         out.push_str(&format!(
-            "\n  left as it is: {} was changed since by someone the record did not see (rewind with keep_checkpoint to restore it anyway; its version now is kept in the record)",
+            "\n  left as it is: {} was changed since by {by} (rewind with keep_checkpoint to restore it anyway; its version now is kept in the record)",
             conflict.target.display
         ));
         out.push_str(&conflict_diff(conflict));
@@ -298,13 +303,16 @@ mod tests {
         let rewound = Rewound {
             change: Some(12),
             restored: vec![target("/ws/a.txt"), target("/ws/b.txt")],
-            conflicts: vec![file(
-                "/ws/c.txt",
-                Visibility::Diff("--- a/ws/c.txt\n+++ b/ws/c.txt\n@@ -1 +1 @@\n-then\n+outside\n".into()),
-                true,
-                true,
-                true,
-            )],
+            conflicts: vec![
+                file(
+                    "/ws/c.txt",
+                    Visibility::Diff("--- a/ws/c.txt\n+++ b/ws/c.txt\n@@ -1 +1 @@\n-then\n+outside\n".into()),
+                    true,
+                    true,
+                    true,
+                ),
+                file("/ws/f.txt", Visibility::Escalated, true, true, false),
+            ],
             replaced: vec![target("/ws/b.txt")],
             unrestorable: vec![target("/ws/e.bin")],
         };
@@ -314,6 +322,7 @@ mod tests {
 /ws/b.txt had been changed by someone the record did not see: that version is kept in change #12\n  \
 left as it is: /ws/c.txt was changed since by someone the record did not see (rewind with keep_checkpoint to restore it anyway; its version now is kept in the record)\n\
 --- a/ws/c.txt\n+++ b/ws/c.txt\n@@ -1 +1 @@\n-then\n+outside\n  \
+left as it is: /ws/f.txt was changed since by a change this rewind does not undo (another session's or identity's) (rewind with keep_checkpoint to restore it anyway; its version now is kept in the record)\n  (content not shown)\n  \
 not restorable: /ws/e.bin (not a file, larger than the record keeps, or not readable by you)"
         );
         assert_eq!(rewind_text(3, &Rewound::default()), "Nothing restored to point 3.");

@@ -109,7 +109,10 @@ impl Backend {
                     }
                 },
             };
-            let outside = !t.last_selected || !same_state(now.as_deref(), t.left.as_deref());
+            // Changed since by what this rewind does not undo: anyone the record did not see,
+            // or a change it does not select (another session's or identity's).
+            let unrecorded = !same_state(now.as_deref(), t.left.as_deref());
+            let outside = !t.last_selected || unrecorded;
             if outside && !keep_checkpoint {
                 let old = content.as_deref().map_or(Ok(""), std::str::from_utf8);
                 let shown = match (old, now_content.map(String::from_utf8)) {
@@ -121,7 +124,7 @@ impl Backend {
                     authors: Vec::new(),
                     existed: t.at_point.is_some(),
                     exists: now.is_some(),
-                    changed_outside: true,
+                    changed_outside: unrecorded,
                     shown,
                 });
                 continue;
