@@ -15,6 +15,12 @@ pub fn split(token: &str) -> (&str, Option<&str>) {
     }
 }
 
+/// A metadata-only token completed with the content part: the digest of `length` bytes (a
+/// stream that reached the end hashes its chunks as they pass).
+pub fn with_digest(metadata: String, length: u64, digest: &str) -> String {
+    format!("{metadata}{CONTENT_SEPARATOR}{length:x}.{digest}")
+}
+
 /// Whether two tokens describe the same file state as far as they can tell: equal metadata parts,
 /// or equal content parts (a `touch` or a same-bytes rewrite leaves the content alone). The
 /// daemon decides again under the target lock; this only spares a call that would be refused.
@@ -43,5 +49,6 @@ mod tests {
         check("v1.1.2", "v1.1.9", false);
         assert_eq!(split("v1.1~3.ab"), ("v1.1", Some("3.ab")));
         assert_eq!(split("v1.1"), ("v1.1", None));
+        assert_eq!(split(&with_digest("v1.1".into(), 255, "ab")), ("v1.1", Some("ff.ab")));
     }
 }

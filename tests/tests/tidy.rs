@@ -645,6 +645,34 @@ fn on_a_circle(graph: &Graph) -> Vec<String> {
     graph.keys().filter(|m| reaches_itself(m)).cloned().collect()
 }
 
+/// The daemon sources outside `backend` that name it: what runs the code that touches the disk,
+/// each with its reason. The network process's own modules (`service`, `rest`, `edge`,
+/// `network`, the stream readers of `dispatch`) are not among them.
+const BACKEND_USERS: &[(&str, &str)] = &[
+    ("fsd/src/daemon.rs", "the start errors of the backend a child opens"),
+    ("fsd/src/dispatch/direct.rs", "the direct read threads run the workers' `Backend` for plain reads"),
+    ("fsd/src/role_confinement.rs", "the state directories the backend writes, which a worker is granted"),
+    ("fsd/src/supervisor.rs", "recovery at start: the journal's sweep and the intent records"),
+    ("fsd/src/worker.rs", "the worker runs every call through the backend"),
+];
+
+#[test]
+fn only_what_runs_the_backend_imports_it() {
+    let root = workspace_root();
+    let mut users: Vec<String> = sources(&root.join(DAEMON))
+        .into_iter()
+        .filter_map(|path| {
+            let rel = path.strip_prefix(&root).unwrap().to_string_lossy().replace('\\', "/");
+            let inside = rel.starts_with("fsd/src/backend/");
+            let names = crate_modules(&std::fs::read_to_string(&path).unwrap()).contains("backend");
+            (names && !inside).then_some(rel)
+        })
+        .collect();
+    users.sort();
+    let expected: Vec<&str> = BACKEND_USERS.iter().map(|(file, _)| *file).collect();
+    assert_eq!(users, expected, "a new importer of `crate::backend` needs its reason in BACKEND_USERS");
+}
+
 #[test]
 fn the_daemon_modules_import_no_circle_and_the_vocabulary_imports_nothing() {
     let root = workspace_root();

@@ -26,7 +26,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use locking::{Guard, Locking};
-pub use read::{StreamDigest, unchanged};
 use resolve::{Resolved, Root, WalkOptions};
 
 use fsd_proto::names::for_people;

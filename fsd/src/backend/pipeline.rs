@@ -943,7 +943,7 @@ impl Backend {
                     self.undo_git_piece(mode, resolved, &meta)?;
                 }
                 // Every byte passed through here: the version carries their digest.
-                let version = version::with_digest(version::of_file(&file, &meta), size, &digest);
+                let version = fsd_proto::version::with_digest(version::of_file(&file, &meta), size, &digest);
                 resolved.made.keep();
                 Ok(Outcome::WriteBytes { target, operation: placement.operation(), version, size })
             }

@@ -10,44 +10,14 @@ use std::os::unix::ffi::OsStrExt;
 
 use super::resolve::{self, Resolved, WalkOptions};
 use super::{Backend, text, version};
-use crate::digest::Digest;
 use crate::error::{Denial, Failure, FsError, StaleReason};
 use crate::op::{DirEntry, FileType, Info, Mode, Outcome, StreamHeader, TEMP_PREFIX, Target};
 use crate::sys::{self, Errno, Kind, Meta};
 
-/// Hashes a streamed file's chunks as they pass, so that a stream that reached the end yields a
-/// version with a digest without a second read.
-#[derive(Debug, Default)]
-pub struct StreamDigest {
-    hasher: Digest,
-    sent: u64,
-}
-
-impl StreamDigest {
-    pub fn update(&mut self, bytes: &[u8]) {
-        self.hasher.update(bytes);
-        self.sent += bytes.len() as u64;
-    }
-
-    /// Bytes hashed so far: the offset of the next chunk.
-    pub fn sent(&self) -> u64 {
-        self.sent
-    }
-
-    /// The header's version completed with the digest; `None` when the length sent differs
-    /// from the one opened (the file changed while it was sent).
-    pub fn finish(&self, header: &StreamHeader) -> Option<String> {
-        (self.sent == header.size)
-            .then(|| version::with_digest(header.version.clone(), self.sent, &self.hasher.clone().finish()))
-    }
-}
-
-/// Whether the file's content still is what it was when it was opened: same size and mtime.
-/// Not ctime: an atomic replace renames the old inode away (and removes it), which changes its
-/// ctime while a reader of the old content reads exactly what it opened.
-pub fn unchanged(file: &File, at_open: &Meta) -> Result<(), FsError> {
+/// Whether the file's content still is what it was when it was opened ([`Meta::read_unchanged`]).
+pub(super) fn unchanged(file: &File, at_open: &Meta) -> Result<(), FsError> {
     let now = sys::meta(file.as_fd()).map_err(FsError::Metadata)?;
-    if now.size != at_open.size || now.mtime != at_open.mtime {
+    if !now.read_unchanged(at_open) {
         return Err(FsError::Stale(StaleReason::ChangedWhileRead));
     }
     Ok(())

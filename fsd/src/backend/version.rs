@@ -10,7 +10,7 @@ use std::fs::File;
 use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 
-use fsd_proto::version::{CONTENT_SEPARATOR, split};
+use fsd_proto::version::{split, with_digest};
 
 use crate::digest::{self, Digest};
 use crate::error::FsError;
@@ -27,12 +27,6 @@ pub fn of_file(file: &File, meta: &Meta) -> String {
 /// The version of an open regular file whose whole content is `bytes` (just read or written).
 pub fn of_content(file: &File, meta: &Meta, bytes: &[u8]) -> String {
     with_digest(of_file(file, meta), bytes.len() as u64, &digest::of(bytes))
-}
-
-/// A metadata-only token completed with the digest of `length` bytes (a stream that reached the
-/// end hashes its chunks as they pass).
-pub fn with_digest(metadata: String, length: u64, digest: &str) -> String {
-    format!("{metadata}{CONTENT_SEPARATOR}{length:x}.{digest}")
 }
 
 /// The version of an object that is not opened for I/O (directories, special files).

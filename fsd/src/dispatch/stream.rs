@@ -13,9 +13,36 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::backend::StreamDigest;
-
+use crate::digest::Digest;
 use crate::op::StreamHeader;
+
+/// Hashes a streamed file's chunks as they pass, so that a stream that reached the end yields a
+/// version with a digest without a second read.
+#[derive(Debug, Default)]
+pub struct StreamDigest {
+    hasher: Digest,
+    sent: u64,
+}
+
+impl StreamDigest {
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.hasher.update(bytes);
+        self.sent += bytes.len() as u64;
+    }
+
+    /// Bytes hashed so far: the offset of the next chunk.
+    pub fn sent(&self) -> u64 {
+        self.sent
+    }
+
+    /// The header's version completed with the digest; `None` when the length sent differs
+    /// from the one opened (the file changed while it was sent).
+    pub fn finish(&self, header: &StreamHeader) -> Option<String> {
+        (self.sent == header.size).then(|| {
+            fsd_proto::version::with_digest(header.version.clone(), self.sent, &self.hasher.clone().finish())
+        })
+    }
+}
 
 /// One chunk to read, and the digest of the stream's bytes so far when it is to be hashed too.
 /// The reader thread hands the bytes back first and hashes them after: the chunk is on its way
@@ -176,7 +203,9 @@ pub async fn pump<T>(
     if !readers.read(file.clone(), sent, 1).await.map_err(Ended::Read)?.is_empty() {
         return Err(Ended::Changed);
     }
-    crate::backend::unchanged(&file, &at_open).map_err(|_| Ended::Changed)?;
+    if !crate::sys::meta(file.as_fd()).is_ok_and(|now| now.read_unchanged(&at_open)) {
+        return Err(Ended::Changed);
+    }
     if !HASHED {
         return Ok(header.version.clone());
     }

@@ -46,6 +46,13 @@ pub struct Meta {
 }
 
 impl Meta {
+    /// Whether a file read since `at_open` still holds what was read: same size and mtime.
+    /// Not ctime: an atomic replace renames the old inode away (and removes it), which changes
+    /// its ctime while a reader of the old content reads exactly what it opened.
+    pub fn read_unchanged(&self, at_open: &Meta) -> bool {
+        self.size == at_open.size && self.mtime == at_open.mtime
+    }
+
     /// Same inode and same content-relevant metadata (ctime aside, which a rename changes).
     pub fn same_content(&self, other: &Meta) -> bool {
         self.dev == other.dev && self.ino == other.ino && self.size == other.size && self.mtime == other.mtime
