@@ -387,6 +387,17 @@ fn another_sessions_change_since_is_a_conflict_named_as_such() {
     );
 }
 
+/// A rewind writes: a caller whose own mode is read-only is refused as a write would be, before
+/// anything is looked at (its changes were approved one call at a time).
+#[test]
+fn a_read_only_caller_may_not_rewind() {
+    let (d, _state) = daemon("default_mode = \"read-only\"\n");
+    let mut s = d.session();
+    let reply = rewind(&mut s, 0, false);
+    assert_eq!(reply.code(), Some("FS_SANDBOX_DENIED"), "{}", reply.json);
+    assert_eq!(reply.text(), "Error: a rewind writes, and this client may only read; nothing was changed");
+}
+
 /// The process doing a rewind killed in the middle of its commit (as SIGKILL leaves it), then
 /// the daemon restarted: the rewind is all or nothing, here nothing.
 #[test]

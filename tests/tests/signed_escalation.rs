@@ -2571,11 +2571,25 @@ fn a_patch_adding_two_files_in_one_new_directory_is_approved_as_a_whole() {
 /// is listed as escalated, with its metadata only.
 #[test]
 fn an_approved_change_in_its_own_process_is_recorded() {
+    approved_change_listed("fsd-fault-slow-record", &[], Duration::ZERO);
+}
+
+/// Without the handshake (`FSD_FAULT_NO_HANDSHAKE`: its pipes could not be made) the worker
+/// records the change once the process has ended, so it is listed a moment after the answer.
+#[test]
+fn an_approved_change_is_recorded_when_its_handshake_cannot_start() {
+    approved_change_listed("app.conf", &[("FSD_FAULT_NO_HANDSHAKE", "1")], Duration::from_secs(10));
+}
+
+/// An approved edit of the file `name` outside the roots, then the session's listing, asked
+/// again for up to `wait` until it shows a change.
+fn approved_change_listed(name: &str, env: &[(&str, &str)], wait: Duration) {
     let keys = Keys::new();
     let _approver = Approver::serve(&keys, &keys.rules("allow"));
     let state = tempfile::tempdir().unwrap();
-    let s = Signed::start(&keys, &format!("state_dir = \"{}\"\n", state.path().display()));
-    let target = s.outside.path().join("fsd-fault-slow-record");
+    let s =
+        Signed::start_env(&keys, &keys.public, &format!("state_dir = \"{}\"\n", state.path().display()), env);
+    let target = s.outside.path().join(name);
     std::fs::write(&target, "port = 1\n").unwrap();
     let mut t = s.d.session();
     let with = |mut args: serde_json::Value| {
@@ -2592,8 +2606,16 @@ fn an_approved_change_in_its_own_process_is_recorded() {
     assert!(!r.is_error(), "{}", r.json);
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "port = 2\n");
 
-    let listing = t.raw(&json!({"id": "ch", "changes": {"since": 0, "this_session": true}}).to_string());
-    assert!(!listing.is_error(), "{}", listing.json);
+    let deadline = Instant::now() + wait;
+    let listing = loop {
+        let listing = t.raw(&json!({"id": "ch", "changes": {"since": 0, "this_session": true}}).to_string());
+        assert!(!listing.is_error(), "{}", listing.json);
+        let empty = listing.meta()["changes"].as_array().is_some_and(|c| c.is_empty());
+        if !empty || Instant::now() >= deadline {
+            break listing;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     let meta = listing.meta();
     let recorded: Vec<(&str, bool, &str)> = meta["changes"]
         .as_array()

@@ -64,7 +64,7 @@ pub fn rewind_text(since: u64, rewound: &Rewound) -> String {
     }
     for target in &rewound.replaced {
         out.push_str(&format!(
-            "\n  {} had been changed by someone the record did not see: that version is kept in change #{}",
+            "\n  {} had been changed since by what this rewind does not undo (outside fsd, or another session or identity): that version is kept in change #{}",
             target.display,
             rewound.change.unwrap_or_default()
         ));
@@ -319,7 +319,7 @@ mod tests {
         assert_eq!(
             rewind_text(3, &rewound),
             "Rewound to point 3: 2 files restored as one change (#12; rewind it to undo this).\n  restored /ws/a.txt\n  restored /ws/b.txt\n  \
-/ws/b.txt had been changed by someone the record did not see: that version is kept in change #12\n  \
+/ws/b.txt had been changed since by what this rewind does not undo (outside fsd, or another session or identity): that version is kept in change #12\n  \
 left as it is: /ws/c.txt was changed since by someone the record did not see (rewind with keep_checkpoint to restore it anyway; its version now is kept in the record)\n\
 --- a/ws/c.txt\n+++ b/ws/c.txt\n@@ -1 +1 @@\n-then\n+outside\n  \
 left as it is: /ws/f.txt was changed since by a change this rewind does not undo (another session's or identity's) (rewind with keep_checkpoint to restore it anyway; its version now is kept in the record)\n  (content not shown)\n  \

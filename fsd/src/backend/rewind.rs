@@ -43,6 +43,9 @@ struct Touched {
     /// What the record says fsd left there last, and whether that change is one selected.
     left: Option<String>,
     last_selected: bool,
+    /// A change of it since the point was made under an escalation: a conflict shows it with
+    /// its metadata only, as a listing does.
+    escalated: bool,
 }
 
 impl Backend {
@@ -75,6 +78,7 @@ impl Backend {
                     at_point: None,
                     left: None,
                     last_selected: false,
+                    escalated: false,
                 });
                 if selected && !order.contains(&file.key) {
                     order.push(file.key.clone());
@@ -84,6 +88,7 @@ impl Backend {
                 // point is the selected change's before (taken above, once).
                 t.left = file.after;
                 t.last_selected = selected;
+                t.escalated |= entry.author.escalated;
             }
         }
         let mut rewound = Rewound::default();
@@ -92,7 +97,7 @@ impl Backend {
         for key in &order {
             let Some(t) = touched.get(key) else { continue };
             let target = Target { key: key.clone(), display: t.display.clone() };
-            let (now, now_content) = match self.now_at(mode, &t.display) {
+            let (now, _) = match self.now_at(mode, &t.display) {
                 Some(found) => found,
                 None => {
                     rewound.unrestorable.push(target);
@@ -114,10 +119,19 @@ impl Backend {
             let unrecorded = !same_state(now.as_deref(), t.left.as_deref());
             let outside = !t.last_selected || unrecorded;
             if outside && !keep_checkpoint {
-                let old = content.as_deref().map_or(Ok(""), std::str::from_utf8);
-                let shown = match (old, now_content.map(String::from_utf8)) {
-                    (Ok(old), Some(Ok(new))) => Visible::Diff(super::record::unified(old, &new, &t.display)),
-                    _ => Visible::NotText,
+                // Shown as a listing shows it: to what the caller may read at its own mode now.
+                let shown = match self.now_at(query.reader_mode, &t.display) {
+                    _ if t.escalated => Visible::Escalated,
+                    None => Visible::NotReadable,
+                    Some((_, readable)) => {
+                        let old = content.as_deref().map_or(Ok(""), std::str::from_utf8);
+                        match (old, readable.map(String::from_utf8)) {
+                            (Ok(old), Some(Ok(new))) => {
+                                Visible::Diff(super::record::unified(old, &new, &t.display))
+                            }
+                            _ => Visible::NotText,
+                        }
+                    }
                 };
                 rewound.conflicts.push(FileDiff {
                     target,

@@ -338,7 +338,9 @@ pub(super) fn pause_at_exchange(name: &OsStr) {
 ///
 /// A write in place that replaced our bytes wholesale (they are no longer the file's start) would
 /// have replaced the older save just the same had fsd not been there: that save is removed with
-/// the temporary name, as before. Without `written` (a streamed body) the older save is kept.
+/// the temporary name, as before, if it still is that save as the exchange took it out (else,
+/// a save renamed over it or a write into it since, it is kept). Without `written` (a streamed
+/// body) the older save is kept.
 fn swap_back(
     dir: BorrowedFd<'_>,
     name: &OsStr,
@@ -371,7 +373,7 @@ fn swap_back(
         // Ours is at `name` again; the temporary name holds the older outside save.
         temp.unplaced = None;
         if written.is_some_and(|written| !starts_with(dir, name, &staged, written))
-            && !changed_since(dir, &temp.name, swapped.out.as_ref())
+            && still_as_taken_out(dir, &temp.name, swapped.out.as_ref())
         {
             // Removed with the temporary name on drop.
             return FsError::Stale(StaleReason::ChangedWhileWriting);
@@ -434,6 +436,13 @@ fn undo_over_a_later_save(
         "a save made over fsd's file during its undo stays; the older save is kept beside it"
     );
     FsError::KeptAside { reason: StaleReason::ChangedWhileWriting, kept: kept.into() }
+}
+
+/// Whether the file at `temp` is the one `out` describes, as it was when taken out: the save a
+/// write in place over ours replaced, and nothing newer (not written into since, and not another
+/// save renamed over the name since), so it may go.
+fn still_as_taken_out(dir: BorrowedFd<'_>, temp: &OsStr, out: Option<&Meta>) -> bool {
+    out.is_some_and(|out| sys::meta_at(dir, temp).is_ok_and(|now| now.same_content(out)))
 }
 
 /// Whether the file at `temp` is the one `out` describes, written into since: while the undo

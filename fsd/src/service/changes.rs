@@ -53,7 +53,16 @@ impl FsdService {
         let caller = Caller::of(&request, request.get_ref().context.as_ref());
         let _in_flight = self.budgets.call(&caller.identity).map_err(|r| r.into_wire("").into_status())?;
         let message = request.into_inner();
-        let whose = self.whose(&caller, &message.identity);
+        // A rewind writes: a caller whose own mode writes nothing may not make one (its changes
+        // were approved one call at a time, and undoing them is a change of its own).
+        let whose = match self.own_mode(&caller) {
+            Mode::ReadOnly => Err(crate::error::Failure::new(
+                crate::error::FsError::Denied(crate::error::Denial::ReadOnly),
+                String::new(),
+            )
+            .into_wire()),
+            _ => self.whose(&caller, &message.identity),
+        };
         let result = match whose {
             Ok(identity) => {
                 let query = op::ChangesQuery {

@@ -136,6 +136,7 @@ impl ToolError {
             Some(Reason::OthersChanges) => {
                 "only an identity the file service's change_operators names may see or undo another identity's changes"
             }
+            Some(Reason::ReadOnly) => "a rewind writes, and this client may only read; nothing was changed",
             _ => return ToolError::from_read("", error),
         };
         ToolError::new(wire.code.as_str(), message)
