@@ -112,7 +112,6 @@ fn the_mcp_server_serves_its_pipes_without_a_blocking_pool() {
 /// was denied, nothing is served).
 #[test]
 fn an_embedded_daemon_that_cannot_start_is_said_in_every_call() {
-    let python = python();
     let unstartable = common::UnstartableRoot::new();
     let (var, hidden) = unstartable.env();
     let args = serde_json::json!({
@@ -120,17 +119,7 @@ fn an_embedded_daemon_that_cannot_start_is_said_in_every_call() {
         "ws": unstartable.ws.path(),
         "env": {var: hidden, "FSD_LOG": "warn"},
     });
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp").join("unavailable.py");
-    let out = Command::new(&python)
-        .arg(&script)
-        .arg(args.to_string())
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {} (FSD_TEST_PYTHON): {e}", python.display()));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "tests/mcp/unavailable.py failed ({}):\n{stderr}", out.status);
-    let seen: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let seen = common::python_json("mcp/unavailable.py", &args);
     assert_eq!(seen["tools"], serde_json::json!(["read", "write", "edit"]), "{seen}");
     let text = format!("Error: the file service is unavailable: {}", unstartable.line());
     for call in ["read", "write"] {

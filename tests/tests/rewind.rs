@@ -582,14 +582,6 @@ fn a_change_on_disk_whose_sync_failed_is_recorded_and_one_that_never_reached_it_
 /// sees both changes with the diff, rewinds, and the file is back byte for byte, the new one gone.
 #[test]
 fn the_change_tools_over_mcp_checkpoint_list_and_rewind_python_sdk() {
-    let python = match std::env::var_os("FSD_TEST_PYTHON") {
-        Some(p) if !p.is_empty() => std::path::PathBuf::from(p),
-        _ => panic!(
-            "FSD_TEST_PYTHON is not set: this test needs the venv with the official `mcp` SDK that \
-             scripts/test.sh builds (or: python3 -m venv .venv && .venv/bin/pip install mcp==2.3.0; \
-             FSD_TEST_PYTHON=$PWD/.venv/bin/python)"
-        ),
-    };
     let (d, _state) = daemon("");
     let configs = tempfile::tempdir().unwrap();
     let (off, on) = (configs.path().join("off.toml"), configs.path().join("on.toml"));
@@ -602,17 +594,7 @@ fn the_change_tools_over_mcp_checkpoint_list_and_rewind_python_sdk() {
         "off": off,
         "on": on,
     });
-    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("mcp").join("rewind.py");
-    let out = Command::new(&python)
-        .arg(&script)
-        .arg(args.to_string())
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {} (FSD_TEST_PYTHON): {e}", python.display()));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "tests/mcp/rewind.py failed ({}):\n{stderr}", out.status);
-    let seen: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let seen = common::python_json("mcp/rewind.py", &args);
     let (off_seen, on_seen) = (&seen["off"], &seen["on"]);
     let names = |tools: &Value| -> Vec<String> {
         tools.as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_owned()).collect()

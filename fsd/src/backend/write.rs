@@ -379,13 +379,12 @@ fn swap_back(
             return FsError::Stale(StaleReason::ChangedWhileWriting);
         }
         temp.armed = false;
-        let kept = super::moves::keep_aside(dir, name, &temp.name);
-        tracing::warn!(
-            ?kept,
-            ?name,
-            "a save replaced by an outside write into fsd's file is kept at another name"
+        return kept_beside(
+            dir,
+            name,
+            temp,
+            "a save replaced by an outside write into fsd's file is kept at another name",
         );
-        return FsError::KeptAside { reason: StaleReason::ChangedWhileWriting, kept: kept.into() };
     }
     FsError::Stale(StaleReason::ChangedWhileWriting)
 }
@@ -421,20 +420,26 @@ fn undo_over_a_later_save(
     if changed_since(dir, &temp.name, swapped.out.as_ref())
         && sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange).is_ok()
     {
-        let kept = super::moves::keep_aside(dir, name, &temp.name);
-        tracing::warn!(
-            ?kept,
-            ?name,
-            "a write into the save fsd's undo put back stays; a save renamed over fsd's file meanwhile is kept beside it"
+        return kept_beside(
+            dir,
+            name,
+            temp,
+            "a write into the save fsd's undo put back stays; a save renamed over fsd's file meanwhile is kept beside it",
         );
-        return FsError::KeptAside { reason: StaleReason::ChangedWhileWriting, kept: kept.into() };
     }
+    kept_beside(
+        dir,
+        name,
+        temp,
+        "a save made over fsd's file during its undo stays; the older save is kept beside it",
+    )
+}
+
+/// What the temporary name holds, someone's save, kept at a visible name beside `name`: said in
+/// the log (`what`) and in the stale reply, which names it.
+fn kept_beside(dir: BorrowedFd<'_>, name: &OsStr, temp: &TempName<'_>, what: &'static str) -> FsError {
     let kept = super::moves::keep_aside(dir, name, &temp.name);
-    tracing::warn!(
-        ?kept,
-        ?name,
-        "a save made over fsd's file during its undo stays; the older save is kept beside it"
-    );
+    tracing::warn!(?kept, ?name, "{what}");
     FsError::KeptAside { reason: StaleReason::ChangedWhileWriting, kept: kept.into() }
 }
 

@@ -383,3 +383,32 @@ impl UnstartableRoot {
         )
     }
 }
+
+/// The Python of the venv `scripts/test.sh` builds (`FSD_TEST_PYTHON`), with the pinned clients
+/// the tests drive (the MCP SDK, grpcio, the agent-sandbox SDK, selenium).
+pub fn python() -> PathBuf {
+    match std::env::var_os("FSD_TEST_PYTHON") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => panic!(
+            "FSD_TEST_PYTHON is not set: this test needs the Python venv with the pinned clients. \
+             Run `bash scripts/test.sh` (it creates .venv and exports FSD_TEST_PYTHON)"
+        ),
+    }
+}
+
+/// Runs the test script `script` (a path below `tests/`) with `args` as its one argument, and
+/// returns the JSON it prints; a script that fails fails the test with its standard error.
+pub fn python_json(script: &str, args: &Value) -> Value {
+    let python = python();
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(script);
+    let out = Command::new(&python)
+        .arg(&path)
+        .arg(args.to_string())
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {} (FSD_TEST_PYTHON): {e}", python.display()));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "tests/{script} failed ({}):\n{stderr}", out.status);
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
