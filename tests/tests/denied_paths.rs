@@ -11,7 +11,6 @@
 use crate::common;
 
 use std::path::Path;
-use std::process::Command;
 
 use common::rest::{RestDaemon, http, refused};
 use common::rpc::{Rpc, p, wire};
@@ -399,8 +398,8 @@ fn grpc_calls_refuse_denied_files_and_list_them() {
 #[test]
 fn python_grpcio_meets_the_same_refusals() {
     let d = Daemon::start_custom(&[], &seed, &[], "", &[]);
-    let seen = run_python(
-        "tests/python/denied.py",
+    let seen = common::python_json(
+        "python/denied.py",
         &json!({
             "proto_dir": repo().join("proto"),
             "stub_dir": d.dir.path(),
@@ -437,8 +436,8 @@ fn python_mcp_client_meets_the_same_refusals() {
     let d = Daemon::start_custom(&[], &seed, &[], "", &[]);
     let config = d.dir.path().join("client.toml");
     std::fs::write(&config, BARE).unwrap();
-    let seen = run_python(
-        "tests/mcp/denied.py",
+    let seen = common::python_json(
+        "mcp/denied.py",
         &json!({
             "fsd_tools": tools_bin(),
             "endpoint": d.endpoint(),
@@ -463,19 +462,4 @@ fn python_mcp_client_meets_the_same_refusals() {
 
 fn repo() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
-}
-
-/// Runs a Python client with its JSON arguments and returns the JSON it printed.
-fn run_python(script: &str, args: &Value) -> Value {
-    let python = common::rest::python();
-    let out = Command::new(&python)
-        .arg(repo().join(script))
-        .arg(args.to_string())
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {} (FSD_TEST_PYTHON): {e}", python.display()));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{script} failed ({}):\n{stderr}", out.status);
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }

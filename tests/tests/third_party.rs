@@ -9,22 +9,8 @@ use crate::common;
 use crate::pki;
 
 use std::path::PathBuf;
-use std::process::Command;
 
-use serde_json::{Value, json};
-
-/// The Python with the pinned grpcio packages. A missing interpreter fails the test: skipping
-/// would let a fresh clone pass without a third-party client ever calling fsd.
-fn python() -> PathBuf {
-    match std::env::var_os("FSD_TEST_PYTHON") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => panic!(
-            "FSD_TEST_PYTHON is not set: the third-party client test needs the Python venv with grpcio, \
-             grpcio-tools, grpcio-status, grpcio-health-checking and grpcio-reflection. Run \
-             `bash scripts/test.sh` (it creates .venv and exports FSD_TEST_PYTHON)"
-        ),
-    }
-}
+use serde_json::json;
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -32,7 +18,6 @@ fn free_port() -> u16 {
 
 #[test]
 fn python_grpcio_client_calls_fsd_over_tls() {
-    let python = python();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let ca = pki::Ca::new(d, "ca");
@@ -65,16 +50,7 @@ fn python_grpcio_client_calls_fsd_over_tls() {
         "token": token,
         "root": daemon.root,
     });
-    let out = Command::new(&python)
-        .arg(repo.join("tests/python/third_party.py"))
-        .arg(args.to_string())
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {} (FSD_TEST_PYTHON): {e}", python.display()));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "tests/python/third_party.py failed ({}):\n{stderr}", out.status);
-    let seen: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let seen = common::python_json("python/third_party.py", &args);
     let path = daemon.path("hello.txt").display().to_string();
     assert_eq!(seen["protocol_version"], json!(fsd_proto::PROTOCOL_VERSION));
     assert_eq!(seen["stat_size"], json!(15));
