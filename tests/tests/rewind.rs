@@ -48,6 +48,45 @@ fn blobs(state: &Path) -> usize {
     std::fs::read_dir(state.join("changes/blobs")).unwrap().count()
 }
 
+/// The inodes of the record's blobs.
+fn blob_inodes(state: &Path) -> Vec<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(state.join("changes/blobs"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().ino())
+        .collect()
+}
+
+/// Where the store shares the tree's filesystem, a replaced or deleted file becomes its own
+/// before-image: the commit renames it into the store rather than copying it. A rewind restores
+/// both from there.
+#[test]
+fn a_replaced_or_deleted_file_is_moved_into_the_record_not_copied() {
+    use std::os::unix::fs::MetadataExt;
+    let (d, state) = daemon("");
+    d.write("a.txt", "one\n");
+    d.write("b.txt", "bee\n");
+    let ino = |name: &str| std::fs::metadata(d.path(name)).unwrap().ino();
+    let (a, b) = (ino("a.txt"), ino("b.txt"));
+    let mut s = d.session_with_config("applyPatch = true\n");
+    let since = checkpoint(&mut s, "before");
+    for name in ["a.txt", "b.txt"] {
+        assert!(!s.read(&d.path(name).display().to_string()).is_error());
+    }
+    assert!(!s.call("write", json!({"file_path": d.path("a.txt"), "content": "ONE\n"})).is_error());
+    let patch = "*** Begin Patch\n*** Delete File: b.txt\n*** End Patch";
+    let patched = s.call("apply_patch", json!({"input": patch}));
+    assert!(!patched.is_error(), "{}", patched.json);
+    let kept = blob_inodes(state.path());
+    assert!(kept.contains(&a), "the replaced a.txt ({a}) is a blob: {kept:?}");
+    assert!(kept.contains(&b), "the deleted b.txt ({b}) is a blob: {kept:?}");
+    assert_eq!(kept.len(), 2, "{kept:?}");
+    let rewound = rewind(&mut s, since, false);
+    assert!(!rewound.is_error(), "{}", rewound.json);
+    assert_eq!(std::fs::read_to_string(d.path("a.txt")).unwrap(), "one\n");
+    assert_eq!(std::fs::read_to_string(d.path("b.txt")).unwrap(), "bee\n");
+}
+
 /// A session's writes, edits, patches (an update, a move and a delete) after a checkpoint are
 /// each recorded with who made them, and the listing shows per file the diff since the point.
 #[test]

@@ -517,7 +517,7 @@ impl Backend {
             }
             if let (Some(entry), Some(old)) = (slot.aside.take(), slot.old.as_ref()) {
                 if sys::meta_at(slot.dir, &slot.temp).is_ok_and(|m| Stamp::of(old).is(&m)) {
-                    let _ = sys::remove(slot.dir, &slot.temp);
+                    let _ = entry.retire(slot.dir, &slot.temp);
                 }
                 entry.end();
             }

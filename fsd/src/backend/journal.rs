@@ -48,6 +48,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::record::Store;
 use crate::op::{RootSpec, TEMP_PREFIX};
 use crate::sys::{self, Errno, Kind, Meta};
 
@@ -129,7 +130,7 @@ impl Journal {
     pub(super) fn scope<'a>(&'a self, root: usize, rel_dir: &[OsString]) -> Scope<'a> {
         let fd = self.roots.get(root).and_then(Option::as_ref).map(AsFd::as_fd);
         let dir = rel_dir.iter().map(|c| c.as_bytes()).collect::<Vec<_>>().join(&b'/');
-        Scope { fd, owner: &self.owner, dir }
+        Scope { fd, owner: &self.owner, dir, record: None }
     }
 }
 
@@ -139,14 +140,33 @@ pub(super) struct Scope<'a> {
     fd: Option<BorrowedFd<'a>>,
     owner: &'a str,
     dir: Vec<u8>,
+    /// The change record, where a replaced or removed file the record waits for goes
+    /// ([`Entry::retire`]).
+    record: Option<&'a Store>,
 }
 
 impl<'a> Scope<'a> {
+    /// The same journal, whose temporary names retire into `record` what it waits for.
+    pub(super) fn recording(self, record: Option<&'a Store>) -> Scope<'a> {
+        Scope { record, ..self }
+    }
+
+    fn entry(self, temp: &OsStr) -> Entry<'a> {
+        let key = entry_key(temp);
+        Entry {
+            fd: self.fd,
+            key,
+            owner: self.owner,
+            dir: self.dir,
+            written: false,
+            replaced: None,
+            record: self.record,
+        }
+    }
+
     /// Records a temporary name before the file is created.
     pub(super) fn begin(self, temp: &OsStr) -> Entry<'a> {
-        let key = entry_key(temp);
-        let mut entry =
-            Entry { fd: self.fd, key, owner: self.owner, dir: self.dir, written: false, replaced: None };
+        let mut entry = self.entry(temp);
         entry.record(None);
         entry
     }
@@ -154,9 +174,7 @@ impl<'a> Scope<'a> {
     /// Records a guarded removal before `name`, the file `checked` describes, is renamed to
     /// `temp`: in one write, so a sweep at any later moment knows both the file and its name.
     pub(super) fn begin_removal(self, temp: &OsStr, name: &OsStr, checked: &Meta) -> Entry<'a> {
-        let key = entry_key(temp);
-        let mut entry =
-            Entry { fd: self.fd, key, owner: self.owner, dir: self.dir, written: false, replaced: None };
+        let mut entry = self.entry(temp);
         let hex: String = name.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
         entry.record(Some(format!("{}{RESTORE}{hex}", identity_of(checked))));
         entry
@@ -182,6 +200,7 @@ pub(super) struct Entry<'a> {
     written: bool,
     /// The identity recorded for the file a replace swaps out, once recorded.
     replaced: Option<String>,
+    record: Option<&'a Store>,
 }
 
 impl Entry<'_> {
@@ -229,6 +248,16 @@ impl Entry<'_> {
     /// whose target did not change since staging writes the entry once, not twice).
     pub(super) fn names_replaced(&self, replaced: &Meta) -> bool {
         self.replaced.as_deref() == Some(identity_of(replaced).as_str())
+    }
+
+    /// Removes the replaced or removed file at the temporary name `temp` of `dir`: into the
+    /// change record when it is a before-image the record waits for (`Store::retire`), else
+    /// unlinked.
+    pub(super) fn retire(&self, dir: BorrowedFd<'_>, temp: &OsStr) -> Result<(), Errno> {
+        match self.record {
+            Some(record) => record.retire(dir, temp),
+            None => sys::remove(dir, temp),
+        }
     }
 
     /// The temporary name is gone (renamed into place or removed), or deliberately left to

@@ -301,7 +301,7 @@ impl Backend {
     /// The journal scope of a resolved target's directory (none outside the configured roots).
     fn journal_scope(&self, resolved: &Resolved) -> journal::Scope<'_> {
         let dir = &resolved.rel[..resolved.rel.len().saturating_sub(1)];
-        self.journal.scope(resolved.root, dir)
+        self.journal.scope(resolved.root, dir).recording(self.record.as_ref())
     }
 
     pub fn limits(&self) -> Limits {

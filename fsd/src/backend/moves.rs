@@ -191,7 +191,7 @@ pub(super) fn remove_checked(
     match set_aside(dir, name, &temp, checked) {
         Ok(()) => {
             // Should the unlink fail, the entry stays: the sweep removes the checked file later.
-            sys::remove(dir, &temp).map_err(FsError::Remove)?;
+            entry.retire(dir, &temp).map_err(FsError::Remove)?;
             entry.end();
             Ok(())
         }

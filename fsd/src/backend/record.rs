@@ -11,6 +11,15 @@
 //! not yet written names. The bounds (`max_bytes`, `max_age_secs`) drop the oldest whole changes,
 //! rewriting the log with a `dropped` line first that the listing reports.
 //!
+//! A before-image is hashed before the commit, but its blob is, where it can be, the replaced or
+//! removed file itself: once the commit has taken that file out of the tree (to a journaled
+//! temporary name), [`Store::retire`] renames it into `blobs` instead of unlinking it, so a
+//! change costs the record a rename rather than a copy. Where it cannot (the store on another
+//! filesystem or mount, a file with other hard links, more bytes waiting than
+//! `MAX_WAITING_BYTES`), the bytes are copied before the commit as before; a file that did not
+//! come out of the tree as hashed is copied after it, from the bytes held meanwhile
+//! ([`Store::settle`]).
+//!
 //! An approved call at danger-full-access runs in a process of its own whose Landlock domain
 //! holds the approved objects only, not the record. Its worker hands it a carrier, an unlinked
 //! file in the record's directory opened before the fork; the call's process takes its
@@ -21,7 +30,8 @@ use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::{Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 use sha2::Digest;
@@ -35,7 +45,7 @@ use crate::error::{Failure, FsError};
 use crate::op::{
     Author, ChangeEntry, Changes, ChangesQuery, FileDiff, Mode, Outcome, Request, Target, Visible,
 };
-use crate::sys::{self, Errno, Kind};
+use crate::sys::{self, Errno, Kind, Meta};
 
 /// The record's directory beneath `state_dir`.
 pub const DIR: &str = "changes";
@@ -43,13 +53,33 @@ pub const DIR: &str = "changes";
 pub const BLOBS: &str = "blobs";
 const LOG: &str = "log";
 const NEXT: &str = "next";
+/// The most bytes of before-images held in memory while their files wait to move into the store
+/// (a transaction's files together); past it, the rest are copied before the commit.
+const MAX_WAITING_BYTES: usize = 8 << 20;
 
 /// The record a worker writes: its directory and the blobs beneath it.
 #[derive(Debug)]
 pub struct Store {
     dir: OwnedFd,
     blobs: OwnedFd,
+    /// The device and mount `blobs` is on: a file elsewhere cannot be renamed into it.
+    at: (u64, u64),
     settings: RecordSettings,
+    /// Before-images hashed for the change being committed whose blob is to be their file itself.
+    /// One change at a time: it is filled and emptied under the counter's lock.
+    waiting: Mutex<Vec<Waiting>>,
+}
+
+/// A before-image waiting for its file to leave the tree ([`Store::retire`]).
+#[derive(Debug)]
+struct Waiting {
+    digest: String,
+    /// The file its bytes were read from, as it was when read.
+    held: Meta,
+    /// The bytes, for a copy should the file not come out as hashed (emptied once moved).
+    bytes: Vec<u8>,
+    size: u64,
+    moved: bool,
 }
 
 impl Store {
@@ -57,7 +87,8 @@ impl Store {
     pub fn open(state_dir: &std::path::Path, settings: RecordSettings) -> Result<Store, Errno> {
         let dir = sys::open_dir(&state_dir.join(DIR))?;
         let blobs = sys::open_dir(&state_dir.join(DIR).join(BLOBS))?;
-        Ok(Store { dir, blobs, settings })
+        let meta = sys::meta(blobs.as_fd())?;
+        Ok(Store { dir, blobs, at: (meta.dev, meta.mount), settings, waiting: Mutex::default() })
     }
 
     /// The counter file, locked: held until the returned guard drops.
@@ -78,13 +109,8 @@ impl Store {
     /// and [`Store::blob`] checks the digest of what it returns.
     fn keep(&self, bytes: &[u8]) -> Result<(String, u64), FsError> {
         let digest = hex::encode(sha2::Sha256::digest(bytes));
+        let Some(how) = self.missing(&digest, bytes.len())? else { return Ok((digest, 0)) };
         let name = OsString::from(&digest);
-        let how = match sys::meta_at(self.blobs.as_fd(), &name) {
-            Ok(meta) if meta.size == bytes.len() as u64 => return Ok((digest, 0)),
-            Ok(_) => sys::RenameHow::Replace,
-            Err(Errno::NOENT) => sys::RenameHow::NoReplace,
-            Err(e) => return Err(FsError::Metadata(e)),
-        };
         let temp = sys::temp_name().map_err(FsError::CreateTemp)?;
         let mut file = sys::create_exclusive(self.blobs.as_fd(), &temp).map_err(FsError::CreateTemp)?;
         let written = file.write_all(bytes).map_err(FsError::WriteTemp);
@@ -97,6 +123,102 @@ impl Store {
             let _ = sys::remove(self.blobs.as_fd(), &temp);
         }
         placed.map(|()| (digest, bytes.len() as u64))
+    }
+
+    /// How a blob of `size` bytes is to be placed at `digest` (`None`: it is there already).
+    /// One of another size is what a crash cut short, and is replaced.
+    fn missing(&self, digest: &str, size: usize) -> Result<Option<sys::RenameHow>, FsError> {
+        match sys::meta_at(self.blobs.as_fd(), OsStr::new(digest)) {
+            Ok(meta) if meta.size == size as u64 => Ok(None),
+            Ok(_) => Ok(Some(sys::RenameHow::Replace)),
+            Err(Errno::NOENT) => Ok(Some(sys::RenameHow::NoReplace)),
+            Err(e) => Err(FsError::Metadata(e)),
+        }
+    }
+
+    /// Keeps `bytes`, read from the file `held`, as [`Store::keep`] does, unless that file can
+    /// become their blob itself once its change has taken it out of the tree: then they wait
+    /// for it ([`Store::retire`]), and the bytes are counted when the change is recorded.
+    fn keep_or_wait(&self, bytes: Vec<u8>, held: &Meta) -> Result<(String, u64), FsError> {
+        let digest = hex::encode(sha2::Sha256::digest(&bytes));
+        if self.missing(&digest, bytes.len())?.is_none() {
+            return Ok((digest, 0));
+        }
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        if waiting.iter().any(|w| w.digest == digest) {
+            return Ok((digest, 0));
+        }
+        let held_bytes: usize = waiting.iter().map(|w| w.bytes.len()).sum();
+        let movable = held.kind == Kind::File
+            && held.nlink == 1
+            && (held.dev, held.mount) == self.at
+            && held_bytes + bytes.len() <= MAX_WAITING_BYTES;
+        if !movable {
+            drop(waiting);
+            return self.keep(&bytes);
+        }
+        let size = bytes.len() as u64;
+        waiting.push(Waiting { digest: digest.clone(), held: *held, bytes, size, moved: false });
+        Ok((digest, 0))
+    }
+
+    /// Removes the file at `name` in `dir`, which a commit has just taken out of the tree (a
+    /// replaced file after its exchange, a removed one set aside): when it is a before-image
+    /// waiting for its blob, still as hashed and linked nowhere else, it is renamed into
+    /// `blobs` instead. Anything else is unlinked, as without a record.
+    pub(super) fn retire(&self, dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), Errno> {
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        if waiting.iter().any(|w| !w.moved)
+            && let Ok(out) = sys::meta_at(dir, name)
+            && out.kind == Kind::File
+            && out.nlink == 1
+            && let Some(image) = waiting.iter_mut().find(|w| !w.moved && out.same_content(&w.held))
+        {
+            match sys::rename(
+                dir,
+                name,
+                self.blobs.as_fd(),
+                OsStr::new(&image.digest),
+                sys::RenameHow::NoReplace,
+            ) {
+                Ok(()) => {
+                    image.moved = true;
+                    image.bytes = Vec::new();
+                    return Ok(());
+                }
+                // Copied instead when the change is recorded (`settle`).
+                Err(errno) => tracing::debug!(%errno, "a before-image's file could not move into the record"),
+            }
+        }
+        drop(waiting);
+        sys::remove(dir, name)
+    }
+
+    /// Once a change is committed: copies the before-images whose file did not move into the
+    /// store (it never came out of the tree as hashed, or the rename failed). Returns the bytes
+    /// the change's blobs newly take. One that cannot be copied now is logged: its change is
+    /// on disk already, and a rewind to it finds that content missing.
+    fn settle(&self) -> u64 {
+        let waiting = std::mem::take(&mut *self.waiting.lock().unwrap_or_else(PoisonError::into_inner));
+        let mut stored = 0;
+        for image in waiting {
+            if image.moved {
+                stored += image.size;
+                continue;
+            }
+            match self.keep(&image.bytes) {
+                Ok((_, new)) => stored += new,
+                Err(error) => {
+                    tracing::warn!(%error, digest = image.digest, "a before-image could not be kept");
+                }
+            }
+        }
+        stored
+    }
+
+    /// Drops what waits from a change that was not committed.
+    fn forget_waiting(&self) {
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner).clear();
     }
 
     /// A kept before-image's bytes; none when they are not what the digest names (a blob a
@@ -454,6 +576,8 @@ impl Backend {
         let (Some(store), Some(_)) = (self.record.as_ref(), self.author()) else { return Ok(None) };
         let carried = self.carrier.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_some();
         let counter = if carried { None } else { Some(store.lock()?) };
+        // Under the lock: whatever a change cut short left waiting is not this one's.
+        store.forget_waiting();
         Ok(Some(Pending { counter, files: Vec::new(), stored: 0, carried: Vec::new() }))
     }
 
@@ -489,14 +613,18 @@ impl Backend {
             Err(e) => return Err(FsError::Metadata(e)),
         };
         let within = meta.kind == Kind::File && meta.size <= store.settings.max_file_bytes;
-        let read = || -> Result<Vec<u8>, FsError> {
+        // The bytes, and the file they were read from as it was then.
+        let read_held = || -> Result<(Vec<u8>, Meta), FsError> {
             let file = sys::open_read(parent.as_fd(), resolved.name()).map_err(FsError::Open)?;
-            super::read::read_bounded(&file, &meta, store.settings.max_file_bytes)
+            let bytes = super::read::read_bounded(&file, &meta, store.settings.max_file_bytes)?;
+            Ok((bytes, sys::meta(file.as_fd()).map_err(FsError::Metadata)?))
         };
+        let read = || read_held().map(|(bytes, _)| bytes);
         let digest = match (within, pending.counter.is_some()) {
             (false, _) => None,
             (true, true) => {
-                let (digest, new) = store.keep(&read()?)?;
+                let (bytes, held) = read_held()?;
+                let (digest, new) = store.keep_or_wait(bytes, &held)?;
                 pending.stored += new;
                 Some(digest)
             }
@@ -531,6 +659,8 @@ impl Backend {
         });
         if placed {
             self.record_change(Some(pending), op, true);
+        } else if let Some(store) = self.record.as_ref() {
+            store.forget_waiting();
         }
     }
 
@@ -580,7 +710,8 @@ impl Backend {
         };
         let entry = counter_take(counter, entry);
         self.last_recorded.store(entry.seq, std::sync::atomic::Ordering::Relaxed);
-        self.write_entry(store, counter, entry, pending.stored);
+        let stored = pending.stored + store.settle();
+        self.write_entry(store, counter, entry, stored);
     }
 
     /// Appends a change's line under the lock `counter` holds, with the bytes its before-images
@@ -797,5 +928,64 @@ mod tests {
         // Changed on disk, same size.
         std::fs::write(path(&digest), b"HELLO\n").unwrap();
         assert_eq!(store.blob(&digest), None);
+    }
+
+    /// How a before-image read from a file of the tree is kept, by what happens to that file
+    /// after it was hashed: moved into the store when it leaves the tree as hashed, else copied
+    /// (before the commit for a file with another link, after it for one changed since).
+    #[test]
+    fn a_before_image_is_its_file_moved_into_the_store_when_it_leaves_the_tree_as_hashed() {
+        use std::os::unix::fs::MetadataExt;
+
+        #[derive(Debug, PartialEq)]
+        enum Kept {
+            /// The blob is the tree's file itself (same inode).
+            Moved,
+            /// The blob is a copy, of the bytes hashed.
+            Copied,
+        }
+        fn check(case: &str, expected: Kept) {
+            let state = tempfile::tempdir().unwrap();
+            let tree = tempfile::tempdir_in(state.path()).unwrap();
+            std::fs::create_dir_all(state.path().join(DIR).join(BLOBS)).unwrap();
+            let settings = RecordSettings {
+                max_bytes: 1 << 20,
+                max_age_secs: 3600,
+                max_file_bytes: 1 << 20,
+                operators: vec![],
+            };
+            let store = Store::open(state.path(), settings).unwrap();
+            let file = tree.path().join("f");
+            std::fs::write(&file, b"before\n").unwrap();
+            if case == "another link" {
+                std::fs::hard_link(&file, tree.path().join("g")).unwrap();
+            }
+            let ino = std::fs::metadata(&file).unwrap().ino();
+            let dir = sys::open_dir(tree.path()).unwrap();
+            let opened = sys::open_read(dir.as_fd(), OsStr::new("f")).unwrap();
+            let held = sys::meta(opened.as_fd()).unwrap();
+            let (digest, now) = store.keep_or_wait(b"before\n".to_vec(), &held).unwrap();
+            let blob = state.path().join(DIR).join(BLOBS).join(&digest);
+            // Copied at once only when the file cannot become the blob.
+            assert_eq!(blob.exists(), case == "another link", "{case}");
+            assert_eq!(now, if case == "another link" { 7 } else { 0 }, "{case}");
+            if case == "changed after it was hashed" {
+                std::fs::write(&file, b"after, longer\n").unwrap();
+            }
+            // The commit takes it out of the tree (here, to a temporary name), then retires it.
+            std::fs::rename(&file, tree.path().join(".fsd-tmp-x")).unwrap();
+            store.retire(dir.as_fd(), OsStr::new(".fsd-tmp-x")).unwrap();
+            assert!(!tree.path().join(".fsd-tmp-x").exists(), "{case}: the temporary name is gone");
+            let settled = store.settle();
+            assert_eq!(settled, if case == "another link" { 0 } else { 7 }, "{case}");
+            assert_eq!(store.blob(&digest).as_deref(), Some(&b"before\n"[..]), "{case}");
+            let kept =
+                if std::fs::metadata(&blob).unwrap().ino() == ino { Kept::Moved } else { Kept::Copied };
+            assert_eq!(kept, expected, "{case}");
+            assert!(store.waiting.lock().unwrap().is_empty(), "{case}: nothing waits after settling");
+        }
+        check("one link", Kept::Moved);
+        check("another link", Kept::Copied);
+        check("changed after it was hashed", Kept::Copied);
     }
 }

@@ -42,8 +42,13 @@ struct TempName<'a> {
 
 impl Drop for TempName<'_> {
     fn drop(&mut self) {
+        let removed = || match &self.entry {
+            // A replaced file the change record waits for goes into the record.
+            Some(entry) if self.unplaced.is_none() => entry.retire(self.dir, &self.name),
+            _ => sys::remove(self.dir, &self.name),
+        };
         if self.armed
-            && let Err(errno) = sys::remove(self.dir, &self.name)
+            && let Err(errno) = removed()
         {
             // Typically the directory was moved out of the fence mid-write, and Landlock
             // refuses the unlink there. The caller's bytes go at once; the name is handed to
