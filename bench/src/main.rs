@@ -143,6 +143,10 @@ enum Command {
     Record {
         #[command(flatten)]
         common: Common,
+        /// Keeps the disk in steady writeback while measuring: a thread writes 1 GiB buffered
+        /// (never synced) over and over into a file beside the root.
+        #[arg(long)]
+        writeback: bool,
     },
     /// The read tool with metrics and traces off, metrics on, and metrics plus traces on.
     Telemetry {
@@ -228,8 +232,8 @@ fn run(command: Command) -> Res<()> {
             say!("{}", telemetry::run(&common)?);
             Ok(())
         }
-        Command::Record { common } => {
-            say!("{}", record::run(&common)?);
+        Command::Record { common, writeback } => {
+            say!("{}", record::run(&common, writeback)?);
             Ok(())
         }
         Command::Neighbour { common } => {

@@ -64,7 +64,45 @@ fn store_size(dir: &Path) -> Res<(u64, u64)> {
     Ok((bytes, changes))
 }
 
-pub fn run(common: &Common) -> Res<Section> {
+/// A thread writing 1 GiB buffered, never synced, over and over into `path` until dropped: the
+/// disk in steady writeback, as under a build or a checkout beside the agent.
+struct Writeback {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Writeback {
+    fn start(path: std::path::PathBuf) -> Writeback {
+        use std::io::Write;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let chunk = vec![0u8; 1 << 20];
+            while !stopping.load(std::sync::atomic::Ordering::Relaxed) {
+                let Ok(mut file) = std::fs::File::create(&path) else { return };
+                for _ in 0..1024 {
+                    if stopping.load(std::sync::atomic::Ordering::Relaxed) || file.write_all(&chunk).is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+            let _ = std::fs::remove_file(&path);
+        });
+        Writeback { stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for Writeback {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+pub fn run(common: &Common, writeback: bool) -> Res<Section> {
     let dir = tempfile::Builder::new().prefix("fsd-bench-record-").tempdir_in("/tmp")?;
     let root = dir.path().join("ws");
     std::fs::create_dir(&root)?;
@@ -86,6 +124,7 @@ pub fn run(common: &Common) -> Res<Section> {
     let mut p50 = [PerRun::default(), PerRun::default()];
     let mut counter = 0u64;
     let (n, warm) = (common.n(1000), common.n(100));
+    let pressure = writeback.then(|| Writeback::start(dir.path().join("writeback")));
     for run in 0..common.runs {
         note!("  change record: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
         for k in 0..2 {
@@ -93,6 +132,7 @@ pub fn run(common: &Common) -> Res<Section> {
             p50[i].push(measure(daemons[i], &root, &paths[i], n, warm, &mut counter)?);
         }
     }
+    drop(pressure);
     let (bytes, changes) = store_size(&on_state.join("changes"))?;
     drop(on);
     drop(off);
@@ -103,8 +143,14 @@ pub fn run(common: &Common) -> Res<Section> {
     md.push_str(
         "The write tool replacing a 4 KiB file (Unix socket, a new content every call, so every change \
          keeps a before-image of its own) against two daemons side by side on one root, measured in turn \
-         in each run: the change record on (`state_dir`, defaults) and off (`change_record = false`).\n\n",
+         in each run: the change record on (`state_dir`, defaults) and off (`change_record = false`).",
     );
+    md.push_str(if writeback {
+        " Measured with the disk in steady writeback (`--writeback`: 1 GiB written buffered, never synced, \
+         over and over beside the root).\n\n"
+    } else {
+        "\n\n"
+    });
     md.push_str("| record | write tool p50 | ÷ off |\n|---|---|---|\n");
     md.push_str(&format!("| on | {} | {} |\n", p50[0].micros(), ratio.times()));
     md.push_str(&format!("| off | {} | 1.00× |\n", p50[1].micros()));
