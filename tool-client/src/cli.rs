@@ -379,7 +379,7 @@ async fn run(cli: Cli, daemon: &mut Option<EmbeddedDaemon>) -> Result<ExitCode, 
         Command::Checkpoint { label, target } => {
             let config = load_config(target.config.as_ref(), false)?;
             let mut session = open(&target, config, daemon).await?;
-            let result = crate::changes::checkpoint(&mut session, &label).await;
+            let result = crate::record_commands::checkpoint(&mut session, &label).await;
             emit(&mut out, &result.text())?;
             Ok(if result.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })
         }
@@ -387,7 +387,7 @@ async fn run(cli: Cli, daemon: &mut Option<EmbeddedDaemon>) -> Result<ExitCode, 
             let config = load_config(target.config.as_ref(), false)?;
             let mut session = open(&target, config, daemon).await?;
             let query = crate::daemon::ChangesQuery { since, this_session: false, identity };
-            let result = crate::changes::changes(&mut session, &query).await;
+            let result = crate::record_commands::changes(&mut session, &query).await;
             emit(&mut out, &result.text())?;
             Ok(if result.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })
         }
@@ -395,7 +395,7 @@ async fn run(cli: Cli, daemon: &mut Option<EmbeddedDaemon>) -> Result<ExitCode, 
             let config = load_config(target.config.as_ref(), false)?;
             let mut session = open(&target, config, daemon).await?;
             let query = crate::daemon::ChangesQuery { since, this_session: false, identity };
-            let result = crate::changes::rewind(&mut session, &query, keep_checkpoint).await;
+            let result = crate::record_commands::rewind(&mut session, &query, keep_checkpoint).await;
             emit(&mut out, &result.text())?;
             Ok(if result.is_error { ExitCode::from(1) } else { ExitCode::SUCCESS })
         }

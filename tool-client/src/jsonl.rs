@@ -70,7 +70,7 @@ pub async fn handle_line(session: &mut Session, line: &str) -> Value {
         let Some(label) = label.as_str() else {
             return invalid(id, "checkpoint must be a string (the point's label)");
         };
-        return result_json(id, &crate::changes::checkpoint(session, label).await);
+        return result_json(id, &crate::record_commands::checkpoint(session, label).await);
     }
     if let Some(asked) = object.get("changes") {
         let Some(asked) = asked.as_object() else {
@@ -81,7 +81,7 @@ pub async fn handle_line(session: &mut Session, line: &str) -> Value {
             this_session: asked.get("this_session").and_then(Value::as_bool).unwrap_or(false),
             identity: asked.get("identity").and_then(Value::as_str).map(str::to_owned),
         };
-        return result_json(id, &crate::changes::changes(session, &query).await);
+        return result_json(id, &crate::record_commands::changes(session, &query).await);
     }
     if let Some(asked) = object.get("rewind") {
         let Some(asked) = asked.as_object() else {
@@ -96,7 +96,7 @@ pub async fn handle_line(session: &mut Session, line: &str) -> Value {
             identity: asked.get("identity").and_then(Value::as_str).map(str::to_owned),
         };
         let keep = asked.get("keep_checkpoint").and_then(Value::as_bool).unwrap_or(false);
-        return result_json(id, &crate::changes::rewind(session, &query, keep).await);
+        return result_json(id, &crate::record_commands::rewind(session, &query, keep).await);
     }
     let Some(tool) = object.get("tool").and_then(Value::as_str) else {
         return invalid(

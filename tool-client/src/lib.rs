@@ -4,7 +4,6 @@
 #![forbid(unsafe_code)]
 
 pub mod attachments;
-pub mod changes;
 pub mod cli;
 pub mod config;
 pub mod connect;
@@ -16,6 +15,7 @@ pub mod fleet;
 pub mod jsonl;
 pub mod local_approver;
 pub mod mcp;
+pub mod record_commands;
 pub mod tools;
 pub mod web;
 pub mod window;

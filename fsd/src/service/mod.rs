@@ -5,12 +5,12 @@
 //! `wire` converts messages, `grant` decides modes and redeems tickets, `escalate` describes
 //! escalations, `hello` reports what is served.
 
-mod changes;
 mod escalate;
 mod grant;
 mod hello;
 mod patched;
 mod plain;
+mod record_calls;
 mod streamed;
 mod wire;
 mod write_bytes;

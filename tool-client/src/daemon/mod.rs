@@ -7,7 +7,7 @@
 //! A `Daemon` also carries the call context: the session id, the call counter, and the mode and
 //! escalation ticket of the call in progress, so a tool never builds one.
 
-mod changes;
+mod change_record;
 mod types;
 
 pub use fsd_policy::{TargetKey, Version};
@@ -16,7 +16,7 @@ use fsd_proto::v1::{self, stream_text_reply::Item};
 use crate::connect::SessionClient;
 use crate::window::{Window, WindowBuilder, WindowSpec};
 
-pub use changes::{ChangeListing, ChangedFile, ChangesQuery, RecordedChange, Rewound, Visibility};
+pub use change_record::{ChangeListing, ChangedFile, ChangesQuery, RecordedChange, Rewound, Visibility};
 pub use types::{
     BytesRead, Change, DaemonError, Decider, Decision, Edited, Entry, FileKind, Hello, Info, Mode, Moved,
     Operation, PlannedCall, Rejection, Report, Stat, Target, TextChange, TextRead, Ticket, TxnChange,

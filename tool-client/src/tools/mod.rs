@@ -8,7 +8,7 @@ mod escalation_fields;
 mod image;
 mod patch;
 mod read;
-mod record;
+mod record_tools;
 mod schema;
 #[cfg(test)]
 mod texts;
@@ -265,9 +265,9 @@ impl Session {
                 Tool::ApplyPatch => patch::run(self, &args).await,
                 Tool::ReadImage => image::run(self, &args).await,
                 Tool::StrReplaceEditor => editor::run(self, &args).await,
-                Tool::Checkpoint => record::checkpoint(self, &args).await,
-                Tool::Changes => record::changes(self, &args).await,
-                Tool::Rewind => record::rewind(self, &args).await,
+                Tool::Checkpoint => record_tools::checkpoint(self, &args).await,
+                Tool::Changes => record_tools::changes(self, &args).await,
+                Tool::Rewind => record_tools::rewind(self, &args).await,
             }
         })
         .await;

@@ -1,6 +1,6 @@
 //! The change record's tools, `checkpoint`, `changes` and `rewind` (docs/rewind.md), offered
 //! only with `changeTools = true`: the arguments are checked here, and the daemon calls, the
-//! reply sentences and the metadata are the JSON-lines session's (`crate::changes`), so each
+//! reply sentences and the metadata are the JSON-lines session's (`crate::record_commands`), so each
 //! text is written once.
 
 use serde_json::Value;
@@ -13,14 +13,14 @@ use crate::failure::ToolError;
 pub async fn checkpoint(session: &mut Session, args: &Value) -> Result<ToolResult, ToolError> {
     let map = args::object(args, &["label"])?;
     let label = args::optional_string(map, "label")?.unwrap_or_default();
-    Ok(crate::changes::checkpoint(session, &label).await)
+    Ok(crate::record_commands::checkpoint(session, &label).await)
 }
 
 /// `changes {since, this_session?}`: the changes after the point, each file with its diff.
 pub async fn changes(session: &mut Session, args: &Value) -> Result<ToolResult, ToolError> {
     let map = args::object(args, &["since", "this_session"])?;
     let query = query(map)?;
-    Ok(crate::changes::changes(session, &query).await)
+    Ok(crate::record_commands::changes(session, &query).await)
 }
 
 /// `rewind {since, this_session?, keep_checkpoint?}`: the files back to the point.
@@ -28,7 +28,7 @@ pub async fn rewind(session: &mut Session, args: &Value) -> Result<ToolResult, T
     let map = args::object(args, &["since", "this_session", "keep_checkpoint"])?;
     let query = query(map)?;
     let keep = args::boolean(map, "keep_checkpoint")?.unwrap_or(false);
-    Ok(crate::changes::rewind(session, &query, keep).await)
+    Ok(crate::record_commands::rewind(session, &query, keep).await)
 }
 
 /// The selection a model's call makes: its own identity's changes (never another's), by default
