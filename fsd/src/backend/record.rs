@@ -149,8 +149,11 @@ impl Store {
             return Ok((digest, 0));
         }
         let held_bytes: usize = waiting.iter().map(|w| w.bytes.len()).sum();
+        // A set-id file is copied (without its bits): kept itself, an old set-id program the
+        // change replaced would live on in the store.
         let movable = held.kind == Kind::File
             && held.nlink == 1
+            && held.mode & 0o6000 == 0
             && (held.dev, held.mount) == self.at
             && held_bytes + bytes.len() <= MAX_WAITING_BYTES;
         if !movable {
@@ -960,6 +963,11 @@ mod tests {
             if case == "another link" {
                 std::fs::hard_link(&file, tree.path().join("g")).unwrap();
             }
+            if case == "set-user-id" {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o4755)).unwrap();
+            }
+            let copied_first = matches!(case, "another link" | "set-user-id");
             let ino = std::fs::metadata(&file).unwrap().ino();
             let dir = sys::open_dir(tree.path()).unwrap();
             let opened = sys::open_read(dir.as_fd(), OsStr::new("f")).unwrap();
@@ -967,8 +975,8 @@ mod tests {
             let (digest, now) = store.keep_or_wait(b"before\n".to_vec(), &held).unwrap();
             let blob = state.path().join(DIR).join(BLOBS).join(&digest);
             // Copied at once only when the file cannot become the blob.
-            assert_eq!(blob.exists(), case == "another link", "{case}");
-            assert_eq!(now, if case == "another link" { 7 } else { 0 }, "{case}");
+            assert_eq!(blob.exists(), copied_first, "{case}");
+            assert_eq!(now, if copied_first { 7 } else { 0 }, "{case}");
             if case == "changed after it was hashed" {
                 std::fs::write(&file, b"after, longer\n").unwrap();
             }
@@ -977,7 +985,7 @@ mod tests {
             store.retire(dir.as_fd(), OsStr::new(".fsd-tmp-x")).unwrap();
             assert!(!tree.path().join(".fsd-tmp-x").exists(), "{case}: the temporary name is gone");
             let settled = store.settle();
-            assert_eq!(settled, if case == "another link" { 0 } else { 7 }, "{case}");
+            assert_eq!(settled, if copied_first { 0 } else { 7 }, "{case}");
             assert_eq!(store.blob(&digest).as_deref(), Some(&b"before\n"[..]), "{case}");
             let kept =
                 if std::fs::metadata(&blob).unwrap().ino() == ino { Kept::Moved } else { Kept::Copied };
@@ -986,6 +994,7 @@ mod tests {
         }
         check("one link", Kept::Moved);
         check("another link", Kept::Copied);
+        check("set-user-id", Kept::Copied);
         check("changed after it was hashed", Kept::Copied);
     }
 }
