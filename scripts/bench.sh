@@ -24,12 +24,17 @@ if ! cmp -s bench/package-lock.json bench/node_modules/.fsd-bench-installed 2>/d
     cp bench/package-lock.json bench/node_modules/.fsd-bench-installed
 fi
 
-# The daemon without the stream digest, beside the real one: the stream benchmark measures what
-# the digest costs fsd's own stream against it. Built first, then the real build replaces
-# target/release/fsd.
-cargo build --release --locked -p fsd --features fsd/unhashed-streams
-mkdir -p target/release/unhashed
-cp target/release/fsd target/release/unhashed/fsd
+# The comparison builds of the daemon, each beside the real one in target/release/DIR (fsd-bench
+# finds them there and checks their --version): without the stream digest (DIR unhashed), which
+# the stream benchmark measures the digest's cost against, and without metrics and traces (DIR
+# no-telemetry), which the telemetry benchmark measures a daemon configured off against. Built
+# first, then the real build replaces target/release/fsd.
+for comparison in unhashed:unhashed-streams no-telemetry:no-telemetry; do
+    dir=${comparison%%:*}
+    cargo build --release --locked -p fsd --features "fsd/${comparison#*:}"
+    mkdir -p "target/release/$dir"
+    cp target/release/fsd "target/release/$dir/fsd"
+done
 cargo build --release --locked -p fsd -p fsd-tool-client -p fsd-bench
 
 echo "load before the run: $(cut -d' ' -f1-3 /proc/loadavg)" >&2

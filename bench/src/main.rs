@@ -64,6 +64,32 @@ impl Common {
         }
     }
 
+    /// A build of the daemon the benchmarks compare the real one with, built with the cargo feature
+    /// `feature` into `<bin-dir>/<dir>/` (`scripts/bench.sh` builds every one). Its `--version`
+    /// must name the feature: a daemon built without it would make the comparison one of the
+    /// same build with itself, and say nothing.
+    pub fn comparison_build(&self, dir: &str, feature: &str) -> Res<PathBuf> {
+        let dir = self.bin_dir()?.join(dir);
+        let missing = || {
+            format!(
+                "{}/fsd is missing: `bash scripts/bench.sh` builds it (cargo build --release -p fsd \
+                 --features fsd/{feature}, copied there)",
+                dir.display()
+            )
+        };
+        let bins = fsd_testkit::Bins::fsd_in(&dir).map_err(|_| missing())?;
+        let out = bins.fsd_command().arg("--version").output()?;
+        let version = String::from_utf8_lossy(&out.stdout);
+        if !version.contains(&format!("({feature}")) {
+            return Err(format!(
+                "{}/fsd is not built with {feature}: its version is {version:?}",
+                dir.display()
+            )
+            .into());
+        }
+        Ok(dir)
+    }
+
     /// A sample count, cut down in quick mode.
     pub fn n(&self, full: usize) -> usize {
         if self.quick { (full / 10).max(5) } else { full }
@@ -148,7 +174,8 @@ enum Command {
         #[arg(long)]
         writeback: bool,
     },
-    /// The read tool with metrics and traces off, metrics on, and metrics plus traces on.
+    /// The read tool with metrics and traces off, metrics on, and metrics plus traces on; off
+    /// against the daemon built without them.
     Telemetry {
         #[command(flatten)]
         common: Common,

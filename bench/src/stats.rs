@@ -77,6 +77,12 @@ impl PerRun {
         PerRun(self.0.iter().zip(&other.0).map(|(a, b)| a + b).collect())
     }
 
+    /// Whether a series of same-run ratios shows no difference this machine can measure: its runs
+    /// fall on both sides of 1.0 and its median is within `bound` of it (0.03: 3%).
+    pub fn unmeasurable(&self, bound: f64) -> bool {
+        self.min() <= 1.0 && self.max() >= 1.0 && (self.median() - 1.0).abs() <= bound
+    }
+
     /// `123 µs [110–140]`.
     pub fn micros(&self) -> String {
         format!("{} µs [{}–{}]", sig(self.median()), sig(self.min()), sig(self.max()))
@@ -135,5 +141,16 @@ mod tests {
         assert_eq!(runs.micros(), "2.50 µs [1.00–10.0]");
         let ratio = PerRun(vec![2.0, 4.0]).ratio(&PerRun(vec![1.0, 2.0]));
         assert_eq!(ratio.times(), "2.00× [2.00–2.00]");
+    }
+
+    /// No difference: both sides of 1.0 and a median within the bound; a spread all above 1.0,
+    /// or a median past the bound, is a difference however small.
+    #[test]
+    fn what_is_not_measurable() {
+        assert!(PerRun(vec![0.95, 1.01, 1.10]).unmeasurable(0.03));
+        assert!(PerRun(vec![1.0, 1.0]).unmeasurable(0.03));
+        assert!(!PerRun(vec![1.01, 1.02, 1.03]).unmeasurable(0.03));
+        assert!(!PerRun(vec![0.90, 1.05, 1.20]).unmeasurable(0.03));
+        assert!(!PerRun(vec![]).unmeasurable(0.03));
     }
 }

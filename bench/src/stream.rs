@@ -114,16 +114,7 @@ pub fn run(common: &Common, mib: u64) -> Res<Section> {
 
     let fsd = Server::fsd(&common.bin_dir()?, &root)?;
     // The same daemon built without the stream digest: what the digest costs, measured.
-    let unhashed_dir = common.bin_dir()?.join("unhashed");
-    if !unhashed_dir.join("fsd").is_file() {
-        return Err(format!(
-            "{}/fsd is missing: `bash scripts/bench.sh` builds it (cargo build --release -p fsd \
-             --features fsd/unhashed-streams, copied there)",
-            unhashed_dir.display()
-        )
-        .into());
-    }
-    let unhashed = Server::fsd(&unhashed_dir, &root)?;
+    let unhashed = Server::fsd(&common.comparison_build("unhashed", "unhashed-streams")?, &root)?;
     let echo_server = Server::echo()?;
     let rt = crate::client_runtime()?;
     // The daemon's peak before any stream: start-up and idle pools.

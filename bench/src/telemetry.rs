@@ -1,10 +1,11 @@
 //! The cost of metrics and traces: the read tool's per-call p50 and its calls per second with 64
-//! in flight, against four daemons started side by side in the same run: metrics and traces
-//! off (`metrics = false`), metrics on and scraped every second (`health_listen`), and metrics
+//! in flight, against five daemons started side by side in the same run: metrics and traces
+//! off (`metrics = false`), metrics on and scraped every second (`health_listen`), metrics
 //! plus traces exported to a local OTLP sink (this process's own trace service, counting what it
-//! receives) at the default `trace_sample_ratio` and with every call traced. The daemons are
-//! measured in turn within each run (the order rotating from run to run), so drift of the shared
-//! machine falls on all of them alike.
+//! receives) at the default `trace_sample_ratio` and with every call traced, and the daemon
+//! built without them (cargo feature `no-telemetry`), configured as off: what off still costs.
+//! The daemons are measured in turn within each run (the order rotating from run to run), so
+//! drift of the shared machine falls on all of them alike.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -37,11 +38,26 @@ enum Setting {
     MetricsTraces,
     /// `trace_sample_ratio = 1.0`: every call traced.
     MetricsTracesAll,
+    /// The comparison build with metrics and traces compiled out, configured as [`Setting::Off`].
+    CompiledOut,
 }
 
+/// How many daemons a run measures.
+const DAEMONS: usize = Setting::ALL.len();
+
 impl Setting {
-    const ALL: [Setting; 4] =
-        [Setting::Off, Setting::Metrics, Setting::MetricsTraces, Setting::MetricsTracesAll];
+    const ALL: [Setting; 5] = [
+        Setting::Off,
+        Setting::Metrics,
+        Setting::MetricsTraces,
+        Setting::MetricsTracesAll,
+        Setting::CompiledOut,
+    ];
+
+    /// Where each setting sits in the per-run figures (`ALL` is in declaration order).
+    fn index(self) -> usize {
+        self as usize
+    }
 
     fn label(self) -> &'static str {
         match self {
@@ -53,6 +69,7 @@ impl Setting {
             Setting::MetricsTracesAll => {
                 "metrics (scraped every 1 s) + traces to a local OTLP sink, every call traced (`trace_sample_ratio = 1.0`)"
             }
+            Setting::CompiledOut => "compiled out (feature `no-telemetry`, `metrics = false`)",
         }
     }
 }
@@ -156,7 +173,7 @@ struct Daemon {
 fn start(setting: Setting, common: &Common, root: &Path, sink: u16) -> Res<Daemon> {
     let health = free_port()?;
     let config = match setting {
-        Setting::Off => "metrics = false".to_owned(),
+        Setting::Off | Setting::CompiledOut => "metrics = false".to_owned(),
         Setting::Metrics => format!("health_listen = \"tcp:127.0.0.1:{health}\""),
         Setting::MetricsTraces => {
             format!("health_listen = \"tcp:127.0.0.1:{health}\"\notlp_endpoint = \"http://127.0.0.1:{sink}\"")
@@ -165,8 +182,13 @@ fn start(setting: Setting, common: &Common, root: &Path, sink: u16) -> Res<Daemo
             "health_listen = \"tcp:127.0.0.1:{health}\"\notlp_endpoint = \"http://127.0.0.1:{sink}\"\ntrace_sample_ratio = 1.0"
         ),
     };
-    let server = Server::fsd_unmetered_with(&common.bin_dir()?, root, &config)?;
-    Ok(Daemon { server, health: (setting != Setting::Off).then_some(health) })
+    let bin_dir = match setting {
+        Setting::CompiledOut => common.comparison_build("no-telemetry", "no-telemetry")?,
+        _ => common.bin_dir()?,
+    };
+    let server = Server::fsd_unmetered_with(&bin_dir, root, &config)?;
+    let scraped = !matches!(setting, Setting::Off | Setting::CompiledOut);
+    Ok(Daemon { server, health: scraped.then_some(health) })
 }
 
 /// One run's figures of one daemon: the read tool's p50 (µs) and its calls/s with 64 in flight.
@@ -210,21 +232,22 @@ pub fn run(common: &Common) -> Res<Section> {
     let sink = SinkServer::start()?;
     let daemons =
         Setting::ALL.iter().map(|s| start(*s, common, &root, sink.port)).collect::<Res<Vec<Daemon>>>()?;
-    let mut p50: [PerRun; 4] = Default::default();
-    let mut rate: [PerRun; 4] = Default::default();
+    let mut p50: [PerRun; DAEMONS] = Default::default();
+    let mut rate: [PerRun; DAEMONS] = Default::default();
     for run in 0..common.runs {
         note!("  metrics and traces: run {}/{} ({})", run + 1, common.runs, crate::report::loadavg());
-        for k in 0..Setting::ALL.len() {
-            let i = (run + k) % Setting::ALL.len();
+        for k in 0..DAEMONS {
+            let i = (run + k) % DAEMONS;
             let (p, r) = measure(&daemons[i], common, &path, &root)?;
             p50[i].push(p);
             rate[i].push(r);
         }
     }
     // Spans dropped by each traced daemon, by the last scrape.
-    let mut dropped = [0u64; 4];
-    for (i, daemon) in daemons.iter().enumerate().skip(2) {
-        let last = daemon.health.map(scrape_once).transpose()?.unwrap_or_default();
+    let mut dropped = [0u64; DAEMONS];
+    for setting in [Setting::MetricsTraces, Setting::MetricsTracesAll] {
+        let i = setting.index();
+        let last = daemons[i].health.map(scrape_once).transpose()?.unwrap_or_default();
         dropped[i] = last
             .lines()
             .filter(|l| l.starts_with("fsd_spans_dropped_total{"))
@@ -234,14 +257,16 @@ pub fn run(common: &Common) -> Res<Section> {
     let exported = sink.spans.load(Ordering::Relaxed);
     drop(daemons);
 
+    let (off, out) = (Setting::Off.index(), Setting::CompiledOut.index());
     let mut section = Section::default();
     let mut md = String::from("### Metrics and traces\n\n");
     md.push_str(
-        "The read tool (4 KiB, Unix socket) against four daemons started side by side and measured in \
-         turn in each run: metrics and traces off, metrics on and scraped every second, and metrics plus \
+        "The read tool (4 KiB, Unix socket) against five daemons started side by side and measured in \
+         turn in each run: metrics and traces off, metrics on and scraped every second, metrics plus \
          traces exported to a local OTLP/gRPC sink (three spans per traced read: the call, its queue wait \
-         and its worker time) at the default sampling ratio and with every call traced. p50 of one \
-         caller's calls; calls per second with 64 sessions in flight on one connection.\n\n",
+         and its worker time) at the default sampling ratio and with every call traced, and the same \
+         daemon built without metrics and traces (cargo feature `no-telemetry`), configured as off. p50 \
+         of one caller's calls; calls per second with 64 sessions in flight on one connection.\n\n",
     );
     md.push_str("| daemon | read tool p50 | ÷ off | 64 in flight | ÷ off |\n|---|---|---|---|---|\n");
     for (i, setting) in Setting::ALL.iter().enumerate() {
@@ -249,32 +274,56 @@ pub fn run(common: &Common) -> Res<Section> {
             "| {} | {} | {} | {} | {} |\n",
             setting.label(),
             p50[i].micros(),
-            p50[i].ratio(&p50[0]).times(),
+            p50[i].ratio(&p50[off]).times(),
             rate[i].with_unit("/s"),
-            rate[i].ratio(&rate[0]).times(),
+            rate[i].ratio(&rate[off]).times(),
         ));
     }
+    let off_p50 = p50[off].ratio(&p50[out]);
+    let off_rate = rate[off].ratio(&rate[out]);
+    md.push_str(&format!(
+        "\nOff ÷ compiled out (median [min–max] of the per-run ratios; off costs more above 1.0 on the \
+         p50, below it on the rate): read tool p50 {}, 64 in flight {}.\n",
+        off_p50.times(),
+        off_rate.times(),
+    ));
     md.push_str(&format!(
         "\nThe sink received {exported} spans; the traced daemons dropped {} (default ratio) and {} (every \
          call traced) (`fsd_spans_dropped_total`).\n",
-        dropped[2], dropped[3]
+        dropped[Setting::MetricsTraces.index()],
+        dropped[Setting::MetricsTracesAll.index()]
     ));
-    for (i, what) in
-        [(1, "metrics"), (2, "metrics + traces (default ratio)"), (3, "metrics + traces (all traced)")]
-    {
-        let slower = p50[i].ratio(&p50[0]);
+    for (setting, what) in [
+        (Setting::Metrics, "metrics"),
+        (Setting::MetricsTraces, "metrics + traces (default ratio)"),
+        (Setting::MetricsTracesAll, "metrics + traces (all traced)"),
+    ] {
+        let i = setting.index();
+        let slower = p50[i].ratio(&p50[off]);
         section.verdict(
             format!("{what}: read tool p50 ≤ 103% of off"),
             slower.percent(),
             slower.median() <= 1.03,
         );
-        let kept = rate[i].ratio(&rate[0]);
+        let kept = rate[i].ratio(&rate[off]);
         section.verdict(
             format!("{what}: 64-in-flight read tool ≥ 97% of off"),
             kept.percent(),
             kept.median() >= 0.97,
         );
     }
+    // "Nothing measurable when off": the same-run ratios fall on both sides of 1.0 and their
+    // median is within the 3% the bound on the features allows.
+    section.verdict(
+        "off: read tool p50 against compiled out, nothing measurable (runs on both sides of 1.0, median within 3%)",
+        off_p50.times(),
+        off_p50.unmeasurable(0.03),
+    );
+    section.verdict(
+        "off: 64-in-flight read tool against compiled out, nothing measurable (runs on both sides of 1.0, median within 3%)",
+        off_rate.times(),
+        off_rate.unmeasurable(0.03),
+    );
     section.markdown = md;
     Ok(section)
 }

@@ -36,10 +36,24 @@ macro_rules! unhashed_streams {
         ""
     };
 }
+#[cfg(feature = "no-telemetry")]
+macro_rules! no_telemetry {
+    () => {
+        " (no-telemetry: no metrics or traces)"
+    };
+}
+#[cfg(not(feature = "no-telemetry"))]
+macro_rules! no_telemetry {
+    () => {
+        ""
+    };
+}
 
 /// The version line; a build with the test-only hooks says so, so tests can insist on it, and
-/// so does the benchmark's build without the stream digest, so no operator runs one unawares.
-const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), fault_injection!(), unhashed_streams!());
+/// so do the benchmark's builds without the stream digest or without telemetry, so no operator
+/// runs one unawares (and the benchmark can check it was given the build it compares with).
+const VERSION: &str =
+    concat!(env!("CARGO_PKG_VERSION"), fault_injection!(), unhashed_streams!(), no_telemetry!());
 
 /// fsd: the file daemon that owns the disk of one sandbox and serves fsd.v1 over gRPC.
 // Without a command it runs the daemon. A command never takes the daemon's flags (nor the

@@ -5,11 +5,13 @@
 //! open connections and streams; bytes read and written. Each is recorded in the one place its
 //! event happens, through the functions here; the registry is the process's own (one network
 //! process per daemon). With `metrics = false` nothing is recorded (each function returns at its
-//! first check) and `/metrics` answers 404.
+//! first check) and `/metrics` answers 404; so does the benchmark's build without telemetry
+//! (`no-telemetry`, [`BUILT`]), where that check is a constant and every recording site, here
+//! and in `traces`, is dead code.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -235,6 +237,11 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     m
 });
 
+/// Whether this build records metrics and traces at all: always, but in the benchmark's
+/// comparison build (cargo feature `no-telemetry`), which measures what the daemon configured
+/// off still pays against a daemon with nothing to pay. The one place that feature is read.
+pub const BUILT: bool = !cfg!(feature = "no-telemetry");
+
 /// Whether calls, decisions, workers, connections and bytes are recorded (`metrics`).
 static ON: AtomicBool = AtomicBool::new(true);
 
@@ -245,7 +252,7 @@ pub fn set_enabled(enabled: bool) {
 
 /// Whether metrics are kept and served.
 pub fn enabled() -> bool {
-    ON.load(Ordering::Relaxed)
+    BUILT && ON.load(Ordering::Relaxed)
 }
 
 /// Spans the collector accepted.
@@ -264,11 +271,16 @@ pub fn spans_dropped(reason: SpanDrop, count: usize) {
     METRICS.spans_dropped.get_or_create(&SpanDropLabels { reason: reason.as_str() }).inc_by(count as u64);
 }
 
-/// One call's end.
-pub fn call(op: &'static str, mode: Mode, face: Face, code: &'static str, took: Duration) {
+/// One call's end, `started` then. The clock is read here, after the check, so a daemon that
+/// keeps no metrics does not read it for them.
+pub fn call(op: &'static str, mode: Mode, face: Face, code: &'static str, started: Instant) {
     if !enabled() {
         return;
     }
+    record_call(op, mode, face, code, started.elapsed());
+}
+
+fn record_call(op: &'static str, mode: Mode, face: Face, code: &'static str, took: Duration) {
     let m = &*METRICS;
     m.calls.get_or_create(&CallLabels { op, mode: mode.as_str(), face: face.as_str(), code }).inc();
     m.latency.get_or_create(&OpLabels { op }).observe(took.as_secs_f64());
@@ -324,17 +336,19 @@ pub struct Open(Option<&'static Gauge>);
 
 impl Open {
     pub fn connection() -> Open {
-        Open::of(&METRICS.connections)
+        Open::of(|m| &m.connections)
     }
 
     pub fn stream() -> Open {
-        Open::of(&METRICS.streams)
+        Open::of(|m| &m.streams)
     }
 
-    fn of(gauge: &'static Gauge) -> Open {
+    /// The registry is reached only after the check: with metrics off it is never built.
+    fn of(gauge: fn(&'static Metrics) -> &'static Gauge) -> Open {
         if !enabled() {
             return Open(None);
         }
+        let gauge = gauge(&METRICS);
         gauge.inc();
         Open(Some(gauge))
     }
@@ -391,12 +405,16 @@ where
     }
 }
 
-/// The answer to `GET /metrics`: the text format, or 404 when metrics are off.
+/// The answer to `GET /metrics`: the text format, or 404 when metrics are off, saying why.
 pub fn response() -> HttpResponse {
     use tonic::codegen::http;
-    let (status, text) = match enabled() {
-        true => (http::StatusCode::OK, render()),
-        false => (http::StatusCode::NOT_FOUND, "metrics are off (metrics = false)\n".to_owned()),
+    let (status, text) = match (enabled(), BUILT) {
+        (true, _) => (http::StatusCode::OK, render()),
+        (false, true) => (http::StatusCode::NOT_FOUND, "metrics are off (metrics = false)\n".to_owned()),
+        (false, false) => (
+            http::StatusCode::NOT_FOUND,
+            "metrics are not in this build (no-telemetry: a benchmark's build)\n".to_owned(),
+        ),
     };
     let body = tonic::body::Body::new(http_body_util::Full::new(bytes::Bytes::from(text)));
     let mut response = http::Response::new(body);
@@ -424,7 +442,7 @@ mod tests {
     /// tests record into it too, so these events carry label values of their own.
     #[test]
     fn recorded_events_show_in_the_text() {
-        call("unitTestOp", Mode::ReadOnly, Face::Rest, "ok", Duration::from_micros(300));
+        record_call("unitTestOp", Mode::ReadOnly, Face::Rest, "ok", Duration::from_micros(300));
         decision(true, "unit-test");
         budget_refusal("unit_test_budget");
         worker_started(Mode::WorkspaceWrite, WorkerStart::Replacement);

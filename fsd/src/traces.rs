@@ -123,7 +123,16 @@ struct Exporting {
 
 /// Whether spans are made at all: everything here costs nothing beyond this check when not.
 pub fn on() -> bool {
-    TRACER.get().is_some()
+    tracer().is_some()
+}
+
+/// The tracer, once [`start`] set it. Never in a build without telemetry
+/// (`crate::metrics::BUILT`): there this is a constant, and every span site is dead code.
+fn tracer() -> Option<&'static SdkTracer> {
+    if !crate::metrics::BUILT {
+        return None;
+    }
+    TRACER.get()
 }
 
 /// The collector, made ready before the network process confines itself (after that it can
@@ -227,6 +236,13 @@ fn headers(path: &Path, text: &[u8]) -> Result<tonic::metadata::MetadataMap, Tra
 
 /// Starts exporting to the collector (from [`prepare`]); on the network process's runtime, once.
 pub fn start(collector: Collector, settings: &Settings) -> Result<(), TraceError> {
+    if !crate::metrics::BUILT {
+        tracing::warn!(
+            endpoint = %settings.endpoint,
+            "this build keeps no traces (no-telemetry, a benchmark's build): otlp_endpoint ignored"
+        );
+        return Ok(());
+    }
     let Collector { address, tls, headers } = collector;
     let header_count = headers.len();
     let mut builder = opentelemetry_otlp::SpanExporter::builder()
@@ -420,7 +436,7 @@ impl Extractor for Headers<'_> {
 /// unless the HTTP face marked it (gRPC-Web). Run the call inside it with [`within`].
 pub fn call<B>(request: &http::Request<B>, face: Face, client: &Identity) -> Option<Context> {
     use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator, SamplingDecision, ShouldSample};
-    let tracer = TRACER.get()?;
+    let tracer = tracer()?;
     let path = request.uri().path();
     let grpc = path.strip_prefix("/fsd.v1.Fsd/");
     if grpc.is_none() && path != "/v1/files" && !path.starts_with("/v1/files/") {
@@ -518,7 +534,7 @@ pub fn outcome(op: &'static str, mode: Mode, code: &'static str, session: &str, 
 /// `fsd.queue` from `queued` to `taken` (a driver sent it to a worker) and `fsd.worker` from then
 /// to `answered`. A call no worker took has the queue span only.
 pub fn dispatched(mode: Mode, queued: Instant, taken: Option<Instant>, answered: Instant) {
-    let Some(tracer) = TRACER.get() else { return };
+    let Some(tracer) = tracer() else { return };
     let cx = Context::current();
     if !cx.span().span_context().is_sampled() {
         return;

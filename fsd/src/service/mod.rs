@@ -276,7 +276,7 @@ fn measure(
 ) {
     use crate::metrics::{self, Direction};
     let code = result.as_ref().err().map(|w| w.code.as_str()).unwrap_or("ok");
-    metrics::call(op.name(), mode, caller.face, code, started.elapsed());
+    metrics::call(op.name(), mode, caller.face, code, started);
     crate::traces::outcome(op.name(), mode, code, &caller.session, &caller.call);
     let (direction, bytes) = match result {
         Ok(Outcome::ReadText { text, .. }) => (Direction::Read, text.len() as u64),
@@ -291,7 +291,7 @@ fn measure(
 /// Counts the opening of a streamed read (its bytes are counted when it reaches the end).
 fn measure_open<T>(caller: &Caller, mode: Mode, opened: &Result<T, WireError>, started: std::time::Instant) {
     let code = opened.as_ref().err().map(|w| w.code.as_str()).unwrap_or("ok");
-    crate::metrics::call(Op::StreamText.name(), mode, caller.face, code, started.elapsed());
+    crate::metrics::call(Op::StreamText.name(), mode, caller.face, code, started);
     crate::traces::outcome(Op::StreamText.name(), mode, code, &caller.session, &caller.call);
 }
 
