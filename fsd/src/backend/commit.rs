@@ -108,13 +108,15 @@ impl Backend {
                 _ => crate::op::Op::Transact,
             },
         };
-        match &commit {
-            Commit::Single(checked, _) => self.record_images(&mut pending, checked)?,
-            Commit::Together(checked) => {
-                for (i, c) in checked.iter().enumerate() {
-                    self.record_images(&mut pending, c).map_err(|f| f.in_transaction(i, 0))?;
-                }
-            }
+        let imaged = match &commit {
+            Commit::Single(checked, _) => self.record_images(&mut pending, checked),
+            Commit::Together(checked) => checked.iter().enumerate().try_for_each(|(i, c)| {
+                self.record_images(&mut pending, c).map_err(|f| f.in_transaction(i, 0))
+            }),
+        };
+        if let Err(failure) = imaged {
+            self.record_abandoned(pending);
+            return Err(failure);
         }
         let placed = match commit {
             Commit::Single(checked, body) => {

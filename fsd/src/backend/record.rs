@@ -14,11 +14,11 @@
 //! A before-image is hashed before the commit, but its blob is, where it can be, the replaced or
 //! removed file itself: once the commit has taken that file out of the tree (to a journaled
 //! temporary name), [`Store::retire`] renames it into `blobs` instead of unlinking it, so a
-//! change costs the record a rename rather than a copy. Where it cannot (the store on another
-//! filesystem or mount, a file with other hard links, more bytes waiting than
-//! `MAX_WAITING_BYTES`), the bytes are copied before the commit as before; a file that did not
-//! come out of the tree as hashed is copied after it, from the bytes held meanwhile
-//! ([`Store::settle`]).
+//! change costs the record a rename rather than a copy; it is proven there, out of the tree's
+//! reach, to be the bytes hashed ([`Store::take_in`]). Where it cannot be (the store on another
+//! filesystem or mount, a file with other hard links or another owner, more bytes waiting than
+//! `MAX_WAITING_BYTES`), the bytes are copied before the commit; a file that did not come out
+//! of the tree as hashed is copied after it, from the bytes held meanwhile ([`Store::settle`]).
 //!
 //! An approved call at danger-full-access runs in a process of its own whose Landlock domain
 //! holds the approved objects only, not the record. Its worker hands it a carrier, an unlinked
@@ -68,6 +68,16 @@ pub struct Store {
     /// Before-images hashed for the change being committed whose blob is to be their file itself.
     /// One change at a time: it is filled and emptied under the counter's lock.
     waiting: Mutex<Vec<Waiting>>,
+}
+
+/// What [`Store::take_in`] did with the object at a retired name.
+enum TakenIn {
+    /// It is the image's blob now.
+    Moved,
+    /// It was not the file hashed, and is gone as its removal would have made it.
+    Removed,
+    /// Still at its name, for the caller to remove.
+    Left,
 }
 
 /// A before-image waiting for its file to leave the tree ([`Store::retire`]).
@@ -125,11 +135,12 @@ impl Store {
         placed.map(|()| (digest, bytes.len() as u64))
     }
 
-    /// How a blob of `size` bytes is to be placed at `digest` (`None`: it is there already).
-    /// One of another size is what a crash cut short, and is replaced.
+    /// How a blob of `size` bytes is to be placed at `digest` (`None`: it is there already,
+    /// holding what its digest names). One that does not (a crash cut it short, or a writer
+    /// that still held its file open changed it) is replaced.
     fn missing(&self, digest: &str, size: usize) -> Result<Option<sys::RenameHow>, FsError> {
         match sys::meta_at(self.blobs.as_fd(), OsStr::new(digest)) {
-            Ok(meta) if meta.size == size as u64 => Ok(None),
+            Ok(meta) if meta.size == size as u64 && self.blob(digest).is_some() => Ok(None),
             Ok(_) => Ok(Some(sys::RenameHow::Replace)),
             Err(Errno::NOENT) => Ok(Some(sys::RenameHow::NoReplace)),
             Err(e) => Err(FsError::Metadata(e)),
@@ -149,11 +160,11 @@ impl Store {
             return Ok((digest, 0));
         }
         let held_bytes: usize = waiting.iter().map(|w| w.bytes.len()).sum();
-        // A set-id file is copied (without its bits): kept itself, an old set-id program the
-        // change replaced would live on in the store.
+        // Only a file this worker owns: it is made owner-read-only in the store (`take_in`),
+        // which another owner's file would refuse, or leave unreadable to the worker.
         let movable = held.kind == Kind::File
             && held.nlink == 1
-            && held.mode & 0o6000 == 0
+            && held.uid == sys::effective_ids().0
             && (held.dev, held.mount) == self.at
             && held_bytes + bytes.len() <= MAX_WAITING_BYTES;
         if !movable {
@@ -167,34 +178,69 @@ impl Store {
 
     /// Removes the file at `name` in `dir`, which a commit has just taken out of the tree (a
     /// replaced file after its exchange, a removed one set aside): when it is a before-image
-    /// waiting for its blob, still as hashed and linked nowhere else, it is renamed into
-    /// `blobs` instead. Anything else is unlinked, as without a record.
+    /// waiting for its blob, it goes into `blobs` instead ([`Store::take_in`]). Anything else is
+    /// unlinked, as without a record.
     pub(super) fn retire(&self, dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), Errno> {
         let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
         if waiting.iter().any(|w| !w.moved)
             && let Ok(out) = sys::meta_at(dir, name)
             && out.kind == Kind::File
-            && out.nlink == 1
             && let Some(image) = waiting.iter_mut().find(|w| !w.moved && out.same_content(&w.held))
         {
-            match sys::rename(
-                dir,
-                name,
-                self.blobs.as_fd(),
-                OsStr::new(&image.digest),
-                sys::RenameHow::NoReplace,
-            ) {
-                Ok(()) => {
+            match self.take_in(dir, name, image) {
+                TakenIn::Moved => {
                     image.moved = true;
                     image.bytes = Vec::new();
                     return Ok(());
                 }
-                // Copied instead when the change is recorded (`settle`).
-                Err(errno) => tracing::debug!(%errno, "a before-image's file could not move into the record"),
+                // Copied when the change is recorded (`settle`).
+                TakenIn::Removed => return Ok(()),
+                TakenIn::Left => {}
             }
         }
         drop(waiting);
         sys::remove(dir, name)
+    }
+
+    /// Moves what is at `name` in `dir` into the store as `image`'s blob. The name is in the
+    /// tree, where anyone may swap another object onto it after it was looked at, and the file
+    /// may have been written since it was hashed with its mtime put back: so it is renamed
+    /// first to a name of its own in `blobs`, out of the tree's reach, and only there proven
+    /// to be one regular file with one link holding exactly the bytes hashed. Proven, it is
+    /// made readable by its owner only (no execute, no set-id bit survives) and given its
+    /// digest's name; anything else is removed there, as at its name (or, a directory, put back
+    /// at its name, where removal would have refused it too).
+    fn take_in(&self, dir: BorrowedFd<'_>, name: &OsStr, image: &Waiting) -> TakenIn {
+        let blobs = self.blobs.as_fd();
+        let Ok(temp) = sys::temp_name() else { return TakenIn::Left };
+        if let Err(errno) = sys::rename(dir, name, blobs, &temp, sys::RenameHow::NoReplace) {
+            tracing::debug!(%errno, "a before-image's file could not move into the record");
+            return TakenIn::Left;
+        }
+        let proven = sys::meta_at(blobs, &temp).is_ok_and(|m| m.kind == Kind::File)
+            && sys::open_read(blobs, &temp).is_ok_and(|file| {
+                let held = sys::meta(file.as_fd());
+                let mut bytes = Vec::new();
+                held.is_ok_and(|m| m.nlink == 1 && m.same_content(&image.held))
+                    && (&file).take(image.size + 1).read_to_end(&mut bytes).is_ok()
+                    && hex::encode(sha2::Sha256::digest(&bytes)) == image.digest
+                    && sys::set_mode(&file, 0o400).is_ok()
+            });
+        if proven
+            && sys::rename(blobs, &temp, blobs, OsStr::new(&image.digest), sys::RenameHow::NoReplace).is_ok()
+        {
+            return TakenIn::Moved;
+        }
+        match sys::remove(blobs, &temp) {
+            Ok(()) => TakenIn::Removed,
+            Err(_) => {
+                if let Err(errno) = sys::rename(blobs, &temp, dir, name, sys::RenameHow::NoReplace) {
+                    tracing::warn!(%errno, ?temp, "an object swapped onto a retired file's name is left in the record's blobs");
+                    return TakenIn::Removed;
+                }
+                TakenIn::Left
+            }
+        }
     }
 
     /// Once a change is committed: copies the before-images whose file did not move into the
@@ -219,9 +265,13 @@ impl Store {
         stored
     }
 
-    /// Drops what waits from a change that was not committed.
-    fn forget_waiting(&self) {
-        self.waiting.lock().unwrap_or_else(PoisonError::into_inner).clear();
+    /// Drops what waits from a change that is not recorded, and the blobs its files became
+    /// (under the record's lock each was missing before: no recorded change names them).
+    pub(super) fn forget_waiting(&self) {
+        let waiting = std::mem::take(&mut *self.waiting.lock().unwrap_or_else(PoisonError::into_inner));
+        for image in waiting.iter().filter(|w| w.moved) {
+            let _ = sys::remove(self.blobs.as_fd(), OsStr::new(&image.digest));
+        }
     }
 
     /// A kept before-image's bytes; none when they are not what the digest names (a blob a
@@ -650,6 +700,14 @@ impl Backend {
         }))
     }
 
+    /// A change whose before-images could not all be taken, so nothing was placed: nothing is
+    /// recorded, and nothing waits for a file any more.
+    pub(crate) fn record_abandoned(&self, pending: Option<Pending>) {
+        if let (Some(_), Some(store)) = (pending, self.record.as_ref()) {
+            store.forget_waiting();
+        }
+    }
+
     /// After a commit that failed: records the change when it reached the disk all the same
     /// (a target no longer in the state its before-image says: placed, then its sync failed),
     /// marked `failed`. Under the call's locks still, so nothing else changed them meanwhile;
@@ -934,8 +992,10 @@ mod tests {
     }
 
     /// How a before-image read from a file of the tree is kept, by what happens to that file
-    /// after it was hashed: moved into the store when it leaves the tree as hashed, else copied
-    /// (before the commit for a file with another link, after it for one changed since).
+    /// after it was hashed: moved into the store (owner-read-only) when it leaves the tree as
+    /// hashed, else copied (before the commit for a file with another link, after it for one
+    /// changed since, its mtime put back or not). Another object swapped onto its temporary
+    /// name never lands in the store.
     #[test]
     fn a_before_image_is_its_file_moved_into_the_store_when_it_leaves_the_tree_as_hashed() {
         use std::os::unix::fs::MetadataExt;
@@ -967,7 +1027,7 @@ mod tests {
                 use std::os::unix::fs::PermissionsExt;
                 std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o4755)).unwrap();
             }
-            let copied_first = matches!(case, "another link" | "set-user-id");
+            let copied_first = case == "another link";
             let ino = std::fs::metadata(&file).unwrap().ino();
             let dir = sys::open_dir(tree.path()).unwrap();
             let opened = sys::open_read(dir.as_fd(), OsStr::new("f")).unwrap();
@@ -977,11 +1037,29 @@ mod tests {
             // Copied at once only when the file cannot become the blob.
             assert_eq!(blob.exists(), copied_first, "{case}");
             assert_eq!(now, if copied_first { 7 } else { 0 }, "{case}");
-            if case == "changed after it was hashed" {
-                std::fs::write(&file, b"after, longer\n").unwrap();
+            match case {
+                "changed after it was hashed" => std::fs::write(&file, b"after, longer\n").unwrap(),
+                "rewritten, its mtime put back" => {
+                    let mtime = std::fs::metadata(&file).unwrap().modified().unwrap();
+                    std::fs::write(&file, b"BEFORE\n").unwrap();
+                    std::fs::File::options().write(true).open(&file).unwrap().set_modified(mtime).unwrap();
+                }
+                _ => {}
             }
             // The commit takes it out of the tree (here, to a temporary name), then retires it.
             std::fs::rename(&file, tree.path().join(".fsd-tmp-x")).unwrap();
+            if case == "a directory swapped onto its temporary name" {
+                // What `take_in` finds once it moved the name: a directory, not the file
+                // looked at a moment before. It goes back to its name; nothing is kept.
+                std::fs::create_dir(tree.path().join("d")).unwrap();
+                let image = Waiting { digest: digest.clone(), held, bytes: vec![], size: 7, moved: false };
+                assert!(
+                    matches!(store.take_in(dir.as_fd(), OsStr::new("d"), &image), TakenIn::Left),
+                    "{case}"
+                );
+                assert!(tree.path().join("d").is_dir(), "{case}: the directory is back at its name");
+                assert!(!blob.exists(), "{case}");
+            }
             store.retire(dir.as_fd(), OsStr::new(".fsd-tmp-x")).unwrap();
             assert!(!tree.path().join(".fsd-tmp-x").exists(), "{case}: the temporary name is gone");
             let settled = store.settle();
@@ -990,11 +1068,20 @@ mod tests {
             let kept =
                 if std::fs::metadata(&blob).unwrap().ino() == ino { Kept::Moved } else { Kept::Copied };
             assert_eq!(kept, expected, "{case}");
+            if kept == Kept::Moved {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = std::fs::metadata(&blob).unwrap().permissions().mode() & 0o7777;
+                assert_eq!(mode, 0o400, "{case}: no execute, no set-id bit survives in the store");
+            }
+            let strays = std::fs::read_dir(state.path().join(DIR).join(BLOBS)).unwrap().count();
+            assert_eq!(strays, 1, "{case}: the blob and nothing else");
             assert!(store.waiting.lock().unwrap().is_empty(), "{case}: nothing waits after settling");
         }
         check("one link", Kept::Moved);
         check("another link", Kept::Copied);
-        check("set-user-id", Kept::Copied);
+        check("set-user-id", Kept::Moved);
         check("changed after it was hashed", Kept::Copied);
+        check("rewritten, its mtime put back", Kept::Copied);
+        check("a directory swapped onto its temporary name", Kept::Moved);
     }
 }

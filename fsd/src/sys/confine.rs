@@ -303,7 +303,7 @@ const BASE: &[Allowed] = allowed! {
     SYS_fstat: "a descriptor's metadata (std's metadata of an open file)",
     SYS_fsync: "durability of a written file (worker) or of the audit log (network)",
     SYS_fdatasync: "durability of data without metadata (std's sync_data)",
-    SYS_fcntl: "descriptor flags: CLOEXEC, non-blocking sockets, F_DUPFD_CLOEXEC",
+    SYS_fcntl: "descriptor flags: CLOEXEC, non-blocking sockets, F_DUPFD_CLOEXEC; the change record's open-file-description lock (F_OFD_SETLKW)",
     SYS_dup: "duplicating a descriptor (std's try_clone)",
     SYS_sendto: "socket writes without a message header (std's send)",
     SYS_recvfrom: "socket reads without a message header (std's recv)",

@@ -346,7 +346,30 @@ pub fn write_all_at(file: &File, offset: u64, bytes: &[u8]) -> Result<(), std::i
 /// `fcntl(F_OFD_SETLKW)`, which the workers' filter allows (`flock` it does not). Released when
 /// the descriptor closes, a process killed included.
 pub fn lock_wait(file: &File) -> Result<(), Errno> {
-    rustix::fs::fcntl_lock(file, rustix::fs::FlockOperation::LockExclusive)
+    // Not `rustix::fs::fcntl_lock`: it takes a process-owned lock (`F_SETLKW`), which two
+    // threads of one process both get, and which any close of the file in the process drops.
+    use std::os::fd::AsRawFd;
+    // The whole file (l_len 0); l_pid must be 0 for an open-file-description lock.
+    let lock = libc::flock {
+        l_type: libc::F_WRLCK as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: 0,
+        l_len: 0,
+        l_pid: 0,
+    };
+    loop {
+        // SAFETY: `file` is an open descriptor for the call's duration and `lock` a valid,
+        // fully initialized `struct flock` that F_OFD_SETLKW only reads.
+        let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLKW, &lock) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let errno =
+            Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
+        if errno != Errno::INTR {
+            return Err(errno);
+        }
+    }
 }
 
 /// Takes an exclusive `flock` without waiting: `WOULDBLOCK` while anyone else holds one.
