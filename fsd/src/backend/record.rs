@@ -964,7 +964,8 @@ mod tests {
     use super::*;
 
     /// A blob is kept once by its digest; one a crash cut short is written again, and one whose
-    /// bytes are not what its digest names is never returned (nothing is restored from it).
+    /// bytes are not what its digest names is never returned (nothing is restored from it) and
+    /// is written again by the next change that keeps that content.
     #[test]
     fn a_blob_is_returned_only_when_its_bytes_are_what_its_digest_names() {
         let state = tempfile::tempdir().unwrap();
@@ -989,6 +990,9 @@ mod tests {
         // Changed on disk, same size.
         std::fs::write(path(&digest), b"HELLO\n").unwrap();
         assert_eq!(store.blob(&digest), None);
+        // Kept again, not taken for kept because its size is right.
+        assert_eq!(store.keep(b"hello\n").unwrap(), (digest.clone(), 6));
+        assert_eq!(store.blob(&digest).as_deref(), Some(&b"hello\n"[..]));
     }
 
     /// How a before-image read from a file of the tree is kept, by what happens to that file
