@@ -74,10 +74,14 @@ pub struct Store {
 enum TakenIn {
     /// It is the image's blob now.
     Moved,
-    /// It was not the file hashed, and is gone as its removal would have made it.
+    /// It is gone, as its removal would have made it: another object than the file hashed,
+    /// or that file no longer holding the bytes hashed (copied from them instead).
     Removed,
     /// Still at its name, for the caller to remove.
     Left,
+    /// Neither removable nor put back (a directory whose name was taken again meanwhile):
+    /// left under a temporary name in `blobs`, logged.
+    Stranded(Errno),
 }
 
 /// A before-image waiting for its file to leave the tree ([`Store::retire`]).
@@ -195,6 +199,8 @@ impl Store {
                 }
                 // Copied when the change is recorded (`settle`).
                 TakenIn::Removed => return Ok(()),
+                // Not removed: the journal entry stays, and a sweep leaves what is not fsd's.
+                TakenIn::Stranded(errno) => return Err(errno),
                 TakenIn::Left => {}
             }
         }
@@ -236,7 +242,7 @@ impl Store {
             Err(_) => {
                 if let Err(errno) = sys::rename(blobs, &temp, dir, name, sys::RenameHow::NoReplace) {
                     tracing::warn!(%errno, ?temp, "an object swapped onto a retired file's name is left in the record's blobs");
-                    return TakenIn::Removed;
+                    return TakenIn::Stranded(errno);
                 }
                 TakenIn::Left
             }
@@ -265,8 +271,10 @@ impl Store {
         stored
     }
 
-    /// Drops what waits from a change that is not recorded, and the blobs its files became
-    /// (under the record's lock each was missing before: no recorded change names them).
+    /// Drops what waits from a change that is not recorded, and the blobs its files became:
+    /// still under the lock that change holds, each was missing when it was hashed, so no
+    /// change recorded since names them (one recorded before may, whose blob was missing or
+    /// spoiled: missing again is what it had).
     pub(super) fn forget_waiting(&self) {
         let waiting = std::mem::take(&mut *self.waiting.lock().unwrap_or_else(PoisonError::into_inner));
         for image in waiting.iter().filter(|w| w.moved) {
@@ -277,9 +285,10 @@ impl Store {
     /// A kept before-image's bytes; none when they are not what the digest names (a blob a
     /// crash cut short, or one changed on disk), so nothing is ever restored from them.
     pub(super) fn blob(&self, digest: &str) -> Option<Vec<u8>> {
-        let mut file = sys::open_read(self.blobs.as_fd(), OsStr::new(digest)).ok()?;
+        let file = sys::open_read(self.blobs.as_fd(), OsStr::new(digest)).ok()?;
         let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).ok()?;
+        // Bounded: a writer that still holds a moved blob open may have grown it.
+        file.take(self.settings.max_file_bytes.saturating_add(1)).read_to_end(&mut bytes).ok()?;
         (hex::encode(sha2::Sha256::digest(&bytes)) == digest).then_some(bytes)
     }
 
@@ -629,8 +638,9 @@ impl Backend {
         let (Some(store), Some(_)) = (self.record.as_ref(), self.author()) else { return Ok(None) };
         let carried = self.carrier.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_some();
         let counter = if carried { None } else { Some(store.lock()?) };
-        // Under the lock: whatever a change cut short left waiting is not this one's.
-        store.forget_waiting();
+        // Under the lock: whatever a change cut short left waiting is not this one's (its
+        // blobs stay: other changes may have been recorded since, naming them).
+        store.waiting.lock().unwrap_or_else(PoisonError::into_inner).clear();
         Ok(Some(Pending { counter, files: Vec::new(), stored: 0, carried: Vec::new() }))
     }
 
