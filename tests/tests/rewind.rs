@@ -66,7 +66,14 @@ fn a_replaced_or_deleted_file_is_moved_into_the_record_not_copied() {
     let (d, state) = daemon("");
     d.write("a.txt", "one\n");
     d.write("b.txt", "bee\n");
-    let ino = |name: &str| std::fs::metadata(d.path(name)).unwrap().ino();
+    // Each file held open, so an unlinked one's inode number is not reused by a copy.
+    let mut held = Vec::new();
+    let mut ino = |name: &str| {
+        let file = std::fs::File::open(d.path(name)).unwrap();
+        let ino = file.metadata().unwrap().ino();
+        held.push(file);
+        ino
+    };
     let (a, b) = (ino("a.txt"), ino("b.txt"));
     let mut s = d.session_with_config("applyPatch = true\n");
     let since = checkpoint(&mut s, "before");
@@ -85,6 +92,28 @@ fn a_replaced_or_deleted_file_is_moved_into_the_record_not_copied() {
     assert!(!rewound.is_error(), "{}", rewound.json);
     assert_eq!(std::fs::read_to_string(d.path("a.txt")).unwrap(), "one\n");
     assert_eq!(std::fs::read_to_string(d.path("b.txt")).unwrap(), "bee\n");
+
+    // A move over a guarded destination: the destination's file it replaced goes in too.
+    d.write("c.txt", "sea\n");
+    d.write("e.txt", "ee\n");
+    let e = ino("e.txt");
+    let mut rpc = crate::common::rpc::Rpc::connect(&d);
+    let version = rpc.version(&d.path("e.txt"));
+    let request = fsd_proto::v1::MoveFileRequest {
+        source: crate::common::rpc::p(&d.path("c.txt")),
+        destination: crate::common::rpc::p(&d.path("e.txt")),
+        destination_guard: Some(fsd_proto::v1::WriteGuard {
+            kind: Some(fsd_proto::v1::write_guard::Kind::ReplaceIfVersion(fsd_proto::v1::ReplaceIfVersion {
+                version,
+                ..Default::default()
+            })),
+        }),
+        ..Default::default()
+    };
+    rpc.rt.block_on(rpc.client.move_file(request)).expect("moveFile");
+    let kept = blob_inodes(state.path());
+    assert!(kept.contains(&e), "the moved-over e.txt ({e}) is a blob: {kept:?}");
+    drop(held);
 }
 
 /// A session's writes, edits, patches (an update, a move and a delete) after a checkpoint are

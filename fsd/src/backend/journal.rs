@@ -254,10 +254,7 @@ impl Entry<'_> {
     /// change record when it is a before-image the record waits for (`Store::retire`), else
     /// unlinked.
     pub(super) fn retire(&self, dir: BorrowedFd<'_>, temp: &OsStr) -> Result<(), Errno> {
-        match self.record {
-            Some(record) => record.retire(dir, temp),
-            None => sys::remove(dir, temp),
-        }
+        super::record::retire(self.record, dir, temp)
     }
 
     /// The temporary name is gone (renamed into place or removed), or deliberately left to

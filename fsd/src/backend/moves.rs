@@ -143,13 +143,15 @@ pub(super) enum Swap {
 
 /// Moves `from` over `to`, which must still be the file `checked` describes: the two names are
 /// exchanged, and when the file that comes out is another (an outside save in between), the
-/// exchange is undone and the move is stale. Else the replaced file, now at `from`, is removed.
+/// exchange is undone and the move is stale. Else the replaced file, now at `from`, is removed
+/// (into the change record, when it waits for it: `record::retire`).
 pub(super) fn swap_in(
     from_dir: BorrowedFd<'_>,
     from: &OsStr,
     to_dir: BorrowedFd<'_>,
     to: &OsStr,
     checked: &sys::Meta,
+    record: Option<&super::record::Store>,
 ) -> Result<Swap, FsError> {
     match sys::rename(from_dir, from, to_dir, to, RenameHow::Exchange) {
         Ok(()) => {}
@@ -168,7 +170,7 @@ pub(super) fn swap_in(
         sys::rename(from_dir, from, to_dir, to, RenameHow::Exchange).map_err(FsError::Rename)?;
         return Err(FsError::Stale(StaleReason::ChangedWhileWriting));
     }
-    Ok(Swap::Moved { left_at_source: sys::remove(from_dir, from).err() })
+    Ok(Swap::Moved { left_at_source: super::record::retire(record, from_dir, from).err() })
 }
 
 /// Removes `name` from `dir` only if it is still the file (or link: anything but a directory)

@@ -1042,8 +1042,16 @@ impl Backend {
         }
         let renamed = match (content, &existing) {
             (None, Some(checked)) if how == RenameHow::Exchange => {
-                match moves::swap_in(src_parent.as_fd(), src.name(), dst_parent.as_fd(), dst.name(), checked)
-                    .map_err(|e| self.fail(e, dst))?
+                let record = self.record.as_ref();
+                match moves::swap_in(
+                    src_parent.as_fd(),
+                    src.name(),
+                    dst_parent.as_fd(),
+                    dst.name(),
+                    checked,
+                    record,
+                )
+                .map_err(|e| self.fail(e, dst))?
                 {
                     moves::Swap::Moved { left_at_source } => {
                         source_removal_errno = left_at_source.map(Errno::raw_os_error);

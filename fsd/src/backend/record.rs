@@ -70,6 +70,16 @@ pub struct Store {
     waiting: Mutex<Vec<Waiting>>,
 }
 
+/// Removes the file a commit took out of the tree at `name` in `dir`: into `record` when it
+/// is a before-image that waits for it ([`Store::retire`]), else unlinked. The one way such a
+/// file leaves.
+pub(super) fn retire(record: Option<&Store>, dir: BorrowedFd<'_>, name: &OsStr) -> Result<(), Errno> {
+    match record {
+        Some(record) => record.retire(dir, name),
+        None => sys::remove(dir, name),
+    }
+}
+
 /// What [`Store::take_in`] did with the object at a retired name.
 enum TakenIn {
     /// It is the image's blob now.
