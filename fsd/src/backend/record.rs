@@ -54,7 +54,7 @@ pub const BLOBS: &str = "blobs";
 const LOG: &str = "log";
 const NEXT: &str = "next";
 /// The most bytes of before-images held in memory while their files wait to move into the store
-/// (a transaction's files together); past it, the rest are copied before the commit.
+/// (a transaction's files together); an image that would pass it is copied before the commit.
 const MAX_WAITING_BYTES: usize = 8 << 20;
 
 /// The record a worker writes: its directory and the blobs beneath it.
