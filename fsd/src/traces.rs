@@ -502,6 +502,18 @@ pub async fn within<F: Future>(span: Option<Context>, call: F) -> F::Output {
     }
 }
 
+/// Marks a context whose calls are parts of the call whose span it holds.
+#[derive(Debug, Clone, Copy)]
+struct Part;
+
+/// `work`, a task the current call spawns to make calls of its own as its parts (Inspect's
+/// questions): their worker calls are children of the call's span, as on the call's own future,
+/// but their outcomes are not the call's ([`outcome`] leaves its span as the call set it).
+pub fn as_parts<F: Future>(work: F) -> impl Future<Output = F::Output> {
+    use opentelemetry::context::FutureExt;
+    work.with_context(Context::current().with_value(Part))
+}
+
 /// The call's outcome on its span: operation, mode, result code and the client's session and
 /// call ids (which its audit record carries too).
 pub fn outcome(op: &'static str, mode: Mode, code: &'static str, session: &str, call: &str) {
@@ -510,7 +522,7 @@ pub fn outcome(op: &'static str, mode: Mode, code: &'static str, session: &str, 
     }
     let cx = Context::current();
     let span = cx.span();
-    if !span.is_recording() {
+    if !span.is_recording() || cx.get::<Part>().is_some() {
         return;
     }
     // One set: each takes the span's lock.

@@ -29,6 +29,7 @@ mod grpc_clients;
 mod hardening;
 mod hostile;
 mod hung_workers;
+mod inspect;
 mod lifecycle;
 mod mcp;
 mod mcp_elicitation;

@@ -235,6 +235,54 @@ fn a_hosts_traceparent_becomes_the_parent_of_the_daemons_spans() {
     }
 }
 
+/// What a tool call costs in round trips, as the daemon's spans of its trace show: a read is
+/// one ReadText; an apply_patch asks about its whole patch in one Inspect (however many
+/// targets: three here), then makes its changes.
+#[test]
+fn a_tool_call_makes_the_fewest_daemon_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(dir.path());
+    let config =
+        format!("otlp_endpoint = \"http://127.0.0.1:{}\"\ntrace_sample_ratio = 1.0\n", receiver.port);
+    let daemon = RestDaemon::start(&config, &[]);
+    std::fs::write(daemon.path("a.txt"), "one\ntwo\n").unwrap();
+    std::fs::write(daemon.path("b.txt"), "three\n").unwrap();
+    let endpoint = format!("unix:{}", daemon.dir.path().join("fsd.sock").display());
+    let client = dir.path().join("client.toml");
+    std::fs::write(&client, "applyPatch = true\n").unwrap();
+    let mut session = common::ToolSession::start(&endpoint, &daemon.root, Some(&client));
+    let traced = |session: &mut common::ToolSession, n: u8, tool: &str, args: Value| {
+        let (parent, trace, _) = traceparent(n);
+        let line = json!({"id": n, "tool": tool, "args": args, "_meta": {"traceparent": parent}});
+        let reply = session.raw(&line.to_string());
+        assert!(!reply.is_error(), "{tool}: {}", reply.text());
+        trace
+    };
+    let read = traced(&mut session, 21, "read", json!({"file_path": "a.txt"}));
+    assert!(!session.read("b.txt").is_error());
+    let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-two\n+2\n*** Delete File: b.txt\n*** Add File: c.txt\n+new\n*** End Patch";
+    let patched = traced(&mut session, 22, "apply_patch", json!({"input": patch}));
+    session.finish();
+    assert_eq!(std::fs::read_to_string(daemon.path("a.txt")).unwrap(), "one\n2\n");
+    assert!(!daemon.path("b.txt").exists());
+
+    let calls = |trace: &str, servers: usize| {
+        let mut spans: Vec<Value> =
+            receiver.trace(trace, servers).into_iter().filter(|s| s["kind"] == 2).collect();
+        spans.sort_by_key(|s| s["start"].as_u64());
+        spans.iter().map(|s| s["name"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+    };
+    assert_eq!(calls(&read, 1), ["fsd.v1.Fsd/ReadText"]);
+    assert_eq!(
+        calls(&patched, 4),
+        ["fsd.v1.Fsd/Inspect", "fsd.v1.Fsd/WriteText", "fsd.v1.Fsd/DeleteFile", "fsd.v1.Fsd/WriteText"],
+    );
+    let spans = receiver.trace(&patched, 4);
+    let inspect = spans.iter().find(|s| s["name"] == "fsd.v1.Fsd/Inspect").unwrap();
+    assert_eq!(inspect["attributes"]["fsd.op"], "inspect", "{inspect:#}");
+    assert_eq!(inspect["attributes"]["gen_ai.tool.name"], "apply_patch", "{inspect:#}");
+}
+
 /// The exporter never holds a call up: with nothing listening at the collector's address, calls
 /// answer as usual and their spans are counted as dropped (`export_failed`).
 #[test]

@@ -36,6 +36,9 @@ pub enum Op {
     Remove,
     /// Operations committed all-or-nothing.
     Transact,
+    /// A change's preflight questions about its targets, in one call: each is its own call too
+    /// (a stat, a read), so this only names the client's call in metrics and traces.
+    Inspect,
     /// Any read at an escalated mode: what a read ticket is checked against.
     Read,
     /// RequestEscalation: the daemon describes calls for an approver.
@@ -67,6 +70,7 @@ impl Op {
             Op::WriteBytes => "writeBytes",
             Op::Remove => "remove",
             Op::Transact => "transact",
+            Op::Inspect => "inspect",
             Op::Read => "read",
             Op::Describe => "describe",
             Op::Check => "check",

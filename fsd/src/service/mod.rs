@@ -8,6 +8,7 @@
 mod escalate;
 mod grant;
 mod hello;
+mod inspect;
 mod patched;
 mod plain;
 mod record_calls;
@@ -254,13 +255,22 @@ impl FsdService {
         let caller = Caller::of(&request, request.get_ref().context());
         let message = request.into_inner();
         let context = message.context().cloned();
-        let call = into(message);
+        let outcome = self.called(&caller, context.as_ref(), into(message)).await?;
+        reply(outcome).map(Response::new).ok_or_else(unexpected)
+    }
+
+    /// One call of `caller`: its budget, its grant, its run.
+    async fn called(
+        &self,
+        caller: &Caller,
+        context: Option<&v1::CallContext>,
+        call: op::Request,
+    ) -> Result<Outcome, Status> {
         // Over budget: refused before anything else happens, so nothing is touched.
         let _in_flight =
             self.budgets.call(&caller.identity).map_err(|r| r.into_wire(call.path()).into_status())?;
-        let grant = self.mode(&caller, context.as_ref(), call.path(), call.op())?;
-        let outcome = self.run(&caller, grant, call).await?;
-        reply(outcome).map(Response::new).ok_or_else(unexpected)
+        let grant = self.mode(caller, context, call.path(), call.op())?;
+        self.run(caller, grant, call).await
     }
 }
 
@@ -449,6 +459,16 @@ impl Fsd for FsdService {
         request: Request<v1::DeleteFileRequest>,
     ) -> Result<Response<v1::DeleteFileReply>, Status> {
         self.unary(request, wire::delete_file, wire::delete_file_reply).await
+    }
+
+    type InspectStream = inspect::Answers;
+
+    async fn inspect(
+        &self,
+        request: Request<v1::InspectRequest>,
+    ) -> Result<Response<inspect::Answers>, Status> {
+        let caller = Caller::of(&request, request.get_ref().context.as_ref());
+        self.inspect_targets(caller, request.into_inner()).map(Response::new)
     }
 
     async fn write_bytes(

@@ -248,6 +248,16 @@ pub(super) fn write_bytes_reply(outcome: Outcome) -> Option<v1::WriteBytesReply>
     })
 }
 
+/// A single call's failure, as an answer inside another reply (`Inspect`): the status as it
+/// would have gone out, its details (the `ErrorInfo`) included.
+pub(super) fn call_error(status: &tonic::Status) -> v1::CallError {
+    v1::CallError {
+        status: status.code() as i32,
+        message: status.message().to_owned(),
+        details: bytes::Bytes::copy_from_slice(status.details()),
+    }
+}
+
 pub(super) fn stat_reply(outcome: Outcome) -> Option<v1::StatReply> {
     let Outcome::Stat { target: t, info, .. } = outcome else { return None };
     Some(v1::StatReply {

@@ -434,6 +434,7 @@ delegate! {
     edit_text(v1::EditTextRequest) -> v1::EditTextReply;
     move_file(v1::MoveFileRequest) -> v1::MoveFileReply;
     delete_file(v1::DeleteFileRequest) -> v1::DeleteFileReply;
+    inspect(v1::InspectRequest) -> tonic::Streaming<v1::InspectReply>;
     transact(v1::TransactRequest) -> v1::TransactReply;
     request_escalation(v1::EscalationRequest) -> v1::EscalationDescription;
     release_escalation(v1::ReleaseEscalationRequest) -> v1::ReleaseEscalationReply;

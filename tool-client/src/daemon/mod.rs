@@ -18,9 +18,9 @@ use crate::window::{Window, WindowBuilder, WindowSpec};
 
 pub use change_record::{ChangeListing, ChangedFile, ChangesQuery, RecordedChange, Rewound, Visibility};
 pub use types::{
-    BytesRead, Change, DaemonError, Decider, Decision, Edited, Entry, FileKind, Hello, Info, Mode, Moved,
-    Operation, PlannedCall, Rejection, Report, Stat, Target, TextChange, TextRead, Ticket, TxnChange,
-    TxnResult, VersionGuard, WriteGuard, Written,
+    BytesRead, Change, DaemonError, Decider, Decision, Edited, Entry, FileKind, Hello, Info, InspectTarget,
+    Inspected, Mode, Moved, Operation, PlannedCall, Rejection, Report, Stat, Target, TextChange, TextRead,
+    Ticket, TxnChange, TxnResult, VersionGuard, WriteGuard, Written,
 };
 
 /// Why a windowed read over a stream failed.
@@ -137,6 +137,33 @@ impl Daemon {
             v1::StatRequest { context: self.context(), path: path.to_owned(), no_follow, check_write: true };
         self.client.stat(request).await.map_err(DaemonError::from_status)?;
         Ok(())
+    }
+
+    /// Asks, for each target, what `check_write`, `stat` (no_follow) and, when `read`,
+    /// `read_text` (the daemon's limit) would answer, in one call (`fsd.v1` Inspect), each
+    /// answer as the single call's. `None`: the daemon predates Inspect (ask the single calls).
+    pub async fn inspect(&mut self, targets: &[InspectTarget]) -> Reply<Option<Vec<Inspected>>> {
+        let request = v1::InspectRequest {
+            context: self.context(),
+            targets: targets
+                .iter()
+                .map(|t| v1::InspectTarget { path: t.path.clone(), no_follow: t.no_follow, read: t.read })
+                .collect(),
+        };
+        let mut stream = match self.client.inspect(request).await {
+            Ok(reply) => reply.into_inner(),
+            Err(status) if status.code() == tonic::Code::Unimplemented => return Ok(None),
+            Err(status) => return Err(DaemonError::from_status(status)),
+        };
+        let mut answers = Vec::with_capacity(targets.len());
+        while let Some(reply) = stream.message().await.map_err(DaemonError::from_status)? {
+            answers.push(Inspected::from_wire(reply).ok_or(DaemonError::Rejected(Rejection::Internal))?);
+        }
+        if answers.len() != targets.len() {
+            // Fewer answers than targets: the daemon stopped answering (it is going away).
+            return Err(DaemonError::Unavailable("the daemon's answers ended early".to_owned()));
+        }
+        Ok(Some(answers))
     }
 
     /// The whole text of a file of at most `max_bytes` (0: the daemon's limit), else

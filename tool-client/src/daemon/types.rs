@@ -56,6 +56,53 @@ pub struct Stat {
     pub info: Option<Info>,
 }
 
+/// One target of an `inspect`: its path, whether its write check acts on a final link itself,
+/// and whether to read its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InspectTarget {
+    pub path: String,
+    pub no_follow: bool,
+    pub read: bool,
+}
+
+/// The answers for one target of an `inspect`, each the single call's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspected {
+    /// `check_write` (with the target's `no_follow`).
+    pub write_check: Result<(), DaemonError>,
+    /// `stat` with no_follow; `None` when the write check failed.
+    pub stat: Option<Result<Stat, DaemonError>>,
+    /// `read_text`; `None` when not asked, absent, or neither a file nor a link.
+    pub text: Option<Result<TextRead, DaemonError>>,
+}
+
+impl Inspected {
+    /// `None`: an answer without its content (a daemon this client cannot read).
+    pub(super) fn from_wire(reply: v1::InspectReply) -> Option<Inspected> {
+        use v1::{inspect_read, inspect_stat};
+        let stat = |answer: v1::InspectStat| match answer.answer? {
+            inspect_stat::Answer::Reply(reply) => Some(Ok(Stat::from(reply))),
+            inspect_stat::Answer::Error(error) => Some(Err(DaemonError::from_call_error(error))),
+        };
+        let write_check = stat(reply.write_check?)?.map(drop);
+        let read = |answer: v1::InspectRead| match answer.answer? {
+            inspect_read::Answer::Reply(r) => {
+                Some(Ok(TextRead { target: r.target.into(), version: Version(r.version), text: r.text }))
+            }
+            inspect_read::Answer::Error(error) => Some(Err(DaemonError::from_call_error(error))),
+        };
+        let stat = match reply.stat {
+            Some(answer) => Some(stat(answer)?),
+            None => None,
+        };
+        let text = match reply.text {
+            Some(answer) => Some(read(answer)?),
+            None => None,
+        };
+        Some(Inspected { write_check, stat, text })
+    }
+}
+
 impl From<v1::StatReply> for Stat {
     fn from(reply: v1::StatReply) -> Stat {
         Stat {
@@ -631,6 +678,13 @@ impl DaemonError {
                 _ => DaemonError::Unavailable(status.message().to_owned()),
             },
         }
+    }
+
+    /// A single call's failure carried inside another reply (`Inspect`): decoded as that
+    /// call's status would be.
+    fn from_call_error(error: v1::CallError) -> DaemonError {
+        let code = tonic::Code::from_i32(error.status);
+        DaemonError::from_status(tonic::Status::with_details(code, error.message, error.details))
     }
 
     /// The daemon's error, when it answered with one.

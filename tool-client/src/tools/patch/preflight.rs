@@ -2,7 +2,9 @@
 //! policy, with the effects of the operations before it simulated. Preflight reads record no
 //! observation. Sandbox containment is not simulated: the daemon is asked for every target
 //! (a stat with `check_write`, which writes nothing), so a patch with one operation the fence
-//! refuses changes nothing.
+//! refuses changes nothing. Every question about every target goes to the daemon in one call
+//! first (`Inspect`); a question that call did not answer (a read a signed call did not ask up
+//! front, a daemon that predates it) is asked on its own.
 
 use std::collections::HashMap;
 
@@ -10,7 +12,7 @@ use fsd_policy::{EditRefusal, TargetKey, WriteGuard};
 use fsd_proto::{ErrorCode, version};
 
 use super::{Planned, Prepared};
-use crate::daemon::{DaemonError, FileKind, Version};
+use crate::daemon::{DaemonError, FileKind, InspectTarget, Inspected, Stat, TextRead, Version};
 use crate::failure::ToolError;
 use crate::tools::Session;
 
@@ -42,9 +44,60 @@ struct State<'s> {
     sims: HashMap<String, Sim>,
     /// Targets the daemon already said the mode may write, with whether a final link counted.
     fenced: std::collections::HashSet<(String, bool)>,
+    /// The daemon's answers about every target, asked up front: by path and whether the write
+    /// check acts on a final link itself.
+    answers: HashMap<(String, bool), Inspected>,
+}
+
+/// One of the daemon's answers.
+type Answer<T> = Result<T, DaemonError>;
+
+/// What preflight asks the daemon about each target of the patch, once each: the write check
+/// (acting on a final link itself for a delete or a move's source), the stat and the text. A
+/// signed call reads only what it updates (its ticket admits no read of what it deletes or
+/// replaces whole).
+fn targets(planned: &[Planned], signed: bool) -> Vec<InspectTarget> {
+    let mut targets: Vec<InspectTarget> = Vec::new();
+    let mut ask = |path: &str, no_follow: bool, read: bool| match targets
+        .iter_mut()
+        .find(|t| t.path == path && t.no_follow == no_follow)
+    {
+        Some(target) => target.read |= read,
+        None => targets.push(InspectTarget { path: path.to_owned(), no_follow, read }),
+    };
+    for p in planned {
+        match &p.op {
+            fsd_patch::Op::Add { .. } => ask(&p.src, false, !signed),
+            fsd_patch::Op::Delete { .. } => ask(&p.src, true, !signed),
+            fsd_patch::Op::Update { move_to, .. } => {
+                ask(&p.src, move_to.is_some(), true);
+                if let Some(dst) = &p.dst {
+                    ask(dst, false, !signed);
+                }
+            }
+        }
+    }
+    targets
 }
 
 impl State<'_> {
+    /// Asks the daemon about every target in one call. Any failure of that call leaves each
+    /// question to be asked on its own, where it gets its own answer.
+    async fn inspect(&mut self, planned: &[Planned]) {
+        let targets = targets(planned, self.session.daemon.signed_call());
+        if let Ok(Some(answers)) = self.session.daemon.inspect(&targets).await {
+            self.answers = targets.into_iter().map(|t| (t.path, t.no_follow)).zip(answers).collect();
+        }
+    }
+
+    /// The answered stat of `path` (no_follow), with the answered read when there is one.
+    fn answered(&self, path: &str) -> Option<(Answer<Stat>, Option<Answer<TextRead>>)> {
+        [true, false].iter().find_map(|no_follow| {
+            let answer = self.answers.get(&(path.to_owned(), *no_follow))?;
+            Some((answer.stat.clone()?, answer.text.clone()))
+        })
+    }
+
     /// Asks the daemon whether the call's mode may write `path` (roots, mode, protected paths,
     /// git directories, mounts), writing nothing. `no_follow`: the operation acts on a final
     /// link itself (delete, move source).
@@ -52,11 +105,12 @@ impl State<'_> {
         if self.fenced.contains(&(path.to_owned(), no_follow)) {
             return Ok(());
         }
-        self.session
-            .daemon
-            .check_write(path, no_follow)
-            .await
-            .map_err(|e| ToolError::from_mutation(spelled, &e))?;
+        let answered = self.answers.get(&(path.to_owned(), no_follow)).map(|a| a.write_check.clone());
+        let checked = match answered {
+            Some(answer) => answer,
+            None => self.session.daemon.check_write(path, no_follow).await,
+        };
+        checked.map_err(|e| ToolError::from_mutation(spelled, &e))?;
         self.fenced.insert((path.to_owned(), no_follow));
         Ok(())
     }
@@ -68,8 +122,11 @@ impl State<'_> {
         {
             return Ok(sim.clone());
         }
-        let stat =
-            self.session.daemon.stat(path, true).await.map_err(|e| ToolError::from_read(spelled, &e))?;
+        let (stat, text) = match self.answered(path) {
+            Some(answered) => answered,
+            None => (self.session.daemon.stat(path, true).await, None),
+        };
+        let stat = stat.map_err(|e| ToolError::from_read(spelled, &e))?;
         let mut sim = Sim {
             exists: stat.info.is_some(),
             text: None,
@@ -84,7 +141,11 @@ impl State<'_> {
         let differs = sim.exists && self.observed_differs(&sim);
         if sim.exists && (need_text || sim.symlink || differs) {
             // Read through a link: an update writes through it to its target.
-            match self.session.daemon.read_text(path, 0).await {
+            let read = match text {
+                Some(answered) => answered,
+                None => self.session.daemon.read_text(path, 0).await,
+            };
+            match read {
                 Ok(read) => {
                     sim.text = Some(read.text);
                     sim.disk_version = Some(read.version);
@@ -307,7 +368,9 @@ async fn check(state: &mut State<'_>, planned: &Planned) -> Result<Prepared, Too
 
 /// Checks the whole patch; any problem refuses all of it.
 pub(super) async fn run(session: &mut Session, planned: &[Planned]) -> Result<Vec<Prepared>, Vec<Problem>> {
-    let mut state = State { session, sims: HashMap::new(), fenced: Default::default() };
+    let mut state =
+        State { session, sims: HashMap::new(), fenced: Default::default(), answers: HashMap::new() };
+    state.inspect(planned).await;
     let mut prepared = Vec::new();
     let mut problems = Vec::new();
     for p in planned {
