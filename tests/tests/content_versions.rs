@@ -354,6 +354,93 @@ fn a_write_into_the_save_an_undo_put_back_stays_at_the_name() {
     assert!(r.text().contains(name), "the reply names the kept save: {}", r.text());
 }
 
+/// What an outside writer does in one of the hook's pauses: a save (a new file renamed over the
+/// name), or a write in place (`std::fs::write`, into whatever file is at the name).
+#[derive(Debug, Clone, Copy)]
+enum Outside {
+    Save(&'static str),
+    Write(&'static str),
+}
+
+impl Outside {
+    fn run(self, path: &Path) {
+        match self {
+            Outside::Save(text) => save_over(path, text),
+            Outside::Write(text) => std::fs::write(path, text).unwrap(),
+        }
+    }
+}
+
+/// The same interleaving, with outside changes in the second pause (after the edit's exchange)
+/// and in the third (after the undo's first exchange): every change made while the undo runs is
+/// newer than the file the undo was putting back, so the newest one must end at the name, and
+/// each other file the undo moved is kept beside it, which the stale reply names. The second
+/// case is the race above as it met CI under load: the same-content rewriter's save renamed over
+/// the older save the undo had just put back, then the real change written into that save, were
+/// taken out by the undo's next exchange and kept aside while an older save took the name.
+#[test]
+fn the_newest_change_made_during_an_undo_stays_at_the_name() {
+    use Outside::{Save, Write};
+    /// The outside changes in the second and the third pause, and what the name and the files
+    /// kept beside it hold at the end.
+    struct Case {
+        second: &'static [Outside],
+        third: &'static [Outside],
+        at_name: &'static str,
+        kept: &'static [&'static str],
+    }
+    let cases = [
+        Case {
+            second: &[Save("newer save\n")],
+            third: &[Save("newest save\n")],
+            at_name: "newest save\n",
+            kept: &["newer save\n"],
+        },
+        Case {
+            second: &[Save("newer save\n")],
+            third: &[Save("alpha\n"), Write("bravo\n")],
+            at_name: "bravo\n",
+            kept: &["newer save\n"],
+        },
+        Case {
+            second: &[Write("bravo\n")],
+            third: &[Save("newest save\n")],
+            at_name: "newest save\n",
+            kept: &["bravo\n"],
+        },
+        Case {
+            second: &[Save("newer save\n"), Write("bravo\n")],
+            third: &[Save("newest save\n")],
+            at_name: "newest save\n",
+            kept: &["bravo\n"],
+        },
+    ];
+    for Case { second, third, at_name, kept } in cases {
+        let d = Daemon::start();
+        let (path, edit) = edit_saved_over_in_the_exchange_pause(&d, "older save\n");
+        second.iter().for_each(|change| change.run(&path));
+        // Into the third pause: the undo's first exchange has put the older save back.
+        std::thread::sleep(Duration::from_millis(1000));
+        third.iter().for_each(|change| change.run(&path));
+        let r = edit.join().unwrap();
+        let case = format!("{second:?} then {third:?}");
+        assert_eq!(r.code(), Some("FS_STALE_VERSION"), "{case}: {}", r.json);
+        let now = String::from_utf8(std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(now, at_name, "{case}: the newest change is not at the name ({})", r.json);
+        let beside: Vec<_> =
+            std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().path()).filter(|p| p != &path).collect();
+        let mut contents: Vec<_> =
+            beside.iter().map(|p| String::from_utf8(std::fs::read(p).unwrap()).unwrap()).collect();
+        contents.sort();
+        assert_eq!(contents, kept, "{case}: the files beside the name: {beside:?}");
+        for p in &beside {
+            let name = p.file_name().unwrap().to_str().unwrap();
+            assert!(name.starts_with("fsd-fault-pause-exchange.kept-"), "{case}: {name}");
+            assert!(r.text().contains(name), "{case}: the reply names the kept file: {}", r.text());
+        }
+    }
+}
+
 /// The same interleaving, but the write into the edit's file at the name is an append (`>>`):
 /// the appended bytes stay at the name, on the edit's content, since the appender's descriptor is
 /// that file's; the editor's save the edit swapped out is not removed but kept at a visible name

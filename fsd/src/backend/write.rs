@@ -287,7 +287,7 @@ impl Ready<'_> {
                         // The temporary name now holds whatever was at `name` a moment ago.
                         let out = sys::meta_at(dir, &self.temp.name);
                         if !out.as_ref().is_ok_and(|m| m.same_content(old)) {
-                            let swapped = Swapped { ours: &self.file, staged: self.staged, out: out.ok() };
+                            let swapped = Swapped { staged: self.staged, out: out.ok() };
                             return Err(swap_back(dir, name, &swapped, written, &mut self.temp));
                         }
                     }
@@ -333,111 +333,116 @@ pub(super) fn pause_at_exchange(name: &OsStr) {
 }
 
 /// A replace swapped out a file other than the one it checked (an outside save got in between):
-/// the exchange is undone, and the call is stale. While our file sat at `name`, an outside writer
-/// may have written into it in place (`open(O_TRUNC)`, `>`, or an append, `>>`): that write is
-/// newer than the file the undo brings back, which was at `name` before ours. Then ours, with
-/// that write, goes back to `name`, so the newest outside change is the one at the name; the
-/// older outside save is kept too, at a visible name beside it ([`super::moves::keep_aside`]),
-/// which the error names: an append left fsd's content under the appended bytes, and the save
-/// it replaced must not be lost for it.
+/// the exchange is undone, and the call is stale. The undo exchanges the temporary name with
+/// `name` again, which brings back the file the replace took out; but while fsd's file sat at
+/// `name`, an outside writer may have written into it in place (`open(O_TRUNC)`, `>`, or an
+/// append, `>>`) or renamed a save over it, and another may do either to the file the undo put
+/// back before the undo looks. Each such change is newer than the file it met at `name`, so the
+/// undo settles by rounds ([`settle`]): the newest change ends at the name, and the file it
+/// superseded comes out at the temporary name.
 ///
-/// A write in place that replaced our bytes wholesale (they are no longer the file's start) would
-/// have replaced the older save just the same had fsd not been there: that save is removed with
-/// the temporary name, as before, if it still is that save as the exchange took it out (else,
-/// a save renamed over it or a write into it since, it is kept). Without `written` (a streamed
-/// body) the older save is kept.
+/// That file is removed if it is fsd's own as staged, or if it is the save the replace took out,
+/// still as taken out, and a write in place replaced our bytes wholesale (they are no longer the
+/// start of fsd's file at `name`): that write would have replaced the save just the same had fsd
+/// not been there. Anything else an outside writer made (the save under an append, which left
+/// fsd's content under the appended bytes; a save or a write the newest change superseded while
+/// fsd held the name) is kept at a visible name beside it ([`super::moves::keep_aside`]), which
+/// the error names. Without `written` (a streamed body) the save the replace took out is kept.
 fn swap_back(
     dir: BorrowedFd<'_>,
     name: &OsStr,
-    swapped: &Swapped<'_>,
+    swapped: &Swapped,
     written: Option<&[u8]>,
     temp: &mut TempName<'_>,
 ) -> FsError {
-    let Swapped { ours, staged, .. } = *swapped;
+    let Swapped { staged, .. } = *swapped;
     // A worker killed from here on must not have its sweep remove what the temporary name holds.
     if let Some(entry) = temp.entry.as_mut() {
         entry.restore_to(name);
     }
-    if let Err(errno) = sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange) {
-        // Both names hold someone's content now; delete neither.
-        temp.armed = false;
-        return FsError::Rename(errno);
-    }
-    #[cfg(feature = "fault-injection")]
-    pause_at_exchange(name);
-    let came_back = sys::meta_at(dir, &temp.name);
-    if !came_back.is_ok_and(|m| (m.dev, m.ino) == (staged.dev, staged.ino)) {
-        return undo_over_a_later_save(dir, name, swapped, temp);
-    }
-    let written_into = sys::meta(ours.as_fd()).is_ok_and(|now| !now.same_content(&staged));
-    if written_into {
-        if let Err(errno) = sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange) {
+    // Not ours to empty: the temporary name holds someone's file from here on.
+    temp.unplaced = None;
+    let superseded = match settle(dir, name, &temp.name, staged) {
+        Ok(Undone::At(superseded)) => superseded,
+        Ok(Undone::StillChanging) => {
+            temp.armed = false;
+            return kept_beside(
+                dir,
+                name,
+                temp,
+                "outside changes kept coming while fsd undid a replace: the last one is kept beside the name",
+            );
+        }
+        Err(errno) => {
+            // Both names hold someone's content now; delete neither.
             temp.armed = false;
             return FsError::Rename(errno);
         }
-        // Ours is at `name` again; the temporary name holds the older outside save.
-        temp.unplaced = None;
-        if written.is_some_and(|written| !starts_with(dir, name, &staged, written))
-            && still_as_taken_out(dir, &temp.name, swapped.out.as_ref())
-        {
-            // Removed with the temporary name on drop.
-            return FsError::Stale(StaleReason::ChangedWhileWriting);
-        }
-        temp.armed = false;
-        return kept_beside(
-            dir,
-            name,
-            temp,
-            "a save replaced by an outside write into fsd's file is kept at another name",
-        );
+    };
+    if superseded.same_content(&staged) {
+        // Our own file, as staged: removed with the temporary name on drop.
+        return FsError::Stale(StaleReason::ChangedWhileWriting);
     }
-    FsError::Stale(StaleReason::ChangedWhileWriting)
+    if written.is_some_and(|written| !starts_with(dir, name, &staged, written))
+        && swapped.out.is_some_and(|out| superseded.same_content(&out))
+    {
+        // Removed with the temporary name on drop.
+        return FsError::Stale(StaleReason::ChangedWhileWriting);
+    }
+    temp.armed = false;
+    kept_beside(dir, name, temp, "a change fsd's undo took from the name is kept beside the newest one")
 }
 
 /// A replace's exchange that took out another file than the one it checked.
-struct Swapped<'f> {
-    /// Our staged file, and its metadata once synced.
-    ours: &'f File,
+struct Swapped {
+    /// Our staged file's metadata once synced.
     staged: Meta,
     /// What the exchange took out, as it was then.
     out: Option<Meta>,
 }
 
-/// The undo's exchange took another file than ours from `name`: an outside save was renamed over
-/// ours while it sat there, so it goes back to `name`, and the save the undo had brought back
-/// (or anything newer that got in between) is kept at a visible name beside it: neither may be
-/// lost. Unless that brought-back save was written into in place while it sat at `name` (after
-/// the rename, then): that write is the newest change, so its file stays at `name` and the
-/// renamed save is the one kept beside it.
-fn undo_over_a_later_save(
-    dir: BorrowedFd<'_>,
-    name: &OsStr,
-    swapped: &Swapped<'_>,
-    temp: &mut TempName<'_>,
-) -> FsError {
-    temp.unplaced = None;
-    temp.armed = false;
-    if let Err(errno) = sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange) {
-        return FsError::Rename(errno);
+/// How many exchanges an undo makes at most before it stops chasing outside changes.
+const MAX_UNDO_EXCHANGES: usize = 16;
+
+/// Where an undo's exchanges stopped.
+enum Undone {
+    /// The file at `name` is the newest; the temporary name holds the file it superseded, as
+    /// this metadata describes it.
+    At(Meta),
+    /// Outside changes kept coming: the temporary name holds one newer than what `name` holds.
+    StillChanging,
+}
+
+/// The undo's exchanges of `temp` and `name`, where `name` holds the file `put` describes (ours,
+/// as staged) and `temp` the file to put back. After each exchange, what comes out at `temp`
+/// is looked at: the very file the exchange before put at `name`, unchanged, means nothing
+/// touched the name meanwhile, and what is there now is the newest. Anything else (that file
+/// written into, or a save renamed over it) was changed at `name` after the file that has just
+/// gone there was last changed (it sat at `temp`, which no outside writer names), so it is the
+/// newer one and goes back to `name` by the next exchange, whose window is looked at the same
+/// way. Each further round needs another outside change: at most [`MAX_UNDO_EXCHANGES`].
+fn settle(dir: BorrowedFd<'_>, name: &OsStr, temp: &OsStr, mut put: Meta) -> Result<Undone, Errno> {
+    for round in 0..MAX_UNDO_EXCHANGES {
+        // The file about to go to `name`, as it is before it goes: the next round's `put`.
+        let going = sys::meta_at(dir, temp);
+        sys::rename(dir, temp, dir, name, RenameHow::Exchange)?;
+        #[cfg(feature = "fault-injection")]
+        if round == 0 {
+            pause_at_exchange(name);
+        }
+        let came_out = sys::meta_at(dir, temp);
+        if let Ok(came_out) = came_out
+            && came_out.same_content(&put)
+        {
+            return Ok(Undone::At(came_out));
+        }
+        // Without the metadata of what went to `name`, the next round could not tell whether it
+        // was touched there: the newer file stays at `temp`, to be kept.
+        let Ok(going) = going else { return Ok(Undone::StillChanging) };
+        put = going;
+        tracing::debug!(round, ?name, "an outside change met fsd's undo: it goes back to the name");
     }
-    // Both names hold someone's save whatever the second exchange does: the one at the
-    // temporary name is kept beside `name` below.
-    if changed_since(dir, &temp.name, swapped.out.as_ref())
-        && sys::rename(dir, &temp.name, dir, name, RenameHow::Exchange).is_ok()
-    {
-        return kept_beside(
-            dir,
-            name,
-            temp,
-            "a write into the save fsd's undo put back stays; a save renamed over fsd's file meanwhile is kept beside it",
-        );
-    }
-    kept_beside(
-        dir,
-        name,
-        temp,
-        "a save made over fsd's file during its undo stays; the older save is kept beside it",
-    )
+    Ok(Undone::StillChanging)
 }
 
 /// What the temporary name holds, someone's save, kept at a visible name beside `name`: said in
@@ -446,22 +451,6 @@ fn kept_beside(dir: BorrowedFd<'_>, name: &OsStr, temp: &TempName<'_>, what: &'s
     let kept = super::moves::keep_aside(dir, name, &temp.name);
     tracing::warn!(?kept, ?name, "{what}");
     FsError::KeptAside { reason: StaleReason::ChangedWhileWriting, kept: kept.into() }
-}
-
-/// Whether the file at `temp` is the one `out` describes, as it was when taken out: the save a
-/// write in place over ours replaced, and nothing newer (not written into since, and not another
-/// save renamed over the name since), so it may go.
-fn still_as_taken_out(dir: BorrowedFd<'_>, temp: &OsStr, out: Option<&Meta>) -> bool {
-    out.is_some_and(|out| sys::meta_at(dir, temp).is_ok_and(|now| now.same_content(out)))
-}
-
-/// Whether the file at `temp` is the one `out` describes, written into since: while the undo
-/// had it back at the name, after the exchange that took it out.
-fn changed_since(dir: BorrowedFd<'_>, temp: &OsStr, out: Option<&Meta>) -> bool {
-    out.is_some_and(|out| {
-        sys::meta_at(dir, temp)
-            .is_ok_and(|now| (now.dev, now.ino) == (out.dev, out.ino) && !now.same_content(out))
-    })
 }
 
 /// Whether the file at `name`, still the inode `staged` describes, starts with `written` (an
