@@ -539,6 +539,94 @@ fn an_outside_save_over_a_moves_destination_after_its_check_is_kept() {
     assert_eq!(names, ["fsd-fault-pause-exchange", "source.txt"], "no temporary file is left");
 }
 
+/// A move onto an observed destination undone while outside changes come: an editor's save
+/// over the destination in the hook's first pause (before the move's exchange) makes the move
+/// stale; in the second (after the exchange, the moved file at the destination) and the third
+/// (after the undo's first exchange, the older save back at the destination) a writer saves
+/// over the destination or writes into the file there. Every such change is newer than the file
+/// the undo was putting back: the newest one ends at the destination, and each other file the
+/// undo moved is kept beside it, which the stale reply names. (A save renamed over the
+/// destination while the moved file sat there replaced that file, as it would have after a
+/// move: the source's name is then left empty.) One exchange back left the newest change at the
+/// source's name and the older save at the destination.
+#[test]
+fn the_newest_change_made_during_a_moves_undo_stays_at_its_destination() {
+    use Outside::{Save, Write};
+    /// The outside changes in the second and the third pause, and what the destination and the
+    /// files kept beside it hold at the end.
+    struct Case {
+        second: &'static [Outside],
+        third: &'static [Outside],
+        at_destination: &'static str,
+        kept: &'static [&'static str],
+    }
+    let cases = [
+        Case {
+            second: &[Save("newer save\n")],
+            third: &[],
+            at_destination: "newer save\n",
+            kept: &["older save\n"],
+        },
+        Case { second: &[Write("bravo\n")], third: &[], at_destination: "bravo\n", kept: &["older save\n"] },
+        Case {
+            second: &[Save("newer save\n")],
+            third: &[Save("newest save\n")],
+            at_destination: "newest save\n",
+            kept: &["newer save\n"],
+        },
+    ];
+    for Case { second, third, at_destination, kept } in cases {
+        let d = Daemon::start();
+        d.write("source.txt", "moved\n");
+        d.write("fsd-fault-pause-exchange", "observed\n");
+        let destination = d.path("fsd-fault-pause-exchange");
+        let mut rpc = Rpc::connect(&d);
+        let version = rpc.version(&destination);
+        let request = fsd_proto::v1::MoveFileRequest {
+            source: common::rpc::p(&d.path("source.txt")),
+            destination: common::rpc::p(&destination),
+            destination_guard: Some(fsd_proto::v1::WriteGuard {
+                kind: Some(fsd_proto::v1::write_guard::Kind::ReplaceIfVersion(
+                    fsd_proto::v1::ReplaceIfVersion { version, ..Default::default() },
+                )),
+            }),
+            ..Default::default()
+        };
+        let moving = std::thread::spawn(move || rpc.rt.block_on(rpc.client.move_file(request)));
+        std::thread::sleep(Duration::from_millis(500));
+        save_over(&destination, "older save\n");
+        // Into the second pause: the moved file is at the destination.
+        std::thread::sleep(Duration::from_millis(1000));
+        second.iter().for_each(|change| change.run(&destination));
+        // Into the third: the undo's first exchange has put the older save back.
+        std::thread::sleep(Duration::from_millis(1000));
+        third.iter().for_each(|change| change.run(&destination));
+        let status = moving.join().unwrap().unwrap_err();
+        let case = format!("{second:?} then {third:?}");
+        let wire = common::rpc::wire(&status);
+        assert_eq!(wire.code, fsd_proto::ErrorCode::StaleVersion, "{case}: {status:?}");
+        let now = String::from_utf8(std::fs::read(&destination).unwrap()).unwrap();
+        assert_eq!(now, at_destination, "{case}: the newest change is not at the destination");
+        let beside: Vec<_> = std::fs::read_dir(&d.root)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p != &destination)
+            .collect();
+        let mut contents: Vec<_> =
+            beside.iter().map(|p| String::from_utf8(std::fs::read(p).unwrap()).unwrap()).collect();
+        contents.sort();
+        assert_eq!(contents, kept, "{case}: the files beside the destination: {beside:?}");
+        for p in &beside {
+            let name = p.file_name().unwrap().to_str().unwrap();
+            assert!(name.starts_with("fsd-fault-pause-exchange.kept-"), "{case}: {name}");
+            assert!(
+                wire.get("kept").is_some_and(|k| k.ends_with(name)),
+                "{case}: the reply names it: {status:?}"
+            );
+        }
+    }
+}
+
 /// An editor's save over `path`: a new file renamed over the name.
 /// An edit of `fsd-fault-pause-exchange` (`alpha` to `mine`, after a read) held by the test hook's
 /// pauses, with an editor's save of `saved` over the name in the first pause (before the edit's

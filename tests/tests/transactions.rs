@@ -198,6 +198,80 @@ fn a_failing_transaction_changes_nothing_and_names_its_operation() {
     }
 }
 
+/// A transaction rolled back while outside changes come: its first step replaces
+/// `fsd-fault-pause-exchange` (the hook pauses a second before that exchange and one after),
+/// its second fails, and the undo of the first pauses a third second once its exchange put the
+/// replaced file back. A writer changes the name in the second pause (over or into the
+/// transaction's file) and in the third (over or into the file the undo put back). The newest
+/// change must end at the name; the transaction's own file goes, the file it replaced goes when
+/// a change the undo found superseded it (as it would had the change come before the undo), and
+/// any other change the undo took from the name is kept beside it. The undo used to look at the
+/// name and then exchange: a change made in between was taken out with the transaction's file
+/// and removed with the temporary name.
+#[test]
+fn the_newest_change_made_while_a_transaction_is_rolled_back_stays_at_the_name() {
+    /// A save renamed over the name, or a write in place into the file there.
+    #[derive(Debug, Clone, Copy)]
+    enum Outside {
+        Save(&'static str),
+        Write(&'static str),
+    }
+    use Outside::{Save, Write};
+    let run = |change: &Outside, path: &Path| match *change {
+        Save(text) => {
+            let tmp = path.with_extension("save");
+            std::fs::write(&tmp, text).unwrap();
+            std::fs::rename(&tmp, path).unwrap();
+        }
+        Write(text) => std::fs::write(path, text).unwrap(),
+    };
+    struct Case {
+        second: &'static [Outside],
+        third: &'static [Outside],
+        at_name: &'static str,
+        kept: &'static [&'static str],
+    }
+    let cases = [
+        Case { second: &[], third: &[Save("saved outside\n")], at_name: "saved outside\n", kept: &[] },
+        Case { second: &[], third: &[Write("written\n")], at_name: "written\n", kept: &[] },
+        Case {
+            second: &[Write("bravo\n")],
+            third: &[Save("newest save\n")],
+            at_name: "newest save\n",
+            kept: &["bravo\n"],
+        },
+    ];
+    for Case { second, third, at_name, kept } in cases {
+        let (d, _state) = daemon_with_state();
+        d.write("fsd-fault-pause-exchange", "observed\n");
+        let path = d.path("fsd-fault-pause-exchange");
+        let ops = vec![write(&path, "mine\n"), write(&d.path("fsd-fault-txn-fail-2"), "")];
+        let mut rpc = Rpc::connect(&d);
+        let committing = std::thread::spawn(move || transact(&mut rpc, ops));
+        // Into the second pause: the transaction's file is at the name.
+        std::thread::sleep(Duration::from_millis(1500));
+        second.iter().for_each(|change| run(change, &path));
+        // Into the third: the undo's exchange has put the replaced file back.
+        std::thread::sleep(Duration::from_millis(1000));
+        third.iter().for_each(|change| run(change, &path));
+        let failure = committing.join().unwrap().expect_err("the second step fails");
+        let case = format!("{second:?} then {third:?}");
+        assert_eq!(failure.code, ErrorCode::IoError, "{case}: {failure:?}");
+        let now = String::from_utf8(std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(now, at_name, "{case}: the newest change is not at the name");
+        let beside: Vec<_> =
+            std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().path()).filter(|p| p != &path).collect();
+        let mut contents: Vec<_> =
+            beside.iter().map(|p| String::from_utf8(std::fs::read(p).unwrap()).unwrap()).collect();
+        contents.sort();
+        assert_eq!(contents, kept, "{case}: the files beside the name: {beside:?}");
+        for p in &beside {
+            let name = p.file_name().unwrap().to_str().unwrap();
+            assert!(name.starts_with("fsd-fault-pause-exchange.kept-"), "{case}: {name}");
+        }
+    }
+}
+
 /// A patch's hunks, applied by the daemon to the file's current text, commit with a write; a
 /// patch whose hunk does not match (or whose guard is stale) changes nothing, and the error
 /// names the operation, what the hunk missed and which hunk it was.

@@ -470,7 +470,17 @@ impl Backend {
                     Action::Rename => {}
                     Action::Replace | Action::Create => {
                         if let Some(ready) = slot.ready.as_mut() {
-                            ready.holds();
+                            // Only the transaction's own file or the one it replaced goes with
+                            // the temporary name; an outside change an undo could not keep
+                            // beside the name stays there.
+                            let ours = |m: &Meta| {
+                                [slot_record.staged, slot_record.old].iter().flatten().any(|s| s.is(m))
+                            };
+                            if sys::meta_at(slot.dir, ready.temp_name()).is_ok_and(|m| ours(&m)) {
+                                ready.holds();
+                            } else {
+                                ready.placed();
+                            }
                         }
                     }
                     Action::Remove => {

@@ -14,6 +14,7 @@ mod read;
 pub mod record;
 pub mod resolve;
 mod rewind;
+mod settle;
 pub mod text;
 pub mod txn;
 mod version;

@@ -8,6 +8,7 @@ use std::os::fd::BorrowedFd;
 
 use super::journal::Scope;
 use super::resolve::{Resolved, WalkOptions};
+use super::settle::{Spot, Undone, settle};
 use super::write::same_key;
 use super::{Backend, read, text, version};
 use crate::error::{Denial, Failure, FsError, StaleReason};
@@ -97,8 +98,9 @@ pub(super) fn renamed_checked(
 /// still hold the file `replaced` describes, and then the two exchange (the destination's file
 /// comes out at `from`). What arrives must be the file checked at `from` (`moved`), and what
 /// comes out the file checked at `to`: otherwise (an outside save in between) the rename is
-/// undone and the step is stale. A filesystem that cannot exchange fails the step: a plain
-/// replace could not be undone.
+/// undone and the step is stale; an exchange is undone by rounds, as a guarded move's
+/// ([`swapped_back`]). A filesystem that cannot exchange fails the step: a plain replace could
+/// not be undone.
 pub(super) fn move_checked(
     from_dir: BorrowedFd<'_>,
     from: &OsStr,
@@ -108,11 +110,26 @@ pub(super) fn move_checked(
     replaced: Option<&sys::Meta>,
 ) -> Result<(), FsError> {
     let how = if replaced.is_some() { RenameHow::Exchange } else { RenameHow::NoReplace };
+    // For an exchange, the file about to go to `to`, as it goes: what its undo expects there.
+    let going = match replaced.map(|_| sys::meta_at(from_dir, from)) {
+        None => None,
+        Some(Ok(meta)) => Some(meta),
+        Some(Err(Errno::NOENT)) => return Err(FsError::Stale(StaleReason::Gone)),
+        Some(Err(errno)) => return Err(FsError::Metadata(errno)),
+    };
+    #[cfg(feature = "fault-injection")]
+    if going.is_some() {
+        super::write::pause_at_exchange(to);
+    }
     match sys::rename(from_dir, from, to_dir, to, how) {
         Ok(()) => {}
         Err(Errno::EXIST) => return Err(FsError::AlreadyExists),
         Err(Errno::NOENT) => return Err(FsError::Stale(StaleReason::Gone)),
         Err(errno) => return Err(FsError::Rename(errno)),
+    }
+    #[cfg(feature = "fault-injection")]
+    if going.is_some() {
+        super::write::pause_at_exchange(to);
     }
     let holds = |dir, name, meta: &sys::Meta| {
         sys::meta_at(dir, name).is_ok_and(|m| m.kind == Kind::File && m.same_content(meta))
@@ -120,11 +137,10 @@ pub(super) fn move_checked(
     if holds(to_dir, to, moved) && replaced.is_none_or(|r| holds(from_dir, from, r)) {
         return Ok(());
     }
-    let back = match replaced {
-        Some(_) => sys::rename(from_dir, from, to_dir, to, RenameHow::Exchange),
-        None => sys::rename(to_dir, to, from_dir, from, RenameHow::NoReplace),
-    };
-    if let Err(errno) = back {
+    if let Some(going) = going {
+        return Err(swapped_back(Spot { dir: from_dir, name: from }, Spot { dir: to_dir, name: to }, &going));
+    }
+    if let Err(errno) = sys::rename(to_dir, to, from_dir, from, RenameHow::NoReplace) {
         // Both names hold someone's content: neither is removed.
         tracing::warn!(%errno, ?to, "a move that met an outside save could not be undone");
         return Err(FsError::Rename(errno));
@@ -143,8 +159,9 @@ pub(super) enum Swap {
 
 /// Moves `from` over `to`, which must still be the file `checked` describes: the two names are
 /// exchanged, and when the file that comes out is another (an outside save in between), the
-/// exchange is undone and the move is stale. Else the replaced file, now at `from`, is removed
-/// (into the change record, when it waits for it: `record::retire`).
+/// exchange is undone by rounds ([`swapped_back`]) and the move is stale. Else the replaced
+/// file, now at `from`, is removed (into the change record, when it waits for it:
+/// `record::retire`).
 pub(super) fn swap_in(
     from_dir: BorrowedFd<'_>,
     from: &OsStr,
@@ -153,6 +170,12 @@ pub(super) fn swap_in(
     checked: &sys::Meta,
     record: Option<&super::record::Store>,
 ) -> Result<Swap, FsError> {
+    // The file about to go to `to`, as it goes: what an undo expects to find there. A source
+    // that cannot be looked at fails as its rename would.
+    let going = match sys::meta_at(from_dir, from) {
+        Ok(meta) => meta,
+        Err(errno) => return Ok(Swap::Failed(errno)),
+    };
     match sys::rename(from_dir, from, to_dir, to, RenameHow::Exchange) {
         Ok(()) => {}
         // The filesystem cannot exchange: the per-target lock still orders fsd's own writers.
@@ -164,13 +187,57 @@ pub(super) fn swap_in(
         }
         Err(errno) => return Ok(Swap::Failed(errno)),
     }
+    #[cfg(feature = "fault-injection")]
+    super::write::pause_at_exchange(to);
     let swapped = sys::meta_at(from_dir, from);
     if !swapped.as_ref().is_ok_and(|m| m.same_content(checked)) {
-        // Should the undo fail, both names hold someone's content: neither is removed.
-        sys::rename(from_dir, from, to_dir, to, RenameHow::Exchange).map_err(FsError::Rename)?;
-        return Err(FsError::Stale(StaleReason::ChangedWhileWriting));
+        return Err(swapped_back(Spot { dir: from_dir, name: from }, Spot { dir: to_dir, name: to }, &going));
     }
     Ok(Swap::Moved { left_at_source: super::record::retire(record, from_dir, from).err() })
+}
+
+/// Undoes a move's exchange of `from` and `to` that took out another file than the one checked,
+/// where `to` got the file `moved` describes (as it went). The undo settles by rounds
+/// ([`settle`]): a save renamed over the destination, or a write into the file there, while the
+/// undo runs is newer than the file the undo puts back, and ends at the destination. The moved
+/// file back at its name, unchanged, leaves the move plainly stale; any other file the newest
+/// change superseded (an older save of the destination, or the moved file written into there)
+/// is kept beside the destination ([`keep_beside`]), which the stale reply names. Should an
+/// exchange fail, both names hold someone's content: neither is removed.
+fn swapped_back(from: Spot<'_>, to: Spot<'_>, moved: &sys::Meta) -> FsError {
+    let what = match settle(to, from, &|came_out| came_out.same_content(moved)) {
+        Ok(Undone::At(superseded)) if superseded.same_content(moved) => {
+            return FsError::Stale(StaleReason::ChangedWhileWriting);
+        }
+        Ok(Undone::At(_)) => "a change a move's undo took from its destination is kept beside the newest one",
+        Ok(Undone::StillChanging) => {
+            "outside changes kept coming while fsd undid a move: the last one is kept beside its destination"
+        }
+        Err(errno) => {
+            tracing::warn!(%errno, to = ?to.name, "a move that met an outside save could not be undone");
+            return FsError::Rename(errno);
+        }
+    };
+    match keep_beside(from, to) {
+        Some(kept) => {
+            tracing::warn!(?kept, to = ?to.name, "{what}");
+            FsError::KeptAside { reason: StaleReason::ChangedWhileWriting, kept: kept.into() }
+        }
+        None => {
+            // Still at the source's name, visible: only not named in the reply.
+            tracing::warn!(from = ?from.name, to = ?to.name, "{what}, at the source's name");
+            FsError::Stale(StaleReason::ChangedWhileWriting)
+        }
+    }
+}
+
+/// Gives the file at `from`, a change its own name `to` no longer holds, a visible name beside
+/// `to` in `to`'s directory ([`kept_name`], after fresh random digits). Returns that name, or
+/// `None` where it cannot be made (the file stays at `from`).
+pub(super) fn keep_beside(from: Spot<'_>, to: Spot<'_>) -> Option<std::ffi::OsString> {
+    let random = sys::temp_name().ok()?;
+    kept_name(to.name, &random)
+        .filter(|kept| sys::rename(from.dir, from.name, to.dir, kept, RenameHow::NoReplace).is_ok())
 }
 
 /// Removes `name` from `dir` only if it is still the file (or link: anything but a directory)

@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use super::Backend;
 use super::commit::Commit;
 use super::pipeline::{Mutation, Plan};
+use super::settle::{Spot, Undone, settle};
 use crate::error::{Denial, Failure, FsError};
 use crate::op::{Mode, Outcome, RootSpec, TxnOp};
 use crate::sys::{self, Kind, Meta, RenameHow};
@@ -128,17 +129,24 @@ fn component(text: &str) -> Option<OsString> {
 
 /// Undoes one slot's commit in `dir` (a `Rename`'s source directory: `from`), where its name
 /// still holds what the transaction put there (else an outside change since is newer, and
-/// stays). Returns whether it restored anything.
+/// stays). Returns whether it restored anything. An exchange is undone by rounds
+/// ([`settle`]), not after a look at the name: a save renamed over the name, or a write into the
+/// file there, between that look and the exchange would be taken out with the transaction's
+/// file (see [`settled`]).
 pub(super) fn undo(dir: BorrowedFd<'_>, from: Option<BorrowedFd<'_>>, slot: &SlotRecord) -> bool {
     let (Some(name), Some(temp)) = (component(&slot.name), component(&slot.temp)) else { return false };
     let holds_in = |dir: BorrowedFd<'_>, at: &OsStr, stamp: Option<Stamp>| {
         stamp.is_some_and(|s| sys::meta_at(dir, at).is_ok_and(|m| s.is(&m)))
     };
     let holds = |at: &OsStr, stamp: Option<Stamp>| holds_in(dir, at, stamp);
+    let at_name = Spot { dir, name: &name };
+    let staged = |m: &Meta| slot.staged.is_some_and(|s| s.is(m));
     match slot.kind {
-        // The replaced file is at the temporary name: exchanged back, the staged one goes there.
-        Action::Replace if holds(&name, slot.staged) && holds(&temp, slot.old) => {
-            sys::rename(dir, &temp, dir, &name, RenameHow::Exchange).is_ok()
+        // The replaced file is at the temporary name (the step's exchange happened: no outside
+        // writer names that one): exchanged back, the staged one goes there.
+        Action::Replace if holds(&temp, slot.old) => {
+            let back = Spot { dir, name: &temp };
+            settled(settle(at_name, back, &staged), slot, || super::moves::keep_aside(dir, &name, &temp))
         }
         Action::Create if holds(&name, slot.staged) => {
             sys::rename(dir, &name, dir, &temp, RenameHow::NoReplace).is_ok()
@@ -154,7 +162,7 @@ pub(super) fn undo(dir: BorrowedFd<'_>, from: Option<BorrowedFd<'_>>, slot: &Slo
                 }
             }
         }
-        Action::Rename if holds(&name, slot.staged) => {
+        Action::Rename => {
             let (Some(from), Some(source)) = (from, slot.from.as_ref().and_then(|o| component(&o.name)))
             else {
                 return false;
@@ -163,23 +171,58 @@ pub(super) fn undo(dir: BorrowedFd<'_>, from: Option<BorrowedFd<'_>>, slot: &Slo
                 // The destination's file is back at the source's name (the next slot's undo put
                 // it there): the two exchange names again.
                 Some(_) if holds_in(from, &source, slot.old) => {
-                    sys::rename(from, &source, dir, &name, RenameHow::Exchange).is_ok()
+                    let back = Spot { dir: from, name: &source };
+                    let keep = || {
+                        let kept = super::moves::keep_beside(back, at_name);
+                        kept.unwrap_or_else(|| source.clone())
+                    };
+                    settled(settle(at_name, back, &staged), slot, keep)
                 }
                 Some(_) => false,
-                None => match sys::rename(dir, &name, from, &source, RenameHow::NoReplace) {
-                    Ok(()) => true,
-                    Err(errno) => {
-                        // The source's name was taken again since: the moved file is kept
-                        // beside it, visible, and its destination is free again.
-                        let kept = super::moves::kept_name(&source, &temp)
-                            .filter(|kept| sys::rename(dir, &name, from, kept, RenameHow::NoReplace).is_ok());
-                        tracing::warn!(?kept, ?source, %errno, "a file a rolled-back transaction had moved is kept beside its old name: that name was taken again");
-                        kept.is_some()
+                None if holds(&name, slot.staged) => {
+                    match sys::rename(dir, &name, from, &source, RenameHow::NoReplace) {
+                        Ok(()) => true,
+                        Err(errno) => {
+                            // The source's name was taken again since: the moved file is kept
+                            // beside it, visible, and its destination is free again.
+                            let kept = super::moves::kept_name(&source, &temp).filter(|kept| {
+                                sys::rename(dir, &name, from, kept, RenameHow::NoReplace).is_ok()
+                            });
+                            tracing::warn!(?kept, ?source, %errno, "a file a rolled-back transaction had moved is kept beside its old name: that name was taken again");
+                            kept.is_some()
+                        }
                     }
-                },
+                }
+                None => false,
             }
         }
         _ => false,
+    }
+}
+
+/// Whether a slot's undo by rounds restored what its name held before. The transaction's file
+/// back out of the name: restored. The file the transaction replaced superseded at the name by a
+/// newer outside change: not restored, that change stays, and the replaced file is left to go as
+/// when the change came before the undo. Anything else the newest change superseded (an outside
+/// change the undo took from the name) is someone's: it is kept beside the name (`keep`, which
+/// says where).
+fn settled(settled: Result<Undone, sys::Errno>, slot: &SlotRecord, keep: impl FnOnce() -> OsString) -> bool {
+    match settled {
+        Ok(Undone::At(out)) if slot.staged.is_some_and(|s| s.is(&out)) => true,
+        Ok(Undone::At(out)) if slot.old.is_some_and(|s| s.is(&out)) => false,
+        Ok(_) => {
+            let kept = keep();
+            tracing::warn!(
+                ?kept,
+                "a change a rolled-back transaction's undo took from a name is kept beside the newest one"
+            );
+            false
+        }
+        Err(errno) => {
+            // Both names hold someone's content: neither is removed.
+            tracing::warn!(%errno, "a rolled-back transaction's exchange could not be undone");
+            false
+        }
     }
 }
 

@@ -10,6 +10,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use super::journal::{Entry, Scope};
 use super::resolve::Resolved;
+use super::settle::{Spot, Undone, settle};
 use super::version;
 use crate::error::{FsError, StaleReason};
 use crate::op::WriteGuard;
@@ -320,11 +321,13 @@ impl Ready<'_> {
     }
 }
 
-/// Test hook: a replace of (or a guarded move onto) `fsd-fault-pause-exchange` pauses a second
-/// just before its exchange and, for a replace, again just after it, so a test can save over the
-/// name in the first window and write into the file at the name (then ours) in the second; an
-/// undone replace pauses a third time once the undo's exchange put our file back at the
-/// temporary name, so a test can kill the worker there.
+/// Test hook: a replace of (or a guarded move onto, a single one or a transaction's)
+/// `fsd-fault-pause-exchange` pauses a second just before its exchange and again just after it,
+/// so a test can save over the name in the first window and write into or save over the file at
+/// the name (then fsd's, or the moved one) in the second; an undone exchange (`settle::settle`:
+/// a replace's, a move's, a rolled-back transaction's) pauses a third time once the undo's first
+/// exchange put the file it took out back, so a test can change the name again there or kill
+/// the worker.
 #[cfg(feature = "fault-injection")]
 pub(super) fn pause_at_exchange(name: &OsStr) {
     if name == "fsd-fault-pause-exchange" {
@@ -362,7 +365,10 @@ fn swap_back(
     }
     // Not ours to empty: the temporary name holds someone's file from here on.
     temp.unplaced = None;
-    let superseded = match settle(dir, name, &temp.name, staged) {
+    let at_name = Spot { dir, name };
+    let back = Spot { dir, name: &temp.name };
+    let settled = settle(at_name, back, &|came_out| came_out.same_content(&staged));
+    let superseded = match settled {
         Ok(Undone::At(superseded)) => superseded,
         Ok(Undone::StillChanging) => {
             temp.armed = false;
@@ -399,50 +405,6 @@ struct Swapped {
     staged: Meta,
     /// What the exchange took out, as it was then.
     out: Option<Meta>,
-}
-
-/// How many exchanges an undo makes at most before it stops chasing outside changes.
-const MAX_UNDO_EXCHANGES: usize = 16;
-
-/// Where an undo's exchanges stopped.
-enum Undone {
-    /// The file at `name` is the newest; the temporary name holds the file it superseded, as
-    /// this metadata describes it.
-    At(Meta),
-    /// Outside changes kept coming: the temporary name holds one newer than what `name` holds.
-    StillChanging,
-}
-
-/// The undo's exchanges of `temp` and `name`, where `name` holds the file `put` describes (ours,
-/// as staged) and `temp` the file to put back. After each exchange, what comes out at `temp`
-/// is looked at: the very file the exchange before put at `name`, unchanged, means nothing
-/// touched the name meanwhile, and what is there now is the newest. Anything else (that file
-/// written into, or a save renamed over it) was changed at `name` after the file that has just
-/// gone there was last changed (it sat at `temp`, which no outside writer names), so it is the
-/// newer one and goes back to `name` by the next exchange, whose window is looked at the same
-/// way. Each further round needs another outside change: at most [`MAX_UNDO_EXCHANGES`].
-fn settle(dir: BorrowedFd<'_>, name: &OsStr, temp: &OsStr, mut put: Meta) -> Result<Undone, Errno> {
-    for round in 0..MAX_UNDO_EXCHANGES {
-        // The file about to go to `name`, as it is before it goes: the next round's `put`.
-        let going = sys::meta_at(dir, temp);
-        sys::rename(dir, temp, dir, name, RenameHow::Exchange)?;
-        #[cfg(feature = "fault-injection")]
-        if round == 0 {
-            pause_at_exchange(name);
-        }
-        let came_out = sys::meta_at(dir, temp);
-        if let Ok(came_out) = came_out
-            && came_out.same_content(&put)
-        {
-            return Ok(Undone::At(came_out));
-        }
-        // Without the metadata of what went to `name`, the next round could not tell whether it
-        // was touched there: the newer file stays at `temp`, to be kept.
-        let Ok(going) = going else { return Ok(Undone::StillChanging) };
-        put = going;
-        tracing::debug!(round, ?name, "an outside change met fsd's undo: it goes back to the name");
-    }
-    Ok(Undone::StillChanging)
 }
 
 /// What the temporary name holds, someone's save, kept at a visible name beside `name`: said in
