@@ -316,7 +316,7 @@ fn an_outside_write_while_a_replace_is_undone_is_kept() {
 fn a_save_over_a_replace_being_undone_stays_at_the_name() {
     let d = Daemon::start();
     let (path, edit) = edit_saved_over_in_the_exchange_pause(&d, "older save\n");
-    save_over(&path, "newest save\n");
+    common::save_over(&path, "newest save\n");
     let r = edit.join().unwrap();
     assert_eq!(r.code(), Some("FS_STALE_VERSION"), "{}", r.json);
     assert_eq!(std::fs::read(&path).unwrap(), b"newest save\n", "the newest outside save was lost");
@@ -339,7 +339,7 @@ fn a_save_over_a_replace_being_undone_stays_at_the_name() {
 fn a_write_into_the_save_an_undo_put_back_stays_at_the_name() {
     let d = Daemon::start();
     let (path, edit) = edit_saved_over_in_the_exchange_pause(&d, "older save\n");
-    save_over(&path, "newer save\n");
+    common::save_over(&path, "newer save\n");
     // Into the third pause: the undo's exchange has put the older save back at the name.
     std::thread::sleep(Duration::from_millis(1000));
     std::fs::write(&path, "written in place\n").unwrap();
@@ -354,23 +354,6 @@ fn a_write_into_the_save_an_undo_put_back_stays_at_the_name() {
     assert!(r.text().contains(name), "the reply names the kept save: {}", r.text());
 }
 
-/// What an outside writer does in one of the hook's pauses: a save (a new file renamed over the
-/// name), or a write in place (`std::fs::write`, into whatever file is at the name).
-#[derive(Debug, Clone, Copy)]
-enum Outside {
-    Save(&'static str),
-    Write(&'static str),
-}
-
-impl Outside {
-    fn run(self, path: &Path) {
-        match self {
-            Outside::Save(text) => save_over(path, text),
-            Outside::Write(text) => std::fs::write(path, text).unwrap(),
-        }
-    }
-}
-
 /// The same interleaving, with outside changes in the second pause (after the edit's exchange)
 /// and in the third (after the undo's first exchange): every change made while the undo runs is
 /// newer than the file the undo was putting back, so the newest one must end at the name, and
@@ -380,7 +363,7 @@ impl Outside {
 /// taken out by the undo's next exchange and kept aside while an older save took the name.
 #[test]
 fn the_newest_change_made_during_an_undo_stays_at_the_name() {
-    use Outside::{Save, Write};
+    use common::Outside::{Save, Write};
     /// The outside changes in the second and the third pause, and what the name and the files
     /// kept beside it hold at the end.
     struct Case {
@@ -427,11 +410,7 @@ fn the_newest_change_made_during_an_undo_stays_at_the_name() {
         assert_eq!(r.code(), Some("FS_STALE_VERSION"), "{case}: {}", r.json);
         let now = String::from_utf8(std::fs::read(&path).unwrap()).unwrap();
         assert_eq!(now, at_name, "{case}: the newest change is not at the name ({})", r.json);
-        let beside: Vec<_> =
-            std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().path()).filter(|p| p != &path).collect();
-        let mut contents: Vec<_> =
-            beside.iter().map(|p| String::from_utf8(std::fs::read(p).unwrap()).unwrap()).collect();
-        contents.sort();
+        let (beside, contents) = common::beside(&d.root, &path);
         assert_eq!(contents, kept, "{case}: the files beside the name: {beside:?}");
         for p in &beside {
             let name = p.file_name().unwrap().to_str().unwrap();
@@ -551,7 +530,7 @@ fn an_outside_save_over_a_moves_destination_after_its_check_is_kept() {
 /// source's name and the older save at the destination.
 #[test]
 fn the_newest_change_made_during_a_moves_undo_stays_at_its_destination() {
-    use Outside::{Save, Write};
+    use common::Outside::{Save, Write};
     /// The outside changes in the second and the third pause, and what the destination and the
     /// files kept beside it hold at the end.
     struct Case {
@@ -594,7 +573,7 @@ fn the_newest_change_made_during_a_moves_undo_stays_at_its_destination() {
         };
         let moving = std::thread::spawn(move || rpc.rt.block_on(rpc.client.move_file(request)));
         std::thread::sleep(Duration::from_millis(500));
-        save_over(&destination, "older save\n");
+        common::save_over(&destination, "older save\n");
         // Into the second pause: the moved file is at the destination.
         std::thread::sleep(Duration::from_millis(1000));
         second.iter().for_each(|change| change.run(&destination));
@@ -607,14 +586,7 @@ fn the_newest_change_made_during_a_moves_undo_stays_at_its_destination() {
         assert_eq!(wire.code, fsd_proto::ErrorCode::StaleVersion, "{case}: {status:?}");
         let now = String::from_utf8(std::fs::read(&destination).unwrap()).unwrap();
         assert_eq!(now, at_destination, "{case}: the newest change is not at the destination");
-        let beside: Vec<_> = std::fs::read_dir(&d.root)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p != &destination)
-            .collect();
-        let mut contents: Vec<_> =
-            beside.iter().map(|p| String::from_utf8(std::fs::read(p).unwrap()).unwrap()).collect();
-        contents.sort();
+        let (beside, contents) = common::beside(&d.root, &destination);
         assert_eq!(contents, kept, "{case}: the files beside the destination: {beside:?}");
         for p in &beside {
             let name = p.file_name().unwrap().to_str().unwrap();
@@ -646,15 +618,9 @@ fn edit_saved_over_in_the_exchange_pause(
         )
     });
     std::thread::sleep(Duration::from_millis(500));
-    save_over(&path, saved);
+    common::save_over(&path, saved);
     std::thread::sleep(Duration::from_millis(1000));
     (path, edit)
-}
-
-fn save_over(path: &Path, text: &str) {
-    let tmp = path.with_extension("save");
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
 }
 
 /// Writes `fsd-fault-pause-remove`, takes its version and starts the removal `call` makes with
@@ -691,7 +657,7 @@ fn outside_save_during_a_guarded_removal(
     call: impl FnOnce(Rpc, String) -> Result<(), tonic::Status> + Send + 'static,
 ) {
     let (path, removing) = start_guarded_removal(d, call);
-    save_over(&path, "saved outside\n");
+    common::save_over(&path, "saved outside\n");
     let done = removing.join().unwrap();
     let kept = std::fs::read(&path).ok();
     assert_eq!(kept.as_deref(), Some(&b"saved outside\n"[..]), "the outside save was deleted ({done:?})");
@@ -755,7 +721,7 @@ fn an_outside_save_over_a_guarded_symlink_removal_is_kept() {
     let path = d.path("fsd-fault-pause-remove");
     d.write("target.txt", "the link's target\n");
     let removing = start_guarded_link_removal(&d, &path);
-    save_over(&path, "saved outside\n");
+    common::save_over(&path, "saved outside\n");
     let done = removing.join().unwrap();
     let kept = std::fs::symlink_metadata(&path).map(|m| m.file_type().is_file());
     assert!(kept.as_ref().is_ok_and(|f| *f), "the outside save was deleted: {kept:?} ({done:?})");
@@ -816,9 +782,9 @@ fn a_name_taken_again_before_a_removal_puts_a_save_back_keeps_both_saves() {
     let target = d.path("fsd-fault-pause-remove");
     let (path, removing) =
         start_guarded_removal(&d, move |rpc, version| guarded_delete(rpc, &target, version));
-    save_over(&path, "first save\n");
+    common::save_over(&path, "first save\n");
     std::thread::sleep(Duration::from_millis(1000));
-    save_over(&path, "second save\n");
+    common::save_over(&path, "second save\n");
     let done = removing.join().unwrap();
     assert_eq!(std::fs::read(&path).ok().as_deref(), Some(&b"second save\n"[..]), "{done:?}");
     let others: Vec<_> =
@@ -870,7 +836,7 @@ fn a_worker_killed_mid_removal_loses_no_outside_save() {
         let (path, removing) =
             start_guarded_removal(&d, move |rpc, version| guarded_delete(rpc, &target, version));
         if outside_save {
-            save_over(&path, "saved outside\n");
+            common::save_over(&path, "saved outside\n");
         }
         std::thread::sleep(Duration::from_millis(1000));
         let workers = d.process.kill_workers(&["workspace-write"]);

@@ -210,21 +210,7 @@ fn a_failing_transaction_changes_nothing_and_names_its_operation() {
 /// and removed with the temporary name.
 #[test]
 fn the_newest_change_made_while_a_transaction_is_rolled_back_stays_at_the_name() {
-    /// A save renamed over the name, or a write in place into the file there.
-    #[derive(Debug, Clone, Copy)]
-    enum Outside {
-        Save(&'static str),
-        Write(&'static str),
-    }
-    use Outside::{Save, Write};
-    let run = |change: &Outside, path: &Path| match *change {
-        Save(text) => {
-            let tmp = path.with_extension("save");
-            std::fs::write(&tmp, text).unwrap();
-            std::fs::rename(&tmp, path).unwrap();
-        }
-        Write(text) => std::fs::write(path, text).unwrap(),
-    };
+    use common::Outside::{self, Save, Write};
     struct Case {
         second: &'static [Outside],
         third: &'static [Outside],
@@ -250,20 +236,16 @@ fn the_newest_change_made_while_a_transaction_is_rolled_back_stays_at_the_name()
         let committing = std::thread::spawn(move || transact(&mut rpc, ops));
         // Into the second pause: the transaction's file is at the name.
         std::thread::sleep(Duration::from_millis(1500));
-        second.iter().for_each(|change| run(change, &path));
+        second.iter().for_each(|change| change.run(&path));
         // Into the third: the undo's exchange has put the replaced file back.
         std::thread::sleep(Duration::from_millis(1000));
-        third.iter().for_each(|change| run(change, &path));
+        third.iter().for_each(|change| change.run(&path));
         let failure = committing.join().unwrap().expect_err("the second step fails");
         let case = format!("{second:?} then {third:?}");
         assert_eq!(failure.code, ErrorCode::IoError, "{case}: {failure:?}");
         let now = String::from_utf8(std::fs::read(&path).unwrap()).unwrap();
         assert_eq!(now, at_name, "{case}: the newest change is not at the name");
-        let beside: Vec<_> =
-            std::fs::read_dir(&d.root).unwrap().map(|e| e.unwrap().path()).filter(|p| p != &path).collect();
-        let mut contents: Vec<_> =
-            beside.iter().map(|p| String::from_utf8(std::fs::read(p).unwrap()).unwrap()).collect();
-        contents.sort();
+        let (beside, contents) = common::beside(&d.root, &path);
         assert_eq!(contents, kept, "{case}: the files beside the name: {beside:?}");
         for p in &beside {
             let name = p.file_name().unwrap().to_str().unwrap();

@@ -412,3 +412,41 @@ pub fn python_json(script: &str, args: &Value) -> Value {
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
+
+/// What an outside writer does while fsd is in one of a test hook's pauses: a save (a new file
+/// renamed over the name, as editors save), or a write in place (into whatever file is there).
+#[derive(Debug, Clone, Copy)]
+pub enum Outside {
+    Save(&'static str),
+    Write(&'static str),
+}
+
+impl Outside {
+    pub fn run(self, path: &Path) {
+        match self {
+            Outside::Save(text) => save_over(path, text),
+            Outside::Write(text) => std::fs::write(path, text).expect("write in place"),
+        }
+    }
+}
+
+/// An editor's save: `text` written to a new file, renamed over `path`.
+pub fn save_over(path: &Path, text: &str) {
+    let tmp = path.with_extension("save");
+    std::fs::write(&tmp, text).expect("write the save");
+    std::fs::rename(&tmp, path).expect("rename the save over the name");
+}
+
+/// The files in `dir` other than `name`, and their contents in order: what an undo kept beside
+/// the name.
+pub fn beside(dir: &Path, name: &Path) -> (Vec<PathBuf>, Vec<String>) {
+    let beside: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("list the root")
+        .map(|e| e.expect("an entry").path())
+        .filter(|p| p != name)
+        .collect();
+    let mut contents: Vec<String> =
+        beside.iter().map(|p| String::from_utf8(std::fs::read(p).expect("read")).expect("text")).collect();
+    contents.sort();
+    (beside, contents)
+}
