@@ -224,7 +224,7 @@ async fn echo_rate(endpoint: &fsd_tool_client::connect::Endpoint, shape: Shape, 
 
 pub fn run(common: &Common) -> Res<Section> {
     let (_dir, root, path) = fixtures::four_k_workspace("fsd-bench-conc-")?;
-    // A daemon whose plain reads are direct and one whose reads go to its workers, in the same run.
+    // A daemon per place its plain reads run (`Reads`), in the same run.
     let mut daemons = Vec::new();
     for reads in Reads::ALL {
         daemons.push((reads, Server::fsd_unmetered_reads(&common.bin_dir()?, &root, reads)?));
@@ -274,7 +274,7 @@ pub fn run(common: &Common) -> Res<Section> {
     md.push_str(&format!(
         "Calls completed per second in a {:.1} s window after {:.1} s of warm-up, one connection, \
          {IN_FLIGHT} concurrent callers on the client's current-thread runtime; baseline: the bare tonic echo \
-         with the same request/reply sizes, in the same run. Reads: `direct`, a daemon that serves plain reads in its network process (the default); `workers`, one with `direct_reads = false`; both in the same run.\n\n",
+         with the same request/reply sizes, in the same run. Reads: `direct`, a daemon that serves plain reads in its network process, on the runtime thread that received them (the defaults); `threads`, the same on its direct read threads (`inline_reads = false`); `workers`, one with `direct_reads = false`; all three in the same run.\n\n",
         window.as_secs_f64(),
         warm.as_secs_f64()
     ));

@@ -331,8 +331,7 @@ pub fn run(common: &Common) -> Res<Section> {
     let dir = tempfile::Builder::new().prefix("fsd-bench-percall-").tempdir_in("/tmp")?;
     let local_dir = dir.path().join("local");
     std::fs::create_dir(&local_dir)?;
-    // Two daemons, one whose plain reads are direct and one whose reads go to its workers, in
-    // the same run.
+    // A daemon per place its plain reads run (`Reads`), in the same run.
     let mut daemons = Vec::new();
     for reads in Reads::ALL {
         let root = setup_root(dir.path(), &format!("ws-{}", reads.name()))?;
@@ -343,7 +342,7 @@ pub fn run(common: &Common) -> Res<Section> {
     let mut local = Local::new(&local_dir, &fixtures::four_k())?;
     let payloads = Payloads::new();
 
-    // Grouped by transport (direct, then workers), the groups sampled in turn per round.
+    // Grouped by transport (each `Reads` in turn), the groups sampled in turn per round.
     let mut conns = Vec::new();
     for transport in Transport::ALL {
         for (fsd, reads, root) in &daemons {
@@ -429,11 +428,11 @@ fn render(conns: &[Conn], rows: &[Vec<Row>], shapes: &Shapes) -> Section {
     let mut section = Section::default();
     let mut md = String::from("### Per call, one client, one call at a time\n\n");
     md.push_str(&format!(
-        "p50 of each run's samples, median [min–max] over runs; ratios are per run, then the median. In each run the fsd call (on both daemons), its RPC floor and its I/O floor are sampled in turn, one of each per round, so all of them see the same machine. \
+        "p50 of each run's samples, median [min–max] over runs; ratios are per run, then the median. In each run the fsd call (on every daemon), its RPC floor and its I/O floor are sampled in turn, one of each per round, so all of them see the same machine. \
          RPC floor: bare tonic echo calls with the request/reply sizes of the fsd RPCs the call makes \
          (stat {}/{} B, readText {}/{} B, writeText {}/{} B, editText {}/{} B; apply_patch = stat + readText + writeText). \
          I/O floor: the same file operation done locally with std on the same filesystem. \
-         Reads: `direct`, a daemon that serves plain reads in its network process (`direct_reads`, the default); `workers`, one whose reads take the hop to a worker (`direct_reads = false`); both daemons run in the same run.\n\n",
+         Reads: `direct`, a daemon that serves plain reads in its network process on the runtime thread that received them (`direct_reads` and `inline_reads`, the defaults); `threads`, one that hands them to its direct read threads (`inline_reads = false`); `workers`, one whose reads take the hop to a worker (`direct_reads = false`); the three daemons run in the same run.\n\n",
         shapes.stat.request,
         shapes.stat.reply,
         shapes.read.request,

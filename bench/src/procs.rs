@@ -28,20 +28,24 @@ impl Transport {
     }
 }
 
-/// Where the daemon serves plain reads: in its network process (`direct_reads`, the default) or
-/// in its workers. The benchmarks measure both in the same run.
+/// Where the daemon serves plain reads: in its network process on the runtime thread that
+/// received them (`direct_reads` and `inline_reads`, the defaults), in its network process on its
+/// direct read threads (`inline_reads = false`), or in its workers. The benchmarks measure all
+/// three in the same run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reads {
     Direct,
+    Threads,
     Workers,
 }
 
 impl Reads {
-    pub const ALL: [Reads; 2] = [Reads::Direct, Reads::Workers];
+    pub const ALL: [Reads; 3] = [Reads::Direct, Reads::Threads, Reads::Workers];
 
     pub fn name(self) -> &'static str {
         match self {
             Reads::Direct => "direct",
+            Reads::Threads => "threads",
             Reads::Workers => "workers",
         }
     }
@@ -49,6 +53,7 @@ impl Reads {
     fn config(self) -> &'static str {
         match self {
             Reads::Direct => "direct_reads = true\n",
+            Reads::Threads => "direct_reads = true\ninline_reads = false\n",
             Reads::Workers => "direct_reads = false\n",
         }
     }

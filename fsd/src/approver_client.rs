@@ -2,6 +2,9 @@
 //! the approver and gets back a decision (and, when approved, the signature). The network
 //! process makes this connection after confinement: Landlock (ABI up to 7) does not govern
 //! connecting to a pathname Unix socket or a TCP port, only the socket file's permissions do.
+//! So while the network process reads as a read-only worker (the direct read path), a thread
+//! that kept its own identity connects to a Unix approver (`start_connector`): the socket's
+//! permissions are asked of the daemon, as they always were, never of the worker's user.
 
 use std::time::Duration;
 
@@ -109,6 +112,58 @@ fn reason(e: &dyn std::error::Error) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+/// A connection asked of the connector thread: the socket's path, and where its answer goes.
+type Connect =
+    (std::path::PathBuf, tokio::sync::oneshot::Sender<std::io::Result<std::os::unix::net::UnixStream>>);
+
+/// The connector thread's queue, once started.
+static CONNECTOR: std::sync::OnceLock<std::sync::mpsc::Sender<Connect>> = std::sync::OnceLock::new();
+
+/// Starts the thread that connects to a Unix approver with the network process's own identity,
+/// confined by `confine` (as the network process is without reads on its runtime threads: no
+/// filesystem right, the network's allowlist). Before the rest of the process takes a read-only
+/// worker's identity, and only when an approver listens on a Unix socket.
+pub fn start_connector(
+    endpoint: Option<&ApproverEndpoint>,
+    confine: impl FnOnce() -> Result<(), crate::sys::confine::ConfineError> + Send + 'static,
+) -> Result<(), crate::sys::confine::ConfineError> {
+    if !matches!(endpoint, Some(ApproverEndpoint::Unix(_))) {
+        return Ok(());
+    }
+    let (asks, queue) = std::sync::mpsc::channel::<Connect>();
+    let (confined, ready) = std::sync::mpsc::channel();
+    let thread = std::thread::Builder::new().name("fsd-connect".to_owned()).spawn(move || {
+        let confinement = confine();
+        let ok = confinement.is_ok();
+        let _ = confined.send(confinement);
+        if !ok {
+            return;
+        }
+        for (path, answer) in queue {
+            let stream = std::os::unix::net::UnixStream::connect(&path)
+                .and_then(|stream| stream.set_nonblocking(true).map(|()| stream));
+            let _ = answer.send(stream);
+        }
+    });
+    thread.map_err(crate::sys::confine::ConfineError::Connector)?;
+    match ready.recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e),
+        Err(_) => return Err(crate::sys::confine::ConfineError::ConnectorLost),
+    }
+    let _ = CONNECTOR.set(asks);
+    Ok(())
+}
+
+/// Connects to a Unix approver: through the connector thread when there is one.
+async fn connect_unix(path: std::path::PathBuf) -> std::io::Result<tokio::net::UnixStream> {
+    let Some(connector) = CONNECTOR.get() else { return tokio::net::UnixStream::connect(path).await };
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    connector.send((path, answer)).map_err(|_| std::io::Error::other("the approver's connector is gone"))?;
+    let stream = answered.await.map_err(|_| std::io::Error::other("the approver's connector is gone"))??;
+    tokio::net::UnixStream::from_std(stream)
+}
+
 async fn channel(endpoint: &ApproverEndpoint, tls: Option<&Tls>) -> Result<Channel, ApproverError> {
     let failed = |e: tonic::transport::Error| ApproverError::Connect(endpoint.to_string(), reason(&e));
     match endpoint {
@@ -118,7 +173,7 @@ async fn channel(endpoint: &ApproverEndpoint, tls: Option<&Tls>) -> Result<Chann
                 .connect_timeout(Duration::from_secs(5))
                 .connect_with_connector(tower::service_fn(move |_| {
                     let path = path.clone();
-                    async move { tokio::net::UnixStream::connect(path).await.map(TokioIo::new) }
+                    async move { connect_unix(path).await.map(TokioIo::new) }
                 }))
                 .await
                 .map_err(failed)

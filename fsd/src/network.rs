@@ -34,7 +34,10 @@ use bind::{Bound, Published, bind};
 
 /// `audit_key`: the seed of the audit log's checkpoint key, from the supervisor's start frame.
 pub fn run(config: Config, control: UnixStream, audit_key: Option<[u8; 32]>) -> Result<(), DaemonError> {
-    let started = match start(&config, &control, audit_key) {
+    // Counted once, before confinement hides the cgroup's CPU limit: the runtime starts this
+    // many, and the direct path reads on all of them but one (`dispatch::inline`).
+    let runtime_threads = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let started = match start(&config, &control, audit_key, runtime_threads) {
         Ok(started) => started,
         Err(e) => {
             // The supervisor reports it, once; this process says nothing more.
@@ -53,11 +56,16 @@ pub fn run(config: Config, control: UnixStream, audit_key: Option<[u8; 32]>) -> 
 
     let readers = crate::dispatch::stream::Readers::start(STREAM_READERS).map_err(DaemonError::Runtime)?;
     let cpu = crate::dispatch::cpu::Cpu::start(CHECK_THREADS, QUEUED_CHECKS).map_err(DaemonError::Runtime)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("fsd-net")
-        .build()
-        .map_err(DaemonError::Runtime)?;
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.worker_threads(runtime_threads).enable_all().thread_name("fsd-net");
+    // A task woken into a worker's LIFO slot cannot be stolen by another worker: behind a read
+    // held on that worker's thread (`dispatch::inline`) it would wait as long as the read,
+    // and with it the connection it drives. Without the slot every queued task is another
+    // worker's to take. (`tokio_unstable` is set in `.cargo/config.toml`; a build without it
+    // runs no read on a runtime thread, `dispatch::inline::LIFO_SLOT_OFF`.)
+    #[cfg(tokio_unstable)]
+    builder.disable_lifo_slot();
+    let runtime = builder.build().map_err(DaemonError::Runtime)?;
     // The stop signals are ours before the supervisor hears `Listening` (and may forward a
     // SIGTERM), and while the workers come up.
     let signals = {
@@ -146,7 +154,12 @@ struct Started {
 }
 
 /// Every step that needs the filesystem or may fail on the configuration, then confinement.
-fn start(config: &Config, control: &UnixStream, audit_key: Option<[u8; 32]>) -> Result<Started, DaemonError> {
+fn start(
+    config: &Config,
+    control: &UnixStream,
+    audit_key: Option<[u8; 32]>,
+    runtime_threads: usize,
+) -> Result<Started, DaemonError> {
     let bindings =
         config.listen.iter().map(|l| bind(l, config.socket_access)).collect::<Result<Vec<_>, _>>()?;
     // Everything else that may fail comes before the Unix sockets appear at their paths.
@@ -201,11 +214,29 @@ fn start(config: &Config, control: &UnixStream, audit_key: Option<[u8; 32]>) -> 
     let mut published = Published::default();
     let bound = bindings.into_iter().map(|b| published.publish(b)).collect::<Result<Vec<_>, _>>()?;
     // The direct read threads open the roots and confine themselves, each as a read-only worker
-    // would, before this thread takes every filesystem right from the rest of the process.
-    let direct = crate::dispatch::direct::Direct::start(config);
-    let confinement = crate::role_confinement::network(config).map_err(DaemonError::Confine)?;
+    // would, before this thread confines the rest of the process: as that worker reads while
+    // they serve (its runtime threads then read too, `dispatch::inline`), with no filesystem
+    // right at all otherwise.
+    let direct = crate::dispatch::direct::Direct::start(config, runtime_threads);
+    let reader = direct.reader();
+    if reader.is_some() {
+        // The approver's socket keeps answering to this process's own identity.
+        let own = config.clone();
+        let confine = move || crate::role_confinement::network(&own, None).map(drop);
+        crate::approver_client::start_connector(config.approver_endpoint.as_ref(), confine)
+            .map_err(DaemonError::Confine)?;
+    }
+    let confinement = crate::role_confinement::network(config, reader).map_err(DaemonError::Confine)?;
     published.keep();
-    tracing::info!(fence = confinement.describe(), "network process confined: no filesystem rights");
+    match reader {
+        Some(_) => tracing::info!(
+            fence = confinement.describe(),
+            "network process confined: reading beneath the roots as a read-only worker, nothing else"
+        ),
+        None => {
+            tracing::info!(fence = confinement.describe(), "network process confined: no filesystem rights")
+        }
+    }
     tracing::info!(instance = %instance, "daemon instance");
     let listeners = Listeners { bound, tls, health: health_listener, edge, metadata };
     Ok(Started { listeners, audit, roots, control_reader, direct, collector })

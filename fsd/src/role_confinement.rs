@@ -94,7 +94,8 @@ pub fn direct_grants(config: &Config) -> Vec<(PathBuf, Grant)> {
 
 /// Confines one direct read thread of the network process (`dispatch::direct`), on that
 /// thread, before the rest of the process confines itself: the identity a read-only worker
-/// has (uid and groups), no capability, no_new_privs, a Landlock domain of its own that grants
+/// has (effective uid, gid and groups; the real and saved uid stay the daemon's, `act_as`), no
+/// capability, no_new_privs, a Landlock domain of its own that grants
 /// reading beneath the roots and nothing else (required: the caller serves nothing unless it is
 /// fully enforced), and the direct allowlist. In the kernel a thread's ids, capabilities,
 /// Landlock domain and seccomp filters are its own (the raw calls, not libc's process-wide
@@ -104,7 +105,8 @@ pub fn direct_reader(
     identity: WorkerIdentity,
 ) -> Result<Confinement, ConfineError> {
     step::drop_bounding_set(CapabilitySet::empty())?;
-    step::switch_ids(identity.uid, identity.gid, false)?;
+    // Effective ids only: the worker's uid may not signal the daemon's own threads.
+    step::act_as(identity.uid, identity.gid)?;
     step::set_capabilities(CapabilitySet::empty())?;
     step::no_new_privs()?;
     let landlock = step::landlock(grants, true)?;
@@ -178,18 +180,38 @@ pub fn reader(
     Ok((landlock, held))
 }
 
-/// Confines the network process after it bound its listeners: no filesystem rights at all, no
-/// capabilities, and a seccomp allowlist without any call that names a path. Must run before
-/// any thread starts but the direct read threads, which confined themselves already (Landlock
-/// and seccomp bind the calling thread and the threads it creates later).
-pub fn network(config: &Config) -> Result<Confinement, ConfineError> {
+/// Confines the network process after it bound its listeners: no capabilities and a seccomp
+/// allowlist without any call that changes a path. With `reader` (the direct read path serves,
+/// `dispatch::direct`), it reads as a read-only worker does: that worker's effective uid and
+/// groups (`act_as`: the real and saved uid stay the daemon's), a
+/// Landlock domain that grants reading beneath the roots and nothing else (required fully
+/// enforced: the direct read threads were, under the same rules), and the direct read's calls
+/// added to its allowlist, so a plain read runs on the runtime thread that received it
+/// (`dispatch::inline`). Without, no filesystem right at all, and no call that names a path.
+/// Must run before any thread starts but the direct read threads and the approver's connector,
+/// which confined themselves already (ids, Landlock and seccomp bind the calling thread and the
+/// threads it creates later).
+pub fn network(
+    config: &Config,
+    reader: Option<(&[(PathBuf, Grant)], WorkerIdentity)>,
+) -> Result<Confinement, ConfineError> {
     step::drop_bounding_set(CapabilitySet::empty())?;
+    if let Some((_, identity)) = reader {
+        // Effective ids only: the worker's uid may not signal the network process.
+        step::act_as(identity.uid, identity.gid)?;
+    }
     step::set_capabilities(CapabilitySet::empty())?;
     step::no_new_privs()?;
     let required = config.landlock == LandlockPolicy::Required;
-    let landlock = step::landlock(&[], required)?;
+    let landlock = match reader {
+        Some((grants, _)) => step::landlock(grants, true)?,
+        None => step::landlock(&[], required)?,
+    };
     // Hello reports the ABI; the allowlist has no Landlock call, so it is asked now.
     step::landlock_abi();
-    step::seccomp_network()?;
+    match reader {
+        Some(_) => step::seccomp_network_reader()?,
+        None => step::seccomp_network()?,
+    }
     Ok(Confinement { landlock })
 }

@@ -32,17 +32,23 @@ fn network_pid(d: &Daemon) -> u32 {
         .expect("a network process")
 }
 
-/// The `/proc` status lines of a process's threads named `fsd-direct-*`.
-fn direct_threads(pid: u32) -> Vec<String> {
+/// The `/proc` status lines of a process's threads whose name starts with `prefix` ("": all),
+/// with their names.
+fn threads_named(pid: u32, prefix: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
         let task = task.unwrap().path();
         let comm = std::fs::read_to_string(task.join("comm")).unwrap_or_default();
-        if comm.starts_with("fsd-direct-") {
-            out.push(std::fs::read_to_string(task.join("status")).unwrap());
+        if comm.starts_with(prefix) {
+            out.push((comm.trim().to_owned(), std::fs::read_to_string(task.join("status")).unwrap()));
         }
     }
     out
+}
+
+/// The `/proc` status lines of a process's threads named `fsd-direct-*`.
+fn direct_threads(pid: u32) -> Vec<String> {
+    threads_named(pid, "fsd-direct-").into_iter().map(|(_, status)| status).collect()
 }
 
 fn field<'a>(status: &'a str, name: &str) -> &'a str {
@@ -79,9 +85,12 @@ fn direct_read_threads_run_with_a_read_only_workers_privileges() {
     assert_eq!(threads.len(), 4, "four direct read threads");
     let worker = read_only_worker(&d);
     let none = "0000000000000000";
+    let acting = acting_as(&d, &worker);
     for status in &threads {
-        // The same ids and groups as the read-only worker, no capability, no_new_privs, a filter.
-        for name in ["Uid", "Gid", "Groups"] {
+        // The read-only worker's effective uid, gids and groups (the real and saved uid stay
+        // the daemon's), no capability, no_new_privs, a filter.
+        assert_eq!(field(status, "Uid"), acting);
+        for name in ["Gid", "Groups"] {
             assert_eq!(field(status, name), field(&worker, name), "{name}");
         }
         assert_eq!(field(status, "CapEff"), none);
@@ -94,17 +103,125 @@ fn direct_read_threads_run_with_a_read_only_workers_privileges() {
     }
     assert!(read_only_reason(&d).contains("served in the network process"), "{}", read_only_reason(&d));
     assert_eq!(health(&d, "fsd.v1.Fsd/direct-reads"), ServingStatus::Serving);
+    // The rest of the network process reads on its runtime threads (`dispatch::inline`): every
+    // thread of it holds what a read-only worker holds, and no more.
+    for (name, status) in threads_named(network_pid(&d), "") {
+        assert_eq!(field(&status, "Uid"), acting, "{name}");
+        for field_name in ["Gid", "Groups"] {
+            assert_eq!(field(&status, field_name), field(&worker, field_name), "{name}: {field_name}");
+        }
+        assert_eq!(field(&status, "CapEff"), none, "{name}");
+        assert_eq!(field(&status, "CapPrm"), none, "{name}");
+        assert_eq!(field(&status, "NoNewPrivs"), "1", "{name}");
+        assert_eq!(field(&status, "Seccomp"), "2", "{name}");
+    }
+}
+
+/// A thread's `Uid` line (real, effective, saved, filesystem) that acts as the worker whose
+/// status is `worker`: the daemon's real and saved uid, the worker's effective and filesystem uid.
+fn acting_as(d: &Daemon, worker: &str) -> String {
+    let daemon = std::fs::read_to_string(format!("/proc/{}/status", d.pid())).unwrap();
+    let real = field(&daemon, "Uid").split_whitespace().next().unwrap().to_owned();
+    let effective = field(worker, "Uid").split_whitespace().nth(1).unwrap().to_owned();
+    format!("{real}\t{effective}\t{real}\t{effective}")
+}
+
+/// Whether a process running as the uid and gid of the worker whose status is `worker` may
+/// signal the thread `tid` (`kill -0`: the permission check, no signal).
+fn may_signal_as(worker: &str, tid: &str) -> bool {
+    let uid = field(worker, "Uid").split_whitespace().next().unwrap();
+    let gid = field(worker, "Gid").split_whitespace().next().unwrap();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid", uid, "--regid", gid, "--clear-groups", "kill", "-0", tid])
+        .output()
+        .expect("setpriv (util-linux) runs the check as the worker's uid");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() || said.contains("Operation not permitted"), "{said}");
+    out.status.success()
+}
+
+#[test]
+fn the_workers_uid_may_not_signal_the_network_process() {
+    // An agent often runs as the uid the workers take (the owner of the workspace); the
+    // threads of the network process that read as that uid keep the daemon's real and saved
+    // uid, so it may not signal them (and stop the daemon), on the runtime threads (reads
+    // there) or only the direct read threads.
+    for config in ["direct_reads = true\n", "direct_reads = true\ninline_reads = false\n"] {
+        // The workspace is a user's, so the workers run as that user.
+        let owned = |root: &Path| std::os::unix::fs::chown(root, Some(4242), Some(4242)).unwrap();
+        let d = Daemon::start_custom(&[], &owned, &[], config, &[]);
+        d.write("a.txt", "a\n");
+        assert!(!d.session().read("a.txt").is_error());
+        let worker = read_only_worker(&d);
+        assert_eq!(field(&worker, "Uid"), "4242\t4242\t4242\t4242", "{config}");
+        // The check can refuse and can allow: the worker itself shares the uid.
+        assert!(may_signal_as(&worker, field(&worker, "Pid")), "{config}: a worker of the same uid");
+        let threads = threads_named(network_pid(&d), "");
+        assert!(threads.len() > 4, "{config}");
+        for (name, status) in &threads {
+            assert!(!may_signal_as(&worker, field(status, "Pid")), "{config}: {name}");
+        }
+        assert!(!d.session().read("a.txt").is_error(), "{config}");
+    }
+}
+
+#[test]
+fn a_read_held_on_a_runtime_thread_holds_only_its_call() {
+    // Reads run on the runtime thread that received them (the roots are local); a read held
+    // there past the deadline cannot be abandoned, so it holds its call and that thread, and
+    // the daemon serves on: the next reads go to the direct read threads.
+    let d = Daemon::start_with(&[], "direct_reads = true\ncall_timeout_ms = 800\n");
+    d.write("a.txt", "a\n");
+    d.write("held/fsd-fault-hold", "x\n");
+    let held_path = d.path("held/fsd-fault-hold");
+    let a_path = d.path("a.txt");
+    let rpc = Rpc::connect(&d);
+    // The held read, and past the deadline a second call on the same connection (whose
+    // connection task the held thread must not strand).
+    let (beside_tx, beside_rx) = std::sync::mpsc::channel();
+    let held = std::thread::spawn(move || {
+        rpc.rt.block_on(async {
+            let mut client = rpc.client.clone();
+            let request =
+                fsd_proto::v1::StatRequest { path: common::rpc::p(&held_path), ..Default::default() };
+            let held = tokio::spawn(async move { client.stat(request).await });
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            let request = fsd_proto::v1::StatRequest { path: common::rpc::p(&a_path), ..Default::default() };
+            let beside = tokio::time::timeout(Duration::from_secs(5), rpc.client.clone().stat(request)).await;
+            beside_tx.send(beside.map(|r| r.map(|_| ()).map_err(|status| status.code()))).unwrap();
+            held.await.unwrap().map(|_| ()).map_err(|status| status.code())
+        })
+    });
+    assert_eq!(beside_rx.recv().unwrap(), Ok(Ok(())), "a call beside the held read, on its connection");
+    // Past the deadline, the held read is still held, and everything else is served.
+    assert!(!held.is_finished(), "the held read answered before its release");
+    let mut s = d.session();
+    for _ in 0..5 {
+        assert!(!s.read("a.txt").is_error());
+    }
+    assert!(!s.call("write", json!({"file_path": "b.txt", "content": "b\n"})).is_error());
+    assert_eq!(health(&d, "fsd.v1.Fsd/direct-reads"), ServingStatus::Serving);
+    assert_eq!(health(&d, ""), ServingStatus::Serving);
+    // Released, it answers: it ran where nothing abandons a read, not on a direct read thread
+    // (which would have answered FS_ABORTED at 800 ms).
+    d.write("held/fsd-fault-release", "");
+    assert_eq!(held.join().unwrap(), Ok(()));
+    assert!(!s.read("a.txt").is_error());
 }
 
 #[test]
 fn a_write_from_a_direct_read_thread_is_refused_by_the_kernel() {
-    let d = Daemon::start_with(&[], "direct_reads = true\n");
-    let mut rpc = Rpc::connect(&d);
-    let status = rpc.stat(&d.root.join("fsd-fault-direct-write")).unwrap_err();
-    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
-    // EACCES: seccomp let the openat through, Landlock (reading only beneath the roots) refused it.
-    assert!(status.message().contains("Permission denied (os error 13)"), "{status:?}");
-    assert!(!d.path("fsd-direct-wrote").exists());
+    // On a runtime thread of the network process (inline) and on a direct read thread.
+    for config in ["direct_reads = true\n", "direct_reads = true\ninline_reads = false\n"] {
+        let d = Daemon::start_with(&[], config);
+        let mut rpc = Rpc::connect(&d);
+        let status = rpc.stat(&d.root.join("fsd-fault-direct-write")).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::PermissionDenied, "{config}{status:?}");
+        // EACCES: seccomp let the openat through, Landlock (reading only beneath the roots)
+        // refused it.
+        assert!(status.message().contains("Permission denied (os error 13)"), "{config}{status:?}");
+        assert!(!d.path("fsd-direct-wrote").exists());
+    }
 }
 
 #[test]
@@ -248,7 +365,9 @@ fn a_symlink_swapped_during_direct_reads_never_leads_outside_the_roots() {
 
 #[test]
 fn a_hung_direct_read_is_abandoned_and_past_the_cap_the_path_turns_itself_off() {
-    let d = Daemon::start_with(&[], "direct_reads = true\ncall_timeout_ms = 800\n");
+    // On the direct read threads, which abandon a read at the deadline (a runtime thread's read
+    // is `a_read_held_on_a_runtime_thread_holds_only_its_call`'s).
+    let d = Daemon::start_with(&[], "direct_reads = true\ninline_reads = false\ncall_timeout_ms = 800\n");
     d.write("a.txt", "a\n");
     d.write("one/fsd-fault-hang", "x");
     d.write("two/fsd-fault-hang", "x");
@@ -287,7 +406,7 @@ fn a_hung_direct_read_is_abandoned_and_past_the_cap_the_path_turns_itself_off() 
 
 #[test]
 fn a_tripped_direct_path_comes_back_once_its_abandoned_reads_return() {
-    let d = Daemon::start_with(&[], "call_timeout_ms = 800\n");
+    let d = Daemon::start_with(&[], "inline_reads = false\ncall_timeout_ms = 800\n");
     d.write("a.txt", "a\n");
     d.write("one/fsd-fault-hold", "x");
     d.write("two/fsd-fault-hold", "x");

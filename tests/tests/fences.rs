@@ -193,25 +193,46 @@ fn processes_run_with_the_privileges_the_contract_allows() {
 }
 
 #[test]
-fn the_network_process_holds_no_filesystem_rights() {
-    let d = Daemon::start();
-    d.write("a.txt", "a\n");
-    let mut rpc = Rpc::connect(&d);
-    let status = rpc.stat(&d.root.join("fsd-fault-network-open")).unwrap_err();
-    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
-    // Opening a path is refused before Landlock sees it: seccomp answers EPERM (Landlock's
-    // refusal would be EACCES, "Permission denied").
-    assert!(status.message().contains("Operation not permitted"), "{status:?}");
-    // The same root is served through the workers.
-    assert!(rpc.stat(&d.path("a.txt")).unwrap().info.is_some());
+fn the_network_process_holds_no_filesystem_rights_unless_its_runtime_threads_read() {
+    // (config, what listing the root gets, what listing the root's parent gets)
+    fn check(config: &str, root: Result<(), &str>, outside: Result<(), &str>) {
+        let d = Daemon::start_with(&[], config);
+        d.write("a.txt", "a\n");
+        let mut rpc = Rpc::connect(&d);
+        let listed = |rpc: &mut Rpc, dir: &Path| match rpc.stat(&dir.join("fsd-fault-network-open")) {
+            Err(status) if status.code() == tonic::Code::Internal => Ok(()),
+            Err(status) => Err(status.message().to_owned()),
+            Ok(reply) => panic!("{config}: the hook answered {reply:?}"),
+        };
+        let said = |expected: Result<(), &str>| expected.map_err(|e| format!("network process: {e}"));
+        assert_eq!(listed(&mut rpc, &d.root), said(root), "{config}: the root");
+        assert_eq!(listed(&mut rpc, &d.root.join("..")), said(outside), "{config}: outside the roots");
+        // The same root is served.
+        assert!(rpc.stat(&d.path("a.txt")).unwrap().info.is_some(), "{config}");
+    }
+    // Reads on the direct read threads only: opening a path is refused before Landlock sees
+    // it, seccomp answers EPERM (Landlock's refusal would be EACCES, "Permission denied").
+    let refused = "Operation not permitted (os error 1)";
+    check("inline_reads = false\n", Err(refused), Err(refused));
+    check("direct_reads = false\n", Err(refused), Err(refused));
+    // Reads on the runtime threads (the default on a local filesystem): reading beneath the
+    // roots and nothing else, Landlock's refusal.
+    check("", Ok(()), Err("Permission denied (os error 13)"));
 }
 
 #[test]
 fn the_network_process_runs_under_a_seccomp_allowlist() {
     let d = Daemon::start();
     let mut rpc = Rpc::connect(&d);
-    // Stat by path is outside Landlock's reach, exec is not: seccomp refuses both with EPERM.
-    let status = rpc.stat(&d.root.join("fsd-fault-network-exec")).unwrap_err();
+    // Stat by path is outside Landlock's reach, exec is not: seccomp refuses both with EPERM,
+    // but for the stat when the runtime threads read (a direct read's walk stats; a stat leaks
+    // metadata, never content).
+    let exec = |d: &Daemon| Rpc::connect(d).stat(&d.root.join("fsd-fault-network-exec")).unwrap_err();
+    let status = exec(&d);
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    assert_eq!(status.message(), "network process: stat: done; exec: Operation not permitted (os error 1)");
+    let threads_only = Daemon::start_with(&[], "inline_reads = false\n");
+    let status = exec(&threads_only);
     assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
     assert_eq!(
         status.message(),

@@ -651,6 +651,10 @@ fn on_a_circle(graph: &Graph) -> Vec<String> {
 const BACKEND_USERS: &[(&str, &str)] = &[
     ("fsd/src/daemon.rs", "the start errors of the backend a child opens"),
     ("fsd/src/dispatch/direct.rs", "the direct read threads run the workers' `Backend` for plain reads"),
+    (
+        "fsd/src/dispatch/inline.rs",
+        "the runtime threads run the same `Backend` for plain reads, where they may",
+    ),
     ("fsd/src/role_confinement.rs", "the state directories the backend writes, which a worker is granted"),
     ("fsd/src/supervisor.rs", "recovery at start: the journal's sweep and the intent records"),
     ("fsd/src/worker.rs", "the worker runs every call through the backend"),

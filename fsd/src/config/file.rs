@@ -59,6 +59,9 @@ pub struct ConfigFile {
     pub workers_per_mode: Option<usize>,
     /// Serve plain reads in the network process's confined read threads (default true).
     pub direct_reads: Option<bool>,
+    /// Run direct reads on the runtime thread that received them, where every root is on a
+    /// local filesystem (default true).
+    pub inline_reads: Option<bool>,
     pub worker_uid: Option<u32>,
     pub worker_gid: Option<u32>,
     pub call_timeout_ms: Option<u64>,

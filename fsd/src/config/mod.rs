@@ -112,6 +112,9 @@ pub struct Config {
     pub workers_per_mode: usize,
     /// Plain reads served in the network process (`dispatch::direct`) rather than a worker.
     pub direct_reads: bool,
+    /// Direct reads on the network process's runtime threads (`dispatch::inline`), where every
+    /// root is local; otherwise on its direct read threads only.
+    pub inline_reads: bool,
     /// As configured; [`Config::worker_identity`] decides the default.
     pub worker_uid: Option<u32>,
     pub worker_gid: Option<u32>,
@@ -442,6 +445,7 @@ impl Config {
             link_protection,
             workers_per_mode,
             direct_reads: file.direct_reads.unwrap_or(true),
+            inline_reads: file.inline_reads.unwrap_or(true),
             worker_uid: file.worker_uid,
             worker_gid: file.worker_gid,
             call_timeout: load.call_timeout,

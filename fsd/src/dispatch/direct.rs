@@ -23,6 +23,7 @@
 //! BENCHMARKS.md, "Polling the worker's socket").
 
 use std::fs::File;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, mpsc};
 use std::time::{Duration, Instant};
@@ -31,10 +32,10 @@ use fsd_proto::{ErrorCode, Reason, WireError, WorkerLost};
 use tokio::sync::{Notify, oneshot};
 
 use crate::backend::{Backend, Fence, Guard, Locking};
-use crate::config::Config;
+use crate::config::{Config, WorkerIdentity};
 use crate::error::{Failure, FsError};
 use crate::op::{Mode, Outcome, Request, StreamHeader};
-use crate::sys::confine::Enforcement;
+use crate::sys::confine::{Enforcement, Grant};
 
 /// Threads that serve direct reads: the calls are short (a walk and one read), and a hung one
 /// costs a thread, so a few.
@@ -85,7 +86,7 @@ impl Off {
 }
 
 /// What a direct thread is asked.
-enum Work {
+pub(super) enum Work {
     Call(Request),
     Open(String),
     /// Test hook: create a file at this path from a direct thread (its fence must refuse).
@@ -94,7 +95,7 @@ enum Work {
 }
 
 /// What it answers.
-enum Done {
+pub(super) enum Done {
     Call(Result<Outcome, WireError>),
     Open(Result<(StreamHeader, File), WireError>),
     #[cfg(feature = "fault-injection")]
@@ -127,10 +128,18 @@ impl Locking for NoLocks {
     }
 }
 
+/// A read-only worker's Landlock grants beneath the roots, and its identity.
+type Reader = (Arc<Vec<(PathBuf, Grant)>>, WorkerIdentity);
+
 /// The pool, or why there is none.
 #[derive(Debug)]
 pub struct Direct {
     jobs: Option<mpsc::SyncSender<Job>>,
+    /// Reads on the runtime threads, where they may run (`dispatch::inline`).
+    inline: Option<super::inline::Inline>,
+    /// What the network process confines itself to while its runtime threads read (`inline`):
+    /// a read-only worker's Landlock grants and identity.
+    reader: Option<Reader>,
     shared: Arc<Shared>,
     deadline: Duration,
 }
@@ -157,8 +166,9 @@ impl std::fmt::Debug for Job {
 impl Direct {
     /// Starts the threads, each confined before this returns; must run before the network
     /// process confines itself (they need the roots' descriptors and the rights to confine
-    /// themselves as a worker would) and before any other thread starts.
-    pub fn start(config: &Config) -> Direct {
+    /// themselves as a worker would) and before any other thread starts. `runtime_threads`: the
+    /// network process's, of which all but one may read (`dispatch::inline`).
+    pub fn start(config: &Config, runtime_threads: usize) -> Direct {
         let (jobs, off) = match spawn(config) {
             Ok(jobs) => (Some(jobs), None),
             Err(off) => (None, Some(off)),
@@ -173,17 +183,28 @@ impl Direct {
             Some(Off::Configured) => tracing::info!("direct reads off by configuration"),
             Some(off) => tracing::warn!("direct reads {}", off.describe()),
         }
-        let (jobs, shared) = match jobs {
-            Some((jobs, shared)) => (Some(jobs), shared),
-            None => (None, Arc::new(Shared::new(off))),
+        let Some(Spawned { jobs, shared, backend, grants, identity }) = jobs else {
+            return Direct {
+                jobs: None,
+                inline: None,
+                reader: None,
+                shared: Arc::new(Shared::new(off)),
+                deadline: config.call_timeout,
+            };
         };
-        Direct { jobs, shared, deadline: config.call_timeout }
+        let inline = super::inline::Inline::new(config, backend, runtime_threads);
+        // Without reads on the runtime threads, the rest of the process keeps no filesystem
+        // right at all.
+        let reader = inline.is_some().then_some((grants, identity));
+        Direct { jobs: Some(jobs), inline, reader, shared, deadline: config.call_timeout }
     }
 
     /// Off, for a dispatcher without the network process around it (unit tests).
     pub fn off() -> Direct {
         Direct {
             jobs: None,
+            inline: None,
+            reader: None,
             shared: Arc::new(Shared::new(Some(Off::Configured))),
             deadline: Duration::from_secs(30),
         }
@@ -192,6 +213,12 @@ impl Direct {
     /// Whom to wake when the path turns off or back on by itself (the dispatcher's watchers).
     pub fn notify(&self, changed: Arc<Notify>) {
         let _ = self.shared.changed.set(changed);
+    }
+
+    /// The Landlock grants and identity the network process reads with, when its runtime
+    /// threads read (`role_confinement::network`); `None`: it keeps no filesystem right.
+    pub fn reader(&self) -> Option<(&[(PathBuf, Grant)], WorkerIdentity)> {
+        self.reader.as_ref().map(|(grants, identity)| (grants.as_slice(), *identity))
     }
 
     /// None while serving; why not otherwise.
@@ -219,7 +246,7 @@ impl Direct {
             return Served::NotHere(request);
         }
         let path = request.path().to_owned();
-        match self.ask(mode, &path, Work::Call(request)).await {
+        match self.here(mode, &path, Work::Call(request)).await {
             Ok((Ok(Done::Call(result)), tripped)) => Served::Here { result, tripped },
             Ok((Ok(_), tripped)) => Served::Here { result: Err(mismatched(&path)), tripped },
             Ok((Err(failure), tripped)) => Served::Here { result: Err(failure), tripped },
@@ -238,7 +265,7 @@ impl Direct {
         if !self.serves(mode) {
             return None;
         }
-        match self.ask(mode, path, Work::Open(path.to_owned())).await {
+        match self.here(mode, path, Work::Open(path.to_owned())).await {
             Ok((Ok(Done::Open(result)), tripped)) => Some((result, tripped)),
             Ok((Ok(_), tripped)) => Some((Err(mismatched(path)), tripped)),
             Ok((Err(failure), tripped)) => Some((Err(failure), tripped)),
@@ -251,12 +278,26 @@ impl Direct {
     #[cfg(feature = "fault-injection")]
     pub async fn try_write(&self, path: std::path::PathBuf) -> Result<(), String> {
         let shown = path.display().to_string();
-        match self.ask(Mode::ReadOnly, &shown, Work::TryWrite(path)).await {
+        match self.here(Mode::ReadOnly, &shown, Work::TryWrite(path)).await {
             Ok((Ok(Done::Wrote(result)), _)) => result,
             Ok((Ok(_), _)) => Err("unexpected answer".to_owned()),
             Ok((Err(failure), _)) => Err(failure.message),
             Err(_) => Err("the direct path is off".to_owned()),
         }
+    }
+
+    /// Runs `work` on this runtime thread where it may (`dispatch::inline`), else on a direct
+    /// read thread.
+    async fn here(
+        &self,
+        mode: Mode,
+        path: &str,
+        work: Work,
+    ) -> Result<(Result<Done, WireError>, bool), Work> {
+        if let Some(slot) = self.inline.as_ref().and_then(super::inline::Inline::claim) {
+            return Ok((slot.run(mode, path, work), false));
+        }
+        self.ask(mode, path, work).await
     }
 
     /// Queues `work` for a thread and waits for it under the deadline. `Err(work)`: not queued
@@ -351,7 +392,7 @@ impl Shared {
     }
 }
 
-fn lost(path: &str, lost: WorkerLost, what: &str) -> WireError {
+pub(super) fn lost(path: &str, lost: WorkerLost, what: &str) -> WireError {
     WireError::new(ErrorCode::Aborted, path, format!("worker lost: {what}"))
         .with_reason(Reason::WorkerLost)
         .with_word(lost)
@@ -361,8 +402,17 @@ fn mismatched(path: &str) -> WireError {
     WireError::new(ErrorCode::IoError, path, "unexpected reply").with_reason(Reason::UnexpectedReply)
 }
 
+/// What `spawn` started: the queue the threads serve, and what they read with.
+struct Spawned {
+    jobs: mpsc::SyncSender<Job>,
+    shared: Arc<Shared>,
+    backend: Arc<Backend>,
+    grants: Arc<Vec<(PathBuf, Grant)>>,
+    identity: WorkerIdentity,
+}
+
 /// The backend over the roots and the threads, each confined; the queue they serve, or why not.
-fn spawn(config: &Config) -> Result<(mpsc::SyncSender<Job>, Arc<Shared>), Off> {
+fn spawn(config: &Config) -> Result<Spawned, Off> {
     if !config.direct_reads {
         return Err(Off::Configured);
     }
@@ -411,7 +461,7 @@ fn spawn(config: &Config) -> Result<(mpsc::SyncSender<Job>, Arc<Shared>), Off> {
             Err(_) => return Err(Off::Confinement("a thread ended before it was confined".to_owned())),
         }
     }
-    Ok((jobs, shared))
+    Ok(Spawned { jobs, shared, backend, grants, identity })
 }
 
 /// A direct thread's loop: the next job, run, answered; until the queue's sender is gone.
@@ -441,7 +491,7 @@ fn serve(backend: &Backend, queue: &Mutex<mpsc::Receiver<Job>>, shared: &Shared)
     }
 }
 
-fn run(backend: &Backend, mode: Mode, work: Work) -> Done {
+pub(super) fn run(backend: &Backend, mode: Mode, work: Work) -> Done {
     match work {
         Work::Call(request) => {
             #[cfg(feature = "fault-injection")]

@@ -10,6 +10,7 @@
 pub mod cpu;
 pub mod direct;
 mod driver;
+mod inline;
 mod locks;
 mod pool;
 mod queue;

@@ -35,6 +35,10 @@ pub enum ConfineError {
     AccessCheck,
     #[error("cannot tie the approved call's process to its worker: {0}")]
     ParentDeath(#[source] rustix::io::Errno),
+    #[error("cannot start the approver's connector thread: {0}")]
+    Connector(#[source] std::io::Error),
+    #[error("the approver's connector thread ended before it was confined")]
+    ConnectorLost,
 }
 
 /// What a worker needs of a root's directory.
@@ -96,6 +100,28 @@ pub fn switch_ids(uid: u32, gid: u32, keep_caps: bool) -> Result<(), ConfineErro
     rustix::thread::set_thread_res_gid(gid, gid, gid).map_err(ConfineError::Groups)?;
     let uid = rustix::fs::Uid::from_raw(uid);
     rustix::thread::set_thread_res_uid(uid, uid, uid).map_err(ConfineError::User)?;
+    Ok(())
+}
+
+/// Takes `uid` and `gid` as this thread's effective ids (so its filesystem ids: every permission
+/// check is theirs) and `uid`'s groups (none), keeping the real and saved uid. The kernel lets a
+/// process signal another only when the sender's real or effective uid is the target's real or
+/// saved one: a process running as `uid` (an agent the workers share a uid with) cannot signal
+/// this thread, nor read its /proc files. Unlike [`switch_ids`] the way back (a `setresuid` to
+/// the real uid) stays open to the thread itself: its seccomp list must not allow the id calls
+/// (the network and direct read lists do not), and the capability sets must be emptied after,
+/// since a real uid of 0 keeps the permitted set through the switch.
+pub fn act_as(uid: u32, gid: u32) -> Result<(), ConfineError> {
+    let (euid, egid) = super::effective_ids();
+    if (euid, egid) == (uid, gid) {
+        return Ok(());
+    }
+    rustix::thread::set_thread_groups(&[]).map_err(ConfineError::Groups)?;
+    let gid = rustix::fs::Gid::from_raw(gid);
+    rustix::thread::set_thread_res_gid(gid, gid, gid).map_err(ConfineError::Groups)?;
+    let real = rustix::process::getuid();
+    rustix::thread::set_thread_res_uid(real, rustix::fs::Uid::from_raw(uid), real)
+        .map_err(ConfineError::User)?;
     Ok(())
 }
 
@@ -531,6 +557,9 @@ pub enum Filtered {
     DangerWorker,
     Network,
     Direct,
+    /// The network process while the direct read path serves: its own calls and a direct read's,
+    /// so a read runs on the runtime thread that received the call (`dispatch::inline`).
+    NetworkReader,
 }
 
 impl Filtered {
@@ -541,6 +570,7 @@ impl Filtered {
             Filtered::DangerWorker => (WORKER, DANGER),
             Filtered::Network => (NETWORK, &[]),
             Filtered::Direct => (DIRECT, &[]),
+            Filtered::NetworkReader => (NETWORK, DIRECT),
         };
         BASE.iter().chain(own).chain(more)
     }
@@ -552,8 +582,12 @@ impl Filtered {
             Filtered::DangerWorker => (WORKER_IF, DANGER_IF),
             Filtered::Network => (NETWORK_IF, &[]),
             Filtered::Direct => (DIRECT_IF, &[]),
+            Filtered::NetworkReader => (NETWORK_IF, DIRECT_IF),
         };
-        BASE_IF.iter().chain(own).chain(more)
+        // A call one list allows with any arguments is not narrowed by another's condition (the
+        // network's fstat-only `newfstatat` under the direct read's walk).
+        let free: Vec<i64> = self.allowed().map(|a| a.nr).collect();
+        BASE_IF.iter().chain(own).chain(more).filter(move |a| !free.contains(&a.nr))
     }
 
     /// Its filters, in load order: the allowlist (everything else fails with EPERM), then one
@@ -655,6 +689,13 @@ pub fn seccomp_network() -> Result<(), ConfineError> {
     Filtered::Network.load()
 }
 
+/// Loads the network process's allowlist with a direct read's calls ([`NETWORK`] and [`DIRECT`]
+/// with their conditional lists): for a network process whose Landlock domain grants reading
+/// beneath the roots and nothing else, which runs plain reads on its runtime threads.
+pub fn seccomp_network_reader() -> Result<(), ConfineError> {
+    Filtered::NetworkReader.load()
+}
+
 /// Loads a direct read thread's allowlist on the calling thread only ([`BASE`], [`DIRECT`],
 /// [`DIRECT_IF`]): the descriptor-relative calls of a walk and a read, memory, futexes, time and
 /// exit. No socket, no thread, nothing that changes a path.
@@ -712,7 +753,13 @@ mod tests {
     /// Calls no role makes, and the other roles' own.
     fn outside(role: Filtered) -> Vec<(i64, &'static str)> {
         let own: Vec<i64> = role.allowed().map(|a| a.nr).collect();
-        let others = [Filtered::Worker, Filtered::DangerWorker, Filtered::Network, Filtered::Direct];
+        let others = [
+            Filtered::Worker,
+            Filtered::DangerWorker,
+            Filtered::Network,
+            Filtered::Direct,
+            Filtered::NetworkReader,
+        ];
         let never = [
             (libc::SYS_execve, "SYS_execve"),
             (libc::SYS_kill, "SYS_kill"),
@@ -910,10 +957,24 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_reading_network_filter_lets_its_list_through_and_refuses_every_other_call() {
+        check_in_own_process(
+            Filtered::NetworkReader,
+            "sys::confine::tests::the_reading_network_filter_lets_its_list_through_and_refuses_every_other_call",
+        );
+    }
+
     /// Every entry says why, and the lists are sets: the base is not repeated in a role's own.
     #[test]
     fn every_entry_has_a_reason_and_is_listed_once() {
-        for role in [Filtered::Worker, Filtered::DangerWorker, Filtered::Network, Filtered::Direct] {
+        for role in [
+            Filtered::Worker,
+            Filtered::DangerWorker,
+            Filtered::Network,
+            Filtered::Direct,
+            Filtered::NetworkReader,
+        ] {
             let mut seen = std::collections::HashSet::new();
             for allowed in role.allowed() {
                 assert!(!allowed.why.trim().is_empty(), "{} has no reason", allowed.name);

@@ -108,6 +108,13 @@ fn from_stat(st: &rustix::fs::Stat) -> Meta {
     }
 }
 
+/// The filesystem type (`statfs`'s `f_type`, a magic number) of whatever `path` names.
+pub fn filesystem_type(path: &Path) -> Result<i64, Errno> {
+    // `f_type` is signed on some targets, unsigned on others.
+    #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
+    rustix::fs::statfs(path).map(|st| st.f_type as i64)
+}
+
 /// statx of one name in a directory, without following a final symlink.
 pub fn meta_at(dir: BorrowedFd<'_>, name: &OsStr) -> Result<Meta, Errno> {
     let st = rustix::fs::statx(
