@@ -2,9 +2,10 @@
 //! the approver and gets back a decision (and, when approved, the signature). The network
 //! process makes this connection after confinement: Landlock (ABI up to 7) does not govern
 //! connecting to a pathname Unix socket or a TCP port, only the socket file's permissions do.
-//! So while the network process reads as a read-only worker (the direct read path), a thread
-//! that kept its own identity connects to a Unix approver (`start_connector`): the socket's
-//! permissions are asked of the daemon, as they always were, never of the worker's user.
+//! So while the network process reads as a read-only worker (reads on its runtime threads,
+//! `dispatch::inline`), a thread that kept its own identity connects to a Unix approver
+//! (`start_connector`): the socket's permissions are asked of the daemon, as they always were,
+//! never of the worker's user.
 
 use std::time::Duration;
 

@@ -62,9 +62,12 @@ pub fn run(config: Config, control: UnixStream, audit_key: Option<[u8; 32]>) -> 
     // held on that worker's thread (`dispatch::inline`) it would wait as long as the read,
     // and with it the connection it drives. Without the slot every queued task is another
     // worker's to take. (`tokio_unstable` is set in `.cargo/config.toml`; a build without it
-    // runs no read on a runtime thread, `dispatch::inline::LIFO_SLOT_OFF`.)
+    // runs no read on a runtime thread, `dispatch::inline::LIFO_SLOT_OFF`.) A runtime whose
+    // threads never read keeps the slot.
     #[cfg(tokio_unstable)]
-    builder.disable_lifo_slot();
+    if direct.reader().is_some() {
+        builder.disable_lifo_slot();
+    }
     let runtime = builder.build().map_err(DaemonError::Runtime)?;
     // The stop signals are ours before the supervisor hears `Listening` (and may forward a
     // SIGTERM), and while the workers come up.
