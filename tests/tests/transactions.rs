@@ -254,6 +254,60 @@ fn the_newest_change_made_while_a_transaction_is_rolled_back_stays_at_the_name()
     }
 }
 
+/// A transaction rolled back while outside changes come to a file it created: its first step
+/// creates `fsd-fault-pause-remove`, its second fails, and the undo of the first takes the
+/// created file out as a checked removal does (the hook pauses a second before the file is
+/// moved to the temporary name and one after). A save renamed over the name, or a write into
+/// the created file, in the first pause must end at the name; a save that takes the name again
+/// in the second pause ends there, and the one the undo moved is kept beside it. The undo used
+/// to look at the name and then rename it away: a save made in between went to the temporary
+/// name with the transaction's file, out of sight.
+#[test]
+fn a_change_made_to_a_created_file_while_its_transaction_is_rolled_back_is_not_taken_out() {
+    use common::Outside::{self, Save, Write};
+    struct Case {
+        first: &'static [Outside],
+        second: &'static [Outside],
+        at_name: Option<&'static str>,
+        kept: &'static [&'static str],
+    }
+    let cases = [
+        Case { first: &[], second: &[], at_name: None, kept: &[] },
+        Case { first: &[Save("saved outside\n")], second: &[], at_name: Some("saved outside\n"), kept: &[] },
+        Case { first: &[Write("written\n")], second: &[], at_name: Some("written\n"), kept: &[] },
+        Case {
+            first: &[Save("first save\n")],
+            second: &[Save("second save\n")],
+            at_name: Some("second save\n"),
+            kept: &["first save\n"],
+        },
+    ];
+    for Case { first, second, at_name, kept } in cases {
+        let (d, _state) = daemon_with_state();
+        let path = d.path("fsd-fault-pause-remove");
+        let ops = vec![write(&path, "mine\n"), write(&d.path("fsd-fault-txn-fail-2"), "")];
+        let mut rpc = Rpc::connect(&d);
+        let committing = std::thread::spawn(move || transact(&mut rpc, ops));
+        // Into the first pause: the created file is at the name, looked at.
+        std::thread::sleep(Duration::from_millis(500));
+        first.iter().for_each(|change| change.run(&path));
+        // Into the second: what was at the name is at the temporary name.
+        std::thread::sleep(Duration::from_millis(1000));
+        second.iter().for_each(|change| change.run(&path));
+        let failure = committing.join().unwrap().expect_err("the second step fails");
+        let case = format!("{first:?} then {second:?}");
+        assert_eq!(failure.code, ErrorCode::IoError, "{case}: {failure:?}");
+        let now = std::fs::read(&path).ok().map(|b| String::from_utf8(b).unwrap());
+        assert_eq!(now.as_deref(), at_name, "{case}: what the name holds");
+        let (beside, contents) = common::beside(&d.root, &path);
+        assert_eq!(contents, kept, "{case}: the files beside the name: {beside:?}");
+        for p in &beside {
+            let name = p.file_name().unwrap().to_str().unwrap();
+            assert!(name.starts_with("fsd-fault-pause-remove.kept-"), "{case}: {name}");
+        }
+    }
+}
+
 /// A patch's hunks, applied by the daemon to the file's current text, commit with a write; a
 /// patch whose hunk does not match (or whose guard is stale) changes nothing, and the error
 /// names the operation, what the hunk missed and which hunk it was.

@@ -365,7 +365,8 @@ pub(super) fn kept_name(name: &OsStr, temp: &OsStr) -> Option<std::ffi::OsString
     (kept.len() <= crate::op::MAX_COMPONENT_BYTES).then(|| std::os::unix::ffi::OsStringExt::from_vec(kept))
 }
 
-/// Test hook: a guarded removal of `fsd-fault-pause-remove` pauses a second after its check,
+/// Test hook: a guarded removal of `fsd-fault-pause-remove` (or the undo of a rolled-back
+/// transaction's create of it, which takes the file out the same way) pauses a second after its check,
 /// before it moves the name aside, and again after, so a test can save over the name in the
 /// first window (the save is what gets moved aside) and take the name again in the second.
 #[cfg(feature = "fault-injection")]

@@ -148,9 +148,16 @@ pub(super) fn undo(dir: BorrowedFd<'_>, from: Option<BorrowedFd<'_>>, slot: &Slo
             let back = Spot { dir, name: &temp };
             settled(settle(at_name, back, &staged), slot, || super::moves::keep_aside(dir, &name, &temp))
         }
-        Action::Create if holds(&name, slot.staged) => {
-            sys::rename(dir, &name, dir, &temp, RenameHow::NoReplace).is_ok()
-        }
+        // Taken out as a checked removal takes a file out: a save renamed over the name (or a
+        // write into the file there) between the look and the rename would otherwise go with
+        // the transaction's file to the temporary name. What moved is looked at, and anything
+        // but the transaction's file goes back to the name, or beside it.
+        Action::Create => match sys::meta_at(dir, &name) {
+            Ok(now) if slot.staged.is_some_and(|s| s.is(&now)) => {
+                super::moves::set_aside(dir, &name, &temp, &now).is_ok()
+            }
+            _ => false,
+        },
         Action::Remove if holds(&temp, slot.old) => {
             match sys::rename(dir, &temp, dir, &name, RenameHow::NoReplace) {
                 Ok(()) => true,
