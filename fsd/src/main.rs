@@ -307,6 +307,11 @@ fn failed_config_log_format(args: &Args) -> LogFormat {
 }
 
 fn main() -> ExitCode {
+    // Before anything is read or opened (`sys::confine::undumpable`).
+    if let Err(e) = fsd::sys::confine::undumpable() {
+        eprintln!("fsd: {e}");
+        return ExitCode::from(2);
+    }
     let args = Args::parse();
     if let Some(Command::Audit(command)) = &args.command {
         return audit_command(command);

@@ -471,6 +471,51 @@ fn nobody_start(config: &str) -> (tempfile::TempDir, String, [String; 6]) {
 }
 
 #[test]
+fn the_daemons_processes_are_out_of_reach_of_their_own_uid() {
+    // An unprivileged daemon shares its uid with whatever else runs as that user (with a
+    // private daemon, the agent itself), and its processes hold the keys and the roots'
+    // descriptors. It changes no id, so the kernel left each dumpable: that uid could trace
+    // them and read their memory and environment.
+    use std::os::unix::process::CommandExt;
+    let (dir, socket, _args) = nobody_start("");
+    let ws = dir.path().join("ws");
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    let daemon = common::launch()
+        .wrapper(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+        .unix(dir.path().join("fsd.sock"))
+        .writable_root(&ws)
+        .start()
+        .unwrap_or_else(|e| panic!("{e}"));
+    reads_a_through(&socket, "the unprivileged daemon");
+    let environ_as_nobody = |pid: u32| {
+        Command::new("cat")
+            .arg(format!("/proc/{pid}/environ"))
+            .uid(65534)
+            .gid(65534)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap()
+    };
+    // The check can allow: another process of that uid is open to it.
+    let mut other = Command::new("sleep").arg("30").uid(65534).gid(65534).spawn().unwrap();
+    let open = environ_as_nobody(other.id());
+    other.kill().unwrap();
+    other.wait().unwrap();
+    assert!(open.status.success(), "{}", String::from_utf8_lossy(&open.stderr));
+    let pids = daemon.pids();
+    assert!(pids.len() >= 3, "the supervisor, the network process and a worker at least: {pids:?}");
+    for pid in pids {
+        let role = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let role = String::from_utf8_lossy(&role).replace('\0', " ");
+        let out = environ_as_nobody(pid);
+        assert!(!out.status.success(), "{pid} ({role}) is open to its own uid");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("Permission denied"), "{pid} ({role}): {stderr}");
+    }
+}
+
+#[test]
 fn a_live_socket_a_second_daemon_may_not_connect_to_is_not_taken_over() {
     // A daemon as root, its socket 0660 root:root in a directory anyone may write; a second
     // start as uid 65534 on the same path cannot connect (EACCES). That said nothing about

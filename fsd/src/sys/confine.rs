@@ -25,6 +25,8 @@ pub enum ConfineError {
     Capabilities(#[source] rustix::io::Errno),
     #[error("cannot set no_new_privs: {0}")]
     NoNewPrivs(#[source] rustix::io::Errno),
+    #[error("cannot make the process undumpable: {0}")]
+    Undumpable(#[source] rustix::io::Errno),
     #[error("landlock: {0}")]
     Landlock(String),
     #[error("landlock ruleset not enforced: the kernel lacks ABI {0} or Landlock is disabled")]
@@ -100,7 +102,7 @@ pub fn switch_ids(uid: u32, gid: u32, keep_caps: bool) -> Result<(), ConfineErro
     rustix::thread::set_thread_res_gid(gid, gid, gid).map_err(ConfineError::Groups)?;
     let uid = rustix::fs::Uid::from_raw(uid);
     rustix::thread::set_thread_res_uid(uid, uid, uid).map_err(ConfineError::User)?;
-    Ok(())
+    undumpable()
 }
 
 /// Takes `uid` and `gid` as this thread's effective ids (so its filesystem ids: every permission
@@ -122,7 +124,19 @@ pub fn act_as(uid: u32, gid: u32) -> Result<(), ConfineError> {
     let real = rustix::process::getuid();
     rustix::thread::set_thread_res_uid(real, rustix::fs::Uid::from_raw(uid), real)
         .map_err(ConfineError::User)?;
-    Ok(())
+    undumpable()
+}
+
+/// Puts the process out of its own uid's reach: no ptrace attach, no reading its memory or
+/// environment through /proc, no core dump. Every fsd process holds what that uid must not have
+/// (the digest, vouch and audit keys, descriptors of the roots, a wider mode's rights), and
+/// that uid is often the agent's: the workers take the workspace owner's, an unprivileged daemon
+/// shares its user's. The kernel sets this flag back to `fs.suid_dumpable` whenever a thread's
+/// effective ids change, and that setting may be 1: so each id change here asserts it again,
+/// and `main` asserts it first, for a process that changes none.
+pub fn undumpable() -> Result<(), ConfineError> {
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(ConfineError::Undumpable)
 }
 
 /// Whether `switch_ids(uid, gid, ..)` can succeed in this process: nothing to switch, or the
@@ -492,9 +506,14 @@ const DANGER_IF: &[AllowedIf] = &[
         nr: libc::SYS_prctl,
         name: "SYS_prctl",
         arg: 0,
-        values: &[Value::Is(libc::PR_SET_KEEPCAPS as u64), Value::Is(libc::PR_SET_PDEATHSIG as u64)],
+        values: &[
+            Value::Is(libc::PR_SET_KEEPCAPS as u64),
+            Value::Is(libc::PR_SET_PDEATHSIG as u64),
+            Value::Is(libc::PR_SET_DUMPABLE as u64),
+        ],
         why: "an approved change's process keeping DAC_READ_SEARCH across its switch to the owner's uid; \
-              an approved call's process dying with its worker",
+              an approved call's process dying with its worker, and undumpable again after its switch \
+              (which resets the flag to fs.suid_dumpable)",
     },
 ];
 
