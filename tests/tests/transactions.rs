@@ -254,16 +254,17 @@ fn the_newest_change_made_while_a_transaction_is_rolled_back_stays_at_the_name()
     }
 }
 
-/// A transaction rolled back while outside changes come to a file it created: its first step
-/// creates `fsd-fault-pause-remove`, its second fails, and the undo of the first takes the
-/// created file out as a checked removal does (the hook pauses a second before the file is
-/// moved to the temporary name and one after). A save renamed over the name, or a write into
-/// the created file, in the first pause must end at the name; a save that takes the name again
-/// in the second pause ends there, and the one the undo moved is kept beside it. The undo used
-/// to look at the name and then rename it away: a save made in between went to the temporary
-/// name with the transaction's file, out of sight.
+/// A transaction rolled back while outside changes come to a file it created or moved: its
+/// first step creates `fsd-fault-pause-remove` (or moves `a.txt` there), its second fails, and
+/// the undo of the first takes the file out as a checked removal does (the hook pauses a second
+/// before the file is renamed to the temporary name, or back to `a.txt`, and one after). A save
+/// renamed over the name, or a write into the file there, in the first pause must end at the
+/// name; a save that takes the name again in the second pause ends there, and the one the undo
+/// moved is kept beside it. The undo used to look at the name and then rename it away: a save
+/// made in between went with the transaction's file, to the temporary name out of sight, or to
+/// `a.txt` in place of the file the transaction had moved.
 #[test]
-fn a_change_made_to_a_created_file_while_its_transaction_is_rolled_back_is_not_taken_out() {
+fn a_change_made_to_a_created_or_moved_file_while_its_transaction_is_rolled_back_is_not_taken_out() {
     use common::Outside::{self, Save, Write};
     struct Case {
         first: &'static [Outside],
@@ -282,28 +283,117 @@ fn a_change_made_to_a_created_file_while_its_transaction_is_rolled_back_is_not_t
             kept: &["first save\n"],
         },
     ];
-    for Case { first, second, at_name, kept } in cases {
+    for moving in [false, true] {
+        for Case { first, second, at_name, kept } in &cases {
+            let (d, _state) = daemon_with_state();
+            let path = d.path("fsd-fault-pause-remove");
+            let source = d.path("a.txt");
+            let step = if moving {
+                d.write("a.txt", "mine\n");
+                moved(&source, &path)
+            } else {
+                write(&path, "mine\n")
+            };
+            let ops = vec![step, write(&d.path("fsd-fault-txn-fail-2"), "")];
+            let mut rpc = Rpc::connect(&d);
+            let committing = std::thread::spawn(move || transact(&mut rpc, ops));
+            // Into the first pause: the transaction's file is at the name, looked at.
+            std::thread::sleep(Duration::from_millis(500));
+            first.iter().for_each(|change| change.run(&path));
+            // Into the second: what was at the name is at the temporary name (or `a.txt`).
+            std::thread::sleep(Duration::from_millis(1000));
+            second.iter().for_each(|change| change.run(&path));
+            let failure = committing.join().unwrap().expect_err("the second step fails");
+            let case = format!("moving: {moving}, {first:?} then {second:?}");
+            assert_eq!(failure.code, ErrorCode::IoError, "{case}: {failure:?}");
+            let read = |p: &Path| std::fs::read(p).ok().map(|b| String::from_utf8(b).unwrap());
+            assert_eq!(read(&path).as_deref(), *at_name, "{case}: what the name holds");
+            // The moved file is back at its source only when nothing came to its destination.
+            let restored = (moving && at_name.is_none()).then_some("mine\n");
+            assert_eq!(read(&source).as_deref(), restored, "{case}: what the source holds");
+            let _ = std::fs::remove_file(&source);
+            let (beside, contents) = common::beside(&d.root, &path);
+            assert_eq!(contents, *kept, "{case}: the files beside the name: {beside:?}");
+            for p in &beside {
+                let name = p.file_name().unwrap().to_str().unwrap();
+                assert!(name.starts_with("fsd-fault-pause-remove.kept-"), "{case}: {name}");
+            }
+        }
+    }
+}
+
+/// A transaction's move that met an outside save is undone while more outside saves come: the
+/// hook pauses a second before the move to `fsd-fault-pause-move` (a save over the source
+/// there is what moves), then a second after the step found the save at the destination, and
+/// one after it renamed it back. A save that takes the destination in the first of those must
+/// end there, not at the source; one that takes it again in the second ends there, and the
+/// undo's is kept beside it. The undo used to rename the destination back blind: a save made
+/// there after the look went to the source's name instead.
+#[test]
+fn a_save_made_while_a_transaction_undoes_a_move_stays_at_the_destination() {
+    use common::Outside::{self, Save};
+    struct Case {
+        first: &'static [Outside],
+        second: &'static [Outside],
+        at_destination: Option<&'static str>,
+        at_source: Option<&'static str>,
+        kept: &'static [&'static str],
+    }
+    let cases = [
+        Case {
+            first: &[],
+            second: &[],
+            at_destination: None,
+            at_source: Some("saved at the source\n"),
+            kept: &[],
+        },
+        Case {
+            first: &[Save("saved at the destination\n")],
+            second: &[],
+            at_destination: Some("saved at the destination\n"),
+            at_source: None,
+            kept: &[],
+        },
+        Case {
+            first: &[Save("saved at the destination\n")],
+            second: &[Save("saved again\n")],
+            at_destination: Some("saved again\n"),
+            at_source: None,
+            kept: &["saved at the destination\n"],
+        },
+    ];
+    for Case { first, second, at_destination, at_source, kept } in cases {
         let (d, _state) = daemon_with_state();
-        let path = d.path("fsd-fault-pause-remove");
-        let ops = vec![write(&path, "mine\n"), write(&d.path("fsd-fault-txn-fail-2"), "")];
+        d.write("a.txt", "mine\n");
+        let (source, destination) = (d.path("a.txt"), d.path("fsd-fault-pause-move"));
         let mut rpc = Rpc::connect(&d);
+        let ops = vec![moved(&source, &destination)];
         let committing = std::thread::spawn(move || transact(&mut rpc, ops));
-        // Into the first pause: the created file is at the name, looked at.
+        // Into the pause before the move: a save over the source is what moves.
         std::thread::sleep(Duration::from_millis(500));
-        first.iter().for_each(|change| change.run(&path));
-        // Into the second: what was at the name is at the temporary name.
+        common::save_over(&source, "saved at the source\n");
+        // Into the undo's first pause: the save is at the destination, looked at.
         std::thread::sleep(Duration::from_millis(1000));
-        second.iter().for_each(|change| change.run(&path));
-        let failure = committing.join().unwrap().expect_err("the second step fails");
+        first.iter().for_each(|change| change.run(&destination));
+        // Into its second: what was at the destination is at the source's name.
+        std::thread::sleep(Duration::from_millis(1000));
+        second.iter().for_each(|change| change.run(&destination));
+        let failure = committing.join().unwrap().expect_err("the move is stale");
         let case = format!("{first:?} then {second:?}");
-        assert_eq!(failure.code, ErrorCode::IoError, "{case}: {failure:?}");
-        let now = std::fs::read(&path).ok().map(|b| String::from_utf8(b).unwrap());
-        assert_eq!(now.as_deref(), at_name, "{case}: what the name holds");
-        let (beside, contents) = common::beside(&d.root, &path);
-        assert_eq!(contents, kept, "{case}: the files beside the name: {beside:?}");
+        assert_eq!(failure.code, ErrorCode::StaleVersion, "{case}: {failure:?}");
+        let read = |p: &Path| std::fs::read(p).ok().map(|b| String::from_utf8(b).unwrap());
+        assert_eq!(read(&destination).as_deref(), at_destination, "{case}: what the destination holds");
+        assert_eq!(read(&source).as_deref(), at_source, "{case}: what the source holds");
+        let _ = std::fs::remove_file(&source);
+        let (beside, contents) = common::beside(&d.root, &destination);
+        assert_eq!(contents, kept, "{case}: the files beside the destination: {beside:?}");
         for p in &beside {
             let name = p.file_name().unwrap().to_str().unwrap();
-            assert!(name.starts_with("fsd-fault-pause-remove.kept-"), "{case}: {name}");
+            assert!(name.starts_with("fsd-fault-pause-move.kept-"), "{case}: {name}");
+            assert!(
+                failure.get("kept").is_some_and(|k| k.ends_with(name)),
+                "{case}: the reply names it: {failure:?}"
+            );
         }
     }
 }

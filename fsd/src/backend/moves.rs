@@ -120,6 +120,8 @@ pub(super) fn move_checked(
     #[cfg(feature = "fault-injection")]
     if going.is_some() {
         super::write::pause_at_exchange(to);
+    } else {
+        pause_before_move(to);
     }
     match sys::rename(from_dir, from, to_dir, to, how) {
         Ok(()) => {}
@@ -131,21 +133,30 @@ pub(super) fn move_checked(
     if going.is_some() {
         super::write::pause_at_exchange(to);
     }
-    let holds = |dir, name, meta: &sys::Meta| {
-        sys::meta_at(dir, name).is_ok_and(|m| m.kind == Kind::File && m.same_content(meta))
-    };
-    if holds(to_dir, to, moved) && replaced.is_none_or(|r| holds(from_dir, from, r)) {
+    let is_file = |m: &sys::Meta, meta: &sys::Meta| m.kind == Kind::File && m.same_content(meta);
+    let arrived = sys::meta_at(to_dir, to);
+    let holds_from = |r: &sys::Meta| sys::meta_at(from_dir, from).is_ok_and(|m| is_file(&m, r));
+    if arrived.as_ref().is_ok_and(|m| is_file(m, moved)) && replaced.is_none_or(holds_from) {
         return Ok(());
     }
     if let Some(going) = going {
         return Err(swapped_back(Spot { dir: from_dir, name: from }, Spot { dir: to_dir, name: to }, &going));
     }
-    if let Err(errno) = sys::rename(to_dir, to, from_dir, from, RenameHow::NoReplace) {
-        // Both names hold someone's content: neither is removed.
-        tracing::warn!(%errno, ?to, "a move that met an outside save could not be undone");
-        return Err(FsError::Rename(errno));
+    // An outside save came to the source's name before the rename: it is moved back, checked as
+    // a removal checks, so a save made at the destination meanwhile is not the one moved.
+    let undone = arrived.map_err(Aside::NotMoved).and_then(|arrived| {
+        let (at, back) = (Spot { dir: to_dir, name: to }, Spot { dir: from_dir, name: from });
+        move_back(at, back, &arrived, StaleReason::ChangedWhileWriting)
+    });
+    match undone {
+        Ok(()) => Err(FsError::Stale(StaleReason::ChangedWhileWriting)),
+        Err(Aside::NotMoved(errno)) => {
+            // Both names hold someone's content: neither is removed.
+            tracing::warn!(%errno, ?to, "a move that met an outside save could not be undone");
+            Err(FsError::Rename(errno))
+        }
+        Err(Aside::Other(error)) => Err(error),
     }
-    Err(FsError::Stale(StaleReason::ChangedWhileWriting))
 }
 
 /// How a guarded move onto an existing destination went, short of a stale destination.
@@ -327,21 +338,50 @@ pub(super) fn set_aside(
     aside.map_err(Aside::NotMoved)?;
     #[cfg(feature = "fault-injection")]
     pause_at_removal(name);
-    let moved = sys::meta_at(dir, temp);
+    // Left at the temporary name, a save would be hidden from listings: kept, it gets a visible
+    // name beside its own.
+    let (at, aside) = (Spot { dir, name }, Spot { dir, name: temp });
+    took(at, aside, checked, StaleReason::ChangedWhileRemoving, || keep_aside(dir, name, temp))
+}
+
+/// Renames `from` back to `to`, the name it came from (a rolled-back move's undo), moving only
+/// the file `checked` describes, as [`set_aside`] does: a save renamed over `from` between the
+/// caller's look and the rename is what moves, and goes back to `from`, or beside it. `to` must
+/// be free: a name taken again since is someone's.
+pub(super) fn move_back(
+    from: Spot<'_>,
+    to: Spot<'_>,
+    checked: &sys::Meta,
+    reason: StaleReason,
+) -> Result<(), Aside> {
+    #[cfg(feature = "fault-injection")]
+    pause_at_removal(from.name);
+    sys::rename(from.dir, from.name, to.dir, to.name, RenameHow::NoReplace).map_err(Aside::NotMoved)?;
+    #[cfg(feature = "fault-injection")]
+    pause_at_removal(from.name);
+    took(from, to, checked, reason, || keep_beside(to, from).unwrap_or_else(|| to.name.to_os_string()))
+}
+
+/// After a rename of `from` to `to` meant for the file `checked` describes: anything else there
+/// (an outside save the rename caught) goes back to `from`, or, should that name be taken again
+/// meanwhile, is kept where `keep` puts it, which the failure names.
+fn took(
+    from: Spot<'_>,
+    to: Spot<'_>,
+    checked: &sys::Meta,
+    reason: StaleReason,
+    keep: impl FnOnce() -> std::ffi::OsString,
+) -> Result<(), Aside> {
+    let moved = sys::meta_at(to.dir, to.name);
     if moved.as_ref().is_ok_and(|m| m.kind == checked.kind && m.same_content(checked)) {
         return Ok(());
     }
-    if let Err(errno) = sys::rename(dir, temp, dir, name, RenameHow::NoReplace) {
-        // Left at the temporary name, the save would be hidden from listings: it gets a
-        // visible name beside its own, and the reply names it.
-        let kept = keep_aside(dir, name, temp);
-        tracing::warn!(?kept, ?name, %errno, "a save made during a removal is kept at another name: its name was taken again");
-        return Err(Aside::Other(FsError::KeptAside {
-            reason: StaleReason::ChangedWhileRemoving,
-            kept: kept.into(),
-        }));
+    if let Err(errno) = sys::rename(to.dir, to.name, from.dir, from.name, RenameHow::NoReplace) {
+        let kept = keep();
+        tracing::warn!(?kept, name = ?from.name, %errno, "an outside save a rename caught is kept at another name: its name was taken again");
+        return Err(Aside::Other(FsError::KeptAside { reason, kept: kept.into() }));
     }
-    Err(Aside::Other(FsError::Stale(StaleReason::ChangedWhileRemoving)))
+    Err(Aside::Other(FsError::Stale(reason)))
 }
 
 /// Gives the outside save at the temporary name `temp` of `dir`, whose own name `name` was
@@ -365,13 +405,24 @@ pub(super) fn kept_name(name: &OsStr, temp: &OsStr) -> Option<std::ffi::OsString
     (kept.len() <= crate::op::MAX_COMPONENT_BYTES).then(|| std::os::unix::ffi::OsStringExt::from_vec(kept))
 }
 
-/// Test hook: a guarded removal of `fsd-fault-pause-remove` (or the undo of a rolled-back
-/// transaction's create of it, which takes the file out the same way) pauses a second after its check,
-/// before it moves the name aside, and again after, so a test can save over the name in the
-/// first window (the save is what gets moved aside) and take the name again in the second.
+/// Test hook: a checked removal pauses a second after its look, before it moves the name
+/// aside, and again after, so a test can save over the name in the first window (the save is
+/// what gets moved aside) and take the name again in the second. For `fsd-fault-pause-remove`
+/// (a guarded removal; the undo of a rolled-back transaction's create of it, or of its move to
+/// it: [`move_back`]) and `fsd-fault-pause-move` (the undo of a transaction's move to it that
+/// met an outside save).
 #[cfg(feature = "fault-injection")]
 fn pause_at_removal(name: &OsStr) {
-    if name == "fsd-fault-pause-remove" {
+    if name == "fsd-fault-pause-remove" || name == "fsd-fault-pause-move" {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+}
+
+/// Test hook: a transaction's move to `fsd-fault-pause-move` pauses a second before its rename,
+/// so a test can save over the source first.
+#[cfg(feature = "fault-injection")]
+fn pause_before_move(to: &OsStr) {
+    if to == "fsd-fault-pause-move" {
         std::thread::sleep(std::time::Duration::from_secs(1));
     }
 }

@@ -30,9 +30,10 @@ use serde::{Deserialize, Serialize};
 
 use super::Backend;
 use super::commit::Commit;
+use super::moves::{self, Aside};
 use super::pipeline::{Mutation, Plan};
 use super::settle::{Spot, Undone, settle};
-use crate::error::{Denial, Failure, FsError};
+use crate::error::{Denial, Failure, FsError, StaleReason};
 use crate::op::{Mode, Outcome, RootSpec, TxnOp};
 use crate::sys::{self, Kind, Meta, RenameHow};
 
@@ -146,7 +147,7 @@ pub(super) fn undo(dir: BorrowedFd<'_>, from: Option<BorrowedFd<'_>>, slot: &Slo
         // writer names that one): exchanged back, the staged one goes there.
         Action::Replace if holds(&temp, slot.old) => {
             let back = Spot { dir, name: &temp };
-            settled(settle(at_name, back, &staged), slot, || super::moves::keep_aside(dir, &name, &temp))
+            settled(settle(at_name, back, &staged), slot, || moves::keep_aside(dir, &name, &temp))
         }
         // Taken out as a checked removal takes a file out: a save renamed over the name (or a
         // write into the file there) between the look and the rename would otherwise go with
@@ -154,7 +155,7 @@ pub(super) fn undo(dir: BorrowedFd<'_>, from: Option<BorrowedFd<'_>>, slot: &Slo
         // but the transaction's file goes back to the name, or beside it.
         Action::Create => match sys::meta_at(dir, &name) {
             Ok(now) if slot.staged.is_some_and(|s| s.is(&now)) => {
-                super::moves::set_aside(dir, &name, &temp, &now).is_ok()
+                moves::set_aside(dir, &name, &temp, &now).is_ok()
             }
             _ => false,
         },
@@ -163,7 +164,7 @@ pub(super) fn undo(dir: BorrowedFd<'_>, from: Option<BorrowedFd<'_>>, slot: &Slo
                 Ok(()) => true,
                 Err(errno) => {
                     // The name was taken again since: the removed file is kept beside it.
-                    let kept = super::moves::keep_aside(dir, &name, &temp);
+                    let kept = moves::keep_aside(dir, &name, &temp);
                     tracing::warn!(?kept, ?name, %errno, "a file a rolled-back transaction had removed is kept at another name: its name was taken again");
                     true
                 }
@@ -180,27 +181,35 @@ pub(super) fn undo(dir: BorrowedFd<'_>, from: Option<BorrowedFd<'_>>, slot: &Slo
                 Some(_) if holds_in(from, &source, slot.old) => {
                     let back = Spot { dir: from, name: &source };
                     let keep = || {
-                        let kept = super::moves::keep_beside(back, at_name);
+                        let kept = moves::keep_beside(back, at_name);
                         kept.unwrap_or_else(|| source.clone())
                     };
                     settled(settle(at_name, back, &staged), slot, keep)
                 }
                 Some(_) => false,
-                None if holds(&name, slot.staged) => {
-                    match sys::rename(dir, &name, from, &source, RenameHow::NoReplace) {
-                        Ok(()) => true,
-                        Err(errno) => {
-                            // The source's name was taken again since: the moved file is kept
-                            // beside it, visible, and its destination is free again.
-                            let kept = super::moves::kept_name(&source, &temp).filter(|kept| {
-                                sys::rename(dir, &name, from, kept, RenameHow::NoReplace).is_ok()
-                            });
-                            tracing::warn!(?kept, ?source, %errno, "a file a rolled-back transaction had moved is kept beside its old name: that name was taken again");
-                            kept.is_some()
+                // Moved back as a checked removal takes a file out ([`moves::move_back`]): a
+                // save renamed over the destination between the look and the rename is what
+                // would move, and goes back.
+                None => match sys::meta_at(dir, &name) {
+                    Ok(now) if staged(&now) => {
+                        let back = |name: &OsStr| {
+                            let to = Spot { dir: from, name };
+                            moves::move_back(at_name, to, &now, StaleReason::ChangedWhileRemoving)
+                        };
+                        match back(&source) {
+                            Ok(()) => true,
+                            Err(Aside::NotMoved(errno)) => {
+                                // The source's name was taken again since: the moved file is
+                                // kept beside it, visible, and its destination is free again.
+                                let kept = moves::kept_name(&source, &temp).filter(|kept| back(kept).is_ok());
+                                tracing::warn!(?kept, ?source, %errno, "a file a rolled-back transaction had moved is kept beside its old name: that name was taken again");
+                                kept.is_some()
+                            }
+                            Err(Aside::Other(_)) => false,
                         }
                     }
-                }
-                None => false,
+                    _ => false,
+                },
             }
         }
         _ => false,
@@ -1363,7 +1372,7 @@ mod tests {
     /// refuses the whole transaction, naming the operation and the hunk, nothing changed.
     #[test]
     fn a_patch_commits_with_the_others_or_nothing_does() {
-        use crate::error::{HunkMiss, StaleReason};
+        use crate::error::HunkMiss;
         use crate::op::Hunk;
         let hunk = |context: Option<&str>, old: &[&str], new: &[&str]| Hunk {
             context: context.map(str::to_owned),
