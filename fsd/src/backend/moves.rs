@@ -88,7 +88,8 @@ pub(super) fn renamed_checked(
         return Ok(Ok(()));
     }
     // Should the undo fail, the object stays at the destination, under the approved name.
-    if let Err(errno) = sys::rename(to_dir, to, from_dir, from, RenameHow::NoReplace) {
+    let (at, back) = (Spot { dir: to_dir, name: to }, Spot { dir: from_dir, name: from });
+    if let Err(Aside::NotMoved(errno)) = undo_rename(at, back, StaleReason::ChangedWhileWriting) {
         tracing::warn!(%errno, "an approved move that moved another object could not be undone");
     }
     Err(FsError::Denied(Denial::NotApproved))
@@ -133,22 +134,18 @@ pub(super) fn move_checked(
     if going.is_some() {
         super::write::pause_at_exchange(to);
     }
-    let is_file = |m: &sys::Meta, meta: &sys::Meta| m.kind == Kind::File && m.same_content(meta);
-    let arrived = sys::meta_at(to_dir, to);
-    let holds_from = |r: &sys::Meta| sys::meta_at(from_dir, from).is_ok_and(|m| is_file(&m, r));
-    if arrived.as_ref().is_ok_and(|m| is_file(m, moved)) && replaced.is_none_or(holds_from) {
+    let holds = |dir, name, meta: &sys::Meta| {
+        sys::meta_at(dir, name).is_ok_and(|m| m.kind == Kind::File && m.same_content(meta))
+    };
+    if holds(to_dir, to, moved) && replaced.is_none_or(|r| holds(from_dir, from, r)) {
         return Ok(());
     }
+    let (at, back) = (Spot { dir: to_dir, name: to }, Spot { dir: from_dir, name: from });
     if let Some(going) = going {
-        return Err(swapped_back(Spot { dir: from_dir, name: from }, Spot { dir: to_dir, name: to }, &going));
+        return Err(swapped_back(back, at, &going));
     }
-    // An outside save came to the source's name before the rename: it is moved back, checked as
-    // a removal checks, so a save made at the destination meanwhile is not the one moved.
-    let undone = arrived.map_err(Aside::NotMoved).and_then(|arrived| {
-        let (at, back) = (Spot { dir: to_dir, name: to }, Spot { dir: from_dir, name: from });
-        move_back(at, back, &arrived, StaleReason::ChangedWhileWriting)
-    });
-    match undone {
+    // An outside save came to the source's name before the rename: it goes back.
+    match undo_rename(at, back, StaleReason::ChangedWhileWriting) {
         Ok(()) => Err(FsError::Stale(StaleReason::ChangedWhileWriting)),
         Err(Aside::NotMoved(errno)) => {
             // Both names hold someone's content: neither is removed.
@@ -342,6 +339,13 @@ pub(super) fn set_aside(
     // name beside its own.
     let (at, aside) = (Spot { dir, name }, Spot { dir, name: temp });
     took(at, aside, checked, StaleReason::ChangedWhileRemoving, || keep_aside(dir, name, temp))
+}
+
+/// Undoes a rename that put something at `at` ([`move_back`], of what `at` holds now): a save
+/// made over `at` meanwhile stays there.
+pub(super) fn undo_rename(at: Spot<'_>, back: Spot<'_>, reason: StaleReason) -> Result<(), Aside> {
+    let arrived = sys::meta_at(at.dir, at.name).map_err(Aside::NotMoved)?;
+    move_back(at, back, &arrived, reason)
 }
 
 /// Renames `from` back to `to`, the name it came from (a rolled-back move's undo), moving only

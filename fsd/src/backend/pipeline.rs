@@ -27,6 +27,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use super::commit::Commit;
 use super::resolve::{Resolved, WalkOptions};
+use super::settle::Spot;
 use super::write::{
     self, Place, Staged, check_write_guard, current_checked, current_file, place_file, same_key,
 };
@@ -1079,13 +1080,11 @@ impl Backend {
                 if existing.is_none()
                     && let Err(denied) = self.git_piece_still_allowed(mode, dst)
                 {
-                    if let Err(errno) = sys::rename(
-                        dst_parent.as_fd(),
-                        dst.name(),
-                        src_parent.as_fd(),
-                        src.name(),
-                        RenameHow::NoReplace,
-                    ) {
+                    let at = Spot { dir: dst_parent.as_fd(), name: dst.name() };
+                    let back = Spot { dir: src_parent.as_fd(), name: src.name() };
+                    if let Err(moves::Aside::NotMoved(errno)) =
+                        moves::undo_rename(at, back, StaleReason::ChangedWhileWriting)
+                    {
                         tracing::warn!(%errno, "a move that made a git directory's last piece could not be undone");
                     }
                     return Err(denied);
