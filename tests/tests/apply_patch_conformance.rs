@@ -69,7 +69,34 @@ fn expected_tree(scenario: &Path, name: &str) -> BTreeMap<String, Option<Vec<u8>
 
 #[test]
 fn every_scenario_with_the_policy_off_and_on() {
-    let d = Daemon::start();
+    every_scenario_holds(&Daemon::start());
+}
+
+/// A daemon that predates Inspect (the tools' preflight asks it in one call) answers it
+/// `UNIMPLEMENTED`; the tools ask the single calls instead, and every scenario and report ends as
+/// with a daemon that has it.
+#[test]
+fn every_scenario_and_report_through_a_daemon_without_inspect() {
+    let d = old_daemon();
+    let mut rpc = common::rpc::Rpc::connect(&d);
+    let request = fsd_proto::v1::InspectRequest {
+        targets: vec![fsd_proto::v1::InspectTarget {
+            path: d.root.display().to_string(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let answer = rpc.rt.block_on(rpc.client.inspect(request)).map(|_| ()).unwrap_err();
+    assert_eq!(answer.code(), tonic::Code::Unimplemented, "the hook makes an old daemon: {answer:?}");
+    every_scenario_holds(&d);
+    reports_hold(old_daemon());
+}
+
+fn old_daemon() -> Daemon {
+    Daemon::start_with_env(&[], "", &[("FSD_FAULT_NO_INSPECT", "1")])
+}
+
+fn every_scenario_holds(d: &Daemon) {
     let mut scenarios: Vec<PathBuf> =
         std::fs::read_dir(fixtures()).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
     scenarios.sort();
@@ -125,7 +152,10 @@ fn every_scenario_with_the_policy_off_and_on() {
 
 #[test]
 fn reports_match_the_seed() {
-    let d = Daemon::start();
+    reports_hold(Daemon::start());
+}
+
+fn reports_hold(d: Daemon) {
     d.write("a.txt", "one\ntwo\n");
     d.write("old.txt", "gone\n");
     let mut s = d.session_with_config("applyPatch = true\n");

@@ -467,6 +467,9 @@ impl Fsd for FsdService {
         &self,
         request: Request<v1::InspectRequest>,
     ) -> Result<Response<inspect::Answers>, Status> {
+        if old_daemon_hook() {
+            return Err(Status::unimplemented(""));
+        }
         let caller = Caller::of(&request, request.get_ref().context.as_ref());
         self.inspect_targets(caller, request.into_inner()).map(Response::new)
     }
@@ -547,4 +550,11 @@ impl Fsd for FsdService {
         self.release(request);
         Ok(Response::new(v1::ReleaseEscalationReply {}))
     }
+}
+
+/// Test hook (cargo feature `fault-injection`, `FSD_FAULT_NO_INSPECT=1`): Inspect is answered as
+/// a daemon that predates it answers (`UNIMPLEMENTED`), so a test can drive the tools' fallback
+/// to the single calls.
+fn old_daemon_hook() -> bool {
+    cfg!(feature = "fault-injection") && std::env::var_os("FSD_FAULT_NO_INSPECT").is_some_and(|v| v == "1")
 }
