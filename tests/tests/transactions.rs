@@ -198,6 +198,37 @@ fn a_failing_transaction_changes_nothing_and_names_its_operation() {
     }
 }
 
+/// Commits `ops` on another thread while an outside writer changes `path` in a test hook's
+/// pauses: each of `changes` after its wait (ms, from the previous one). The transaction's error.
+fn transact_while_changed(
+    d: &Daemon,
+    ops: Vec<v1::TransactOperation>,
+    path: &Path,
+    changes: &[(u64, &[common::Outside])],
+) -> WireError {
+    let mut rpc = Rpc::connect(d);
+    let committing = std::thread::spawn(move || transact(&mut rpc, ops));
+    for (wait, outside) in changes {
+        std::thread::sleep(Duration::from_millis(*wait));
+        outside.iter().for_each(|change| change.run(path));
+    }
+    committing.join().unwrap().expect_err("the transaction fails")
+}
+
+/// The files beside `path` (nothing else in the root) hold `kept`, each at a name
+/// `<name>.kept-…`.
+fn check_kept_beside(d: &Daemon, path: &Path, kept: &[&str], case: &str) -> Vec<String> {
+    let (beside, contents) = common::beside(&d.root, path);
+    assert_eq!(contents, kept, "{case}: the files beside the name: {beside:?}");
+    let prefix = format!("{}.kept-", path.file_name().unwrap().to_str().unwrap());
+    let names: Vec<String> =
+        beside.iter().map(|p| p.file_name().unwrap().to_str().unwrap().to_owned()).collect();
+    for name in &names {
+        assert!(name.starts_with(&prefix), "{case}: {name}");
+    }
+    names
+}
+
 /// A transaction rolled back while outside changes come: its first step replaces
 /// `fsd-fault-pause-exchange` (the hook pauses a second before that exchange and one after),
 /// its second fails, and the undo of the first pauses a third second once its exchange put the
@@ -232,25 +263,14 @@ fn the_newest_change_made_while_a_transaction_is_rolled_back_stays_at_the_name()
         d.write("fsd-fault-pause-exchange", "observed\n");
         let path = d.path("fsd-fault-pause-exchange");
         let ops = vec![write(&path, "mine\n"), write(&d.path("fsd-fault-txn-fail-2"), "")];
-        let mut rpc = Rpc::connect(&d);
-        let committing = std::thread::spawn(move || transact(&mut rpc, ops));
-        // Into the second pause: the transaction's file is at the name.
-        std::thread::sleep(Duration::from_millis(1500));
-        second.iter().for_each(|change| change.run(&path));
-        // Into the third: the undo's exchange has put the replaced file back.
-        std::thread::sleep(Duration::from_millis(1000));
-        third.iter().for_each(|change| change.run(&path));
-        let failure = committing.join().unwrap().expect_err("the second step fails");
+        // Into the second pause (the transaction's file is at the name), then the third (the
+        // undo's exchange has put the replaced file back).
+        let failure = transact_while_changed(&d, ops, &path, &[(1500, second), (1000, third)]);
         let case = format!("{second:?} then {third:?}");
         assert_eq!(failure.code, ErrorCode::IoError, "{case}: {failure:?}");
         let now = String::from_utf8(std::fs::read(&path).unwrap()).unwrap();
         assert_eq!(now, at_name, "{case}: the newest change is not at the name");
-        let (beside, contents) = common::beside(&d.root, &path);
-        assert_eq!(contents, kept, "{case}: the files beside the name: {beside:?}");
-        for p in &beside {
-            let name = p.file_name().unwrap().to_str().unwrap();
-            assert!(name.starts_with("fsd-fault-pause-exchange.kept-"), "{case}: {name}");
-        }
+        check_kept_beside(&d, &path, kept, &case);
     }
 }
 
@@ -295,15 +315,9 @@ fn a_change_made_to_a_created_or_moved_file_while_its_transaction_is_rolled_back
                 write(&path, "mine\n")
             };
             let ops = vec![step, write(&d.path("fsd-fault-txn-fail-2"), "")];
-            let mut rpc = Rpc::connect(&d);
-            let committing = std::thread::spawn(move || transact(&mut rpc, ops));
-            // Into the first pause: the transaction's file is at the name, looked at.
-            std::thread::sleep(Duration::from_millis(500));
-            first.iter().for_each(|change| change.run(&path));
-            // Into the second: what was at the name is at the temporary name (or `a.txt`).
-            std::thread::sleep(Duration::from_millis(1000));
-            second.iter().for_each(|change| change.run(&path));
-            let failure = committing.join().unwrap().expect_err("the second step fails");
+            // Into the first pause (the transaction's file is at the name, looked at), then the
+            // second (what was at the name is at the temporary name, or `a.txt`).
+            let failure = transact_while_changed(&d, ops, &path, &[(500, first), (1000, second)]);
             let case = format!("moving: {moving}, {first:?} then {second:?}");
             assert_eq!(failure.code, ErrorCode::IoError, "{case}: {failure:?}");
             let read = |p: &Path| std::fs::read(p).ok().map(|b| String::from_utf8(b).unwrap());
@@ -312,12 +326,7 @@ fn a_change_made_to_a_created_or_moved_file_while_its_transaction_is_rolled_back
             let restored = (moving && at_name.is_none()).then_some("mine\n");
             assert_eq!(read(&source).as_deref(), restored, "{case}: what the source holds");
             let _ = std::fs::remove_file(&source);
-            let (beside, contents) = common::beside(&d.root, &path);
-            assert_eq!(contents, *kept, "{case}: the files beside the name: {beside:?}");
-            for p in &beside {
-                let name = p.file_name().unwrap().to_str().unwrap();
-                assert!(name.starts_with("fsd-fault-pause-remove.kept-"), "{case}: {name}");
-            }
+            check_kept_beside(&d, &path, kept, &case);
         }
     }
 }
@@ -366,34 +375,28 @@ fn a_save_made_while_a_transaction_undoes_a_move_stays_at_the_destination() {
         let (d, _state) = daemon_with_state();
         d.write("a.txt", "mine\n");
         let (source, destination) = (d.path("a.txt"), d.path("fsd-fault-pause-move"));
-        let mut rpc = Rpc::connect(&d);
         let ops = vec![moved(&source, &destination)];
-        let committing = std::thread::spawn(move || transact(&mut rpc, ops));
-        // Into the pause before the move: a save over the source is what moves.
-        std::thread::sleep(Duration::from_millis(500));
-        common::save_over(&source, "saved at the source\n");
-        // Into the undo's first pause: the save is at the destination, looked at.
-        std::thread::sleep(Duration::from_millis(1000));
-        first.iter().for_each(|change| change.run(&destination));
-        // Into its second: what was at the destination is at the source's name.
-        std::thread::sleep(Duration::from_millis(1000));
-        second.iter().for_each(|change| change.run(&destination));
-        let failure = committing.join().unwrap().expect_err("the move is stale");
+        let saver = {
+            let source = source.clone();
+            std::thread::spawn(move || {
+                // Into the pause before the move: a save over the source is what moves.
+                std::thread::sleep(Duration::from_millis(500));
+                common::save_over(&source, "saved at the source\n");
+            })
+        };
+        // Into the undo's first pause (the save is at the destination, looked at), then its
+        // second (what was at the destination is at the source's name).
+        let failure = transact_while_changed(&d, ops, &destination, &[(1500, first), (1000, second)]);
+        saver.join().unwrap();
         let case = format!("{first:?} then {second:?}");
         assert_eq!(failure.code, ErrorCode::StaleVersion, "{case}: {failure:?}");
         let read = |p: &Path| std::fs::read(p).ok().map(|b| String::from_utf8(b).unwrap());
         assert_eq!(read(&destination).as_deref(), at_destination, "{case}: what the destination holds");
         assert_eq!(read(&source).as_deref(), at_source, "{case}: what the source holds");
         let _ = std::fs::remove_file(&source);
-        let (beside, contents) = common::beside(&d.root, &destination);
-        assert_eq!(contents, kept, "{case}: the files beside the destination: {beside:?}");
-        for p in &beside {
-            let name = p.file_name().unwrap().to_str().unwrap();
-            assert!(name.starts_with("fsd-fault-pause-move.kept-"), "{case}: {name}");
-            assert!(
-                failure.get("kept").is_some_and(|k| k.ends_with(name)),
-                "{case}: the reply names it: {failure:?}"
-            );
+        for name in check_kept_beside(&d, &destination, kept, &case) {
+            let named = failure.get("kept").is_some_and(|k| k.ends_with(&name));
+            assert!(named, "{case}: the reply names it: {failure:?}");
         }
     }
 }
