@@ -49,19 +49,28 @@ async fn rest_connect(addr: &str) -> Res<SendRequest<Body>> {
     Ok(sender)
 }
 
-fn request(method: hyper::Method, name: &str, length: u64, body: Body) -> Res<hyper::Request<Body>> {
+/// A request as an HTTP/1.1 client addressing the listener by its address sends it: a loopback
+/// plaintext listener refuses any other `Host` (DNS rebinding, `fsd::rest::host`).
+fn request(
+    method: hyper::Method,
+    host: &str,
+    name: &str,
+    length: u64,
+    body: Body,
+) -> Res<hyper::Request<Body>> {
     Ok(hyper::Request::builder()
         .method(method)
         .uri(format!("/v1/files/{name}"))
-        .header(hyper::header::HOST, "sandbox")
+        .header(hyper::header::HOST, host)
         .header(hyper::header::CONTENT_LENGTH, length)
         .body(body)?)
 }
 
 /// GETs `name` and reads its whole body; the byte count.
-async fn rest_get(sender: &mut SendRequest<Body>, name: &str) -> Res<u64> {
+async fn rest_get(sender: &mut SendRequest<Body>, host: &str, name: &str) -> Res<u64> {
     sender.ready().await?;
-    let response = sender.send_request(request(hyper::Method::GET, name, 0, body(Bytes::new()))?).await?;
+    let response =
+        sender.send_request(request(hyper::Method::GET, host, name, 0, body(Bytes::new()))?).await?;
     if response.status() != hyper::StatusCode::OK {
         return Err(format!("GET {name}: {}", response.status()).into());
     }
@@ -75,9 +84,15 @@ async fn rest_get(sender: &mut SendRequest<Body>, name: &str) -> Res<u64> {
     Ok(got)
 }
 
-async fn rest_put(sender: &mut SendRequest<Body>, name: &str, length: u64, body: Body) -> Res<()> {
+async fn rest_put(
+    sender: &mut SendRequest<Body>,
+    host: &str,
+    name: &str,
+    length: u64,
+    body: Body,
+) -> Res<()> {
     sender.ready().await?;
-    let response = sender.send_request(request(hyper::Method::PUT, name, length, body)?).await?;
+    let response = sender.send_request(request(hyper::Method::PUT, host, name, length, body)?).await?;
     let status = response.status();
     // Read to the end, so the connection is ready for the next request.
     let answer = response.into_body().collect().await?.to_bytes();
@@ -141,6 +156,8 @@ struct Large {
 
 struct Clients {
     rest: SendRequest<Body>,
+    /// The REST listener's address, sent as `Host`.
+    host: String,
     grpc: FsdClient<Channel>,
     root: String,
 }
@@ -165,7 +182,7 @@ async fn small_run(c: &mut Clients, n: usize, small: &mut Small) -> Res<()> {
     let warm = n / 10;
     for i in 0..warm + n {
         let started = Instant::now();
-        let got = rest_get(&mut c.rest, "f4k.txt").await?;
+        let got = rest_get(&mut c.rest, &c.host, "f4k.txt").await?;
         let get_time = started.elapsed();
         let started = Instant::now();
         let read_got = grpc_read(&mut c.grpc, &read_path).await?;
@@ -174,7 +191,7 @@ async fn small_run(c: &mut Clients, n: usize, small: &mut Small) -> Res<()> {
             return Err(format!("4 KiB reads returned {got} and {read_got} bytes").into());
         }
         let started = Instant::now();
-        rest_put(&mut c.rest, "p4k.bin", 4096, body(four_k.clone())).await?;
+        rest_put(&mut c.rest, &c.host, "p4k.bin", 4096, body(four_k.clone())).await?;
         let put_time = started.elapsed();
         let started = Instant::now();
         grpc_write(&mut c.grpc, &grpc_target, four_k.clone(), 1).await?;
@@ -197,13 +214,14 @@ async fn small_run(c: &mut Clients, n: usize, small: &mut Small) -> Res<()> {
 async fn rest_large(c: &mut Clients, mib: u64, large: &mut Large) -> Res<()> {
     let size = mib << 20;
     let started = Instant::now();
-    let got = rest_get(&mut c.rest, "big.txt").await?;
+    let got = rest_get(&mut c.rest, &c.host, "big.txt").await?;
     large.get.push(rate(got, started));
     if got != size {
         return Err(format!("the large GET returned {got} of {size} bytes").into());
     }
     let started = Instant::now();
-    rest_put(&mut c.rest, "up-rest.bin", size, streamed_body(Bytes::from(vec![b'u'; CHUNK]), mib)).await?;
+    rest_put(&mut c.rest, &c.host, "up-rest.bin", size, streamed_body(Bytes::from(vec![b'u'; CHUNK]), mib))
+        .await?;
     large.put.push(rate(size, started));
     Ok(())
 }
@@ -258,7 +276,7 @@ pub fn run(common: &Common, mib: u64) -> Res<Section> {
     let mut clients = rt.block_on(async {
         let (grpc, _) = connect::connect(&fsd.endpoint(Transport::Tcp)).await?;
         let rest = rest_connect(&rest_addr).await?;
-        Res::Ok(Clients { rest, grpc, root: root.to_string_lossy().into_owned() })
+        Res::Ok(Clients { rest, host: rest_addr.clone(), grpc, root: root.to_string_lossy().into_owned() })
     })?;
     let (idle_kib, _) = fsd.peak_rss_kib();
 

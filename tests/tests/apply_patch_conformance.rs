@@ -92,6 +92,35 @@ fn every_scenario_and_report_through_a_daemon_without_inspect() {
     reports_hold(old_daemon());
 }
 
+/// The tools' one client says "no Inspect here" (`None`) for exactly the `UNIMPLEMENTED` answer,
+/// and answers every target of a daemon that has it: the preflight's fallback above would hide a
+/// client that mistook one for the other.
+#[test]
+fn the_tools_client_tells_a_daemon_without_inspect_from_one_with_it() {
+    fn check(d: &Daemon, expected: Option<usize>) {
+        use fsd_tool_client::connect::{self, Credentials, Endpoint};
+        use fsd_tool_client::daemon::{Daemon as Client, InspectTarget};
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let endpoint = Endpoint::Unix(d.socket.clone());
+        let (session, _hello, _link) =
+            rt.block_on(connect::open(&endpoint, &Credentials::default())).unwrap();
+        let mut client = Client::new(session, "inspect-test".to_owned());
+        let target = |name: &str| InspectTarget {
+            path: d.root.join(name).display().to_string(),
+            no_follow: false,
+            read: true,
+        };
+        let answers = rt.block_on(client.inspect(&[target("a.txt"), target("missing.txt")])).unwrap();
+        assert_eq!(answers.map(|a| a.len()), expected);
+    }
+    let current = Daemon::start();
+    current.write("a.txt", "alpha\n");
+    check(&current, Some(2));
+    let old = old_daemon();
+    old.write("a.txt", "alpha\n");
+    check(&old, None);
+}
+
 fn old_daemon() -> Daemon {
     Daemon::start_with_env(&[], "", &[("FSD_FAULT_NO_INSPECT", "1")])
 }

@@ -1954,6 +1954,52 @@ fn an_approved_move_raced_by_a_symlink_swap_never_moves_a_root_only_file() {
     }
 }
 
+/// An approved move that caught an outside save (renamed over its source after the check) undoes
+/// itself; a second save renamed over the destination while that undo looks stays at the
+/// destination: the undo moves only what the move put there (`moves::undo_rename`).
+#[test]
+fn a_save_made_while_an_approved_move_is_undone_stays_at_the_destination() {
+    let keys = Keys::new();
+    let _approver = Approver::serve(&keys, &keys.rules("allow"));
+    let s = Signed::start(&keys, "");
+    let mut rpc = Rpc::connect(&s.d);
+    let dir = s.outside.path().join("moves");
+    std::fs::create_dir(&dir).unwrap();
+    let (source, destination) = (dir.join("a.txt"), dir.join("fsd-fault-pause-move"));
+    std::fs::write(&source, "approved\n").unwrap();
+    read_first(&mut rpc, "s1", &[source.clone(), destination.clone()]);
+    let mut ask_move = op("moveFile", &source);
+    ask_move.destination = p(&destination);
+    let tk = ticket(ask(&mut rpc, "s1", vec![ask_move]).unwrap());
+    // The worker pauses a second before its rename (`fsd-fault-pause-move`), then a second
+    // after its undo looks at the destination: one save in each.
+    let saver = {
+        let (source, destination, dir) = (source.clone(), destination.clone(), dir.clone());
+        std::thread::spawn(move || {
+            let save = |text: &str, to: &Path| {
+                let temp = dir.join("save.tmp");
+                std::fs::write(&temp, text).unwrap();
+                std::fs::rename(&temp, to).unwrap();
+            };
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            save("first save\n", &source);
+            std::thread::sleep(std::time::Duration::from_millis(1000));
+            save("second save\n", &destination);
+        })
+    };
+    let err = move_file(&mut rpc, "s1", &source, &destination, tk.clone()).unwrap_err();
+    saver.join().unwrap();
+    release(&mut rpc, "s1", &tk);
+    assert_eq!(
+        (err.code, err.get("reason")),
+        (ErrorCode::SandboxDenied, Some("not_approved_object")),
+        "{err:?}"
+    );
+    let holds = |path: &Path| std::fs::read_to_string(path).ok();
+    assert_eq!(holds(&destination).as_deref(), Some("second save\n"), "the save at the destination");
+    assert_eq!(holds(&source), None, "the first save, replaced at the destination by the second");
+}
+
 /// An approved creation, and an approved move's destination, raced by a link to the root-only
 /// file that appears and vanishes at the approved (absent) name as fast as the agent can make
 /// it: the creation never follows or replaces the link, so the root-only file is never written

@@ -76,6 +76,8 @@ pub(super) fn renamed_checked(
 ) -> Result<Result<(), Errno>, FsError> {
     let checked_at =
         |dir, name| sys::meta_at(dir, name).is_ok_and(|m| (m.dev, m.ino) == (checked.dev, checked.ino));
+    #[cfg(feature = "fault-injection")]
+    pause_before_move(to);
     if let Err(errno) = sys::rename(from_dir, from, to_dir, to, how) {
         // Refused for what the name holds now (a link a worker may not place): not the file
         // checked, and nothing moved.
@@ -413,8 +415,8 @@ pub(super) fn kept_name(name: &OsStr, temp: &OsStr) -> Option<std::ffi::OsString
 /// aside, and again after, so a test can save over the name in the first window (the save is
 /// what gets moved aside) and take the name again in the second. For `fsd-fault-pause-remove`
 /// (a guarded removal; the undo of a rolled-back transaction's create of it, or of its move to
-/// it: [`move_back`]) and `fsd-fault-pause-move` (the undo of a transaction's move to it that
-/// met an outside save).
+/// it: [`move_back`]) and `fsd-fault-pause-move` (the undo of a transaction's or an approved
+/// move to it that met an outside save).
 #[cfg(feature = "fault-injection")]
 fn pause_at_removal(name: &OsStr) {
     if name == "fsd-fault-pause-remove" || name == "fsd-fault-pause-move" {
@@ -422,8 +424,8 @@ fn pause_at_removal(name: &OsStr) {
     }
 }
 
-/// Test hook: a transaction's move to `fsd-fault-pause-move` pauses a second before its rename,
-/// so a test can save over the source first.
+/// Test hook: a transaction's or an approved move to `fsd-fault-pause-move` pauses a second
+/// before its rename, so a test can save over the source first.
 #[cfg(feature = "fault-injection")]
 fn pause_before_move(to: &OsStr) {
     if to == "fsd-fault-pause-move" {
