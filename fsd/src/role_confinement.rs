@@ -36,6 +36,12 @@ fn grants(config: &Config, mode: Mode) -> Vec<(PathBuf, Grant)> {
             .map(|r| (r.path.clone(), if r.writable { Grant::Write } else { Grant::Read }))
             // Transactions' intent records (`backend::txn`), outside every root.
             .chain(config.state_dir.iter().map(|d| (d.join(crate::backend::txn::INTENTS), Grant::Write)))
+            // The writable roots' temporary-file journal directories (`backend::journal`), on tmpfs.
+            .chain(
+                crate::backend::journal::dirs_of(&writable_roots(config))
+                    .into_iter()
+                    .map(|d| (d, Grant::Write)),
+            )
             // The change record (`backend::record`), when it is kept.
             .chain(
                 config
@@ -49,9 +55,15 @@ fn grants(config: &Config, mode: Mode) -> Vec<(PathBuf, Grant)> {
     }
 }
 
+fn writable_roots(config: &Config) -> Vec<PathBuf> {
+    config.roots.iter().filter(|r| r.writable).map(|r| r.path.clone()).collect()
+}
+
 /// Confines a worker of `mode`. Called once, single-threaded, after it opened its root
 /// descriptors and IPC socket and before it reads its first request.
 pub fn worker(config: &Config, mode: Mode, identity: WorkerIdentity) -> Result<Confinement, ConfineError> {
+    // Before the identity changes: the journal's base is checked to be the daemon's own.
+    let grants = grants(config, mode);
     let keep = if mode == Mode::DangerFullAccess {
         None
     } else if identity.root_capabilities {
@@ -80,7 +92,7 @@ pub fn worker(config: &Config, mode: Mode, identity: WorkerIdentity) -> Result<C
     step::no_new_privs()?;
     // 5. Landlock: every right the ABI knows is handled; only the mode's are granted.
     let required = config.landlock == LandlockPolicy::Required && mode != Mode::DangerFullAccess;
-    let landlock = step::landlock(&grants(config, mode), required)?;
+    let landlock = step::landlock(&grants, required)?;
     // 6. Seccomp last: the allowlist of descriptor-relative calls (and, in a danger-full-access
     //    worker, what forking and confining a process per approved call takes).
     step::seccomp_worker(mode == Mode::DangerFullAccess)?;

@@ -234,7 +234,7 @@ async fn supervise(config: Config, exe: PathBuf, options: RunOptions) -> Result<
     // After state_dir exists, where the daemon's own key is kept when none is configured.
     let audit_key = crate::audit::signing_key(&sup.config)?;
     sup.audit_key = audit_key.as_ref().map(|(key, _)| key.to_bytes());
-    let sweeper = journal::Sweeper::start(&sup.config.roots);
+    let sweeper = journal::Sweeper::start(&sup.config.roots, (identity.uid, identity.gid));
     // Before the network process reads the TLS files: any change after its read is seen.
     let mut tls_watch = sup.config.tls.clone().map(crate::tls::watch::Watch::new);
     let mut tls_poll = tokio::time::interval(crate::tls::watch::POLL);

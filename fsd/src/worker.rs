@@ -106,6 +106,7 @@ pub fn run(
     let backend = Backend::new(&config.roots, &fence, config.limits, locks.clone())?
         .with_intents(intents)
         .with_record(record);
+    let backend = if mode == Mode::ReadOnly { backend.without_journal() } else { backend };
     sys::ignore_file_size_signal().map_err(WorkerError::Signal)?;
     // Read before seccomp forbids asking: EFBIG replies name the limit.
     let _ = sys::file_size_limit();
@@ -522,6 +523,10 @@ impl Call<'_> {
             }
             rules.push((fd, grant));
         }
+        // Its temporary files are journaled as its worker's are (where its user may write there).
+        rules.extend(
+            self.backend.journal_dirs().into_iter().map(|fd| (fd, crate::sys::confine::Grant::Write)),
+        );
         // A change runs as the one user who owns all it changes, where the daemon may become
         // that user; a tree's removal may meet anyone's files below it, so it keeps root.
         let owner = (kind == Kind::Change && !tree && sys::effective_ids().0 == 0)

@@ -1,4 +1,4 @@
-//! What is on disk: leftover temporary files, the daemon's journal entries on a root, and
+//! What is on disk: leftover temporary files, the daemon's journal entries of a root, and
 //! snapshots of a tree to prove that nothing outside the roots changed.
 
 use std::collections::BTreeMap;
@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 
 /// The prefix of fsd's temporary files (`.fsd-tmp-<128-bit hex>`).
 pub const TEMP_PREFIX: &str = ".fsd-tmp-";
-/// The prefix of fsd's journal entries: extended attributes on a root directory.
-pub const JOURNAL_PREFIX: &str = "user.fsd.tmp.";
+/// Where fsd journals its temporary files: this, then the daemon's uid, holds a directory per
+/// root (`<major>:<minor>:<inode>` of the root), one file per entry.
+pub const JOURNAL_BASE_PREFIX: &str = "/dev/shm/fsd-journal-";
 
 /// Every `.fsd-tmp-*` name below `dir` (symlinks not followed).
 pub fn temp_files(dir: &Path) -> Vec<PathBuf> {
@@ -30,15 +31,22 @@ pub fn temp_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The journal entries (extended attribute names) on a root directory.
+/// Where a root's journal directory is, whether or not it exists, for a daemon run by this
+/// process's user.
+pub fn journal_dir(root: &Path) -> PathBuf {
+    let meta = std::fs::metadata(root).unwrap_or_else(|e| panic!("{}: {e}", root.display()));
+    let (major, minor) = (rustix::fs::major(meta.dev()), rustix::fs::minor(meta.dev()));
+    let base = format!("{JOURNAL_BASE_PREFIX}{}", rustix::process::geteuid().as_raw());
+    Path::new(&base).join(format!("{major}:{minor}:{}", meta.ino()))
+}
+
+/// The journal entries of a root (names in its journal directory; none when it has none).
 pub fn journal_entries(root: &Path) -> Vec<String> {
-    let mut buf = vec![0u8; 64 << 10];
-    let Ok(n) = rustix::fs::listxattr(root, &mut buf[..]) else { return Vec::new() };
-    buf[..n]
-        .split(|&b| b == 0)
-        .filter(|name| name.starts_with(JOURNAL_PREFIX.as_bytes()))
-        .map(|name| String::from_utf8_lossy(name).into_owned())
-        .collect()
+    let Ok(entries) = std::fs::read_dir(journal_dir(root)) else { return Vec::new() };
+    let mut names: Vec<String> =
+        entries.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
 }
 
 /// One node of a snapshot: type, mode bits and content (or link target).

@@ -528,6 +528,9 @@ fn temporary_files_of_writes_whose_directory_left_the_fence_are_removed() {
     }
     let left: Vec<_> = std::fs::read_dir(&moved).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(left.is_empty(), "nothing of the writes is outside the fence: {left:?}");
+    // Nor of their journal entries: the supervisor removed the files by the workers' records,
+    // so the entries went with them.
+    assert_eq!(fsd_soak::tree::journal_entries(&d.root), Vec::<String>::new(), "journal entries left");
     // The daemon serves on.
     assert_eq!(common::rest::http(d.port, "PUT", "/v1/files/after.txt", &[], b"a\n").status, 204);
 }

@@ -292,30 +292,40 @@ fn attributes(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The journal lives on tmpfs beside the tree, never in it: a writable root has its journal
+/// directory while a daemon serves it, the root itself carries nothing (no attribute, as the
+/// journal once kept there), and the last daemon to stop removes the directory.
 #[test]
-fn the_journal_anchor_is_held_on_writable_roots_while_a_daemon_serves_them() {
-    const ANCHOR: &str = "user.fsd.journal";
+fn a_writable_roots_journal_directory_is_held_while_a_daemon_serves_it() {
+    use fsd_soak::tree::{journal_dir, journal_entries};
     let docs = tempfile::tempdir().unwrap();
     let docs_arg = docs.path().display().to_string();
     let mut first = Daemon::start_with(&["--readable-root", &docs_arg], "");
-    assert_eq!(attributes(&first.root), [ANCHOR], "the writable root is anchored");
-    assert_eq!(attributes(docs.path()), Vec::<String>::new(), "a readable root is never written");
+    let dir = journal_dir(&first.root);
+    let mode = |p: &Path| {
+        std::fs::metadata(p).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777)
+    };
+    assert_eq!(mode(&dir).ok(), Some(0o700), "{}: the writable root's journal directory", dir.display());
+    assert_eq!(mode(dir.parent().unwrap()).ok(), Some(0o711), "the base: passed through, never listed");
+    assert!(!journal_dir(docs.path()).exists(), "a readable root has none");
 
-    // A create and a replace journal their temporary files beside the anchor and drop the entries.
+    // A create and a replace journal their temporary files and drop the entries.
     let mut s = first.session();
     let path = first.path("a.txt").display().to_string();
     assert!(!s.call("write", serde_json::json!({"file_path": path, "content": "one\n"})).is_error());
     assert!(!s.call("write", serde_json::json!({"file_path": path, "content": "two\n"})).is_error());
     assert!(s.finish().success());
-    assert_eq!(attributes(&first.root), [ANCHOR], "only the anchor is left");
+    assert_eq!(journal_entries(&first.root), Vec::<String>::new(), "no entry is left");
+    assert_eq!(attributes(&first.root), Vec::<String>::new(), "the root carries no attribute");
 
-    // A second daemon on the same root: the first to stop leaves the anchor to it.
-    let dir = tempfile::tempdir().unwrap();
-    let mut second = launch().unix(dir.path().join("fsd.sock")).writable_root(&first.root).start().unwrap();
+    // A second daemon on the same root: the first to stop leaves the directory to it.
+    let sockets = tempfile::tempdir().unwrap();
+    let mut second =
+        launch().unix(sockets.path().join("fsd.sock")).writable_root(&first.root).start().unwrap();
     assert_eq!(first.terminate().code(), Some(0));
-    assert_eq!(attributes(&first.root), [ANCHOR], "the other daemon still journals there");
+    assert!(dir.is_dir(), "the other daemon still journals there");
     assert_eq!(second.terminate().unwrap().code(), Some(0));
-    assert_eq!(attributes(&first.root), Vec::<String>::new(), "the last daemon to stop removes it");
+    assert!(!dir.exists(), "the last daemon to stop removes it");
 }
 
 /// The role is an enum with no catch-all: an unknown one is a usage error, not a supervisor

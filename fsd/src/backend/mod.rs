@@ -235,6 +235,12 @@ impl Backend {
         })
     }
 
+    /// Drops the temporary-file journal (a read-only worker makes no temporary file).
+    pub fn without_journal(mut self) -> Backend {
+        self.journal = journal::Journal::none();
+        self
+    }
+
     /// Where transactions write their intent records (`state_dir/txn`, see `txn`).
     pub fn with_intents(mut self, dir: Option<std::os::fd::OwnedFd>) -> Backend {
         self.intents = dir;
@@ -297,6 +303,11 @@ impl Backend {
     /// replaces what appears at the name meanwhile (a link included).
     fn creation_only(&self, path: &str) -> bool {
         self.binding_of(path).is_some_and(|b| b.last == Last::Absent)
+    }
+
+    /// The temporary-file journal's directories (`journal::Journal::dirs`).
+    pub fn journal_dirs(&self) -> Vec<std::os::fd::OwnedFd> {
+        self.journal.dirs()
     }
 
     /// The journal scope of a resolved target's directory (none outside the configured roots).

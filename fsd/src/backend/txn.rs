@@ -547,10 +547,17 @@ mod tests {
             host_root: false,
         };
         let spec = RootSpec { path: root.path().to_path_buf(), writable: true };
+        super::super::journal::make_dir_for(root.path());
         let backend = Backend::new(&[spec], &fence, Limits::default(), Arc::new(Uncontended))
             .unwrap()
             .with_intents(sys::open_dir(&state.path().join(INTENTS)).ok());
         Fixture { root, state, backend }
+    }
+
+    impl Drop for Fixture {
+        fn drop(&mut self) {
+            super::super::journal::remove_dir_for(self.root.path());
+        }
     }
 
     impl Fixture {
@@ -987,10 +994,10 @@ mod tests {
             assert_eq!(fixture.records(), 1, "{step}");
             let report = recover(fixture.state.path(), &fixture.roots(), |_| true);
             assert_eq!((report.records, report.rolled_back, report.undone), (1, 1, step), "{step}");
-            drop(super::super::journal::Sweeper::start(&[RootSpec {
-                path: fixture.root.path().to_path_buf(),
-                writable: true,
-            }]));
+            drop(super::super::journal::Sweeper::start(
+                &[RootSpec { path: fixture.root.path().to_path_buf(), writable: true }],
+                sys::effective_ids(),
+            ));
             assert_eq!(fixture.tree(), before, "{step}");
             assert_eq!(fixture.records(), 0, "{step}");
         }
@@ -1107,10 +1114,10 @@ mod tests {
             assert!(matches!(died, Err(Failure { error: FsError::Aborted, .. })), "{step}: {died:?}");
             let report = recover(fixture.state.path(), &fixture.roots(), |_| true);
             assert_eq!((report.records, report.rolled_back, report.undone), (1, 1, step), "{step}");
-            drop(super::super::journal::Sweeper::start(&[RootSpec {
-                path: fixture.root.path().to_path_buf(),
-                writable: true,
-            }]));
+            drop(super::super::journal::Sweeper::start(
+                &[RootSpec { path: fixture.root.path().to_path_buf(), writable: true }],
+                sys::effective_ids(),
+            ));
             let mut after = fixture.tree();
             // The directory the move made stays, empty (the tree lists files only).
             after.retain(|k, _| !k.starts_with("d/"));
@@ -1272,10 +1279,10 @@ mod tests {
         assert!(fixture.transact(ops).is_err());
         let report = recover(fixture.state.path(), &fixture.roots(), |_| true);
         assert_eq!((report.finished, report.rolled_back), (1, 0));
-        drop(super::super::journal::Sweeper::start(&[RootSpec {
-            path: fixture.root.path().to_path_buf(),
-            writable: true,
-        }]));
+        drop(super::super::journal::Sweeper::start(
+            &[RootSpec { path: fixture.root.path().to_path_buf(), writable: true }],
+            sys::effective_ids(),
+        ));
         let expected: BTreeMap<String, Vec<u8>> =
             [("a".to_owned(), b"new".to_vec()), ("fsd-fault-txn-die-2".to_owned(), b"marker".to_vec())]
                 .into();
@@ -1317,10 +1324,10 @@ mod tests {
         std::fs::rename(fixture.root.path().join("save"), fixture.root.path().join("a")).unwrap();
         std::fs::write(fixture.root.path().join("gone"), "made again").unwrap();
         recover(fixture.state.path(), &fixture.roots(), |_| true);
-        drop(super::super::journal::Sweeper::start(&[RootSpec {
-            path: fixture.root.path().to_path_buf(),
-            writable: true,
-        }]));
+        drop(super::super::journal::Sweeper::start(
+            &[RootSpec { path: fixture.root.path().to_path_buf(), writable: true }],
+            sys::effective_ids(),
+        ));
         let tree = fixture.tree();
         assert_eq!(tree.get("a").map(Vec::as_slice), Some(&b"outside"[..]));
         assert_eq!(tree.get("b").map(Vec::as_slice), Some(&b"old b"[..]));

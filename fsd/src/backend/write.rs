@@ -58,6 +58,11 @@ impl Drop for TempName<'_> {
             tracing::warn!(name = ?self.name, %errno, ?emptied, "could not remove a temporary file");
             if let (Some(Ok(())), Some(file)) = (emptied, self.unplaced.as_ref()) {
                 stranded::record(self.dir, &self.name, file);
+                // The supervisor removes it by that record; the entry, whose directory is no
+                // longer where a sweep walks from the root, could only be dropped by one.
+                if let Some(entry) = self.entry.take() {
+                    entry.end();
+                }
             }
             return;
         }

@@ -380,7 +380,7 @@ const BASE: &[Allowed] = allowed! {
 
 /// What a worker adds: the descriptor-relative file calls of its one request at a time.
 const WORKER: &[Allowed] = allowed! {
-    SYS_pwrite64: "writing a file at an offset (the journal's record, a temporary file)",
+    SYS_pwrite64: "writing a file at an offset (a journal entry, a change record, a temporary file)",
     SYS_openat: "the walk: one component at a time, relative to a root's descriptor",
     SYS_openat2: "the walk with RESOLVE_BENEATH and RESOLVE_NO_MAGICLINKS",
     SYS_newfstatat: "a component's metadata relative to its directory's descriptor",
@@ -388,8 +388,7 @@ const WORKER: &[Allowed] = allowed! {
     SYS_fchmod: "a replaced file's mode kept on its temporary file, by descriptor",
     SYS_fchown: "a replaced file's owner kept on its temporary file, by descriptor",
     SYS_ftruncate: "emptying a temporary file whose name cannot be removed (sys::empty_file)",
-    SYS_fsetxattr: "the temporary-file journal's anchor on a root, by descriptor only",
-    SYS_fremovexattr: "the journal's anchor removed, by descriptor only",
+    SYS_fsetxattr: "a replaced file's ACL and user attributes kept on its temporary file, by descriptor only",
     SYS_fgetxattr: "a replaced file's ACL and user attributes read, by descriptor only",
     SYS_flistxattr: "a replaced file's attribute names, by descriptor only",
     SYS_renameat2: "the atomic replace (RENAME_EXCHANGE) and moves (RENAME_NOREPLACE)",

@@ -303,6 +303,28 @@ pub fn open_dir(path: &Path) -> Result<OwnedFd, Errno> {
     rustix::fs::open(path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
 }
 
+/// Opens a directory by absolute path, refusing a symbolic link as its last component (the
+/// temporary-file journal's base, in a directory others may write).
+pub fn open_dir_no_follow(path: &Path) -> Result<OwnedFd, Errno> {
+    rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// Creates one directory beneath `dir` with exactly `mode` (the umask aside).
+pub fn make_dir_with_mode(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> Result<(), Errno> {
+    rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(mode))
+}
+
+/// Gives an open directory its owner and mode (a journal directory, to the workers' identity).
+pub fn set_dir_owner_and_mode(dir: BorrowedFd<'_>, uid: u32, gid: u32, mode: u32) -> Result<(), Errno> {
+    let (uid, gid) = (rustix::fs::Uid::from_raw(uid), rustix::fs::Gid::from_raw(gid));
+    rustix::fs::fchown(dir, Some(uid), Some(gid))?;
+    rustix::fs::fchmod(dir, Mode::from_raw_mode(mode))
+}
+
 /// Sets an extended attribute on an open descriptor (fsetxattr).
 pub fn set_xattr(fd: BorrowedFd<'_>, name: &OsStr, value: &[u8]) -> Result<(), Errno> {
     rustix::fs::fsetxattr(fd, name, value, rustix::fs::XattrFlags::empty())
