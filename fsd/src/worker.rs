@@ -523,10 +523,13 @@ impl Call<'_> {
             }
             rules.push((fd, grant));
         }
-        // Its temporary files are journaled as its worker's are (where its user may write there).
-        rules.extend(
-            self.backend.journal_dirs().into_iter().map(|fd| (fd, crate::sys::confine::Grant::Write)),
-        );
+        // A change's temporary files are journaled as its worker's are (where its user may
+        // write there); a look, read or listing makes none and gets no right there.
+        if kind == Kind::Change {
+            rules.extend(
+                self.backend.journal_dirs().into_iter().map(|fd| (fd, crate::sys::confine::Grant::Write)),
+            );
+        }
         // A change runs as the one user who owns all it changes, where the daemon may become
         // that user; a tree's removal may meet anyone's files below it, so it keeps root.
         let owner = (kind == Kind::Change && !tree && sys::effective_ids().0 == 0)

@@ -269,17 +269,31 @@ fn a_daemon_without_a_record_says_so() {
 /// One entry of [`tree`]: relative path, kind and mode, owner, content.
 type Entry = (String, u32, (u32, u32), Vec<u8>);
 
-/// Every entry below `root`: what "byte for byte, modes and owners included" compares.
+/// Every entry below `root`: what "byte for byte, modes and owners included" compares. A name
+/// that goes while it is listed (a temporary file the supervisor's sweep removes meanwhile) is
+/// not in the tree.
 fn tree(root: &Path) -> Vec<Entry> {
     use std::os::unix::fs::MetadataExt;
+    fn unless_gone<T>(result: std::io::Result<T>) -> Option<T> {
+        match result {
+            Ok(value) => Some(value),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => panic!("{e}"),
+        }
+    }
     let mut out = Vec::new();
     let mut dirs = vec![root.to_owned()];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
-            let meta = std::fs::symlink_metadata(&path).unwrap();
+            let Some(meta) = unless_gone(std::fs::symlink_metadata(&path)) else { continue };
             let rel = path.strip_prefix(root).unwrap().to_string_lossy().into_owned();
-            let content = if meta.is_file() { std::fs::read(&path).unwrap() } else { Vec::new() };
+            let content = if meta.is_file() {
+                let Some(content) = unless_gone(std::fs::read(&path)) else { continue };
+                content
+            } else {
+                Vec::new()
+            };
             if meta.is_dir() {
                 dirs.push(path);
             }
