@@ -49,6 +49,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::hexname::encode as hex;
 use super::record::Store;
 use crate::op::{RootSpec, TEMP_PREFIX};
 use crate::sys::{self, Errno, Kind, Meta};
@@ -341,10 +342,6 @@ impl Entry<'_> {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn identity_of(meta: &Meta) -> String {
     format!("{}:{}:{}.{}", meta.dev, meta.ino, meta.btime.0, meta.btime.1)
 }
@@ -520,31 +517,17 @@ fn parse(value: &[u8]) -> Option<Record<'_>> {
     let rest = parts.next()?;
     let dir = if format == FORMAT.as_bytes() {
         let end = rest.iter().position(|&b| b == b'\n')?;
-        unhex_bytes(rest.get(..end)?)?
+        super::hexname::decode(rest.get(..end)?)?
     } else if format == LEGACY_FORMAT.as_bytes() {
         rest.to_vec()
     } else {
         return None;
     };
     let (identity, restore) = match identity.split_once(RESTORE) {
-        Some((identity, hex)) => (identity, Some(unhex_name(hex.as_bytes())?)),
+        Some((identity, hex)) => (identity, Some(super::hexname::decode_name(hex.as_bytes())?)),
         None => (identity, None),
     };
     Some(Record { owner, identity: (identity != "-").then_some(identity), restore, dir })
-}
-
-fn unhex_bytes(hex: &[u8]) -> Option<Vec<u8>> {
-    if !hex.len().is_multiple_of(2) {
-        return None;
-    }
-    hex.chunks(2).map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()).collect()
-}
-
-/// A restored name: one component, never `.` or `..`.
-fn unhex_name(hex: &[u8]) -> Option<OsString> {
-    let bytes = unhex_bytes(hex)?;
-    (!bytes.is_empty() && !bytes.contains(&b'/') && bytes != b"." && bytes != b"..")
-        .then(|| OsString::from_vec(bytes))
 }
 
 impl SweepReport {

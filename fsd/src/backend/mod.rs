@@ -6,6 +6,7 @@ pub mod approved;
 pub mod bytes;
 mod commit;
 mod gitdir;
+mod hexname;
 pub mod journal;
 mod locking;
 mod moves;

@@ -110,22 +110,15 @@ pub(super) struct Record {
     pub(super) slots: Vec<SlotRecord>,
 }
 
-pub(super) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+pub(super) use super::hexname::encode as hex;
 
 fn unhex(text: &str) -> Option<OsString> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    let bytes: Option<Vec<u8>> =
-        (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect();
-    bytes.map(OsString::from_vec)
+    super::hexname::decode(text.as_bytes()).map(OsString::from_vec)
 }
 
 /// A name that stays in its directory.
 fn component(text: &str) -> Option<OsString> {
-    unhex(text).filter(|n| !n.is_empty() && n != "." && n != ".." && !n.as_bytes().contains(&b'/'))
+    super::hexname::decode_name(text.as_bytes())
 }
 
 /// Undoes one slot's commit in `dir` (a `Rename`'s source directory: `from`), where its name
